@@ -1,0 +1,408 @@
+"""From a YAML list of rows to a running host.
+
+A composition is a top-level YAML list; each row is ``{id?, name, config?,
+disabled?}``. ``name`` is an entry-point name in the ``dsh.plugins`` group
+(``session-persistence-jsonl``), a DSH spelling of one
+(``@deepseek-ai/dsh-session-persistence-jsonl``, ``dsh-session-persistence-jsonl``),
+or ``package.module:Attr`` for a plugin that is not installed as a
+distribution. Each row gets its own plugin instance, registered with pluggy
+under the row id, so one plugin can serve two rows with two configs.
+
+Rows mount sequentially in YAML order (a row whose injected services are not
+live yet waits and mounts when they appear). Listener order, and therefore
+around-chain nesting, is deterministic: an earlier row's hook is the outer one.
+DSH mounts rows concurrently; this is a deliberate tightening (DECISIONS D3).
+
+The only custom YAML tag is ``!env NAME`` / ``!env [NAME, default]``; nothing
+in a composition can evaluate code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import re
+import secrets
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import pluggy
+import yaml
+
+from .context import Fiber, FiberState, Host
+from .errors import (
+    BootError,
+    ConfigError,
+    DuplicateRowIdError,
+    PluginRegistrationError,
+    UnknownPluginError,
+)
+from .plugin import PROJECT, HookSpecs, PluginMeta
+
+ENTRY_POINT_GROUP = "dsh.plugins"
+_DSH_SCOPE = "@deepseek-ai/"
+
+
+class Row(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One row of a composition."""
+
+    name: str
+    id: str | None = None
+    config: dict[str, Any] | None = None
+    disabled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LocatedRow:
+    row: Row
+    #: "file.yml:12" or "row 3" -- where to point the user
+    where: str
+
+
+# -- YAML ----------------------------------------------------------------------
+
+
+class _EnvValue:
+    pass
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader plus ``!env``; any other tag stays an error."""
+
+
+def _construct_env(loader: _Loader, node: yaml.Node) -> str:
+    if isinstance(node, yaml.ScalarNode):
+        name = loader.construct_scalar(node)
+        default: str | None = None
+        has_default = False
+    elif isinstance(node, yaml.SequenceNode):
+        items = loader.construct_sequence(node)
+        if len(items) != 2 or not all(isinstance(i, str) for i in items):
+            raise ConfigError(
+                f"line {node.start_mark.line + 1}: !env takes NAME or [NAME, default] "
+                f"(two strings), got {items!r}"
+            )
+        name, default = items
+        has_default = True
+    else:
+        raise ConfigError(f"line {node.start_mark.line + 1}: !env takes NAME or [NAME, default]")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"line {node.start_mark.line + 1}: !env needs a variable name")
+    value = os.environ.get(name)
+    if value is None:
+        if has_default:
+            return str(default)
+        raise ConfigError(
+            f"line {node.start_mark.line + 1}: environment variable {name} is not set "
+            f"(used by `!env {name}`); set it or write `!env [{name}, default]`"
+        )
+    return value
+
+
+_Loader.add_constructor("!env", _construct_env)
+
+
+def parse_rows(text: str, source: str = "<config>") -> list[LocatedRow]:
+    """Parse a composition; every error names the file, line/row and key path."""
+    try:
+        node = yaml.compose(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: malformed YAML: {exc}") from None
+    if node is None or not isinstance(node, yaml.SequenceNode):
+        raise ConfigError(f"config {source} must be a top-level YAML array of entries")
+    rows: list[LocatedRow] = []
+    for index, item in enumerate(node.value):
+        where = f"{source}:{item.start_mark.line + 1} (row {index + 1})"
+        loader = _Loader("")
+        try:
+            data = loader.construct_document(item)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        finally:
+            loader.dispose()
+        rows.append(LocatedRow(_convert_row(data, where), where))
+    return rows
+
+
+def _convert_row(data: Any, where: str) -> Row:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: a row must be a mapping like `- name: sessions`, got {data!r}")
+    try:
+        return msgspec.convert(data, Row)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{where}: {_humanize(exc, prefix='')}") from None
+
+
+def load_rows(path: str | os.PathLike[str]) -> list[LocatedRow]:
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {file} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {file}: {exc.strerror}") from None
+    return parse_rows(text, str(file))
+
+
+_AT = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+
+
+def _humanize(exc: msgspec.ValidationError, prefix: str) -> str:
+    """Turn msgspec's message into ``config.root: expected str, got int``."""
+    message = str(exc)
+    path = ""
+    match = _AT.search(message)
+    if match:
+        path = match.group("path").lstrip(".")
+        message = message[: match.start()]
+    message = message.replace("`", "")
+    message = message[:1].lower() + message[1:]
+    unknown = re.match(r"object contains unknown field (\S+)", message)
+    if unknown:
+        field = unknown.group(1)
+        path = f"{path}.{field}" if path else field
+        message = "unknown key (check the spelling; see the plugin's README for its keys)"
+    missing = re.match(r"object missing required field (\S+)", message)
+    if missing:
+        field = missing.group(1)
+        path = f"{path}.{field}" if path else field
+        message = "required key is missing"
+    full = ".".join(p for p in (prefix, path) if p)
+    return f"{full}: {message}" if full else message
+
+
+# -- plugin resolution --------------------------------------------------------------
+
+
+def canonical_name(name: str) -> str:
+    """``@deepseek-ai/dsh-x`` and ``dsh-x`` are aliases of ``x`` (DSH YAML works as is)."""
+    if name.startswith(_DSH_SCOPE):
+        name = name[len(_DSH_SCOPE):]
+    if name.startswith("dsh-"):
+        name = name[len("dsh-"):]
+    return name
+
+
+def installed_plugins() -> dict[str, importlib.metadata.EntryPoint]:
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def resolve_plugin(name: str, where: str) -> tuple[Any, str]:
+    """Return (plugin factory, "module:attr") for a row name."""
+    if ":" in name and not name.startswith(_DSH_SCOPE):
+        module_name, _, attr = name.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+            return getattr(module, attr), name
+        except (ImportError, AttributeError) as exc:
+            raise UnknownPluginError(f"{where}: cannot import plugin {name!r}: {exc}") from None
+    plugins = installed_plugins()
+    key = name if name in plugins else canonical_name(name)
+    entry_point = plugins.get(key)
+    if entry_point is None:
+        known = ", ".join(sorted(plugins)) or "none"
+        raise UnknownPluginError(
+            f"{where}: unknown plugin {name!r}; installed plugins (entry-point group "
+            f"{ENTRY_POINT_GROUP}): {known}"
+        )
+    try:
+        return entry_point.load(), entry_point.value
+    except Exception as exc:
+        raise UnknownPluginError(
+            f"{where}: plugin {name!r} is installed ({entry_point.value}) but failed to import: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _make_plugin_manager() -> pluggy.PluginManager:
+    manager = pluggy.PluginManager(PROJECT)
+    manager.add_hookspecs(HookSpecs)
+    return manager
+
+
+@dataclass(slots=True)
+class PreparedRow:
+    row_id: str
+    name: str
+    entry_point: str
+    instance: Any
+    meta: PluginMeta
+    config: Any
+    where: str
+
+
+def prepare_row(manager: pluggy.PluginManager, located: LocatedRow, row_id: str) -> PreparedRow:
+    row, where = located.row, located.where
+    factory, entry_point = resolve_plugin(row.name, where)
+    try:
+        instance = factory() if isinstance(factory, type) else factory
+    except Exception as exc:
+        raise PluginRegistrationError(
+            f"{where}: constructing plugin {row.name!r} failed: {exc}"
+        ) from exc
+    try:
+        manager.register(instance, name=row_id)
+        manager.check_pending()
+    except (pluggy.PluginValidationError, ValueError) as exc:
+        if manager.is_registered(instance):
+            manager.unregister(instance)
+        raise PluginRegistrationError(f"{where}: plugin {row.name!r} is malformed: {exc}") from exc
+    meta = manager.hook.dsh_plugin_meta.get_hookimpls()
+    meta_impls = [impl for impl in meta if impl.plugin is instance]
+    if not meta_impls:
+        manager.unregister(instance)
+        raise PluginRegistrationError(
+            f"{where}: plugin {row.name!r} does not implement dsh_plugin_meta (subclass "
+            "dsh_host.Plugin or implement the dsh_plugin_meta and dsh_apply hooks)"
+        )
+    info = meta_impls[0].function()
+    if not isinstance(info, PluginMeta):
+        manager.unregister(instance)
+        raise PluginRegistrationError(
+            f"{where}: dsh_plugin_meta of {row.name!r} returned {info!r}, not a PluginMeta"
+        )
+    if not (isinstance(info.config_type, type) and issubclass(info.config_type, msgspec.Struct)):
+        manager.unregister(instance)
+        raise PluginRegistrationError(
+            f"{where}: plugin {row.name!r} declares Config={info.config_type!r}; "
+            "a plugin's Config must be a msgspec.Struct subclass"
+        )
+    label = f"row {row_id!r} ({row.name})"
+    try:
+        config = msgspec.convert(row.config or {}, info.config_type)
+    except msgspec.ValidationError as exc:
+        manager.unregister(instance)
+        raise ConfigError(f"{label}: {_humanize(exc, prefix='config')}") from None
+    return PreparedRow(row_id, row.name, entry_point, instance, info, config, where)
+
+
+# -- booting ---------------------------------------------------------------------
+
+
+def assign_ids(rows: Sequence[LocatedRow]) -> list[str]:
+    ids: list[str] = []
+    seen: dict[str, str] = {}
+    for located in rows:
+        row_id = located.row.id or secrets.token_hex(4)
+        if row_id in seen:
+            raise DuplicateRowIdError(
+                f"duplicate loader entry id: {row_id} ({seen[row_id]} and {located.where}); "
+                "give each row a unique `id`"
+            )
+        seen[row_id] = located.where
+        ids.append(row_id)
+    return ids
+
+
+def _locate(rows: Sequence[Row | LocatedRow]) -> list[LocatedRow]:
+    return [
+        r if isinstance(r, LocatedRow) else LocatedRow(r, f"row {i + 1} ({r.name})")
+        for i, r in enumerate(rows)
+    ]
+
+
+class PluginHost(Host):
+    """A :class:`Host` that also keeps the pluggy manager of its rows."""
+
+    def __init__(self, task_group: Any) -> None:
+        super().__init__(task_group)
+        self.plugin_manager = _make_plugin_manager()
+
+    async def mount(self, rows: Sequence[Row | LocatedRow]) -> None:
+        """Validate every row first (all-or-nothing), then mount them in order."""
+        located = _locate(rows)
+        ids = assign_ids(located)
+        taken = {fiber.id for fiber in self.fibers}
+        for row_id, loc in zip(ids, located, strict=True):
+            if row_id in taken:
+                raise DuplicateRowIdError(f"duplicate loader entry id: {row_id} ({loc.where})")
+        prepared: list[PreparedRow | tuple[str, LocatedRow]] = []
+        try:
+            for row_id, loc in zip(ids, located, strict=True):
+                if loc.row.disabled:
+                    prepared.append((row_id, loc))
+                else:
+                    prepared.append(prepare_row(self.plugin_manager, loc, row_id))
+        except BaseException:
+            for item in prepared:
+                if isinstance(item, PreparedRow):
+                    self.plugin_manager.unregister(item.instance)
+            raise
+        for item in prepared:
+            if isinstance(item, PreparedRow):
+                fiber = Fiber(
+                    self,
+                    item.row_id,
+                    item.name,
+                    item.instance,
+                    item.config,
+                    item.meta.inject,
+                    item.meta.provides,
+                    item.entry_point,
+                )
+                self.add_fiber(fiber)
+                await self.settle()
+            else:
+                row_id, loc = item
+                fiber = Fiber(self, row_id, loc.row.name, None, None, (), ())
+                fiber.state = FiberState.DISABLED
+                self.add_fiber(fiber)
+
+    def problems(self) -> list[str]:
+        """One line per enabled row that is not active, for the boot audit."""
+        lines = []
+        for fiber in self.fibers:
+            if fiber.state in (FiberState.ACTIVE, FiberState.DISABLED):
+                continue
+            lines.append(f"row {fiber.id!r} ({fiber.plugin_name}): {fiber.describe_state()}")
+        return lines
+
+    async def close(self) -> None:
+        await super().close()
+        for fiber in self.fibers:
+            if fiber.instance is not None and self.plugin_manager.is_registered(fiber.instance):
+                self.plugin_manager.unregister(fiber.instance)
+
+
+@asynccontextmanager
+async def open_host(
+    rows: Sequence[Row | LocatedRow] = (), *, strict: bool = True
+) -> AsyncIterator[PluginHost]:
+    """Boot a host from rows; dispose everything on exit.
+
+    With ``strict`` (the default), a row that did not become active (failed
+    or still waiting for a service) makes the boot fail with
+    :class:`BootError` after the partial host was disposed, like DSH's boot
+    audit. ``strict=False`` keeps such rows in their state for inspection
+    (``dsh plugins``).
+    """
+    async with anyio.create_task_group() as task_group:
+        host = PluginHost(task_group)
+        try:
+            await host.mount(rows)
+            problems = host.problems()
+            if strict and problems:
+                noun = "entry" if len(problems) == 1 else "entries"
+                raise BootError(
+                    f"{len(problems)} {noun} did not activate:\n  " + "\n  ".join(problems),
+                    problems,
+                )
+            yield host
+        finally:
+            await host.close()
+            task_group.cancel_scope.cancel()
+
+
+def open_host_from_yaml(
+    path: str | os.PathLike[str], *, strict: bool = True
+) -> Any:
+    """``open_host`` over the rows of a YAML file."""
+    return open_host(load_rows(path), strict=strict)

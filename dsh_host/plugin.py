@@ -1,0 +1,87 @@
+"""What a plugin is, as far as the host is concerned.
+
+A plugin is a class (the value of an entry point in the ``dsh.plugins``
+group). The host instantiates it once per YAML row, registers the instance
+with pluggy under the row id, and calls its ``dsh_apply`` hook with a
+:class:`~dsh_host.context.Context` and the row's validated config. pluggy
+hooks are synchronous, so they carry only metadata and ``apply``; every async
+chain lives on the host's :class:`~dsh_host.bus.EventBus`.
+
+Most plugins subclass :class:`Plugin` and write ``apply``::
+
+    class Greeter(Plugin):
+        name = "greeter"
+        Config = GreeterConfig          # a msgspec.Struct, validated at load
+        inject = ("tools",)             # apply runs only while these are live
+        provides = ()                   # services this plugin provides
+
+        def apply(self, ctx: Context, config: GreeterConfig) -> None:
+            ctx.on("tools/execute", self.around_execute)
+
+Mistakes are caught at registration (pluggy's lesson): a misspelled hook
+implementation, a ``Config`` that is not a msgspec Struct, a ``provides``
+that is not a tuple of names.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import msgspec
+import pluggy
+
+if TYPE_CHECKING:
+    from .context import Context
+
+PROJECT = "dsh"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+class NoConfig(msgspec.Struct, forbid_unknown_fields=True):
+    """The config type of plugins that take no configuration."""
+
+
+class PluginMeta(msgspec.Struct, frozen=True):
+    name: str
+    inject: tuple[str, ...] = ()
+    provides: tuple[str, ...] = ()
+    config_type: type[msgspec.Struct] = NoConfig
+
+
+class HookSpecs:
+    """The pluggy hook specifications every dsh plugin implements."""
+
+    @hookspec(firstresult=True)
+    def dsh_plugin_meta(self) -> PluginMeta:  # type: ignore[empty-body]
+        """Static metadata: name, injected and provided services, config type."""
+
+    @hookspec
+    def dsh_apply(self, ctx: Context, config: Any) -> None:
+        """Register listeners and services on ``ctx``. Runs once per activation."""
+
+
+class Plugin:
+    """Convenience base class: metadata as class attributes, ``apply`` as a method."""
+
+    name: ClassVar[str] = ""
+    inject: ClassVar[tuple[str, ...]] = ()
+    provides: ClassVar[tuple[str, ...]] = ()
+    Config: ClassVar[type[msgspec.Struct]] = NoConfig
+
+    @hookimpl
+    def dsh_plugin_meta(self) -> PluginMeta:
+        return PluginMeta(
+            name=self.name or type(self).__name__,
+            inject=tuple(self.inject),
+            provides=tuple(self.provides),
+            config_type=self.Config,
+        )
+
+    @hookimpl
+    def dsh_apply(self, ctx: Context, config: Any) -> None:
+        self.apply(ctx, config)
+
+    def apply(self, ctx: Context, config: Any) -> None:
+        """Override: register what the plugin contributes. Undone on dispose."""
+        raise NotImplementedError(f"plugin {type(self).__name__} does not implement apply()")
