@@ -135,13 +135,13 @@ def _check_kind(spec: EventSpec, fn: Callable[..., Any]) -> None:
     mode = spec.mode
     if mode in (EventMode.EMIT, EventMode.BAIL) and (is_async or is_asyncgen):
         raise HandlerKindError(
-            f"{spec.name!r} is a {mode.value} event, so listeners must be plain sync "
+            f"{spec.name!r} is declared {mode.value}, so listeners must be plain sync "
             f"functions; {_describe(fn)} is async and would never be awaited. "
             "Push async work to a task (ctx.start_soon) or a memory channel instead."
         )
     if mode in (EventMode.PARALLEL, EventMode.SERIAL, EventMode.WATERFALL) and not is_async:
         raise HandlerKindError(
-            f"{spec.name!r} is a {mode.value} event, so listeners must be "
+            f"{spec.name!r} is declared {mode.value}, so listeners must be "
             f"`async def` functions; {_describe(fn)} is not."
         )
     if mode is EventMode.STREAM_WATERFALL and is_async:

@@ -368,7 +368,16 @@ class Host:
             )
 
     async def dispose_fiber(self, fiber: Fiber, *, next_state: FiberState) -> None:
+        """Dispose ``fiber``; plugins that inject one of its services go first.
+
+        Dependents are torn down *before* the provider so that their own
+        disposers (a final flush, say) can still use the service.
+        """
         if fiber.state in (FiberState.ACTIVE, FiberState.LOADING):
+            provided = {name for name, (_, owner) in self._services.items() if owner is fiber}
+            for dependent in reversed(list(self._activation_order)):
+                if dependent is not fiber and provided.intersection(dependent.inject):
+                    await self.dispose_fiber(dependent, next_state=FiberState.PENDING)
             fiber.state = FiberState.UNLOADING
             await fiber.run_disposers()
             if fiber in self._activation_order:
@@ -383,10 +392,7 @@ class Host:
             changed = False
             for fiber in reversed(self._activation_order):
                 if fiber.state is FiberState.ACTIVE and fiber.missing:
-                    fiber.state = FiberState.UNLOADING
-                    await fiber.run_disposers()
-                    self._activation_order.remove(fiber)
-                    fiber.state = FiberState.PENDING
+                    await self.dispose_fiber(fiber, next_state=FiberState.PENDING)
                     changed = True
                     break
 

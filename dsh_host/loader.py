@@ -384,6 +384,10 @@ async def open_host(
     audit. ``strict=False`` keeps such rows in their state for inspection
     (``dsh plugins``).
     """
+    # Errors from the body or from booting are re-raised *outside* the task
+    # group, so callers see the ConfigError itself rather than an
+    # ExceptionGroup wrapping it.
+    failure: Exception | None = None
     async with anyio.create_task_group() as task_group:
         host = PluginHost(task_group)
         try:
@@ -396,9 +400,13 @@ async def open_host(
                     problems,
                 )
             yield host
+        except Exception as exc:
+            failure = exc
         finally:
             await host.close()
             task_group.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
 
 
 def open_host_from_yaml(

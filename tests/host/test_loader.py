@@ -1,0 +1,172 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sample_plugins
+
+from dsh_host import FiberState, Row, open_host, open_host_from_yaml, parse_rows
+from dsh_host.errors import (
+    BootError,
+    ConfigError,
+    DuplicateRowIdError,
+    HandlerKindError,
+    InactiveContextError,
+    PluginRegistrationError,
+    UnknownPluginError,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True)
+def clear_journal() -> None:
+    sample_plugins.JOURNAL.clear()
+
+
+def test_malformed_yaml_names_the_file() -> None:
+    with pytest.raises(ConfigError, match=r"x\.yml: malformed YAML"):
+        parse_rows("- name: [unclosed\n", "x.yml")
+
+
+def test_top_level_must_be_a_list() -> None:
+    with pytest.raises(ConfigError, match="must be a top-level YAML array of entries"):
+        parse_rows("name: sessions\n", "x.yml")
+
+
+def test_unknown_row_key_names_the_line_and_key() -> None:
+    text = "- name: sessions\n- nmae: oops\n"
+    with pytest.raises(ConfigError, match=r"x\.yml:2 \(row 2\): .*nmae: unknown key"):
+        parse_rows(text, "x.yml")
+
+
+def test_unknown_tag_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="malformed YAML|could not determine a constructor"):
+        parse_rows("- name: !!python/name:os.system x\n", "x.yml")
+
+
+def test_env_tag(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DSH_TEST_ROOT", "/srv/sessions")
+    rows = parse_rows(
+        "- name: a\n  config: {root: !env DSH_TEST_ROOT, other: !env [DSH_TEST_UNSET_X, dflt]}\n"
+    )
+    assert rows[0].row.config == {"root": "/srv/sessions", "other": "dflt"}
+    monkeypatch.delenv("DSH_TEST_ROOT")
+    with pytest.raises(ConfigError, match="DSH_TEST_ROOT is not set"):
+        parse_rows("- name: a\n  config: {root: !env DSH_TEST_ROOT}\n")
+
+
+async def test_config_type_error_gives_key_path() -> None:
+    rows = [Row(id="greet", name="sample_plugins:Echo", config={"times": "three"})]
+    with pytest.raises(ConfigError) as info:
+        async with open_host(rows):
+            pass
+    assert str(info.value) == 'row \'greet\' (sample_plugins:Echo): config.times: expected int, got str'
+
+
+async def test_unknown_config_key() -> None:
+    rows = [Row(id="greet", name="sample_plugins:Echo", config={"greting": "x"})]
+    with pytest.raises(ConfigError, match=r"config\.greting: unknown key"):
+        async with open_host(rows):
+            pass
+
+
+async def test_unknown_plugin_lists_installed_ones() -> None:
+    with pytest.raises(UnknownPluginError) as info:
+        async with open_host([Row(name="no-such-plugin")]):
+            pass
+    assert "no-such-plugin" in str(info.value)
+    assert "session-persistence-jsonl" in str(info.value)
+
+
+async def test_dsh_spellings_are_aliases() -> None:
+    from dsh_host.loader import canonical_name
+
+    assert canonical_name("@deepseek-ai/dsh-session-checkpoint-policy") == "session-checkpoint-policy"
+    assert canonical_name("dsh-sandbox-local") == "sandbox-local"
+
+
+async def test_duplicate_row_ids() -> None:
+    rows = [Row(id="x", name="sample_plugins:Echo"), Row(id="x", name="sample_plugins:Echo")]
+    with pytest.raises(DuplicateRowIdError, match="duplicate loader entry id: x"):
+        async with open_host(rows):
+            pass
+
+
+async def test_two_rows_same_plugin_two_instances() -> None:
+    rows = [
+        Row(id="one", name="sample_plugins:Around", config={"label": "one"}),
+        Row(id="two", name="sample_plugins:Around", config={"label": "two"}),
+    ]
+    async with open_host(rows) as host:
+        a, b = host.fibers
+        assert a.instance is not b.instance
+        trace: list[str] = []
+
+        async def body() -> str:
+            trace.append("body")
+            return "ok"
+
+        assert await host.ctx.waterfall("tools/execute", trace, body) == "ok"
+        assert trace == ["enter one", "enter two", "body", "exit two", "exit one"]
+
+
+async def test_inject_waits_then_mounts_in_order() -> None:
+    rows = [Row(id="needs", name="sample_plugins:NeedsEcho"), Row(id="echo", name="sample_plugins:Echo")]
+    async with open_host(rows) as host:
+        assert [f.state for f in host.fibers] == [FiberState.ACTIVE, FiberState.ACTIVE]
+        assert sample_plugins.JOURNAL == ["apply echo echo hi", "apply needs-echo sees hi"]
+        await host.unload("echo")
+        assert host.fibers[0].state is FiberState.PENDING
+        assert host.fibers[0].describe_state() == "waiting for service: echo"
+    assert sample_plugins.JOURNAL[-2:] == ["dispose needs-echo", "dispose echo echo"]
+
+
+async def test_unmet_inject_strict_boot_fails_and_lenient_reports() -> None:
+    rows = [Row(id="needs", name="sample_plugins:NeedsEcho")]
+    with pytest.raises(BootError, match="waiting for service: echo"):
+        async with open_host(rows):
+            pass
+    async with open_host(rows, strict=False) as host:
+        assert host.problems() == ["row 'needs' (sample_plugins:NeedsEcho): waiting for service: echo"]
+
+
+async def test_apply_failure_undoes_partial_registrations_others_keep_running() -> None:
+    rows = [Row(id="boom", name="sample_plugins:Exploding"), Row(id="echo", name="sample_plugins:Echo")]
+    async with open_host(rows, strict=False) as host:
+        boom, echo = host.fibers
+        assert boom.state is FiberState.FAILED
+        assert "kaboom during apply" in boom.describe_state()
+        assert echo.state is FiberState.ACTIVE
+        assert host.ctx.get("boom") is None
+        assert host.bus.listeners("session/event") == []
+        assert "undo exploding" in sample_plugins.JOURNAL
+
+
+async def test_wrong_listener_kind_fails_the_row() -> None:
+    async with open_host([Row(id="bad", name="sample_plugins:AsyncOnEmit")], strict=False) as host:
+        fiber = host.fibers[0]
+        assert fiber.state is FiberState.FAILED
+        assert isinstance(fiber.error, HandlerKindError)
+
+
+async def test_registering_after_dispose_is_refused() -> None:
+    async with open_host([Row(id="echo", name="sample_plugins:Echo")]) as host:
+        ctx = host.fibers[0].ctx
+        await host.unload("echo")
+        with pytest.raises(InactiveContextError):
+            ctx.on("session/event", lambda s, e: None)
+
+
+async def test_malformed_plugin_caught_at_registration() -> None:
+    with pytest.raises(PluginRegistrationError):
+        async with open_host([Row(name="sample_plugins:JOURNAL")]):
+            pass
+
+
+async def test_disabled_rows_are_not_loaded(tmp_path: Path) -> None:
+    config = tmp_path / "c.yml"
+    config.write_text("- id: e\n  name: sample_plugins:Echo\n  disabled: true\n")
+    async with open_host_from_yaml(config) as host:
+        assert host.fibers[0].state is FiberState.DISABLED
+        assert sample_plugins.JOURNAL == []
