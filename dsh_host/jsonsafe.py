@@ -103,7 +103,7 @@ def _scalar_problem(value: object) -> str | None:
     if tp is float:
         if math.isnan(value) or math.isinf(value):  # type: ignore[arg-type]
             return f"non-finite number {value!r}"
-        if value == 0.0 and math.copysign(1.0, value) < 0:  # type: ignore[arg-type]
+        if value == 0.0 and math.copysign(1.0, value) < 0:
             return "negative zero (-0.0)"
         return None
     return _describe(value)
