@@ -1,0 +1,209 @@
+"""The sandbox contract (``ctx.sandbox``): what a consumer sends, what a provider returns.
+
+This module is self-contained on purpose (it imports nothing else from this package): it is the
+part the ``bash`` tool and other consumers need, and it may move as is into ``dsh_host``.
+
+Two boundaries are kept apart (spec ``approval-and-sandbox.md`` §0): approval answers "did a
+person agree to this occurrence?", the sandbox answers "what may the process touch while it
+runs?". Nothing here asks anybody anything; the policy rides each call and a provider keeps no
+mode of its own.
+
+Vocabulary:
+
+* ``read-only`` — no writes anywhere except ``/dev/null``;
+* ``workspace-write`` — additionally the workspace root and a backend-defined temporary area;
+* ``danger-full-access`` — **not a sandbox**: the consumer spawns its original argv and does not
+  call the provider. It is the absence of confinement, not a wide one.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from typing import ClassVar, Literal, Protocol, runtime_checkable
+
+import msgspec
+
+from dsh_host.errors import DshError
+
+SandboxMode = Literal["read-only", "workspace-write", "danger-full-access"]
+ConfinedSandboxMode = Literal["read-only", "workspace-write"]
+SandboxEnforcement = Literal["full", "partial"]
+SandboxBackend = Literal["bubblewrap", "landlock", "none"]
+
+SANDBOX_MODES: tuple[SandboxMode, ...] = ("read-only", "workspace-write", "danger-full-access")
+CONFINED_SANDBOX_MODES: tuple[ConfinedSandboxMode, ...] = ("read-only", "workspace-write")
+
+UNAVAILABLE_MESSAGE = (
+    'sandbox mode "{mode}" is requested but no sandbox backend is usable on this host; refusing '
+    "to run the command unconfined. Install bubblewrap or run a Landlock-enforcing kernel "
+    "(Linux), ensure sandbox-exec is usable (macOS), or ensure the ACL restricted-token runner "
+    "can start (Windows) — otherwise switch the consumer to danger-full-access."
+)
+"""Exact text of :class:`SandboxUnavailableError` (spec §2.1); ``{mode}`` is the confined mode."""
+
+
+class SandboxUnavailableError(DshError):
+    """No sandbox backend can confine this call, so the command must not run at all.
+
+    Raised by ``confine()`` (no usable backend: the verdict of the one-time probe), and by a
+    consumer when the runner itself failed at execution time (``runner_failure`` is then the
+    matched runner line or the spawn error's text and is appended as `` Runner failure: ...``).
+    ``probe_failures`` says, per backend, why the probe found it unusable; it is appended to the
+    exact contract sentence, never substituted for it.
+    """
+
+    code: ClassVar[str] = "SANDBOX_UNAVAILABLE"
+
+    def __init__(
+        self,
+        mode: str,
+        runner_failure: str | None = None,
+        *,
+        probe_failures: Sequence[str] = (),
+    ) -> None:
+        message = UNAVAILABLE_MESSAGE.format(mode=mode)
+        if runner_failure is not None:
+            message += f" Runner failure: {runner_failure}"
+        if probe_failures:
+            message += " Probe results: " + "; ".join(probe_failures) + "."
+        super().__init__(message)
+        self.mode = mode
+        self.runner_failure = runner_failure
+        self.probe_failures = tuple(probe_failures)
+
+
+class InvalidSandboxRequestError(DshError, ValueError):
+    """A policy or argv that cannot be confined as given (a caller bug, not a host problem).
+
+    Derives from ``ValueError`` too, so msgspec reports it as a validation error when a policy is
+    decoded from JSON/YAML.
+    """
+
+    code: ClassVar[str] = "INVALID_SANDBOX_REQUEST"
+
+
+class SandboxPolicy(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """The complete per-call policy (spec's ``SandboxExecutionPolicy``).
+
+    ``workspace_root`` is an absolute host directory, canonical as the policy service resolved
+    it; it is carried even when the mode does not use it. A provider only ever confines the two
+    confined modes; ``danger-full-access`` is accepted here because consumers carry one policy
+    type, and a provider answers it with an explicit ``backend="none"`` passthrough.
+    """
+
+    mode: SandboxMode
+    workspace_root: str
+    session_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in SANDBOX_MODES:
+            raise InvalidSandboxRequestError(
+                f"sandbox policy: unknown mode {self.mode!r}; expected one of "
+                + ", ".join(SANDBOX_MODES)
+            )
+        if not isinstance(self.workspace_root, str) or not os.path.isabs(self.workspace_root):
+            raise InvalidSandboxRequestError(
+                f"sandbox policy: workspace_root must be an absolute path, got "
+                f"{self.workspace_root!r}"
+            )
+        if "\0" in self.workspace_root:
+            raise InvalidSandboxRequestError("sandbox policy: workspace_root contains a NUL byte")
+
+
+def writable_roots(policy: SandboxPolicy) -> tuple[str, ...]:
+    """Writable roots of the path-fence consumers (fs tools, Seatbelt): spec §2.2.
+
+    Empty for ``read-only``; ``workspace-write`` gets the workspace, ``/tmp`` and the OS temp
+    dir, canonical and de-duplicated. The bubblewrap and Landlock profiles spell their own temp
+    grants and do not use this.
+    """
+    if policy.mode != "workspace-write":
+        return ()
+    roots: list[str] = []
+    for root in (policy.workspace_root, "/tmp", tempfile.gettempdir()):
+        canonical = os.path.abspath(os.path.realpath(root))
+        if canonical not in roots:
+            roots.append(canonical)
+    return tuple(roots)
+
+
+class RunnerFailureRule(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """Recognises that the runner failed before the command ran (spec §2.3, §2.8).
+
+    ``allowed_exit_codes`` gates the rule (``None`` = any non-zero status); lines equal
+    (case-insensitively, whole line) to an informational line are skipped; the first remaining
+    line containing a fatal signature (case-insensitively) is the failure detail.
+    """
+
+    fatal_signatures: tuple[str, ...]
+    allowed_exit_codes: tuple[int, ...] | None = None
+    informational_lines: tuple[str, ...] = ()
+
+    def match(self, exit_code: int | None, stderr: str) -> str | None:
+        if exit_code is None or exit_code == 0:
+            return None
+        if self.allowed_exit_codes is not None and exit_code not in self.allowed_exit_codes:
+            return None
+        informational = {line.lower() for line in self.informational_lines}
+        signatures = [s.lower() for s in self.fatal_signatures if s.strip()]
+        for line in stderr.replace("\r\n", "\n").split("\n"):
+            if line.lower() in informational:
+                continue
+            lowered = line.lower()
+            if any(sig in lowered for sig in signatures):
+                return line
+        return None
+
+
+class ConfinedArgv(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """What ``confine()`` returns: spawn ``argv`` *instead of* the caller's argv.
+
+    ``argv`` = runner, profile arguments, ``--``, then the caller's argv unchanged (or, for
+    ``backend="none"``, the caller's argv alone). ``enforcement`` is ``partial`` exactly when
+    ``not_covered`` names something the policy promises but this backend cannot govern;
+    callers needing an absolute boundary must not treat ``partial`` as ``full``.
+    ``denial_signatures`` are case-insensitive stderr substrings a blocked file effect produces
+    under *this* backend.
+    """
+
+    argv: tuple[str, ...]
+    mode: SandboxMode
+    backend: SandboxBackend
+    enforcement: SandboxEnforcement
+    not_covered: tuple[str, ...] = ()
+    denial_signatures: tuple[str, ...] = ()
+    runner_failure_rules: tuple[RunnerFailureRule, ...] = ()
+
+    def runner_failure(self, exit_code: int | None, stderr: str) -> str | None:
+        """The runner line proving the runner failed before the command ran, if any."""
+        for rule in self.runner_failure_rules:
+            detail = rule.match(exit_code, stderr)
+            if detail is not None:
+                return detail
+        return None
+
+    def is_denial(self, exit_code: int | None, stderr: str) -> bool:
+        """A non-zero exit whose stderr carries this backend's denial dialect.
+
+        Runner failure outranks denial; a clean exit or a signal kill (``None``) never denies.
+        """
+        if exit_code is None or exit_code == 0:
+            return False
+        if self.runner_failure(exit_code, stderr) is not None:
+            return False
+        lowered = stderr.lower()
+        return any(sig.lower() in lowered for sig in self.denial_signatures if sig.strip())
+
+
+@runtime_checkable
+class SandboxProvider(Protocol):
+    """The ``sandbox`` service: wrap an exact argv so the OS confines its file effects.
+
+    ``confine`` takes an argv (never a shell string: a shell consumer passes
+    ``["bash", "-c", command]``) and either returns enforcing argv or raises
+    :class:`SandboxUnavailableError`. Silent unconfined passthrough is forbidden.
+    """
+
+    def confine(self, argv: Sequence[str], policy: SandboxPolicy) -> ConfinedArgv: ...

@@ -1,0 +1,30 @@
+"""The ``sandbox-local`` plugin: provides the ``sandbox`` service."""
+
+from __future__ import annotations
+
+import anyio.to_thread
+
+from dsh_host import Context, Plugin
+
+from .provider import LocalSandboxProvider, SandboxLocalConfig
+
+
+class SandboxLocal(Plugin):
+    """Local confinement for ``ctx.sandbox.confine(argv, policy)``: bubblewrap, else Landlock.
+
+    The backend probe runs once in a worker thread right after mounting, so the first tool call
+    does not block the event loop on it; ``confine`` waits for that probe if it is still running.
+    """
+
+    name = "sandbox-local"
+    provides = ("sandbox",)
+    Config = SandboxLocalConfig
+
+    def apply(self, ctx: Context, config: SandboxLocalConfig) -> None:
+        provider = LocalSandboxProvider(config)
+        ctx.provide("sandbox", provider)
+
+        async def warm_up() -> None:
+            await anyio.to_thread.run_sync(provider.probe)
+
+        ctx.start_soon(warm_up, name="sandbox-local probe")

@@ -1,0 +1,278 @@
+"""The local sandbox provider: bubblewrap first, Landlock second, otherwise refuse.
+
+``LocalSandboxProvider.confine`` is a pure function of (argv, policy, config, probed backend).
+The only side effect — probing which backend works — happens once, lazily, and its verdict
+(including "nothing works") is cached: per provider, and per process for the underlying probes
+(:mod:`dsh_sandbox_local.probe`).
+
+Beyond the reference DSH profile (decision D9), because a harness running as root can otherwise
+escape: bubblewrap always gets ``--cap-drop ALL``, ``--ro-bind /proc/sys /proc/sys``,
+``--new-session``, ``--die-with-parent`` and ``--unshare-pid`` (and ``--unshare-net`` under
+``network: deny``); the Landlock launcher drops every capability, sets no_new_privs, handles
+every right of the kernel's ABI, denies TCP under ``network: deny`` and scopes signals and
+abstract UNIX sockets (ABI >= 6). What a backend cannot govern is listed in ``not_covered`` and
+turns ``enforcement`` into ``partial``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import msgspec
+
+from dsh_host.errors import ConfigError
+
+from .contract import (
+    ConfinedArgv,
+    InvalidSandboxRequestError,
+    RunnerFailureRule,
+    SandboxPolicy,
+    SandboxUnavailableError,
+)
+from .probe import ProbeResult, probe_bubblewrap, probe_landlock
+from .profiles import (
+    BWRAP_DENIAL,
+    BWRAP_RULES,
+    LANDLOCK_DENIAL,
+    LANDLOCK_RULES,
+    NOT_A_SANDBOX,
+    NetworkPolicy,
+    bwrap_profile_args,
+    default_landlock_launcher,
+    landlock_grant_args,
+    landlock_not_covered,
+)
+
+BackendChoice = Literal["auto", "bubblewrap", "landlock"]
+_FORBIDDEN_WRITE_ROOTS = ("/proc", "/sys", "/dev")
+
+
+class SandboxConfigError(ConfigError, ValueError):
+    """Invalid ``sandbox-local`` config. A ``ValueError`` too, so msgspec reports it at decode."""
+
+    code = "SANDBOX_CONFIG"
+
+
+class SandboxLocalConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rename="camel"):
+    """Config of the ``sandbox-local`` row (YAML keys are camelCase, as in DSH).
+
+    ``network``: ``deny`` (default) unshares the network namespace under bubblewrap and denies
+    TCP bind/connect under Landlock ABI >= 4. ``backend``: ``auto`` walks bubblewrap then
+    Landlock; naming one forces it (no fallback). ``runnerCommand`` is the operator's assertion
+    of a bwrap-compatible runner (no probe; requires ``runnerFailureSignatures``).
+    ``probeTimeoutMs`` bounds each probe.
+    """
+
+    network: NetworkPolicy = "deny"
+    backend: BackendChoice = "auto"
+    runner_command: tuple[str, ...] = ()
+    runner_failure_signatures: tuple[str, ...] = ()
+    probe_timeout_ms: float = 5000
+
+    def __post_init__(self) -> None:
+        if self.runner_failure_signatures and not self.runner_command:
+            raise SandboxConfigError(
+                "sandbox-local: runnerFailureSignatures requires runnerCommand"
+            )
+        if self.runner_command and not self.runner_failure_signatures:
+            raise SandboxConfigError(
+                "sandbox-local: runnerCommand requires at least one runnerFailureSignatures entry"
+            )
+        for sig in self.runner_failure_signatures:
+            if not sig.strip() or "\n" in sig or "\r" in sig:
+                raise SandboxConfigError(
+                    "sandbox-local: runnerFailureSignatures entries must be non-empty single-line "
+                    "strings"
+                )
+        if self.runner_command and not self.runner_command[0].strip():
+            raise SandboxConfigError("sandbox-local: runnerCommand[0] must name a program")
+        if self.runner_command and self.backend == "landlock":
+            raise SandboxConfigError(
+                "sandbox-local: runnerCommand is a bwrap-compatible runner and cannot be combined "
+                "with backend: landlock; remove one of them"
+            )
+        if (
+            isinstance(self.probe_timeout_ms, bool)
+            or not math.isfinite(self.probe_timeout_ms)
+            or self.probe_timeout_ms <= 0
+        ):
+            raise SandboxConfigError(
+                "sandbox-local: probeTimeoutMs must be a positive finite number"
+            )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The cached outcome of backend selection."""
+
+    backend: Literal["bubblewrap", "landlock"] | None
+    runner: tuple[str, ...] = ()
+    abi: int = 0
+    failures: tuple[str, ...] = ()
+    runner_command: bool = False
+
+
+class LocalSandboxProvider:
+    """The ``sandbox`` service of ``sandbox-local``.
+
+    ``landlock_launcher`` is a constructor-only seam (never config, never environment) for tests
+    and embedders: it replaces ``python -I .../landlock_run.py``. A launcher that cannot start
+    probes unusable, which is how the test suite makes Landlock unavailable for real.
+    """
+
+    def __init__(
+        self,
+        config: SandboxLocalConfig | None = None,
+        *,
+        landlock_launcher: Sequence[str] | None = None,
+    ) -> None:
+        self.config = config if config is not None else SandboxLocalConfig()
+        self._launcher = (
+            tuple(landlock_launcher)
+            if landlock_launcher is not None
+            else default_landlock_launcher()
+        )
+        self._lock = threading.Lock()
+        self._verdict: Verdict | None = None
+
+    # -- selection -----------------------------------------------------------------------------
+
+    def probe(self) -> Verdict:
+        """Select the backend once (thread-safe) and return the cached verdict.
+
+        ``confine`` calls this lazily; the plugin also calls it in a worker thread at boot so the
+        first tool call does not wait for the probes.
+        """
+        with self._lock:
+            if self._verdict is None:
+                self._verdict = self._select()
+            return self._verdict
+
+    def _select(self) -> Verdict:
+        cfg = self.config
+        timeout = cfg.probe_timeout_ms / 1000
+        if cfg.runner_command:
+            return Verdict("bubblewrap", runner=cfg.runner_command, runner_command=True)
+        failures: list[str] = []
+        if cfg.backend in ("auto", "bubblewrap"):
+            bw = probe_bubblewrap(cfg.network, timeout)
+            if bw.usable:
+                return Verdict("bubblewrap", runner=bw.runner)
+            failures.append(f"bubblewrap: {bw.detail}")
+        if cfg.backend in ("auto", "landlock"):
+            ll: ProbeResult = probe_landlock(self._launcher, timeout)
+            if ll.usable:
+                return Verdict("landlock", runner=ll.runner, abi=ll.abi)
+            failures.append(f"landlock: {ll.detail}")
+        return Verdict(None, failures=tuple(failures))
+
+    # -- the contract --------------------------------------------------------------------------
+
+    def confine(self, argv: Sequence[str], policy: SandboxPolicy) -> ConfinedArgv:
+        """Wrap ``argv`` so the OS confines it under ``policy``, or raise.
+
+        Raises :class:`SandboxUnavailableError` when no backend is usable (never runs the command
+        unconfined) and :class:`InvalidSandboxRequestError` for a malformed request.
+        ``danger-full-access`` is answered without probing: the caller's argv, ``backend="none"``.
+        """
+        command = _check_argv(argv)
+        if not isinstance(policy, SandboxPolicy):
+            raise InvalidSandboxRequestError(
+                f"confine() needs a SandboxPolicy, got {type(policy).__name__}"
+            )
+        if policy.mode == "danger-full-access":
+            return ConfinedArgv(
+                argv=command,
+                mode=policy.mode,
+                backend="none",
+                enforcement="partial",
+                not_covered=(NOT_A_SANDBOX,),
+            )
+        if policy.mode == "workspace-write":
+            _check_write_root(policy.workspace_root)
+        verdict = self.probe()
+        network = self.config.network
+        if verdict.backend == "bubblewrap":
+            prefix = verdict.runner + bwrap_profile_args(policy, network)
+            if verdict.runner_command:
+                return ConfinedArgv(
+                    argv=(*prefix, "--", *command),
+                    mode=policy.mode,
+                    backend="bubblewrap",
+                    enforcement="full",
+                    denial_signatures=BWRAP_DENIAL + LANDLOCK_DENIAL,
+                    runner_failure_rules=(
+                        RunnerFailureRule(fatal_signatures=self.config.runner_failure_signatures),
+                    ),
+                )
+            return ConfinedArgv(
+                argv=(*prefix, "--", *command),
+                mode=policy.mode,
+                backend="bubblewrap",
+                enforcement="full",
+                denial_signatures=BWRAP_DENIAL,
+                runner_failure_rules=BWRAP_RULES,
+            )
+        if verdict.backend == "landlock":
+            deny_tcp = network == "deny" and verdict.abi >= 4
+            not_covered = landlock_not_covered(verdict.abi, network)
+            return ConfinedArgv(
+                argv=(
+                    *verdict.runner,
+                    *landlock_grant_args(policy, deny_tcp=deny_tcp),
+                    "--",
+                    *command,
+                ),
+                mode=policy.mode,
+                backend="landlock",
+                enforcement="partial" if not_covered else "full",
+                not_covered=not_covered,
+                denial_signatures=LANDLOCK_DENIAL,
+                runner_failure_rules=LANDLOCK_RULES,
+            )
+        raise SandboxUnavailableError(policy.mode, probe_failures=verdict.failures)
+
+
+def _check_argv(argv: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(argv, (str, bytes)):
+        raise InvalidSandboxRequestError(
+            "confine() takes an argv sequence, never a shell string; pass "
+            "['bash', '-c', command] to run a shell command"
+        )
+    command = tuple(argv)
+    if not command:
+        raise InvalidSandboxRequestError("confine() needs a non-empty argv")
+    for i, arg in enumerate(command):
+        if not isinstance(arg, str):
+            raise InvalidSandboxRequestError(
+                f"confine() argv[{i}] must be a str, got {type(arg).__name__}"
+            )
+        if "\0" in arg:
+            raise InvalidSandboxRequestError(f"confine() argv[{i}] contains a NUL byte")
+    return command
+
+
+def _check_write_root(root: str) -> None:
+    """Refuse workspace roots that would make ``workspace-write`` a disguised full access.
+
+    ``/`` would make every host path writable (and, under bubblewrap, re-expose the host's
+    ``/proc`` over the private one); ``/proc``, ``/sys`` and ``/dev`` would make kernel
+    interfaces writable. A careful user would not expect "workspace" to mean that.
+    """
+    normalized = os.path.normpath(root)
+    if normalized == "/":
+        raise InvalidSandboxRequestError(
+            "sandbox policy: workspace-write with workspace_root '/' would make the whole host "
+            "writable; use a project directory as the workspace, or danger-full-access"
+        )
+    for forbidden in _FORBIDDEN_WRITE_ROOTS:
+        if normalized == forbidden or normalized.startswith(forbidden + "/"):
+            raise InvalidSandboxRequestError(
+                f"sandbox policy: workspace-write with workspace_root {root!r} would make the "
+                f"kernel interfaces under {forbidden} writable; use a project directory"
+            )
