@@ -1,0 +1,730 @@
+"""Logical records of a JSONL session log, as JSON values (no bytes, no files).
+
+One log is a header record followed by event records, one JSON object per
+line. This module turns headers and events into those records and back, for
+the current format (v3) and for the historical ones the reader still decodes:
+
+* v3 / v2 rows are events verbatim, except ``sourceEventSeqs``, whose
+  consecutive runs of three or more are stored as ``[start, end]`` pairs;
+* v0 / v1 rows may also be *packed chunk rows*: one row standing for a run of
+  ``assistant/chunk`` delta events (``text-chunks``, ``reasoning-chunks``,
+  ``tool-call-chunks`` with ``seq0``/``time0``/``dt``);
+* in v2+ there are no chunk events at all: an ``assistant/message`` (or
+  ``assistant/attempt``) carries its stream in ``data.stream`` as *compact
+  stream records* (:func:`pack_stream` / :func:`expand_stream`).
+
+Errors: :class:`RowError` marks one bad row (the scanner decides whether that
+is a tolerated crash tail or corruption); header problems raise the seam's
+typed errors directly, since a bad header is never a crash tail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from dsh_host.session.persistence import (
+    SessionFormatUnsupportedError,
+    SessionPersistenceCorruptionError,
+)
+
+from ._paths import CURRENT_VERSION, is_absolute_cwd
+
+__all__ = [
+    "HEADER_KEYS_V3",
+    "KNOWN_EVENT_TYPES_V3",
+    "RowError",
+    "decode_event_row",
+    "decode_header_record",
+    "decode_v0_row",
+    "encode_event_row",
+    "encode_header_record",
+    "expand_stream",
+    "header_from_meta",
+    "pack_chunk_rows",
+    "pack_source_seqs",
+    "pack_stream",
+    "unpack_source_seqs",
+]
+
+MAX_SAFE: Final = 2**53 - 1
+
+#: The v3 header key set, in written order (absent optional keys are omitted).
+HEADER_KEYS_V3: Final = (
+    "type",
+    "version",
+    "id",
+    "createdAt",
+    "cwd",
+    "parentSession",
+    "isSeeded",
+    "origin",
+    "delegationDepth",
+    "agentPreset",
+)
+_HEADER_REQUIRED_V3: Final = frozenset(
+    {"type", "version", "id", "createdAt", "isSeeded", "delegationDepth"}
+)
+#: v0 / v1 headers: ``seedLength`` (the fork cut) instead of ``isSeeded``.
+HEADER_KEYS_V0: Final = (
+    "type",
+    "version",
+    "id",
+    "createdAt",
+    "cwd",
+    "parentSession",
+    "seedLength",
+    "origin",
+    "delegationDepth",
+    "agentPreset",
+)
+_HEADER_REQUIRED_V0: Final = frozenset({"type", "version", "id", "createdAt", "delegationDepth"})
+
+_EVENT_REQUIRED: Final = ("type", "seq", "time", "data")
+_EVENT_KEYS: Final = frozenset({"type", "seq", "time", "data", "ignorable", "sourceEventSeqs", "surfaceOp"})
+
+#: Event types the DSH v3 reader understands (core/session known-event-types.ts,
+#: 0.1.5-rc.2 / 0.1.6-alpha.2). A stored event outside this set (and outside
+#: what the session core registers) refuses the log unless it is ``ignorable``.
+KNOWN_EVENT_TYPES_V3: Final = frozenset(
+    {
+        "agent-preset/selected",
+        "agent/inbox/spliced",
+        "approval/asked",
+        "approval/decided",
+        "approval/policy",
+        "assistant/attempt",
+        "assistant/message",
+        "command/done",
+        "command/run",
+        "compaction/end",
+        "compaction/prune",
+        "compaction/start",
+        "compaction/summary",
+        "deliverables/presented",
+        "feedback/message-delete",
+        "feedback/message-put",
+        "feedback/record",
+        "goal/change",
+        "hook/invoked",
+        "hook/result",
+        "llm/retry",
+        "llm/retry-started",
+        "model/selection",
+        "permission/preset",
+        "plan/mode",
+        "request/context",
+        "request/header",
+        "sandbox/mode",
+        "schedule/change",
+        "session-log-deepseek/delivery-accepted",
+        "session/end-seed",
+        "session/title",
+        "session/title-llm-request",
+        "step/end",
+        "step/start",
+        "subagent/catalog",
+        "subagent/descriptor",
+        "subagent/model-selection-policy",
+        "system/message",
+        "team/member",
+        "team/message/delivered",
+        "team/message/queued",
+        "team/task",
+        "todo/write",
+        "tool-workflow/agent-end",
+        "tool-workflow/agent-start",
+        "tool-workflow/run-end",
+        "tool-workflow/run-start",
+        "tool/call",
+        "tool/ptc-dispatch",
+        "tool/ptc-dispatch-start",
+        "tool/result",
+        "turn/end",
+        "turn/start",
+        "user/message",
+        "web/deepseek-search-llm-request",
+    }
+)
+
+#: Top-level packed chunk row tags (v0 / v1 only).
+CHUNK_ROW_TAGS: Final = {
+    "text-chunks": "text-delta",
+    "reasoning-chunks": "reasoning-delta",
+    "tool-call-chunks": "tool-call-delta",
+}
+
+
+class RowError(ValueError):
+    """One stored row is not a valid event record (why is the message)."""
+
+
+def is_safe_int(value: object) -> bool:
+    return type(value) is int and -MAX_SAFE <= value <= MAX_SAFE
+
+
+def is_count(value: object) -> bool:
+    """A non-negative safe integer (JSON ``-0`` parses as int 0, which JS also prints as 0)."""
+    return type(value) is int and 0 <= value <= MAX_SAFE
+
+
+# --------------------------------------------------------------------------- header
+
+
+def header_from_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate header metadata handed to ``create`` and return it in v3 record order.
+
+    Accepts the session core's header (``isSeeded`` or the older ``seedLength``)
+    and fills ``delegationDepth`` with 0 when absent. Raises ``ValueError``
+    with the spec's texts (the caller wraps it).
+    """
+    if not isinstance(meta, Mapping):
+        raise ValueError("session header is not a plain JSON record")
+    if "sandboxMode" in meta or "approvalPolicy" in meta:
+        raise ValueError("session header uses retired policy baseline fields")
+    version = meta.get("version", CURRENT_VERSION)
+    if version != CURRENT_VERSION or type(version) is not int:
+        raise ValueError(f"session header version must be {CURRENT_VERSION}, got {version!r}")
+    sid = meta.get("id")
+    if type(sid) is not str or sid == "":
+        raise ValueError("session header id must be a non-empty string")
+    created = meta.get("createdAt")
+    if not is_count(created):
+        raise ValueError("session metadata createdAt must be a non-negative safe integer")
+    out: dict[str, Any] = {"type": "session", "version": CURRENT_VERSION, "id": sid}
+    out["createdAt"] = created
+    cwd = meta.get("cwd")
+    if cwd is not None:
+        if type(cwd) is not str:
+            raise ValueError("session header cwd must be a string")
+        if not is_absolute_cwd(cwd):
+            raise ValueError(f'session header cwd must be an absolute path, got "{cwd}"')
+        out["cwd"] = cwd
+    parent = meta.get("parentSession")
+    if parent is not None:
+        if type(parent) is not str:
+            raise ValueError("session header parentSession must be a string")
+        out["parentSession"] = parent
+    seeded = meta.get("isSeeded")
+    if seeded is None:
+        seed_length = meta.get("seedLength")
+        if seed_length is not None and not is_count(seed_length):
+            raise ValueError("session header seedLength must be a non-negative safe integer")
+        seeded = seed_length is not None
+    if type(seeded) is not bool:
+        raise ValueError("session header isSeeded must be a boolean")
+    out["isSeeded"] = seeded
+    origin = meta.get("origin")
+    if origin is not None:
+        if origin != "subagent":
+            raise ValueError('session header origin must be "subagent"')
+        out["origin"] = origin
+    depth = meta.get("delegationDepth", 0)
+    if depth is None:
+        depth = 0
+    if not is_count(depth):
+        raise ValueError("session header delegationDepth must be a non-negative safe integer")
+    out["delegationDepth"] = depth
+    preset = meta.get("agentPreset")
+    if preset is not None:
+        if type(preset) is not str:
+            raise ValueError("session header agentPreset must be a string")
+        out["agentPreset"] = preset
+    return out
+
+
+def encode_header_record(header: Mapping[str, Any]) -> dict[str, Any]:
+    """The v3 header record in DSH's key order (``header`` as from :func:`header_from_meta`)."""
+    return {key: header[key] for key in HEADER_KEYS_V3 if key in header}
+
+
+def version_refusal(sid: str, version: object, path: str) -> SessionFormatUnsupportedError:
+    """The "upgrade" / "no upgrade path" refusal for a header version this build can't read."""
+    suffix = f" (raw log: {path})"
+    if type(version) is int and version > CURRENT_VERSION:
+        return SessionFormatUnsupportedError(
+            f'session "{sid}" uses log format v{version}, but this harness reads only '
+            f"v{CURRENT_VERSION}: the log was written by a newer harness — upgrade the "
+            f"harness to open it{suffix}",
+            location=path,
+        )
+    return SessionFormatUnsupportedError(
+        f'session "{sid}" uses log format v{version}, older than the supported '
+        f"v{CURRENT_VERSION}, and this build ships no upgrade path for it{suffix}",
+        location=path,
+    )
+
+
+#: Versions whose codec this build has (v0/v1 shape, v2/v3 shape).
+READABLE_VERSIONS: Final = frozenset({0, 1, 2, 3})
+
+
+def decode_header_record(
+    record: bytes, path: str, expected_version: int | None = None
+) -> dict[str, Any]:
+    """Parse the first record (``record`` includes its trailing newline).
+
+    Order matters (DSH format.ts): JSON object first, then the version gate —
+    a future header need not satisfy today's shape checks and must report
+    "upgrade", never "corrupt" — then retired fields, then the exact shape.
+    Returns the parsed record (with ``delegationDepth`` always present).
+    """
+    from . import _json
+
+    where = f'corrupt session log "{path}"'
+    if not record or record[-1:] != b"\n" or record.find(b"\n") != len(record) - 1:
+        raise SessionPersistenceCorruptionError(
+            f'empty or header-less session log "{path}"', path=path, offset=0
+        )
+    try:
+        parsed = _json.loads(record[:-1])
+    except ValueError:
+        raise SessionPersistenceCorruptionError(
+            f"{where}: header line is not valid JSON", path=path, offset=0
+        ) from None
+    if not isinstance(parsed, dict):
+        raise SessionPersistenceCorruptionError(
+            f"{where}: first line is not a JSON object", path=path, offset=0
+        )
+    version = parsed.get("version")
+    if type(version) is int and version not in READABLE_VERSIONS:
+        raise version_refusal(str(parsed.get("id")), version, path)
+    if expected_version is not None and type(version) is int and version != expected_version:
+        raise SessionPersistenceCorruptionError(
+            f"{where}: header version {version} does not match the generation file name "
+            f"(v{expected_version})",
+            path=path,
+            offset=0,
+        )
+    if "sandboxMode" in parsed or "approvalPolicy" in parsed:
+        raise SessionPersistenceCorruptionError(
+            f"{where}: session header uses retired policy baseline fields", path=path, offset=0
+        )
+    problem = _header_shape_problem(parsed)
+    if problem is not None:
+        raise SessionPersistenceCorruptionError(
+            f"{where}: first line is not a session header ({problem})", path=path, offset=0
+        )
+    return parsed
+
+
+def _header_shape_problem(value: dict[str, Any]) -> str | None:
+    version = value.get("version")
+    if type(version) is not int:
+        return "version must be a number"
+    v3_shape = version >= 2
+    keys = HEADER_KEYS_V3 if v3_shape else HEADER_KEYS_V0
+    required = _HEADER_REQUIRED_V3 if v3_shape else _HEADER_REQUIRED_V0
+    for key in required:
+        if key not in value:
+            return f"missing {key}"
+    for key in value:
+        if key not in keys:
+            return f"unexpected key {key}"
+    if value["type"] != "session":
+        return 'type must be "session"'
+    if type(value["id"]) is not str:
+        return "id must be a string"
+    if not is_count(value["createdAt"]):
+        return "createdAt must be a non-negative safe integer"
+    if not is_count(value["delegationDepth"]):
+        return "delegationDepth must be a non-negative safe integer"
+    cwd = value.get("cwd")
+    if cwd is not None and (type(cwd) is not str or not is_absolute_cwd(cwd)):
+        return "cwd must be an absolute path"
+    if "parentSession" in value and type(value["parentSession"]) is not str:
+        return "parentSession must be a string"
+    if v3_shape and type(value["isSeeded"]) is not bool:
+        return "isSeeded must be a boolean"
+    if not v3_shape and "seedLength" in value and not is_count(value["seedLength"]):
+        return "seedLength must be a non-negative safe integer"
+    if "origin" in value and value["origin"] != "subagent":
+        return 'origin must be "subagent"'
+    if "agentPreset" in value and type(value["agentPreset"]) is not str:
+        return "agentPreset must be a string"
+    return None
+
+
+def header_json_bytes(header: Mapping[str, Any]) -> bytes:
+    """The header line, newline included."""
+    from . import _json
+
+    return _json.dumps_bytes(encode_header_record(header)) + b"\n"
+
+
+# --------------------------------------------------------------------------- sourceEventSeqs
+
+
+def pack_source_seqs(values: Sequence[int]) -> list[Any]:
+    """Store a strictly increasing list with runs of >= 3 as ``[start, end]`` pairs.
+
+    A list that is not strictly increasing is stored verbatim (the pairs could
+    not express its order). ``[1,2,3,5,6]`` → ``[[1,3],5,6]``.
+    """
+    if any(values[i] <= values[i - 1] for i in range(1, len(values))):
+        return list(values)
+    out: list[Any] = []
+    i = 0
+    while i < len(values):
+        start = end = values[i]
+        while i + 1 < len(values) and values[i + 1] == end + 1:
+            i += 1
+            end += 1
+        if end - start >= 2:
+            out.append([start, end])
+        else:
+            out.append(start)
+            if end != start:
+                out.append(end)
+        i += 1
+    return out
+
+
+def unpack_source_seqs(value: object, seq: int) -> list[int]:
+    """Expand stored ``sourceEventSeqs`` of the event at ``seq`` (raises :class:`RowError`)."""
+    if not isinstance(value, list):
+        raise RowError("sourceEventSeqs must be an array")
+    out: list[int] = []
+    has_range = False
+    for entry in value:
+        if not isinstance(entry, list):
+            if not is_count(entry):
+                raise RowError("sourceEventSeqs member must be a non-negative safe integer")
+            out.append(entry)
+            continue
+        if len(entry) != 2 or not is_count(entry[0]) or not is_count(entry[1]):
+            raise RowError("sourceEventSeqs range must be a [start, end] pair")
+        start, end = entry
+        if start > end or end >= seq or end - start + 1 > seq - len(out):
+            raise RowError("sourceEventSeqs range exceeds its event seq")
+        out.extend(range(start, end + 1))
+        has_range = True
+    seen: set[int] = set()
+    for source in out:
+        if source >= seq or source in seen:
+            raise RowError("sourceEventSeqs ranges must contain unique earlier seqs")
+        seen.add(source)
+    if has_range and any(out[i] <= out[i - 1] for i in range(1, len(out))):
+        raise RowError("sourceEventSeqs ranges must be strictly increasing")
+    return out
+
+
+# --------------------------------------------------------------------------- event rows
+
+
+def encode_event_row(event: Mapping[str, Any]) -> dict[str, Any]:
+    """The stored record of a v3 event: the event, with ``sourceEventSeqs`` range-packed.
+
+    ``event`` must already be plain JSON builtins (validated at admission).
+    Key order is the event's own; readers never depend on it.
+    """
+    sources = event.get("sourceEventSeqs")
+    if sources is None:
+        return dict(event)
+    row = dict(event)
+    row["sourceEventSeqs"] = pack_source_seqs(sources)
+    return row
+
+
+def check_envelope(row: object) -> dict[str, Any]:
+    """The v2/v3 envelope rules for one decoded row (raises :class:`RowError`)."""
+    if not isinstance(row, dict):
+        raise RowError("row is not a JSON object")
+    for key in _EVENT_REQUIRED:
+        if key not in row:
+            raise RowError(f"row lacks required field {key}")
+    for key in row:
+        if key not in _EVENT_KEYS:
+            raise RowError(f"row has unexpected field {key}")
+    if type(row["type"]) is not str:
+        raise RowError("row type must be a string")
+    if not is_count(row["seq"]):
+        raise RowError("row seq must be a non-negative safe integer")
+    if not is_safe_int(row["time"]):
+        raise RowError("row time must be a safe integer")
+    if "ignorable" in row and row["ignorable"] is not True:
+        raise RowError("row ignorable must be true when present")
+    return row
+
+
+def admit_v3_row(row: object, path: str) -> None:
+    """Structural refusals no crash tail can excuse (checked before recovery).
+
+    A v3 ``request/header`` must not carry the retired ``header.system`` (the
+    prompt is a ``system/message`` since v3); such a file was not written by a
+    v3 writer and must not be silently half-read.
+    """
+    if not isinstance(row, dict) or row.get("type") != "request/header":
+        return
+    data = row.get("data")
+    header = data.get("header") if isinstance(data, dict) else None
+    if isinstance(header, dict) and "system" in header:
+        raise SessionFormatUnsupportedError(
+            f'session log "{path}": format v3 request/header rejects retired header.system',
+            location=path,
+        )
+
+
+def decode_event_row(row: object) -> dict[str, Any]:
+    """A v2/v3 row as its event (envelope checked, ``sourceEventSeqs`` expanded)."""
+    event = check_envelope(row)
+    if "sourceEventSeqs" in event:
+        event["sourceEventSeqs"] = unpack_source_seqs(event["sourceEventSeqs"], event["seq"])
+    return event
+
+
+# --------------------------------------------------------------------------- v0/v1 rows
+
+
+def _check_v0_envelope(row: dict[str, Any]) -> dict[str, Any]:
+    event = check_envelope(row)
+    sources = event.get("sourceEventSeqs")
+    if sources is not None and (
+        not isinstance(sources, list) or not all(is_count(s) for s in sources)
+    ):
+        raise RowError("sourceEventSeqs must be an array of non-negative safe integers")
+    return event
+
+
+def decode_v0_row(row: object) -> list[dict[str, Any]]:
+    """One v0/v1 row as the events it stands for (a packed row expands to a run)."""
+    if not isinstance(row, dict):
+        raise RowError("row is not a JSON object")
+    tag = row.get("type")
+    if tag not in CHUNK_ROW_TAGS:
+        return [_check_v0_envelope(row)]
+    why = f"malformed {tag} storage row"
+    if set(row) != {"type", "seq0", "time0", "data"}:
+        raise RowError(f"{why}: envelope must be exactly {{type, seq0, time0, data}}")
+    seq0, time0, data = row["seq0"], row["time0"], row["data"]
+    if not is_count(seq0):
+        raise RowError(f"{why}: seq0 must be a non-negative safe integer")
+    if not is_safe_int(time0):
+        raise RowError(f"{why}: time0 must be a safe integer")
+    if not isinstance(data, dict):
+        raise RowError(f"{why}: data must be an object")
+    is_tool = tag == "tool-call-chunks"
+    member_key = "args" if is_tool else "texts"
+    base = {"turn", "step", "index", "dt", member_key}
+    if is_tool:
+        allowed = base | {"id", "name"}
+        if not (base | {"id"}) <= set(data) or not set(data) <= allowed:
+            raise RowError(f"{why}: data must be exactly {{turn, step, index, id, name?, dt, args}}")
+        if type(data["id"]) is not str or ("name" in data and type(data["name"]) is not str):
+            raise RowError(f"{why}: id (and name when present) must be strings")
+    elif set(data) != base:
+        raise RowError(f"{why}: data must be exactly {{turn, step, index, dt, texts}}")
+    if not all(type(data[k]) in (int, float) for k in ("turn", "step", "index")):
+        raise RowError(f"{why}: turn/step/index must be numbers")
+    members = data[member_key]
+    if not isinstance(members, list) or not members or not all(type(m) is str for m in members):
+        raise RowError(f"{why}: {member_key} must be a non-empty string array")
+    dt = data["dt"]
+    if not isinstance(dt, list) or not all(is_safe_int(d) for d in dt):
+        raise RowError(f"{why}: dt must be an array of safe integers")
+    if len(dt) != len(members) - 1:
+        raise RowError(f"{why}: dt length {len(dt)} does not match {len(members)} members")
+    if seq0 + len(members) - 1 > MAX_SAFE:
+        raise RowError(f"{why}: member seqs must stay safe integers")
+    events: list[dict[str, Any]] = []
+    time = time0
+    chunk_type = CHUNK_ROW_TAGS[tag]
+    for k, member in enumerate(members):
+        if k:
+            time += dt[k - 1]
+            if not is_safe_int(time):
+                raise RowError(f"{why}: member times must stay safe integers")
+        chunk: dict[str, Any]
+        if is_tool:
+            chunk = {"type": chunk_type, "index": data["index"], "id": data["id"]}
+            if "name" in data:
+                chunk["name"] = data["name"]
+            chunk["argumentsDelta"] = member
+        else:
+            chunk = {"type": chunk_type, "index": data["index"], "text": member}
+        events.append(
+            {
+                "type": "assistant/chunk",
+                "seq": seq0 + k,
+                "time": time,
+                "data": {"turn": data["turn"], "step": data["step"], "chunk": chunk},
+            }
+        )
+    return events
+
+
+def _packable(event: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """The run identity of an ``assistant/chunk`` delta event, or None when not packable."""
+    if event.get("type") != "assistant/chunk" or set(event) != {"type", "seq", "time", "data"}:
+        return None
+    data = event["data"]
+    if not isinstance(data, Mapping) or set(data) != {"turn", "step", "chunk"}:
+        return None
+    chunk = data["chunk"]
+    if not isinstance(chunk, Mapping) or type(chunk.get("index")) not in (int, float):
+        return None
+    kind = chunk.get("type")
+    if kind in ("text-delta", "reasoning-delta"):
+        if set(chunk) != {"type", "index", "text"} or type(chunk["text"]) is not str:
+            return None
+        return (kind, data["turn"], data["step"], chunk["index"])
+    if kind == "tool-call-delta":
+        keys = set(chunk)
+        if not ({"type", "index", "id", "argumentsDelta"} <= keys <= {
+            "type", "index", "id", "name", "argumentsDelta"
+        }):
+            return None
+        if type(chunk["id"]) is not str or type(chunk["argumentsDelta"]) is not str:
+            return None
+        if "name" in chunk and type(chunk["name"]) is not str:
+            return None
+        return (kind, data["turn"], data["step"], chunk["index"], chunk["id"],
+                "name" in chunk, chunk.get("name"))
+    return None
+
+
+def pack_chunk_rows(events: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """v0 storage rows for a batch: runs of >= 3 chunk deltas become one packed row.
+
+    Only used to *produce* historical v0 files (tests, migration fixtures);
+    the v3 writer never emits packed rows.
+    """
+    rows: list[Any] = []
+    i = 0
+    while i < len(events):
+        ident = _packable(events[i])
+        j = i + 1
+        if ident is not None:
+            while (
+                j < len(events)
+                and _packable(events[j]) == ident
+                and events[j]["seq"] == events[j - 1]["seq"] + 1
+                and abs(events[j]["time"] - events[j - 1]["time"]) <= MAX_SAFE
+            ):
+                j += 1
+        if ident is None or j - i < 3:
+            rows.extend(dict(e) for e in events[i:j])
+            i = j
+            continue
+        run = events[i:j]
+        first = run[0]
+        chunk0 = first["data"]["chunk"]
+        kind = chunk0["type"]
+        tag = {v: k for k, v in CHUNK_ROW_TAGS.items()}[kind]
+        data: dict[str, Any] = {
+            "turn": first["data"]["turn"],
+            "step": first["data"]["step"],
+            "index": chunk0["index"],
+            "dt": [run[k]["time"] - run[k - 1]["time"] for k in range(1, len(run))],
+        }
+        if kind == "tool-call-delta":
+            data["id"] = chunk0["id"]
+            if "name" in chunk0:
+                data["name"] = chunk0["name"]
+            data["args"] = [e["data"]["chunk"]["argumentsDelta"] for e in run]
+        else:
+            data["texts"] = [e["data"]["chunk"]["text"] for e in run]
+        rows.append({"type": tag, "seq0": first["seq"], "time0": first["time"], "data": data})
+        i = j
+    return rows
+
+
+# --------------------------------------------------------------------------- stream records
+
+
+def pack_stream(timed_chunks: Iterable[tuple[int, Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """Compact ``(time, chunk)`` pairs into v3 ``assistant/message.stream`` records.
+
+    Consecutive deltas of one block (same kind and index; for tool calls the
+    same id and name) become one run record ``{type, time0, index, dt, texts|args}``
+    — even a run of one. Everything else (block-start/-end, usage, finish,
+    a tool-call delta without id) is a raw ``{type:'chunk', time, chunk}``.
+    Lossless: :func:`expand_stream` gives back the same pairs.
+    """
+    records: list[dict[str, Any]] = []
+    last_time: int | None = None
+    for time, chunk in timed_chunks:
+        kind = chunk.get("type")
+        prev = records[-1] if records else None
+        gap = None if last_time is None else time - last_time
+        gap_ok = gap is not None and is_safe_int(gap)
+        if kind in ("text-delta", "reasoning-delta") and type(chunk.get("text")) is str:
+            tag = "text-chunks" if kind == "text-delta" else "reasoning-chunks"
+            if prev is not None and prev["type"] == tag and prev["index"] == chunk["index"] and gap_ok:
+                prev["dt"].append(gap)
+                prev["texts"].append(chunk["text"])
+            else:
+                records.append(
+                    {"type": tag, "time0": time, "index": chunk["index"], "dt": [],
+                     "texts": [chunk["text"]]}
+                )
+        elif (
+            kind == "tool-call-delta"
+            and type(chunk.get("id")) is str
+            and chunk["id"] != ""
+            and chunk.get("name", None) != ""
+        ):
+            same = (
+                prev is not None
+                and prev["type"] == "tool-call-chunks"
+                and prev["index"] == chunk["index"]
+                and prev["id"] == chunk["id"]
+                and ("name" in prev) == ("name" in chunk)
+                and prev.get("name") == chunk.get("name")
+                and gap_ok
+            )
+            if same:
+                assert prev is not None
+                prev["dt"].append(gap)
+                prev["args"].append(chunk["argumentsDelta"])
+            else:
+                record: dict[str, Any] = {
+                    "type": "tool-call-chunks", "time0": time, "index": chunk["index"], "dt": [],
+                    "id": chunk["id"],
+                }
+                if "name" in chunk:
+                    record["name"] = chunk["name"]
+                record["args"] = [chunk["argumentsDelta"]]
+                records.append(record)
+        else:
+            records.append({"type": "chunk", "time": time, "chunk": dict(chunk)})
+        last_time = time
+    return records
+
+
+def expand_stream(records: Sequence[Mapping[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    """Expand compact stream records back to ``(time, chunk)`` pairs (raises ``ValueError``)."""
+    out: list[tuple[int, dict[str, Any]]] = []
+    for record in records:
+        kind = record.get("type")
+        if kind == "chunk":
+            if not is_safe_int(record.get("time")) or not isinstance(record.get("chunk"), Mapping):
+                raise ValueError("stream chunk record needs a safe-integer time and a chunk object")
+            out.append((record["time"], dict(record["chunk"])))
+            continue
+        if kind not in ("text-chunks", "reasoning-chunks", "tool-call-chunks"):
+            raise ValueError(f"unknown stream record type {kind!r}")
+        members = record.get("args" if kind == "tool-call-chunks" else "texts")
+        dt = record.get("dt")
+        if not isinstance(members, Sequence) or not isinstance(dt, Sequence):
+            raise ValueError(f"{kind} record needs member and dt arrays")
+        if len(dt) != len(members) - 1 or not all(is_safe_int(d) for d in dt):
+            raise ValueError(f"{kind} dt must hold one safe-integer gap per member after the first")
+        time = record.get("time0")
+        if not is_safe_int(time):
+            raise ValueError(f"{kind} time0 must be a safe integer")
+        assert isinstance(time, int)
+        for k, member in enumerate(members):
+            if k:
+                time += dt[k - 1]
+            chunk: dict[str, Any]
+            if kind == "tool-call-chunks":
+                chunk = {"type": "tool-call-delta", "index": record["index"], "id": record["id"]}
+                if "name" in record:
+                    chunk["name"] = record["name"]
+                chunk["argumentsDelta"] = member
+            else:
+                delta = "text-delta" if kind == "text-chunks" else "reasoning-delta"
+                chunk = {"type": delta, "index": record["index"], "text": member}
+            out.append((time, chunk))
+    return out

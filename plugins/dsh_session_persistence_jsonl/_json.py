@@ -1,0 +1,131 @@
+"""JSON text exactly as DSH's JavaScript writer produces it, and a strict reader.
+
+Why not plain ``json.dumps``: a v3 log written here must be byte-comparable with
+one written by DSH (``JSON.stringify``), and its reader must refuse what a JS
+reader could not represent. The differences that matter:
+
+* compact separators, non-ASCII kept raw (``ensure_ascii=False``);
+* lone UTF-16 surrogates are written as ``\\udXXX`` escapes (JS's well-formed
+  ``JSON.stringify``), where Python would fail to encode them as UTF-8;
+* numbers: JS has one number type, so ``1.0`` is written ``1`` and ``1e-05`` is
+  written ``0.00001``. Integral floats are already ints after
+  :func:`dsh_host.jsonsafe.to_json_builtins`; the few non-integral floats whose
+  Python ``repr`` differs from JS's ``Number#toString`` are patched in after
+  encoding, so the common path stays the C encoder;
+* reading refuses ``NaN`` / ``Infinity`` (not JSON) and turns integral floats
+  (``2.0``) into ints, which is what a JS reader would hand back.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from decimal import Decimal
+from typing import Any, Final
+
+__all__ = ["dumps", "dumps_bytes", "js_number", "loads"]
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+_MAX_SAFE: Final = 2**53 - 1
+
+
+def js_number(value: float) -> str:
+    """``Number.prototype.toString`` for a finite float (ECMA-262 Number::toString)."""
+    if value == 0:
+        return "0"
+    if value.is_integer() and abs(value) <= _MAX_SAFE:
+        return str(int(value))
+    sign = "-" if value < 0 else ""
+    # repr() gives the shortest round-tripping digits, the same digits JS picks.
+    digits_t, exponent = Decimal(repr(abs(value))).normalize().as_tuple()[1:]
+    digits = "".join(map(str, digits_t))
+    k = len(digits)
+    n = int(exponent) + k  # value = 0.digits * 10**n
+    if k <= n <= 21:
+        return sign + digits + "0" * (n - k)
+    if 0 < n <= 21:
+        return sign + digits[:n] + "." + digits[n:]
+    if -6 < n <= 0:
+        return sign + "0." + "0" * (-n) + digits
+    e = n - 1
+    mantissa = digits[0] + ("." + digits[1:] if k > 1 else "")
+    return f"{sign}{mantissa}e{'+' if e >= 0 else '-'}{abs(e)}"
+
+
+def _needs_patch(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        tp = type(node)
+        if tp is float:
+            if repr(node) != js_number(node):
+                return True
+        elif tp is dict:
+            stack.extend(node.values())
+        elif tp is list:
+            stack.extend(node)
+    return False
+
+
+def _patch_floats(value: Any, table: dict[str, str], nonce: str) -> Any:
+    tp = type(value)
+    if tp is float and repr(value) != js_number(value):
+        token = f"{nonce}{len(table)}"
+        table[token] = js_number(value)
+        return token
+    if tp is dict:
+        return {k: _patch_floats(v, table, nonce) for k, v in value.items()}
+    if tp is list:
+        return [_patch_floats(v, table, nonce) for v in value]
+    return value
+
+
+def _fix_surrogates(text: str) -> str:
+    # Adjacent high+low surrogates form one character in JS; merge them first,
+    # then escape whatever is still lone, as JSON.stringify does.
+    merged = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", merged)
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text of a plain JSON value (dict/list/str/int/float/bool/None)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    if _needs_patch(value):
+        table: dict[str, str] = {}
+        nonce = "\x00" + secrets.token_hex(8) + "#"
+        text = json.dumps(
+            _patch_floats(value, table, nonce),
+            ensure_ascii=False,
+            separators=(",", ":"),
+            allow_nan=False,
+        )
+        for token, number in table.items():
+            text = text.replace(json.dumps(token, ensure_ascii=False), number, 1)
+    if _SURROGATE.search(text):
+        text = _fix_surrogates(text)
+    return text
+
+
+def dumps_bytes(value: Any) -> bytes:
+    """:func:`dumps` encoded as UTF-8."""
+    return dumps(value).encode("utf-8")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _parse_float(text: str) -> Any:
+    number = float(text)
+    if number in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text} overflows a double")
+    if number.is_integer() and abs(number) <= _MAX_SAFE:
+        return int(number)
+    return number
+
+
+def loads(data: bytes | str) -> Any:
+    """Parse one JSON text strictly (UTF-8, no NaN/Infinity); raises ``ValueError``."""
+    text = data.decode("utf-8") if isinstance(data, bytes | bytearray | memoryview) else data
+    return json.loads(text, parse_constant=_reject_constant, parse_float=_parse_float)

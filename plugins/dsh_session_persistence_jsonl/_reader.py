@@ -1,0 +1,431 @@
+"""Reading one log file: frames → plaintext → lines → events, with crash-tail rules.
+
+What counts as a crash and what counts as damage (see docs/format.md):
+
+* zstd: the complete frames are checksummed, so *every* defect inside them —
+  decompression or checksum failure, a record split across a frame end, a row
+  that does not decode, a seq gap — is corruption and refuses the read. Only
+  a torn final frame (the file ends inside it) is a crash tail: its complete
+  decoded records are kept, anything after the first bad one is dropped.
+* raw: there is no checksum, so the rule is by content: the first bad line
+  starts a damaged tail that is tolerated (dropped) unless a later line is a
+  ``turn/end`` — a closed turn after the damage means committed data was lost.
+
+Nothing here writes; truncation and re-append of a torn tail belong to the
+write handle.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from dsh_host.session.persistence import (
+    SessionFormatUnsupportedError,
+    SessionPersistenceCorruptionError,
+    TornTail,
+)
+
+from . import _json
+from ._codec import (
+    RowError,
+    admit_v3_row,
+    decode_event_row,
+    decode_header_record,
+    decode_v0_row,
+)
+from ._frames import FrameCorruption, decompress_frame, decompress_partial, scan_frames
+from ._paths import Compression
+
+__all__ = ["ArtifactRead", "LineScanner", "read_artifact", "read_header", "revision_of"]
+
+Recovery = Literal["strict", "recoverable"]
+
+_LIST_CHUNK: Final = 8192
+
+
+def revision_of(st: os.stat_result) -> str:
+    """The opaque revision of a file: equal while unchanged, different after any write."""
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
+class _Refusal(Exception):
+    """Internal: a damage verdict the caller turns into the typed error with location."""
+
+    def __init__(self, message: str, offset: int | None) -> None:
+        super().__init__(message)
+        self.offset = offset
+
+
+class LineScanner:
+    """Incremental scanner of event lines after the header (DSH ``SessionLogScanner``).
+
+    ``feed`` takes plaintext chunks in order; records may span chunks. In
+    ``strict`` mode the first defect raises; in ``recoverable`` mode it becomes
+    the *issue*: later lines are dropped, unless one of them is a ``turn/end``,
+    which raises the issue (a closed turn after damage = lost committed data).
+    """
+
+    def __init__(self, version: int, recovery: Recovery, path: str, start_offset: int) -> None:
+        self.version = version
+        self.recovery: Recovery = recovery
+        self.path = path
+        self.events: list[dict[str, Any]] = []
+        #: Plaintext offset just past the last good record (header included).
+        self.committed = start_offset
+        self._offset = start_offset
+        self._fragment = bytearray()
+        self._line = 0
+        self.issue: _Refusal | None = None
+        #: Maps a plaintext offset to a file offset for error messages.
+        self.locate: Callable[[int], int] = lambda offset: offset
+
+    @property
+    def pending(self) -> int:
+        """Bytes of an unterminated final record held back."""
+        return len(self._fragment)
+
+    def feed(self, chunk: bytes) -> None:
+        start = 0
+        while True:
+            newline = chunk.find(b"\n", start)
+            if newline < 0:
+                break
+            line_start = self._offset - len(self._fragment)
+            if self._fragment:
+                self._fragment += chunk[start:newline]
+                line = bytes(self._fragment)
+                self._fragment.clear()
+            else:
+                line = chunk[start:newline]
+            self._offset += newline + 1 - start
+            self._consume(line, line_start, self._offset)
+            start = newline + 1
+        if start < len(chunk):
+            self._fragment += chunk[start:]
+            self._offset += len(chunk) - start
+
+    def _problem(self, message: str, line_start: int) -> _Refusal:
+        return _Refusal(message, self.locate(line_start))
+
+    def _decode(self, row: object) -> list[dict[str, Any]]:
+        if self.version >= 2:
+            return [decode_event_row(row)]
+        return decode_v0_row(row)
+
+    def _consume(self, line: bytes, line_start: int, line_end: int) -> None:
+        self._line += 1
+        try:
+            row = _json.loads(line)
+        except ValueError:
+            issue = self._problem(
+                f"corrupt session log: unparsable committed event at line {self._line}",
+                line_start,
+            )
+            if self.recovery == "strict":
+                raise issue from None
+            if self.issue is None:
+                self.issue = issue
+            return
+        if self.version == 3:
+            admit_v3_row(row, self.path)
+        closes_turn = isinstance(row, dict) and row.get("type") == "turn/end"
+        if self.issue is not None:
+            if closes_turn:
+                raise self.issue
+            return
+        try:
+            decoded = self._decode(row)
+        except RowError as error:
+            issue = self._problem(
+                f"corrupt session log: invalid committed event at line {self._line}: {error}",
+                line_start,
+            )
+            if self.recovery == "strict" or closes_turn:
+                raise issue from None
+            self.issue = issue
+            return
+        expected = len(self.events)
+        for k, event in enumerate(decoded):
+            if event["seq"] != expected + k:
+                issue = self._problem(
+                    f"corrupt session log: seq gap in committed region at line {self._line} "
+                    f"(expected {expected + k}, got {event['seq']})",
+                    line_start,
+                )
+                if self.recovery == "strict" or any(e["type"] == "turn/end" for e in decoded):
+                    raise issue
+                self.issue = issue
+                return
+        self.events.extend(decoded)
+        self.committed = line_end
+
+
+@dataclass(slots=True)
+class ArtifactRead:
+    """One file as decoded: header record, contiguous events, crash tail, identity."""
+
+    path: str
+    compression: Compression
+    version: int
+    header: dict[str, Any]
+    events: list[dict[str, Any]]
+    size: int
+    revision: str
+    torn: TornTail | None = None
+    #: zstd: events decoded from the torn frame (a suffix of ``events``).
+    recovered: list[dict[str, Any]] = field(default_factory=list)
+    #: zstd: file offset where the last complete frame ends (== truncate point when torn).
+    complete_end: int = 0
+
+
+def _corrupt(path: str, message: str, offset: int | None) -> SessionPersistenceCorruptionError:
+    where = f" at byte {offset}" if offset is not None else ""
+    return SessionPersistenceCorruptionError(
+        f'{message} (file "{path}"{where}); the log is damaged and was not changed — '
+        "restore it from a backup or move it aside to start a new session",
+        path=path,
+        offset=offset,
+    )
+
+
+def read_stable(path: str) -> tuple[bytes, os.stat_result]:
+    """Read a file whose (dev, ino, size, mtime, ctime) is the same before and after.
+
+    A concurrent appender could otherwise hand us a torn snapshot of a healthy
+    log. One retry; a file that keeps changing is read as of the second attempt
+    only if it is stable then, else the second snapshot is used as is (the
+    writer only ever appends whole frames, so a prefix is still a valid read).
+    """
+    data = b""
+    before = os.stat(path)
+    for _attempt in range(2):
+        with open(path, "rb") as handle:
+            data = handle.read()
+        after = os.stat(path)
+        if revision_of(before) == revision_of(after) and len(data) == after.st_size:
+            return data, after
+        before = after
+    return data, before
+
+
+def _check_later_frames(data: bytes, torn_start: int, path: str) -> None:
+    """Refuse a "torn" frame that is followed by an intact frame.
+
+    A crash can only tear the *last* append, and every append is one frame, so
+    a genuinely torn region holds a prefix of one frame and nothing else. If a
+    complete, checksum-valid frame starts later, the bytes at ``torn_start``
+    were damaged in place (e.g. an inflated block size), and treating them as a
+    crash tail would let a write handle truncate committed frames. DSH does not
+    make this check; it only ever refuses more.
+    """
+    from ._frames import MAGIC
+
+    position = data.find(MAGIC, torn_start + 1)
+    while position >= 0:
+        try:
+            scan = scan_frames(memoryview(data)[position:])
+        except FrameCorruption:
+            scan = None
+        if scan is not None and scan.frames:
+            start, end = scan.frames[0]
+            try:
+                decompress_frame(data[position + start : position + end])
+            except Exception:  # noqa: BLE001 - any decode failure means "not intact"
+                pass
+            else:
+                raise _corrupt(
+                    path,
+                    f"corrupt Zstandard session log: frame at byte {torn_start} is damaged but "
+                    f"an intact frame follows at byte {position}",
+                    torn_start,
+                )
+        position = data.find(MAGIC, position + 1)
+
+
+def _split_header(plaintext: bytes, path: str, version: int | None) -> dict[str, Any]:
+    return decode_header_record(plaintext, path, version)
+
+
+def read_artifact(path: str, compression: Compression, version: int | None = None) -> ArtifactRead:
+    """Decode one generation file (see the module docstring for the rules)."""
+    data, st = read_stable(path)
+    revision = revision_of(st)
+    if compression == "zstd":
+        return _read_zstd(path, data, revision, version)
+    return _read_raw(path, data, revision, version)
+
+
+def _read_zstd(path: str, data: bytes, revision: str, version: int | None) -> ArtifactRead:
+    try:
+        scan = scan_frames(data)
+    except FrameCorruption as error:
+        raise _corrupt(path, str(error), error.offset) from None
+    if not scan.frames:
+        raise _corrupt(path, "empty or header-less Zstandard session log", 0)
+    if scan.torn_start is not None:
+        _check_later_frames(data, scan.torn_start, path)
+    plaintexts: list[bytes] = []
+    for start, end in scan.frames:
+        try:
+            plaintexts.append(decompress_frame(data[start:end]))
+        except Exception as error:  # noqa: BLE001 - zstd raises ZstdError or ValueError
+            raise _corrupt(
+                path,
+                f"corrupt Zstandard session log: frame at byte {start} failed validation ({error})",
+                start,
+            ) from None
+    head = plaintexts[0]
+    if not head or head.find(b"\n") != len(head) - 1:
+        raise _corrupt(
+            path, "corrupt Zstandard session log: first frame is not exactly one header line", 0
+        )
+    header = _split_header(head, path, version)
+    file_version = header["version"]
+    scanner = LineScanner(file_version, "strict", path, len(head))
+    frame_of_offset: list[tuple[int, int]] = []  # (plaintext start, file start)
+    offset = len(head)
+    for (start, _end), plaintext in zip(scan.frames[1:], plaintexts[1:], strict=True):
+        frame_of_offset.append((offset, start))
+        offset += len(plaintext)
+
+    def locate(plain: int) -> int:
+        file_offset = 0
+        for plain_start, frame_start in frame_of_offset:
+            if plain_start <= plain:
+                file_offset = frame_start
+        return file_offset
+
+    scanner.locate = locate
+    try:
+        for plaintext in plaintexts[1:]:
+            scanner.feed(plaintext)
+    except _Refusal as refusal:
+        raise _corrupt(path, str(refusal), refusal.offset) from None
+    if scanner.pending:
+        last_start = scan.frames[-1][0]
+        raise _corrupt(
+            path,
+            "corrupt Zstandard session log: complete frame contains a torn JSONL record",
+            last_start,
+        )
+    complete_end = scan.frames[-1][1]
+    events = scanner.events
+    recovered: list[dict[str, Any]] = []
+    torn: TornTail | None = None
+    if scan.torn_start is not None:
+        tail = decompress_partial(data[scan.torn_start :])
+        tail_scanner = LineScanner(file_version, "recoverable", path, 0)
+        tail_scanner.locate = lambda _plain: scan.torn_start or 0
+        tail_scanner.events = events  # continue the seq count
+        before = len(events)
+        try:
+            tail_scanner.feed(tail)
+        except _Refusal as refusal:
+            raise _corrupt(path, str(refusal), refusal.offset) from None
+        recovered = events[before:]
+        torn = TornTail(truncate_to=scan.torn_start, recovered=len(recovered), size=len(data))
+    return ArtifactRead(
+        path=path,
+        compression="zstd",
+        version=file_version,
+        header=header,
+        events=events,
+        size=len(data),
+        revision=revision,
+        torn=torn,
+        recovered=recovered,
+        complete_end=complete_end,
+    )
+
+
+def _read_raw(path: str, data: bytes, revision: str, version: int | None) -> ArtifactRead:
+    newline = data.find(b"\n")
+    if newline < 0:
+        raise _corrupt(path, "empty or header-less session log", 0)
+    header = _split_header(data[: newline + 1], path, version)
+    scanner = LineScanner(header["version"], "recoverable", path, newline + 1)
+    try:
+        scanner.feed(data[newline + 1 :])
+    except _Refusal as refusal:
+        raise _corrupt(path, str(refusal), refusal.offset) from None
+    torn = None
+    if scanner.committed < len(data):
+        torn = TornTail(truncate_to=scanner.committed, recovered=0, size=len(data))
+    return ArtifactRead(
+        path=path,
+        compression="none",
+        version=header["version"],
+        header=header,
+        events=scanner.events,
+        size=len(data),
+        revision=revision,
+        torn=torn,
+        complete_end=scanner.committed,
+    )
+
+
+def read_header(path: str, compression: Compression) -> tuple[dict[str, Any], str] | None:
+    """The header of a log, reading only as far as its first frame or line.
+
+    Returns None for a file whose first record is not complete yet (listing
+    skips it); raises for a first record that is complete but damaged.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    with open(path, "rb") as handle:
+        data = b""
+        while True:
+            chunk = handle.read(_LIST_CHUNK)
+            data += chunk
+            if compression == "zstd":
+                try:
+                    scan = scan_frames(data)
+                except FrameCorruption as error:
+                    if error.offset == 0 or not chunk:
+                        raise _corrupt(path, str(error), error.offset) from None
+                    scan = None
+                if scan is not None and scan.frames:
+                    start, end = scan.frames[0]
+                    try:
+                        head = decompress_frame(data[start:end])
+                    except Exception as error:  # noqa: BLE001
+                        raise _corrupt(
+                            path,
+                            f"corrupt Zstandard session log: header frame failed validation "
+                            f"({error})",
+                            0,
+                        ) from None
+                    if not head or head.find(b"\n") != len(head) - 1:
+                        raise _corrupt(
+                            path,
+                            "corrupt Zstandard session log: first frame is not exactly one "
+                            "header line",
+                            0,
+                        )
+                    listed = _parse_listed_header(head, path)
+                    return None if listed is None else (listed, revision_of(st))
+            else:
+                newline = data.find(b"\n")
+                if newline >= 0:
+                    listed = _parse_listed_header(data[: newline + 1], path)
+                    return None if listed is None else (listed, revision_of(st))
+            if not chunk:
+                return None
+
+
+def _parse_listed_header(record: bytes, path: str) -> dict[str, Any] | None:
+    """A listed header, or None when the first record is not a header this build lists.
+
+    Listing never refuses the whole root because one file is foreign: a
+    non-header first record, or a header of a format this build cannot read,
+    is skipped (opening that session reports why).
+    """
+    try:
+        return decode_header_record(record, path)
+    except (SessionFormatUnsupportedError, SessionPersistenceCorruptionError):
+        return None
