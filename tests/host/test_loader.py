@@ -41,7 +41,7 @@ def test_unknown_row_key_names_the_line_and_key() -> None:
 
 
 def test_unknown_tag_is_an_error() -> None:
-    with pytest.raises(ConfigError, match="malformed YAML|could not determine a constructor"):
+    with pytest.raises(ConfigError, match=r"malformed YAML|could not determine a constructor"):
         parse_rows("- name: !!python/name:os.system x\n", "x.yml")
 
 

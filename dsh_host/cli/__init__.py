@@ -1,0 +1,5 @@
+"""The ``dsh`` command line. Top layer: may import everything below it."""
+
+from .main import main
+
+__all__ = ["main"]

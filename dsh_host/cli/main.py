@@ -1,0 +1,58 @@
+"""``dsh``: argument parsing, dispatch, and the one place user errors become messages.
+
+Exit codes (a contract): 0 success, 1 "the thing ran but did not succeed"
+(a turn that did not complete, a recoverable log, rows not active), 2 usage
+or input error (bad flag, unknown session, bad config, corrupt log for
+``verify``), 3 the session is held by another process. A :class:`DshError`
+never reaches the user as a traceback: it is printed as one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from ..errors import DshError
+from . import plugins_cmd
+
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dsh",
+        description="Run LLM agents on a crash-safe, append-only session log.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log plugin activity")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    plugins_cmd.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.ERROR,
+        format="dsh: %(name)s: %(message)s",
+    )
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        code: int = handler(args)
+        return code
+    except DshError as exc:
+        # One plain line (no wrapping, no markup): users grep and paste these.
+        print(f"dsh: error: {exc}", file=sys.stderr)
+        return getattr(exc, "exit_code", EXIT_USAGE)
+    except KeyboardInterrupt:
+        print("dsh: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

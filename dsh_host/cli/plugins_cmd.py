@@ -1,0 +1,68 @@
+"""``dsh plugins``: what a composition resolves to, row by row."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+import anyio
+
+from ..loader import load_rows, open_host
+from .compositions import resolve_config
+from .output import console
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "plugins",
+        help="show each row of a composition: plugin, entry point, services, hooks, state",
+        description="Boot the composition (without running anything) and report every row.",
+    )
+    parser.add_argument("--config", metavar="FILE", help="YAML composition (default: dsh.yml "
+                        "in the current directory, else the shipped configs/default.yml)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = resolve_config(args.config)
+    rows = load_rows(config)
+    started = time.perf_counter()
+
+    async def boot() -> list[dict[str, Any]]:
+        async with open_host(rows, strict=False) as host:
+            return host.status()
+
+    status = anyio.run(boot, backend="trio")
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    problems = [row for row in status if row["state"] not in ("active", "disabled")]
+    if args.json:
+        print(json.dumps({"config": str(config), "bootMs": round(elapsed_ms, 1), "rows": status}))
+    else:
+        from rich.table import Table
+
+        table = Table(title=f"{config} (booted in {elapsed_ms:.0f} ms)", title_justify="left")
+        for column in ("id", "plugin", "entry point", "provides", "injects", "hooks", "state"):
+            table.add_column(column, overflow="fold")
+        for row in status:
+            state = row["detail"]
+            style = "green" if row["state"] == "active" else (
+                "dim" if row["state"] == "disabled" else "red")
+            table.add_row(
+                row["id"],
+                row["name"],
+                row["entryPoint"],
+                ", ".join(row["provides"]),
+                ", ".join(row["injects"]),
+                ", ".join(row["hooks"]),
+                f"[{style}]{state}[/{style}]",
+            )
+        console().print(table)
+        if problems:
+            console(stderr=True).print(
+                f"[red]{len(problems)} row(s) not active[/red]: "
+                + "; ".join(f"{r['id']} ({r['detail']})" for r in problems)
+            )
+    return 1 if problems else 0
