@@ -1,10 +1,15 @@
 """The session core: an append-only, event-sourced log and the projections derived from it.
 
-Public names are re-exported here; submodules are implementation detail.
+Public names are re-exported here (``from dsh_host.session import Session, ...``):
 
 - :mod:`.messages` — the messages and stream records the model sees;
 - :mod:`.events` — the event envelope, the core vocabulary, the type registry, the codec;
 - :mod:`.header` — ``SessionHeader`` and its validation;
+- :mod:`.session` — ``Session`` (append, observers, projections);
+- :mod:`.surface` — the surface fold and its validation;
+- :mod:`.request_header` — request-header canonical form and folds;
+- :mod:`.store` — ``SessionStore`` (``ctx.sessions``), fork and the flush barrier;
+- :mod:`.repair` — ``interrupted_turn_closers`` (pure crash repair);
 - :mod:`.errors` — the session error tree.
 """
 
@@ -137,12 +142,52 @@ from dsh_host.session.messages import (
     Wire,
     new_message_id,
 )
+from dsh_host.session.repair import (
+    TOOL_NOT_STARTED,
+    TOOL_NOT_STARTED_TEXT,
+    TOOL_OUTCOME_UNKNOWN,
+    TOOL_OUTCOME_UNKNOWN_TEXT,
+    interrupted_tool_result_id,
+    interrupted_turn_closers,
+)
+from dsh_host.session.request_header import (
+    canonical_header,
+    fold_request_context,
+    fold_request_header,
+    headers_equal,
+)
+from dsh_host.session.session import (
+    EventsView,
+    Observer,
+    Session,
+    SurfaceView,
+    derive_event_message,
+    derive_messages_from_events,
+)
+from dsh_host.session.store import (
+    META_KEYS,
+    SessionStore,
+)
+from dsh_host.session.surface import (
+    SurfaceFold,
+    SurfaceReplacement,
+    SurfaceState,
+    fold_surface,
+    is_append_surface_event,
+    is_replacement_surface_event,
+    is_surface_event,
+)
 
 __all__ = [
     "CORE_SURFACE_TYPES",
     "DSH_V3_KNOWN_EVENT_TYPES",
     "HEADER_KEYS",
+    "META_KEYS",
     "SESSION_FORMAT_VERSION",
+    "TOOL_NOT_STARTED",
+    "TOOL_NOT_STARTED_TEXT",
+    "TOOL_OUTCOME_UNKNOWN",
+    "TOOL_OUTCOME_UNKNOWN_TEXT",
     "AbortedFinish",
     "AbortedReason",
     "AdapterDefaults",
@@ -167,6 +212,7 @@ __all__ = [
     "ErrorFinish",
     "ErrorReason",
     "EventTypeSpec",
+    "EventsView",
     "FinishChunk",
     "FinishReason",
     "ForkedReason",
@@ -187,6 +233,7 @@ __all__ = [
     "MessageSource",
     "ModelSource",
     "NonNegativeInt",
+    "Observer",
     "ParentCancel",
     "PluginSource",
     "PositiveInt",
@@ -197,6 +244,7 @@ __all__ = [
     "RequestContextData",
     "RequestHeaderData",
     "SafeInt",
+    "Session",
     "SessionAppendReentryError",
     "SessionAttachedError",
     "SessionError",
@@ -205,13 +253,18 @@ __all__ = [
     "SessionForkError",
     "SessionHeader",
     "SessionNotLiveError",
+    "SessionStore",
     "SessionStoreError",
     "StepEnd",
     "StepStart",
     "StopFinish",
     "StreamChunk",
+    "SurfaceFold",
     "SurfaceOp",
+    "SurfaceReplacement",
+    "SurfaceState",
     "SurfaceTransitionError",
+    "SurfaceView",
     "SystemMessage",
     "SystemMessageData",
     "TextBlock",
@@ -242,14 +295,26 @@ __all__ = [
     "UserMessage",
     "UserSource",
     "Wire",
+    "canonical_header",
     "check_session_id",
     "coerce_event_data",
     "decode_event",
     "decode_events",
+    "derive_event_message",
+    "derive_messages_from_events",
     "encode_event",
     "event_to_builtins",
     "event_type_spec",
+    "fold_request_context",
+    "fold_request_header",
+    "fold_surface",
+    "headers_equal",
+    "interrupted_tool_result_id",
+    "interrupted_turn_closers",
+    "is_append_surface_event",
     "is_known_event_type",
+    "is_replacement_surface_event",
+    "is_surface_event",
     "is_surface_type",
     "new_message_id",
     "now_ms",

@@ -1,0 +1,179 @@
+"""Crash repair: the closers that balance a log whose last turn never ended.
+
+A crash leaves a log that ends inside a turn. Storage never trims it (the turn
+may hold much durable work) and never invents events; the *reader* computes
+what is missing and whoever holds the write handle appends it (seed 002):
+
+1. a ``tool/result`` for every call the model requested in the open step that
+   has no result — ``TOOL_OUTCOME_UNKNOWN`` if a ``tool/call`` was durably
+   recorded (the tool may have run: do not retry blindly), else
+   ``TOOL_NOT_STARTED``;
+2. ``step/end`` if a step is open;
+3. ``turn/end {reason: {kind: "interrupted"}}``.
+
+:func:`interrupted_turn_closers` is pure and deterministic: the same log always
+gives the same closers (seqs continue the log; every closer reuses the last
+event's time, never a future one). It never retries a tool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from msgspec import UNSET
+
+from dsh_host.session.events import (
+    AssistantMessageData,
+    InterruptedReason,
+    SessionEvent,
+    StepEnd,
+    ToolCallData,
+    ToolError,
+    ToolResultData,
+    TurnEnd,
+    TurnStart,
+)
+from dsh_host.session.messages import (
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    ToolResultMessage,
+    ToolSource,
+)
+
+__all__ = [
+    "TOOL_NOT_STARTED",
+    "TOOL_NOT_STARTED_TEXT",
+    "TOOL_OUTCOME_UNKNOWN",
+    "TOOL_OUTCOME_UNKNOWN_TEXT",
+    "interrupted_tool_result_id",
+    "interrupted_turn_closers",
+]
+
+#: Code of a closer for a call that was requested but never recorded as started.
+TOOL_NOT_STARTED: Final = "TOOL_NOT_STARTED"
+#: Code of a closer for a call that was recorded as started but has no durable result.
+TOOL_OUTCOME_UNKNOWN: Final = "TOOL_OUTCOME_UNKNOWN"
+
+#: Model-visible text of a ``TOOL_OUTCOME_UNKNOWN`` closer (exact DSH text).
+TOOL_OUTCOME_UNKNOWN_TEXT: Final = (
+    "The tool call was interrupted after it was recorded, but no result was durably recorded. "
+    "Its outcome is unknown. Decide whether to retry from the tool semantics: retry only if "
+    "the operation is read-only or idempotent; if it may have side effects, first verify "
+    "external state or ask the user. Do not retry blindly."
+)
+#: Model-visible text of a ``TOOL_NOT_STARTED`` closer (exact DSH text).
+TOOL_NOT_STARTED_TEXT: Final = (
+    "The tool call was interrupted before the Harness recorded it as started. "
+    "Retry it if it is still needed."
+)
+
+
+def interrupted_tool_result_id(call_id: str, seq: int) -> str:
+    """The message id of a synthetic result: ``interrupted-tool-result-<callId>-<seq>``."""
+    return f"interrupted-tool-result-{call_id}-{seq}"
+
+
+class _Pending:
+    __slots__ = ("call_seq", "step")
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self.call_seq: int | None = None
+
+
+def interrupted_turn_closers(events: Sequence[SessionEvent]) -> list[SessionEvent]:
+    """The events that close the open turn at the end of ``events``; ``[]`` if none is open.
+
+    ``events`` must be a contiguous log (``events[i].seq == i`` as loaded).
+    Only the last, open turn is repaired; calls left unanswered in an already
+    closed step are not.
+    """
+    if not events:
+        return []
+    open_turn: int | None = None
+    open_step: int | None = None
+    pending: dict[str, _Pending] = {}  # insertion order = transcript order
+    for event in events:
+        kind = event.type
+        data = event.data
+        if kind == "turn/start" and isinstance(data, TurnStart):
+            open_turn, open_step = data.turn, None
+            pending.clear()
+        elif kind == "turn/end" and isinstance(data, TurnEnd):
+            open_turn = open_step = None
+            pending.clear()
+        elif kind == "step/start":
+            open_step = data.step
+        elif kind == "step/end":
+            open_step = None
+            pending.clear()
+        elif kind == "assistant/message" and isinstance(data, AssistantMessageData):
+            for block in data.message.content:
+                if isinstance(block, ToolCallBlock):
+                    pending[block.id] = _Pending(data.step)
+        elif kind == "tool/call" and isinstance(data, ToolCallData):
+            entry = pending.get(data.call_id)
+            if entry is not None:
+                entry.call_seq = event.seq
+        elif kind == "tool/result" and isinstance(data, ToolResultData):
+            pending.pop(data.message.source.call_id, None)
+    if open_turn is None:
+        return []
+    last = events[-1]
+    seq = last.seq + 1
+    time = last.time
+    closers: list[SessionEvent] = []
+    for call_id, entry in pending.items():
+        started = entry.call_seq is not None
+        message = ToolResultMessage(
+            id=interrupted_tool_result_id(call_id, seq),
+            content=(
+                ToolResultBlock(
+                    tool_call_id=call_id,
+                    is_error=True,
+                    content=(
+                        TextBlock(
+                            text=TOOL_OUTCOME_UNKNOWN_TEXT if started else TOOL_NOT_STARTED_TEXT
+                        ),
+                    ),
+                ),
+            ),
+            source=ToolSource(call_id=call_id),
+        )
+        error = (
+            ToolError(name="ToolOutcomeUnknownError", code=TOOL_OUTCOME_UNKNOWN)
+            if started
+            else ToolError(name="ToolNotStartedError", code=TOOL_NOT_STARTED)
+        )
+        closers.append(
+            SessionEvent(
+                type="tool/result",
+                seq=seq,
+                time=time,
+                data=ToolResultData(turn=open_turn, step=entry.step, message=message, error=error),
+                surface_op="append",
+                source_event_seqs=(entry.call_seq,) if entry.call_seq is not None else UNSET,
+            )
+        )
+        seq += 1
+    if open_step is not None:
+        closers.append(
+            SessionEvent(
+                type="step/end",
+                seq=seq,
+                time=time,
+                data=StepEnd(turn=open_turn, step=open_step),
+            )
+        )
+        seq += 1
+    closers.append(
+        SessionEvent(
+            type="turn/end",
+            seq=seq,
+            time=time,
+            data=TurnEnd(turn=open_turn, reason=InterruptedReason()),
+        )
+    )
+    return closers
