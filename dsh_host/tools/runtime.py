@@ -1,0 +1,769 @@
+"""The tools runtime (service ``tools``): registration and the non-bypassable call pipeline.
+
+Every call, whoever makes it, goes through the same stages in the same order
+(``host-tools-loop.md`` §4.3; seed 000 §1.2):
+
+1. **Create.** Snapshot the arguments once into frozen JSON and capture the
+   tool's ``finalize_content``. Arguments that are not lossless JSON end the
+   call at once (this wins even over a cancelled caller).
+2. **Pre-abort.** A caller token that is already aborted ends the call with
+   ``ABORTED_BEFORE_DISPATCH``; no listener runs.
+3. **``tools/pre-execute``** waterfall → ``Allow | Deny | Ask`` (default allow).
+   Listeners see the frozen arguments and cannot rewrite them.
+4. **Ask** → ``ctx.approval.request(...)`` when an approval service is
+   composed; otherwise the call is denied (fail closed).
+5. **Guards** (only after allow): synchronous, monotonic — they can deny, never
+   allow, so no later listener can reopen what a guard closed.
+6. **Re-check the caller's token**; denials that settled after cancellation are
+   kept verbatim.
+7. **``tools/execute``** around-chain; its innermost step fuses the caller's
+   token with whatever token a wrapper installed, validates the arguments
+   against ``parameters`` and awaits the body. A started body is never
+   abandoned: if the caller cancels, the body is asked to stop (through its
+   token) and awaited, and a late success becomes ``ABORTED``.
+8. **``tools/post-execute``** waterfall → ``Accept | Block``.
+9. **Finish**: materialize, apply ``finalize_content`` exactly once, freeze the
+   execution, emit **``tools/result``**.
+
+Failures of the *pipeline itself* (a throwing pre-execute listener, guard,
+approval service or ``tools/execute`` wrapper) are "final results": they skip
+post-execute. Failures of the *tool* (unknown tool, invalid arguments, a body
+that raises, invalid output) are ordinary error results and do go through
+post-execute.
+
+The agent loop uses the staged view (:meth:`ToolRuntime.prepare`,
+:meth:`~ToolRuntime.dispatch`, :meth:`~ToolRuntime.finalize`,
+:meth:`~ToolRuntime.finish`) so that policy stages stay in model order while
+bodies of parallel-safe calls overlap; :meth:`ToolRuntime.execute` runs the
+same stages back to back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
+from msgspec import UNSET
+
+from dsh_host.cancel import CancelToken
+from dsh_host.errors import DshError
+from dsh_host.jsonsafe import NonJsonValueError, check_json, freeze_json, json_dec_hook
+from dsh_host.session.messages import (
+    ContentBlock,
+    ImageBlock,
+    ReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    ToolSchema,
+    UserMessage,
+)
+
+from .errors import (
+    ToolArgsError,
+    ToolNotFoundError,
+    ToolOutputError,
+    ToolRegistrationError,
+)
+from .schema import check_object_schema, check_schema, validate
+from .types import (
+    Accept,
+    Allow,
+    ApprovalRequest,
+    Ask,
+    Block,
+    ContentFinalizer,
+    Deny,
+    ExecutionMode,
+    PostExecuteContext,
+    PostToolDecision,
+    PreToolDecision,
+    ToolDefinition,
+    ToolErrorInfo,
+    ToolExecution,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    ToolGuard,
+    ToolOutput,
+    ToolResultEvent,
+    aborted_before_dispatch_result,
+    aborted_result,
+)
+
+if TYPE_CHECKING:
+    from dsh_host.context import Context
+
+__all__ = [
+    "RESERVED_TOOL_NAMES",
+    "Dispatched",
+    "Prepared",
+    "ToolRuntime",
+    "error_message",
+    "error_result",
+]
+
+log = logging.getLogger("dsh.tools")
+
+#: Names no tool may take (DSH reserves ``run_code`` for Code Mode).
+RESERVED_TOOL_NAMES = frozenset({"run_code"})
+
+_ARGS_NOT_JSON = "tool execution arguments must be losslessly JSON-serializable"
+_BLOCK_TYPES = (TextBlock, ReasoningBlock, ImageBlock, ToolCallBlock, ToolResultBlock)
+
+
+def error_message(error: BaseException) -> str:
+    """The human-readable message of a raised exception (never raises itself).
+
+    ``str(error)``, or the class name when that is empty; a hostile exception
+    whose ``__str__`` raises reads ``<unprintable thrown value>``.
+    """
+    try:
+        text = str(error)
+        return text if text else type(error).__name__
+    except Exception:
+        return "<unprintable thrown value>"
+
+
+def _error_info(error: BaseException) -> ToolErrorInfo | None:
+    """``{name, code}`` for a coded harness error (any :class:`DshError`), else None."""
+    try:
+        if isinstance(error, DshError):
+            return ToolErrorInfo(type(error).__name__, str(error.code))
+    except Exception:
+        return None
+    return None
+
+
+def error_result(error: BaseException) -> ToolExecutionResult:
+    """The canonical failure for a raised exception: content ``Error: <message>``."""
+    return ToolExecutionResult.failure(error_message(error), info=_error_info(error))
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """Outcome of :meth:`ToolRuntime.prepare`: what the scheduler does next.
+
+    ``dispatch``: run :meth:`ToolRuntime.dispatch`. ``post-result``: the call
+    ended before dispatch but still goes through post-execute
+    (:meth:`ToolRuntime.finalize`). ``final-result``: the call ended and skips
+    post-execute (:meth:`ToolRuntime.finish`).
+    """
+
+    kind: Literal["dispatch", "post-result", "final-result"]
+    exec: ToolExecution
+    result: ToolExecutionResult | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatched:
+    """Outcome of :meth:`ToolRuntime.dispatch` (``post-result`` or ``final-result``)."""
+
+    kind: Literal["post-result", "final-result"]
+    result: ToolExecutionResult
+
+
+@dataclass(slots=True)
+class _CallState:
+    """Registry-private per-call state, kept off the wrapper-visible execution object."""
+
+    caller_signal: CancelToken
+    finalizer: ContentFinalizer | None
+    body_invoked: bool = False
+    #: results this runtime normalized for this call (a wrapper's own result is re-validated)
+    canonical: list[ToolExecutionResult] = dataclasses.field(default_factory=list)
+
+
+def _fuse(caller: CancelToken, wrapper: CancelToken) -> tuple[CancelToken, Callable[[], None]]:
+    """A token aborted by either input, with a disposer that unsubscribes from both.
+
+    Unlike :meth:`CancelToken.any` this does not leave a callback on the
+    (turn-long) caller token for every call dispatched under it.
+    """
+    if caller is wrapper:
+        return caller, lambda: None
+    fused = CancelToken()
+    if wrapper.aborted:
+        fused.abort(wrapper.reason)
+        return fused, lambda: None
+    if caller.aborted:
+        fused.abort(caller.reason)
+        return fused, lambda: None
+    off_caller = caller.on_abort(fused.abort)
+    off_wrapper = wrapper.on_abort(fused.abort)
+
+    def dispose() -> None:
+        off_caller()
+        off_wrapper()
+
+    return fused, dispose
+
+
+def _content(value: object, what: str) -> tuple[ContentBlock, ...]:
+    """Validate content blocks (typed blocks or their JSON mappings) into a frozen tuple."""
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise TypeError(f"{what} must be a list of content blocks, got {type(value).__name__}")
+    blocks: list[ContentBlock] = []
+    for index, block in enumerate(value):
+        if isinstance(block, Mapping):
+            try:
+                block = msgspec.convert(dict(block), ContentBlock, dec_hook=json_dec_hook)
+            except msgspec.ValidationError as exc:
+                raise TypeError(f"{what}[{index}] is not a content block: {exc}") from None
+        if not isinstance(block, _BLOCK_TYPES):
+            raise TypeError(f"{what}[{index}] is not a content block: {block!r}")
+        blocks.append(block)
+    check_json(blocks, what)
+    return tuple(blocks)
+
+
+def _contexts(value: object, what: str) -> tuple[UserMessage, ...]:
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise TypeError(f"{what} must be a list of user messages")
+    for index, message in enumerate(value):
+        if not isinstance(message, UserMessage):
+            raise TypeError(f"{what}[{index}] must be a UserMessage, got {message!r}")
+    return tuple(value)
+
+
+def _pre_decision(value: object) -> PreToolDecision:
+    """Accept the typed decisions and their ``{"kind": ...}`` mappings."""
+    if isinstance(value, Allow | Deny | Ask):
+        return value
+    if isinstance(value, Mapping):
+        kind = value.get("kind")
+        if kind == "allow":
+            return Allow()
+        if kind == "deny" and isinstance(value.get("reason"), str):
+            return Deny(value["reason"])
+        if kind == "ask":
+            reason = value.get("reason")
+            if reason is None or isinstance(reason, str):
+                return Ask(reason)
+    raise TypeError(
+        f"tools/pre-execute must resolve to Allow(), Deny(reason) or Ask(reason?), got {value!r}"
+    )
+
+
+def _post_decision(value: object) -> PostToolDecision:
+    if isinstance(value, Accept | Block):
+        return value
+    if isinstance(value, Mapping):
+        kind = value.get("kind")
+        contexts = value.get("additionalContexts", value.get("additional_contexts", ()))
+        if kind == "block" and "feedback" in value:
+            return Block(value["feedback"], contexts)
+        if kind == "accept":
+            if "content" in value and "value" in value:
+                raise TypeError(
+                    "tools/post-execute accept decision cannot replace both value and content"
+                )
+            return Accept(
+                content=value.get("content"),
+                value=value["value"] if "value" in value else UNSET,
+                additional_contexts=contexts,
+            )
+    raise TypeError(
+        f"tools/post-execute must resolve to Accept(...) or Block(feedback), got {value!r}"
+    )
+
+
+def _blocked_message(feedback: Sequence[ContentBlock]) -> str:
+    text = "\n".join(
+        block.text
+        if isinstance(block, TextBlock)
+        else f"[{type(block).__struct_config__.tag} content]"
+        for block in feedback
+    )
+    return text if text else "tool result blocked by post-execute policy"
+
+
+class ToolRuntime:
+    """The ``tools`` service: a registry of tools and guards plus the call pipeline.
+
+    Registrations return a disposer; pass ``owner=ctx`` to tie them to the
+    calling plugin's lifetime (they are undone when that plugin unloads).
+    """
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+        self._tools: dict[str, ToolDefinition] = {}
+        self._guards: list[ToolGuard] = []
+        self._states: weakref.WeakKeyDictionary[ToolExecution, _CallState] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    # ------------------------------------------------------------------ registry
+    def register(self, definition: ToolDefinition, *, owner: Context | None = None) -> Callable[
+        [], None
+    ]:
+        """Register ``definition``; returns the disposer that unregisters it.
+
+        Raises :class:`ToolRegistrationError` (or :class:`UnsupportedSchemaError`)
+        for a malformed definition, a reserved name or a duplicate.
+        """
+        self._check_definition(definition)
+        name = definition.name
+        if name in self._tools:
+            raise ToolRegistrationError(
+                f'tool "{name}" is already registered; unregister the existing tool first or '
+                "choose another name"
+            )
+        self._tools[name] = definition
+        self._ctx.emit("tools/change")
+
+        def unregister() -> None:
+            if self._tools.get(name) is definition:
+                del self._tools[name]
+                self._ctx.emit("tools/change")
+
+        if owner is not None:
+            owner.effect(unregister, f"tool {name}")
+        return unregister
+
+    @staticmethod
+    def _check_definition(definition: ToolDefinition) -> None:
+        if not isinstance(definition, ToolDefinition):
+            raise ToolRegistrationError(
+                f"tools.register() takes a ToolDefinition, got {type(definition).__name__}"
+            )
+        name = definition.name
+        if not isinstance(name, str) or not name:
+            raise ToolRegistrationError("a tool name must be a non-empty string")
+        if name in RESERVED_TOOL_NAMES:
+            raise ToolRegistrationError(f'tool name "{name}" is reserved')
+        if not isinstance(definition.description, str):
+            raise ToolRegistrationError(f'tool "{name}" description must be a string')
+        output = definition.output
+        if not isinstance(output, ToolOutput) or not callable(output.render) or not (
+            output.presentation_meta is None or callable(output.presentation_meta)
+        ):
+            raise ToolRegistrationError(
+                f'tool "{name}" must declare output {{ schema, render, presentationMeta? }}'
+            )
+        timeout = definition.timeout_ms
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or timeout <= 0
+        ):
+            raise ToolRegistrationError(f'tool "{name}" timeoutMs must be a positive finite number')
+        if not callable(definition.execute):
+            raise ToolRegistrationError(f'tool "{name}" execute must be an async callable')
+        check_object_schema(definition.parameters, f'tool "{name}" parameters')
+        check_schema(output.schema, f'tool "{name}" output.schema')
+        try:
+            definition.schema()
+        except NonJsonValueError as exc:
+            raise ToolRegistrationError(str(exc)) from None
+
+    def get(self, name: str) -> ToolDefinition | None:
+        """The registered tool of that name, or None."""
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        """Registered tool names, sorted."""
+        return sorted(self._tools)
+
+    def schemas(self) -> tuple[ToolSchema, ...]:
+        """The model-facing schemas (name, description, parameters), sorted by name.
+
+        Sorted rather than in registration order so the request header, and
+        with it the provider's prompt cache, does not depend on plugin load order.
+        """
+        return tuple(self._tools[name].schema() for name in sorted(self._tools))
+
+    def guard(self, guard: ToolGuard, *, owner: Context | None = None) -> Callable[[], None]:
+        """Add a monotonic guard: ``guard(exec) -> reason | None`` runs after ``allow``."""
+        if not callable(guard):
+            raise ToolRegistrationError("a tool guard must be a callable")
+        self._guards.append(guard)
+
+        def remove() -> None:
+            try:
+                self._guards.remove(guard)
+            except ValueError:
+                pass
+
+        if owner is not None:
+            owner.effect(remove, "tool guard")
+        return remove
+
+    def execution_mode(self, call: ToolExecutionInput) -> ExecutionMode:
+        """``parallel`` only when the tool's ``is_concurrency_safe(args)`` returns exactly True.
+
+        Unknown tools, invalid arguments, an undeclared classifier, a raising
+        one, or any other answer are ``exclusive``.
+        """
+        tool = self._tools.get(call.name)
+        if tool is None or tool.is_concurrency_safe is None:
+            return "exclusive"
+        try:
+            if validate(tool.parameters, call.arguments):
+                return "exclusive"
+            return "parallel" if tool.is_concurrency_safe(call.arguments) is True else "exclusive"
+        except Exception:
+            return "exclusive"
+
+    # ------------------------------------------------------------------ pipeline
+    async def execute(self, call: ToolExecutionInput) -> ToolExecutionResult:
+        """Run the whole pipeline for one call; never raises for a failed call.
+
+        Composite tools dispatch nested calls through here with
+        ``parent=exec.token`` (and ``root_call_id=exec.root_call_id``).
+        """
+        prepared = await self.prepare(call)
+        if prepared.kind == "final-result":
+            assert prepared.result is not None
+            return self.finish(prepared.exec, prepared.result)
+        if prepared.kind == "post-result":
+            assert prepared.result is not None
+            return await self.finalize(prepared.exec, prepared.result)
+        dispatched = await self.dispatch(prepared.exec)
+        if dispatched.kind == "final-result":
+            return self.finish(prepared.exec, dispatched.result)
+        return await self.finalize(prepared.exec, dispatched.result)
+
+    def _create(self, call: ToolExecutionInput) -> tuple[ToolExecution, ToolExecutionResult | None]:
+        tool = self._tools.get(call.name)
+        finalizer = tool.finalize_content if tool is not None else None
+        try:
+            arguments = freeze_json(call.arguments, "tool execution arguments")
+            failure = None
+        except NonJsonValueError:
+            arguments = None
+            failure = ToolExecutionResult.failure(_ARGS_NOT_JSON)
+        execution = ToolExecution(call, arguments)
+        self._states[execution] = _CallState(call.signal, finalizer)
+        return execution, failure
+
+    async def prepare(self, call: ToolExecutionInput) -> Prepared:
+        """Stages 1-6: snapshot, pre-abort, pre-execute, approval, guards, abort re-check."""
+        execution, failure = self._create(call)
+        if failure is not None:
+            return Prepared("final-result", execution, failure)
+        if self._state(execution).caller_signal.aborted:
+            return Prepared("final-result", execution, aborted_before_dispatch_result())
+        try:
+            gate = _pre_decision(
+                await self._ctx.waterfall("tools/pre-execute", execution, _allow)
+            )
+            approval_cancelled = False
+            decision: PreToolDecision = gate
+            if isinstance(gate, Ask):
+                decision, approval_cancelled = await self._ask(execution, gate)
+            if approval_cancelled and self._caller_cancelled(execution):
+                return Prepared("post-result", execution, aborted_before_dispatch_result())
+            reason = self._guard_reason(execution) if isinstance(decision, Allow) else None
+            if isinstance(decision, Deny):
+                reason = decision.reason
+            if reason is not None:
+                return Prepared("post-result", execution, ToolExecutionResult.failure(reason))
+            if self._caller_cancelled(execution):
+                return Prepared("post-result", execution, aborted_before_dispatch_result())
+            return Prepared("dispatch", execution)
+        except Exception as exc:
+            return Prepared("final-result", execution, error_result(exc))
+
+    async def _ask(self, execution: ToolExecution, ask: Ask) -> tuple[PreToolDecision, bool]:
+        """Resolve ``ask`` through the approval seam; fail closed without one."""
+        name = execution.name
+        approval = self._ctx.get("approval")
+        if approval is None:
+            return Deny(ask.reason or f'tool "{name}" requires approval (not yet supported)'), False
+        if execution.agent is None:
+            return (
+                Deny(f'tool "{name}" requires approval, but the call has no agent to route it '
+                     "through"),
+                False,
+            )
+        outcome = await approval.request(
+            ApprovalRequest(
+                agent=execution.agent,
+                tool_name=name,
+                call_id=execution.call_id,
+                reason=ask.reason,
+                signal=execution.signal,
+            )
+        )
+        if outcome == "allowed-once":
+            return Allow(), False
+        if outcome == "rejected":
+            return Deny(f'the user rejected tool "{name}"'), False
+        if outcome == "cancelled":
+            return Deny(f'approval for tool "{name}" was cancelled'), True
+        if outcome == "unavailable":
+            return (
+                Deny(f'tool "{name}" requires approval, but no approval channel is available'),
+                False,
+            )
+        raise ToolRegistrationError(
+            f"unreachable: the approval service answered {outcome!r}, which is not an "
+            "ApprovalOutcome (allowed-once, rejected, cancelled, unavailable)"
+        )
+
+    def _guard_reason(self, execution: ToolExecution) -> str | None:
+        for guard in list(self._guards):
+            reason = guard(execution)
+            if reason is not None:
+                if not isinstance(reason, str):
+                    raise TypeError(f"a tool guard returned {reason!r}; guards return str | None")
+                return reason
+        return None
+
+    async def dispatch(self, execution: ToolExecution) -> Dispatched:
+        """Stage 7: the ``tools/execute`` around-chain and the body."""
+        state = self._state(execution)
+        object.__setattr__(execution, "_dispatching", True)
+        try:
+            result = await self._ctx.waterfall(
+                "tools/execute", execution, lambda: self._run_body(execution)
+            )
+            normalized = self._normalize_dispatch_result(execution, result)
+            deferred = tuple(execution._deferred)
+            if deferred:
+                normalized = self._canonical(
+                    execution,
+                    dataclasses.replace(
+                        normalized, additional_contexts=deferred + normalized.additional_contexts
+                    ),
+                )
+            if state.caller_signal.aborted and not normalized.is_error:
+                normalized = self._cancellation_result(state, normalized)
+            return Dispatched("post-result", normalized)
+        except Exception as exc:
+            return Dispatched("final-result", error_result(exc))
+        finally:
+            object.__setattr__(execution, "_dispatching", False)
+            object.__setattr__(execution, "_signal", state.caller_signal)
+
+    async def _run_body(self, execution: ToolExecution) -> ToolExecutionResult:
+        """The innermost ``tools/execute`` step: fuse tokens, validate, await the body."""
+        state = self._state(execution)
+        wrapper_signal = execution.signal
+        fused, dispose = _fuse(state.caller_signal, wrapper_signal)
+        if fused.aborted:
+            dispose()
+            return aborted_before_dispatch_result()
+        object.__setattr__(execution, "_signal", fused)
+        try:
+            tool = self._tools.get(execution.name)
+            if tool is None:
+                raise ToolNotFoundError(execution.name)
+            state.body_invoked = True
+            violations = validate(tool.parameters, execution.arguments)
+            if violations:
+                raise ToolArgsError(violations)
+            returned = await tool.execute(execution.arguments, execution)
+            result = self._success(execution, tool, returned)
+            return aborted_result(result) if fused.aborted else result
+        except Exception as exc:
+            return error_result(exc)
+        finally:
+            dispose()
+            object.__setattr__(execution, "_signal", wrapper_signal)
+
+    def _success(
+        self, execution: ToolExecution, tool: ToolDefinition, candidate: object
+    ) -> ToolExecutionResult:
+        """Snapshot, validate, render and (top-level only) project a body value."""
+        name = tool.name
+        try:
+            value = freeze_json(candidate, f'tool "{name}" value')
+        except NonJsonValueError:
+            raise ToolOutputError(name, ["value is not lossless JSON"]) from None
+        violations = validate(tool.output.schema, value, "value")
+        if violations:
+            raise ToolOutputError(name, violations)
+        try:
+            rendered = tool.output.render(execution.arguments, value)
+        except Exception as exc:
+            raise ToolOutputError(name, [f"output.render failed: {error_message(exc)}"]) from exc
+        try:
+            content = _content(rendered, f'tool "{name}" output.render result')
+        except (TypeError, NonJsonValueError) as exc:
+            raise ToolOutputError(name, [f"output.render returned {error_message(exc)}"]) from None
+        meta: Any = UNSET
+        if execution.parent is None and tool.output.presentation_meta is not None:
+            try:
+                projected = tool.output.presentation_meta(execution.arguments, value)
+            except Exception as exc:
+                raise ToolOutputError(
+                    name, [f"output.presentationMeta failed: {error_message(exc)}"]
+                ) from exc
+            try:
+                meta = freeze_json(projected, f'tool "{name}" presentation meta')
+            except NonJsonValueError:
+                raise ToolOutputError(
+                    name, ["output.presentationMeta returned non-lossless JSON"]
+                ) from None
+        return self._canonical(
+            execution,
+            ToolExecutionResult(
+                is_error=False,
+                value=value,
+                content=content,
+                meta=meta,
+                concludes_turn=execution._concluded,
+            ),
+        )
+
+    def _normalize_dispatch_result(
+        self, execution: ToolExecution, result: object
+    ) -> ToolExecutionResult:
+        """Accept the runtime's own result as is; re-validate a wrapper-authored one."""
+        if not isinstance(result, ToolExecutionResult):
+            raise TypeError(
+                f"a tools/execute listener returned {result!r}; it must return a "
+                "ToolExecutionResult (usually the value of `await next()`)"
+            )
+        state = self._state(execution)
+        if any(known is result for known in state.canonical):
+            return result
+        if result.is_error:
+            return self._canonical(
+                execution,
+                dataclasses.replace(result, content=_content(result.content, "result content")),
+            )
+        tool = self._tools.get(execution.name)
+        if tool is None:
+            raise ToolNotFoundError(execution.name)
+        normalized = self._success(execution, tool, result.value)
+        return self._canonical(
+            execution,
+            dataclasses.replace(normalized, additional_contexts=result.additional_contexts),
+        )
+
+    async def finalize(
+        self, execution: ToolExecution, result: ToolExecutionResult
+    ) -> ToolExecutionResult:
+        """Stages 8-9: ``tools/post-execute``, then :meth:`finish`."""
+        state = self._state(execution)
+        try:
+            post = await self._post_execute(execution, result)
+            if state.caller_signal.aborted and not post.is_error:
+                post = self._cancellation_result(state, post)
+            return self.finish(execution, post)
+        except Exception as exc:
+            return self.finish(execution, error_result(exc))
+
+    async def _post_execute(
+        self, execution: ToolExecution, result: ToolExecutionResult
+    ) -> ToolExecutionResult:
+        decision = _post_decision(
+            await self._ctx.waterfall(
+                "tools/post-execute", PostExecuteContext(execution, result), _accept
+            )
+        )
+        decision_contexts = _contexts(decision.additional_contexts, "decision additional_contexts")
+        if isinstance(decision, Block):
+            feedback = _content(decision.feedback, "block feedback")
+            return self._canonical(
+                execution,
+                ToolExecutionResult.failure(
+                    _blocked_message(feedback),
+                    content=feedback,
+                    additional_contexts=decision_contexts,
+                ),
+            )
+        if decision.content is not None and decision.value is not UNSET:
+            raise TypeError(
+                "tools/post-execute accept decision cannot replace both value and content"
+            )
+        contexts = result.additional_contexts + decision_contexts
+        if decision.value is not UNSET:
+            if result.is_error:
+                raise TypeError("tools/post-execute cannot replace the value of a failed result")
+            tool = self._tools.get(execution.name)
+            if tool is None:
+                raise ToolNotFoundError(execution.name)
+            replaced = self._success(execution, tool, decision.value)
+            return self._canonical(
+                execution, dataclasses.replace(replaced, additional_contexts=contexts)
+            )
+        updated = result
+        if decision.content is not None:
+            updated = dataclasses.replace(
+                updated, content=_content(decision.content, "post-execute content")
+            )
+        if decision_contexts:
+            updated = dataclasses.replace(updated, additional_contexts=contexts)
+        return self._canonical(execution, updated)
+
+    def finish(self, execution: ToolExecution, result: ToolExecutionResult) -> ToolExecutionResult:
+        """Stage 9 alone: materialize, ``finalize_content`` once, freeze, emit ``tools/result``."""
+        state = self._states.get(execution)
+        try:
+            final = self._materialize(result)
+        except Exception as exc:
+            final = self._materialize(error_result(exc))
+        finalizer = state.finalizer if state is not None else None
+        if state is not None:
+            state.finalizer = None  # exactly once, even if finish were called again
+        if finalizer is not None:
+            try:
+                replacement = finalizer(execution, final)
+                if replacement is not None:
+                    final = self._materialize(
+                        dataclasses.replace(
+                            final, content=_content(replacement, "finalize_content result")
+                        )
+                    )
+            except Exception as exc:
+                final = self._materialize(error_result(exc))
+        object.__setattr__(execution, "_frozen", True)
+        self._ctx.emit("tools/result", ToolResultEvent(execution, final))
+        return final
+
+    @staticmethod
+    def _materialize(result: ToolExecutionResult) -> ToolExecutionResult:
+        """Check the durable projection is lossless JSON and freeze ``meta``."""
+        content = _content(result.content, "tool result content")
+        meta = result.meta
+        if meta is not UNSET:
+            meta = freeze_json(meta, "tool result meta")
+        contexts = _contexts(result.additional_contexts, "tool result additional_contexts")
+        if result.error is not None and not isinstance(result.error.message, str):
+            raise TypeError("tool result error message must be a string")
+        return dataclasses.replace(
+            result, content=content, meta=meta, additional_contexts=contexts
+        )
+
+    # ------------------------------------------------------------------ helpers
+    def _state(self, execution: ToolExecution) -> _CallState:
+        state = self._states.get(execution)
+        if state is None:
+            raise RuntimeError(
+                "tools runtime invariant violated: this ToolExecution was not created by "
+                "ToolRuntime.prepare()"
+            )
+        return state
+
+    def _caller_cancelled(self, execution: ToolExecution) -> bool:
+        return self._state(execution).caller_signal.aborted
+
+    def _canonical(
+        self, execution: ToolExecution, result: ToolExecutionResult
+    ) -> ToolExecutionResult:
+        self._state(execution).canonical.append(result)
+        return result
+
+    @staticmethod
+    def _cancellation_result(state: _CallState, prior: ToolExecutionResult) -> ToolExecutionResult:
+        if state.body_invoked:
+            return aborted_result(prior)
+        return aborted_before_dispatch_result(prior)
+
+
+async def _allow() -> PreToolDecision:
+    return Allow()
+
+
+async def _accept() -> PostToolDecision:
+    return Accept()
