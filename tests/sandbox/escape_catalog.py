@@ -1,0 +1,503 @@
+"""The escape attempts of spec §4, as data: what to try, how to see it on the host, what to expect.
+
+Each :class:`Attempt` prepares host state, gives the shell script to run *inside* the sandbox,
+and decides from the **host** view afterwards whether the effect happened (file created, content,
+mode or mtime changed, process killed, connection accepted, datagram received) — never from the
+exit status alone. ``expect`` maps (backend, mode) to one outcome:
+
+* ``DENIED``  — the effect did not happen and the command failed;
+* ``ALLOWED`` — the effect happened (intended, or a documented non-guarantee);
+* ``PRIVATE`` — the command succeeded but only in a private view; the host is unchanged;
+* ``gap(text)`` — the effect happened *and* the backend says so: ``enforcement == "partial"``
+  with ``text`` in ``not_covered``.
+
+The expectations are the spec's table tightened by decision D9 (root-proof bubblewrap, Landlock
+with capabilities dropped, ABI 6 scoping, ``network: deny``).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandbox_harness import Scene
+
+DENIED = "denied"
+ALLOWED = "allowed"
+PRIVATE = "private"
+
+
+def gap(text: str) -> str:
+    return f"gap:{text}"
+
+
+def every(outcome: str) -> dict[tuple[str, str], str]:
+    return {(b, m): outcome for b in ("bubblewrap", "landlock")
+            for m in ("read-only", "workspace-write")}  # fmt: skip
+
+
+def by_mode(ro: str, ww: str) -> dict[tuple[str, str], str]:
+    return {
+        ("bubblewrap", "read-only"): ro,
+        ("bubblewrap", "workspace-write"): ww,
+        ("landlock", "read-only"): ro,
+        ("landlock", "workspace-write"): ww,
+    }
+
+
+def cells(b_ro: str, b_ww: str, l_ro: str, l_ww: str) -> dict[tuple[str, str], str]:
+    return {
+        ("bubblewrap", "read-only"): b_ro,
+        ("bubblewrap", "workspace-write"): b_ww,
+        ("landlock", "read-only"): l_ro,
+        ("landlock", "workspace-write"): l_ww,
+    }
+
+
+METADATA = "file metadata"
+UDP = "UDP"
+OLD_TIME = 946_684_800  # 2000-01-01, so a touch is always visible
+
+
+def q(path: Path | str) -> str:
+    return shlex.quote(str(path))
+
+
+def py(code: str) -> str:
+    """A Python one-liner run inside the sandbox (the harness interpreter, readable there)."""
+    return f"{q(sys.executable)} -I -c {q(code)}"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    content: bytes
+    mode: int
+    mtime_ns: int
+    ino: int
+    nlink: int
+    uid: int
+    gid: int
+    xattrs: tuple[str, ...]
+
+    @classmethod
+    def of(cls, path: Path) -> Snapshot:
+        st = os.lstat(path)
+        return cls(
+            content=path.read_bytes(),
+            mode=st.st_mode,
+            mtime_ns=st.st_mtime_ns,
+            ino=st.st_ino,
+            nlink=st.st_nlink,
+            uid=st.st_uid,
+            gid=st.st_gid,
+            xattrs=tuple(sorted(os.listxattr(path))),
+        )
+
+
+def make_victim(path: Path, content: bytes = b"original\n") -> Snapshot:
+    path.write_bytes(content)
+    os.chmod(path, 0o644)
+    os.utime(path, (OLD_TIME, OLD_TIME))
+    return Snapshot.of(path)
+
+
+def changed(path: Path, before: Snapshot) -> bool:
+    try:
+        return Snapshot.of(path) != before
+    except FileNotFoundError:
+        return True
+
+
+@dataclass
+class Attempt:
+    """One row of the table. Subclasses override :meth:`prepare`/:meth:`happened`/:meth:`close`."""
+
+    id: str
+    spec: str
+    title: str
+    expect: dict[tuple[str, str], str]
+    network: str = "deny"
+    denial_dialect: bool = False
+    """The blocked file write must print this backend's denial signature (spec §2.3)."""
+    note: str = ""
+    state: dict[str, Any] = field(default_factory=dict)
+
+    def prepare(self, s: Scene) -> None:
+        """Host-side set-up before the sandboxed run."""
+
+    def script(self, s: Scene) -> str:
+        raise NotImplementedError
+
+    def happened(self, s: Scene, result: subprocess.CompletedProcess[str]) -> bool:
+        raise NotImplementedError
+
+    def close(self, s: Scene) -> None:
+        """Undo host-side resources (and repair the host if an escape did succeed)."""
+
+
+class CreateFile(Attempt):
+    """Create ``target`` (a function of the scene) from inside; happened = it exists on the host."""
+
+    def __init__(self, id: str, spec: str, title: str, expect: dict[tuple[str, str], str],
+                 target: Any, *, via: Any = None, **kw: Any) -> None:  # fmt: skip
+        super().__init__(id, spec, title, expect, **kw)
+        self.target = target
+        self.via = via or target
+
+    def script(self, s: Scene) -> str:
+        return f"echo escaped > {q(self.via(s))}"
+
+    def happened(self, s: Scene, result: subprocess.CompletedProcess[str]) -> bool:
+        return os.path.lexists(self.target(s))
+
+    def close(self, s: Scene) -> None:
+        target = Path(self.target(s))
+        if target.is_file() and not str(target).startswith(str(s.base)):
+            target.unlink()
+
+
+class ModifyVictim(Attempt):
+    """Run ``command`` against an outside victim file; happened = any field of its stat changed."""
+
+    def __init__(self, id: str, spec: str, title: str, expect: dict[tuple[str, str], str],
+                 command: str, **kw: Any) -> None:  # fmt: skip
+        super().__init__(id, spec, title, expect, **kw)
+        self.command = command
+
+    def prepare(self, s: Scene) -> None:
+        self.state["before"] = make_victim(s.out / "victim.txt")
+        (s.ws / "existing.txt").write_text("workspace file\n")
+        os.symlink(s.out / "victim.txt", s.ws / "link_file")
+        os.symlink(s.out, s.ws / "link_dir")
+
+    def script(self, s: Scene) -> str:
+        return self.command.format(
+            victim=q(s.out / "victim.txt"), out=q(s.out), ws=q(s.ws), base=q(s.base),
+            py=q(sys.executable), pid=os.getpid(),
+        )  # fmt: skip
+
+    def happened(self, s: Scene, result: subprocess.CompletedProcess[str]) -> bool:
+        return changed(s.out / "victim.txt", self.state["before"])
+
+
+class Custom(Attempt):
+    """An attempt with its own set-up and host check (passed as functions)."""
+
+    def __init__(self, id: str, spec: str, title: str, expect: dict[tuple[str, str], str],
+                 script: Any, happened: Any, prepare: Any = None, close: Any = None,
+                 **kw: Any) -> None:  # fmt: skip
+        super().__init__(id, spec, title, expect, **kw)
+        self._script, self._happened, self._prepare, self._close = script, happened, prepare, close
+
+    def prepare(self, s: Scene) -> None:
+        if self._prepare:
+            self._prepare(self, s)
+
+    def script(self, s: Scene) -> str:
+        return str(self._script(self, s))
+
+    def happened(self, s: Scene, result: subprocess.CompletedProcess[str]) -> bool:
+        return bool(self._happened(self, s, result))
+
+    def close(self, s: Scene) -> None:
+        if self._close:
+            self._close(self, s)
+
+
+# -- host resources -------------------------------------------------------------------------------
+
+
+def _start_victim(a: Attempt, s: Scene) -> None:
+    """A host process of the same uid that echoes lines: alive iff it answers a ping."""
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-c",
+         "import sys\nfor line in sys.stdin:\n    sys.stdout.write(line); sys.stdout.flush()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("ready\n")
+    proc.stdin.flush()
+    assert proc.stdout.readline() == "ready\n"
+    a.state["victim"] = proc
+
+
+def _victim_killed(a: Attempt, s: Scene, result: Any) -> bool:
+    # Deterministic: a SIGKILL that was delivered before the sandboxed command exited is acted on
+    # before the victim can run again, so it can never answer this ping.
+    proc: subprocess.Popen[str] = a.state["victim"]
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write("ping\n")
+        proc.stdin.flush()
+    except BrokenPipeError:
+        return True
+    return proc.stdout.readline() != "ping\n"
+
+
+def _stop_victim(a: Attempt, s: Scene) -> None:
+    proc: subprocess.Popen[str] = a.state["victim"]
+    proc.kill()
+    proc.wait()
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            stream.close()
+
+
+def _tcp_listener(a: Attempt, s: Scene) -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    a.state["sock"] = sock
+    a.state["addr"] = sock.getsockname()
+
+
+def _unix_listener(abstract: bool) -> Any:
+    def prepare(a: Attempt, s: Scene) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        name = f"\0dsh-sbx-{s.token}" if abstract else str(s.out / "host.sock")
+        sock.bind(name)
+        sock.listen(8)
+        a.state["sock"] = sock
+        a.state["addr"] = name
+
+    return prepare
+
+
+def _accepted(a: Attempt, s: Scene, result: Any) -> bool:
+    # A completed connect() is in the accept queue before connect() returns inside the sandbox.
+    sock: socket.socket = a.state["sock"]
+    sock.setblocking(False)
+    try:
+        conn, _ = sock.accept()
+    except BlockingIOError:
+        return False
+    conn.close()
+    return True
+
+
+def _close_sock(a: Attempt, s: Scene) -> None:
+    a.state["sock"].close()
+
+
+def _udp_receiver(a: Attempt, s: Scene) -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    a.state["sock"] = sock
+    a.state["addr"] = sock.getsockname()
+
+
+def _udp_received(a: Attempt, s: Scene, result: Any) -> bool:
+    # Send a sentinel from the host after the sandbox exited, then read up to it: anything the
+    # sandbox got through was queued before the sentinel.
+    sock: socket.socket = a.state["sock"]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+        sender.sendto(b"sentinel", a.state["addr"])
+    sock.settimeout(30)  # hang protection; the sentinel is already queued
+    seen = []
+    while True:
+        data = sock.recv(65536)
+        if data == b"sentinel":
+            break
+        seen.append(data)
+    return b"escaped" in seen
+
+
+def _connect_script(family: str) -> Any:
+    def script(a: Attempt, s: Scene) -> str:
+        addr = a.state["addr"]
+        if family == "tcp":
+            code = (f"import socket; s = socket.socket(); s.settimeout(20); "
+                    f"s.connect(('127.0.0.1', {addr[1]})); print('connected')")  # fmt: skip
+        else:
+            code = (f"import socket; s = socket.socket(socket.AF_UNIX); s.settimeout(20); "
+                    f"s.connect({addr!r}); print('connected')")  # fmt: skip
+        return py(code)
+
+    return script
+
+
+def _udp_script(a: Attempt, s: Scene) -> str:
+    port = a.state["addr"][1]
+    return py(
+        "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+        f"n = s.sendto(b'escaped', ('127.0.0.1', {port})); print('sent', n)"
+    )
+
+
+def _read_domainname(a: Attempt, s: Scene) -> None:
+    a.state["domainname"] = Path("/proc/sys/kernel/domainname").read_text()
+
+
+def _domainname_changed(a: Attempt, s: Scene, result: Any) -> bool:
+    return Path("/proc/sys/kernel/domainname").read_text() != a.state["domainname"]
+
+
+def _restore_domainname(a: Attempt, s: Scene) -> None:
+    path = Path("/proc/sys/kernel/domainname")
+    if path.read_text() != a.state["domainname"]:
+        path.write_text(a.state["domainname"])
+
+
+def _host_tmp(prefix: str) -> Any:
+    return lambda s: Path(prefix) / f"dsh-sbx-{s.token}"
+
+
+def _plant_alias(a: Attempt, s: Scene) -> None:
+    a.state["before"] = make_victim(s.out / "aliased.txt")
+    os.link(s.out / "aliased.txt", s.ws / "alias")
+    a.state["before"] = Snapshot.of(s.out / "aliased.txt")
+
+
+def _caps_script(a: Attempt, s: Scene) -> str:
+    # Exit 0 (the "attempt succeeded") only if some capability set is non-empty.
+    return py(
+        "import re, sys; t = open('/proc/self/status').read(); print(t); "
+        "sys.exit(0 if any(int(v, 16) for v in "
+        "re.findall(r'^Cap(?:Eff|Prm|Amb|Inh):\\s+([0-9a-f]+)$', t, re.M)) else 1)"
+    )
+
+
+def _caps_held(a: Attempt, s: Scene, result: Any) -> bool:
+    values = [
+        line.split()[1]
+        for line in result.stdout.splitlines()
+        if line.split(":")[0] in ("CapEff", "CapPrm", "CapAmb", "CapInh")
+    ]
+    assert len(values) == 4, result.stdout + result.stderr
+    return any(int(v, 16) for v in values)
+
+
+def _remount(s: Scene, name: str) -> str:
+    out = q(s.out)
+    return (f"mount --bind {out} {out} && mount -o remount,bind,rw {out} && "
+            f"echo escaped > {q(s.out / name)}")  # fmt: skip
+
+
+def _secret(a: Attempt, s: Scene) -> None:
+    (s.out / "secret.txt").write_text(f"secret-{s.token}\n")
+    os.chmod(s.out / "secret.txt", 0o600)
+
+
+CATALOG: list[Attempt] = [
+    CreateFile("ws-create", "#1", "create a file in the workspace", by_mode(DENIED, ALLOWED),
+               lambda s: s.ws / "new.txt", denial_dialect=True),
+    Custom("ws-mkdir", "#3", "mkdir + write under the workspace", by_mode(DENIED, ALLOWED),
+           script=lambda a, s: f"mkdir {q(s.ws / 'd')} && echo x > {q(s.ws / 'd' / 'f')}",
+           happened=lambda a, s, r: (s.ws / "d" / "f").exists()),
+    CreateFile("outside-create", "#2", "create a file outside the workspace", every(DENIED),
+               lambda s: s.out / "new.txt", denial_dialect=True),
+    ModifyVictim("outside-overwrite", "#2", "overwrite an outside file", every(DENIED),
+                 "echo escaped > {victim}", denial_dialect=True),
+    ModifyVictim("outside-delete", "#2", "delete an outside file", every(DENIED),
+                 "rm -f {victim}", denial_dialect=True),
+    CreateFile("tmp-write", "#4", "write /tmp/<name>", cells(DENIED, PRIVATE, DENIED, ALLOWED),
+               _host_tmp("/tmp"),
+               note="bwrap: private tmpfs; Landlock: host /tmp is granted (persistent)"),
+    CreateFile("var-tmp-write", "#5", "write /var/tmp/<name>", every(DENIED),
+               _host_tmp("/var/tmp")),
+    Custom("dev-null", "#6", "write /dev/null", every(ALLOWED),
+           script=lambda a, s: "echo x > /dev/null",
+           happened=lambda a, s, r: r.returncode == 0),
+    CreateFile("dev-shm", "#7", "write /dev/shm/<name>", cells(PRIVATE, PRIVATE, DENIED, DENIED),
+               _host_tmp("/dev/shm"), note="bwrap: private /dev tmpfs"),
+    ModifyVictim("symlink-file", "#8", "write through a workspace symlink to an outside file",
+                 every(DENIED), "echo escaped > {ws}/link_file", denial_dialect=True),
+    Custom("symlink-dir", "#9", "create through a workspace symlink to an outside dir",
+           every(DENIED), prepare=lambda a, s: os.symlink(s.out, s.ws / "link_dir"),
+           script=lambda a, s: f"echo escaped > {q(s.ws / 'link_dir' / 'via_link.txt')}",
+           happened=lambda a, s, r: (s.out / "via_link.txt").exists(), denial_dialect=True),
+    ModifyVictim("symlink-planted", "#8", "plant a symlink in the sandbox, write through it",
+                 every(DENIED), "ln -s {victim} {ws}/planted && echo escaped > {ws}/planted"),
+    ModifyVictim("hardlink-into-ws", "#10", "hard-link an outside file into the workspace",
+                 every(DENIED), "ln {victim} {ws}/hardlink"),
+    Custom("hardlink-preexisting", "#11", "write via a pre-existing hard link to outside",
+           by_mode(DENIED, ALLOWED), prepare=_plant_alias,
+           script=lambda a, s: f"echo escaped > {q(s.ws / 'alias')}",
+           happened=lambda a, s, r: changed(s.out / "aliased.txt", a.state["before"]),
+           note="inherent: a hard link inside the workspace is a workspace file"),
+    Custom("rename-out", "#12", "move a workspace file to an outside path", every(DENIED),
+           prepare=lambda a, s: (s.ws / "existing.txt").write_text("ws\n"),
+           script=lambda a, s: f"mv {q(s.ws / 'existing.txt')} {q(s.out / 'moved.txt')}",
+           happened=lambda a, s, r: (s.out / "moved.txt").exists()
+           or not (s.ws / "existing.txt").exists()),
+    ModifyVictim("rename-in", "#12", "move an outside file into the workspace", every(DENIED),
+                 "mv {victim} {ws}/stolen.txt"),
+    Custom("rename-ws-root", "#12", "rename the workspace root itself", every(DENIED),
+           script=lambda a, s: f"mv {q(s.ws)} {q(s.base / 'ws-moved')}",
+           happened=lambda a, s, r: not s.ws.is_dir() or (s.base / "ws-moved").exists()),
+    ModifyVictim("truncate", "#13", "truncate -s0 an outside file", every(DENIED),
+                 "truncate -s0 {victim}", denial_dialect=True),
+    ModifyVictim("chmod", "#14", "chmod an outside file",
+                 cells(DENIED, DENIED, gap(METADATA), gap(METADATA)), "chmod 0600 {victim}"),
+    ModifyVictim("chown", "#14", "chown an outside file", every(DENIED),
+                 "chown 4242:4242 {victim}",
+                 note="Landlock: no CAP_CHOWN after the launcher dropped capabilities"),
+    ModifyVictim("touch", "#15", "touch -d (utimes) an outside file",
+                 cells(DENIED, DENIED, gap(METADATA), gap(METADATA)),
+                 "touch -d '2001-02-03 04:05:06' {victim}"),
+    ModifyVictim("xattr", "#15", "set a user xattr on an outside file",
+                 cells(DENIED, DENIED, gap(METADATA), gap(METADATA)),
+                 "{py} -I -c 'import os, sys; os.setxattr(sys.argv[1], \"user.dsh\", b\"x\")' "
+                 "{victim}"),
+    CreateFile("proc-self-root", "#16", "write via /proc/self/root/<outside>", every(DENIED),
+               lambda s: s.out / "via_proc_self.txt",
+               via=lambda s: f"/proc/self/root{s.out}/via_proc_self.txt", denial_dialect=True),
+    CreateFile("proc-1-root", "#17", "write via /proc/1/root/<outside>", every(DENIED),
+               lambda s: s.out / "via_proc_1.txt",
+               via=lambda s: f"/proc/1/root{s.out}/via_proc_1.txt"),
+    CreateFile("proc-host-pid-root", "#17", "write via /proc/<harness pid>/root/<outside>",
+               every(DENIED), lambda s: s.out / "via_proc_pid.txt",
+               via=lambda s: f"/proc/{os.getpid()}/root{s.out}/via_proc_pid.txt"),
+    Custom("kill-host-process", "#18", "SIGKILL a host process of the same uid", every(DENIED),
+           prepare=_start_victim, close=_stop_victim, happened=_victim_killed,
+           script=lambda a, s: f"kill -{int(signal.SIGKILL)} {a.state['victim'].pid}",
+           note="bwrap: invisible (PID ns); Landlock: ABI 6 signal scoping"),
+    Custom("mount-remount", "#19", "mount --bind + remount,rw, then write (as root)",
+           every(DENIED), script=lambda a, s: _remount(s, "via_mount.txt"),
+           happened=lambda a, s, r: (s.out / "via_mount.txt").exists()),
+    Custom("unshare-remount", "#20", "unshare -Urm, remount rw, then write", every(DENIED),
+           script=lambda a, s: f"unshare -Urm bash -c {q(_remount(s, 'via_unshare.txt'))}",
+           happened=lambda a, s, r: (s.out / "via_unshare.txt").exists()),
+    Custom("proc-sys-write", "#21", "write a host sysctl (kernel.domainname)", every(DENIED),
+           prepare=_read_domainname, close=_restore_domainname, happened=_domainname_changed,
+           script=lambda a, s: f"echo dsh-escape-{s.token[-6:]} > /proc/sys/kernel/domainname"),
+    Custom("capabilities", "#29", "hold any capability inside (root caller)", every(DENIED),
+           script=_caps_script, happened=_caps_held),
+    Custom("read-outside", "#22", "read an outside file (a 'secret')", every(ALLOWED),
+           prepare=_secret, script=lambda a, s: f"cat {q(s.out / 'secret.txt')}",
+           happened=lambda a, s, r: f"secret-{s.token}" in r.stdout,
+           note="reads are never restricted (documented, not an escape)"),
+    Custom("tcp-loopback", "#24", "TCP connect to a host loopback listener (network: deny)",
+           every(DENIED), prepare=_tcp_listener, close=_close_sock, happened=_accepted,
+           script=_connect_script("tcp")),
+    Custom("udp-loopback", "#24", "UDP datagram to a host loopback socket (network: deny)",
+           cells(PRIVATE, PRIVATE, gap(UDP), gap(UDP)), prepare=_udp_receiver, close=_close_sock,
+           happened=_udp_received, script=_udp_script,
+           note="bwrap: delivered to the sandbox's own loopback (private net ns)"),
+    Custom("abstract-unix", "#26", "connect to a host abstract UNIX socket (network: deny)",
+           every(DENIED), prepare=_unix_listener(abstract=True), close=_close_sock,
+           happened=_accepted, script=_connect_script("unix"),
+           note="bwrap: own net ns; Landlock: ABI 6 scoping"),
+    Custom("pathname-unix", "#25", "connect to a host pathname UNIX socket", every(ALLOWED),
+           prepare=_unix_listener(abstract=False), close=_close_sock, happened=_accepted,
+           script=_connect_script("unix"),
+           note="documented non-guarantee: neither backend governs connect() to a socket file"),
+    Custom("tcp-loopback-allow", "#24", "TCP connect to a host listener (network: allow)",
+           every(ALLOWED), network="allow", prepare=_tcp_listener, close=_close_sock,
+           happened=_accepted, script=_connect_script("tcp"), note="control: deny is what blocks"),
+    Custom("abstract-unix-allow", "#26", "abstract UNIX socket (network: allow)",
+           cells(ALLOWED, ALLOWED, DENIED, DENIED), network="allow",
+           prepare=_unix_listener(abstract=True), close=_close_sock, happened=_accepted,
+           script=_connect_script("unix"), note="Landlock scopes abstract sockets regardless"),
+]
+
+
+ATTEMPTS = {a.id: a for a in CATALOG}
+assert len(ATTEMPTS) == len(CATALOG), "duplicate attempt ids"

@@ -1,0 +1,93 @@
+"""The escape suite: every attempt of spec §4 × backend × mode, on real processes, as root.
+
+Each case runs the argv ``confine()`` returns and then judges from the host: file absent,
+content/mode/mtime/xattrs unchanged, host process alive, no connection accepted, no datagram
+received. The exit status is checked too, but never alone.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+from escape_catalog import ALLOWED, CATALOG, DENIED, PRIVATE, Attempt
+from sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for, run_confined
+
+pytestmark = linux_only
+
+CASES = [
+    pytest.param(a.id, backend, mode, id=f"{a.id}-{backend}-{mode}")
+    for a in CATALOG
+    for backend in BACKENDS
+    for mode in MODES
+]
+
+
+def test_suite_runs_as_root_like_ci() -> None:
+    """The D9 hardening is about root callers; the suite must exercise that case."""
+    if os.environ.get("DSH_SANDBOX_ALLOW_SKIP") == "1" and os.geteuid() != 0:
+        pytest.skip("not root; the root-specific escapes are not exercised")
+    assert os.geteuid() == 0, "run the sandbox escape suite as root (as CI does)"
+
+
+@pytest.mark.parametrize(("attempt_id", "backend", "mode"), CASES)
+def test_escape(scene: Scene, attempt_id: str, backend: str, mode: str) -> None:
+    template = next(a for a in CATALOG if a.id == attempt_id)
+    attempt: Attempt = copy.copy(template)
+    attempt.state = {}
+    expected = attempt.expect[(backend, mode)]
+
+    provider = provider_for(backend, attempt.network)
+    attempt.prepare(scene)
+    try:
+        confined = provider.confine(["bash", "-c", attempt.script(scene)], scene.policy(mode))
+        assert confined.backend == backend
+        result = run_confined(confined, cwd=scene.ws)
+        happened = attempt.happened(scene, result)
+    finally:
+        attempt.close(scene)
+
+    evidence = (
+        f"\nscript: {attempt.script(scene) if attempt_id != 'kill-host-process' else '(kill)'}"
+        f"\nexit={result.returncode}\nstdout={result.stdout!r}\nstderr={result.stderr!r}"
+    )
+    # The runner itself must never be what failed: every outcome below is the command's.
+    assert confined.runner_failure(result.returncode, result.stderr) is None, evidence
+
+    if expected == DENIED:
+        assert not happened, f"ESCAPE: {attempt.title} had a host effect{evidence}"
+        assert result.returncode != 0, f"denied effect but exit 0{evidence}"
+        if attempt.denial_dialect:
+            assert confined.is_denial(result.returncode, result.stderr), evidence
+    elif expected == PRIVATE:
+        assert result.returncode == 0, evidence
+        assert not happened, f"ESCAPE: private view leaked to the host{evidence}"
+    elif expected == ALLOWED:
+        assert result.returncode == 0, evidence
+        assert happened, f"allowed effect did not happen{evidence}"
+    else:
+        what = expected.removeprefix("gap:")
+        # A documented gap: the effect happens, and the result says so.
+        assert happened, f"gap {what!r} no longer reproduces; update the table{evidence}"
+        assert confined.enforcement == "partial", confined
+        assert any(what in item for item in confined.not_covered), confined.not_covered
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_enforcement_report_matches_the_table(scene: Scene, backend: str, mode: str) -> None:
+    """``full`` exactly when no attempt of the table is a gap for this backend."""
+    confined = provider_for(backend).confine(["true"], scene.policy(mode))
+    gaps = {
+        a.expect[(backend, mode)].removeprefix("gap:")
+        for a in CATALOG
+        if a.network == "deny" and a.expect[(backend, mode)].startswith("gap:")
+    }
+    if gaps:
+        assert confined.enforcement == "partial"
+        for what in gaps:
+            assert any(what in item for item in confined.not_covered), (what, confined)
+    else:
+        assert confined.enforcement == "full"
+        assert confined.not_covered == ()
