@@ -299,9 +299,9 @@ class ToolRuntime:
         )
 
     # ------------------------------------------------------------------ registry
-    def register(self, definition: ToolDefinition, *, owner: Context | None = None) -> Callable[
-        [], None
-    ]:
+    def register(
+        self, definition: ToolDefinition, *, owner: Context | None = None
+    ) -> Callable[[], None]:
         """Register ``definition``; returns the disposer that unregisters it.
 
         Raises :class:`ToolRegistrationError` (or :class:`UnsupportedSchemaError`)
@@ -340,8 +340,10 @@ class ToolRuntime:
         if not isinstance(definition.description, str):
             raise ToolRegistrationError(f'tool "{name}" description must be a string')
         output = definition.output
-        if not isinstance(output, ToolOutput) or not callable(output.render) or not (
-            output.presentation_meta is None or callable(output.presentation_meta)
+        if (
+            not isinstance(output, ToolOutput)
+            or not callable(output.render)
+            or not (output.presentation_meta is None or callable(output.presentation_meta))
         ):
             raise ToolRegistrationError(
                 f'tool "{name}" must declare output {{ schema, render, presentationMeta? }}'
@@ -451,9 +453,7 @@ class ToolRuntime:
         if self._state(execution).caller_signal.aborted:
             return Prepared("final-result", execution, aborted_before_dispatch_result())
         try:
-            gate = _pre_decision(
-                await self._ctx.waterfall("tools/pre-execute", execution, _allow)
-            )
+            gate = _pre_decision(await self._ctx.waterfall("tools/pre-execute", execution, _allow))
             approval_cancelled = False
             decision: PreToolDecision = gate
             if isinstance(gate, Ask):
@@ -479,8 +479,10 @@ class ToolRuntime:
             return Deny(ask.reason or f'tool "{name}" requires approval (not yet supported)'), False
         if execution.agent is None:
             return (
-                Deny(f'tool "{name}" requires approval, but the call has no agent to route it '
-                     "through"),
+                Deny(
+                    f'tool "{name}" requires approval, but the call has no agent to route it '
+                    "through"
+                ),
                 False,
             )
         outcome = await approval.request(
@@ -731,9 +733,7 @@ class ToolRuntime:
         contexts = _contexts(result.additional_contexts, "tool result additional_contexts")
         if result.error is not None and not isinstance(result.error.message, str):
             raise TypeError("tool result error message must be a string")
-        return dataclasses.replace(
-            result, content=content, meta=meta, additional_contexts=contexts
-        )
+        return dataclasses.replace(result, content=content, meta=meta, additional_contexts=contexts)
 
     # ------------------------------------------------------------------ helpers
     def _state(self, execution: ToolExecution) -> _CallState:

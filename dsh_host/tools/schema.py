@@ -132,11 +132,7 @@ def _check_keywords(
             if key in _ALL_KEYWORDS and key != "oneOf":
                 violations.append(f"{path}.{key} is not supported beside oneOf")
         branches = node["oneOf"]
-        if (
-            not isinstance(branches, Sequence)
-            or isinstance(branches, str)
-            or len(branches) < 2
-        ):
+        if not isinstance(branches, Sequence) or isinstance(branches, str) or len(branches) < 2:
             violations.append(f"{path}.oneOf must be an array of at least two schemas")
             return
         for index, branch in enumerate(branches):
@@ -201,9 +197,7 @@ def _check_keywords(
             if not _matches_type(schema_type, const):
                 violations.append(f"{path}.const must be a {schema_type} value")
             elif (
-                "enum" in node
-                and isinstance(node["enum"], Sequence)
-                and const not in node["enum"]
+                "enum" in node and isinstance(node["enum"], Sequence) and const not in node["enum"]
             ):
                 violations.append(f"{path}.const must be one of {path}.enum when both are declared")
 
