@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from sandbox_harness import Scene, make_scene
-
 from dsh_sandbox_local import clear_probe_cache
+from sandbox_harness import Scene, make_scene
 
 
 @pytest.fixture

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from dsh_sandbox_local import (
     ConfinedArgv,
     LocalSandboxProvider,

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import copy
 import os
+from pathlib import Path
 
 import pytest
-from escape_catalog import ALLOWED, CATALOG, DENIED, PRIVATE, Attempt
+from escape_catalog import ALLOWED, CATALOG, DENIED, PRIVATE, Attempt, markdown_table
 from sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for, run_confined
 
 pytestmark = linux_only
@@ -91,3 +92,16 @@ def test_enforcement_report_matches_the_table(scene: Scene, backend: str, mode: 
     else:
         assert confined.enforcement == "full"
         assert confined.not_covered == ()
+
+
+def test_readme_table_is_the_catalog() -> None:
+    """The README's outcome table is generated from this catalogue; keep them in sync."""
+    import dsh_sandbox_local
+
+    readme = Path(dsh_sandbox_local.__file__).with_name("README.md").read_text()
+    start = readme.index("<!-- escape-table:start")
+    start = readme.index("\n", start) + 1
+    end = readme.index("<!-- escape-table:end -->")
+    assert readme[start:end] == markdown_table(), (
+        "regenerate: python -c 'import escape_catalog as e; print(e.markdown_table())'"
+    )

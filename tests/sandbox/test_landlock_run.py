@@ -1,0 +1,105 @@
+"""The Landlock launcher's CLI contract, run as a real process (spec §2.5, D9)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from dsh_sandbox_local.landlock_run import landlock_abi
+from dsh_sandbox_local.profiles import default_landlock_launcher
+from sandbox_harness import Scene, linux_only
+
+pytestmark = linux_only
+
+LAUNCHER = list(default_landlock_launcher())
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*LAUNCHER, *args], capture_output=True, text=True, check=False, timeout=60, env=env,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        ((), "landlock-run: usage error: missing `-- <argv>...` command"),
+        (("--ro", "/"), "landlock-run: usage error: missing `-- <argv>...` command"),
+        (("--ro", "/", "--"), "landlock-run: usage error: missing `-- <argv>...` command"),
+        (("--bogus", "--", "true"), "landlock-run: usage error: unknown argument: --bogus"),
+        (("--ro",), "landlock-run: usage error: --ro requires a path"),
+        (("--rw", "--", "true"), "landlock-run: usage error: --rw requires a path"),
+        (("--probe", "--ro", "/"), "landlock-run: usage error: unknown argument: --probe"),
+        (("--ro", "/nonexistent-dsh", "--", "true"),
+         "landlock-run: cannot open rule path: /nonexistent-dsh: No such file or directory"),
+        (("--ro", "/", "--", "/nonexistent-dsh-cmd"),
+         "landlock-run: exec failed: No such file or directory"),
+    ],
+)  # fmt: skip
+def test_launcher_failures_exit_125_with_one_line(args: tuple[str, ...], line: str) -> None:
+    done = run(*args)
+    assert done.returncode == 125
+    assert done.stderr == line + "\n"
+    assert done.stdout == ""
+
+
+def test_child_status_passes_through_including_125() -> None:
+    for code in (0, 1, 2, 125):
+        done = run("--ro", "/", "--", "bash", "-c", f"exit {code}")
+        assert done.returncode == code
+        assert "landlock-run:" not in done.stderr  # on this ABI >= 5 kernel: no notice
+
+
+def test_no_capabilities_and_no_new_privs_inside() -> None:
+    done = run("--ro", "/", "--", "cat", "/proc/self/status")
+    assert done.returncode == 0, done.stderr
+    fields = dict(line.split(":", 1) for line in done.stdout.splitlines() if ":" in line)
+    assert fields["NoNewPrivs"].strip() == "1"
+    for name in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
+        assert int(fields[name], 16) == 0, name
+    if os.geteuid() == 0:  # root: the bounding set is emptied too
+        assert int(fields["CapBnd"], 16) == 0
+
+
+def test_module_form_runs_the_same_launcher() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "dsh_sandbox_local.landlock_run", "--probe"],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("landlock: ")
+
+
+def test_environment_cannot_swap_the_launcher_code(tmp_path: Path) -> None:
+    """``-I``: a PYTHONPATH with a poisoned ``ctypes`` does not reach the launcher."""
+    poison = tmp_path / "ctypes"
+    poison.mkdir()
+    (poison / "__init__.py").write_text("raise SystemExit('poisoned ctypes imported')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONSTARTUP": str(poison / "x.py")}
+    done = run("--probe", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "poisoned" not in done.stderr
+
+
+def test_grants_on_files_keep_only_file_rights(scene: Scene) -> None:
+    """``--rw /dev/null`` (a file) works; a read-only file grant allows reading it only."""
+    f = scene.out / "f.txt"
+    f.write_text("x")
+    done = run("--ro", "/usr", "--ro", "/lib", "--ro", "/lib64", "--ro", "/bin", "--ro", "/etc",
+               "--ro", str(f), "--rw", "/dev/null",
+               "--", "bash", "-c", f"cat {f} > /dev/null && echo ok")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "ok\n"
+
+
+def test_deny_tcp_requires_abi_4() -> None:
+    done = run("--ro", "/", "--deny-tcp", "--", "true")
+    if landlock_abi() >= 4:
+        assert done.returncode == 0, done.stderr
+    else:
+        assert done.returncode == 125
+        assert done.stderr.startswith("landlock-run: landlock ruleset error: TCP denial")

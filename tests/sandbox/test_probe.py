@@ -1,0 +1,167 @@
+"""Backend selection: real probes, fallbacks, forced backends, caching, SANDBOX_UNAVAILABLE.
+
+Making a backend unavailable uses real seams only: ``PATH`` without ``bwrap`` (or with a
+``bwrap`` that fails or hangs, like a host without user namespaces), and the constructor-only
+``landlock_launcher`` pointing at a launcher that cannot start or refuses.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+from dsh_sandbox_local import (
+    LocalSandboxProvider,
+    SandboxLocalConfig,
+    SandboxPolicy,
+    SandboxUnavailableError,
+    clear_probe_cache,
+)
+from dsh_sandbox_local.contract import UNAVAILABLE_MESSAGE
+from dsh_sandbox_local.profiles import default_landlock_launcher
+from sandbox_harness import linux_only, run_confined
+
+pytestmark = [linux_only, pytest.mark.usefixtures("fresh_probes")]
+
+RO = SandboxPolicy(mode="read-only", workspace_root="/var/tmp")
+WW_ROOT = "/var/tmp"
+BROKEN_LAUNCHER = ("/nonexistent/python3", "-I", "/nonexistent/landlock_run.py")
+
+
+def _path_with(tmp_path: Path, bwrap_script: str | None) -> str:
+    """A PATH holding the basic tools the probes run (``true``) and maybe a fake ``bwrap``."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("true", "bash", "sleep", "cat"):
+        found = shutil.which(tool)
+        assert found
+        os.symlink(found, bindir / tool)
+    if bwrap_script is not None:
+        fake = bindir / "bwrap"
+        fake.write_text("#!/bin/bash\n" + bwrap_script)
+        fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    return str(bindir)
+
+
+def test_auto_prefers_bubblewrap() -> None:
+    provider = LocalSandboxProvider()
+    assert provider.confine(["true"], RO).backend == "bubblewrap"
+
+
+def test_auto_falls_back_to_landlock_without_bwrap(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", _path_with(tmp_path, None))
+    provider = LocalSandboxProvider()
+    confined = provider.confine(["true"], RO)
+    assert confined.backend == "landlock"
+    assert run_confined(confined).returncode == 0
+
+
+def test_binary_presence_is_not_enough(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A ``bwrap`` that cannot build namespaces (as on a host with userns disabled)."""
+    script = 'echo "bwrap: No permissions to creating new namespace" >&2\nexit 1\n'
+    monkeypatch.setenv("PATH", _path_with(tmp_path, script))
+    assert LocalSandboxProvider().confine(["true"], RO).backend == "landlock"
+    forced = LocalSandboxProvider(SandboxLocalConfig(backend="bubblewrap"))
+    with pytest.raises(SandboxUnavailableError) as info:
+        forced.confine(["true"], RO)
+    assert info.value.probe_failures == (
+        "bubblewrap: trial run exited 1: bwrap: No permissions to creating new namespace",
+    )
+
+
+def test_probe_timeout_means_unusable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", _path_with(tmp_path, "exec sleep 60\n"))
+    config = SandboxLocalConfig(backend="bubblewrap", probe_timeout_ms=300)
+    with pytest.raises(SandboxUnavailableError) as info:
+        LocalSandboxProvider(config).confine(["true"], RO)
+    assert info.value.probe_failures == ("bubblewrap: timed out after 300 ms",)
+
+
+@pytest.mark.parametrize("mode", ["read-only", "workspace-write"])
+def test_sandbox_unavailable_when_both_backends_are_unavailable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, mode: str
+) -> None:
+    monkeypatch.setenv("PATH", _path_with(tmp_path, None))
+    provider = LocalSandboxProvider(landlock_launcher=BROKEN_LAUNCHER)
+    policy = SandboxPolicy(mode=mode, workspace_root=WW_ROOT)  # type: ignore[arg-type]
+    with pytest.raises(SandboxUnavailableError) as info:
+        provider.confine(["bash", "-c", "echo should-not-run"], policy)
+    err = info.value
+    assert err.code == "SANDBOX_UNAVAILABLE"
+    assert str(err).startswith(UNAVAILABLE_MESSAGE.format(mode=mode))
+    assert err.probe_failures[0] == "bubblewrap: bwrap not found on PATH"
+    assert err.probe_failures[1].startswith(
+        "landlock: launcher probe failed: cannot start /nonexistent/python3"
+    )
+    # danger-full-access is unaffected: it never consults a backend
+    dfa = SandboxPolicy(mode="danger-full-access", workspace_root=WW_ROOT)
+    assert provider.confine(["true"], dfa).backend == "none"
+
+
+def test_forced_landlock_with_a_refusing_launcher_names_the_launcher_line() -> None:
+    refusing = (*default_landlock_launcher(), "--bogus")
+    provider = LocalSandboxProvider(SandboxLocalConfig(backend="landlock"),
+                                    landlock_launcher=refusing)  # fmt: skip
+    with pytest.raises(SandboxUnavailableError) as info:
+        provider.confine(["true"], RO)
+    assert info.value.probe_failures == (
+        "landlock: launcher probe failed: landlock-run: usage error: unknown argument: --bogus",
+    )
+
+
+def test_forced_backends_select_exactly_that_backend() -> None:
+    for backend in ("bubblewrap", "landlock"):
+        config = SandboxLocalConfig(backend=backend)
+        assert LocalSandboxProvider(config).confine(["true"], RO).backend == backend
+
+
+def test_verdict_is_cached_including_unavailable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", _path_with(tmp_path, None))
+    provider = LocalSandboxProvider(SandboxLocalConfig(backend="bubblewrap"))
+    with pytest.raises(SandboxUnavailableError):
+        provider.confine(["true"], RO)
+    monkeypatch.undo()  # bwrap is back on PATH ...
+    with pytest.raises(SandboxUnavailableError):  # ... but this provider's verdict stands
+        provider.confine(["true"], RO)
+    fresh = LocalSandboxProvider(SandboxLocalConfig(backend="bubblewrap"))
+    assert fresh.confine(["true"], RO).backend == "bubblewrap"
+
+
+def test_one_probe_per_process(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A counting ``bwrap`` wrapper: many wraps and providers, one probe run."""
+    log = tmp_path / "probe.log"
+    real = shutil.which("bwrap")
+    assert real
+    monkeypatch.setenv("PATH", _path_with(tmp_path, f'echo run >> {log}\nexec {real} "$@"\n'))
+    for _ in range(3):
+        provider = LocalSandboxProvider()
+        for _ in range(3):
+            assert provider.confine(["true"], RO).backend == "bubblewrap"
+    assert log.read_text() == "run\n"
+    clear_probe_cache()
+    LocalSandboxProvider().confine(["true"], RO)
+    assert log.read_text() == "run\nrun\n"
+
+
+def test_landlock_probe_really_runs_the_launcher(tmp_path: Path) -> None:
+    """The launcher's own ``--probe`` contract: one stdout line, exit 0, on this ABI 5+ kernel."""
+    import subprocess
+
+    from dsh_sandbox_local.landlock_run import landlock_abi
+
+    done = subprocess.run(
+        [*default_landlock_launcher(), "--probe"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    expected = "landlock: fully enforced" if landlock_abi() >= 5 else (
+        "landlock: partially enforced (older ABI)")  # fmt: skip
+    assert done.stdout == expected + "\n"
+    assert sys.platform.startswith("linux")
