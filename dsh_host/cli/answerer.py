@@ -1,0 +1,267 @@
+"""The terminal approval answerer: ``allow once? [y/N]`` on an interactive TTY.
+
+The ``user-approval`` plugin ships no answerer (DECISIONS D8); a front end
+supplies one. This is the ``dsh`` command line's: an ``approval/request``
+listener that shows the person at the terminal what is being asked — tool
+name, call id, reason, and the call's arguments *as the session logged them*
+in its ``tool/call`` event (the request object deliberately carries no
+arguments, so what is shown is exactly what is audited) — and reads one line:
+
+- ``y`` / ``yes`` (any case) → ``allowed-once``;
+- anything else, including an empty line or end-of-file → ``rejected``;
+- Ctrl-C while the prompt is open → ``cancelled`` (only the question is
+  withdrawn; the run goes on and the model reads the cancellation).
+
+With no interactive TTY on stdin (a pipe, ``/dev/null``, a closed descriptor)
+:func:`install_terminal_answerer` registers nothing, so every ask resolves
+``unavailable`` and fails closed — a headless ``dsh run`` never hangs on a
+prompt nobody can see.
+
+Everything printed that came from the model or the log (arguments, reason,
+even the tool name) is escaped so control characters, ANSI escape sequences
+and bidi overrides cannot redraw or disguise the prompt.
+
+Prompts are serialised: two concurrent asks (parallel tool calls) are shown
+one after the other, never interleaved. If the request is withdrawn while the
+prompt is open (its token aborts), the approval service cancels this listener;
+the prompt is closed with a ``(withdrawn)`` line and nothing is read for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import unicodedata
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, ExitStack
+from typing import Any, Final, TextIO
+
+import anyio
+
+from ..context import Context
+
+__all__ = [
+    "PROMPT",
+    "TerminalAnswerer",
+    "install_terminal_answerer",
+    "is_interactive",
+    "render_request",
+]
+
+#: The question, exactly (DECISIONS D8).
+PROMPT: Final = "allow once? [y/N] "
+#: At most this many characters of the arguments are shown; the rest is summarised.
+MAX_SHOWN_ARGUMENTS: Final = 4000
+
+_YES: Final = frozenset({"y", "yes"})
+
+
+def is_interactive(fd: int = 0) -> bool:
+    """True when ``fd`` is an open descriptor on a terminal (False for pipes, files, closed)."""
+    try:
+        return os.isatty(fd)
+    except (OSError, ValueError):
+        return False
+
+
+def install_terminal_answerer(
+    ctx: Context, *, input_fd: int = 0, output: TextIO | None = None
+) -> Callable[[], Any] | None:
+    """Register a :class:`TerminalAnswerer` on ``approval/request`` if ``input_fd`` is a TTY.
+
+    Returns the listener's disposer, or None when nothing was registered (no
+    TTY: every ask then resolves ``unavailable``). ``dsh run`` calls this on
+    its root context before starting the agent.
+    """
+    if not is_interactive(input_fd):
+        return None
+    return ctx.on("approval/request", TerminalAnswerer(input_fd=input_fd, output=output))
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _escape(text: str, *, keep_newlines: bool = False) -> str:
+    """Make untrusted text inert on a terminal: escape controls, format chars, surrogates."""
+    out: list[str] = []
+    for ch in text:
+        if keep_newlines and ch == "\n":
+            out.append(ch)
+            continue
+        category = unicodedata.category(ch)
+        if category in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _field(data: Any, name: str, wire: str) -> Any:
+    if isinstance(data, Mapping):
+        return data.get(wire)
+    return getattr(data, name, None)
+
+
+def _logged_arguments(events: Sequence[Any], call_id: str) -> str | None:
+    """The raw arguments of this turn's ``tool/call`` with ``call_id`` (None if not logged)."""
+    for index in range(len(events) - 1, -1, -1):
+        event = events[index]
+        if event.type == "turn/start":
+            return None
+        if event.type == "tool/call" and _field(event.data, "call_id", "callId") == call_id:
+            raw = _field(event.data, "arguments", "arguments")
+            return raw if isinstance(raw, str) else None
+    return None
+
+
+def _pretty(raw: str) -> str:
+    """Indented JSON when ``raw`` parses, else ``raw`` itself (what the tool will see)."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return raw
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def render_request(req: Any) -> str:
+    """The text shown above the prompt (pure; untrusted parts escaped)."""
+    lines = ["", "dsh: approval needed"]
+    lines.append(f"  tool:      {_escape(str(req.tool_name))}")
+    call_id = getattr(req, "call_id", None)
+    lines.append(f"  call id:   {_escape(call_id) if call_id is not None else '(none)'}")
+    reason = getattr(req, "reason", None)
+    lines.append(f"  reason:    {_escape(reason) if reason is not None else '(none given)'}")
+    raw: str | None = None
+    if call_id is not None:
+        try:
+            raw = _logged_arguments(req.agent.session.events, call_id)
+        except AttributeError:
+            raw = None
+    if raw is None:
+        lines.append("  arguments: (no tool/call logged for this call id)")
+    else:
+        shown = _pretty(raw)
+        suffix = ""
+        if len(shown) > MAX_SHOWN_ARGUMENTS:
+            hidden = len(shown) - MAX_SHOWN_ARGUMENTS
+            shown = shown[:MAX_SHOWN_ARGUMENTS]
+            suffix = (
+                f"\n  … {hidden} more characters not shown (the full arguments are in the "
+                "session log's tool/call event)"
+            )
+        body = _escape(shown, keep_newlines=True).replace("\n", "\n    ")
+        lines.append(f"  arguments:\n    {body}{suffix}")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- answering
+
+
+class _Interrupted(Exception):
+    """Ctrl-C arrived while the prompt was open."""
+
+
+class TerminalAnswerer:
+    """An ``approval/request`` listener answering from a terminal (see the module docstring).
+
+    ``input_fd`` must be a TTY in canonical (line) mode, as a shell leaves it.
+    Ctrl-C is caught only while a prompt is open and only when running in the
+    main thread (where signal handlers can be installed); elsewhere it keeps
+    its usual meaning.
+    """
+
+    def __init__(self, *, input_fd: int = 0, output: TextIO | None = None) -> None:
+        self._fd = input_fd
+        self._output = output
+        self._lock = anyio.Lock()
+
+    @property
+    def output(self) -> TextIO:
+        return self._output if self._output is not None else sys.stderr
+
+    async def __call__(self, req: Any, next_: Callable[[], Awaitable[str]]) -> str:
+        async with self._lock:
+            return await self._ask(req)
+
+    def _write(self, text: str) -> None:
+        out = self.output
+        out.write(text)
+        out.flush()
+
+    async def _ask(self, req: Any) -> str:
+        with ExitStack() as stack:
+            signals = _sigint_receiver(stack)
+            self._write(render_request(req) + PROMPT)
+            try:
+                line = await self._read_answer(signals)
+            except _Interrupted:
+                self._write("^C\n(cancelled)\n")
+                return "cancelled"
+            except anyio.get_cancelled_exc_class():
+                self._write("\n(withdrawn)\n")  # the request's token aborted
+                raise
+        if line is None:  # end of file
+            self._write("\n(rejected)\n")
+            return "rejected"
+        if line.strip().lower() in _YES:
+            self._write("(allowed once)\n")
+            return "allowed-once"
+        self._write("(rejected)\n")
+        return "rejected"
+
+    async def _read_answer(self, signals: Any | None) -> str | None:
+        """One line from the TTY, None at end of file; raises :class:`_Interrupted` on Ctrl-C."""
+        if signals is None:
+            return await self._read_line()
+        outcome: list[str | None] = []
+        interrupted = False
+        async with anyio.create_task_group() as tg:
+
+            async def read() -> None:
+                outcome.append(await self._read_line())
+                tg.cancel_scope.cancel()
+
+            async def watch() -> None:
+                nonlocal interrupted
+                async for _ in signals:
+                    interrupted = True
+                    tg.cancel_scope.cancel()
+                    return
+
+            tg.start_soon(read)
+            tg.start_soon(watch)
+        if interrupted and not outcome:
+            raise _Interrupted()
+        return outcome[0] if outcome else None
+
+    async def _read_line(self) -> str | None:
+        fd = self._fd
+        buffer = b""
+        was_blocking = os.get_blocking(fd)
+        os.set_blocking(fd, False)
+        try:
+            while True:
+                await anyio.wait_readable(fd)
+                try:
+                    chunk = os.read(fd, 4096)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    return buffer.decode("utf-8", "replace") if buffer else None
+                buffer += chunk
+                if b"\n" in buffer:
+                    return buffer.split(b"\n", 1)[0].decode("utf-8", "replace")
+        finally:
+            os.set_blocking(fd, was_blocking)
+
+
+def _sigint_receiver(stack: ExitStack) -> Any | None:
+    """An anyio SIGINT receiver entered on ``stack``, or None where none can be installed."""
+    try:
+        receiver: AbstractContextManager[Any] = anyio.open_signal_receiver(signal.SIGINT)
+        return stack.enter_context(receiver)
+    except (RuntimeError, ValueError, NotImplementedError):
+        return None

@@ -1,0 +1,148 @@
+"""The approval vocabulary and the pure folds over a session log.
+
+Nothing here keeps state: the effective policy and the open-turn test are
+recomputed from ``session.events`` on every read, so a resumed session needs no
+catch-up machinery — replaying the log *is* the state (spec §1.3).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Literal, Protocol, TypeAlias, TypeGuard
+
+from .errors import InvalidApprovalPolicyError
+
+__all__ = [
+    "APPROVAL_OUTCOMES",
+    "APPROVAL_POLICIES",
+    "ASK_POLICY_SENTENCE",
+    "NEVER_POLICY_SENTENCE",
+    "AppendableSession",
+    "ApprovalOutcome",
+    "ApprovalPolicy",
+    "approval_policy_override",
+    "args_digest",
+    "find_tool_call_arguments",
+    "has_open_turn",
+    "is_approval_outcome",
+    "policy_changed_notice",
+    "set_approval_policy",
+]
+
+#: One decision: ``allowed-once`` is the only grant; every other value means "do not proceed".
+ApprovalOutcome: TypeAlias = Literal["allowed-once", "rejected", "cancelled", "unavailable"]
+#: What happens to an ask before any answerer sees it.
+ApprovalPolicy: TypeAlias = Literal["ask", "never"]
+
+#: Every outcome, in DSH's order (for normalising answerer returns).
+APPROVAL_OUTCOMES: Final[tuple[ApprovalOutcome, ...]] = (
+    "allowed-once",
+    "rejected",
+    "cancelled",
+    "unavailable",
+)
+#: Every policy, in DSH's order (for option lists and validating untrusted strings).
+APPROVAL_POLICIES: Final[tuple[ApprovalPolicy, ...]] = ("ask", "never")
+
+#: Runtime-context statement under ``ask`` (spec §1.7, exact).
+ASK_POLICY_SENTENCE: Final = (
+    "Approval policy: ask. Operations that require approval may ask through the configured "
+    "answerers; without an available answerer, the request fails closed."
+)
+#: Runtime-context statement under ``never`` (spec §1.7, exact).
+NEVER_POLICY_SENTENCE: Final = (
+    "Approval prompts are disabled in this session: actions that require approval are rejected "
+    "automatically — do not request sandbox escalation (do not set `sandbox_permissions`)."
+)
+
+
+class AppendableSession(Protocol):
+    """What the approval seam needs of a session: its log and a synchronous append."""
+
+    @property
+    def events(self) -> Sequence[Any]: ...
+
+    def append(self, type: str, data: Any) -> Any: ...
+
+
+def is_approval_outcome(value: object) -> TypeGuard[ApprovalOutcome]:
+    """True for exactly the four outcome strings (a rogue answerer's value is not one)."""
+    return type(value) is str and value in APPROVAL_OUTCOMES
+
+
+def _is_policy(value: object) -> TypeGuard[ApprovalPolicy]:
+    return type(value) is str and value in APPROVAL_POLICIES
+
+
+def _field(data: Any, name: str, wire_name: str | None = None) -> Any:
+    """Read a field of event data that may be a typed Struct or frozen JSON."""
+    if isinstance(data, Mapping):
+        return data.get(wire_name or name)
+    return getattr(data, name, None)
+
+
+def approval_policy_override(events: Sequence[Any]) -> ApprovalPolicy | None:
+    """The ``policy`` of the last ``approval/policy`` event, or None when the session never
+    switched (the caller applies the configured default). ``source`` is ignored."""
+    for index in range(len(events) - 1, -1, -1):
+        event = events[index]
+        if event.type == "approval/policy":
+            policy = _field(event.data, "policy")
+            if _is_policy(policy):
+                return policy
+            return None
+    return None
+
+
+def has_open_turn(events: Sequence[Any]) -> bool:
+    """True when the log sits inside a turn: scanning back, ``turn/start`` before ``turn/end``."""
+    for index in range(len(events) - 1, -1, -1):
+        kind = events[index].type
+        if kind == "turn/start":
+            return True
+        if kind == "turn/end":
+            return False
+    return False
+
+
+def set_approval_policy(session: AppendableSession, policy: str) -> None:
+    """Write path A: append one ``approval/policy {policy}`` (no model-visible notice).
+
+    Used to initialise a session or by a non-live preset switch. A value
+    outside ``ask`` | ``never`` raises :class:`InvalidApprovalPolicyError`
+    before anything is appended.
+    """
+    if not _is_policy(policy):
+        raise InvalidApprovalPolicyError()
+    session.append("approval/policy", {"policy": policy})
+
+
+def policy_changed_notice(previous: ApprovalPolicy, policy: ApprovalPolicy) -> str:
+    """The exact live-switch notice text (spec §1.3, write path B)."""
+    return f'The approval policy changed from "{previous}" to "{policy}" (changed by the user).'
+
+
+def find_tool_call_arguments(events: Sequence[Any], call_id: str) -> str | None:
+    """The raw argument string of the newest ``tool/call`` with ``call_id``, or None.
+
+    Scans back only to the start of the current turn: a call id belongs to
+    one step, and an older turn's call with a reused id is not this call.
+    """
+    for index in range(len(events) - 1, -1, -1):
+        event = events[index]
+        if event.type == "turn/start":
+            return None
+        if event.type == "tool/call" and _field(event.data, "call_id", "callId") == call_id:
+            arguments = _field(event.data, "arguments")
+            return arguments if isinstance(arguments, str) else None
+    return None
+
+
+def args_digest(arguments: str) -> str:
+    """Lower-case hex SHA-256 of the raw argument string's UTF-8 bytes.
+
+    A lone surrogate (possible in a model's JSON string) is encoded with
+    ``surrogatepass`` so every string has exactly one digest.
+    """
+    return hashlib.sha256(arguments.encode("utf-8", "surrogatepass")).hexdigest()
