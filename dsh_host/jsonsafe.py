@@ -205,7 +205,71 @@ def check_json(value: object, where: str) -> None:
 
     ``where`` names what is being checked; the error adds the key path.
     """
-    _walk(value, where, build=False, freeze=False)
+    try:
+        _fast_check(value, 0)
+    except _SlowPath:
+        _walk(value, where, build=False, freeze=False)
+
+
+def _fast_check(v: Any, depth: int) -> None:
+    """Check-only twin of :func:`_fast_plain` (raises :class:`_SlowPath` on any doubt)."""
+    tp = type(v)
+    if tp is str or tp is bool or v is None:
+        return
+    if tp is int:
+        if -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
+            return
+        raise _SlowPath
+    if depth > _FAST_DEPTH:
+        raise _SlowPath
+    if tp is dict or tp is MappingProxyType:
+        for k, x in v.items():
+            if type(k) is not str:
+                raise _SlowPath
+            _fast_check(x, depth + 1)
+        return
+    if tp is list or tp is tuple:
+        for x in v:
+            _fast_check(x, depth + 1)
+        return
+    if tp is float:
+        if _scalar_problem(v) is not None:
+            raise _SlowPath
+        return
+    if isinstance(v, msgspec.Struct):
+        for attr, _name in _STRUCT_KEYS.get(tp) or _struct_keys(tp):
+            x = getattr(v, attr)
+            if x is not _UNSET:
+                _fast_check(x, depth + 1)
+        return
+    raise _SlowPath
+
+
+def _fast_frozen(v: Any, depth: int) -> Any:
+    """Recursive validate-and-freeze for plain JSON values (raises :class:`_SlowPath`)."""
+    tp = type(v)
+    if tp is str or tp is bool or v is None:
+        return v
+    if tp is int:
+        if -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
+            return v
+        raise _SlowPath
+    if depth > _FAST_DEPTH:
+        raise _SlowPath
+    if tp is dict or tp is MappingProxyType:
+        out: dict[str, Any] = {}
+        for k, x in v.items():
+            if type(k) is not str:
+                raise _SlowPath
+            out[k] = _fast_frozen(x, depth + 1)
+        return MappingProxyType(out)
+    if tp is list or tp is tuple:
+        return tuple([_fast_frozen(x, depth + 1) for x in v])
+    if tp is float:
+        if _scalar_problem(v) is not None:
+            raise _SlowPath
+        return _normalize_number(v)
+    raise _SlowPath
 
 
 def to_json_builtins(value: object, where: str) -> Any:
@@ -213,12 +277,70 @@ def to_json_builtins(value: object, where: str) -> Any:
 
     Structs become mappings of their wire names; integral floats become ints.
     """
-    return _walk(value, where, build=True, freeze=False)
+    try:
+        return _fast_plain(value, 0)
+    except _SlowPath:
+        # Anything unusual (an error to report with its path, a cycle, deep nesting,
+        # an exotic Mapping) is redone by the iterative walker, which explains itself.
+        return _walk(value, where, build=True, freeze=False)
+
+
+class _SlowPath(Exception):
+    """Internal: the recursive fast path gives up; the iterative walker takes over."""
+
+
+_FAST_DEPTH: Final = 200
+_UNSET = msgspec.UNSET
+
+
+def _fast_plain(v: Any, depth: int) -> Any:
+    """Recursive validate-and-copy for the common case (shallow, valid data).
+
+    The hot path of every ``Session.append``: recursion with no per-node
+    bookkeeping is several times faster than the general walker. It handles only
+    valid, shallow values and raises :class:`_SlowPath` for everything else.
+    """
+    tp = type(v)
+    if tp is str or tp is bool or v is None:
+        return v
+    if tp is int:
+        if -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
+            return v
+        raise _SlowPath
+    if depth > _FAST_DEPTH:
+        raise _SlowPath
+    if tp is dict or tp is MappingProxyType:
+        out: dict[str, Any] = {}
+        for k, x in v.items():
+            if type(k) is not str:
+                raise _SlowPath
+            out[k] = _fast_plain(x, depth + 1)
+        return out
+    if tp is list or tp is tuple:
+        return [_fast_plain(x, depth + 1) for x in v]
+    if tp is float:
+        if _scalar_problem(v) is not None:
+            raise _SlowPath
+        return _normalize_number(v)
+    if isinstance(v, msgspec.Struct):
+        res: dict[str, Any] = {}
+        config = v.__struct_config__
+        if config.tag_field is not None:
+            res[config.tag_field] = config.tag
+        for attr, name in _STRUCT_KEYS.get(tp) or _struct_keys(tp):
+            x = getattr(v, attr)
+            if x is not _UNSET:
+                res[name] = _fast_plain(x, depth + 1)
+        return res
+    raise _SlowPath
 
 
 def freeze_json(value: object, where: str = "value") -> Any:
     """Validate and return an immutable deep copy (``MappingProxyType`` / ``tuple`` / scalars)."""
-    return _walk(value, where, build=True, freeze=True)
+    try:
+        return _fast_frozen(value, 0)
+    except _SlowPath:
+        return _walk(value, where, build=True, freeze=True)
 
 
 def thaw_json(value: Any) -> Any:

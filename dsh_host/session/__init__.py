@@ -158,6 +158,8 @@ from dsh_host.session.request_header import (
 )
 from dsh_host.session.session import (
     EventsView,
+    LogView,
+    MessagesView,
     Observer,
     Session,
     SurfaceView,
@@ -226,11 +228,13 @@ __all__ = [
     "LegacyCancel",
     "LlmCallConfig",
     "LlmFailure",
+    "LogView",
     "MaxTokensFinish",
     "MaxTokensReason",
     "Message",
     "MessageId",
     "MessageSource",
+    "MessagesView",
     "ModelSource",
     "NonNegativeInt",
     "Observer",

@@ -34,11 +34,13 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeAlias
 
 import msgspec
+import msgspec.inspect
 from msgspec import UNSET, UnsetType
 
 from dsh_host.jsonsafe import (
     FrozenJson,
     NonJsonValueError,
+    check_json,
     freeze_json,
     is_safe_int,
     json_dec_hook,
@@ -56,6 +58,7 @@ from dsh_host.session.messages import (
     StreamChunk,
     SystemMessage,
     TokenUsage,
+    ToolResultBlock,
     ToolResultMessage,
     UserMessage,
     Wire,
@@ -136,7 +139,7 @@ SurfaceOp: TypeAlias = Literal["append"] | ReplaceOp
 # --- the envelope --------------------------------------------------------------------------
 
 
-class SessionEvent(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+class SessionEvent(msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc=False):
     """One immutable entry of a session log.
 
     Invariants (enforced by :class:`~dsh_host.session.session.Session`, not by
@@ -765,6 +768,11 @@ def coerce_event_data(
     changes nothing) and deeply frozen. ``subject`` prefixes error messages
     (default ``session event "<type>"``).
     """
+    spec = _REGISTRY.get(type)
+    if spec is not None and spec.data_type is not None and builtins.type(data) is spec.data_type:
+        fast = _coerce_typed_fast(type, data, spec.data_type)
+        if fast is not None:
+            return fast
     subject = subject if subject is not None else f'session event "{type}"'
     try:
         plain = to_json_builtins(data, f"{subject} data")
@@ -774,6 +782,107 @@ def coerce_event_data(
             event_type=type,
         ) from exc
     return _coerce_plain(type, plain, subject, ignorable)
+
+
+# --- the typed fast path --------------------------------------------------------------------
+#
+# Appending a Struct of the registered type is the hot path (the loop does it for every
+# event). msgspec's C encoder/decoder round trip validates every declared type and
+# returns a fresh, tuple-based copy in ~2 us; what it cannot see is the lossless-JSON
+# domain *inside* open values (FrozenJson fields, floats): it would write NaN as null
+# and int keys as strings. So a check-only scan first visits exactly the fields whose
+# declared type can hold such values (computed once per Struct type), and only those.
+# Any doubt (a problem found, an exotic value, a lone surrogate) returns None and the
+# caller takes the general path, which produces the precise error message.
+
+
+class _Doubt(Exception):
+    """Internal: the fast path declines; the general path decides (and explains)."""
+
+
+_SCAN_PLAN: dict[builtins.type, tuple[str, ...]] = {}
+_ROUND_TRIP: dict[builtins.type, msgspec.json.Decoder[Any]] = {}
+#: Types whose values never need scanning: JSON-safe scalars and Structs with an empty plan.
+_CLOSED: set[builtins.type] = {str, bool, builtins.type(None)}
+
+
+def _type_needs_scan(info: msgspec.inspect.Type, seen: set[builtins.type]) -> bool:
+    mi = msgspec.inspect
+    if isinstance(info, mi.StrType | mi.BoolType | mi.LiteralType | mi.NoneType):
+        return False
+    if isinstance(info, mi.IntType):
+        return False  # bounds are declared with Meta and checked by the decoder
+    if isinstance(info, mi.StructType):
+        if info.cls in seen:
+            return False
+        seen.add(info.cls)
+        return any(_type_needs_scan(f.type, seen) for f in info.fields)
+    if isinstance(info, mi.VarTupleType | mi.ListType):
+        return _type_needs_scan(info.item_type, seen)
+    if isinstance(info, mi.UnionType):
+        return any(_type_needs_scan(t, seen) for t in info.types)
+    return True  # FloatType, CustomType (FrozenJson), AnyType, everything else
+
+
+def _scan_plan(tp: builtins.type) -> tuple[str, ...]:
+    plan = _SCAN_PLAN.get(tp)
+    if plan is None:
+        info = msgspec.inspect.type_info(tp)
+        assert isinstance(info, msgspec.inspect.StructType)
+        plan = tuple(f.name for f in info.fields if _type_needs_scan(f.type, {tp}))
+        _SCAN_PLAN[tp] = plan
+        if not plan:
+            _CLOSED.add(tp)
+    return plan
+
+
+def _scan(value: Any) -> None:
+    """Check-only visit of the parts of a typed payload the round trip cannot vouch for."""
+    tp = builtins.type(value)
+    plan = _SCAN_PLAN.get(tp)
+    if plan is None:
+        if isinstance(value, msgspec.Struct):
+            plan = _scan_plan(tp)
+        elif tp is tuple or tp is list:
+            for item in value:
+                if builtins.type(item) not in _CLOSED:
+                    _scan(item)
+            return
+        else:
+            try:
+                check_json(value, "value")
+            except NonJsonValueError as exc:
+                raise _Doubt from exc
+            return
+    for attr in plan:
+        item = getattr(value, attr)
+        if item is not UNSET and builtins.type(item) not in _CLOSED:
+            _scan(item)
+
+
+def _coerce_typed_fast(type: str, data: Any, data_type: builtins.type) -> Any:
+    """The validated frozen copy of a typed payload, or None when the general path must decide."""
+    decoder = _ROUND_TRIP.get(data_type)
+    if decoder is None:
+        decoder = _ROUND_TRIP[data_type] = msgspec.json.Decoder(data_type, dec_hook=_dec_hook)
+    try:
+        _scan(data)
+        result = decoder.decode(_ENCODER.encode(data))
+    except (_Doubt, msgspec.ValidationError, msgspec.DecodeError, UnicodeEncodeError, TypeError):
+        return None
+    except NonJsonValueError:
+        return None
+    if type == "tool/result" and not _tool_result_consistent(result):
+        return None
+    return result
+
+
+def _tool_result_consistent(data: Any) -> bool:
+    message = getattr(data, "message", None)
+    if not isinstance(message, ToolResultMessage) or len(message.content) != 1:
+        return False
+    block = message.content[0]
+    return isinstance(block, ToolResultBlock) and block.tool_call_id == message.source.call_id
 
 
 def _coerce_plain(type: str, plain: Any, subject: str, ignorable: bool) -> Any:
@@ -814,8 +923,14 @@ def parse_surface_marker(
     whether a replace range exists is the surface's job. ``surface_op`` and
     ``source_event_seqs`` are plain values or ``UNSET``.
     """
+    spec = _REGISTRY.get(type)
+    surface = spec is not None and spec.surface
+    if surface and surface_op == "append" and source_event_seqs is UNSET:
+        return "append", UNSET  # the common case, decided without building a label
+    if not surface and surface_op is UNSET and source_event_seqs is UNSET:
+        return UNSET, UNSET
     label = where or f'session event "{type}"'
-    if not is_surface_type(type):
+    if not surface:
         if surface_op is not UNSET:
             raise InvalidSessionEventError(
                 f"{label} is not surface-eligible and cannot carry surfaceOp", event_type=type

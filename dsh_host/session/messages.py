@@ -102,7 +102,7 @@ def new_message_id() -> MessageId:
     return str(uuid.uuid4())
 
 
-class Wire(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+class Wire(msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc=False):
     """Base of every wire type: immutable, camelCase on the wire, keyword-only.
 
     Optional fields use ``UNSET`` (always omitted on encode) rather than

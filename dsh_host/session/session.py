@@ -22,9 +22,10 @@ Invariants, each enforced at the append site:
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 import msgspec
 from msgspec import UNSET
@@ -63,6 +64,8 @@ from dsh_host.session.surface import SurfaceState
 
 __all__ = [
     "EventsView",
+    "LogView",
+    "MessagesView",
     "Observer",
     "Session",
     "SurfaceView",
@@ -71,6 +74,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("dsh.session")
+
+_T = TypeVar("_T")
 
 #: A ``session/event`` observer: called after commit with ``(session, event)``.
 Observer = Callable[["Session", SessionEvent], object]
@@ -122,42 +127,43 @@ def derive_messages_from_events(events: Sequence[SessionEvent]) -> list[Message]
     return out
 
 
-class EventsView(Sequence[SessionEvent]):
-    """An immutable snapshot of a session's log: the first ``len`` events, forever.
+class LogView(Sequence[_T]):
+    """An immutable snapshot of an append-only list: its first ``len`` entries, forever.
 
-    The underlying list is append-only, so a view of its first *n* entries never
-    changes; taking a snapshot is O(1) however long the log is, and a snapshot
-    taken earlier never grows.
+    The backing list only ever grows (a rebuild allocates a new one), so a view
+    of its first *n* entries never changes: taking a snapshot is O(1) however
+    long the list is, and a snapshot taken earlier never grows. Compares equal
+    to any sequence with the same items; ``list(view)`` gives a mutable copy.
     """
 
-    __slots__ = ("_events", "_length")
+    __slots__ = ("_items", "_length")
+    __hash__ = None  # type: ignore[assignment]  # compares by value, like a list
 
-    def __init__(self, events: list[SessionEvent], length: int) -> None:
-        self._events = events
+    def __init__(self, items: list[_T], length: int) -> None:
+        self._items = items
         self._length = length
 
     def __len__(self) -> int:
         return self._length
 
     @overload
-    def __getitem__(self, index: int) -> SessionEvent: ...
+    def __getitem__(self, index: int) -> _T: ...
 
     @overload
-    def __getitem__(self, index: slice) -> tuple[SessionEvent, ...]: ...
+    def __getitem__(self, index: slice) -> tuple[_T, ...]: ...
 
-    def __getitem__(self, index: int | slice) -> SessionEvent | tuple[SessionEvent, ...]:
+    def __getitem__(self, index: int | slice) -> _T | tuple[_T, ...]:
         if isinstance(index, slice):
-            return tuple(self._events[: self._length][index])
+            items = self._items
+            return tuple(items[i] for i in range(*index.indices(self._length)))
         if index < 0:
             index += self._length
         if not 0 <= index < self._length:
-            raise IndexError("session event index out of range")
-        return self._events[index]
+            raise IndexError("view index out of range")
+        return self._items[index]
 
-    def __iter__(self) -> Iterator[SessionEvent]:
-        events = self._events
-        for index in range(self._length):
-            yield events[index]
+    def __iter__(self) -> Iterator[_T]:
+        return itertools.islice(self._items, self._length)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Sequence) and not isinstance(other, str | bytes):
@@ -166,11 +172,14 @@ class EventsView(Sequence[SessionEvent]):
             )
         return NotImplemented
 
-    def __hash__(self) -> int:
-        return hash((id(self._events), self._length))
-
     def __repr__(self) -> str:
-        return f"<EventsView of {self._length} events>"
+        return f"<{type(self).__name__} of {self._length} items>"
+
+
+#: Snapshot of a session's events (``Session.events``).
+EventsView = LogView[SessionEvent]
+#: Snapshot of the derived messages (``Session.derive_messages()``).
+MessagesView = LogView[Message]
 
 
 class SurfaceView:
@@ -319,7 +328,7 @@ class Session:
                     f"invalid seed event at index {index}: {exc}", index=index
                 ) from exc
             log_.append(event)
-            self._surface.apply(plan)
+            self._surface.apply(plan, event.seq)
             self._track(event)
         self._view = None
         self._first_live_seq = len(log_)
@@ -359,7 +368,7 @@ class Session:
         """Immutable snapshot of the log; the same object until the next append."""
         view = self._view
         if view is None:
-            view = self._view = EventsView(self._log, len(self._log))
+            view = self._view = LogView(self._log, len(self._log))
         return view
 
     @property
@@ -442,7 +451,7 @@ class Session:
         plan = self._surface.plan(event, self._lookup)  # raises with the log unchanged
         self._log.append(event)  # the commit point
         self._view = None
-        self._surface.apply(plan)
+        self._surface.apply(plan, event.seq)
         self._track(event)
         if self._observers:
             self._publish(event)
@@ -485,16 +494,18 @@ class Session:
 
     # -- projections ----------------------------------------------------------------------
 
-    def derive_messages(self) -> list[Message]:
+    def derive_messages(self) -> MessagesView:
         """The messages the model sees: each surface node projected, in surface order.
 
-        Incremental: each new node is projected once, so a call costs O(new
-        nodes); a replacement (``replace_generation`` changed) rebuilds. Returns
-        a fresh list each call; the messages in it are shared and immutable.
+        Incremental: each new node is projected once and the result is an O(1)
+        immutable snapshot, so a call costs O(new nodes); a replacement
+        (``replace_generation`` changed) rebuilds from scratch. A snapshot never
+        grows with later appends and cannot be reordered in place; ``list()`` it
+        for a mutable copy. The messages are shared and immutable.
         """
         state = self._surface
         if state.replace_generation != self._derived_generation:
-            self._derived = []
+            self._derived = []  # a new backing list: earlier snapshots keep the old one
             self._derived_nodes = 0
             self._derived_generation = state.replace_generation
         nodes = state.nodes
@@ -506,7 +517,7 @@ class Session:
                 if message is not None:
                     derived.append(message)
             self._derived_nodes = len(nodes)
-        return list(self._derived)
+        return LogView(self._derived, len(self._derived))
 
     def append_origin_events(self) -> list[SessionEvent]:
         """Every surface event that entered with ``surfaceOp: "append"``, in log order.
@@ -543,7 +554,7 @@ _CONSTRUCT = object()
 
 
 def _plain_intent(intent: SurfaceIntent) -> Any:
-    if isinstance(intent, ReplaceOp):
+    if intent == "append" or isinstance(intent, ReplaceOp):
         return intent
     if isinstance(intent, Mapping):
         return dict(intent)

@@ -15,7 +15,7 @@ leaves the nodes and the replace generation unchanged.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import msgspec
 from msgspec import UNSET
@@ -58,6 +58,10 @@ class _Plan(NamedTuple):
     replacement: SurfaceReplacement | None
 
 
+#: The plan of every plain append (one shared value: appends need no per-event state).
+_APPEND: Final = _Plan(-1, -1, -1, None)
+
+
 def is_surface_event(event: SessionEvent) -> bool:
     """A surface-eligible event carrying its marker."""
     return event.surface_op is not UNSET and is_surface_type(event.type)
@@ -94,8 +98,9 @@ class SurfaceState:
         if op is UNSET or not is_surface_type(event.type):
             return None
         if op == "append":
-            self._check_provenance(event, ())
-            return _Plan(event.seq, -1, -1, None)
+            if event.source_event_seqs is not UNSET:
+                self._check_provenance(event, ())
+            return _APPEND
         assert isinstance(op, ReplaceOp)
         start_index = self._index_of(op.start)
         if start_index < 0:
@@ -120,12 +125,12 @@ class SurfaceState:
             SurfaceReplacement(event.seq, op.start, op.end, shadowed),
         )
 
-    def apply(self, plan: _Plan | None) -> None:
+    def apply(self, plan: _Plan | None, seq: int) -> None:
         """Commit a plan returned by :meth:`plan` (after the event entered the log)."""
         if plan is None:
             return
         if plan.start_index < 0:
-            self.nodes.append(plan.seq)
+            self.nodes.append(seq)
             return
         self.nodes[plan.start_index : plan.end_index + 1] = [plan.seq]
         self.replace_generation += 1
@@ -219,7 +224,7 @@ def fold_surface(events: Sequence[SessionEvent], *, base_seq: int = 0) -> Surfac
 
     for event in events:
         plan = state.plan(event, lookup)
-        state.apply(plan)
+        state.apply(plan, event.seq)
         if plan is not None and plan.replacement is not None:
             replacements.append(plan.replacement)
     return SurfaceFold(tuple(state.nodes), tuple(replacements))
