@@ -1,0 +1,25 @@
+"""``session-persistence-postgres``: session logs in PostgreSQL, shared by many machines.
+
+The same persistence seam as ``session-persistence-jsonl`` (DECISIONS D7, D12):
+lazy materialization, a 200 ms write-behind window, ``flush`` as the durability
+barrier (one ``synchronous_commit = on`` transaction), contiguity enforced by
+the database, and single-writer ownership through a session-level advisory lock
+held by the writer's own connection. See README.md.
+"""
+
+from ._backend import PostgresReadHandle, PostgresSessionPersistence, PostgresWriteHandle
+from ._batching import WINDOW_SECONDS, WriteBehind
+from ._schema import SCHEMA_VERSION, advisory_key
+from .plugin import PostgresConfig, SessionPersistencePostgres
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "WINDOW_SECONDS",
+    "PostgresConfig",
+    "PostgresReadHandle",
+    "PostgresSessionPersistence",
+    "PostgresWriteHandle",
+    "SessionPersistencePostgres",
+    "WriteBehind",
+    "advisory_key",
+]

@@ -1,0 +1,864 @@
+"""The PostgreSQL ``sessionPersistence`` service: handles, ownership, write-behind.
+
+Same seam and semantics as the JSONL backend (DECISIONS D7, D12); what differs
+is where the guarantees come from:
+
+* **Durability.** A batch is one autocommit ``INSERT`` (the first one also
+  inserts the header, through a CTE) on a connection started with
+  ``synchronous_commit=on``: when the statement returns, the WAL is flushed. The
+  statement is the whole transaction, so a failed batch leaves nothing behind
+  and nothing needs rolling back.
+* **Contiguity.** The primary key ``(session_id, seq)`` and the self-referencing
+  ``events_prev_fkey`` make the database refuse any seq other than the stored
+  next one (see ``_schema``). The handle still checks contiguity at ``append``,
+  so a bad batch is refused before it is buffered.
+* **Single writer.** ``open(id, "write")`` (and, for ``create``, the first
+  materialization) takes ``pg_try_advisory_lock(key)`` on a connection of its
+  own, and every batch of that handle is written on that same connection. A
+  batch can therefore only commit while the lock is held: if the connection
+  drops, the lock is gone *and* the handle can no longer write. The handle is
+  then poisoned (:class:`SessionOwnershipLostError`); it never reconnects,
+  because another worker may already own the session.
+* **Crash repair** is the reader's, exactly as with JSONL: storage returns the
+  stored rows; ``inspect`` adds closers in memory; a resumer appends them.
+  There are no torn tails: a crash loses only what was never committed.
+
+All database calls are blocking psycopg calls on worker threads (see ``_pool``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Literal, overload
+
+import anyio
+import anyio.to_thread
+import msgspec
+import psycopg
+from psycopg import sql
+
+from dsh_host.cancel import CancelToken
+from dsh_host.jsonsafe import NonJsonValueError, to_json_builtins
+from dsh_host.session.errors import (
+    InvalidSessionEventError,
+    InvalidSessionHeaderError,
+    UnknownEventTypeError,
+)
+from dsh_host.session.events import SessionEvent, decode_event, encode_event
+from dsh_host.session.header import SESSION_FORMAT_VERSION, SessionHeader, parse_session_header
+from dsh_host.session.persistence import (
+    ArtifactLocation,
+    EventLike,
+    OpenMode,
+    SessionAlreadyExistsError,
+    SessionAlreadyOwnedError,
+    SessionAppendRejectedError,
+    SessionFormatUnsupportedError,
+    SessionHandleClosedError,
+    SessionListing,
+    SessionLoad,
+    SessionNotFoundError,
+    SessionOwnershipLostError,
+    SessionPersistenceCorruptionError,
+    SessionPersistenceError,
+    SessionWriteError,
+)
+from dsh_host.session.repair import interrupted_turn_closers
+
+from ._batching import WriteBehind
+from ._pool import ConnectionPool, connect, describe_dsn, writer_conninfo
+from ._schema import EventStorage, SchemaInfo, advisory_key, ensure_schema
+
+__all__ = [
+    "PostgresReadHandle",
+    "PostgresSessionPersistence",
+    "PostgresWriteHandle",
+]
+
+_log = logging.getLogger("dsh.session-persistence-postgres")
+
+#: One buffered event: (seq, encoded JSON text).
+Row = tuple[int, str]
+
+_RETIRED_TYPES: Final = ("request/header-delta", "mode/set")
+
+
+# --------------------------------------------------------------------------- admission
+
+
+def _admit_event(event: EventLike, where: str) -> tuple[SessionEvent, str]:
+    """An event to append as (typed event, JSON text), or :class:`SessionAppendRejectedError`."""
+    if isinstance(event, SessionEvent):
+        typed = event
+    elif isinstance(event, Mapping):
+        try:
+            wire = to_json_builtins(event, where)
+        except NonJsonValueError as error:
+            raise SessionAppendRejectedError(
+                "session event batch is not losslessly JSON-serializable because it contains "
+                f'non-JSON-serializable data (event type "{event.get("type")}"): '
+                f"{error.problem} at {error.path}"
+            ) from error
+        try:
+            typed = decode_event(wire, where=where)
+        except InvalidSessionEventError as error:
+            raise SessionAppendRejectedError(str(error)) from error
+    else:
+        raise SessionAppendRejectedError(
+            f"{where}: expected a SessionEvent or a mapping, got {type(event).__qualname__}"
+        )
+    try:
+        text = encode_event(typed).decode("utf-8")
+    except (TypeError, ValueError, msgspec.EncodeError) as error:
+        raise SessionAppendRejectedError(
+            "session event batch is not losslessly JSON-serializable because it contains "
+            f'non-JSON-serializable data (event type "{typed.type}"): {error}'
+        ) from error
+    return typed, text
+
+
+def _reject_retired(session_id: str, event: SessionEvent) -> None:
+    if event.type in _RETIRED_TYPES:
+        raise SessionAppendRejectedError(
+            f'session "{session_id}" contains unsupported legacy {event.type} event at seq '
+            f"{event.seq}"
+        )
+
+
+def _header_of(header: SessionHeader | Mapping[str, Any]) -> SessionHeader:
+    """Validate a header for ``create``; errors never reserve the id."""
+    if isinstance(header, Mapping):
+        try:
+            meta: dict[str, Any] = to_json_builtins(header, "session metadata")
+        except NonJsonValueError as error:
+            raise SessionAppendRejectedError(
+                f"session metadata must be losslessly JSON-serializable: {error.problem} at "
+                f"{error.path}"
+            ) from error
+        created = meta.get("createdAt")
+        if not (type(created) is int and 0 <= created <= 2**53 - 1):
+            raise SessionAppendRejectedError(
+                "session metadata createdAt must be a non-negative safe integer"
+            )
+        meta.setdefault("version", SESSION_FORMAT_VERSION)
+        if "seedLength" in meta:  # the 0.1.1 spelling of isSeeded
+            meta.setdefault("isSeeded", True)
+            del meta["seedLength"]
+        header = meta
+    elif not isinstance(header, SessionHeader):
+        raise SessionAppendRejectedError(
+            f"session header must be a SessionHeader or a mapping, got {type(header).__qualname__}"
+        )
+    try:
+        return parse_session_header(header)
+    except InvalidSessionHeaderError as error:
+        raise SessionAppendRejectedError(str(error)) from error
+
+
+def _header_text(header: SessionHeader) -> str:
+    return msgspec.json.encode(header.to_json()).decode("utf-8")
+
+
+class _Outcome:
+    """Set from the worker thread right after the INSERT returned (i.e. committed)."""
+
+    __slots__ = ("committed",)
+
+    def __init__(self) -> None:
+        self.committed = False
+
+
+# --------------------------------------------------------------------------- read handle
+
+
+class PostgresReadHandle:
+    """A snapshot of one stored session, read at open; no lock, no writes."""
+
+    mode: Literal["read"] = "read"
+
+    def __init__(self, load: SessionLoad) -> None:
+        self._load = load
+        self._closed = False
+
+    @property
+    def id(self) -> str:
+        return self._load.id
+
+    async def read(self) -> SessionLoad:
+        if self._closed:
+            raise SessionHandleClosedError(f'read handle of session "{self.id}" is closed')
+        return self._load
+
+    async def close(self) -> None:
+        self._closed = True
+
+    async def __aenter__(self) -> PostgresReadHandle:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+# --------------------------------------------------------------------------- write handle
+
+
+class PostgresWriteHandle:
+    """Exclusive writer of one session: its own connection holds the advisory lock."""
+
+    mode: Literal["write"] = "write"
+
+    def __init__(
+        self,
+        backend: PostgresSessionPersistence,
+        header: SessionHeader,
+        *,
+        events: list[SessionEvent],
+        conn: psycopg.Connection[Any] | None,
+        materialized: bool,
+    ) -> None:
+        self._backend = backend
+        self._header = header
+        self._header_text = _header_text(header)
+        self._events = events
+        self._cursor = len(events)
+        self._conn = conn
+        self._materialized = materialized
+        self._lost: SessionOwnershipLostError | None = None
+        self._closed = False
+        self._batcher: WriteBehind[Row] = WriteBehind(
+            write=self._write,
+            spawn=backend.spawn_window,
+            report=self._report,
+            wants_empty_write=lambda: not self._materialized,
+        )
+        #: The live Session bound to this handle, if any (set by the plugin).
+        self.bound: object | None = None
+
+    # -- properties
+
+    @property
+    def id(self) -> str:
+        return self._header.id
+
+    @property
+    def header(self) -> SessionHeader:
+        return self._header
+
+    @property
+    def next_seq(self) -> int:
+        return len(self._events)
+
+    @property
+    def durable_seq(self) -> int:
+        return self._cursor
+
+    @property
+    def materialized(self) -> bool:
+        return self._materialized
+
+    @property
+    def events(self) -> tuple[SessionEvent, ...]:
+        """Every event this handle holds: stored at open plus appended since."""
+        return tuple(self._events)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def ownership_lost(self) -> bool:
+        return self._lost is not None
+
+    @property
+    def backend_pid(self) -> int | None:
+        """PID of the PostgreSQL backend holding this handle's lock (None before it has one)."""
+        conn = self._conn
+        if conn is None or conn.closed:
+            return None
+        return int(conn.info.backend_pid)
+
+    # -- admission
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise SessionHandleClosedError(
+                f'write handle of session "{self.id}" is closed; open the session again'
+            )
+        if self._lost is not None:
+            raise self._lost
+
+    def append(self, events: Sequence[EventLike]) -> None:
+        """Accept a contiguous batch (validated here; durable only after a flush)."""
+        prepared = [
+            _admit_event(event, f'session "{self.id}" append at index {index}')
+            for index, event in enumerate(events)
+        ]
+        for typed, _text in prepared:
+            _reject_retired(self.id, typed)
+        if not prepared:
+            return
+        self._check_usable()
+        expected = len(self._events)
+        for index, (typed, _text) in enumerate(prepared):
+            if typed.seq != expected + index:
+                raise SessionAppendRejectedError(
+                    f'append seq mismatch for "{self.id}": expected {expected + index} at index '
+                    f'{index}, got {typed.seq} (event type "{typed.type}")'
+                )
+        self._events.extend(typed for typed, _text in prepared)
+        self._batcher.admit([(typed.seq, text) for typed, text in prepared])
+
+    def admit_live(self, event: SessionEvent) -> None:
+        """Route one live ``session/event``: events this handle already has are skipped."""
+        if event.seq < len(self._events):
+            return
+        self.append([event])
+
+    # -- writing
+
+    async def flush(self) -> None:
+        """Return once everything appended so far is committed (see the seam)."""
+        self._check_usable()
+        await self._batcher.flush()
+
+    def _report(self, error: BaseException) -> None:
+        self._backend.logger.warning(
+            '%s: background write for session "%s" failed (buffered events retained): %s',
+            self._backend.name,
+            self.id,
+            error,
+        )
+
+    async def _write(self, batch: Sequence[Row]) -> None:
+        """Persist one batch (empty = header-only publication), then advance the cursor."""
+        if self._lost is not None:
+            raise self._lost
+        if batch and batch[0][0] != self._cursor:  # pragma: no cover - the batcher keeps order
+            raise AssertionError(f"batch starts at {batch[0][0]}, cursor is {self._cursor}")
+        outcome = _Outcome()
+        try:
+            await anyio.to_thread.run_sync(self._write_sync, batch, outcome)
+        except SessionOwnershipLostError as error:
+            self._lost = error
+            raise
+        except SessionAlreadyExistsError:
+            await self._release_connection()  # never keep a lock on someone else's session
+            raise
+        finally:
+            if outcome.committed:
+                self._cursor += len(batch)
+                self._materialized = True
+
+    def _write_sync(self, batch: Sequence[Row], outcome: _Outcome) -> None:
+        backend = self._backend
+        if self._conn is None:
+            self._conn = backend.lock_connection_sync(self.id)
+        conn = self._conn
+        seqs = [seq for seq, _text in batch]
+        texts = [text for _seq, text in batch]
+        try:
+            if self._materialized:
+                conn.execute(backend.sql_insert_events, (self.id, seqs, texts), prepare=True)
+            else:
+                conn.execute(
+                    backend.sql_publish,
+                    (self.id, self._header_text, self._header.created_at, self.id, seqs, texts),
+                )
+        except psycopg.errors.UniqueViolation as error:
+            if error.diag.constraint_name == "sessions_pkey":
+                raise SessionAlreadyExistsError(
+                    f'session "{self.id}" already has a persisted log in PostgreSQL '
+                    f"({backend.locate_id(self.id)}); load/resume it instead of creating"
+                ) from None
+            raise self._lost_error(
+                f"seq {seqs[0] if seqs else '?'} is already stored — another writer wrote "
+                "this session"
+            ) from error
+        except psycopg.errors.ForeignKeyViolation as error:
+            raise SessionPersistenceCorruptionError(
+                f'stored session "{self.id}" is shorter than this handle\'s durable cursor '
+                f"{self._cursor} ({error.diag.message_detail or error}); rows were removed "
+                "outside dsh — reopen the session to see what is stored",
+                path=backend.locate_id(self.id),
+            ) from error
+        except psycopg.Error as error:
+            if conn.closed or conn.broken:
+                raise self._lost_error(str(error).strip()) from error
+            raise SessionWriteError(
+                f'failed to store {len(batch)} event(s) of session "{self.id}" in PostgreSQL '
+                f"(nothing was written): {str(error).strip()}"
+            ) from error
+        outcome.committed = True
+
+    def _lost_error(self, why: str) -> SessionOwnershipLostError:
+        return SessionOwnershipLostError(
+            f'session "{self.id}": write ownership lost — {why}. Events from seq {self._cursor} '
+            "on are not known to be stored; this handle refuses further writes rather than "
+            'risk two writers. Reopen the session with open(id, "write") to continue from what '
+            "is really stored."
+        )
+
+    async def _release_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(conn.close)
+
+    # -- reads and lifecycle
+
+    async def read(self) -> SessionLoad:
+        if self._closed:
+            raise SessionHandleClosedError(f'write handle of session "{self.id}" is closed')
+        revision = (
+            self._backend.revision(self._cursor) if self._materialized else "unmaterialized"
+        )
+        return SessionLoad(
+            header=self._header,
+            events=tuple(self._events),
+            revision=revision,
+            location=ArtifactLocation("postgres", self._backend.locate_id(self.id)),
+        )
+
+    async def close(self) -> None:
+        """Final drain, then release the lock (close the connection). Idempotent.
+
+        The drain is shielded from cancellation: a close that is cancelled
+        still writes what was appended. If ownership was lost with events
+        still buffered, the error is raised after the lock connection is gone.
+        """
+        if self._closed:
+            return
+        try:
+            if self._lost is None and not self._batcher.idle:
+                with anyio.CancelScope(shield=True):
+                    await self._batcher.flush()
+            elif self._lost is not None and self._cursor < len(self._events):
+                raise self._lost
+        finally:
+            self._closed = True
+            self._backend.forget(self)
+            await self._release_connection()
+
+    def release_now(self) -> None:
+        """Drop ownership without draining: closing the socket ends the lock."""
+        self._closed = True
+        self._backend.forget(self)
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    async def __aenter__(self) -> PostgresWriteHandle:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+# --------------------------------------------------------------------------- the service
+
+
+class PostgresSessionPersistence:
+    """Session logs in PostgreSQL, shared by every process that uses the same schema.
+
+    ``spawn`` starts a background task (``ctx.start_soon`` or a task group's
+    ``start_soon``) for the 200 ms write-behind window; without it, buffered
+    events wait for an explicit flush. ``pool_size`` bounds the connections
+    used for reads, listing and creation; each open write handle holds one
+    more connection of its own (the one carrying its lock).
+    """
+
+    name = "session-persistence-postgres"
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "dsh",
+        pool_size: int = 4,
+        connect_timeout: float = 10.0,
+        spawn: Any = None,
+        logger: logging.Logger | None = None,
+        storage: EventStorage = "text",
+    ) -> None:
+        if not schema:
+            raise ValueError("schema must be a non-empty PostgreSQL schema name")
+        if storage not in ("text", "jsonb"):
+            raise ValueError(f'storage must be "text" or "jsonb", got {storage!r}')
+        self.dsn_description = describe_dsn(dsn)
+        self.schema = schema
+        self.spawn = spawn
+        self.logger = logger or _log
+        self._storage: EventStorage = storage
+        self._conninfo = writer_conninfo(dsn, connect_timeout=connect_timeout)
+        self.pool = ConnectionPool(self._conninfo, pool_size)
+        self._info: SchemaInfo | None = None
+        self._schema_lock = anyio.Lock()
+        self._owners: dict[str, PostgresWriteHandle] = {}
+        #: Ids whose create/open is between its checks and registering the handle.
+        self._reserved: set[str] = set()
+        self._closed = False
+        s = sql.Identifier(schema)
+        cast = sql.SQL("::jsonb" if storage == "jsonb" else "")
+        self.sql_insert_events = sql.SQL(
+            "INSERT INTO {s}.events (session_id, seq, event) "
+            "SELECT %s, t.seq, t.event{cast} FROM unnest(%s::bigint[], %s::text[]) AS t(seq, event)"
+        ).format(s=s, cast=cast)
+        self.sql_publish = sql.SQL(
+            "WITH header AS (INSERT INTO {s}.sessions (id, header, created_at) "
+            "VALUES (%s, %s, %s)) "
+            "INSERT INTO {s}.events (session_id, seq, event) "
+            "SELECT %s, t.seq, t.event{cast} FROM unnest(%s::bigint[], %s::text[]) AS t(seq, event)"
+        ).format(s=s, cast=cast)
+        self._sql_header = sql.SQL("SELECT header FROM {s}.sessions WHERE id = %s").format(s=s)
+        self._sql_events = sql.SQL(
+            "SELECT seq, event::text FROM {s}.events WHERE session_id = %s AND seq >= %s "
+            "ORDER BY seq"
+        ).format(s=s)
+        self._sql_exists = sql.SQL("SELECT 1 FROM {s}.sessions WHERE id = %s").format(s=s)
+        self._sql_list = sql.SQL(
+            "SELECT s.id, s.header, COALESCE((SELECT e.seq FROM {s}.events e "
+            "WHERE e.session_id = s.id ORDER BY e.seq DESC LIMIT 1) + 1, 0) "
+            "FROM {s}.sessions s ORDER BY s.created_at, s.id"
+        ).format(s=s)
+
+    # -- plumbing
+
+    def spawn_window(self, fn: Any, *args: Any) -> None:
+        if self.spawn is not None:
+            self.spawn(fn, *args)
+
+    @property
+    def info(self) -> SchemaInfo:
+        if self._info is None:
+            raise RuntimeError("schema not loaded yet")  # pragma: no cover - internal misuse
+        return self._info
+
+    async def ensure_schema(self) -> SchemaInfo:
+        """Create or migrate the schema on first use (once per instance)."""
+        if self._info is not None:
+            return self._info
+        async with self._schema_lock:
+            if self._info is None:
+                storage = self._storage
+                try:
+                    self._info = await self.pool.run(
+                        lambda conn: ensure_schema(conn, self.schema, storage)
+                    )
+                except psycopg.OperationalError as error:
+                    raise self._connect_error(error) from error
+        return self._info
+
+    def _connect_error(self, error: BaseException) -> SessionPersistenceError:
+        return SessionWriteError(
+            f"cannot use PostgreSQL ({self.dsn_description}, schema {self.schema}): "
+            f"{str(error).strip()}"
+        )
+
+    def lock_key(self, session_id: str) -> int:
+        return advisory_key("dsh-session", self.info.store_id, session_id)
+
+    def revision(self, count: int) -> str:
+        """Opaque revision: the store and the number of stored events (the log only grows)."""
+        return f"pg:{self.info.store_id}:{count}"
+
+    def locate_id(self, session_id: str) -> str:
+        return f"{self.schema}.events#{session_id}"
+
+    def locate(self, header: SessionHeader | Mapping[str, Any]) -> ArtifactLocation:
+        """Where this session's rows live (no I/O)."""
+        sid = header.id if isinstance(header, SessionHeader) else str(header["id"])
+        return ArtifactLocation("postgres", self.locate_id(sid))
+
+    def lock_connection_sync(self, session_id: str) -> psycopg.Connection[Any]:
+        """A new connection holding the session's advisory lock (blocking; worker thread)."""
+        try:
+            conn = connect(self._conninfo)
+        except psycopg.OperationalError as error:
+            raise self._connect_error(error) from error
+        try:
+            row = conn.execute(
+                "SELECT pg_try_advisory_lock(%s)", (self.lock_key(session_id),)
+            ).fetchone()
+        except BaseException:
+            conn.close()
+            raise
+        if not row or not row[0]:
+            conn.close()
+            raise SessionAlreadyOwnedError(
+                f'session "{session_id}" is being written by another process (its PostgreSQL '
+                "advisory lock is held); ownership is never waited for — retry after that "
+                "writer closes or exits"
+            )
+        return conn
+
+    # -- decoding
+
+    def _decode_header(self, session_id: str, text: str) -> SessionHeader:
+        where = self.locate_id(session_id)
+        try:
+            raw = msgspec.json.decode(text)
+        except msgspec.DecodeError as error:
+            raise SessionPersistenceCorruptionError(
+                f'stored session "{session_id}" has a header that is not JSON ({where}): {error}',
+                path=where,
+            ) from error
+        if not isinstance(raw, dict):
+            raise SessionPersistenceCorruptionError(
+                f'stored session "{session_id}" has a header that is not a JSON object ({where})',
+                path=where,
+            )
+        version = raw.get("version")
+        if type(version) is int and version != SESSION_FORMAT_VERSION:
+            if version > SESSION_FORMAT_VERSION:
+                message = (
+                    f'session "{session_id}" uses log format v{version}, but this harness reads '
+                    f"only v{SESSION_FORMAT_VERSION}: the log was written by a newer harness — "
+                    "upgrade the harness to open it"
+                )
+            else:
+                message = (
+                    f'session "{session_id}" uses log format v{version}, older than the '
+                    f"supported v{SESSION_FORMAT_VERSION}, and this build ships no upgrade "
+                    "path for it"
+                )
+            raise SessionFormatUnsupportedError(f"{message} (raw log: {where})", location=where)
+        try:
+            return parse_session_header(raw, session_id=session_id)
+        except InvalidSessionHeaderError as error:
+            raise SessionPersistenceCorruptionError(
+                f'stored session "{session_id}" failed validation: {error} (raw log: {where})',
+                path=where,
+            ) from error
+
+    def _decode_events(
+        self, session_id: str, rows: Sequence[tuple[int, str]], first_seq: int
+    ) -> list[SessionEvent]:
+        where = self.locate_id(session_id)
+        out: list[SessionEvent] = []
+        for index, (seq, text) in enumerate(rows):
+            try:
+                event = decode_event(text, where=f"stored event at seq {seq}")
+            except UnknownEventTypeError as error:
+                raise SessionFormatUnsupportedError(
+                    f'session "{session_id}" contains event type "{error.event_type}" (seq {seq}) '
+                    "unknown to this harness and not marked ignorable; refusing to interpret the "
+                    f"log — it was likely written by a newer harness (raw log: {where})",
+                    location=where,
+                ) from None
+            except InvalidSessionEventError as error:
+                raise SessionPersistenceCorruptionError(
+                    f'stored session "{session_id}" failed validation: {error} (raw log: {where})',
+                    path=where,
+                ) from error
+            if seq != first_seq + index or event.seq != seq:
+                raise SessionPersistenceCorruptionError(
+                    f'stored session "{session_id}" failed validation: row {first_seq + index} '
+                    f"has seq {seq} holding an event with seq {event.seq}; the log must be "
+                    f"contiguous from 0 (raw log: {where})",
+                    path=where,
+                )
+            out.append(event)
+        return out
+
+    # -- reading
+
+    def _fetch_sync(
+        self, conn: psycopg.Connection[Any], session_id: str, from_seq: int = 0
+    ) -> tuple[SessionHeader, list[SessionEvent]]:
+        row = conn.execute(self._sql_header, (session_id,)).fetchone()
+        if row is None:
+            raise SessionNotFoundError(f'session "{session_id}" not found')
+        header = self._decode_header(session_id, row[0])
+        rows = conn.execute(self._sql_events, (session_id, from_seq), prepare=True).fetchall()
+        return header, self._decode_events(session_id, rows, from_seq)
+
+    def _load(self, header: SessionHeader, events: list[SessionEvent]) -> SessionLoad:
+        return SessionLoad(
+            header=header,
+            events=tuple(events),
+            revision=self.revision(len(events)),
+            location=ArtifactLocation("postgres", self.locate_id(header.id)),
+        )
+
+    async def _read(self, session_id: str, token: CancelToken | None) -> SessionLoad:
+        if token is not None:
+            token.throw_if_aborted()
+        await self.ensure_schema()
+        header, events = await self.pool.run(lambda conn: self._fetch_sync(conn, session_id))
+        if token is not None:
+            token.throw_if_aborted()
+        return self._load(header, events)
+
+    # -- the seam
+
+    async def create(self, header: SessionHeader | Mapping[str, Any]) -> PostgresWriteHandle:
+        """A write handle for a new session; nothing is written until its first flush."""
+        typed = _header_of(header)
+        sid = typed.id
+        self._check_open()
+        if sid in self._owners or sid in self._reserved:
+            raise SessionAlreadyExistsError(f'session "{sid}" already exists in this backend')
+        self._reserved.add(sid)
+        try:
+            await self.ensure_schema()
+            stored = await self.pool.run(
+                lambda conn: conn.execute(self._sql_exists, (sid,)).fetchone()
+            )
+            if stored is not None:
+                raise SessionAlreadyExistsError(
+                    f'session "{sid}" already has a persisted log in PostgreSQL '
+                    f"({self.locate_id(sid)}); load/resume it instead of creating"
+                )
+            handle = PostgresWriteHandle(self, typed, events=[], conn=None, materialized=False)
+            self._owners[sid] = handle
+        finally:
+            self._reserved.discard(sid)
+        return handle
+
+    def create_lazy(self, header: SessionHeader) -> PostgresWriteHandle:
+        """``create`` without the existence check (no I/O), for binding live sessions.
+
+        A collision with a stored session surfaces at the first flush
+        (:class:`SessionAlreadyExistsError`), as the spec asks for live sessions.
+        """
+        self._check_open()
+        if header.id in self._owners or header.id in self._reserved:
+            raise SessionAlreadyExistsError(f'session "{header.id}" already exists in this backend')
+        handle = PostgresWriteHandle(self, header, events=[], conn=None, materialized=False)
+        self._owners[header.id] = handle
+        return handle
+
+    @overload
+    async def open(
+        self, session_id: str, mode: Literal["read"], *, token: CancelToken | None = None
+    ) -> PostgresReadHandle: ...
+
+    @overload
+    async def open(
+        self, session_id: str, mode: Literal["write"], *, token: CancelToken | None = None
+    ) -> PostgresWriteHandle: ...
+
+    async def open(
+        self, session_id: str, mode: OpenMode, *, token: CancelToken | None = None
+    ) -> PostgresReadHandle | PostgresWriteHandle:
+        """``read``: a snapshot, no lock. ``write``: take the advisory lock or fail at once."""
+        if mode == "read":
+            return PostgresReadHandle(await self._read(session_id, token))
+        if mode != "write":
+            raise ValueError(f'open mode must be "read" or "write", got {mode!r}')
+        if token is not None:
+            token.throw_if_aborted()
+        self._check_open()
+        if session_id in self._owners or session_id in self._reserved:
+            raise SessionAlreadyOwnedError(
+                f'session "{session_id}" already has a write handle in this process; close it '
+                "before opening another"
+            )
+        self._reserved.add(session_id)
+        try:
+            await self.ensure_schema()
+            conn, header, events = await anyio.to_thread.run_sync(
+                self._open_write_sync, session_id
+            )
+            handle = PostgresWriteHandle(self, header, events=events, conn=conn, materialized=True)
+            self._owners[session_id] = handle
+        finally:
+            self._reserved.discard(session_id)
+        return handle
+
+    def _open_write_sync(
+        self, session_id: str
+    ) -> tuple[psycopg.Connection[Any], SessionHeader, list[SessionEvent]]:
+        # Lock first, then read: once the lock is ours nobody else can append,
+        # so what we read is the whole log.
+        conn = self.lock_connection_sync(session_id)
+        try:
+            header, events = self._fetch_sync(conn, session_id)
+        except BaseException:
+            conn.close()  # ends the session, so the lock goes with it
+            raise
+        return conn, header, events
+
+    async def inspect(self, session_id: str, *, token: CancelToken | None = None) -> SessionLoad:
+        """A read plus in-memory crash closers (nothing is written)."""
+        load = await self._read(session_id, token)
+        return SessionLoad(
+            header=load.header,
+            events=load.events,
+            revision=load.revision,
+            location=load.location,
+            closers=tuple(interrupted_turn_closers(load.events)),
+        )
+
+    async def read_from(
+        self, session_id: str, from_seq: int, *, token: CancelToken | None = None
+    ) -> tuple[SessionEvent, ...]:
+        """Stored events with ``seq >= from_seq`` (only those rows are fetched)."""
+        if type(from_seq) is not int or from_seq < 0 or from_seq > 2**53 - 1:
+            raise ValueError(
+                f"readFrom fromSeq must be a non-negative safe integer, got {from_seq!r}"
+            )
+        if token is not None:
+            token.throw_if_aborted()
+        await self.ensure_schema()
+        _header, events = await self.pool.run(
+            lambda conn: self._fetch_sync(conn, session_id, from_seq)
+        )
+        if token is not None:
+            token.throw_if_aborted()
+        return tuple(events)
+
+    async def list(self, *, token: CancelToken | None = None) -> list[SessionListing]:
+        """Every published session's header and revision (events are not read)."""
+        if token is not None:
+            token.throw_if_aborted()
+        await self.ensure_schema()
+        rows = await self.pool.run(lambda conn: conn.execute(self._sql_list).fetchall())
+        if token is not None:
+            token.throw_if_aborted()
+        return [
+            SessionListing(
+                header=self._decode_header(sid, text),
+                revision=self.revision(int(count)),
+                location=ArtifactLocation("postgres", self.locate_id(sid)),
+            )
+            for sid, text, count in rows
+        ]
+
+    # -- tracking and teardown
+
+    def owner(self, session_id: str) -> PostgresWriteHandle | None:
+        return self._owners.get(session_id)
+
+    def forget(self, handle: PostgresWriteHandle) -> None:
+        if self._owners.get(handle.id) is handle:
+            del self._owners[handle.id]
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionHandleClosedError(f"{self.name} is closed")
+
+    async def aclose(self) -> None:
+        """Drain and release every handle, then close the pool.
+
+        Each handle is closed even if another one fails; the failures are
+        raised together as ``<backend> dispose failed``.
+        """
+        self._closed = True
+        failures: list[Exception] = []
+        for handle in list(self._owners.values()):
+            try:
+                await handle.close()
+            except Exception as error:
+                failures.append(error)
+                self.logger.error("%s dispose failed for %s: %s", self.name, handle.id, error)
+        await self.pool.aclose()
+        if failures:
+            raise ExceptionGroup(f"{self.name} dispose failed", failures)
+
+    async def __aenter__(self) -> PostgresSessionPersistence:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
