@@ -45,12 +45,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, overload, runtime_checkable
 
 from dsh_host.errors import DshError
+from dsh_host.session.events import SessionEvent
+from dsh_host.session.header import SessionHeader
 
 if TYPE_CHECKING:
     from dsh_host.cancel import CancelToken
 
 __all__ = [
     "ArtifactLocation",
+    "EventLike",
     "OpenMode",
     "SessionAlreadyExistsError",
     "SessionAlreadyOwnedError",
@@ -81,14 +84,17 @@ __all__ = [
 #: ``"write"`` takes exclusive ownership.
 OpenMode = Literal["read", "write"]
 
-#: A stored event in its wire form: ``{type, seq, time, data, ...}`` with DSH's
-#: camelCase keys (``sourceEventSeqs``, ``surfaceOp``, ``ignorable``), deeply
-#: immutable when it comes out of a backend.
-StoredEvent = Mapping[str, Any]
+#: A stored event, decoded and validated by the session core's registry. Backends
+#: keep events in their wire form (``{type, seq, time, data, ...}``, camelCase
+#: keys) and convert at this seam with ``decode_event`` / ``event_to_builtins``.
+StoredEvent = SessionEvent
 
-#: A session header in its wire form (``version, id, createdAt, cwd?,
-#: parentSession?, isSeeded, origin?, delegationDepth, agentPreset?``).
-StoredHeader = Mapping[str, Any]
+#: A stored session header (``version, id, createdAt, cwd?, parentSession?,
+#: isSeeded, origin?, delegationDepth?, agentPreset?``).
+StoredHeader = SessionHeader
+
+#: What ``append`` accepts: core events, or their wire form as plain mappings.
+EventLike = SessionEvent | Mapping[str, Any]
 
 
 # --------------------------------------------------------------------------- errors
@@ -275,12 +281,12 @@ class SessionLoad:
 
     @property
     def id(self) -> str:
-        return str(self.header["id"])
+        return self.header.id
 
     @property
     def last_seq(self) -> int | None:
         """The seq of the last stored event, or None for an empty log."""
-        return int(self.events[-1]["seq"]) if self.events else None
+        return self.events[-1].seq if self.events else None
 
     @property
     def next_seq(self) -> int:
@@ -354,7 +360,7 @@ class SessionWriteHandle(Protocol):
         """How many events are known durable (the stored cursor)."""
         ...
 
-    def append(self, events: Sequence[Any]) -> None:
+    def append(self, events: Sequence[EventLike]) -> None:
         """Accept a contiguous batch: ordered and visible, **not durable**.
 
         Validation happens here, synchronously: a rejected batch never enters
@@ -384,7 +390,7 @@ class SessionWriteHandle(Protocol):
 class SessionPersistence(Protocol):
     """The ``sessionPersistence`` service."""
 
-    async def create(self, header: Mapping[str, Any]) -> SessionWriteHandle:
+    async def create(self, header: SessionHeader | Mapping[str, Any]) -> SessionWriteHandle:
         """Register a new session and return its write handle. Writes nothing.
 
         The log appears on the first durable batch (or an explicit flush of the
@@ -418,6 +424,6 @@ class SessionPersistence(Protocol):
         """A read plus the closers an interrupted turn needs, synthesized in memory only."""
         ...
 
-    def locate(self, header: Mapping[str, Any]) -> ArtifactLocation:
+    def locate(self, header: SessionHeader | Mapping[str, Any]) -> ArtifactLocation:
         """Where this session's current log lives (or will). Performs no I/O."""
         ...

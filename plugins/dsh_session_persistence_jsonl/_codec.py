@@ -81,7 +81,9 @@ HEADER_KEYS_V0: Final = (
 _HEADER_REQUIRED_V0: Final = frozenset({"type", "version", "id", "createdAt", "delegationDepth"})
 
 _EVENT_REQUIRED: Final = ("type", "seq", "time", "data")
-_EVENT_KEYS: Final = frozenset({"type", "seq", "time", "data", "ignorable", "sourceEventSeqs", "surfaceOp"})
+_EVENT_KEYS: Final = frozenset(
+    {"type", "seq", "time", "data", "ignorable", "sourceEventSeqs", "surfaceOp"}
+)
 
 #: Event types the DSH v3 reader understands (core/session known-event-types.ts,
 #: 0.1.5-rc.2 / 0.1.6-alpha.2). A stored event outside this set (and outside
@@ -509,7 +511,9 @@ def decode_v0_row(row: object) -> list[dict[str, Any]]:
     if is_tool:
         allowed = base | {"id", "name"}
         if not (base | {"id"}) <= set(data) or not set(data) <= allowed:
-            raise RowError(f"{why}: data must be exactly {{turn, step, index, id, name?, dt, args}}")
+            raise RowError(
+                f"{why}: data must be exactly {{turn, step, index, id, name?, dt, args}}"
+            )
         if type(data["id"]) is not str or ("name" in data and type(data["name"]) is not str):
             raise RowError(f"{why}: id (and name when present) must be strings")
     elif set(data) != base:
@@ -570,16 +574,25 @@ def _packable(event: Mapping[str, Any]) -> tuple[Any, ...] | None:
         return (kind, data["turn"], data["step"], chunk["index"])
     if kind == "tool-call-delta":
         keys = set(chunk)
-        if not ({"type", "index", "id", "argumentsDelta"} <= keys <= {
-            "type", "index", "id", "name", "argumentsDelta"
-        }):
+        if not (
+            {"type", "index", "id", "argumentsDelta"}
+            <= keys
+            <= {"type", "index", "id", "name", "argumentsDelta"}
+        ):
             return None
         if type(chunk["id"]) is not str or type(chunk["argumentsDelta"]) is not str:
             return None
         if "name" in chunk and type(chunk["name"]) is not str:
             return None
-        return (kind, data["turn"], data["step"], chunk["index"], chunk["id"],
-                "name" in chunk, chunk.get("name"))
+        return (
+            kind,
+            data["turn"],
+            data["step"],
+            chunk["index"],
+            chunk["id"],
+            "name" in chunk,
+            chunk.get("name"),
+        )
     return None
 
 
@@ -650,13 +663,23 @@ def pack_stream(timed_chunks: Iterable[tuple[int, Mapping[str, Any]]]) -> list[d
         gap_ok = gap is not None and is_safe_int(gap)
         if kind in ("text-delta", "reasoning-delta") and type(chunk.get("text")) is str:
             tag = "text-chunks" if kind == "text-delta" else "reasoning-chunks"
-            if prev is not None and prev["type"] == tag and prev["index"] == chunk["index"] and gap_ok:
+            if (
+                prev is not None
+                and prev["type"] == tag
+                and prev["index"] == chunk["index"]
+                and gap_ok
+            ):
                 prev["dt"].append(gap)
                 prev["texts"].append(chunk["text"])
             else:
                 records.append(
-                    {"type": tag, "time0": time, "index": chunk["index"], "dt": [],
-                     "texts": [chunk["text"]]}
+                    {
+                        "type": tag,
+                        "time0": time,
+                        "index": chunk["index"],
+                        "dt": [],
+                        "texts": [chunk["text"]],
+                    }
                 )
         elif (
             kind == "tool-call-delta"
@@ -679,7 +702,10 @@ def pack_stream(timed_chunks: Iterable[tuple[int, Mapping[str, Any]]]) -> list[d
                 prev["args"].append(chunk["argumentsDelta"])
             else:
                 record: dict[str, Any] = {
-                    "type": "tool-call-chunks", "time0": time, "index": chunk["index"], "dt": [],
+                    "type": "tool-call-chunks",
+                    "time0": time,
+                    "index": chunk["index"],
+                    "dt": [],
                     "id": chunk["id"],
                 }
                 if "name" in chunk:

@@ -63,7 +63,7 @@ def _needs_patch(value: Any) -> bool:
                 return True
         elif tp is dict:
             stack.extend(node.values())
-        elif tp is list:
+        elif tp is list or tp is tuple:
             stack.extend(node)
     return False
 
@@ -76,7 +76,7 @@ def _patch_floats(value: Any, table: dict[str, str], nonce: str) -> Any:
         return token
     if tp is dict:
         return {k: _patch_floats(v, table, nonce) for k, v in value.items()}
-    if tp is list:
+    if tp is list or tp is tuple:
         return [_patch_floats(v, table, nonce) for v in value]
     return value
 

@@ -233,7 +233,7 @@ def _check_later_frames(data: bytes, torn_start: int, path: str) -> None:
             start, end = scan.frames[0]
             try:
                 decompress_frame(data[position + start : position + end])
-            except Exception:  # noqa: BLE001 - any decode failure means "not intact"
+            except Exception:
                 pass
             else:
                 raise _corrupt(
@@ -271,7 +271,7 @@ def _read_zstd(path: str, data: bytes, revision: str, version: int | None) -> Ar
     for start, end in scan.frames:
         try:
             plaintexts.append(decompress_frame(data[start:end]))
-        except Exception as error:  # noqa: BLE001 - zstd raises ZstdError or ValueError
+        except Exception as error:
             raise _corrupt(
                 path,
                 f"corrupt Zstandard session log: frame at byte {start} failed validation ({error})",
@@ -393,7 +393,7 @@ def read_header(path: str, compression: Compression) -> tuple[dict[str, Any], st
                     start, end = scan.frames[0]
                     try:
                         head = decompress_frame(data[start:end])
-                    except Exception as error:  # noqa: BLE001
+                    except Exception as error:
                         raise _corrupt(
                             path,
                             f"corrupt Zstandard session log: header frame failed validation "

@@ -1,0 +1,461 @@
+"""The persistence backend contract, reusable by every backend.
+
+A backend's test module provides a ``backend_factory`` fixture (an object
+satisfying :class:`BackendFactory`) and star-imports the tests from here::
+
+    from .contract import *  # noqa: F403
+
+    @pytest.fixture
+    def backend_factory(tmp_path): return MyFactory(tmp_path)
+
+Everything here goes through the seam in ``dsh_host.session.persistence``
+only; real files / real databases, real subprocesses for the lock and crash
+cases. No test asserts on timing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Protocol
+
+import anyio
+import pytest
+
+from dsh_host.cancel import CancelToken
+from dsh_host.errors import AbortedError
+from dsh_host.session.events import event_to_builtins
+from dsh_host.session.persistence import (
+    SessionAlreadyExistsError,
+    SessionAlreadyOwnedError,
+    SessionAppendRejectedError,
+    SessionHandleClosedError,
+    SessionNotFoundError,
+)
+from dsh_host.session.repair import TOOL_NOT_STARTED_TEXT, TOOL_OUTCOME_UNKNOWN_TEXT
+
+from .helpers import ev, header, log, plain, turn
+
+__all__ = [
+    "BackendFactory",
+    "backend_of",
+    "test_abandoned_lazy_id_is_reusable",
+    "test_append_is_visible_through_the_handle_before_flush",
+    "test_append_rejects_non_json_data",
+    "test_append_rejects_seq_mismatch",
+    "test_closed_handle_refuses",
+    "test_concurrent_flushes_write_each_event_once",
+    "test_create_rejects_known_ids",
+    "test_create_rejects_invalid_header_without_reserving_the_id",
+    "test_created_session_is_absent_until_flushed_then_header_only",
+    "test_ignorable_unknown_event_is_kept",
+    "test_inspect_synthesizes_closers_without_writing",
+    "test_list_returns_headers",
+    "test_open_missing_session",
+    "test_pre_aborted_token_raises_the_reason",
+    "test_resume_appends_closers_and_continues",
+    "test_round_trip",
+    "test_second_writer_in_process_is_refused",
+    "test_sigkill_of_writer_keeps_every_flushed_event",
+    "test_writer_in_another_process_excludes_until_killed",
+]
+
+pytestmark = pytest.mark.anyio
+
+CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
+
+
+class BackendFactory(Protocol):
+    """How the contract builds backend instances over one shared store."""
+
+    def make(self, store: str, spawn: Callable[..., Any] | None) -> Any:
+        """A fresh backend instance over ``store`` (same store name → same data)."""
+        ...
+
+    def child_source(self, store: str) -> str:
+        """Python source defining ``make_backend(spawn)`` over ``store``, for subprocesses."""
+        ...
+
+
+@asynccontextmanager
+async def backend_of(factory: BackendFactory, store: str = "main") -> AsyncIterator[Any]:
+    """A backend with a task group for its write windows; closed (drained) on exit."""
+    async with anyio.create_task_group() as tg:
+        backend = factory.make(store, tg.start_soon)
+        try:
+            yield backend
+        finally:
+            await backend.aclose()
+            tg.cancel_scope.cancel()
+
+
+def wire(events: Any) -> list[Any]:
+    return [plain(event_to_builtins(e)) for e in events]
+
+
+# --------------------------------------------------------------------------- basics
+
+
+async def test_round_trip(backend_factory: BackendFactory) -> None:
+    events = log(2, tools=1)
+    async with backend_of(backend_factory) as backend:
+        handle = await backend.create(header("rt", agentPreset="default", delegationDepth=1))
+        handle.append(events[:5])
+        await handle.flush()
+        handle.append(events[5:])
+        await handle.close()
+    async with backend_of(backend_factory) as backend:
+        reader = await backend.open("rt", "read")
+        load = await reader.read()
+        assert wire(load.events) == plain(events)
+        assert load.last_seq == len(events) - 1
+        assert load.torn_tail is None
+        assert load.closers == ()
+        assert load.header.id == "rt"
+        assert load.header.agent_preset == "default"
+        assert load.header.delegation_depth == 1
+        assert load.header.cwd == "/home/dev/project"
+
+
+async def test_append_is_visible_through_the_handle_before_flush(
+    backend_factory: BackendFactory,
+) -> None:
+    events = log(1)
+    async with backend_of(backend_factory) as backend:
+        handle = await backend.create(header("vis"))
+        handle.append(events)
+        assert handle.next_seq == len(events)
+        assert wire((await handle.read()).events) == plain(events)
+        await handle.flush()
+        assert handle.durable_seq == len(events)
+        async with backend_of(backend_factory) as other:
+            load = await (await other.open("vis", "read")).read()
+            assert wire(load.events) == plain(events)
+
+
+async def test_created_session_is_absent_until_flushed_then_header_only(
+    backend_factory: BackendFactory,
+) -> None:
+    async with backend_of(backend_factory) as backend:
+        handle = await backend.create(header("lazy"))
+        assert [item.header.id for item in await backend.list()] == []
+        with pytest.raises(SessionNotFoundError, match='session "lazy" not found'):
+            await backend.open("lazy", "read")
+        await handle.flush()
+        assert [item.header.id for item in await backend.list()] == ["lazy"]
+        load = await (await backend.open("lazy", "read")).read()
+        assert load.events == () and load.last_seq is None
+
+
+async def test_abandoned_lazy_id_is_reusable(backend_factory: BackendFactory) -> None:
+    async with backend_of(backend_factory) as backend:
+        handle = await backend.create(header("again"))
+        await handle.close()
+        second = await backend.create(header("again"))
+        second.append(log(1))
+        await second.flush()
+        assert len((await (await backend.open("again", "read")).read()).events) == len(log(1))
+
+
+async def test_create_rejects_known_ids(backend_factory: BackendFactory) -> None:
+    async with backend_of(backend_factory) as backend:
+        await backend.create(header("dup"))
+        with pytest.raises(SessionAlreadyExistsError, match="already exists in this backend"):
+            await backend.create(header("dup"))
+        stored = await backend.create(header("stored"))
+        await stored.flush()
+        await stored.close()
+    async with backend_of(backend_factory) as backend:
+        with pytest.raises(SessionAlreadyExistsError, match="already has a persisted log"):
+            await backend.create(header("stored"))
+
+
+async def test_create_rejects_invalid_header_without_reserving_the_id(
+    backend_factory: BackendFactory,
+) -> None:
+    async with backend_of(backend_factory) as backend:
+        with pytest.raises(Exception, match="createdAt"):
+            await backend.create({**header("bad"), "createdAt": 1.5})
+        with pytest.raises(Exception, match="losslessly JSON-serializable"):
+            await backend.create({**header("bad"), "cwd": float("nan")})
+        handle = await backend.create(header("bad"))
+        assert handle.id == "bad"
+
+
+async def test_append_rejects_seq_mismatch(backend_factory: BackendFactory) -> None:
+    events = log(1)
+    async with backend_of(backend_factory) as backend:
+        handle = await backend.create(header("seq"))
+        handle.append(events[:3])
+        await handle.flush()
+        with pytest.raises(SessionAppendRejectedError, match="expected 3 at index 0, got 0"):
+            handle.append(events[:3])
+        with pytest.raises(SessionAppendRejectedError, match="expected 4 at index 1, got 5"):
+            handle.append([events[3], events[5]])
+        assert handle.next_seq == 3  # a rejected batch leaves nothing behind
+        handle.append(events[3:])
+        await handle.close()
+    async with backend_of(backend_factory) as backend:
+        load = await (await backend.open("seq", "read")).read()
+        assert wire(load.events) == plain(events)
+
+
+async def test_append_rejects_non_json_data(backend_factory: BackendFactory) -> None:
+    async with backend_of(backend_factory) as backend:
+        handle = await backend.create(header("json"))
+        for bad in (float("inf"), float("nan"), -0.0, 2**60, {1: "x"}, {"x": object()}, {"s"}):
+            with pytest.raises(SessionAppendRejectedError, match="losslessly JSON-serializable"):
+                handle.append([ev("todo/write", 0, {"todos": [], "extra": bad})])
+        cyclic: dict[str, Any] = {}
+        cyclic["self"] = cyclic
+        with pytest.raises(SessionAppendRejectedError, match="losslessly JSON-serializable"):
+            handle.append([ev("todo/write", 0, cyclic)])
+        assert handle.next_seq == 0
+
+
+async def test_ignorable_unknown_event_is_kept(backend_factory: BackendFactory) -> None:
+    event = ev("future-plugin/thing", 0, {"anything": [1, 2]}, ignorable=True)
+    async with backend_of(backend_factory) as backend:
+        handle = await backend.create(header("ign"))
+        handle.append([event])
+        await handle.close()
+        load = await (await backend.open("ign", "read")).read()
+        assert wire(load.events) == [plain(event)]
+
+
+async def test_closed_handle_refuses(backend_factory: BackendFactory) -> None:
+    async with backend_of(backend_factory) as backend:
+        handle = await backend.create(header("closed"))
+        handle.append(log(1)[:1])
+        await handle.close()
+        await handle.close()  # idempotent
+        with pytest.raises(SessionHandleClosedError):
+            handle.append(log(1)[1:2])
+        with pytest.raises(SessionHandleClosedError):
+            await handle.flush()
+
+
+async def test_open_missing_session(backend_factory: BackendFactory) -> None:
+    async with backend_of(backend_factory) as backend:
+        for mode in ("read", "write"):
+            with pytest.raises(SessionNotFoundError, match='session "nope" not found'):
+                await backend.open("nope", mode)
+
+
+async def test_pre_aborted_token_raises_the_reason(backend_factory: BackendFactory) -> None:
+    reason = object()
+    token = CancelToken()
+    token.abort(reason)
+    async with backend_of(backend_factory) as backend:
+        handle = await backend.create(header("abort"))
+        await handle.flush()
+        for call in (
+            lambda: backend.open("abort", "read", token=token),
+            lambda: backend.open("abort", "write", token=token),
+            lambda: backend.inspect("abort", token=token),
+            lambda: backend.list(token=token),
+        ):
+            with pytest.raises(AbortedError) as raised:
+                await call()
+            assert raised.value.reason is reason
+
+
+async def test_list_returns_headers(backend_factory: BackendFactory) -> None:
+    async with backend_of(backend_factory) as backend:
+        for sid, cwd in (("a", "/p/one"), ("b", "/p/two"), ("c", "/p/one")):
+            handle = await backend.create(header(sid, cwd=cwd))
+            handle.append(log(1))
+            await handle.close()
+        listed = await backend.list()
+        assert sorted(item.header.id for item in listed) == ["a", "b", "c"]
+        assert {item.header.id: item.header.cwd for item in listed} == {
+            "a": "/p/one", "b": "/p/two", "c": "/p/one"
+        }
+        again = await backend.list()
+        assert [i.revision for i in again] == [i.revision for i in listed]
+
+
+# --------------------------------------------------------------------------- ownership
+
+
+async def test_second_writer_in_process_is_refused(backend_factory: BackendFactory) -> None:
+    async with backend_of(backend_factory) as backend:
+        handle = await backend.create(header("own"))
+        handle.append(log(1))
+        await handle.flush()
+        with pytest.raises(SessionAlreadyExistsError):
+            await backend.create(header("own"))
+        with pytest.raises(SessionAlreadyOwnedError):
+            await backend.open("own", "write")
+        async with backend_of(backend_factory) as other:
+            with pytest.raises(SessionAlreadyOwnedError):
+                await other.open("own", "write")
+            reader = await other.open("own", "read")  # readers never lock
+            assert len((await reader.read()).events) == len(log(1))
+        await handle.close()
+        again = await backend.open("own", "write")
+        assert again.next_seq == len(log(1))
+        await again.close()
+
+
+def _child(factory: BackendFactory, store: str, *args: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, DSH_TEST_BACKEND=factory.child_source(store))
+    return subprocess.Popen(
+        [sys.executable, CHILD, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def _read_line(proc: subprocess.Popen[str]) -> str:
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        assert proc.stderr is not None
+        raise AssertionError(f"child exited early: {proc.wait()} {proc.stderr.read()}")
+    return line.strip()
+
+
+async def test_writer_in_another_process_excludes_until_killed(
+    backend_factory: BackendFactory,
+) -> None:
+    async with backend_of(backend_factory) as backend:
+        handle = await backend.create(header("xproc"))
+        handle.append(log(1))
+        await handle.close()
+    proc = _child(backend_factory, "main", "hold", "xproc")
+    try:
+        assert await anyio.to_thread.run_sync(_read_line, proc) == "locked"
+        async with backend_of(backend_factory) as backend:
+            with pytest.raises(SessionAlreadyOwnedError):
+                await backend.open("xproc", "write")
+            assert len((await (await backend.open("xproc", "read")).read()).events) == len(log(1))
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        await anyio.to_thread.run_sync(proc.wait)
+    async with backend_of(backend_factory) as backend:
+        handle = await backend.open("xproc", "write")
+        assert handle.next_seq == len(log(1))
+        await handle.close()
+
+
+async def test_sigkill_of_writer_keeps_every_flushed_event(
+    backend_factory: BackendFactory,
+) -> None:
+    from .child import deterministic_events
+
+    expected = plain(deterministic_events(20_000))
+    for round_no, batch in enumerate((1, 7, 50)):
+        sid = f"crash-{round_no}"
+        proc = _child(backend_factory, "main", "write", sid, str(batch), "create")
+        flushed = 0
+        try:
+            for _ in range(3 + round_no * 2):
+                line = await anyio.to_thread.run_sync(_read_line, proc)
+                flushed = int(line.split()[1])
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            await anyio.to_thread.run_sync(proc.wait)
+        async with backend_of(backend_factory) as backend:
+            load = await (await backend.open(sid, "read")).read()
+            got = wire(load.events)
+            # Never less than what flush() had reported, and always an exact prefix of what
+            # was sent (the child may have flushed more batches after its last report).
+            assert len(got) >= flushed
+            assert got == expected[: len(got)]
+            writer = await backend.open(sid, "write")  # the crash tail is repairable
+            await writer.flush()
+            await writer.close()
+            again = await (await backend.open(sid, "read")).read()
+            assert wire(again.events) == got
+            assert again.torn_tail is None
+
+
+# --------------------------------------------------------------------------- repair
+
+
+async def test_inspect_synthesizes_closers_without_writing(
+    backend_factory: BackendFactory,
+) -> None:
+    events = log(2, tools=0, last_closed=False)  # turn 2 crashed before turn/end
+    events += [
+        ev("step/start", len(events), {"turn": 2, "step": 2}),
+    ]
+    async with backend_of(backend_factory) as backend:
+        handle = await backend.create(header("insp"))
+        handle.append(events)
+        await handle.close()
+        before = await backend.list()
+        load = await backend.inspect("insp")
+        closers = wire(load.closers)
+        assert [c["type"] for c in closers] == ["step/end", "turn/end"]
+        assert [c["seq"] for c in closers] == [len(events), len(events) + 1]
+        assert closers[1]["data"] == {"turn": 2, "reason": {"kind": "interrupted"}}
+        assert all(c["time"] == events[-1]["time"] for c in closers)
+        assert [i.revision for i in await backend.list()] == [i.revision for i in before]
+        reread = await (await backend.open("insp", "read")).read()
+        assert reread.closers == () and len(reread.events) == len(events)
+
+
+async def test_resume_appends_closers_and_continues(backend_factory: BackendFactory) -> None:
+    events = turn(0, 1, closed=False, tools=0)[:4]  # turn/start, user, step/start, assistant
+    events[-1] = turn(0, 1, tools=2)[3]  # the assistant asks for two tools
+    events.append(ev("tool/call", 4, {"turn": 1, "step": 1, "callId": "call-1-0",
+                                     "name": "bash", "arguments": "{}"}))
+    async with backend_of(backend_factory) as backend:
+        handle = await backend.create(header("resume"))
+        handle.append(events)
+        await handle.close()
+        before = (await backend.list())[0].revision
+        writer = await backend.open("resume", "write")
+        load = await writer.read()
+        from dsh_host.session.repair import interrupted_turn_closers
+
+        closers = interrupted_turn_closers(load.events)
+        writer.append(closers)
+        await writer.flush()
+        after = (await backend.list())[0].revision
+        assert after != before
+        writer.append([ev("turn/start", writer.next_seq, {"turn": 2})])
+        await writer.close()
+        stored = wire((await (await backend.open("resume", "read")).read()).events)
+        assert [e["type"] for e in stored[5:]] == [
+            "tool/result", "tool/result", "step/end", "turn/end", "turn/start"
+        ]
+        unknown, not_started = stored[5], stored[6]
+        assert unknown["data"]["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
+        assert unknown["sourceEventSeqs"] == [4]
+        assert unknown["data"]["message"]["content"][0]["content"][0]["text"] == (
+            TOOL_OUTCOME_UNKNOWN_TEXT
+        )
+        assert not_started["data"]["error"]["code"] == "TOOL_NOT_STARTED"
+        assert "sourceEventSeqs" not in not_started
+        assert not_started["data"]["message"]["content"][0]["content"][0]["text"] == (
+            TOOL_NOT_STARTED_TEXT
+        )
+        # Turn 1 is balanced now; only the freshly opened turn 2 would need a closer.
+        assert [c.type for c in (await backend.inspect("resume")).closers] == ["turn/end"]
+
+
+async def test_concurrent_flushes_write_each_event_once(backend_factory: BackendFactory) -> None:
+    events = log(8, tools=2)
+    async with backend_of(backend_factory) as backend:
+        handle = await backend.create(header("conc"))
+        async with anyio.create_task_group() as tg:
+            for start in range(0, len(events), 5):
+                handle.append(events[start : start + 5])
+                for _ in range(3):
+                    tg.start_soon(handle.flush)
+                await anyio.sleep(0)
+        await handle.flush()
+        assert handle.durable_seq == len(events)
+        await handle.close()
+    async with backend_of(backend_factory) as backend:
+        load = await (await backend.open("conc", "read")).read()
+        assert wire(load.events) == plain(events)
