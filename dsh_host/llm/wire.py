@@ -1,0 +1,193 @@
+"""Provider-neutral helpers for HTTP model adapters.
+
+Kept here rather than in one adapter so every adapter classifies the same
+provider answer the same way: a context overflow is ``CONTEXT_WINDOW_EXCEEDED``
+and an exhausted balance is ``QUOTA`` (terminal) whichever backend said it,
+which is what lets a retry policy route on codes instead of parsing messages.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import importlib.metadata
+import math
+import re
+import time
+from collections.abc import Mapping
+
+from .errors import (
+    CONTEXT_WINDOW_EXCEEDED_CODE,
+    INVALID_CREDENTIAL_CODE,
+    QUOTA_EXCEEDED_CODE,
+    LlmError,
+)
+
+__all__ = [
+    "PROJECT_URL",
+    "check_api_key",
+    "http_error_code",
+    "is_context_window_exceeded",
+    "is_quota_exceeded",
+    "parse_retry_after_ms",
+    "request_id_of",
+    "user_agent",
+]
+
+#: Public home of the project, sent as the User-Agent comment.
+PROJECT_URL = "https://github.com/deepseek-ai/deepseek-harness"
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("dsh")
+    except importlib.metadata.PackageNotFoundError:
+        return "0"
+
+
+def user_agent() -> str:
+    """The attribution ``User-Agent`` every provider request carries.
+
+    Only public product facts (name, version, home): no user, session or path
+    ever goes into it.
+    """
+    return f"dsh-python/{_version()} (+{PROJECT_URL})"
+
+
+_LEGAL_API_KEY = re.compile(r"^[\x21-\x7e]+$")
+
+
+def check_api_key(raw: str, source: str) -> str:
+    """Trim and validate a supplied API key; ``source`` names where it came from.
+
+    Blank, or containing anything but printable ASCII without spaces, is
+    ``INVALID_CREDENTIAL``. The key itself never appears in the message.
+    """
+    value = raw.strip()
+    if not value:
+        raise LlmError(
+            f"the API key in {source} is blank; set {source} to the raw key",
+            INVALID_CREDENTIAL_CODE,
+        )
+    if not _LEGAL_API_KEY.match(value):
+        raise LlmError(
+            f"the API key in {source} contains characters no HTTP header can carry "
+            f"(spaces or non-ASCII); set {source} to the raw key alone",
+            INVALID_CREDENTIAL_CODE,
+        )
+    return value
+
+
+_STRUCTURED_CONTEXT_OVERFLOW = re.compile(
+    r"(?:^|[^a-z0-9])context[\s_-](?:length|window)[\s_-]"
+    r"(?:exceed(?:ed|s)?|overflow(?:ed)?|limit[\s_-]exceeded)(?:$|[^a-z0-9])",
+    re.IGNORECASE,
+)
+_MAX_CONTEXT = re.compile(
+    r"\b(?:maximum|max)(?:\s+(?:allowed|supported))?\s+context\s+(?:length|window)\b",
+    re.IGNORECASE,
+)
+_TOO_LARGE_FOR_CONTEXT = re.compile(
+    r"\b(?:request|prompt|input|messages?)\s+(?:is\s+|are\s+)?too\s+(?:large|long)\s+for\s+"
+    r"(?:(?:this|the)\s+)?(?:model(?:'s)?\s+)?context(?:\s+window)?\b",
+    re.IGNORECASE,
+)
+_TOO_LONG_FOR_MODEL = re.compile(
+    r"\b(?:input|prompt|request)\s+(?:is\s+)?too\s+(?:long|large)\s+for\s+(?:this|the)\s+model\b",
+    re.IGNORECASE,
+)
+_EXCEEDS_MODEL_CONTEXT = re.compile(
+    r"\b(?:input|prompt|request|messages?)\b.{0,40}"
+    r"\b(?:exceed(?:s|ed)?|overflows?|is\s+larger\s+than)\b.{0,40}"
+    r"\b(?:the\s+)?(?:model(?:'s)?\s+)?context(?:\s+(?:length|window))?\b",
+    re.IGNORECASE,
+)
+
+
+def is_context_window_exceeded(detail: str) -> bool:
+    """True for provider wording that says the request exceeds the model's context."""
+    return any(
+        pattern.search(detail)
+        for pattern in (
+            _STRUCTURED_CONTEXT_OVERFLOW,
+            _MAX_CONTEXT,
+            _TOO_LARGE_FOR_CONTEXT,
+            _TOO_LONG_FOR_MODEL,
+            _EXCEEDS_MODEL_CONTEXT,
+        )
+    )
+
+
+_QUOTA_PATTERNS = tuple(
+    re.compile(pattern, re.IGNORECASE)
+    for pattern in (
+        r"\binsufficient[\s_-]+(?:quota|balance|credits?)\b",
+        r"\b(?:quota|usage[\s_-]+limit)[\s_-]+(?:exceeded|exhausted|reached)\b",
+        r"\bexceed(?:ed|s)?[\s_-]+(?:(?:your|the)[\s_-]+)?(?:current[\s_-]+)?quota\b",
+        r"\b(?:balance|credits?)[\s_-]+(?:exhausted|depleted)\b",
+        r"\bout[\s_-]+of[\s_-]+(?:credits?|budget)\b",
+    )
+)
+
+
+def is_quota_exceeded(detail: str) -> bool:
+    """True for wording of an exhausted quota/balance (terminal), not a rate limit."""
+    return any(pattern.search(detail) for pattern in _QUOTA_PATTERNS)
+
+
+def http_error_code(status: int, detail: str = "") -> str:
+    """The stable code of a non-2xx provider answer.
+
+    ``detail`` is the provider's error code, type and message joined by spaces.
+    401/403 ``AUTH``; 413 ``INVALID_REQUEST``; quota wording ``QUOTA``; 429
+    ``RATE_LIMIT``; 400 context overflow ``CONTEXT_WINDOW_EXCEEDED`` else
+    ``INVALID_REQUEST``; >=500 ``SERVER``; anything else ``HTTP_<status>``.
+    """
+    if status in (401, 403):
+        return "AUTH"
+    if status == 413:
+        return "INVALID_REQUEST"
+    if is_quota_exceeded(detail):
+        return QUOTA_EXCEEDED_CODE
+    if status == 429:
+        return "RATE_LIMIT"
+    if status == 400:
+        return CONTEXT_WINDOW_EXCEEDED_CODE if is_context_window_exceeded(detail) else (
+            "INVALID_REQUEST"
+        )
+    if status >= 500:
+        return "SERVER"
+    return f"HTTP_{status}"
+
+
+def parse_retry_after_ms(value: str | None, now: float | None = None) -> float | None:
+    """A ``Retry-After`` header as milliseconds from ``now`` (epoch seconds).
+
+    Delay-seconds or an HTTP date; zero, negative, past, unparseable or absurd
+    values give None (no provider delay), never "retry immediately".
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        if len(value) > 12:  # beyond ~30,000 years: not a real instruction
+            return None
+        delay = int(value) * 1000.0
+        return delay if delay > 0 else None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when is None or when.tzinfo is None:
+        return None
+    current = time.time() if now is None else now
+    delay = (when.timestamp() - current) * 1000.0
+    return delay if math.isfinite(delay) and delay > 0 else None
+
+
+def request_id_of(headers: Mapping[str, str]) -> str | None:
+    """The provider request id (``x-request-id``, else ``x-deepseek-request-id``)."""
+    for name in ("x-request-id", "x-deepseek-request-id"):
+        value = headers.get(name)
+        if value:
+            return value
+    return None

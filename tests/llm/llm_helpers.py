@@ -1,0 +1,74 @@
+"""Shared helpers of the LLM tests."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
+from typing import Any
+
+from dsh_host.llm import (
+    AbortedFinish,
+    ErrorFinish,
+    FinishChunk,
+    LlmCallConfig,
+    LlmFailure,
+    LlmRequest,
+    StreamChunk,
+    TextBlock,
+)
+from dsh_host.session.messages import UserMessage, UserSource, new_message_id
+
+
+async def collect(stream: AsyncIterator[StreamChunk]) -> list[StreamChunk]:
+    out: list[StreamChunk] = []
+    async with aclosing(_gen(stream)) as chunks:
+        async for chunk in chunks:
+            out.append(chunk)
+    return out
+
+
+async def _gen(stream: AsyncIterator[StreamChunk]) -> AsyncIterator[StreamChunk]:
+    try:
+        async for chunk in stream:
+            yield chunk
+    finally:
+        close = getattr(stream, "aclose", None)
+        if close is not None:
+            await close()
+
+
+def user(text: str) -> UserMessage:
+    return UserMessage(id=new_message_id(), content=(TextBlock(text=text),), source=UserSource())
+
+
+def request(
+    provider: str = "scripted",
+    model: str = "scripted",
+    messages: Sequence[Any] = (),
+    **kwargs: Any,
+) -> LlmRequest:
+    config_fields = {
+        key: kwargs.pop(key)
+        for key in ("reasoning_effort", "temperature", "max_tokens", "stop")
+        if key in kwargs
+    }
+    return LlmRequest(
+        config=LlmCallConfig(provider=provider, model=model, **config_fields),
+        messages=tuple(messages) or (user("hi"),),
+        **kwargs,
+    )
+
+
+def terminal_failure(chunks: Sequence[StreamChunk]) -> tuple[str, LlmFailure]:
+    """(``error``|``aborted``, failure) of a stream that ended in a failure finish."""
+    last = chunks[-1]
+    assert isinstance(last, FinishChunk), chunks
+    reason = last.reason
+    if isinstance(reason, ErrorFinish):
+        return "error", reason.failure
+    assert isinstance(reason, AbortedFinish), reason
+    return "aborted", reason.failure
+
+
+def finish_count(chunks: Sequence[StreamChunk]) -> int:
+    return sum(isinstance(chunk, FinishChunk) for chunk in chunks)
