@@ -17,6 +17,7 @@ Two families, kept apart as httpx keeps them:
         ├── ToolArgsError              INVALID_ARGS: arguments violate the tool's parameters
         ├── ToolOutputError            INVALID_TOOL_OUTPUT: the body's value violates output
         ├── UnsupportedSchemaError     UNSUPPORTED_SCHEMA: a schema outside the enforced subset
+        ├── AbortError                 ABORTED: a body stopped because its call was cancelled
         └── ToolRegistrationError      (also TypeError) a definition cannot be registered
 """
 
@@ -33,6 +34,7 @@ __all__ = [
     "INVALID_ARGS",
     "INVALID_TOOL_OUTPUT",
     "UNKNOWN_TOOL",
+    "AbortError",
     "ToolArgsError",
     "ToolError",
     "ToolNotFoundError",
@@ -104,6 +106,20 @@ class UnsupportedSchemaError(ToolError, TypeError):
     def __init__(self, violations: Sequence[str]) -> None:
         super().__init__("unsupported JSON schema: " + "; ".join(violations))
         self.violations = tuple(violations)
+
+
+class AbortError(ToolError):
+    """A tool body stopped because its call was cancelled: ``tool call aborted``.
+
+    Raise it from a body that noticed ``exec.signal`` and stopped early; the
+    result then reads exactly like the runtime's own ``ABORTED`` result
+    (``error: {name: "AbortError", code: "ABORTED"}``).
+    """
+
+    code = ABORTED
+
+    def __init__(self, message: str = "tool call aborted") -> None:
+        super().__init__(message)
 
 
 class ToolRegistrationError(ToolError, TypeError):

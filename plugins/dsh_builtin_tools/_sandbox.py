@@ -1,0 +1,26 @@
+"""The one place this plugin imports the sandbox contract.
+
+The contract (policy, confined argv, ``SandboxUnavailableError`` with code
+``SANDBOX_UNAVAILABLE``) currently lives in ``dsh_sandbox_local.contract`` and
+is moving to ``dsh_host.sandbox``; when it moves, this import is the only line
+to change. Everything else in the plugin talks to the provider through
+``ctx.get("sandbox")``, never through the provider's module.
+"""
+
+from __future__ import annotations
+
+from dsh_sandbox_local.contract import (
+    SANDBOX_MODES,
+    ConfinedArgv,
+    SandboxMode,
+    SandboxPolicy,
+    SandboxUnavailableError,
+)
+
+__all__ = [
+    "SANDBOX_MODES",
+    "ConfinedArgv",
+    "SandboxMode",
+    "SandboxPolicy",
+    "SandboxUnavailableError",
+]

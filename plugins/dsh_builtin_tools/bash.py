@@ -1,0 +1,500 @@
+"""The ``bash`` tool: one confined ``bash -c`` per call.
+
+Flow of one call (``approval-and-sandbox.md`` §2.8-2.9):
+
+1. validate the arguments (DSH's texts: ``invalid command: expected a
+   non-empty string`` ...);
+2. ``danger-full-access`` → spawn ``["bash", "-c", command]`` as is. Any other
+   mode → ``ctx.sandbox.confine(["bash", "-c", command], policy)`` and spawn the
+   wrapped argv. No sandbox service, or a provider with no usable backend →
+   ``SandboxUnavailableError`` (``SANDBOX_UNAVAILABLE``): nothing runs. There
+   is no silent unconfined fallback;
+3. the child gets a scrubbed environment (no ``*KEY*``, ``*TOKEN*``,
+   ``*SECRET*``, ``*PASSWORD*``, no inherited ``DSH_*``) plus
+   ``DSH_CALL_ID`` — the call id, usable as an idempotency key (D11) — and
+   ``DSH_SESSION_ID`` when the call belongs to a session; stdin is
+   ``/dev/null``; it runs in its own session (process group) with every
+   other descriptor closed, because neither bubblewrap nor Landlock re-checks
+   an already-open descriptor;
+4. on the deadline or on cancellation the whole process group gets SIGTERM,
+   then SIGKILL after the grace period, and the child is *awaited* (a started
+   body is never abandoned); a cancelled call then raises
+   :class:`~dsh_host.tools.AbortError` (``tool call aborted``);
+5. runner-failure evidence in stderr → ``SANDBOX_UNAVAILABLE`` (the command
+   did not run); otherwise a non-zero exit whose stderr carries the backend's
+   denial dialect is marked ``denied``.
+
+The model reads stdout, a ``[stderr]`` section, and markers in this order:
+``[sandbox: file access denied under <mode> mode]``, ``[timed out after
+<N>ms]``, then ``[killed by signal: <SIG>]`` or ``[exit code: <n>]``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import signal as signals
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, Final
+
+import anyio
+import anyio.abc
+
+from dsh_host.cancel import CancelToken
+from dsh_host.context import Context
+from dsh_host.session.messages import ContentBlock, TextBlock
+from dsh_host.tools import AbortError, ToolDefinition, ToolExecution, ToolOutput
+
+from ._sandbox import ConfinedArgv, SandboxPolicy, SandboxUnavailableError
+from .config import BuiltinToolsConfig
+
+__all__ = ["BASH_DESCRIPTION", "bash_tool", "denial_marker", "render_bash"]
+
+_SECRET_NAME: Final = re.compile(r"KEY|PASSWORD|SECRET|TOKEN", re.IGNORECASE)
+_FIXED_ENV: Final = {"NO_COLOR": "1", "TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat"}
+_READ_CHUNK: Final = 65536
+#: How long a finished command's inherited pipes may stay open (a background grandchild).
+_DRAIN_AFTER_EXIT_S: Final = 1.0
+
+BASH_DESCRIPTION: Final = (
+    "Execute a bash command (`bash -c`) and return its stdout/stderr. Each call runs in a fresh "
+    "shell: no state (cwd, variables, functions) persists between calls — pass `workdir` instead "
+    "of using `cd`. Non-zero exits are reported as `[exit code: N]`. The call id is exported as "
+    "`$DSH_CALL_ID`: pass it as an idempotency key to external systems that accept one. "
+    "Commands may run under a file sandbox; a blocked file operation is reported as "
+    "`[sandbox: file access denied under <mode> mode]` — a policy denial, not a bug in the "
+    "command; do not retry another way. Long output is truncated to its tail; the full output "
+    "is saved to a file whose path is reported when available."
+)
+
+PARAMETERS: Final = {
+    "type": "object",
+    "properties": {
+        "command": {"type": "string", "description": "The bash command to execute."},
+        "description": {
+            "type": "string",
+            "description": (
+                "Clear, concise description of what this command does in active voice, "
+                '5-10 words (shown in the UI). Examples: "ls" → "List files in current '
+                'directory"; "git status" → "Show working tree status".'
+            ),
+        },
+        "timeoutMs": {
+            "type": "number",
+            "description": (
+                "Timeout in milliseconds. The tool applies its configured default and cap, and "
+                "kills the command on expiry."
+            ),
+        },
+        "workdir": {
+            "type": "string",
+            "description": (
+                "Working directory for this command. Defaults to the workspace; a relative path "
+                "is resolved against it."
+            ),
+        },
+    },
+    "required": ["command", "description"],
+}
+
+_STREAM_SCHEMA: Final = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "text": {"type": "string"},
+        "truncated": {"type": "boolean"},
+        "spillPath": {"type": "string"},
+    },
+    "required": ["text", "truncated"],
+}
+
+OUTPUT_SCHEMA: Final = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "kind": {"type": "string", "const": "foreground"},
+        "exitCode": {"oneOf": [{"type": "integer"}, {"type": "null"}]},
+        "signal": {"oneOf": [{"type": "string"}, {"type": "null"}]},
+        "timedOut": {"type": "boolean"},
+        "aborted": {"type": "boolean"},
+        "timeoutMs": {"type": "number"},
+        "stdout": _STREAM_SCHEMA,
+        "stderr": _STREAM_SCHEMA,
+        "sandbox": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "mode": {"type": "string"},
+                "denied": {"type": "boolean"},
+                "enforcement": {"type": "string"},
+            },
+            "required": ["mode", "denied"],
+        },
+    },
+    "required": [
+        "kind",
+        "exitCode",
+        "signal",
+        "timedOut",
+        "aborted",
+        "timeoutMs",
+        "stdout",
+        "stderr",
+    ],
+}
+
+
+def denial_marker(mode: str) -> str:
+    """The model-visible marker of a file effect the sandbox blocked."""
+    return f"[sandbox: file access denied under {mode} mode]"
+
+
+def _js_number(value: float) -> str:
+    """Format a number the way ``JSON.stringify`` would (``1500.0`` → ``1500``)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _stream_text(stream: Mapping[str, Any]) -> str:
+    text = str(stream["text"])
+    if not stream["truncated"]:
+        return text
+    return f"{text}\n[output truncated; full output: {stream.get('spillPath', '(unavailable)')}]"
+
+
+def render_bash(_args: Any, value: Any) -> list[ContentBlock]:
+    """The text the model reads for one finished run (DSH's ``renderResult``)."""
+    out = _stream_text(value["stdout"])
+    err = _stream_text(value["stderr"])
+    body = out
+    if err:
+        if body and not body.endswith("\n"):
+            body += "\n"
+        body += f"[stderr]\n{err}"
+    if not body:
+        body = "(no output)"
+    markers: list[str] = []
+    sandbox = value.get("sandbox")
+    if sandbox is not None and sandbox["denied"]:
+        markers.append(denial_marker(str(sandbox["mode"])))
+    if value["timedOut"]:
+        markers.append(f"[timed out after {_js_number(value['timeoutMs'])}ms]")
+    if value["signal"] is not None:
+        markers.append(f"[killed by signal: {value['signal']}]")
+    elif value["exitCode"] != 0:
+        markers.append(f"[exit code: {value['exitCode']}]")
+    if markers:
+        if not body.endswith("\n"):
+            body += "\n"
+        body += "\n".join(markers)
+    return [TextBlock(text=body)]
+
+
+# --------------------------------------------------------------------------- output capture
+
+
+@dataclass
+class _Capture:
+    """Keeps the tail of one output stream; spills everything to a file once it overflows."""
+
+    limit: int
+    spill_path: str | None
+    tail: bytearray = field(default_factory=bytearray)
+    truncated: bool = False
+    spill: BinaryIO | None = None
+    spill_failed: bool = False
+    done: anyio.Event = field(default_factory=anyio.Event)
+
+    def feed(self, data: bytes) -> None:
+        if not self.truncated and len(self.tail) + len(data) <= self.limit:
+            self.tail.extend(data)
+            return
+        if not self.truncated:
+            self.truncated = True
+            self._open_spill(bytes(self.tail))
+        self._write_spill(data)
+        self.tail.extend(data)
+        if len(self.tail) > self.limit:
+            del self.tail[: len(self.tail) - self.limit]
+
+    def _open_spill(self, prefix: bytes) -> None:
+        if self.spill_path is None:
+            self.spill_failed = True
+            return
+        try:
+            os.makedirs(os.path.dirname(self.spill_path), mode=0o700, exist_ok=True)
+            self.spill = open(self.spill_path, "wb")
+            self.spill.write(prefix)
+        except OSError:
+            self.spill_failed = True
+            self.spill = None
+
+    def _write_spill(self, data: bytes) -> None:
+        if self.spill is None:
+            return
+        try:
+            self.spill.write(data)
+        except OSError:
+            self.spill_failed = True
+
+    def close(self) -> None:
+        if self.spill is not None:
+            try:
+                self.spill.close()
+            except OSError:
+                self.spill_failed = True
+            self.spill = None
+
+    def result(self) -> dict[str, Any]:
+        text = bytes(self.tail).decode("utf-8", "replace")
+        out: dict[str, Any] = {"text": text, "truncated": self.truncated}
+        if self.truncated and not self.spill_failed and self.spill_path is not None:
+            out["spillPath"] = self.spill_path
+        return out
+
+
+async def _pump(stream: anyio.abc.ByteReceiveStream | None, capture: _Capture) -> None:
+    try:
+        while stream is not None:
+            try:
+                data = await stream.receive(_READ_CHUNK)
+            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                return
+            capture.feed(data)
+    finally:
+        capture.close()
+        capture.done.set()
+
+
+# --------------------------------------------------------------------------- process control
+
+
+def _signal_group(pid: int, sig: signals.Signals) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+async def _terminate(process: anyio.abc.Process, grace_s: float) -> None:
+    """SIGTERM the group, SIGKILL it after ``grace_s``, and wait for the child either way."""
+    _signal_group(process.pid, signals.SIGTERM)
+    with anyio.move_on_after(grace_s):
+        await process.wait()
+    if process.returncode is None:
+        _signal_group(process.pid, signals.SIGKILL)
+        await process.wait()
+
+
+@dataclass(frozen=True)
+class _RunOutcome:
+    returncode: int
+    timed_out: bool
+    aborted: bool
+    stdout: dict[str, Any]
+    stderr: dict[str, Any]
+    stderr_text: str
+
+
+async def _run(
+    argv: list[str] | tuple[str, ...],
+    *,
+    cwd: str,
+    env: dict[str, str],
+    timeout_s: float,
+    grace_s: float,
+    token: CancelToken,
+    capture_limit: int,
+    spill_prefix: str | None,
+) -> _RunOutcome:
+    process = await anyio.open_process(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+    )
+    stdout = _Capture(capture_limit, f"{spill_prefix}.stdout" if spill_prefix else None)
+    stderr = _Capture(capture_limit, f"{spill_prefix}.stderr" if spill_prefix else None)
+    timed_out = False
+    try:
+        async with anyio.create_task_group() as pumps:
+            pumps.start_soon(_pump, process.stdout, stdout)
+            pumps.start_soon(_pump, process.stderr, stderr)
+            with anyio.move_on_after(timeout_s) as deadline, token.linked_scope():
+                await process.wait()
+            if process.returncode is None:
+                timed_out = deadline.cancelled_caught and not token.aborted
+                await _terminate(process, grace_s)
+            # A grandchild that kept our pipes open must not hold the call forever.
+            with anyio.move_on_after(_DRAIN_AFTER_EXIT_S) as drained:
+                await stdout.done.wait()
+                await stderr.done.wait()
+            if drained.cancelled_caught:
+                _signal_group(process.pid, signals.SIGKILL)
+                pumps.cancel_scope.cancel()
+    finally:
+        if process.returncode is None:
+            with anyio.CancelScope(shield=True):
+                await _terminate(process, grace_s)
+        with anyio.CancelScope(shield=True):
+            await process.aclose()
+        stdout.close()
+        stderr.close()
+    returncode = process.returncode
+    assert returncode is not None
+    err = stderr.result()
+    return _RunOutcome(
+        returncode=returncode,
+        timed_out=timed_out,
+        aborted=token.aborted,
+        stdout=stdout.result(),
+        stderr=err,
+        stderr_text=str(err["text"]),
+    )
+
+
+# --------------------------------------------------------------------------- the tool
+
+
+def _environment(exec: ToolExecution) -> dict[str, str]:
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not _SECRET_NAME.search(name) and not name.startswith("DSH_")
+    }
+    env.update(_FIXED_ENV)
+    env["DSH_SHELL"] = "1"
+    env["DSH_CALL_ID"] = exec.call_id
+    session = getattr(exec.agent, "session", None) if exec.agent is not None else None
+    session_id = getattr(session, "id", None)
+    if isinstance(session_id, str):
+        env["DSH_SESSION_ID"] = session_id
+    return env
+
+
+def _validate(args: Mapping[str, Any]) -> None:
+    if not str(args["command"]).strip():
+        raise ValueError("invalid command: expected a non-empty string")
+    if not str(args["description"]).strip():
+        raise ValueError("invalid description: expected a non-empty string")
+    timeout = args.get("timeoutMs")
+    if timeout is not None and (not math.isfinite(timeout) or timeout <= 0):
+        raise ValueError(f"invalid timeoutMs: expected a positive number, got {timeout!r}")
+
+
+def _runner_attributable(error: OSError, runner: str, workdir: str) -> bool:
+    """A spawn failure that names the sandbox runner, with a usable workdir (spec §2.8).
+
+    A missing or non-executable runner means the sandbox cannot run, which is
+    ``SANDBOX_UNAVAILABLE``; a bad workdir raises the same errno and stays an
+    ordinary failure.
+    """
+    return error.filename == runner and os.path.isdir(workdir) and os.access(workdir, os.X_OK)
+
+
+def _session_id(exec: ToolExecution) -> str | None:
+    session = getattr(exec.agent, "session", None) if exec.agent is not None else None
+    session_id = getattr(session, "id", None)
+    return session_id if isinstance(session_id, str) else None
+
+
+def bash_tool(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> ToolDefinition:
+    """Build the ``bash`` tool for one ``builtin-tools`` row."""
+    mode = config.sandbox
+    grace_s = config.kill_grace_ms / 1000
+    spill_dir = config.spill_dir or os.path.join(tempfile.gettempdir(), "dsh-bash-output")
+
+    def confine(argv: list[str], exec: ToolExecution) -> ConfinedArgv | None:
+        if mode == "danger-full-access":
+            return None
+        sandbox = ctx.get("sandbox")
+        if sandbox is None:
+            raise SandboxUnavailableError(mode)
+        policy = SandboxPolicy(mode=mode, workspace_root=workspace, session_id=_session_id(exec))
+        confined: ConfinedArgv = sandbox.confine(argv, policy)
+        return confined
+
+    async def execute(args: Any, exec: ToolExecution) -> Any:
+        _validate(args)
+        command = str(args["command"])
+        requested = args.get("timeoutMs")
+        timeout_ms: float = min(
+            float(requested) if requested is not None else float(config.timeout_ms),
+            float(config.max_timeout_ms),
+        )
+        workdir = str(args.get("workdir") or workspace)
+        if not os.path.isabs(workdir):
+            workdir = os.path.join(workspace, workdir)
+        argv = ["bash", "-c", command]
+        confined = confine(argv, exec)
+        spawn = list(confined.argv) if confined is not None else argv
+        if exec.signal.aborted:
+            raise AbortError()
+        safe_id = re.sub(r"[^A-Za-z0-9_.-]", "_", exec.call_id)[:100] or "call"
+        try:
+            outcome = await _run(
+                spawn,
+                cwd=workdir,
+                env=_environment(exec),
+                timeout_s=timeout_ms / 1000,
+                grace_s=grace_s,
+                token=exec.signal,
+                capture_limit=config.max_output_bytes,
+                spill_prefix=os.path.join(spill_dir, f"{safe_id}-{os.getpid()}"),
+            )
+        except (FileNotFoundError, PermissionError) as exc:
+            if exec.signal.aborted:
+                raise AbortError() from exc
+            if confined is not None and _runner_attributable(exc, spawn[0], workdir):
+                raise SandboxUnavailableError(mode, str(exc)) from exc
+            raise
+        if outcome.aborted:
+            raise AbortError()
+        exit_code: int | None = outcome.returncode if outcome.returncode >= 0 else None
+        signal_name: str | None = None
+        if outcome.returncode < 0:
+            try:
+                signal_name = signals.Signals(-outcome.returncode).name
+            except ValueError:
+                signal_name = f"SIG{-outcome.returncode}"
+        value: dict[str, Any] = {
+            "kind": "foreground",
+            "exitCode": exit_code,
+            "signal": signal_name,
+            "timedOut": outcome.timed_out,
+            "aborted": False,
+            "timeoutMs": int(timeout_ms) if timeout_ms.is_integer() else timeout_ms,
+            "stdout": outcome.stdout,
+            "stderr": outcome.stderr,
+        }
+        if confined is None:
+            value["sandbox"] = {"mode": "danger-full-access", "denied": False}
+        else:
+            failure = confined.runner_failure(exit_code, outcome.stderr_text)
+            if failure is not None:
+                raise SandboxUnavailableError(mode, failure)
+            value["sandbox"] = {
+                "mode": mode,
+                "denied": confined.is_denial(exit_code, outcome.stderr_text),
+                "enforcement": confined.enforcement,
+            }
+        return value
+
+    return ToolDefinition(
+        name="bash",
+        description=BASH_DESCRIPTION,
+        parameters=PARAMETERS,
+        execute=execute,
+        output=ToolOutput(schema=OUTPUT_SCHEMA, render=render_bash),
+    )

@@ -1,0 +1,74 @@
+"""Configuration of the ``builtin-tools`` row."""
+
+from __future__ import annotations
+
+import os
+
+import msgspec
+
+from dsh_host.errors import ConfigError
+
+from ._sandbox import SandboxMode
+
+__all__ = ["BuiltinToolsConfig", "BuiltinToolsConfigError", "canonical_workspace"]
+
+
+class BuiltinToolsConfigError(ConfigError, ValueError):
+    """Invalid ``builtin-tools`` config (a ``ValueError`` too, so msgspec reports it at load)."""
+
+    code = "BUILTIN_TOOLS_CONFIG"
+
+
+class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rename="camel"):
+    """Config of the ``builtin-tools`` row (YAML keys are camelCase).
+
+    ``workspace``: the root the file tools are fenced to and the default
+    working directory of ``bash`` (relative to the process's working directory
+    at load; canonicalized). ``sandbox``: the file-effect mode every ``bash``
+    call runs under (``danger-full-access`` runs unconfined, on purpose).
+    ``timeoutMs`` / ``maxTimeoutMs``: the default and the cap of a ``bash``
+    call's deadline. ``maxOutputBytes``: how much of each output stream the
+    model sees (the tail; the rest is spilled to a file). ``killGraceMs``:
+    SIGTERM-to-SIGKILL grace. ``maxReadBytes``: the largest file ``read_file``
+    returns.
+    """
+
+    workspace: str = "."
+    sandbox: SandboxMode = "workspace-write"
+    timeout_ms: int = 120_000
+    max_timeout_ms: int = 600_000
+    max_output_bytes: int = 64_000
+    kill_grace_ms: int = 3_000
+    max_read_bytes: int = 256_000
+    spill_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        for field in (
+            "timeout_ms",
+            "max_timeout_ms",
+            "max_output_bytes",
+            "kill_grace_ms",
+            "max_read_bytes",
+        ):
+            value = getattr(self, field)
+            if value <= 0:
+                camel = field.split("_")[0] + "".join(p.title() for p in field.split("_")[1:])
+                raise BuiltinToolsConfigError(
+                    f"builtin-tools: {camel} must be a positive integer, got {value}"
+                )
+        if self.timeout_ms > self.max_timeout_ms:
+            raise BuiltinToolsConfigError(
+                f"builtin-tools: timeoutMs ({self.timeout_ms}) exceeds maxTimeoutMs "
+                f"({self.max_timeout_ms})"
+            )
+        if not self.workspace or "\0" in self.workspace:
+            raise BuiltinToolsConfigError("builtin-tools: workspace must be a non-empty path")
+
+
+def canonical_workspace(path: str) -> str:
+    """The filesystem identity of the workspace: realpath first, then absolute.
+
+    Realpath before any lexical normalisation, so ``link/..`` lands where
+    ``chdir`` would (the sandbox policy resolves roots the same way).
+    """
+    return os.path.abspath(os.path.realpath(os.path.expanduser(path)))
