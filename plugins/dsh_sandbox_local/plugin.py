@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+
 import anyio.to_thread
 
 from dsh_host import Context, Plugin
 
 from .provider import LocalSandboxProvider, SandboxLocalConfig
+
+log = logging.getLogger("dsh.sandbox-local")
 
 
 class SandboxLocal(Plugin):
@@ -25,6 +29,9 @@ class SandboxLocal(Plugin):
         ctx.provide("sandbox", provider)
 
         async def warm_up() -> None:
-            await anyio.to_thread.run_sync(provider.probe)
+            try:
+                await anyio.to_thread.run_sync(provider.probe)
+            except Exception:  # confine() re-runs the probe and raises it to its caller
+                log.exception("sandbox-local: backend probe failed")
 
         ctx.start_soon(warm_up, name="sandbox-local probe")

@@ -7,8 +7,11 @@ received. The exit status is checked too, but never alone.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -105,3 +108,73 @@ def test_readme_table_is_the_catalog() -> None:
     assert readme[start:end] == markdown_table(), (
         "regenerate: python -c 'import escape_catalog as e; print(e.markdown_table())'"
     )
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_confined_command_still_manages_its_own_children(
+    scene: Scene, backend: str, mode: str
+) -> None:
+    """Signal scoping and the PID namespace must not break job control inside the sandbox."""
+    script = "sleep 100 & pid=$!; kill -TERM $pid; wait $pid; echo status=$?"
+    confined = provider_for(backend).confine(["bash", "-c", script], scene.policy(mode))
+    result = run_confined(confined, cwd=scene.ws)
+    assert result.returncode == 0, result
+    assert result.stdout == "status=143\n"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_harness_can_kill_a_confined_process_group(scene: Scene, backend: str, mode: str) -> None:
+    """The executor's SIGTERM/SIGKILL of the confined group (own session) must land."""
+    import signal
+    import subprocess
+
+    marker = f"1000.{os.getpid()}{abs(hash(scene.token)) % 10**6}"
+    confined = provider_for(backend).confine(
+        ["bash", "-c", f"echo started; sleep {marker}; echo never"], scene.policy(mode)
+    )
+    proc = subprocess.Popen(
+        list(confined.argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+        close_fds=True, start_new_session=True, cwd=scene.ws,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "started\n"
+        assert _eventually(lambda: bool(_sleepers(marker))), "the confined sleep never started"
+        os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=60) == -signal.SIGKILL
+        # Nothing confined may outlive the kill (bwrap: --die-with-parent tears down its PID
+        # namespace). The teardown is asynchronous, so wait for it, bounded (hang protection).
+        assert _eventually(lambda: not _sleepers(marker)), "a confined process survived"
+    finally:
+        for pid in [proc.pid, *_sleepers(marker)]:  # only processes this test started
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _eventually(predicate: Callable[[], bool]) -> bool:
+    """Poll ``predicate`` (hang protection: give up after a minute; no timing is asserted)."""
+    for _ in range(600):
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
+
+
+def _sleepers(marker: str) -> list[int]:
+    """PIDs whose command line carries this test's unique marker (its bash and its sleep)."""
+    found = []
+    needle = marker.encode()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if needle in cmdline and b"bwrap" not in cmdline and b"landlock_run" not in cmdline:
+                found.append(int(entry))
+    return found
