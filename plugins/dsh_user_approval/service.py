@@ -192,7 +192,12 @@ class ApprovalService:
         tool_name = req.tool_name
         if not isinstance(tool_name, str) or not tool_name:
             raise ApprovalRequestError("approval/asked toolName must be non-empty")
-        session = req.agent.session
+        session = getattr(req.agent, "session", None)
+        if session is None:
+            raise ApprovalRequestError(
+                f"approval request for tool {tool_name!r} has no agent with a session to audit "
+                "it in; ask on behalf of the agent whose turn needs the decision"
+            )
         events = session.events
         if not has_open_turn(events):
             raise ApprovalOutsideTurnError()
