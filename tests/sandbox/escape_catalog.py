@@ -17,6 +17,7 @@ with capabilities dropped, ABI 6 scoping, ``network: deny``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -215,17 +216,38 @@ class Custom(Attempt):
 
 
 def _start_victim(a: Attempt, s: Scene) -> None:
-    """A host process of the same uid that echoes lines: alive iff it answers a ping."""
+    """A host process of the same uid, with its cwd outside and an outside file open read-write.
+
+    It echoes lines, so it is alive iff it answers a ping; its ``/proc/<pid>/cwd`` and
+    ``/proc/<pid>/fd/<n>`` are the magic links an escape would try to follow.
+    """
+    held = s.out / "held.txt"
+    a.state["held"] = make_victim(held)
     proc = subprocess.Popen(
         [sys.executable, "-I", "-c",
-         "import sys\nfor line in sys.stdin:\n    sys.stdout.write(line); sys.stdout.flush()"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+         "import os, sys\nfd = os.open(sys.argv[1], os.O_RDWR)\nprint(fd, flush=True)\n"
+         "for line in sys.stdin:\n    sys.stdout.write(line); sys.stdout.flush()", str(held)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=s.out,
     )  # fmt: skip
     assert proc.stdin is not None and proc.stdout is not None
+    a.state["fd"] = int(proc.stdout.readline())
     proc.stdin.write("ready\n")
     proc.stdin.flush()
     assert proc.stdout.readline() == "ready\n"
     a.state["victim"] = proc
+
+
+def _magic_link_script(a: Attempt, s: Scene) -> str:
+    """Try both links; exit 0 if either write went through."""
+    pid, fd = a.state["victim"].pid, a.state["fd"]
+    return (
+        f"echo escaped > /proc/{pid}/cwd/via_cwd.txt; r1=$?; "
+        f"echo escaped > /proc/{pid}/fd/{fd}; r2=$?; [ $r1 -eq 0 ] || [ $r2 -eq 0 ]"
+    )
+
+
+def _magic_link_written(a: Attempt, s: Scene, result: Any) -> bool:
+    return (s.out / "via_cwd.txt").exists() or changed(s.out / "held.txt", a.state["held"])
 
 
 def _victim_killed(a: Attempt, s: Scene, result: Any) -> bool:
@@ -247,7 +269,8 @@ def _stop_victim(a: Attempt, s: Scene) -> None:
     proc.wait()
     for stream in (proc.stdin, proc.stdout):
         if stream is not None:
-            stream.close()
+            with contextlib.suppress(BrokenPipeError):  # the escape (or we) killed it
+                stream.close()
 
 
 def _tcp_listener(a: Attempt, s: Scene) -> None:
@@ -585,6 +608,17 @@ CATALOG: list[Attempt] = [
         every(DENIED),
         lambda s: s.out / "via_proc_pid.txt",
         via=lambda s: f"/proc/{os.getpid()}/root{s.out}/via_proc_pid.txt",
+    ),
+    Custom(
+        "proc-host-pid-cwd-fd",
+        "#17",
+        "write via a host process's /proc/<pid>/cwd and /proc/<pid>/fd/<n>",
+        every(DENIED),
+        prepare=_start_victim,
+        close=_stop_victim,
+        script=_magic_link_script,
+        happened=_magic_link_written,
+        note="the host process has its cwd outside and an outside file open read-write",
     ),
     Custom(
         "kill-host-process",

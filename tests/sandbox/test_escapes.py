@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from dsh_sandbox_local import SandboxPolicy
 from escape_catalog import ALLOWED, CATALOG, DENIED, PRIVATE, Attempt, markdown_table
 from sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for, run_confined
 
@@ -76,6 +77,43 @@ def test_escape(scene: Scene, attempt_id: str, backend: str, mode: str) -> None:
         assert happened, f"gap {what!r} no longer reproduces; update the table{evidence}"
         assert confined.enforcement == "partial", confined
         assert any(what in item for item in confined.not_covered), confined.not_covered
+
+
+# Attempts that would change the host for real when run unconfined (mounts, sysctls) are left
+# out of the control run; every other blocked attempt must demonstrably work without a sandbox.
+UNSAFE_UNCONFINED = {"mount-remount", "unshare-remount", "proc-sys-write"}
+CONTROLS = [
+    pytest.param(a.id, id=a.id)
+    for a in CATALOG
+    if a.id not in UNSAFE_UNCONFINED and set(a.expect.values()) != {ALLOWED}
+]
+
+
+@pytest.mark.parametrize("attempt_id", CONTROLS)
+def test_attempt_really_escapes_without_a_sandbox(scene: Scene, attempt_id: str) -> None:
+    """Control: run the attempt unconfined (what danger-full-access does) and see the effect.
+
+    This proves each attempt and its host-side check can detect an escape, so a DENIED above
+    means the sandbox stopped it rather than the attempt being broken.
+    """
+    template = next(a for a in CATALOG if a.id == attempt_id)
+    attempt: Attempt = copy.copy(template)
+    attempt.state = {}
+    attempt.prepare(scene)
+    try:
+        confined = provider_for("bubblewrap").confine(
+            ["bash", "-c", attempt.script(scene)],
+            SandboxPolicy(mode="danger-full-access", workspace_root=str(scene.ws)),
+        )
+        assert confined.backend == "none"
+        result = run_confined(confined, cwd=scene.ws)
+        happened = attempt.happened(scene, result)
+    finally:
+        attempt.close(scene)
+    if not happened and attempt_id == "proc-1-root" and "Permission denied" in result.stderr:
+        # Some hosts (this one's PID 1 is a supervisor) refuse /proc/1/root even to root.
+        pytest.skip("this host refuses /proc/1/root to the unconfined harness itself")
+    assert happened, f"{attempt.title}: no effect even unconfined\n{result}"
 
 
 @pytest.mark.parametrize("mode", MODES)
