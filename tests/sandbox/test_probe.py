@@ -165,3 +165,40 @@ def test_landlock_probe_really_runs_the_launcher(tmp_path: Path) -> None:
         "landlock: partially enforced (older ABI)")  # fmt: skip
     assert done.stdout == expected + "\n"
     assert sys.platform.startswith("linux")
+
+
+def _launcher_script(tmp_path: Path, body: str) -> tuple[str, ...]:
+    script = tmp_path / "launcher.sh"
+    script.write_text("#!/bin/bash\n" + body)
+    script.chmod(0o755)
+    return (str(script),)
+
+
+def test_passing_bwrap_probe_wins_without_probing_landlock(tmp_path: Path) -> None:
+    log = tmp_path / "landlock.log"
+    real = " ".join(default_landlock_launcher())
+    launcher = _launcher_script(tmp_path, f'echo run >> {log}\nexec {real} "$@"\n')
+    confined = LocalSandboxProvider(landlock_launcher=launcher).confine(["true"], RO)
+    assert confined.backend == "bubblewrap"
+    assert not log.exists()
+
+
+def test_fallback_carries_the_landlock_dialect(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", _path_with(tmp_path, "exit 1\n"))
+    confined = LocalSandboxProvider().confine(["true"], RO)
+    assert confined.backend == "landlock"
+    assert confined.denial_signatures == ("permission denied",)
+    assert confined.runner_failure_rules[0].allowed_exit_codes == (125,)
+    assert confined.runner_failure(125, "landlock-run: exec failed: x") is not None
+
+
+def test_launcher_slower_than_the_budget_is_unusable(tmp_path: Path) -> None:
+    slow = _launcher_script(tmp_path, "exec sleep 60\n")
+    config = SandboxLocalConfig(backend="landlock", probe_timeout_ms=300)
+    with pytest.raises(SandboxUnavailableError) as info:
+        LocalSandboxProvider(config, landlock_launcher=slow).confine(["true"], RO)
+    assert info.value.probe_failures == ("landlock: launcher probe failed: timed out after 300 ms",)
+    generous = SandboxLocalConfig(backend="landlock", probe_timeout_ms=60_000)
+    assert LocalSandboxProvider(generous).confine(["true"], RO).backend == "landlock"
