@@ -345,7 +345,7 @@ def freeze_json(value: object, where: str = "value") -> Any:
 
 def thaw_json(value: Any) -> Any:
     """A mutable plain copy of a frozen JSON value (for callers that must edit a copy)."""
-    return msgspec.to_builtins(value, enc_hook=json_enc_hook)
+    return msgspec.json.decode(msgspec.json.encode(value, enc_hook=json_enc_hook))
 
 
 def json_enc_hook(value: Any) -> Any:

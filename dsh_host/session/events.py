@@ -1054,7 +1054,15 @@ def decode_event(
         except msgspec.ValidationError as exc:
             raise _envelope_error(str(exc), where) from exc
         except msgspec.DecodeError as exc:
-            raise InvalidSessionEventError(f"{where} is not valid JSON: {exc}") from exc
+            # msgspec refuses escaped lone surrogates ("\ud800"), which JavaScript writers
+            # emit; the stdlib parser accepts them, so retry through the mapping path.
+            try:
+                parsed = json.loads(raw)
+            except (ValueError, TypeError):
+                raise InvalidSessionEventError(f"{where} is not valid JSON: {exc}") from exc
+            if not isinstance(parsed, dict):
+                raise _envelope_error("the record is not a JSON object", where) from exc
+            return decode_event(parsed, where=where)
         _check_envelope(env, where)
         assert isinstance(env, _RawEnvelope)
         try:
@@ -1077,7 +1085,7 @@ def decode_event(
             ) from exc
     else:
         raise TypeError(f"decode_event expects bytes, str or a mapping, got {type(raw)!r}")
-    subject = f"{where} ({env.type!r}, seq {env.seq})"
+    subject = f'{where} "{env.type}" (seq {env.seq})'
     ignorable = env.ignorable is True
     try:
         data = _coerce_plain(env.type, plain_data, subject, ignorable)
@@ -1138,5 +1146,9 @@ def encode_event(event: SessionEvent) -> bytes:
 
 def event_to_builtins(event: SessionEvent) -> dict[str, Any]:
     """The event as plain JSON values (dicts, lists, scalars), e.g. for comparisons."""
-    out: dict[str, Any] = msgspec.to_builtins(event, enc_hook=_enc_hook)
+    out: dict[str, Any]
+    try:
+        out = msgspec.json.decode(_ENCODER.encode(event))
+    except UnicodeEncodeError:  # lone surrogates: the stdlib codec carries them
+        out = json.loads(json.dumps(msgspec.to_builtins(event, enc_hook=_enc_hook)))
     return out

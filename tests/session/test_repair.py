@@ -1,0 +1,146 @@
+"""Crash repair: interrupted_turn_closers is pure and exact."""
+
+from __future__ import annotations
+
+import pytest
+
+from dsh_host.session import (
+    TOOL_NOT_STARTED,
+    TOOL_NOT_STARTED_TEXT,
+    TOOL_OUTCOME_UNKNOWN,
+    TOOL_OUTCOME_UNKNOWN_TEXT,
+    InterruptedReason,
+    Session,
+    SessionEvent,
+    TextBlock,
+    decode_event,
+    event_to_builtins,
+    interrupted_turn_closers,
+)
+
+from .builders import assistant, call_block, new_session, one_turn, tool_call, tool_result, user
+from .fixtures import EXPECTED, fixture_records, repairable_fixtures
+
+
+@pytest.mark.parametrize("name", repairable_fixtures())
+def test_closers_equal_the_reference_fixtures(name: str) -> None:
+    expected = EXPECTED[name]
+    events = [decode_event(line) for line in fixture_records(name)[: expected["recoveredEvents"]]]
+    assert len(events) == expected["recoveredEvents"]
+    closers = interrupted_turn_closers(events)
+    assert [event_to_builtins(c) for c in closers] == expected["closers"]
+    # Pure: the same input gives the same output, and the input is untouched.
+    assert interrupted_turn_closers(events) == closers
+    # The closers are valid appends: the balanced log restores and balances.
+    balanced = Session.restore(
+        {"version": 3, "id": "r", "createdAt": 1}, events + closers, mark_seed_end=False
+    )
+    assert interrupted_turn_closers(list(balanced.events)) == []
+
+
+def test_constants_and_texts() -> None:
+    assert TOOL_NOT_STARTED == "TOOL_NOT_STARTED"
+    assert TOOL_OUTCOME_UNKNOWN == "TOOL_OUTCOME_UNKNOWN"
+    assert TOOL_OUTCOME_UNKNOWN_TEXT.endswith("Do not retry blindly.")
+    assert TOOL_NOT_STARTED_TEXT == (
+        "The tool call was interrupted before the Harness recorded it as started. "
+        "Retry it if it is still needed."
+    )
+
+
+def test_balanced_or_empty_logs_need_nothing() -> None:
+    assert interrupted_turn_closers([]) == []
+    session = new_session()
+    one_turn(session)
+    assert interrupted_turn_closers(list(session.events)) == []
+
+
+def test_an_open_turn_without_a_step_gets_only_turn_end() -> None:
+    session = new_session()
+    one_turn(session)
+    session.append("turn/start", {"turn": 2})
+    session.append("user/message", user("u2"), surface_op="append")
+    last = session.events[-1]
+    closers = interrupted_turn_closers(list(session.events))
+    assert [(c.type, c.seq, c.time) for c in closers] == [("turn/end", last.seq + 1, last.time)]
+    assert closers[0].data.turn == 2
+    assert closers[0].data.reason == InterruptedReason()
+
+
+def test_an_open_step_gets_step_end_then_turn_end() -> None:
+    session = new_session()
+    session.append("turn/start", {"turn": 1})
+    session.append("step/start", {"turn": 1, "step": 1})
+    session.append("step/end", {"turn": 1, "step": 1})
+    session.append("step/start", {"turn": 1, "step": 2})
+    closers = interrupted_turn_closers(list(session.events))
+    assert [(c.type, c.seq) for c in closers] == [("step/end", 4), ("turn/end", 5)]
+    assert (closers[0].data.turn, closers[0].data.step) == (1, 2)
+
+
+def test_pending_calls_in_order_with_exact_codes_ids_and_provenance() -> None:
+    session = new_session()
+    session.append("turn/start", {"turn": 1})  # 0
+    session.append("step/start", {"turn": 1, "step": 1})  # 1
+    session.append(
+        "assistant/message",
+        assistant(
+            1, 1, "a", TextBlock(text="x"), call_block("b"), call_block("a"), call_block("done")
+        ),
+        surface_op="append",
+    )  # 2
+    session.append("tool/call", tool_call(1, 1, "a"))  # 3
+    session.append("tool/call", tool_call(1, 1, "done"))  # 4
+    session.append(
+        "tool/result", tool_result(1, 1, "done"), surface_op="append", source_event_seqs=[4]
+    )  # 5
+    session.append("tool/call", tool_call(1, 1, "orphan"))  # 6: no assistant block
+    closers = interrupted_turn_closers(list(session.events))
+    assert [c.type for c in closers] == ["tool/result", "tool/result", "step/end", "turn/end"]
+    not_started, unknown = closers[0], closers[1]
+    assert not_started.data.message.source.call_id == "b"
+    assert not_started.data.message.id == "interrupted-tool-result-b-7"
+    assert not_started.data.error.code == TOOL_NOT_STARTED
+    assert not_started.data.error.name == "ToolNotStartedError"
+    assert not_started.data.message.content[0].content == (TextBlock(text=TOOL_NOT_STARTED_TEXT),)
+    assert not_started.data.message.content[0].is_error is True
+    assert "sourceEventSeqs" not in event_to_builtins(not_started)
+    assert unknown.data.message.id == "interrupted-tool-result-a-8"
+    assert unknown.data.error.code == TOOL_OUTCOME_UNKNOWN
+    assert unknown.data.error.name == "ToolOutcomeUnknownError"
+    assert unknown.source_event_seqs == (3,)
+    assert unknown.surface_op == "append"
+    assert unknown.data.message.content[0].content == (TextBlock(text=TOOL_OUTCOME_UNKNOWN_TEXT),)
+    assert {c.time for c in closers} == {session.events[-1].time}
+    # Appending the closers balances the log and the transcript pairs every call.
+    for closer in closers:
+        session.append(
+            closer.type,
+            closer.data,
+            surface_op=closer.surface_op or None,
+            source_event_seqs=closer.source_event_seqs or None,
+        )
+    assert interrupted_turn_closers(list(session.events)) == []
+    roles = [m.role for m in session.derive_messages()]
+    assert roles == ["assistant", "user", "user", "user"]
+
+
+def test_calls_of_closed_steps_and_turns_are_not_repaired() -> None:
+    session = new_session()
+    session.append("turn/start", {"turn": 1})
+    session.append("step/start", {"turn": 1, "step": 1})
+    session.append(
+        "assistant/message", assistant(1, 1, "a", call_block("old")), surface_op="append"
+    )
+    session.append("step/end", {"turn": 1, "step": 1})  # unanswered, but the step closed
+    session.append("step/start", {"turn": 1, "step": 2})
+    closers = interrupted_turn_closers(list(session.events))
+    assert [c.type for c in closers] == ["step/end", "turn/end"]
+
+
+def test_closers_do_not_mutate_their_input() -> None:
+    session = new_session()
+    session.append("turn/start", {"turn": 1})
+    events: list[SessionEvent] = list(session.events)
+    interrupted_turn_closers(events)
+    assert events == list(session.events)
