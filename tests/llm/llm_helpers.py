@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -27,7 +27,7 @@ async def collect(stream: AsyncIterator[StreamChunk]) -> list[StreamChunk]:
     return out
 
 
-async def _gen(stream: AsyncIterator[StreamChunk]) -> AsyncIterator[StreamChunk]:
+async def _gen(stream: AsyncIterator[StreamChunk]) -> AsyncGenerator[StreamChunk, None]:
     try:
         async for chunk in stream:
             yield chunk

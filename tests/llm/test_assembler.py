@@ -175,7 +175,7 @@ def test_max_tokens_drops_tool_calls_and_prunes_replay_blocks() -> None:
     assert dict(assembler.replay_state) == {"response": "r-1", "blocks": ("for-text",)}
     message = assembler.message(provider="p", model="m")
     assert message.content == (TextBlock(text="partial"),)
-    assert message.source.replay_state["blocks"] == ("for-text",)
+    assert message.source.replay_state["blocks"] == ("for-text",)  # type: ignore[index]
 
 
 def test_misaligned_replay_envelope_is_discarded_and_aligned_one_kept() -> None:
@@ -227,7 +227,7 @@ def _fixture_message() -> dict[str, Any]:
     for line in (FIXTURE / "session.v3.jsonl").read_text().splitlines():
         event = json.loads(line)
         if event.get("type") == "assistant/message":
-            return event
+            return dict(event)
     raise AssertionError("fixture has no assistant/message")
 
 

@@ -1,0 +1,146 @@
+"""``llm-openai-compatible``: chat completions over SSE (DeepSeek's public API by default).
+
+Registers one provider route (default ``deepseek-official``, DSH's route name) with ``ctx.llm``. The
+request's model name is sent as is; ``model`` in the config is only the
+route's default (what a caller gets when it names none).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+import httpx
+import msgspec
+
+from dsh_host.context import Context
+from dsh_host.errors import ConfigError
+from dsh_host.llm import DEFAULT_RETRYABLE_CODES, RetryPolicy
+from dsh_host.plugin import Plugin
+
+from .adapter import AdapterSettings, OpenAICompatibleAdapter
+from .serialize import REASONING_EFFORTS, serialize_messages, serialize_request
+from .sse import SseDecoder
+from .translate import DONE, ChunkTranslator, map_finish_reason, map_usage
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "DONE",
+    "REASONING_EFFORTS",
+    "AdapterSettings",
+    "ChunkTranslator",
+    "LlmOpenAICompatible",
+    "LlmOpenAICompatibleConfig",
+    "OpenAICompatibleAdapter",
+    "SseDecoder",
+    "map_finish_reason",
+    "map_usage",
+    "serialize_messages",
+    "serialize_request",
+    "settings_of",
+]
+
+#: DeepSeek's public API, the default endpoint.
+DEFAULT_BASE_URL = "https://api.deepseek.com"
+#: Environment variable that overrides the default endpoint when ``base_url`` is not set.
+BASE_URL_ENV = "DEEPSEEK_BASE_URL"
+
+_Name = Annotated[str, msgspec.Meta(min_length=1)]
+_Positive = Annotated[int, msgspec.Meta(gt=0)]
+_Effort = Literal["off", "low", "high", "max"]
+
+
+class LlmOpenAICompatibleConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    #: endpoint base; ``/chat/completions`` is appended. Unset: $DEEPSEEK_BASE_URL, else DeepSeek
+    base_url: str | None = None
+    #: the route's default model (requests send their own model name)
+    model: _Name = "deepseek-chat"
+    #: environment variable holding the API key (null: send no Authorization header)
+    api_key_env: _Name | None = "DEEPSEEK_API_KEY"
+    #: the provider route this row serves
+    provider: _Name = "deepseek-official"
+    #: name used in messages (default: "DeepSeek" for DeepSeek's API, else the host name)
+    display_name: _Name | None = None
+    #: DeepSeek thinking mode sent when the request names no effort (null: send nothing)
+    thinking: Literal["enabled", "disabled"] | None = None
+    #: effort materialized into requests that name none (null: provider default)
+    reasoning_effort: _Effort | None = None
+    #: max_tokens materialized into requests that name none (null: provider default)
+    max_tokens: _Positive | None = None
+    #: the model's context window, reported to the loop (null: unknown)
+    context_window: _Positive | None = None
+    connect_timeout_ms: _Positive = 30_000
+    #: longest silence tolerated while waiting for the next byte (DSH default: 5 minutes)
+    stream_idle_timeout_ms: _Positive = 300_000
+    #: retry policy the agent loop applies to transient failures
+    max_retries: Annotated[int, msgspec.Meta(ge=0)] = 5
+    retry_initial_delay_ms: _Positive = 500
+    retry_max_delay_ms: _Positive = 10_000
+    retryable_codes: list[_Name] = msgspec.field(
+        default_factory=lambda: list(DEFAULT_RETRYABLE_CODES)
+    )
+    #: extra request headers (e.g. for a gateway); cannot replace User-Agent
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+def _base_url(config: LlmOpenAICompatibleConfig) -> str:
+    raw = config.base_url
+    if raw is None:
+        raw = os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+    url = raw.strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(
+            f"llm-openai-compatible: base_url {raw!r} is not an http(s) URL; write it like "
+            f"{DEFAULT_BASE_URL} (the adapter appends /chat/completions)"
+        )
+    return url
+
+
+def settings_of(config: LlmOpenAICompatibleConfig) -> AdapterSettings:
+    """Resolve a row's config into adapter settings (validating what msgspec cannot)."""
+    base_url = _base_url(config)
+    if config.thinking == "disabled" and config.reasoning_effort not in (None, "off"):
+        raise ConfigError(
+            f"llm-openai-compatible: reasoning_effort {config.reasoning_effort!r} needs "
+            "thinking, but thinking is disabled; drop one of the two"
+        )
+    host = urlsplit(base_url).hostname or base_url
+    display = config.display_name or ("DeepSeek" if host.endswith("deepseek.com") else host)
+    try:
+        policy = RetryPolicy(
+            max_retries=config.max_retries,
+            retryable_codes=tuple(config.retryable_codes),
+            initial_delay_ms=float(config.retry_initial_delay_ms),
+            max_delay_ms=float(config.retry_max_delay_ms),
+        )
+    except ValueError as exc:
+        raise ConfigError(f"llm-openai-compatible: {exc}") from None
+    return AdapterSettings(
+        base_url=base_url,
+        model=config.model,
+        api_key_env=config.api_key_env,
+        display_name=display,
+        thinking=config.thinking,
+        reasoning_effort=config.reasoning_effort,
+        max_tokens=config.max_tokens,
+        context_window=config.context_window,
+        connect_timeout_ms=config.connect_timeout_ms,
+        stream_idle_timeout_ms=config.stream_idle_timeout_ms,
+        retry_policy=policy,
+        headers=dict(config.headers),
+    )
+
+
+class LlmOpenAICompatible(Plugin):
+    name = "llm-openai-compatible"
+    inject = ("llm",)
+    Config = LlmOpenAICompatibleConfig
+
+    def apply(self, ctx: Context, config: LlmOpenAICompatibleConfig) -> None:
+        settings = settings_of(config)
+        client = httpx.AsyncClient(timeout=settings.timeout(), follow_redirects=False)
+        ctx.effect(client.aclose, "close the HTTP client")
+        self.adapter = OpenAICompatibleAdapter(settings, client)
+        ctx.llm.register_adapter([config.provider], self.adapter, owner=ctx)

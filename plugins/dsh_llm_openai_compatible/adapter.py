@@ -1,0 +1,308 @@
+"""The OpenAI-compatible chat-completions adapter: httpx + SSE, cancellable, classified.
+
+One request per stream call: ``POST <base_url>/chat/completions`` with
+``stream: true``; the SSE body is decoded (:mod:`.sse`) and translated
+(:mod:`.translate`) into dsh chunks as bytes arrive.
+
+Every failure leaves as an :class:`~dsh_host.llm.LlmError` with a stable code:
+
+========================  =====================================================
+``MISSING_CREDENTIAL``    the key variable (``api_key_env``) is not set
+``INVALID_CREDENTIAL``    the key is blank or not a legal header value
+``AUTH``                  HTTP 401/403
+``RATE_LIMIT``            HTTP 429 (with ``Retry-After`` as provider_retry_after_ms)
+``QUOTA``                 quota/balance wording (terminal, even on 429)
+``INVALID_REQUEST``       HTTP 400/413
+``CONTEXT_WINDOW_EXCEEDED``  HTTP 400 naming the context window
+``SERVER``                HTTP >= 500
+``HTTP_<status>``         any other non-2xx
+``TRANSPORT``             connection failed, or the body was cut mid-transfer
+``TIMEOUT``               no byte for ``stream_idle_timeout_ms``
+``STREAM_CLOSED``         the body ended cleanly but without ``[DONE]``
+``MALFORMED_RESPONSE``    a payload that is not the expected JSON
+``EMPTY_RESPONSE``        (finish) a completed response with no content
+========================  =====================================================
+
+Cancellation: every await on the network (connect + headers, each body read)
+runs inside ``request.signal.linked_scope()``, entered and left around that
+one await and never around a ``yield``; an interrupted await becomes
+:class:`~dsh_host.errors.AbortedError`, which the runtime reports as an
+``aborted`` finish. The response is always closed on the way out.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import AbstractContextManager, aclosing, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx
+import msgspec
+
+from dsh_host.cancel import CancelToken
+from dsh_host.errors import AbortedError
+from dsh_host.llm import (
+    LlmAdapter,
+    LlmError,
+    LlmRequest,
+    ModelInfo,
+    ProviderInfo,
+    RetryPolicy,
+    StreamChunk,
+)
+from dsh_host.llm.wire import (
+    check_api_key,
+    http_error_code,
+    parse_retry_after_ms,
+    request_id_of,
+    user_agent,
+)
+
+from .serialize import REASONING_EFFORTS, Thinking, serialize_request
+from .sse import SseDecoder
+from .translate import ChunkTranslator
+
+__all__ = ["AdapterSettings", "OpenAICompatibleAdapter"]
+
+#: The most of an error body read to find the provider's message.
+_ERROR_BODY_LIMIT = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdapterSettings:
+    """Resolved connection facts of one adapter (built from the plugin config)."""
+
+    base_url: str
+    model: str
+    api_key_env: str | None
+    display_name: str
+    thinking: Thinking | None = None
+    reasoning_effort: str | None = None
+    max_tokens: int | None = None
+    context_window: int | None = None
+    connect_timeout_ms: int = 30_000
+    stream_idle_timeout_ms: int = 300_000
+    retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.base_url}/chat/completions"
+
+    def timeout(self) -> httpx.Timeout:
+        connect = self.connect_timeout_ms / 1000
+        return httpx.Timeout(
+            connect=connect, read=self.stream_idle_timeout_ms / 1000, write=connect, pool=connect
+        )
+
+
+async def _body(response: httpx.Response) -> AsyncGenerator[bytes, None]:
+    """The response body as an async generator we own (so it is closed deterministically)."""
+    body = response.aiter_bytes()
+    try:
+        async for part in body:
+            yield part
+    finally:
+        close = getattr(body, "aclose", None)
+        if close is not None:
+            await close()
+
+
+def _scope(signal: CancelToken | None) -> AbstractContextManager[Any]:
+    return signal.linked_scope() if signal is not None else nullcontext()
+
+
+class OpenAICompatibleAdapter(LlmAdapter):
+    """Streams chat completions from an OpenAI-compatible endpoint (DeepSeek by default)."""
+
+    def __init__(self, settings: AdapterSettings, client: httpx.AsyncClient) -> None:
+        self.settings = settings
+        self._client = client
+
+    # -- metadata ------------------------------------------------------------------
+    def provider_info(self, provider: str) -> ProviderInfo:
+        return ProviderInfo(
+            id=provider, name=self.settings.display_name, default_model=self.settings.model
+        )
+
+    def retry_policy(self, provider: str) -> RetryPolicy:
+        return self.settings.retry_policy
+
+    async def resolve_model(
+        self, provider: str, model: str, signal: CancelToken | None = None
+    ) -> ModelInfo:
+        settings = self.settings
+        efforts = ("off",) if settings.thinking == "disabled" else REASONING_EFFORTS
+        return ModelInfo(
+            provider=provider,
+            id=model,
+            name=model,
+            context_window=settings.context_window,
+            default_max_tokens=settings.max_tokens,
+            reasoning_efforts=efforts,
+            default_effort=settings.reasoning_effort,
+        )
+
+    # -- streaming -----------------------------------------------------------------
+    def _api_key(self) -> str | None:
+        env = self.settings.api_key_env
+        if env is None:
+            return None
+        raw = os.environ.get(env)
+        if raw is None:
+            raise LlmError(
+                f"{env} is not set: export the API key for {self.settings.base_url} as {env} "
+                "(the variable name comes from the llm-openai-compatible row's `api_key_env`)",
+                "MISSING_CREDENTIAL",
+            )
+        return check_api_key(raw, env)
+
+    def _headers(self, api_key: str | None) -> dict[str, str]:
+        headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+            **{name.lower(): value for name, value in self.settings.headers.items()},
+            "user-agent": user_agent(),
+        }
+        if api_key is not None:
+            headers["authorization"] = f"Bearer {api_key}"
+        return headers
+
+    async def stream(self, request: LlmRequest) -> AsyncGenerator[StreamChunk, None]:
+        settings = self.settings
+        signal = request.signal
+        api_key = self._api_key()
+        body = msgspec.json.encode(serialize_request(request, thinking=settings.thinking))
+        if signal is not None:
+            signal.throw_if_aborted()
+        http_request = self._client.build_request(
+            "POST", settings.endpoint, content=body, headers=self._headers(api_key)
+        )
+        response = await self._send(http_request, signal)
+        try:
+            if not response.is_success:
+                raise await self._http_error(response, signal)
+            decoder = SseDecoder()
+            translator = ChunkTranslator()
+            async with aclosing(_body(response)) as body_bytes:
+                while not translator.done:
+                    data = await self._read(body_bytes, signal)
+                    payloads = decoder.close() if data is None else decoder.feed(data)
+                    for payload in payloads:
+                        for chunk in translator.feed(payload):
+                            yield chunk
+                        if translator.done:
+                            break
+                    if data is None:
+                        break
+            if not translator.done:
+                raise LlmError("SSE stream ended without [DONE]", "STREAM_CLOSED")
+        finally:
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
+
+    async def _send(self, request: httpx.Request, signal: CancelToken | None) -> httpx.Response:
+        """Connect, send, and wait for the response headers (cancellable)."""
+        settings = self.settings
+        response: httpx.Response | None = None
+        try:
+            with _scope(signal):
+                response = await self._client.send(request, stream=True)
+        except (httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            raise LlmError(
+                f"{settings.display_name} API request to {settings.base_url} failed "
+                f"(no connection within {settings.connect_timeout_ms}ms)",
+                "TRANSPORT",
+            ) from exc
+        except httpx.TimeoutException as exc:
+            raise LlmError(
+                f"{settings.display_name} API did not answer within "
+                f"{settings.stream_idle_timeout_ms}ms",
+                "TIMEOUT",
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise LlmError(
+                f"{settings.display_name} API request to {settings.base_url} failed", "TRANSPORT"
+            ) from exc
+        if response is None:  # the linked scope swallowed the cancellation
+            assert signal is not None
+            raise AbortedError(signal.reason)
+        return response
+
+    async def _read(
+        self, body: AsyncIterator[bytes], signal: CancelToken | None
+    ) -> bytes | None:
+        """The next body bytes (None at the end), cancellable, with errors classified."""
+        settings = self.settings
+        finished = False
+        data: bytes | None = None
+        try:
+            with _scope(signal):
+                try:
+                    data = await anext(body)
+                except StopAsyncIteration:
+                    finished = True
+        except httpx.TimeoutException as exc:
+            raise LlmError(
+                f"{settings.display_name} stream idle timeout after "
+                f"{settings.stream_idle_timeout_ms}ms",
+                "TIMEOUT",
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise LlmError(
+                f"{settings.display_name} API stream from {settings.base_url} failed", "TRANSPORT"
+            ) from exc
+        if finished:
+            return None
+        if data is None:  # the linked scope swallowed the cancellation
+            assert signal is not None
+            raise AbortedError(signal.reason)
+        return data
+
+    async def _http_error(self, response: httpx.Response, signal: CancelToken | None) -> LlmError:
+        """Turn a non-2xx answer into an LlmError with the provider's own message."""
+        settings = self.settings
+        status = response.status_code
+        raw = b""
+        try:
+            with _scope(signal):
+                async for part in response.aiter_bytes():
+                    raw += part
+                    if len(raw) >= _ERROR_BODY_LIMIT:
+                        break
+        except httpx.HTTPError:
+            pass  # the status stays authoritative when the body cannot be read
+        if signal is not None and signal.aborted:
+            raise AbortedError(signal.reason)
+        message = f"{settings.display_name} API error (HTTP {status})"
+        detail = ""
+        try:
+            parsed = msgspec.json.decode(raw) if raw else None
+        except msgspec.DecodeError:
+            parsed = None
+        error = parsed.get("error") if isinstance(parsed, dict) else None
+        if isinstance(error, dict):
+            text = error.get("message")
+            if isinstance(text, str) and text:
+                message = text
+            detail = " ".join(
+                str(error[key])
+                for key in ("code", "type", "message")
+                if isinstance(error.get(key), (str, int))
+            )
+        elif isinstance(error, str) and error:
+            message = detail = error
+        retry_after = parse_retry_after_ms(response.headers.get("retry-after"))
+        failure = LlmError(
+            message,
+            http_error_code(status, detail),
+            status=status if 100 <= status <= 599 else None,
+            provider_retry_after_ms=retry_after,
+            request_id=request_id_of(response.headers),
+        )
+        body_text = raw.decode("utf-8", errors="replace")
+        failure.__cause__ = RuntimeError(body_text or f"{settings.display_name} HTTP {status}")
+        return failure

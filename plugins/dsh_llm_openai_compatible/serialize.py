@@ -1,0 +1,166 @@
+"""dsh request -> chat-completions request body.
+
+- system prompt first, as ``{role: "system", content}``;
+- an assistant message sends ``content`` = its concatenated text (``""``, never
+  null: some gateways reject null, and a null in a logged message would break
+  every later request of that session), ``reasoning_content`` when it carried
+  reasoning, and ``tool_calls`` with the raw argument strings;
+- a user message sends its text as ``{role: "user"}`` when it has text or no
+  tool results, then each ``tool-result`` block becomes its own
+  ``{role: "tool", tool_call_id, content}`` (``(no output)`` when empty);
+- optional request fields are omitted, never sent as null.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Literal
+
+import msgspec
+
+from dsh_host.jsonsafe import thaw_json
+from dsh_host.llm import (
+    AssistantMessage,
+    ContentBlock,
+    LlmError,
+    LlmRequest,
+    Message,
+    ReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+)
+from dsh_host.session.messages import ImageBlock, SystemMessage, ToolResultBlock
+
+__all__ = ["REASONING_EFFORTS", "Thinking", "serialize_messages", "serialize_request"]
+
+#: Efforts the DeepSeek wire understands; ``off`` disables thinking.
+REASONING_EFFORTS: tuple[str, ...] = ("off", "low", "high", "max")
+Thinking = Literal["enabled", "disabled"]
+
+
+def _text(blocks: Iterable[ContentBlock]) -> str:
+    return "".join(block.text for block in blocks if isinstance(block, TextBlock))
+
+
+def _refuse_images(blocks: Iterable[ContentBlock], role: str) -> None:
+    for block in blocks:
+        if isinstance(block, ImageBlock):
+            raise LlmError(
+                f"the openai-compatible adapter does not send image content (found in a {role} "
+                "message); image input is not supported in this version",
+                "UNSUPPORTED_CONTENT",
+            )
+        if isinstance(block, ToolResultBlock):
+            _refuse_images(block.content, "tool result")
+
+
+def _assistant(message: AssistantMessage) -> dict[str, Any]:
+    wire: dict[str, Any] = {"role": "assistant", "content": _text(message.content)}
+    reasoning = "".join(b.text for b in message.content if isinstance(b, ReasoningBlock))
+    if reasoning:
+        wire["reasoning_content"] = reasoning
+    calls = [
+        {
+            "id": block.id,
+            "type": "function",
+            "function": {"name": block.name, "arguments": block.arguments},
+        }
+        for block in message.content
+        if isinstance(block, ToolCallBlock)
+    ]
+    if calls:
+        wire["tool_calls"] = calls
+    return wire
+
+
+def serialize_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    """The conversation in wire form; each tool result becomes its own ``tool`` message."""
+    wire: list[dict[str, Any]] = []
+    for message in messages:
+        _refuse_images(message.content, message.role)
+        if isinstance(message, SystemMessage):
+            wire.append({"role": "system", "content": _text(message.content)})
+            continue
+        if isinstance(message, AssistantMessage):
+            wire.append(_assistant(message))
+            continue
+        results = [block for block in message.content if isinstance(block, ToolResultBlock)]
+        text = _text(message.content)
+        if text or not results:
+            wire.append({"role": "user", "content": text})
+        for result in results:
+            wire.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": result.tool_call_id,
+                    "content": _text(result.content) or "(no output)",
+                }
+            )
+    return wire
+
+
+def _thinking(
+    request: LlmRequest, thinking: Thinking | None
+) -> tuple[Thinking | None, str | None]:
+    """The (thinking type, wire effort) pair; ``off`` is never sent as an effort."""
+    if request.purpose == "session-title":
+        return "disabled", None
+    effort = request.config.reasoning_effort
+    if effort is msgspec.UNSET:
+        return thinking, None
+    if effort not in REASONING_EFFORTS:
+        raise LlmError(
+            f'the openai-compatible adapter does not support reasoning effort "{effort}" '
+            f"(supported: {', '.join(REASONING_EFFORTS)})",
+            "UNSUPPORTED_REASONING_EFFORT",
+        )
+    if effort == "off":
+        return "disabled", None
+    if thinking == "disabled":
+        raise LlmError(
+            f'this deployment has thinking disabled, so reasoning effort "{effort}" is not '
+            "supported",
+            "UNSUPPORTED_REASONING_EFFORT",
+        )
+    return "enabled", effort
+
+
+def serialize_request(
+    request: LlmRequest, *, thinking: Thinking | None = None
+) -> dict[str, Any]:
+    """The full streaming request body for ``POST <base_url>/chat/completions``."""
+    config = request.config
+    messages: list[dict[str, Any]] = []
+    if request.system:
+        messages.append({"role": "system", "content": request.system})
+    messages.extend(serialize_messages(request.messages))
+    body: dict[str, Any] = {
+        "model": config.model,
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    thinking_type, effort = _thinking(request, thinking)
+    if thinking_type is not None:
+        body["thinking"] = {"type": thinking_type}
+    if effort is not None:
+        body["reasoning_effort"] = effort
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": thaw_json(tool.parameters),
+                },
+            }
+            for tool in request.tools
+        ]
+    if config.temperature is not msgspec.UNSET:
+        body["temperature"] = config.temperature
+    if config.max_tokens is not msgspec.UNSET:
+        body["max_tokens"] = config.max_tokens
+    if config.stop is not msgspec.UNSET:
+        body["stop"] = list(config.stop)
+    return body
