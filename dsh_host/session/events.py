@@ -38,6 +38,7 @@ import msgspec.inspect
 from msgspec import UNSET, UnsetType
 
 from dsh_host.jsonsafe import (
+    MAX_SAFE_INTEGER,
     FrozenJson,
     NonJsonValueError,
     check_json,
@@ -811,7 +812,15 @@ def _type_needs_scan(info: msgspec.inspect.Type, seen: set[builtins.type]) -> bo
     if isinstance(info, mi.StrType | mi.BoolType | mi.LiteralType | mi.NoneType):
         return False
     if isinstance(info, mi.IntType):
-        return False  # bounds are declared with Meta and checked by the decoder
+        # Safe when the declared bounds (checked by the decoder) are within ±(2**53-1).
+        low = info.ge if info.ge is not None else info.gt
+        high = info.le if info.le is not None else info.lt
+        return not (
+            low is not None
+            and high is not None
+            and low >= -MAX_SAFE_INTEGER
+            and high <= MAX_SAFE_INTEGER
+        )
     if isinstance(info, mi.StructType):
         if info.cls in seen:
             return False

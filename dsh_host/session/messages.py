@@ -108,6 +108,12 @@ class Wire(msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc=False):
     Optional fields use ``UNSET`` (always omitted on encode) rather than
     ``omit_defaults``, so a field whose value happens to equal its default
     (``role: "user"``) is still written.
+
+    ``gc=False``: instances are immutable trees (frozen Structs, tuples, frozen
+    JSON), so they cannot form reference cycles, and keeping a 100k-event log
+    out of the cyclic garbage collector roughly doubles append throughput
+    (``bench/session_append.py``). Subclasses must keep it that way: no field
+    may hold a mutable object that could point back at its owner.
     """
 
 
@@ -252,7 +258,7 @@ class LlmFailure(Wire, frozen=True, kw_only=True):
     message: _NonEmpty  #: human-readable description
     code: _NonEmpty  #: stable code (``RATE_LIMIT``, ``UNKNOWN``...)
     status: Annotated[int, Meta(ge=100, le=599)] | UnsetType = UNSET  #: HTTP status, if any
-    provider_retry_after_ms: Annotated[int, Meta(gt=0)] | UnsetType = UNSET  #: Retry-After
+    provider_retry_after_ms: Annotated[int, Meta(gt=0, le=MAX_SAFE_INTEGER)] | UnsetType = UNSET
     request_id: str | UnsetType = UNSET  #: provider request id
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from dsh_host.jsonsafe import FrozenJson
 from dsh_host.session import (
     AbortedReason,
     CompletedReason,
@@ -29,9 +30,11 @@ from dsh_host.session import (
     UserCancel,
     UserMessage,
     UserSource,
+    Wire,
     decode_event,
     encode_event,
     event_to_builtins,
+    register_event_type,
 )
 
 from .builders import FakeClock, assistant, new_session, one_turn, tool_result, user
@@ -518,3 +521,31 @@ def test_completed_turn_helper_sanity() -> None:
     assert session.events[1].data == UserMessage(
         id="u1", content=(TextBlock(text="hi"),), source=UserSource()
     )
+
+
+def test_typed_plugin_payloads_get_the_same_lossless_checks() -> None:
+    class FrozenJsonProbe(Wire, frozen=True, kw_only=True):
+        n: int
+        ratio: float
+        blob: FrozenJson
+
+    undo = register_event_type("probe/typed", FrozenJsonProbe)
+    try:
+        session = new_session()
+        ok = session.append("probe/typed", FrozenJsonProbe(n=1, ratio=0.5, blob={"a": [1]}))
+        assert ok.data.blob == {"a": (1,)}
+        bad_values: list[dict[str, Any]] = [
+            {"n": 2**60},  # a bare int field: unsafe for JavaScript readers
+            {"ratio": float("nan")},
+            {"ratio": -0.0},
+            {"blob": {"a": float("inf")}},
+            {"blob": {1: "x"}},
+            {"blob": {"s": {1}}},
+        ]
+        for changes in bad_values:
+            fields: dict[str, Any] = {"n": 1, "ratio": 0.5, "blob": None, **changes}
+            with pytest.raises(InvalidSessionEventError, match='"probe/typed" carries non-JSON'):
+                session.append("probe/typed", FrozenJsonProbe(**fields))
+        assert session.seq == 1
+    finally:
+        undo()
