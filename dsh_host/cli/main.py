@@ -15,9 +15,11 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import DshError
-from . import plugins_cmd
+from ..session.persistence import SessionAlreadyOwnedError
+from . import plugins_cmd, sessions_cmd
 
 EXIT_USAGE = 2
+EXIT_LOCKED = 3
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log plugin activity")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     plugins_cmd.add_parser(sub)
+    sessions_cmd.add_parser(sub)
     return parser
 
 
@@ -48,7 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DshError as exc:
         # One plain line (no wrapping, no markup): users grep and paste these.
         print(f"dsh: error: {exc}", file=sys.stderr)
-        return getattr(exc, "exit_code", EXIT_USAGE)
+        if isinstance(exc, SessionAlreadyOwnedError):
+            return EXIT_LOCKED
+        return int(getattr(exc, "exit_code", EXIT_USAGE))
     except KeyboardInterrupt:
         print("dsh: interrupted", file=sys.stderr)
         return 130

@@ -41,25 +41,18 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"config": str(config), "bootMs": round(elapsed_ms, 1), "rows": status}))
     else:
-        from rich.table import Table
-
-        table = Table(title=f"{config} (booted in {elapsed_ms:.0f} ms)", title_justify="left")
-        for column in ("id", "plugin", "entry point", "provides", "injects", "hooks", "state"):
-            table.add_column(column, overflow="fold")
+        out = console()
+        out.print(f"{config} (booted in {elapsed_ms:.0f} ms)", markup=False)
         for row in status:
-            state = row["detail"]
-            style = "green" if row["state"] == "active" else (
-                "dim" if row["state"] == "disabled" else "red")
-            table.add_row(
-                row["id"],
-                row["name"],
-                row["entryPoint"],
-                ", ".join(row["provides"]),
-                ", ".join(row["injects"]),
-                ", ".join(row["hooks"]),
-                f"[{style}]{state}[/{style}]",
+            style = {"active": "green", "disabled": "dim"}.get(row["state"], "red")
+            out.print(f"[bold]{row['id']}[/bold]  {row['name']}  [{style}]{row['detail']}[/{style}]")
+            out.print(f"    entry point: {row['entryPoint'] or '-'}", markup=False)
+            out.print(
+                f"    provides: {', '.join(row['provides']) or '-'}   "
+                f"injects: {', '.join(row['injects']) or '-'}",
+                markup=False,
             )
-        console().print(table)
+            out.print(f"    hooks: {', '.join(row['hooks']) or '-'}", markup=False)
         if problems:
             console(stderr=True).print(
                 f"[red]{len(problems)} row(s) not active[/red]: "

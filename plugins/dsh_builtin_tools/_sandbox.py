@@ -9,7 +9,7 @@ to change. Everything else in the plugin talks to the provider through
 
 from __future__ import annotations
 
-from dsh_sandbox_local.contract import (
+from dsh_host.sandbox import (
     SANDBOX_MODES,
     ConfinedArgv,
     SandboxMode,

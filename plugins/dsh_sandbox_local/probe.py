@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from . import landlock_run
-from .contract import SandboxPolicy
+from dsh_host.sandbox import SandboxPolicy
 from .profiles import NetworkPolicy, bwrap_profile_args, landlock_grant_args
 
 

@@ -11,7 +11,7 @@ import sys
 from typing import Literal
 
 from . import landlock_run
-from .contract import RunnerFailureRule, SandboxPolicy
+from dsh_host.sandbox import RunnerFailureRule, SandboxPolicy
 
 NetworkPolicy = Literal["deny", "allow"]
 

@@ -27,7 +27,7 @@ import msgspec
 
 from dsh_host.errors import ConfigError
 
-from .contract import (
+from dsh_host.sandbox import (
     ConfinedArgv,
     InvalidSandboxRequestError,
     RunnerFailureRule,

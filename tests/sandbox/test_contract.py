@@ -8,6 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import dsh_sandbox_local
 import msgspec
 import pytest
 from dsh_sandbox_local import (
@@ -22,7 +23,6 @@ from dsh_sandbox_local import (
     SandboxUnavailableError,
     writable_roots,
 )
-from dsh_sandbox_local import contract as contract_module
 from dsh_sandbox_local.profiles import (
     NC_ABSTRACT_UNIX,
     NC_IOCTL,
@@ -48,7 +48,7 @@ BWRAP_RO = (
     "--ro-bind", "/proc/sys", "/proc/sys", "--die-with-parent", "--new-session",
     "--cap-drop", "ALL",
 )  # fmt: skip
-LAUNCHER = (sys.executable, "-I", str(Path(contract_module.__file__).with_name("landlock_run.py")))
+LAUNCHER = (sys.executable, "-I", str(Path(dsh_sandbox_local.__file__).with_name("landlock_run.py")))
 
 UNAVAILABLE = (
     'sandbox mode "read-only" is requested but no sandbox backend is usable on this host; '

@@ -21,9 +21,10 @@ from dsh_sandbox_local import (
     SandboxUnavailableError,
     clear_probe_cache,
 )
-from dsh_sandbox_local.contract import UNAVAILABLE_MESSAGE
 from dsh_sandbox_local.profiles import default_landlock_launcher
 from sandbox_harness import linux_only, run_confined
+
+from dsh_host.sandbox import UNAVAILABLE_MESSAGE
 
 pytestmark = [linux_only, pytest.mark.usefixtures("fresh_probes")]
 

@@ -1,7 +1,7 @@
 """The sandbox contract (``ctx.sandbox``): what a consumer sends, what a provider returns.
 
-This module is self-contained on purpose (it imports nothing else from this package): it is the
-part the ``bash`` tool and other consumers need, and it may move as is into ``dsh_host``.
+It lives in the host layer so consumers (the ``bash`` tool) and providers (``sandbox-local``,
+or a third-party container provider) share one vocabulary without importing each other.
 
 Two boundaries are kept apart (spec ``approval-and-sandbox.md`` §0): approval answers "did a
 person agree to this occurrence?", the sandbox answers "what may the process touch while it

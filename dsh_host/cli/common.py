@@ -1,0 +1,118 @@
+"""What every command shares: the composition with command-line overrides, and running a host.
+
+Overrides patch the ``config`` of the row that runs a given plugin, so a flag
+like ``--root`` works with any composition that has a JSONL persistence row,
+whatever its id. A flag whose row is missing is a usage error that says which
+row the composition lacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+
+from ..errors import ConfigError, DshError
+from ..loader import LocatedRow, PluginHost, Row, canonical_name, load_rows, open_host
+from .compositions import resolve_config
+
+T = TypeVar("T")
+
+PERSISTENCE_PLUGINS = ("session-persistence-jsonl", "session-persistence-postgres")
+
+
+class CliUsageError(DshError):
+    """A flag or argument the user can fix (exit 2)."""
+
+    code = "CLI_USAGE"
+    exit_code = 2
+
+
+def add_config_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="YAML composition (default: ./dsh.yml if present, else the shipped default)",
+    )
+
+
+def add_root_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--root",
+        metavar="DIR",
+        help="session store root of the JSONL backend (default: the composition's, "
+        "./.dsh/sessions in the shipped default)",
+    )
+
+
+def rows_of(located: Sequence[LocatedRow], plugin: str) -> list[int]:
+    return [i for i, r in enumerate(located) if canonical_name(r.row.name) == plugin]
+
+
+def patch_config(
+    located: list[LocatedRow], plugins: Sequence[str], key: str, value: Any, flag: str
+) -> None:
+    """Set ``config[key] = value`` on every enabled row running one of ``plugins``."""
+    hits = [
+        i
+        for plugin in plugins
+        for i in rows_of(located, plugin)
+        if not located[i].row.disabled
+    ]
+    if not hits:
+        raise CliUsageError(
+            f"{flag} needs a row running {' or '.join(plugins)} in the composition, and it has "
+            "none; add one or drop the flag"
+        )
+    for index in hits:
+        entry = located[index]
+        config = dict(entry.row.config or {})
+        config[key] = value
+        located[index] = replace(entry, row=Row(
+            name=entry.row.name, id=entry.row.id, config=config, disabled=entry.row.disabled
+        ))
+
+
+def load_composition(args: argparse.Namespace) -> tuple[Path, list[LocatedRow]]:
+    path = resolve_config(getattr(args, "config", None))
+    located = load_rows(path)
+    root = getattr(args, "root", None)
+    if root is not None:
+        root_path = Path(root)
+        if root_path.exists() and not root_path.is_dir():
+            raise CliUsageError(f"--root {root}: exists and is not a directory")
+        patch_config(located, ("session-persistence-jsonl",), "root", str(root_path), "--root")
+    return path, located
+
+
+def persistence_row_present(located: Sequence[LocatedRow]) -> bool:
+    return any(
+        rows_of(located, plugin) and not any(located[i].row.disabled for i in rows_of(located, plugin))
+        for plugin in PERSISTENCE_PLUGINS
+    )
+
+
+def run_with_host(
+    located: Sequence[LocatedRow], body: Callable[[PluginHost], Awaitable[T]]
+) -> T:
+    """Boot the composition under trio, run ``body(host)``, dispose everything."""
+
+    async def main() -> T:
+        async with open_host(located) as host:
+            return await body(host)
+
+    return anyio.run(main, backend="trio")
+
+
+def persistence(host: PluginHost) -> Any:
+    service = host.ctx.get("sessionPersistence")
+    if service is None:
+        raise ConfigError(
+            "this composition stores no sessions (no row provides sessionPersistence); "
+            "use a composition with session-persistence-jsonl, e.g. the shipped default"
+        )
+    return service

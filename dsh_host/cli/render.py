@@ -1,0 +1,112 @@
+"""Plain-text rendering of messages and events for people (no model-facing strings here)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+import msgspec
+
+from ..session.events import SessionEvent
+from ..session.messages import (
+    AssistantMessage,
+    ReasoningBlock,
+    SystemMessage,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    ToolResultMessage,
+    UserMessage,
+)
+
+MAX_TOOL_OUTPUT_LINES = 20
+
+
+def when(ms: int) -> str:
+    return _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def human_size(size: int | None) -> str:
+    if size is None:
+        return "-"
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"
+
+
+def _clip(text: str, limit: int = MAX_TOOL_OUTPUT_LINES) -> str:
+    lines = text.splitlines()
+    if len(lines) <= limit:
+        return text
+    return "\n".join([*lines[:limit], f"... ({len(lines) - limit} more lines)"])
+
+
+def blocks_text(blocks: Any) -> str:
+    parts = []
+    for block in blocks:
+        if isinstance(block, TextBlock | ReasoningBlock):
+            parts.append(block.text)
+        elif isinstance(block, ToolResultBlock):
+            parts.append(blocks_text(block.content))
+    return "".join(parts)
+
+
+def message_lines(message: Any) -> list[tuple[str, str]]:
+    """(style, text) pairs for one message, in reading order."""
+    out: list[tuple[str, str]] = []
+    if isinstance(message, ToolResultMessage):
+        for block in message.content:
+            if isinstance(block, ToolResultBlock):
+                style = "red" if block.is_error is True else "dim"
+                label = "error" if block.is_error is True else "result"
+                out.append((style, f"  ⎿ {label} [{block.tool_call_id}]\n"
+                            + _indent(_clip(blocks_text(block.content)))))
+        return out
+    if isinstance(message, AssistantMessage):
+        for block in message.content:
+            if isinstance(block, ReasoningBlock):
+                out.append(("dim italic", f"  (thinking) {block.text.strip()}"))
+            elif isinstance(block, TextBlock):
+                out.append(("", f"assistant: {block.text}"))
+            elif isinstance(block, ToolCallBlock):
+                out.append(("cyan", f"  ⚙ {block.name} [{block.id}] {block.arguments}"))
+        return out
+    if isinstance(message, UserMessage):
+        kind = getattr(message.source, "kind", "user")
+        prefix = "you" if kind == "user" else f"({kind} {getattr(message.source, 'plugin', '')})"
+        out.append(("bold" if kind == "user" else "dim", f"{prefix}: {blocks_text(message.content)}"))
+        return out
+    if isinstance(message, SystemMessage):
+        out.append(("dim", f"system: {blocks_text(message.content)}"))
+        return out
+    out.append(("dim", repr(message)))
+    return out
+
+
+def _indent(text: str) -> str:
+    return "\n".join(f"    {line}" for line in text.splitlines()) if text else "    (empty)"
+
+
+def event_summary(event: SessionEvent) -> str:
+    data = msgspec.to_builtins(event.data) if event.data is not None else None
+    summary = ""
+    if isinstance(data, dict):
+        if event.type in ("turn/end",):
+            summary = f"turn {data.get('turn')} {data.get('reason', {}).get('kind')}"
+        elif event.type in ("turn/start", "step/start", "step/end"):
+            summary = " ".join(f"{k}={v}" for k, v in data.items() if not isinstance(v, dict | list))
+        elif event.type == "tool/call":
+            summary = f"{data.get('name')} [{data.get('callId')}] {data.get('arguments', '')}"
+        elif event.type == "tool/result":
+            message = data.get("message", {})
+            source = message.get("source", {}) if isinstance(message, dict) else {}
+            error = data.get("error")
+            summary = f"[{source.get('callId')}]" + (f" error {error.get('code')}" if error else "")
+        elif event.type.startswith("approval/"):
+            summary = " ".join(f"{k}={v}" for k, v in data.items())
+    if len(summary) > 120:
+        summary = summary[:117] + "..."
+    return f"{event.seq:>6}  {event.type:<22} {summary}"

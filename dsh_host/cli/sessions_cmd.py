@@ -1,0 +1,270 @@
+"""``dsh sessions list | show | verify``: read stored sessions without writing a byte."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+import msgspec
+
+from ..loader import PluginHost
+from ..session.events import event_to_builtins
+from ..session.persistence import (
+    SessionLoad,
+    SessionPersistenceCorruptionError,
+)
+from ..session.session import Session, derive_messages_from_events
+from .common import (
+    add_config_flag,
+    add_root_flag,
+    load_composition,
+    persistence,
+    run_with_host,
+)
+from .output import console, progress
+from .render import event_summary, human_size, message_lines, when
+
+
+def add_parser(sub: Any) -> None:
+    sessions = sub.add_parser("sessions", help="list, show and verify stored sessions")
+    commands = sessions.add_subparsers(dest="sessions_command", metavar="SUBCOMMAND")
+    sessions.set_defaults(handler=lambda args: _usage(sessions))
+
+    listing = commands.add_parser("list", help="every stored session, newest first")
+    add_config_flag(listing)
+    add_root_flag(listing)
+    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    listing.set_defaults(handler=run_list)
+
+    show = commands.add_parser("show", help="print one session")
+    show.add_argument("session_id", metavar="ID")
+    add_config_flag(show)
+    add_root_flag(show)
+    show.add_argument(
+        "--view",
+        choices=("transcript", "model", "events"),
+        default="transcript",
+        help="transcript: everything that happened, for people (default); model: the surface "
+        "the model sees; events: every stored event",
+    )
+    show.add_argument("--json", action="store_true", help="one JSON object per line")
+    show.set_defaults(handler=run_show)
+
+    verify = commands.add_parser(
+        "verify",
+        help="check a stored log without writing: 0 intact, 1 recoverable, 2 corrupt",
+    )
+    verify.add_argument("session_id", metavar="ID")
+    add_config_flag(verify)
+    add_root_flag(verify)
+    verify.add_argument("--json", action="store_true", help="print one JSON object")
+    verify.set_defaults(handler=run_verify)
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _file_size(load_or_listing: Any) -> int | None:
+    location = getattr(load_or_listing, "location", None)
+    if location is None or location.kind != "jsonl":
+        return None
+    try:
+        return os.stat(location.path).st_size
+    except OSError:
+        return None
+
+
+def _last_turn_end(events: Any) -> str | None:
+    for event in reversed(events):
+        if event.type == "turn/end":
+            data = msgspec.to_builtins(event.data)
+            reason = data.get("reason") if isinstance(data, dict) else None
+            return str(reason.get("kind")) if isinstance(reason, dict) else "unknown"
+    return None
+
+
+# -- list ------------------------------------------------------------------------------
+
+
+def run_list(args: argparse.Namespace) -> int:
+    _, rows = load_composition(args)
+
+    async def body(host: PluginHost) -> list[dict[str, Any]]:
+        store = persistence(host)
+        listings = await store.list()
+        rows_out: list[dict[str, Any]] = []
+        with progress("reading sessions", total=len(listings)) as advance:
+            for listing in listings:
+                entry: dict[str, Any] = {
+                    "sessionId": listing.header.id,
+                    "createdAt": listing.header.created_at,
+                    "cwd": listing.header.cwd if isinstance(listing.header.cwd, str) else None,
+                    "events": None,
+                    "lastTurnEnd": None,
+                    "size": _file_size(listing),
+                    "problem": None,
+                }
+                try:
+                    load = await store.inspect(listing.header.id)
+                    entry["events"] = len(load.events)
+                    entry["lastTurnEnd"] = _last_turn_end(load.balanced)
+                except Exception as exc:  # one bad log must not hide the others
+                    entry["problem"] = str(exc)
+                rows_out.append(entry)
+                advance()
+        rows_out.sort(key=lambda e: e["createdAt"], reverse=True)
+        return rows_out
+
+    entries = run_with_host(rows, body)
+    if args.json:
+        for entry in entries:
+            print(json.dumps(entry))
+        return 0
+    if not entries:
+        console().print("no stored sessions")
+        return 0
+    from rich.table import Table
+
+    table = Table(title_justify="left")
+    for column in ("id", "created", "cwd", "events", "last turn", "size"):
+        table.add_column(column, overflow="fold")
+    for entry in entries:
+        table.add_row(
+            entry["sessionId"],
+            when(entry["createdAt"]),
+            entry["cwd"] or "-",
+            "-" if entry["events"] is None else str(entry["events"]),
+            entry["lastTurnEnd"] or ("[red]unreadable[/red]" if entry["problem"] else "-"),
+            human_size(entry["size"]),
+        )
+    console().print(table)
+    return 0
+
+
+# -- show -------------------------------------------------------------------------------
+
+
+async def _read(host: PluginHost, session_id: str) -> SessionLoad:
+    handle = await persistence(host).open(session_id, "read")
+    try:
+        load: SessionLoad = await handle.read()
+        return load
+    finally:
+        await handle.close()
+
+
+def run_show(args: argparse.Namespace) -> int:
+    _, rows = load_composition(args)
+
+    async def body(host: PluginHost) -> SessionLoad:
+        return await _read(host, args.session_id)
+
+    load = run_with_host(rows, body)
+    out = console()
+    if args.view == "events":
+        for event in load.events:
+            if args.json:
+                print(json.dumps(event_to_builtins(event), ensure_ascii=False))
+            else:
+                out.print(event_summary(event), markup=False)
+        return 0
+    if args.view == "model":
+        messages: list[Any] = list(derive_messages_from_events(load.events))
+    else:
+        session = Session.restore(load.header, list(load.events), mark_seed_end=False)
+        messages = list(session.append_origin_messages())
+    for message in messages:
+        if args.json:
+            print(json.dumps(msgspec.to_builtins(message), ensure_ascii=False))
+            continue
+        for style, text in message_lines(message):
+            out.print(text, style=style or None, markup=False)
+    if not args.json and load.torn_tail is not None:
+        out.print(
+            f"(the log has a torn tail: {load.torn_tail.recovered} event(s) recovered; "
+            f"`dsh sessions verify {load.id}` explains)",
+            style="yellow",
+            markup=False,
+        )
+    return 0
+
+
+# -- verify -----------------------------------------------------------------------------
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    _, rows = load_composition(args)
+
+    async def body(host: PluginHost) -> dict[str, Any]:
+        report: dict[str, Any] = {
+            "sessionId": args.session_id,
+            "events": None,
+            "lastSeq": None,
+            "tornTail": None,
+            "closers": [],
+            "corrupt": None,
+        }
+        try:
+            load = await persistence(host).inspect(args.session_id)
+        except SessionPersistenceCorruptionError as exc:
+            where = exc.path or "?"
+            at = f" at byte {exc.offset}" if exc.offset is not None else ""
+            report["corrupt"] = f"{where}{at}: {exc}"
+            return report
+        report["events"] = len(load.events)
+        report["lastSeq"] = load.last_seq
+        if load.torn_tail is not None:
+            report["tornTail"] = {
+                "truncateTo": load.torn_tail.truncate_to,
+                "recovered": load.torn_tail.recovered,
+            }
+        report["closers"] = [event.type for event in load.closers]
+        report["path"] = load.location.path if load.location is not None else None
+        return report
+
+    with progress("verifying", total=None):
+        report = run_with_host(rows, body)
+    if report["corrupt"] is not None:
+        code = 2
+    elif report["tornTail"] is not None or report["closers"]:
+        code = 1
+    else:
+        code = 0
+    if args.json:
+        report.pop("path", None)
+        print(json.dumps(report))
+        return code
+    out = console()
+    if code == 2:
+        print(f"dsh: {args.session_id}: CORRUPT: {report['corrupt']}", file=sys.stderr)
+        print("  the log was not modified; restore it from a backup or fork from an earlier "
+              "session", file=sys.stderr)
+        return code
+    out.print(f"{args.session_id}: {report['events']} events, last seq {report['lastSeq']}"
+              f" ({report['path']})", markup=False)
+    if code == 0:
+        out.print("intact and balanced", style="green")
+        return 0
+    if report["tornTail"] is not None:
+        torn = report["tornTail"]
+        out.print(
+            f"recoverable: torn tail after a crash; {torn['recovered']} complete event(s) "
+            f"recovered from it, the torn bytes start at {torn['truncateTo']} (a resume "
+            "rewrites them)",
+            style="yellow",
+            markup=False,
+        )
+    if report["closers"]:
+        out.print(
+            "recoverable: the last turn was interrupted; a resume appends "
+            + ", ".join(report["closers"]),
+            style="yellow",
+            markup=False,
+        )
+    out.print(f"run `dsh resume {args.session_id}` to repair it", markup=False)
+    return code
