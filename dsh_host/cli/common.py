@@ -91,8 +91,9 @@ def load_composition(args: argparse.Namespace) -> tuple[Path, list[LocatedRow]]:
 
 def persistence_row_present(located: Sequence[LocatedRow]) -> bool:
     return any(
-        rows_of(located, plugin) and not any(located[i].row.disabled for i in rows_of(located, plugin))
+        not located[i].row.disabled
         for plugin in PERSISTENCE_PLUGINS
+        for i in rows_of(located, plugin)
     )
 
 

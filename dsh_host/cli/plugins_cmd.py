@@ -45,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
         out.print(f"{config} (booted in {elapsed_ms:.0f} ms)", markup=False)
         for row in status:
             style = {"active": "green", "disabled": "dim"}.get(row["state"], "red")
-            out.print(f"[bold]{row['id']}[/bold]  {row['name']}  [{style}]{row['detail']}[/{style}]")
+            detail = f"[{style}]{row['detail']}[/{style}]"
+            out.print(f"[bold]{row['id']}[/bold]  {row['name']}  {detail}")
             out.print(f"    entry point: {row['entryPoint'] or '-'}", markup=False)
             out.print(
                 f"    provides: {', '.join(row['provides']) or '-'}   "

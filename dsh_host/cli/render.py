@@ -77,7 +77,8 @@ def message_lines(message: Any) -> list[tuple[str, str]]:
     if isinstance(message, UserMessage):
         kind = getattr(message.source, "kind", "user")
         prefix = "you" if kind == "user" else f"({kind} {getattr(message.source, 'plugin', '')})"
-        out.append(("bold" if kind == "user" else "dim", f"{prefix}: {blocks_text(message.content)}"))
+        style = "bold" if kind == "user" else "dim"
+        out.append((style, f"{prefix}: {blocks_text(message.content)}"))
         return out
     if isinstance(message, SystemMessage):
         out.append(("dim", f"system: {blocks_text(message.content)}"))
@@ -97,7 +98,8 @@ def event_summary(event: SessionEvent) -> str:
         if event.type in ("turn/end",):
             summary = f"turn {data.get('turn')} {data.get('reason', {}).get('kind')}"
         elif event.type in ("turn/start", "step/start", "step/end"):
-            summary = " ".join(f"{k}={v}" for k, v in data.items() if not isinstance(v, dict | list))
+            scalars = {k: v for k, v in data.items() if not isinstance(v, dict | list)}
+            summary = " ".join(f"{k}={v}" for k, v in scalars.items())
         elif event.type == "tool/call":
             summary = f"{data.get('name')} [{data.get('callId')}] {data.get('arguments', '')}"
         elif event.type == "tool/result":

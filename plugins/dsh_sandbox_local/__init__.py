@@ -16,6 +16,7 @@ from dsh_host.sandbox import (
     SandboxUnavailableError,
     writable_roots,
 )
+
 from .plugin import SandboxLocal
 from .probe import clear_probe_cache
 from .provider import LocalSandboxProvider, SandboxConfigError, SandboxLocalConfig

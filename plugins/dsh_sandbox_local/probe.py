@@ -20,8 +20,9 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from . import landlock_run
 from dsh_host.sandbox import SandboxPolicy
+
+from . import landlock_run
 from .profiles import NetworkPolicy, bwrap_profile_args, landlock_grant_args
 
 

@@ -10,8 +10,9 @@ import os
 import sys
 from typing import Literal
 
-from . import landlock_run
 from dsh_host.sandbox import RunnerFailureRule, SandboxPolicy
+
+from . import landlock_run
 
 NetworkPolicy = Literal["deny", "allow"]
 

@@ -26,7 +26,6 @@ from typing import Literal
 import msgspec
 
 from dsh_host.errors import ConfigError
-
 from dsh_host.sandbox import (
     ConfinedArgv,
     InvalidSandboxRequestError,
@@ -34,6 +33,7 @@ from dsh_host.sandbox import (
     SandboxPolicy,
     SandboxUnavailableError,
 )
+
 from .probe import ProbeResult, probe_bubblewrap, probe_landlock
 from .profiles import (
     BWRAP_DENIAL,
