@@ -1,0 +1,737 @@
+"""The agent loop: one :class:`Agent` drives one session through turns and steps.
+
+A turn appends, in this order (``session-and-persistence.md`` §2.7; DSH v3 shapes)::
+
+    turn/start
+      agent/pre-step (waterfall; may reject → turn/end {blocked}, no step)
+      step/start
+        system/message?          the rendered system prompt, when it changed (v3)
+        user/message*            the entered input (prompt, steering, tool contexts,
+                                 runtime-context snapshot)
+        request/header?          initial | resume | change
+        request/context?         provider/model/context window, when changed
+        ⟨llm/stream⟩
+        assistant/message        {message, usage?, stream}   (or assistant/attempt on failure)
+        for each tool call, in model order:
+          tool/call → ⟨tools pipeline⟩ → tool/result
+      step/end                   always, even when the step failed
+      … further steps while tool results need a follow-up …
+    turn/end {reason}
+
+How a turn ends (``TurnEndReason``, D6; every match needs a default branch):
+
+- ``completed``: the last step answered with text only, a tool result
+  concluded the turn, or the first step had no input;
+- ``max-tokens``: some step hit the output ceiling (sticky for the turn);
+- ``blocked``: an ``agent/pre-step`` listener rejected the step;
+- ``aborted {reason}``: the turn's token was cancelled anywhere in the turn;
+- ``error {error}``: a model failure that was not retried (verbatim), or any
+  other exception (``code: "UNKNOWN"``, message = the error chain);
+- ``interrupted`` and ``forked`` are never written by the loop (crash repair
+  and fork seeds write them).
+
+Cancellation is cooperative (D2): :meth:`Agent.cancel` (or the caller's token)
+aborts the turn's :class:`~dsh_host.cancel.CancelToken`; the loop re-checks it
+between stages, a model stream is cut and its visible prefix kept
+(``assistant/message {interrupted: true}``), and a started tool body is asked
+to stop and awaited, never abandoned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+import anyio
+import msgspec
+from msgspec import UNSET
+
+from dsh_host.cancel import CancelToken
+from dsh_host.jsonsafe import MAX_SAFE_INTEGER
+from dsh_host.llm.assembler import BlockAssembler
+from dsh_host.llm.errors import LlmError
+from dsh_host.llm.types import LlmRequest
+from dsh_host.session.events import (
+    AbortedReason,
+    AssistantAttemptData,
+    AssistantMessageData,
+    BlockedReason,
+    CompletedReason,
+    DisposedCancel,
+    ErrorReason,
+    HookCancel,
+    LegacyCancel,
+    MaxTokensReason,
+    ParentCancel,
+    RequestContextData,
+    RequestHeaderData,
+    StepEnd,
+    StepStart,
+    TurnEnd,
+    TurnEndCancelCause,
+    TurnEndReason,
+    TurnStart,
+    UserCancel,
+)
+from dsh_host.session.header import now_ms
+from dsh_host.session.messages import (
+    AbortedFinish,
+    ContentBlock,
+    EpochHeader,
+    ErrorFinish,
+    LlmCallConfig,
+    LlmFailure,
+    MaxTokensFinish,
+    TextBlock,
+    ToolCallBlock,
+    UserMessage,
+    UserSource,
+    new_message_id,
+)
+from dsh_host.session.request_header import canonical_header, headers_equal
+
+from .errors import AgentBusyError, AgentClosedError, AgentConfigError
+from .prompt import (
+    RuntimeContextProjection,
+    SystemMessageProjection,
+    join_context_sections,
+    render_context_sections,
+    render_prompt,
+)
+from .scheduler import execute_tool_calls
+from .types import (
+    AgentErrorEvent,
+    AgentOptions,
+    Enter,
+    PreStepContext,
+    PromptAssembly,
+    Reject,
+    RequestErrorContext,
+    RequestProposal,
+    StepEnded,
+    StepStarted,
+    TurnEnded,
+    TurnStarted,
+    TurnStoppingContext,
+    pre_step_decision,
+    request_error_action,
+)
+
+if TYPE_CHECKING:
+    from dsh_host.context import Context
+    from dsh_host.llm.runtime import LlmRuntime, PreparedCall
+    from dsh_host.session.session import Session
+    from dsh_host.tools import ToolRuntime
+
+__all__ = ["Agent", "Prompt", "cancel_cause", "check_options", "error_chain"]
+
+#: What :meth:`Agent.run_turn` accepts as the prompt.
+Prompt = str | UserMessage | Sequence[ContentBlock]
+
+_StepEnd = Literal["completed", "max-tokens"] | None
+_CANCEL_KINDS: dict[str, TurnEndCancelCause] = {
+    "user": UserCancel(),
+    "parent": ParentCancel(),
+    "disposed": DisposedCancel(),
+    "legacy": LegacyCancel(),
+}
+
+
+def check_options(options: AgentOptions) -> AgentOptions:
+    """Validate options at creation (before anything is published)."""
+    max_tokens = options.max_tokens
+    if max_tokens is not None and (
+        type(max_tokens) is not int or not 0 < max_tokens <= MAX_SAFE_INTEGER
+    ):
+        raise AgentConfigError("agent maxTokens must be a positive safe integer")
+    cap = options.max_parallel_tool_calls
+    if type(cap) is not int or cap < 1:
+        raise AgentConfigError("agent maxParallelToolCalls must be a positive integer")
+    for name in ("provider", "model", "reasoning_effort"):
+        value = getattr(options, name)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise AgentConfigError(f"agent {name} must be a non-empty string when given")
+    return options
+
+
+def cancel_cause(reason: object) -> TurnEndCancelCause:
+    """The durable cause of a cancellation, from whatever the token was aborted with.
+
+    A cause Struct (``UserCancel()`` ...) is kept; ``"user"`` / ``"parent"`` /
+    ``"disposed"`` (or ``{"kind": ...}``) map to theirs; any other string
+    becomes ``{kind: "hook", reason}``; anything else is a user cancel.
+    """
+    if isinstance(reason, UserCancel | ParentCancel | HookCancel | DisposedCancel | LegacyCancel):
+        return reason
+    if isinstance(reason, Mapping):
+        kind = reason.get("kind")
+        if kind == "hook" and isinstance(reason.get("reason"), str):
+            return HookCancel(reason=reason["reason"])
+        if isinstance(kind, str) and kind in _CANCEL_KINDS:
+            return _CANCEL_KINDS[kind]
+    if isinstance(reason, str) and reason:
+        return _CANCEL_KINDS.get(reason) or HookCancel(reason=reason)
+    return UserCancel()
+
+
+def error_chain(error: BaseException) -> str:
+    """One line for an exception and its causes: ``outer [a; b]: cause: root``.
+
+    The class name stands in for an empty message; exception-group members are
+    listed in brackets; a cause whose text equals the message is skipped; a
+    cycle reads ``<circular cause>``.
+    """
+    seen: set[int] = set()
+    parts: list[str] = []
+    current: BaseException | None = error
+    previous_text: str | None = None
+    while current is not None:
+        if id(current) in seen:
+            parts.append("<circular cause>")
+            break
+        seen.add(id(current))
+        try:
+            text = str(current) or type(current).__name__
+        except Exception:
+            text = type(current).__name__
+        if isinstance(current, BaseExceptionGroup):
+            text = (
+                f"{current.message or type(current).__name__} ["
+                + "; ".join(error_chain(member) for member in current.exceptions)
+                + "]"
+            )
+        if text != previous_text:
+            parts.append(text)
+        previous_text = text
+        current = current.__cause__ or (
+            current.__context__ if not current.__suppress_context__ else None
+        )
+    return ": ".join(parts)
+
+
+def _failure_of_turn(error: BaseException) -> LlmFailure:
+    if isinstance(error, LlmError):
+        return error.failure
+    return LlmFailure(message=error_chain(error) or "unknown error", code="UNKNOWN")
+
+
+def _llm_error(failure: LlmFailure) -> LlmError:
+    """Re-raise a failure record verbatim as an exception (its facts survive)."""
+    return LlmError(
+        failure.message,
+        failure.code,
+        status=failure.status if failure.status is not UNSET else None,
+        provider_retry_after_ms=(
+            failure.provider_retry_after_ms
+            if failure.provider_retry_after_ms is not UNSET
+            else None
+        ),
+        request_id=failure.request_id if failure.request_id is not UNSET else None,
+    )
+
+
+def _as_message(prompt: Prompt) -> UserMessage:
+    if isinstance(prompt, UserMessage):
+        return prompt
+    content: tuple[ContentBlock, ...]
+    if isinstance(prompt, str):
+        content = (TextBlock(text=prompt),)
+    elif isinstance(prompt, Sequence):
+        content = tuple(cast("Sequence[ContentBlock]", prompt))
+    else:
+        raise TypeError(
+            f"a prompt is a str, a UserMessage or a list of content blocks, not {prompt!r}"
+        )
+    return UserMessage(id=new_message_id(), content=content, source=UserSource())
+
+
+def _request_proposal(header: EpochHeader) -> LlmCallConfig:
+    """The logged config minus the fields the adapter filled in (they are re-resolved)."""
+    defaults = header.adapter_defaults
+    if defaults is UNSET:
+        return header.config
+    changes: dict[str, Any] = {}
+    if defaults.reasoning_effort is True:
+        changes["reasoning_effort"] = UNSET
+    if defaults.max_tokens is True:
+        changes["max_tokens"] = UNSET
+    return msgspec.structs.replace(header.config, **changes) if changes else header.config
+
+
+class Agent:
+    """Drives one session through turns (see the module docstring).
+
+    Create one with ``ctx.agent.create(...)`` or ``await ctx.agent.resume(id)``;
+    run turns with ``await agent.run_turn("prompt", signal=token)``. An agent
+    runs one turn at a time; ``steer`` adds input to the running turn's next
+    step (or to the next turn's first step when idle).
+    """
+
+    def __init__(
+        self,
+        ctx: Context,
+        session: Session,
+        options: AgentOptions,
+        *,
+        owns_session: bool,
+    ) -> None:
+        self._ctx = ctx
+        self._session = session
+        self._options = check_options(options)
+        self._owns_session = owns_session
+        self._pending: list[UserMessage] = []
+        self._running: anyio.Event | None = None
+        self._token: CancelToken | None = None
+        self._closed = False
+        self._header_logged = False
+        self._runtime_context = RuntimeContextProjection(session)
+        self._system_message = SystemMessageProjection(session)
+        self._last_turn = 0
+        for event in reversed(session.events):
+            if event.type == "turn/start" and isinstance(event.data, TurnStart):
+                self._last_turn = event.data.turn
+                break
+
+    # ------------------------------------------------------------------ public surface
+    @property
+    def id(self) -> str:
+        """The agent's id (its session id)."""
+        return self._session.id
+
+    @property
+    def session(self) -> Session:
+        return self._session
+
+    @property
+    def options(self) -> AgentOptions:
+        return self._options
+
+    @property
+    def status(self) -> Literal["idle", "running"]:
+        return "running" if self._running is not None else "idle"
+
+    @property
+    def last_turn(self) -> int:
+        """The number of the last turn started in this session (0 before the first)."""
+        return self._last_turn
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def steer(self, message: Prompt) -> None:
+        """Queue input for the next step of the running turn (or the next turn when idle).
+
+        An ``agent/turn-stopping`` listener that steers keeps the turn going.
+        """
+        self._pending.append(_as_message(message))
+
+    def inject(self, message: Prompt) -> None:
+        """Queue context for the next step without waking anything (DSH ``inject``).
+
+        This agent has no background driver, so ``inject`` and :meth:`steer`
+        queue the same way; the approval service uses this name for its
+        policy-change notice.
+        """
+        self._pending.append(_as_message(message))
+
+    def cancel(self, cause: object = None) -> None:
+        """Abort the running turn (no-op when idle); ``cause`` is recorded in ``turn/end``.
+
+        Pass a cause (``UserCancel()``, ``HookCancel(reason=...)``, ``"user"`` ...);
+        the default is a user cancel. The turn ends ``aborted`` once every
+        started tool body has returned.
+        """
+        if self._token is not None:
+            self._token.abort(cancel_cause(cause) if cause is not None else UserCancel())
+
+    async def wait_idle(self) -> None:
+        """Return once no turn is running."""
+        while self._running is not None:
+            await self._running.wait()
+
+    async def aclose(self) -> None:
+        """Cancel a running turn (cause ``disposed``), wait for it, and release the session.
+
+        A session the agent created (or resumed) is detached from the store,
+        which lets a persistence backend write and close it. Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self.cancel(DisposedCancel())
+        with anyio.CancelScope(shield=True):
+            await self.wait_idle()
+        if self._owns_session:
+            store = self._ctx.get("sessions")
+            if store is not None and store.is_live(self._session):
+                store.detach(self._session)
+
+    async def run_turn(
+        self, prompt: Prompt | None, *, signal: CancelToken | None = None
+    ) -> TurnEndReason:
+        """Run one turn and return why it ended (the reason is also in ``turn/end``).
+
+        ``prompt`` enters as the first step's ``user/message`` (None: only
+        queued steering input enters; with none, the turn completes without a
+        step). ``signal`` is the caller's token: aborting it ends the turn
+        ``aborted`` just like :meth:`cancel`. A token that is already aborted
+        raises :class:`~dsh_host.errors.AbortedError` before anything is logged.
+        Failures inside the turn do not raise; they are the returned reason.
+        """
+        if self._closed:
+            raise AgentClosedError(f'agent "{self.id}" is closed; create or resume a new agent')
+        if self._running is not None:
+            raise AgentBusyError(
+                f'agent "{self.id}" is already running turn {self._last_turn}; await it or '
+                "cancel it first"
+            )
+        if signal is not None:
+            signal.throw_if_aborted()
+        token = CancelToken.any(signal) if signal is not None else CancelToken()
+        claimed = ([_as_message(prompt)] if prompt is not None else []) + self._pending
+        self._pending = []
+        self._running = anyio.Event()
+        self._token = token
+        try:
+            return await self._turn(claimed, token)
+        finally:
+            running, self._running, self._token = self._running, None, None
+            running.set()
+
+    # ------------------------------------------------------------------ events
+    def _emit(self, name: str, payload: object) -> None:
+        self._ctx.emit(name, payload)
+
+    # ------------------------------------------------------------------ turn
+    async def _turn(self, first_input: list[UserMessage], signal: CancelToken) -> TurnEndReason:
+        session = self._session
+        turn = self._last_turn + 1
+        session.append("turn/start", TurnStart(turn=turn))
+        self._last_turn = turn
+        self._emit("agent/turn-start", TurnStarted(agent=self, turn=turn))
+        reason: TurnEndReason | None = None
+        step = 0
+        claimed = first_input
+        try:
+            while True:
+                signal.throw_if_aborted()
+                next_step = step + 1
+                decision, assembly = await self._pre_step(turn, next_step, claimed, signal)
+                claimed = []
+                if isinstance(decision, Reject):
+                    reason = BlockedReason()
+                    break
+                messages = tuple(decision.messages)
+                if reason is not None and not messages:
+                    break
+                if step == 0 and not messages:
+                    reason = CompletedReason()
+                    break
+                signal.throw_if_aborted()
+                step = next_step
+                session.append("step/start", StepStart(turn=turn, step=step))
+                self._emit("agent/step-start", StepStarted(agent=self, turn=turn, step=step))
+                try:
+                    ended = await self._step(turn, step, messages, assembly, signal)
+                    if not isinstance(reason, MaxTokensReason):  # max-tokens is sticky
+                        if ended == "completed":
+                            reason = CompletedReason()
+                        elif ended == "max-tokens":
+                            reason = MaxTokensReason()
+                        else:
+                            reason = None
+                finally:
+                    session.append("step/end", StepEnd(turn=turn, step=step))
+                    self._emit("agent/step-end", StepEnded(agent=self, turn=turn, step=step))
+                signal.throw_if_aborted()
+                if reason is not None and not self._pending:
+                    await self._ctx.serial(
+                        "agent/turn-stopping",
+                        TurnStoppingContext(agent=self, turn=turn, signal=signal),
+                    )
+                    signal.throw_if_aborted()
+                if reason is not None and not self._pending:
+                    break
+                claimed, self._pending = self._pending, []
+        except Exception as error:
+            if signal.aborted:
+                reason = AbortedReason(reason=cancel_cause(signal.reason))
+            else:
+                reason = ErrorReason(error=_failure_of_turn(error))
+                self._emit(
+                    "agent/error", AgentErrorEvent(agent=self, turn=turn, step=step, error=error)
+                )
+        assert reason is not None
+        session.append("turn/end", TurnEnd(turn=turn, reason=reason))
+        self._emit("agent/turn-end", TurnEnded(agent=self, turn=turn, reason=reason))
+        return reason
+
+    async def _pre_step(
+        self, turn: int, step: int, claimed: list[UserMessage], signal: CancelToken
+    ) -> tuple[Enter | Reject, PromptAssembly]:
+        service = self._ctx.agent
+        assembly: PromptAssembly = await service.system_prompt.assemble(self, signal)
+        signal.throw_if_aborted()
+        sections = render_context_sections(assembly)
+        snapshot = self._runtime_context.project(join_context_sections(sections), sections)
+        default_messages = tuple(claimed) + ((snapshot,) if snapshot is not None else ())
+
+        async def default() -> Enter | Reject:
+            return Enter(default_messages)
+
+        decision = pre_step_decision(
+            await self._ctx.waterfall(
+                "agent/pre-step",
+                PreStepContext(
+                    agent=self, turn=turn, step=step, messages=tuple(claimed), signal=signal
+                ),
+                default,
+            )
+        )
+        signal.throw_if_aborted()
+        return decision, assembly
+
+    # ------------------------------------------------------------------ step
+    async def _step(
+        self,
+        turn: int,
+        step: int,
+        messages: tuple[UserMessage, ...],
+        assembly: PromptAssembly,
+        signal: CancelToken,
+    ) -> _StepEnd:
+        session = self._session
+        signal.throw_if_aborted()
+        system = render_prompt(assembly)
+        first_attempt = True
+        retries = 0
+        while True:
+            config, prepared = await self._prepare_request(turn, step, signal)
+            projected = self._system_message.project(system, turn, step)
+            if projected is not None:
+                data, op, cited = projected
+                session.append("system/message", data, surface_op=op, source_event_seqs=cited)
+            if first_attempt:
+                for entered in messages:
+                    session.append("user/message", entered, surface_op="append")
+                first_attempt = False
+            request = self._build_request(config, prepared, assembly, signal)
+            assembler = BlockAssembler()
+            started = False
+            try:
+                llm: LlmRuntime = self._ctx.llm
+                stream = prepared.stream(request) if prepared is not None else llm.stream(request)
+                signal.throw_if_aborted()
+                started = True
+                async with aclosing(stream) as chunks:
+                    with signal.linked_scope():
+                        async for chunk in chunks:
+                            signal.throw_if_aborted()
+                            assembler.push(chunk, now_ms())
+                signal.throw_if_aborted()
+            except Exception:
+                if started:
+                    self._settle_interrupted(turn, step, request, assembler, signal)
+                raise
+            finish = assembler.finish
+            if isinstance(finish, ErrorFinish | AbortedFinish):
+                session.append(
+                    "assistant/attempt",
+                    AssistantAttemptData(turn=turn, step=step, stream=assembler.stream_records()),
+                )
+                action = request_error_action(
+                    await self._ctx.waterfall(
+                        "agent/request-error",
+                        RequestErrorContext(
+                            agent=self,
+                            turn=turn,
+                            step=step,
+                            provider=request.provider,
+                            failure=finish.failure,
+                            retry_policy=prepared.retry_policy if prepared is not None else None,
+                            signal=signal,
+                            attempt=retries,
+                        ),
+                        _no_action,
+                    )
+                )
+                signal.throw_if_aborted()  # cancellation beats a retry
+                if action is None:
+                    raise _llm_error(finish.failure)
+                retries += 1
+                continue
+            reply = assembler.message(provider=request.provider, model=request.model)
+            usage = assembler.usage
+            session.append(
+                "assistant/message",
+                AssistantMessageData(
+                    turn=turn,
+                    step=step,
+                    message=reply,
+                    usage=usage if usage is not None else UNSET,
+                    stream=assembler.stream_records(),
+                ),
+                surface_op="append",
+            )
+            if isinstance(finish, MaxTokensFinish):
+                return "max-tokens"
+            calls = [block for block in reply.content if isinstance(block, ToolCallBlock)]
+            if not calls:
+                return "completed"
+            tools: ToolRuntime = self._ctx.tools
+            concluded = await execute_tool_calls(
+                self,
+                tools,
+                turn,
+                step,
+                calls,
+                signal,
+                self._pending.append,
+                max_parallel=self._options.max_parallel_tool_calls,
+            )
+            return "completed" if concluded else None
+
+    def _settle_interrupted(
+        self,
+        turn: int,
+        step: int,
+        request: LlmRequest,
+        assembler: BlockAssembler,
+        signal: CancelToken,
+    ) -> None:
+        """Keep what a cut stream delivered: the visible prefix, or the raw attempt."""
+        stream = assembler.stream_records()
+        if signal.aborted:
+            interrupted = assembler.interrupted_message(
+                provider=request.provider, model=request.model
+            )
+            if interrupted is not None:
+                usage = assembler.usage
+                self._session.append(
+                    "assistant/message",
+                    AssistantMessageData(
+                        turn=turn,
+                        step=step,
+                        message=interrupted,
+                        usage=usage if usage is not None else UNSET,
+                        interrupted=True,
+                        stream=stream,
+                    ),
+                    surface_op="append",
+                )
+                return
+        self._session.append(
+            "assistant/attempt", AssistantAttemptData(turn=turn, step=step, stream=stream)
+        )
+
+    async def _prepare_request(
+        self, turn: int, step: int, signal: CancelToken
+    ) -> tuple[LlmCallConfig, PreparedCall | None]:
+        """The call config for this request (``agent/request``) and its prepared route."""
+        session = self._session
+        options = self._options
+        persisted = session.request_header()
+        provider = options.provider or ""
+        model = options.model or ""
+        if self._header_logged and persisted is not None:
+            seed = _request_proposal(persisted)
+        else:
+            effort: Any = options.reasoning_effort
+            if effort is None and persisted is not None:
+                cfg = persisted.config
+                marked = (
+                    persisted.adapter_defaults is not UNSET
+                    and persisted.adapter_defaults.reasoning_effort is True
+                )
+                if cfg.provider == provider and cfg.model == model and not marked:
+                    effort = cfg.reasoning_effort
+            seed = LlmCallConfig(
+                provider=provider,
+                model=model,
+                reasoning_effort=effort if effort is not None else UNSET,
+                max_tokens=options.max_tokens if options.max_tokens is not None else UNSET,
+            )
+
+        async def default() -> LlmCallConfig:
+            return seed
+
+        config = await self._ctx.waterfall(
+            "agent/request",
+            RequestProposal(agent=self, turn=turn, step=step, signal=signal),
+            default,
+        )
+        signal.throw_if_aborted()
+        if not isinstance(config, LlmCallConfig):
+            raise TypeError(f"agent/request must resolve to an LlmCallConfig, got {config!r}")
+        if not config.provider or not config.model:
+            raise AgentConfigError(
+                f'agent "{self.id}" has no provider/model: set AgentOptions.provider and '
+                "AgentOptions.model or supply both via the agent/request waterfall"
+            )
+        llm: LlmRuntime = self._ctx.llm
+        prepared: PreparedCall | None = None
+        try:
+            prepared = await llm.prepare_call(config, signal)
+            config = prepared.config
+        except LlmError as error:
+            if error.code != "NO_ADAPTER":  # middleware may serve an unrouted provider
+                raise
+        signal.throw_if_aborted()
+        return config, prepared
+
+    def _build_request(
+        self,
+        config: LlmCallConfig,
+        prepared: PreparedCall | None,
+        assembly: PromptAssembly,
+        signal: CancelToken,
+    ) -> LlmRequest:
+        """Log the request envelope when it changed and build the frozen request."""
+        session = self._session
+        tools = tuple(assembly.tools)
+        defaults = prepared.adapter_defaults if prepared is not None else UNSET
+        header = canonical_header(
+            EpochHeader(config=config, adapter_defaults=defaults, tools=tools or UNSET)
+        )
+        baseline = session.request_header()
+        if not self._header_logged:
+            session.append(
+                "request/header",
+                RequestHeaderData(
+                    header=header, reason="initial" if baseline is None else "resume"
+                ),
+            )
+            self._header_logged = True
+        elif baseline is None or not headers_equal(baseline, header):
+            session.append("request/header", RequestHeaderData(header=header, reason="change"))
+        window = prepared.context_window if prepared is not None else None
+        context = RequestContextData(
+            provider=config.provider,
+            model=config.model,
+            context_window=window if window is not None else UNSET,
+        )
+        previous = session.request_context()
+        if previous is None or (previous.provider, previous.model, previous.context_window) != (
+            context.provider,
+            context.model,
+            context.context_window,
+        ):
+            session.append("request/context", context)
+        signal.throw_if_aborted()
+        return LlmRequest(
+            config=header.config,
+            messages=tuple(session.derive_messages()),
+            tools=tools,
+            signal=signal,
+            session=session,
+            agent_loop=True,
+        )
+
+    def __repr__(self) -> str:
+        return f"<Agent {self.id!r} {self.status} last_turn={self._last_turn}>"
+
+
+async def _no_action() -> None:
+    return None

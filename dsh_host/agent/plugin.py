@@ -1,0 +1,75 @@
+"""The ``agent`` plugin: provides ``ctx.agent`` (:class:`~dsh_host.agent.service.AgentService`)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from dsh_host.bus import EventMode
+from dsh_host.context import Context
+from dsh_host.plugin import Plugin
+
+from .prompt import SystemPrompt
+from .service import AgentService
+from .types import AgentOptions
+
+__all__ = ["AgentConfig", "AgentPlugin"]
+
+_Name = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rename="camel"):
+    """Config of the ``agent`` row (YAML keys camelCase): defaults for every agent it creates.
+
+    ``provider`` / ``model``: the route of the first request (an
+    ``agent/request`` listener may choose instead). ``maxParallelToolCalls``:
+    overlapping tool bodies in one parallel group (1 = serial).
+    ``persona``: the deployment persona section (order 0; ``{{model}}`` and
+    ``{{cwd}}`` may be referenced). ``includeHarnessIdentity``: the fixed
+    order -100 identity line. ``includeRuntimeContext``: append runtime-context
+    snapshots (approval policy, ...) to the history.
+    """
+
+    provider: _Name | None = None
+    model: _Name | None = None
+    max_tokens: Annotated[int, msgspec.Meta(gt=0, le=2**53 - 1)] | None = None
+    reasoning_effort: _Name | None = None
+    max_parallel_tool_calls: Annotated[int, msgspec.Meta(ge=1)] = 10
+    persona: str = ""
+    include_harness_identity: bool = True
+    include_runtime_context: bool = True
+
+
+class AgentPlugin(Plugin):
+    """Entry point ``agent``: the agent loop as a service.
+
+    Declares ``agent/error`` (EMIT) and ``system-prompt/assemble`` (WATERFALL);
+    the other ``agent/*`` events are declared by the host. On unload every agent
+    is closed: a running turn ends ``aborted {kind: "disposed"}``.
+    """
+
+    name = "agent"
+    provides = ("agent",)
+    inject = ("sessions", "llm", "tools")
+    Config = AgentConfig
+
+    def apply(self, ctx: Context, config: AgentConfig) -> None:
+        ctx.declare_event("agent/error", EventMode.EMIT, 1)
+        ctx.declare_event("system-prompt/assemble", EventMode.WATERFALL, 1)
+        prompt = SystemPrompt(
+            ctx,
+            identity=config.include_harness_identity,
+            persona=config.persona,
+            include_runtime_context=config.include_runtime_context,
+        )
+        defaults = AgentOptions(
+            provider=config.provider,
+            model=config.model,
+            max_tokens=config.max_tokens,
+            reasoning_effort=config.reasoning_effort,
+            max_parallel_tool_calls=config.max_parallel_tool_calls,
+        )
+        service = AgentService(ctx, defaults, prompt)
+        ctx.provide("agent", service)
+        ctx.effect(service.aclose, "close agents")

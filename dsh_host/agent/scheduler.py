@@ -1,0 +1,332 @@
+"""Tool-call scheduling for one assistant step (``host-tools-loop.md`` §5.6).
+
+The model's calls run in model order, grouped: a call whose tool is not
+concurrency-safe is a group of one (a barrier); a parallel-safe call opens a
+group that takes every following parallel-safe call. Inside a group:
+
+* policy is **ordered**: each call's ``tool/call`` is appended and its
+  pre-execute / approval / guard stage (``tools.prepare``) finishes before the
+  next call starts, so approvals never overlap;
+* only dispatch (``tools/execute`` and the body) overlaps, at most
+  ``max_parallel_tool_calls`` at a time;
+* results are **committed in model order** (post-execute, ``tools/result``,
+  then the ``tool/result`` event citing its ``tool/call``), whatever order the
+  bodies finish in; the contexts a result carries are handed to the agent for
+  the next step, after every result of the step.
+
+Cancellation stops new starts; started calls are drained and committed (a
+started body is never abandoned), and every call that never started gets a
+``tool/call`` plus a synthetic ``ABORTED_BEFORE_DISPATCH`` result, so the log
+stays balanced. A failure of the scheduler itself (not a tool error, which is
+always a result) stops new starts, waits for started bodies, and propagates
+without fabricating results: the durable ``tool/call`` events without results
+are exactly what crash repair answers with ``TOOL_OUTCOME_UNKNOWN``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from msgspec import UNSET
+
+from dsh_host.cancel import CancelToken
+from dsh_host.session.events import ToolCallData, ToolError, ToolResultData
+from dsh_host.session.messages import (
+    ToolCallBlock,
+    ToolResultBlock,
+    ToolResultMessage,
+    ToolSource,
+    UserMessage,
+    new_message_id,
+)
+from dsh_host.tools import (
+    ExecutionMode,
+    ToolExecution,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    ToolRuntime,
+    aborted_before_dispatch_result,
+)
+
+if TYPE_CHECKING:
+    from dsh_host.session.session import Session
+
+    from .loop import Agent
+
+__all__ = ["append_tool_call", "append_tool_result", "execute_tool_calls", "parse_arguments"]
+
+
+def parse_arguments(raw: str) -> Any:
+    """The model's raw argument string as the tool sees it.
+
+    ``""`` → ``{}``; valid JSON → its value; anything else → the raw string
+    itself, so the tool's own validation reports it (usually ``"arguments"
+    must be an object``).
+    """
+    if not raw:
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def append_tool_call(session: Session, turn: int, step: int, block: ToolCallBlock) -> int:
+    """Append ``tool/call`` (the raw argument string) and return its seq."""
+    event = session.append(
+        "tool/call",
+        ToolCallData(
+            turn=turn, step=step, call_id=block.id, name=block.name, arguments=block.arguments
+        ),
+    )
+    return event.seq
+
+
+def append_tool_result(
+    session: Session,
+    turn: int,
+    step: int,
+    call_id: str,
+    result: ToolExecutionResult,
+    call_seq: int,
+) -> None:
+    """Append the model-facing ``tool/result`` citing its ``tool/call``."""
+    message = ToolResultMessage(
+        id=new_message_id(),
+        content=(
+            ToolResultBlock(tool_call_id=call_id, content=result.content, is_error=result.is_error),
+        ),
+        source=ToolSource(call_id=call_id),
+    )
+    info = result.error.info if result.error is not None else None
+    data = ToolResultData(
+        turn=turn,
+        step=step,
+        message=message,
+        error=ToolError(name=info.name, code=info.code) if info is not None else UNSET,
+        meta=result.meta,
+    )
+    session.append("tool/result", data, surface_op="append", source_event_seqs=[call_seq])
+
+
+@dataclass(slots=True)
+class _Planned:
+    block: ToolCallBlock
+    input: ToolExecutionInput
+
+
+@dataclass(slots=True)
+class _Slot:
+    exec: ToolExecution
+    result: ToolExecutionResult
+    needs_post: bool
+
+
+@dataclass(slots=True)
+class _GroupOutcome:
+    consumed: int
+    aborted: bool
+    concluded: bool
+
+
+class _Group:
+    """One barrier or parallel pool; see the module docstring for the rules."""
+
+    def __init__(
+        self,
+        *,
+        tools: ToolRuntime,
+        session: Session,
+        turn: int,
+        step: int,
+        calls: Sequence[_Planned],
+        mode: ExecutionMode,
+        signal: CancelToken,
+        cap: int,
+        accept_context: Callable[[UserMessage], None],
+    ) -> None:
+        self.tools = tools
+        self.session = session
+        self.turn = turn
+        self.step = step
+        self.calls = calls
+        self.mode = mode
+        self.signal = signal
+        self.cap = max(1, cap)
+        self.accept_context = accept_context
+        self.slots: list[_Slot | None] = [None] * len(calls)
+        self.call_seqs: list[int] = [-1] * len(calls)
+        self.next_to_start = 0
+        self.committed = 0
+        self.started = 0
+        self.aborted = signal.aborted
+        self.concluded = False
+        self.failure: BaseException | None = None
+        self.in_flight: set[int] = set()
+
+    def _raise_failure(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+
+    async def run(self) -> _GroupOutcome:
+        send, receive = anyio.create_memory_object_stream[int](len(self.calls))
+        error: BaseException | None = None
+        async with send, receive, anyio.create_task_group() as dispatches:
+            try:
+                await self._fill(dispatches, send)
+                while self.in_flight:
+                    index = await receive.receive()
+                    self.in_flight.discard(index)
+                    self._raise_failure()
+                    await self._commit_ready()
+                    self._raise_failure()
+                    if self.signal.aborted:
+                        self.aborted = True
+                    await self._fill(dispatches, send)
+            except Exception as exc:
+                # Stop starting; the task group's exit waits for every started
+                # body (they are never cancelled by a scheduler failure).
+                error = self.failure or exc
+        if error is not None:
+            raise error
+        if self.aborted:
+            for planned in self.calls[self.started :]:
+                _append_skipped(self.session, self.turn, self.step, planned.block)
+            return _GroupOutcome(len(self.calls), True, self.concluded)
+        if self.committed != self.started:  # pragma: no cover - invariant
+            raise RuntimeError("tool-call scheduler: settled calls were left uncommitted")
+        return _GroupOutcome(self.started, False, self.concluded)
+
+    async def _fill(self, dispatches: Any, send: Any) -> None:
+        while (
+            not self.aborted
+            and self.next_to_start < len(self.calls)
+            and len(self.in_flight) < self.cap
+        ):
+            index = self.next_to_start
+            if (
+                index > 0
+                and self.mode == "parallel"
+                and self.tools.execution_mode(self.calls[index].input) != "parallel"
+            ):
+                break  # an exclusive call becomes the next group's barrier
+            await self._start(index, dispatches, send)
+            self.next_to_start += 1
+            self._raise_failure()
+            await self._commit_ready()
+            self._raise_failure()
+            if self.signal.aborted:  # abort may land while pre-execute awaits
+                self.aborted = True
+
+    async def _start(self, index: int, dispatches: Any, send: Any) -> None:
+        planned = self.calls[index]
+        self.call_seqs[index] = append_tool_call(self.session, self.turn, self.step, planned.block)
+        self.started += 1
+        prepared = await self.tools.prepare(planned.input)
+        self._raise_failure()
+        if prepared.kind == "dispatch":
+            self.in_flight.add(index)
+            dispatches.start_soon(self._dispatch, index, prepared.exec, send)
+        else:
+            assert prepared.result is not None
+            self.slots[index] = _Slot(
+                prepared.exec, prepared.result, prepared.kind == "post-result"
+            )
+
+    async def _dispatch(self, index: int, execution: ToolExecution, send: Any) -> None:
+        try:
+            outcome = await self.tools.dispatch(execution)
+            self.slots[index] = _Slot(execution, outcome.result, outcome.kind == "post-result")
+        except Exception as exc:
+            if self.failure is None:
+                self.failure = exc
+        finally:
+            send.send_nowait(index)
+
+    async def _commit_ready(self) -> None:
+        while self.committed < len(self.calls):
+            slot = self.slots[self.committed]
+            if slot is None:
+                return
+            if slot.needs_post:
+                result = await self.tools.finalize(slot.exec, slot.result)
+            else:
+                result = self.tools.finish(slot.exec, slot.result)
+            planned = self.calls[self.committed]
+            append_tool_result(
+                self.session,
+                self.turn,
+                self.step,
+                planned.block.id,
+                result,
+                self.call_seqs[self.committed],
+            )
+            for context in result.additional_contexts:
+                self.accept_context(context)
+            self.concluded = self.concluded or result.concludes_turn
+            self.committed += 1
+
+
+def _append_skipped(session: Session, turn: int, step: int, block: ToolCallBlock) -> None:
+    """The durable call/result pair of a call that cancellation kept from starting."""
+    call_seq = append_tool_call(session, turn, step, block)
+    append_tool_result(session, turn, step, block.id, aborted_before_dispatch_result(), call_seq)
+
+
+async def execute_tool_calls(
+    agent: Agent,
+    tools: ToolRuntime,
+    turn: int,
+    step: int,
+    blocks: Sequence[ToolCallBlock],
+    signal: CancelToken,
+    accept_context: Callable[[UserMessage], None],
+    *,
+    max_parallel: int,
+) -> bool:
+    """Run one step's tool calls; returns True when a committed success concluded the turn.
+
+    On cancellation it returns normally with every call answered (the caller
+    sees the aborted token); a scheduler failure raises.
+    """
+    planned = [
+        _Planned(
+            block,
+            ToolExecutionInput(
+                call_id=block.id,
+                name=block.name,
+                arguments=parse_arguments(block.arguments),
+                agent=agent,
+                signal=signal,
+            ),
+        )
+        for block in blocks
+    ]
+    position = 0
+    concluded = False
+    while position < len(planned):
+        first = planned[position]
+        mode = tools.execution_mode(first.input)
+        calls = planned[position:] if mode == "parallel" else [first]
+        outcome = await _Group(
+            tools=tools,
+            session=agent.session,
+            turn=turn,
+            step=step,
+            calls=calls,
+            mode=mode,
+            signal=signal,
+            cap=max_parallel,
+            accept_context=accept_context,
+        ).run()
+        position += outcome.consumed
+        concluded = concluded or outcome.concluded
+        if outcome.aborted:
+            for skipped in planned[position:]:
+                _append_skipped(agent.session, turn, step, skipped.block)
+            return concluded
+    return concluded

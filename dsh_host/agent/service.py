@@ -1,0 +1,191 @@
+"""The ``agent`` service: create agents on new sessions, resume stored ones.
+
+Embedding in three lines::
+
+    agent = ctx.agent.create(provider="deepseek-official", model="deepseek-chat")
+    reason = await agent.run_turn("list the files", signal=token)
+    await agent.aclose()
+
+Resume (``session-and-persistence.md`` §6.2, seed 002): the stored log is
+opened **for write** through ``ctx.sessionPersistence`` (exclusive ownership:
+another writer, in this process or another, is refused at once), the closers
+an interrupted turn needs are computed with
+:func:`~dsh_host.session.repair.interrupted_turn_closers`, appended through
+that same write handle and **flushed**, so the repair is durable before the
+next model request. Then the live session is rebuilt from the stored events
+plus the closers and published; the persistence backend adopts the handle it
+already opened. Turn numbers continue from the log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import TYPE_CHECKING, Any
+
+from dsh_host.session.repair import interrupted_turn_closers
+from dsh_host.session.session import Session
+
+from .errors import ResumeError
+from .loop import Agent, check_options
+from .prompt import SystemPrompt
+from .types import AgentOptions, AssembleContext
+
+if TYPE_CHECKING:
+    from dsh_host.context import Context
+    from dsh_host.session.store import SessionStore
+
+__all__ = ["AgentService"]
+
+RESUME_WITHOUT_PERSISTENCE = (
+    "cannot resume: session persistence is not configured (load a dsh-session-persistence backend)"
+)
+
+
+class AgentService:
+    """``ctx.agent``: the agents of this host and the system-prompt registry they share."""
+
+    def __init__(self, ctx: Context, defaults: AgentOptions, system_prompt: SystemPrompt) -> None:
+        self._ctx = ctx
+        self._defaults = defaults
+        self.system_prompt = system_prompt
+        self._agents: dict[str, Agent] = {}
+        system_prompt.variable("model", _model_variable)
+        system_prompt.variable("cwd", _cwd_variable)
+        # The approval service states its policy in the runtime context (order 115, DSH's
+        # `approval:policy`); it is read at each assembly, so mounting or unmounting the
+        # approval row later is reflected at the next step.
+        system_prompt.context("approval:policy", 115, self._approval_policy)
+
+    def _approval_policy(self, context: AssembleContext) -> str:
+        approval = self._ctx.get("approval")
+        describe = getattr(approval, "policy_context", None)
+        if approval is None or not callable(describe):
+            return ""
+        text = describe(context.agent)
+        return text if isinstance(text, str) else ""
+
+    # ------------------------------------------------------------------ creation
+    def _options(self, overrides: dict[str, Any]) -> AgentOptions:
+        chosen = {key: value for key, value in overrides.items() if value is not None}
+        return check_options(dataclasses.replace(self._defaults, **chosen))
+
+    def create(
+        self,
+        *,
+        session: Session | None = None,
+        session_id: str | None = None,
+        cwd: str | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+        max_tokens: int | None = None,
+        reasoning_effort: str | None = None,
+        max_parallel_tool_calls: int | None = None,
+    ) -> Agent:
+        """A new agent, on ``session`` (live in ``ctx.sessions``) or on a new one.
+
+        A new session gets ``session_id`` (default: minted by the store) and
+        ``cwd`` (default: the process's working directory) in its header. The
+        options default to the ``agent`` row's config. Invalid options raise
+        before any session is created.
+        """
+        options = self._options(
+            {
+                "provider": provider,
+                "model": model,
+                "max_tokens": max_tokens,
+                "reasoning_effort": reasoning_effort,
+                "max_parallel_tool_calls": max_parallel_tool_calls,
+            }
+        )
+        store: SessionStore = self._ctx.sessions
+        owns = session is None
+        if session is None:
+            root = os.path.abspath(cwd if cwd is not None else os.getcwd())
+            session = store.create(session_id, meta={"cwd": root})
+        elif not store.is_live(session):
+            raise ResumeError(
+                f'session "{session.id}" is not live in this host\'s session store; create it '
+                "with ctx.sessions.create() or resume it with ctx.agent.resume()"
+            )
+        return self._register(Agent(self._ctx, session, options, owns_session=owns))
+
+    async def resume(
+        self,
+        session_id: str,
+        *,
+        provider: str | None = None,
+        model: str | None = None,
+        max_tokens: int | None = None,
+        reasoning_effort: str | None = None,
+        max_parallel_tool_calls: int | None = None,
+    ) -> Agent:
+        """Reopen a stored session: repair an interrupted turn durably, then return its agent.
+
+        Raises :class:`ResumeError` without a persistence backend or when the
+        session is live in this process, and the backend's errors as they are
+        (``SessionNotFoundError``, ``SessionAlreadyOwnedError`` when another
+        writer holds it, corruption errors). Nothing is published on failure.
+        """
+        options = self._options(
+            {
+                "provider": provider,
+                "model": model,
+                "max_tokens": max_tokens,
+                "reasoning_effort": reasoning_effort,
+                "max_parallel_tool_calls": max_parallel_tool_calls,
+            }
+        )
+        persistence = self._ctx.get("sessionPersistence")
+        if persistence is None:
+            raise ResumeError(RESUME_WITHOUT_PERSISTENCE)
+        store: SessionStore = self._ctx.sessions
+        if store.get(session_id) is not None:
+            raise ResumeError(
+                f'cannot resume session "{session_id}": it is live in this process; use the '
+                "live session (or close its agent first)"
+            )
+        handle = await persistence.open(session_id, "write")
+        try:
+            load = await handle.read()
+            closers = interrupted_turn_closers(load.events)
+            if closers:
+                handle.append(closers)
+            await handle.flush()  # the repair is durable before anything else happens
+            session = Session.restore(load.header, [*load.events, *closers])
+            store.attach(session)
+        except BaseException:
+            await handle.close()
+            raise
+        return self._register(Agent(self._ctx, session, options, owns_session=True))
+
+    def _register(self, agent: Agent) -> Agent:
+        self._agents[agent.id] = agent
+        return agent
+
+    # ------------------------------------------------------------------ queries
+    def get(self, agent_id: str) -> Agent | None:
+        agent = self._agents.get(agent_id)
+        return agent if agent is not None and not agent.closed else None
+
+    def list(self) -> list[Agent]:
+        return [agent for agent in self._agents.values() if not agent.closed]
+
+    async def aclose(self) -> None:
+        """Close every agent (running turns end ``aborted {disposed}``), newest first."""
+        for agent in reversed(list(self._agents.values())):
+            await agent.aclose()
+        self._agents.clear()
+
+
+def _model_variable(context: AssembleContext) -> str | None:
+    agent = context.agent
+    return agent.options.model if agent is not None else None
+
+
+def _cwd_variable(context: AssembleContext) -> str | None:
+    agent = context.agent
+    if agent is None:
+        return None
+    cwd = agent.session.header.cwd
+    return cwd if isinstance(cwd, str) else None

@@ -1,0 +1,591 @@
+"""The agent loop's event order and turn endings (spec §2.7, §5.4-5.7, §5.10; D6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from agent_helpers import (
+    Trace,
+    agent_service,
+    live_types,
+    model_requests,
+    register_tool,
+    scripted_host,
+)
+from msgspec import UNSET
+from sse_server import (  # type: ignore[import-not-found,unused-ignore]
+    SseServer,
+    sse,
+    text_events,
+    tool_call_events,
+)
+
+from dsh_host import CancelToken, Row, open_host
+from dsh_host.agent import (
+    CONTEXT_CLEARED,
+    CONTEXT_HEADER,
+    HARNESS_IDENTITY,
+    AgentBusyError,
+    AgentConfigError,
+    Enter,
+    PreStepContext,
+    Reject,
+    RequestErrorContext,
+    Retry,
+    TurnStoppingContext,
+)
+from dsh_host.errors import AbortedError
+from dsh_host.session.events import (
+    AssistantMessageData,
+    BlockedReason,
+    CompletedReason,
+    ErrorReason,
+    MaxTokensReason,
+    RequestHeaderData,
+    ToolResultData,
+    TurnEnd,
+)
+from dsh_host.session.messages import (
+    AssistantMessage,
+    PluginSource,
+    SystemMessage,
+    TextBlock,
+    ToolResultBlock,
+    ToolResultMessage,
+    UserMessage,
+)
+from dsh_host.tools import ToolExecution
+
+pytestmark = pytest.mark.anyio
+
+TOOL_TURN = [
+    {"tool_calls": [{"name": "echo", "arguments": {"text": "hi"}, "id": "call-1"}]},
+    {"text": "done"},
+]
+
+#: A two-step turn with one tool call, as the log records it (v3 shapes:
+#: the model stream is embedded in assistant/message; the system prompt is a
+#: system/message surface node).
+GOLDEN_TOOL_TURN_LOG = [
+    "turn/start",
+    "step/start",
+    "system/message",
+    "user/message",
+    "request/header",
+    "request/context",
+    "assistant/message",
+    "tool/call",
+    "tool/result",
+    "step/end",
+    "step/start",
+    "assistant/message",
+    "step/end",
+    "turn/end",
+]
+
+#: The same turn interleaved with the pipeline dispatches that produce it.
+GOLDEN_TOOL_TURN_TRACE = [
+    "turn/start",
+    "<agent/pre-step>",
+    "step/start",
+    "system/message",
+    "user/message",
+    "request/header",
+    "request/context",
+    "<llm/stream>",
+    "assistant/message",
+    "tool/call",
+    "<tools/pre-execute>",
+    "<tools/execute>",
+    "<tools/post-execute>",
+    "<tools/result>",
+    "tool/result",
+    "step/end",
+    "<agent/pre-step>",
+    "step/start",
+    "<llm/stream>",
+    "assistant/message",
+    "step/end",
+    "turn/end",
+]
+
+
+async def echo(args: Any, exec: ToolExecution) -> Any:
+    return f"echo {args['text']}"
+
+
+async def test_two_step_tool_turn_golden_sequence() -> None:
+    async with scripted_host(TOOL_TURN) as host:
+        register_tool(host, "echo", echo)
+        trace = Trace(host)
+        agent = agent_service(host).create()
+        reason = await agent.run_turn("say hi through the tool")
+        session = agent.session
+        requests = model_requests(host)
+    assert reason == CompletedReason()
+    assert live_types(session) == GOLDEN_TOOL_TURN_LOG
+    assert trace.items == GOLDEN_TOOL_TURN_TRACE
+    # two provider requests; the second carries the tool result with the model's call id
+    assert len(requests) == 2
+    second = requests[1].messages
+    result = second[-1]
+    assert isinstance(result, ToolResultMessage)
+    assert result.content == (
+        ToolResultBlock(
+            tool_call_id="call-1", content=(TextBlock(text="echo hi"),), is_error=False
+        ),
+    )
+    # derived history: system, user, assistant(tool call), tool result, assistant
+    kinds = [type(m).__name__ for m in session.derive_messages()]
+    assert kinds == [
+        "SystemMessage",
+        "UserMessage",
+        "AssistantMessage",
+        "ToolResultMessage",
+        "AssistantMessage",
+    ]
+    [tool_result] = [e for e in session.events if e.type == "tool/result"]
+    [tool_call] = [e for e in session.events if e.type == "tool/call"]
+    assert tool_result.source_event_seqs == (tool_call.seq,)
+    assert tool_call.data.arguments == '{"text":"hi"}'
+    end = session.events[-1].data
+    assert isinstance(end, TurnEnd) and end.turn == 1
+
+
+async def test_same_run_against_the_loopback_sse_server() -> None:
+    script = [
+        sse(tool_call_events([("call-1", "echo", '{"text":"hi"}')], fragment=4)),
+        sse(text_events("do", "ne")),
+    ]
+    with SseServer(script) as server:
+        rows = [
+            Row(name="sessions"),
+            Row(name="llm"),
+            Row(name="tools"),
+            Row(
+                name="llm-openai-compatible",
+                config={"base_url": server.url, "api_key_env": None},
+            ),
+            Row(name="agent", config={"provider": "deepseek-official", "model": "deepseek-chat"}),
+        ]
+        async with open_host(rows) as host:
+            register_tool(host, "echo", echo)
+            trace = Trace(host)
+            agent = agent_service(host).create()
+            reason = await agent.run_turn("say hi through the tool")
+            session = agent.session
+        bodies = [request.body for request in server.requests]
+    assert reason == CompletedReason()
+    assert live_types(session) == GOLDEN_TOOL_TURN_LOG
+    assert trace.items == GOLDEN_TOOL_TURN_TRACE
+    assert len(bodies) == 2
+    wire = bodies[1]["messages"]
+    assert wire[0] == {"role": "system", "content": HARNESS_IDENTITY}
+    assert wire[-1] == {"role": "tool", "tool_call_id": "call-1", "content": "echo hi"}
+    assert [tool["function"]["name"] for tool in bodies[0]["tools"]] == ["echo"]
+    final = session.events[-3].data
+    assert isinstance(final, AssistantMessageData)
+    assert final.message.content == (TextBlock(text="done"),)
+
+
+async def test_simple_text_turn() -> None:
+    async with scripted_host(
+        [{"text": "hello there", "usage": {"input_tokens": 7, "output_tokens": 2}}]
+    ) as host:
+        agent = agent_service(host).create()
+        reason = await agent.run_turn("hi")
+        session = agent.session
+    assert reason == CompletedReason()
+    assert live_types(session) == [
+        "turn/start",
+        "step/start",
+        "system/message",
+        "user/message",
+        "request/header",
+        "request/context",
+        "assistant/message",
+        "step/end",
+        "turn/end",
+    ]
+    message_event = session.events[6].data
+    assert isinstance(message_event, AssistantMessageData)
+    assert message_event.usage is not UNSET and message_event.usage.input_tokens == 7
+    assert message_event.stream is not UNSET and len(message_event.stream) > 0
+    header = session.events[4].data
+    assert isinstance(header, RequestHeaderData) and header.reason == "initial"
+    assert header.header.system is UNSET  # v3: the prompt is a system/message
+    history = session.derive_messages()
+    assert isinstance(history[0], SystemMessage)
+    assert isinstance(history[1], UserMessage) and isinstance(history[2], AssistantMessage)
+
+
+async def test_header_is_logged_once_and_again_only_on_change() -> None:
+    responses = [{"text": "one"}, {"text": "two"}, {"text": "three"}]
+    async with scripted_host(responses) as host:
+        agent = agent_service(host).create()
+        await agent.run_turn("first")
+        await agent.run_turn("second")
+        register_tool(host, "late", echo)  # the tool schemas change the header
+        await agent.run_turn("third")
+        reasons = [
+            e.data.reason for e in agent.session.events if isinstance(e.data, RequestHeaderData)
+        ]
+    assert reasons == ["initial", "change"]
+
+
+async def test_turn_numbers_continue() -> None:
+    async with scripted_host([{"text": "a"}, {"text": "b"}]) as host:
+        agent = agent_service(host).create()
+        await agent.run_turn("one")
+        await agent.run_turn("two")
+        turns = [e.data.turn for e in agent.session.events if e.type == "turn/start"]
+    assert turns == [1, 2]
+    assert agent.last_turn == 2
+
+
+# --------------------------------------------------------------------------- endings
+
+
+async def test_blocked_by_pre_step() -> None:
+    async with scripted_host([{"text": "never"}]) as host:
+
+        async def reject(ctx: PreStepContext, next: Any) -> Any:
+            return Reject()
+
+        host.ctx.on("agent/pre-step", reject)
+        agent = agent_service(host).create()
+        reason = await agent.run_turn("hi")
+        requests = model_requests(host)
+        session = agent.session
+    assert reason == BlockedReason()
+    assert live_types(session) == ["turn/start", "turn/end"]
+    assert requests == []
+
+
+async def test_pre_step_can_rewrite_the_input() -> None:
+    async with scripted_host([{"text": "ok"}]) as host:
+
+        async def rewrite(ctx: PreStepContext, next: Any) -> Any:
+            decision = await next()
+            extra = UserMessage(
+                id="extra", content=(TextBlock(text="extra"),), source=ctx.messages[0].source
+            )
+            return Enter([*decision.messages, extra])
+
+        host.ctx.on("agent/pre-step", rewrite)
+        agent = agent_service(host).create()
+        await agent.run_turn("hi")
+        users = [e.data for e in agent.session.events if e.type == "user/message"]
+    assert [u.content[0].text for u in users] == ["hi", "extra"]
+
+
+async def test_no_input_completes_without_a_step() -> None:
+    async with scripted_host([{"text": "never"}]) as host:
+        agent = agent_service(host).create()
+        reason = await agent.run_turn(None)
+        session = agent.session
+    assert reason == CompletedReason()
+    assert live_types(session) == ["turn/start", "turn/end"]
+
+
+async def test_error_finish_ends_the_turn_with_the_failure_verbatim() -> None:
+    failing = [
+        {"text": "partial", "error": {"code": "SERVER", "message": "upstream broke", "status": 503}}
+    ]
+    async with scripted_host(failing) as host:
+        errors: list[Any] = []
+        host.ctx.on("agent/error", errors.append)
+        agent = agent_service(host).create()
+        reason = await agent.run_turn("hi")
+        session = agent.session
+    assert isinstance(reason, ErrorReason)
+    assert (reason.error.code, reason.error.message, reason.error.status) == (
+        "SERVER",
+        "upstream broke",
+        503,
+    )
+    types_ = live_types(session)
+    assert "assistant/message" not in types_
+    assert types_[-4:] == ["request/context", "assistant/attempt", "step/end", "turn/end"]
+    assert [(e.turn, e.step) for e in errors] == [(1, 1)]
+
+
+async def test_request_error_retry_commits_one_message() -> None:
+    responses = [
+        {"error": {"code": "RATE_LIMIT", "message": "slow down"}},
+        {"text": "second time lucky"},
+    ]
+    async with scripted_host(responses) as host:
+        seen: list[RequestErrorContext] = []
+
+        async def retry(ctx: RequestErrorContext, next: Any) -> Any:
+            seen.append(ctx)
+            return Retry()
+
+        host.ctx.on("agent/request-error", retry)
+        agent = agent_service(host).create()
+        reason = await agent.run_turn("hi")
+        session = agent.session
+    assert reason == CompletedReason()
+    assert [c.failure.code for c in seen] == ["RATE_LIMIT"]
+    kinds = live_types(session)
+    assert kinds.count("assistant/attempt") == 1
+    assert kinds.count("assistant/message") == 1
+    assert kinds.count("user/message") == 1  # the input is entered once, not per attempt
+
+
+async def test_max_tokens_is_sticky_and_drops_tool_calls() -> None:
+    responses = [
+        {
+            "text": "cut",
+            "tool_calls": [{"name": "echo", "arguments": {"text": "x"}}],
+            "finish": "max-tokens",
+        },
+    ]
+    async with scripted_host(responses) as host:
+        register_tool(host, "echo", echo)
+        agent = agent_service(host).create()
+        reason = await agent.run_turn("hi")
+        session = agent.session
+    assert reason == MaxTokensReason()
+    assert "tool/call" not in live_types(session)
+
+
+async def test_unknown_model_route_is_an_error() -> None:
+    async with scripted_host([{"text": "x"}], provider="nowhere") as host:
+        agent = agent_service(host).create()
+        reason = await agent.run_turn("hi")
+    assert isinstance(reason, ErrorReason)
+    assert reason.error.code == "NO_ADAPTER"
+
+
+async def test_invalid_options_are_refused_before_anything_is_published() -> None:
+    async with scripted_host([{"text": "x"}]) as host:
+        with pytest.raises(
+            AgentConfigError, match="agent maxTokens must be a positive safe integer"
+        ):
+            agent_service(host).create(max_tokens=0)
+        assert host.ctx.sessions.list() == []
+
+
+async def test_max_tokens_seeds_the_request() -> None:
+    async with scripted_host([{"text": "x"}]) as host:
+        agent = agent_service(host).create(max_tokens=123)
+        await agent.run_turn("hi")
+        [request] = model_requests(host)
+    assert request.config.max_tokens == 123
+
+
+# --------------------------------------------------------------------------- tools
+
+
+async def test_parallel_calls_overlap_but_commit_in_model_order() -> None:
+    responses = [
+        {
+            "tool_calls": [
+                {"name": "wait_for_peer", "arguments": {"who": "a"}, "id": "a"},
+                {"name": "wait_for_peer", "arguments": {"who": "b"}, "id": "b"},
+            ]
+        },
+        {"text": "both done"},
+    ]
+    async with scripted_host(responses) as host:
+        started: dict[str, anyio.Event] = {"a": anyio.Event(), "b": anyio.Event()}
+        finished: list[str] = []
+
+        async def wait_for_peer(args: Any, exec: ToolExecution) -> Any:
+            me = args["who"]
+            other = "b" if me == "a" else "a"
+            started[me].set()
+            await started[other].wait()  # deadlocks unless both bodies overlap
+            if me == "a":
+                await started["b"].wait()
+                await anyio.sleep(0.01)
+            finished.append(me)
+            return me
+
+        register_tool(host, "wait_for_peer", wait_for_peer, parallel=True)
+        agent = agent_service(host).create()
+        with anyio.fail_after(10):
+            reason = await agent.run_turn("go")
+        session = agent.session
+    assert reason == CompletedReason()
+    assert finished == ["b", "a"]  # settled out of order...
+    results = [e.data.message.source.call_id for e in session.events if e.type == "tool/result"]
+    assert results == ["a", "b"]  # ...committed in model order
+    calls = [e.type for e in session.events if e.type in ("tool/call", "tool/result")]
+    assert calls == ["tool/call", "tool/call", "tool/result", "tool/result"]
+
+
+async def test_exclusive_calls_run_one_at_a_time() -> None:
+    responses = [
+        {"tool_calls": [{"name": "serial", "id": "a"}, {"name": "serial", "id": "b"}]},
+        {"text": "done"},
+    ]
+    async with scripted_host(responses) as host:
+
+        async def serial(args: Any, exec: ToolExecution) -> Any:
+            return exec.call_id
+
+        register_tool(host, "serial", serial)
+        agent = agent_service(host).create()
+        await agent.run_turn("go")
+        pairs = [e.type for e in agent.session.events if e.type in ("tool/call", "tool/result")]
+    assert pairs == ["tool/call", "tool/result", "tool/call", "tool/result"]
+
+
+async def test_malformed_arguments_reach_the_tool_as_a_string() -> None:
+    responses = [
+        {"tool_calls": [{"name": "echo", "arguments": "{not json", "id": "c"}]},
+        {"text": "sorry"},
+    ]
+    async with scripted_host(responses) as host:
+        register_tool(
+            host,
+            "echo",
+            echo,
+            parameters={"type": "object", "properties": {"text": {"type": "string"}}},
+        )
+        agent = agent_service(host).create()
+        await agent.run_turn("go")
+        [result] = [e.data for e in agent.session.events if e.type == "tool/result"]
+    assert isinstance(result, ToolResultData)
+    block = result.message.content[0]
+    assert isinstance(block, ToolResultBlock) and block.is_error
+    assert block.content == (
+        TextBlock(text='Error: invalid arguments: "arguments" must be an object'),
+    )
+
+
+async def test_tool_contexts_enter_the_next_step() -> None:
+    responses = [
+        {"tool_calls": [{"name": "note", "id": "n"}]},
+        {"text": "noted"},
+    ]
+    async with scripted_host(responses) as host:
+
+        async def note(args: Any, exec: ToolExecution) -> Any:
+            exec.defer_context(
+                UserMessage(
+                    id="ctx-1",
+                    content=(TextBlock(text="remember"),),
+                    source=PluginSource(plugin="test"),
+                )
+            )
+            return "ok"
+
+        register_tool(host, "note", note)
+        agent = agent_service(host).create()
+        await agent.run_turn("go")
+        kinds = live_types(agent.session)
+    second_step = kinds[kinds.index("step/end") + 1 :]
+    assert second_step[:2] == ["step/start", "user/message"]
+
+
+async def test_concluding_tool_ends_the_turn() -> None:
+    responses = [{"tool_calls": [{"name": "finish", "id": "f"}]}, {"text": "never asked"}]
+    async with scripted_host(responses) as host:
+
+        async def finish(args: Any, exec: ToolExecution) -> Any:
+            exec.conclude_turn()
+            return "done"
+
+        register_tool(host, "finish", finish)
+        agent = agent_service(host).create()
+        reason = await agent.run_turn("go")
+        requests = model_requests(host)
+    assert reason == CompletedReason()
+    assert len(requests) == 1
+
+
+async def test_turn_stopping_steer_continues_the_turn() -> None:
+    async with scripted_host([{"text": "first"}, {"text": "second"}]) as host:
+        steered: list[int] = []
+
+        async def stopping(ctx: TurnStoppingContext) -> None:
+            if not steered:
+                steered.append(ctx.turn)
+                ctx.agent.steer("one more thing")
+
+        host.ctx.on("agent/turn-stopping", stopping)
+        agent = agent_service(host).create()
+        reason = await agent.run_turn("go")
+        kinds = live_types(agent.session)
+    assert reason == CompletedReason()
+    assert kinds.count("step/start") == 2
+    assert kinds.count("turn/start") == 1
+
+
+# --------------------------------------------------------------------------- prompt
+
+
+async def test_runtime_context_snapshot_only_when_it_changes() -> None:
+    responses = [{"text": "a"}, {"text": "b"}, {"text": "c"}]
+    async with scripted_host(responses, persona="Persona for {{model}}.") as host:
+        service = agent_service(host)
+        state = {"policy": "careful"}
+        off = service.system_prompt.context(
+            "test:policy", 150, lambda c: f"Policy: {state['policy']}."
+        )
+        agent = service.create()
+        await agent.run_turn("one")
+        await agent.run_turn("two")  # unchanged: no new snapshot
+        off()
+        await agent.run_turn("three")  # contexts vanished: one "none" snapshot
+        snapshots = [
+            e.data.content[0].text
+            for e in agent.session.events
+            if e.type == "user/message" and isinstance(e.data.source, PluginSource)
+        ]
+        system = [e.data.message for e in agent.session.events if e.type == "system/message"]
+    assert snapshots == [f"{CONTEXT_HEADER}\n\nPolicy: careful.", CONTEXT_CLEARED]
+    assert len(system) == 1
+    assert system[0].content[0].text == f"{HARNESS_IDENTITY}\n\nPersona for scripted."
+
+
+async def test_changed_system_prompt_replaces_the_head() -> None:
+    async with scripted_host([{"text": "a"}, {"text": "b"}]) as host:
+        service = agent_service(host)
+        agent = service.create()
+        await agent.run_turn("one")
+        service.system_prompt.section("test:extra", 50, "Be brief.")
+        await agent.run_turn("two")
+        history = agent.session.derive_messages()
+        systems = [e for e in agent.session.events if e.type == "system/message"]
+    assert len(systems) == 2
+    assert systems[1].source_event_seqs == (systems[0].seq,)
+    assert isinstance(history[0], SystemMessage)
+    assert history[0].content == (TextBlock(text=f"{HARNESS_IDENTITY}\n\nBe brief."),)
+    assert sum(isinstance(m, SystemMessage) for m in history) == 1
+
+
+# --------------------------------------------------------------------------- misuse
+
+
+async def test_run_turn_rejects_concurrent_use_and_pre_aborted_tokens() -> None:
+    async with scripted_host([{"text": "x", "hang": True}]) as host:
+        agent = agent_service(host).create()
+        token = CancelToken()
+        token.abort("user")
+        with pytest.raises(AbortedError):
+            await agent.run_turn("hi", signal=token)
+        assert live_types(agent.session) == []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(agent.run_turn, "hi")
+            await anyio.wait_all_tasks_blocked()
+            with pytest.raises(AgentBusyError):
+                await agent.run_turn("again")
+            agent.cancel()
+        assert agent.status == "idle"
+
+
+async def test_tools_are_sorted_in_the_request() -> None:
+    async with scripted_host([{"text": "x"}]) as host:
+        for name in ("zeta", "alpha"):
+            register_tool(host, name, echo)
+        agent = agent_service(host).create()
+        await agent.run_turn("hi")
+        [request] = model_requests(host)
+    assert [tool.name for tool in request.tools] == ["alpha", "zeta"]
