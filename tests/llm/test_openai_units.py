@@ -388,3 +388,14 @@ def test_config_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
         settings_of_config(
             LlmOpenAICompatibleConfig(thinking="disabled", reasoning_effort="high")
         )
+
+
+def test_image_content_is_refused_before_any_io() -> None:
+    from dsh_host.session.messages import ImageBlock
+
+    image_user = UserMessage(
+        id="u", content=(ImageBlock(attachment={"attachmentId": "a1"}),), source=UserSource()
+    )
+    with pytest.raises(LlmError) as caught:
+        serialize_request(request("p", "m", messages=[image_user]))
+    assert caught.value.code == "UNSUPPORTED_CONTENT"
