@@ -1,0 +1,385 @@
+"""``dsh run`` and ``dsh resume``: one turn on a session, printed as it happens.
+
+``run`` starts a new session (or continues ``--session ID``, repairing it
+first if a crash interrupted it); ``resume`` repairs a stored session and
+optionally runs a new turn. Both print the transcript while it streams --
+text as it arrives, every tool call with its call id, approvals, results --
+and end with the session id and where the log is stored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import secrets
+import sys
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..agent import Agent
+from ..llm.types import LlmRequest, StreamChunk
+from ..loader import LocatedRow, PluginHost, Row
+from ..session.events import SessionEvent
+from ..session.messages import BlockEndChunk, TextBlock, TextDeltaChunk
+from ..session.persistence import SessionNotFoundError
+from .answerer import install_terminal_answerer
+from .common import (
+    CliUsageError,
+    add_config_flag,
+    add_root_flag,
+    load_composition,
+    patch_config,
+    persistence,
+    run_with_host,
+)
+from .demo import DEMO_PROMPT, DEMO_RESPONSES, DEMO_WORKSPACE
+from .output import console
+
+MODEL_SPECS = "demo | scripted:PATH | openai-compatible:MODEL"
+
+
+def add_parsers(sub: Any) -> None:
+    run = sub.add_parser(
+        "run",
+        help="run one turn on a new session (or continue --session ID)",
+        description="Run one agent turn to its end. Exit 0 when the turn completed, 1 otherwise.",
+    )
+    run.add_argument("prompt", nargs="?", metavar="PROMPT", help="what to ask (demo: optional)")
+    add_config_flag(run)
+    add_root_flag(run)
+    run.add_argument("--session", metavar="ID", help="continue this session (repaired first)")
+    _model_flag(run)
+    run.add_argument(
+        "--workspace",
+        metavar="DIR",
+        help=f"directory the tools work in (default: the composition's; demo: {DEMO_WORKSPACE})",
+    )
+    run.add_argument("--approval", choices=("ask", "never"), help="approval policy override")
+    run.add_argument(
+        "--sandbox",
+        choices=("read-only", "workspace-write", "danger-full-access"),
+        help="file-effect mode of bash (danger-full-access is not a sandbox)",
+    )
+    run.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    run.set_defaults(handler=run_run)
+
+    resume = sub.add_parser(
+        "resume",
+        help="repair a stored session after a crash, then optionally run PROMPT",
+        description="Open a stored session for write, append the repair closers (if any), "
+        "flush, then run PROMPT as a new turn if given. Exit 3 if another process holds it.",
+    )
+    resume.add_argument("session_id", metavar="ID")
+    resume.add_argument("prompt", nargs="?", metavar="PROMPT")
+    add_config_flag(resume)
+    add_root_flag(resume)
+    _model_flag(resume)
+    resume.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    resume.set_defaults(handler=run_resume)
+
+
+def _model_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        metavar="SPEC",
+        default="demo",
+        help=f"{MODEL_SPECS} (default: demo, a built-in scripted conversation)",
+    )
+
+
+@dataclass(slots=True)
+class ModelChoice:
+    row: Row
+    provider: str
+    model: str
+
+
+def parse_model(spec: str) -> ModelChoice:
+    if spec == "demo":
+        return ModelChoice(
+            Row(id="model", name="llm-scripted",
+                config={"responses": DEMO_RESPONSES, "provider": "demo", "model": "demo"}),
+            "demo",
+            "demo",
+        )
+    kind, sep, value = spec.partition(":")
+    if sep and kind == "scripted" and value:
+        path = Path(value)
+        if not path.is_file():
+            raise CliUsageError(f"--model {spec}: script file {value} does not exist")
+        return ModelChoice(
+            Row(id="model", name="llm-scripted", config={"path": str(path)}), "scripted", "scripted"
+        )
+    if sep and kind == "openai-compatible" and value:
+        return ModelChoice(
+            Row(id="model", name="llm-openai-compatible", config={"model": value}),
+            "deepseek-official",
+            value,
+        )
+    raise CliUsageError(f"--model {spec!r} is not a model spec; use {MODEL_SPECS}")
+
+
+def _compose(args: argparse.Namespace, *, demo_workspace: bool) -> tuple[list[LocatedRow], str]:
+    _, located = load_composition(args)
+    choice = parse_model(args.model)
+    located = [r for r in located if r.row.id != choice.row.id]
+    located.insert(0, LocatedRow(choice.row, f"--model {args.model}"))
+    workspace = getattr(args, "workspace", None)
+    if workspace is None and demo_workspace and args.model == "demo":
+        workspace = DEMO_WORKSPACE
+    if workspace is not None:
+        Path(workspace).mkdir(parents=True, exist_ok=True)
+        patch_config(located, ("builtin-tools",), "workspace", workspace, "--workspace")
+    if getattr(args, "approval", None) is not None:
+        patch_config(located, ("user-approval",), "policy", args.approval, "--approval")
+    if getattr(args, "sandbox", None) is not None:
+        patch_config(located, ("builtin-tools",), "sandbox", args.sandbox, "--sandbox")
+    cwd = os.path.abspath(workspace) if workspace is not None else os.getcwd()
+    located = [_with_agent_model(r, choice) for r in located]
+    return located, cwd
+
+
+def _with_agent_model(located: LocatedRow, choice: ModelChoice) -> LocatedRow:
+    if located.row.name != "agent":
+        return located
+    config = dict(located.row.config or {})
+    config.setdefault("provider", choice.provider)
+    config.setdefault("model", choice.model)
+    row = Row(name="agent", id=located.row.id, config=config, disabled=located.row.disabled)
+    return LocatedRow(row, located.where)
+
+
+# -- live transcript ---------------------------------------------------------------------
+
+
+@dataclass
+class Transcript:
+    """Prints a run as it happens; silent under --json (stdout carries one object)."""
+
+    quiet: bool
+    events: int = 0
+    closers: list[str] = field(default_factory=list)
+    _mid_line: bool = False
+
+    def _print(self, text: str, style: str | None = None) -> None:
+        if self.quiet:
+            return
+        if self._mid_line:
+            console().print()
+            self._mid_line = False
+        console().print(text, style=style, markup=False)
+
+    def install(self, host: PluginHost) -> None:
+        host.ctx.on("llm/stream", self._relay)
+        host.ctx.on("session/event", self._on_event)
+
+    async def _relay(
+        self, request: LlmRequest, next_: Callable[[], AsyncIterator[StreamChunk]]
+    ) -> AsyncIterator[StreamChunk]:
+        async for chunk in next_():
+            if not self.quiet:
+                if isinstance(chunk, TextDeltaChunk):
+                    console().print(chunk.text, end="", markup=False, highlight=False)
+                    self._mid_line = not chunk.text.endswith("\n")
+                elif isinstance(chunk, BlockEndChunk) and isinstance(chunk.block, TextBlock):
+                    if self._mid_line:
+                        console().print()
+                        self._mid_line = False
+            yield chunk
+
+    def _on_event(self, session: Any, event: SessionEvent) -> None:
+        self.events += 1
+        data = msgspec.to_builtins(event.data) if event.data is not None else {}
+        if not isinstance(data, dict):
+            return
+        kind = event.type
+        source = data.get("message", {}).get("source", {}) if kind == "user/message" else {}
+        if kind == "user/message" and source.get("kind") == "user":
+            self._print(f"you: {_text_of(data.get('message'))}", "bold")
+        elif kind == "tool/call":
+            self._print(f"⚙ {data.get('name')} [{data.get('callId')}] {data.get('arguments', '')}",
+                        "cyan")
+        elif kind == "tool/result":
+            message = data.get("message", {})
+            block = (message.get("content") or [{}])[0]
+            text = blocks_text_json(block.get("content", []))
+            error = data.get("error")
+            label = f"error {error.get('code', '')}".strip() if error else "result"
+            lines = text.splitlines() or ["(empty)"]
+            shown = lines[:12]
+            if len(lines) > 12:
+                shown.append(f"... ({len(lines) - 12} more lines)")
+            self._print(f"  ⎿ {label} [{block.get('toolCallId', '?')}]", "red" if error else "dim")
+            for line in shown:
+                self._print(f"    {line}", "dim")
+        elif kind == "approval/asked":
+            self._print(f"? approval asked for {data.get('toolName')} [{data.get('callId')}]"
+                        f"{': ' + data['reason'] if data.get('reason') else ''}", "yellow")
+        elif kind == "approval/decided":
+            self._print(f"? approval {data.get('outcome')}", "yellow")
+        elif kind == "turn/end":
+            reason = data.get("reason", {})
+            style = "green" if reason.get("kind") == "completed" else "red"
+            detail = reason.get("message") or reason.get("error", {}).get("message") or ""
+            self._print(f"turn {data.get('turn')} ended: {reason.get('kind')}"
+                        f"{' — ' + str(detail) if detail else ''}", style)
+
+
+def _text_of(message: Any) -> str:
+    if not isinstance(message, dict):
+        return ""
+    return blocks_text_json(message.get("content", []))
+
+
+def blocks_text_json(blocks: Any) -> str:
+    parts = []
+    for block in blocks or []:
+        if isinstance(block, dict) and isinstance(block.get("text"), str):
+            parts.append(block["text"])
+    return "".join(parts)
+
+
+# -- run / resume --------------------------------------------------------------------------
+
+
+async def _finish(args: argparse.Namespace, host: PluginHost, agent: Agent, reason: Any,
+                  transcript: Transcript) -> dict[str, Any]:
+    # The turn's closing events are made durable before the run reports anything: a
+    # "completed" printed here is on disk, not in a write-behind buffer.
+    await host.ctx.sessions.flush(agent.session)
+    kind = str(msgspec.to_builtins(reason).get("kind")) if reason is not None else None
+    store = host.ctx.get("sessionPersistence")
+    where = store.locate(agent.session.header).path if store is not None else None
+    return {
+        "sessionId": agent.session.id,
+        "turnEnd": {"kind": kind} if kind is not None else None,
+        "events": len(agent.session.events),
+        "where": where,
+    }
+
+
+def _report(args: argparse.Namespace, result: dict[str, Any]) -> int:
+    completed = result["turnEnd"] is None or result["turnEnd"]["kind"] == "completed"
+    if args.json:
+        payload = {k: result[k] for k in ("sessionId", "turnEnd", "events")}
+        if "closers" in result:
+            payload["closers"] = result["closers"]
+        print(json.dumps(payload))
+    else:
+        out = console()
+        where = result["where"] or "memory only (this composition stores no sessions)"
+        out.print(f"session {result['sessionId']} · {result['events']} events · {where}",
+                  style="dim", markup=False)
+        if result["where"]:
+            out.print(f"  inspect: dsh sessions show {result['sessionId']}", style="dim",
+                      markup=False)
+    return 0 if completed else 1
+
+
+def run_run(args: argparse.Namespace) -> int:
+    located, cwd = _compose(args, demo_workspace=True)
+    prompt = args.prompt
+    if prompt is None:
+        if args.model != "demo":
+            raise CliUsageError("PROMPT is required unless --model is demo")
+        prompt = DEMO_PROMPT
+    transcript = Transcript(quiet=args.json)
+
+    async def body(host: PluginHost) -> dict[str, Any]:
+        transcript.install(host)
+        install_terminal_answerer(host.ctx)
+        service = host.ctx.agent
+        agent: Agent | None = None
+        if args.session is not None and persistence_has(host, args.session):
+            closers = await _closers(host, args.session)
+            _print_closers(transcript, closers)
+            agent = await service.resume(args.session)
+        else:
+            agent = service.create(session_id=args.session or new_session_id(), cwd=cwd)
+        reason = await agent.run_turn(prompt)
+        result = await _finish(args, host, agent, reason, transcript)
+        await agent.aclose()
+        return result
+
+    return _report(args, run_with_host(located, body))
+
+
+def new_session_id() -> str:
+    """A readable, time-sortable, collision-resistant id: ``20261129-164012-3fa9c1``."""
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+def persistence_has(host: PluginHost, session_id: str) -> bool:
+    store = host.ctx.get("sessionPersistence")
+    if store is None:
+        return False
+    try:
+        store.locate({"id": session_id, "createdAt": 0, "version": 3})
+    except Exception:
+        pass
+    return True
+
+
+async def _closers(host: PluginHost, session_id: str) -> list[dict[str, Any]]:
+    load = await persistence(host).inspect(session_id)
+    closers = []
+    for event in load.closers:
+        data = msgspec.to_builtins(event.data)
+        entry: dict[str, Any] = {"type": event.type, "seq": event.seq}
+        if event.type == "tool/result":
+            error = data.get("error") or {}
+            entry["callId"] = data.get("message", {}).get("source", {}).get("callId")
+            entry["code"] = error.get("code")
+        closers.append(entry)
+    return closers
+
+
+def _print_closers(transcript: Transcript, closers: list[dict[str, Any]]) -> None:
+    transcript.closers = [c["type"] for c in closers]
+    if not closers:
+        transcript._print("session is balanced; nothing to repair", "dim")
+        return
+    for closer in closers:
+        if closer["type"] == "tool/result":
+            label = {
+                "TOOL_NOT_STARTED": "NOT_STARTED",
+                "TOOL_OUTCOME_UNKNOWN": "OUTCOME_UNKNOWN",
+            }.get(closer.get("code") or "", closer.get("code") or "?")
+            transcript._print(f"repair: {closer['callId']} {label}", "yellow")
+        else:
+            transcript._print(f"repair: {closer['type']}", "yellow")
+
+
+def run_resume(args: argparse.Namespace) -> int:
+    located, _cwd = _compose(args, demo_workspace=False)
+    transcript = Transcript(quiet=args.json)
+
+    async def body(host: PluginHost) -> dict[str, Any]:
+        transcript.install(host)
+        install_terminal_answerer(host.ctx)
+        try:
+            closers = await _closers(host, args.session_id)
+        except SessionNotFoundError:
+            raise
+        agent = await host.ctx.agent.resume(args.session_id)
+        _print_closers(transcript, closers)
+        reason = None
+        if args.prompt is not None:
+            reason = await agent.run_turn(args.prompt)
+        result = await _finish(args, host, agent, reason, transcript)
+        result["closers"] = closers
+        await agent.aclose()
+        return result
+
+    return _report(args, run_with_host(located, body))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(2)
