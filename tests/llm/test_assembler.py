@@ -38,7 +38,10 @@ from dsh_host.llm import (
 )
 from dsh_host.session.messages import AssistantStreamRecord, ModelSource
 
-FIXTURE = Path("/work/shared/fixtures/dsh-reference/root-none/--home-dev-project--/raw-clean")
+FIXTURE = (
+    Path(__file__).resolve().parents[1]
+    / "fixtures/dsh-reference/root-none/--home-dev-project--/raw-clean"
+)
 
 
 def text_response(text: str) -> list[StreamChunk]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import zstandard
 
-ROOT = Path("/work/shared/fixtures/dsh-reference")
+ROOT = Path(__file__).resolve().parents[1] / "fixtures" / "dsh-reference"
 EXPECTED: dict[str, Any] = json.loads((ROOT / "expected.json").read_text())
 
 
