@@ -424,6 +424,16 @@ class SessionPersistence(Protocol):
         """A read plus the closers an interrupted turn needs, synthesized in memory only."""
         ...
 
+    async def read_from(
+        self, session_id: str, from_seq: int, *, token: CancelToken | None = None
+    ) -> tuple[StoredEvent, ...]:
+        """Stored events with ``seq >= from_seq`` (no closers; ``()`` at or past the end)."""
+        ...
+
     def locate(self, header: SessionHeader | Mapping[str, Any]) -> ArtifactLocation:
         """Where this session's current log lives (or will). Performs no I/O."""
+        ...
+
+    async def aclose(self) -> None:
+        """Drain and release every handle this instance owns (service teardown)."""
         ...

@@ -85,16 +85,22 @@ from ._storage import (
 
 __all__ = [
     "LIVE_WRITE_BATCH_MAX_DELAY",
-    "event_wire",
     "JsonlReadHandle",
     "JsonlSessionPersistence",
     "JsonlWriteHandle",
+    "event_wire",
 ]
 
 #: The fixed coalescing window for buffered events (seconds); not configurable (seed 000 §4.1).
 LIVE_WRITE_BATCH_MAX_DELAY: Final = 0.2
 
 Spawn = Callable[[Callable[[], Awaitable[Any]]], None]
+
+
+async def _sleep_window() -> None:
+    """The window's wait (module-level so a test can take control of when it expires)."""
+    await anyio.sleep(LIVE_WRITE_BATCH_MAX_DELAY)
+
 
 _log = logging.getLogger("dsh.session-persistence-jsonl")
 
@@ -379,7 +385,7 @@ class JsonlWriteHandle:
 
         async def window() -> None:
             with scope:
-                await anyio.sleep(LIVE_WRITE_BATCH_MAX_DELAY)
+                await _sleep_window()
                 if self._timer is scope:
                     self._timer = None
                 await self._background_drain()

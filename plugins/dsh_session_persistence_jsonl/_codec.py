@@ -279,7 +279,7 @@ def decode_header_record(
             f'empty or header-less session log "{path}"', path=path, offset=0
         )
     try:
-        parsed = _json.loads(record[:-1])
+        parsed = _json.loads(record[:-1], keep_negative_zero=True)
     except ValueError:
         raise SessionPersistenceCorruptionError(
             f"{where}: header line is not valid JSON", path=path, offset=0

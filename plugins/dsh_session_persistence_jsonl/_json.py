@@ -125,7 +125,22 @@ def _parse_float(text: str) -> Any:
     return number
 
 
-def loads(data: bytes | str) -> Any:
-    """Parse one JSON text strictly (UTF-8, no NaN/Infinity); raises ``ValueError``."""
+def _parse_int_keep_negative_zero(text: str) -> Any:
+    return -0.0 if text == "-0" else int(text)
+
+
+def loads(data: bytes | str, *, keep_negative_zero: bool = False) -> Any:
+    """Parse one JSON text strictly (UTF-8, no NaN/Infinity); raises ``ValueError``.
+
+    ``keep_negative_zero`` reads ``-0`` as ``-0.0`` (JS ``JSON.parse`` keeps the
+    sign), so header checks can refuse it as DSH does; elsewhere ``-0`` is 0.
+    """
     text = data.decode("utf-8") if isinstance(data, bytes | bytearray | memoryview) else data
+    if keep_negative_zero:
+        return json.loads(
+            text,
+            parse_constant=_reject_constant,
+            parse_float=_parse_float,
+            parse_int=_parse_int_keep_negative_zero,
+        )
     return json.loads(text, parse_constant=_reject_constant, parse_float=_parse_float)

@@ -112,8 +112,14 @@ class _LiveBinder:
                 try:
                     handle = await self._backend.create(session.header)
                 except SessionAlreadyExistsError:
+                    # Stored but not open here (e.g. a reload): adopt it only if the live
+                    # session reproduces the stored prefix.
                     handle = await self._backend.open(session.id, "write")
-                    _require_prefix(handle, session, adopted=False)
+                    try:
+                        _require_prefix(handle, session, adopted=False)
+                    except BaseException:
+                        handle.release_now()
+                        raise
             else:
                 _require_prefix(handle, session, adopted=True)
             handle.bound = session

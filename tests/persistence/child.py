@@ -23,7 +23,7 @@ import anyio
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from helpers import header, turn  # noqa: E402
+from helpers import header, turn
 
 
 def _backend(spawn: Any) -> Any:

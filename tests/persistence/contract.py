@@ -24,6 +24,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from dsh_host.cancel import CancelToken
@@ -49,8 +50,8 @@ __all__ = [
     "test_append_rejects_seq_mismatch",
     "test_closed_handle_refuses",
     "test_concurrent_flushes_write_each_event_once",
-    "test_create_rejects_known_ids",
     "test_create_rejects_invalid_header_without_reserving_the_id",
+    "test_create_rejects_known_ids",
     "test_created_session_is_absent_until_flushed_then_header_only",
     "test_ignorable_unknown_event_is_kept",
     "test_inspect_synthesizes_closers_without_writing",
@@ -273,7 +274,9 @@ async def test_list_returns_headers(backend_factory: BackendFactory) -> None:
         listed = await backend.list()
         assert sorted(item.header.id for item in listed) == ["a", "b", "c"]
         assert {item.header.id: item.header.cwd for item in listed} == {
-            "a": "/p/one", "b": "/p/two", "c": "/p/one"
+            "a": "/p/one",
+            "b": "/p/two",
+            "c": "/p/one",
         }
         again = await backend.list()
         assert [i.revision for i in again] == [i.revision for i in listed]
@@ -406,8 +409,13 @@ async def test_inspect_synthesizes_closers_without_writing(
 async def test_resume_appends_closers_and_continues(backend_factory: BackendFactory) -> None:
     events = turn(0, 1, closed=False, tools=0)[:4]  # turn/start, user, step/start, assistant
     events[-1] = turn(0, 1, tools=2)[3]  # the assistant asks for two tools
-    events.append(ev("tool/call", 4, {"turn": 1, "step": 1, "callId": "call-1-0",
-                                     "name": "bash", "arguments": "{}"}))
+    events.append(
+        ev(
+            "tool/call",
+            4,
+            {"turn": 1, "step": 1, "callId": "call-1-0", "name": "bash", "arguments": "{}"},
+        )
+    )
     async with backend_of(backend_factory) as backend:
         handle = await backend.create(header("resume"))
         handle.append(events)
@@ -426,7 +434,11 @@ async def test_resume_appends_closers_and_continues(backend_factory: BackendFact
         await writer.close()
         stored = wire((await (await backend.open("resume", "read")).read()).events)
         assert [e["type"] for e in stored[5:]] == [
-            "tool/result", "tool/result", "step/end", "turn/end", "turn/start"
+            "tool/result",
+            "tool/result",
+            "step/end",
+            "turn/end",
+            "turn/start",
         ]
         unknown, not_started = stored[5], stored[6]
         assert unknown["data"]["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
@@ -452,7 +464,7 @@ async def test_concurrent_flushes_write_each_event_once(backend_factory: Backend
                 handle.append(events[start : start + 5])
                 for _ in range(3):
                     tg.start_soon(handle.flush)
-                await anyio.sleep(0)
+                await anyio.lowlevel.checkpoint()
         await handle.flush()
         assert handle.durable_seq == len(events)
         await handle.close()

@@ -35,14 +35,28 @@ def assistant(
         for c in calls
     ]
     stream = [
-        {"type": "chunk", "time": T0 + seq, "chunk": {"type": "block-start", "index": 0,
-                                                        "blockType": "text"}},
-        {"type": "text-chunks", "time0": T0 + seq, "index": 0, "dt": [0] * (len(text) - 1),
-         "texts": list(text)},
-        {"type": "chunk", "time": T0 + seq + 1,
-         "chunk": {"type": "block-end", "index": 0, "block": {"type": "text", "text": text}}},
-        {"type": "chunk", "time": T0 + seq + 1,
-         "chunk": {"type": "finish", "reason": {"kind": "tool-calls" if calls else "stop"}}},
+        {
+            "type": "chunk",
+            "time": T0 + seq,
+            "chunk": {"type": "block-start", "index": 0, "blockType": "text"},
+        },
+        {
+            "type": "text-chunks",
+            "time0": T0 + seq,
+            "index": 0,
+            "dt": [0] * (len(text) - 1),
+            "texts": list(text),
+        },
+        {
+            "type": "chunk",
+            "time": T0 + seq + 1,
+            "chunk": {"type": "block-end", "index": 0, "block": {"type": "text", "text": text}},
+        },
+        {
+            "type": "chunk",
+            "time": T0 + seq + 1,
+            "chunk": {"type": "finish", "reason": {"kind": "tool-calls" if calls else "stop"}},
+        },
     ]
     data = {
         "turn": turn,
@@ -63,8 +77,13 @@ def tool_call(seq: int, turn: int, step: int, call: str) -> dict[str, Any]:
     return ev(
         "tool/call",
         seq,
-        {"turn": turn, "step": step, "callId": call, "name": "bash",
-         "arguments": json.dumps({"cmd": call})},
+        {
+            "turn": turn,
+            "step": step,
+            "callId": call,
+            "name": "bash",
+            "arguments": json.dumps({"cmd": call}),
+        },
     )
 
 
@@ -86,7 +105,9 @@ def tool_result(seq: int, turn: int, step: int, call: str, call_seq: int) -> dic
     )
 
 
-def turn(start_seq: int, turn_no: int, *, closed: bool = True, tools: int = 0) -> list[dict[str, Any]]:
+def turn(
+    start_seq: int, turn_no: int, *, closed: bool = True, tools: int = 0
+) -> list[dict[str, Any]]:
     """One turn: turn/start, user, step/start, assistant (+ tool calls and results), step/end,
     turn/end (omitted when ``closed`` is False)."""
     seq = start_seq

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
 
 from .contract import *  # noqa: F403

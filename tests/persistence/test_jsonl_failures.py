@@ -1,0 +1,289 @@
+"""Injected I/O failures: write and fsync errors roll back, fsync errors poison the handle.
+
+The failures are injected by wrapping ``os.fsync`` / ``os.write`` /
+``os.ftruncate`` / ``os.link`` (the backend looks them up at call time); the
+files, locks and reads are real. Assertions are on what is on disk.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+from dsh_session_persistence_jsonl import JsonlSessionPersistence
+from dsh_session_persistence_jsonl import _backend as backend_module
+
+from dsh_host.session.events import event_to_builtins
+from dsh_host.session.persistence import (
+    SessionHandlePoisonedError,
+    SessionRollbackError,
+    SessionWriteError,
+)
+
+from .helpers import header, log, plain
+
+pytestmark = pytest.mark.anyio
+
+
+def wire(events: Any) -> list[Any]:
+    return [plain(event_to_builtins(e)) for e in events]
+
+
+class Fault:
+    """Makes ``os.<name>`` fail with ``errno`` while armed (for ``times`` calls, or forever)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, name: str, code: int) -> None:
+        self.real: Callable[..., Any] = getattr(os, name)
+        self.armed = False
+        self.times: int | None = None
+        self.calls = 0
+        self.code = code
+
+        def wrapper(*args: Any) -> Any:
+            if self.armed and (self.times is None or self.times > 0):
+                self.calls += 1
+                if self.times is not None:
+                    self.times -= 1
+                raise OSError(self.code, f"injected {name} failure")
+            return self.real(*args)
+
+        monkeypatch.setattr(os, name, wrapper)
+
+    def arm(self, times: int | None = None) -> None:
+        self.armed, self.times = True, times
+
+    def disarm(self) -> None:
+        self.armed = False
+
+
+@pytest.fixture
+def events() -> list[dict[str, Any]]:
+    return log(3, tools=1)
+
+
+def _path(backend: JsonlSessionPersistence, sid: str) -> Path:
+    return Path(backend.locate(header(sid)).path)
+
+
+@pytest.mark.parametrize("compression", ["zstd", "none"])
+async def test_fsync_failure_rolls_back_and_poisons(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, events: list[dict[str, Any]], compression: str
+) -> None:
+    fsync = Fault(monkeypatch, "fsync", errno.EIO)
+    backend = JsonlSessionPersistence(str(tmp_path), compression)  # type: ignore[arg-type]
+    handle = await backend.create(header("fs"))
+    handle.append(events[:8])
+    await handle.flush()
+    path = _path(backend, "fs")
+    durable = path.read_bytes()
+    handle.append(events[8:16])
+    fsync.arm()
+    with pytest.raises(SessionWriteError, match="injected fsync failure") as failed:
+        await handle.flush()
+    fsync.disarm()
+    assert isinstance(failed.value.__cause__, OSError)
+    assert path.read_bytes() == durable, "the failed batch is cut back off the file"
+    # PostgreSQL's lesson: after a failed fsync nothing about the page cache can be trusted.
+    with pytest.raises(SessionHandlePoisonedError, match="reopen the session"):
+        handle.append(events[16:17])
+    with pytest.raises(SessionHandlePoisonedError):
+        await handle.flush()
+    await handle.close()  # releases the lock even though the final drain cannot run
+    reopened = JsonlSessionPersistence(str(tmp_path), compression)  # type: ignore[arg-type]
+    writer = await reopened.open("fs", "write")
+    assert wire((await writer.read()).events) == plain(events[:8])
+    writer.append(events[8:])
+    await writer.close()
+    final = await (await reopened.open("fs", "read")).read()
+    assert wire(final.events) == plain(events)
+
+
+@pytest.mark.parametrize("compression", ["zstd", "none"])
+async def test_write_failure_rolls_back_and_the_retry_has_no_gap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, events: list[dict[str, Any]], compression: str
+) -> None:
+    write = Fault(monkeypatch, "write", errno.ENOSPC)
+    backend = JsonlSessionPersistence(str(tmp_path), compression)  # type: ignore[arg-type]
+    handle = await backend.create(header("ws"))
+    handle.append(events[:8])
+    await handle.flush()
+    path = _path(backend, "ws")
+    durable = path.read_bytes()
+    handle.append(events[8:])
+    write.arm(times=1)
+    with pytest.raises(SessionWriteError, match="injected write failure"):
+        await handle.flush()
+    assert path.read_bytes() == durable  # byte-identical prefix, nothing half-written
+    assert handle.durable_seq == 8
+    await handle.flush()  # not poisoned: a write error is retried with the same batch
+    assert handle.durable_seq == len(events)
+    await handle.close()
+    load = await (await backend.open("ws", "read")).read()
+    assert wire(load.events) == plain(events)
+    assert path.read_bytes()[: len(durable)] == durable
+
+
+async def test_rollback_failure_keeps_both_errors_and_poisons(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, events: list[dict[str, Any]]
+) -> None:
+    write = Fault(monkeypatch, "write", errno.EIO)
+    truncate = Fault(monkeypatch, "ftruncate", errno.EROFS)
+    backend = JsonlSessionPersistence(str(tmp_path))
+    handle = await backend.create(header("rb"))
+    handle.append(events[:4])
+    await handle.flush()
+    handle.append(events[4:])
+    write.arm(times=1)
+    truncate.arm()
+    with pytest.raises(SessionRollbackError, match="failed to roll back append to") as failed:
+        await handle.flush()
+    append_error, rollback_error = failed.value.errors
+    assert "write" in str(append_error) and "ftruncate" in str(rollback_error)
+    truncate.disarm()
+    with pytest.raises(SessionHandlePoisonedError):
+        await handle.flush()
+    await handle.close()
+
+
+async def test_failed_publication_leaves_nothing_and_can_be_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, events: list[dict[str, Any]]
+) -> None:
+    link = Fault(monkeypatch, "link", errno.EIO)
+    backend = JsonlSessionPersistence(str(tmp_path))
+    handle = await backend.create(header("pub"))
+    handle.append(events)
+    link.arm(times=1)
+    with pytest.raises(SessionWriteError, match="failed to publish"):
+        await handle.flush()
+    session_dir = _path(backend, "pub").parent
+    assert sorted(os.listdir(session_dir)) == ["session.lock"], "no log, no temp file"
+    await handle.flush()
+    await handle.close()
+    assert wire((await (await backend.open("pub", "read")).read()).events) == plain(events)
+
+
+async def test_fsync_failure_while_cutting_a_torn_tail_poisons(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, events: list[dict[str, Any]]
+) -> None:
+    backend = JsonlSessionPersistence(str(tmp_path))
+    handle = await backend.create(header("tt"))
+    handle.append(events)
+    await handle.close()
+    path = _path(backend, "tt")
+    path.write_bytes(path.read_bytes()[:-3])  # a torn checksum
+    fsync = Fault(monkeypatch, "fsync", errno.EIO)
+    writer = await backend.open("tt", "write")
+    fsync.arm()
+    with pytest.raises(SessionWriteError, match="torn tail"):
+        await writer.flush()
+    fsync.disarm()
+    with pytest.raises(SessionHandlePoisonedError):
+        await writer.flush()
+    await writer.close()
+
+
+# --------------------------------------------------------------------------- the 200 ms window
+
+
+class Window:
+    """Replaces the window's sleep: records each arming; the test decides when it expires."""
+
+    def __init__(self) -> None:
+        self.armed = 0
+        self.expire = anyio.Event()
+
+    async def sleep(self) -> None:
+        self.armed += 1
+        await self.expire.wait()
+
+    def release(self) -> None:
+        self.expire.set()
+        self.expire = anyio.Event()
+
+
+@pytest.fixture
+def window(monkeypatch: pytest.MonkeyPatch) -> Iterator[Window]:
+    fake = Window()
+    monkeypatch.setattr(backend_module, "_sleep_window", fake.sleep)
+    yield fake
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """Wait for background work to reach an observable state (bounded; not a timing assert)."""
+    with anyio.fail_after(10):
+        while not condition():  # noqa: ASYNC110 - polls state owned by other tasks
+            await anyio.sleep(0.001)
+
+
+async def test_first_buffered_event_arms_one_window_and_later_ones_join_it(
+    tmp_path: Path, window: Window, events: list[dict[str, Any]]
+) -> None:
+    from dsh_session_persistence_jsonl._frames import scan_frames
+
+    async with anyio.create_task_group() as tg:
+        backend = JsonlSessionPersistence(str(tmp_path), spawn=tg.start_soon)
+        handle = await backend.create(header("win"))
+        handle.append(events[:1])
+        await _until(lambda: window.armed == 1)
+        for event in events[1:10]:
+            handle.append([event])  # joins the armed window; does not extend it
+        await anyio.lowlevel.checkpoint()
+        assert window.armed == 1
+        window.release()
+        await _until(lambda: handle.durable_seq == 10)
+        path = _path(backend, "win")
+        assert len(scan_frames(path.read_bytes()).frames) == 2  # header + ONE batch frame
+        handle.append(events[10:12])  # an idle handle: a fresh window
+        await _until(lambda: window.armed == 2)
+        await handle.flush()  # the barrier drains at once and cancels the window
+        assert handle.durable_seq == 12
+        assert len(scan_frames(path.read_bytes()).frames) == 3
+        window.release()
+        await anyio.lowlevel.checkpoint()
+        assert handle.durable_seq == 12
+        await handle.close()
+        tg.cancel_scope.cancel()
+
+
+async def test_background_failure_is_reported_once_and_retained(
+    tmp_path: Path,
+    window: Window,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    events: list[dict[str, Any]],
+) -> None:
+    write = Fault(monkeypatch, "write", errno.ENOSPC)
+    async with anyio.create_task_group() as tg:
+        backend = JsonlSessionPersistence(str(tmp_path), spawn=tg.start_soon)
+        handle = await backend.create(header("bg"))
+        handle.append(events[:2])
+        await handle.flush()
+        base = window.armed  # the first append armed (and its flush cancelled) one window
+        with caplog.at_level(logging.WARNING):
+            write.arm()
+            handle.append(events[2:4])
+            await _until(lambda: window.armed == base + 1)
+            window.release()
+            await _until(lambda: "background write" in caplog.text)
+            handle.append(events[4:5])  # the next event restarts the window...
+            await _until(lambda: window.armed == base + 2)
+            window.release()
+            await _until(lambda: write.calls >= 2)
+            await anyio.sleep(0.01)
+            assert caplog.text.count("background write") == 1  # ...but reports only once
+        assert 'session "bg" failed (buffered events retained)' in caplog.text
+        assert handle.durable_seq == 2
+        write.disarm()
+        await handle.flush()  # the retained batch and the new event go out together
+        assert handle.durable_seq == 5
+        await handle.close()
+        tg.cancel_scope.cancel()
+    load = await (await backend.open("bg", "read")).read()
+    assert wire(load.events) == plain(events[:5])
