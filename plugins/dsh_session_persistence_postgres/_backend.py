@@ -29,6 +29,7 @@ All database calls are blocking psycopg calls on worker threads (see ``_pool``).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal, overload
 
@@ -82,6 +83,14 @@ _log = logging.getLogger("dsh.session-persistence-postgres")
 Row = tuple[int, str]
 
 _RETIRED_TYPES: Final = ("request/header-delta", "mode/set")
+
+#: How long a refused ``pg_try_advisory_lock`` is retried before reporting the owner.
+#: A writer whose process died holds its lock until PostgreSQL notices the closed
+#: socket and ends its session — measured at up to 8 ms after SIGKILL on a local
+#: server. Without this grace a supervisor that restarts a crashed worker at once
+#: would be told the dead worker still owns the session. A live owner is still
+#: reported after this short, fixed delay; nobody queues for a lock.
+LOCK_SETTLE_SECONDS: Final = 0.1
 
 
 # --------------------------------------------------------------------------- admission
@@ -576,21 +585,25 @@ class PostgresSessionPersistence:
             conn = connect(self._conninfo)
         except psycopg.OperationalError as error:
             raise self._connect_error(error) from error
+        key = self.lock_key(session_id)
+        deadline = time.monotonic() + LOCK_SETTLE_SECONDS
         try:
-            row = conn.execute(
-                "SELECT pg_try_advisory_lock(%s)", (self.lock_key(session_id),)
-            ).fetchone()
+            while True:
+                row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+                if row and row[0]:
+                    return conn
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(LOCK_SETTLE_SECONDS / 10)
         except BaseException:
             conn.close()
             raise
-        if not row or not row[0]:
-            conn.close()
-            raise SessionAlreadyOwnedError(
-                f'session "{session_id}" is being written by another process (its PostgreSQL '
-                "advisory lock is held); ownership is never waited for — retry after that "
-                "writer closes or exits"
-            )
-        return conn
+        conn.close()
+        raise SessionAlreadyOwnedError(
+            f'session "{session_id}" is being written by another process (its PostgreSQL '
+            "advisory lock is held); ownership is never waited for — retry after that "
+            "writer closes or exits"
+        )
 
     # -- decoding
 

@@ -42,7 +42,7 @@ T = TypeVar("T")
 #: The fixed coalescing window (seed 000 §4.1: "no longer configurable").
 WINDOW_SECONDS: Final = 0.2
 
-Spawn = Callable[..., None]
+Spawn = Callable[..., object]
 
 
 class _Barrier:
