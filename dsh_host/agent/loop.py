@@ -44,6 +44,7 @@ from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import anyio
+import anyio.lowlevel
 import msgspec
 from msgspec import UNSET
 
@@ -354,8 +355,9 @@ class Agent:
     async def aclose(self) -> None:
         """Cancel a running turn (cause ``disposed``), wait for it, and release the session.
 
-        A session the agent created (or resumed) is detached from the store,
-        which lets a persistence backend write and close it. Idempotent.
+        A session the agent created (or resumed) is flushed (``sessions.flush``:
+        durable when a persistence backend is composed; a write error is raised
+        here) and then detached from the store. Idempotent.
         """
         if self._closed:
             return
@@ -366,7 +368,13 @@ class Agent:
         if self._owns_session:
             store = self._ctx.get("sessions")
             if store is not None and store.is_live(self._session):
-                store.detach(self._session)
+                with anyio.CancelScope(shield=True):
+                    try:
+                        # Make the log durable before letting go of it: a write error
+                        # surfaces here, to the owner, instead of in a background drain.
+                        await store.flush(self._session)
+                    finally:
+                        store.detach(self._session)
 
     async def run_turn(
         self, prompt: Prompt | None, *, signal: CancelToken | None = None
@@ -416,6 +424,10 @@ class Agent:
         claimed = first_input
         try:
             while True:
+                # A schedule point per step: the loop may otherwise run a whole turn without
+                # yielding (a scripted model, in-process tools), starving background work such
+                # as the persistence backend's write-behind and session binding.
+                await anyio.lowlevel.checkpoint()
                 signal.throw_if_aborted()
                 next_step = step + 1
                 decision, assembly = await self._pre_step(turn, next_step, claimed, signal)
