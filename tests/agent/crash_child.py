@@ -77,4 +77,5 @@ async def main(root: str, workspace: str, marker: str, session_id: str) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:5], backend="trio")
+    root, workspace, marker, session_id = sys.argv[1:5]
+    anyio.run(main, root, workspace, marker, session_id, backend="trio")

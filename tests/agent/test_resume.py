@@ -22,6 +22,7 @@ from dsh_host.session.events import (
     CompletedReason,
     InterruptedReason,
     RequestHeaderData,
+    ToolError,
     ToolResultData,
     TurnEnd,
     event_to_builtins,
@@ -214,7 +215,8 @@ async def test_sigkill_during_a_tool_body_then_resume(tmp_path: Path) -> None:
     closer = events[call_index + 1]
     assert isinstance(closer.data, ToolResultData)
     assert closer.source_event_seqs == (events[call_index].seq,)
-    assert closer.data.error is not None and closer.data.error.code == "TOOL_OUTCOME_UNKNOWN"
+    assert isinstance(closer.data.error, ToolError)
+    assert closer.data.error.code == "TOOL_OUTCOME_UNKNOWN"
     end = events[call_index + 3].data
     assert isinstance(end, TurnEnd) and end.reason == InterruptedReason()
     assert reason == CompletedReason()
