@@ -671,8 +671,15 @@ class JsonlSessionPersistence:
         return ArtifactLocation("jsonl", path)
 
     def dir_chain(self, session_dir: str) -> list[str]:
+        """Directories to create, outermost first: missing ancestors of the root included
+        (``--root .dsh/sessions`` on a fresh checkout must just work)."""
         project = os.path.dirname(session_dir)
-        return [self.root, project, session_dir]
+        missing: list[str] = []
+        parent = os.path.dirname(os.path.abspath(self.root))
+        while not os.path.isdir(parent) and parent != os.path.dirname(parent):
+            missing.append(parent)
+            parent = os.path.dirname(parent)
+        return [*reversed(missing), self.root, project, session_dir]
 
     # -- encoding and generation checks
 

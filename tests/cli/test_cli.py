@@ -1,0 +1,270 @@
+"""The ``dsh`` command line, driven through real subprocesses: every command, exit code,
+JSON shape, and the bad inputs a user will type."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from cli_helpers import FIXTURES, REPO, copy_fixture_root, dsh, json_lines
+
+
+def test_demo_run_then_list_show_verify(tmp_path: Path) -> None:
+    run = dsh("run", "--json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert set(result) == {"sessionId", "turnEnd", "events"}
+    assert result["turnEnd"] == {"kind": "completed"}
+    session_id = result["sessionId"]
+    # the demo wrote through the sandboxed bash, inside its workspace only
+    notes = tmp_path / ".dsh" / "demo-workspace" / "notes.txt"
+    assert "note from dsh (call call_2_1)" in notes.read_text()
+    assert "no stderr noise" and "Traceback" not in run.stderr
+
+    listing = json_lines(dsh("sessions", "list", "--json", cwd=tmp_path).stdout)
+    assert [entry["sessionId"] for entry in listing] == [session_id]
+    assert listing[0]["events"] == result["events"]
+    assert listing[0]["lastTurnEnd"] == "completed"
+    assert listing[0]["size"] > 0
+
+    events = json_lines(
+        dsh("sessions", "show", session_id, "--view", "events", "--json", cwd=tmp_path).stdout
+    )
+    assert [e["seq"] for e in events] == list(range(result["events"]))
+    assert events[-1]["type"] == "turn/end"
+    types = [e["type"] for e in events]
+    assert types.count("tool/call") == 3 and types.count("tool/result") == 3
+
+    transcript = dsh("sessions", "show", session_id, cwd=tmp_path)
+    assert transcript.returncode == 0
+    assert "refused, as it should be" in transcript.stdout
+    model = json_lines(
+        dsh("sessions", "show", session_id, "--view", "model", "--json", cwd=tmp_path).stdout
+    )
+    assert model[0]["role"] == "system"
+
+    verify = dsh("sessions", "verify", session_id, "--json", cwd=tmp_path)
+    assert verify.returncode == 0
+    assert json.loads(verify.stdout) == {
+        "sessionId": session_id,
+        "events": result["events"],
+        "lastSeq": result["events"] - 1,
+        "tornTail": None,
+        "closers": [],
+        "corrupt": None,
+    }
+
+
+def test_human_output_shows_call_ids_and_where_it_is_stored(tmp_path: Path) -> None:
+    run = dsh("run", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "⚙ bash [call_1_1]" in run.stdout
+    assert "turn 1 ended: completed" in run.stdout
+    assert "session.v3.jsonl.zstd" in run.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "code", "tornTail", "closers"),
+    [
+        ("clean", 0, None, []),
+        ("header-only", 0, None, []),
+        ("multi-batch", 0, None, []),
+        ("torn-checksum", 1, {"truncateTo": 520, "recovered": 2}, None),
+        ("tool-missing-result", 1, None, ["tool/result", "tool/result", "step/end", "turn/end"]),
+    ],
+)
+def test_verify_exit_codes_on_reference_logs(
+    tmp_path: Path, name: str, code: int, tornTail: object, closers: object
+) -> None:
+    root = copy_fixture_root(tmp_path)
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    result = dsh("sessions", "verify", name, "--root", str(root), "--json", cwd=tmp_path)
+    assert result.returncode == code, result.stderr
+    report = json.loads(result.stdout)
+    assert report["corrupt"] is None
+    if tornTail is not None:
+        assert report["tornTail"] == tornTail
+    if closers is not None:
+        assert report["closers"] == closers
+    after = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    assert before == after, "verify must not write a byte"
+
+
+def test_verify_corrupt_names_file_and_offset(tmp_path: Path) -> None:
+    root = copy_fixture_root(tmp_path)
+    result = dsh("sessions", "verify", "corrupt-checksum", "--root", str(root), cwd=tmp_path)
+    assert result.returncode == 2
+    assert "session.v3.jsonl.zstd at byte 524" in result.stderr
+    as_json = dsh(
+        "sessions", "verify", "corrupt-checksum", "--root", str(root), "--json", cwd=tmp_path
+    )
+    assert as_json.returncode == 2
+    assert "byte 524" in json.loads(as_json.stdout)["corrupt"]
+
+
+def test_resume_repairs_and_prints_each_closer_then_continues(tmp_path: Path) -> None:
+    root = copy_fixture_root(tmp_path)
+    script = tmp_path / "script.yml"
+    script.write_text("responses:\n  - text: picked up where we left off\n")
+    result = dsh(
+        "resume", "tool-missing-result", "--root", str(root), cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "OUTCOME_UNKNOWN" in result.stdout or "NOT_STARTED" in result.stdout
+    assert dsh("sessions", "verify", "tool-missing-result", "--root", str(root),
+               cwd=tmp_path).returncode == 0
+    again = dsh(
+        "resume", "tool-missing-result", "continue please", "--root", str(root),
+        "--model", f"scripted:{script}", "--json", cwd=tmp_path,
+    )
+    assert again.returncode == 0, again.stderr
+    payload = json.loads(again.stdout)
+    assert payload["turnEnd"] == {"kind": "completed"}
+    assert payload["closers"] == []
+
+
+def test_resume_prints_call_ids_with_their_outcome(tmp_path: Path) -> None:
+    root = copy_fixture_root(tmp_path)
+    expected = json.loads((FIXTURES / "expected.json").read_text())
+    result = dsh("resume", "tool-missing-result", "--root", str(root), "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    closers = json.loads(result.stdout)["closers"]
+    codes = {c["callId"]: c["code"] for c in closers if c["type"] == "tool/result"}
+    assert set(codes.values()) <= {"TOOL_NOT_STARTED", "TOOL_OUTCOME_UNKNOWN"}
+    assert codes, expected.keys()
+
+
+def test_locked_session_exits_3(tmp_path: Path) -> None:
+    root = copy_fixture_root(tmp_path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys, time, anyio
+            from dsh_session_persistence_jsonl import JsonlSessionPersistence
+            async def main():
+                store = JsonlSessionPersistence({str(root)!r})
+                handle = await store.open("clean", "write")
+                print("held", flush=True)
+                await anyio.sleep(60)
+            anyio.run(main)
+        """)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        result = dsh("resume", "clean", "--root", str(root), cwd=tmp_path)
+        assert result.returncode == 3
+        assert result.stderr.count("\n") == 1, result.stderr
+        assert "already open for writing by another process" in result.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder died: the lock is free again
+    assert dsh("resume", "clean", "--root", str(root), cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("sessions", "show", "no-such-session"), 'session "no-such-session" not found'),
+        (("sessions", "verify", "no-such-session"), 'session "no-such-session" not found'),
+        (("resume", "no-such-session"), 'session "no-such-session" not found'),
+        (("run", "--model", "gpt-5"), "is not a model spec"),
+        (("run", "--model", "scripted:/nonexistent.yml"), "does not exist"),
+        (("run", "--config", "/nonexistent.yml"), "does not exist"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    result = dsh(*args, cwd=tmp_path)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("dsh: error: ")
+
+
+def test_unreadable_root(tmp_path: Path) -> None:
+    file_root = tmp_path / "not-a-dir"
+    file_root.write_text("x")
+    result = dsh("sessions", "list", "--root", str(file_root), cwd=tmp_path)
+    assert result.returncode == 2
+    assert "not a directory" in result.stderr
+
+
+def test_scripted_model_and_exit_1_when_not_completed(tmp_path: Path) -> None:
+    script = tmp_path / "s.yml"
+    script.write_text("responses:\n  - text: one answer only\n")
+    ok = dsh("run", "hello", "--model", f"scripted:{script}", "--json", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    failing = tmp_path / "f.yml"
+    failing.write_text(textwrap.dedent("""
+        responses:
+          - tool_calls:
+              - name: read_file
+                arguments: {path: missing.txt}
+    """))
+    result = dsh("run", "hello", "--model", f"scripted:{failing}", "--json", cwd=tmp_path)
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["turnEnd"]["kind"] == "error"  # script exhausted
+
+
+def test_tool_rules_ask_with_stdin_closed_is_unavailable_audited_not_run(tmp_path: Path) -> None:
+    composition = tmp_path / "dsh.yml"
+    composition.write_text(
+        (REPO / "configs" / "default.yml").read_text()
+        + textwrap.dedent("""
+            - id: rules
+              name: tool-rules
+              config:
+                rules:
+                  - {tool: bash, decision: ask}
+        """)
+    )
+    result = dsh("run", "--json", cwd=tmp_path)
+    assert result.returncode in (0, 1), result.stderr
+    session_id = json.loads(result.stdout)["sessionId"]
+    events = json_lines(
+        dsh("sessions", "show", session_id, "--view", "events", "--json", cwd=tmp_path).stdout
+    )
+    decided = [e["data"]["outcome"] for e in events if e["type"] == "approval/decided"]
+    asked = [e for e in events if e["type"] == "approval/asked"]
+    assert decided == ["unavailable"] * 3 and len(asked) == 3
+    assert not (tmp_path / ".dsh" / "demo-workspace" / "notes.txt").exists(), "body must not run"
+
+
+def test_plugins_command(tmp_path: Path) -> None:
+    result = dsh("plugins", "--config", str(REPO / "configs" / "default.yml"), "--json",
+                 cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = {row["name"]: row for row in json.loads(result.stdout)["rows"]}
+    for name, entry_point in {
+        "session-persistence-jsonl": "dsh_session_persistence_jsonl:SessionPersistenceJsonl",
+        "session-checkpoint-policy": "dsh_session_checkpoint_policy:SessionCheckpointPolicy",
+        "user-approval": "dsh_user_approval:UserApproval",
+        "sandbox-local": "dsh_sandbox_local:SandboxLocal",
+    }.items():
+        assert rows[name]["entryPoint"] == entry_point
+        assert rows[name]["state"] == "active"
+    waiting = tmp_path / "waiting.yml"
+    waiting.write_text("- id: checkpoints\n  name: session-checkpoint-policy\n")
+    result = dsh("plugins", "--config", str(waiting), cwd=tmp_path)
+    assert result.returncode == 1
+    assert "waiting for services: llm, sessions, tools, sessionPersistence" in result.stdout
+
+
+def test_openai_compatible_against_loopback_sse(tmp_path: Path) -> None:
+    sys.path.insert(0, str(REPO / "tests" / "llm"))
+    from sse_server import SseServer, sse, text_events  # type: ignore[import-not-found]
+
+    with SseServer([sse(text_events("Hello ", "from the wire."))]) as server:
+        result = dsh(
+            "run", "hi", "--model", "openai-compatible:deepseek-chat", "--json", cwd=tmp_path,
+            env={"DEEPSEEK_BASE_URL": server.url, "DEEPSEEK_API_KEY": "test-key"},
+        )
+        assert len(server.requests) == 1
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["turnEnd"] == {"kind": "completed"}
