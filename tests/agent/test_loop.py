@@ -589,3 +589,64 @@ async def test_tools_are_sorted_in_the_request() -> None:
         await agent.run_turn("hi")
         [request] = model_requests(host)
     assert [tool.name for tool in request.tools] == ["alpha", "zeta"]
+
+
+async def test_scheduler_failure_ends_the_turn_without_fabricated_results() -> None:
+    from dsh_host.session.messages import (
+        BlockEndChunk,
+        BlockStartChunk,
+        FinishChunk,
+        ToolCallBlock,
+        ToolCallDeltaChunk,
+        ToolCallsFinish,
+    )
+
+    async with scripted_host([{"text": "unused"}]) as host:
+        ran: list[bool] = []
+
+        async def body(args: Any, exec: ToolExecution) -> Any:
+            ran.append(True)
+            return "ok"
+
+        register_tool(host, "echo", body)
+
+        def bad_call(request: Any, next: Any) -> Any:
+            # A call id the log cannot carry in a tool/result (ids must be non-empty):
+            # committing the result fails inside the scheduler, not inside the tool.
+            async def chunks() -> Any:
+                yield BlockStartChunk(index=0, block_type="tool-call")
+                yield ToolCallDeltaChunk(index=0, id="", name="echo", arguments_delta="{}")
+                yield BlockEndChunk(
+                    index=0, block=ToolCallBlock(id="", name="echo", arguments="{}")
+                )
+                yield FinishChunk(reason=ToolCallsFinish())
+
+            return chunks()
+
+        host.ctx.on("llm/stream", bad_call)
+        agent = agent_service(host).create()
+        reason = await agent.run_turn("go")
+        kinds = live_types(agent.session)
+    assert isinstance(reason, ErrorReason)
+    assert reason.error.code == "UNKNOWN"
+    assert ran == [True]  # the started body finished before the turn ended
+    assert "tool/call" in kinds and "tool/result" not in kinds
+    assert kinds[-2:] == ["step/end", "turn/end"]
+
+
+async def test_an_agent_continues_a_forked_session() -> None:
+    from dsh_host.session.events import ForkedReason
+
+    async with scripted_host([{"text": "first"}, {"text": "in the fork"}]) as host:
+        service = agent_service(host)
+        parent = service.create()
+        await parent.run_turn("hello")
+        turn_start = next(e.seq for e in parent.session.events if e.type == "turn/start")
+        child_session = host.ctx.sessions.fork(parent.session, boundary=turn_start)
+        child = service.create(session=child_session)
+        reason = await child.run_turn("continue here")
+        events = list(child_session.events)
+    ends = [e.data.reason for e in events if e.type == "turn/end"]
+    assert ends == [ForkedReason(), CompletedReason()]
+    assert [e.data.turn for e in events if e.type == "turn/start"] == [1, 2]
+    assert reason == CompletedReason()
