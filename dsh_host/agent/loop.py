@@ -34,7 +34,10 @@ Cancellation is cooperative (D2): :meth:`Agent.cancel` (or the caller's token)
 aborts the turn's :class:`~dsh_host.cancel.CancelToken`; the loop re-checks it
 between stages, a model stream is cut and its visible prefix kept
 (``assistant/message {interrupted: true}``), and a started tool body is asked
-to stop and awaited, never abandoned.
+to stop and awaited, never abandoned. A cancellation of the *host* (an anyio
+cancel scope around the whole process going away) is not a turn ending: it
+propagates, ``step/end`` is still written, and the open turn is left for
+crash repair to close as ``interrupted`` on the next resume.
 """
 
 from __future__ import annotations
@@ -397,7 +400,9 @@ class Agent:
             )
         if signal is not None:
             signal.throw_if_aborted()
-        token = CancelToken.any(signal) if signal is not None else CancelToken()
+        token = CancelToken()
+        # Linked for this turn only: a long-lived caller token keeps no callback per turn.
+        unlink = signal.on_abort(token.abort) if signal is not None else None
         claimed = ([_as_message(prompt)] if prompt is not None else []) + self._pending
         self._pending = []
         self._running = anyio.Event()
@@ -405,6 +410,8 @@ class Agent:
         try:
             return await self._turn(claimed, token)
         finally:
+            if unlink is not None:
+                unlink()
             running, self._running, self._token = self._running, None, None
             running.set()
 
