@@ -1,0 +1,80 @@
+"""The README's code is part of the product: run its examples as written."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
+
+
+def python_blocks() -> list[str]:
+    return BLOCK.findall(README.read_text(encoding="utf-8"))
+
+
+def block_starting_with(marker: str) -> str:
+    for block in python_blocks():
+        if block.lstrip().startswith(marker) or marker in block.splitlines()[0]:
+            return str(block)
+    raise AssertionError(f"README has no python block starting with {marker!r}")
+
+
+def run_python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_plugin_example_runs_around_a_real_tool_call(tmp_path: Path) -> None:
+    (tmp_path / "tool_audit.py").write_text(block_starting_with("# tool_audit.py"))
+    (tmp_path / "hello.txt").write_text("hi\n")
+    driver = textwrap.dedent("""
+        import anyio
+        from dsh_host import Row, open_host
+
+        ROWS = [
+            Row(name="sessions"),
+            Row(name="llm"),
+            Row(name="llm-scripted", config={"responses": [
+                {"tool_calls": [{"name": "read_file", "arguments": {"path": "hello.txt"}}]},
+                {"text": "read it"},
+            ]}),
+            Row(name="tools"),
+            Row(name="builtin-tools", config={"workspace": ".", "sandbox": "read-only"}),
+            Row(name="tool_audit:ToolAudit", config={"path": "audit.log"}),
+            Row(name="agent", config={"provider": "scripted", "model": "scripted"}),
+        ]
+
+        async def main():
+            async with open_host(ROWS) as host:
+                agent = host.ctx.agent.create()
+                await agent.run_turn("read hello.txt")
+                await agent.aclose()
+
+        anyio.run(main, backend="trio")
+    """)
+    result = subprocess.run(
+        [sys.executable, "-c", driver], cwd=tmp_path, capture_output=True, text=True,
+        timeout=120, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "audit.log").read_text() == "call_1_1 read_file error=False\n"
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_embedding_example_runs_on_both_backends(tmp_path: Path, backend: str) -> None:
+    code = block_starting_with("import anyio")
+    assert 'backend="trio"' in code
+    code = code.replace('anyio.run(main, backend="trio")', f'anyio.run(main, backend="{backend}")')
+    result = run_python(code, tmp_path)
+    assert result.returncode == 0, result.stderr
+    session_id, reason = result.stdout.split()
+    assert reason == "CompletedReason"
+    stored = list((tmp_path / ".dsh" / "sessions").rglob("session.v3.jsonl.zstd"))
+    assert len(stored) == 1 and session_id in str(stored[0])
