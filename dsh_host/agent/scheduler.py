@@ -300,6 +300,7 @@ async def execute_tool_calls(
                 call_id=block.id,
                 name=block.name,
                 arguments=parse_arguments(block.arguments),
+                raw_arguments=block.arguments,
                 agent=agent,
                 signal=signal,
             ),

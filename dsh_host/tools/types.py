@@ -200,10 +200,16 @@ class ToolExecutionInput:
     agent: ToolAgent | None = None
     parent: ToolExecutionToken | None = None
     root_call_id: str | None = None
+    #: the model's raw JSON argument string, when the call came from a model (kept verbatim)
+    raw_arguments: str | None = None
 
 
 class ToolExecution:
     """One call inside the pipeline: identity, frozen arguments, cancellation.
+
+    ``arguments`` are the parsed arguments, snapshotted once and deeply frozen;
+    ``raw_arguments`` the model's string exactly as ``tool/call`` logged it
+    (None for calls that did not come from a model, e.g. nested dispatch).
 
     Everything is read-only except :attr:`signal`, which a ``tools/execute``
     wrapper may replace for its delegated lifetime (the runtime fuses the
@@ -230,6 +236,7 @@ class ToolExecution:
         "call_id",
         "name",
         "parent",
+        "raw_arguments",
         "root_call_id",
         "token",
     )
@@ -240,6 +247,7 @@ class ToolExecution:
     arguments: Any
     agent: ToolAgent | None
     parent: ToolExecutionToken | None
+    raw_arguments: str | None
     token: ToolExecutionToken
     _signal: CancelToken
     _dispatching: bool
@@ -255,6 +263,8 @@ class ToolExecution:
         set_(self, "arguments", arguments)
         set_(self, "agent", source.agent)
         set_(self, "parent", source.parent)
+        raw = source.raw_arguments
+        set_(self, "raw_arguments", raw if isinstance(raw, str) else None)
         set_(self, "token", ToolExecutionToken())
         set_(self, "_signal", source.signal)
         set_(self, "_dispatching", False)

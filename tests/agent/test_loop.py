@@ -650,3 +650,25 @@ async def test_an_agent_continues_a_forked_session() -> None:
     assert ends == [ForkedReason(), CompletedReason()]
     assert [e.data.turn for e in events if e.type == "turn/start"] == [1, 2]
     assert reason == CompletedReason()
+
+
+async def test_the_execution_carries_raw_and_parsed_arguments() -> None:
+    responses = [
+        {"tool_calls": [{"name": "probe", "arguments": '{"a": [1, 2]}', "id": "c"}]},
+        {"text": "ok"},
+    ]
+    async with scripted_host(responses) as host:
+        seen: list[ToolExecution] = []
+
+        async def probe(args: Any, exec: ToolExecution) -> Any:
+            seen.append(exec)
+            return "ok"
+
+        register_tool(host, "probe", probe)
+        agent = agent_service(host).create()
+        await agent.run_turn("go")
+    [exec] = seen
+    assert exec.raw_arguments == '{"a": [1, 2]}'
+    assert exec.arguments == {"a": (1, 2)}
+    assert exec.call_id == "c" and exec.root_call_id == "c"
+    assert exec.agent is agent and exec.parent is None
