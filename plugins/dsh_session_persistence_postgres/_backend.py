@@ -375,7 +375,9 @@ class PostgresWriteHandle:
                     (self.id, self._header_text, self._header.created_at, self.id, seqs, texts),
                 )
         except psycopg.errors.UniqueViolation as error:
-            if error.diag.constraint_name == "sessions_pkey":
+            # Publishing: any existing row (header or event; the CTE's order of checks is
+            # not defined) means someone else stored this id first.
+            if not self._materialized:
                 raise SessionAlreadyExistsError(
                     f'session "{self.id}" already has a persisted log in PostgreSQL '
                     f"({backend.locate_id(self.id)}); load/resume it instead of creating"
@@ -727,19 +729,6 @@ class PostgresSessionPersistence:
             self._owners[sid] = handle
         finally:
             self._reserved.discard(sid)
-        return handle
-
-    def create_lazy(self, header: SessionHeader) -> PostgresWriteHandle:
-        """``create`` without the existence check (no I/O), for binding live sessions.
-
-        A collision with a stored session surfaces at the first flush
-        (:class:`SessionAlreadyExistsError`), as the spec asks for live sessions.
-        """
-        self._check_open()
-        if header.id in self._owners or header.id in self._reserved:
-            raise SessionAlreadyExistsError(f'session "{header.id}" already exists in this backend')
-        handle = PostgresWriteHandle(self, header, events=[], conn=None, materialized=False)
-        self._owners[header.id] = handle
         return handle
 
     @overload

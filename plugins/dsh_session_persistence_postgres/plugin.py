@@ -1,42 +1,44 @@
-"""The ``session-persistence-postgres`` plugin: the service plus the live-session wiring.
+"""The ``session-persistence-postgres`` plugin: the backend as a service, bound to live sessions.
 
-Live sessions reach storage through the host's session events:
+Live sessions reach PostgreSQL through the session store's events, exactly as
+with the JSONL plugin:
 
-- ``session/created`` binds the session to a write handle: the ownerless
-  handle a resumer opened (``open(id, "write")``) if there is one — its stored
-  events must be a prefix of the live log — else a new lazy handle (no I/O; a
-  collision with a stored session surfaces at the first flush). The live
-  events the handle lacks (a seed, the ``session/end-seed`` marker) are
-  appended at once.
-- ``session/event`` admits each event to the handle; the first buffered event
-  arms the fixed 200 ms window, whose write runs as a background task
-  (``ctx.start_soon``).
-- ``session/flush`` is the barrier: it drains the handle, durably.
-- ``session/disposed`` closes the handle (final drain, then the lock is
-  released) in a background task; plugin disposal drains every handle first
-  (``ctx.effect``), so nothing buffered is dropped by an orderly shutdown.
+* ``session/created`` binds the session to a write handle — the one a resumer
+  already opened for it in this backend (``open(id, "write")``), else a fresh
+  ``create``; for a session already stored but not open here, an
+  ``open(id, "write")`` whose stored events the live session must reproduce;
+* ``session/event`` routes each committed event into that handle's buffer (the
+  fixed 200 ms window starts with the first buffered event; its write runs as
+  a background task, ``ctx.start_soon``);
+* ``session/flush`` drains the handle and returns once the batch is committed;
+* ``session/disposed`` drains the handle and releases its lock.
 
-A binding that fails in ``session/created`` cannot veto the session (created
-listeners are notifications), so the failure is kept and raised by the
-session's next flush: fail closed at the durability barrier.
+Binding needs I/O (is the id stored? take the lock), so it runs as a
+background task; events committed before it finishes are picked up from the
+session's own log when it does. A binding failure — or a lost lock — is raised
+by the session's next flush (fail closed: the checkpoint policy then stops the
+turn before the next side effect). Plugin disposal drains every handle first
+(``ctx.effect``), so an orderly shutdown loses nothing that was appended.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import weakref
-from typing import Annotated, Any
+from typing import Annotated
 
+import anyio
 import msgspec
 
 from dsh_host import Context, Plugin
 from dsh_host.errors import ConfigError
-from dsh_host.session.events import SessionEvent, encode_event
+from dsh_host.session.events import SessionEvent
 from dsh_host.session.persistence import SessionAlreadyExistsError, SessionPersistenceError
+from dsh_host.session.session import Session
 
 from ._backend import PostgresSessionPersistence, PostgresWriteHandle
 
-__all__ = ["PostgresConfig", "SessionPersistencePostgres", "bind_live_session"]
+__all__ = ["PostgresConfig", "SessionPersistencePostgres", "resolve_dsn"]
 
 
 class PostgresConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -76,56 +78,140 @@ def resolve_dsn(config: PostgresConfig) -> str:
     return value
 
 
-def _same_event(a: SessionEvent, b: SessionEvent) -> bool:
-    return a is b or a == b or encode_event(a) == encode_event(b)
+class _Binding:
+    """One live session and the write handle that persists it."""
+
+    __slots__ = ("error", "handle", "ready", "session")
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.handle: PostgresWriteHandle | None = None
+        self.error: BaseException | None = None
+        self.ready = anyio.Event()
 
 
-def bind_live_session(backend: PostgresSessionPersistence, session: Any) -> PostgresWriteHandle:
-    """Bind a live session to its write handle (spec §7.6) and queue what storage lacks.
+class _LiveBinder:
+    """Keeps live sessions bound to write handles (see the module docstring)."""
 
-    Raises :class:`SessionAlreadyExistsError` when the id is bound to another
-    live session that already wrote, or the handle's stored events are not a
-    prefix of the live log.
-    """
-    sid: str = session.id
-    events = list(session.events)
-    handle = backend.owner(sid)
-    if handle is not None and handle.bound is not None and handle.bound is not session:
-        # Reclaim an id whose previous live owner never wrote anything.
-        if handle.materialized or handle.next_seq > 0:
-            raise SessionAlreadyExistsError(
-                f'session "{sid}" is already bound to a different live session in this backend '
-                "(id collision)"
+    def __init__(self, ctx: Context, backend: PostgresSessionPersistence) -> None:
+        self._ctx = ctx
+        self._backend = backend
+        self._bindings: dict[str, _Binding] = {}
+
+    # -- listeners
+
+    def on_created(self, session: Session) -> None:
+        binding = _Binding(session)
+        self._bindings[session.id] = binding
+        self._ctx.start_soon(self._bind, binding, name=f"bind session {session.id}")
+
+    def on_event(self, session: Session, event: SessionEvent) -> None:
+        binding = self._bindings.get(session.id)
+        if binding is None or binding.session is not session or binding.error is not None:
+            return
+        if binding.handle is None:
+            return  # the binder admits the session's log suffix when it finishes
+        try:
+            binding.handle.admit_live(event)
+        except Exception as error:  # surfaced by the next flush; never fails the append
+            binding.error = error
+            raise
+
+    async def on_flush(self, session: Session) -> None:
+        binding = self._bindings.get(session.id)
+        if binding is None or binding.session is not session:
+            return
+        await binding.ready.wait()
+        if binding.error is not None:
+            raise binding.error
+        assert binding.handle is not None
+        await binding.handle.flush()
+
+    def on_disposed(self, session: Session) -> None:
+        binding = self._bindings.get(session.id)
+        if binding is None or binding.session is not session:
+            return
+        del self._bindings[session.id]
+        self._ctx.start_soon(self._release, binding, name=f"release session {session.id}")
+
+    # -- work
+
+    async def _bind(self, binding: _Binding) -> None:
+        session = binding.session
+        try:
+            handle = self._backend.owner(session.id)
+            if handle is None:
+                try:
+                    handle = await self._backend.create(session.header)
+                except SessionAlreadyExistsError:
+                    # Stored but not open here (another worker wrote it, or a restart):
+                    # adopt it only if the live session reproduces the stored events.
+                    handle = await self._backend.open(session.id, "write")
+                    try:
+                        _require_prefix(handle, session, adopted=False)
+                    except BaseException:
+                        handle.release_now()
+                        raise
+            else:
+                _require_prefix(handle, session, adopted=True)
+            handle.bound = session
+            binding.handle = handle
+            events = session.events
+            if len(events) > handle.next_seq:
+                handle.append(list(events[handle.next_seq :]))
+        except Exception as error:
+            binding.error = error
+            self._ctx.logger.warning(
+                '%s: cannot persist session "%s": %s', self._backend.name, session.id, error
             )
-        handle.release_now()
-        handle = None
-    if handle is None:
-        handle = backend.create_lazy(session.header)
-    else:
-        stored = handle.header.to_json().get("cwd")
-        live = session.header.to_json().get("cwd")
-        if stored != live:
-            raise SessionAlreadyExistsError(
-                f'session "{sid}" is already persisted at a different cwd (persisted: {stored}, '
-                f"live: {live}) (id collision)"
-            )
-        known = handle.events
-        if len(events) < len(known) or not all(
-            _same_event(a, b) for a, b in zip(events, known, strict=False)
-        ):
-            raise SessionAlreadyExistsError(
-                f'session "{sid}" is already persisted with {len(known)} event(s) that do '
-                "not match this live session (id collision)"
-            )
-    handle.bound = session
-    suffix = events[handle.next_seq :]
-    if suffix:
-        handle.append(suffix)
-    return handle
+        finally:
+            binding.ready.set()
+
+    async def _release(self, binding: _Binding) -> None:
+        with anyio.CancelScope(shield=True):
+            await binding.ready.wait()
+            handle = binding.handle
+            if handle is None:
+                return
+            try:
+                await handle.close()
+            except SessionPersistenceError as error:
+                self._ctx.logger.error(
+                    '%s: final write of session "%s" failed: %s',
+                    self._backend.name,
+                    binding.session.id,
+                    error,
+                )
+
+    async def close(self) -> None:
+        """Plugin disposal: drain every bound session, then every other handle."""
+        with anyio.CancelScope(shield=True):
+            for binding in list(self._bindings.values()):
+                await self._release(binding)
+            self._bindings.clear()
+            with contextlib.suppress(Exception):
+                await self._backend.aclose()
+
+
+def _require_prefix(handle: PostgresWriteHandle, session: Session, *, adopted: bool) -> None:
+    """The live session must reproduce what the handle already holds (else: id collision)."""
+    if handle.bound is not None and handle.bound is not session:
+        raise SessionAlreadyExistsError(
+            f'session "{session.id}" is already bound to a different live session in this '
+            "backend (id collision)"
+        )
+    stored = handle.events
+    live = session.events
+    if len(live) < len(stored) or any(live[i] != stored[i] for i in range(len(stored))):
+        what = "is already persisted with" if adopted else "already has a persisted log with"
+        raise SessionAlreadyExistsError(
+            f'session "{session.id}" {what} {len(stored)} event(s) that do not match this live '
+            "session (id collision); resume it instead of creating a new session with its id"
+        )
 
 
 class SessionPersistencePostgres(Plugin):
-    """Entry point ``session-persistence-postgres``: the ``sessionPersistence`` service."""
+    """Entry point ``session-persistence-postgres``: provides ``sessionPersistence``."""
 
     name = "session-persistence-postgres"
     provides = ("sessionPersistence",)
@@ -141,39 +227,12 @@ class SessionPersistencePostgres(Plugin):
             spawn=ctx.start_soon,
             logger=ctx.logger,
         )
-        handles: weakref.WeakKeyDictionary[Any, PostgresWriteHandle] = weakref.WeakKeyDictionary()
-        failures: weakref.WeakKeyDictionary[Any, BaseException] = weakref.WeakKeyDictionary()
-
-        def on_created(session: Any) -> None:
-            try:
-                handles[session] = bind_live_session(backend, session)
-            except SessionPersistenceError as error:
-                failures[session] = error
-                raise
-
-        def on_event(session: Any, event: SessionEvent) -> None:
-            handle = handles.get(session)
-            if handle is not None:
-                handle.admit_live(event)
-
-        async def on_flush(session: Any) -> None:
-            failure = failures.get(session)
-            if failure is not None:
-                raise failure
-            handle = handles.get(session)
-            if handle is not None:
-                await handle.flush()
-
-        def on_disposed(session: Any) -> None:
-            failures.pop(session, None)
-            handle = handles.pop(session, None)
-            if handle is not None:
-                ctx.start_soon(handle.close, name=f"close session {session.id}")
-
+        binder = _LiveBinder(ctx, backend)
         ctx.provide("sessionPersistence", backend)
-        ctx.on("session/created", on_created)
-        ctx.on("session/event", on_event)
-        ctx.on("session/flush", on_flush)
-        ctx.on("session/disposed", on_disposed)
-        ctx.effect(backend.aclose, "drain and close session-persistence-postgres")
-        ctx.start_soon(backend.ensure_schema, name="session-persistence-postgres schema")
+        ctx.on("session/created", binder.on_created)
+        ctx.on("session/event", binder.on_event)
+        ctx.on("session/flush", binder.on_flush)
+        ctx.on("session/disposed", binder.on_disposed)
+        ctx.effect(binder.close, "drain session logs")
+        for session in ctx.sessions.list():
+            binder.on_created(session)
