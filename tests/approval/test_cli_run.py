@@ -110,3 +110,56 @@ def test_dsh_run_without_a_tty_fails_the_ask_closed(tmp_path: Path, stdin: str) 
     assert block["toolCallId"] == "call-touch"
     assert block["isError"] is True
     assert block["content"] == [{"type": "text", "text": UNAVAILABLE}]
+
+
+@pytest.mark.parametrize(("keys", "outcome"), [(b"y\n", "allowed-once"), (b"n\n", "rejected")])
+def test_dsh_run_on_a_terminal_asks_allow_once(tmp_path: Path, keys: bytes, outcome: str) -> None:
+    """The same run on a pseudo-terminal: the prompt appears, y runs the command, n does not."""
+    import os
+    import pty
+    import select
+
+    config, script, workspace, marker = compose(tmp_path)
+    root = tmp_path / "sessions"
+    argv = [
+        *DSH, "run", "--config", str(config), "--root", str(root), "--workspace", str(workspace),
+        "--model", f"scripted:{script}", "--sandbox", "danger-full-access", "--json",
+        "create the marker",
+    ]
+    pid, master = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.execv(sys.executable, argv)
+        finally:
+            os._exit(127)
+    seen = bytearray()
+    typed = False
+    try:
+        while True:
+            ready, _, _ = select.select([master], [], [], 300)
+            assert ready, f"dsh run hung; output so far: {bytes(seen)!r}"
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            seen += chunk
+            if not typed and b"allow once? [y/N]" in seen:
+                os.write(master, keys)
+                typed = True
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(master)
+    output = seen.decode("utf-8", "replace")
+    assert typed, output
+    assert os.waitstatus_to_exitcode(status) == 0, output
+    assert "call id:   call-touch" in output
+    assert f"touch {marker}" in output  # the logged arguments were shown
+    assert marker.exists() is (outcome == "allowed-once")
+    summary = json.loads(
+        next(line for line in reversed(output.splitlines()) if line.startswith("{"))
+    )
+    events = stored_events(config, root, summary["sessionId"])
+    decided = [e for e in events if e["type"] == "approval/decided"]
+    assert [d["data"]["outcome"] for d in decided] == [outcome]  # type: ignore[index]
