@@ -1,0 +1,85 @@
+"""Layers point down (STYLE.md): host → session → llm | tools → agent → cli.
+
+An import of a higher layer (or of a peer: llm and tools do not know each other) is named here
+with the file and line, so the offending edge is obvious. Plugins import only ``dsh_host`` and
+themselves: they meet other plugins through services, never by import.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+HOST = REPO / "dsh_host"
+
+LAYERS = {"host": 0, "session": 1, "llm": 2, "tools": 2, "agent": 3, "cli": 4}
+
+
+def layer_of_module(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "dsh_host":
+        return None
+    if len(parts) > 1 and parts[1] in LAYERS:
+        return parts[1]
+    return "host"
+
+
+def imported_modules(path: Path, package: str) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            out.append((node.lineno, module))
+    return out
+
+
+def module_name(path: Path, root: Path) -> tuple[str, str]:
+    rel = path.relative_to(root).with_suffix("")
+    parts = list(rel.parts)
+    package = ".".join(parts[:-1])  # the package a relative import starts from
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts), package
+
+
+def test_dsh_host_layers_import_only_downward() -> None:
+    problems = []
+    for path in sorted(HOST.rglob("*.py")):
+        if path.name == "__main__.py":  # `python -m dsh_host` is the CLI's entry, by design
+            continue
+        name, package = module_name(path, REPO)
+        own = layer_of_module(name)
+        assert own is not None
+        for line, target in imported_modules(path, package):
+            other = layer_of_module(target)
+            if other is None or other == own:
+                continue
+            if LAYERS[other] >= LAYERS[own]:
+                problems.append(f"{path.relative_to(REPO)}:{line}: {own} imports {target} ({other})")
+    assert problems == []
+
+
+@pytest.mark.parametrize(
+    "plugin", sorted(p.name for p in (REPO / "plugins").iterdir() if (p / "__init__.py").exists())
+)
+def test_plugins_never_import_each_other(plugin: str) -> None:
+    root = REPO / "plugins"
+    problems = []
+    for path in sorted((root / plugin).rglob("*.py")):
+        _name, package = module_name(path, root)
+        for line, target in imported_modules(path, package):
+            head = target.split(".")[0]
+            if head.startswith("dsh_") and head not in ("dsh_host", plugin):
+                problems.append(f"{path.relative_to(REPO)}:{line}: imports {target}")
+    assert problems == []
