@@ -483,6 +483,8 @@ class ApprovalAsked(Wire, frozen=True, kw_only=True):
     tool_name: str  #: the tool being asked about
     call_id: str | UnsetType = UNSET  #: the call, if any
     reason: str | UnsetType = UNSET  #: why approval is needed
+    #: beyond DSH: lowercase hex sha256 of the call's raw argument string (the grant's binding)
+    args_digest: str | UnsetType = UNSET
 
 
 class ApprovalDecided(Wire, frozen=True, kw_only=True):
