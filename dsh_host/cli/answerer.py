@@ -238,24 +238,24 @@ class TerminalAnswerer:
         return outcome[0] if outcome else None
 
     async def _read_line(self) -> str | None:
+        """Wait (cancellably) until the terminal has a line, then read it.
+
+        The descriptor is left blocking on purpose: ``O_NONBLOCK`` lives on the
+        terminal's open file description, shared with the user's shell, and a
+        process killed mid-prompt would leave the shell's stdin non-blocking.
+        In canonical mode "readable" means a whole line (or end of file) is
+        waiting, so the read does not block the event loop.
+        """
         fd = self._fd
         buffer = b""
-        was_blocking = os.get_blocking(fd)
-        os.set_blocking(fd, False)
-        try:
-            while True:
-                await anyio.wait_readable(fd)
-                try:
-                    chunk = os.read(fd, 4096)
-                except BlockingIOError:
-                    continue
-                if not chunk:
-                    return buffer.decode("utf-8", "replace") if buffer else None
-                buffer += chunk
-                if b"\n" in buffer:
-                    return buffer.split(b"\n", 1)[0].decode("utf-8", "replace")
-        finally:
-            os.set_blocking(fd, was_blocking)
+        while True:
+            await anyio.wait_readable(fd)
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                return buffer.decode("utf-8", "replace") if buffer else None
+            buffer += chunk
+            if b"\n" in buffer:
+                return buffer.split(b"\n", 1)[0].decode("utf-8", "replace")
 
 
 def _sigint_receiver(stack: ExitStack) -> Any | None:
