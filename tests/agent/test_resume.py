@@ -33,7 +33,7 @@ from dsh_host.session.repair import TOOL_OUTCOME_UNKNOWN_TEXT
 
 pytestmark = pytest.mark.anyio
 
-FIXTURES = Path("/work/shared/fixtures/dsh-reference")
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dsh-reference"
 CHILD = Path(__file__).with_name("crash_child.py")
 
 
