@@ -27,21 +27,12 @@ from dsh_user_approval import (
 
 from dsh_host.cancel import CancelToken
 from dsh_host.errors import BootError, ConfigError
-from dsh_host.session import ApprovalAsked, PluginSource, Session, TextBlock
+from dsh_host.session import PluginSource, Session, TextBlock
 from dsh_host.tools import ApprovalRequest, ToolExecutionInput
 
 from .harness import FaultySession, audit, booted, call_tool, new_agent, text_of, types_of
 
 pytestmark = pytest.mark.anyio
-
-#: ``argsDigest`` needs a field on the session core's ``ApprovalAsked`` wire struct (msgspec
-#: drops unknown fields on append). Until it is there these tests must fail; once it is, they
-#: must pass (strict).
-needs_args_digest_field = pytest.mark.xfail(
-    "args_digest" not in ApprovalAsked.__struct_fields__,
-    reason="dsh_host.session.events.ApprovalAsked has no args_digest field yet",
-    strict=True,
-)
 
 REJECTED = 'Error: the user rejected tool "probe"'
 CANCELLED = 'Error: approval for tool "probe" was cancelled'
@@ -128,7 +119,7 @@ async def test_no_answerer_is_unavailable() -> None:
         assert text_of(result) == UNAVAILABLE
         assert probe.calls == []
         asked = assert_pair(agent.session, "unavailable")
-        assert {"id", "toolName", "callId"} <= set(asked) <= {"id", "toolName", "callId", "argsDigest"}
+        assert set(asked) == {"id", "toolName", "callId", "argsDigest"}
 
 
 async def test_answerer_that_raises_is_unavailable(caplog: pytest.LogCaptureFixture) -> None:
@@ -528,7 +519,6 @@ async def test_empty_tool_name_is_refused() -> None:
         assert audit(agent.session) == []
 
 
-@needs_args_digest_field
 async def test_args_digest_binds_the_logged_arguments() -> None:
     raw = '{"x": 1, "note": "caf\\u00e9 \\ud800"}'
     async with booted() as (host, _):
