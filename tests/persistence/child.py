@@ -6,6 +6,9 @@ variable ``DSH_TEST_BACKEND`` holding Python source that defines
 
 * ``hold``: open the session for writing, print ``locked``, then wait forever
   (the parent SIGKILLs it).
+* ``race <go-file>``: wait until ``go-file`` exists (so racers start together), try
+  to open the session for writing; print ``won`` and wait forever, or print
+  ``owned`` (``SessionAlreadyOwnedError``) and exit.
 * ``write <batch> [create]``: (create or) open the session and loop forever:
   append ``batch`` events of a deterministic log, flush, print
   ``flushed <next_seq>`` — so the parent knows what was durable when it kills us.
@@ -50,6 +53,19 @@ async def main(argv: list[str]) -> None:
             await backend.open(session_id, "write")
             print("locked", flush=True)
             await anyio.sleep_forever()
+        elif command == "race":
+            from dsh_host.session.persistence import SessionAlreadyOwnedError
+
+            go = anyio.Path(argv[2])
+            while not await go.exists():  # noqa: ASYNC110 - another process creates it
+                await anyio.sleep(0.001)
+            try:
+                await backend.open(session_id, "write")
+            except SessionAlreadyOwnedError:
+                print("owned", flush=True)
+                return
+            print("won", flush=True)
+            await anyio.sleep_forever()
         elif command == "write":
             batch = int(argv[2])
             if len(argv) > 3 and argv[3] == "create":
@@ -57,7 +73,7 @@ async def main(argv: list[str]) -> None:
                 await handle.flush()
             else:
                 handle = await backend.open(session_id, "write")
-            stream = deterministic_events(20_000)
+            stream = deterministic_events(5_000)
             while True:
                 start = handle.next_seq
                 handle.append(stream[start : start + batch])

@@ -25,7 +25,7 @@ from dsh_host.session.persistence import (
 
 from .helpers import header, log, plain
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SID = "damaged"
 

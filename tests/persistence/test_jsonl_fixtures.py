@@ -24,13 +24,14 @@ from .helpers import plain
 
 pytestmark = pytest.mark.anyio
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "dsh-reference"
+#: The reference fixtures, shipped in the repo (a copy of ../shared/fixtures/dsh-reference).
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dsh-reference"
 
 
 def _expected() -> dict[str, Any]:
     path = FIXTURES / "expected.json"
     if not path.exists():
-        pytest.fail(f"reference fixtures missing: {path} (CI copies ../shared next to the repo)")
+        pytest.fail(f"reference fixtures missing: {path}")
     result: dict[str, Any] = json.loads(path.read_text())
     return result
 
