@@ -68,7 +68,7 @@ from dsh_host.session.persistence import (
 from dsh_host.session.repair import interrupted_turn_closers
 
 from ._batching import WriteBehind
-from ._pool import ConnectionPool, connect, describe_dsn, writer_conninfo
+from ._pool import ConnectionPool, connect, describe_dsn, usable, writer_conninfo
 from ._schema import EventStorage, SchemaInfo, advisory_key, ensure_schema
 
 __all__ = [
@@ -346,8 +346,9 @@ class PostgresWriteHandle:
         if batch and batch[0][0] != self._cursor:  # pragma: no cover - the batcher keeps order
             raise AssertionError(f"batch starts at {batch[0][0]}, cursor is {self._cursor}")
         outcome = _Outcome()
+        spare = self._backend.take_writer() if self._conn is None else None
         try:
-            await anyio.to_thread.run_sync(self._write_sync, batch, outcome)
+            await anyio.to_thread.run_sync(self._write_sync, batch, outcome, spare)
         except SessionOwnershipLostError as error:
             self._lost = error
             raise
@@ -359,10 +360,12 @@ class PostgresWriteHandle:
                 self._cursor += len(batch)
                 self._materialized = True
 
-    def _write_sync(self, batch: Sequence[Row], outcome: _Outcome) -> None:
+    def _write_sync(
+        self, batch: Sequence[Row], outcome: _Outcome, spare: psycopg.Connection[Any] | None
+    ) -> None:
         backend = self._backend
         if self._conn is None:
-            self._conn = backend.lock_connection_sync(self.id)
+            self._conn = backend.lock_connection_sync(self.id, spare)
         conn = self._conn
         seqs = [seq for seq, _text in batch]
         texts = [text for _seq, text in batch]
@@ -414,16 +417,14 @@ class PostgresWriteHandle:
         conn, self._conn = self._conn, None
         if conn is not None:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(conn.close)
+                await self._backend.give_back_writer(conn)
 
     # -- reads and lifecycle
 
     async def read(self) -> SessionLoad:
         if self._closed:
             raise SessionHandleClosedError(f'write handle of session "{self.id}" is closed')
-        revision = (
-            self._backend.revision(self._cursor) if self._materialized else "unmaterialized"
-        )
+        revision = self._backend.revision(self._cursor) if self._materialized else "unmaterialized"
         return SessionLoad(
             header=self._header,
             events=tuple(self._events),
@@ -476,7 +477,8 @@ class PostgresSessionPersistence:
     ``start_soon``) for the 200 ms write-behind window; without it, buffered
     events wait for an explicit flush. ``pool_size`` bounds the connections
     used for reads, listing and creation; each open write handle holds one
-    more connection of its own (the one carrying its lock).
+    more connection of its own (the one carrying its lock), and up to
+    ``pool_size`` of those are kept, unlocked, for the next writer.
     """
 
     name = "session-persistence-postgres"
@@ -506,6 +508,8 @@ class PostgresSessionPersistence:
         self._info: SchemaInfo | None = None
         self._schema_lock = anyio.Lock()
         self._owners: dict[str, PostgresWriteHandle] = {}
+        #: Writer connections whose lock was released, kept for the next writer.
+        self._spare_writers: list[psycopg.Connection[Any]] = []
         #: Ids whose create/open is between its checks and registering the handle.
         self._reserved: set[str] = set()
         self._closed = False
@@ -581,12 +585,57 @@ class PostgresSessionPersistence:
         sid = header.id if isinstance(header, SessionHeader) else str(header["id"])
         return ArtifactLocation("postgres", self.locate_id(sid))
 
-    def lock_connection_sync(self, session_id: str) -> psycopg.Connection[Any]:
-        """A new connection holding the session's advisory lock (blocking; worker thread)."""
-        try:
-            conn = connect(self._conninfo)
-        except psycopg.OperationalError as error:
-            raise self._connect_error(error) from error
+    def take_writer(self) -> psycopg.Connection[Any] | None:
+        """A spare writer connection (no lock held), or None: the caller connects anew."""
+        while self._spare_writers:
+            conn = self._spare_writers.pop()
+            if usable(conn):
+                return conn
+            conn.close()
+        return None
+
+    async def give_back_writer(self, conn: psycopg.Connection[Any]) -> None:
+        """Release the connection's advisory lock and keep it for the next writer.
+
+        Reconnecting costs a server process fork and authentication (several
+        milliseconds, most of a resume); unlocking costs one round trip. A
+        connection that cannot be unlocked cleanly is closed, which releases
+        its lock all the same.
+        """
+
+        def unlock() -> bool:
+            try:
+                conn.execute("SELECT pg_advisory_unlock_all()")
+            except psycopg.Error:
+                return False
+            return True
+
+        keep = (
+            not self._closed
+            and len(self._spare_writers) < self.pool.size
+            and usable(conn)
+            and await anyio.to_thread.run_sync(unlock)
+            and usable(conn)
+        )
+        if keep:
+            self._spare_writers.append(conn)
+        else:
+            await anyio.to_thread.run_sync(conn.close)
+
+    def lock_connection_sync(
+        self, session_id: str, spare: psycopg.Connection[Any] | None = None
+    ) -> psycopg.Connection[Any]:
+        """A connection holding the session's advisory lock (blocking; worker thread).
+
+        ``spare`` is a lock-free connection to reuse; without one a new one is opened.
+        """
+        if spare is not None:
+            conn = spare
+        else:
+            try:
+                conn = connect(self._conninfo)
+            except psycopg.OperationalError as error:
+                raise self._connect_error(error) from error
         key = self.lock_key(session_id)
         deadline = time.monotonic() + LOCK_SETTLE_SECONDS
         try:
@@ -761,7 +810,7 @@ class PostgresSessionPersistence:
         try:
             await self.ensure_schema()
             conn, header, events = await anyio.to_thread.run_sync(
-                self._open_write_sync, session_id
+                self._open_write_sync, session_id, self.take_writer()
             )
             handle = PostgresWriteHandle(self, header, events=events, conn=conn, materialized=True)
             self._owners[session_id] = handle
@@ -770,11 +819,11 @@ class PostgresSessionPersistence:
         return handle
 
     def _open_write_sync(
-        self, session_id: str
+        self, session_id: str, spare: psycopg.Connection[Any] | None
     ) -> tuple[psycopg.Connection[Any], SessionHeader, list[SessionEvent]]:
         # Lock first, then read: once the lock is ours nobody else can append,
         # so what we read is the whole log.
-        conn = self.lock_connection_sync(session_id)
+        conn = self.lock_connection_sync(session_id, spare)
         try:
             header, events = self._fetch_sync(conn, session_id)
         except BaseException:
@@ -856,6 +905,9 @@ class PostgresSessionPersistence:
                 failures.append(error)
                 self.logger.error("%s dispose failed for %s: %s", self.name, handle.id, error)
         await self.pool.aclose()
+        spares, self._spare_writers = self._spare_writers, []
+        for conn in spares:
+            await anyio.to_thread.run_sync(conn.close)
         if failures:
             raise ExceptionGroup(f"{self.name} dispose failed", failures)
 

@@ -17,9 +17,7 @@ import pytest
 from psycopg import sql
 
 #: Override to point the suite at another server.
-DSN = os.environ.get(
-    "DSH_TEST_POSTGRES_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=test"
-)
+DSN = os.environ.get("DSH_TEST_POSTGRES_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=test")
 
 
 def _probe() -> str | None:

@@ -13,7 +13,9 @@ from psycopg import sql
 
 
 @asynccontextmanager
-async def backend(dsn: str, schema: str, **options: Any) -> AsyncIterator[PostgresSessionPersistence]:
+async def backend(
+    dsn: str, schema: str, **options: Any
+) -> AsyncIterator[PostgresSessionPersistence]:
     """A backend whose write windows run in a task group; drained and closed on exit."""
     async with anyio.create_task_group() as tg:
         options.setdefault("spawn", tg.start_soon)
@@ -37,9 +39,9 @@ def stored_rows(dsn: str, schema: str, session_id: str) -> list[tuple[int, str]]
         (int(seq), str(event))
         for seq, event in query(
             dsn,
-            sql.SQL("SELECT seq, event::text FROM {}.events WHERE session_id = %s ORDER BY seq").format(
-                sql.Identifier(schema)
-            ),
+            sql.SQL(
+                "SELECT seq, event::text FROM {}.events WHERE session_id = %s ORDER BY seq"
+            ).format(sql.Identifier(schema)),
             (session_id,),
         )
     ]

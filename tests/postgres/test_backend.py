@@ -48,7 +48,9 @@ async def test_schema_is_created_once_and_versioned(pg_dsn: str, pg_schema: str)
     async with anyio.create_task_group() as tg:  # concurrent first users serialize
         for _ in range(4):
             tg.start_soon(first_use)
-    meta = dict(query(pg_dsn, sql.SQL("SELECT key, value FROM {}").format(table(pg_schema, "meta"))))
+    meta = dict(
+        query(pg_dsn, sql.SQL("SELECT key, value FROM {}").format(table(pg_schema, "meta")))
+    )
     assert meta["schema_version"] == str(SCHEMA_VERSION)
     assert meta["event_storage"] == "text"
     assert len(meta["store_id"]) == 36
@@ -305,26 +307,33 @@ async def test_stored_damage_and_foreign_formats_are_reported(pg_dsn: str, pg_sc
         conn.execute(sql.SQL("ALTER TABLE {} DISABLE TRIGGER USER").format(sessions))
         conn.execute(sql.SQL("ALTER TABLE {} DISABLE TRIGGER USER").format(events))
         conn.execute(
-            sql.SQL("UPDATE {} SET header = replace(header, '\"version\":3', '\"version\":4') "
-                    "WHERE id = 'future'").format(sessions)
+            sql.SQL(
+                "UPDATE {} SET header = replace(header, '\"version\":3', '\"version\":4') "
+                "WHERE id = 'future'"
+            ).format(sessions)
         )
         conn.execute(
             sql.SQL("UPDATE {} SET header = '[1]' WHERE id = 'bad-header'").format(sessions)
         )
         conn.execute(
-            sql.SQL("UPDATE {} SET event = replace(event, 'user/message', 'future/thing') "
-                    "WHERE session_id = 'unknown'").format(events)
+            sql.SQL(
+                "UPDATE {} SET event = replace(event, 'user/message', 'future/thing') "
+                "WHERE session_id = 'unknown'"
+            ).format(events)
         )
         conn.execute(
-            sql.SQL("UPDATE {} SET event = '{{\"type\":' WHERE session_id = 'broken' AND seq = 1")
-            .format(events)
+            sql.SQL(
+                "UPDATE {} SET event = '{{\"type\":' WHERE session_id = 'broken' AND seq = 1"
+            ).format(events)
         )
     async with backend(pg_dsn, pg_schema) as b:
         where = f"{pg_schema}.events#"
         with pytest.raises(SessionFormatUnsupportedError, match=r"log format v4.*upgrade") as info:
             await b.open("future", "read")
         assert info.value.location == where + "future"
-        with pytest.raises(SessionFormatUnsupportedError, match=r'event type "future/thing" \(seq 1\)'):
+        with pytest.raises(
+            SessionFormatUnsupportedError, match=r'event type "future/thing" \(seq 1\)'
+        ):
             await b.open("unknown", "write")
         with pytest.raises(SessionPersistenceCorruptionError, match='stored session "broken"'):
             await b.inspect("broken")
@@ -334,3 +343,19 @@ async def test_stored_damage_and_foreign_formats_are_reported(pg_dsn: str, pg_sc
         # not SessionAlreadyOwnedError.
         with pytest.raises(SessionFormatUnsupportedError, match="future/thing"):
             await b.open("unknown", "write")
+
+
+async def test_a_reused_writer_connection_holds_no_old_lock(pg_dsn: str, pg_schema: str) -> None:
+    async with backend(pg_dsn, pg_schema) as b:
+        first = await b.create(header("one"))
+        await first.flush()
+        pid = first.backend_pid
+        await first.close()  # unlocks; the connection is kept for the next writer
+        assert pid is not None and backend_alive(pg_dsn, pid)
+        second = await b.create(header("two"))
+        await second.flush()
+        assert second.backend_pid == pid  # the same server session, reused
+        async with backend(pg_dsn, pg_schema) as other:
+            # ...which no longer holds the lock of "one".
+            await (await other.open("one", "write")).close()
+        await second.close()

@@ -219,8 +219,15 @@ def test_the_cli_runs_lists_and_resumes_on_postgres(
     assert session_id in listing.stdout
     # Another process (another "worker") continues the same session.
     again = dsh(
-        "run", "and again", "--config", config, "--session", session_id, "--json",
-        cwd=tmp_path, env=env,
+        "run",
+        "and again",
+        "--config",
+        config,
+        "--session",
+        session_id,
+        "--json",
+        cwd=tmp_path,
+        env=env,
     )
     assert again.returncode in (0, 1), again.stderr
     stored = [json.loads(text) for _, text in stored_rows(pg_dsn, pg_schema, session_id)]

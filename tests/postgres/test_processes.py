@@ -112,8 +112,14 @@ async def test_sigkill_during_a_flush_stores_all_of_the_batch_or_none(
     pg_dsn: str, pg_schema: str, outcome: str
 ) -> None:
     events = turn(0, 1, tools=1)[:4]  # turn/start, user, step/start, assistant asking for a tool
-    batch = [events[3], ev("tool/call", 4, {"turn": 1, "step": 1, "callId": "call-1-0",
-                                            "name": "bash", "arguments": "{}"})]
+    batch = [
+        events[3],
+        ev(
+            "tool/call",
+            4,
+            {"turn": 1, "step": 1, "callId": "call-1-0", "name": "bash", "arguments": "{}"},
+        ),
+    ]
     await seeded(pg_dsn, pg_schema, "midflush", events[:3])
     proc = spawn("stall", pg_dsn, pg_schema, "midflush")
     sessions = sql.SQL("{}.sessions").format(sql.Identifier(pg_schema))
