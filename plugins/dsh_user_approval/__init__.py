@@ -4,7 +4,28 @@
 ``cancelled`` or ``unavailable``, and every request leaves an ``approval/asked`` +
 ``approval/decided`` pair in the agent's session log. No answerer ships here;
 no grant is remembered.
+
+The sandbox-escalation helpers (``approve_escalation``, ``SandboxEscalationError``,
+``WIDER_MODES`` ...) live in :mod:`dsh_host.tools.escalation`, shared by every
+confining tool; they are re-exported here unchanged, and the service offers
+``ctx.approval.approve_escalation(...)`` with itself as the approver.
 """
+
+from dsh_host.tools.escalation import (
+    ESCALATION_TARGETS,
+    NOT_AVAILABLE_MESSAGE,
+    WIDER_MODES,
+    EscalationApprover,
+    EscalationFailure,
+    EscalationMode,
+    SandboxEscalationError,
+    approve_escalation,
+    check_escalation_available,
+    escalation_hint_marker,
+    escalation_reason,
+    sandbox_denial_marker,
+    validate_escalation_args,
+)
 
 from .errors import (
     OUT_OF_TURN_MESSAGE,
@@ -13,22 +34,7 @@ from .errors import (
     ApprovalInvariantError,
     ApprovalOutsideTurnError,
     ApprovalRequestError,
-    EscalationFailure,
     InvalidApprovalPolicyError,
-    SandboxEscalationError,
-)
-from .escalation import (
-    ESCALATION_TARGETS,
-    NOT_AVAILABLE_MESSAGE,
-    WIDER_MODES,
-    EscalationApprover,
-    EscalationMode,
-    approve_escalation,
-    check_escalation_available,
-    escalation_hint_marker,
-    escalation_reason,
-    sandbox_denial_marker,
-    validate_escalation_args,
 )
 from .invariants import ApprovalAuditChecker, check_approval_invariants
 from .plugin import UserApproval, UserApprovalConfig

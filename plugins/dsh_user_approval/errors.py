@@ -1,28 +1,32 @@
 """Errors of the approval seam.
 
-Two families, kept apart (STYLE §2): *misuse* errors say the caller asked at
-the wrong time or with a value outside the vocabulary and also derive from
-the matching builtin (``RuntimeError`` / ``TypeError``); the *escalation*
-error is operational — it is one tool call's refusal, which the tools runtime
-turns into the model-visible ``Error: <message>``::
+*Misuse* errors say the caller asked at the wrong time or with a value
+outside the vocabulary and also derive from the matching builtin
+(``RuntimeError`` / ``TypeError``)::
 
     DshError
     └── ApprovalError
         ├── ApprovalOutsideTurnError      (RuntimeError) request() while no turn is open
         ├── ApprovalRequestError          (TypeError)    a malformed request (empty tool name)
         ├── InvalidApprovalPolicyError    (TypeError)    a policy outside ``ask`` | ``never``
-        ├── ApprovalInvariantError                       an audit event breaks the pairing rules
-        └── SandboxEscalationError                       a sandbox escalation was not granted
+        └── ApprovalInvariantError                       an audit event breaks the pairing rules
 
-Every message is the DSH text (approval-and-sandbox.md §1.3, §1.4, §1.6, §1.9),
+The *escalation* error is not here: escalation belongs to the sandbox contract
+and is shared by every confining tool family (spec §1.9), so
+``SandboxEscalationError`` (an operational ``ToolError``, code
+``SANDBOX_ESCALATION``) lives in :mod:`dsh_host.tools.escalation` and is only
+re-exported from this module for callers that imported it from here.
+
+Every message is the DSH text (approval-and-sandbox.md §1.3, §1.4, §1.6),
 because tests and logs are compared across the two harnesses.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, Final, Literal
+from typing import ClassVar, Final
 
 from dsh_host.errors import DshError
+from dsh_host.tools.escalation import EscalationFailure, SandboxEscalationError
 
 __all__ = [
     "OUT_OF_TURN_MESSAGE",
@@ -90,30 +94,3 @@ class ApprovalInvariantError(ApprovalError):
     def __init__(self, message: str, *, seq: int | None = None) -> None:
         super().__init__(message if seq is None else f"{message} (at seq {seq})")
         self.seq = seq
-
-
-#: Why an escalation was not granted (the step of the fail-closed sequence that stopped it).
-EscalationFailure = Literal[
-    "invalid-args",
-    "not-available",
-    "not-wider",
-    "no-approval-service",
-    "no-agent",
-    "rejected",
-    "cancelled",
-    "unavailable",
-]
-
-
-class SandboxEscalationError(ApprovalError):
-    """A ``sandbox_permissions`` request was refused before anything ran.
-
-    The message is the exact model-visible text of the step that refused it;
-    ``failure`` names that step so callers can branch without parsing text.
-    """
-
-    code = "SANDBOX_ESCALATION"
-
-    def __init__(self, message: str, failure: EscalationFailure) -> None:
-        super().__init__(message)
-        self.failure: EscalationFailure = failure

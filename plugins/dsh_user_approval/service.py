@@ -42,9 +42,9 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import anyio
 
 from dsh_host.session.messages import PluginSource, TextBlock, UserMessage, new_message_id
+from dsh_host.tools.escalation import approve_escalation
 
 from .errors import ApprovalOutsideTurnError, ApprovalRequestError, InvalidApprovalPolicyError
-from .escalation import approve_escalation
 from .policy import (
     APPROVAL_POLICIES,
     ASK_POLICY_SENTENCE,
@@ -273,7 +273,12 @@ class ApprovalService:
         subject: str = "command",
         signal: CancelToken | None = None,
     ) -> str:
-        """:func:`~.escalation.approve_escalation` with this service as the approver."""
+        """:func:`dsh_host.tools.escalation.approve_escalation` with this service as the approver.
+
+        The shared sequence lives in the host (every confining tool family
+        uses it with ``ctx.get("approval")``); this method is a convenience
+        for callers that already hold the service.
+        """
         return await approve_escalation(
             self,
             requested_mode=requested_mode,

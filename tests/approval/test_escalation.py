@@ -1,11 +1,23 @@
-"""Sandbox escalation through approval (spec §1.9): ladder, pairing, and the ordered sequence."""
+"""Sandbox escalation through approval (spec §1.9): ladder, pairing, and the ordered sequence.
+
+The sequence lives in the host (``dsh_host.tools.escalation``, shared by every confining tool);
+the approval plugin re-exports it and offers ``ctx.approval.approve_escalation``. The ``bash``
+tool's use of it is tested end to end in ``test_bash_escalation.py``.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+import dsh_user_approval
 import pytest
-from dsh_user_approval import (
+from dsh_user_approval import set_approval_policy
+
+from dsh_host.cancel import CancelToken
+from dsh_host.tools import ToolError
+from dsh_host.tools import escalation as host_escalation
+from dsh_host.tools.escalation import (
     ESCALATION_TARGETS,
     WIDER_MODES,
     SandboxEscalationError,
@@ -13,15 +25,30 @@ from dsh_user_approval import (
     check_escalation_available,
     escalation_hint_marker,
     sandbox_denial_marker,
-    set_approval_policy,
     validate_escalation_args,
 )
-
-from dsh_host.cancel import CancelToken
 
 from .harness import audit, booted, new_agent
 
 pytestmark = pytest.mark.anyio
+
+
+@dataclass(frozen=True)
+class BareAgent:
+    """An agent for the paths that never reach a session (no service, rogue approver)."""
+
+    id: str = "a"
+    session: Any = None
+
+
+def test_the_plugin_re_exports_the_host_module() -> None:
+    for name in host_escalation.__all__:
+        if hasattr(dsh_user_approval, name):
+            assert getattr(dsh_user_approval, name) is getattr(host_escalation, name), name
+    assert dsh_user_approval.approve_escalation is approve_escalation
+    assert dsh_user_approval.SandboxEscalationError is SandboxEscalationError
+    assert issubclass(SandboxEscalationError, ToolError)
+    assert SandboxEscalationError.code == "SANDBOX_ESCALATION"
 
 
 def test_ladder_and_targets() -> None:
@@ -126,7 +153,7 @@ async def test_no_service_and_no_agent() -> None:
     with pytest.raises(SandboxEscalationError) as info:
         await approve_escalation(
             None, requested_mode="danger-full-access", justification="j",
-            effective_mode="workspace-write", agent=object(), call_id="c",
+            effective_mode="workspace-write", agent=BareAgent(), call_id="c",
         )
     assert str(info.value) == (
         'sandbox escalation to "danger-full-access" requires approval, but no approval service '
@@ -194,5 +221,5 @@ async def test_rogue_approver_is_unreachable() -> None:
     with pytest.raises(TypeError, match="unreachable variant in EscalationOutcome"):
         await approve_escalation(
             Rogue(), requested_mode="workspace-write", justification="j",
-            effective_mode="read-only", agent=object(), call_id="c",
+            effective_mode="read-only", agent=BareAgent(), call_id="c",
         )

@@ -1,26 +1,33 @@
 """Sandbox escalation through approval: one wider mode for exactly one call (spec §1.9).
 
-A confining tool (``bash``; later a filesystem tool) may be asked by the model
-to retry a denied command under a *strictly wider* sandbox mode
-(``sandbox_permissions`` + ``justification``). Approval only chooses that mode
-for this one call: the call still runs under the granted mode's confinement
-(unless the grant is ``danger-full-access``, which is no sandbox). Nothing is
+A confining tool (``bash``; later a filesystem tool) may be asked by the model to retry a denied
+command under a *strictly wider* sandbox mode (``sandbox_permissions`` + ``justification``).
+Approval only chooses that mode for this one call: the call still runs under the granted mode's
+confinement (unless the grant is ``danger-full-access``, which is no sandbox). Nothing is
 persisted; the next call is back at its session's own mode.
 
-:func:`approve_escalation` is the ordered fail-closed sequence; each step
-raises :class:`~.errors.SandboxEscalationError` with the exact model-visible
-text, and nothing executes on any raise:
+Why this lives in the host's tools layer: the spec gives escalation to the *sandbox contract*,
+shared by every tool family that enforces it, so the families cannot drift apart in ordering or
+texts. Plugins never import each other, so the shared home has to be below them all. It knows the
+sandbox vocabulary (:mod:`dsh_host.sandbox`) and the approval request shape
+(:class:`~dsh_host.tools.types.ApprovalRequest`) and nothing of the approval plugin: the tool
+hands in ``ctx.get("approval")`` as a structural approver (or None when none is composed).
+
+:func:`approve_escalation` is the ordered fail-closed sequence; each step raises
+:class:`SandboxEscalationError` with the exact model-visible text, and nothing executes on any
+raise:
 
 1. the requested mode is not in ``WIDER_MODES[effective_mode]`` (no one is asked);
 2. no approval service is composed;
 3. the call has no agent;
-4. ask ``approval.request(agent, tool_name, call_id, reason="escalate sandbox to
-   <mode>: <justification>", signal)`` — a second audit pair in the log;
-5. map the outcome: ``allowed-once`` → the granted mode; the three others →
-   their distinct texts; anything else → an ``unreachable`` error.
+4. ask ``approver.request(ApprovalRequest(agent, tool_name, call_id, reason="escalate sandbox to
+   <mode>: <justification>", signal))`` — a second audit pair in the session log;
+5. map the outcome: ``allowed-once`` → the granted mode; the three others → their distinct
+   texts; anything else → an ``unreachable`` error.
 
-This module imports nothing from other plugins and takes the approver as a
-parameter, so a tool can use it whether or not ``ctx.approval`` is composed.
+Before that sequence a tool checks the argument pairing (:func:`validate_escalation_args`, which
+a JSON schema cannot express) and its composition guard (:func:`check_escalation_available`: the
+fields are not advertised without confinement, but schema validation only checks advertised keys).
 """
 
 from __future__ import annotations
@@ -28,19 +35,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias
 
-from dsh_host.tools.types import ApprovalRequest
+from dsh_host.sandbox import SandboxMode
 
-from .errors import SandboxEscalationError
+from .errors import ToolError
+from .types import ApprovalRequest
 
 if TYPE_CHECKING:
     from dsh_host.cancel import CancelToken
 
+    from .types import ToolAgent
+
 __all__ = [
     "ESCALATION_TARGETS",
     "NOT_AVAILABLE_MESSAGE",
+    "SANDBOX_ESCALATION",
     "WIDER_MODES",
     "EscalationApprover",
+    "EscalationFailure",
     "EscalationMode",
+    "SandboxEscalationError",
     "approve_escalation",
     "check_escalation_available",
     "escalation_hint_marker",
@@ -49,38 +62,71 @@ __all__ = [
     "validate_escalation_args",
 ]
 
-#: A sandbox mode (the vocabulary of ``ctx.sandbox``; kept local so no plugin imports another).
-EscalationMode: TypeAlias = Literal["read-only", "workspace-write", "danger-full-access"]
+#: A sandbox mode (the vocabulary of ``ctx.sandbox``), under the name escalation callers know.
+EscalationMode: TypeAlias = SandboxMode
+
+#: The error code every refused escalation carries (``error: {name, code}`` in ``tool/result``).
+SANDBOX_ESCALATION: Final = "SANDBOX_ESCALATION"
 
 #: What a call whose effective mode is the key may escalate *to* (strictly wider only).
 #: Nothing is wider than ``danger-full-access``; an unknown mode has no wider modes.
-WIDER_MODES: Final[Mapping[str, tuple[EscalationMode, ...]]] = {
+WIDER_MODES: Final[Mapping[str, tuple[SandboxMode, ...]]] = {
     "read-only": ("workspace-write", "danger-full-access"),
     "workspace-write": ("danger-full-access",),
 }
 
 #: The schema enum of ``sandbox_permissions``: every mode a call could escalate to
 #: (``read-only`` is the floor). Never cut down to the composition default, because the
-#: effective mode is per session; strict widening is checked at execution.
-ESCALATION_TARGETS: Final[tuple[EscalationMode, ...]] = ("workspace-write", "danger-full-access")
+#: effective mode is per call; strict widening is checked at execution.
+ESCALATION_TARGETS: Final[tuple[SandboxMode, ...]] = ("workspace-write", "danger-full-access")
 
-#: The composition guard text: the model sent ``sandbox_permissions`` to a non-confining bash.
+#: The composition guard text: the model sent ``sandbox_permissions`` to a non-confining tool.
 NOT_AVAILABLE_MESSAGE: Final = (
-    "sandbox_permissions is not available in this composition (no sandboxing executor to "
-    "escalate)"
+    "sandbox_permissions is not available in this composition (no sandboxing executor to escalate)"
 )
+
+#: Why an escalation was not granted (the step of the fail-closed sequence that stopped it).
+EscalationFailure = Literal[
+    "invalid-args",
+    "not-available",
+    "not-wider",
+    "no-approval-service",
+    "no-agent",
+    "rejected",
+    "cancelled",
+    "unavailable",
+]
+
+
+class SandboxEscalationError(ToolError):
+    """A ``sandbox_permissions`` request was refused before anything ran.
+
+    An operational error of one tool call: the tools runtime renders it as
+    ``Error: <message>`` with ``error: {name: "SandboxEscalationError", code:
+    "SANDBOX_ESCALATION"}``. The message is the exact DSH text of the step that
+    refused it; ``failure`` names that step so callers can branch without
+    parsing text.
+    """
+
+    code = SANDBOX_ESCALATION
+
+    def __init__(self, message: str, failure: EscalationFailure) -> None:
+        super().__init__(message)
+        self.failure: EscalationFailure = failure
 
 
 class EscalationApprover(Protocol):
-    """The one method of ``ctx.approval`` escalation needs."""
+    """The one method of ``ctx.approval`` escalation needs (structural: no plugin import)."""
 
-    async def request(self, req: Any) -> str: ...
+    async def request(self, req: ApprovalRequest) -> str: ...
 
 
 def validate_escalation_args(sandbox_permissions: Any, justification: Any) -> None:
     """The pairing a JSON schema cannot express; checked before anything else.
 
-    ``None`` means "argument absent". Raises :class:`SandboxEscalationError`
+    ``None`` means "argument absent". An ask without a reason, or a reason that
+    drives nothing, is a malformed request, so both travel together and the
+    justification must be a sentence. Raises :class:`SandboxEscalationError`
     (failure ``invalid-args``) with the exact DSH text.
     """
     if sandbox_permissions is not None and justification is None:
@@ -101,7 +147,12 @@ def validate_escalation_args(sandbox_permissions: Any, justification: Any) -> No
 
 
 def check_escalation_available(confining: bool) -> None:
-    """Raise the composition-guard error when the executor does not confine."""
+    """Raise the composition-guard error when the tool does not confine.
+
+    The escalation fields are only advertised when the tool confines, but a
+    model can still send unadvertised keys; with nothing to widen, the request
+    is refused rather than silently ignored.
+    """
     if not confining:
         raise SandboxEscalationError(NOT_AVAILABLE_MESSAGE, "not-available")
 
@@ -112,12 +163,17 @@ def escalation_reason(mode: str, justification: str) -> str:
 
 
 def sandbox_denial_marker(mode: str) -> str:
-    """The model-facing marker of a sandbox-denied file effect."""
+    """The model-facing marker of a sandbox-denied file effect (shared by every tool family)."""
     return f"[sandbox: file access denied under {mode} mode]"
 
 
 def escalation_hint_marker(subject: str) -> str:
-    """The same-turn retry hint that rides a denial when escalation is advertised."""
+    """The same-turn retry hint that rides a denial when escalation is advertised.
+
+    It sits at the decision point so the sanctioned retry does not depend on
+    the model recalling the tool description. ``subject`` is ``command`` for
+    bash and ``operation`` for a filesystem tool.
+    """
     return (
         f"[sandbox: escalation available — retry this exact {subject} once with "
         "sandbox_permissions (the narrowest wider mode that suffices) + justification; the "
@@ -131,18 +187,18 @@ async def approve_escalation(
     requested_mode: str,
     justification: str,
     effective_mode: str,
-    agent: Any | None,
+    agent: ToolAgent | None,
     call_id: str,
     tool_name: str = "bash",
     subject: str = "command",
     signal: CancelToken | None = None,
-) -> EscalationMode:
+) -> SandboxMode:
     """Resolve one escalation before anything runs; return the granted mode or raise.
 
     ``approver`` is ``ctx.get("approval")`` (None when not composed);
-    ``effective_mode`` is the call's standing mode (session override, else the
-    composition default); ``subject`` is ``command`` for bash and ``operation``
-    for a filesystem tool. Stamp the returned mode onto this call's policy only.
+    ``effective_mode`` is the call's standing mode; ``subject`` is ``command``
+    for bash and ``operation`` for a filesystem tool. Stamp the returned mode
+    onto this call's policy only.
     """
     mode = requested_mode
     wider = WIDER_MODES.get(effective_mode, ()) if isinstance(effective_mode, str) else ()
