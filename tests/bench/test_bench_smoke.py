@@ -1,0 +1,170 @@
+"""Smoke tests of ``bench/``: every script runs with ``--small`` and writes well-formed JSON.
+
+No timing is asserted (these machines are shared; benchmarks are scripts, read
+by people). What is asserted is what a benchmark must get right to mean
+anything: it exits 0, its JSON has the figures the README explains, and the
+structural facts behind them hold -- the checkpoint policy really fsyncs on
+every step, a barrier's bytes really reach the log, the resume read really
+sees every event. Each script runs on both anyio backends (the test ids carry
+the backend, so ``-k trio`` / ``-k asyncio`` select one).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench"
+BACKENDS = [pytest.param("trio", id="trio"), pytest.param("asyncio", id="asyncio")]
+
+pytestmark = pytest.mark.slow
+
+
+def run_bench(name: str, tmp_path: Path, *extra: str) -> dict[str, Any]:
+    results = tmp_path / "results"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / f"{name}.py"),
+            "--small",
+            "--results-dir",
+            str(results),
+            "--scratch",
+            str(tmp_path / "scratch"),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, f"{name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert "Traceback" not in done.stderr, done.stderr
+    out = results / f"{name}.json"
+    assert out.is_file(), f"{name} wrote no {out}"
+    data: dict[str, Any] = json.loads(out.read_text())
+    assert data["benchmark"] == name
+    assert data["small"] is True
+    assert {"python", "cpus", "load_average_1_5_15"} <= set(data["machine"])
+    # the scratch directory is removed afterwards
+    assert not any((tmp_path / "scratch").iterdir())
+    return data
+
+
+def assert_summary(summary: dict[str, Any]) -> None:
+    assert {"n", "median_us", "p10_us", "p90_us", "min_us"} <= set(summary)
+    assert summary["n"] > 0
+    assert 0 < summary["min_us"] <= summary["median_us"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_barrier(tmp_path: Path, backend: str) -> None:
+    data = run_bench("barrier", tmp_path, "--backend", backend)
+    assert data["backend"] == backend
+    assert set(data["batches"]) == {"1", "3", "12", "120"}
+    sizes = []
+    for key, batch in data["batches"].items():
+        assert batch["events_per_batch"] == int(key)
+        for part in ("flush", "raw_write_fsync", "raw_open_write_fsync_close", "compress",
+                     "flush_before_fsync", "flush_fsync", "flush_after_fsync"):
+            assert_summary(batch[part])
+        assert batch["ratio"] > 0 and batch["ratio_median_of_pairs"] > 0
+        # the raw baseline wrote the very frame the barrier appended: a real zstd frame
+        assert batch["frame_bytes_median"] > 0
+        assert batch["plaintext_bytes_median"] > batch["frame_bytes_median"] / 2
+        sizes.append(batch["plaintext_bytes_median"])
+    assert sizes == sorted(sizes)  # more events per batch, more bytes
+    assert_summary(data["fixed_costs"]["empty_flush"])
+    assert_summary(data["fixed_costs"]["thread_hop"])
+    assert data["targets"]["verdict"] in {"met", "NOT met"}
+    assert data["targets"]["ratio_at_most"] == 1.15
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_loop_step(tmp_path: Path, backend: str) -> None:
+    data = run_bench("loop_step", tmp_path, "--backend", backend)
+    runs = data["runs"]
+    assert [r["steps"] for r in runs] == [10, 50, 150]
+    for run in runs:
+        for key in ("ms_per_step_start", "ms_per_step_end", "growth_ratio", "cpu_growth_ratio",
+                    "bytes_per_step", "raw_fsync_ms_median", "ratio_to_one_raw_fsync"):
+            assert run[key] > 0, key
+        # The checkpoint policy is on: every tool step makes its log durable before the
+        # request and before the tool body, so it cannot cost fewer than two fsyncs.
+        assert run["fsyncs_per_step"] >= 2
+        assert run["fsyncs_total"] >= 2 * run["steps"]
+        # one turn: turn/start, user/message, request header/context, then 5+ events a step
+        assert run["events"] >= 5 * run["steps"]
+        assert run["log_bytes"] >= run["bytes_per_step"] * (run["steps"] - 1)
+    assert data["targets"]["growth_verdict"] in {"met", "NOT met"}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_resume(tmp_path: Path, backend: str) -> None:
+    data = run_bench("resume", tmp_path, "--backend", backend)
+    assert data["steps"] == 300
+    assert data["events"] >= 5 * data["steps"]
+    assert data["messages"] >= 2 * data["steps"]  # an assistant message + a tool result a step
+    for key in ("read", "raw_zstd_msgspec", "raw_zstd_stdlib_json", "resume",
+                "resume_to_first_derive", "restore_and_derive_in_memory"):
+        assert_summary(data[key])
+        assert data[key]["n"] == data["repeats"]
+    assert data["ratio_read_over_raw"] > 0
+    assert data["targets"]["ratio_at_most"] == 1.5
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_host(tmp_path: Path, backend: str) -> None:
+    data = run_bench("host", tmp_path, "--backend", backend)
+    assert set(data["dispatch"]) == {"trio", "asyncio"}
+    for measured in data["dispatch"].values():
+        by_hooks = measured["us_per_dispatch_by_hooks"]
+        assert list(by_hooks) == ["0", "1", "2", "4", "8", "16"]
+        assert all(v > 0 for v in by_hooks.values())
+        assert measured["us_per_hook"] != 0
+    assert data["append_detached"]["events"] > 0
+    assert data["append_detached"]["events_per_second_median"] > 0
+    assert data["append_live_jsonl"]["events"] > 0
+    assert data["targets"]["hook_verdict"] in {"met", "NOT met"}
+    assert data["targets"]["append_verdict"] in {"met", "NOT met"}
+
+
+def test_run_all_runs_selected_scripts_and_summarizes(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "run_all.py"), "--small", "--only", "host",
+         "--results-dir", str(results)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads((results / "run_all.json").read_text())
+    assert [(s["name"], s["exit"], s["flags"][0]) for s in summary["scripts"]] == [
+        ("host", 0, "--small")
+    ]
+    assert json.loads((results / "host.json").read_text())["small"] is True
+
+
+def test_run_all_lists_every_script_and_rejects_unknown_names() -> None:
+    listed = subprocess.run(
+        [sys.executable, str(BENCH / "run_all.py"), "--list"],
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+    )
+    assert listed.returncode == 0
+    names = listed.stdout.split()
+    assert {"barrier", "loop_step", "resume", "host", "session_append"} <= set(names)
+    assert "run_all" not in names and "_common" not in names
+    bad = subprocess.run(
+        [sys.executable, str(BENCH / "run_all.py"), "--only", "no_such_bench"],
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+    )
+    assert bad.returncode == 2
+    assert "no_such_bench" in bad.stderr
