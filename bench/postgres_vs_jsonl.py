@@ -1,0 +1,522 @@
+"""Benchmark: flush latency and resume time, PostgreSQL vs JSONL, on one realistic session.
+
+What it measures (issue 11's done-criterion):
+
+1. **Flush latency** — ``append(batch)`` then ``flush()`` on a write handle, timed
+   from before the append to the flush's return (the durability barrier: fsync
+   for JSONL, a ``synchronous_commit = on`` commit for PostgreSQL). Two batch
+   shapes: one event per flush (a checkpoint right after a ``tool/call``) and
+   one whole turn (12 events) per flush.
+2. **Resume time** — ``open(id, "write")`` + ``read()`` + ``close()`` of the
+   stored session (what a resumer pays before it can append closers), and a
+   plain ``open(id, "read")`` + ``read()``.
+3. **Event storage** — PostgreSQL ``text`` (the default) vs ``jsonb``: the same
+   flushes and reads with the event column typed ``jsonb``.
+4. **The thread hop** — the backend runs blocking psycopg on worker threads
+   (psycopg's async API is asyncio-only and the host defaults to trio). Measured:
+   an empty ``anyio.to_thread.run_sync`` round trip, and, on asyncio, the same
+   one-row autocommit INSERT through ``psycopg.AsyncConnection`` vs through the
+   sync API on a worker thread.
+
+The session: ``--turns`` turns of ``turn/start, user/message, step/start,
+request/header, assistant/message (text + tool call + stream records),
+tool/call, tool/result (~4 KB of tool output), step/end, step/start,
+assistant/message, step/end, turn/end``.
+
+Backends: JSONL (zstd and raw) in a scratch directory on a real disk (``fsync``
+on tmpfs is free), PostgreSQL at ``$DSH_BENCH_POSTGRES_DSN`` (default
+``host=127.0.0.1 port=5432 user=postgres dbname=test``) in a throwaway schema.
+
+Run: ``/work/venv/bin/python bench/postgres_vs_jsonl.py [--turns N] [--repeats N]``.
+Prints tables and writes ``bench/results/postgres_vs_jsonl.json``. No assertion:
+numbers are reported (medians; the machine is shared and noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import psycopg
+from dsh_session_persistence_jsonl import JsonlSessionPersistence
+from dsh_session_persistence_postgres import PostgresSessionPersistence
+from dsh_session_persistence_postgres._schema import ensure_schema
+from psycopg import sql
+
+from dsh_host.session import (
+    AssistantMessage,
+    AssistantMessageData,
+    ChunkRecord,
+    CompletedReason,
+    EpochHeader,
+    FinishChunk,
+    LlmCallConfig,
+    ModelSource,
+    RequestHeaderData,
+    Session,
+    SessionEvent,
+    StepEnd,
+    StepStart,
+    StopFinish,
+    TextBlock,
+    TextChunksRecord,
+    TokenUsage,
+    ToolCallBlock,
+    ToolCallData,
+    ToolCallsFinish,
+    ToolResultBlock,
+    ToolResultData,
+    ToolResultMessage,
+    ToolSchema,
+    ToolSource,
+    TurnEnd,
+    TurnStart,
+    UserMessage,
+    UserSource,
+)
+from dsh_host.session.events import encode_event
+
+BENCH = Path(__file__).resolve().parent
+DSN = os.environ.get("DSH_BENCH_POSTGRES_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=test")
+SOURCE = ModelSource(provider="bench", model="bench-1")
+HEADER = EpochHeader(
+    config=LlmCallConfig(provider="bench", model="bench-1", max_tokens=4096),
+    tools=(
+        ToolSchema(
+            name="bash",
+            description="run a command",
+            parameters={"type": "object", "properties": {"cmd": {"type": "string"}}},
+        ),
+    ),
+)
+TOOL_OUTPUT = "".join(
+    f"-rw-r--r-- 1 dev dev {i * 37:>8} Nov 29 12:{i % 60:02} file_{i}.py\n" for i in range(80)
+)  # ~4 KB, like an `ls -l`
+
+
+def realistic_events(turns: int) -> list[SessionEvent]:
+    """A session of ``turns`` turns, 12 events each, built through the real Session."""
+    session = Session.create("bench")
+    text = "Let me look at the directory first; then I will summarize what changed. " * 4
+    for turn in range(1, turns + 1):
+        call_id = f"call-{turn}"
+        first = AssistantMessage(
+            id=f"a-{turn}-1",
+            content=(
+                TextBlock(text=text),
+                ToolCallBlock(id=call_id, name="bash", arguments='{"cmd":"ls -l"}'),
+            ),
+            source=SOURCE,
+        )
+        stream = (
+            TextChunksRecord(
+                time0=1,
+                index=0,
+                dt=tuple([1] * 39),
+                texts=tuple(text[i::40][:1] for i in range(40)),
+            ),
+            ChunkRecord(time=2, chunk=FinishChunk(reason=ToolCallsFinish())),
+        )
+        result = ToolResultMessage(
+            id=f"r-{turn}",
+            content=(
+                ToolResultBlock(
+                    tool_call_id=call_id, content=(TextBlock(text=TOOL_OUTPUT),), is_error=False
+                ),
+            ),
+            source=ToolSource(call_id=call_id),
+        )
+        second = AssistantMessage(
+            id=f"a-{turn}-2", content=(TextBlock(text=f"Done with turn {turn}."),), source=SOURCE
+        )
+        usage = TokenUsage(input_tokens=1200 + turn, output_tokens=40)
+        session.append("turn/start", TurnStart(turn=turn))
+        session.append(
+            "user/message",
+            UserMessage(
+                id=f"u-{turn}", content=(TextBlock(text=f"question {turn}"),), source=UserSource()
+            ),
+            surface_op="append",
+        )
+        session.append("step/start", StepStart(turn=turn, step=1))
+        session.append(
+            "request/header",
+            RequestHeaderData(header=HEADER, reason="initial" if turn == 1 else "change"),
+        )
+        session.append(
+            "assistant/message",
+            AssistantMessageData(turn=turn, step=1, message=first, stream=stream, usage=usage),
+            surface_op="append",
+        )
+        session.append(
+            "tool/call",
+            ToolCallData(
+                turn=turn, step=1, call_id=call_id, name="bash", arguments='{"cmd":"ls -l"}'
+            ),
+        )
+        session.append(
+            "tool/result", ToolResultData(turn=turn, step=1, message=result), surface_op="append"
+        )
+        session.append("step/end", StepEnd(turn=turn, step=1))
+        session.append("step/start", StepStart(turn=turn, step=2))
+        session.append(
+            "assistant/message",
+            AssistantMessageData(
+                turn=turn,
+                step=2,
+                message=second,
+                stream=(ChunkRecord(time=3, chunk=FinishChunk(reason=StopFinish())),),
+            ),
+            surface_op="append",
+        )
+        session.append("step/end", StepEnd(turn=turn, step=2))
+        session.append("turn/end", TurnEnd(turn=turn, reason=CompletedReason()))
+    return list(session.events)
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * p / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def summary_ms(samples_s: Sequence[float]) -> dict[str, float]:
+    ms = [s * 1e3 for s in samples_s]
+    return {
+        "n": len(ms),
+        "median_ms": round(statistics.median(ms), 3),
+        "p10_ms": round(percentile(ms, 10), 3),
+        "p90_ms": round(percentile(ms, 90), 3),
+    }
+
+
+def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    cells = [[f"{v:,.3f}" if isinstance(v, float) else str(v) for v in row] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    print(f"\n{title}")
+    print("| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in cells:
+        print(
+            "| "
+            + " | ".join(
+                (v.rjust(w) if i else v.ljust(w))
+                for i, (v, w) in enumerate(zip(row, widths, strict=True))
+            )
+            + " |"
+        )
+
+
+# --------------------------------------------------------------------------- backends
+
+
+Factory = Callable[[], Any]
+
+
+@contextlib.asynccontextmanager
+async def opened(factory: Factory) -> AsyncIterator[Any]:
+    backend = factory()
+    try:
+        yield backend
+    finally:
+        await backend.aclose()
+
+
+def drop_schema(schema: str) -> None:
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+async def measure_flushes(
+    factories: dict[str, Factory], events: list[SessionEvent], batch: int, session_id: str
+) -> dict[str, list[float]]:
+    """Write ``events`` as ``append(batch) + flush()`` rounds on every backend; time each round.
+
+    The backends take turns round by round (in rotating order), so load from other
+    processes on this shared machine falls on all of them alike.
+    """
+    samples: dict[str, list[float]] = {name: [] for name in factories}
+    async with contextlib.AsyncExitStack() as stack:
+        handles = {}
+        for name, factory in factories.items():
+            backend = await stack.enter_async_context(opened(factory))
+            handle = await backend.create(
+                {"version": 3, "id": session_id, "createdAt": 1, "cwd": "/bench"}
+            )
+            await handle.flush()  # publication is not what we measure
+            handles[name] = handle
+        names = list(factories)
+        for round_no, start in enumerate(range(0, len(events), batch)):
+            chunk = events[start : start + batch]
+            shift = round_no % len(names)
+            for name in names[shift:] + names[:shift]:
+                t0 = time.perf_counter()
+                handles[name].append(chunk)
+                await handles[name].flush()
+                samples[name].append(time.perf_counter() - t0)
+        for handle in handles.values():
+            await handle.close()
+    return samples
+
+
+async def measure_resume(
+    factories: dict[str, Factory], session_id: str, repeats: int, expected: int
+) -> dict[str, dict[str, list[float]]]:
+    """open(write)+read+close and open(read)+read of the stored session, backends interleaved."""
+    out: dict[str, dict[str, list[float]]] = {
+        name: {"open_write_read_close": [], "open_read_read": []} for name in factories
+    }
+    async with contextlib.AsyncExitStack() as stack:
+        backends = {
+            name: await stack.enter_async_context(opened(factory))
+            for name, factory in factories.items()
+        }
+        for backend in backends.values():  # warm: schema, pool, page cache
+            await (await backend.open(session_id, "read")).read()
+        for _ in range(repeats):
+            for name, backend in backends.items():
+                t0 = time.perf_counter()
+                handle = await backend.open(session_id, "write")
+                load = await handle.read()
+                await handle.close()
+                out[name]["open_write_read_close"].append(time.perf_counter() - t0)
+                assert len(load.events) == expected
+                t0 = time.perf_counter()
+                load = await (await backend.open(session_id, "read")).read()
+                out[name]["open_read_read"].append(time.perf_counter() - t0)
+                assert len(load.events) == expected
+    return out
+
+
+async def measure_thread_hop(repeats: int) -> list[float]:
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        await anyio.to_thread.run_sync(lambda: None)
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
+async def measure_inserts(schema: str, repeats: int) -> dict[str, list[float]]:
+    """asyncio only. One-event autocommit INSERTs (synchronous_commit = on), three ways:
+
+    * ``async_connection``: psycopg's ``AsyncConnection`` into a plain table with the
+      primary key only — the native-async baseline;
+    * ``sync_on_thread``: the same statement through the blocking API on an anyio
+      worker thread (what the backend does) — the difference is the thread hop;
+    * ``sync_on_thread_our_schema``: the backend's own INSERT into the real schema
+      (primary key + ``events_prev_fkey`` + ``events_session_fkey``) — the difference
+      to ``sync_on_thread`` is what database-enforced contiguity costs per batch.
+    """
+    event = encode_event(realistic_events(1)[5]).decode()  # a tool/call, ~120 bytes
+    ident = sql.Identifier(schema)
+    opts = "-c synchronous_commit=on"
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        ensure_schema(conn, schema)
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {}.pk_only (session_id text, seq bigint, event text NOT NULL, "
+                "PRIMARY KEY (session_id, seq))"
+            ).format(ident)
+        )
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.sessions (id, header, created_at) VALUES ('p', '{{}}', 0)"
+            ).format(ident)
+        )
+    unnest = "SELECT %s, t.seq, t.event FROM unnest(%s::bigint[], %s::text[]) AS t(seq, event)"
+    plain = sql.SQL("INSERT INTO {}.pk_only (session_id, seq, event) " + unnest).format(ident)
+    ours = sql.SQL("INSERT INTO {}.events (session_id, seq, event) " + unnest).format(ident)
+    out: dict[str, list[float]] = {
+        "async_connection": [],
+        "sync_on_thread": [],
+        "sync_on_thread_our_schema": [],
+    }
+    aconn = await psycopg.AsyncConnection.connect(DSN, autocommit=True, options=opts)
+    sconn = psycopg.connect(DSN, autocommit=True, options=opts)
+
+    def insert(statement: sql.Composed, session_id: str, seq: int) -> None:
+        sconn.execute(statement, (session_id, [seq], [event]), prepare=True)
+
+    try:
+        for i in range(repeats):
+            t0 = time.perf_counter()
+            await aconn.execute(plain, ("a", [i], [event]), prepare=True)
+            out["async_connection"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            await anyio.to_thread.run_sync(insert, plain, "s", i)
+            out["sync_on_thread"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            await anyio.to_thread.run_sync(insert, ours, "p", i)
+            out["sync_on_thread_our_schema"].append(time.perf_counter() - t0)
+    finally:
+        await aconn.close()
+        sconn.close()
+    return out
+
+
+async def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    events = realistic_events(args.turns)
+    sizes = [len(encode_event(e)) for e in events]
+    run_id = uuid.uuid4().hex[:8]
+    schemas = {"text": f"dsh_bench_{run_id}_text", "jsonb": f"dsh_bench_{run_id}_jsonb"}
+    factories: dict[str, Factory] = {
+        "jsonl-zstd": lambda: JsonlSessionPersistence(str(scratch / "zstd"), "zstd"),
+        "jsonl-raw": lambda: JsonlSessionPersistence(str(scratch / "raw"), "none"),
+        "postgres-text": lambda: PostgresSessionPersistence(DSN, schema=schemas["text"]),
+        "postgres-jsonb": lambda: PostgresSessionPersistence(
+            DSN, schema=schemas["jsonb"], storage="jsonb"
+        ),
+    }
+    results: dict[str, Any] = {
+        "session": {
+            "turns": args.turns,
+            "events": len(events),
+            "json_bytes": sum(sizes),
+            "median_event_bytes": statistics.median(sizes),
+            "max_event_bytes": max(sizes),
+        },
+        "flush": {},
+        "resume": {},
+    }
+    try:
+        one = await measure_flushes(factories, events[: args.single_flushes], 1, "single")
+        turn = await measure_flushes(factories, events, 12, "whole")
+        resume = await measure_resume(factories, "whole", args.repeats, len(events))
+        for name in factories:
+            results["flush"][name] = {
+                "one_event": summary_ms(one[name]),
+                "one_turn_12_events": summary_ms(turn[name]),
+            }
+            results["resume"][name] = {k: summary_ms(v) for k, v in resume[name].items()}
+        results["thread_hop"] = summary_ms(await measure_thread_hop(2000))
+    finally:
+        for schema in schemas.values():
+            drop_schema(schema)
+    return results
+
+
+async def run_native(repeats: int) -> dict[str, Any]:
+    schema = f"dsh_bench_{uuid.uuid4().hex[:8]}_native"
+    try:
+        samples = await measure_inserts(schema, repeats)
+    finally:
+        drop_schema(schema)
+    return {k: summary_ms(v) for k, v in samples.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--turns", type=int, default=60, help="turns in the session (12 events each)"
+    )
+    parser.add_argument("--repeats", type=int, default=15, help="resume repetitions")
+    parser.add_argument(
+        "--single-flushes", type=int, default=200, help="one-event flushes measured per backend"
+    )
+    parser.add_argument(
+        "--scratch",
+        type=Path,
+        default=None,
+        help="directory for the JSONL files (must be on a real disk)",
+    )
+    parser.add_argument("--backend", choices=("trio", "asyncio"), default="trio")
+    args = parser.parse_args()
+    base = args.scratch or (Path(tempfile.gettempdir()))
+    scratch = Path(tempfile.mkdtemp(prefix=".dsh-bench-pg-", dir=base))
+    try:
+        results = anyio.run(run, args, scratch, backend=args.backend)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    results["one_event_insert_asyncio"] = anyio.run(run_native, 300, backend="asyncio")
+    with psycopg.connect(DSN) as conn:
+        server = conn.execute("SELECT version()").fetchone()
+    results["machine"] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "load_average_1_5_15_at_end": [round(x, 2) for x in os.getloadavg()],
+        "anyio_backend": args.backend,
+        "postgres": server[0] if server else None,
+        "argv": sys.argv[1:],
+    }
+    session = results["session"]
+    print(
+        f"session: {session['events']} events, {session['json_bytes']:,} bytes of JSON "
+        f"(median event {session['median_event_bytes']} B, largest {session['max_event_bytes']} B)"
+    )
+    table(
+        "flush latency (append + flush until durable), ms",
+        ["backend", "1 event: median", "p90", "12 events: median", "p90"],
+        [
+            [
+                name,
+                r["one_event"]["median_ms"],
+                r["one_event"]["p90_ms"],
+                r["one_turn_12_events"]["median_ms"],
+                r["one_turn_12_events"]["p90_ms"],
+            ]
+            for name, r in results["flush"].items()
+        ],
+    )
+    table(
+        f"resume of the {session['events']}-event session, ms",
+        ["backend", "open(write)+read+close: median", "p90", "open(read)+read: median", "p90"],
+        [
+            [
+                name,
+                r["open_write_read_close"]["median_ms"],
+                r["open_write_read_close"]["p90_ms"],
+                r["open_read_read"]["median_ms"],
+                r["open_read_read"]["p90_ms"],
+            ]
+            for name, r in results["resume"].items()
+        ],
+    )
+    native = results["one_event_insert_asyncio"]
+    table(
+        "one-event INSERT + commit (asyncio): the thread hop and the contiguity constraints, ms",
+        ["what", "median", "p90"],
+        [
+            [
+                "empty anyio.to_thread.run_sync (trio)",
+                results["thread_hop"]["median_ms"],
+                results["thread_hop"]["p90_ms"],
+            ],
+            *[
+                [label, native[key]["median_ms"], native[key]["p90_ms"]]
+                for key, label in (
+                    ("async_connection", "AsyncConnection, primary key only"),
+                    ("sync_on_thread", "sync API on a thread, primary key only"),
+                    ("sync_on_thread_our_schema", "sync API on a thread, our schema (PK + FKs)"),
+                )
+            ],
+        ],
+    )
+    out = BENCH / "results" / "postgres_vs_jsonl.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"benchmark": "postgres_vs_jsonl", **results}, indent=2) + "\n")
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()
