@@ -61,6 +61,7 @@ from ._codec import (
     encode_event_row,
     header_from_meta,
     header_json_bytes,
+    pack_source_seqs,
 )
 from ._frames import compress_frame
 from ._lock import SessionLock
@@ -79,6 +80,7 @@ from ._storage import (
     AppendFailed,
     append_durable,
     make_dirs_durable,
+    open_for_append,
     publish_exclusive,
     truncate_durable,
 )
@@ -165,13 +167,28 @@ def _typed_events(
     return out
 
 
-_RETIRED_TYPES: Final = {"request/header-delta": "request/header-delta", "mode/set": "mode/set"}
+_RETIRED_TYPES: Final = frozenset({"request/header-delta", "mode/set"})
 
 
-def _wire_event(event: EventLike, where: str) -> tuple[dict[str, Any], SessionEvent]:
-    """An event to append, as (wire dict, typed event); rejects with a typed error."""
+def _reject_retired(session_id: str, kind: str, seq: int, reason: object) -> None:
+    """Shapes DSH retired before v3 never enter a log (spec §7.4 step 2, exact texts)."""
+    if kind in _RETIRED_TYPES:
+        raise SessionAppendRejectedError(
+            f'session "{session_id}" contains unsupported legacy {kind} event at seq {seq}'
+        )
+    if kind == "request/header" and reason == "fallback":
+        raise SessionAppendRejectedError(
+            f'session "{session_id}" contains unsupported legacy request/header reason '
+            f'"fallback" at seq {seq}'
+        )
+
+
+def _prepare(event: EventLike, where: str, session_id: str) -> tuple[bytes, SessionEvent]:
+    """An event to append, as (stored line, typed event); rejects with a typed error."""
     if isinstance(event, SessionEvent):
-        return event_wire(event), event
+        reason = getattr(event.data, "reason", None) if event.type == "request/header" else None
+        _reject_retired(session_id, event.type, event.seq, reason)
+        return _typed_line(event), event
     if not isinstance(event, Mapping):
         raise SessionAppendRejectedError(
             f"{where}: expected a SessionEvent or a mapping, got {type(event).__qualname__}"
@@ -189,11 +206,26 @@ def _wire_event(event: EventLike, where: str) -> tuple[dict[str, Any], SessionEv
         check_envelope(wire)
     except RowError as error:
         raise SessionAppendRejectedError(f"{where}: invalid event envelope: {error}") from None
+    data = wire["data"]
+    reason = data.get("reason") if isinstance(data, dict) else None
+    _reject_retired(session_id, wire["type"], wire["seq"], reason)
     try:
         typed = decode_event(wire, where=where)
     except InvalidSessionEventError as error:
         raise SessionAppendRejectedError(str(error)) from error
-    return wire, typed
+    return _encode_line(wire), typed
+
+
+def _typed_line(event: SessionEvent) -> bytes:
+    """The stored line of a core event, fast: msgspec's encoding is used as is when it is
+    already what a JS writer produces (no float printed differently, no sourceEventSeqs
+    run to pack); otherwise the JSON is re-encoded from plain values."""
+    raw = encode_event(event)
+    sources = event.source_event_seqs
+    packs_as_is = not sources or pack_source_seqs(list(sources)) == list(sources)
+    if packs_as_is and _json.floats_match_javascript(raw):
+        return raw
+    return _encode_line(msgspec.json.decode(raw))
 
 
 def event_wire(event: SessionEvent) -> dict[str, Any]:
@@ -275,6 +307,8 @@ class JsonlWriteHandle:
         self._cursor = len(events)
         #: File size as this handle wrote it; None until materialized.
         self._size = size
+        #: Append descriptor of the log, opened on first use, closed with the handle.
+        self._fd: int | None = None
         self._pending: list[bytes] = []
         self._drain_lock = anyio.Lock()
         self._truncate_to: int | None = torn.truncate_to if torn is not None else None
@@ -339,24 +373,22 @@ class JsonlWriteHandle:
 
     def append(self, events: Sequence[EventLike]) -> None:
         """Accept a contiguous batch (validated here; not durable until a flush)."""
-        prepared: list[tuple[dict[str, Any], SessionEvent]] = []
+        prepared: list[tuple[bytes, SessionEvent]] = []
         for index, event in enumerate(events):
-            prepared.append(_wire_event(event, f'session "{self.id}" append at index {index}'))
-        for wire, _typed in prepared:
-            _reject_retired(self.id, wire)
+            where = f'session "{self.id}" append at index {index}'
+            prepared.append(_prepare(event, where, self.id))
         if not prepared:
             return
         self._check_usable()
         expected = len(self._events)
-        for index, (wire, _typed) in enumerate(prepared):
-            if wire["seq"] != expected + index:
+        for index, (_line, typed) in enumerate(prepared):
+            if typed.seq != expected + index:
                 raise SessionAppendRejectedError(
                     f'append seq mismatch for "{self.id}": expected {expected + index} at index '
-                    f'{index}, got {wire["seq"]} (event type "{wire["type"]}")'
+                    f'{index}, got {typed.seq} (event type "{typed.type}")'
                 )
-        lines = [_encode_line(wire) for wire, _typed in prepared]
-        self._events.extend(typed for _wire, typed in prepared)
-        self._admit(lines)
+        self._events.extend(typed for _line, typed in prepared)
+        self._admit([line for line, _typed in prepared])
 
     def admit_live(self, event: SessionEvent) -> None:
         """Route one live ``session/event``: events this handle already has are skipped."""
@@ -463,8 +495,7 @@ class JsonlWriteHandle:
             size = await anyio.to_thread.run_sync(self._materialize_sync, lines)
             self._size = size
         elif lines:
-            data = _frame_or_lines(lines, self._backend.compression)
-            self._size = await anyio.to_thread.run_sync(self._append_sync, data)
+            self._size = await anyio.to_thread.run_sync(self._append_sync, lines)
         self._cursor += len(lines)
         self._torn = None
 
@@ -476,8 +507,7 @@ class JsonlWriteHandle:
             self._truncate_to = None
             self._size = target
         if self._rewrite:
-            data = _frame_or_lines(self._rewrite, self._backend.compression)
-            self._size = await anyio.to_thread.run_sync(self._append_sync, data)
+            self._size = await anyio.to_thread.run_sync(self._append_sync, self._rewrite)
             self._rewrite = []
 
     # -- blocking parts (worker thread)
@@ -514,11 +544,18 @@ class JsonlWriteHandle:
             ) from error
         return len(content)
 
-    def _append_sync(self, data: bytes) -> int:
+    def _log_fd(self) -> int:
+        if self._fd is None:
+            self._fd = open_for_append(self._path)
+        return self._fd
+
+    def _append_sync(self, lines: list[bytes]) -> int:
+        """Compress (zstd releases the GIL) and append one batch; worker thread."""
         assert self._size is not None and self._lock is not None
         self._lock.check()
+        data = _frame_or_lines(lines, self._backend.compression)
         try:
-            return append_durable(self._path, data, self._size)
+            return append_durable(self._log_fd(), self._path, data, self._size)
         except AppendFailed as failure:
             if failure.rollback_error is not None:
                 self._poisoned = failure.rollback_error
@@ -542,7 +579,7 @@ class JsonlWriteHandle:
         assert self._lock is not None
         self._lock.check()
         try:
-            truncate_durable(self._path, size)
+            truncate_durable(self._log_fd(), size)
         except OSError as error:
             self._poisoned = error
             raise SessionWriteError(
@@ -585,16 +622,16 @@ class JsonlWriteHandle:
                 finally:
                     self._barrier -= 1
         finally:
-            self._closed = True
-            self._backend.forget(self)
-            if self._lock is not None:
-                self._lock.release()
+            self.release_now()
 
     def release_now(self) -> None:
-        """Drop ownership without draining (used when the backend is torn down hard)."""
+        """Drop ownership without draining: close the log, release the lock. Idempotent."""
         self._cancel_timer()
         self._closed = True
         self._backend.forget(self)
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
         if self._lock is not None:
             self._lock.release()
 
@@ -603,21 +640,6 @@ class JsonlWriteHandle:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-
-def _reject_retired(session_id: str, wire: Mapping[str, Any]) -> None:
-    kind = wire.get("type")
-    if kind in _RETIRED_TYPES:
-        raise SessionAppendRejectedError(
-            f'session "{session_id}" contains unsupported legacy {kind} event at seq {wire["seq"]}'
-        )
-    if kind == "request/header":
-        data = wire.get("data")
-        if isinstance(data, Mapping) and data.get("reason") == "fallback":
-            raise SessionAppendRejectedError(
-                f'session "{session_id}" contains unsupported legacy request/header reason '
-                f'"fallback" at seq {wire["seq"]}'
-            )
 
 
 # --------------------------------------------------------------------------- the service

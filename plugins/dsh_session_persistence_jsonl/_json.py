@@ -24,6 +24,8 @@ import secrets
 from decimal import Decimal
 from typing import Any, Final
 
+import msgspec
+
 __all__ = ["dumps", "dumps_bytes", "js_number", "loads"]
 
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
@@ -107,8 +109,34 @@ def dumps(value: Any) -> str:
     return text
 
 
+def floats_match_javascript(encoded: bytes) -> bool:
+    """True when every number token of ``encoded`` is printed the way JS would print it."""
+    matches = True
+
+    def check(text: str) -> float:
+        nonlocal matches
+        number = float(text)
+        if matches and js_number(number) != text:
+            matches = False
+        return number
+
+    msgspec.json.Decoder(float_hook=check).decode(encoded)
+    return matches
+
+
 def dumps_bytes(value: Any) -> bytes:
-    """:func:`dumps` encoded as UTF-8."""
+    """:func:`dumps` encoded as UTF-8.
+
+    Fast path: msgspec's compact encoding already is JS's text for strings,
+    ints, arrays and objects; it is used unless a float token would print
+    differently or a lone surrogate is present (then the exact slow path).
+    """
+    try:
+        encoded = msgspec.json.encode(value)
+    except (UnicodeEncodeError, TypeError, OverflowError):
+        return dumps(value).encode("utf-8")
+    if floats_match_javascript(encoded):
+        return encoded
     return dumps(value).encode("utf-8")
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "append_durable",
     "fsync_dir",
     "make_dirs_durable",
+    "open_for_append",
     "publish_exclusive",
     "truncate_durable",
 ]
@@ -123,43 +124,41 @@ def publish_exclusive(final_path: str, content: bytes, temp_name: str | None = N
             os.unlink(temp)
 
 
-def append_durable(path: str, data: bytes, prior_size: int) -> int:
-    """Append ``data`` to ``path`` (whose length must be ``prior_size``) and fsync it.
+def open_for_append(path: str) -> int:
+    """A descriptor for appending to ``path``; the handle keeps it for its whole life."""
+    return os.open(path, os.O_WRONLY | os.O_CLOEXEC)
 
-    Returns the new size. On a write or sync failure the file is truncated back
-    to ``prior_size`` and fsync'd, then :class:`AppendFailed` is raised
-    carrying the original error (and the rollback's own error, if any).
+
+def append_durable(fd: int, path: str, data: bytes, prior_size: int) -> int:
+    """Append ``data`` at ``prior_size`` (the file's length) and fsync; return the new size.
+
+    On a write or sync failure the file is truncated back to ``prior_size`` and
+    fsync'd, then :class:`AppendFailed` is raised carrying the original error
+    (and the rollback's own error, if any). A length other than ``prior_size``
+    means someone else wrote to the log: ``RuntimeError``, nothing written.
     """
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    size = os.fstat(fd).st_size
+    if size != prior_size:
+        raise RuntimeError(
+            f'session log "{path}" is {size} bytes but this handle wrote {prior_size}; '
+            "another writer touched it"
+        )
     try:
-        size = os.fstat(fd).st_size
-        if size != prior_size:
-            raise RuntimeError(
-                f'session log "{path}" is {size} bytes but this handle wrote {prior_size}; '
-                "another writer touched it"
-            )
-        try:
-            os.lseek(fd, prior_size, os.SEEK_SET)
-            _write_all(fd, data)
-            _fsync(fd)
-        except OSError as error:
-            is_fsync = isinstance(error, FsyncFailed)
-            try:
-                os.ftruncate(fd, prior_size)
-                _fsync(fd)
-            except OSError as rollback:
-                raise AppendFailed(error, fsync=is_fsync, rollback_error=rollback) from error
-            raise AppendFailed(error, fsync=is_fsync) from error
-        return prior_size + len(data)
-    finally:
-        os.close(fd)
-
-
-def truncate_durable(path: str, size: int) -> None:
-    """Cut ``path`` to ``size`` bytes and fsync it (torn-tail repair)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        os.ftruncate(fd, size)
+        os.lseek(fd, prior_size, os.SEEK_SET)
+        _write_all(fd, data)
         _fsync(fd)
-    finally:
-        os.close(fd)
+    except OSError as error:
+        is_fsync = isinstance(error, FsyncFailed)
+        try:
+            os.ftruncate(fd, prior_size)
+            _fsync(fd)
+        except OSError as rollback:
+            raise AppendFailed(error, fsync=is_fsync, rollback_error=rollback) from error
+        raise AppendFailed(error, fsync=is_fsync) from error
+    return prior_size + len(data)
+
+
+def truncate_durable(fd: int, size: int) -> None:
+    """Cut the log to ``size`` bytes and fsync it (torn-tail repair)."""
+    os.ftruncate(fd, size)
+    _fsync(fd)

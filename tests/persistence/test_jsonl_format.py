@@ -701,3 +701,23 @@ def test_json_reader_refuses_non_json_numbers() -> None:
         with pytest.raises(ValueError):
             _json.loads(text)
     assert _json.loads("2.0") == 2 and type(_json.loads("2.0")) is int
+
+
+_json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53) + 1, 2**53 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: not f.is_integer())
+    | st.text()
+    | st.text(st.characters(min_codepoint=0xD7F0, max_codepoint=0xE010, exclude_categories=())),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(_json_values)
+def test_fast_json_path_equals_the_exact_path(value: Any) -> None:
+    assert _json.dumps_bytes(value) == _json.dumps(value).encode("utf-8")
+    # Compared as UTF-16 (ASCII-escaped JSON), the unit JS strings are made of: a surrogate
+    # pair written as two code points reads back as the one character it encodes.
+    assert json.dumps(_json.loads(_json.dumps_bytes(value))) == json.dumps(value)
