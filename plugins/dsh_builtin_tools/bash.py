@@ -3,30 +3,40 @@
 Flow of one call (``approval-and-sandbox.md`` §2.8-2.9):
 
 1. validate the arguments (DSH's texts: ``invalid command: expected a
-   non-empty string`` ...);
-2. ``danger-full-access`` → spawn ``["bash", "-c", command]`` as is. Any other
-   mode → ``ctx.sandbox.confine(["bash", "-c", command], policy)`` and spawn the
+   non-empty string`` ..., then the ``sandbox_permissions`` / ``justification``
+   pairing);
+2. escalation (spec §1.9), only when the model sent ``sandbox_permissions``:
+   the composition guard (a row in ``danger-full-access`` has nothing to
+   widen), then :func:`~dsh_host.tools.escalation.approve_escalation` — strict
+   widening of the row's mode, an approval service, an agent, and an
+   ``allowed-once`` answer, or an error result with the exact DSH text and
+   nothing run. The granted mode is *this call's* mode only; nothing is
+   stored, so the next call runs under the row's mode again;
+3. ``danger-full-access`` (the row's, or granted) → spawn ``["bash", "-c",
+   command]`` as is, without consulting the sandbox. Any other mode →
+   ``ctx.sandbox.confine(["bash", "-c", command], policy)`` and spawn the
    wrapped argv. No sandbox service, or a provider with no usable backend →
    ``SandboxUnavailableError`` (``SANDBOX_UNAVAILABLE``): nothing runs. There
-   is no silent unconfined fallback;
-3. the child gets a scrubbed environment (no ``*KEY*``, ``*TOKEN*``,
+   is no silent unconfined fallback, not even after a granted escalation;
+4. the child gets a scrubbed environment (no ``*KEY*``, ``*TOKEN*``,
    ``*SECRET*``, ``*PASSWORD*``, no inherited ``DSH_*``) plus
    ``DSH_CALL_ID`` — the call id, usable as an idempotency key (D11) — and
    ``DSH_SESSION_ID`` when the call belongs to a session; stdin is
    ``/dev/null``; it runs in its own session (process group) with every
    other descriptor closed, because neither bubblewrap nor Landlock re-checks
    an already-open descriptor;
-4. on the deadline or on cancellation the whole process group gets SIGTERM,
+5. on the deadline or on cancellation the whole process group gets SIGTERM,
    then SIGKILL after the grace period, and the child is *awaited* (a started
    body is never abandoned); a cancelled call then raises
    :class:`~dsh_host.tools.AbortError` (``tool call aborted``);
-5. runner-failure evidence in stderr → ``SANDBOX_UNAVAILABLE`` (the command
+6. runner-failure evidence in stderr → ``SANDBOX_UNAVAILABLE`` (the command
    did not run); otherwise a non-zero exit whose stderr carries the backend's
    denial dialect is marked ``denied``.
 
 The model reads stdout, a ``[stderr]`` section, and markers in this order:
-``[sandbox: file access denied under <mode> mode]``, ``[timed out after
-<N>ms]``, then ``[killed by signal: <SIG>]`` or ``[exit code: <n>]``.
+``[sandbox: file access denied under <mode> mode]``, then (only when the
+escalation fields are advertised) the same-turn retry hint, ``[timed out
+after <N>ms]``, then ``[killed by signal: <SIG>]`` or ``[exit code: <n>]``.
 """
 
 from __future__ import annotations
@@ -48,11 +58,26 @@ from dsh_host.cancel import CancelToken
 from dsh_host.context import Context
 from dsh_host.session.messages import ContentBlock, TextBlock
 from dsh_host.tools import AbortError, ToolDefinition, ToolExecution, ToolOutput
+from dsh_host.tools.escalation import (
+    ESCALATION_TARGETS,
+    approve_escalation,
+    check_escalation_available,
+    escalation_hint_marker,
+    sandbox_denial_marker,
+    validate_escalation_args,
+)
 
-from ._sandbox import ConfinedArgv, SandboxPolicy, SandboxUnavailableError
+from ._sandbox import ConfinedArgv, SandboxMode, SandboxPolicy, SandboxUnavailableError
 from .config import BuiltinToolsConfig
 
-__all__ = ["BASH_DESCRIPTION", "bash_tool", "denial_marker", "render_bash"]
+__all__ = [
+    "BASH_DESCRIPTION",
+    "ESCALATION_DESCRIPTION",
+    "bash_parameters",
+    "bash_tool",
+    "denial_marker",
+    "render_bash",
+]
 
 _SECRET_NAME: Final = re.compile(r"KEY|PASSWORD|SECRET|TOKEN", re.IGNORECASE)
 _FIXED_ENV: Final = {"NO_COLOR": "1", "TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat"}
@@ -71,7 +96,23 @@ BASH_DESCRIPTION: Final = (
     "is saved to a file whose path is reported when available."
 )
 
-PARAMETERS: Final = {
+#: Appended to the description only when the escalation fields are advertised (the row
+#: confines). Our wording of DSH's guidance: attempt first, escalate only after a real denial,
+#: the exact same command once, the narrowest mode, and a rejection is final.
+ESCALATION_DESCRIPTION: Final = (
+    " Running a command the sandbox may deny is safe and expected: run it and read the marker "
+    "instead of assuming a denial. When a command was denied and a wider mode would let it "
+    "succeed, retry the exact same command once, in the same turn, with `sandbox_permissions` "
+    "(the narrowest wider mode that suffices) and a one-sentence `justification` — the only "
+    "sanctioned exception to a denial. Do not ask for permission in chat first: the approval "
+    "prompt raised by that retry is how the user consents. If the session says approval "
+    "prompts are disabled, a denial is final: do not set `sandbox_permissions`. Never escalate "
+    "speculatively; ground the request in a real denial (normally the one this command just "
+    "hit). A rejected escalation is final for that command — stop and explain, do not work "
+    "around it — but it does not forbid other commands or later escalations."
+)
+
+PARAMETERS: Final[dict[str, Any]] = {
     "type": "object",
     "properties": {
         "command": {"type": "string", "description": "The bash command to execute."},
@@ -100,6 +141,37 @@ PARAMETERS: Final = {
     },
     "required": ["command", "description"],
 }
+
+#: The two escalation properties, advertised only when the row's mode confines.
+ESCALATION_PARAMETERS: Final = {
+    "sandbox_permissions": {
+        "type": "string",
+        "enum": list(ESCALATION_TARGETS),
+        "description": (
+            "The wider sandbox mode this command needs. Only valid as a one-shot retry of a "
+            "command the sandbox just denied; requires justification and user approval."
+        ),
+    },
+    "justification": {
+        "type": "string",
+        "description": (
+            "Required with sandbox_permissions: one sentence for the user explaining why this "
+            "exact command needs the wider access."
+        ),
+    },
+}
+
+
+def bash_parameters(escalation: bool) -> dict[str, Any]:
+    """The ``bash`` parameters schema, with the escalation fields when ``escalation``.
+
+    The enum is always the full target vocabulary, never cut down to the row's
+    mode: strict widening is checked per call at execution.
+    """
+    if not escalation:
+        return PARAMETERS
+    return {**PARAMETERS, "properties": {**PARAMETERS["properties"], **ESCALATION_PARAMETERS}}
+
 
 _STREAM_SCHEMA: Final = {
     "type": "object",
@@ -149,8 +221,8 @@ OUTPUT_SCHEMA: Final = {
 
 
 def denial_marker(mode: str) -> str:
-    """The model-visible marker of a file effect the sandbox blocked."""
-    return f"[sandbox: file access denied under {mode} mode]"
+    """The model-visible marker of a file effect the sandbox blocked (shared with fs tools)."""
+    return sandbox_denial_marker(mode)
 
 
 def _js_number(value: float) -> str:
@@ -167,8 +239,13 @@ def _stream_text(stream: Mapping[str, Any]) -> str:
     return f"{text}\n[output truncated; full output: {stream.get('spillPath', '(unavailable)')}]"
 
 
-def render_bash(_args: Any, value: Any) -> list[ContentBlock]:
-    """The text the model reads for one finished run (DSH's ``renderResult``)."""
+def render_bash(_args: Any, value: Any, *, escalation: bool = False) -> list[ContentBlock]:
+    """The text the model reads for one finished run (DSH's ``renderResult``).
+
+    ``escalation``: the tool advertises ``sandbox_permissions``, so a denial
+    also carries the same-turn retry hint (at the decision point, so the
+    sanctioned retry does not depend on the model recalling the description).
+    """
     out = _stream_text(value["stdout"])
     err = _stream_text(value["stderr"])
     body = out
@@ -182,6 +259,8 @@ def render_bash(_args: Any, value: Any) -> list[ContentBlock]:
     sandbox = value.get("sandbox")
     if sandbox is not None and sandbox["denied"]:
         markers.append(denial_marker(str(sandbox["mode"])))
+        if escalation:
+            markers.append(escalation_hint_marker("command"))
     if value["timedOut"]:
         markers.append(f"[timed out after {_js_number(value['timeoutMs'])}ms]")
     if value["signal"] is not None:
@@ -391,6 +470,7 @@ def _validate(args: Mapping[str, Any]) -> None:
     timeout = args.get("timeoutMs")
     if timeout is not None and (not math.isfinite(timeout) or timeout <= 0):
         raise ValueError(f"invalid timeoutMs: expected a positive number, got {timeout!r}")
+    validate_escalation_args(args.get("sandbox_permissions"), args.get("justification"))
 
 
 def _runner_attributable(error: OSError, runner: str, workdir: str) -> bool:
@@ -410,23 +490,57 @@ def _session_id(exec: ToolExecution) -> str | None:
 
 
 def bash_tool(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> ToolDefinition:
-    """Build the ``bash`` tool for one ``builtin-tools`` row."""
+    """Build the ``bash`` tool for one ``builtin-tools`` row.
+
+    The row's ``sandbox`` mode is every call's standing mode. When it confines,
+    the schema advertises ``sandbox_permissions`` + ``justification`` and a
+    denial carries the retry hint; under ``danger-full-access`` there is
+    nothing to widen, so neither is shown (and a call that sends the fields
+    anyway is refused by the composition guard).
+    """
     mode = config.sandbox
+    escalation = mode != "danger-full-access"
     grace_s = config.kill_grace_ms / 1000
     spill_dir = config.spill_dir or os.path.join(tempfile.gettempdir(), "dsh-bash-output")
 
-    def confine(argv: list[str], exec: ToolExecution) -> ConfinedArgv | None:
-        if mode == "danger-full-access":
+    def confine(
+        argv: list[str], call_mode: SandboxMode, exec: ToolExecution
+    ) -> ConfinedArgv | None:
+        if call_mode == "danger-full-access":
             return None
         sandbox = ctx.get("sandbox")
         if sandbox is None:
-            raise SandboxUnavailableError(mode)
-        policy = SandboxPolicy(mode=mode, workspace_root=workspace, session_id=_session_id(exec))
+            raise SandboxUnavailableError(call_mode)
+        policy = SandboxPolicy(
+            mode=call_mode, workspace_root=workspace, session_id=_session_id(exec)
+        )
         confined: ConfinedArgv = sandbox.confine(argv, policy)
         return confined
 
+    async def call_mode_of(args: Any, exec: ToolExecution) -> SandboxMode:
+        """The mode this one call runs under: the row's, or an approved wider one (§1.9)."""
+        requested = args.get("sandbox_permissions")
+        if requested is None:
+            return mode
+        check_escalation_available(escalation)
+        return await approve_escalation(
+            ctx.get("approval"),
+            requested_mode=str(requested),
+            justification=str(args["justification"]),
+            effective_mode=mode,
+            agent=exec.agent,
+            call_id=exec.call_id,
+            tool_name="bash",
+            subject="command",
+            signal=exec.signal,
+        )
+
+    def render(args: Any, value: Any) -> list[ContentBlock]:
+        return render_bash(args, value, escalation=escalation)
+
     async def execute(args: Any, exec: ToolExecution) -> Any:
         _validate(args)
+        call_mode = await call_mode_of(args, exec)
         command = str(args["command"])
         requested = args.get("timeoutMs")
         timeout_ms: float = min(
@@ -437,7 +551,7 @@ def bash_tool(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> ToolD
         if not os.path.isabs(workdir):
             workdir = os.path.join(workspace, workdir)
         argv = ["bash", "-c", command]
-        confined = confine(argv, exec)
+        confined = confine(argv, call_mode, exec)
         spawn = list(confined.argv) if confined is not None else argv
         if exec.signal.aborted:
             raise AbortError()
@@ -457,7 +571,7 @@ def bash_tool(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> ToolD
             if exec.signal.aborted:
                 raise AbortError() from exc
             if confined is not None and _runner_attributable(exc, spawn[0], workdir):
-                raise SandboxUnavailableError(mode, str(exc)) from exc
+                raise SandboxUnavailableError(call_mode, str(exc)) from exc
             raise
         if outcome.aborted:
             raise AbortError()
@@ -483,9 +597,9 @@ def bash_tool(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> ToolD
         else:
             failure = confined.runner_failure(exit_code, outcome.stderr_text)
             if failure is not None:
-                raise SandboxUnavailableError(mode, failure)
+                raise SandboxUnavailableError(call_mode, failure)
             value["sandbox"] = {
-                "mode": mode,
+                "mode": call_mode,
                 "denied": confined.is_denial(exit_code, outcome.stderr_text),
                 "enforcement": confined.enforcement,
             }
@@ -493,8 +607,8 @@ def bash_tool(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> ToolD
 
     return ToolDefinition(
         name="bash",
-        description=BASH_DESCRIPTION,
-        parameters=PARAMETERS,
+        description=BASH_DESCRIPTION + (ESCALATION_DESCRIPTION if escalation else ""),
+        parameters=bash_parameters(escalation),
         execute=execute,
-        output=ToolOutput(schema=OUTPUT_SCHEMA, render=render_bash),
+        output=ToolOutput(schema=OUTPUT_SCHEMA, render=render),
     )
