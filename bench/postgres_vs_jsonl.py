@@ -27,22 +27,18 @@ Backends: JSONL (zstd and raw) in a scratch directory on a real disk (``fsync``
 on tmpfs is free), PostgreSQL at ``$DSH_BENCH_POSTGRES_DSN`` (default
 ``host=127.0.0.1 port=5432 user=postgres dbname=test``) in a throwaway schema.
 
-Run: ``/work/venv/bin/python bench/postgres_vs_jsonl.py [--turns N] [--repeats N]``.
+Run: ``/work/venv/bin/python bench/postgres_vs_jsonl.py [--small] [--turns N] [--repeats N]``.
 Prints tables and writes ``bench/results/postgres_vs_jsonl.json``. No assertion:
-numbers are reported (medians; the machine is shared and noisy).
+numbers are reported (medians; the machine is shared and noisy, so the backends
+take turns and every figure in one run is measured under the same load).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
-import platform
-import shutil
 import statistics
-import sys
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -52,6 +48,15 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import psycopg
+from _common import (
+    machine_info,
+    median,
+    parser,
+    percentile,
+    print_table,
+    scratch_dir,
+    write_result,
+)
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
 from dsh_session_persistence_postgres import PostgresSessionPersistence
 from dsh_session_persistence_postgres._schema import ensure_schema
@@ -90,7 +95,6 @@ from dsh_host.session import (
 )
 from dsh_host.session.events import encode_event
 
-BENCH = Path(__file__).resolve().parent
 DSN = os.environ.get("DSH_BENCH_POSTGRES_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=test")
 SOURCE = ModelSource(provider="bench", model="bench-1")
 HEADER = EpochHeader(
@@ -188,42 +192,14 @@ def realistic_events(turns: int) -> list[SessionEvent]:
     return list(session.events)
 
 
-# --------------------------------------------------------------------------- statistics
-
-
-def percentile(values: Sequence[float], p: float) -> float:
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * p / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
 def summary_ms(samples_s: Sequence[float]) -> dict[str, float]:
-    ms = [s * 1e3 for s in samples_s]
+    ms = [x * 1e3 for x in samples_s]
     return {
         "n": len(ms),
-        "median_ms": round(statistics.median(ms), 3),
+        "median_ms": round(median(ms), 3),
         "p10_ms": round(percentile(ms, 10), 3),
         "p90_ms": round(percentile(ms, 90), 3),
     }
-
-
-def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    cells = [[f"{v:,.3f}" if isinstance(v, float) else str(v) for v in row] for row in rows]
-    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-    print(f"\n{title}")
-    print("| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)) + " |")
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for row in cells:
-        print(
-            "| "
-            + " | ".join(
-                (v.rjust(w) if i else v.ljust(w))
-                for i, (v, w) in enumerate(zip(row, widths, strict=True))
-            )
-            + " |"
-        )
 
 
 # --------------------------------------------------------------------------- backends
@@ -425,46 +401,27 @@ async def run_native(repeats: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--turns", type=int, default=60, help="turns in the session (12 events each)"
-    )
-    parser.add_argument("--repeats", type=int, default=15, help="resume repetitions")
-    parser.add_argument(
-        "--single-flushes", type=int, default=200, help="one-event flushes measured per backend"
-    )
-    parser.add_argument(
-        "--scratch",
-        type=Path,
-        default=None,
-        help="directory for the JSONL files (must be on a real disk)",
-    )
-    parser.add_argument("--backend", choices=("trio", "asyncio"), default="trio")
-    args = parser.parse_args()
-    base = args.scratch or (Path(tempfile.gettempdir()))
-    scratch = Path(tempfile.mkdtemp(prefix=".dsh-bench-pg-", dir=base))
-    try:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--turns", type=int, help="turns in the session, 12 events each (default 60)")
+    p.add_argument("--repeats", type=int, help="resume repetitions (default 15)")
+    p.add_argument("--single-flushes", type=int, help="one-event flushes per backend (default 200)")
+    args = p.parse_args()
+    args.turns = args.turns or (10 if args.small else 60)
+    args.repeats = args.repeats or (3 if args.small else 15)
+    args.single_flushes = args.single_flushes or (30 if args.small else 200)
+    with scratch_dir(args.scratch, "postgres-vs-jsonl") as scratch:
+        info = machine_info(scratch)
         results = anyio.run(run, args, scratch, backend=args.backend)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     results["one_event_insert_asyncio"] = anyio.run(run_native, 300, backend="asyncio")
     with psycopg.connect(DSN) as conn:
         server = conn.execute("SELECT version()").fetchone()
-    results["machine"] = {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "load_average_1_5_15_at_end": [round(x, 2) for x in os.getloadavg()],
-        "anyio_backend": args.backend,
-        "postgres": server[0] if server else None,
-        "argv": sys.argv[1:],
-    }
+    info["postgres"] = server[0] if server else None
     session = results["session"]
     print(
         f"session: {session['events']} events, {session['json_bytes']:,} bytes of JSON "
         f"(median event {session['median_event_bytes']} B, largest {session['max_event_bytes']} B)"
     )
-    table(
+    print_table(
         "flush latency (append + flush until durable), ms",
         ["backend", "1 event: median", "p90", "12 events: median", "p90"],
         [
@@ -478,7 +435,7 @@ def main() -> None:
             for name, r in results["flush"].items()
         ],
     )
-    table(
+    print_table(
         f"resume of the {session['events']}-event session, ms",
         ["backend", "open(write)+read+close: median", "p90", "open(read)+read: median", "p90"],
         [
@@ -493,12 +450,12 @@ def main() -> None:
         ],
     )
     native = results["one_event_insert_asyncio"]
-    table(
+    print_table(
         "one-event INSERT + commit (asyncio): the thread hop and the contiguity constraints, ms",
         ["what", "median", "p90"],
         [
             [
-                "empty anyio.to_thread.run_sync (trio)",
+                f"empty anyio.to_thread.run_sync ({args.backend})",
                 results["thread_hop"]["median_ms"],
                 results["thread_hop"]["p90_ms"],
             ],
@@ -512,10 +469,11 @@ def main() -> None:
             ],
         ],
     )
-    out = BENCH / "results" / "postgres_vs_jsonl.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"benchmark": "postgres_vs_jsonl", **results}, indent=2) + "\n")
-    print(f"\nwrote {out}")
+    write_result(
+        "postgres_vs_jsonl",
+        {"small": args.small, "backend": args.backend, **results, "machine": info},
+        args.results_dir,
+    )
 
 
 if __name__ == "__main__":
