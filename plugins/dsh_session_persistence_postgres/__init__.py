@@ -7,7 +7,12 @@ the database, and single-writer ownership through a session-level advisory lock
 held by the writer's own connection. See README.md.
 """
 
-from ._backend import PostgresReadHandle, PostgresSessionPersistence, PostgresWriteHandle
+from ._backend import (
+    PostgresReadHandle,
+    PostgresSessionPersistence,
+    PostgresWriteHandle,
+    SessionStoreUnavailableError,
+)
 from ._batching import WINDOW_SECONDS, WriteBehind
 from ._schema import SCHEMA_VERSION, advisory_key
 from .plugin import PostgresConfig, SessionPersistencePostgres
@@ -20,6 +25,7 @@ __all__ = [
     "PostgresSessionPersistence",
     "PostgresWriteHandle",
     "SessionPersistencePostgres",
+    "SessionStoreUnavailableError",
     "WriteBehind",
     "advisory_key",
 ]

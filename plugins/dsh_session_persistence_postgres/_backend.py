@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal, overload
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, Literal, TypeVar, overload
 
 import anyio
 import anyio.to_thread
@@ -75,9 +75,12 @@ __all__ = [
     "PostgresReadHandle",
     "PostgresSessionPersistence",
     "PostgresWriteHandle",
+    "SessionStoreUnavailableError",
 ]
 
 _log = logging.getLogger("dsh.session-persistence-postgres")
+
+T = TypeVar("T")
 
 #: One buffered event: (seq, encoded JSON text).
 Row = tuple[int, str]
@@ -167,6 +170,16 @@ def _header_of(header: SessionHeader | Mapping[str, Any]) -> SessionHeader:
 
 def _header_text(header: SessionHeader) -> str:
     return msgspec.json.encode(header.to_json()).decode("utf-8")
+
+
+class SessionStoreUnavailableError(SessionPersistenceError):
+    """PostgreSQL cannot be reached (connection refused, dropped, timed out).
+
+    The message names the server (without the password) and the schema. Nothing
+    was written by the failed call; buffered events stay buffered.
+    """
+
+    code = "SESSION_STORE_UNAVAILABLE"
 
 
 class _Outcome:
@@ -295,7 +308,7 @@ class PostgresWriteHandle:
                 f'write handle of session "{self.id}" is closed; open the session again'
             )
         if self._lost is not None:
-            raise self._lost
+            raise self._lost_again()
 
     def append(self, events: Sequence[EventLike]) -> None:
         """Accept a contiguous batch (validated here; durable only after a flush)."""
@@ -342,7 +355,7 @@ class PostgresWriteHandle:
     async def _write(self, batch: Sequence[Row]) -> None:
         """Persist one batch (empty = header-only publication), then advance the cursor."""
         if self._lost is not None:
-            raise self._lost
+            raise self._lost_again()
         if batch and batch[0][0] != self._cursor:  # pragma: no cover - the batcher keeps order
             raise AssertionError(f"batch starts at {batch[0][0]}, cursor is {self._cursor}")
         outcome = _Outcome()
@@ -413,6 +426,13 @@ class PostgresWriteHandle:
             "is really stored."
         )
 
+    def _lost_again(self) -> SessionOwnershipLostError:
+        """A fresh error for each refusal (re-raising one object would grow its traceback)."""
+        assert self._lost is not None
+        error = SessionOwnershipLostError(str(self._lost))
+        error.__cause__ = self._lost
+        return error
+
     async def _release_connection(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
@@ -446,7 +466,7 @@ class PostgresWriteHandle:
                 with anyio.CancelScope(shield=True):
                     await self._batcher.flush()
             elif self._lost is not None and self._cursor < len(self._events):
-                raise self._lost
+                raise self._lost_again()
         finally:
             self._closed = True
             self._backend.forget(self)
@@ -556,19 +576,29 @@ class PostgresSessionPersistence:
         async with self._schema_lock:
             if self._info is None:
                 storage = self._storage
-                try:
-                    self._info = await self.pool.run(
-                        lambda conn: ensure_schema(conn, self.schema, storage)
-                    )
-                except psycopg.OperationalError as error:
-                    raise self._connect_error(error) from error
+                self._info = await self._db(lambda conn: ensure_schema(conn, self.schema, storage))
         return self._info
 
-    def _connect_error(self, error: BaseException) -> SessionPersistenceError:
-        return SessionWriteError(
-            f"cannot use PostgreSQL ({self.dsn_description}, schema {self.schema}): "
+    def _unavailable(self, error: BaseException) -> SessionStoreUnavailableError:
+        return SessionStoreUnavailableError(
+            f"cannot reach PostgreSQL ({self.dsn_description}, schema {self.schema}): "
             f"{str(error).strip()}"
         )
+
+    def _db_error(self, error: psycopg.Error) -> SessionPersistenceError:
+        if isinstance(error, psycopg.OperationalError):
+            return self._unavailable(error)
+        return SessionPersistenceError(
+            f"PostgreSQL refused a session-store query ({self.dsn_description}, schema "
+            f"{self.schema}): {str(error).strip()}"
+        )
+
+    async def _db(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Run ``fn(conn)`` on a pooled connection; database errors become typed errors."""
+        try:
+            return await self.pool.run(fn)
+        except psycopg.Error as error:
+            raise self._db_error(error) from error
 
     def lock_key(self, session_id: str) -> int:
         return advisory_key("dsh-session", self.info.store_id, session_id)
@@ -635,7 +665,7 @@ class PostgresSessionPersistence:
             try:
                 conn = connect(self._conninfo)
             except psycopg.OperationalError as error:
-                raise self._connect_error(error) from error
+                raise self._unavailable(error) from error
         key = self.lock_key(session_id)
         deadline = time.monotonic() + LOCK_SETTLE_SECONDS
         try:
@@ -749,7 +779,7 @@ class PostgresSessionPersistence:
         if token is not None:
             token.throw_if_aborted()
         await self.ensure_schema()
-        header, events = await self.pool.run(lambda conn: self._fetch_sync(conn, session_id))
+        header, events = await self._db(lambda conn: self._fetch_sync(conn, session_id))
         if token is not None:
             token.throw_if_aborted()
         return self._load(header, events)
@@ -766,9 +796,7 @@ class PostgresSessionPersistence:
         self._reserved.add(sid)
         try:
             await self.ensure_schema()
-            stored = await self.pool.run(
-                lambda conn: conn.execute(self._sql_exists, (sid,)).fetchone()
-            )
+            stored = await self._db(lambda conn: conn.execute(self._sql_exists, (sid,)).fetchone())
             if stored is not None:
                 raise SessionAlreadyExistsError(
                     f'session "{sid}" already has a persisted log in PostgreSQL '
@@ -809,9 +837,12 @@ class PostgresSessionPersistence:
         self._reserved.add(session_id)
         try:
             await self.ensure_schema()
-            conn, header, events = await anyio.to_thread.run_sync(
-                self._open_write_sync, session_id, self.take_writer()
-            )
+            try:
+                conn, header, events = await anyio.to_thread.run_sync(
+                    self._open_write_sync, session_id, self.take_writer()
+                )
+            except psycopg.Error as error:
+                raise self._db_error(error) from error
             handle = PostgresWriteHandle(self, header, events=events, conn=conn, materialized=True)
             self._owners[session_id] = handle
         finally:
@@ -853,9 +884,7 @@ class PostgresSessionPersistence:
         if token is not None:
             token.throw_if_aborted()
         await self.ensure_schema()
-        _header, events = await self.pool.run(
-            lambda conn: self._fetch_sync(conn, session_id, from_seq)
-        )
+        _header, events = await self._db(lambda conn: self._fetch_sync(conn, session_id, from_seq))
         if token is not None:
             token.throw_if_aborted()
         return tuple(events)
@@ -865,7 +894,7 @@ class PostgresSessionPersistence:
         if token is not None:
             token.throw_if_aborted()
         await self.ensure_schema()
-        rows = await self.pool.run(lambda conn: conn.execute(self._sql_list).fetchall())
+        rows = await self._db(lambda conn: conn.execute(self._sql_list).fetchall())
         if token is not None:
             token.throw_if_aborted()
         return [

@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import psycopg
 import pytest
-from dsh_session_persistence_postgres import SCHEMA_VERSION
+from dsh_session_persistence_postgres import SCHEMA_VERSION, SessionStoreUnavailableError
 from dsh_session_persistence_postgres._pool import connect, describe_dsn, writer_conninfo
 from persistence.helpers import ev, header, log, plain
 from psycopg import sql
@@ -359,3 +359,12 @@ async def test_a_reused_writer_connection_holds_no_old_lock(pg_dsn: str, pg_sche
             # ...which no longer holds the lock of "one".
             await (await other.open("one", "write")).close()
         await second.close()
+
+
+async def test_an_unreachable_server_is_a_typed_error_without_the_password() -> None:
+    dsn = "host=127.0.0.1 port=1 user=dsh dbname=nowhere password=hunter2"
+    async with backend(dsn, "dsh", connect_timeout=2) as b:
+        for call in (b.list, lambda: b.open("x", "read"), lambda: b.create(header("x"))):
+            with pytest.raises(SessionStoreUnavailableError, match="port=1") as info:
+                await call()
+            assert "hunter2" not in str(info.value)
