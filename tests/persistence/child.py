@@ -9,6 +9,8 @@ variable ``DSH_TEST_BACKEND`` holding Python source that defines
 * ``race <go-file>``: wait until ``go-file`` exists (so racers start together), try
   to open the session for writing; print ``won`` and wait forever, or print
   ``owned`` (``SessionAlreadyOwnedError``) and exit.
+* ``step <name>``: write through the numbered protocol of docs/format.md §4 and
+  SIGKILL ourselves at step ``<name>`` (see ``FAILPOINTS``); prints nothing.
 * ``write <batch> [create]``: (create or) open the session and loop forever:
   append ``batch`` events of a deterministic log, flush, print
   ``flushed <next_seq>`` — so the parent knows what was durable when it kills us.
@@ -19,6 +21,7 @@ Every line is flushed at once; the parent reads them as they come.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from typing import Any
 
@@ -26,7 +29,81 @@ import anyio
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from helpers import header, turn
+from helpers import header, log, turn
+
+
+def _kill() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _path_of(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+
+
+def _is_temp(fd: int) -> bool:
+    return _path_of(fd).endswith(".tmp")
+
+
+def _is_log(fd: int) -> bool:
+    return os.path.basename(_path_of(fd)).startswith("session.v3.jsonl")
+
+
+def arm_failpoint(step: str) -> None:
+    """Replace ``os`` functions so that the process dies at ``step`` (docs/format.md §4)."""
+    real_write, real_fsync, real_link = os.write, os.fsync, os.link
+    real_unlink, real_ftruncate = os.unlink, os.ftruncate
+    state = {"truncated": False}
+
+    def half_then_die(fd: int, data: Any) -> int:
+        view = memoryview(data)
+        real_write(fd, view[: max(1, len(view) // 2)])
+        _kill()
+        raise AssertionError("unreachable")
+
+    def write(fd: int, data: Any) -> int:
+        if step in ("P4", "G2") and _is_temp(fd):
+            half_then_die(fd, data)
+        if (step == "W3" or (step == "R2" and state["truncated"])) and _is_log(fd):
+            half_then_die(fd, data)
+        return real_write(fd, data)
+
+    def fsync(fd: int) -> None:
+        if step == "P5" and _is_temp(fd):
+            _kill()
+        if step == "W4-before" and _is_log(fd):
+            _kill()
+        real_fsync(fd)
+        if step == "W4-after" and _is_log(fd):
+            _kill()
+        if step == "R1" and state["truncated"] and _is_log(fd):
+            _kill()
+
+    def link(src: str, dst: str, **kwargs: Any) -> None:
+        if step in ("P6-before", "G5-before"):
+            _kill()
+        real_link(src, dst, **kwargs)
+        if step in ("P6-after", "G5-after"):
+            _kill()
+
+    def unlink(path: Any, **kwargs: Any) -> None:
+        if step == "P8" and str(path).endswith(".tmp"):
+            _kill()
+        real_unlink(path, **kwargs)
+
+    def ftruncate(fd: int, length: int) -> None:
+        real_ftruncate(fd, length)
+        state["truncated"] = True
+
+    os.write, os.fsync, os.link, os.unlink, os.ftruncate = (  # type: ignore[assignment]
+        write,
+        fsync,
+        link,
+        unlink,
+        ftruncate,
+    )
 
 
 def _backend(spawn: Any) -> Any:
@@ -66,6 +143,26 @@ async def main(argv: list[str]) -> None:
                 return
             print("won", flush=True)
             await anyio.sleep_forever()
+        elif command == "step":
+            step = argv[2]
+            events = log(2)
+            if step[0] == "P":  # first publication of a created session
+                handle = await backend.create(header(session_id))
+                handle.append(events[:6])
+                arm_failpoint(step)
+                await handle.flush()
+            elif step[0] == "W":  # a later batch
+                handle = await backend.create(header(session_id))
+                handle.append(events[:6])
+                await handle.flush()
+                handle.append(events[6:])
+                arm_failpoint(step)
+                await handle.flush()
+            else:  # R (the parent tore the tail) and G (the parent wrote a v0 log)
+                arm_failpoint(step)
+                handle = await backend.open(session_id, "write")
+                await handle.flush()
+            print("survived", flush=True)
         elif command == "write":
             batch = int(argv[2])
             if len(argv) > 3 and argv[3] == "create":
