@@ -403,10 +403,12 @@ class PostgresWriteHandle:
                 "this session"
             ) from error
         except psycopg.errors.ForeignKeyViolation as error:
+            # Our batch starts at the stored next seq of a published session, so a missing
+            # predecessor or header means rows were removed behind the append-only triggers.
             raise SessionPersistenceCorruptionError(
-                f'stored session "{self.id}" is shorter than this handle\'s durable cursor '
-                f"{self._cursor} ({error.diag.message_detail or error}); rows were removed "
-                "outside dsh — reopen the session to see what is stored",
+                f'stored session "{self.id}" no longer holds what this handle wrote '
+                f"({error.diag.constraint_name}: {error.diag.message_detail or error}); rows "
+                "were removed outside dsh — reopen the session to see what is stored",
                 path=backend.locate_id(self.id),
             ) from error
         except psycopg.Error as error:
@@ -453,9 +455,9 @@ class PostgresWriteHandle:
         )
 
     async def close(self) -> None:
-        """Final drain, then release the lock (close the connection). Idempotent.
+        """Final drain, then release the lock (keeping the connection for the next writer).
 
-        The drain is shielded from cancellation: a close that is cancelled
+        Idempotent. The drain is shielded from cancellation: a close that is cancelled
         still writes what was appended. If ownership was lost with events
         still buffered, the error is raised after the lock connection is gone.
         """
@@ -657,16 +659,25 @@ class PostgresSessionPersistence:
     ) -> psycopg.Connection[Any]:
         """A connection holding the session's advisory lock (blocking; worker thread).
 
-        ``spare`` is a lock-free connection to reuse; without one a new one is opened.
+        ``spare`` is a lock-free connection to reuse; if it has died meanwhile (or
+        there is none) a new one is opened. Raises :class:`SessionAlreadyOwnedError`
+        when another session holds the lock after the settle grace, and
+        :class:`SessionStoreUnavailableError` when PostgreSQL cannot be reached.
         """
-        if spare is not None:
-            conn = spare
-        else:
-            try:
-                conn = connect(self._conninfo)
-            except psycopg.OperationalError as error:
-                raise self._unavailable(error) from error
         key = self.lock_key(session_id)
+        if spare is not None:
+            try:
+                return self._try_lock(spare, session_id, key)
+            except psycopg.OperationalError:
+                pass  # the spare died while idle (a server restart, say): connect anew
+        try:
+            return self._try_lock(connect(self._conninfo), session_id, key)
+        except psycopg.OperationalError as error:
+            raise self._unavailable(error) from error
+
+    def _try_lock(
+        self, conn: psycopg.Connection[Any], session_id: str, key: int
+    ) -> psycopg.Connection[Any]:
         deadline = time.monotonic() + LOCK_SETTLE_SECONDS
         try:
             while True:

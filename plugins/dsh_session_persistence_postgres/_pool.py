@@ -100,12 +100,15 @@ class ConnectionPool:
         self._closed = False
 
     @asynccontextmanager
-    async def connection(self) -> AsyncIterator[psycopg.Connection[Any]]:
-        """Borrow a connection; it returns to the pool only if it is healthy and idle."""
+    async def connection(self, *, fresh: bool = False) -> AsyncIterator[psycopg.Connection[Any]]:
+        """Borrow a connection (``fresh``: a new one, not an idle one).
+
+        It returns to the pool only if it is healthy and idle.
+        """
         if self._closed:
             raise RuntimeError("the PostgreSQL connection pool is closed")
         async with self._slots:
-            conn = self._idle.pop() if self._idle else None
+            conn = None if fresh or not self._idle else self._idle.pop()
             if conn is None or not usable(conn):
                 if conn is not None:
                     await anyio.to_thread.run_sync(conn.close)
@@ -120,8 +123,21 @@ class ConnectionPool:
                         await anyio.to_thread.run_sync(conn.close)
 
     async def run(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
-        """Run ``fn(conn)`` on a worker thread with a borrowed connection."""
+        """Run ``fn(conn)`` on a worker thread with a borrowed connection.
+
+        An idle connection can die unnoticed (a server restart, an idle timeout);
+        the first use then fails with the connection marked broken. That attempt
+        is repeated once on a new connection, so ``fn`` must be safe to repeat: the
+        backend passes only reads and single transactions (which roll back when
+        their connection dies).
+        """
         async with self.connection() as conn:
+            try:
+                return await anyio.to_thread.run_sync(fn, conn)
+            except psycopg.OperationalError:
+                if not conn.broken:
+                    raise
+        async with self.connection(fresh=True) as conn:
             return await anyio.to_thread.run_sync(fn, conn)
 
     async def aclose(self) -> None:

@@ -4,6 +4,7 @@ durability settings, format gates, and the revision."""
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import anyio
@@ -368,3 +369,29 @@ async def test_an_unreachable_server_is_a_typed_error_without_the_password() -> 
             with pytest.raises(SessionStoreUnavailableError, match="port=1") as info:
                 await call()
             assert "hunter2" not in str(info.value)
+
+
+async def test_connections_killed_while_idle_are_replaced(pg_dsn: str, pg_schema: str) -> None:
+    app = f"dsh-test-{uuid.uuid4().hex[:8]}"  # tells this backend's connections apart
+    async with backend(f"{pg_dsn} application_name={app}", pg_schema) as b:
+        first = await b.create(header("one"))
+        first.append(log(1))
+        await first.close()  # leaves an idle pooled connection and a spare writer connection
+        pids = [
+            row[0]
+            for row in query(
+                pg_dsn, "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,)
+            )
+        ]
+        assert len(pids) >= 2
+        for pid in pids:  # a server restart, an idle timeout, an operator's kill
+            query(pg_dsn, "SELECT pg_terminate_backend(%s)", (pid,))
+        for pid in pids:
+            await until_gone(pg_dsn, pid)
+        load = await (await b.open("one", "read")).read()  # retried on a new connection
+        assert len(load.events) == len(log(1))
+        writer = await b.open("one", "write")  # the dead spare is replaced
+        assert writer.backend_pid not in pids
+        writer.append([ev("turn/start", writer.next_seq, {"turn": 2})])
+        await writer.close()
+    assert len(stored_rows(pg_dsn, pg_schema, "one")) == len(log(1)) + 1
