@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import shutil
 from pathlib import Path
 
+import anyio
 import pytest
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
 from dsh_session_persistence_jsonl._frames import compress_frame
@@ -191,3 +194,54 @@ async def test_replacing_the_lock_file_under_a_live_handle_loses_ownership(
     handle.release_now()
     stored = (await (await backend.open("lock", "read")).read()).events
     assert len(stored) == len(log(1)), "nothing was written without ownership"
+
+
+@pytest.mark.parametrize("compression", ["zstd", "none"])
+async def test_a_written_session_has_the_documented_layout(
+    tmp_path: Path, compression: str
+) -> None:
+    """docs/format.md §3: header frame, then one checksummed frame per durable batch."""
+    from dsh_session_persistence_jsonl._codec import header_from_meta, header_json_bytes
+    from dsh_session_persistence_jsonl._frames import decompress_frame, scan_frames
+
+    events = log(2, tools=2)
+    for event in events:  # a cited run of three or more packs to a [start, end] pair
+        if event["type"] == "tool/result":
+            event["sourceEventSeqs"] = [0, 1, 2, event["sourceEventSeqs"][0]]
+    batches = [events[:3], events[3:10], events[10:]]
+    root = tmp_path / "root"  # created by the first publication
+    backend = JsonlSessionPersistence(str(root), compression)  # type: ignore[arg-type]
+    handle = await backend.create(header("layout"))
+    for batch in batches:
+        handle.append(batch)
+        await handle.flush()
+    await handle.close()
+    path = Path(backend.locate(header("layout")).path)
+    session_dir = path.parent
+    assert sorted(os.listdir(session_dir)) == ["session.lock", path.name]  # no temp left
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    for directory in (root, session_dir.parent, session_dir):
+        assert os.stat(directory).st_mode & 0o777 == 0o700
+    data = await anyio.Path(path).read_bytes()
+    head = header_json_bytes(header_from_meta(header("layout")))
+    assert head.startswith(b'{"type":"session","version":3,"id":"layout","createdAt":')
+    if compression == "zstd":
+        scan = scan_frames(data)
+        assert scan.torn_start is None and len(scan.frames) == 1 + len(batches)
+        plaintexts = [decompress_frame(data[a:b]) for a, b in scan.frames]
+        for start, _end in scan.frames:
+            assert data[start : start + 4] == b"\x28\xb5\x2f\xfd"
+            assert data[start + 4] & 0x04, "every frame carries the content checksum"
+    else:
+        lines = data.splitlines(keepends=True)
+        cuts = [1, 1 + len(batches[0]), 1 + len(batches[0]) + len(batches[1]), len(lines)]
+        plaintexts = [lines[0]] + [b"".join(lines[a:b]) for a, b in itertools.pairwise(cuts)]
+    assert plaintexts[0] == head, "frame 0 is exactly the header line"
+    stored_rows = []
+    for plaintext, batch in zip(plaintexts[1:], batches, strict=True):
+        assert plaintext.endswith(b"\n")
+        rows = [json.loads(line) for line in plaintext.splitlines()]
+        assert [r["seq"] for r in rows] == [e["seq"] for e in batch]
+        stored_rows += rows
+    packed = [r["sourceEventSeqs"] for r in stored_rows if r["type"] == "tool/result"]
+    assert all(p[0] == [0, 2] for p in packed), packed
