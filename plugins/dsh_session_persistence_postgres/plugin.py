@@ -234,5 +234,8 @@ class SessionPersistencePostgres(Plugin):
         ctx.on("session/flush", binder.on_flush)
         ctx.on("session/disposed", binder.on_disposed)
         ctx.effect(binder.close, "drain session logs")
+        # Create or check the schema now, so a bad DSN or an unreachable server is logged
+        # at boot rather than at the first session (which would raise it again).
+        ctx.start_soon(backend.ensure_schema, name="session-persistence-postgres schema")
         for session in ctx.sessions.list():
             binder.on_created(session)
