@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
+import gc
 import json
 import os
 import platform
+import pstats
 import shutil
 import statistics
 import subprocess
@@ -96,6 +99,8 @@ def verdict(value: float, target: float, *, at_most: bool = True) -> str:
 
 
 def fmt(value: Any) -> str:
+    if value is None:
+        return "-"
     if isinstance(value, float):
         if value != value:  # NaN
             return "-"
@@ -242,6 +247,114 @@ def write_result(name: str, payload: dict[str, Any], results_dir: Path) -> Path:
     out.write_text(json.dumps(body, indent=2, allow_nan=False) + "\n")
     print(f"\nwrote {out}", flush=True)
     return out
+
+
+# --------------------------------------------------------------------------- gc
+
+
+@dataclass
+class GcTimer:
+    """Total time the cyclic garbage collector ran while installed (``gc.callbacks``).
+
+    A profile attributes a collection to whatever allocation triggered it, so GC
+    shows up as noise spread over random functions; this measures it directly.
+    """
+
+    ns: int = 0
+    collections: int = 0
+    _started: int = 0
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = now_ns()
+        else:
+            self.ns += now_ns() - self._started
+            self.collections += 1
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[GcTimer]:
+        gc.callbacks.append(self._callback)
+        try:
+            yield self
+        finally:
+            gc.callbacks.remove(self._callback)
+
+
+# --------------------------------------------------------------------------- profiles
+
+
+@contextlib.contextmanager
+def threads_inline() -> Iterator[None]:
+    """Run ``anyio.to_thread.run_sync`` work inline on the calling thread (profiling only).
+
+    cProfile sees one thread; work handed to a worker thread (the JSONL backend's
+    reads, frames and writes) would show up only as the caller waiting in epoll.
+    Inline, every function's own time is on the profiled thread. Never used for a
+    timed figure: inline blocking changes what the event loop can overlap.
+    """
+    import anyio.to_thread
+
+    original = anyio.to_thread.run_sync
+
+    async def inline(func: Callable[..., Any], *args: Any, **_kwargs: Any) -> Any:
+        return func(*args)
+
+    anyio.to_thread.run_sync = inline  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        anyio.to_thread.run_sync = original
+
+
+def _label(key: tuple[str, int, str]) -> str:
+    filename, line, name = key
+    if filename == "~":
+        return name  # a builtin, e.g. "<method 'poll' of 'select.epoll' objects>"
+    path = Path(filename)
+    for root in (REPO_DIR, Path(sys.prefix)):
+        with contextlib.suppress(ValueError):
+            path = path.relative_to(root)
+            break
+    return f"{path}:{line}({name})"
+
+
+def profile_table(profile: cProfile.Profile, per: int, top: int = 15) -> list[dict[str, Any]]:
+    """The ``top`` functions by own time, per unit of work (``per``: steps, reads, ...)."""
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    rows = [
+        {
+            "function": _label(key),
+            "calls_per": round(calls / per, 2),
+            "own_us_per": round(tottime / per * 1e6, 1),
+            "cumulative_us_per": round(cumtime / per * 1e6, 1),
+        }
+        for key, (_cc, calls, tottime, cumtime, _callers) in stats.items()
+    ]
+    rows.sort(key=lambda r: r["own_us_per"], reverse=True)
+    return rows[:top]
+
+
+def profile_growth(
+    start: cProfile.Profile, end: cProfile.Profile, per: int, top: int = 10
+) -> list[dict[str, Any]]:
+    """Functions whose own time per unit grew most between two equally sized windows."""
+    first = pstats.Stats(start).stats  # type: ignore[attr-defined]
+    last = pstats.Stats(end).stats  # type: ignore[attr-defined]
+    rows = []
+    for key in set(first) | set(last):
+        before = first.get(key, (0, 0, 0.0, 0.0, {}))
+        after = last.get(key, (0, 0, 0.0, 0.0, {}))
+        rows.append(
+            {
+                "function": _label(key),
+                "own_us_per_start": round(before[2] / per * 1e6, 1),
+                "own_us_per_end": round(after[2] / per * 1e6, 1),
+                "growth_us_per": round((after[2] - before[2]) / per * 1e6, 1),
+                "calls_per_end": round(after[1] / per, 2),
+            }
+        )
+    rows.sort(key=lambda r: r["growth_us_per"], reverse=True)
+    return rows[:top]
 
 
 # --------------------------------------------------------------------------- fsync

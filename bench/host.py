@@ -22,6 +22,7 @@ Writes ``bench/results/host.json``.
 
 from __future__ import annotations
 
+import cProfile
 import gc
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -35,6 +36,7 @@ from _common import (
     now_ns,
     parser,
     print_table,
+    profile_table,
     scratch_dir,
     verdict,
     write_result,
@@ -43,6 +45,7 @@ from session_append import EVENTS_PER_TURN, bench_append, turn_payloads
 
 from dsh_host import EventMode, Row, open_host
 from dsh_host.context import Context
+from dsh_host.session import Session
 
 HOOK_TARGET_US = 20.0
 APPEND_TARGET = 100_000
@@ -158,8 +161,25 @@ async def live_append(scratch: Path, events: int) -> dict[str, Any]:
     }
 
 
+def profile_append(events: int) -> list[dict[str, Any]]:
+    """cProfile of detached ``Session.append`` of the same mix (payloads built first)."""
+    turns = events // EVENTS_PER_TURN
+    payloads = [p for t in range(1, turns + 1) for p in turn_payloads(t)]
+    session = Session.create("bench-append-profile")
+    profile = cProfile.Profile()
+    profile.enable()
+    for kind, data, op in payloads:
+        session.append(kind, data, surface_op=op)
+    profile.disable()
+    return profile_table(profile, len(payloads), top=15)
+
+
 def main() -> None:
-    args = parser(__doc__.splitlines()[0]).parse_args()
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument(
+        "--profile", action="store_true", help="also profile the detached append (cProfile)"
+    )
+    args = p.parse_args()
     if args.small:
         dispatches, stream_calls, repeats = 2_000, 100, 3
         append_events, append_repeats, live_events = 24_000, 2, 6_000
@@ -219,6 +239,17 @@ def main() -> None:
             ],
         ],
     )
+    profiled = profile_append(append_events // 4) if args.profile else None
+    if profiled is not None:
+        print_table(
+            "profile of detached Session.append: own time per event (cProfile inflates "
+            "absolute times: compare rows)",
+            ["function", "calls/event", "own µs/event", "cumulative µs/event"],
+            [
+                [x["function"], x["calls_per"], x["own_us_per"], x["cumulative_us_per"]]
+                for x in profiled
+            ],
+        )
     worst_hook = max(d["us_per_hook"] for d in dispatch.values())
     rate = append["events_per_second_median"]
     targets = {
@@ -247,6 +278,7 @@ def main() -> None:
             "dispatch": dispatch,
             "append_detached": append,
             "append_live_jsonl": live,
+            "profile_append_per_event": profiled,
             "targets": targets,
             "machine": info,
         },

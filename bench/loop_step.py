@@ -22,6 +22,8 @@ raw fsync of its bytes. Writes ``bench/results/loop_step.json``.
 
 from __future__ import annotations
 
+import cProfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -31,17 +33,22 @@ import anyio
 from _common import (
     NOOP_TOOL,
     FsyncCounter,
+    GcTimer,
     RawFile,
     cpu_ns,
     file_size,
+    fsync_disabled,
     machine_info,
     median,
     now_ns,
     parser,
     print_table,
+    profile_growth,
+    profile_table,
     ratio,
     read_range,
     scratch_dir,
+    threads_inline,
     verdict,
     write_result,
 )
@@ -70,14 +77,19 @@ def script(steps: int) -> list[dict[str, Any]]:
     return responses
 
 
-def rows(root: Path, steps: int) -> list[Row]:
+def rows(root: Path, steps: int, durable: bool = True) -> list[Row]:
+    """The composition; ``durable=False`` drops the JSONL backend and the checkpoint policy
+    (the same loop in memory only: what the harness costs without durability)."""
+    persistence = [
+        Row(name="session-persistence-jsonl", config={"root": str(root)}),
+        Row(name="session-checkpoint-policy"),
+    ]
     return [
         Row(name="sessions"),
         Row(name="llm"),
         Row(name="tools"),
         Row(id="model", name="llm-scripted", config={"responses": script(steps)}),
-        Row(name="session-persistence-jsonl", config={"root": str(root)}),
-        Row(name="session-checkpoint-policy"),
+        *(persistence if durable else []),
         Row(name="agent", config={"provider": "scripted", "model": "scripted"}),
         Row(id="bench-tool", name="_common:NoopToolPlugin"),
     ]
@@ -102,26 +114,40 @@ class LoopRun:
     step_cpu_ns: list[int] = field(default_factory=list)
     step_fsyncs: list[int] = field(default_factory=list)
     step_bytes: list[int] = field(default_factory=list)
-    raw_ns: list[int] = field(default_factory=list)
+    step_gc_ns: list[int] = field(default_factory=list)
+    #: (step number j, ns): one raw write+fsync of the bytes step j added
+    raw_ns: list[tuple[int, int]] = field(default_factory=list)
     turn_ns: int = 0
     fsyncs: int = 0
     file_bytes: int = 0
     events: int = 0
 
 
-async def run_loop(steps: int, root: Path, workspace: Path, raw: RawFile | None) -> LoopRun:
+async def run_loop(
+    steps: int,
+    root: Path,
+    workspace: Path,
+    raw: RawFile | None,
+    on_step: Callable[[int], None] | None = None,
+    raw_every: int = 1,
+    durable: bool = True,
+) -> LoopRun:
     """Run one turn of ``steps`` tool steps; sample every step (see the module docstring).
 
-    ``raw`` None skips the interleaved physical baseline (used to build fixture logs).
+    ``raw`` None skips the interleaved physical baseline (used to build fixture logs);
+    ``on_step(k)`` is called at the start of step k (1-based), outside the timed region;
+    ``raw_every``: sample the physical baseline on every n-th step only (saves disk time);
+    ``durable=False``: no persistence, no checkpoints (see :func:`rows`).
     """
     run = LoopRun(steps=steps, session_id=f"bench-loop-{steps}")
     counter = FsyncCounter()
-    # (wall at entry, wall at exit, cpu at entry, cpu at exit, fsyncs, log size)
-    marks: list[tuple[int, int, int, int, int, int]] = []
-    with counter.installed():
-        async with open_host(rows(root, steps)) as host:
+    collector = GcTimer()
+    # (wall at entry, wall at exit, cpu at entry, cpu at exit, fsyncs, log size, gc ns)
+    marks: list[tuple[int, int, int, int, int, int, int]] = []
+    with counter.installed(), collector.installed():
+        async with open_host(rows(root, steps, durable)) as host:
             ctx = host.ctx
-            backend = ctx.sessionPersistence
+            backend = ctx.get("sessionPersistence")
             requests = _scripted_requests(host)
             agent = ctx.agent.create(session_id=run.session_id, cwd=str(workspace))
 
@@ -130,13 +156,21 @@ async def run_loop(steps: int, root: Path, workspace: Path, raw: RawFile | None)
                 # The scripted adapter keeps every request for tests; a real adapter does
                 # not, so the bench drops them (they would only grow the GC's heap).
                 requests.clear()
-                handle = backend.owner(run.session_id)
-                materialized = handle is not None and handle.materialized
-                size = file_size(handle.path) if materialized else 0
-                if raw is not None and marks and marks[-1][5] and size > marks[-1][5]:
-                    data = read_range(handle.path, marks[-1][5], size)
-                    run.raw_ns.append(raw.write_fsync(data))
-                marks.append((enter, now_ns(), cpu_enter, cpu_ns(), calls, size))
+                handle = backend.owner(run.session_id) if backend is not None else None
+                path: str | None = None
+                if handle is not None and handle.materialized:
+                    path = handle.path
+                size = file_size(path) if path is not None else 0
+                step = len(marks) + 1  # the step starting now; the one that ended is step - 1
+                previous = marks[-1][5] if marks else 0
+                sample = raw is not None and step % raw_every == 0
+                if sample and path is not None and 0 < previous < size:
+                    data = read_range(path, previous, size)
+                    assert raw is not None
+                    run.raw_ns.append((step - 1, raw.write_fsync(data)))
+                if on_step is not None:
+                    on_step(step)
+                marks.append((enter, now_ns(), cpu_enter, cpu_ns(), calls, size, collector.ns))
 
             ctx.on("agent/step-start", on_step_start)
             start = now_ns()
@@ -144,21 +178,22 @@ async def run_loop(steps: int, root: Path, workspace: Path, raw: RawFile | None)
             run.turn_ns = now_ns() - start
             if reason != CompletedReason():
                 raise RuntimeError(f"the benchmark turn did not complete: {reason!r}")
-            await ctx.sessions.flush(agent.session)
-            handle = backend.owner(run.session_id)
-            run.path = handle.path
             run.events = len(agent.session.events)
+            if backend is not None:
+                await ctx.sessions.flush(agent.session)
+                run.path = backend.owner(run.session_id).path
             await agent.aclose()
     run.fsyncs = counter.calls
-    run.file_bytes = file_size(run.path)
+    run.file_bytes = file_size(run.path) if run.path else 0
     # marks[k] is the start of step k+1; step k+1 ends where step k+2 starts. The last
     # mark opens the closing text-only step, which is not a tool step.
     if len(marks) != steps + 1:
         raise RuntimeError(f"expected {steps + 1} step starts, saw {len(marks)}")
-    for (_, out0, _, cpu_out0, calls0, size0), (in1, _, cpu_in1, _, calls1, size1) in pairwise(
-        marks
-    ):
+    for before, after in pairwise(marks):
+        _, out0, _, cpu_out0, calls0, size0, gc0 = before
+        in1, _, cpu_in1, _, calls1, size1, gc1 = after
         run.step_ns.append(in1 - out0)
+        run.step_gc_ns.append(gc1 - gc0)
         run.step_cpu_ns.append(cpu_in1 - cpu_out0)
         run.step_fsyncs.append(calls1 - calls0)
         run.step_bytes.append(size1 - size0)
@@ -179,13 +214,13 @@ def summarize(run: LoopRun) -> dict[str, Any]:
     w = window(run.steps)
     # Step 1 publishes the log (temp file, link, directory fsyncs): reported on its own.
     start, end = slice(1, 1 + w), slice(-w, None)
-    raw_start = run.raw_ns[: w + 1][1:] if len(run.raw_ns) > w else run.raw_ns
-    raw_end = run.raw_ns[-w:]
+    # step_ns[i] is step i + 1; the start window is steps 2..w+1, the end window the last w.
+    raw_start = [ns for j, ns in run.raw_ns if 2 <= j <= w + 1]
+    raw_end = [ns for j, ns in run.raw_ns if j > run.steps - w]
     start_ms, end_ms = ms(run.step_ns[start]), ms(run.step_ns[end])
     cpu_start, cpu_end = ms(run.step_cpu_ns[start]), ms(run.step_cpu_ns[end])
-    raw_all = ms(run.raw_ns) if run.raw_ns else float("nan")
     step_all = ms(run.step_ns[1:])
-    return {
+    summary: dict[str, Any] = {
         "steps": run.steps,
         "window_steps": w,
         "events": run.events,
@@ -197,22 +232,67 @@ def summarize(run: LoopRun) -> dict[str, Any]:
         "cpu_ms_per_step_start": round(cpu_start, 3),
         "cpu_ms_per_step_end": round(cpu_end, 3),
         "cpu_growth_ratio": ratio(cpu_end, cpu_start),
+        # mean, not median: most steps run no collection, a few run a long one
+        "gc_ms_per_step_start": round(sum(run.step_gc_ns[start]) / w / 1e6, 3),
+        "gc_ms_per_step_end": round(sum(run.step_gc_ns[end]) / w / 1e6, 3),
         "fsyncs_per_step": round(median(run.step_fsyncs[1:]), 2),
         "fsyncs_per_step_mean": round(sum(run.step_fsyncs) / run.steps, 3),
         "fsyncs_total": run.fsyncs,
         "bytes_per_step": round(median(run.step_bytes[1:])),
         "log_bytes": run.file_bytes,
-        "raw_fsync_ms_median": round(raw_all, 3),
-        "raw_fsync_ms_start": round(ms(raw_start), 3) if raw_start else None,
-        "raw_fsync_ms_end": round(ms(raw_end), 3) if raw_end else None,
-        "ratio_to_one_raw_fsync": ratio(step_all, raw_all),
-        "ratio_to_one_raw_fsync_start": ratio(start_ms, ms(raw_start)) if raw_start else None,
-        "ratio_to_one_raw_fsync_end": ratio(end_ms, ms(raw_end)) if raw_end else None,
         "turn_seconds": round(run.turn_ns / 1e9, 3),
+    }
+    if run.raw_ns:
+        raw_all = ms([ns for _j, ns in run.raw_ns])
+        summary.update(
+            {
+                "raw_fsync_samples": len(run.raw_ns),
+                "raw_fsync_ms_median": round(raw_all, 3),
+                "raw_fsync_ms_start": round(ms(raw_start), 3) if raw_start else None,
+                "raw_fsync_ms_end": round(ms(raw_end), 3) if raw_end else None,
+                "ratio_to_one_raw_fsync": ratio(step_all, raw_all),
+                "ratio_to_one_raw_fsync_start": (
+                    ratio(start_ms, ms(raw_start)) if raw_start else None
+                ),
+                "ratio_to_one_raw_fsync_end": ratio(end_ms, ms(raw_end)) if raw_end else None,
+            }
+        )
+    return summary
+
+
+async def profile_run(steps: int, scratch: Path) -> dict[str, Any]:
+    """One extra run under cProfile, enabled for the first and the last window of steps
+    (fsync off, worker-thread work inline: the profile is about the harness's CPU; the
+    timed runs are not profiled)."""
+    w = window(steps)
+    # fsync off and the worker-thread work run inline: every row is CPU on one thread.
+    start, end = cProfile.Profile(), cProfile.Profile()
+
+    def toggle(step: int) -> None:
+        if step == 2:
+            start.enable()
+        elif step == 2 + w:
+            start.disable()
+        if step == steps + 1 - w:
+            end.enable()
+        elif step == steps + 1:
+            end.disable()
+
+    workspace = scratch / "workspace"
+    workspace.mkdir(exist_ok=True)
+    with fsync_disabled(), threads_inline():
+        await run_loop(steps, scratch / "sessions-profile", workspace, None, toggle)
+    return {
+        "steps": steps,
+        "window_steps": w,
+        "top_own_time_end": profile_table(end, w),
+        "growth_start_to_end": profile_growth(start, end, w),
     }
 
 
-async def main_async(sizes: tuple[int, ...], scratch: Path) -> list[dict[str, Any]]:
+async def main_async(
+    sizes: tuple[int, ...], scratch: Path, profile: bool
+) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any] | None]:
     out = []
     raw = RawFile(scratch / "raw-baseline.bin")
     try:
@@ -220,22 +300,66 @@ async def main_async(sizes: tuple[int, ...], scratch: Path) -> list[dict[str, An
             root = scratch / f"sessions-{steps}"
             workspace = scratch / "workspace"
             workspace.mkdir(exist_ok=True)
-            run = await run_loop(steps, root, workspace, raw)
+            # Every step up to N=100; every 3rd beyond (plenty of samples, a third of the disk
+            # time: the default run stays near two minutes when fsync is slow).
+            run = await run_loop(steps, root, workspace, raw, raw_every=1 if steps <= 100 else 3)
             out.append(summarize(run))
             print(f"  N={steps}: {run.turn_ns / 1e9:.1f} s", flush=True)
     finally:
         raw.close()
-    return out
+    # The same loop with no persistence and no checkpoints: the harness without durability.
+    largest = max(sizes)
+    memory = summarize(
+        await run_loop(largest, scratch / "unused", scratch / "workspace", None, durable=False)
+    )
+    print(f"  N={largest} in memory only: {memory['turn_seconds']:.1f} s", flush=True)
+    profiled = await profile_run(largest, scratch) if profile else None
+    return out, memory, profiled
+
+
+def print_profile(profiled: dict[str, Any]) -> None:
+    w = profiled["window_steps"]
+    print_table(
+        f"profile, N={profiled['steps']}: own time per step in the last {w} steps (fsync off, "
+        "worker-thread work inline; cProfile inflates absolute times: compare rows)",
+        ["function", "calls/step", "own µs/step", "cumulative µs/step"],
+        [
+            [r["function"], r["calls_per"], r["own_us_per"], r["cumulative_us_per"]]
+            for r in profiled["top_own_time_end"]
+        ],
+    )
+    print_table(
+        f"profile, N={profiled['steps']}: what grew from the first {w} steps to the last {w}",
+        ["function", "own µs/step start", "own µs/step end", "growth µs/step", "calls/step"],
+        [
+            [
+                r["function"],
+                r["own_us_per_start"],
+                r["own_us_per_end"],
+                r["growth_us_per"],
+                r["calls_per_end"],
+            ]
+            for r in profiled["growth_start_to_end"]
+        ],
+    )
 
 
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, nargs="+", help="step counts (default: 10 100 1000 3000)")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="also profile the largest N (cProfile; fsync off, worker-thread work inline): where "
+        "a step's CPU goes at the end, and which functions grew from the first to the last window",
+    )
     args = p.parse_args()
     sizes = tuple(args.steps or (SMALL_STEPS if args.small else DEFAULT_STEPS))
     with scratch_dir(args.scratch, "loop") as scratch:
         info = machine_info(scratch)
-        results = anyio.run(main_async, sizes, scratch, backend=args.backend)
+        results, memory, profiled = anyio.run(
+            main_async, sizes, scratch, args.profile, backend=args.backend
+        )
     print_table(
         "loop-step: one tool call per step, checkpoint policy on, JSONL (zstd)",
         [
@@ -246,6 +370,8 @@ def main() -> None:
             "cpu ms start",
             "cpu ms end",
             "cpu growth",
+            "gc ms start",
+            "gc ms end",
             "fsyncs/step",
             "bytes/step",
             "raw fsync ms",
@@ -260,12 +386,14 @@ def main() -> None:
                 r["cpu_ms_per_step_start"],
                 r["cpu_ms_per_step_end"],
                 r["cpu_growth_ratio"],
+                r["gc_ms_per_step_start"],
+                r["gc_ms_per_step_end"],
                 r["fsyncs_per_step"],
                 r["bytes_per_step"],
-                r["raw_fsync_ms_median"],
-                r["ratio_to_one_raw_fsync"],
+                r.get("raw_fsync_ms_median"),
+                r.get("ratio_to_one_raw_fsync"),
             ]
-            for r in results
+            for r in [*results, {**memory, "steps": f"{memory['steps']:,} in memory"}]
         ],
     )
     largest = results[-1]
@@ -275,12 +403,17 @@ def main() -> None:
         "growth_verdict": verdict(largest["growth_ratio"], GROWTH_TARGET),
         "cpu_growth_ratio_largest_n": largest["cpu_growth_ratio"],
         "cpu_growth_verdict": verdict(largest["cpu_growth_ratio"], GROWTH_TARGET),
+        "in_memory_growth_ratio": memory["growth_ratio"],
+        "in_memory_cpu_growth_ratio": memory["cpu_growth_ratio"],
     }
     print(
         f"\ngrowth at N={largest['steps']}: wall {largest['growth_ratio']} "
         f"({targets['growth_verdict']}, target <= {GROWTH_TARGET}); CPU "
-        f"{largest['cpu_growth_ratio']} ({targets['cpu_growth_verdict']})"
+        f"{largest['cpu_growth_ratio']} ({targets['cpu_growth_verdict']}); the same loop in "
+        f"memory only: wall {memory['growth_ratio']}, CPU {memory['cpu_growth_ratio']}"
     )
+    if profiled is not None:
+        print_profile(profiled)
     write_result(
         "loop_step",
         {
@@ -288,7 +421,9 @@ def main() -> None:
             "backend": args.backend,
             "tool": f"in-process no-op ({NOOP_TOOL}, bench-local plugin)",
             "runs": results,
+            "in_memory": memory,
             "targets": targets,
+            "profile": profiled,
             "machine": info,
         },
         args.results_dir,

@@ -27,6 +27,7 @@ Writes ``bench/results/resume.json``.
 
 from __future__ import annotations
 
+import cProfile
 import json
 from pathlib import Path
 from typing import Any
@@ -42,9 +43,11 @@ from _common import (
     now_ns,
     parser,
     print_table,
+    profile_table,
     ratio,
     scratch_dir,
     summary_us,
+    threads_inline,
     verdict,
     write_result,
 )
@@ -94,7 +97,23 @@ def host_rows(root: Path) -> list[Row]:
     ]
 
 
-async def measure(scratch: Path, steps: int, repeats: int) -> dict[str, Any]:
+async def profile_read(root: Path, sid: str, events: int) -> list[dict[str, Any]]:
+    """cProfile of one open + read, the backend's worker-thread part run inline."""
+    profile = cProfile.Profile()
+    with threads_inline():
+        async with open_host(store_rows(root)) as store:
+            backend = store.ctx.sessionPersistence
+            profile.enable()
+            handle = await backend.open(sid, "read")
+            await handle.read()
+            profile.disable()
+            await handle.close()
+    return profile_table(profile, events, top=15)
+
+
+async def measure(
+    scratch: Path, steps: int, repeats: int, profile: bool = False
+) -> dict[str, Any]:
     root = scratch / "sessions"
     workspace = scratch / "workspace"
     workspace.mkdir()
@@ -154,6 +173,7 @@ async def measure(scratch: Path, steps: int, repeats: int) -> dict[str, Any]:
             resume_ns.append(t1 - t0)
             derive_ns.append(t2 - t0)
             await agent.aclose()
+    profiled = await profile_read(root, sid, events) if profile else None
     return {
         "steps": steps,
         "events": events,
@@ -171,6 +191,7 @@ async def measure(scratch: Path, steps: int, repeats: int) -> dict[str, Any]:
         "resume": summary_us(resume_ns),
         "resume_to_first_derive": summary_us(derive_ns),
         "restore_and_derive_in_memory": summary_us(restore_ns),
+        "profile_read_per_event": profiled,
     }
 
 
@@ -182,12 +203,17 @@ def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, help=f"steps in the stored session (default {STEPS})")
     p.add_argument("--repeats", type=int, help=f"measurements per contender (default {REPEATS})")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="also profile one open + read (cProfile, worker-thread work inline)",
+    )
     args = p.parse_args()
     steps = args.steps or (SMALL_STEPS if args.small else STEPS)
     repeats = args.repeats or (SMALL_REPEATS if args.small else REPEATS)
     with scratch_dir(args.scratch, "resume") as scratch:
         info = machine_info(scratch)
-        r = anyio.run(measure, scratch, steps, repeats, backend=args.backend)
+        r = anyio.run(measure, scratch, steps, repeats, args.profile, backend=args.backend)
     print_table(
         f"resume: a {r['steps']}-step session ({r['events']:,} events, {r['log_bytes']:,} bytes "
         f"zstd) -- medians of {r['repeats']}",
@@ -206,6 +232,16 @@ def main() -> None:
              "-", "-"],
         ],
     )
+    if r["profile_read_per_event"] is not None:
+        print_table(
+            "profile of one open + read: own time per event (cProfile inflates absolute "
+            "times: compare rows)",
+            ["function", "calls/event", "own µs/event", "cumulative µs/event"],
+            [
+                [x["function"], x["calls_per"], x["own_us_per"], x["cumulative_us_per"]]
+                for x in r["profile_read_per_event"]
+            ],
+        )
     targets = {
         "ratio_at_most": TARGET,
         "ratio": r["ratio_read_over_raw"],
