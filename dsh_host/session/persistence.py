@@ -41,7 +41,7 @@ Errors, all rooted in :class:`dsh_host.errors.DshError`::
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, overload, runtime_checkable
 
 from dsh_host.errors import DshError
@@ -307,7 +307,6 @@ class SessionListing:
     revision: str
     location: ArtifactLocation | None = None
     source_version: int = 3
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- protocols

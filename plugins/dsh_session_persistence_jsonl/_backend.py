@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -514,7 +515,7 @@ class JsonlWriteHandle:
 
     def _materialize_sync(self, lines: list[bytes]) -> int:
         backend = self._backend
-        backend.check_target_encoding(self._session_dir)
+        backend.generations(self._session_dir)  # P1: refuses the other encoding
         make_dirs_durable(backend.dir_chain(self._session_dir))
         if self._lock is None:
             self._lock = SessionLock.acquire(self._session_dir, self.id)
@@ -730,9 +731,6 @@ class JsonlSessionPersistence:
                 found.append((version, path))
         found.sort()
         return found
-
-    def check_target_encoding(self, session_dir: str) -> None:
-        self.generations(session_dir)
 
     def _check_root(self) -> None:
         """Once per instance: the whole root must be one encoding and the session layout."""
@@ -957,16 +955,7 @@ class JsonlSessionPersistence:
         from dsh_host.session.repair import interrupted_turn_closers
 
         load = await self._read(session_id, token)
-        closers = tuple(interrupted_turn_closers(load.events))
-        return SessionLoad(
-            header=load.header,
-            events=load.events,
-            revision=load.revision,
-            location=load.location,
-            torn_tail=load.torn_tail,
-            closers=closers,
-            source_version=load.source_version,
-        )
+        return dataclasses.replace(load, closers=tuple(interrupted_turn_closers(load.events)))
 
     async def read_from(
         self, session_id: str, from_seq: int, *, token: CancelToken | None = None

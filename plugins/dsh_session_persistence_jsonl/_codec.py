@@ -15,7 +15,9 @@ the current format (v3) and for the historical ones the reader still decodes:
 
 Errors: :class:`RowError` marks one bad row (the scanner decides whether that
 is a tolerated crash tail or corruption); header problems raise the seam's
-typed errors directly, since a bad header is never a crash tail.
+typed errors directly, since a bad header is never a crash tail. Which event
+*types* a log may hold is the session core's registry's business, checked when
+stored events are decoded into typed events.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from dsh_host.jsonsafe import MAX_SAFE_INTEGER, is_safe_int
 from dsh_host.session.persistence import (
     SessionFormatUnsupportedError,
     SessionPersistenceCorruptionError,
@@ -32,7 +35,6 @@ from ._paths import CURRENT_VERSION, is_absolute_cwd
 
 __all__ = [
     "HEADER_KEYS_V3",
-    "KNOWN_EVENT_TYPES_V3",
     "RowError",
     "decode_event_row",
     "decode_header_record",
@@ -47,7 +49,7 @@ __all__ = [
     "unpack_source_seqs",
 ]
 
-MAX_SAFE: Final = 2**53 - 1
+MAX_SAFE: Final = MAX_SAFE_INTEGER
 
 #: The v3 header key set, in written order (absent optional keys are omitted).
 HEADER_KEYS_V3: Final = (
@@ -85,70 +87,6 @@ _EVENT_KEYS: Final = frozenset(
     {"type", "seq", "time", "data", "ignorable", "sourceEventSeqs", "surfaceOp"}
 )
 
-#: Event types the DSH v3 reader understands (core/session known-event-types.ts,
-#: 0.1.5-rc.2 / 0.1.6-alpha.2). A stored event outside this set (and outside
-#: what the session core registers) refuses the log unless it is ``ignorable``.
-KNOWN_EVENT_TYPES_V3: Final = frozenset(
-    {
-        "agent-preset/selected",
-        "agent/inbox/spliced",
-        "approval/asked",
-        "approval/decided",
-        "approval/policy",
-        "assistant/attempt",
-        "assistant/message",
-        "command/done",
-        "command/run",
-        "compaction/end",
-        "compaction/prune",
-        "compaction/start",
-        "compaction/summary",
-        "deliverables/presented",
-        "feedback/message-delete",
-        "feedback/message-put",
-        "feedback/record",
-        "goal/change",
-        "hook/invoked",
-        "hook/result",
-        "llm/retry",
-        "llm/retry-started",
-        "model/selection",
-        "permission/preset",
-        "plan/mode",
-        "request/context",
-        "request/header",
-        "sandbox/mode",
-        "schedule/change",
-        "session-log-deepseek/delivery-accepted",
-        "session/end-seed",
-        "session/title",
-        "session/title-llm-request",
-        "step/end",
-        "step/start",
-        "subagent/catalog",
-        "subagent/descriptor",
-        "subagent/model-selection-policy",
-        "system/message",
-        "team/member",
-        "team/message/delivered",
-        "team/message/queued",
-        "team/task",
-        "todo/write",
-        "tool-workflow/agent-end",
-        "tool-workflow/agent-start",
-        "tool-workflow/run-end",
-        "tool-workflow/run-start",
-        "tool/call",
-        "tool/ptc-dispatch",
-        "tool/ptc-dispatch-start",
-        "tool/result",
-        "turn/end",
-        "turn/start",
-        "user/message",
-        "web/deepseek-search-llm-request",
-    }
-)
-
 #: Top-level packed chunk row tags (v0 / v1 only).
 CHUNK_ROW_TAGS: Final = {
     "text-chunks": "text-delta",
@@ -159,10 +97,6 @@ CHUNK_ROW_TAGS: Final = {
 
 class RowError(ValueError):
     """One stored row is not a valid event record (why is the message)."""
-
-
-def is_safe_int(value: object) -> bool:
-    return type(value) is int and -MAX_SAFE <= value <= MAX_SAFE
 
 
 def is_count(value: object) -> bool:

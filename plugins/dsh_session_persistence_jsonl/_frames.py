@@ -17,6 +17,7 @@ tell the two ways a file can end badly apart:
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Final
 
@@ -55,17 +56,20 @@ class FrameScan:
     torn_start: int | None
 
 
-_compressor: zstandard.ZstdCompressor | None = None
+#: A ``ZstdCompressor`` must not be used by two threads at once, and batches are
+#: compressed on worker threads: one compressor per thread.
+_local = threading.local()
 
 
 def compress_frame(plaintext: bytes) -> bytes:
     """One independent frame, one-shot (content size known), with content checksum."""
-    global _compressor
-    if _compressor is None:
-        _compressor = zstandard.ZstdCompressor(
+    compressor: zstandard.ZstdCompressor | None = getattr(_local, "compressor", None)
+    if compressor is None:
+        compressor = zstandard.ZstdCompressor(
             level=LEVEL, write_checksum=True, write_content_size=True
         )
-    return _compressor.compress(plaintext)
+        _local.compressor = compressor
+    return compressor.compress(plaintext)
 
 
 def _frame_end(data: bytes | memoryview, start: int) -> int | None:

@@ -26,10 +26,12 @@ from typing import Any, Final
 
 import msgspec
 
+from dsh_host.jsonsafe import MAX_SAFE_INTEGER
+
 __all__ = ["dumps", "dumps_bytes", "js_number", "loads"]
 
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
-_MAX_SAFE: Final = 2**53 - 1
+_MAX_SAFE: Final = MAX_SAFE_INTEGER
 
 
 def js_number(value: float) -> str:

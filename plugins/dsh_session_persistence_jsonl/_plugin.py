@@ -193,7 +193,7 @@ class SessionPersistenceJsonl(Plugin):
         backend = JsonlSessionPersistence(
             config.root,
             config.compression,
-            spawn=_safe_spawn(ctx),
+            spawn=_spawner(ctx),
             logger=ctx.logger,
         )
         binder = _LiveBinder(ctx, backend)
@@ -207,7 +207,9 @@ class SessionPersistenceJsonl(Plugin):
             binder.on_created(session)
 
 
-def _safe_spawn(ctx: Context) -> Any:
+def _spawner(ctx: Context) -> Any:
+    """Write windows run as host background tasks (cancelled after the plugin's drain)."""
+
     def spawn(fn: Any) -> None:
         ctx.start_soon(fn, name="session-persistence-jsonl write window")
 

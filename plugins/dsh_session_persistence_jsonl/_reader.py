@@ -36,7 +36,7 @@ from ._codec import (
     decode_header_record,
     decode_v0_row,
 )
-from ._frames import FrameCorruption, decompress_frame, decompress_partial, scan_frames
+from ._frames import MAGIC, FrameCorruption, decompress_frame, decompress_partial, scan_frames
 from ._paths import Compression
 
 __all__ = ["ArtifactRead", "LineScanner", "read_artifact", "read_header", "revision_of"]
@@ -221,8 +221,6 @@ def _check_later_frames(data: bytes, torn_start: int, path: str) -> None:
     crash tail would let a write handle truncate committed frames. DSH does not
     make this check; it only ever refuses more.
     """
-    from ._frames import MAGIC
-
     position = data.find(MAGIC, torn_start + 1)
     while position >= 0:
         try:
@@ -243,10 +241,6 @@ def _check_later_frames(data: bytes, torn_start: int, path: str) -> None:
                     torn_start,
                 )
         position = data.find(MAGIC, position + 1)
-
-
-def _split_header(plaintext: bytes, path: str, version: int | None) -> dict[str, Any]:
-    return decode_header_record(plaintext, path, version)
 
 
 def read_artifact(path: str, compression: Compression, version: int | None = None) -> ArtifactRead:
@@ -282,7 +276,7 @@ def _read_zstd(path: str, data: bytes, revision: str, version: int | None) -> Ar
         raise _corrupt(
             path, "corrupt Zstandard session log: first frame is not exactly one header line", 0
         )
-    header = _split_header(head, path, version)
+    header = decode_header_record(head, path, version)
     file_version = header["version"]
     scanner = LineScanner(file_version, "strict", path, len(head))
     frame_of_offset: list[tuple[int, int]] = []  # (plaintext start, file start)
@@ -345,7 +339,7 @@ def _read_raw(path: str, data: bytes, revision: str, version: int | None) -> Art
     newline = data.find(b"\n")
     if newline < 0:
         raise _corrupt(path, "empty or header-less session log", 0)
-    header = _split_header(data[: newline + 1], path, version)
+    header = decode_header_record(data[: newline + 1], path, version)
     scanner = LineScanner(header["version"], "recoverable", path, newline + 1)
     try:
         scanner.feed(data[newline + 1 :])

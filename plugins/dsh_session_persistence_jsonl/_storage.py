@@ -94,7 +94,7 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[written:]
 
 
-def publish_exclusive(final_path: str, content: bytes, temp_name: str | None = None) -> None:
+def publish_exclusive(final_path: str, content: bytes) -> None:
     """Create ``final_path`` holding exactly ``content``, durably, never overwriting.
 
     Raises ``FileExistsError`` when ``final_path`` already exists (nothing is
@@ -102,9 +102,7 @@ def publish_exclusive(final_path: str, content: bytes, temp_name: str | None = N
     readers ignore ``*.tmp``.
     """
     directory = os.path.dirname(final_path)
-    temp = os.path.join(
-        directory, temp_name or f"{os.path.basename(final_path)}.{secrets.token_hex(6)}.tmp"
-    )
+    temp = os.path.join(directory, f"{os.path.basename(final_path)}.{secrets.token_hex(6)}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
         try:

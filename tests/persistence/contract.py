@@ -61,6 +61,7 @@ __all__ = [
     "test_resume_appends_closers_and_continues",
     "test_round_trip",
     "test_second_writer_in_process_is_refused",
+    "test_sessions_flush_concurrently",
     "test_sigkill_of_writer_keeps_every_flushed_event",
     "test_two_processes_racing_for_write_one_wins",
     "test_writer_in_another_process_excludes_until_killed",
@@ -486,6 +487,27 @@ async def test_resume_appends_closers_and_continues(backend_factory: BackendFact
         )
         # Turn 1 is balanced now; only the freshly opened turn 2 would need a closer.
         assert [c.type for c in (await backend.inspect("resume")).closers] == ["turn/end"]
+
+
+async def test_sessions_flush_concurrently(backend_factory: BackendFactory) -> None:
+    """Several sessions' batches are written at the same time (on worker threads)."""
+    events = log(6, tools=3)
+    async with backend_of(backend_factory) as backend:
+        handles = [await backend.create(header(f"par-{n}")) for n in range(6)]
+
+        async def write(handle: Any) -> None:
+            for start in range(0, len(events), 7):
+                handle.append(events[start : start + 7])
+                await handle.flush()
+
+        async with anyio.create_task_group() as tg:
+            for handle in handles:
+                tg.start_soon(write, handle)
+        for handle in handles:
+            await handle.close()
+        for n in range(6):
+            load = await (await backend.open(f"par-{n}", "read")).read()
+            assert wire(load.events) == plain(events)
 
 
 async def test_concurrent_flushes_write_each_event_once(backend_factory: BackendFactory) -> None:
