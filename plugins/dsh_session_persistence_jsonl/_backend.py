@@ -523,7 +523,7 @@ class JsonlWriteHandle:
         if existing:
             raise SessionAlreadyExistsError(
                 f'refusing to materialize "{self.id}": a log already exists on disk '
-                f"({existing[-1][1]}); load/resume it instead"
+                f"(load/resume it instead): {existing[-1][1]}"
             )
         header = header_json_bytes(self._header)
         if backend.compression == "zstd":
@@ -537,7 +537,7 @@ class JsonlWriteHandle:
         except FileExistsError:
             raise SessionAlreadyExistsError(
                 f'refusing to materialize "{self.id}": a log already exists on disk '
-                f"({self._path}); load/resume it instead"
+                f"(load/resume it instead): {self._path}"
             ) from None
         except OSError as error:
             raise SessionWriteError(
@@ -870,8 +870,8 @@ class JsonlSessionPersistence:
         found = await anyio.to_thread.run_sync(self.find, sid)
         if found is not None:
             raise SessionAlreadyExistsError(
-                f'session "{sid}" already has a persisted log on disk ({found[1][-1][1]}); '
-                "load/resume it instead of creating"
+                f'session "{sid}" already has a persisted log on disk; load/resume it instead '
+                f"of creating ({found[1][-1][1]})"
             )
         if sid in self._owners or sid in self._opening:  # raced while we looked
             raise SessionAlreadyExistsError(f'session "{sid}" already exists in this backend')

@@ -207,39 +207,41 @@ def decode_header_record(
     """
     from . import _json
 
-    where = f'corrupt session log "{path}"'
+    at = f' (file "{path}")'
     if not record or record[-1:] != b"\n" or record.find(b"\n") != len(record) - 1:
         raise SessionPersistenceCorruptionError(
-            f'empty or header-less session log "{path}"', path=path, offset=0
+            f"empty or header-less session log{at}", path=path, offset=0
         )
     try:
         parsed = _json.loads(record[:-1], keep_negative_zero=True)
     except ValueError:
         raise SessionPersistenceCorruptionError(
-            f"{where}: header line is not valid JSON", path=path, offset=0
+            f"corrupt session log: header line is not valid JSON{at}", path=path, offset=0
         ) from None
     if not isinstance(parsed, dict):
         raise SessionPersistenceCorruptionError(
-            f"{where}: first line is not a JSON object", path=path, offset=0
+            f"corrupt session log: first line is not a JSON object{at}", path=path, offset=0
         )
     version = parsed.get("version")
     if type(version) is int and version not in READABLE_VERSIONS:
         raise version_refusal(str(parsed.get("id")), version, path)
     if expected_version is not None and type(version) is int and version != expected_version:
         raise SessionPersistenceCorruptionError(
-            f"{where}: header version {version} does not match the generation file name "
-            f"(v{expected_version})",
+            f"corrupt session log: header version {version} does not match the generation "
+            f"file name (v{expected_version}){at}",
             path=path,
             offset=0,
         )
     if "sandboxMode" in parsed or "approvalPolicy" in parsed:
         raise SessionPersistenceCorruptionError(
-            f"{where}: session header uses retired policy baseline fields", path=path, offset=0
+            f"session header uses retired policy baseline fields{at}", path=path, offset=0
         )
     problem = _header_shape_problem(parsed)
     if problem is not None:
         raise SessionPersistenceCorruptionError(
-            f"{where}: first line is not a session header ({problem})", path=path, offset=0
+            f"corrupt session log: first line is not a session header ({problem}){at}",
+            path=path,
+            offset=0,
         )
     return parsed
 
