@@ -1,0 +1,314 @@
+"""The process the crash suite kills: real agent turns on a real host, instrumented from outside.
+
+Run as ``python child.py`` with ``DSH_CRASH_SPEC`` holding a JSON object:
+
+``root`` / ``workspace`` / ``session``
+    the JSONL root, the bash workspace (the ledger lives there), the session id;
+``policy``
+    mount ``session-checkpoint-policy`` (false: the composition without it);
+``sandbox``
+    the ``builtin-tools`` mode (``workspace-write`` when a backend works);
+``backend``
+    ``trio`` or ``asyncio``;
+``kill``
+    where to SIGKILL ourselves (see :class:`Killer`), or null for a clean run;
+``idle``
+    seconds to stay idle between the two turns (the 200 ms window fires there).
+
+Nothing here touches production code: every kill point is a wrapper installed
+in *this* process around ``os.fsync``, ``os.link``, the store's ``flush``, a
+``tools/execute`` listener innermost in the chain (so inside the policy) and a
+``session/event`` listener registered after the persistence row.
+
+Protocol on stdout, one line each, written and flushed before going on:
+
+* ``sandbox <mode> <backend>`` -- how ``bash`` is confined (backend None: unconfined);
+* ``ready`` -- the host is up, the first turn is about to start;
+* ``flushed <seq> <type> <barrier>`` -- ``ctx.sessions.flush`` returned: every
+  event up to ``seq`` (the last one when the flush *started*) is durable;
+* ``kill <point>`` -- about to SIGKILL ourselves at ``point``;
+* ``turn <n> <kind>`` and ``done`` for a run that finished.
+
+The scripted model drives two turns: turn 1 = a message with two ``bash``
+calls, then one with one call, then text; turn 2 = one call, then text. Each
+call's command appends ``$DSH_CALL_ID`` to ``ledger`` in the workspace, then
+sleeps a little so that "inside the body" is a real moment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import anyio
+import msgspec
+
+from dsh_host import Row, open_host
+
+SPEC: dict[str, Any] = json.loads(os.environ["DSH_CRASH_SPEC"])
+LEDGER = os.path.join(SPEC["workspace"], "ledger")
+#: seconds each bash command sleeps after appending to the ledger
+BODY_SLEEP = SPEC.get("body_sleep", 0.05)
+_out_lock = threading.Lock()
+
+
+def say(line: str) -> None:
+    with _out_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def die(point: str) -> None:
+    say(f"kill {point}")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def bash_call(note: str) -> dict[str, Any]:
+    command = f'printf "%s\\n" "$DSH_CALL_ID" >> ledger && sleep {BODY_SLEEP}'
+    return {"name": "bash", "arguments": {"command": command, "description": note}}
+
+
+SCRIPT: list[dict[str, Any]] = [
+    # turn 1
+    {"tool_calls": [bash_call("record the first call"), bash_call("record the second call")]},
+    {"tool_calls": [bash_call("record the third call here")]},
+    {"text": "turn one is done"},
+    # turn 2
+    {"tool_calls": [bash_call("record the fourth call here")]},
+    {"text": "turn two is done"},
+]
+
+
+def rows() -> list[Row]:
+    out = [
+        Row(name="sessions"),
+        Row(
+            id="session-persistence",
+            name="session-persistence-jsonl",
+            config={"root": SPEC["root"]},
+        ),
+    ]
+    if SPEC["policy"]:
+        out.append(Row(id="session-checkpoints", name="session-checkpoint-policy"))
+    out += [
+        Row(name="llm"),
+        Row(name="tools"),
+        Row(name="llm-scripted", config={"responses": SCRIPT}),
+        Row(name="sandbox-local", config={"network": "deny"}),
+        Row(
+            name="builtin-tools",
+            config={"workspace": SPEC["workspace"], "sandbox": SPEC["sandbox"]},
+        ),
+        Row(name="agent", config={"provider": "scripted", "model": "scripted"}),
+    ]
+    return out
+
+
+class Killer:
+    """Parses ``kill`` and fires at the chosen point.
+
+    Points (``n`` counts from 1):
+
+    * ``{"at": "fsync", "n": n, "phase": "before"|"after"}`` -- the n-th
+      ``os.fsync`` of the process (files and directories; the first few are the
+      log's publication);
+    * ``{"at": "link", "n": n, "phase": ...}`` -- the n-th ``os.link`` (publication);
+    * ``{"at": "barrier", "barrier": "pre-step"|"llm"|"tool", "n": n,
+      "phase": "before-flush"|"before-fsync"|"after-fsync"|"after-flush"}`` --
+      the n-th checkpoint of that barrier: as it starts (its events are only in
+      memory), at its first fsync (the batch is already written: a process kill,
+      unlike a power cut, keeps written bytes in the page cache), or once the
+      flush returned (before the policy lets the step, request or body proceed);
+    * ``{"at": "tool-body", "n": n}`` -- inside the n-th tool body, as soon as
+      its call id is in the ledger (the command is still running);
+    * ``{"at": "after-body", "n": n}`` -- the n-th body returned, no result yet;
+    * ``{"at": "after-result", "n": n}`` -- right after the n-th ``tool/result``
+      was appended (buffered, before the next checkpoint);
+    * ``{"at": "window", "event": type, "n": n, "delay": seconds}`` --
+      ``delay`` after the n-th event of ``type`` was appended, i.e. inside the
+      backend's 200 ms batching window when ``delay < 0.2``.
+    """
+
+    def __init__(self, spec: dict[str, Any] | None) -> None:
+        self.spec = spec or {}
+        self.at = self.spec.get("at")
+        self.fsyncs = 0
+        self.links = 0
+        self.lock = threading.Lock()
+        #: the phase armed by a barrier checkpoint in progress ("before-fsync" / "after-fsync")
+        self.armed: str | None = None
+        self.fired = False
+        self.barriers: Counter[str] = Counter()
+        self.tools = 0
+        self.results = 0
+        self.events: Counter[str] = Counter()
+
+    def matches(self, at: str, n: int) -> bool:
+        return self.at == at and self.spec.get("n") == n
+
+    # -- os wrappers (may run on worker threads)
+
+    def wrap_os(self) -> None:
+        real_fsync, real_link = os.fsync, os.link
+
+        def fsync(fd: Any) -> None:
+            with self.lock:
+                self.fsyncs += 1
+                number = self.fsyncs
+                armed = self.armed
+            phase = self.spec.get("phase")
+            if self.matches("fsync", number) and phase == "before":
+                die(f"fsync {number} before")
+            if armed == "before-fsync":
+                die(f"{self.describe()} (fsync {number})")
+            real_fsync(fd)
+            if self.matches("fsync", number) and phase == "after":
+                die(f"fsync {number} after")
+            if armed == "after-fsync":
+                die(f"{self.describe()} (fsync {number})")
+
+        def link(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+            with self.lock:
+                self.links += 1
+                number = self.links
+            phase = self.spec.get("phase")
+            if self.matches("link", number) and phase == "before":
+                die(f"link {number} before")
+            real_link(src, dst, *args, **kwargs)
+            if self.matches("link", number) and phase == "after":
+                die(f"link {number} after")
+
+        os.fsync = fsync
+        os.link = link
+
+    def describe(self) -> str:
+        spec = self.spec
+        return f"barrier {spec.get('barrier')} {spec.get('n')} {spec.get('phase')}"
+
+    # -- the store's flush (the policy calls ctx.sessions.flush for every barrier)
+
+    def wrap_flush(self, store: Any) -> None:
+        real_flush = store.flush
+
+        async def flush(session: Any) -> bool:
+            barrier = _barrier_of(sys._getframe(1))
+            self.barriers[barrier] += 1
+            number = self.barriers[barrier]
+            events = session.events
+            last = events[-1] if events else None
+            chosen = (
+                self.at == "barrier"
+                and self.spec.get("barrier") == barrier
+                and self.spec.get("n") == number
+            )
+            phase = self.spec.get("phase") if chosen else None
+            if phase == "before-flush":
+                die(self.describe())
+            if phase in ("before-fsync", "after-fsync"):
+                self.armed = phase
+            try:
+                result: bool = await real_flush(session)
+            finally:
+                self.armed = None
+            if phase in ("before-fsync", "after-fsync"):
+                # Nothing was left to sync (the 200 ms window wrote it first):
+                # the state is the same as just after the barrier's fsync.
+                die(f"{self.describe()} (no fsync needed)")
+            if phase == "after-flush":
+                die(self.describe())
+            if last is not None:
+                say(f"flushed {last.seq} {last.type} {barrier}")
+            return result
+
+        store.flush = flush
+
+    # -- host listeners
+
+    def install_listeners(self, ctx: Any) -> None:
+        async def inner_execute(exec_: Any, next_: Any) -> Any:
+            self.tools += 1
+            number = self.tools
+            if self.matches("tool-body", number):
+                _watch_ledger(exec_.call_id, f"tool-body {number} ({exec_.call_id})")
+            result = await next_()
+            if self.matches("after-body", number):
+                die(f"after-body {number} ({exec_.call_id})")
+            return result
+
+        def on_event(session: Any, event: Any) -> None:
+            self.events[event.type] += 1
+            if event.type == "tool/result":
+                self.results += 1
+                if self.matches("after-result", self.results):
+                    die(f"after-result {self.results}")
+            if (
+                self.at == "window"
+                and self.spec.get("event") == event.type
+                and self.spec.get("n") == self.events[event.type]
+            ):
+                delay = float(self.spec.get("delay", 0.1))
+                label = f"window {event.type} {self.spec.get('n')} +{delay:.3f}s"
+                timer = threading.Timer(delay, die, args=(label,))
+                timer.daemon = True
+                timer.start()
+
+        # Root-context listeners are registered last: innermost in tools/execute
+        # (inside the policy's checkpoint), after the backend on session/event.
+        ctx.on("tools/execute", inner_execute)
+        ctx.on("session/event", on_event)
+
+
+def _barrier_of(frame: Any) -> str:
+    """Which barrier called ``flush``: the policy's listener is the awaiting frame."""
+    names = {"before_step": "pre-step", "_flush_then_relay": "llm", "around_execute": "tool"}
+    while frame is not None:
+        name = names.get(frame.f_code.co_name)
+        if name is not None and "checkpoint_policy" in frame.f_code.co_filename:
+            return name
+        frame = frame.f_back
+    return "other"
+
+
+def _watch_ledger(call_id: str, label: str) -> None:
+    def watch() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with open(LEDGER) as ledger:
+                    if call_id in ledger.read().split():
+                        die(label)
+            except FileNotFoundError:
+                pass
+            time.sleep(0.0005)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+async def main() -> None:
+    killer = Killer(SPEC.get("kill"))
+    killer.wrap_os()
+    async with open_host(rows()) as host:
+        ctx = host.ctx
+        killer.wrap_flush(ctx.sessions)
+        killer.install_listeners(ctx)
+        agent = ctx.agent.create(session_id=SPEC["session"], cwd=SPEC["workspace"])
+        backend = ctx.sandbox.probe().backend if SPEC["sandbox"] != "danger-full-access" else None
+        say(f"sandbox {SPEC['sandbox']} {backend}")
+        say("ready")
+        first = await agent.run_turn("Record two calls, then a third.")
+        say(f"turn 1 {msgspec.to_builtins(first)['kind']}")
+        await anyio.sleep(SPEC.get("idle", 0.3))
+        second = await agent.run_turn("Record one more call.")
+        say(f"turn 2 {msgspec.to_builtins(second)['kind']}")
+        await agent.aclose()
+    say("done")
+
+
+if __name__ == "__main__":
+    anyio.run(main, backend=SPEC.get("backend", "trio"))
