@@ -245,3 +245,12 @@ async def test_a_written_session_has_the_documented_layout(
         stored_rows += rows
     packed = [r["sourceEventSeqs"] for r in stored_rows if r["type"] == "tool/result"]
     assert all(p[0] == [0, 2] for p in packed), packed
+
+
+async def test_missing_ancestors_of_the_root_are_created(tmp_path: Path) -> None:
+    """The default root ``./.dsh/sessions`` must work in a fresh checkout."""
+    root = tmp_path / "fresh" / ".dsh" / "sessions"
+    path = await _store(root, "first")
+    assert path.is_relative_to(root)
+    for directory in (tmp_path / "fresh", tmp_path / "fresh" / ".dsh", root):
+        assert os.stat(directory).st_mode & 0o777 == 0o700
