@@ -19,9 +19,13 @@ file with one ``write`` + ``fsync`` on a descriptor kept open. Barrier and raw
 samples alternate (ABBA) so the disk's weather hits both alike; the figure is
 the ratio of the medians (target <= 1.15), plus the median of per-pair ratios.
 
-A breakdown says where the difference goes: an empty barrier (nothing
-pending: dispatch + lock only), one ``anyio.to_thread.run_sync`` hop, the zstd
-compression of the batch, and the raw append with ``open``/``close`` around it.
+Two more baselines, same bytes, same run: the raw append with ``open``/``close``
+around it, and the raw ``write`` + ``fsync`` handed to a worker thread with
+``anyio.to_thread.run_sync`` (the least a barrier can cost without blocking the
+event loop). A breakdown says where the rest goes: the barrier split at its own
+``fsync`` (before / during / after, from ``os.fsync`` wrapped in this process),
+an empty barrier (nothing pending: dispatch + lock only), one no-op thread hop,
+and the zstd compression of the batch.
 Writes ``bench/results/barrier.json``.
 """
 
@@ -156,6 +160,7 @@ async def _measure(
             flush_ns: list[int] = []
             raw_ns: list[int] = []
             reopen_ns: list[int] = []
+            threaded_ns: list[int] = []
             admit_ns: list[int] = []
             compress_ns: list[int] = []
             frame_bytes: list[int] = []
@@ -173,6 +178,9 @@ async def _measure(
                     elapsed, last = await barrier()
                     flush_ns.append(elapsed)
                 reopen_ns.append(raw_reopen(reopen_path, last))
+                start = now_ns()
+                await anyio.to_thread.run_sync(raw.write_fsync, last)
+                threaded_ns.append(now_ns() - start)
                 plain = decompressor.decompress(last)
                 start = now_ns()
                 compressor.compress(plain)
@@ -187,9 +195,11 @@ async def _measure(
                 "flush": summary_us(flush_ns),
                 "raw_write_fsync": summary_us(raw_ns),
                 "raw_open_write_fsync_close": summary_us(reopen_ns),
+                "raw_write_fsync_on_worker_thread": summary_us(threaded_ns),
                 "ratio": ratio(median(flush_ns), median(raw_ns)),
                 "ratio_median_of_pairs": round(median(pair_ratios), 3),
                 "ratio_vs_raw_with_open_close": ratio(median(flush_ns), median(reopen_ns)),
+                "ratio_vs_raw_on_worker_thread": ratio(median(flush_ns), median(threaded_ns)),
                 "overhead_us": round((median(flush_ns) - median(raw_ns)) / 1e3, 1),
                 # The barrier split at its own fsync: what runs before it (dispatch, lock,
                 # frame, hand-off to the worker thread, open/write), the fsync itself, and
@@ -221,6 +231,8 @@ def main() -> None:
             "raw µs",
             "ratio",
             "pair ratio",
+            "raw on thread µs",
+            "vs thread",
             "overhead µs",
             "before fsync",
             "its fsync",
@@ -236,6 +248,8 @@ def main() -> None:
                 b["raw_write_fsync"]["median_us"],
                 b["ratio"],
                 b["ratio_median_of_pairs"],
+                b["raw_write_fsync_on_worker_thread"]["median_us"],
+                b["ratio_vs_raw_on_worker_thread"],
                 b["overhead_us"],
                 b["flush_before_fsync"]["median_us"],
                 b["flush_fsync"]["median_us"],

@@ -71,7 +71,8 @@ def test_barrier(tmp_path: Path, backend: str) -> None:
     sizes = []
     for key, batch in data["batches"].items():
         assert batch["events_per_batch"] == int(key)
-        for part in ("flush", "raw_write_fsync", "raw_open_write_fsync_close", "compress",
+        for part in ("flush", "raw_write_fsync", "raw_open_write_fsync_close",
+                     "raw_write_fsync_on_worker_thread", "compress",
                      "flush_before_fsync", "flush_fsync", "flush_after_fsync"):
             assert_summary(batch[part])
         assert batch["ratio"] > 0 and batch["ratio_median_of_pairs"] > 0
