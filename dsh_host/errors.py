@@ -1,25 +1,88 @@
-"""The root of every error dsh raises on purpose.
+"""The root of every error dsh raises on purpose, and the whole tree drawn in one place.
 
 Catch :class:`DshError` to handle anything the harness reports as a user- or
-environment-level problem; anything else escaping dsh is a bug. The tree, as
-far as the host core is concerned (subsystems hang their own branches under
-:class:`DshError`)::
+environment-level problem; anything else escaping dsh is a bug. Each class has
+a stable ``code`` where the DSH contract defines one.
 
-    DshError
-    ├── ConfigError                 bad YAML, bad row, bad plugin config
-    │   ├── UnknownPluginError      a row names a plugin nobody installed
-    │   └── DuplicateRowIdError     two rows share an id
-    ├── PluginRegistrationError     a plugin object is malformed (caught at registration)
-    ├── EventBusError
-    │   ├── UndeclaredEventError    dispatch or listen on a name nobody declared
-    │   ├── EventModeConflictError  one name declared twice with different modes
-    │   └── HandlerKindError        e.g. an ``async def`` on an EMIT event
-    ├── ServiceError
-    │   ├── ServiceUnavailableError a required service is not live
-    │   └── ServiceConflictError    two plugins provide the same service
-    ├── InactiveContextError        registering on a disposed plugin context
-    ├── BootError                   some rows did not become active (strict boot)
-    └── AbortedError                a CancelToken was aborted (cooperative cancellation)
+The host core's classes are defined in this module; every other branch lives
+next to the layer that raises it (the module is the right-hand column), all
+rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
+``tests/test_errors.py`` fails when it and the code disagree::
+
+    DshError                                            dsh_host.errors
+    ├── AbortedError                                     dsh_host.errors
+    ├── AgentError                                       dsh_host.agent.errors
+    │   ├── AgentBusyError                               dsh_host.agent.errors
+    │   ├── AgentClosedError                             dsh_host.agent.errors
+    │   ├── AgentConfigError                             dsh_host.agent.errors
+    │   ├── PromptError                                  dsh_host.agent.errors
+    │   └── ResumeError                                  dsh_host.agent.errors
+    ├── ApprovalError                                    dsh_user_approval.errors
+    │   ├── ApprovalInvariantError                       dsh_user_approval.errors
+    │   ├── ApprovalOutsideTurnError                     dsh_user_approval.errors
+    │   ├── ApprovalRequestError                         dsh_user_approval.errors
+    │   └── InvalidApprovalPolicyError                   dsh_user_approval.errors
+    ├── BootError                                        dsh_host.errors
+    ├── CliUsageError                                    dsh_host.cli.common
+    ├── ConfigError                                      dsh_host.errors
+    │   ├── BuiltinToolsConfigError                      dsh_builtin_tools.config
+    │   ├── DuplicateRowIdError                          dsh_host.errors
+    │   ├── SandboxConfigError                           dsh_sandbox_local.provider
+    │   ├── ScriptError                                  dsh_llm_scripted.script
+    │   ├── ToolRulesError                               dsh_tool_rules.plugin
+    │   └── UnknownPluginError                           dsh_host.errors
+    ├── EventBusError                                    dsh_host.errors
+    │   ├── EventModeConflictError                       dsh_host.errors
+    │   ├── HandlerKindError                             dsh_host.errors
+    │   └── UndeclaredEventError                         dsh_host.errors
+    ├── InactiveContextError                             dsh_host.errors
+    ├── InvalidSandboxRequestError                       dsh_host.sandbox
+    ├── LlmError                                         dsh_host.llm.errors
+    ├── NonJsonValueError                                dsh_host.jsonsafe
+    ├── PluginRegistrationError                          dsh_host.errors
+    ├── SandboxUnavailableError                          dsh_host.sandbox
+    ├── ServiceError                                     dsh_host.errors
+    │   ├── ServiceConflictError                         dsh_host.errors
+    │   └── ServiceUnavailableError                      dsh_host.errors
+    ├── SessionError                                     dsh_host.session.errors
+    │   ├── InvalidSeedError                             dsh_host.session.errors
+    │   ├── InvalidSessionEventError                     dsh_host.session.errors
+    │   │   ├── SurfaceTransitionError                   dsh_host.session.errors
+    │   │   └── UnknownEventTypeError                    dsh_host.session.errors
+    │   ├── InvalidSessionHeaderError                    dsh_host.session.errors
+    │   ├── InvalidSessionIdError                        dsh_host.session.errors
+    │   ├── SessionAppendReentryError                    dsh_host.session.errors
+    │   ├── SessionForkError                             dsh_host.session.errors
+    │   └── SessionStoreError                            dsh_host.session.errors
+    │       ├── SessionAttachedError                     dsh_host.session.errors
+    │       ├── SessionExistsError                       dsh_host.session.errors
+    │       └── SessionNotLiveError                      dsh_host.session.errors
+    ├── SessionPersistenceError                          dsh_host.session.persistence
+    │   ├── SessionAlreadyExistsError                    dsh_host.session.persistence
+    │   ├── SessionAlreadyOwnedError                     dsh_host.session.persistence
+    │   ├── SessionAppendRejectedError                   dsh_host.session.persistence
+    │   ├── SessionFormatUnsupportedError                dsh_host.session.persistence
+    │   ├── SessionGenerationError                       dsh_host.session.persistence
+    │   │   ├── SessionGenerationConflictError           dsh_host.session.persistence
+    │   │   └── SessionGenerationSourceChangedError      dsh_host.session.persistence
+    │   ├── SessionHandleClosedError                     dsh_host.session.persistence
+    │   ├── SessionHandlePoisonedError                   dsh_host.session.persistence
+    │   ├── SessionNotFoundError                         dsh_host.session.persistence
+    │   ├── SessionOwnershipLostError                    dsh_host.session.persistence
+    │   ├── SessionPersistenceCorruptionError            dsh_host.session.persistence
+    │   ├── SessionStoreUnavailableError                 dsh_session_persistence_postgres._backend
+    │   └── SessionWriteError                            dsh_host.session.persistence
+    │       └── SessionRollbackError                     dsh_host.session.persistence
+    └── ToolError                                        dsh_host.tools.errors
+        ├── AbortError                                   dsh_host.tools.errors
+        ├── FileFenceError                               dsh_builtin_tools.files
+        ├── FileSandboxDeniedError                       dsh_builtin_tools.files
+        ├── SandboxEscalationError                       dsh_host.tools.escalation
+        ├── ToolArgsError                                dsh_host.tools.errors
+        ├── ToolNotFoundError                            dsh_host.tools.errors
+        ├── ToolOutputError                              dsh_host.tools.errors
+        ├── ToolRegistrationError                        dsh_host.tools.errors
+        └── UnsupportedSchemaError                       dsh_host.tools.errors
 
 Every message names what was wrong, where, and what to do about it, because
 these errors are what a user sees instead of a traceback.
