@@ -295,9 +295,8 @@ def run_run(args: argparse.Namespace) -> int:
         transcript.install(host)
         install_terminal_answerer(host.ctx)
         service = host.ctx.agent
-        agent: Agent | None = None
-        if args.session is not None and persistence_has(host, args.session):
-            closers = await _closers(host, args.session)
+        closers = await _stored_closers(host, args.session) if args.session else None
+        if closers is not None:
             _print_closers(transcript, closers)
             agent = await service.resume(args.session)
         else:
@@ -316,15 +315,14 @@ def new_session_id() -> str:
     return f"{stamp}-{secrets.token_hex(3)}"
 
 
-def persistence_has(host: PluginHost, session_id: str) -> bool:
-    store = host.ctx.get("sessionPersistence")
-    if store is None:
-        return False
+async def _stored_closers(host: PluginHost, session_id: str) -> list[dict[str, Any]] | None:
+    """The closers a stored session needs, or None when it is not stored (a new id)."""
+    if host.ctx.get("sessionPersistence") is None:
+        return None
     try:
-        store.locate({"id": session_id, "createdAt": 0, "version": 3})
-    except Exception:
-        pass
-    return True
+        return await _closers(host, session_id)
+    except SessionNotFoundError:
+        return None
 
 
 async def _closers(host: PluginHost, session_id: str) -> list[dict[str, Any]]:

@@ -268,3 +268,24 @@ def test_openai_compatible_against_loopback_sse(tmp_path: Path) -> None:
         assert len(server.requests) == 1
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["turnEnd"] == {"kind": "completed"}
+
+
+def test_run_session_flag_creates_then_continues(tmp_path: Path) -> None:
+    script = tmp_path / "s.yml"
+    script.write_text("responses:\n  - text: first\n  - text: second\n")
+    first = dsh("run", "one", "--session", "my-work", "--model", f"scripted:{script}", "--json",
+                cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["sessionId"] == "my-work"
+    # a new process, a new script (the first one is used up): the session continues
+    script.write_text("responses:\n  - text: continued\n")
+    second = dsh("run", "two", "--session", "my-work", "--model", f"scripted:{script}", "--json",
+                 cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    payload = json.loads(second.stdout)
+    assert payload["sessionId"] == "my-work"
+    assert payload["events"] > json.loads(first.stdout)["events"]
+    events = json_lines(
+        dsh("sessions", "show", "my-work", "--view", "events", "--json", cwd=tmp_path).stdout
+    )
+    assert [e["data"]["turn"] for e in events if e["type"] == "turn/end"] == [1, 2]
