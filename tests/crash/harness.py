@@ -387,6 +387,14 @@ def resume_and_continue(
 # --------------------------------------------------------------------------- tally
 
 
+_OUTCOME_NAMES = {
+    "UNKNOWN": "tool/result TOOL_OUTCOME_UNKNOWN",
+    "NOT_STARTED": "tool/result TOOL_NOT_STARTED",
+    "step/end": "step/end (open step closed)",
+    "turn/end": "turn/end {interrupted}",
+}
+
+
 @dataclass
 class Tally:
     """Counts for the closing note (written to ``$DSH_CRASH_REPORT`` when set)."""
@@ -405,11 +413,10 @@ class Tally:
         elif not resumed.closers:
             self.outcomes["balanced log (no repair)"] += 1
         for closer in resumed.closers:
-            self.outcomes[closer.split()[0] if " " in closer else closer] += 1
+            self.outcomes[_OUTCOME_NAMES.get(closer.split()[0], closer)] += 1
 
     def as_json(self) -> dict[str, Any]:
-        names = {"UNKNOWN": "TOOL_OUTCOME_UNKNOWN", "NOT_STARTED": "TOOL_NOT_STARTED"}
-        outcomes = {names.get(k, k): v for k, v in sorted(self.outcomes.items())}
+        outcomes = dict(sorted(self.outcomes.items()))
         return {
             "runs": self.runs,
             "kills": self.kills,
