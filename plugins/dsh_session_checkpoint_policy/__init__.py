@@ -33,6 +33,13 @@ __all__ = ["SessionCheckpointPolicy"]
 
 
 class SessionCheckpointPolicy(Plugin):
+    """Entry point ``session-checkpoint-policy``: the three barriers (see the module docstring).
+
+    ``sessionPersistence`` is injected only so the row waits for a backend:
+    without one, ``flush`` has no listener and a "checkpoint" would protect
+    nothing while looking as if it did.
+    """
+
     name = "session-checkpoint-policy"
     inject = ("llm", "sessions", "tools", "sessionPersistence")
     Config = NoConfig
@@ -71,7 +78,12 @@ class SessionCheckpointPolicy(Plugin):
 
 
 def _live_session(sessions: Any, request: LlmRequest) -> Any:
-    """The live session a request belongs to, or None (then no flush is needed)."""
+    """The live session a request belongs to, or None (then no flush is needed).
+
+    A request carrying a session object that is not *the* live one with its id
+    (a detached copy, a fork's parent rebuilt elsewhere) is not ours to flush:
+    flushing the live namesake would checkpoint a different log.
+    """
     if request.session_id is None:
         return None
     session = sessions.get(request.session_id)

@@ -237,6 +237,10 @@ class Killer:
             if self.matches("tool-body", number):
                 _watch_ledger(exec_.call_id, f"tool-body {number} ({exec_.call_id})")
             result = await next_()
+            if self.matches("tool-body", number):
+                # The watcher thread was starved past the command's end: the body has
+                # returned but no result exists yet -- the same state, one moment later.
+                die(f"tool-body {number} ({exec_.call_id}, at its return)")
             if self.matches("after-body", number):
                 die(f"after-body {number} ({exec_.call_id})")
             return result
