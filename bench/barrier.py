@@ -51,6 +51,7 @@ from _common import (
     read_range,
     real_fsync,
     scratch_dir,
+    storable,
     summary_us,
     verdict,
     write_result,
@@ -72,7 +73,8 @@ def payload_stream() -> Iterator[tuple[str, Any, Any]]:
     turn = 0
     while True:
         turn += 1
-        yield from turn_payloads(turn)
+        for kind, data, op in turn_payloads(turn):
+            yield storable(kind, data, op)
 
 
 def raw_reopen(path: Path, data: bytes) -> int:
