@@ -289,3 +289,23 @@ def test_run_session_flag_creates_then_continues(tmp_path: Path) -> None:
         dsh("sessions", "show", "my-work", "--view", "events", "--json", cwd=tmp_path).stdout
     )
     assert [e["data"]["turn"] for e in events if e["type"] == "turn/end"] == [1, 2]
+
+
+def test_quick_start_demo_works_without_bubblewrap(tmp_path: Path) -> None:
+    """The README promises `dsh run` works with no bubblewrap installed (Landlock is in the
+    kernel): hide bwrap from PATH and check the demo still confines its writes."""
+    import shutil
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "sh", "ls", "cat", "grep", "tail", "touch", "true", "pwd", "env"):
+        found = shutil.which(tool)
+        assert found, tool
+        (bin_dir / tool).symlink_to(found)
+    work = tmp_path / "work"
+    work.mkdir()
+    result = dsh("run", cwd=work, env={"PATH": f"{Path(sys.executable).parent}:{bin_dir}"})
+    assert result.returncode == 0, result.stderr
+    assert "refused, as it should be" in result.stdout
+    assert "SANDBOX_UNAVAILABLE" not in result.stdout
+    assert (work / ".dsh" / "demo-workspace" / "notes.txt").exists()
