@@ -2,8 +2,11 @@
 
 Run as ``python child.py`` with ``DSH_CRASH_SPEC`` holding a JSON object:
 
-``root`` / ``workspace`` / ``session``
-    the JSONL root, the bash workspace (the ledger lives there), the session id;
+``persistence``
+    the persistence row, ``{"name": ..., "config": ...}``:
+    ``session-persistence-jsonl`` or ``session-persistence-postgres``;
+``workspace`` / ``session``
+    the bash workspace (the ledger lives there), the session id;
 ``policy``
     mount ``session-checkpoint-policy`` (false: the composition without it);
 ``sandbox``
@@ -16,7 +19,9 @@ Run as ``python child.py`` with ``DSH_CRASH_SPEC`` holding a JSON object:
     seconds to stay idle between the two turns (the 200 ms window fires there).
 
 Nothing here touches production code: every kill point is a wrapper installed
-in *this* process around ``os.fsync``, ``os.link``, the store's ``flush``, a
+in *this* process around the backend's writes (``os.fsync`` and ``os.link`` for
+JSONL; ``psycopg.Connection.execute`` of the events ``INSERT`` for PostgreSQL,
+the one statement that stores a batch), the store's ``flush``, a
 ``tools/execute`` listener innermost in the chain (so inside the policy) and a
 ``session/event`` listener registered after the persistence row.
 
@@ -48,10 +53,13 @@ from typing import Any
 
 import anyio
 import msgspec
+import psycopg
+from psycopg import sql
 
 from dsh_host import Row, open_host
 
 SPEC: dict[str, Any] = json.loads(os.environ["DSH_CRASH_SPEC"])
+PERSISTENCE: dict[str, Any] = SPEC["persistence"]
 LEDGER = os.path.join(SPEC["workspace"], "ledger")
 #: seconds each bash command sleeps after appending to the ledger
 BODY_SLEEP = SPEC.get("body_sleep", 0.05)
@@ -90,8 +98,8 @@ def rows() -> list[Row]:
         Row(name="sessions"),
         Row(
             id="session-persistence",
-            name="session-persistence-jsonl",
-            config={"root": SPEC["root"]},
+            name=PERSISTENCE["name"],
+            config=PERSISTENCE["config"],
         ),
     ]
     if SPEC["policy"]:
@@ -110,21 +118,43 @@ def rows() -> list[Row]:
     return out
 
 
+#: Where to die around the events ``INSERT`` (PostgreSQL). The backend sends each
+#: batch as one autocommit statement, so the client never sees "inserted, not yet
+#: committed"; ``uncommitted`` reproduces that server state by sending the same
+#: statement inside ``BEGIN`` (dying before ``COMMIT``). ``in-flight`` dies while
+#: the server holds our request: another connection of this process locks the
+#: events table first, and we die once the server reports our connection waiting
+#: on it. The server then goes on for a client that is gone, with what it had
+#: received: usually the INSERT, which it runs and commits (the batch is stored);
+#: but the backend asks psycopg to prepare the INSERT, and psycopg sends a
+#: connection's first ``Parse`` as a round trip of its own -- that is what waits
+#: there, the ``Execute`` is never sent, and the batch is lost. Either is correct.
+INSERT_PHASES = ("before-insert", "uncommitted", "in-flight", "after-commit")
+#: barrier phases armed for the duration of the flush (fired by the first write)
+ARMED_PHASES = ("before-fsync", "after-fsync", *INSERT_PHASES)
+
+
 class Killer:
     """Parses ``kill`` and fires at the chosen point.
 
     Points (``n`` counts from 1):
 
-    * ``{"at": "fsync", "n": n, "phase": "before"|"after"}`` -- the n-th
+    * JSONL: ``{"at": "fsync", "n": n, "phase": "before"|"after"}`` -- the n-th
       ``os.fsync`` of the process (files and directories; the first few are the
       log's publication);
-    * ``{"at": "link", "n": n, "phase": ...}`` -- the n-th ``os.link`` (publication);
+    * JSONL: ``{"at": "link", "n": n, "phase": ...}`` -- the n-th ``os.link``
+      (publication);
+    * PostgreSQL: ``{"at": "insert", "n": n, "phase": p}`` -- the n-th events
+      ``INSERT`` of the process (the first one is the publication, which
+      inserts the header too), at one of :data:`INSERT_PHASES`;
     * ``{"at": "barrier", "barrier": "pre-step"|"llm"|"tool", "n": n,
-      "phase": "before-flush"|"before-fsync"|"after-fsync"|"after-flush"}`` --
-      the n-th checkpoint of that barrier: as it starts (its events are only in
-      memory), at its first fsync (the batch is already written: a process kill,
-      unlike a power cut, keeps written bytes in the page cache), or once the
-      flush returned (before the policy lets the step, request or body proceed);
+      "phase": ...}`` -- the n-th checkpoint of that barrier: ``before-flush``
+      as it starts (its events are only in memory), ``after-flush`` once the
+      flush returned (before the policy lets the step, request or body
+      proceed), or inside the flush at its first write: ``before-fsync`` (the
+      batch is already written: a process kill, unlike a power cut, keeps
+      written bytes in the page cache) and ``after-fsync`` for JSONL, one of
+      :data:`INSERT_PHASES` for PostgreSQL;
     * ``{"at": "tool-body", "n": n}`` -- inside the n-th tool body, as soon as
       its call id is in the ledger (the command is still running);
     * ``{"at": "after-body", "n": n}`` -- the n-th body returned, no result yet;
@@ -140,6 +170,7 @@ class Killer:
         self.at = self.spec.get("at")
         self.fsyncs = 0
         self.links = 0
+        self.inserts = 0
         self.lock = threading.Lock()
         #: the phase armed by a barrier checkpoint in progress ("before-fsync" / "after-fsync")
         self.armed: str | None = None
@@ -187,6 +218,39 @@ class Killer:
         os.fsync = fsync
         os.link = link
 
+    # -- the events INSERT (PostgreSQL; may run on worker threads)
+
+    def wrap_pg(self, dsn: str, schema: str) -> None:
+        real_execute = psycopg.Connection.execute
+
+        def execute(conn: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            if not _is_events_insert(conn, query):
+                return real_execute(conn, query, params, **kwargs)
+            with self.lock:
+                self.inserts += 1
+                number = self.inserts
+                armed = self.armed
+            if self.matches("insert", number):
+                phase: str | None = self.spec.get("phase")
+                label = f"insert {number} {phase}"
+            else:
+                phase = armed
+                label = f"{self.describe()} (insert {number})"
+            if phase == "before-insert":
+                die(label)
+            elif phase == "uncommitted":
+                real_execute(conn, "BEGIN")
+                real_execute(conn, query, params, **kwargs)
+                die(label)
+            elif phase == "in-flight":
+                _die_while_waiting(conn, dsn, schema, label)
+            result = real_execute(conn, query, params, **kwargs)
+            if phase == "after-commit":
+                die(label)
+            return result
+
+        psycopg.Connection.execute = execute  # type: ignore[method-assign, assignment]
+
     def describe(self) -> str:
         spec = self.spec
         return f"barrier {spec.get('barrier')} {spec.get('n')} {spec.get('phase')}"
@@ -210,16 +274,16 @@ class Killer:
             phase = self.spec.get("phase") if chosen else None
             if phase == "before-flush":
                 die(self.describe())
-            if phase in ("before-fsync", "after-fsync"):
+            if phase in ARMED_PHASES:
                 self.armed = phase
             try:
                 result: bool = await real_flush(session)
             finally:
                 self.armed = None
-            if phase in ("before-fsync", "after-fsync"):
-                # Nothing was left to sync (the 200 ms window wrote it first):
-                # the state is the same as just after the barrier's fsync.
-                die(f"{self.describe()} (no fsync needed)")
+            if phase in ARMED_PHASES:
+                # Nothing was left to write (the 200 ms window wrote it first):
+                # the state is the same as just after the barrier's fsync / commit.
+                die(f"{self.describe()} (nothing left to write)")
             if phase == "after-flush":
                 die(self.describe())
             if last is not None:
@@ -279,6 +343,54 @@ def _barrier_of(frame: Any) -> str:
     return "other"
 
 
+def _is_events_insert(conn: Any, query: Any) -> bool:
+    """Whether ``query`` stores events: the plain INSERT or the publishing CTE."""
+    if isinstance(query, sql.Composable):
+        text = query.as_string(conn)
+    elif isinstance(query, bytes):
+        text = query.decode()
+    else:
+        text = str(query)
+    head = text.lstrip().upper()
+    return head.startswith(("INSERT", "WITH")) and ".events " in text and "INSERT INTO" in head
+
+
+#: connections that must live until the process dies
+_KEEP: list[Any] = []
+
+
+def _die_while_waiting(writer: Any, dsn: str, schema: str, label: str) -> None:
+    """Make the coming INSERT wait on the server, and SIGKILL us once it does.
+
+    A connection of ours takes ``SHARE`` on the events table (which every
+    INSERT's ``ROW EXCLUSIVE`` waits for, from the statement's parse on); a
+    thread watches, on a third connection, until the server lists that
+    connection among the writer's blockers, then kills the process. Both
+    connections die with us, the lock goes, and the server finishes what the
+    writer had sent for nobody (see :data:`INSERT_PHASES`).
+    """
+    writer_pid = writer.info.backend_pid
+    blocker = psycopg.connect(dsn, autocommit=True)
+    blocker.execute("BEGIN")
+    blocker.execute(sql.SQL("LOCK TABLE {}.events IN SHARE MODE").format(sql.Identifier(schema)))
+    blocker_pid = blocker.info.backend_pid
+    _KEEP.append(blocker)  # a collected connection closes, and its lock would go with it
+
+    def watch() -> None:
+        with psycopg.connect(dsn, autocommit=True) as probe:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                row = probe.execute(
+                    "SELECT %s = ANY(pg_blocking_pids(%s))", (blocker_pid, writer_pid)
+                ).fetchone()
+                if row is not None and row[0]:
+                    die(f"{label} (the server holds the request)")
+                time.sleep(0.001)
+        die(f"{label} (never saw the request wait)")
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def _watch_ledger(call_id: str, label: str) -> None:
     def watch() -> None:
         deadline = time.monotonic() + 30
@@ -296,7 +408,11 @@ def _watch_ledger(call_id: str, label: str) -> None:
 
 async def main() -> None:
     killer = Killer(SPEC.get("kill"))
-    killer.wrap_os()
+    if PERSISTENCE["name"] == "session-persistence-jsonl":
+        killer.wrap_os()
+    elif PERSISTENCE["name"] == "session-persistence-postgres":
+        config = PERSISTENCE["config"]
+        killer.wrap_pg(config["dsn"], config["schema"])
     async with open_host(rows()) as host:
         ctx = host.ctx
         killer.wrap_flush(ctx.sessions)

@@ -1,4 +1,10 @@
-"""Fixtures of the crash suite: the sandbox mode, a small pool of child runs, the closing tally.
+"""Fixtures of the crash suite: the stores, the sandbox mode, a pool of child runs, the tally.
+
+The suite runs against both persistence backends: JSONL files under the
+session's temporary directory, and a real PostgreSQL server (the one
+tests/postgres uses, ``DSH_TEST_POSTGRES_DSN``), where every child run gets a
+schema of its own under one random prefix, all dropped when the session ends.
+PostgreSQL cases skip, with the reason, only when no server answers.
 
 Children run ``DSH_CRASH_JOBS`` at a time (default 2, the CI machine's cores);
 kill points are instrumented inside each child, so overlapping runs do not
@@ -10,13 +16,62 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 import pytest
+from postgres.conftest import DSN, drop_schemas
 
-from .harness import TALLY, sandbox_mode
+from .harness import TALLY, CrashStore, JsonlStore, PostgresStore, sandbox_mode
+
+#: the persistence backends the suite runs against (``CrashStore.kind``)
+KINDS = ("jsonl", "postgres")
+
+
+@dataclass
+class Stores:
+    """One :class:`CrashStore` per backend; ``None`` (with ``why``) when it cannot run here."""
+
+    jsonl: JsonlStore
+    postgres: PostgresStore | None
+    why: str = ""
+
+    def get(self, kind: str) -> CrashStore | None:
+        return self.jsonl if kind == "jsonl" else self.postgres
+
+    def need(self, kind: str) -> CrashStore:
+        """The store of ``kind``, or skip the calling test saying why there is none."""
+        store = self.get(kind)
+        if store is None:
+            pytest.skip(self.why)
+        return store
+
+
+def _postgres_problem() -> str | None:
+    try:
+        with psycopg.connect(DSN, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as error:
+        return f"{type(error).__name__}: {str(error).strip()}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def crash_stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stores]:
+    jsonl = JsonlStore(tmp_path_factory.getbasetemp())
+    problem = _postgres_problem()
+    if problem is not None:
+        yield Stores(jsonl, None, f"no PostgreSQL server answers at {DSN!r} ({problem})")
+        return
+    prefix = f"dsh_c{uuid.uuid4().hex[:12]}"
+    try:
+        yield Stores(jsonl, PostgresStore(DSN, prefix))
+    finally:
+        drop_schemas(DSN, prefix)
 
 
 @pytest.fixture(scope="session")
@@ -44,9 +99,9 @@ def selected_params(request: pytest.FixtureRequest, name: str) -> list[Any]:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not TALLY.runs:
+    if not TALLY:
         return
-    summary = TALLY.as_json()
+    summary = {kind: TALLY[kind].as_json() for kind in KINDS if kind in TALLY}
     terminalreporter.write_sep("-", "crash suite")
     terminalreporter.write_line(json.dumps(summary, indent=2))
     report = os.environ.get("DSH_CRASH_REPORT")

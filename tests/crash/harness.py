@@ -1,12 +1,16 @@
-"""Parent side of the crash suite: run ``child.py``, kill it, judge what is on disk, resume.
+"""Parent side of the crash suite: run ``child.py``, kill it, judge what is stored, resume.
 
-The parent never trusts the child's memory. After the child is dead it reads
-the ledger (side effects that really happened) and the session log (through a
-fresh JSONL backend in read mode), and checks:
+The suite runs against each persistence backend (a :class:`CrashStore`: the
+JSONL files, or a private schema of a real PostgreSQL server). The parent
+never trusts the child's memory. After the child is dead -- and, for
+PostgreSQL, after the server has ended every connection it had, so that a
+statement still running for the dead client has finished -- it reads the
+ledger (side effects that really happened) and the session log (through a
+fresh backend in read mode), and checks:
 
 1. every call id in the ledger has a durable ``tool/call`` (no side effect
    without a record first);
-2. every event the child reported as flushed is on disk, at that seq, with
+2. every event the child reported as flushed is stored, at that seq, with
    that type; seqs are contiguous from 0 (no duplicates, no holes);
 3. resume -- ``ctx.agent.resume`` opens the log for write, appends the
    closers, flushes -- yields exactly the closers the durable log calls for,
@@ -30,14 +34,17 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import msgspec
+import psycopg
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
+from dsh_session_persistence_postgres import PostgresSessionPersistence
+from psycopg.conninfo import make_conninfo
 
 from dsh_host import Row, open_host
 from dsh_host.session.events import SessionEvent, ToolCallData, ToolResultData
@@ -49,6 +56,9 @@ SESSION_ID = "crash-session"
 UNKNOWN_TEXT_TAIL = "Do not retry blindly."
 #: how long a child may take before the parent gives up on it (a hang is a failure)
 CHILD_TIMEOUT = 60.0
+#: how long the server may take to end a dead child's connections (bounded wait, not a limit
+#: under test: the kernel closes the sockets at once and the server notices in milliseconds)
+SETTLE_TIMEOUT = 30.0
 
 
 def sandbox_mode() -> str:
@@ -57,6 +67,133 @@ def sandbox_mode() -> str:
 
     verdict = LocalSandboxProvider(SandboxLocalConfig(network="deny")).probe()
     return "workspace-write" if verdict.backend is not None else "danger-full-access"
+
+
+# --------------------------------------------------------------------------- stores
+
+
+class CrashStore(Protocol):
+    """A persistence backend under test: the contract's ``BackendFactory`` plus the crash bits.
+
+    ``make`` and ``child_source`` have the shape of ``BackendFactory`` in
+    tests/persistence/contract.py (a *store* name selects the data: same name,
+    same sessions). The crash suite adds the plugin row a host mounts over a
+    store, a store name per child run, and the wait for a dead child's traces.
+    """
+
+    #: ``jsonl`` or ``postgres`` (test ids, the tally, the child's kill points)
+    kind: str
+
+    def make(self, store: str, spawn: Callable[..., Any] | None) -> Any:
+        """A fresh backend instance over ``store``."""
+        ...
+
+    def child_source(self, store: str) -> str:
+        """Python source defining ``make_backend(spawn)`` over ``store``."""
+        ...
+
+    def store_for(self, directory: Path) -> str:
+        """The store of the child run whose files live in ``directory``."""
+        ...
+
+    def persistence(self, store: str) -> dict[str, Any]:
+        """The persistence row (``name`` and ``config``) a host mounts over ``store``."""
+        ...
+
+    def settle(self, store: str) -> str | None:
+        """Wait until a dead child can have no more effect on ``store``; a problem, or None."""
+        ...
+
+
+class JsonlStore:
+    """JSONL logs: a store is a root directory under ``base``."""
+
+    kind = "jsonl"
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+
+    def root(self, store: str) -> str:
+        return os.path.join(self.base, store)
+
+    def make(self, store: str, spawn: Callable[..., Any] | None) -> JsonlSessionPersistence:
+        return JsonlSessionPersistence(self.root(store), spawn=spawn)
+
+    def child_source(self, store: str) -> str:
+        return (
+            "from dsh_session_persistence_jsonl import JsonlSessionPersistence\n"
+            "def make_backend(spawn):\n"
+            f"    return JsonlSessionPersistence({self.root(store)!r}, spawn=spawn)\n"
+        )
+
+    def store_for(self, directory: Path) -> str:
+        return str(directory.relative_to(self.base) / "sessions")
+
+    def persistence(self, store: str) -> dict[str, Any]:
+        return {"name": "session-persistence-jsonl", "config": {"root": self.root(store)}}
+
+    def settle(self, store: str) -> str | None:
+        return None  # a dead process leaves only what it wrote to the files
+
+
+class PostgresStore:
+    """PostgreSQL: a store is the schema ``<prefix>_<store>`` on the test server.
+
+    A child's connections carry ``application_name=dsh-crash-<store>`` (set in
+    its DSN, which the backend keeps), so the parent can wait for the server to
+    end exactly that child's sessions: until then a statement the child sent
+    may still commit, and its advisory lock is still held.
+    """
+
+    kind = "postgres"
+
+    def __init__(self, dsn: str, prefix: str) -> None:
+        self.dsn = dsn
+        self.prefix = prefix
+
+    def schema(self, store: str) -> str:
+        return f"{self.prefix}_{store}"
+
+    def application_name(self, store: str) -> str:
+        return f"dsh-crash-{store}"
+
+    def make(self, store: str, spawn: Callable[..., Any] | None) -> PostgresSessionPersistence:
+        return PostgresSessionPersistence(self.dsn, schema=self.schema(store), spawn=spawn)
+
+    def child_source(self, store: str) -> str:
+        return (
+            "from dsh_session_persistence_postgres import PostgresSessionPersistence\n"
+            "def make_backend(spawn):\n"
+            f"    return PostgresSessionPersistence({self.dsn!r}, schema={self.schema(store)!r}, "
+            "spawn=spawn)\n"
+        )
+
+    def store_for(self, directory: Path) -> str:
+        return directory.name
+
+    def persistence(self, store: str) -> dict[str, Any]:
+        dsn = make_conninfo(self.dsn, application_name=self.application_name(store))
+        return {
+            "name": "session-persistence-postgres",
+            "config": {"dsn": dsn, "schema": self.schema(store)},
+        }
+
+    def settle(self, store: str) -> str | None:
+        name = self.application_name(store)
+        deadline = time.monotonic() + SETTLE_TIMEOUT
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while True:
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
+                ).fetchone()
+                if row is None or row[0] == 0:
+                    return None
+                if time.monotonic() > deadline:
+                    return (
+                        f"the server still had {row[0]} connection(s) of the dead child "
+                        f"({name}) after {SETTLE_TIMEOUT:.0f} s"
+                    )
+                time.sleep(0.002)
 
 
 # --------------------------------------------------------------------------- running
@@ -69,15 +206,13 @@ class ChildRun:
     label: str
     directory: Path
     spec: dict[str, Any]
+    factory: CrashStore
+    store: str
     lines: list[str] = field(default_factory=list)
     returncode: int | None = None
     stderr: str = ""
     #: seconds from ``ready`` to ``done`` (clean runs only)
     span: float | None = None
-
-    @property
-    def root(self) -> Path:
-        return Path(self.spec["root"])
 
     @property
     def workspace(self) -> Path:
@@ -118,7 +253,8 @@ class ChildRun:
     def describe(self) -> str:
         tail = "\n".join(self.lines[-12:])
         return (
-            f"run {self.label!r} in {self.directory} (exit {self.returncode}, "
+            f"{self.factory.kind} run {self.label!r} in {self.directory}, store {self.store!r} "
+            f"(exit {self.returncode}, "
             f"kill point {self.kill_point!r})\nlast stdout lines:\n{tail}\n"
             f"stderr tail:\n{self.stderr[-2000:]}"
         )
@@ -126,16 +262,18 @@ class ChildRun:
 
 def new_spec(
     directory: Path,
+    factory: CrashStore,
     *,
     kill: dict[str, Any] | None = None,
     policy: bool = True,
     backend: str = "trio",
     sandbox: str = "workspace-write",
 ) -> dict[str, Any]:
+    """The child's spec; ``persistence`` is ``factory``'s row over the run's own store."""
     workspace = directory / "ws"
     workspace.mkdir(parents=True, exist_ok=True)
     return {
-        "root": str(directory / "sessions"),
+        "persistence": factory.persistence(factory.store_for(directory)),
         "workspace": str(workspace),
         "session": SESSION_ID,
         "policy": policy,
@@ -146,9 +284,15 @@ def new_spec(
     }
 
 
-def run_child(label: str, spec: dict[str, Any], *, kill_after: float | None = None) -> ChildRun:
-    """Run one child to its end; ``kill_after``: SIGKILL it that long after ``ready``."""
-    run = ChildRun(label, Path(spec["workspace"]).parent, spec)
+def run_child(
+    label: str, spec: dict[str, Any], factory: CrashStore, *, kill_after: float | None = None
+) -> ChildRun:
+    """Run one child to its end; ``kill_after``: SIGKILL it that long after ``ready``.
+
+    ``spec`` comes from :func:`new_spec` with the same ``factory``.
+    """
+    directory = Path(spec["workspace"]).parent
+    run = ChildRun(label, directory, spec, factory, factory.store_for(directory))
     env = dict(os.environ, DSH_CRASH_SPEC=json.dumps(spec), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
         [sys.executable, str(CHILD)],
@@ -205,16 +349,20 @@ def run_child(label: str, spec: dict[str, Any], *, kill_after: float | None = No
 # --------------------------------------------------------------------------- reading
 
 
-def read_log(root: Path, session_id: str = SESSION_ID) -> tuple[SessionEvent, ...] | None:
+def read_log(
+    factory: CrashStore, store: str, session_id: str = SESSION_ID
+) -> tuple[SessionEvent, ...] | None:
     """The durable log as a fresh reader sees it (None: nothing was ever published)."""
 
     async def read() -> tuple[SessionEvent, ...] | None:
-        reader = JsonlSessionPersistence(str(root))
+        reader = factory.make(store, None)  # reads only: no write window to spawn
         try:
             handle = await reader.open(session_id, "read")
+            load = await handle.read()
         except SessionNotFoundError:
             return None
-        load = await handle.read()
+        finally:
+            await reader.aclose()
         return tuple(load.events)
 
     return anyio.run(read, backend="trio")
@@ -239,15 +387,15 @@ def check_crash(run: ChildRun, events: Sequence[SessionEvent] | None) -> list[st
         if seq >= len(log):
             problems.append(
                 f"the child reported seq {seq} ({kind}, {barrier} barrier) flushed, but the "
-                f"log on disk ends at {len(log) - 1}"
+                f"stored log ends at {len(log) - 1}"
             )
         elif log[seq].type != kind:
             problems.append(
-                f"the child reported seq {seq} as {kind} flushed, the disk has {log[seq].type}"
+                f"the child reported seq {seq} as {kind} flushed, the store has {log[seq].type}"
             )
     seqs = [e.seq for e in log]
     if seqs != list(range(len(seqs))):
-        problems.append(f"seqs on disk are not 0..n-1: {seqs}")
+        problems.append(f"stored seqs are not 0..n-1: {seqs}")
     return problems
 
 
@@ -311,10 +459,12 @@ class Resumed:
     no_log: bool = False
 
 
-def resume_rows(root: Path) -> list[Row]:
+def resume_rows(factory: CrashStore, store: str) -> list[Row]:
+    """The resuming host: the same persistence row as the child's, the policy, a scripted model."""
+    persistence = factory.persistence(store)
     return [
         Row(name="sessions"),
-        Row(id="session-persistence", name="session-persistence-jsonl", config={"root": str(root)}),
+        Row(id="session-persistence", name=persistence["name"], config=persistence["config"]),
         Row(id="session-checkpoints", name="session-checkpoint-policy"),
         Row(name="llm"),
         Row(name="tools"),
@@ -324,12 +474,17 @@ def resume_rows(root: Path) -> list[Row]:
 
 
 def resume_and_continue(
-    root: Path, before: Sequence[SessionEvent] | None, *, backend: str = "trio"
+    factory: CrashStore,
+    store: str,
+    before: Sequence[SessionEvent] | None,
+    *,
+    backend: str = "trio",
 ) -> Resumed:
     """Resume the crashed session in this process, run one more turn, judge the log."""
+    rows = resume_rows(factory, store)
 
     async def go() -> str:
-        async with open_host(resume_rows(root)) as host:
+        async with open_host(rows) as host:
             agent = await host.ctx.agent.resume(SESSION_ID)
             reason = await agent.run_turn("Carry on after the crash.")
             await agent.aclose()
@@ -337,7 +492,7 @@ def resume_and_continue(
         return kind
 
     async def go_missing() -> None:
-        async with open_host(resume_rows(root)) as host:
+        async with open_host(rows) as host:
             await host.ctx.agent.resume(SESSION_ID)
 
     if before is None:
@@ -348,7 +503,7 @@ def resume_and_continue(
         return Resumed([], ["resume of a session that was never published did not fail"])
 
     kind = anyio.run(go, backend=backend)
-    after = read_log(root) or ()
+    after = read_log(factory, store) or ()
     problems: list[str] = []
     if kind != "completed":
         problems.append(f"the turn after resume ended {kind!r}, not completed")
@@ -403,6 +558,8 @@ class Tally:
     kills: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
     points: Counter[str] = field(default_factory=Counter)
+    #: at points where a lost and a stored batch are both correct: which one happened
+    either: Counter[str] = field(default_factory=Counter)
 
     def add(self, run: ChildRun, resumed: Resumed) -> None:
         self.runs += 1
@@ -422,19 +579,24 @@ class Tally:
             "kills": self.kills,
             "outcomes": outcomes,
             "runsPerKind": dict(sorted(self.points.items())),
+            "eitherPoints": dict(sorted(self.either.items())),
         }
 
 
-TALLY = Tally()
+#: one tally per persistence backend (``CrashStore.kind``)
+TALLY: dict[str, Tally] = {}
 
 
 def judge(run: ChildRun, *, backend: str = "trio") -> tuple[list[str], Resumed]:
     """Invariants after the kill, then resume; returns (problems, what resume did)."""
-    events = read_log(run.root)
+    settled = run.factory.settle(run.store)
+    if settled is not None:
+        return [settled], Resumed([], [settled])
+    events = read_log(run.factory, run.store)
     problems = check_crash(run, events)
-    resumed = resume_and_continue(run.root, events, backend=backend)
+    resumed = resume_and_continue(run.factory, run.store, events, backend=backend)
     problems += resumed.problems
     if events is None and (run.ledger() or run.flushed):
-        problems.append("no log on disk, yet side effects or flushes were reported")
-    TALLY.add(run, resumed)
+        problems.append("no log stored, yet side effects or flushes were reported")
+    TALLY.setdefault(run.factory.kind, Tally()).add(run, resumed)
     return problems, resumed
