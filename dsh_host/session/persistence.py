@@ -1,6 +1,6 @@
 """The persistence seam: what every session storage backend promises.
 
-A backend (JSONL files today, PostgreSQL later) stores one append-only log per
+A backend (JSONL files, PostgreSQL) stores one append-only log per
 session and hands it back as a *physically valid, contiguous* prefix. It never
 invents events: crash closers are computed by the reader (:attr:`SessionLoad.closers`
 in memory for inspection; the resumer appends them through its write handle).
@@ -36,17 +36,28 @@ Errors, all rooted in :class:`dsh_host.errors.DshError`::
     └── SessionGenerationError           publishing a migrated generation was refused
         ├── SessionGenerationSourceChangedError   the source changed while migrating
         └── SessionGenerationConflictError        a different target already exists
+
+What backends share beyond this seam lives next to it: write handles are
+built on :mod:`dsh_host.session.write_behind` (admission, the 200 ms window,
+the serialized drain) and live sessions are bound to them by
+:mod:`dsh_host.session.binding`; :class:`SnapshotReadHandle`,
+:func:`decode_stored_event`, :func:`check_from_seq` and :func:`with_closers`
+below are the read side.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, overload, runtime_checkable
 
 from dsh_host.errors import DshError
-from dsh_host.session.events import SessionEvent
+from dsh_host.jsonsafe import MAX_SAFE_INTEGER
+from dsh_host.session.errors import InvalidSessionEventError, UnknownEventTypeError
+from dsh_host.session.events import SessionEvent, decode_event
 from dsh_host.session.header import SessionHeader
+from dsh_host.session.repair import interrupted_turn_closers
 
 if TYPE_CHECKING:
     from dsh_host.cancel import CancelToken
@@ -75,9 +86,13 @@ __all__ = [
     "SessionRollbackError",
     "SessionWriteError",
     "SessionWriteHandle",
+    "SnapshotReadHandle",
     "StoredEvent",
     "StoredHeader",
     "TornTail",
+    "check_from_seq",
+    "decode_stored_event",
+    "with_closers",
 ]
 
 #: How a session is opened: ``"read"`` takes no lock and writes nothing;
@@ -436,3 +451,70 @@ class SessionPersistence(Protocol):
     async def aclose(self) -> None:
         """Drain and release every handle this instance owns (service teardown)."""
         ...
+
+
+# --------------------------------------------------------------------------- shared read side
+
+
+class SnapshotReadHandle:
+    """A :class:`SessionReadHandle` over a log decoded at open: no lock, no writes."""
+
+    mode: Literal["read"] = "read"
+
+    def __init__(self, load: SessionLoad) -> None:
+        self._load = load
+        self._closed = False
+
+    @property
+    def id(self) -> str:
+        return self._load.id
+
+    async def read(self) -> SessionLoad:
+        if self._closed:
+            raise SessionHandleClosedError(f'read handle of session "{self.id}" is closed')
+        return self._load
+
+    async def close(self) -> None:
+        self._closed = True
+
+    async def __aenter__(self) -> SnapshotReadHandle:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def decode_stored_event(
+    raw: Mapping[str, Any] | str, *, session_id: str, seq: object, where: str
+) -> StoredEvent:
+    """One stored event through the core registry (the vocabulary check).
+
+    ``where`` names the stored artifact (a file, ``schema.table#id``). A type
+    this harness does not know is "written by a newer harness", not damage.
+    """
+    try:
+        return decode_event(raw, where=f"stored event at seq {seq}")
+    except UnknownEventTypeError as error:
+        raise SessionFormatUnsupportedError(
+            f'session "{session_id}" contains event type "{error.event_type}" (seq {seq}) '
+            "unknown to this harness and not marked ignorable; refusing to interpret the log "
+            f"— it was likely written by a newer harness (raw log: {where})",
+            location=where,
+        ) from None
+    except InvalidSessionEventError as error:
+        raise SessionPersistenceCorruptionError(
+            f'stored session "{session_id}" failed validation: {error} (raw log: {where})',
+            path=where,
+        ) from error
+
+
+def check_from_seq(from_seq: object) -> int:
+    """``read_from``'s argument: a non-negative safe integer (DSH's text)."""
+    if type(from_seq) is not int or from_seq < 0 or from_seq > MAX_SAFE_INTEGER:
+        raise ValueError(f"readFrom fromSeq must be a non-negative safe integer, got {from_seq!r}")
+    return from_seq
+
+
+def with_closers(load: SessionLoad) -> SessionLoad:
+    """``inspect``: the load plus the closers an interrupted turn needs (in memory only)."""
+    return dataclasses.replace(load, closers=tuple(interrupted_turn_closers(load.events)))

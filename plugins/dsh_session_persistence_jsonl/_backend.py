@@ -1,4 +1,4 @@
-"""The JSONL ``sessionPersistence`` service: handles, ownership, write-behind.
+"""The JSONL ``sessionPersistence`` service: handles, ownership, storage.
 
 Layering inside this plugin: ``_json`` / ``_paths`` / ``_codec`` / ``_frames``
 know bytes and JSON values; ``_reader`` reads one file; ``_storage`` and
@@ -6,44 +6,37 @@ know bytes and JSON values; ``_reader`` reads one file; ``_storage`` and
 generations; this module ties them to the persistence seam and the session
 core's typed events.
 
-Concurrency model. Every handle serializes its physical writes with one
-``anyio.Lock`` (a drain): a drain takes *everything* buffered as one batch,
-writes it as one frame on a worker thread, and advances the durable cursor
-only when the fsync returned. Events appended meanwhile form the next batch.
-``flush`` is a drain loop that returns once the buffer is empty; concurrent
-flushes queue on the lock, so seqs are never written twice. Buffered events
-also arm a fixed 200 ms window (the first event arms it; later ones do not
-extend it) that drains in the background, when the backend was given a way to
-start background tasks.
+Concurrency model. Admission, the fixed 200 ms window and the serialized drain
+are the session layer's (:mod:`dsh_host.session.write_behind`): at most one
+batch of a handle is written at a time, a drain takes *everything* buffered
+as one batch, and ``flush`` returns once the buffer is empty (concurrent
+flushes share one barrier, so seqs are never written twice). What this module
+adds is the storage: a batch is one frame written and fsynced on a worker
+thread, and the durable cursor advances only when the fsync returned.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
-import dataclasses
 import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal, overload
 
 import anyio
 import msgspec
 
 from dsh_host.cancel import CancelToken
-from dsh_host.jsonsafe import NonJsonValueError, to_json_builtins
-from dsh_host.session.errors import InvalidSessionEventError, UnknownEventTypeError
-from dsh_host.session.events import SessionEvent, decode_event, encode_event
+from dsh_host.session.events import SessionEvent, encode_event
 from dsh_host.session.header import SessionHeader, parse_session_header
 from dsh_host.session.persistence import (
     ArtifactLocation,
-    EventLike,
     OpenMode,
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
     SessionAppendRejectedError,
     SessionFormatUnsupportedError,
-    SessionHandleClosedError,
     SessionHandlePoisonedError,
     SessionListing,
     SessionLoad,
@@ -52,7 +45,18 @@ from dsh_host.session.persistence import (
     SessionPersistenceError,
     SessionRollbackError,
     SessionWriteError,
+    SnapshotReadHandle,
     TornTail,
+    check_from_seq,
+    decode_stored_event,
+    with_closers,
+)
+from dsh_host.session.write_behind import (
+    WINDOW_SECONDS,
+    BufferedWriteHandle,
+    Spawn,
+    close_each,
+    header_meta,
 )
 
 from . import _json
@@ -91,19 +95,10 @@ __all__ = [
     "JsonlReadHandle",
     "JsonlSessionPersistence",
     "JsonlWriteHandle",
-    "event_wire",
 ]
 
 #: The fixed coalescing window for buffered events (seconds); not configurable (seed 000 §4.1).
-LIVE_WRITE_BATCH_MAX_DELAY: Final = 0.2
-
-Spawn = Callable[[Callable[[], Awaitable[Any]]], None]
-
-
-async def _sleep_window() -> None:
-    """The window's wait (module-level so a test can take control of when it expires)."""
-    await anyio.sleep(LIVE_WRITE_BATCH_MAX_DELAY)
-
+LIVE_WRITE_BATCH_MAX_DELAY: Final = WINDOW_SECONDS
 
 _log = logging.getLogger("dsh.session-persistence-jsonl")
 
@@ -113,20 +108,7 @@ _log = logging.getLogger("dsh.session-persistence-jsonl")
 
 def _header_record(header: SessionHeader | Mapping[str, Any]) -> dict[str, Any]:
     """Validated v3 header record (``type`` first, DSH key order)."""
-    if isinstance(header, SessionHeader):
-        meta: Mapping[str, Any] = header.to_json()
-    elif isinstance(header, Mapping):
-        try:
-            meta = to_json_builtins(header, "session metadata")
-        except NonJsonValueError as error:
-            raise SessionAppendRejectedError(
-                f"session metadata must be losslessly JSON-serializable: {error.problem} at "
-                f"{error.path}"
-            ) from error
-    else:
-        raise SessionAppendRejectedError(
-            f"session header must be a SessionHeader or a mapping, got {type(header).__qualname__}"
-        )
+    meta = header_meta(header)
     try:
         return header_from_meta(meta)
     except ValueError as error:
@@ -144,79 +126,6 @@ def _typed_header(record: Mapping[str, Any], path: str) -> SessionHeader:
         ) from error
 
 
-def _typed_events(
-    wire: Sequence[Mapping[str, Any]], session_id: str, path: str
-) -> list[SessionEvent]:
-    """Decode stored wire events through the core registry (the vocabulary check)."""
-    out: list[SessionEvent] = []
-    for event in wire:
-        try:
-            out.append(decode_event(event, where=f"stored event at seq {event.get('seq')}"))
-        except UnknownEventTypeError:
-            raise SessionFormatUnsupportedError(
-                f'session "{session_id}" contains event type "{event.get("type")}" '
-                f"(seq {event.get('seq')}) unknown to this harness and not marked ignorable; "
-                "refusing to interpret the log — it was likely written by a newer harness "
-                f"(raw log: {path})",
-                location=path,
-            ) from None
-        except InvalidSessionEventError as error:
-            raise SessionPersistenceCorruptionError(
-                f'stored session "{session_id}" failed validation: {error} (raw log: {path})',
-                path=path,
-            ) from error
-    return out
-
-
-_RETIRED_TYPES: Final = frozenset({"request/header-delta", "mode/set"})
-
-
-def _reject_retired(session_id: str, kind: str, seq: int, reason: object) -> None:
-    """Shapes DSH retired before v3 never enter a log (spec §7.4 step 2, exact texts)."""
-    if kind in _RETIRED_TYPES:
-        raise SessionAppendRejectedError(
-            f'session "{session_id}" contains unsupported legacy {kind} event at seq {seq}'
-        )
-    if kind == "request/header" and reason == "fallback":
-        raise SessionAppendRejectedError(
-            f'session "{session_id}" contains unsupported legacy request/header reason '
-            f'"fallback" at seq {seq}'
-        )
-
-
-def _prepare(event: EventLike, where: str, session_id: str) -> tuple[bytes, SessionEvent]:
-    """An event to append, as (stored line, typed event); rejects with a typed error."""
-    if isinstance(event, SessionEvent):
-        reason = getattr(event.data, "reason", None) if event.type == "request/header" else None
-        _reject_retired(session_id, event.type, event.seq, reason)
-        return _typed_line(event), event
-    if not isinstance(event, Mapping):
-        raise SessionAppendRejectedError(
-            f"{where}: expected a SessionEvent or a mapping, got {type(event).__qualname__}"
-        )
-    try:
-        wire = to_json_builtins(event, where)
-    except NonJsonValueError as error:
-        event_type = event.get("type")
-        raise SessionAppendRejectedError(
-            f"session event batch is not losslessly JSON-serializable because it contains "
-            f'non-JSON-serializable data (event type "{event_type}"): {error.problem} at '
-            f"{error.path}"
-        ) from error
-    try:
-        check_envelope(wire)
-    except RowError as error:
-        raise SessionAppendRejectedError(f"{where}: invalid event envelope: {error}") from None
-    data = wire["data"]
-    reason = data.get("reason") if isinstance(data, dict) else None
-    _reject_retired(session_id, wire["type"], wire["seq"], reason)
-    try:
-        typed = decode_event(wire, where=where)
-    except InvalidSessionEventError as error:
-        raise SessionAppendRejectedError(str(error)) from error
-    return _encode_line(wire), typed
-
-
 def _typed_line(event: SessionEvent) -> bytes:
     """The stored line of a core event, fast: msgspec's encoding is used as is when it is
     already what a JS writer produces (no float printed differently, no sourceEventSeqs
@@ -229,12 +138,6 @@ def _typed_line(event: SessionEvent) -> bytes:
     return _encode_line(msgspec.json.decode(raw))
 
 
-def event_wire(event: SessionEvent) -> dict[str, Any]:
-    """The wire form of a core event as plain JSON values (dicts, lists, scalars)."""
-    wire: dict[str, Any] = msgspec.json.decode(encode_event(event))
-    return wire
-
-
 def _encode_line(wire: Mapping[str, Any]) -> bytes:
     return _json.dumps_bytes(encode_event_row(wire))
 
@@ -244,49 +147,24 @@ def _frame_or_lines(lines: Sequence[bytes], compression: Compression) -> bytes:
     return compress_frame(text) if compression == "zstd" else text
 
 
-# --------------------------------------------------------------------------- read handle
-
-
-class JsonlReadHandle:
+class JsonlReadHandle(SnapshotReadHandle):
     """A snapshot of one stored session, decoded at open; no lock, no writes."""
-
-    mode: Literal["read"] = "read"
-
-    def __init__(self, load: SessionLoad) -> None:
-        self._load = load
-        self._closed = False
-
-    @property
-    def id(self) -> str:
-        return self._load.id
-
-    async def read(self) -> SessionLoad:
-        if self._closed:
-            raise SessionHandleClosedError(f'read handle of session "{self.id}" is closed')
-        return self._load
-
-    async def close(self) -> None:
-        self._closed = True
-
-    async def __aenter__(self) -> JsonlReadHandle:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
 
 # --------------------------------------------------------------------------- write handle
 
 
-class JsonlWriteHandle:
-    """Exclusive writer of one session log (see the module docstring for concurrency)."""
+class JsonlWriteHandle(BufferedWriteHandle[bytes]):
+    """Exclusive writer of one session log: a buffered event is its stored line.
 
-    mode: Literal["write"] = "write"
+    Ownership is ``flock`` on ``session.lock``, taken at open or, for a created
+    session, when its log is first published.
+    """
 
     def __init__(
         self,
         backend: JsonlSessionPersistence,
-        header: dict[str, Any],
+        record: dict[str, Any],
         *,
         session_dir: str,
         lock: SessionLock | None,
@@ -295,209 +173,77 @@ class JsonlWriteHandle:
         torn: TornTail | None = None,
         recovered_lines: list[bytes] | None = None,
     ) -> None:
+        super().__init__(backend, _typed_header(record, "<new session>"), events)
         self._backend = backend
-        self._header = header
-        self._typed_header = _typed_header(header, "<new session>")
+        self._record = record
         self._session_dir = session_dir
         self._path = os.path.join(
             session_dir, generation_filename(CURRENT_VERSION, backend.compression)
         )
         self._lock = lock
-        self._events = events
-        #: Durable count: events[:cursor] are stored (or, for a torn tail, recovered).
-        self._cursor = len(events)
         #: File size as this handle wrote it; None until materialized.
         self._size = size
         #: Append descriptor of the log, opened on first use, closed with the handle.
         self._fd: int | None = None
-        self._pending: list[bytes] = []
-        self._drain_lock = anyio.Lock()
         self._truncate_to: int | None = torn.truncate_to if torn is not None else None
         self._rewrite: list[bytes] = list(recovered_lines or [])
         self._torn = torn
         self._poisoned: BaseException | None = None
-        self._closed = False
-        self._timer: anyio.CancelScope | None = None
-        self._barrier = 0
-        self._paused = False
-        self._reported = False
-        #: The live Session bound to this handle, if any (set by the plugin).
-        self.bound: object | None = None
-
-    # -- properties
-
-    @property
-    def id(self) -> str:
-        return str(self._header["id"])
-
-    @property
-    def header(self) -> SessionHeader:
-        return self._typed_header
 
     @property
     def path(self) -> str:
         return self._path
 
     @property
-    def next_seq(self) -> int:
-        return len(self._events)
-
-    @property
-    def durable_seq(self) -> int:
-        return self._cursor
-
-    @property
     def materialized(self) -> bool:
         return self._size is not None
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
+    # -- admission (the shared checks run first)
 
-    def accepted_events(self) -> tuple[SessionEvent, ...]:
-        """Every event this handle holds: stored (incl. a recovered tail) plus appended."""
-        return tuple(self._events)
-
-    # -- admission
-
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise SessionHandleClosedError(
-                f'write handle of session "{self.id}" is closed; open the session again'
-            )
-        if self._poisoned is not None:
-            raise SessionHandlePoisonedError(
-                f'write handle of session "{self.id}" is unusable after a failed fsync '
-                f"({self._poisoned}); what reached the disk is unknown — reopen the session to "
-                "continue from what is really stored"
-            ) from self._poisoned
-
-    def append(self, events: Sequence[EventLike]) -> None:
-        """Accept a contiguous batch (validated here; not durable until a flush)."""
-        prepared: list[tuple[bytes, SessionEvent]] = []
-        for index, event in enumerate(events):
-            where = f'session "{self.id}" append at index {index}'
-            prepared.append(_prepare(event, where, self.id))
-        if not prepared:
-            return
-        self._check_usable()
-        expected = len(self._events)
-        for index, (_line, typed) in enumerate(prepared):
-            if typed.seq != expected + index:
-                raise SessionAppendRejectedError(
-                    f'append seq mismatch for "{self.id}": expected {expected + index} at index '
-                    f'{index}, got {typed.seq} (event type "{typed.type}")'
-                )
-        self._events.extend(typed for _line, typed in prepared)
-        self._admit([line for line, _typed in prepared])
-
-    def admit_live(self, event: SessionEvent) -> None:
-        """Route one live ``session/event``: events this handle already has are skipped."""
-        if event.seq < len(self._events):
-            return
-        self.append([event])
-
-    def _admit(self, lines: list[bytes]) -> None:
-        was_idle = not self._pending
-        self._pending.extend(lines)
-        if self._barrier:
-            return  # the running barrier drains these; no window
-        if self._paused:
-            self._paused = False
-            self._arm_timer()
-        elif was_idle:
-            self._arm_timer()
-
-    # -- the 200 ms window
-
-    def _arm_timer(self) -> None:
-        spawn = self._backend.spawn
-        if spawn is None or self._timer is not None:
-            return
-        scope = anyio.CancelScope()
-
-        async def window() -> None:
-            with scope:
-                await _sleep_window()
-                if self._timer is scope:
-                    self._timer = None
-                await self._background_drain()
-            if self._timer is scope:
-                self._timer = None
-
+    def _check_wire(self, wire: dict[str, Any], where: str) -> dict[str, Any]:
         try:
-            spawn(window)
-        except Exception:  # e.g. the host is shutting down: events wait for a flush
-            return
-        self._timer = scope
+            return check_envelope(wire)
+        except RowError as error:
+            raise SessionAppendRejectedError(f"{where}: invalid event envelope: {error}") from None
 
-    def _cancel_timer(self) -> None:
-        scope, self._timer = self._timer, None
-        if scope is not None:
-            scope.cancel()
+    def _encode(self, event: SessionEvent, wire: dict[str, Any] | None) -> bytes:
+        return _typed_line(event) if wire is None else _encode_line(wire)
 
-    async def _background_drain(self) -> None:
-        try:
-            async with self._drain_lock:
-                if self._pending and not self._closed and self._poisoned is None:
-                    await self._write_pending()
-        except Exception as error:  # reported once; the batch stays buffered
-            self._paused = True
-            if not self._reported:
-                self._reported = True
-                self._backend.logger.warning(
-                    '%s: background write for session "%s" failed (buffered events retained): %s',
-                    self._backend.name,
-                    self.id,
-                    error,
-                )
+    def _unusable(self) -> BaseException | None:
+        if self._poisoned is None:
+            return None
+        error = SessionHandlePoisonedError(
+            f'write handle of session "{self.id}" is unusable after a failed fsync '
+            f"({self._poisoned}); what reached the disk is unknown — reopen the session to "
+            "continue from what is really stored"
+        )
+        error.__cause__ = self._poisoned
+        return error
 
-    # -- the barrier
+    # -- storage
 
-    async def flush(self) -> None:
-        """Return once everything appended so far is durable (see the seam)."""
-        self._check_usable()
-        self._cancel_timer()
-        self._paused = False
-        self._barrier += 1
-        try:
-            async with self._drain_lock:
-                self._check_usable()
-                await self._drain_all()
-        except BaseException:
-            self._paused = True
-            raise
-        finally:
-            self._barrier -= 1
-        self._reported = False
+    def _tail_to_repair(self) -> bool:
+        return self._truncate_to is not None or bool(self._rewrite)
 
-    async def _drain_all(self) -> None:
-        if not self.materialized and not self._pending:
-            await self._write_batch([])  # header-only publication
-        if self._truncate_to is not None or self._rewrite:
+    def _wants_empty_write(self) -> bool:
+        """Publish a header-only log, or repair a torn tail, even with nothing buffered."""
+        return not self.materialized or self._tail_to_repair()
+
+    def _close_needs_write(self) -> bool:
+        return self._tail_to_repair()
+
+    async def _store(self, lines: Sequence[bytes]) -> None:
+        """Write one batch as one frame (or publish the log); all-or-nothing."""
+        problem = self._unusable()
+        if problem is not None:
+            raise problem
+        if self._tail_to_repair():
             await self._repair_tail()
-        while self._pending:
-            await self._write_pending()
-
-    async def _write_pending(self) -> None:
-        batch = self._pending
-        self._pending = []
-        try:
-            await self._write_batch(batch)
-        except BaseException:
-            self._pending = batch + self._pending
-            raise
-
-    async def _write_batch(self, lines: list[bytes]) -> None:
-        """Write one batch as one frame (or publish the log), then advance the cursor."""
-        if self._truncate_to is not None or self._rewrite:
-            await self._repair_tail()
+        batch = list(lines)
         if self._size is None:
-            size = await anyio.to_thread.run_sync(self._materialize_sync, lines)
-            self._size = size
-        elif lines:
-            self._size = await anyio.to_thread.run_sync(self._append_sync, lines)
-        self._cursor += len(lines)
+            self._size = await anyio.to_thread.run_sync(self._materialize_sync, batch)
+        elif batch:
+            self._size = await anyio.to_thread.run_sync(self._append_sync, batch)
         self._torn = None
 
     async def _repair_tail(self) -> None:
@@ -525,7 +271,7 @@ class JsonlWriteHandle:
                 f'refusing to materialize "{self.id}": a log already exists on disk '
                 f"(load/resume it instead): {existing[-1][1]}"
             )
-        header = header_json_bytes(self._header)
+        header = header_json_bytes(self._record)
         if backend.compression == "zstd":
             content = compress_frame(header)
             if lines:
@@ -590,8 +336,7 @@ class JsonlWriteHandle:
     # -- reads and lifecycle
 
     async def read(self) -> SessionLoad:
-        if self._closed:
-            raise SessionHandleClosedError(f'write handle of session "{self.id}" is closed')
+        self._check_readable()
         revision = "unmaterialized"
         if self._size is not None:
             with contextlib.suppress(OSError):
@@ -599,48 +344,20 @@ class JsonlWriteHandle:
 
                 revision = revision_of(os.stat(self._path))
         return SessionLoad(
-            header=self._typed_header,
+            header=self._header,
             events=tuple(self._events),
             revision=revision,
             location=ArtifactLocation("jsonl", self._path),
-            torn_tail=self._torn if (self._truncate_to is not None or self._rewrite) else None,
+            torn_tail=self._torn if self._tail_to_repair() else None,
         )
 
-    async def close(self) -> None:
-        """Final drain, then release the lock. Idempotent; a failed drain still releases."""
-        if self._closed:
-            return
-        self._cancel_timer()
-        try:
-            if self._poisoned is None and (
-                self._pending or self._truncate_to is not None or self._rewrite
-            ):
-                self._barrier += 1
-                try:
-                    with anyio.CancelScope(shield=True):
-                        async with self._drain_lock:
-                            await self._drain_all()
-                finally:
-                    self._barrier -= 1
-        finally:
-            self.release_now()
-
-    def release_now(self) -> None:
-        """Drop ownership without draining: close the log, release the lock. Idempotent."""
-        self._cancel_timer()
-        self._closed = True
-        self._backend.forget(self)
+    def _drop(self) -> None:
+        """Close the log descriptor and release the lock. Idempotent."""
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
         if self._lock is not None:
             self._lock.release()
-
-    async def __aenter__(self) -> JsonlWriteHandle:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
 
 # --------------------------------------------------------------------------- the service
@@ -845,7 +562,10 @@ class JsonlSessionPersistence:
         sid = str(header["id"])
         return SessionLoad(
             header=_typed_header(header, artifact.path),
-            events=tuple(_typed_events(events, sid, artifact.path)),
+            events=tuple(
+                decode_stored_event(e, session_id=sid, seq=e.get("seq"), where=artifact.path)
+                for e in events
+            ),
             revision=artifact.revision,
             location=ArtifactLocation("jsonl", artifact.path),
             torn_tail=artifact.torn,
@@ -952,19 +672,13 @@ class JsonlSessionPersistence:
 
     async def inspect(self, session_id: str, *, token: CancelToken | None = None) -> SessionLoad:
         """A read plus in-memory crash closers (nothing is written or truncated)."""
-        from dsh_host.session.repair import interrupted_turn_closers
-
-        load = await self._read(session_id, token)
-        return dataclasses.replace(load, closers=tuple(interrupted_turn_closers(load.events)))
+        return with_closers(await self._read(session_id, token))
 
     async def read_from(
         self, session_id: str, from_seq: int, *, token: CancelToken | None = None
     ) -> tuple[SessionEvent, ...]:
         """Stored events with ``seq >= from_seq`` (no closers, nothing written)."""
-        if type(from_seq) is not int or from_seq < 0 or from_seq > 2**53 - 1:
-            raise ValueError(
-                f"readFrom fromSeq must be a non-negative safe integer, got {from_seq!r}"
-            )
+        check_from_seq(from_seq)
         load = await self._read(session_id, token)
         return load.events[from_seq:]
 
@@ -1039,15 +753,9 @@ class JsonlSessionPersistence:
 
     async def aclose(self) -> None:
         """Drain and release every handle; failures are logged and re-raised together."""
-        failures: list[BaseException] = []
-        for handle in list(self._owners.values()):
-            try:
-                await handle.close()
-            except Exception as error:
-                failures.append(error)
-                self.logger.error("%s dispose failed for %s: %s", self.name, handle.id, error)
-        if failures:
-            raise ExceptionGroup(f"{self.name} dispose failed", failures)  # type: ignore[type-var]
+        failures = await close_each(self._owners.values(), name=self.name, logger=self.logger)
+        if failures is not None:
+            raise failures
 
 
 def _listing_header(record: Mapping[str, Any]) -> dict[str, Any]:

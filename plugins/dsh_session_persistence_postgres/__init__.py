@@ -13,19 +13,16 @@ from ._backend import (
     PostgresWriteHandle,
     SessionStoreUnavailableError,
 )
-from ._batching import WINDOW_SECONDS, WriteBehind
 from ._schema import SCHEMA_VERSION, advisory_key
 from .plugin import PostgresConfig, SessionPersistencePostgres
 
 __all__ = [
     "SCHEMA_VERSION",
-    "WINDOW_SECONDS",
     "PostgresConfig",
     "PostgresReadHandle",
     "PostgresSessionPersistence",
     "PostgresWriteHandle",
     "SessionPersistencePostgres",
     "SessionStoreUnavailableError",
-    "WriteBehind",
     "advisory_key",
 ]

@@ -1,7 +1,9 @@
-"""The PostgreSQL ``sessionPersistence`` service: handles, ownership, write-behind.
+"""The PostgreSQL ``sessionPersistence`` service: handles, ownership, storage.
 
-Same seam and semantics as the JSONL backend (DECISIONS D7, D12); what differs
-is where the guarantees come from:
+Same seam and semantics as the JSONL backend (DECISIONS D7, D12); admission,
+the 200 ms window and the serialized drain are the session layer's
+(:mod:`dsh_host.session.write_behind`). What differs is where the guarantees
+come from:
 
 * **Durability.** A batch is one autocommit ``INSERT`` (the first one also
   inserts the header, through a CTE) on a connection started with
@@ -40,17 +42,11 @@ import psycopg
 from psycopg import sql
 
 from dsh_host.cancel import CancelToken
-from dsh_host.jsonsafe import NonJsonValueError, to_json_builtins
-from dsh_host.session.errors import (
-    InvalidSessionEventError,
-    InvalidSessionHeaderError,
-    UnknownEventTypeError,
-)
-from dsh_host.session.events import SessionEvent, decode_event, encode_event
+from dsh_host.session.errors import InvalidSessionHeaderError
+from dsh_host.session.events import SessionEvent, encode_event
 from dsh_host.session.header import SESSION_FORMAT_VERSION, SessionHeader, parse_session_header
 from dsh_host.session.persistence import (
     ArtifactLocation,
-    EventLike,
     OpenMode,
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
@@ -64,10 +60,13 @@ from dsh_host.session.persistence import (
     SessionPersistenceCorruptionError,
     SessionPersistenceError,
     SessionWriteError,
+    SnapshotReadHandle,
+    check_from_seq,
+    decode_stored_event,
+    with_closers,
 )
-from dsh_host.session.repair import interrupted_turn_closers
+from dsh_host.session.write_behind import BufferedWriteHandle, Spawn, close_each, header_meta
 
-from ._batching import WriteBehind
 from ._pool import ConnectionPool, connect, describe_dsn, usable, writer_conninfo
 from ._schema import EventStorage, SchemaInfo, advisory_key, ensure_schema
 
@@ -85,8 +84,6 @@ T = TypeVar("T")
 #: One buffered event: (seq, encoded JSON text).
 Row = tuple[int, str]
 
-_RETIRED_TYPES: Final = ("request/header-delta", "mode/set")
-
 #: How long a refused ``pg_try_advisory_lock`` is retried before reporting the owner.
 #: A writer whose process died holds its lock until PostgreSQL notices the closed
 #: socket and ends its session — measured at up to 8 ms after SIGKILL on a local
@@ -96,74 +93,23 @@ _RETIRED_TYPES: Final = ("request/header-delta", "mode/set")
 LOCK_SETTLE_SECONDS: Final = 0.1
 
 
-# --------------------------------------------------------------------------- admission
-
-
-def _admit_event(event: EventLike, where: str) -> tuple[SessionEvent, str]:
-    """An event to append as (typed event, JSON text), or :class:`SessionAppendRejectedError`."""
-    if isinstance(event, SessionEvent):
-        typed = event
-    elif isinstance(event, Mapping):
-        try:
-            wire = to_json_builtins(event, where)
-        except NonJsonValueError as error:
-            raise SessionAppendRejectedError(
-                "session event batch is not losslessly JSON-serializable because it contains "
-                f'non-JSON-serializable data (event type "{event.get("type")}"): '
-                f"{error.problem} at {error.path}"
-            ) from error
-        try:
-            typed = decode_event(wire, where=where)
-        except InvalidSessionEventError as error:
-            raise SessionAppendRejectedError(str(error)) from error
-    else:
-        raise SessionAppendRejectedError(
-            f"{where}: expected a SessionEvent or a mapping, got {type(event).__qualname__}"
-        )
-    try:
-        text = encode_event(typed).decode("utf-8")
-    except (TypeError, ValueError, msgspec.EncodeError) as error:
-        raise SessionAppendRejectedError(
-            "session event batch is not losslessly JSON-serializable because it contains "
-            f'non-JSON-serializable data (event type "{typed.type}"): {error}'
-        ) from error
-    return typed, text
-
-
-def _reject_retired(session_id: str, event: SessionEvent) -> None:
-    if event.type in _RETIRED_TYPES:
-        raise SessionAppendRejectedError(
-            f'session "{session_id}" contains unsupported legacy {event.type} event at seq '
-            f"{event.seq}"
-        )
+# --------------------------------------------------------------------------- headers
 
 
 def _header_of(header: SessionHeader | Mapping[str, Any]) -> SessionHeader:
     """Validate a header for ``create``; errors never reserve the id."""
-    if isinstance(header, Mapping):
-        try:
-            meta: dict[str, Any] = to_json_builtins(header, "session metadata")
-        except NonJsonValueError as error:
-            raise SessionAppendRejectedError(
-                f"session metadata must be losslessly JSON-serializable: {error.problem} at "
-                f"{error.path}"
-            ) from error
-        created = meta.get("createdAt")
-        if not (type(created) is int and 0 <= created <= 2**53 - 1):
-            raise SessionAppendRejectedError(
-                "session metadata createdAt must be a non-negative safe integer"
-            )
-        meta.setdefault("version", SESSION_FORMAT_VERSION)
-        if "seedLength" in meta:  # the 0.1.1 spelling of isSeeded
-            meta.setdefault("isSeeded", True)
-            del meta["seedLength"]
-        header = meta
-    elif not isinstance(header, SessionHeader):
+    meta = header_meta(header)
+    created = meta.get("createdAt")
+    if not (type(created) is int and 0 <= created <= 2**53 - 1):
         raise SessionAppendRejectedError(
-            f"session header must be a SessionHeader or a mapping, got {type(header).__qualname__}"
+            "session metadata createdAt must be a non-negative safe integer"
         )
+    meta.setdefault("version", SESSION_FORMAT_VERSION)
+    if "seedLength" in meta:  # the 0.1.1 spelling of isSeeded
+        meta.setdefault("isSeeded", True)
+        del meta["seedLength"]
     try:
-        return parse_session_header(header)
+        return parse_session_header(meta)
     except InvalidSessionHeaderError as error:
         raise SessionAppendRejectedError(str(error)) from error
 
@@ -191,44 +137,15 @@ class _Outcome:
         self.committed = False
 
 
-# --------------------------------------------------------------------------- read handle
-
-
-class PostgresReadHandle:
+class PostgresReadHandle(SnapshotReadHandle):
     """A snapshot of one stored session, read at open; no lock, no writes."""
-
-    mode: Literal["read"] = "read"
-
-    def __init__(self, load: SessionLoad) -> None:
-        self._load = load
-        self._closed = False
-
-    @property
-    def id(self) -> str:
-        return self._load.id
-
-    async def read(self) -> SessionLoad:
-        if self._closed:
-            raise SessionHandleClosedError(f'read handle of session "{self.id}" is closed')
-        return self._load
-
-    async def close(self) -> None:
-        self._closed = True
-
-    async def __aenter__(self) -> PostgresReadHandle:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
 
 # --------------------------------------------------------------------------- write handle
 
 
-class PostgresWriteHandle:
+class PostgresWriteHandle(BufferedWriteHandle[Row]):
     """Exclusive writer of one session: its own connection holds the advisory lock."""
-
-    mode: Literal["write"] = "write"
 
     def __init__(
         self,
@@ -239,54 +156,16 @@ class PostgresWriteHandle:
         conn: psycopg.Connection[Any] | None,
         materialized: bool,
     ) -> None:
+        super().__init__(backend, header, events)
         self._backend = backend
-        self._header = header
         self._header_text = _header_text(header)
-        self._events = events
-        self._cursor = len(events)
         self._conn = conn
         self._materialized = materialized
         self._lost: SessionOwnershipLostError | None = None
-        self._closed = False
-        self._batcher: WriteBehind[Row] = WriteBehind(
-            write=self._write,
-            spawn=backend.spawn_window,
-            report=self._report,
-            wants_empty_write=lambda: not self._materialized,
-        )
-        #: The live Session bound to this handle, if any (set by the plugin).
-        self.bound: object | None = None
-
-    # -- properties
-
-    @property
-    def id(self) -> str:
-        return self._header.id
-
-    @property
-    def header(self) -> SessionHeader:
-        return self._header
-
-    @property
-    def next_seq(self) -> int:
-        return len(self._events)
-
-    @property
-    def durable_seq(self) -> int:
-        return self._cursor
 
     @property
     def materialized(self) -> bool:
         return self._materialized
-
-    @property
-    def events(self) -> tuple[SessionEvent, ...]:
-        """Every event this handle holds: stored at open plus appended since."""
-        return tuple(self._events)
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     @property
     def ownership_lost(self) -> bool:
@@ -300,60 +179,31 @@ class PostgresWriteHandle:
             return None
         return int(conn.info.backend_pid)
 
-    # -- admission
+    # -- admission (the shared checks run first)
 
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise SessionHandleClosedError(
-                f'write handle of session "{self.id}" is closed; open the session again'
-            )
-        if self._lost is not None:
-            raise self._lost_again()
+    def _encode(self, event: SessionEvent, wire: dict[str, Any] | None) -> Row:
+        try:
+            text = encode_event(event).decode("utf-8")
+        except (TypeError, ValueError, msgspec.EncodeError) as error:
+            raise SessionAppendRejectedError(
+                "session event batch is not losslessly JSON-serializable because it contains "
+                f'non-JSON-serializable data (event type "{event.type}"): {error}'
+            ) from error
+        return event.seq, text
 
-    def append(self, events: Sequence[EventLike]) -> None:
-        """Accept a contiguous batch (validated here; durable only after a flush)."""
-        prepared = [
-            _admit_event(event, f'session "{self.id}" append at index {index}')
-            for index, event in enumerate(events)
-        ]
-        for typed, _text in prepared:
-            _reject_retired(self.id, typed)
-        if not prepared:
-            return
-        self._check_usable()
-        expected = len(self._events)
-        for index, (typed, _text) in enumerate(prepared):
-            if typed.seq != expected + index:
-                raise SessionAppendRejectedError(
-                    f'append seq mismatch for "{self.id}": expected {expected + index} at index '
-                    f'{index}, got {typed.seq} (event type "{typed.type}")'
-                )
-        self._events.extend(typed for typed, _text in prepared)
-        self._batcher.admit([(typed.seq, text) for typed, text in prepared])
+    def _unusable(self) -> BaseException | None:
+        return self._lost_again() if self._lost is not None else None
 
-    def admit_live(self, event: SessionEvent) -> None:
-        """Route one live ``session/event``: events this handle already has are skipped."""
-        if event.seq < len(self._events):
-            return
-        self.append([event])
+    def _close_error(self) -> BaseException | None:
+        """A lost lock with events not known to be stored: close reports them."""
+        if self._lost is not None and self._cursor < len(self._events):
+            return self._lost_again()
+        return None
 
-    # -- writing
+    # -- storage
 
-    async def flush(self) -> None:
-        """Return once everything appended so far is committed (see the seam)."""
-        self._check_usable()
-        await self._batcher.flush()
-
-    def _report(self, error: BaseException) -> None:
-        self._backend.logger.warning(
-            '%s: background write for session "%s" failed (buffered events retained): %s',
-            self._backend.name,
-            self.id,
-            error,
-        )
-
-    async def _write(self, batch: Sequence[Row]) -> None:
-        """Persist one batch (empty = header-only publication), then advance the cursor."""
+    async def _store(self, batch: Sequence[Row]) -> None:
+        """Persist one batch (empty = header-only publication) in one transaction."""
         if self._lost is not None:
             raise self._lost_again()
         if batch and batch[0][0] != self._cursor:  # pragma: no cover - the batcher keeps order
@@ -370,7 +220,6 @@ class PostgresWriteHandle:
             raise
         finally:
             if outcome.committed:
-                self._cursor += len(batch)
                 self._materialized = True
 
     def _write_sync(
@@ -444,8 +293,7 @@ class PostgresWriteHandle:
     # -- reads and lifecycle
 
     async def read(self) -> SessionLoad:
-        if self._closed:
-            raise SessionHandleClosedError(f'write handle of session "{self.id}" is closed')
+        self._check_readable()
         revision = self._backend.revision(self._cursor) if self._materialized else "unmaterialized"
         return SessionLoad(
             header=self._header,
@@ -454,39 +302,17 @@ class PostgresWriteHandle:
             location=ArtifactLocation("postgres", self._backend.locate_id(self.id)),
         )
 
-    async def close(self) -> None:
-        """Final drain, then release the lock (keeping the connection for the next writer).
-
-        Idempotent. The drain is shielded from cancellation: a close that is cancelled
-        still writes what was appended. If ownership was lost with events
-        still buffered, the error is raised after the lock connection is gone.
-        """
-        if self._closed:
-            return
-        try:
-            if self._lost is None and not self._batcher.idle:
-                with anyio.CancelScope(shield=True):
-                    await self._batcher.flush()
-            elif self._lost is not None and self._cursor < len(self._events):
-                raise self._lost_again()
-        finally:
-            self._closed = True
-            self._backend.forget(self)
-            await self._release_connection()
-
-    def release_now(self) -> None:
-        """Drop ownership without draining: closing the socket ends the lock."""
+    async def _release(self) -> None:
+        """Release the lock, keeping the connection for the next writer."""
         self._closed = True
         self._backend.forget(self)
+        await self._release_connection()
+
+    def _drop(self) -> None:
+        """Closing the socket ends the lock."""
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
-
-    async def __aenter__(self) -> PostgresWriteHandle:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
 
 # --------------------------------------------------------------------------- the service
@@ -512,7 +338,7 @@ class PostgresSessionPersistence:
         schema: str = "dsh",
         pool_size: int = 4,
         connect_timeout: float = 10.0,
-        spawn: Any = None,
+        spawn: Spawn | None = None,
         logger: logging.Logger | None = None,
         storage: EventStorage = "text",
     ) -> None:
@@ -560,10 +386,6 @@ class PostgresSessionPersistence:
         ).format(s=s)
 
     # -- plumbing
-
-    def spawn_window(self, fn: Any, *args: Any) -> None:
-        if self.spawn is not None:
-            self.spawn(fn, *args)
 
     @property
     def info(self) -> SchemaInfo:
@@ -742,20 +564,7 @@ class PostgresSessionPersistence:
         where = self.locate_id(session_id)
         out: list[SessionEvent] = []
         for index, (seq, text) in enumerate(rows):
-            try:
-                event = decode_event(text, where=f"stored event at seq {seq}")
-            except UnknownEventTypeError as error:
-                raise SessionFormatUnsupportedError(
-                    f'session "{session_id}" contains event type "{error.event_type}" (seq {seq}) '
-                    "unknown to this harness and not marked ignorable; refusing to interpret the "
-                    f"log — it was likely written by a newer harness (raw log: {where})",
-                    location=where,
-                ) from None
-            except InvalidSessionEventError as error:
-                raise SessionPersistenceCorruptionError(
-                    f'stored session "{session_id}" failed validation: {error} (raw log: {where})',
-                    path=where,
-                ) from error
+            event = decode_stored_event(text, session_id=session_id, seq=seq, where=where)
             if seq != first_seq + index or event.seq != seq:
                 raise SessionPersistenceCorruptionError(
                     f'stored session "{session_id}" failed validation: row {first_seq + index} '
@@ -875,23 +684,13 @@ class PostgresSessionPersistence:
 
     async def inspect(self, session_id: str, *, token: CancelToken | None = None) -> SessionLoad:
         """A read plus in-memory crash closers (nothing is written)."""
-        load = await self._read(session_id, token)
-        return SessionLoad(
-            header=load.header,
-            events=load.events,
-            revision=load.revision,
-            location=load.location,
-            closers=tuple(interrupted_turn_closers(load.events)),
-        )
+        return with_closers(await self._read(session_id, token))
 
     async def read_from(
         self, session_id: str, from_seq: int, *, token: CancelToken | None = None
     ) -> tuple[SessionEvent, ...]:
         """Stored events with ``seq >= from_seq`` (only those rows are fetched)."""
-        if type(from_seq) is not int or from_seq < 0 or from_seq > 2**53 - 1:
-            raise ValueError(
-                f"readFrom fromSeq must be a non-negative safe integer, got {from_seq!r}"
-            )
+        check_from_seq(from_seq)
         if token is not None:
             token.throw_if_aborted()
         await self.ensure_schema()
@@ -937,19 +736,13 @@ class PostgresSessionPersistence:
         raised together as ``<backend> dispose failed``.
         """
         self._closed = True
-        failures: list[Exception] = []
-        for handle in list(self._owners.values()):
-            try:
-                await handle.close()
-            except Exception as error:
-                failures.append(error)
-                self.logger.error("%s dispose failed for %s: %s", self.name, handle.id, error)
+        failures = await close_each(self._owners.values(), name=self.name, logger=self.logger)
         await self.pool.aclose()
         spares, self._spare_writers = self._spare_writers, []
         for conn in spares:
             await anyio.to_thread.run_sync(conn.close)
-        if failures:
-            raise ExceptionGroup(f"{self.name} dispose failed", failures)
+        if failures is not None:
+            raise failures
 
     async def __aenter__(self) -> PostgresSessionPersistence:
         return self

@@ -29,7 +29,8 @@ import pytest
 
 from dsh_host.cancel import CancelToken
 from dsh_host.errors import AbortedError
-from dsh_host.session.events import event_to_builtins
+from dsh_host.session.events import RequestHeaderData, SessionEvent, event_to_builtins
+from dsh_host.session.messages import EpochHeader, LlmCallConfig
 from dsh_host.session.persistence import (
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
@@ -59,6 +60,7 @@ __all__ = [
     "test_open_missing_session",
     "test_pre_aborted_token_raises_the_reason",
     "test_resume_appends_closers_and_continues",
+    "test_retired_shapes_never_enter_a_log",
     "test_round_trip",
     "test_second_writer_in_process_is_refused",
     "test_sessions_flush_concurrently",
@@ -526,3 +528,44 @@ async def test_concurrent_flushes_write_each_event_once(backend_factory: Backend
     async with backend_of(backend_factory) as backend:
         load = await (await backend.open("conc", "read")).read()
         assert wire(load.events) == plain(events)
+
+
+async def test_retired_shapes_never_enter_a_log(backend_factory: BackendFactory) -> None:
+    """DSH's retired shapes are refused at append, typed or plain (spec §7.4 step 2), and so is
+    v3's retired ``request/header`` ``header.system`` — a v3 reader refuses a log holding it."""
+    config = {"provider": "mock", "model": "m"}
+    retired = [
+        (ev("request/header-delta", 1, {}), "unsupported legacy request/header-delta event"),
+        (ev("mode/set", 1, {"mode": "x"}), "unsupported legacy mode/set event"),
+        (
+            ev("request/header", 1, {"header": {"config": config}, "reason": "fallback"}),
+            'unsupported legacy request/header reason "fallback"',
+        ),
+        (
+            ev(
+                "request/header",
+                1,
+                {"header": {"config": config, "system": "x"}, "reason": "change"},
+            ),
+            r"carries header\.system, which DSH v3 retired",
+        ),
+    ]
+    typed_system = SessionEvent(
+        type="request/header",
+        seq=1,
+        time=1,
+        data=RequestHeaderData(
+            header=EpochHeader(config=LlmCallConfig(provider="mock", model="m"), system=""),
+            reason="change",
+        ),
+    )
+    async with backend_of(backend_factory) as backend:
+        handle = await backend.create(header("retired"))
+        handle.append([ev("turn/start", 0, {"turn": 1})])
+        for event, message in retired:
+            with pytest.raises(SessionAppendRejectedError, match=message):
+                handle.append([event])
+        with pytest.raises(SessionAppendRejectedError, match=r"header\.system"):
+            handle.append([typed_system])
+        assert handle.next_seq == 1
+        await handle.close()

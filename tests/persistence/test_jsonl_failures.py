@@ -18,8 +18,8 @@ import anyio
 import anyio.lowlevel
 import pytest
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
-from dsh_session_persistence_jsonl import _backend as backend_module
 
+from dsh_host.session import write_behind
 from dsh_host.session.events import event_to_builtins
 from dsh_host.session.persistence import (
     SessionHandlePoisonedError,
@@ -199,7 +199,7 @@ class Window:
         self.armed = 0
         self.expire = anyio.Event()
 
-    async def sleep(self) -> None:
+    async def sleep(self, deadline: float) -> None:
         self.armed += 1
         await self.expire.wait()
 
@@ -211,7 +211,7 @@ class Window:
 @pytest.fixture
 def window(monkeypatch: pytest.MonkeyPatch) -> Iterator[Window]:
     fake = Window()
-    monkeypatch.setattr(backend_module, "_sleep_window", fake.sleep)
+    monkeypatch.setattr(write_behind, "window_sleep_until", fake.sleep)
     yield fake
 
 
@@ -276,7 +276,7 @@ async def test_background_failure_is_reported_once_and_retained(
             await _until(lambda: window.armed == base + 2)
             window.release()
             # The second failure pauses the window again; by then it has decided not to log.
-            await _until(lambda: write.calls >= 2 and handle._paused)
+            await _until(lambda: write.calls >= 2 and handle.write_behind.paused)
             assert caplog.text.count("background write") == 1  # ...but reports only once
         assert 'session "bg" failed (buffered events retained)' in caplog.text
         assert handle.durable_seq == 2

@@ -1,4 +1,4 @@
-"""The write-behind controller (spec §7.3, checklist 35–39), driven by a manual clock.
+"""The shared write-behind controller (spec §7.3, checklist 35–39), driven by a manual clock.
 
 The controller takes its clock and its sleep as parameters; here both come from
 :class:`ManualClock`, so "200 ms" is an explicit ``advance`` and no test
@@ -12,7 +12,8 @@ from contextlib import asynccontextmanager
 
 import anyio
 import pytest
-from dsh_session_persistence_postgres import WINDOW_SECONDS, WriteBehind
+
+from dsh_host.session.write_behind import WINDOW_SECONDS, WriteBehind
 
 pytestmark = pytest.mark.anyio
 

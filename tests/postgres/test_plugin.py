@@ -1,4 +1,5 @@
-"""The plugin in a real host: live sessions reach PostgreSQL through the session store's events;
+"""The plugin in a real host: live sessions reach PostgreSQL through the session store's events
+(the live-binding contract, tests/persistence/live_contract.py, runs here too);
 configs/postgres.yml composes it, and the ``dsh`` CLI runs and resumes on it."""
 
 from __future__ import annotations
@@ -13,28 +14,18 @@ from typing import Any
 import anyio
 import pytest
 from dsh_session_persistence_postgres import PostgresSessionPersistence
-from persistence.helpers import plain
+from persistence.live_contract import *  # noqa: F403
+from persistence.live_contract import one_turn, wire
 
 from dsh_host import Row, open_host, open_host_from_yaml
 from dsh_host.errors import BootError
-from dsh_host.session.events import event_to_builtins
-from dsh_host.session.persistence import (
-    SessionAlreadyExistsError,
-    SessionOwnershipLostError,
-    SessionPersistence,
-)
-from dsh_host.session.repair import interrupted_turn_closers
-from dsh_host.session.session import Session
+from dsh_host.session.persistence import SessionOwnershipLostError
 
 from .helpers import backend, query, stored_rows, until, until_gone
 
 pytestmark = pytest.mark.anyio
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def wire(events: Any) -> list[Any]:
-    return [plain(event_to_builtins(e)) for e in events]
 
 
 def rows(dsn: str, schema: str, **config: Any) -> list[Row]:
@@ -44,48 +35,29 @@ def rows(dsn: str, schema: str, **config: Any) -> list[Row]:
     ]
 
 
-def one_turn(session: Session, *, close: bool = True) -> None:
-    session.append("turn/start", {"turn": 1})
-    session.append(
-        "user/message",
-        {
-            "id": "u1",
-            "role": "user",
-            "content": [{"type": "text", "text": "hi"}],
-            "source": {"kind": "user"},
-        },
-        surface_op="append",
-    )
-    session.append("step/start", {"turn": 1, "step": 1})
-    if close:
-        session.append("step/end", {"turn": 1, "step": 1})
-        session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+class PostgresLive:
+    def __init__(self, dsn: str, schema: str) -> None:
+        self.dsn = dsn
+        self.schema = schema
+
+    def rows(self) -> list[Row]:
+        return rows(self.dsn, self.schema)
+
+    async def stored(self, session_id: str) -> list[Any]:
+        async with backend(self.dsn, self.schema) as b:
+            return wire((await (await b.open(session_id, "read")).read()).events)
 
 
-async def stored(dsn: str, schema: str, sid: str) -> list[Any]:
-    async with backend(dsn, schema) as b:
-        return wire((await (await b.open(sid, "read")).read()).events)
+@pytest.fixture
+def live_backend(pg_dsn: str, pg_schema: str) -> PostgresLive:
+    return PostgresLive(pg_dsn, pg_schema)
 
 
-async def test_live_session_is_durable_after_sessions_flush(pg_dsn: str, pg_schema: str) -> None:
+async def test_the_artifact_is_named_by_schema_and_id(pg_dsn: str, pg_schema: str) -> None:
     async with open_host(rows(pg_dsn, pg_schema)) as host:
-        ctx = host.ctx
-        assert isinstance(ctx.sessionPersistence, SessionPersistence)
-        session = ctx.sessions.create("live-1", meta={"cwd": "/work/project"})
-        one_turn(session)
-        assert await ctx.sessions.flush(session) is True
-        assert await stored(pg_dsn, pg_schema, "live-1") == wire(session.events)
-        assert ctx.sessionPersistence.locate(session.header).path == f"{pg_schema}.events#live-1"
-
-
-async def test_unflushed_events_are_drained_when_the_host_closes(
-    pg_dsn: str, pg_schema: str
-) -> None:
-    async with open_host(rows(pg_dsn, pg_schema)) as host:
-        session = host.ctx.sessions.create("drain", meta={"cwd": "/p"})
-        one_turn(session)
-        expected = wire(session.events)
-    assert await stored(pg_dsn, pg_schema, "drain") == expected
+        session = host.ctx.sessions.create("live-1", meta={"cwd": "/work/project"})
+        path = host.ctx.sessionPersistence.locate(session.header).path
+        assert path == f"{pg_schema}.events#live-1"
 
 
 async def test_the_window_writes_without_an_explicit_flush(pg_dsn: str, pg_schema: str) -> None:
@@ -97,49 +69,6 @@ async def test_the_window_writes_without_an_explicit_flush(pg_dsn: str, pg_schem
         handle = backend_.owner("window")
         await until(lambda: handle.durable_seq == len(session.events))
         assert len(stored_rows(pg_dsn, pg_schema, "window")) == len(session.events)
-
-
-async def test_resume_adopts_the_resumers_write_handle(pg_dsn: str, pg_schema: str) -> None:
-    async with open_host(rows(pg_dsn, pg_schema)) as host:
-        session = host.ctx.sessions.create("resume", meta={"cwd": "/p"})
-        one_turn(session, close=False)  # the process "crashes" inside turn 1
-        await host.ctx.sessions.flush(session)
-    async with open_host(rows(pg_dsn, pg_schema)) as host:
-        ctx = host.ctx
-        handle = await ctx.sessionPersistence.open("resume", "write")
-        load = await handle.read()
-        closers = interrupted_turn_closers(load.events)
-        assert [c.type for c in closers] == ["step/end", "turn/end"]
-        handle.append(closers)
-        await handle.flush()
-        restored = Session.restore(load.header, list(load.events) + closers)
-        ctx.sessions.attach(restored)  # session/created: the plugin adopts `handle`
-        restored.append("turn/start", {"turn": 2})
-        await ctx.sessions.flush(restored)
-        assert handle.bound is restored
-        events = await stored(pg_dsn, pg_schema, "resume")
-        assert events == wire(restored.events)
-        assert [e["type"] for e in events[3:]] == [
-            "step/end",
-            "turn/end",
-            "session/end-seed",
-            "turn/start",
-        ]
-
-
-async def test_a_new_session_reusing_a_stored_id_fails_at_its_flush(
-    pg_dsn: str, pg_schema: str
-) -> None:
-    async with open_host(rows(pg_dsn, pg_schema)) as host:
-        first = host.ctx.sessions.create("taken", meta={"cwd": "/p"})
-        one_turn(first)
-        await host.ctx.sessions.flush(first)
-    async with open_host(rows(pg_dsn, pg_schema)) as host:
-        impostor = host.ctx.sessions.create("taken", meta={"cwd": "/p"})
-        impostor.append("turn/start", {"turn": 1})
-        with pytest.raises(SessionAlreadyExistsError, match="id collision"):
-            await host.ctx.sessions.flush(impostor)
-    assert len(stored_rows(pg_dsn, pg_schema, "taken")) == 5  # the stored log is untouched
 
 
 async def test_a_lost_lock_fails_the_next_sessions_flush(pg_dsn: str, pg_schema: str) -> None:

@@ -1,0 +1,649 @@
+"""Write-behind for persistence backends: admission, the 200 ms window, the serialized drain.
+
+Every backend's write handle promises the same thing (the seam in
+:mod:`dsh_host.session.persistence`): ``append`` validates a batch and makes it
+visible at once but not durable; ``flush`` is the durability barrier; a fixed
+window writes buffered events in the background. Only *how a batch reaches
+storage* differs between backends, so this module holds everything else and a
+backend subclasses :class:`BufferedWriteHandle`, implementing storage alone:
+
+* ``_encode`` — what one admitted event becomes in the buffer (a JSONL line, a
+  JSON text for a row);
+* ``_store(batch)`` — persist one batch all-or-nothing (the first one
+  materializes the session; an empty batch is asked for only when
+  ``_wants_empty_write`` says so: header-only publication, tail repair);
+* ``_release`` / ``_drop`` — give up ownership (lock, connection) after the final drain;
+* ``read`` — what the handle shows.
+
+:class:`WriteBehind` decides *when* batches are written
+(session-and-persistence.md §7.3):
+
+* **Window.** The first event admitted into an empty queue arms a fixed 200 ms
+  window. Later events join it without moving the deadline: bounded coalescing,
+  not a debounce, so a steady trickle of events is still written every 200 ms.
+* **Expiry.** When the window expires and no write is running, the *whole*
+  queue becomes one batch. If a write is running, the expiry is remembered and
+  the next batch starts as soon as that write settles. Events admitted during
+  a write form the next batch with their own window, which keeps its remaining
+  time when the write ends.
+* **Background failure.** The batch goes back in front of newer events (order
+  is never lost), the window is cancelled and automatic writing pauses; the
+  failure is logged once (until a write succeeds again, so a full disk is not
+  reported every 200 ms). The next admitted event (with a fresh window) or an
+  explicit flush retries.
+* **Barrier (flush).** Concurrent flushes share one barrier. It cancels the
+  window, waits for a running write, then writes until the queue is empty,
+  including events admitted meanwhile. A failure is retained, pauses automatic
+  writing and is raised to every flush caller (not logged). Admission to the
+  barrier closes before it resolves, so a later event arms its own window.
+
+At most one write runs at a time, so storage never sees two batches of one
+handle concurrently and batches arrive in admission order (the serialized
+drain). All state lives on the event loop; ``_store`` may hop to a thread.
+
+The clock and the sleep are injectable so tests can drive the window with a
+manual clock instead of asserting on wall time.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Final, Generic, Literal, Protocol, TypeVar
+
+import anyio
+from msgspec import UNSET
+
+from dsh_host.jsonsafe import NonJsonValueError, to_json_builtins
+from dsh_host.session.errors import InvalidSessionEventError
+from dsh_host.session.events import SessionEvent, decode_event
+from dsh_host.session.header import SessionHeader
+from dsh_host.session.persistence import (
+    EventLike,
+    SessionAppendRejectedError,
+    SessionHandleClosedError,
+    SessionLoad,
+)
+
+__all__ = [
+    "RETIRED_EVENT_TYPES",
+    "WINDOW_SECONDS",
+    "BufferedWriteHandle",
+    "HandleOwner",
+    "Once",
+    "Spawn",
+    "WriteBehind",
+    "close_each",
+    "header_meta",
+    "reject_retired",
+    "window_sleep_until",
+]
+
+T = TypeVar("T")
+
+#: The fixed coalescing window (seconds). Seed 000 §4.1: "no longer configurable".
+WINDOW_SECONDS: Final = 0.2
+
+#: Starts a background task running ``fn()`` (a host's ``ctx.start_soon`` or a task
+#: group's ``start_soon``; both accept a zero-argument async callable).
+Spawn = Callable[[Callable[[], Awaitable[Any]]], object]
+
+#: Event types DSH retired before v3: they never enter a log (spec §7.4 step 2).
+RETIRED_EVENT_TYPES: Final = frozenset({"request/header-delta", "mode/set"})
+
+
+async def window_sleep_until(deadline: float) -> None:
+    """The window's wait. Module-level, and looked up when a window is armed, so a test
+    can take control of when windows expire in a whole host (``monkeypatch.setattr``)."""
+    await anyio.sleep_until(deadline)
+
+
+# --------------------------------------------------------------------------- admission
+
+
+def reject_retired(session_id: str, kind: object, seq: object, data: object) -> None:
+    """Refuse the shapes DSH retired (exact texts of spec §7.4 step 2, plus v3's ``system``).
+
+    ``data`` is the event's typed payload or its wire mapping. The session core
+    refuses these shapes at ``Session.append`` already; this check covers events
+    handed to a backend directly (a resumer's batch, a typed event built by hand).
+    """
+    if kind in RETIRED_EVENT_TYPES:
+        raise SessionAppendRejectedError(
+            f'session "{session_id}" contains unsupported legacy {kind} event at seq {seq}'
+        )
+    if kind != "request/header":
+        return
+    if isinstance(data, Mapping):
+        reason, header = data.get("reason"), data.get("header")
+        has_system = isinstance(header, Mapping) and "system" in header
+    else:
+        reason, header = getattr(data, "reason", None), getattr(data, "header", None)
+        has_system = getattr(header, "system", UNSET) is not UNSET
+    if reason == "fallback":
+        raise SessionAppendRejectedError(
+            f'session "{session_id}" contains unsupported legacy request/header reason '
+            f'"fallback" at seq {seq}'
+        )
+    if has_system:
+        raise SessionAppendRejectedError(
+            f'session "{session_id}": request/header at seq {seq} carries header.system, which '
+            "DSH v3 retired (v3 readers refuse such a log); log the system prompt as a "
+            "system/message event instead"
+        )
+
+
+def header_meta(header: SessionHeader | Mapping[str, Any]) -> dict[str, Any]:
+    """A header handed to ``create`` as plain JSON (not yet validated as a header)."""
+    if isinstance(header, SessionHeader):
+        return header.to_json()
+    if not isinstance(header, Mapping):
+        raise SessionAppendRejectedError(
+            f"session header must be a SessionHeader or a mapping, got {type(header).__qualname__}"
+        )
+    try:
+        meta: dict[str, Any] = to_json_builtins(header, "session metadata")
+    except NonJsonValueError as error:
+        raise SessionAppendRejectedError(
+            f"session metadata must be losslessly JSON-serializable: {error.problem} at "
+            f"{error.path}"
+        ) from error
+    return meta
+
+
+# --------------------------------------------------------------------------- once
+
+
+class Once:
+    """An async step run once, by its first caller, shielded from cancellation.
+
+    Later callers wait for that run instead of racing it (two closers would
+    release a lock under a running write; a binding a flush and a release both
+    need must not run twice). A failure of the run is its first caller's.
+    """
+
+    __slots__ = ("_done",)
+
+    def __init__(self) -> None:
+        self._done: anyio.Event | None = None
+
+    async def run(self, step: Callable[[], Awaitable[None]]) -> None:
+        if self._done is not None:
+            await self._done.wait()
+            return
+        done = self._done = anyio.Event()
+        try:
+            with anyio.CancelScope(shield=True):
+                await step()
+        finally:
+            done.set()
+
+
+# --------------------------------------------------------------------------- the controller
+
+
+class _Barrier:
+    """One shared flush: every concurrent caller waits on ``done``."""
+
+    __slots__ = ("abandoned", "done", "error")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.error: BaseException | None = None
+        #: The task running the barrier was cancelled; waiters start their own.
+        self.abandoned = False
+
+
+class WriteBehind(Generic[T]):
+    """The pending queue, the window, the single active write and the flush barrier.
+
+    ``write(batch)`` persists one batch all-or-nothing (raising leaves nothing
+    written). It is called with an empty batch only by a flush with nothing
+    pending when ``wants_empty_write()`` says so. ``spawn`` starts the window's
+    background task; without it (``None``), or when it refuses (the host is
+    shutting down), buffered items wait for a flush. ``report(exc)`` logs a
+    background failure.
+    """
+
+    def __init__(
+        self,
+        *,
+        write: Callable[[Sequence[T]], Awaitable[None]],
+        spawn: Spawn | None,
+        report: Callable[[BaseException], None],
+        wants_empty_write: Callable[[], bool] = lambda: False,
+        clock: Callable[[], float] = anyio.current_time,
+        sleep_until: Callable[[float], Awaitable[Any]] | None = None,
+        window: float = WINDOW_SECONDS,
+    ) -> None:
+        self._write = write
+        self._spawn = spawn
+        self._report = report
+        self._wants_empty_write = wants_empty_write
+        self._clock = clock
+        self._sleep_until = sleep_until
+        self._window = window
+        self.pending: list[T] = []
+        self._active: anyio.Event | None = None
+        self._deadline: float | None = None
+        self._sleeper: anyio.CancelScope | None = None
+        self._window_id = 0
+        self._expired = False
+        self._paused = False
+        self._reported = False
+        self._barrier: _Barrier | None = None
+
+    # ----------------------------------------------------------------- state
+
+    @property
+    def writing(self) -> bool:
+        """A batch is being written right now."""
+        return self._active is not None
+
+    @property
+    def window_armed(self) -> bool:
+        return self._deadline is not None
+
+    @property
+    def paused(self) -> bool:
+        """Automatic writing stopped after a failure (until the next event or flush)."""
+        return self._paused
+
+    @property
+    def idle(self) -> bool:
+        """Nothing pending, nothing being written, no flush running."""
+        return not self.pending and self._active is None and self._barrier is None
+
+    # ------------------------------------------------------------- admission
+
+    def admit(self, items: Sequence[T]) -> None:
+        """Queue ``items`` (already validated) behind everything admitted before."""
+        if not items:
+            return
+        was_empty = not self.pending
+        self.pending.extend(items)
+        if self._barrier is not None:
+            return  # the running barrier drains them; no window of their own
+        if self._paused:
+            self._paused = False
+            self._arm()
+        elif was_empty:
+            self._arm()
+
+    def _arm(self) -> None:
+        self.cancel_window()
+        if self._spawn is None:
+            return
+        self._deadline = deadline = self._clock() + self._window
+        scope = self._sleeper = anyio.CancelScope()
+        try:
+            self._spawn(functools.partial(self._run_window, self._window_id, deadline, scope))
+        except Exception:  # e.g. the host is shutting down: the items wait for a flush
+            self.cancel_window()
+
+    def cancel_window(self) -> None:
+        """Disarm the window: its sleeping task is cancelled and writes nothing."""
+        self._window_id += 1
+        self._deadline = None
+        sleeper, self._sleeper = self._sleeper, None
+        if sleeper is not None:
+            sleeper.cancel()
+
+    async def _run_window(self, window_id: int, deadline: float, scope: anyio.CancelScope) -> None:
+        sleep = self._sleep_until or window_sleep_until
+        with scope:
+            await sleep(deadline)
+        if scope.cancel_called or window_id != self._window_id or self._barrier is not None:
+            return
+        self._deadline = self._sleeper = None
+        if self._active is not None:
+            self._expired = True  # the writer picks the batch up when it settles
+            return
+        await self._background_writes()
+
+    async def _background_writes(self) -> None:
+        while self.pending and self._barrier is None:
+            try:
+                await self._write_one()
+            except Exception as exc:
+                if self._barrier is not None:
+                    return  # a flush is waiting for this write; it retries the batch
+                self.cancel_window()
+                self._paused = True
+                self._expired = False
+                if not self._reported:
+                    self._reported = True
+                    self._report(exc)
+                return
+            if not self._expired:
+                return  # a newer batch (if any) keeps its own window
+            self._expired = False
+
+    async def _write_one(self) -> None:
+        """Write the whole queue as one batch; on any failure put it back in front."""
+        batch, self.pending = self.pending, []
+        done = self._active = anyio.Event()
+        try:
+            await self._write(batch)
+        except BaseException:
+            self.pending[:0] = batch
+            raise
+        finally:
+            self._active = None
+            done.set()
+        self._reported = False
+
+    # --------------------------------------------------------------- barrier
+
+    async def flush(self) -> None:
+        """Write everything admitted so far (and meanwhile); return once it is stored."""
+        while self._barrier is not None:
+            shared = self._barrier
+            await shared.done.wait()
+            if shared.error is not None:
+                raise shared.error
+            if not shared.abandoned:
+                return
+        barrier = self._barrier = _Barrier()
+        try:
+            self.cancel_window()
+            self._paused = False
+            self._expired = False
+            if self._active is not None:
+                # Its failure (if any) already put the batch back; we retry it below.
+                await self._active.wait()
+            wrote = False
+            while self.pending:
+                try:
+                    await self._write_one()
+                except Exception as exc:
+                    self._paused = True
+                    barrier.error = exc
+                    raise
+                wrote = True
+            if not wrote and self._wants_empty_write():
+                try:
+                    await self._write([])
+                except Exception as exc:
+                    barrier.error = exc
+                    raise
+        except BaseException:
+            if barrier.error is None:
+                # Cancelled: let waiters run their own barrier, and keep the
+                # queue moving if nobody flushes again.
+                barrier.abandoned = True
+                if self.pending and not self._paused:
+                    self._arm()
+            raise
+        finally:
+            self._barrier = None  # closes admission before anyone resumes
+            barrier.done.set()
+
+
+# --------------------------------------------------------------------------- the handle
+
+
+class HandleOwner(Protocol):
+    """What a write handle needs from its backend."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def logger(self) -> logging.Logger: ...
+
+    @property
+    def spawn(self) -> Spawn | None: ...
+
+    def forget(self, handle: Any) -> None:
+        """Stop tracking ``handle`` as the owner of its session (it released ownership)."""
+        ...
+
+
+class BufferedWriteHandle(ABC, Generic[T]):
+    """A :class:`~dsh_host.session.persistence.SessionWriteHandle` minus its storage.
+
+    ``T`` is what one buffered event is for the backend. The handle keeps every
+    accepted event (``accepted_events``); ``durable_seq`` counts those stored.
+    """
+
+    mode: Literal["write"] = "write"
+
+    def __init__(
+        self,
+        owner: HandleOwner,
+        header: SessionHeader,
+        events: list[SessionEvent],
+    ) -> None:
+        self._owner = owner
+        self._header = header
+        self._events = events
+        #: Durable count: events[:cursor] are stored.
+        self._cursor = len(events)
+        self._closed = False
+        self._closing = Once()
+        self._batcher: WriteBehind[T] = WriteBehind(
+            write=self._write,
+            spawn=owner.spawn,
+            report=self._report,
+            wants_empty_write=self._wants_empty_write,
+        )
+        #: The live Session bound to this handle, if any (set by the live binder).
+        self.bound: object | None = None
+
+    # -- what every handle shows (the seam documents each)
+
+    @property
+    def next_seq(self) -> int:
+        return len(self._events)
+
+    @property
+    def durable_seq(self) -> int:
+        return self._cursor
+
+    @property
+    def id(self) -> str:
+        return self._header.id
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def header(self) -> SessionHeader:
+        return self._header
+
+    @property
+    def write_behind(self) -> WriteBehind[T]:
+        """The controller deciding when batches are written (for inspection)."""
+        return self._batcher
+
+    def accepted_events(self) -> tuple[SessionEvent, ...]:
+        """Every event this handle holds: stored at open plus appended since."""
+        return tuple(self._events)
+
+    # -- backend hooks
+
+    @property
+    @abstractmethod
+    def materialized(self) -> bool:
+        """The session is stored (its header at least)."""
+
+    @abstractmethod
+    def _encode(self, event: SessionEvent, wire: dict[str, Any] | None) -> T:
+        """The buffered form of an admitted event (``wire``: its plain form, when given so)."""
+
+    def _check_wire(self, wire: dict[str, Any], where: str) -> dict[str, Any]:
+        """Backend checks of a plain event before it is decoded (default: none)."""
+        return wire
+
+    def _unusable(self) -> BaseException | None:
+        """Why this open handle may not write any more (a poisoned fsync, a lost lock)."""
+        return None
+
+    @abstractmethod
+    async def _store(self, batch: Sequence[T]) -> None:
+        """Persist ``batch`` all-or-nothing; raise, with nothing stored, when it fails."""
+
+    def _wants_empty_write(self) -> bool:
+        """A flush with nothing buffered still calls ``_store([])`` (e.g. to publish)."""
+        return not self.materialized
+
+    def _close_needs_write(self) -> bool:
+        """Close must call ``_store`` even with nothing buffered (e.g. a torn tail to repair)."""
+        return False
+
+    def _close_error(self) -> BaseException | None:
+        """Raised by ``close`` of an unusable handle, after releasing (default: none)."""
+        return None
+
+    @abstractmethod
+    def _drop(self) -> None:
+        """Free what backs ownership (descriptors, lock, connection) at once. Idempotent."""
+
+    async def _release(self) -> None:
+        """Give up ownership after the final drain (default: :meth:`release_now`)."""
+        self.release_now()
+
+    @abstractmethod
+    async def read(self) -> SessionLoad:
+        """Stored plus appended events, as this handle sees them (no closers)."""
+
+    # -- admission
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise SessionHandleClosedError(
+                f'write handle of session "{self.id}" is closed; open the session again'
+            )
+        problem = self._unusable()
+        if problem is not None:
+            raise problem
+
+    def _check_readable(self) -> None:
+        if self._closed:
+            raise SessionHandleClosedError(f'write handle of session "{self.id}" is closed')
+
+    def _admit_event(self, event: EventLike, where: str) -> tuple[SessionEvent, T]:
+        if isinstance(event, SessionEvent):
+            reject_retired(self.id, event.type, event.seq, event.data)
+            return event, self._encode(event, None)
+        if not isinstance(event, Mapping):
+            raise SessionAppendRejectedError(
+                f"{where}: expected a SessionEvent or a mapping, got {type(event).__qualname__}"
+            )
+        try:
+            wire: dict[str, Any] = to_json_builtins(event, where)
+        except NonJsonValueError as error:
+            raise SessionAppendRejectedError(
+                "session event batch is not losslessly JSON-serializable because it contains "
+                f'non-JSON-serializable data (event type "{event.get("type")}"): '
+                f"{error.problem} at {error.path}"
+            ) from error
+        wire = self._check_wire(wire, where)
+        reject_retired(self.id, wire.get("type"), wire.get("seq"), wire.get("data"))
+        try:
+            typed = decode_event(wire, where=where)
+        except InvalidSessionEventError as error:
+            raise SessionAppendRejectedError(str(error)) from error
+        return typed, self._encode(typed, wire)
+
+    def append(self, events: Sequence[EventLike]) -> None:
+        """Accept a contiguous batch: validated here, ordered and visible, not durable."""
+        prepared = [
+            self._admit_event(event, f'session "{self.id}" append at index {index}')
+            for index, event in enumerate(events)
+        ]
+        if not prepared:
+            return
+        self._check_usable()
+        expected = len(self._events)
+        for index, (typed, _item) in enumerate(prepared):
+            if typed.seq != expected + index:
+                raise SessionAppendRejectedError(
+                    f'append seq mismatch for "{self.id}": expected {expected + index} at index '
+                    f'{index}, got {typed.seq} (event type "{typed.type}")'
+                )
+        self._events.extend(typed for typed, _item in prepared)
+        self._batcher.admit([item for _typed, item in prepared])
+
+    def admit_live(self, event: SessionEvent) -> None:
+        """Route one live ``session/event``: events this handle already has are skipped."""
+        if event.seq < len(self._events):
+            return
+        self.append([event])
+
+    # -- writing
+
+    async def _write(self, batch: Sequence[T]) -> None:
+        await self._store(batch)
+        self._cursor += len(batch)
+
+    def _report(self, error: BaseException) -> None:
+        self._owner.logger.warning(
+            '%s: background write for session "%s" failed (buffered events retained): %s',
+            self._owner.name,
+            self.id,
+            error,
+        )
+
+    async def flush(self) -> None:
+        """Return once everything appended so far is durable (see the seam)."""
+        self._check_usable()
+        await self._batcher.flush()
+
+    # -- lifecycle
+
+    async def close(self) -> None:
+        """Final drain, then release ownership. Idempotent, also under concurrency.
+
+        The drain is shielded from cancellation: a close that is cancelled still
+        writes what was appended. A second caller while a close runs waits for
+        that close to finish instead of racing it (two closers would release the
+        lock under a running write). A failed drain still releases.
+        """
+        if not self._closed:
+            await self._closing.run(self._close_once)
+
+    async def _close_once(self) -> None:
+        error: BaseException | None = None
+        try:
+            if self._unusable() is None:
+                if not self._batcher.idle or self._close_needs_write():
+                    await self._batcher.flush()
+            else:
+                error = self._close_error()
+        finally:
+            self._batcher.cancel_window()
+            await self._release()
+        if error is not None:
+            raise error
+
+    def release_now(self) -> None:
+        """Drop ownership without draining. Idempotent."""
+        self._batcher.cancel_window()
+        self._closed = True
+        self._owner.forget(self)
+        self._drop()
+
+    async def __aenter__(self) -> BufferedWriteHandle[T]:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def close_each(
+    handles: Iterable[BufferedWriteHandle[Any]], *, name: str, logger: logging.Logger
+) -> ExceptionGroup[Exception] | None:
+    """Close every handle even if some fail; the failures (logged) as one group, or None."""
+    failures: list[Exception] = []
+    for handle in list(handles):
+        try:
+            await handle.close()
+        except Exception as error:
+            failures.append(error)
+            logger.error("%s dispose failed for %s: %s", name, handle.id, error)
+    return ExceptionGroup(f"{name} dispose failed", failures) if failures else None

@@ -1,0 +1,139 @@
+"""The live-binding contract: a persistence plugin in a real host persists ``ctx.sessions``.
+
+The binder is shared (``dsh_host.session.binding``); these tests run it over
+each backend's plugin. A backend's plugin test module provides a
+``live_backend`` fixture (an object satisfying :class:`LiveBackend`) and
+star-imports the tests from here::
+
+    from .live_contract import *  # noqa: F403
+
+Real hosts, real storage; assertions are on what is stored, read back by a
+fresh backend instance. No test asserts on timing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import pytest
+
+from dsh_host import Row, open_host
+from dsh_host.session.events import event_to_builtins
+from dsh_host.session.persistence import SessionAlreadyExistsError, SessionPersistence
+from dsh_host.session.repair import interrupted_turn_closers
+from dsh_host.session.session import Session
+
+from .helpers import plain
+
+__all__ = [
+    "LiveBackend",
+    "flushed_turn",
+    "one_turn",
+    "test_a_new_session_reusing_a_stored_id_fails_at_its_flush",
+    "test_live_session_is_durable_after_sessions_flush",
+    "test_resume_adopts_the_resumers_write_handle",
+    "test_unflushed_events_are_drained_when_the_host_closes",
+    "wire",
+]
+
+pytestmark = pytest.mark.anyio
+
+
+class LiveBackend(Protocol):
+    """How the contract boots a host with the backend's plugin and reads what it stored."""
+
+    def rows(self) -> list[Row]:
+        """``sessions`` plus the persistence plugin's row over this test's store."""
+        ...
+
+    async def stored(self, session_id: str) -> list[Any]:
+        """The stored events of ``session_id`` in wire form, read by a fresh backend."""
+        ...
+
+
+def wire(events: Any) -> list[Any]:
+    return [plain(event_to_builtins(e)) for e in events]
+
+
+def one_turn(session: Session, *, turn: int = 1, close: bool = True) -> None:
+    """Append one small turn (closed unless ``close`` is False: the process "crashes" in it)."""
+    session.append("turn/start", {"turn": turn})
+    session.append(
+        "user/message",
+        {
+            "id": f"u{turn}",
+            "role": "user",
+            "content": [{"type": "text", "text": "hi"}],
+            "source": {"kind": "user"},
+        },
+        surface_op="append",
+    )
+    session.append("step/start", {"turn": turn, "step": 1})
+    if close:
+        session.append("step/end", {"turn": turn, "step": 1})
+        session.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
+
+
+async def flushed_turn(live_backend: LiveBackend, session_id: str, *, close: bool = True) -> None:
+    """An earlier process: one turn of ``session_id``, flushed, then the host exits."""
+    async with open_host(live_backend.rows()) as host:
+        session = host.ctx.sessions.create(session_id, meta={"cwd": "/p"})
+        one_turn(session, close=close)
+        await host.ctx.sessions.flush(session)
+
+
+async def test_live_session_is_durable_after_sessions_flush(live_backend: LiveBackend) -> None:
+    async with open_host(live_backend.rows()) as host:
+        ctx = host.ctx
+        assert isinstance(ctx.sessionPersistence, SessionPersistence)
+        session = ctx.sessions.create("live-1", meta={"cwd": "/work/project"})
+        one_turn(session)
+        assert await ctx.sessions.flush(session) is True
+        assert await live_backend.stored("live-1") == wire(session.events)
+
+
+async def test_unflushed_events_are_drained_when_the_host_closes(
+    live_backend: LiveBackend,
+) -> None:
+    async with open_host(live_backend.rows()) as host:
+        session = host.ctx.sessions.create("drain", meta={"cwd": "/p"})
+        one_turn(session)
+        expected = wire(session.events)
+    assert await live_backend.stored("drain") == expected
+
+
+async def test_resume_adopts_the_resumers_write_handle(live_backend: LiveBackend) -> None:
+    await flushed_turn(live_backend, "resume", close=False)  # it "crashes" inside turn 1
+    async with open_host(live_backend.rows()) as host:
+        ctx = host.ctx
+        handle = await ctx.sessionPersistence.open("resume", "write")
+        load = await handle.read()
+        closers = interrupted_turn_closers(load.events)
+        assert [c.type for c in closers] == ["step/end", "turn/end"]
+        handle.append(closers)
+        await handle.flush()
+        restored = Session.restore(load.header, list(load.events) + closers)
+        ctx.sessions.attach(restored)  # session/created: the plugin adopts `handle`
+        restored.append("turn/start", {"turn": 2})
+        await ctx.sessions.flush(restored)
+        assert handle.bound is restored
+        events = await live_backend.stored("resume")
+        assert events == wire(restored.events)
+        assert [e["type"] for e in events[3:]] == [
+            "step/end",
+            "turn/end",
+            "session/end-seed",
+            "turn/start",
+        ]
+
+
+async def test_a_new_session_reusing_a_stored_id_fails_at_its_flush(
+    live_backend: LiveBackend,
+) -> None:
+    await flushed_turn(live_backend, "taken")
+    async with open_host(live_backend.rows()) as host:
+        impostor = host.ctx.sessions.create("taken", meta={"cwd": "/p"})
+        impostor.append("turn/start", {"turn": 1})
+        with pytest.raises(SessionAlreadyExistsError, match="id collision"):
+            await host.ctx.sessions.flush(impostor)
+    assert len(await live_backend.stored("taken")) == 5  # the stored log is untouched
