@@ -50,6 +50,7 @@ __all__ = [
     "test_append_rejects_non_json_data",
     "test_append_rejects_seq_mismatch",
     "test_closed_handle_refuses",
+    "test_concurrent_closes_drain_once_and_release_once",
     "test_concurrent_flushes_write_each_event_once",
     "test_create_rejects_invalid_header_without_reserving_the_id",
     "test_create_rejects_known_ids",
@@ -527,6 +528,32 @@ async def test_concurrent_flushes_write_each_event_once(backend_factory: Backend
         await handle.close()
     async with backend_of(backend_factory) as backend:
         load = await (await backend.open("conc", "read")).read()
+        assert wire(load.events) == plain(events)
+
+
+async def test_concurrent_closes_drain_once_and_release_once(
+    backend_factory: BackendFactory,
+) -> None:
+    """Regression: a second ``close`` while the first was still draining released the lock
+    (and the log's descriptor) under the running write, which then failed ("lock already
+    released") and lost the buffered batch. A second closer now waits for the first."""
+    events = log(4, tools=2)
+    async with backend_of(backend_factory) as backend:
+        handle = await backend.create(header("closes"))
+        handle.append(events[:5])
+        await handle.flush()
+        handle.append(events[5:])  # buffered: the first close drains it
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(handle.close)
+        assert handle.durable_seq == len(events)
+        with pytest.raises(SessionHandleClosedError):
+            handle.append(events[:1])
+        again = await backend.open("closes", "write")  # ownership was released
+        assert again.next_seq == len(events)
+        await again.close()
+    async with backend_of(backend_factory) as backend:
+        load = await (await backend.open("closes", "read")).read()
         assert wire(load.events) == plain(events)
 
 

@@ -13,8 +13,11 @@ fresh backend instance. No test asserts on timing.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Protocol
 
+import anyio
+import anyio.lowlevel
 import pytest
 
 from dsh_host import Row, open_host
@@ -30,6 +33,8 @@ __all__ = [
     "flushed_turn",
     "one_turn",
     "test_a_new_session_reusing_a_stored_id_fails_at_its_flush",
+    "test_a_release_racing_shutdown_writes_every_event_once",
+    "test_a_session_detached_before_it_was_bound_is_written_at_shutdown",
     "test_live_session_is_durable_after_sessions_flush",
     "test_resume_adopts_the_resumers_write_handle",
     "test_unflushed_events_are_drained_when_the_host_closes",
@@ -100,6 +105,44 @@ async def test_unflushed_events_are_drained_when_the_host_closes(
         one_turn(session)
         expected = wire(session.events)
     assert await live_backend.stored("drain") == expected
+
+
+async def test_a_session_detached_before_it_was_bound_is_written_at_shutdown(
+    live_backend: LiveBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Regression: binding ran as a task that only starts when the host yields. Detaching
+    and exiting before that cancelled it at shutdown, so release found no handle and the
+    events were silently never written. Now release and disposal bind first."""
+    with caplog.at_level(logging.WARNING):
+        async with open_host(live_backend.rows()) as host:
+            session = host.ctx.sessions.create("early", meta={"cwd": "/p"})
+            one_turn(session)
+            host.ctx.sessions.detach(session)  # no yield: the binding task has not started
+            expected = wire(session.events)
+    assert await live_backend.stored("early") == expected
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+@pytest.mark.parametrize("yields", [0, 1, 2, 3, 5])
+async def test_a_release_racing_shutdown_writes_every_event_once(
+    live_backend: LiveBackend, caplog: pytest.LogCaptureFixture, yields: int
+) -> None:
+    """Regression: the release task and the backend's own teardown closed the same handle
+    concurrently; one released the lock under the other's write ("lock already released")
+    and the buffered batch was lost. Now a second closer waits for the first. ``yields``
+    lets the release get that far into its drain before the host exits."""
+    with caplog.at_level(logging.WARNING):
+        async with open_host(live_backend.rows()) as host:
+            session = host.ctx.sessions.create("race", meta={"cwd": "/p"})
+            one_turn(session)
+            await host.ctx.sessions.flush(session)
+            one_turn(session, turn=2)  # buffered only
+            host.ctx.sessions.detach(session)
+            for _ in range(yields):
+                await anyio.lowlevel.checkpoint()
+            expected = wire(session.events)
+    assert await live_backend.stored("race") == expected
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 async def test_resume_adopts_the_resumers_write_handle(live_backend: LiveBackend) -> None:

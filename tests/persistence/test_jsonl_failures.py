@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -287,3 +288,47 @@ async def test_background_failure_is_reported_once_and_retained(
         tg.cancel_scope.cancel()
     load = await (await backend.open("bg", "read")).read()
     assert wire(load.events) == plain(events[:5])
+
+
+# --------------------------------------------------------------------------- concurrent closes
+
+
+async def test_a_second_close_waits_for_the_first_instead_of_releasing_under_its_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, events: list[dict[str, Any]]
+) -> None:
+    """Regression: ``close`` from a session's release and from ``aclose`` ran concurrently;
+    the second found nothing buffered (the first had taken the batch), closed the log and
+    released the lock while the first was writing, and that batch was lost. Here the first
+    close is held inside ``os.write`` on its worker thread while the second one runs."""
+    real_write = os.write
+    entered, gate = threading.Event(), threading.Event()
+
+    def held_write(fd: int, data: Any) -> int:
+        if not gate.is_set():
+            entered.set()
+            gate.wait(10)
+        return real_write(fd, data)
+
+    backend = JsonlSessionPersistence(str(tmp_path))
+    handle = await backend.create(header("closes"))
+    handle.append(events[:3])
+    await handle.flush()
+    handle.append(events[3:])
+    monkeypatch.setattr(os, "write", held_write)
+    outcomes: list[str] = []
+
+    async def close(name: str) -> None:
+        await handle.close()
+        outcomes.append(name)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(close, "first")
+        await anyio.to_thread.run_sync(entered.wait, 10)  # the first close is mid-write
+        tg.start_soon(close, "second")
+        await anyio.wait_all_tasks_blocked()
+        assert outcomes == []  # the second close waits; it did not release under the write
+        gate.set()
+    assert outcomes == ["first", "second"]
+    monkeypatch.setattr(os, "write", real_write)
+    load = await (await backend.open("closes", "read")).read()
+    assert wire(load.events) == plain(events)
