@@ -759,6 +759,16 @@ def _check_legacy(type: str, data: Any, subject: str) -> None:
         raise InvalidSessionEventError(
             f'{subject} uses unsupported legacy request/header reason "fallback"', event_type=type
         )
+    if type == "request/header" and isinstance(data, Mapping):
+        header = data.get("header")
+        if isinstance(header, Mapping) and "system" in header:
+            # A v3 reader refuses a log holding it, so it must not be written in the first place.
+            raise InvalidSessionEventError(
+                f"{subject} carries header.system, which DSH v3 retired: the system prompt is "
+                "a system/message event (append one instead; the request header holds config, "
+                "adapterDefaults and tools only)",
+                event_type=type,
+            )
 
 
 def coerce_event_data(
@@ -885,6 +895,8 @@ def _coerce_typed_fast(type: str, data: Any, data_type: builtins.type) -> Any:
         return None
     if type == "tool/result" and not _tool_result_consistent(result):
         return None
+    if type == "request/header" and getattr(result.header, "system", UNSET) is not UNSET:
+        return None  # retired in v3: the general path refuses it with its message
     return result
 
 

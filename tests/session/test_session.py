@@ -456,7 +456,7 @@ def test_request_header_and_context_folds() -> None:
     session.append("turn/start", {"turn": 1})
     session.append(
         "request/header",
-        RequestHeaderData(header=EpochHeader(config=config, system="", tools=()), reason="initial"),
+        RequestHeaderData(header=EpochHeader(config=config, tools=()), reason="initial"),
     )
     assert session.request_header() == EpochHeader(config=config)  # canonical: empties dropped
     tools = (ToolSchema(name="t", description="d", parameters={"type": "object"}),)
