@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from dsh_host.jsonsafe import MAX_SAFE_INTEGER, is_safe_int
+from dsh_host.session.header import HEADER_KEYS
 from dsh_host.session.persistence import (
     SessionFormatUnsupportedError,
     SessionPersistenceCorruptionError,
@@ -51,35 +52,14 @@ __all__ = [
 
 MAX_SAFE: Final = MAX_SAFE_INTEGER
 
-#: The v3 header key set, in written order (absent optional keys are omitted).
-HEADER_KEYS_V3: Final = (
-    "type",
-    "version",
-    "id",
-    "createdAt",
-    "cwd",
-    "parentSession",
-    "isSeeded",
-    "origin",
-    "delegationDepth",
-    "agentPreset",
-)
+#: The v3 header key set, in written order (absent optional keys are omitted): the line's
+#: ``type`` tag, then the session core's header keys in their order.
+HEADER_KEYS_V3: Final = ("type", *HEADER_KEYS)
 _HEADER_REQUIRED_V3: Final = frozenset(
     {"type", "version", "id", "createdAt", "isSeeded", "delegationDepth"}
 )
-#: v0 / v1 headers: ``seedLength`` (the fork cut) instead of ``isSeeded``.
-HEADER_KEYS_V0: Final = (
-    "type",
-    "version",
-    "id",
-    "createdAt",
-    "cwd",
-    "parentSession",
-    "seedLength",
-    "origin",
-    "delegationDepth",
-    "agentPreset",
-)
+#: v0 / v1 headers: ``seedLength`` (the fork cut) instead of ``isSeeded``, same place.
+HEADER_KEYS_V0: Final = tuple("seedLength" if k == "isSeeded" else k for k in HEADER_KEYS_V3)
 _HEADER_REQUIRED_V0: Final = frozenset({"type", "version", "id", "createdAt", "delegationDepth"})
 
 _EVENT_REQUIRED: Final = ("type", "seq", "time", "data")

@@ -47,7 +47,13 @@ from dsh_host.session.persistence import (
 )
 
 from . import _json
-from ._codec import encode_event_row, encode_header_record, header_json_bytes, pack_stream
+from ._codec import (
+    HEADER_KEYS_V3,
+    encode_event_row,
+    encode_header_record,
+    header_json_bytes,
+    pack_stream,
+)
 from ._frames import compress_frame
 from ._paths import CURRENT_VERSION, generation_filename
 from ._reader import ArtifactRead, read_artifact, revision_of
@@ -341,19 +347,7 @@ def _v1_to_v2(header: dict[str, Any], events: list[Event]) -> tuple[dict[str, An
     new_header = {k: v for k, v in header.items() if k != "seedLength"}
     new_header["version"] = 2
     new_header["isSeeded"] = cut is not None
-    order = [
-        "type",
-        "version",
-        "id",
-        "createdAt",
-        "cwd",
-        "parentSession",
-        "isSeeded",
-        "origin",
-        "delegationDepth",
-        "agentPreset",
-    ]
-    new_header = {k: new_header[k] for k in order if k in new_header}
+    new_header = {k: new_header[k] for k in HEADER_KEYS_V3 if k in new_header}
     out = _Renumber(new_header, cut)
     pending: _Attempt | None = None
     last_time = int(header.get("createdAt", 0))
