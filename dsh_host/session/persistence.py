@@ -39,10 +39,11 @@ Errors, all rooted in :class:`dsh_host.errors.DshError`::
 
 What backends share beyond this seam lives next to it: write handles are
 built on :mod:`dsh_host.session.write_behind` (admission, the 200 ms window,
-the serialized drain) and live sessions are bound to them by
+the serialized drain), services on :mod:`dsh_host.session.backend` (one write
+handle per id, ``open``'s dispatch), and live sessions are bound to them by
 :mod:`dsh_host.session.binding`; :class:`SnapshotReadHandle`,
 :func:`decode_stored_event`, :func:`check_from_seq` and :func:`with_closers`
-below are the read side.
+below are the read side. A backend implements its storage only.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ from __future__ import annotations
 import functools
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, Generic, Literal, Protocol, TypeVar
 
 import anyio
@@ -75,7 +75,6 @@ __all__ = [
     "Once",
     "Spawn",
     "WriteBehind",
-    "close_each",
     "header_meta",
     "reject_retired",
     "window_sleep_until",
@@ -633,17 +632,3 @@ class BufferedWriteHandle(ABC, Generic[T]):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-
-async def close_each(
-    handles: Iterable[BufferedWriteHandle[Any]], *, name: str, logger: logging.Logger
-) -> ExceptionGroup[Exception] | None:
-    """Close every handle even if some fail; the failures (logged) as one group, or None."""
-    failures: list[Exception] = []
-    for handle in list(handles):
-        try:
-            await handle.close()
-        except Exception as error:
-            failures.append(error)
-            logger.error("%s dispose failed for %s: %s", name, handle.id, error)
-    return ExceptionGroup(f"{name} dispose failed", failures) if failures else None

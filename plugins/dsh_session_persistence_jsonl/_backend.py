@@ -22,19 +22,18 @@ import contextlib
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal, overload
+from typing import Any, Final
 
 import anyio
 import msgspec
 
 from dsh_host.cancel import CancelToken
+from dsh_host.session.backend import PersistenceBackend
 from dsh_host.session.events import SessionEvent, encode_event
 from dsh_host.session.header import SessionHeader, parse_session_header
 from dsh_host.session.persistence import (
     ArtifactLocation,
-    OpenMode,
     SessionAlreadyExistsError,
-    SessionAlreadyOwnedError,
     SessionAppendRejectedError,
     SessionFormatUnsupportedError,
     SessionHandlePoisonedError,
@@ -49,13 +48,11 @@ from dsh_host.session.persistence import (
     TornTail,
     check_from_seq,
     decode_stored_event,
-    with_closers,
 )
 from dsh_host.session.write_behind import (
     WINDOW_SECONDS,
     BufferedWriteHandle,
     Spawn,
-    close_each,
     header_meta,
 )
 
@@ -363,7 +360,7 @@ class JsonlWriteHandle(BufferedWriteHandle[bytes]):
 # --------------------------------------------------------------------------- the service
 
 
-class JsonlSessionPersistence:
+class JsonlSessionPersistence(PersistenceBackend[JsonlReadHandle, JsonlWriteHandle]):
     """Session logs as ``<root>/--<project>--/<id>/session.v3.jsonl[.zstd]``.
 
     ``spawn`` starts a background task (``ctx.start_soon`` or a task group's
@@ -385,12 +382,8 @@ class JsonlSessionPersistence:
         self.root = os.path.abspath(os.path.expanduser(root))
         if os.path.exists(self.root) and not os.path.isdir(self.root):
             raise NotADirectoryError(f'session root "{self.root}" exists and is not a directory')
+        super().__init__(spawn=spawn, logger=logger or _log)
         self.compression: Compression = compression
-        self.spawn = spawn
-        self.logger = logger or _log
-        self._owners: dict[str, JsonlWriteHandle] = {}
-        #: Ids whose ``open(id, "write")`` is running on a worker thread.
-        self._opening: set[str] = set()
         self._root_checked = False
 
     # -- paths
@@ -585,58 +578,28 @@ class JsonlSessionPersistence:
     async def create(self, header: SessionHeader | Mapping[str, Any]) -> JsonlWriteHandle:
         record = _header_record(header)
         sid = str(record["id"])
-        if sid in self._owners or sid in self._opening:
-            raise SessionAlreadyExistsError(f'session "{sid}" already exists in this backend')
-        found = await anyio.to_thread.run_sync(self.find, sid)
-        if found is not None:
-            raise SessionAlreadyExistsError(
-                f'session "{sid}" already has a persisted log on disk; load/resume it instead '
-                f"of creating ({found[1][-1][1]})"
+        with self._handles.reserve(sid, new=True):
+            found = await anyio.to_thread.run_sync(self.find, sid)
+            if found is not None:
+                raise SessionAlreadyExistsError(
+                    f'session "{sid}" already has a persisted log on disk; load/resume it '
+                    f"instead of creating ({found[1][-1][1]})"
+                )
+            handle = JsonlWriteHandle(
+                self,
+                record,
+                session_dir=self.session_dir(record.get("cwd"), sid),
+                lock=None,
+                events=[],
+                size=None,
             )
-        if sid in self._owners or sid in self._opening:  # raced while we looked
-            raise SessionAlreadyExistsError(f'session "{sid}" already exists in this backend')
-        handle = JsonlWriteHandle(
-            self,
-            record,
-            session_dir=self.session_dir(record.get("cwd"), sid),
-            lock=None,
-            events=[],
-            size=None,
-        )
-        self._owners[sid] = handle
-        return handle
+            return self._handles.add(handle)
 
-    @overload
-    async def open(
-        self, session_id: str, mode: Literal["read"], *, token: CancelToken | None = None
-    ) -> JsonlReadHandle: ...
+    def _snapshot(self, load: SessionLoad) -> JsonlReadHandle:
+        return JsonlReadHandle(load)
 
-    @overload
-    async def open(
-        self, session_id: str, mode: Literal["write"], *, token: CancelToken | None = None
-    ) -> JsonlWriteHandle: ...
-
-    async def open(
-        self, session_id: str, mode: OpenMode, *, token: CancelToken | None = None
-    ) -> JsonlReadHandle | JsonlWriteHandle:
-        if mode == "read":
-            return JsonlReadHandle(await self._read(session_id, token))
-        if mode != "write":
-            raise ValueError(f'open mode must be "read" or "write", got {mode!r}')
-        if token is not None:
-            token.throw_if_aborted()
-        if session_id in self._owners or session_id in self._opening:
-            raise SessionAlreadyOwnedError(
-                f'session "{session_id}" already has a write handle in this process; close it '
-                "before opening another"
-            )
-        self._opening.add(session_id)
-        try:
-            handle = await anyio.to_thread.run_sync(self._open_write_sync, session_id)
-            self._owners[session_id] = handle
-        finally:
-            self._opening.discard(session_id)
-        return handle
+    async def _open_write(self, session_id: str) -> JsonlWriteHandle:
+        return await anyio.to_thread.run_sync(self._open_write_sync, session_id)
 
     def _open_write_sync(self, session_id: str) -> JsonlWriteHandle:
         found = self.find(session_id)
@@ -669,10 +632,6 @@ class JsonlSessionPersistence:
         except BaseException:
             lock.release()
             raise
-
-    async def inspect(self, session_id: str, *, token: CancelToken | None = None) -> SessionLoad:
-        """A read plus in-memory crash closers (nothing is written or truncated)."""
-        return with_closers(await self._read(session_id, token))
 
     async def read_from(
         self, session_id: str, from_seq: int, *, token: CancelToken | None = None
@@ -744,16 +703,9 @@ class JsonlSessionPersistence:
 
     # -- tracking
 
-    def owner(self, session_id: str) -> JsonlWriteHandle | None:
-        return self._owners.get(session_id)
-
-    def forget(self, handle: JsonlWriteHandle) -> None:
-        if self._owners.get(handle.id) is handle:
-            del self._owners[handle.id]
-
     async def aclose(self) -> None:
         """Drain and release every handle; failures are logged and re-raised together."""
-        failures = await close_each(self._owners.values(), name=self.name, logger=self.logger)
+        failures = await self._handles.close_all(name=self.name, logger=self.logger)
         if failures is not None:
             raise failures
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, Literal, TypeVar, overload
+from typing import Any, Final, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -42,12 +42,12 @@ import psycopg
 from psycopg import sql
 
 from dsh_host.cancel import CancelToken
+from dsh_host.session.backend import PersistenceBackend
 from dsh_host.session.errors import InvalidSessionHeaderError
 from dsh_host.session.events import SessionEvent, encode_event
 from dsh_host.session.header import SESSION_FORMAT_VERSION, SessionHeader, parse_session_header
 from dsh_host.session.persistence import (
     ArtifactLocation,
-    OpenMode,
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
     SessionAppendRejectedError,
@@ -63,9 +63,8 @@ from dsh_host.session.persistence import (
     SnapshotReadHandle,
     check_from_seq,
     decode_stored_event,
-    with_closers,
 )
-from dsh_host.session.write_behind import BufferedWriteHandle, Spawn, close_each, header_meta
+from dsh_host.session.write_behind import BufferedWriteHandle, Spawn, header_meta
 
 from ._pool import ConnectionPool, connect, describe_dsn, usable, writer_conninfo
 from ._schema import EventStorage, SchemaInfo, advisory_key, ensure_schema
@@ -318,7 +317,7 @@ class PostgresWriteHandle(BufferedWriteHandle[Row]):
 # --------------------------------------------------------------------------- the service
 
 
-class PostgresSessionPersistence:
+class PostgresSessionPersistence(PersistenceBackend[PostgresReadHandle, PostgresWriteHandle]):
     """Session logs in PostgreSQL, shared by every process that uses the same schema.
 
     ``spawn`` starts a background task (``ctx.start_soon`` or a task group's
@@ -348,18 +347,14 @@ class PostgresSessionPersistence:
             raise ValueError(f'storage must be "text" or "jsonb", got {storage!r}')
         self.dsn_description = describe_dsn(dsn)
         self.schema = schema
-        self.spawn = spawn
-        self.logger = logger or _log
+        super().__init__(spawn=spawn, logger=logger or _log)
         self._storage: EventStorage = storage
         self._conninfo = writer_conninfo(dsn, connect_timeout=connect_timeout)
         self.pool = ConnectionPool(self._conninfo, pool_size)
         self._info: SchemaInfo | None = None
         self._schema_lock = anyio.Lock()
-        self._owners: dict[str, PostgresWriteHandle] = {}
         #: Writer connections whose lock was released, kept for the next writer.
         self._spare_writers: list[psycopg.Connection[Any]] = []
-        #: Ids whose create/open is between its checks and registering the handle.
-        self._reserved: set[str] = set()
         self._closed = False
         s = sql.Identifier(schema)
         cast = sql.SQL("::jsonb" if storage == "jsonb" else "")
@@ -611,10 +606,7 @@ class PostgresSessionPersistence:
         typed = _header_of(header)
         sid = typed.id
         self._check_open()
-        if sid in self._owners or sid in self._reserved:
-            raise SessionAlreadyExistsError(f'session "{sid}" already exists in this backend')
-        self._reserved.add(sid)
-        try:
+        with self._handles.reserve(sid, new=True):
             await self.ensure_schema()
             stored = await self._db(lambda conn: conn.execute(self._sql_exists, (sid,)).fetchone())
             if stored is not None:
@@ -623,51 +615,22 @@ class PostgresSessionPersistence:
                     f"({self.locate_id(sid)}); load/resume it instead of creating"
                 )
             handle = PostgresWriteHandle(self, typed, events=[], conn=None, materialized=False)
-            self._owners[sid] = handle
-        finally:
-            self._reserved.discard(sid)
-        return handle
+            return self._handles.add(handle)
 
-    @overload
-    async def open(
-        self, session_id: str, mode: Literal["read"], *, token: CancelToken | None = None
-    ) -> PostgresReadHandle: ...
+    def _snapshot(self, load: SessionLoad) -> PostgresReadHandle:
+        return PostgresReadHandle(load)
 
-    @overload
-    async def open(
-        self, session_id: str, mode: Literal["write"], *, token: CancelToken | None = None
-    ) -> PostgresWriteHandle: ...
-
-    async def open(
-        self, session_id: str, mode: OpenMode, *, token: CancelToken | None = None
-    ) -> PostgresReadHandle | PostgresWriteHandle:
-        """``read``: a snapshot, no lock. ``write``: take the advisory lock or fail at once."""
-        if mode == "read":
-            return PostgresReadHandle(await self._read(session_id, token))
-        if mode != "write":
-            raise ValueError(f'open mode must be "read" or "write", got {mode!r}')
-        if token is not None:
-            token.throw_if_aborted()
+    async def _open_write(self, session_id: str) -> PostgresWriteHandle:
+        """Take the advisory lock (or fail at once), then read the whole log under it."""
         self._check_open()
-        if session_id in self._owners or session_id in self._reserved:
-            raise SessionAlreadyOwnedError(
-                f'session "{session_id}" already has a write handle in this process; close it '
-                "before opening another"
-            )
-        self._reserved.add(session_id)
+        await self.ensure_schema()
         try:
-            await self.ensure_schema()
-            try:
-                conn, header, events = await anyio.to_thread.run_sync(
-                    self._open_write_sync, session_id, self.take_writer()
-                )
-            except psycopg.Error as error:
-                raise self._db_error(error) from error
-            handle = PostgresWriteHandle(self, header, events=events, conn=conn, materialized=True)
-            self._owners[session_id] = handle
-        finally:
-            self._reserved.discard(session_id)
-        return handle
+            conn, header, events = await anyio.to_thread.run_sync(
+                self._open_write_sync, session_id, self.take_writer()
+            )
+        except psycopg.Error as error:
+            raise self._db_error(error) from error
+        return PostgresWriteHandle(self, header, events=events, conn=conn, materialized=True)
 
     def _open_write_sync(
         self, session_id: str, spare: psycopg.Connection[Any] | None
@@ -681,10 +644,6 @@ class PostgresSessionPersistence:
             conn.close()  # ends the session, so the lock goes with it
             raise
         return conn, header, events
-
-    async def inspect(self, session_id: str, *, token: CancelToken | None = None) -> SessionLoad:
-        """A read plus in-memory crash closers (nothing is written)."""
-        return with_closers(await self._read(session_id, token))
 
     async def read_from(
         self, session_id: str, from_seq: int, *, token: CancelToken | None = None
@@ -718,13 +677,6 @@ class PostgresSessionPersistence:
 
     # -- tracking and teardown
 
-    def owner(self, session_id: str) -> PostgresWriteHandle | None:
-        return self._owners.get(session_id)
-
-    def forget(self, handle: PostgresWriteHandle) -> None:
-        if self._owners.get(handle.id) is handle:
-            del self._owners[handle.id]
-
     def _check_open(self) -> None:
         if self._closed:
             raise SessionHandleClosedError(f"{self.name} is closed")
@@ -736,7 +688,7 @@ class PostgresSessionPersistence:
         raised together as ``<backend> dispose failed``.
         """
         self._closed = True
-        failures = await close_each(self._owners.values(), name=self.name, logger=self.logger)
+        failures = await self._handles.close_all(name=self.name, logger=self.logger)
         await self.pool.aclose()
         spares, self._spare_writers = self._spare_writers, []
         for conn in spares:
