@@ -94,7 +94,7 @@ RETIRED_EVENT_TYPES: Final = frozenset({"request/header-delta", "mode/set"})
 
 
 async def window_sleep_until(deadline: float) -> None:
-    """The window's wait. Module-level, and looked up when a window is armed, so a test
+    """The window's wait. Module-level, and looked up by each window as it starts, so a test
     can take control of when windows expire in a whole host (``monkeypatch.setattr``)."""
     await anyio.sleep_until(deadline)
 
