@@ -50,7 +50,7 @@ from __future__ import annotations
 import functools
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Final, Generic, Literal, Protocol, TypeVar
 
 import anyio
@@ -87,7 +87,7 @@ WINDOW_SECONDS: Final = 0.2
 
 #: Starts a background task running ``fn()`` (a host's ``ctx.start_soon`` or a task
 #: group's ``start_soon``; both accept a zero-argument async callable).
-Spawn = Callable[[Callable[[], Awaitable[Any]]], object]
+Spawn = Callable[[Callable[[], Coroutine[Any, Any, Any]]], object]
 
 #: Event types DSH retired before v3: they never enter a log (spec §7.4 step 2).
 RETIRED_EVENT_TYPES: Final = frozenset({"request/header-delta", "mode/set"})
