@@ -37,8 +37,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import msgspec
-
 from dsh_host import Context, NoConfig, Plugin
 from dsh_host.tools import ToolDefinition, ToolExecution, text_output
 
@@ -461,24 +459,6 @@ def read_range(path: str | Path, start: int, end: int) -> bytes:
     with open(path, "rb") as f:
         f.seek(start)
         return f.read(end - start)
-
-
-# --------------------------------------------------------------------------- event mixes
-
-
-def storable(kind: str, data: Any, op: Any) -> tuple[str, Any, Any]:
-    """One payload of ``session_append.turn_payloads`` as a v3 log may hold it.
-
-    That mix logs the system prompt inside ``request/header`` (``header.system``), a
-    shape DSH v3 retired (the prompt is a ``system/message`` event); the persistence
-    backends refuse it. The in-memory bench keeps it; persisted benches drop the field.
-    """
-    header = getattr(data, "header", None) if kind == "request/header" else None
-    if header is not None and getattr(header, "system", msgspec.UNSET) is not msgspec.UNSET:
-        data = msgspec.structs.replace(
-            data, header=msgspec.structs.replace(header, system=msgspec.UNSET)
-        )
-    return kind, data, op
 
 
 # --------------------------------------------------------------------------- bench tool

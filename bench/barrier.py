@@ -51,7 +51,6 @@ from _common import (
     read_range,
     real_fsync,
     scratch_dir,
-    storable,
     summary_us,
     verdict,
     write_result,
@@ -73,8 +72,7 @@ def payload_stream() -> Iterator[tuple[str, Any, Any]]:
     turn = 0
     while True:
         turn += 1
-        for kind, data, op in turn_payloads(turn):
-            yield storable(kind, data, op)
+        yield from turn_payloads(turn)
 
 
 def raw_reopen(path: Path, data: bytes) -> int:

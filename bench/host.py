@@ -38,7 +38,6 @@ from _common import (
     print_table,
     profile_table,
     scratch_dir,
-    storable,
     verdict,
     write_result,
 )
@@ -137,7 +136,7 @@ async def dispatch_costs(dispatches: int, stream_calls: int, repeats: int) -> di
 async def live_append(scratch: Path, events: int) -> dict[str, Any]:
     """Append rate into a live session with the JSONL backend listening (no write timed)."""
     turns = events // EVENTS_PER_TURN
-    payloads = [storable(*p) for t in range(1, turns + 1) for p in turn_payloads(t)]
+    payloads = [p for t in range(1, turns + 1) for p in turn_payloads(t)]
     workspace = scratch / "workspace"
     workspace.mkdir(exist_ok=True)
     rows = [

@@ -66,7 +66,6 @@ EVENTS_PER_TURN = 12
 SOURCE = ModelSource(provider="bench", model="bench-1")
 HEADER = EpochHeader(
     config=LlmCallConfig(provider="bench", model="bench-1", max_tokens=4096),
-    system="You are a benchmark.",
     tools=(
         ToolSchema(
             name="bash",
