@@ -71,9 +71,15 @@ def q(path: Path | str) -> str:
     return shlex.quote(str(path))
 
 
+#: The interpreter scripts run inside the sandbox: the real binary behind the (venv) harness
+#: interpreter. A venv under /tmp is invisible in bubblewrap's workspace-write mode (its /tmp is
+#: private), and ``-I`` scripts need only the standard library.
+SANDBOX_PYTHON = os.path.realpath(sys.executable)
+
+
 def py(code: str) -> str:
-    """A Python one-liner run inside the sandbox (the harness interpreter, readable there)."""
-    return f"{q(sys.executable)} -I -c {q(code)}"
+    """A Python one-liner run inside the sandbox (stdlib only)."""
+    return f"{q(SANDBOX_PYTHON)} -I -c {q(code)}"
 
 
 @dataclass(frozen=True)
@@ -181,7 +187,7 @@ class ModifyVictim(Attempt):
     def script(self, s: Scene) -> str:
         return self.command.format(
             victim=q(s.out / "victim.txt"), out=q(s.out), ws=q(s.ws), base=q(s.base),
-            py=q(sys.executable), pid=os.getpid(),
+            py=q(SANDBOX_PYTHON), pid=os.getpid(),
         )  # fmt: skip
 
     def happened(self, s: Scene, result: subprocess.CompletedProcess[str]) -> bool:
