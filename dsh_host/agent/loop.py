@@ -741,7 +741,9 @@ class Agent:
         signal.throw_if_aborted()
         return LlmRequest(
             config=header.config,
-            messages=tuple(session.derive_messages()),
+            # The view is an immutable O(1) snapshot: a tuple copy would cost
+            # O(history) per request (LlmRequest keeps a MessagesView as is).
+            messages=session.derive_messages(),
             tools=tools,
             signal=signal,
             session=session,

@@ -25,6 +25,8 @@ not model outcomes.
 from __future__ import annotations
 
 import logging
+import weakref
+from bisect import bisect_left
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -43,6 +45,7 @@ from dsh_host.session.messages import (
     ModelSource,
     StreamChunk,
 )
+from dsh_host.session.session import LogView
 
 from .errors import ABORTED_CODE, LlmError, failure_of
 from .types import LlmAdapter, LlmRequest, ModelInfo, ProviderInfo, RetryPolicy
@@ -181,6 +184,10 @@ class LlmRuntime:
         self._ctx = ctx
         self._routes: dict[str, _Route] = {}
         self._owners: dict[str, AdapterRegistration] = {}
+        #: per live session: where its derived messages carry replay state (_for_adapter)
+        self._replay_indexes: weakref.WeakKeyDictionary[object, _ReplayIndex] = (
+            weakref.WeakKeyDictionary()
+        )
 
     # -- registration ---------------------------------------------------------------
     def register_adapter(
@@ -425,23 +432,88 @@ class LlmRuntime:
                     await close()
 
     def _for_adapter(self, request: LlmRequest, adapter: LlmAdapter) -> LlmRequest:
-        """Strip replay state the target adapter does not own (provider/model kept)."""
-        changed = False
-        messages: list[Message] = []
-        for message in request.messages:
-            if (
-                isinstance(message, AssistantMessage)
-                and message.source.replay_state is not msgspec.UNSET
-            ):
-                route = self._routes.get(message.source.provider)
-                if route is None or route.adapter is not adapter:
-                    source = ModelSource(
-                        provider=message.source.provider, model=message.source.model
-                    )
-                    message = msgspec.structs.replace(message, source=source)
-                    changed = True
-            messages.append(message)
-        return request.replace(messages=tuple(messages)) if changed else request
+        """Strip replay state the target adapter does not own (provider/model kept).
+
+        Only assistant messages carrying ``source.replay_state`` can need it, and
+        whether one does depends only on its provider's route. So the messages
+        are indexed by provider (positions of those carrying replay state), and
+        only the providers whose route is not ``adapter`` are visited: with no
+        foreign replay state in the history the request passes through untouched.
+        For a session's :class:`MessagesView` the index is kept per session and
+        extended by the new messages only (the view's backing list is append-only;
+        a surface replacement allocates a new one, which restarts the index), so
+        the usual request costs O(new messages), not O(history).
+        """
+        messages = request.messages
+        index = self._replay_index(request.session, messages)
+        foreign: list[int] = []
+        routes = self._routes
+        length = len(messages)
+        for provider, positions in index.by_provider.items():
+            route = routes.get(provider)
+            if route is None or route.adapter is not adapter:
+                # Positions ascend; an older snapshot of the same list may be shorter.
+                foreign.extend(positions[: bisect_left(positions, length)])
+        if not foreign:
+            return request
+        stripped = list(messages)
+        for position in foreign:
+            message = stripped[position]
+            assert isinstance(message, AssistantMessage)
+            source = ModelSource(provider=message.source.provider, model=message.source.model)
+            stripped[position] = msgspec.structs.replace(message, source=source)
+        return request.replace(messages=tuple(stripped))
+
+    def _replay_index(self, session: object, messages: Sequence[Message]) -> _ReplayIndex:
+        """The replay-state index of ``messages``, extended incrementally when it can be.
+
+        Incremental only for a :class:`LogView` whose request names a session
+        (weakly keyed, so a disposed session's index goes with it); any other
+        sequence is indexed from scratch.
+        """
+        if type(messages) is not LogView or session is None:
+            fresh = _ReplayIndex(messages)
+            fresh.extend(messages, 0)
+            return fresh
+        items = messages._items  # the backing list: append-only (see LogView)
+        cache: weakref.WeakKeyDictionary[object, _ReplayIndex] | None = self._replay_indexes
+        index: _ReplayIndex | None = None
+        try:
+            index = self._replay_indexes.get(session)
+        except TypeError:  # not weak-referenceable: index from scratch every time
+            cache = None
+        if index is None or index.items is not items:
+            index = _ReplayIndex(items)
+            if cache is not None:
+                cache[session] = index
+        if index.checked < len(messages):
+            index.extend(messages, index.checked)
+        return index
+
+
+class _ReplayIndex:
+    """Positions of assistant messages with replay state, by provider, in one sequence.
+
+    ``items`` is the sequence indexed (kept only to recognize it: identity),
+    ``checked`` how many of its leading entries have been looked at.
+    """
+
+    __slots__ = ("by_provider", "checked", "items")
+
+    def __init__(self, items: object) -> None:
+        self.items = items
+        self.checked = 0
+        self.by_provider: dict[str, list[int]] = {}
+
+    def extend(self, messages: Sequence[Message], start: int) -> None:
+        """Index ``messages[start:]`` (positions counted in ``messages``)."""
+        by_provider = self.by_provider
+        unset = msgspec.UNSET
+        for position in range(start, len(messages)):
+            message = messages[position]
+            if isinstance(message, AssistantMessage) and message.source.replay_state is not unset:
+                by_provider.setdefault(message.source.provider, []).append(position)
+        self.checked = len(messages)
 
 
 def resolve_call_config(

@@ -49,6 +49,7 @@ from dsh_host.session.messages import (
     ToolSchema,
     UsageChunk,
 )
+from dsh_host.session.session import LogView, MessagesView
 
 from .errors import EMPTY_RESPONSE_CODE
 
@@ -108,11 +109,16 @@ class LlmRequest:
 
     Lists passed in are stored as tuples; messages and schemas are frozen
     Structs, so a request cannot be mutated after construction. Use
-    :meth:`replace` to derive a changed copy.
+    :meth:`replace` to derive a changed copy. ``messages`` may also be the
+    session's :class:`~dsh_host.session.session.MessagesView` (what
+    ``derive_messages()`` returns), kept as is: it is an immutable snapshot
+    already, and copying it would cost O(history) on every request of a loop.
+    Treat ``messages`` as a read-only sequence (index, slice, iterate, ``len``);
+    ``tuple()`` it when a tuple is needed.
     """
 
     config: LlmCallConfig
-    messages: tuple[Message, ...] = ()
+    messages: tuple[Message, ...] | MessagesView = ()
     system: str | None = None
     tools: tuple[ToolSchema, ...] = ()
     signal: CancelToken | None = None
@@ -129,7 +135,7 @@ class LlmRequest:
             raise TypeError(
                 f"LlmRequest.config must be an LlmCallConfig, not {type(self.config).__name__}"
             )
-        if not isinstance(self.messages, tuple):
+        if not isinstance(self.messages, tuple | LogView):
             object.__setattr__(self, "messages", tuple(self.messages))
         if not isinstance(self.tools, tuple):
             object.__setattr__(self, "tools", tuple(self.tools))

@@ -12,6 +12,7 @@ import anyio.lowlevel
 import msgspec
 import pytest
 from llm_helpers import collect, finish_count, request, terminal_failure, user
+from msgspec import UNSET
 
 from dsh_host import Row, open_host
 from dsh_host.cancel import CancelToken
@@ -407,6 +408,79 @@ async def test_replay_state_reaches_only_the_adapter_that_owns_it() -> None:
         assert kept.source.replay_state == {"response": "r"}
         assert stripped.source == ModelSource(provider="owner", model="m")
         assert stripped.id == "m1" and stripped.content == history.content
+
+
+async def test_replay_state_stripping_follows_a_live_sessions_messages_view() -> None:
+    """The runtime indexes a session's derived messages incrementally; what each
+    adapter receives must be exactly what a full walk gives: after appends, for an
+    older (shorter) snapshot, after a surface replacement, and after a re-route."""
+    from dsh_host.session import AssistantMessageData, Session, UserMessage, UserSource
+
+    def said(mid: str, provider: str) -> AssistantMessageData:
+        return AssistantMessageData(
+            turn=1,
+            step=1,
+            message=AssistantMessage(
+                id=mid,
+                content=(TextBlock(text=mid),),
+                source=ModelSource(provider=provider, model="m", replay_state={"r": mid}),
+            ),
+            stream=(),
+        )
+
+    def plain_user(mid: str) -> UserMessage:
+        return UserMessage(id=mid, content=(TextBlock(text=mid),), source=UserSource())
+
+    def replay(messages: Any) -> list[tuple[str, Any]]:
+        return [
+            (m.id, m.source.replay_state)
+            for m in messages
+            if isinstance(m, AssistantMessage)
+        ]
+
+    async with open_host([Row(name="llm")]) as host:
+        owner = FakeAdapter(hello())
+        other = FakeAdapter(hello())
+        host.ctx.llm.register_adapter(["owner"], owner)
+        registration = host.ctx.llm.register_adapter(["other"], other)
+        session = Session.create("s")
+        session.append("user/message", plain_user("u0"), surface_op="append")
+        session.append("assistant/message", said("a1", "owner"), surface_op="append")
+
+        async def send(provider: str, view: Any) -> LlmRequest:
+            adapter = owner if provider == "owner" else other
+            req = LlmRequest(
+                config=LlmCallConfig(provider=provider, model="m"),
+                messages=view,
+                session=session,
+            )
+            assert req.messages is view  # kept as is, not copied
+            await collect(host.ctx.llm.stream(req))
+            return adapter.requests[-1]
+
+        first = session.derive_messages()
+        assert (await send("owner", first)).messages is first  # nothing foreign: untouched
+        assert replay((await send("other", first)).messages) == [("a1", UNSET)]
+        session.append("assistant/message", said("a2", "other"), surface_op="append")
+        second = session.derive_messages()
+        assert replay((await send("owner", second)).messages) == [("a1", {"r": "a1"}), ("a2", UNSET)]
+        assert replay((await send("other", second)).messages) == [("a1", UNSET), ("a2", {"r": "a2"})]
+        # The older snapshot shares the backing list but is shorter.
+        assert (await send("owner", first)).messages is first
+        # A replacement allocates a new backing list: the index restarts.
+        session.append(
+            "user/message",
+            plain_user("sum"),
+            surface_op={"op": "replace", "start": 0, "end": 1},
+            source_event_seqs=[0, 1],
+        )
+        third = session.derive_messages()
+        assert [m.id for m in third] == ["sum", "a2"]
+        assert replay((await send("owner", third)).messages) == [("a2", UNSET)]
+        # Re-routing "other" away strips its replay state for every adapter.
+        registration.dispose()
+        assert replay((await send("owner", third)).messages) == [("a2", UNSET)]
+        assert [m.id for m in owner.requests[-1].messages] == ["sum", "a2"]
 
 
 async def test_signal_keyword_is_fused_with_the_request_signal() -> None:
