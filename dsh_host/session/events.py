@@ -1059,7 +1059,10 @@ def _check_envelope(env: _RawEnvelope | _PlainEnvelope, where: str) -> None:
 
 
 def decode_event(
-    raw: bytes | str | Mapping[str, Any], *, where: str = "session event"
+    raw: bytes | str | Mapping[str, Any],
+    *,
+    where: str = "session event",
+    parsed_plain: bool = False,
 ) -> SessionEvent:
     """Decode one event from JSON text or an already parsed mapping (two-phase).
 
@@ -1069,6 +1072,14 @@ def decode_event(
     :class:`UnknownEventTypeError` for an unregistered type without
     ``ignorable: true``, and :class:`InvalidSessionEventError` otherwise;
     messages start with ``where`` (e.g. ``seed event at index 3``).
+
+    ``parsed_plain=True`` vouches that ``raw`` is a ``dict`` just produced by a
+    strict JSON parser with JavaScript number semantics (integral floats already
+    ints, no non-finite numbers) whose ``data`` holds no integer outside
+    ±(2**53-1), and that the caller hands it over (nothing else holds it): its
+    ``data`` is then used as is instead of being walked and copied by
+    :func:`to_json_builtins`, which on such a value would only copy it. A reader
+    that cannot vouch (it saw a long digit run in the row) leaves it False.
     """
     plain_data: Any
     if isinstance(raw, bytes | str | bytearray | memoryview):
@@ -1099,7 +1110,10 @@ def decode_event(
             raise _envelope_error(str(exc), where) from exc
         _check_envelope(env, where)
         try:
-            plain_data = to_json_builtins(env.data, f"{where} data")
+            if parsed_plain and type(raw) is dict:
+                plain_data = env.data
+            else:
+                plain_data = to_json_builtins(env.data, f"{where} data")
         except NonJsonValueError as exc:
             raise InvalidSessionEventError(
                 f"{where} is not losslessly JSON-serializable: {exc.problem} at {exc.path}",

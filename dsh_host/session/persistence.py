@@ -486,15 +486,21 @@ class SnapshotReadHandle:
 
 
 def decode_stored_event(
-    raw: Mapping[str, Any] | str, *, session_id: str, seq: object, where: str
+    raw: Mapping[str, Any] | str,
+    *,
+    session_id: str,
+    seq: object,
+    where: str,
+    parsed_plain: bool = False,
 ) -> StoredEvent:
     """One stored event through the core registry (the vocabulary check).
 
     ``where`` names the stored artifact (a file, ``schema.table#id``). A type
     this harness does not know is "written by a newer harness", not damage.
+    ``parsed_plain`` is :func:`decode_event`'s (a reader's promise about ``raw``).
     """
     try:
-        return decode_event(raw, where=f"stored event at seq {seq}")
+        return decode_event(raw, where=f"stored event at seq {seq}", parsed_plain=parsed_plain)
     except UnknownEventTypeError as error:
         raise SessionFormatUnsupportedError(
             f'session "{session_id}" contains event type "{error.event_type}" (seq {seq}) '

@@ -553,11 +553,22 @@ class JsonlSessionPersistence(PersistenceBackend[JsonlReadHandle, JsonlWriteHand
         self, artifact: ArtifactRead, header: dict[str, Any], events: list[dict[str, Any]]
     ) -> SessionLoad:
         sid = str(header["id"])
+        # The reader's per-row promise holds for the rows it parsed: a v3 file's events
+        # are those rows (a migration copies and rewrites them, so it gets no promise).
+        plain = artifact.plain
+        if (
+            artifact.version != CURRENT_VERSION
+            or events is not artifact.events
+            or len(plain) != len(events)
+        ):
+            plain = [False] * len(events)
         return SessionLoad(
             header=_typed_header(header, artifact.path),
             events=tuple(
-                decode_stored_event(e, session_id=sid, seq=e.get("seq"), where=artifact.path)
-                for e in events
+                decode_stored_event(
+                    e, session_id=sid, seq=e.get("seq"), where=artifact.path, parsed_plain=p
+                )
+                for e, p in zip(events, plain, strict=True)
             ),
             revision=artifact.revision,
             location=ArtifactLocation("jsonl", artifact.path),

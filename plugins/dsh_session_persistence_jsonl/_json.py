@@ -164,7 +164,20 @@ def loads(data: bytes | str, *, keep_negative_zero: bool = False) -> Any:
 
     ``keep_negative_zero`` reads ``-0`` as ``-0.0`` (JS ``JSON.parse`` keeps the
     sign), so header checks can refuse it as DSH does; elsewhere ``-0`` is 0.
+
+    The stdlib parser is the reference; msgspec (several times faster) is tried
+    first and its value used only when it accepts the text, where it gives the
+    same value: the same float hook, ints of any size exact, ``-0`` as 0,
+    duplicate keys last-wins at the first key's position. Everything msgspec
+    refuses (escaped lone surrogates, which JS writers emit; invalid UTF-8; bad
+    syntax; a float overflowing to infinity; nesting past its depth limit) is
+    redone by the stdlib parser, so its verdict and error are the reference's.
     """
+    if not keep_negative_zero:
+        try:
+            return _FAST_DECODER.decode(data)
+        except (ValueError, RecursionError):  # msgspec.DecodeError is a ValueError
+            pass
     text = data.decode("utf-8") if isinstance(data, bytes | bytearray | memoryview) else data
     if keep_negative_zero:
         return json.loads(
@@ -174,3 +187,6 @@ def loads(data: bytes | str, *, keep_negative_zero: bool = False) -> Any:
             parse_int=_parse_int_keep_negative_zero,
         )
     return json.loads(text, parse_constant=_reject_constant, parse_float=_parse_float)
+
+
+_FAST_DECODER: Final = msgspec.json.Decoder(float_hook=_parse_float)

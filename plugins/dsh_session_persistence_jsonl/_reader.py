@@ -18,6 +18,7 @@ write handle.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -44,6 +45,9 @@ __all__ = ["ArtifactRead", "LineScanner", "read_artifact", "read_header", "revis
 Recovery = Literal["strict", "recoverable"]
 
 _LIST_CHUNK: Final = 8192
+#: Sixteen digits in a row: the shortest text of an integer outside ±(2**53-1) (and of many
+#: that are inside, or of digits in a string). A row without one holds only safe integers.
+_LONG_DIGITS: Final = re.compile(rb"[0-9]{16}")
 
 
 def revision_of(st: os.stat_result) -> str:
@@ -73,6 +77,10 @@ class LineScanner:
         self.recovery: Recovery = recovery
         self.path = path
         self.events: list[dict[str, Any]] = []
+        #: Parallel to ``events``: True when the event's row came straight from the
+        #: parser and holds no long digit run, so its ``data`` needs no lossless-JSON
+        #: walk (``decode_event(parsed_plain=True)``); v0 expansions are never marked.
+        self.plain: list[bool] = []
         #: Plaintext offset just past the last good record (header included).
         self.committed = start_offset
         self._offset = start_offset
@@ -160,6 +168,8 @@ class LineScanner:
                 self.issue = issue
                 return
         self.events.extend(decoded)
+        plain = self.version >= 2 and _LONG_DIGITS.search(line) is None
+        self.plain.extend([plain] * len(decoded))
         self.committed = line_end
 
 
@@ -179,6 +189,8 @@ class ArtifactRead:
     recovered: list[dict[str, Any]] = field(default_factory=list)
     #: zstd: file offset where the last complete frame ends (== truncate point when torn).
     complete_end: int = 0
+    #: Parallel to ``events`` (see :attr:`LineScanner.plain`); empty means none is marked.
+    plain: list[bool] = field(default_factory=list)
 
 
 def _corrupt(path: str, message: str, offset: int | None) -> SessionPersistenceCorruptionError:
@@ -314,6 +326,7 @@ def _read_zstd(path: str, data: bytes, revision: str, version: int | None) -> Ar
         tail_scanner = LineScanner(file_version, "recoverable", path, 0)
         tail_scanner.locate = lambda _plain: scan.torn_start or 0
         tail_scanner.events = events  # continue the seq count
+        tail_scanner.plain = scanner.plain
         before = len(events)
         try:
             tail_scanner.feed(tail)
@@ -332,6 +345,7 @@ def _read_zstd(path: str, data: bytes, revision: str, version: int | None) -> Ar
         torn=torn,
         recovered=recovered,
         complete_end=complete_end,
+        plain=scanner.plain,
     )
 
 
@@ -358,6 +372,7 @@ def _read_raw(path: str, data: bytes, revision: str, version: int | None) -> Art
         revision=revision,
         torn=torn,
         complete_end=scanner.committed,
+        plain=scanner.plain,
     )
 
 

@@ -456,6 +456,36 @@ def test_raw_row_with_gap_in_tail_is_dropped_whole(tmp_path: Path) -> None:
     assert read.torn is not None
 
 
+def test_rows_with_long_digit_runs_are_not_vouched_for(tmp_path: Path) -> None:
+    """The reader marks a row ``plain`` (its data needs no lossless-JSON walk) only when
+    no run of 16 digits appears in it; decoding with the mark gives what the full walk
+    gives, and an unsafe integer is still refused with the walk's error."""
+    import copy
+
+    from dsh_host.session.persistence import decode_stored_event
+
+    def ignorable(seq: int, data: Any) -> bytes:
+        row = {"type": "x/y", "seq": seq, "time": seq, "data": data, "ignorable": True}
+        return _json.dumps_bytes(row)
+
+    path = _raw(
+        tmp_path,
+        ignorable(0, {"n": 900719925474099, "f": 1.5, "s": "\ud800", "l": [1, {"a": None}]}),
+        ignorable(1, {"s": "1234567890123456"}),
+        ignorable(2, {"n": 9007199254740993}),
+    )
+    read = read_artifact(path, "none", 3)
+    assert read.plain == [True, False, False]
+    for row, plain in zip(read.events[:2], read.plain[:2], strict=True):
+        walked = decode_stored_event(copy.deepcopy(row), session_id="s", seq=0, where=path)
+        fast = decode_stored_event(row, session_id="s", seq=0, where=path, parsed_plain=plain)
+        assert fast == walked
+    with pytest.raises(SessionPersistenceCorruptionError, match="outside the safe range"):
+        decode_stored_event(
+            read.events[2], session_id="s", seq=2, where=path, parsed_plain=read.plain[2]
+        )
+
+
 def test_raw_without_newline_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "session.v3.jsonl"
     path.write_bytes(b'{"type":"session"')
