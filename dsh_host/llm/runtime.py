@@ -475,7 +475,7 @@ class LlmRuntime:
             fresh = _ReplayIndex(messages)
             fresh.extend(messages, 0)
             return fresh
-        items = messages._items  # the backing list: append-only (see LogView)
+        items = messages.lineage  # same token = a prefix of the same append-only list
         cache: weakref.WeakKeyDictionary[object, _ReplayIndex] | None = self._replay_indexes
         index: _ReplayIndex | None = None
         try:

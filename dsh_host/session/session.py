@@ -146,6 +146,13 @@ class LogView(Sequence[_T]):
     def __len__(self) -> int:
         return self._length
 
+    @property
+    def lineage(self) -> object:
+        """An identity token: two views share it exactly when both are prefixes of the same
+        append-only list. Lets a consumer extend a cache incrementally (a rebuild, such as a
+        surface replacement, starts a new lineage)."""
+        return self._items
+
     @overload
     def __getitem__(self, index: int) -> _T: ...
 
