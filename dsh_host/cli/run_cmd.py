@@ -14,9 +14,8 @@ import datetime
 import json
 import os
 import secrets
-import sys
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +163,6 @@ class Transcript:
 
     quiet: bool
     events: int = 0
-    closers: list[str] = field(default_factory=list)
     _mid_line: bool = False
 
     def _print(self, text: str, style: str | None = None) -> None:
@@ -340,7 +338,6 @@ async def _closers(host: PluginHost, session_id: str) -> list[dict[str, Any]]:
 
 
 def _print_closers(transcript: Transcript, closers: list[dict[str, Any]]) -> None:
-    transcript.closers = [c["type"] for c in closers]
     if not closers:
         transcript._print("session is balanced; nothing to repair", "dim")
         return
@@ -362,10 +359,7 @@ def run_resume(args: argparse.Namespace) -> int:
     async def body(host: PluginHost) -> dict[str, Any]:
         transcript.install(host)
         install_terminal_answerer(host.ctx)
-        try:
-            closers = await _closers(host, args.session_id)
-        except SessionNotFoundError:
-            raise
+        closers = await _closers(host, args.session_id)  # SessionNotFoundError: exit 2
         agent = await host.ctx.agent.resume(args.session_id)
         _print_closers(transcript, closers)
         reason = None
@@ -378,6 +372,3 @@ def run_resume(args: argparse.Namespace) -> int:
 
     return _report(args, run_with_host(located, body))
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(2)
