@@ -2,11 +2,11 @@
 
 Usage: ``python crash_child.py <sessions root> <workspace> <marker file> <session id>``
 
-It composes sessions + llm + tools + agent + llm-scripted + session-persistence-jsonl,
-registers a ``pay`` tool whose body writes the marker (with its call id) and then
-blocks forever, and wraps ``tools/execute`` exactly like the checkpoint policy does
-(flush the session before a top-level body runs), so ``tool/call`` is durable when
-the body starts. The parent kills it while the body blocks.
+It composes sessions + llm + tools + agent + llm-scripted + session-persistence-jsonl +
+session-checkpoint-policy, registers a ``pay`` tool whose body writes the marker (with its call id) and then
+blocks forever. The ``session-checkpoint-policy`` row flushes the session before the
+top-level body runs, so ``tool/call`` is durable when the body starts. The parent
+kills it while the body blocks.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from dsh_host import Row, open_host
 from dsh_host.tools import (
     ToolDefinition,
     ToolExecution,
-    aborted_before_dispatch_result,
     text_output,
 )
 
@@ -44,6 +43,7 @@ async def main(root: str, workspace: str, marker: str, session_id: str) -> None:
             },
         ),
         Row(name="session-persistence-jsonl", config={"root": root}),
+        Row(name="session-checkpoint-policy"),
         Row(name="agent", config={"provider": "scripted", "model": "scripted"}),
     ]
     async with open_host(rows) as host:
@@ -63,15 +63,6 @@ async def main(root: str, workspace: str, marker: str, session_id: str) -> None:
             )
         )
 
-        async def checkpoint(exec: ToolExecution, next: Any) -> Any:
-            if exec.agent is None or exec.parent is not None:
-                return await next()
-            await ctx.sessions.flush(exec.agent.session)
-            if exec.signal.aborted:
-                return aborted_before_dispatch_result()
-            return await next()
-
-        ctx.on("tools/execute", checkpoint)
         agent = ctx.agent.create(session_id=session_id, cwd=workspace)
         await agent.run_turn("pay invoice 42")
 

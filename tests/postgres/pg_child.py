@@ -11,8 +11,8 @@ it prints is flushed at once; the parent reads them as they come and SIGKILLs it
   parent makes the INSERT wait on a row lock and kills us while it waits).
 * ``agent``: a harness (sessions, llm, tools, scripted model, this backend, agent) that
   runs one turn whose ``pay`` tool body prints ``body <call id>`` and blocks forever.
-  Before a top-level tool body runs, the session is flushed, exactly like the
-  checkpoint policy does, so ``tool/call`` is durable when the body starts.
+  The ``session-checkpoint-policy`` row flushes the session before a top-level tool
+  body runs, so ``tool/call`` is durable when the body starts.
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ async def agent(dsn: str, schema: str, session_id: str, workspace: str) -> None:
     from dsh_host.tools import (
         ToolDefinition,
         ToolExecution,
-        aborted_before_dispatch_result,
         text_output,
     )
 
@@ -74,6 +73,7 @@ async def agent(dsn: str, schema: str, session_id: str, workspace: str) -> None:
     rows = [
         Row(name="sessions"),
         Row(name="session-persistence-postgres", config={"dsn": dsn, "schema": schema}),
+        Row(name="session-checkpoint-policy"),
         Row(name="llm"),
         Row(name="tools"),
         Row(name="llm-scripted", config={"responses": responses}),
@@ -96,15 +96,6 @@ async def agent(dsn: str, schema: str, session_id: str, workspace: str) -> None:
             )
         )
 
-        async def checkpoint(exec: ToolExecution, next: Any) -> Any:
-            if exec.agent is None or exec.parent is not None:
-                return await next()
-            await ctx.sessions.flush(exec.agent.session)
-            if exec.signal.aborted:
-                return aborted_before_dispatch_result()
-            return await next()
-
-        ctx.on("tools/execute", checkpoint)
         runner = ctx.agent.create(session_id=session_id, cwd=workspace)
         await runner.run_turn("pay invoice 42")
 
