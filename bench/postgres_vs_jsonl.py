@@ -61,134 +61,28 @@ from dsh_session_persistence_jsonl import JsonlSessionPersistence
 from dsh_session_persistence_postgres import PostgresSessionPersistence
 from dsh_session_persistence_postgres._schema import ensure_schema
 from psycopg import sql
+from session_append import turn_payloads
 
 from dsh_host.session import (
-    AssistantMessage,
-    AssistantMessageData,
-    ChunkRecord,
-    CompletedReason,
-    EpochHeader,
-    FinishChunk,
-    LlmCallConfig,
-    ModelSource,
-    RequestHeaderData,
     Session,
     SessionEvent,
-    StepEnd,
-    StepStart,
-    StopFinish,
-    TextBlock,
-    TextChunksRecord,
-    TokenUsage,
-    ToolCallBlock,
-    ToolCallData,
-    ToolCallsFinish,
-    ToolResultBlock,
-    ToolResultData,
-    ToolResultMessage,
-    ToolSchema,
-    ToolSource,
-    TurnEnd,
-    TurnStart,
-    UserMessage,
-    UserSource,
 )
 from dsh_host.session.events import encode_event
 
 DSN = os.environ.get("DSH_BENCH_POSTGRES_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=test")
-SOURCE = ModelSource(provider="bench", model="bench-1")
-HEADER = EpochHeader(
-    config=LlmCallConfig(provider="bench", model="bench-1", max_tokens=4096),
-    tools=(
-        ToolSchema(
-            name="bash",
-            description="run a command",
-            parameters={"type": "object", "properties": {"cmd": {"type": "string"}}},
-        ),
-    ),
-)
 TOOL_OUTPUT = "".join(
     f"-rw-r--r-- 1 dev dev {i * 37:>8} Nov 29 12:{i % 60:02} file_{i}.py\n" for i in range(80)
 )  # ~4 KB, like an `ls -l`
+TEXT = "Let me look at the directory first; then I will summarize what changed. " * 4
 
 
 def realistic_events(turns: int) -> list[SessionEvent]:
-    """A session of ``turns`` turns, 12 events each, built through the real Session."""
+    """A session of ``turns`` turns, 12 events each (session_append's mix at realistic sizes),
+    built through the real Session."""
     session = Session.create("bench")
-    text = "Let me look at the directory first; then I will summarize what changed. " * 4
     for turn in range(1, turns + 1):
-        call_id = f"call-{turn}"
-        first = AssistantMessage(
-            id=f"a-{turn}-1",
-            content=(
-                TextBlock(text=text),
-                ToolCallBlock(id=call_id, name="bash", arguments='{"cmd":"ls -l"}'),
-            ),
-            source=SOURCE,
-        )
-        stream = (
-            TextChunksRecord(
-                time0=1,
-                index=0,
-                dt=tuple([1] * 39),
-                texts=tuple(text[i::40][:1] for i in range(40)),
-            ),
-            ChunkRecord(time=2, chunk=FinishChunk(reason=ToolCallsFinish())),
-        )
-        result = ToolResultMessage(
-            id=f"r-{turn}",
-            content=(
-                ToolResultBlock(
-                    tool_call_id=call_id, content=(TextBlock(text=TOOL_OUTPUT),), is_error=False
-                ),
-            ),
-            source=ToolSource(call_id=call_id),
-        )
-        second = AssistantMessage(
-            id=f"a-{turn}-2", content=(TextBlock(text=f"Done with turn {turn}."),), source=SOURCE
-        )
-        usage = TokenUsage(input_tokens=1200 + turn, output_tokens=40)
-        session.append("turn/start", TurnStart(turn=turn))
-        session.append(
-            "user/message",
-            UserMessage(
-                id=f"u-{turn}", content=(TextBlock(text=f"question {turn}"),), source=UserSource()
-            ),
-            surface_op="append",
-        )
-        session.append("step/start", StepStart(turn=turn, step=1))
-        session.append(
-            "request/header",
-            RequestHeaderData(header=HEADER, reason="initial" if turn == 1 else "change"),
-        )
-        session.append(
-            "assistant/message",
-            AssistantMessageData(turn=turn, step=1, message=first, stream=stream, usage=usage),
-            surface_op="append",
-        )
-        session.append(
-            "tool/call",
-            ToolCallData(
-                turn=turn, step=1, call_id=call_id, name="bash", arguments='{"cmd":"ls -l"}'
-            ),
-        )
-        session.append(
-            "tool/result", ToolResultData(turn=turn, step=1, message=result), surface_op="append"
-        )
-        session.append("step/end", StepEnd(turn=turn, step=1))
-        session.append("step/start", StepStart(turn=turn, step=2))
-        session.append(
-            "assistant/message",
-            AssistantMessageData(
-                turn=turn,
-                step=2,
-                message=second,
-                stream=(ChunkRecord(time=3, chunk=FinishChunk(reason=StopFinish())),),
-            ),
-            surface_op="append",
-        )
-        session.append("step/end", StepEnd(turn=turn, step=2))
-        session.append("turn/end", TurnEnd(turn=turn, reason=CompletedReason()))
+        for kind, data, op in turn_payloads(turn, text=TEXT, tool_output=TOOL_OUTPUT):
+            session.append(kind, data, surface_op=op)
     return list(session.events)
 
 

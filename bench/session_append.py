@@ -76,8 +76,14 @@ HEADER = EpochHeader(
 )
 
 
-def turn_payloads(turn: int) -> list[tuple[str, Any, Literal["append"] | None]]:
-    """(type, data, surface_op) for one turn."""
+def turn_payloads(
+    turn: int, *, text: str = "let me look.", tool_output: str = "a\nb\nc\n"
+) -> list[tuple[str, Any, Literal["append"] | None]]:
+    """(type, data, surface_op) for one turn: a tool step and an answer step.
+
+    ``text`` is the first assistant message's text and ``tool_output`` what the tool
+    returned, so other benches can use the same mix at realistic sizes.
+    """
     call_id = f"call-{turn}"
     stream = (
         ChunkRecord(time=1, chunk=FinishChunk(reason=ToolCallsFinish())),
@@ -86,7 +92,7 @@ def turn_payloads(turn: int) -> list[tuple[str, Any, Literal["append"] | None]]:
     first = AssistantMessage(
         id=f"a-{turn}-1",
         content=(
-            TextBlock(text="let me look."),
+            TextBlock(text=text),
             ToolCallBlock(id=call_id, name="bash", arguments='{"cmd":"ls -la"}'),
         ),
         source=SOURCE,
@@ -98,7 +104,7 @@ def turn_payloads(turn: int) -> list[tuple[str, Any, Literal["append"] | None]]:
         id=f"r-{turn}",
         content=(
             ToolResultBlock(
-                tool_call_id=call_id, content=(TextBlock(text="a\nb\nc\n"),), is_error=False
+                tool_call_id=call_id, content=(TextBlock(text=tool_output),), is_error=False
             ),
         ),
         source=ToolSource(call_id=call_id),
@@ -114,7 +120,11 @@ def turn_payloads(turn: int) -> list[tuple[str, Any, Literal["append"] | None]]:
             "append",
         ),
         ("step/start", StepStart(turn=turn, step=1), None),
-        ("request/header", RequestHeaderData(header=HEADER, reason="change"), None),
+        (
+            "request/header",
+            RequestHeaderData(header=HEADER, reason="initial" if turn == 1 else "change"),
+            None,
+        ),
         (
             "assistant/message",
             AssistantMessageData(turn=turn, step=1, message=first, stream=stream, usage=usage),
