@@ -22,8 +22,6 @@ from .compositions import resolve_config
 
 T = TypeVar("T")
 
-PERSISTENCE_PLUGINS = ("session-persistence-jsonl", "session-persistence-postgres")
-
 
 class CliUsageError(DshError):
     """A flag or argument the user can fix (exit 2)."""
@@ -87,14 +85,6 @@ def load_composition(args: argparse.Namespace) -> tuple[Path, list[LocatedRow]]:
             raise CliUsageError(f"--root {root}: exists and is not a directory")
         patch_config(located, ("session-persistence-jsonl",), "root", str(root_path), "--root")
     return path, located
-
-
-def persistence_row_present(located: Sequence[LocatedRow]) -> bool:
-    return any(
-        not located[i].row.disabled
-        for plugin in PERSISTENCE_PLUGINS
-        for i in rows_of(located, plugin)
-    )
 
 
 def run_with_host(

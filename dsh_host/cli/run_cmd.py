@@ -25,7 +25,7 @@ from ..agent import Agent
 from ..llm.types import LlmRequest, StreamChunk
 from ..loader import LocatedRow, PluginHost, Row
 from ..session.events import SessionEvent
-from ..session.messages import BlockEndChunk, TextBlock, TextDeltaChunk
+from ..session.messages import BlockEndChunk, TextBlock, TextDeltaChunk, UserSource
 from ..session.persistence import SessionNotFoundError
 from .answerer import install_terminal_answerer
 from .common import (
@@ -39,6 +39,7 @@ from .common import (
 )
 from .demo import DEMO_PROMPT, DEMO_RESPONSES, DEMO_WORKSPACE
 from .output import console
+from .render import blocks_text
 
 MODEL_SPECS = "demo | scripted:PATH | openai-compatible:MODEL"
 
@@ -162,7 +163,6 @@ class Transcript:
     """Prints a run as it happens; silent under --json (stdout carries one object)."""
 
     quiet: bool
-    events: int = 0
     _mid_line: bool = False
 
     def _print(self, text: str, style: str | None = None) -> None:
@@ -192,30 +192,32 @@ class Transcript:
             yield chunk
 
     def _on_event(self, session: Any, event: SessionEvent) -> None:
-        self.events += 1
-        data = msgspec.to_builtins(event.data) if event.data is not None else {}
-        if not isinstance(data, dict):
-            return
+        # Called for every append: do nothing (not even a conversion) unless it is shown.
         kind = event.type
-        source = data.get("message", {}).get("source", {}) if kind == "user/message" else {}
-        if kind == "user/message" and source.get("kind") == "user":
-            self._print(f"you: {_text_of(data.get('message'))}", "bold")
-        elif kind == "tool/call":
-            self._print(f"⚙ {data.get('name')} [{data.get('callId')}] {data.get('arguments', '')}",
-                        "cyan")
-        elif kind == "tool/result":
-            message = data.get("message", {})
-            block = (message.get("content") or [{}])[0]
-            text = blocks_text_json(block.get("content", []))
-            error = data.get("error")
-            label = f"error {error.get('code', '')}".strip() if error else "result"
-            lines = text.splitlines() or ["(empty)"]
+        if self.quiet or kind not in _SHOWN_EVENTS:
+            return
+        if kind == "user/message":
+            message = event.data  # a user/message's data is the message itself
+            if isinstance(message.source, UserSource):  # not plugin notices or context
+                self._print(f"you: {blocks_text(message.content)}", "bold")
+            return
+        if kind == "tool/result":
+            block = event.data.message.content[0]
+            error = event.data.error
+            code = None if error is msgspec.UNSET else error.code
+            label = "result" if code is None else f"error {code}"
+            lines = blocks_text(block.content).splitlines() or ["(empty)"]
             shown = lines[:12]
             if len(lines) > 12:
                 shown.append(f"... ({len(lines) - 12} more lines)")
-            self._print(f"  ⎿ {label} [{block.get('toolCallId', '?')}]", "red" if error else "dim")
+            self._print(f"  ⎿ {label} [{block.tool_call_id}]", "dim" if code is None else "red")
             for line in shown:
                 self._print(f"    {line}", "dim")
+            return
+        data = msgspec.to_builtins(event.data)
+        if kind == "tool/call":
+            self._print(f"⚙ {data.get('name')} [{data.get('callId')}] {data.get('arguments', '')}",
+                        "cyan")
         elif kind == "approval/asked":
             self._print(f"? approval asked for {data.get('toolName')} [{data.get('callId')}]"
                         f"{': ' + data['reason'] if data.get('reason') else ''}", "yellow")
@@ -229,18 +231,9 @@ class Transcript:
                         f"{' — ' + str(detail) if detail else ''}", style)
 
 
-def _text_of(message: Any) -> str:
-    if not isinstance(message, dict):
-        return ""
-    return blocks_text_json(message.get("content", []))
-
-
-def blocks_text_json(blocks: Any) -> str:
-    parts = []
-    for block in blocks or []:
-        if isinstance(block, dict) and isinstance(block.get("text"), str):
-            parts.append(block["text"])
-    return "".join(parts)
+_SHOWN_EVENTS = frozenset(
+    {"user/message", "tool/call", "tool/result", "approval/asked", "approval/decided", "turn/end"}
+)
 
 
 # -- run / resume --------------------------------------------------------------------------

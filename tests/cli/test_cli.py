@@ -62,6 +62,8 @@ def test_demo_run_then_list_show_verify(tmp_path: Path) -> None:
 def test_human_output_shows_call_ids_and_where_it_is_stored(tmp_path: Path) -> None:
     run = dsh("run", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
+    assert "you: Show me what dsh does" in run.stdout
+    assert "Current runtime context" not in run.stdout  # plugin context is not the user's
     assert "⚙ bash [call_1_1]" in run.stdout
     assert "turn 1 ended: completed" in run.stdout
     assert "session.v3.jsonl.zstd" in run.stdout
