@@ -45,7 +45,9 @@ from .types import (
     ToolResultEvent,
     aborted_before_dispatch_result,
     aborted_result,
+    is_abort,
     json_output,
+    stopped_result,
     text_output,
 )
 
@@ -93,7 +95,9 @@ __all__ = [
     "check_schema",
     "error_message",
     "error_result",
+    "is_abort",
     "json_output",
+    "stopped_result",
     "text_output",
     "validate",
 ]

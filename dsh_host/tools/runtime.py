@@ -20,7 +20,8 @@ Every call, whoever makes it, goes through the same stages in the same order
    token with whatever token a wrapper installed, validates the arguments
    against ``parameters`` and awaits the body. A started body is never
    abandoned: if the caller cancels, the body is asked to stop (through its
-   token) and awaited, and a late success becomes ``ABORTED``.
+   token) and awaited, and whatever it returns becomes an outcome-unknown
+   result (``TOOL_OUTCOME_UNKNOWN``, D18: it may have partly run).
 8. **``tools/post-execute``** waterfall → ``Accept | Block``.
 9. **Finish**: materialize, apply ``finalize_content`` exactly once, freeze the
    execution, emit **``tools/result``**.
@@ -64,6 +65,7 @@ from dsh_host.session.messages import (
     ToolSchema,
     UserMessage,
 )
+from dsh_host.session.repair import TOOL_OUTCOME_UNKNOWN
 
 from .errors import (
     ToolArgsError,
@@ -94,6 +96,8 @@ from .types import (
     ToolResultEvent,
     aborted_before_dispatch_result,
     aborted_result,
+    is_abort,
+    stopped_result,
 )
 
 if TYPE_CHECKING:
@@ -175,6 +179,7 @@ class _CallState:
     caller_signal: CancelToken
     finalizer: ContentFinalizer | None
     body_invoked: bool = False
+    body_started: bool = False  # tool.execute was awaited (arguments were valid)
     #: results this runtime normalized for this call (a wrapper's own result is re-validated)
     canonical: list[ToolExecutionResult] = dataclasses.field(default_factory=list)
 
@@ -536,7 +541,9 @@ class ToolRuntime:
                         normalized, additional_contexts=deferred + normalized.additional_contexts
                     ),
                 )
-            if state.caller_signal.aborted and not normalized.is_error:
+            if state.caller_signal.aborted and (
+                not normalized.is_error or (state.body_started and is_abort(normalized))
+            ):
                 normalized = self._cancellation_result(state, normalized)
             return Dispatched("post-result", normalized)
         except Exception as exc:
@@ -562,9 +569,10 @@ class ToolRuntime:
             violations = validate(tool.parameters, execution.arguments)
             if violations:
                 raise ToolArgsError(violations)
+            state.body_started = True
             returned = await tool.execute(execution.arguments, execution)
             result = self._success(execution, tool, returned)
-            return aborted_result(result) if fused.aborted else result
+            return stopped_result(result) if fused.aborted else result
         except Exception as exc:
             return error_result(exc)
         finally:
@@ -756,6 +764,12 @@ class ToolRuntime:
 
     @staticmethod
     def _cancellation_result(state: _CallState, prior: ToolExecutionResult) -> ToolExecutionResult:
+        if state.body_started:
+            if prior.error is not None and prior.error.info is not None and (
+                prior.error.info.code == TOOL_OUTCOME_UNKNOWN
+            ):
+                return prior  # already says so (the body's own stop, or a wrapper's)
+            return stopped_result(prior)
         if state.body_invoked:
             return aborted_result(prior)
         return aborted_before_dispatch_result(prior)

@@ -27,6 +27,7 @@ from msgspec import UNSET
 
 from dsh_host.jsonsafe import freeze_json, to_json_builtins
 from dsh_host.session.messages import ContentBlock, TextBlock, ToolSchema, UserMessage
+from dsh_host.session.repair import TOOL_OUTCOME_UNKNOWN
 
 from .errors import ABORTED, ABORTED_BEFORE_DISPATCH, ToolRegistrationError
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from dsh_host.cancel import CancelToken
 
 __all__ = [
+    "STOPPED_OUTCOME_UNKNOWN_TEXT",
     "Accept",
     "Allow",
     "ApprovalOutcome",
@@ -58,7 +60,9 @@ __all__ = [
     "ToolResultEvent",
     "aborted_before_dispatch_result",
     "aborted_result",
+    "is_abort",
     "json_output",
+    "stopped_result",
     "text_output",
 ]
 
@@ -409,6 +413,40 @@ def aborted_result(prior: ToolExecutionResult | None = None) -> ToolExecutionRes
         info=ToolErrorInfo("AbortError", ABORTED),
         additional_contexts=prior.additional_contexts if prior is not None else (),
     )
+
+
+#: Model-visible notice of a body that cancellation stopped while it ran (D18).
+STOPPED_OUTCOME_UNKNOWN_TEXT: Final = (
+    "The tool call was stopped by a cancellation while it was running. It may have partly run: "
+    "its outcome is unknown. Decide whether to retry from the tool semantics: retry only if the "
+    "operation is read-only or idempotent; if it may have side effects, first verify external "
+    "state or ask the user. Do not retry blindly."
+)
+
+
+def stopped_result(prior: ToolExecutionResult | None = None) -> ToolExecutionResult:
+    """The result of a body that had started when its call was cancelled (D18).
+
+    Code ``TOOL_OUTCOME_UNKNOWN`` (as crash repair writes for a call that may
+    have run), the notice above, then whatever the body itself returned (the
+    output of a stopped command tells the model how far it got). Never a
+    success, never "not started".
+    """
+    content: tuple[ContentBlock, ...] = (TextBlock(text=STOPPED_OUTCOME_UNKNOWN_TEXT),)
+    if prior is not None and prior.content and not is_abort(prior):
+        content += (TextBlock(text="What the tool returned when it stopped:"), *prior.content)
+    return ToolExecutionResult.failure(
+        "tool call stopped by cancellation; outcome unknown",
+        info=ToolErrorInfo("ToolOutcomeUnknownError", TOOL_OUTCOME_UNKNOWN),
+        content=content,
+        additional_contexts=prior.additional_contexts if prior is not None else (),
+    )
+
+
+def is_abort(result: ToolExecutionResult) -> bool:
+    """Whether ``result`` is a plain ``ABORTED`` error (a body's own "tool call aborted")."""
+    info = result.error.info if result.error is not None else None
+    return info is not None and info.code == ABORTED
 
 
 def aborted_before_dispatch_result(

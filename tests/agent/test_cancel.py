@@ -31,6 +31,11 @@ from dsh_host.session.messages import (
     ToolResultBlock,
 )
 from dsh_host.tools import Ask, ToolExecution
+from dsh_host.tools.types import STOPPED_OUTCOME_UNKNOWN_TEXT
+
+# D18: a body that had started when its call was cancelled is recorded as outcome unknown.
+STOPPED = STOPPED_OUTCOME_UNKNOWN_TEXT
+UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
 
 pytestmark = pytest.mark.anyio
 
@@ -172,7 +177,7 @@ async def test_cancel_during_a_tool_body() -> None:
     assert reason == AbortedReason(reason=HookCancel(reason="deadline"))
     assert trail == ["slow finished"]
     assert results(agent) == [
-        ("call-slow", "Error: tool call aborted", "ABORTED"),
+        ("call-slow", STOPPED + "What the tool returned when it stopped:late success", UNKNOWN),
         ("call-after", "Error: tool call aborted before dispatch", "ABORTED_BEFORE_DISPATCH"),
     ]
     tail = kinds[kinds.index("assistant/message") :]
@@ -218,8 +223,8 @@ async def test_cancel_during_a_parallel_group_drains_started_calls() -> None:
         reason = await run_and_cancel(agent, both)
     assert isinstance(reason, AbortedReason)
     assert [(call_id, code) for call_id, _, code in results(agent)] == [
-        ("p1", "ABORTED"),
-        ("p2", "ABORTED"),
+        ("p1", UNKNOWN),
+        ("p2", UNKNOWN),
         ("x", "ABORTED_BEFORE_DISPATCH"),
     ]
 
@@ -257,7 +262,7 @@ async def test_cancel_during_a_bash_body_kills_the_process(tmp_path: Path) -> No
             tg.start_soon(watch_pid)
             reason = await run_and_cancel(agent, started)
     assert isinstance(reason, AbortedReason)
-    assert results(agent) == [("b1", "Error: tool call aborted", "ABORTED")]
+    assert results(agent) == [("b1", STOPPED, UNKNOWN)]
     with pytest.raises(ProcessLookupError):
         os.kill(int(_read(pid_file)), 0)
 

@@ -15,6 +15,7 @@ from tools_helpers import call, text_of
 from dsh_host import CancelToken, Row, open_host
 from dsh_host.loader import PluginHost
 from dsh_host.tools import ToolErrorInfo, ToolExecutionResult, ToolRuntime
+from dsh_host.tools.types import STOPPED_OUTCOME_UNKNOWN_TEXT
 
 pytestmark = pytest.mark.anyio
 
@@ -167,9 +168,10 @@ async def test_cancel_during_the_body_terminates_and_awaits_the_child(
                 await anyio.sleep(0.02)
             token.abort("user")
     [result] = results
-    assert text_of(result) == "Error: tool call aborted"
+    # D18: the body had started, so its outcome is unknown (never "aborted" as if nothing ran)
+    assert text_of(result) == STOPPED_OUTCOME_UNKNOWN_TEXT
     assert result.error is not None
-    assert result.error.info == ToolErrorInfo("AbortError", "ABORTED")
+    assert result.error.info == ToolErrorInfo("ToolOutcomeUnknownError", "TOOL_OUTCOME_UNKNOWN")
     pid = int(pid_file.read_text())
     if mode == "danger-full-access":  # inside bwrap the pid is namespaced
         with pytest.raises(ProcessLookupError):

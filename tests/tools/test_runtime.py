@@ -15,6 +15,7 @@ from dsh_host.errors import DshError
 from dsh_host.loader import PluginHost
 from dsh_host.session.messages import TextBlock, UserMessage, UserSource
 from dsh_host.tools import (
+    AbortError,
     Accept,
     Allow,
     ApprovalRequest,
@@ -34,11 +35,13 @@ from dsh_host.tools import (
     aborted_before_dispatch_result,
     text_output,
 )
+from dsh_host.tools.types import STOPPED_OUTCOME_UNKNOWN_TEXT
 
 pytestmark = pytest.mark.anyio
 
 BEFORE = ToolErrorInfo("AbortError", "ABORTED_BEFORE_DISPATCH")
-AFTER = ToolErrorInfo("AbortError", "ABORTED")
+# D18: cancellation of a body that had started records its outcome as unknown.
+AFTER = ToolErrorInfo("ToolOutcomeUnknownError", "TOOL_OUTCOME_UNKNOWN")
 
 
 def user_message(text: str) -> UserMessage:
@@ -499,7 +502,7 @@ async def test_cancellation_overtaking_approval(host: PluginHost, tools: ToolRun
     assert ran == []
 
 
-async def test_started_body_is_awaited_and_becomes_aborted(tools: ToolRuntime) -> None:
+async def test_started_body_is_awaited_and_becomes_outcome_unknown(tools: ToolRuntime) -> None:
     token = CancelToken()
     events: list[str] = []
 
@@ -514,7 +517,13 @@ async def test_started_body_is_awaited_and_becomes_aborted(tools: ToolRuntime) -
     tools.register(echo_tool(body=body))
     result = await tools.execute(call(signal=token))
     assert events == ["started", "finished"]
-    assert text_of(result) == "Error: tool call aborted"
+    # never a success, never "not started": the notice, then what the body returned
+    assert [block.text for block in result.content] == [
+        STOPPED_OUTCOME_UNKNOWN_TEXT,
+        "What the tool returned when it stopped:",
+        "late success",
+    ]
+    assert result.is_error
     assert result.error is not None and result.error.info == AFTER
 
 
@@ -528,6 +537,24 @@ async def test_body_error_after_cancel_is_preserved(tools: ToolRuntime) -> None:
     tools.register(echo_tool(body=body))
     result = await tools.execute(call(signal=token))
     assert text_of(result) == "Error: disk full"
+
+
+async def test_body_that_stops_on_its_abort_is_recorded_outcome_unknown(
+    tools: ToolRuntime,
+) -> None:
+    # A body that started and then gave up because its call was cancelled (it raises
+    # AbortError, as bash does after killing its command) may have done part of its work:
+    # D18 records that as outcome unknown, never as a plain "aborted".
+    token = CancelToken()
+
+    async def body(args: Any, exec: ToolExecution) -> Any:
+        token.abort("user")
+        raise AbortError()
+
+    tools.register(echo_tool(body=body))
+    result = await tools.execute(call(signal=token))
+    assert text_of(result) == STOPPED_OUTCOME_UNKNOWN_TEXT
+    assert result.error is not None and result.error.info == AFTER
 
 
 async def test_wrapper_with_aborted_signal_prevents_dispatch(
