@@ -93,6 +93,7 @@ from dsh_host.session.messages import (
     UserSource,
     new_message_id,
 )
+from dsh_host.session.repair import interrupted_turn_closers
 from dsh_host.session.request_header import canonical_header, headers_equal
 
 from .errors import AgentBusyError, AgentClosedError, AgentConfigError
@@ -461,6 +462,12 @@ class Agent:
                             reason = MaxTokensReason()
                         else:
                             reason = None
+                except BaseException:
+                    # No step/end while a call of the step lacks its result (D18): a
+                    # scheduler failure, a host cancellation or a KeyboardInterrupt can
+                    # leave requested calls unanswered; close them as repair would.
+                    self._close_unanswered_calls()
+                    raise
                 finally:
                     session.append("step/end", StepEnd(turn=turn, step=step))
                     self._emit("agent/step-end", StepEnded(agent=self, turn=turn, step=step))
@@ -486,6 +493,26 @@ class Agent:
         session.append("turn/end", TurnEnd(turn=turn, reason=reason))
         self._emit("agent/turn-end", TurnEnded(agent=self, turn=turn, reason=reason))
         return reason
+
+    def _close_unanswered_calls(self) -> None:
+        """Answer every requested call of the open turn that has no ``tool/result``.
+
+        The same results crash repair would write (``TOOL_OUTCOME_UNKNOWN`` for a
+        durable ``tool/call``, else ``TOOL_NOT_STARTED``), appended now, by the
+        live writer, so the step can close balanced. No body is running: the
+        scheduler awaits every started body before it lets a failure out.
+        """
+        session = self._session
+        for closer in interrupted_turn_closers(session.events):
+            if closer.type != "tool/result":
+                continue
+            cited = closer.source_event_seqs
+            session.append(
+                "tool/result",
+                closer.data,
+                surface_op="append",
+                source_event_seqs=cited if cited is not UNSET else None,
+            )
 
     async def _pre_step(
         self, turn: int, step: int, claimed: list[UserMessage], signal: CancelToken

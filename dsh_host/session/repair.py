@@ -4,10 +4,13 @@ A crash leaves a log that ends inside a turn. Storage never trims it (the turn
 may hold much durable work) and never invents events; the *reader* computes
 what is missing and whoever holds the write handle appends it (seed 002):
 
-1. a ``tool/result`` for every call the model requested in the open step that
+1. a ``tool/result`` for every call the model requested in the open turn that
    has no result — ``TOOL_OUTCOME_UNKNOWN`` if a ``tool/call`` was durably
    recorded (the tool may have run: do not retry blindly), else
-   ``TOOL_NOT_STARTED``;
+   ``TOOL_NOT_STARTED``. Calls of an already closed step count too: the loop
+   never closes a step with a call unanswered, but a log written by an older
+   dsh (or another writer) may hold one, and the model's next request would
+   otherwise carry a tool call with no result (D18);
 2. ``step/end`` if a step is open;
 3. ``turn/end {reason: {kind: "interrupted"}}``.
 
@@ -87,8 +90,8 @@ def interrupted_turn_closers(events: Sequence[SessionEvent]) -> list[SessionEven
     """The events that close the open turn at the end of ``events``; ``[]`` if none is open.
 
     ``events`` must be a contiguous log (``events[i].seq == i`` as loaded).
-    Only the last, open turn is repaired; calls left unanswered in an already
-    closed step are not.
+    Only the last, open turn is repaired; within it, every unanswered call is
+    closed, whether or not its step is still open.
     """
     if not events:
         return []
@@ -107,8 +110,7 @@ def interrupted_turn_closers(events: Sequence[SessionEvent]) -> list[SessionEven
         elif kind == "step/start":
             open_step = data.step
         elif kind == "step/end":
-            open_step = None
-            pending.clear()
+            open_step = None  # a closed step's unanswered calls stay pending (defensive)
         elif kind == "assistant/message" and isinstance(data, AssistantMessageData):
             for block in data.message.content:
                 if isinstance(block, ToolCallBlock):

@@ -30,6 +30,7 @@ from dsh_host.session.messages import (
     ToolCallDeltaChunk,
     ToolResultBlock,
 )
+from dsh_host.session.repair import interrupted_turn_closers
 from dsh_host.tools import Ask, ToolExecution
 from dsh_host.tools.types import STOPPED_OUTCOME_UNKNOWN_TEXT
 
@@ -370,3 +371,56 @@ async def test_closing_the_agent_mid_turn_ends_it_disposed() -> None:
         assert not host.ctx.sessions.is_live(session)
     assert outcome == [AbortedReason(reason=DisposedCancel())]
     assert live_types(session)[-1] == "turn/end"
+
+
+# --------------------------------------------------------------------------- host cancellation
+
+
+async def test_host_cancellation_during_a_body_never_closes_a_step_with_a_call_unanswered() -> None:
+    """A cancel scope around the whole turn (the host going away) is not a turn ending,
+    but the step it interrupts is still closed balanced (D18): every requested call gets a
+    result before ``step/end``, a started one ``TOOL_OUTCOME_UNKNOWN``, one never recorded
+    ``TOOL_NOT_STARTED``; the open turn is left for crash repair, which adds only
+    ``turn/end {interrupted}``. (Before: ``step/end`` with the call unanswered, and repair
+    ignored calls of closed steps, so the log kept an unanswered call forever.)"""
+    responses = [
+        {
+            "tool_calls": [
+                {"name": "slow", "id": "s1"},
+                {"name": "slow", "id": "s2"},
+            ]
+        },
+    ]
+    async with scripted_host(responses) as host:
+        started = anyio.Event()
+
+        async def slow(args: Any, exec: ToolExecution) -> Any:
+            started.set()
+            await anyio.sleep(60)
+            return "done"
+
+        register_tool(host, "slow", slow)
+        agent = agent_service(host).create()
+        async with anyio.create_task_group() as tg:
+
+            async def turn() -> None:
+                await agent.run_turn("go")
+
+            tg.start_soon(turn)
+            with anyio.fail_after(20):
+                await started.wait()
+            tg.cancel_scope.cancel()
+        kinds = live_types(agent.session)
+        closers = interrupted_turn_closers(agent.session.events)
+    assert kinds[kinds.index("assistant/message") :] == [
+        "assistant/message",
+        "tool/call",
+        "tool/result",
+        "tool/result",
+        "step/end",
+    ]
+    assert [(call_id, code) for call_id, _, code in results(agent)] == [
+        ("s1", "TOOL_OUTCOME_UNKNOWN"),
+        ("s2", "TOOL_NOT_STARTED"),
+    ]
+    assert [c.type for c in closers] == ["turn/end"]

@@ -125,17 +125,51 @@ def test_pending_calls_in_order_with_exact_codes_ids_and_provenance() -> None:
     assert roles == ["assistant", "user", "user", "user"]
 
 
-def test_calls_of_closed_steps_and_turns_are_not_repaired() -> None:
+def test_calls_of_a_closed_step_in_the_open_turn_are_repaired() -> None:
+    # D18: a log that closed a step with a call unanswered (older dsh on SIGINT did) must
+    # not keep that call open forever: the next model request would carry a tool call with
+    # no tool message, which OpenAI-compatible providers reject with HTTP 400.
+    session = new_session()
+    session.append("turn/start", {"turn": 1})
+    session.append("step/start", {"turn": 1, "step": 1})
+    session.append(
+        "assistant/message",
+        assistant(1, 1, "a", call_block("old"), call_block("never")),
+        surface_op="append",
+    )
+    session.append(
+        "tool/call", {"turn": 1, "step": 1, "callId": "old", "name": "t", "arguments": "{}"}
+    )
+    session.append("step/end", {"turn": 1, "step": 1})  # unanswered, but the step closed
+    session.append("step/start", {"turn": 1, "step": 2})
+    closers = interrupted_turn_closers(list(session.events))
+    assert [c.type for c in closers] == ["tool/result", "tool/result", "step/end", "turn/end"]
+    unknown, not_started = closers[0].data, closers[1].data
+    assert (unknown.step, unknown.message.source.call_id, unknown.error.code) == (
+        1,
+        "old",
+        "TOOL_OUTCOME_UNKNOWN",
+    )
+    assert closers[0].source_event_seqs == (3,)  # cites its durable tool/call
+    assert (not_started.message.source.call_id, not_started.error.code) == (
+        "never",
+        "TOOL_NOT_STARTED",
+    )
+    assert closers[2].data.step == 2
+
+
+def test_calls_of_closed_turns_are_not_repaired() -> None:
     session = new_session()
     session.append("turn/start", {"turn": 1})
     session.append("step/start", {"turn": 1, "step": 1})
     session.append(
         "assistant/message", assistant(1, 1, "a", call_block("old")), surface_op="append"
     )
-    session.append("step/end", {"turn": 1, "step": 1})  # unanswered, but the step closed
-    session.append("step/start", {"turn": 1, "step": 2})
+    session.append("step/end", {"turn": 1, "step": 1})
+    session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+    session.append("turn/start", {"turn": 2})
     closers = interrupted_turn_closers(list(session.events))
-    assert [c.type for c in closers] == ["step/end", "turn/end"]
+    assert [c.type for c in closers] == ["turn/end"]
 
 
 def test_closers_do_not_mutate_their_input() -> None:
