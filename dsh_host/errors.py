@@ -24,6 +24,7 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     │   └── InvalidApprovalPolicyError                   dsh_user_approval.errors
     ├── BootError                                        dsh_host.errors
     ├── CliUsageError                                    dsh_host.cli.common
+    ├── CommandInterrupted                               dsh_host.cli.common
     ├── ConfigError                                      dsh_host.errors
     │   ├── BuiltinToolsConfigError                      dsh_builtin_tools.config
     │   ├── DuplicateRowIdError                          dsh_host.errors

@@ -9,8 +9,9 @@ arguments, so what is shown is exactly what is audited) — and reads one line:
 
 - ``y`` / ``yes`` (any case) → ``allowed-once``;
 - anything else, including an empty line or end-of-file → ``rejected``;
-- Ctrl-C while the prompt is open → ``cancelled`` (only the question is
-  withdrawn; the run goes on and the model reads the cancellation).
+- Ctrl-C while the prompt is open → ``cancelled``; ``dsh run`` also cancels
+  the turn then (``on_interrupt``, D18), as Ctrl-C does anywhere else in a
+  run. Without ``on_interrupt`` only the question is withdrawn.
 
 With no interactive TTY on stdin (a pipe, ``/dev/null``, a closed descriptor)
 :func:`install_terminal_answerer` registers nothing, so every ask resolves
@@ -67,17 +68,23 @@ def is_interactive(fd: int = 0) -> bool:
 
 
 def install_terminal_answerer(
-    ctx: Context, *, input_fd: int = 0, output: TextIO | None = None
+    ctx: Context,
+    *,
+    input_fd: int = 0,
+    output: TextIO | None = None,
+    on_interrupt: Callable[[], None] | None = None,
 ) -> Callable[[], Any] | None:
     """Register a :class:`TerminalAnswerer` on ``approval/request`` if ``input_fd`` is a TTY.
 
     Returns the listener's disposer, or None when nothing was registered (no
     TTY: every ask then resolves ``unavailable``). ``dsh run`` calls this on
-    its root context before starting the agent.
+    its root context before starting the agent, with ``on_interrupt`` set so
+    that Ctrl-C at the prompt cancels the whole turn (D18).
     """
     if not is_interactive(input_fd):
         return None
-    return ctx.on("approval/request", TerminalAnswerer(input_fd=input_fd, output=output))
+    answerer = TerminalAnswerer(input_fd=input_fd, output=output, on_interrupt=on_interrupt)
+    return ctx.on("approval/request", answerer)
 
 
 # --------------------------------------------------------------------------- rendering
@@ -173,9 +180,16 @@ class TerminalAnswerer:
     its usual meaning.
     """
 
-    def __init__(self, *, input_fd: int = 0, output: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        input_fd: int = 0,
+        output: TextIO | None = None,
+        on_interrupt: Callable[[], None] | None = None,
+    ) -> None:
         self._fd = input_fd
         self._output = output
+        self._on_interrupt = on_interrupt
         self._lock = anyio.Lock()
 
     @property
@@ -199,6 +213,8 @@ class TerminalAnswerer:
                 line = await self._read_answer(signals)
             except _Interrupted:
                 self._write("^C\n(cancelled)\n")
+                if self._on_interrupt is not None:
+                    self._on_interrupt()  # the command cancels the turn, not only this ask
                 return "cancelled"
             except anyio.get_cancelled_exc_class():
                 self._write("\n(withdrawn)\n")  # the request's token aborted

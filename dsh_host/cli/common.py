@@ -19,6 +19,7 @@ import anyio
 from ..errors import ConfigError, DshError
 from ..loader import LocatedRow, PluginHost, Row, canonical_name, load_rows, open_host
 from .compositions import resolve_config
+from .interrupts import Interrupts
 
 T = TypeVar("T")
 
@@ -87,16 +88,65 @@ def load_composition(args: argparse.Namespace) -> tuple[Path, list[LocatedRow]]:
     return path, located
 
 
-def run_with_host(
-    located: Sequence[LocatedRow], body: Callable[[PluginHost], Awaitable[T]]
-) -> T:
-    """Boot the composition under trio, run ``body(host)``, dispose everything."""
+class CommandInterrupted(DshError):
+    """A signal stopped the command before it had a result (exit 128 + the signal)."""
 
-    async def main() -> T:
+    code = "INTERRUPTED"
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def run_with_host(
+    located: Sequence[LocatedRow],
+    body: Callable[[PluginHost], Awaitable[T]],
+    *,
+    interrupts: Interrupts | None = None,
+) -> T:
+    """Boot the composition under trio, run ``body(host)``, dispose everything.
+
+    With ``interrupts``, SIGINT / SIGTERM / SIGHUP are handled for the whole
+    command (see :mod:`.interrupts`): the body points it at the running turn;
+    a signal with no turn running cancels the command, which then raises
+    :class:`CommandInterrupted` once the host is disposed.
+    """
+
+    async def plain() -> T:
         async with open_host(located) as host:
             return await body(host)
 
-    return anyio.run(main, backend="trio")
+    if interrupts is None:
+        return anyio.run(plain, backend="trio")
+    watched = interrupts
+
+    async def main() -> list[T]:
+        out: list[T] = []
+        failure: Exception | None = None  # raised outside the task group: no ExceptionGroup
+        async with anyio.create_task_group() as group:
+            command = anyio.CancelScope()
+            group.start_soon(watched.watch, command)
+            try:
+                with command:
+                    async with open_host(located) as host:
+                        out.append(await body(host))
+            except Exception as exc:
+                failure = exc
+            finally:
+                group.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return out
+
+    try:
+        out = anyio.run(main, backend="trio")
+    finally:
+        watched.hold_after_run()
+    if not out:
+        received = watched.received
+        name = received.name if received is not None else "a signal"
+        raise CommandInterrupted(f"interrupted by {name}", watched.exit_code or 130)
+    return out[0]
 
 
 def persistence(host: PluginHost) -> Any:

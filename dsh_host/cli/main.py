@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from ..errors import DshError
 from ..session.persistence import SessionAlreadyOwnedError
 from . import plugins_cmd, run_cmd, sessions_cmd
+from .common import CommandInterrupted
+from .interrupts import exit_on_signals
 
 EXIT_USAGE = 2
 EXIT_LOCKED = 3
@@ -36,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    exit_on_signals()  # no KeyboardInterrupt traceback, whatever the moment (D18)
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -49,6 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = handler(args)
         return code
+    except CommandInterrupted as exc:
+        print(f"dsh: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
     except DshError as exc:
         # One plain line (no wrapping, no markup): users grep and paste these.
         print(f"dsh: error: {exc}", file=sys.stderr)

@@ -14,6 +14,7 @@ import datetime
 import json
 import os
 import secrets
+import signal
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ from .common import (
     run_with_host,
 )
 from .demo import DEMO_PROMPT, DEMO_RESPONSES, DEMO_WORKSPACE
+from .interrupts import Interrupts
 from .output import console
 from .render import blocks_text
 
@@ -281,10 +283,11 @@ def run_run(args: argparse.Namespace) -> int:
             raise CliUsageError("PROMPT is required unless --model is demo")
         prompt = DEMO_PROMPT
     transcript = Transcript(quiet=args.json)
+    interrupts = Interrupts()
 
     async def body(host: PluginHost) -> dict[str, Any]:
         transcript.install(host)
-        install_terminal_answerer(host.ctx)
+        _install_answerer(host, interrupts)
         service = host.ctx.agent
         closers = await _stored_closers(host, args.session) if args.session else None
         if closers is not None:
@@ -292,12 +295,26 @@ def run_run(args: argparse.Namespace) -> int:
             agent = await service.resume(args.session)
         else:
             agent = service.create(session_id=args.session or new_session_id(), cwd=cwd)
-        reason = await agent.run_turn(prompt)
+        reason = await _interruptible_turn(agent, prompt, interrupts)
         result = await _finish(args, host, agent, reason, transcript)
         await agent.aclose()
         return result
 
-    return _report(args, run_with_host(located, body))
+    code = _report(args, run_with_host(located, body, interrupts=interrupts))
+    return interrupts.exit_code if interrupts.exit_code is not None else code
+
+
+def _install_answerer(host: PluginHost, interrupts: Interrupts) -> None:
+    install_terminal_answerer(host.ctx, on_interrupt=lambda: interrupts.deliver(signal.SIGINT))
+
+
+async def _interruptible_turn(agent: Agent, prompt: str, interrupts: Interrupts) -> Any:
+    """One turn that the first SIGINT / SIGTERM / SIGHUP cancels cooperatively (D18)."""
+    interrupts.target(agent.cancel)
+    try:
+        return await agent.run_turn(prompt)
+    finally:
+        interrupts.target(None)
 
 
 def new_session_id() -> str:
@@ -348,20 +365,22 @@ def _print_closers(transcript: Transcript, closers: list[dict[str, Any]]) -> Non
 def run_resume(args: argparse.Namespace) -> int:
     located, _cwd = _compose(args, demo_workspace=False)
     transcript = Transcript(quiet=args.json)
+    interrupts = Interrupts()
 
     async def body(host: PluginHost) -> dict[str, Any]:
         transcript.install(host)
-        install_terminal_answerer(host.ctx)
+        _install_answerer(host, interrupts)
         closers = await _closers(host, args.session_id)  # SessionNotFoundError: exit 2
         agent = await host.ctx.agent.resume(args.session_id)
         _print_closers(transcript, closers)
         reason = None
         if args.prompt is not None:
-            reason = await agent.run_turn(args.prompt)
+            reason = await _interruptible_turn(agent, args.prompt, interrupts)
         result = await _finish(args, host, agent, reason, transcript)
         result["closers"] = closers
         await agent.aclose()
         return result
 
-    return _report(args, run_with_host(located, body))
+    code = _report(args, run_with_host(located, body, interrupts=interrupts))
+    return interrupts.exit_code if interrupts.exit_code is not None else code
 
