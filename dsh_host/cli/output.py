@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import functools
+import json
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @functools.cache
@@ -30,3 +34,15 @@ def progress(label: str, total: int | None) -> Iterator[Callable[[], None]]:
     with Progress(console=console(stderr=True), transient=True) as bar:
         task = bar.add_task(label, total=total)
         yield lambda: bar.advance(task)
+
+
+def json_line(value: object) -> str:
+    """One line of JSON for stdout: non-ASCII kept, lone surrogates as ``\\udXXX`` escapes.
+
+    A log may hold a lone surrogate (a model's broken escape, stored as JS
+    writers store it); printed raw it would leave stdout as invalid UTF-8.
+    """
+    text = json.dumps(value, ensure_ascii=False)
+    if _LONE_SURROGATE.search(text):
+        text = _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return text

@@ -24,7 +24,7 @@ from .common import (
     persistence,
     run_with_host,
 )
-from .output import console, progress
+from .output import console, json_line, progress
 from .render import event_summary, human_size, message_lines, when
 
 
@@ -169,7 +169,7 @@ def run_show(args: argparse.Namespace) -> int:
     if args.view == "events":
         for event in load.events:
             if args.json:
-                print(json.dumps(event_to_builtins(event), ensure_ascii=False))
+                print(json_line(event_to_builtins(event)))
             else:
                 out.print(event_summary(event), markup=False)
         return 0
@@ -180,7 +180,7 @@ def run_show(args: argparse.Namespace) -> int:
         messages = list(session.append_origin_messages())
     for message in messages:
         if args.json:
-            print(json.dumps(msgspec.to_builtins(message), ensure_ascii=False))
+            print(json_line(msgspec.to_builtins(message)))
             continue
         for style, text in message_lines(message):
             out.print(text, style=style or None, markup=False)

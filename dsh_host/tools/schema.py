@@ -279,8 +279,15 @@ def _validate_node(
             indexed = list(enumerate(value))
             stack.extend((items, item, f"{path}[{index}]") for index, item in reversed(indexed))
         return []
-    if schema_type == "string" and not isinstance(value, str):
-        return [f'"{where}" must be a string']
+    if schema_type == "string":
+        if not isinstance(value, str):
+            return [f'"{where}" must be a string']
+        bad = _lone_surrogate(value)
+        if bad is not None:
+            return [
+                f'"{where}" must be Unicode text, but character {bad} is a lone UTF-16 '
+                f"surrogate (\\u{ord(value[bad]):04x}); send the text itself, not a broken escape"
+            ]
     if schema_type == "boolean" and not isinstance(value, bool):
         return [f'"{where}" must be a boolean']
     if schema_type == "null" and value is not None:
@@ -297,6 +304,15 @@ def _validate_node(
     if "const" in node and not _same_scalar(value, node["const"]):
         return [f'"{where}" must be {json.dumps(node["const"], ensure_ascii=False)}']
     return []
+
+
+def _lone_surrogate(text: str) -> int | None:
+    """The index of the first lone surrogate in ``text`` (a JSON ``\\udXXX`` escape), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return error.start
+    return None
 
 
 def _same_scalar(a: object, b: object) -> bool:

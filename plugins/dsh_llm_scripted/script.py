@@ -25,6 +25,7 @@ the file and the key path (``responses[2].tool_calls[0].name``).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -125,6 +126,21 @@ def _humanize(exc: msgspec.ValidationError) -> str:
     return f"{where}: {message}" if where else message
 
 
+def _decode_json(data: bytes) -> Script:
+    """A JSON script; escaped lone surrogates (valid JSON, refused by msgspec) via the stdlib.
+
+    They are what a model's stream may carry, so a script must be able to say them.
+    """
+    try:
+        return msgspec.json.decode(data, type=Script)
+    except msgspec.DecodeError as exc:
+        try:
+            plain = json.loads(data)
+        except ValueError:
+            raise exc from None
+        return msgspec.convert(plain, type=Script)
+
+
 def load_script(path: str | Path) -> list[ScriptedResponse]:
     """Read and validate a script file (``.json`` is JSON, anything else YAML)."""
     file = Path(path).expanduser()
@@ -142,7 +158,7 @@ def load_script(path: str | Path) -> list[ScriptedResponse]:
         ) from None
     try:
         if file.suffix.lower() == ".json":
-            script = msgspec.json.decode(data, type=Script)
+            script = _decode_json(data)
         else:
             script = msgspec.yaml.decode(data, type=Script)
     except msgspec.ValidationError as exc:

@@ -112,7 +112,12 @@ def dumps(value: Any) -> str:
 
 
 def floats_match_javascript(encoded: bytes) -> bool:
-    """True when every number token of ``encoded`` is printed the way JS would print it."""
+    """True when every number token of ``encoded`` is printed the way JS would print it.
+
+    False too when msgspec cannot parse ``encoded`` at all (an escaped lone
+    surrogate, which :func:`~dsh_host.session.events.encode_event` writes as JS
+    does): the caller then takes the exact slow path.
+    """
     matches = True
 
     def check(text: str) -> float:
@@ -122,7 +127,10 @@ def floats_match_javascript(encoded: bytes) -> bool:
             matches = False
         return number
 
-    msgspec.json.Decoder(float_hook=check).decode(encoded)
+    try:
+        msgspec.json.Decoder(float_hook=check).decode(encoded)
+    except msgspec.DecodeError:
+        return False  # e.g. an escaped lone surrogate: let the exact path decide
     return matches
 
 

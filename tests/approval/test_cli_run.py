@@ -163,3 +163,60 @@ def test_dsh_run_on_a_terminal_asks_allow_once(tmp_path: Path, keys: bytes, outc
     events = stored_events(config, root, summary["sessionId"])
     decided = [e for e in events if e["type"] == "approval/decided"]
     assert [d["data"]["outcome"] for d in decided] == [outcome]  # type: ignore[index]
+
+
+def test_ctrl_c_at_the_approval_prompt_cancels_the_turn(tmp_path: Path) -> None:
+    """Ctrl-C typed at ``allow once? [y/N]`` cancels the whole turn (D18): the ask is
+    cancelled, the command never runs, the turn ends ``aborted`` and dsh exits 130. (Before:
+    only the ask was cancelled, the turn went on and dsh exited 0 "completed".)"""
+    import os
+    import pty
+    import select
+
+    config, script, workspace, marker = compose(tmp_path)
+    root = tmp_path / "sessions"
+    argv = [
+        *DSH, "run", "--config", str(config), "--root", str(root), "--workspace", str(workspace),
+        "--model", f"scripted:{script}", "--sandbox", "danger-full-access", "--json",
+        "create the marker",
+    ]  # fmt: skip
+    pid, master = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.execv(sys.executable, argv)
+        finally:
+            os._exit(127)
+    seen = bytearray()
+    typed = False
+    try:
+        while True:
+            ready, _, _ = select.select([master], [], [], 300)
+            assert ready, f"dsh run hung; output so far: {bytes(seen)!r}"
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            seen += chunk
+            if not typed and b"allow once? [y/N]" in seen:
+                os.write(master, b"\x03")  # the terminal turns it into SIGINT
+                typed = True
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(master)
+    output = seen.decode("utf-8", "replace")
+    assert typed, output
+    assert os.waitstatus_to_exitcode(status) == 130, output
+    assert "Traceback" not in output
+    assert not marker.exists()
+    summary = json.loads(
+        next(line for line in reversed(output.splitlines()) if line.startswith("{"))
+    )
+    assert summary["turnEnd"] == {"kind": "aborted"}
+    events = stored_events(config, root, summary["sessionId"])
+    decided = [e["data"]["outcome"] for e in events if e["type"] == "approval/decided"]  # type: ignore[index]
+    assert decided == ["cancelled"]
+    results = [e["data"] for e in events if e["type"] == "tool/result"]
+    assert [r["error"]["code"] for r in results] == ["ABORTED_BEFORE_DISPATCH"]  # type: ignore[index]
+    assert [e["type"] for e in events].count("assistant/message") == 1  # no second request
