@@ -24,14 +24,19 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import msgspec
+import psycopg
 import pytest
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
+from dsh_session_persistence_postgres import PostgresSessionPersistence
+from postgres.conftest import DSN, drop_schemas
 
 from dsh_host.session.events import (
     AssistantMessageData,
@@ -43,6 +48,7 @@ from dsh_host.session.events import (
     TurnStart,
 )
 from dsh_host.session.messages import ToolCallBlock
+from dsh_host.session.persistence import SessionNotFoundError
 
 REPO = Path(__file__).resolve().parents[2]
 EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
@@ -53,9 +59,50 @@ TIMEOUT = 90.0
 # --------------------------------------------------------------------------- the judge
 
 
-def read_log(root: Path, session_id: str) -> list[SessionEvent]:
+class Store:
+    """Where the runs keep their sessions: JSONL files under the run's directory, or a
+    private schema of the real PostgreSQL server (``configs/postgres.yml``)."""
+
+    def __init__(self, kind: str, prefix: str = "") -> None:
+        self.kind = kind
+        self.prefix = prefix
+
+    def composition(self) -> Path:
+        return REPO / "configs" / ("postgres.yml" if self.kind == "postgres" else "default.yml")
+
+    def env(self, run_dir: Path) -> dict[str, str]:
+        if self.kind != "postgres":
+            return {}
+        return {"DSH_POSTGRES_DSN": DSN, "DSH_POSTGRES_SCHEMA": self.schema(run_dir)}
+
+    def schema(self, run_dir: Path) -> str:
+        return f"{self.prefix}_{run_dir.name.lower()}"[:63]
+
+    def backend(self, run_dir: Path) -> Any:
+        if self.kind == "postgres":
+            return PostgresSessionPersistence(DSN, schema=self.schema(run_dir))
+        return JsonlSessionPersistence(str(run_dir / "sessions"))
+
+
+@pytest.fixture(params=["jsonl", "postgres"])
+def store(request: pytest.FixtureRequest) -> Iterator[Store]:
+    if request.param == "jsonl":
+        yield Store("jsonl")
+        return
+    try:
+        psycopg.connect(DSN, connect_timeout=3).close()
+    except psycopg.Error as exc:
+        pytest.skip(f"no PostgreSQL server answers at {DSN!r} ({exc})")
+    prefix = f"dsh_sig{uuid.uuid4().hex[:10]}"
+    try:
+        yield Store("postgres", prefix)
+    finally:
+        drop_schemas(DSN, prefix)
+
+
+def read_log(store: Store, run_dir: Path, session_id: str) -> list[SessionEvent]:
     async def read() -> list[SessionEvent]:
-        backend = JsonlSessionPersistence(str(root))
+        backend = store.backend(run_dir)
         handle = await backend.open(session_id, "read")
         try:
             load = await handle.read()
@@ -127,7 +174,10 @@ def turn_end_kinds(events: list[SessionEvent]) -> list[str]:
 class Run:
     """One real ``dsh run`` subprocess over a scripted model."""
 
-    def __init__(self, tmp: Path, responses: list[dict[str, Any]], **env: str) -> None:
+    def __init__(
+        self, store: Store, tmp: Path, responses: list[dict[str, Any]], **env: str
+    ) -> None:
+        self.store = store
         self.tmp = tmp
         self.root = tmp / "sessions"
         self.workspace = tmp / "ws"
@@ -137,20 +187,22 @@ class Run:
         script.write_text(json.dumps({"responses": responses}))
         self.config = tmp / "composition.yml"
         self.config.write_text(
-            (REPO / "configs" / "default.yml").read_text().replace(
+            store.composition().read_text().replace(
                 "    sandbox: workspace-write\n",
                 "    sandbox: danger-full-access\n    killGraceMs: 20000\n",
             )
         )
-        self.env = {**os.environ, "DSH_INTERRUPT_GRACE_S": "30", **env}
+        self.env = {**os.environ, "DSH_INTERRUPT_GRACE_S": "30", **store.env(tmp), **env}
         self.env.pop("DSH_SESSION_ROOT", None)
         self.argv = [
             sys.executable, "-m", "dsh_host", "run", "go",
             "--model", f"scripted:{script}", "--session", self.session_id,
-            "--workspace", str(self.workspace), "--root", str(self.root),
-            "--config", str(self.config),
+            "--workspace", str(self.workspace), *self.root_flag(), "--config", str(self.config),
         ]  # fmt: skip
         self.proc: subprocess.Popen[str] | None = None
+
+    def root_flag(self) -> list[str]:
+        return ["--root", str(self.root)] if self.store.kind == "jsonl" else []
 
     def start(self) -> subprocess.Popen[str]:
         self.proc = subprocess.Popen(
@@ -180,10 +232,13 @@ class Run:
         out, err = self.proc.communicate(timeout=TIMEOUT)
         return self.proc.returncode, out, err
 
+    def log(self) -> list[SessionEvent]:
+        return read_log(self.store, self.tmp, self.session_id)
+
     def resume(self) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "dsh_host", "resume", self.session_id, "--root",
-             str(self.root), "--config", str(self.config), "--model", "demo"],
+            [sys.executable, "-m", "dsh_host", "resume", self.session_id, *self.root_flag(),
+             "--config", str(self.config), "--model", "demo"],
             cwd=self.tmp, env=self.env, stdin=subprocess.DEVNULL, capture_output=True,
             text=True, timeout=TIMEOUT,
         )  # fmt: skip
@@ -212,10 +267,11 @@ def kill_leftover(pid_file: Path) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
 def test_first_signal_during_a_tool_body_cancels_the_turn_cooperatively(
-    tmp_path: Path, sig: signal.Signals
+    store: Store, tmp_path: Path, sig: signal.Signals
 ) -> None:
     marker = tmp_path / "ws" / "started"
     run = Run(
+        store,
         tmp_path,
         [
             {"tool_calls": [bash_call("c1", f"echo $$ > {marker}; sleep 60; echo end")]},
@@ -229,7 +285,7 @@ def test_first_signal_during_a_tool_body_cancels_the_turn_cooperatively(
     code, out, err = run.finish()
     no_traceback(out, err)
     assert code == EXIT[sig], err
-    events = read_log(run.root, run.session_id)
+    events = run.log()
     assert violations(events, repaired=True) == []  # balanced without any repair
     assert result_codes(events) == {"c1": "TOOL_OUTCOME_UNKNOWN"}
     assert turn_end_kinds(events) == ["aborted"]
@@ -242,9 +298,11 @@ def test_first_signal_during_a_tool_body_cancels_the_turn_cooperatively(
     assert "nothing to repair" in resumed.stdout
 
 
-def test_first_sigint_during_the_model_stream_keeps_the_visible_prefix(tmp_path: Path) -> None:
+def test_first_sigint_during_the_model_stream_keeps_the_visible_prefix(
+    store: Store, tmp_path: Path
+) -> None:
     words = " ".join(f"word{i}" for i in range(400))
-    run = Run(tmp_path, [{"text": words, "chunk_delay_ms": 20}])
+    run = Run(store, tmp_path, [{"text": words, "chunk_delay_ms": 20}])
     proc = run.start()
     assert proc.stdout is not None
     seen = ""
@@ -255,7 +313,7 @@ def test_first_sigint_during_the_model_stream_keeps_the_visible_prefix(tmp_path:
     code, out, err = run.finish()
     no_traceback(out, err)
     assert code == 130, err
-    events = read_log(run.root, run.session_id)
+    events = run.log()
     kept = [e.data for e in events if isinstance(e.data, AssistantMessageData)]
     assert len(kept) == 1 and kept[0].interrupted is True
     [block] = kept[0].message.content
@@ -265,11 +323,14 @@ def test_first_sigint_during_the_model_stream_keeps_the_visible_prefix(tmp_path:
     assert violations(events, repaired=True) == []
 
 
-def test_a_second_sigint_within_the_grace_period_exits_at_once(tmp_path: Path) -> None:
+def test_a_second_sigint_within_the_grace_period_exits_at_once(
+    store: Store, tmp_path: Path
+) -> None:
     marker = tmp_path / "ws" / "started"
     # The command ignores SIGTERM, so the cooperative stop has to wait for the tool's
     # kill grace (20 s here): the second Ctrl-C must not wait for it.
     run = Run(
+        store,
         tmp_path,
         [{"tool_calls": [bash_call("c1", f"trap '' TERM; echo $$ > {marker}; sleep 60")]}],
     )
@@ -286,21 +347,24 @@ def test_a_second_sigint_within_the_grace_period_exits_at_once(tmp_path: Path) -
     no_traceback(out, err)
     assert code == 130, err
     assert "exiting now" in err
-    before = read_log(run.root, run.session_id)
+    before = run.log()
     assert violations(before, repaired=False) == []
     assert "c1" in {e.data.call_id for e in before if isinstance(e.data, ToolCallData)}
     resumed = run.resume()
     no_traceback(resumed.stdout, resumed.stderr)
     assert resumed.returncode == 0, resumed.stderr
     assert "repair: c1 OUTCOME_UNKNOWN" in resumed.stdout
-    after = read_log(run.root, run.session_id)
+    after = run.log()
     assert violations(after, repaired=True) == []
     assert result_codes(after) == {"c1": "TOOL_OUTCOME_UNKNOWN"}
 
 
-def test_a_turn_that_does_not_stop_within_the_grace_period_exits_anyway(tmp_path: Path) -> None:
+def test_a_turn_that_does_not_stop_within_the_grace_period_exits_anyway(
+    store: Store, tmp_path: Path
+) -> None:
     marker = tmp_path / "ws" / "started"
     run = Run(
+        store,
         tmp_path,
         [{"tool_calls": [bash_call("c1", f"trap '' TERM; echo $$ > {marker}; sleep 60")]}],
         DSH_INTERRUPT_GRACE_S="1",
@@ -318,14 +382,17 @@ def test_a_turn_that_does_not_stop_within_the_grace_period_exits_anyway(tmp_path
     assert "still running 1 s after SIGTERM" in err
     resumed = run.resume()
     assert resumed.returncode == 0, resumed.stderr
-    assert violations(read_log(run.root, run.session_id), repaired=True) == []
+    assert violations(run.log(), repaired=True) == []
 
 
-RANDOM_RUNS = int(os.environ.get("DSH_SIGNAL_RUNS", "12"))
+RANDOM_RUNS = {
+    "jsonl": int(os.environ.get("DSH_SIGNAL_RUNS", "12")),
+    "postgres": int(os.environ.get("DSH_SIGNAL_RUNS_POSTGRES", "6")),
+}
 
 
 @pytest.mark.slow
-def test_signals_at_random_moments_keep_the_invariant(tmp_path: Path) -> None:
+def test_signals_at_random_moments_keep_the_invariant(store: Store, tmp_path: Path) -> None:
     """SIGINT / SIGTERM / SIGHUP (and sometimes a second one) at random moments of a run
     with several steps, parallel-looking bursts of short commands and streamed text."""
     rng = random.Random(int(os.environ.get("DSH_SIGNAL_SEED", "14")))
@@ -343,10 +410,10 @@ def test_signals_at_random_moments_keep_the_invariant(tmp_path: Path) -> None:
         )
     responses.append({"text": "all done"})
     tally: Counter[str] = Counter()
-    for index in range(RANDOM_RUNS):
+    for index in range(RANDOM_RUNS[store.kind]):
         workdir = tmp_path / f"run{index}"
         workdir.mkdir()
-        run = Run(workdir, responses, DSH_INTERRUPT_GRACE_S="5")
+        run = Run(store, workdir, responses, DSH_INTERRUPT_GRACE_S="5")
         proc = run.start()
         sig = rng.choice([signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
         time.sleep(rng.uniform(0.3, 3.0))  # boot takes ~0.5-1 s: some land before the turn
@@ -369,19 +436,19 @@ def test_signals_at_random_moments_keep_the_invariant(tmp_path: Path) -> None:
         assert code in (0, EXIT[sig]), f"{label}\n{err}"
         tally[f"exit {code}"] += 1
         try:
-            before = read_log(run.root, run.session_id)
+            before = run.log()
         except Exception as exc:  # nothing published yet (signal during boot)
-            assert "not found" in str(exc).lower() or "no session" in str(exc).lower(), exc
+            assert isinstance(exc, SessionNotFoundError), exc
             tally["no log"] += 1
             continue
         assert violations(before, repaired=False) == [], label
         resumed = run.resume()
         no_traceback(resumed.stdout, resumed.stderr)
         assert resumed.returncode == 0, f"{label}\n{resumed.stderr}"
-        after = read_log(run.root, run.session_id)
+        after = run.log()
         assert violations(after, repaired=True) == [], label
         for call_id, code_ in result_codes(after).items():
             tally[code_ or "ok"] += 1
             assert call_id
         tally["repaired" if "repair:" in resumed.stdout else "balanced"] += 1
-    print(dict(tally))
+    print(store.kind, dict(tally))
