@@ -52,6 +52,7 @@ import msgspec
 from msgspec import UNSET
 
 from dsh_host.cancel import CancelToken
+from dsh_host.errors import DshError
 from dsh_host.jsonsafe import MAX_SAFE_INTEGER
 from dsh_host.llm.assembler import BlockAssembler
 from dsh_host.llm.errors import LlmError
@@ -216,9 +217,15 @@ def error_chain(error: BaseException) -> str:
 
 
 def _failure_of_turn(error: BaseException) -> LlmFailure:
+    """The ``turn/end {error}`` record: a model failure verbatim, anything else by its own code.
+
+    A persistence failure (``SESSION_WRITE`` ...) keeps its code rather than
+    reading as an unknown model failure.
+    """
     if isinstance(error, LlmError):
         return error.failure
-    return LlmFailure(message=error_chain(error) or "unknown error", code="UNKNOWN")
+    code = error.code if isinstance(error, DshError) and error.code else "UNKNOWN"
+    return LlmFailure(message=error_chain(error) or "unknown error", code=code)
 
 
 def _llm_error(failure: LlmFailure) -> LlmError:

@@ -3,17 +3,25 @@
 Exit codes (a contract): 0 success, 1 "the thing ran but did not succeed"
 (a turn that did not complete, a recoverable log, rows not active), 2 usage
 or input error (bad flag, unknown session, bad config, corrupt log for
-``verify``), 3 the session is held by another process. A :class:`DshError`
-never reaches the user as a traceback: it is printed as one line.
+``verify``), 3 the session is held by another process, 128 + N a signal
+(130 Ctrl-C, 143 SIGTERM, 129 SIGHUP; see :mod:`.interrupts`), 70 an internal
+error (a bug: one line, the traceback with ``-v``). A :class:`DshError` never
+reaches the user as a traceback: it is printed as one line. A closed output
+pipe (``dsh sessions list | head``) ends the command quietly.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.metadata
 import logging
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 
+from ..agent.loop import error_chain
 from ..errors import DshError
 from ..session.persistence import SessionAlreadyOwnedError
 from . import plugins_cmd, run_cmd, sessions_cmd
@@ -22,6 +30,14 @@ from .interrupts import exit_on_signals
 
 EXIT_USAGE = 2
 EXIT_LOCKED = 3
+EXIT_INTERNAL = 70  # EX_SOFTWARE: an internal error, never a user mistake
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("dsh")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run LLM agents on a crash-safe, append-only session log.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log plugin activity")
+    parser.add_argument("--version", action="version", version=f"dsh {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     run_cmd.add_parsers(sub)
     plugins_cmd.add_parser(sub)
@@ -64,6 +81,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dsh: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`dsh sessions list | head`): not an error of ours. Point
+        # stdout at /dev/null so the interpreter's final flush does not fail again.
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except Exception as exc:  # a bug of ours, not a user mistake: one line, details on -v
+        print(
+            f"dsh: internal error: {error_chain(exc)} (please report it; run with -v for the "
+            "traceback)",
+            file=sys.stderr,
+        )
+        if args.verbose:
+            traceback.print_exc()
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover

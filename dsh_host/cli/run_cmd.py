@@ -10,10 +10,8 @@ and end with the session id and where the log is stored.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import secrets
 import signal
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -25,7 +23,8 @@ import msgspec
 from ..agent import Agent
 from ..llm.types import LlmRequest, StreamChunk
 from ..loader import LocatedRow, PluginHost, Row
-from ..session.events import SessionEvent
+from ..session.events import SessionEvent, to_builtins
+from ..session.header import new_session_id
 from ..session.messages import BlockEndChunk, TextBlock, TextDeltaChunk, UserSource
 from ..session.persistence import SessionNotFoundError
 from .answerer import install_terminal_answerer
@@ -61,6 +60,11 @@ def add_parsers(sub: Any) -> None:
         "--workspace",
         metavar="DIR",
         help=f"directory the tools work in (default: the composition's; demo: {DEMO_WORKSPACE})",
+    )
+    run.add_argument(
+        "--create-workspace",
+        action="store_true",
+        help="create the --workspace directory if it does not exist",
     )
     run.add_argument("--approval", choices=("ask", "never"), help="approval policy override")
     run.add_argument(
@@ -133,10 +137,11 @@ def _compose(args: argparse.Namespace, *, demo_workspace: bool) -> tuple[list[Lo
     located = [r for r in located if r.row.id != choice.row.id]
     located.insert(0, LocatedRow(choice.row, f"--model {args.model}"))
     workspace = getattr(args, "workspace", None)
-    if workspace is None and demo_workspace and args.model == "demo":
+    demo = workspace is None and demo_workspace and args.model == "demo"
+    if demo:
         workspace = DEMO_WORKSPACE
     if workspace is not None:
-        Path(workspace).mkdir(parents=True, exist_ok=True)
+        _prepare_workspace(workspace, create=demo or getattr(args, "create_workspace", False))
         patch_config(located, ("builtin-tools",), "workspace", workspace, "--workspace")
     if getattr(args, "approval", None) is not None:
         patch_config(located, ("user-approval",), "policy", args.approval, "--approval")
@@ -145,6 +150,25 @@ def _compose(args: argparse.Namespace, *, demo_workspace: bool) -> tuple[list[Lo
     cwd = os.path.abspath(workspace) if workspace is not None else os.getcwd()
     located = [_with_agent_model(r, choice) for r in located]
     return located, cwd
+
+
+def _prepare_workspace(workspace: str, *, create: bool) -> None:
+    """The workspace must be a directory; it is created only when asked (or for the demo)."""
+    path = Path(workspace)
+    if path.is_dir():
+        return
+    if path.exists():
+        raise CliUsageError(f"--workspace {workspace}: not a directory")
+    if not create:
+        raise CliUsageError(
+            f"--workspace {workspace}: no such directory; create it, or pass --create-workspace"
+        )
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise CliUsageError(
+            f"--workspace {workspace}: cannot create it: {error.strerror or error}"
+        ) from None
 
 
 def _with_agent_model(located: LocatedRow, choice: ModelChoice) -> LocatedRow:
@@ -216,7 +240,7 @@ class Transcript:
             for line in shown:
                 self._print(f"    {line}", "dim")
             return
-        data = msgspec.to_builtins(event.data)
+        data = to_builtins(event.data)
         if kind == "tool/call":
             self._print(f"⚙ {data.get('name')} [{data.get('callId')}] {data.get('arguments', '')}",
                         "cyan")
@@ -246,7 +270,7 @@ async def _finish(args: argparse.Namespace, host: PluginHost, agent: Agent, reas
     # The turn's closing events are made durable before the run reports anything: a
     # "completed" printed here is on disk, not in a write-behind buffer.
     await host.ctx.sessions.flush(agent.session)
-    kind = str(msgspec.to_builtins(reason).get("kind")) if reason is not None else None
+    kind = str(to_builtins(reason).get("kind")) if reason is not None else None
     store = host.ctx.get("sessionPersistence")
     where = store.locate(agent.session.header).path if store is not None else None
     return {
@@ -317,12 +341,6 @@ async def _interruptible_turn(agent: Agent, prompt: str, interrupts: Interrupts)
         interrupts.target(None)
 
 
-def new_session_id() -> str:
-    """A readable, time-sortable, collision-resistant id: ``20261129-164012-3fa9c1``."""
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{secrets.token_hex(3)}"
-
-
 async def _stored_closers(host: PluginHost, session_id: str) -> list[dict[str, Any]] | None:
     """The closers a stored session needs, or None when it is not stored (a new id)."""
     if host.ctx.get("sessionPersistence") is None:
@@ -337,7 +355,7 @@ async def _closers(host: PluginHost, session_id: str) -> list[dict[str, Any]]:
     load = await persistence(host).inspect(session_id)
     closers = []
     for event in load.closers:
-        data = msgspec.to_builtins(event.data)
+        data = to_builtins(event.data)
         entry: dict[str, Any] = {"type": event.type, "seq": event.seq}
         if event.type == "tool/result":
             error = data.get("error") or {}

@@ -8,10 +8,8 @@ import os
 import sys
 from typing import Any
 
-import msgspec
-
 from ..loader import PluginHost
-from ..session.events import event_to_builtins
+from ..session.events import event_to_builtins, to_builtins
 from ..session.persistence import (
     SessionLoad,
     SessionPersistenceCorruptionError,
@@ -82,7 +80,7 @@ def _file_size(load_or_listing: Any) -> int | None:
 def _last_turn_end(events: Any) -> str | None:
     for event in reversed(events):
         if event.type == "turn/end":
-            data = msgspec.to_builtins(event.data)
+            data = to_builtins(event.data)
             reason = data.get("reason") if isinstance(data, dict) else None
             return str(reason.get("kind")) if isinstance(reason, dict) else "unknown"
     return None
@@ -180,7 +178,7 @@ def run_show(args: argparse.Namespace) -> int:
         messages = list(session.append_origin_messages())
     for message in messages:
         if args.json:
-            print(json_line(msgspec.to_builtins(message)))
+            print(json_line(to_builtins(message)))
             continue
         for style, text in message_lines(message):
             out.print(text, style=style or None, markup=False)

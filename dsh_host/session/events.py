@@ -119,6 +119,7 @@ __all__ = [
     "register_event_type",
     "register_turn_end_reason",
     "registered_event_types",
+    "to_builtins",
 ]
 
 
@@ -1179,6 +1180,15 @@ def encode_event(event: SessionEvent) -> bytes:
             event_to_builtins(event), separators=(",", ":"), ensure_ascii=False, allow_nan=False
         )
         return _SURROGATE_RE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")
+
+
+def to_builtins(value: object) -> Any:
+    """Any event payload or message as plain JSON values (frozen mappings included).
+
+    What views print: ``msgspec.to_builtins`` alone refuses the read-only
+    mappings a frozen payload holds (a runtime-context snapshot's ``sections``).
+    """
+    return msgspec.to_builtins(value, enc_hook=_enc_hook)
 
 
 def event_to_builtins(event: SessionEvent) -> dict[str, Any]:

@@ -16,7 +16,9 @@ change what the header means), and every field error uses the spec's text.
 
 from __future__ import annotations
 
+import datetime
 import os
+import secrets
 import time
 from collections.abc import Mapping
 from typing import Any, Final, Literal
@@ -32,6 +34,7 @@ __all__ = [
     "SESSION_FORMAT_VERSION",
     "SessionHeader",
     "check_session_id",
+    "new_session_id",
     "now_ms",
     "parse_session_header",
 ]
@@ -75,6 +78,16 @@ class SessionHeader(Wire, frozen=True, kw_only=True):
         """The header as a plain mapping in written key order."""
         out: dict[str, Any] = to_json_builtins(self, "session header")
         return out
+
+
+def new_session_id() -> str:
+    """A readable, time-sortable id unique across processes and runs: ``20261129-164012-3fa9c1``.
+
+    UTC time to the second plus 24 random bits, so ids minted by different
+    processes (the CLI, a library script run twice) do not collide.
+    """
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{secrets.token_hex(3)}"
 
 
 def check_session_id(session_id: object) -> str:

@@ -17,7 +17,6 @@ plugin wires them to the plugin's context.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
@@ -43,6 +42,7 @@ from dsh_host.session.header import (
     SESSION_FORMAT_VERSION,
     SessionHeader,
     check_session_id,
+    new_session_id,
     now_ms,
     parse_session_header,
 )
@@ -87,7 +87,6 @@ class SessionStore:
         self._clock = clock
         self._live: dict[str, Session] = {}  # insertion order = creation order
         self._detachers: dict[str, Callable[[], None]] = {}
-        self._counter = itertools.count(1)
         self._closed = False
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -101,7 +100,7 @@ class SessionStore:
     ) -> Session:
         """Create, publish and announce a new session.
 
-        ``session_id`` defaults to ``session-<n>`` (skipping live ids). ``meta``
+        ``session_id`` defaults to a fresh time + random id (:func:`new_session_id`). ``meta``
         may carry ``cwd`` (absolute), ``parentSession``, ``createdAt``,
         ``isSeeded``, ``origin``, ``delegationDepth``, ``agentPreset``; unknown
         keys are refused. Raises :class:`SessionExistsError` for a live id.
@@ -278,7 +277,7 @@ class SessionStore:
 
     def _mint_id(self) -> str:
         while True:
-            candidate = f"session-{next(self._counter)}"
+            candidate = new_session_id()
             if candidate not in self._live:
                 return candidate
 

@@ -25,12 +25,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import anyio
-import msgspec
 
 from dsh_host.cancel import CancelToken
 from dsh_host.session.backend import PersistenceBackend
+from dsh_host.session.errors import InvalidSessionIdError
 from dsh_host.session.events import SessionEvent, encode_event
-from dsh_host.session.header import SessionHeader, parse_session_header
+from dsh_host.session.header import SessionHeader, check_session_id, parse_session_header
 from dsh_host.session.persistence import (
     ArtifactLocation,
     SessionAlreadyExistsError,
@@ -121,6 +121,23 @@ def _typed_header(record: Mapping[str, Any], path: str) -> SessionHeader:
         raise SessionPersistenceCorruptionError(
             f'corrupt session log "{path}": invalid header line ({error})', path=path, offset=0
         ) from error
+
+
+#: The longest file name the common filesystems take (ext4, XFS, btrfs, tmpfs: 255 bytes).
+_NAME_MAX: Final = 255
+
+
+def _session_segment(session_id: str) -> str:
+    """The directory name of a session, or :class:`InvalidSessionIdError` if it has none."""
+    check_session_id(session_id)
+    segment = encode_segment(session_id)
+    size = len(segment.encode("utf-8"))
+    if size > _NAME_MAX:
+        raise InvalidSessionIdError(
+            f"session id of {len(session_id)} characters is too long to be stored as a directory "
+            f"name ({size} bytes once escaped; at most {_NAME_MAX}); use a shorter id"
+        )
+    return segment
 
 
 def _typed_line(event: SessionEvent) -> bytes:
@@ -389,7 +406,7 @@ class JsonlSessionPersistence(PersistenceBackend[JsonlReadHandle, JsonlWriteHand
     # -- paths
 
     def session_dir(self, cwd: str | None, session_id: str) -> str:
-        return os.path.join(self.root, project_dir_name(cwd), encode_segment(session_id))
+        return os.path.join(self.root, project_dir_name(cwd), _session_segment(session_id))
 
     def locate(self, header: SessionHeader | Mapping[str, Any]) -> ArtifactLocation:
         """The current-generation path for ``header`` (no I/O)."""
@@ -464,6 +481,11 @@ class JsonlSessionPersistence(PersistenceBackend[JsonlReadHandle, JsonlWriteHand
             names = sorted(os.listdir(self.root))
         except FileNotFoundError:
             return []
+        except OSError as error:  # not a directory, no permission, ...
+            raise SessionPersistenceError(
+                f'session root "{self.root}" cannot be read: {error.strerror or error}; '
+                "point --root / DSH_SESSION_ROOT / the row's `root` at a directory you can write"
+            ) from None
         out: list[tuple[str, list[str]]] = []
         for name in names:
             path = os.path.join(self.root, name)
@@ -477,7 +499,7 @@ class JsonlSessionPersistence(PersistenceBackend[JsonlReadHandle, JsonlWriteHand
     def find(self, session_id: str) -> tuple[str, list[tuple[int, str]]] | None:
         """The session directory holding ``session_id`` and its generations, or None."""
         self._check_root()
-        segment = encode_segment(session_id)
+        segment = _session_segment(session_id)
         matches: list[tuple[str, list[tuple[int, str]]]] = []
         try:
             projects = sorted(os.listdir(self.root))

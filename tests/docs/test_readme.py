@@ -78,3 +78,17 @@ def test_embedding_example_runs_on_both_backends(tmp_path: Path, backend: str) -
     assert reason == "CompletedReason"
     stored = list((tmp_path / ".dsh" / "sessions").rglob("session.v3.jsonl.zstd"))
     assert len(stored) == 1 and session_id in str(stored[0])
+
+
+def test_embedding_example_runs_twice_in_the_same_directory(tmp_path: Path) -> None:
+    # Library ids used to be "session-1", "session-2", ... per process: the second run in the
+    # same directory collided with the first run's stored session (SessionAlreadyExistsError,
+    # reported as an LLM failure UNKNOWN). Ids are now time + random, unique across runs.
+    code = block_starting_with("import anyio")
+    first = run_python(code, tmp_path)
+    second = run_python(code, tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.split()[1] == "CompletedReason"
+    assert first.stdout.split()[0] != second.stdout.split()[0]
+    assert len(list((tmp_path / ".dsh" / "sessions").rglob("session.v3.jsonl.zstd"))) == 2
