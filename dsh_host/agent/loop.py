@@ -23,6 +23,9 @@ How a turn ends (``TurnEndReason``, D6; every match needs a default branch):
 - ``completed``: the last step answered with text only, a tool result
   concluded the turn, or the first step had no input;
 - ``max-tokens``: some step hit the output ceiling (sticky for the turn);
+- ``max-turn-requests {limit}``: the turn ran ``max_steps_per_turn`` steps and
+  still wanted another (tool results to answer, or steering input); what was
+  queued for that step waits for the next turn;
 - ``blocked``: an ``agent/pre-step`` listener rejected the step;
 - ``aborted {reason}``: the turn's token was cancelled anywhere in the turn;
 - ``error {error}``: a model failure that was not retried (verbatim), or any
@@ -67,6 +70,7 @@ from dsh_host.session.events import (
     HookCancel,
     LegacyCancel,
     MaxTokensReason,
+    MaxTurnRequestsReason,
     ParentCancel,
     RequestContextData,
     RequestHeaderData,
@@ -153,6 +157,9 @@ def check_options(options: AgentOptions) -> AgentOptions:
     cap = options.max_parallel_tool_calls
     if type(cap) is not int or cap < 1:
         raise AgentConfigError("agent maxParallelToolCalls must be a positive integer")
+    limit = options.max_steps_per_turn
+    if type(limit) is not int or limit < 1:
+        raise AgentConfigError("agent maxStepsPerTurn must be a positive integer")
     for name in ("provider", "model", "reasoning_effort"):
         value = getattr(options, name)
         if value is not None and (not isinstance(value, str) or not value):
@@ -479,6 +486,11 @@ class Agent:
                     )
                     signal.throw_if_aborted()
                 if reason is not None and not self._pending:
+                    break
+                # Loop guard: the turn wants another step; the pending input stays queued
+                # for the next turn.
+                if step >= self._options.max_steps_per_turn:
+                    reason = MaxTurnRequestsReason(limit=self._options.max_steps_per_turn)
                     break
                 claimed, self._pending = self._pending, []
         except Exception as error:

@@ -5,9 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any
 
-import msgspec
-
-from ..session.events import SessionEvent
+from ..session.events import SessionEvent, event_to_builtins
 from ..session.messages import (
     AssistantMessage,
     ReasoningBlock,
@@ -92,7 +90,8 @@ def _indent(text: str) -> str:
 
 
 def event_summary(event: SessionEvent) -> str:
-    data = msgspec.to_builtins(event.data) if event.data is not None else None
+    # The wire form: open values (an unregistered turn-end kind, frozen JSON) convert too.
+    data = event_to_builtins(event).get("data")
     summary = ""
     if isinstance(data, dict):
         if event.type in ("turn/end",):

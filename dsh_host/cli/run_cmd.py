@@ -25,7 +25,7 @@ import msgspec
 from ..agent import Agent
 from ..llm.types import LlmRequest, StreamChunk
 from ..loader import LocatedRow, PluginHost, Row
-from ..session.events import SessionEvent
+from ..session.events import SessionEvent, event_to_builtins, turn_end_kind
 from ..session.messages import BlockEndChunk, TextBlock, TextDeltaChunk, UserSource
 from ..session.persistence import SessionNotFoundError
 from .answerer import install_terminal_answerer
@@ -216,7 +216,7 @@ class Transcript:
             for line in shown:
                 self._print(f"    {line}", "dim")
             return
-        data = msgspec.to_builtins(event.data)
+        data = event_to_builtins(event)["data"]
         if kind == "tool/call":
             self._print(f"⚙ {data.get('name')} [{data.get('callId')}] {data.get('arguments', '')}",
                         "cyan")
@@ -246,7 +246,7 @@ async def _finish(args: argparse.Namespace, host: PluginHost, agent: Agent, reas
     # The turn's closing events are made durable before the run reports anything: a
     # "completed" printed here is on disk, not in a write-behind buffer.
     await host.ctx.sessions.flush(agent.session)
-    kind = str(msgspec.to_builtins(reason).get("kind")) if reason is not None else None
+    kind = turn_end_kind(reason) if reason is not None else None
     store = host.ctx.get("sessionPersistence")
     where = store.locate(agent.session.header).path if store is not None else None
     return {
@@ -337,7 +337,7 @@ async def _closers(host: PluginHost, session_id: str) -> list[dict[str, Any]]:
     load = await persistence(host).inspect(session_id)
     closers = []
     for event in load.closers:
-        data = msgspec.to_builtins(event.data)
+        data = event_to_builtins(event)["data"]
         entry: dict[str, Any] = {"type": event.type, "seq": event.seq}
         if event.type == "tool/result":
             error = data.get("error") or {}

@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from ..jsonsafe import json_enc_hook
 from ..loader import PluginHost
 from ..session.events import event_to_builtins
 from ..session.persistence import (
@@ -82,7 +83,7 @@ def _file_size(load_or_listing: Any) -> int | None:
 def _last_turn_end(events: Any) -> str | None:
     for event in reversed(events):
         if event.type == "turn/end":
-            data = msgspec.to_builtins(event.data)
+            data = event_to_builtins(event).get("data")
             reason = data.get("reason") if isinstance(data, dict) else None
             return str(reason.get("kind")) if isinstance(reason, dict) else "unknown"
     return None
@@ -180,7 +181,7 @@ def run_show(args: argparse.Namespace) -> int:
         messages = list(session.append_origin_messages())
     for message in messages:
         if args.json:
-            print(json_line(msgspec.to_builtins(message)))
+            print(json_line(msgspec.to_builtins(message, enc_hook=json_enc_hook)))
             continue
         for style, text in message_lines(message):
             out.print(text, style=style or None, markup=False)
