@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import msgspec
 from cli_helpers import REPO, dsh, json_lines
+from dsh_repeat_tool_reminder import GENTLE_REMINDER
 
 from dsh_host import Row, open_host
 from dsh_host.session.events import register_turn_end_reason
@@ -31,6 +32,20 @@ def looping_script(tmp_path: Path, count: int) -> Path:
     call = {"name": "read_file", "arguments": {"path": "status.txt"}}
     script.write_text(json.dumps({"responses": [{"tool_calls": [call]}] * count}))
     return script
+
+
+def test_the_shipped_compositions_compose_the_loop_guards(tmp_path: Path) -> None:
+    for name in ("default", "memory", "postgres"):
+        text = (REPO / "configs" / f"{name}.yml").read_text()
+        assert "name: timeout-policy\n" in text and "name: repeat-tool-reminder\n" in text, name
+    for name in ("default", "memory"):
+        shown = dsh(
+            "plugins", "--config", str(REPO / "configs" / f"{name}.yml"), "--json", cwd=tmp_path
+        )
+        assert shown.returncode == 0, shown.stderr
+        rows = {row["name"]: row for row in json.loads(shown.stdout)["rows"]}
+        assert rows["timeout-policy"]["state"] == "active"
+        assert rows["repeat-tool-reminder"]["state"] == "active"
 
 
 def test_a_looping_model_stops_at_max_steps_per_turn_exit_1(tmp_path: Path) -> None:
@@ -52,6 +67,22 @@ def test_a_looping_model_stops_at_max_steps_per_turn_exit_1(tmp_path: Path) -> N
     assert kinds.count("step/start") == kinds.count("step/end") == 4
     assert kinds.count("tool/call") == kinds.count("tool/result") == 4
     assert events[-1]["data"] == {"turn": 1, "reason": {"kind": "max-turn-requests", "limit": 4}}
+
+    # the shipped repeat-tool-reminder row: the reminder follows the third identical result
+    model = json_lines(
+        dsh("sessions", "show", session_id, "--view", "model", "--json", cwd=tmp_path).stdout
+    )
+    texts = [block.get("text") for m in model for block in m["content"]]
+    results = [i for i, m in enumerate(model) if m["content"][0]["type"] == "tool-result"]
+    [notice] = [i for i, m in enumerate(model) if m["content"][0].get("text") == GENTLE_REMINDER]
+    assert results[2] < notice < results[3]
+    assert model[notice]["source"] == {
+        "kind": "plugin",
+        "plugin": "repeat-tool-reminder",
+        "form": "notice",
+        "summary": "read_file × 3",
+    }
+    assert texts.count(GENTLE_REMINDER) == 1
 
     listing = json_lines(dsh("sessions", "list", "--json", cwd=tmp_path).stdout)
     assert listing[0]["lastTurnEnd"] == "max-turn-requests"
