@@ -734,7 +734,7 @@ class ToolRuntime:
         A ``tools/execute`` wrapper that ends a call early reads it to tell the
         model whether the call may have partly run.
         """
-        return self._state(execution).body_invoked
+        return self._state(execution).body_started
 
     def _caller_cancelled(self, execution: ToolExecution) -> bool:
         return self._state(execution).caller_signal.aborted

@@ -17,8 +17,9 @@ else the tool's own :attr:`~dsh_host.tools.ToolDefinition.timeout_ms` -- it
    not.
 
 A tool without a budget is delegated untouched. A timeout after the caller
-cancelled keeps the runtime's ``ABORTED`` result; a caller cancelling after the
-timeout fired keeps ``TOOL_TIMEOUT`` (the first cause wins).
+cancelled keeps the runtime's result (``TOOL_OUTCOME_UNKNOWN`` for a started
+body, D18); a caller cancelling after the timeout fired keeps ``TOOL_TIMEOUT``
+(the first cause wins).
 """
 
 from __future__ import annotations
