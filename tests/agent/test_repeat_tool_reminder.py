@@ -151,7 +151,8 @@ async def test_argument_key_order_does_not_matter_deeply() -> None:
 
 async def test_two_agents_keep_separate_runs() -> None:
     responses = calls(*same(2), then="a done") + calls(*same(3), then="b done")
-    async with scripted_host(responses, Row(name="repeat-tool-reminder")) as host:
+    dsh_row = Row(name="@deepseek-ai/dsh-repeat-tool-reminder")  # DSH's spelling loads too
+    async with scripted_host(responses, dsh_row) as host:
         register_tool(host, "probe", ok)
         a = agent_service(host).create()
         b = agent_service(host).create()
