@@ -24,6 +24,7 @@ records it; the ``tool/result`` itself is left as the tool produced it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
@@ -84,8 +85,15 @@ def detailed_reminder(tool_name: str, count: int, arguments: str) -> str:
 
 
 def canonical_arguments(arguments: Any) -> str:
-    """Compact JSON with every object's keys sorted, deeply: the identity of a call's arguments."""
-    return msgspec.json.encode(arguments, enc_hook=json_enc_hook, order="sorted").decode()
+    """Compact JSON with every object's keys sorted, deeply: the identity of a call's arguments.
+
+    Arguments holding a lone surrogate (which the runtime answers ``INVALID_ARGS``) cannot be
+    UTF-8: they are written with ``\\uXXXX`` escapes instead, so the notice stays valid text.
+    """
+    try:
+        return msgspec.json.encode(arguments, enc_hook=json_enc_hook, order="sorted").decode()
+    except UnicodeEncodeError:
+        return json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=dict)
 
 
 def _preview(canonical: str, cap: int) -> str:

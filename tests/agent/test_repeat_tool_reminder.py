@@ -149,6 +149,23 @@ async def test_argument_key_order_does_not_matter_deeply() -> None:
     assert len(reminders(session)) == 1
 
 
+async def test_arguments_with_a_lone_surrogate_stay_invalid_args_and_are_counted() -> None:
+    raw = '{"path": "\\udcff"}'  # the model's JSON text: an escaped lone surrogate
+    responses = [{"tool_calls": [{"name": "probe", "arguments": raw}]}] * 3 + [{"text": "ok"}]
+    async with scripted_host(responses, Row(name="repeat-tool-reminder")) as host:
+        register_tool(
+            host,
+            "probe",
+            ok,
+            parameters={"type": "object", "properties": {"path": {"type": "string"}}},
+        )
+        agent = agent_service(host).create()
+        await agent.run_turn("go")
+    codes = [e.data.error.code for e in agent.session.events if e.type == "tool/result"]
+    assert codes == ["INVALID_ARGS"] * 3
+    assert [text for text, _ in reminders(agent.session)] == [GENTLE_REMINDER]
+
+
 async def test_two_agents_keep_separate_runs() -> None:
     responses = calls(*same(2), then="a done") + calls(*same(3), then="b done")
     dsh_row = Row(name="@deepseek-ai/dsh-repeat-tool-reminder")  # DSH's spelling loads too
