@@ -118,5 +118,31 @@ class CancelToken:
         return f"<CancelToken {state}>"
 
 
+def fuse(caller: CancelToken, other: CancelToken) -> tuple[CancelToken, Callable[[], None]]:
+    """A token aborted by either input (first reason wins), and a disposer that unsubscribes.
+
+    Unlike :meth:`CancelToken.any` it leaves no callback behind on a
+    long-lived ``caller`` (a turn's token) once the disposer ran: use it for
+    per-call tokens. Fusing a token with itself returns it unchanged.
+    """
+    if caller is other:
+        return caller, _noop
+    fused = CancelToken()
+    if other.aborted:
+        fused.abort(other.reason)
+        return fused, _noop
+    if caller.aborted:
+        fused.abort(caller.reason)
+        return fused, _noop
+    off_caller = caller.on_abort(fused.abort)
+    off_other = other.on_abort(fused.abort)
+
+    def dispose() -> None:
+        off_caller()
+        off_other()
+
+    return fused, dispose
+
+
 def _noop() -> None:
     return None

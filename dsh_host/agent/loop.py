@@ -23,6 +23,9 @@ How a turn ends (``TurnEndReason``, D6; every match needs a default branch):
 - ``completed``: the last step answered with text only, a tool result
   concluded the turn, or the first step had no input;
 - ``max-tokens``: some step hit the output ceiling (sticky for the turn);
+- ``max-turn-requests {limit}``: the turn ran ``max_steps_per_turn`` steps and
+  still wanted another (tool results to answer, or steering input); what was
+  queued for that step waits for the next turn;
 - ``blocked``: an ``agent/pre-step`` listener rejected the step;
 - ``aborted {reason}``: the turn's token was cancelled anywhere in the turn;
 - ``error {error}``: a model failure that was not retried (verbatim), or any
@@ -42,6 +45,7 @@ crash repair to close as ``interrupted`` on the next resume.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -68,6 +72,7 @@ from dsh_host.session.events import (
     HookCancel,
     LegacyCancel,
     MaxTokensReason,
+    MaxTurnRequestsReason,
     ParentCancel,
     RequestContextData,
     RequestHeaderData,
@@ -130,6 +135,8 @@ if TYPE_CHECKING:
     from dsh_host.session.session import Session
     from dsh_host.tools import ToolRuntime
 
+_log = logging.getLogger("dsh.agent")
+
 __all__ = ["Agent", "Prompt", "cancel_cause", "check_options", "error_chain"]
 
 #: What :meth:`Agent.run_turn` accepts as the prompt.
@@ -154,6 +161,9 @@ def check_options(options: AgentOptions) -> AgentOptions:
     cap = options.max_parallel_tool_calls
     if type(cap) is not int or cap < 1:
         raise AgentConfigError("agent maxParallelToolCalls must be a positive integer")
+    limit = options.max_steps_per_turn
+    if type(limit) is not int or limit < 1:
+        raise AgentConfigError("agent maxStepsPerTurn must be a positive integer")
     for name in ("provider", "model", "reasoning_effort"):
         value = getattr(options, name)
         if value is not None and (not isinstance(value, str) or not value):
@@ -487,6 +497,11 @@ class Agent:
                     signal.throw_if_aborted()
                 if reason is not None and not self._pending:
                     break
+                # Loop guard: the turn wants another step; the pending input stays queued
+                # for the next turn.
+                if step >= self._options.max_steps_per_turn:
+                    reason = MaxTurnRequestsReason(limit=self._options.max_steps_per_turn)
+                    break
                 claimed, self._pending = self._pending, []
         except Exception as error:
             if signal.aborted:
@@ -510,16 +525,21 @@ class Agent:
         scheduler awaits every started body before it lets a failure out.
         """
         session = self._session
-        for closer in interrupted_turn_closers(session.events):
-            if closer.type != "tool/result":
-                continue
-            cited = closer.source_event_seqs
-            session.append(
-                "tool/result",
-                closer.data,
-                surface_op="append",
-                source_event_seqs=cited if cited is not UNSET else None,
-            )
+        try:
+            for closer in interrupted_turn_closers(session.events):
+                if closer.type != "tool/result":
+                    continue
+                cited = closer.source_event_seqs
+                session.append(
+                    "tool/result",
+                    closer.data,
+                    surface_op="append",
+                    source_event_seqs=cited if cited is not UNSET else None,
+                )
+        except Exception:
+            # A call the log cannot answer (the failure being handled may be exactly that):
+            # the original error is what the turn reports; repair sees the same log.
+            _log.warning("could not close the unanswered calls of the step", exc_info=True)
 
     async def _pre_step(
         self, turn: int, step: int, claimed: list[UserMessage], signal: CancelToken

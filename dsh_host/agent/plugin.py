@@ -25,6 +25,8 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rena
     ``provider`` / ``model``: the route of the first request (an
     ``agent/request`` listener may choose instead). ``maxParallelToolCalls``:
     overlapping tool bodies in one parallel group (1 = serial).
+    ``maxStepsPerTurn``: the loop guard; a turn that would open step
+    ``maxStepsPerTurn + 1`` ends ``max-turn-requests`` instead (default 200).
     ``persona``: the deployment persona section (order 0; ``{{model}}`` and
     ``{{cwd}}`` may be referenced). ``includeHarnessIdentity``: the fixed
     order -100 identity line. ``includeRuntimeContext``: append runtime-context
@@ -36,6 +38,7 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rena
     max_tokens: Annotated[int, msgspec.Meta(gt=0, le=2**53 - 1)] | None = None
     reasoning_effort: _Name | None = None
     max_parallel_tool_calls: Annotated[int, msgspec.Meta(ge=1)] = 10
+    max_steps_per_turn: Annotated[int, msgspec.Meta(ge=1)] = 200
     persona: str = ""
     include_harness_identity: bool = True
     include_runtime_context: bool = True
@@ -69,6 +72,7 @@ class AgentPlugin(Plugin):
             max_tokens=config.max_tokens,
             reasoning_effort=config.reasoning_effort,
             max_parallel_tool_calls=config.max_parallel_tool_calls,
+            max_steps_per_turn=config.max_steps_per_turn,
         )
         service = AgentService(ctx, defaults, prompt)
         ctx.provide("agent", service)

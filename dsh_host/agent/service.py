@@ -81,6 +81,7 @@ class AgentService:
         max_tokens: int | None = None,
         reasoning_effort: str | None = None,
         max_parallel_tool_calls: int | None = None,
+        max_steps_per_turn: int | None = None,
     ) -> Agent:
         """A new agent, on ``session`` (live in ``ctx.sessions``) or on a new one.
 
@@ -96,6 +97,7 @@ class AgentService:
                 "max_tokens": max_tokens,
                 "reasoning_effort": reasoning_effort,
                 "max_parallel_tool_calls": max_parallel_tool_calls,
+                "max_steps_per_turn": max_steps_per_turn,
             }
         )
         store: SessionStore = self._ctx.sessions
@@ -119,6 +121,7 @@ class AgentService:
         max_tokens: int | None = None,
         reasoning_effort: str | None = None,
         max_parallel_tool_calls: int | None = None,
+        max_steps_per_turn: int | None = None,
     ) -> Agent:
         """Reopen a stored session: repair an interrupted turn durably, then return its agent.
 
@@ -134,6 +137,7 @@ class AgentService:
                 "max_tokens": max_tokens,
                 "reasoning_effort": reasoning_effort,
                 "max_parallel_tool_calls": max_parallel_tool_calls,
+                "max_steps_per_turn": max_steps_per_turn,
             }
         )
         persistence = self._ctx.get("sessionPersistence")

@@ -69,6 +69,9 @@ class AgentOptions:
     (an ``agent/request`` listener may choose them instead); ``max_tokens``
     and ``reasoning_effort`` are sent when set. ``max_parallel_tool_calls``
     caps overlapping tool bodies of one parallel group (1 = serial).
+    ``max_steps_per_turn`` caps the steps (model calls with their tool
+    calls) of one turn: a turn that would open one more ends
+    ``max-turn-requests {limit}``.
     """
 
     provider: str | None = None
@@ -76,6 +79,7 @@ class AgentOptions:
     max_tokens: int | None = None
     reasoning_effort: str | None = None
     max_parallel_tool_calls: int = 10
+    max_steps_per_turn: int = 200
 
 
 # --------------------------------------------------------------------------- pre-step

@@ -23,7 +23,7 @@ import msgspec
 from ..agent import Agent
 from ..llm.types import LlmRequest, StreamChunk
 from ..loader import LocatedRow, PluginHost, Row
-from ..session.events import SessionEvent, to_builtins
+from ..session.events import SessionEvent, to_builtins, turn_end_kind
 from ..session.header import new_session_id
 from ..session.messages import BlockEndChunk, TextBlock, TextDeltaChunk, UserSource
 from ..session.persistence import SessionNotFoundError
@@ -270,7 +270,7 @@ async def _finish(args: argparse.Namespace, host: PluginHost, agent: Agent, reas
     # The turn's closing events are made durable before the run reports anything: a
     # "completed" printed here is on disk, not in a write-behind buffer.
     await host.ctx.sessions.flush(agent.session)
-    kind = str(to_builtins(reason).get("kind")) if reason is not None else None
+    kind = turn_end_kind(reason) if reason is not None else None
     store = host.ctx.get("sessionPersistence")
     where = store.locate(agent.session.header).path if store is not None else None
     return {

@@ -52,6 +52,7 @@ from dsh_host.session.events import (
     InterruptedReason,
     LegacyCancel,
     MaxTokensReason,
+    MaxTurnRequestsReason,
     ParentCancel,
     ReplaceOp,
     RequestContextData,
@@ -84,6 +85,7 @@ from dsh_host.session.events import (
     register_event_type,
     register_turn_end_reason,
     registered_event_types,
+    turn_end_kind,
 )
 from dsh_host.session.header import (
     HEADER_KEYS,
@@ -231,6 +233,7 @@ __all__ = [
     "LogView",
     "MaxTokensFinish",
     "MaxTokensReason",
+    "MaxTurnRequestsReason",
     "Message",
     "MessageId",
     "MessageSource",
@@ -327,4 +330,5 @@ __all__ = [
     "register_event_type",
     "register_turn_end_reason",
     "registered_event_types",
+    "turn_end_kind",
 ]

@@ -87,6 +87,7 @@ __all__ = [
     "InterruptedReason",
     "LegacyCancel",
     "MaxTokensReason",
+    "MaxTurnRequestsReason",
     "ParentCancel",
     "ReplaceOp",
     "RequestContextData",
@@ -120,6 +121,7 @@ __all__ = [
     "register_turn_end_reason",
     "registered_event_types",
     "to_builtins",
+    "turn_end_kind",
 ]
 
 
@@ -213,6 +215,20 @@ class MaxTokensReason(Wire, frozen=True, kw_only=True, tag="max-tokens", tag_fie
     """Some step hit the output ceiling (sticky for the turn)."""
 
 
+class MaxTurnRequestsReason(
+    Wire, frozen=True, kw_only=True, tag="max-turn-requests", tag_field="kind"
+):
+    """The turn reached the agent's step limit (``maxStepsPerTurn``) and still wanted to go on.
+
+    Written by the loop's loop guard, not by DSH: DSH's ``TurnEndReasonMap``
+    reserves ACP's ``max_turn_requests`` for the producer that first emits it,
+    spelled like ``max-tokens``. A reader that does not know the kind keeps it
+    as an :class:`UnknownTurnEndReason` (the union is merge-extensible).
+    """
+
+    limit: PositiveInt  #: the step limit that was reached
+
+
 class InterruptedReason(Wire, frozen=True, kw_only=True, tag="interrupted", tag_field="kind"):
     """Written only by crash repair (resume), never by the loop."""
 
@@ -270,6 +286,7 @@ TurnEndReason: TypeAlias = (
     | BlockedReason
     | ErrorReason
     | MaxTokensReason
+    | MaxTurnRequestsReason
     | InterruptedReason
     | ForkedReason
     | UnknownTurnEndReason
@@ -283,10 +300,18 @@ _TURN_END_REASONS: dict[str, type[msgspec.Struct]] = {
         BlockedReason,
         ErrorReason,
         MaxTokensReason,
+        MaxTurnRequestsReason,
         InterruptedReason,
         ForkedReason,
     )
 }
+
+
+def turn_end_kind(reason: TurnEndReason) -> str:
+    """The ``kind`` of any turn-end reason, registered or not (for a match's default branch)."""
+    if isinstance(reason, UnknownTurnEndReason):
+        return reason.kind
+    return str(reason.__struct_config__.tag)
 
 
 def register_turn_end_reason(reason_type: type[msgspec.Struct]) -> Callable[[], None]:

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 from msgspec import UNSET
 
-from dsh_host.cancel import CancelToken
+from dsh_host.cancel import CancelToken, fuse
 from dsh_host.errors import DshError
 from dsh_host.jsonsafe import NonJsonValueError, check_json, freeze_json, json_dec_hook
 from dsh_host.session.messages import (
@@ -182,31 +182,6 @@ class _CallState:
     body_started: bool = False  # tool.execute was awaited (arguments were valid)
     #: results this runtime normalized for this call (a wrapper's own result is re-validated)
     canonical: list[ToolExecutionResult] = dataclasses.field(default_factory=list)
-
-
-def _fuse(caller: CancelToken, wrapper: CancelToken) -> tuple[CancelToken, Callable[[], None]]:
-    """A token aborted by either input, with a disposer that unsubscribes from both.
-
-    Unlike :meth:`CancelToken.any` this does not leave a callback on the
-    (turn-long) caller token for every call dispatched under it.
-    """
-    if caller is wrapper:
-        return caller, lambda: None
-    fused = CancelToken()
-    if wrapper.aborted:
-        fused.abort(wrapper.reason)
-        return fused, lambda: None
-    if caller.aborted:
-        fused.abort(caller.reason)
-        return fused, lambda: None
-    off_caller = caller.on_abort(fused.abort)
-    off_wrapper = wrapper.on_abort(fused.abort)
-
-    def dispose() -> None:
-        off_caller()
-        off_wrapper()
-
-    return fused, dispose
 
 
 def _content(value: object, what: str) -> tuple[ContentBlock, ...]:
@@ -556,7 +531,7 @@ class ToolRuntime:
         """The innermost ``tools/execute`` step: fuse tokens, validate, await the body."""
         state = self._state(execution)
         wrapper_signal = execution.signal
-        fused, dispose = _fuse(state.caller_signal, wrapper_signal)
+        fused, dispose = fuse(state.caller_signal, wrapper_signal)
         if fused.aborted:
             dispose()
             return aborted_before_dispatch_result()
@@ -752,6 +727,14 @@ class ToolRuntime:
                 "ToolRuntime.prepare()"
             )
         return state
+
+    def body_started(self, execution: ToolExecution) -> bool:
+        """True once the tool's body was invoked for this call (it may have had effects).
+
+        A ``tools/execute`` wrapper that ends a call early reads it to tell the
+        model whether the call may have partly run.
+        """
+        return self._state(execution).body_started
 
     def _caller_cancelled(self, execution: ToolExecution) -> bool:
         return self._state(execution).caller_signal.aborted

@@ -163,7 +163,9 @@ class ToolDefinition:
     arguments that break its declared shape (violations become
     ``INVALID_ARGS`` results). ``is_concurrency_safe(args)`` opts a call into
     a parallel group only by returning exactly ``True``. ``timeout_ms`` is
-    declarative (never sent to the model); a timeout policy enforces it.
+    declarative (never sent to the model): the ``timeout-policy`` plugin, when
+    composed, aborts the body's token after it and records ``TOOL_TIMEOUT``;
+    declare it only for a body that stops when its token aborts.
     """
 
     name: str

@@ -628,7 +628,7 @@ async def test_scheduler_failure_ends_the_turn_without_fabricated_results() -> N
         reason = await agent.run_turn("go")
         kinds = live_types(agent.session)
     assert isinstance(reason, ErrorReason)
-    assert reason.error.code == "UNKNOWN"
+    assert reason.error.code == "INVALID_SESSION_EVENT"  # the failure's own code, not UNKNOWN
     assert ran == [True]  # the started body finished before the turn ended
     assert "tool/call" in kinds and "tool/result" not in kinds
     assert kinds[-2:] == ["step/end", "turn/end"]
