@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -190,6 +191,35 @@ async def test_mid_stream_disconnect_then_200_commits_only_the_retry() -> None:
     assert "discard me" not in json.dumps([str(m) for m in derived])
     [attempt] = of_type(agent, "assistant/attempt")
     assert "discard me" in str(attempt.stream)
+
+
+async def test_refused_connection_recovers_when_the_endpoint_starts_during_backoff() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # nothing listens on the port until the first retry is scheduled
+    late: list[SseServer] = []
+    policy = {"backoff": {"initial_delay_ms": 200, "max_delay_ms": 200, "jitter_ratio": 0}}
+    try:
+        async with retry_host(f"http://127.0.0.1:{port}", policy) as host:
+            agent = new_agent(host)
+
+            def start_on_first_retry(session: Any, event: SessionEvent) -> None:
+                if event.type == "llm/retry" and not late:
+                    late.append(SseServer([sse(text_events("connected after retry"))], port=port))
+                    late[0].start()
+
+            host.ctx.on("session/event", start_on_first_retry)
+            with anyio.fail_after(60):
+                reason = await agent.run_turn("hi")
+    finally:
+        for server in late:
+            server.stop()
+    assert reason == CompletedReason()
+    assert [len(server.requests) for server in late] == [1]
+    [retry] = of_type(agent, "llm/retry")
+    assert retry.failure.code == "TRANSPORT"
+    assert final_text(agent) == "connected after retry"
 
 
 @pytest.mark.parametrize(
