@@ -259,6 +259,7 @@ def test_plugins_command(tmp_path: Path) -> None:
         "session-checkpoint-policy": "dsh_session_checkpoint_policy:SessionCheckpointPolicy",
         "user-approval": "dsh_user_approval:UserApproval",
         "sandbox-local": "dsh_sandbox_local:SandboxLocal",
+        "llm-retry": "dsh_llm_retry:LlmRetry",
     }.items():
         assert rows[name]["entryPoint"] == entry_point
         assert rows[name]["state"] == "active"
