@@ -32,6 +32,7 @@ from typing import Any
 
 import anyio
 import msgspec
+import msgspec.inspect as mi
 import pluggy
 import yaml
 
@@ -179,6 +180,59 @@ def _humanize(exc: msgspec.ValidationError, prefix: str) -> str:
     return f"{full}: {message}" if full else message
 
 
+#: where a camelCase word boundary falls (``apiKey``, ``baseURL``, ``URLPath``)
+_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+def accept_camel_keys(data: Any, config_type: Any, prefix: str = "config") -> Any:
+    """DECISIONS D21: DSH's camelCase spelling of a snake_case config key is an alias of it.
+
+    Walks ``data`` along ``config_type`` (a msgspec Struct, nested Structs,
+    lists and dicts of them) and renames ``apiKeyEnv`` to ``api_key_env``
+    wherever the Struct's key is snake_case. Values of free-form mappings
+    (``headers``) are left alone; a row that spells one key both ways is refused.
+    """
+    return _camel_aliases(data, mi.type_info(config_type), prefix)
+
+
+def _camel_aliases(data: Any, info: mi.Type, path: str) -> Any:
+    if isinstance(info, mi.Metadata):
+        return _camel_aliases(data, info.type, path)
+    if isinstance(info, mi.UnionType):
+        for member in info.types:
+            if isinstance(member, mi.Metadata):
+                member = member.type
+            if isinstance(data, dict) and isinstance(member, mi.StructType | mi.DictType):
+                return _camel_aliases(data, member, path)
+            if isinstance(data, list) and isinstance(member, mi.ListType):
+                return _camel_aliases(data, member, path)
+        return data
+    if isinstance(info, mi.ListType) and isinstance(data, list):
+        return [_camel_aliases(item, info.item_type, f"{path}[{n}]") for n, item in enumerate(data)]
+    if isinstance(info, mi.DictType) and isinstance(data, dict):
+        return {k: _camel_aliases(v, info.value_type, f"{path}.{k}") for k, v in data.items()}
+    if not (isinstance(info, mi.StructType) and isinstance(data, dict)):
+        return data
+    fields = {field.encode_name: field for field in info.fields}
+    out: dict[Any, Any] = {}
+    for key, value in data.items():
+        target = key
+        if isinstance(key, str) and key not in fields:
+            snake = _CAMEL_BOUNDARY.sub("_", key).lower()
+            if snake in fields:
+                if snake in data:
+                    raise ConfigError(
+                        f"{path}: {key} and {snake} are the same key (DSH's spelling and "
+                        "this project's); keep one"
+                    )
+                target = snake
+        field = fields.get(target)
+        out[target] = (
+            _camel_aliases(value, field.type, f"{path}.{target}") if field is not None else value
+        )
+    return out
+
+
 # -- plugin resolution --------------------------------------------------------------
 
 
@@ -277,7 +331,11 @@ def prepare_row(manager: pluggy.PluginManager, located: LocatedRow, row_id: str)
         )
     label = f"row {row_id!r} ({row.name})"
     try:
-        config = msgspec.convert(row.config or {}, info.config_type)
+        raw = accept_camel_keys(row.config or {}, info.config_type)
+        config = msgspec.convert(raw, info.config_type)
+    except ConfigError as exc:
+        manager.unregister(instance)
+        raise ConfigError(f"{label}: {exc}") from None
     except msgspec.ValidationError as exc:
         manager.unregister(instance)
         raise ConfigError(f"{label}: {_humanize(exc, prefix='config')}") from None

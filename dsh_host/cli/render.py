@@ -89,6 +89,20 @@ def _indent(text: str) -> str:
     return "\n".join(f"    {line}" for line in text.splitlines()) if text else "    (empty)"
 
 
+def retry_summary(data: dict[str, Any]) -> str:
+    """``retry 2/5 in 1000ms after RATE_LIMIT: slow down``, or ``retry 2 started``."""
+    if "delayMs" not in data:
+        return f"retry {data.get('retry')} started"
+    budget = data.get("maxRetries", "∞")
+    failure = data.get("failure") or {}
+    delay = data.get("delayMs")
+    shown = f"{delay:.0f}" if isinstance(delay, int | float) else str(delay)
+    return (
+        f"retry {data.get('retry')}/{budget} in {shown}ms after {failure.get('code')}: "
+        f"{failure.get('message')}"
+    )
+
+
 def event_summary(event: SessionEvent) -> str:
     data = to_builtins(event.data) if event.data is not None else None
     summary = ""
@@ -105,6 +119,8 @@ def event_summary(event: SessionEvent) -> str:
             source = message.get("source", {}) if isinstance(message, dict) else {}
             error = data.get("error")
             summary = f"[{source.get('callId')}]" + (f" error {error.get('code')}" if error else "")
+        elif event.type in ("llm/retry", "llm/retry-started"):
+            summary = retry_summary(data)
         elif event.type.startswith("approval/"):
             summary = " ".join(f"{k}={v}" for k, v in data.items())
     if len(summary) > 120:

@@ -40,7 +40,7 @@ from .common import (
 from .demo import DEMO_PROMPT, DEMO_RESPONSES, DEMO_WORKSPACE
 from .interrupts import Interrupts
 from .output import console
-from .render import blocks_text
+from .render import blocks_text, retry_summary
 
 MODEL_SPECS = "demo | scripted:PATH | openai-compatible:MODEL"
 
@@ -249,6 +249,8 @@ class Transcript:
                         f"{': ' + data['reason'] if data.get('reason') else ''}", "yellow")
         elif kind == "approval/decided":
             self._print(f"? approval {data.get('outcome')}", "yellow")
+        elif kind == "llm/retry":
+            self._print(f"↻ {retry_summary(data)}", "yellow")
         elif kind == "turn/end":
             reason = data.get("reason", {})
             style = "green" if reason.get("kind") == "completed" else "red"
@@ -258,7 +260,15 @@ class Transcript:
 
 
 _SHOWN_EVENTS = frozenset(
-    {"user/message", "tool/call", "tool/result", "approval/asked", "approval/decided", "turn/end"}
+    {
+        "user/message",
+        "tool/call",
+        "tool/result",
+        "approval/asked",
+        "approval/decided",
+        "llm/retry",
+        "turn/end",
+    }
 )
 
 

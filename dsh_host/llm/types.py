@@ -14,11 +14,14 @@ without being able to rewrite it.
 from __future__ import annotations
 
 import abc
+import json
 import math
 import random as _random
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+import msgspec
 
 from dsh_host.cancel import CancelToken
 from dsh_host.session.messages import (
@@ -55,6 +58,7 @@ from .errors import EMPTY_RESPONSE_CODE
 
 __all__ = [
     "DEFAULT_RETRYABLE_CODES",
+    "MAX_TIMER_DELAY_MS",
     "AbortedFinish",
     "AdapterDefaults",
     "AssistantMessage",
@@ -76,7 +80,9 @@ __all__ = [
     "Purpose",
     "ReasoningBlock",
     "ReasoningDeltaChunk",
+    "RetryBackoffConfig",
     "RetryPolicy",
+    "RetryPolicyConfig",
     "StopFinish",
     "StreamChunk",
     "TextBlock",
@@ -196,16 +202,26 @@ DEFAULT_RETRYABLE_CODES: tuple[str, ...] = (
     "TRANSPORT",
 )
 
+#: The longest delay a retry policy may configure (DSH's timer bound, 2**31 - 1 ms).
+MAX_TIMER_DELAY_MS = 2_147_483_647
+
+
+def _js_number(value: float) -> str:
+    """A number as JavaScript's ``JSON.stringify`` writes it (``500``, not ``500.0``)."""
+    number = float(value)
+    return str(int(number)) if number.is_integer() else repr(number)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RetryPolicy:
     """A provider-owned retry policy (DSH ``ResolvedRetryPolicy``).
 
     The adapter owns it because only the provider knows which failures are
-    transient; the agent loop's ``agent/request-error`` hook executes it. The
-    runtime captures it when a route is registered and hands it out with every
-    prepared call. ``mode="always"`` retries every failure until success or
-    cancellation (no ``max_retries``).
+    transient; the ``llm-retry`` plugin executes it on the agent loop's
+    ``agent/request-error`` hook. The runtime captures it when a route is
+    registered and hands it out with every prepared call. ``mode="always"``
+    retries every failure until success or cancellation (``max_retries`` and
+    ``retryable_codes`` are then inactive).
     """
 
     mode: Literal["normal", "always"] = "normal"
@@ -227,10 +243,15 @@ class RetryPolicy:
             isinstance(code, str) and code for code in self.retryable_codes
         ):
             raise ValueError("retry retryable_codes must be a non-empty list of non-empty strings")
+        if len(set(self.retryable_codes)) != len(self.retryable_codes):
+            raise ValueError("retry retryable_codes must not contain duplicates")
         for name in ("initial_delay_ms", "max_delay_ms"):
             value = getattr(self, name)
-            if not math.isfinite(value) or value <= 0:
-                raise ValueError(f"retry {name} must be a positive finite number, not {value!r}")
+            if not math.isfinite(value) or value <= 0 or value > MAX_TIMER_DELAY_MS:
+                raise ValueError(
+                    f"retry {name} must be a positive finite number no greater than "
+                    f"{MAX_TIMER_DELAY_MS}, not {value!r}"
+                )
         if self.initial_delay_ms > self.max_delay_ms:
             raise ValueError("retry initial_delay_ms must be less than or equal to max_delay_ms")
         if not 0 <= self.jitter_ratio <= 1:
@@ -239,6 +260,24 @@ class RetryPolicy:
             )
         object.__setattr__(self, "retryable_codes", tuple(self.retryable_codes))
         object.__setattr__(self, "_codes", frozenset(self.retryable_codes))
+
+    @property
+    def key(self) -> str:
+        """The canonical identity of every behaviour-affecting field (DSH ``policyKey``).
+
+        A JSON array: ``["always", initial, max, jitter]`` or ``["normal",
+        max_retries, [sorted codes], initial, max, jitter]``, numbers written
+        as JavaScript writes them, so a key matches the one DSH logs for the
+        same policy. Retry numbers continue only across ``llm/retry`` events
+        with the same key.
+        """
+        backoff = [_js_number(v) for v in (self.initial_delay_ms, self.max_delay_ms)]
+        backoff.append(_js_number(self.jitter_ratio))
+        head = [json.dumps(self.mode)]
+        if self.mode == "normal":
+            head.append(str(self.max_retries))
+            head.append(json.dumps(sorted(self.retryable_codes), separators=(",", ":")))
+        return "[" + ",".join(head + backoff) + "]"
 
     def delay_ms(
         self,
@@ -268,6 +307,50 @@ class RetryPolicy:
         exponential = min(self.initial_delay_ms * 2.0 ** min(retry - 1, 64), self.max_delay_ms)
         jitter = 1 - self.jitter_ratio + 2 * self.jitter_ratio * random()
         return min(exponential * jitter, self.max_delay_ms)
+
+
+_Delay = Annotated[float, msgspec.Meta(gt=0, le=MAX_TIMER_DELAY_MS)]
+_Code = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class RetryBackoffConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``retry_policy.backoff`` of a provider row (DSH ``BackoffConfig``)."""
+
+    #: first local delay; doubles per retry
+    initial_delay_ms: _Delay = 500
+    #: cap on a local delay, and the longest provider Retry-After honoured
+    max_delay_ms: _Delay = 10_000
+    #: symmetric random multiplier range around one
+    jitter_ratio: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.1
+
+
+class RetryPolicyConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A provider row's ``retry_policy`` (DSH ``RetryPolicyConfig``), embedded by adapters.
+
+    ``mode: always`` keeps ``max_retries`` / ``retryable_codes`` accepted but
+    inactive, as DSH does for layered configs.
+    """
+
+    mode: Literal["normal", "always"] = "normal"
+    max_retries: Annotated[int, msgspec.Meta(ge=0)] = 5
+    retryable_codes: list[_Code] = msgspec.field(
+        default_factory=lambda: list(DEFAULT_RETRYABLE_CODES)
+    )
+    backoff: RetryBackoffConfig = msgspec.field(default_factory=RetryBackoffConfig)
+
+    def __post_init__(self) -> None:
+        self.resolve()  # a bad combination fails the row's config with its key path
+
+    def resolve(self) -> RetryPolicy:
+        """The immutable policy (ValueError names the offending field)."""
+        return RetryPolicy(
+            mode=self.mode,
+            max_retries=self.max_retries,
+            retryable_codes=tuple(self.retryable_codes),
+            initial_delay_ms=float(self.backoff.initial_delay_ms),
+            max_delay_ms=float(self.backoff.max_delay_ms),
+            jitter_ratio=float(self.backoff.jitter_ratio),
+        )
 
 
 class LlmAdapter(abc.ABC):

@@ -31,7 +31,7 @@ import builtins
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, NamedTuple, TypeAlias
 
 import msgspec
 import msgspec.inspect
@@ -86,6 +86,8 @@ __all__ = [
     "HookCancel",
     "InterruptedReason",
     "LegacyCancel",
+    "LlmRetryData",
+    "LlmRetryStartedData",
     "MaxTokensReason",
     "MaxTurnRequestsReason",
     "ParentCancel",
@@ -527,6 +529,45 @@ class ApprovalPolicyChanged(Wire, frozen=True, kw_only=True):
     source: Literal["delegation"] | UnsetType = UNSET  #: set when inherited by delegation
 
 
+_Text = Annotated[str, msgspec.Meta(min_length=1)]
+#: whole milliseconds are written as integers, as DSH writes them
+_Delay = Annotated[int, msgspec.Meta(ge=0)] | Annotated[float, msgspec.Meta(ge=0)]
+
+
+class LlmRetryData(Wire, frozen=True, kw_only=True):
+    """``llm/retry`` (DSH ``LlmRetryEventData``): one model-request retry was scheduled.
+
+    Written by ``llm-retry`` before its wait; non-surface (the model never sees
+    it). Normal mode carries ``max_retries``; always mode omits it (unbounded).
+    """
+
+    retry_id: _Text  #: shared by every retry of one step's chain
+    turn: PositiveInt  #: the turn of the failed request
+    step: PositiveInt  #: the step of the failed request
+    provider: _Text  #: the route that served the failed request
+    mode: Literal["normal", "always"]  #: the provider policy's mode
+    policy_key: _Text  #: canonical key of the resolved provider policy
+    retry: PositiveInt  #: 1 for the first retry of this chain
+    max_retries: NonNegativeInt | UnsetType = UNSET  #: normal mode's budget
+    delay_ms: _Delay  #: the scheduled wait in milliseconds
+    failure: LlmFailure  #: the failure being retried, verbatim
+
+    def __post_init__(self) -> None:
+        if self.mode == "normal" and self.max_retries is UNSET:
+            raise ValueError("a normal-mode llm/retry needs maxRetries")
+        if self.mode == "always" and self.max_retries is not UNSET:
+            raise ValueError("an always-mode llm/retry has no maxRetries")
+
+
+class LlmRetryStartedData(Wire, frozen=True, kw_only=True):
+    """``llm/retry-started``: the wait of one ``llm/retry`` completed; the request follows."""
+
+    retry_id: _Text  #: the scheduled retry's id
+    turn: PositiveInt  #: its turn
+    step: PositiveInt  #: its step
+    retry: PositiveInt  #: its retry number
+
+
 # --- the registry --------------------------------------------------------------------------
 
 
@@ -694,6 +735,8 @@ _CORE: tuple[tuple[str, type[msgspec.Struct] | None, bool], ...] = (
     ("approval/asked", ApprovalAsked, False),
     ("approval/decided", ApprovalDecided, False),
     ("approval/policy", ApprovalPolicyChanged, False),
+    ("llm/retry", LlmRetryData, False),
+    ("llm/retry-started", LlmRetryStartedData, False),
 )
 
 for _type, _data, _surface in _CORE:

@@ -16,7 +16,7 @@ import msgspec
 
 from dsh_host.context import Context
 from dsh_host.errors import ConfigError
-from dsh_host.llm import DEFAULT_RETRYABLE_CODES, RetryPolicy
+from dsh_host.llm import RetryPolicyConfig
 from dsh_host.plugin import Plugin
 
 from .adapter import AdapterSettings, OpenAICompatibleAdapter
@@ -73,13 +73,8 @@ class LlmOpenAICompatibleConfig(msgspec.Struct, forbid_unknown_fields=True, kw_o
     connect_timeout_ms: _Positive = 30_000
     #: longest silence tolerated while waiting for the next byte (DSH default: 5 minutes)
     stream_idle_timeout_ms: _Positive = 300_000
-    #: retry policy the agent loop applies to transient failures
-    max_retries: Annotated[int, msgspec.Meta(ge=0)] = 5
-    retry_initial_delay_ms: _Positive = 500
-    retry_max_delay_ms: _Positive = 10_000
-    retryable_codes: list[_Name] = msgspec.field(
-        default_factory=lambda: list(DEFAULT_RETRYABLE_CODES)
-    )
+    #: the route's retry policy (DSH ``retryPolicy``), executed by the ``llm-retry`` row
+    retry_policy: RetryPolicyConfig = msgspec.field(default_factory=RetryPolicyConfig)
     #: extra request headers (e.g. for a gateway); cannot replace User-Agent
     headers: dict[str, str] = msgspec.field(default_factory=dict)
 
@@ -108,15 +103,6 @@ def settings_of(config: LlmOpenAICompatibleConfig) -> AdapterSettings:
         )
     host = urlsplit(base_url).hostname or base_url
     display = config.display_name or ("DeepSeek" if host.endswith("deepseek.com") else host)
-    try:
-        policy = RetryPolicy(
-            max_retries=config.max_retries,
-            retryable_codes=tuple(config.retryable_codes),
-            initial_delay_ms=float(config.retry_initial_delay_ms),
-            max_delay_ms=float(config.retry_max_delay_ms),
-        )
-    except ValueError as exc:
-        raise ConfigError(f"llm-openai-compatible: {exc}") from None
     return AdapterSettings(
         base_url=base_url,
         model=config.model,
@@ -128,7 +114,7 @@ def settings_of(config: LlmOpenAICompatibleConfig) -> AdapterSettings:
         context_window=config.context_window,
         connect_timeout_ms=config.connect_timeout_ms,
         stream_idle_timeout_ms=config.stream_idle_timeout_ms,
-        retry_policy=policy,
+        retry_policy=config.retry_policy.resolve(),
         headers=dict(config.headers),
     )
 

@@ -259,6 +259,7 @@ def test_plugins_command(tmp_path: Path) -> None:
         "session-checkpoint-policy": "dsh_session_checkpoint_policy:SessionCheckpointPolicy",
         "user-approval": "dsh_user_approval:UserApproval",
         "sandbox-local": "dsh_sandbox_local:SandboxLocal",
+        "llm-retry": "dsh_llm_retry:LlmRetry",
     }.items():
         assert rows[name]["entryPoint"] == entry_point
         assert rows[name]["state"] == "active"
@@ -281,6 +282,54 @@ def test_openai_compatible_against_loopback_sse(tmp_path: Path) -> None:
         assert len(server.requests) == 1
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["turnEnd"] == {"kind": "completed"}
+
+
+def test_openai_compatible_transient_failures_are_retried(tmp_path: Path) -> None:
+    """The shipped composition retries a 429 (Retry-After), a 500 and a cut stream: four
+    requests reach the loopback server, the turn completes, and the log shows each retry."""
+    sys.path.insert(0, str(REPO / "tests" / "llm"))
+    from sse_server import SseServer, http_error, sse, text_events  # type: ignore[import-not-found]
+
+    script = [
+        http_error(429, {"error": {"message": "slow down"}}, headers={"retry-after": "1"}),
+        http_error(500, {"error": {"message": "upstream broke"}}),
+        sse(text_events("discard me", done=False)[:2], close_early=True),
+        sse(text_events("Recovered ", "answer.")),
+    ]
+    with SseServer(script) as server:
+        result = dsh(
+            "run", "hi", "--model", "openai-compatible:deepseek-chat",
+            "--config", str(REPO / "configs" / "default.yml"), cwd=tmp_path,
+            env={"DEEPSEEK_BASE_URL": server.url, "DEEPSEEK_API_KEY": "test-key"},
+        )
+        assert len(server.requests) == 4
+    assert result.returncode == 0, result.stderr
+    assert "↻ retry 1/5 in 1000ms after RATE_LIMIT: slow down" in result.stdout
+    assert "Recovered answer." in result.stdout
+    assert "Traceback" not in result.stderr
+    [session_id] = [entry["sessionId"] for entry in json_lines(
+        dsh("sessions", "list", "--json", cwd=tmp_path).stdout
+    )]
+    events = json_lines(
+        dsh("sessions", "show", session_id, "--view", "events", "--json", cwd=tmp_path).stdout
+    )
+    retries = [e["data"] for e in events if e["type"] == "llm/retry"]
+    assert [(r["retry"], r["maxRetries"], r["failure"]["code"]) for r in retries] == [
+        (1, 5, "RATE_LIMIT"), (2, 5, "SERVER"), (3, 5, "TRANSPORT"),
+    ]
+    assert retries[0]["delayMs"] == 1000 and retries[0]["failure"]["providerRetryAfterMs"] == 1000
+    assert len({r["retryId"] for r in retries}) == 1
+    started = [e["data"] for e in events if e["type"] == "llm/retry-started"]
+    assert [s["retry"] for s in started] == [1, 2, 3]
+    messages = [e["data"]["message"] for e in events if e["type"] == "assistant/message"]
+    assert [block["text"] for block in messages[0]["content"]] == ["Recovered answer."]
+    assert len(messages) == 1
+    assert events[-1]["type"] == "turn/end" and events[-1]["data"]["reason"] == {
+        "kind": "completed"
+    }
+    shown = dsh("sessions", "show", session_id, "--view", "events", cwd=tmp_path).stdout
+    assert "retry 2/5" in shown and "after SERVER: upstream broke" in shown
+    assert "retry 3 started" in shown
 
 
 def test_run_session_flag_creates_then_continues(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 import sample_plugins
 
@@ -15,6 +16,7 @@ from dsh_host.errors import (
     PluginRegistrationError,
     UnknownPluginError,
 )
+from dsh_host.loader import accept_camel_keys
 
 pytestmark = pytest.mark.anyio
 
@@ -84,6 +86,52 @@ async def test_dsh_spellings_are_aliases() -> None:
 
     assert canonical_name("@deepseek-ai/dsh-session-checkpoint-policy") == "session-checkpoint-policy"
     assert canonical_name("dsh-sandbox-local") == "sandbox-local"
+
+
+class Inner(msgspec.Struct, forbid_unknown_fields=True):
+    initial_delay_ms: int = 0
+
+
+class Outer(msgspec.Struct, forbid_unknown_fields=True):
+    base_url: str = ""
+    retry_policy: Inner | None = None
+    rules: list[Inner] = []
+    headers: dict[str, str] = {}
+
+
+class Camel(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+    api_key: str = ""
+
+
+def test_camel_case_config_keys_are_aliases_of_snake_case_ones() -> None:
+    """D21: a row copied from a DSH composition keeps working, at every nesting level."""
+    raw = {
+        "baseURL": "http://x",
+        "retryPolicy": {"initialDelayMs": 5},
+        "rules": [{"initialDelayMs": 1}],
+        "headers": {"xTraceId": "kept as written"},
+    }
+    assert accept_camel_keys(raw, Outer) == {
+        "base_url": "http://x",
+        "retry_policy": {"initial_delay_ms": 5},
+        "rules": [{"initial_delay_ms": 1}],
+        "headers": {"xTraceId": "kept as written"},
+    }
+    assert msgspec.convert(accept_camel_keys(raw, Outer), Outer).retry_policy == Inner(5)
+    assert accept_camel_keys({"apiKey": "k"}, Camel) == {"apiKey": "k"}  # already its spelling
+    assert accept_camel_keys({"unknownKey": 1}, Outer) == {"unknownKey": 1}  # left to msgspec
+    with pytest.raises(ConfigError, match=r"config\.retry_policy: initialDelayMs and "
+                       r"initial_delay_ms are the same key"):
+        accept_camel_keys({"retry_policy": {"initialDelayMs": 1, "initial_delay_ms": 2}}, Outer)
+
+
+async def test_camel_case_alias_clash_fails_the_row() -> None:
+    rows = [Row(id="model", name="llm-openai-compatible",
+                config={"apiKeyEnv": "A", "api_key_env": "B"})]
+    with pytest.raises(ConfigError, match=r"row 'model' \(llm-openai-compatible\): config: "
+                       "apiKeyEnv and api_key_env are the same key"):
+        async with open_host([Row(name="llm"), *rows]):
+            pass
 
 
 async def test_duplicate_row_ids() -> None:

@@ -280,14 +280,14 @@ class _Server(ThreadingHTTPServer):
 class SseServer:
     """The loopback server; a context manager that starts and stops it."""
 
-    def __init__(self, script: Sequence[Behavior] = ()) -> None:
+    def __init__(self, script: Sequence[Behavior] = (), port: int = 0) -> None:
         self.script: list[Behavior] = list(script)
         self.requests: list[RecordedRequest] = []
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         #: released once per hanging response whose client went away
         self.disconnected = threading.Semaphore(0)
-        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server = _Server(("127.0.0.1", port), _Handler)
         self._server.owner = self
         self._thread = threading.Thread(
             target=self._server.serve_forever, args=(0.05,), name="sse-server", daemon=True

@@ -33,6 +33,7 @@ from dsh_host.llm import (
     ModelSource,
     ReasoningBlock,
     ReasoningDeltaChunk,
+    RetryPolicyConfig,
     StopFinish,
     TextBlock,
     TextDeltaChunk,
@@ -378,7 +379,9 @@ def test_config_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
     assert default.display_name == "DeepSeek" and default.model == "deepseek-chat"
     assert default.retry_policy.max_retries == 5
     monkeypatch.setenv("DEEPSEEK_BASE_URL", "http://127.0.0.1:9/v1/")
-    from_env = settings_of_config(LlmOpenAICompatibleConfig(max_retries=2))
+    from_env = settings_of_config(
+        LlmOpenAICompatibleConfig(retry_policy=RetryPolicyConfig(max_retries=2))
+    )
     assert from_env.base_url == "http://127.0.0.1:9/v1" and from_env.display_name == "127.0.0.1"
     assert from_env.endpoint == "http://127.0.0.1:9/v1/chat/completions"
     assert from_env.retry_policy.max_retries == 2
