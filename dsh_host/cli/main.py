@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from ..errors import DshError
 from ..session.persistence import SessionAlreadyOwnedError
-from . import plugins_cmd, run_cmd, sessions_cmd
+from . import plugins_cmd, run_cmd, sessions_cmd, trust_cmd
 
 EXIT_USAGE = 2
 EXIT_LOCKED = 3
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_cmd.add_parsers(sub)
     plugins_cmd.add_parser(sub)
     sessions_cmd.add_parser(sub)
+    trust_cmd.add_parser(sub)
     return parser
 
 

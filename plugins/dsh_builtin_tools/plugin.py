@@ -6,6 +6,7 @@ import os
 
 from dsh_host.context import Context
 from dsh_host.plugin import Plugin
+from dsh_host.sandbox import SandboxPolicy, confined_writable_roots
 
 from .bash import bash_tool
 from .config import BuiltinToolsConfig, BuiltinToolsConfigError, canonical_workspace
@@ -33,7 +34,38 @@ class BuiltinTools(Plugin):
                 f"builtin-tools: workspace {config.workspace!r} resolves to {workspace}, which is "
                 "not an existing directory"
             )
+        refuse_writable_session_root(ctx, config, workspace)
         tools = ctx.tools
         tools.register(bash_tool(ctx, config, workspace), owner=ctx)
         tools.register(read_file_tool(config, workspace), owner=ctx)
         tools.register(write_file_tool(config, workspace), owner=ctx)
+
+
+def _overlap(a: str, b: str) -> bool:
+    return os.path.commonpath([a, b]) in (a, b)
+
+
+def refuse_writable_session_root(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> None:
+    """Raise when this row's tools could write the session log (see :class:`BuiltinTools`)."""
+    store = ctx.get("sessionPersistence")
+    root = getattr(store, "root", None)
+    if not isinstance(root, str):
+        return  # no persistence, or one that keeps no local files (PostgreSQL)
+    session_root = canonical_workspace(root)
+    writable = [(workspace, f"the workspace of row {ctx.row_id!r}")]
+    sandbox = ctx.get("sandbox")
+    if config.sandbox != "danger-full-access" and sandbox is not None:
+        policy = SandboxPolicy(mode="workspace-write", workspace_root=workspace)
+        for path in confined_writable_roots(sandbox, policy):
+            if os.path.isdir(path):
+                writable.append(
+                    (canonical_workspace(path), "writable by bash in workspace-write here")
+                )
+    for path, what in writable:
+        if _overlap(session_root, path):
+            raise BuiltinToolsConfigError(
+                f"builtin-tools: the session root {session_root} overlaps {path} ({what}), so "
+                "the agent's own tools could rewrite the log that records them; store sessions "
+                "outside it (--root DIR, DSH_SESSION_ROOT or the persistence row's `root`) or "
+                "work in another directory (--workspace DIR)"
+            )
