@@ -97,10 +97,10 @@ def test_a_planted_dsh_yml_is_not_loaded_and_its_runner_never_runs(
 ) -> None:
     plant(scene, tmp_path)
     run, stderr = attempt(scene, tmp_path)
-    assert run.returncode == 0, stderr  # type: ignore[attr-defined]
-    assert "./dsh.yml was not loaded" in stderr and "dsh trust" in stderr
     assert not scene["marker"].exists(), "the planted runner ran"
     assert not scene["outside"].exists(), "the read-only command wrote outside the workspace"
+    assert run.returncode == 0, stderr  # type: ignore[attr-defined]
+    assert "./dsh.yml was not loaded" in stderr and "dsh trust" in stderr
     session_id = json.loads(run.stdout)["sessionId"]  # type: ignore[attr-defined]
     result = bash_result(scene["project"], session_id)
     assert "file access denied under read-only mode" in result
