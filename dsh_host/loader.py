@@ -328,10 +328,9 @@ def prepare_row(manager: pluggy.PluginManager, located: LocatedRow, row_id: str)
     return PreparedRow(row_id, row.name, entry_point, instance, info, config, where)
 
 
-def rows_needed_for(rows: Sequence[LocatedRow], services: Sequence[str]) -> list[LocatedRow]:
-    """The enabled rows that provide ``services``, plus (transitively) the providers of what
-    those rows inject, in composition order: a command that only reads sessions boots these and
-    nothing else (no tools, no sandbox probe). Every enabled row is still validated."""
+def check_rows(rows: Sequence[LocatedRow]) -> list[tuple[LocatedRow, PluginMeta]]:
+    """Resolve and validate every enabled row as mounting would (plugin, config, restrictions),
+    without applying anything; the rows with their plugin's metadata."""
     manager = _make_plugin_manager()
     prepared: list[tuple[LocatedRow, PreparedRow]] = []
     try:
@@ -341,16 +340,24 @@ def rows_needed_for(rows: Sequence[LocatedRow], services: Sequence[str]) -> list
     finally:
         for _located, item in prepared:
             manager.unregister(item.instance)
+    return [(located, item.meta) for located, item in prepared]
+
+
+def rows_needed_for(rows: Sequence[LocatedRow], services: Sequence[str]) -> list[LocatedRow]:
+    """The enabled rows that provide ``services``, plus (transitively) the providers of what
+    those rows inject, in composition order: a command that only reads sessions boots these and
+    nothing else (no tools, no sandbox probe). Every enabled row is still validated."""
+    prepared = check_rows(rows)
     wanted, keep = set(services), set[int]()
     grown = True
     while grown:
         grown = False
-        for index, (_located, item) in enumerate(prepared):
-            if index not in keep and wanted.intersection(item.meta.provides):
+        for index, (_located, meta) in enumerate(prepared):
+            if index not in keep and wanted.intersection(meta.provides):
                 keep.add(index)
-                wanted.update(item.meta.inject)
+                wanted.update(meta.inject)
                 grown = True
-    return [located for index, (located, _item) in enumerate(prepared) if index in keep]
+    return [located for index, (located, _meta) in enumerate(prepared) if index in keep]
 
 
 # -- booting ---------------------------------------------------------------------

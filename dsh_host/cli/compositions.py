@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import ConfigError
-from ..loader import LocatedRow, parse_rows
+from ..loader import LocatedRow, check_rows, parse_rows
 from ..userdirs import trust_store_file, user_config_file
 
 _PACKAGE = Path(__file__).resolve().parent.parent
@@ -134,9 +134,14 @@ def _write_trusted(files: dict[str, str]) -> Path:
 
 
 def trust(path: Path) -> tuple[Path, str]:
-    """Record ``path`` (canonical) with the SHA-256 of its current bytes; it must parse."""
+    """Record ``path`` (canonical) with the SHA-256 of its current bytes.
+
+    The file must load as a trusted project file would (its plugins resolve, their configs
+    validate, no row imports code or chooses an executable): trusting a file that would be
+    refused at every run helps nobody, so the refusal comes now, with the same message.
+    """
     data = _read(path)
-    parse_rows(_decode(data, path), str(path))  # refuse to trust a file that cannot load
+    check_rows(parse_rows(_decode(data, path), str(path), restricted=restriction(path)))
     canonical = Path(os.path.realpath(path))
     files = _trusted()
     files[str(canonical)] = digest(data)

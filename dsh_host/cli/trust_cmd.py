@@ -3,8 +3,10 @@
 A composition in the current directory could have been written by a tool (DECISIONS D16), so it
 is loaded only when named or trusted. ``dsh trust`` records the file's canonical path and the
 SHA-256 of its bytes in ``$XDG_CONFIG_HOME/dsh/trusted.json``; any later change (by anyone)
-makes ``dsh`` skip the file again until it is trusted anew. ``--revoke`` forgets a file,
-``--list`` prints the records.
+makes ``dsh`` skip the file again until it is trusted anew. The file is checked first as a
+trusted project file would be at boot (plugins resolve, configs validate, no row imports code or
+chooses an executable); a file that would be refused is not trusted. ``--revoke`` forgets a
+file, ``--list`` prints the records.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ def add_parser(sub: Any) -> None:
         help=f"let dsh load ./{PROJECT_FILE} (or FILE) from its directory while it is unchanged",
         description="Record a project composition's path and SHA-256 so `dsh` loads it from "
         "its directory while its content is unchanged. Review it first: it configures the "
-        "tools, the sandbox and the approvals. Rows of a trusted project file still may not "
-        "import code or choose executables (name the file with --config for that).",
+        "tools, the sandbox and the approvals. Rows of a trusted project file may not import "
+        "code or choose executables (name the file with --config for that); such a file is "
+        "refused here.",
     )
     parser.add_argument("file", nargs="?", default=PROJECT_FILE, metavar="FILE",
                         help=f"the composition to trust (default: ./{PROJECT_FILE})")

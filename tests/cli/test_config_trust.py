@@ -13,6 +13,7 @@ proves the planted file is a working escape.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import shutil
@@ -121,21 +122,41 @@ def test_control_the_same_file_named_from_a_user_location_is_honoured(
     assert "file access denied" not in bash_result(scene["project"], session_id)
 
 
+def record_trust(path: Path) -> None:
+    """Write a trust record directly, as an older dsh (or a careless script) might have: the
+    run-time refusal must hold even for a file ``dsh trust`` would not accept today."""
+    store = Path(os.environ["XDG_CONFIG_HOME"]) / "dsh" / "trusted.json"
+    store.parent.mkdir(parents=True, exist_ok=True)
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    store.write_text(json.dumps({"files": {str(path.resolve()): sha}}))
+
+
+def error_line(stderr: str) -> str:
+    return next(line for line in stderr.splitlines() if line.startswith("dsh: error:"))
+
+
+def assert_names_row_key_and_fix(line: str) -> None:
+    row_line = DEFAULT.splitlines().index("- id: sandbox") + 1
+    user_config = str(Path(os.environ["XDG_CONFIG_HOME"]) / "dsh" / "config.yml")
+    for part in (f"dsh.yml:{row_line} (row ", "config key runnerCommand of sandbox-local",
+                 "chooses an executable", user_config, "--config dsh.yml"):
+        assert part in line, (part, line)
+
+
 def test_a_trusted_project_file_still_may_not_choose_the_runner(
     scene: dict[str, Path], tmp_path: Path
 ) -> None:
     planted = plant(scene, tmp_path)
-    trusted = dsh("trust", "--json", cwd=scene["project"])
-    assert trusted.returncode == 0, trusted.stderr
-    assert json.loads(trusted.stdout)["trusted"] == str(planted.resolve())
+    # `dsh trust` refuses such a file up front, with the message a run would give.
+    refused = dsh("trust", cwd=scene["project"])
+    assert refused.returncode == 2
+    assert_names_row_key_and_fix(error_line(refused.stderr))
+    assert json.loads(dsh("trust", "--list", "--json", cwd=scene["project"]).stdout)["files"] == {}
+    # Trusted anyway (a record written by other means): the boot refuses, nothing runs.
+    record_trust(planted)
     run, stderr = attempt(scene, tmp_path)
     assert run.returncode == 2  # type: ignore[attr-defined]
-    line = next(line for line in stderr.splitlines() if line.startswith("dsh: error:"))
-    row_line = DEFAULT.splitlines().index("- id: sandbox") + 1
-    for part in (f"dsh.yml:{row_line} (row ", "config key runnerCommand of sandbox-local",
-                 "chooses an executable", str(Path(os.environ["XDG_CONFIG_HOME"]) / "dsh" /
-                                                  "config.yml"), "--config dsh.yml"):
-        assert part in line, (part, line)
+    assert_names_row_key_and_fix(error_line(stderr))
     assert not scene["marker"].exists() and not scene["outside"].exists()
 
 
@@ -191,7 +212,11 @@ def test_module_rows_import_code_only_from_named_files(
                 pass
     """))
     (project / "dsh.yml").write_text(DEFAULT + "\n- name: planted_plugin:Planted\n")
-    assert dsh("trust", cwd=project).returncode == 0
+    untrusted = dsh("trust", cwd=project)
+    assert untrusted.returncode == 2
+    assert "imports Python code by module path" in untrusted.stderr
+    assert not imported.exists(), "dsh trust imported the planted module"
+    record_trust(project / "dsh.yml")
     refused = dsh("plugins", cwd=project)
     assert refused.returncode == 2
     assert "row 'planted_plugin:Planted' imports Python code by module path" in refused.stderr
