@@ -225,3 +225,19 @@ def test_module_rows_import_code_only_from_named_files(
     named = dsh("plugins", "--config", "dsh.yml", cwd=project)
     assert named.returncode == 0, named.stderr
     assert imported.exists(), "control: a named file may import its plugin"
+
+
+def test_a_workspace_around_the_dsh_config_directory_is_refused(tmp_path: Path) -> None:
+    """The user's composition and the trust store are what make a file trusted: a workspace
+    whose tools could write them (here the directory holding $XDG_CONFIG_HOME) is refused at
+    boot, before anything runs."""
+    marker = tmp_path / "ran"
+    home = Path(os.environ["XDG_CONFIG_HOME"]).parent
+    result = dsh("run", "hi", "--workspace", str(home), "--root", str(tmp_path / "sessions"),
+                 "--model", f"scripted:{script(tmp_path / 's.json', f'touch {marker}')}",
+                 cwd=tmp_path)
+    assert result.returncode == 2
+    config_dir = Path(os.environ["XDG_CONFIG_HOME"]) / "dsh"
+    assert f"your dsh configuration directory {config_dir} overlaps {home} " in result.stderr
+    assert "--workspace DIR" in result.stderr
+    assert not marker.exists()

@@ -60,16 +60,16 @@ def tamper_command(root: Path) -> str:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("mode", ["workspace-write", "read-only"])
 def test_a_tool_cannot_touch_the_default_session_store(
-    tmp_path: Path, outside_tmp: Path, backend: str, mode: str
+    tmp_path: Path, backend: str, mode: str
 ) -> None:
-    """The default root ($XDG_DATA_HOME/dsh/sessions; here outside /tmp, as ~/.local/share
-    is) is neither granted by bubblewrap nor by Landlock: a call that tries to rewrite every
-    log of the store leaves every byte as it was."""
+    """The default root ($XDG_DATA_HOME/dsh/sessions; the tests' XDG dirs are outside /tmp, as
+    ~/.local/share is) is neither granted by bubblewrap nor by Landlock: a call that tries to
+    rewrite every log of the store leaves every byte as it was."""
     config = composition(tmp_path, backend)
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    env = {"XDG_DATA_HOME": str(outside_tmp)}
-    root = outside_tmp / "dsh" / "sessions"
+    env: dict[str, str] = {}
+    root = Path(os.environ["XDG_DATA_HOME"]) / "dsh" / "sessions"
     first = dsh("run", "hello", "--config", str(config), "--workspace", str(workspace),
                 "--model", f"scripted:{script(tmp_path / 'hello.json')}", "--json",
                 cwd=tmp_path, env=env)
@@ -90,15 +90,13 @@ def test_a_tool_cannot_touch_the_default_session_store(
         assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
-def test_control_unconfined_the_same_call_rewrites_the_store(
-    tmp_path: Path, outside_tmp: Path
-) -> None:
+def test_control_unconfined_the_same_call_rewrites_the_store(tmp_path: Path) -> None:
     """The same call under danger-full-access (no sandbox) does change the stored log, so the
     confined runs above prove the sandbox, not a broken command."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    env = {"XDG_DATA_HOME": str(outside_tmp)}
-    root = outside_tmp / "dsh" / "sessions"
+    env: dict[str, str] = {}
+    root = Path(os.environ["XDG_DATA_HOME"]) / "dsh" / "sessions"
     first = dsh("run", "hello", "--workspace", str(workspace),
                 "--model", f"scripted:{script(tmp_path / 'hello.json')}", "--json",
                 cwd=tmp_path, env=env)
