@@ -64,6 +64,10 @@ class LocatedRow:
     row: Row
     #: "file.yml:12" or "row 3" -- where to point the user
     where: str
+    #: ``None``: the row may import code (``module:Attr``) and set config keys that choose
+    #: executables (user-level, explicitly named or programmatic config). Otherwise why it may
+    #: not, with the fix: such a row is refused at mount (DECISIONS D16).
+    restricted: str | None = None
 
 
 # -- YAML ----------------------------------------------------------------------
@@ -109,8 +113,13 @@ def _construct_env(loader: _Loader, node: yaml.Node) -> str:
 _Loader.add_constructor("!env", _construct_env)
 
 
-def parse_rows(text: str, source: str = "<config>") -> list[LocatedRow]:
-    """Parse a composition; every error names the file, line/row and key path."""
+def parse_rows(
+    text: str, source: str = "<config>", *, restricted: str | None = None
+) -> list[LocatedRow]:
+    """Parse a composition; every error names the file, line/row and key path.
+
+    ``restricted`` marks every row (see :attr:`LocatedRow.restricted`).
+    """
     try:
         node = yaml.compose(text, Loader=_Loader)
     except yaml.YAMLError as exc:
@@ -129,7 +138,7 @@ def parse_rows(text: str, source: str = "<config>") -> list[LocatedRow]:
             raise ConfigError(f"{where}: {exc}") from None
         finally:
             loader.dispose()
-        rows.append(LocatedRow(_convert_row(data, where), where))
+        rows.append(LocatedRow(_convert_row(data, where), where, restricted))
     return rows
 
 
@@ -142,7 +151,9 @@ def _convert_row(data: Any, where: str) -> Row:
         raise ConfigError(f"{where}: {_humanize(exc, prefix='')}") from None
 
 
-def load_rows(path: str | os.PathLike[str]) -> list[LocatedRow]:
+def load_rows(
+    path: str | os.PathLike[str], *, restricted: str | None = None
+) -> list[LocatedRow]:
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
@@ -150,7 +161,7 @@ def load_rows(path: str | os.PathLike[str]) -> list[LocatedRow]:
         raise ConfigError(f"config file {file} does not exist") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {file}: {exc.strerror}") from None
-    return parse_rows(text, str(file))
+    return parse_rows(text, str(file), restricted=restricted)
 
 
 _AT = re.compile(r" - at `\$(?P<path>[^`]*)`$")
@@ -251,7 +262,7 @@ def installed_plugins() -> dict[str, importlib.metadata.EntryPoint]:
 
 def resolve_plugin(name: str, where: str) -> tuple[Any, str]:
     """Return (plugin factory, "module:attr") for a row name."""
-    if ":" in name and not name.startswith(_DSH_SCOPE):
+    if _imports_code(name):
         module_name, _, attr = name.partition(":")
         try:
             module = importlib.import_module(module_name)
@@ -293,8 +304,36 @@ class PreparedRow:
     where: str
 
 
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _refuse_restricted(located: LocatedRow, executable_keys: Sequence[str] = ()) -> None:
+    """Refuse what a restricted row may not do: import code, set an executable-choosing key."""
+    if located.restricted is None:
+        return
+    row, where = located.row, located.where
+    if _imports_code(row.name):
+        raise ConfigError(
+            f"{where}: row {row.name!r} imports Python code by module path; {located.restricted}"
+        )
+    for key in executable_keys:
+        for spelling in dict.fromkeys((key, _camel(key))):
+            if row.config is not None and spelling in row.config:
+                raise ConfigError(
+                    f"{where}: config key {spelling} of {row.name} chooses an executable; "
+                    f"{located.restricted}"
+                )
+
+
+def _imports_code(name: str) -> bool:
+    return ":" in name and not name.startswith(_DSH_SCOPE)
+
+
 def prepare_row(manager: pluggy.PluginManager, located: LocatedRow, row_id: str) -> PreparedRow:
     row, where = located.row, located.where
+    _refuse_restricted(located)  # before anything is imported
     factory, entry_point = resolve_plugin(row.name, where)
     try:
         instance = factory() if isinstance(factory, type) else factory
@@ -329,6 +368,11 @@ def prepare_row(manager: pluggy.PluginManager, located: LocatedRow, row_id: str)
             f"{where}: plugin {row.name!r} declares Config={info.config_type!r}; "
             "a plugin's Config must be a msgspec.Struct subclass"
         )
+    try:
+        _refuse_restricted(located, info.executable_keys)
+    except ConfigError:
+        manager.unregister(instance)
+        raise
     label = f"row {row_id!r} ({row.name})"
     try:
         raw = accept_camel_keys(row.config or {}, info.config_type)
@@ -340,6 +384,38 @@ def prepare_row(manager: pluggy.PluginManager, located: LocatedRow, row_id: str)
         manager.unregister(instance)
         raise ConfigError(f"{label}: {_humanize(exc, prefix='config')}") from None
     return PreparedRow(row_id, row.name, entry_point, instance, info, config, where)
+
+
+def check_rows(rows: Sequence[LocatedRow]) -> list[tuple[LocatedRow, PluginMeta]]:
+    """Resolve and validate every enabled row as mounting would (plugin, config, restrictions),
+    without applying anything; the rows with their plugin's metadata."""
+    manager = _make_plugin_manager()
+    prepared: list[tuple[LocatedRow, PreparedRow]] = []
+    try:
+        for index, located in enumerate(rows):
+            if not located.row.disabled:
+                prepared.append((located, prepare_row(manager, located, f"row-{index}")))
+    finally:
+        for _located, item in prepared:
+            manager.unregister(item.instance)
+    return [(located, item.meta) for located, item in prepared]
+
+
+def rows_needed_for(rows: Sequence[LocatedRow], services: Sequence[str]) -> list[LocatedRow]:
+    """The enabled rows that provide ``services``, plus (transitively) the providers of what
+    those rows inject, in composition order: a command that only reads sessions boots these and
+    nothing else (no tools, no sandbox probe). Every enabled row is still validated."""
+    prepared = check_rows(rows)
+    wanted, keep = set(services), set[int]()
+    grown = True
+    while grown:
+        grown = False
+        for index, (_located, meta) in enumerate(prepared):
+            if index not in keep and wanted.intersection(meta.provides):
+                keep.add(index)
+                wanted.update(meta.inject)
+                grown = True
+    return [located for index, (located, _meta) in enumerate(prepared) if index in keep]
 
 
 # -- booting ---------------------------------------------------------------------

@@ -47,6 +47,9 @@ class PluginMeta(msgspec.Struct, frozen=True):
     inject: tuple[str, ...] = ()
     provides: tuple[str, ...] = ()
     config_type: type[msgspec.Struct] = NoConfig
+    #: config keys (snake_case; the camelCase spelling is matched too) that choose an
+    #: executable or code to run; honoured only from trusted config (DECISIONS D16)
+    executable_keys: tuple[str, ...] = ()
 
 
 class HookSpecs:
@@ -68,6 +71,7 @@ class Plugin:
     inject: ClassVar[tuple[str, ...]] = ()
     provides: ClassVar[tuple[str, ...]] = ()
     Config: ClassVar[type[msgspec.Struct]] = NoConfig
+    executable_keys: ClassVar[tuple[str, ...]] = ()
 
     @hookimpl
     def dsh_plugin_meta(self) -> PluginMeta:
@@ -76,6 +80,7 @@ class Plugin:
             inject=tuple(self.inject),
             provides=tuple(self.provides),
             config_type=self.Config,
+            executable_keys=tuple(self.executable_keys),
         )
 
     @hookimpl

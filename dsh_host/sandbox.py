@@ -207,3 +207,17 @@ class SandboxProvider(Protocol):
     """
 
     def confine(self, argv: Sequence[str], policy: SandboxPolicy) -> ConfinedArgv: ...
+
+
+def confined_writable_roots(provider: object, policy: SandboxPolicy) -> tuple[str, ...]:
+    """Host paths a call confined by ``provider`` under ``policy`` can write.
+
+    A provider may answer exactly with an optional ``writable_roots(policy)`` method
+    (``sandbox-local`` does: it depends on the backend it chose); for one that does not, the
+    answer is the conservative path-fence set of :func:`writable_roots` (the workspace, ``/tmp``
+    and the OS temp dir in ``workspace-write``).
+    """
+    method = getattr(provider, "writable_roots", None)
+    if callable(method):
+        return tuple(str(path) for path in method(policy))
+    return writable_roots(policy)

@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 import anyio
 
 from ..errors import ConfigError, DshError
-from ..loader import LocatedRow, PluginHost, Row, canonical_name, load_rows, open_host
-from .compositions import resolve_config
+from ..loader import LocatedRow, PluginHost, Row, canonical_name, open_host, rows_needed_for
+from .compositions import load_config
 from .interrupts import Interrupts
 
 T = TypeVar("T")
@@ -35,7 +35,8 @@ def add_config_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config",
         metavar="FILE",
-        help="YAML composition (default: ./dsh.yml if present, else the shipped default)",
+        help="YAML composition (default: $DSH_CONFIG, else ./dsh.yml if you trusted it with "
+        "`dsh trust`, else ~/.config/dsh/config.yml, else the shipped default)",
     )
 
 
@@ -43,8 +44,8 @@ def add_root_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--root",
         metavar="DIR",
-        help="session store root of the JSONL backend (default: the composition's, "
-        "./.dsh/sessions in the shipped default)",
+        help="session store root of the JSONL backend (default: the composition's; in the "
+        "shipped default $DSH_SESSION_ROOT, else ~/.local/share/dsh/sessions)",
     )
 
 
@@ -77,8 +78,8 @@ def patch_config(
 
 
 def load_composition(args: argparse.Namespace) -> tuple[Path, list[LocatedRow]]:
-    path = resolve_config(getattr(args, "config", None))
-    located = load_rows(path)
+    composition = load_config(getattr(args, "config", None))
+    path, located = composition.path, composition.rows
     root = getattr(args, "root", None)
     if root is not None:
         root_path = Path(root)
@@ -86,6 +87,12 @@ def load_composition(args: argparse.Namespace) -> tuple[Path, list[LocatedRow]]:
             raise CliUsageError(f"--root {root}: exists and is not a directory")
         patch_config(located, ("session-persistence-jsonl",), "root", str(root_path), "--root")
     return path, located
+
+
+def persistence_rows(located: Sequence[LocatedRow]) -> list[LocatedRow]:
+    """The rows a command that only reads stored sessions boots: the ``sessionPersistence``
+    provider and what it needs (a tools row's boot checks do not concern a reader)."""
+    return rows_needed_for(located, ("sessionPersistence",))
 
 
 class CommandInterrupted(DshError):

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from ..agent.loop import error_chain
 from ..errors import DshError
 from ..session.persistence import SessionAlreadyOwnedError
-from . import plugins_cmd, run_cmd, sessions_cmd
+from . import plugins_cmd, run_cmd, sessions_cmd, trust_cmd
 from .common import CommandInterrupted
 from .interrupts import exit_on_signals
 
@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_cmd.add_parsers(sub)
     plugins_cmd.add_parser(sub)
     sessions_cmd.add_parser(sub)
+    trust_cmd.add_parser(sub)
     return parser
 
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import anyio
 
-from ..loader import load_rows, open_host
-from .compositions import resolve_config
+from ..loader import open_host
+from .common import add_config_flag
+from .compositions import load_config
 from .output import console
 
 
@@ -20,15 +21,14 @@ def add_parser(sub: Any) -> None:
         help="show each row of a composition: plugin, entry point, services, hooks, state",
         description="Boot the composition (without running anything) and report every row.",
     )
-    parser.add_argument("--config", metavar="FILE", help="YAML composition (default: dsh.yml "
-                        "in the current directory, else the shipped configs/default.yml)")
+    add_config_flag(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    config = resolve_config(args.config)
-    rows = load_rows(config)
+    composition = load_config(args.config)
+    config, rows = composition.path, composition.rows
     started = time.perf_counter()
 
     async def boot() -> list[dict[str, Any]]:
@@ -39,10 +39,11 @@ def run(args: argparse.Namespace) -> int:
     elapsed_ms = (time.perf_counter() - started) * 1000
     problems = [row for row in status if row["state"] not in ("active", "disabled")]
     if args.json:
-        print(json.dumps({"config": str(config), "bootMs": round(elapsed_ms, 1), "rows": status}))
+        print(json.dumps({"config": str(config), "origin": composition.origin,
+                          "bootMs": round(elapsed_ms, 1), "rows": status}))
     else:
         out = console()
-        out.print(f"{config} (booted in {elapsed_ms:.0f} ms)", markup=False)
+        out.print(f"{config} ({composition.origin}; booted in {elapsed_ms:.0f} ms)", markup=False)
         for row in status:
             style = {"active": "green", "disabled": "dim"}.get(row["state"], "red")
             detail = f"[{style}]{row['detail']}[/{style}]"

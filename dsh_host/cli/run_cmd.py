@@ -14,7 +14,7 @@ import json
 import os
 import signal
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -178,7 +178,7 @@ def _with_agent_model(located: LocatedRow, choice: ModelChoice) -> LocatedRow:
     config.setdefault("provider", choice.provider)
     config.setdefault("model", choice.model)
     row = Row(name="agent", id=located.row.id, config=config, disabled=located.row.disabled)
-    return LocatedRow(row, located.where)
+    return replace(located, row=row)
 
 
 # -- live transcript ---------------------------------------------------------------------

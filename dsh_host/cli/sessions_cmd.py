@@ -20,6 +20,7 @@ from .common import (
     add_root_flag,
     load_composition,
     persistence,
+    persistence_rows,
     run_with_host,
 )
 from .output import console, json_line, progress
@@ -90,7 +91,7 @@ def _last_turn_end(events: Any) -> str | None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    _, rows = load_composition(args)
+    rows = persistence_rows(load_composition(args)[1])
 
     async def body(host: PluginHost) -> list[dict[str, Any]]:
         store = persistence(host)
@@ -157,7 +158,7 @@ async def _read(host: PluginHost, session_id: str) -> SessionLoad:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    _, rows = load_composition(args)
+    rows = persistence_rows(load_composition(args)[1])
 
     async def body(host: PluginHost) -> SessionLoad:
         return await _read(host, args.session_id)
@@ -196,7 +197,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    _, rows = load_composition(args)
+    rows = persistence_rows(load_composition(args)[1])
 
     async def body(host: PluginHost) -> dict[str, Any]:
         report: dict[str, Any] = {

@@ -6,6 +6,8 @@ import os
 
 from dsh_host.context import Context
 from dsh_host.plugin import Plugin
+from dsh_host.sandbox import SandboxPolicy, confined_writable_roots
+from dsh_host.userdirs import user_config_file
 
 from .bash import bash_tool
 from .config import BuiltinToolsConfig, BuiltinToolsConfigError, canonical_workspace
@@ -33,7 +35,55 @@ class BuiltinTools(Plugin):
                 f"builtin-tools: workspace {config.workspace!r} resolves to {workspace}, which is "
                 "not an existing directory"
             )
+        refuse_writable_harness_state(ctx, config, workspace)
         tools = ctx.tools
         tools.register(bash_tool(ctx, config, workspace), owner=ctx)
         tools.register(read_file_tool(config, workspace), owner=ctx)
         tools.register(write_file_tool(config, workspace), owner=ctx)
+
+
+def _overlap(a: str, b: str) -> bool:
+    return os.path.commonpath([a, b]) in (a, b)
+
+
+def tool_writable_paths(
+    ctx: Context, config: BuiltinToolsConfig, workspace: str
+) -> list[tuple[str, str]]:
+    """``(path, why)`` for every host path this row's tools may write in a confined mode: the
+    workspace (``write_file``, and every call escalated to ``workspace-write``) and what the
+    sandbox lets a ``workspace-write`` call write. ``danger-full-access`` is no sandbox: only the
+    workspace is listed, as the in-process file tools' fence."""
+    writable = [(workspace, f"the workspace of row {ctx.row_id!r}")]
+    sandbox = ctx.get("sandbox")
+    if config.sandbox != "danger-full-access" and sandbox is not None:
+        policy = SandboxPolicy(mode="workspace-write", workspace_root=workspace)
+        for path in confined_writable_roots(sandbox, policy):
+            if os.path.isdir(path):
+                writable.append(
+                    (canonical_workspace(path), "writable by bash in workspace-write here")
+                )
+    return writable
+
+
+def refuse_writable_harness_state(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> None:
+    """Raise when this row's tools could write the session log or the user's dsh configuration
+    (see :class:`BuiltinTools`)."""
+    store = ctx.get("sessionPersistence")
+    root = getattr(store, "root", None)
+    session_root = canonical_workspace(root) if isinstance(root, str) else None
+    config_dir = canonical_workspace(str(user_config_file().parent))
+    for path, what in tool_writable_paths(ctx, config, workspace):
+        if session_root is not None and _overlap(session_root, path):
+            raise BuiltinToolsConfigError(
+                f"builtin-tools: the session root {session_root} overlaps {path} ({what}), so "
+                "the agent's own tools could rewrite the log that records them; store sessions "
+                "outside it (--root DIR, DSH_SESSION_ROOT or the persistence row's `root`) or "
+                "work in another directory (--workspace DIR)"
+            )
+        if _overlap(config_dir, path):
+            raise BuiltinToolsConfigError(
+                f"builtin-tools: your dsh configuration directory {config_dir} overlaps {path} "
+                f"({what}), so the agent's own tools could plant a composition or a trust record "
+                "for your next run; work in another directory (--workspace DIR) or move it "
+                "(XDG_CONFIG_HOME)"
+            )

@@ -23,6 +23,8 @@ class SandboxLocal(Plugin):
     name = "sandbox-local"
     provides = ("sandbox",)
     Config = SandboxLocalConfig
+    #: ``runnerCommand`` replaces bubblewrap with any program: only trusted config may set it
+    executable_keys = ("runner_command",)
 
     def apply(self, ctx: Context, config: SandboxLocalConfig) -> None:
         provider = LocalSandboxProvider(config)

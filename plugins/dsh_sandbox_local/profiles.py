@@ -88,6 +88,23 @@ def landlock_grant_args(policy: SandboxPolicy, *, deny_tcp: bool) -> tuple[str, 
     return tuple(args)
 
 
+def writable_host_paths(backend: str, policy: SandboxPolicy) -> tuple[str, ...]:
+    """Host paths a process confined by ``backend`` under ``policy`` can write.
+
+    Read off the profile arguments themselves (bubblewrap ``--bind``/``--dev-bind`` sources,
+    Landlock ``--rw`` grants), so it cannot drift from what is granted; private mounts (the
+    bubblewrap ``/tmp`` tmpfs, ``--dev``) are not host paths and are not listed.
+    """
+    flags: tuple[str, ...]
+    if backend == "bubblewrap":
+        args, flags = bwrap_profile_args(policy, "deny"), ("--bind", "--bind-try", "--dev-bind")
+    elif backend == "landlock":
+        args, flags = landlock_grant_args(policy, deny_tcp=False), ("--rw",)
+    else:
+        return ()
+    return tuple(args[i + 1] for i, arg in enumerate(args[:-1]) if arg in flags)
+
+
 def landlock_not_covered(abi: int, network: NetworkPolicy) -> tuple[str, ...]:
     """What Landlock at this ABI cannot govern of what the policy promises."""
     items = [NC_METADATA]

@@ -46,6 +46,7 @@ from .profiles import (
     default_landlock_launcher,
     landlock_grant_args,
     landlock_not_covered,
+    writable_host_paths,
 )
 
 BackendChoice = Literal["auto", "bubblewrap", "landlock"]
@@ -236,6 +237,23 @@ class LocalSandboxProvider:
                 runner_failure_rules=LANDLOCK_RULES,
             )
         raise SandboxUnavailableError(policy.mode, probe_failures=verdict.failures)
+
+
+    def writable_roots(self, policy: SandboxPolicy) -> tuple[str, ...]:
+        """Host paths a call confined under ``policy`` can write, on the backend this host uses.
+
+        Probes (once, cached) to know the backend: under bubblewrap the workspace only (``/tmp``
+        is private), under Landlock also the host ``/tmp`` and ``/dev/null``; nothing in
+        ``read-only`` beyond ``/dev/null``, and nothing when no backend is usable (no confined
+        call runs at all). ``builtin-tools`` uses it to refuse a session root a tool could write.
+        """
+        if policy.mode == "danger-full-access":
+            raise InvalidSandboxRequestError(
+                "writable_roots(): danger-full-access is not a sandbox; every path the user can "
+                "write is writable"
+            )
+        backend = self.probe().backend
+        return writable_host_paths(backend or "none", policy)
 
 
 def _check_argv(argv: Sequence[str]) -> tuple[str, ...]:

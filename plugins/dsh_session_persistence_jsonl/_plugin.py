@@ -19,6 +19,7 @@ import msgspec
 from dsh_host.context import Context
 from dsh_host.plugin import Plugin
 from dsh_host.session.binding import bind_live_sessions, host_spawn
+from dsh_host.userdirs import default_session_root
 
 from ._backend import JsonlSessionPersistence
 
@@ -28,8 +29,10 @@ __all__ = ["JsonlConfig", "SessionPersistenceJsonl"]
 class JsonlConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Config of a ``session-persistence-jsonl`` row."""
 
-    #: Root directory of all session logs (resolved against the process cwd at load).
-    root: str = "./.dsh/sessions"
+    #: Root directory of all session logs (``~`` expanded, a relative path resolved against the
+    #: process cwd at load). Unset: ``$DSH_SESSION_ROOT``, else ``$XDG_DATA_HOME/dsh/sessions``
+    #: (``~/.local/share/dsh/sessions``): outside every workspace (DECISIONS D15).
+    root: str | None = None
     #: ``zstd`` (default): one checksummed Zstandard frame per durable batch;
     #: ``none``: raw JSONL lines. One root holds one encoding.
     compression: Literal["zstd", "none"] = "zstd"
@@ -46,7 +49,7 @@ class SessionPersistenceJsonl(Plugin):
     def apply(self, ctx: Context, config: Any) -> None:
         assert isinstance(config, JsonlConfig)
         backend = JsonlSessionPersistence(
-            config.root,
+            default_session_root() if config.root is None else config.root,
             config.compression,
             spawn=host_spawn(ctx, f"{self.name} write window"),
             logger=ctx.logger,

@@ -108,20 +108,29 @@ def test_verify_corrupt_names_file_and_offset(tmp_path: Path) -> None:
     assert "byte 524" in json.loads(as_json.stdout)["corrupt"]
 
 
+def workdir(tmp_path: Path) -> Path:
+    """A cwd (the default workspace) beside the copied session root, not around it: a root
+    inside the workspace is refused at boot (DECISIONS D15)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
 def test_resume_repairs_and_prints_each_closer_then_continues(tmp_path: Path) -> None:
     root = copy_fixture_root(tmp_path)
+    work = workdir(tmp_path)
     script = tmp_path / "script.yml"
     script.write_text("responses:\n  - text: picked up where we left off\n")
     result = dsh(
-        "resume", "tool-missing-result", "--root", str(root), cwd=tmp_path,
+        "resume", "tool-missing-result", "--root", str(root), cwd=work,
     )
     assert result.returncode == 0, result.stderr
     assert "OUTCOME_UNKNOWN" in result.stdout or "NOT_STARTED" in result.stdout
     assert dsh("sessions", "verify", "tool-missing-result", "--root", str(root),
-               cwd=tmp_path).returncode == 0
+               cwd=work).returncode == 0
     again = dsh(
         "resume", "tool-missing-result", "continue please", "--root", str(root),
-        "--model", f"scripted:{script}", "--json", cwd=tmp_path,
+        "--model", f"scripted:{script}", "--json", cwd=work,
     )
     assert again.returncode == 0, again.stderr
     payload = json.loads(again.stdout)
@@ -131,6 +140,7 @@ def test_resume_repairs_and_prints_each_closer_then_continues(tmp_path: Path) ->
 
 def test_resume_prints_call_ids_with_their_outcome(tmp_path: Path) -> None:
     root = copy_fixture_root(tmp_path)
+    work = workdir(tmp_path)
     expected = json.loads((FIXTURES / "expected.json").read_text())[
         "root-zstd/--home-dev-project--/tool-missing-result/session.v3.jsonl.zstd"
     ]["closers"]
@@ -140,19 +150,20 @@ def test_resume_prints_call_ids_with_their_outcome(tmp_path: Path) -> None:
         if c["type"] == "tool/result"
     ]
     assert [code for _, code in want] == ["TOOL_OUTCOME_UNKNOWN", "TOOL_NOT_STARTED"]
-    result = dsh("resume", "tool-missing-result", "--root", str(root), "--json", cwd=tmp_path)
+    result = dsh("resume", "tool-missing-result", "--root", str(root), "--json", cwd=work)
     assert result.returncode == 0, result.stderr
     closers = json.loads(result.stdout)["closers"]
     got = [(c["callId"], c["code"]) for c in closers if c["type"] == "tool/result"]
     assert got == want
     human = dsh("resume", "tool-missing-result", "--root", str(copy_fixture_root(tmp_path / "b")),
-                cwd=tmp_path)
+                cwd=work)
     assert f"repair: {want[0][0]} OUTCOME_UNKNOWN" in human.stdout
     assert f"repair: {want[1][0]} NOT_STARTED" in human.stdout
 
 
 def test_locked_session_exits_3(tmp_path: Path) -> None:
     root = copy_fixture_root(tmp_path)
+    work = workdir(tmp_path)
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys, time, anyio
@@ -170,7 +181,7 @@ def test_locked_session_exits_3(tmp_path: Path) -> None:
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline().strip() == "held"
-        result = dsh("resume", "clean", "--root", str(root), cwd=tmp_path)
+        result = dsh("resume", "clean", "--root", str(root), cwd=work)
         assert result.returncode == 3
         assert result.stderr.count("\n") == 1, result.stderr
         assert "already open for writing by another process" in result.stderr
@@ -178,7 +189,7 @@ def test_locked_session_exits_3(tmp_path: Path) -> None:
         holder.kill()
         holder.wait()
     # the holder died: the lock is free again
-    assert dsh("resume", "clean", "--root", str(root), cwd=tmp_path).returncode == 0
+    assert dsh("resume", "clean", "--root", str(root), cwd=work).returncode == 0
 
 
 @pytest.mark.parametrize(
@@ -237,7 +248,7 @@ def test_tool_rules_ask_with_stdin_closed_is_unavailable_audited_not_run(tmp_pat
                   - {tool: bash, decision: ask}
         """)
     )
-    result = dsh("run", "--json", cwd=tmp_path)
+    result = dsh("run", "--json", "--config", "dsh.yml", cwd=tmp_path)
     assert result.returncode in (0, 1), result.stderr
     session_id = json.loads(result.stdout)["sessionId"]
     events = json_lines(

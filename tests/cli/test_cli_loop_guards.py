@@ -6,6 +6,7 @@ not a crash."""
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ from dsh_host.session.events import register_turn_end_reason
 
 
 def composition(tmp_path: Path, agent_config: str) -> None:
-    """``dsh.yml`` = the shipped default with ``agent_config`` on the agent row."""
+    """``dsh.yml`` = the shipped default with ``agent_config`` on the agent row (named with
+    ``--config``: a ``./dsh.yml`` is never loaded implicitly, D16)."""
     default = (REPO / "configs" / "default.yml").read_text()
     row = "- id: agent\n  name: agent\n"
     assert default.endswith(row), "the agent row is the last row of configs/default.yml"
@@ -52,12 +54,13 @@ def test_a_looping_model_stops_at_max_steps_per_turn_exit_1(tmp_path: Path) -> N
     composition(tmp_path, "config:\n  maxStepsPerTurn: 4\n")
     script = looping_script(tmp_path, 50)
     run = dsh(
-        "run", "wait for the status file", "--model", f"scripted:{script}", "--json", cwd=tmp_path
-    )
+        "run", "wait for the status file", "--model", f"scripted:{script}", "--json",
+        "--config", str(tmp_path / "dsh.yml"), cwd=tmp_path,
+    )  # fmt: skip
     assert run.returncode == 1, run.stderr
     assert "Traceback" not in run.stderr
     result = json.loads(run.stdout)
-    assert result["turnEnd"] == {"kind": "max-turn-requests"}
+    assert result["turnEnd"] == {"kind": "max-turn-requests"}, run.stdout + run.stderr
     session_id = result["sessionId"]
 
     events = json_lines(
@@ -87,8 +90,9 @@ def test_a_looping_model_stops_at_max_steps_per_turn_exit_1(tmp_path: Path) -> N
     listing = json_lines(dsh("sessions", "list", "--json", cwd=tmp_path).stdout)
     assert listing[0]["lastTurnEnd"] == "max-turn-requests"
     human = dsh(
-        "run", "again", "--session", session_id, "--model", f"scripted:{script}", cwd=tmp_path
-    )
+        "run", "again", "--session", session_id, "--model", f"scripted:{script}",
+        "--config", str(tmp_path / "dsh.yml"), cwd=tmp_path,
+    )  # fmt: skip
     assert human.returncode == 1, human.stderr
     assert "turn 2 ended: max-turn-requests" in human.stdout
     verify = dsh("sessions", "verify", session_id, "--json", cwd=tmp_path)
@@ -123,7 +127,8 @@ def _write_log_with_a_plugin_kind(root: Path, cwd: Path) -> None:
 
 
 def test_a_turn_end_kind_the_cli_does_not_know_is_shown(tmp_path: Path) -> None:
-    _write_log_with_a_plugin_kind(tmp_path / ".dsh" / "sessions", tmp_path)
+    # the default root: the autouse fixture's private XDG_DATA_HOME (D15)
+    _write_log_with_a_plugin_kind(Path(os.environ["XDG_DATA_HOME"]) / "dsh" / "sessions", tmp_path)
     listing = dsh("sessions", "list", "--json", cwd=tmp_path)
     assert listing.returncode == 0, listing.stderr
     assert json_lines(listing.stdout)[0]["lastTurnEnd"] == "awaiting-approval"

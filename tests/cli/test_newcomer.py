@@ -93,23 +93,29 @@ def test_every_view_of_a_session_with_every_event_type(
     ],
 )
 def test_bad_input_is_one_line(tmp_path: Path, args: tuple[str, ...], needle: str) -> None:
-    line = one_line_error(dsh(*args, "--root", str(tmp_path / "sessions"), cwd=tmp_path))
+    cwd = tmp_path / "cwd"  # beside the session root, not above it (D15)
+    cwd.mkdir()
+    line = one_line_error(dsh(*args, "--root", str(tmp_path / "sessions"), cwd=cwd))
     assert needle in line
-    assert not (tmp_path / "missing-dir").exists()
+    assert not (cwd / "missing-dir").exists()
 
 
 def test_create_workspace_is_explicit(tmp_path: Path) -> None:
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
     result = dsh(
         "run", "--workspace", "new-ws", "--create-workspace", "--root", str(tmp_path / "s"),
-        "--json", cwd=tmp_path,
+        "--json", cwd=cwd,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "new-ws").is_dir()
+    assert (cwd / "new-ws").is_dir()
 
 
 def test_a_root_that_is_not_a_directory_is_named(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
-    result = dsh("run", "--root", str(tmp_path / "file" / "sessions"), cwd=tmp_path)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    result = dsh("run", "--root", str(tmp_path / "file" / "sessions"), cwd=cwd)
     assert "Traceback" not in result.stderr, result.stderr
     assert result.returncode == 2, result.stderr
     assert f'session root "{tmp_path / "file" / "sessions"}"' in result.stderr
@@ -130,9 +136,11 @@ def test_a_closed_pipe_is_not_an_error(tmp_path: Path) -> None:
                                           "description": "x"}}
     script.write_text(json.dumps({"responses": [{"tool_calls": [call] * 6}, {"text": "ok"}]}))
     root = tmp_path / "sessions"
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
     made = dsh(
-        "run", "go", "--model", f"scripted:{script}", "--workspace", str(tmp_path),
-        "--root", str(root), "--json", cwd=tmp_path,
+        "run", "go", "--model", f"scripted:{script}", "--workspace", str(workspace),
+        "--root", str(root), "--json", cwd=workspace,
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
     session_id = json.loads(made.stdout)["sessionId"]

@@ -182,6 +182,10 @@ class Run:
         self.root = tmp / "sessions"
         self.workspace = tmp / "ws"
         self.workspace.mkdir(exist_ok=True)
+        # commands run beside the sessions, never above them: a session root inside the
+        # directory a command works in is refused (D15)
+        self.cwd = tmp / "cwd"
+        self.cwd.mkdir(exist_ok=True)
         self.session_id = f"sig-{os.getpid()}-{random.randrange(1 << 30):x}"
         script = tmp / "script.json"
         script.write_text(json.dumps({"responses": responses}))
@@ -207,7 +211,7 @@ class Run:
     def start(self) -> subprocess.Popen[str]:
         self.proc = subprocess.Popen(
             self.argv,
-            cwd=self.tmp,
+            cwd=self.cwd,
             env=self.env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -239,7 +243,7 @@ class Run:
         return subprocess.run(
             [sys.executable, "-m", "dsh_host", "resume", self.session_id, *self.root_flag(),
              "--config", str(self.config), "--model", "demo"],
-            cwd=self.tmp, env=self.env, stdin=subprocess.DEVNULL, capture_output=True,
+            cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL, capture_output=True,
             text=True, timeout=TIMEOUT,
         )  # fmt: skip
 

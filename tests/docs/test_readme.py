@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -76,7 +77,11 @@ def test_embedding_example_runs_on_both_backends(tmp_path: Path, backend: str) -
     assert result.returncode == 0, result.stderr
     session_id, reason = result.stdout.split()
     assert reason == "CompletedReason"
-    stored = list((tmp_path / ".dsh" / "sessions").rglob("session.v3.jsonl.zstd"))
+    # The default root is the user's data directory (the autouse fixture points it at a
+    # private XDG_DATA_HOME), grouped by project: the embedding's cwd.
+    root = Path(os.environ["XDG_DATA_HOME"]) / "dsh" / "sessions"
+    stored = list(root.rglob("session.v3.jsonl.zstd"))
+    assert not (tmp_path / ".dsh").exists()
     assert len(stored) == 1 and session_id in str(stored[0])
 
 
@@ -91,4 +96,5 @@ def test_embedding_example_runs_twice_in_the_same_directory(tmp_path: Path) -> N
     assert second.returncode == 0, second.stderr
     assert second.stdout.split()[1] == "CompletedReason"
     assert first.stdout.split()[0] != second.stdout.split()[0]
-    assert len(list((tmp_path / ".dsh" / "sessions").rglob("session.v3.jsonl.zstd"))) == 2
+    root = Path(os.environ["XDG_DATA_HOME"]) / "dsh" / "sessions"
+    assert len(list(root.rglob("session.v3.jsonl.zstd"))) == 2

@@ -218,3 +218,31 @@ async def test_disabled_rows_are_not_loaded(tmp_path: Path) -> None:
     async with open_host_from_yaml(config) as host:
         assert host.fibers[0].state is FiberState.DISABLED
         assert sample_plugins.JOURNAL == []
+
+
+@pytest.mark.parametrize("key", ["runnerCommand", "runner_command"])
+async def test_restricted_rows_may_not_set_executable_keys(key: str) -> None:
+    """Both spellings of a plugin's ``executable_keys`` are refused from a restricted file
+    (DECISIONS D16), with the file, row, key and the caller's fix; unrestricted, it loads."""
+    text = (
+        "- name: sandbox-local\n"
+        f"  config: {{{key}: [/bin/sh], runnerFailureSignatures: [x]}}\n"
+    )
+    rows = parse_rows(text, "proj/dsh.yml", restricted="FIX: name the file")
+    with pytest.raises(ConfigError) as caught:
+        async with open_host(rows):
+            pass
+    message = str(caught.value)
+    assert message.startswith(f"proj/dsh.yml:1 (row 1): config key {key} of sandbox-local ")
+    assert message.endswith("chooses an executable; FIX: name the file")
+    if key == "runnerCommand":  # the spelling sandbox-local's Config accepts today
+        async with open_host(parse_rows(text, "user.yml")) as host:
+            assert host.ctx.get("sandbox") is not None
+
+
+async def test_restricted_rows_may_not_import_modules() -> None:
+    rows = parse_rows("- name: sample_plugins:Echo\n", "proj/dsh.yml", restricted="FIX")
+    with pytest.raises(ConfigError, match=r"^proj/dsh.yml:1 \(row 1\): row 'sample_plugins:"
+                       r"Echo' imports Python code by module path; FIX$"):
+        async with open_host(rows):
+            pass
