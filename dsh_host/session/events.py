@@ -119,6 +119,7 @@ __all__ = [
     "register_event_type",
     "register_turn_end_reason",
     "registered_event_types",
+    "system_message_problem",
 ]
 
 
@@ -390,7 +391,11 @@ class AssistantMessageData(Wire, frozen=True, kw_only=True):
 
 
 class AssistantChunkData(Wire, frozen=True, kw_only=True):
-    """``assistant/chunk`` (pre-v3 logs): one raw stream chunk as its own event."""
+    """``assistant/chunk`` (pre-v3 logs): one raw stream chunk as its own event.
+
+    Not in the v3 vocabulary (DSH v3 refuses it), so not registered: migration
+    folds these rows into ``assistant/message`` streams.
+    """
 
     turn: PositiveInt  #: the turn number
     step: PositiveInt  #: the step number
@@ -517,7 +522,10 @@ _REGISTRY: dict[str, EventTypeSpec] = {}
 #: The three core surface types of the spec (DSH v3's ``system/message`` is also eligible).
 CORE_SURFACE_TYPES: Final = frozenset({"user/message", "assistant/message", "tool/result"})
 
-#: Every type DSH v3 (0.1.5/0.1.6) and DSH 0.1.1 know, so their logs load.
+#: Exactly DSH v3's known-type list (0.1.5-rc.2 / 0.1.6-alpha.2 ``KNOWN_SESSION_EVENT_TYPES``,
+#: 56 names). A log holding another type without ``ignorable: true`` is refused by DSH, so this
+#: harness neither writes nor reads one: older generations' ``assistant/chunk`` and
+#: ``tool/code-dispatch*`` exist only inside migration (as plain rows), never as events.
 DSH_V3_KNOWN_EVENT_TYPES: Final = frozenset(
     {
         "agent-preset/selected",
@@ -526,7 +534,6 @@ DSH_V3_KNOWN_EVENT_TYPES: Final = frozenset(
         "approval/decided",
         "approval/policy",
         "assistant/attempt",
-        "assistant/chunk",
         "assistant/message",
         "command/done",
         "command/run",
@@ -570,8 +577,6 @@ DSH_V3_KNOWN_EVENT_TYPES: Final = frozenset(
         "tool-workflow/run-end",
         "tool-workflow/run-start",
         "tool/call",
-        "tool/code-dispatch",
-        "tool/code-dispatch-start",
         "tool/ptc-dispatch",
         "tool/ptc-dispatch-start",
         "tool/result",
@@ -658,7 +663,6 @@ _CORE: tuple[tuple[str, type[msgspec.Struct] | None, bool], ...] = (
     ("assistant/message", AssistantMessageData, True),
     ("tool/result", ToolResultData, True),
     ("system/message", SystemMessageData, True),
-    ("assistant/chunk", AssistantChunkData, False),
     ("assistant/attempt", AssistantAttemptData, False),
     ("tool/call", ToolCallData, False),
     ("todo/write", TodoWrite, False),
@@ -750,6 +754,146 @@ def _check_message_shape(type: str, data: Any, subject: str) -> None:
             )
 
 
+# --- DSH v3's admission of system/message (payload.ts ``assertSystem``) ---------------------
+#
+# DSH refuses a whole v3 log holding a system/message it would not have written: data keys
+# exactly {turn, step, message}, a message of exactly {id, role, source, content} with role
+# "system" and a plugin source, and the released rules for its content and plugin source. The
+# reader applies this before the torn-tail rule (a refused row is never a droppable tail), and
+# append applies it so this harness never writes a row DSH cannot open.
+
+_PLUGIN_FORMS: Final = ("instructions", "catalog", "snapshot", "notice", "relay", "recall")
+_IMAGE_MEDIA: Final = ("image/png", "image/jpeg", "image/webp", "image/gif")
+
+
+class _Shape(Exception):
+    """Internal: the first rule a value breaks."""
+
+
+def _exact_keys(
+    value: Any, required: tuple[str, ...], optional: tuple[str, ...], label: str
+) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _Shape(f"{label} must be an object")
+    for key in required:
+        if key not in value:
+            raise _Shape(f"{label} lacks required field {key}")
+    for key in value:
+        if key not in required and key not in optional:
+            raise _Shape(f"{label} has unexpected field {key}")
+    return value
+
+
+def _nonempty_str(value: Any, label: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise _Shape(f"{label} must be a non-empty string")
+
+
+def _count(value: Any, label: str, *, positive: bool = False) -> None:
+    if not is_safe_int(value) or value < (1 if positive else 0):
+        raise _Shape(f"{label} must be a {'positive' if positive else 'non-negative'} integer")
+
+
+def _check_content_shape(blocks: Any, label: str) -> None:
+    """DSH's released content rules: known block types are closed, any other is opaque."""
+    if not isinstance(blocks, list | tuple):
+        raise _Shape(f"{label} must be an array")
+    for index, block in enumerate(blocks):
+        where = f"{label}[{index}]"
+        if not isinstance(block, Mapping):
+            raise _Shape(f"{where} must be an object")
+        kind = block.get("type")
+        if kind in ("text", "reasoning"):
+            _exact_keys(block, ("type", "text"), (), where)
+            if not isinstance(block["text"], str):
+                raise _Shape(f"{where} text must be a string")
+        elif kind == "image":
+            _exact_keys(block, ("type", "attachment"), (), where)
+            attachment = _exact_keys(
+                block["attachment"],
+                ("attachmentId", "mediaType", "bytes", "width", "height"),
+                ("name", "originalDimensions"),
+                f"{where} attachment",
+            )
+            _nonempty_str(attachment["attachmentId"], f"{where} attachmentId")
+            if attachment["mediaType"] not in _IMAGE_MEDIA:
+                raise _Shape(f"{where} mediaType must be one of {', '.join(_IMAGE_MEDIA)}")
+            _count(attachment["bytes"], f"{where} bytes")
+            _count(attachment["width"], f"{where} width", positive=True)
+            _count(attachment["height"], f"{where} height", positive=True)
+        elif kind == "tool-call":
+            _exact_keys(block, ("type", "id", "name", "arguments"), (), where)
+            _nonempty_str(block["id"], f"{where} id")
+            _nonempty_str(block["name"], f"{where} name")
+            if not isinstance(block["arguments"], str):
+                raise _Shape(f"{where} arguments must be a string")
+        elif kind == "tool-result":
+            _exact_keys(block, ("type", "toolCallId", "content"), ("isError",), where)
+            _nonempty_str(block["toolCallId"], f"{where} toolCallId")
+            _check_content_shape(block["content"], f"{where} content")
+            if "isError" in block and not isinstance(block["isError"], bool):
+                raise _Shape(f"{where} isError must be a boolean")
+        else:
+            _nonempty_str(kind, f"{where} type")
+
+
+def _check_plugin_source(source: Mapping[str, Any], label: str) -> None:
+    optional: tuple[str, ...] = ("form", "sections", "summary")
+    if source.get("plugin") == "compact":
+        optional += ("compactionId", "sourceCommandId")
+    _exact_keys(source, ("kind", "plugin"), optional, label)
+    _nonempty_str(source["plugin"], f"{label} plugin")
+    if source["plugin"] == "compact":
+        _nonempty_str(source.get("compactionId"), f"{label} compactionId")
+    form = source.get("form")
+    if form is None and "form" not in source:
+        return
+    if form not in _PLUGIN_FORMS:
+        raise _Shape(f"{label} form must be one of {', '.join(_PLUGIN_FORMS)}")
+    if form == "snapshot":
+        sections = source.get("sections")
+        if not isinstance(sections, list | tuple):
+            raise _Shape(f"{label} sections must be an array")
+        for index, section in enumerate(sections):
+            item = _exact_keys(section, ("name", "text"), (), f"{label} sections[{index}]")
+            _nonempty_str(item["name"], f"{label} sections[{index}] name")
+            if not isinstance(item["text"], str):
+                raise _Shape(f"{label} sections[{index}] text must be a string")
+    elif "sections" in source:
+        raise _Shape(f"{label} sections require snapshot form")
+    if form == "notice":
+        if not isinstance(source.get("summary"), str):
+            raise _Shape(f"{label} summary must be a string")
+    elif "summary" in source:
+        raise _Shape(f"{label} summary requires notice form")
+
+
+def system_message_problem(data: Any) -> str | None:
+    """Why DSH v3 refuses this ``system/message`` data (plain JSON), or None when it admits it."""
+    try:
+        body = _exact_keys(data, ("turn", "step", "message"), (), "system/message data")
+        _count(body["turn"], "system/message turn", positive=True)
+        _count(body["step"], "system/message step", positive=True)
+        message = _exact_keys(
+            body["message"], ("id", "role", "source", "content"), (), "system message"
+        )
+        if not isinstance(message["id"], str) or not message["id"] or message["role"] != "system":
+            raise _Shape("system message requires an id and system role")
+        source = message["source"]
+        if (
+            not isinstance(source, Mapping)
+            or source.get("kind") != "plugin"
+            or not isinstance(source.get("plugin"), str)
+            or not source.get("plugin")
+        ):
+            raise _Shape("system message requires plugin source")
+        _check_content_shape(message["content"], "system message content")
+        _check_plugin_source(source, "system message source")
+    except _Shape as shape:
+        return str(shape)
+    return None
+
+
 def _check_legacy(type: str, data: Any, subject: str) -> None:
     if type == "request/header-delta":
         raise InvalidSessionEventError(
@@ -769,6 +913,16 @@ def _check_legacy(type: str, data: Any, subject: str) -> None:
                 "adapterDefaults and tools only)",
                 event_type=type,
             )
+
+
+def _refuse_system_message(plain: Any, subject: str) -> None:
+    problem = system_message_problem(plain)
+    if problem is not None:
+        raise InvalidSessionEventError(
+            f"{subject} is refused by DSH v3 (so this harness neither reads nor writes it): "
+            f"{problem}",
+            event_type="system/message",
+        )
 
 
 def coerce_event_data(
@@ -897,6 +1051,10 @@ def _coerce_typed_fast(type: str, data: Any, data_type: builtins.type) -> Any:
         return None
     if type == "request/header" and getattr(result.header, "system", UNSET) is not UNSET:
         return None  # retired in v3: the general path refuses it with its message
+    if type == "system/message" and system_message_problem(
+        msgspec.to_builtins(result, enc_hook=_enc_hook)
+    ):
+        return None  # the general path refuses it with its message
     return result
 
 
@@ -925,6 +1083,8 @@ def _coerce_plain(type: str, plain: Any, subject: str, ignorable: bool) -> Any:
         return freeze_json(plain, f"{subject} data")
     if type in _MESSAGE_ROLES:
         _check_message_shape(type, plain, subject)
+    if type == "system/message":
+        _refuse_system_message(plain, subject)
     try:
         return msgspec.convert(plain, spec.data_type, dec_hook=_dec_hook)
     except msgspec.ValidationError as exc:

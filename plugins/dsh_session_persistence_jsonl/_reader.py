@@ -32,6 +32,7 @@ from dsh_host.session.persistence import (
 from . import _json
 from ._codec import (
     RowError,
+    StructuralRefusal,
     admit_v3_row,
     decode_event_row,
     decode_header_record,
@@ -145,7 +146,23 @@ class LineScanner:
                 self.issue = issue
             return
         if self.version == 3:
-            admit_v3_row(row, self.path)
+            try:
+                admit_v3_row(row)
+            except StructuralRefusal as refusal:
+                offset = self.locate(line_start)
+                if refusal.unsupported:
+                    raise SessionFormatUnsupportedError(
+                        f'session log "{self.path}": {refusal} (line {self._line}, byte '
+                        f"{offset}); a v3 writer never writes this row, so the log is refused "
+                        "whole rather than cut",
+                        location=self.path,
+                    ) from None
+                raise _corrupt(
+                    self.path,
+                    f"corrupt session log: {refusal} at line {self._line} (DSH refuses such a "
+                    "row before its torn-tail rule, so it is never dropped as a tail)",
+                    offset,
+                ) from None
         closes_turn = isinstance(row, dict) and row.get("type") == "turn/end"
         if self.issue is not None:
             if closes_turn:
