@@ -156,6 +156,13 @@ class SessionEvent(msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc
     source_event_seqs: tuple[int, ...] | UnsetType = UNSET  #: cited earlier events (surface only)
     surface_op: SurfaceOp | UnsetType = UNSET  #: required on surface types, forbidden elsewhere
     ignorable: Literal[True] | UnsetType = UNSET  #: a reader may keep it without understanding it
+    #: The record's JSON exactly as decoded, kept only when the typed fields would encode it
+    #: differently (keys this build does not model, e.g. DSH's ``TokenUsage.totalTokens``; a
+    #: marker an unknown ignorable type carried), or when built in an exact key order (repair
+    #: closers in DSH's). :func:`encode_event` writes it and :func:`event_to_builtins` returns
+    #: it, so every view and every copy shows what the log holds. Never encode a SessionEvent
+    #: with msgspec directly.
+    wire: bytes | UnsetType = UNSET
 
 
 # --- turn end reasons (kind-tagged, open) --------------------------------------------------
@@ -1223,6 +1230,7 @@ def decode_event(
     *,
     where: str = "session event",
     parsed_plain: bool = False,
+    exact: bool = False,
 ) -> SessionEvent:
     """Decode one event from JSON text or an already parsed mapping (two-phase).
 
@@ -1240,8 +1248,15 @@ def decode_event(
     ``data`` is then used as is instead of being walked and copied by
     :func:`to_json_builtins`, which on such a value would only copy it. A reader
     that cannot vouch (it saw a long digit run in the row) leaves it False.
+
+    The returned event keeps the record as :attr:`SessionEvent.wire` when its
+    typed fields hold less than the record (compared as JSON values, so key
+    order alone never counts); ``exact=True`` (a mapping built in a key order
+    that matters, e.g. DSH's repair closers) also keeps it when only the order
+    differs.
     """
     plain_data: Any
+    record: Any = None
     if isinstance(raw, bytes | str | bytearray | memoryview):
         try:
             env: _RawEnvelope | _PlainEnvelope = _ENVELOPE_DECODER.decode(raw)
@@ -1261,6 +1276,7 @@ def decode_event(
         assert isinstance(env, _RawEnvelope)
         try:
             plain_data = msgspec.json.decode(env.data)
+            record = msgspec.json.decode(raw)
         except msgspec.DecodeError as exc:  # pragma: no cover - envelope decode checked it
             raise _envelope_error(f"data is not JSON: {exc}", where) from exc
     elif isinstance(raw, Mapping):
@@ -1272,8 +1288,13 @@ def decode_event(
         try:
             if parsed_plain and type(raw) is dict:
                 plain_data = env.data
+                record = raw
             else:
                 plain_data = to_json_builtins(env.data, f"{where} data")
+                record = {
+                    key: plain_data if key == "data" else to_json_builtins(value, where)
+                    for key, value in raw.items()
+                }
         except NonJsonValueError as exc:
             raise InvalidSessionEventError(
                 f"{where} is not losslessly JSON-serializable: {exc.problem} at {exc.path}",
@@ -1288,12 +1309,16 @@ def decode_event(
         data = _coerce_plain(env.type, plain_data, subject, ignorable)
         if not is_known_event_type(env.type):
             # Unknown ignorable records keep their metadata opaque and never join the surface.
-            return SessionEvent(
-                type=env.type,
-                seq=env.seq,
-                time=env.time,
-                data=data,
-                ignorable=True,
+            return _keep_wire(
+                SessionEvent(
+                    type=env.type,
+                    seq=env.seq,
+                    time=env.time,
+                    data=data,
+                    ignorable=True,
+                ),
+                record,
+                exact,
             )
         surface_op, sources = parse_surface_marker(
             env.type,
@@ -1304,15 +1329,44 @@ def decode_event(
     except InvalidSessionEventError as exc:
         exc.seq = env.seq
         raise
-    return SessionEvent(
-        type=env.type,
-        seq=env.seq,
-        time=env.time,
-        data=data,
-        source_event_seqs=sources,
-        surface_op=surface_op,
-        ignorable=True if ignorable else UNSET,
+    return _keep_wire(
+        SessionEvent(
+            type=env.type,
+            seq=env.seq,
+            time=env.time,
+            data=data,
+            source_event_seqs=sources,
+            surface_op=surface_op,
+            ignorable=True if ignorable else UNSET,
+        ),
+        record,
+        exact,
     )
+
+
+def _keep_wire(event: SessionEvent, record: Any, exact: bool) -> SessionEvent:
+    """``event``, carrying ``record`` as its wire form when the typed fields would lose it."""
+    typed = encode_event(event)
+    wire = _json_bytes(record)
+    if wire == typed:
+        return event  # the common case: the record is what this build writes
+    if not exact:
+        try:
+            same = msgspec.json.decode(typed) == record
+        except msgspec.DecodeError:  # an escaped lone surrogate
+            same = json.loads(typed) == record
+        if same:
+            return event  # only the key order differs
+    return msgspec.structs.replace(event, wire=wire)
+
+
+def _json_bytes(value: Any) -> bytes:
+    """Compact JSON as a JavaScript writer prints it (a lone surrogate escaped, not an error)."""
+    try:
+        return _ENCODER.encode(value)
+    except UnicodeEncodeError:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return _SURROGATE_RE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")
 
 
 def _plain_marker(value: Any) -> Any:
@@ -1330,20 +1384,26 @@ def encode_event(event: SessionEvent) -> bytes:
     """Encode one event as compact JSON (camelCase keys, absent optionals omitted).
 
     Byte-compatible with a JavaScript writer: non-ASCII kept raw, and a lone
-    surrogate escaped as ``\\udXXX`` instead of failing UTF-8 encoding.
+    surrogate escaped as ``\\udXXX`` instead of failing UTF-8 encoding. An
+    event that carries its :attr:`~SessionEvent.wire` form is that form.
     """
+    if event.wire is not UNSET:
+        return event.wire
     try:
         return _ENCODER.encode(event)
     except UnicodeEncodeError:
-        text = json.dumps(
-            event_to_builtins(event), separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
-        return _SURROGATE_RE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")
+        return _json_bytes(event_to_builtins(event))
 
 
 def event_to_builtins(event: SessionEvent) -> dict[str, Any]:
     """The event as plain JSON values (dicts, lists, scalars), e.g. for comparisons."""
     out: dict[str, Any]
+    if event.wire is not UNSET:
+        try:
+            out = msgspec.json.decode(event.wire)
+        except msgspec.DecodeError:  # an escaped lone surrogate: the stdlib parser reads it
+            out = json.loads(event.wire)
+        return out
     try:
         out = msgspec.json.decode(_ENCODER.encode(event))
     except UnicodeEncodeError:  # lone surrogates: the stdlib codec carries them
