@@ -157,9 +157,22 @@ def encode_header_record(header: Mapping[str, Any]) -> dict[str, Any]:
     return {key: header[key] for key in HEADER_KEYS_V3 if key in header}
 
 
+#: The format DSH 0.1.7-alpha.1 introduced (``session.v4.jsonl[.zstd]``, header version 4).
+DSH_V4: Final = 4
+
+
 def version_refusal(sid: str, version: object, path: str) -> SessionFormatUnsupportedError:
     """The "upgrade" / "no upgrade path" refusal for a header version this build can't read."""
     suffix = f" (raw log: {path})"
+    if type(version) is int and version == DSH_V4:
+        return SessionFormatUnsupportedError(
+            f'session "{sid}" was written by a newer DSH (format v4): DSH 0.1.7 and later '
+            f"write format v4, and this harness reads DSH's logs up to format v{CURRENT_VERSION} "
+            "(DSH 0.1.5-alpha.1 to 0.1.6-alpha.2) and never converts back — open it with DSH "
+            "0.1.7 or later; a session.v3 file DSH kept beside it lacks what DSH wrote since, "
+            f"so it is not read instead{suffix}",
+            location=path,
+        )
     if type(version) is int and version > CURRENT_VERSION:
         return SessionFormatUnsupportedError(
             f'session "{sid}" uses log format v{version}, but this harness reads only '
