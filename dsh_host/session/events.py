@@ -127,11 +127,16 @@ __all__ = [
 
 
 class ReplaceOp(Wire, frozen=True, kw_only=True):
-    """``{op: "replace", start, end}``: shadow the surface nodes ``start..end`` (inclusive)."""
+    """``{op: "replace", startSeq, endSeq}``: shadow the surface nodes ``start..end`` (inclusive).
+
+    On the wire the range is ``startSeq``/``endSeq``, as DSH v3 requires (its v3 admission
+    refuses a replace spelled otherwise); the older ``start``/``end`` spelling (DSH v2, and
+    logs earlier dsh builds wrote) is still read.
+    """
 
     op: Literal["replace"] = "replace"  #: always "replace"
-    start: NonNegativeInt  #: seq of the first shadowed surface node
-    end: NonNegativeInt  #: seq of the last shadowed surface node
+    start: NonNegativeInt = msgspec.field(name="startSeq")  #: seq of the first shadowed node
+    end: NonNegativeInt = msgspec.field(name="endSeq")  #: seq of the last shadowed node
 
 
 #: How a surface event entered the surface: appended at the tail, or replacing a range.
@@ -1165,7 +1170,7 @@ def _parse_replace(type: str, op: Mapping[str, Any], label: str) -> ReplaceOp:
     if keys == {"op", "start", "end"}:
         start, end = op["start"], op["end"]
     elif keys == {"op", "startSeq", "endSeq"}:
-        # DSH 0.1.5+ spells the range startSeq/endSeq; read it, write the spec's spelling.
+        # DSH v3's spelling, which is also what this build writes.
         start, end = op["startSeq"], op["endSeq"]
     else:
         raise InvalidSessionEventError(

@@ -310,3 +310,25 @@ async def test_no_read_proposes_truncating_a_row_admission_refuses(
         if isinstance(row, dict) and row.get("seq") in kept_seqs and compression == "zstd":
             continue  # recovered from the torn frame and rewritten, not lost
         assert not _refused(row), (compression, damage, offset, row)
+
+
+def test_a_replace_marker_is_written_in_dshs_v3_spelling() -> None:
+    """DSH v3 refuses a replace spelled other than ``{op, startSeq, endSeq}``; the older
+    ``{op, start, end}`` spelling is still read."""
+    from dsh_host.session.events import ReplaceOp, encode_event
+
+    session = Session.create("s")
+    session.append("turn/start", {"turn": 1})
+    session.append("step/start", {"turn": 1, "step": 1})
+    first = session.append("system/message", _system(0)["data"], surface_op="append")
+    replaced = session.append(
+        "system/message",
+        _system(0)["data"],
+        surface_op=ReplaceOp(start=first.seq, end=first.seq),
+        source_event_seqs=[first.seq],
+    )
+    assert json.loads(encode_event(replaced))["surfaceOp"] == {
+        "op": "replace",
+        "startSeq": first.seq,
+        "endSeq": first.seq,
+    }

@@ -184,7 +184,7 @@ def expected_v3() -> list[dict[str, Any]]:
                     "content": [{"type": "text", "text": "be brief"}],
                 },
             },
-            "surfaceOp": {"op": "replace", "start": 2, "end": 2},
+            "surfaceOp": {"op": "replace", "startSeq": 2, "endSeq": 2},  # DSH v3 spelling
             "sourceEventSeqs": [2],
         },
         {
