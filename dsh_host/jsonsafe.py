@@ -376,7 +376,15 @@ else:
 
 
 def json_dec_hook(tp: type, obj: Any) -> Any:
-    """msgspec ``dec_hook``: freeze open JSON fields annotated as :data:`FrozenJson`."""
+    """msgspec ``dec_hook``: freeze open JSON fields annotated as :data:`FrozenJson`.
+
+    An annotation class may define ``__json_decode__(obj)`` (a static method) to
+    decode an open union itself (e.g. content blocks whose unknown kinds stay
+    opaque); this hook calls it.
+    """
     if tp is FrozenJson:
         return freeze_json(obj)
+    decode = getattr(tp, "__json_decode__", None)
+    if decode is not None:
+        return decode(obj)
     raise NotImplementedError(f"cannot decode into {tp!r}")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any
 
-from ..session.events import SessionEvent, to_builtins
+from ..session.events import SessionEvent, event_to_builtins
 from ..session.messages import (
     AssistantMessage,
+    PluginSource,
     ReasoningBlock,
     SystemMessage,
     TextBlock,
@@ -15,6 +16,8 @@ from ..session.messages import (
     ToolResultBlock,
     ToolResultMessage,
     UserMessage,
+    block_type,
+    source_kind,
 )
 
 MAX_TOOL_OUTPUT_LINES = 20
@@ -49,6 +52,8 @@ def blocks_text(blocks: Any) -> str:
             parts.append(block.text)
         elif isinstance(block, ToolResultBlock):
             parts.append(blocks_text(block.content))
+        elif not isinstance(block, ToolCallBlock):
+            parts.append(f"[{block_type(block)}]")  # a block kind this build does not model
     return "".join(parts)
 
 
@@ -73,8 +78,9 @@ def message_lines(message: Any) -> list[tuple[str, str]]:
                 out.append(("cyan", f"  ⚙ {block.name} [{block.id}] {block.arguments}"))
         return out
     if isinstance(message, UserMessage):
-        kind = getattr(message.source, "kind", "user")
-        prefix = "you" if kind == "user" else f"({kind} {getattr(message.source, 'plugin', '')})"
+        kind = source_kind(message.source)
+        plugin = message.source.plugin if isinstance(message.source, PluginSource) else ""
+        prefix = "you" if kind == "user" else f"({kind} {plugin})".replace(" )", ")")
         style = "bold" if kind == "user" else "dim"
         out.append((style, f"{prefix}: {blocks_text(message.content)}"))
         return out
@@ -104,7 +110,7 @@ def retry_summary(data: dict[str, Any]) -> str:
 
 
 def event_summary(event: SessionEvent) -> str:
-    data = to_builtins(event.data) if event.data is not None else None
+    data = event_to_builtins(event).get("data")
     summary = ""
     if isinstance(data, dict):
         if event.type in ("turn/end",):

@@ -81,7 +81,7 @@ def _file_size(load_or_listing: Any) -> int | None:
 def _last_turn_end(events: Any) -> str | None:
     for event in reversed(events):
         if event.type == "turn/end":
-            data = to_builtins(event.data)
+            data = event_to_builtins(event)["data"]
             reason = data.get("reason") if isinstance(data, dict) else None
             return str(reason.get("kind")) if isinstance(reason, dict) else "unknown"
     return None

@@ -55,6 +55,7 @@ from dsh_host.session.messages import (
     ToolCallBlock,
     ToolCallDeltaChunk,
     UsageChunk,
+    block_type,
     new_message_id,
 )
 
@@ -68,8 +69,7 @@ class IncompleteBlockError(ValueError):
 
 
 def _block_type(block: ContentBlock) -> str:
-    tag = type(block).__struct_config__.tag
-    return str(tag)
+    return block_type(block)
 
 
 class _Partial:

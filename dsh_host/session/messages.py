@@ -9,8 +9,12 @@ so a message cannot be mutated after it was appended.
 
 Tagged unions (msgspec ``tag_field``):
 
-- :data:`ContentBlock` on ``type``: ``text | reasoning | image | tool-call | tool-result``;
-- :data:`MessageSource` on ``kind``: ``user | plugin | model | tool``;
+- :data:`ContentBlock` on ``type``: ``text | reasoning | image | tool-call | tool-result``,
+  and any other non-empty type kept as an :data:`Opaque` frozen mapping (DSH's block map is
+  merge-extensible: ``file``, plugin blocks);
+- :data:`MessageSource` on ``kind``: ``user | plugin | model | tool``; a ``user/message``
+  source of any other non-empty kind (``skill-catalog``, ``agent-instructions``, ``cron``...)
+  is kept as an :data:`Opaque` frozen mapping;
 - :data:`StreamChunk` on ``type``: ``block-start | text-delta | reasoning-delta |
   tool-call-delta | block-end | usage | finish``;
 - :data:`FinishReason` on ``kind``: ``stop | tool-calls | max-tokens | aborted | error``;
@@ -28,12 +32,13 @@ message when it is appended, by round-tripping it through these types.
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeAlias
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from dsh_host.jsonsafe import MAX_SAFE_INTEGER, FrozenJson
+from dsh_host.jsonsafe import MAX_SAFE_INTEGER, FrozenJson, freeze_json, json_dec_hook
 
 __all__ = [
     "AbortedFinish",
@@ -49,6 +54,7 @@ __all__ = [
     "FinishChunk",
     "FinishReason",
     "ImageBlock",
+    "KnownContentBlock",
     "LlmCallConfig",
     "LlmFailure",
     "MaxTokensFinish",
@@ -57,6 +63,7 @@ __all__ = [
     "MessageSource",
     "ModelSource",
     "NonNegativeInt",
+    "Opaque",
     "PluginSource",
     "PositiveInt",
     "ReasoningBlock",
@@ -82,7 +89,9 @@ __all__ = [
     "UserMessage",
     "UserSource",
     "Wire",
+    "block_type",
     "new_message_id",
+    "source_kind",
 ]
 
 #: A message identity: a non-empty string, minted once (a UUID) and preserved everywhere.
@@ -154,8 +163,41 @@ class ToolResultBlock(Wire, frozen=True, kw_only=True, tag="tool-result", tag_fi
     is_error: bool | UnsetType = UNSET  #: True when the call failed
 
 
-#: One content block of a message (type-tagged).
-ContentBlock = TextBlock | ReasoningBlock | ImageBlock | ToolCallBlock | ToolResultBlock
+#: A content block of a type this build models (type-tagged).
+KnownContentBlock = TextBlock | ReasoningBlock | ImageBlock | ToolCallBlock | ToolResultBlock
+
+#: A content block or message source of a kind this build does not model, kept verbatim as
+#: deeply frozen JSON (a read-only mapping; ``block["type"]`` / ``source["kind"]`` is its
+#: non-empty tag). DSH's ``ContentBlockMap`` and ``MessageSourceMap`` are merge-extensible
+#: (``file`` blocks, ``skill-catalog`` / ``agent-instructions`` / ``cron`` sources, plugin
+#: kinds), so an unknown kind is a valid value, never corruption: every match over blocks or
+#: sources needs a default branch. Adapters skip opaque blocks, as DSH's do.
+Opaque: TypeAlias = Mapping[str, Any]
+
+if TYPE_CHECKING:
+    #: One content block of a message: a modelled block, or an opaque one.
+    ContentBlock: TypeAlias = KnownContentBlock | Opaque
+else:
+
+    class _OpenMeta(type):
+        """Makes every value an instance, so msgspec accepts what the decode hook returns."""
+
+        def __instancecheck__(cls, instance: object) -> bool:
+            return True
+
+    class ContentBlock(metaclass=_OpenMeta):
+        """Annotation of an open content-block field (decoded through ``json_dec_hook``)."""
+
+        @staticmethod
+        def __json_decode__(obj: Any) -> Any:
+            return _open_value(obj, "type", "content block", _BLOCK_TAGS)
+
+    class _OpenUserSource(metaclass=_OpenMeta):
+        """Annotation of ``UserMessage.source`` (decoded through ``json_dec_hook``)."""
+
+        @staticmethod
+        def __json_decode__(obj: Any) -> Any:
+            return _open_value(obj, "kind", "message source", _SOURCE_TAGS)
 
 
 # --- message sources -----------------------------------------------------------------------
@@ -188,8 +230,45 @@ class ToolSource(Wire, frozen=True, kw_only=True, tag="tool", tag_field="kind"):
     call_id: _NonEmpty  #: the tool call this message answers
 
 
-#: Where a message came from (kind-tagged).
+#: Where a message came from (kind-tagged), for the kinds this build models.
 MessageSource = UserSource | PluginSource | ModelSource | ToolSource
+
+if TYPE_CHECKING:
+    _OpenUserSource: TypeAlias = MessageSource | Opaque
+
+
+def _tags(*types: type[msgspec.Struct]) -> dict[str, type[msgspec.Struct]]:
+    return {str(t.__struct_config__.tag): t for t in types}
+
+
+_BLOCK_TAGS: Final = _tags(TextBlock, ReasoningBlock, ImageBlock, ToolCallBlock, ToolResultBlock)
+_SOURCE_TAGS: Final = _tags(UserSource, PluginSource, ModelSource, ToolSource)
+
+
+def _open_value(obj: Any, tag: str, what: str, known: dict[str, type[msgspec.Struct]]) -> Any:
+    if not isinstance(obj, dict):
+        raise msgspec.ValidationError(f"a {what} must be an object with a string `{tag}`")
+    value = obj.get(tag)
+    if not isinstance(value, str) or not value:
+        raise msgspec.ValidationError(f"a {what} must have a non-empty string `{tag}`")
+    typed = known.get(value)
+    if typed is not None:  # a Struct class: msgspec caches its decoder (a union it would not)
+        return msgspec.convert(obj, typed, dec_hook=json_dec_hook)
+    return freeze_json(obj, what)
+
+
+def block_type(block: ContentBlock) -> str:
+    """The ``type`` tag of a content block, modelled or opaque."""
+    if isinstance(block, msgspec.Struct):
+        return str(block.__struct_config__.tag)
+    return str(block["type"])
+
+
+def source_kind(source: MessageSource | Opaque) -> str:
+    """The ``kind`` tag of a message source, modelled or opaque."""
+    if isinstance(source, msgspec.Struct):
+        return str(source.__struct_config__.tag)
+    return str(source["kind"])
 
 
 # --- messages ------------------------------------------------------------------------------
@@ -201,7 +280,8 @@ class UserMessage(Wire, frozen=True, kw_only=True):
     id: _NonEmpty  #: message identity
     role: Literal["user"] = "user"  #: always "user"
     content: tuple[ContentBlock, ...]  #: projected to the model verbatim
-    source: MessageSource  #: ``source.kind`` tells prompts and injected context apart
+    #: ``source.kind`` tells prompts and injected context apart (an unknown kind is opaque)
+    source: _OpenUserSource
 
 
 class AssistantMessage(Wire, frozen=True, kw_only=True):

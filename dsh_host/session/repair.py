@@ -24,26 +24,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from msgspec import UNSET
-
 from dsh_host.session.events import (
     AssistantMessageData,
     InterruptedReason,
     SessionEvent,
     StepEnd,
     ToolCallData,
-    ToolError,
     ToolResultData,
     TurnEnd,
     TurnStart,
+    decode_event,
 )
-from dsh_host.session.messages import (
-    TextBlock,
-    ToolCallBlock,
-    ToolResultBlock,
-    ToolResultMessage,
-    ToolSource,
-)
+from dsh_host.session.messages import ToolCallBlock
 
 __all__ = [
     "TOOL_NOT_STARTED",
@@ -129,36 +121,45 @@ def interrupted_turn_closers(events: Sequence[SessionEvent]) -> list[SessionEven
     closers: list[SessionEvent] = []
     for call_id, entry in pending.items():
         started = entry.call_seq is not None
-        message = ToolResultMessage(
-            id=interrupted_tool_result_id(call_id, seq),
-            content=(
-                ToolResultBlock(
-                    tool_call_id=call_id,
-                    is_error=True,
-                    content=(
-                        TextBlock(
-                            text=TOOL_OUTCOME_UNKNOWN_TEXT if started else TOOL_NOT_STARTED_TEXT
-                        ),
-                    ),
-                ),
-            ),
-            source=ToolSource(call_id=call_id),
-        )
-        error = (
-            ToolError(name="ToolOutcomeUnknownError", code=TOOL_OUTCOME_UNKNOWN)
-            if started
-            else ToolError(name="ToolNotStartedError", code=TOOL_NOT_STARTED)
-        )
-        closers.append(
-            SessionEvent(
-                type="tool/result",
-                seq=seq,
-                time=time,
-                data=ToolResultData(turn=open_turn, step=entry.step, message=message, error=error),
-                surface_op="append",
-                source_event_seqs=(entry.call_seq,) if entry.call_seq is not None else UNSET,
-            )
-        )
+        # Built as JSON in DSH's key order (repair.ts: envelope surfaceOp before
+        # sourceEventSeqs; message id, role, source, content; block type, toolCallId,
+        # isError, content), so the closer's bytes equal DSH's, not only its JSON.
+        record: dict[str, object] = {
+            "type": "tool/result",
+            "seq": seq,
+            "time": time,
+            "data": {
+                "turn": open_turn,
+                "step": entry.step,
+                "message": {
+                    "id": interrupted_tool_result_id(call_id, seq),
+                    "role": "user",
+                    "source": {"kind": "tool", "callId": call_id},
+                    "content": [
+                        {
+                            "type": "tool-result",
+                            "toolCallId": call_id,
+                            "isError": True,
+                            "content": [
+                                {
+                                    "type": "text",
+                                    "text": TOOL_OUTCOME_UNKNOWN_TEXT
+                                    if started
+                                    else TOOL_NOT_STARTED_TEXT,
+                                }
+                            ],
+                        }
+                    ],
+                },
+                "error": {"name": "ToolOutcomeUnknownError", "code": TOOL_OUTCOME_UNKNOWN}
+                if started
+                else {"name": "ToolNotStartedError", "code": TOOL_NOT_STARTED},
+            },
+            "surfaceOp": "append",
+        }
+        if entry.call_seq is not None:
+            record["sourceEventSeqs"] = [entry.call_seq]
+        closers.append(decode_event(record, where="repair closer", exact=True))
         seq += 1
     if open_step is not None:
         closers.append(

@@ -58,12 +58,14 @@ from dsh_host.jsonsafe import NonJsonValueError, check_json, freeze_json, json_d
 from dsh_host.session.messages import (
     ContentBlock,
     ImageBlock,
+    KnownContentBlock,
     ReasoningBlock,
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
     ToolSchema,
     UserMessage,
+    block_type,
 )
 from dsh_host.session.repair import TOOL_OUTCOME_UNKNOWN
 
@@ -192,7 +194,7 @@ def _content(value: object, what: str) -> tuple[ContentBlock, ...]:
     for index, block in enumerate(value):
         if isinstance(block, Mapping):
             try:
-                block = msgspec.convert(dict(block), ContentBlock, dec_hook=json_dec_hook)
+                block = msgspec.convert(dict(block), KnownContentBlock, dec_hook=json_dec_hook)
             except msgspec.ValidationError as exc:
                 raise TypeError(f"{what}[{index}] is not a content block: {exc}") from None
         if not isinstance(block, _BLOCK_TYPES):
@@ -255,9 +257,7 @@ def _post_decision(value: object) -> PostToolDecision:
 
 def _blocked_message(feedback: Sequence[ContentBlock]) -> str:
     text = "\n".join(
-        block.text
-        if isinstance(block, TextBlock)
-        else f"[{type(block).__struct_config__.tag} content]"
+        block.text if isinstance(block, TextBlock) else f"[{block_type(block)} content]"
         for block in feedback
     )
     return text if text else "tool result blocked by post-execute policy"

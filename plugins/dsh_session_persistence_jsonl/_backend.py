@@ -81,6 +81,7 @@ from ._reader import ArtifactRead, read_artifact, read_header
 from ._storage import (
     AppendFailed,
     append_durable,
+    fsync_dirs,
     make_dirs_durable,
     open_for_append,
     publish_exclusive,
@@ -276,7 +277,12 @@ class JsonlWriteHandle(BufferedWriteHandle[bytes]):
     def _materialize_sync(self, lines: list[bytes]) -> int:
         backend = self._backend
         backend.generations(self._session_dir)  # P1: refuses the other encoding
-        make_dirs_durable(backend.dir_chain(self._session_dir))
+        try:
+            make_dirs_durable(backend.dir_chain(self._session_dir))
+        except OSError as error:
+            raise SessionWriteError(
+                f'failed to create the session directory "{self._session_dir}" durably: {error}'
+            ) from error
         if self._lock is None:
             self._lock = SessionLock.acquire(self._session_dir, self.id)
         existing = backend.generations(self._session_dir)
@@ -430,6 +436,20 @@ class JsonlSessionPersistence(PersistenceBackend[JsonlReadHandle, JsonlWriteHand
             missing.append(parent)
             parent = os.path.dirname(parent)
         return [*reversed(missing), self.root, project, session_dir]
+
+    def sync_dir_chain(self, session_dir: str) -> None:
+        """fsync the session directory, its project directory and the root (raising), then
+        every ancestor of the root (best effort): the names a crashed creator made may
+        never have been synced."""
+        required = [session_dir, os.path.dirname(session_dir), self.root]
+        above: list[str] = []
+        parent = os.path.dirname(os.path.abspath(self.root))
+        while True:
+            above.append(parent)
+            if parent == os.path.dirname(parent):
+                break
+            parent = os.path.dirname(parent)
+        fsync_dirs(required, above)
 
     # -- encoding and generation checks
 
@@ -641,6 +661,13 @@ class JsonlSessionPersistence(PersistenceBackend[JsonlReadHandle, JsonlWriteHand
         session_dir = found[0]
         lock = SessionLock.acquire(session_dir, session_id)
         try:
+            try:
+                self.sync_dir_chain(session_dir)
+            except OSError as error:
+                raise SessionWriteError(
+                    f'failed to sync the directories of session "{session_id}" '
+                    f'("{session_dir}") before writing: {error}'
+                ) from error
             artifact, header, wire_events = self._read_sync(session_id)
             torn = artifact.torn
             recovered_lines: list[bytes] = []

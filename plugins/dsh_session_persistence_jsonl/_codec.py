@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from dsh_host.jsonsafe import MAX_SAFE_INTEGER, is_safe_int
+from dsh_host.session.events import system_message_problem
 from dsh_host.session.header import HEADER_KEYS
 from dsh_host.session.persistence import (
     SessionFormatUnsupportedError,
@@ -37,6 +38,8 @@ from ._paths import CURRENT_VERSION, is_absolute_cwd
 __all__ = [
     "HEADER_KEYS_V3",
     "RowError",
+    "StructuralRefusal",
+    "admit_v3_row",
     "decode_event_row",
     "decode_header_record",
     "decode_v0_row",
@@ -154,9 +157,22 @@ def encode_header_record(header: Mapping[str, Any]) -> dict[str, Any]:
     return {key: header[key] for key in HEADER_KEYS_V3 if key in header}
 
 
+#: The format DSH 0.1.7-alpha.1 introduced (``session.v4.jsonl[.zstd]``, header version 4).
+DSH_V4: Final = 4
+
+
 def version_refusal(sid: str, version: object, path: str) -> SessionFormatUnsupportedError:
     """The "upgrade" / "no upgrade path" refusal for a header version this build can't read."""
     suffix = f" (raw log: {path})"
+    if type(version) is int and version == DSH_V4:
+        return SessionFormatUnsupportedError(
+            f'session "{sid}" was written by a newer DSH (format v4): DSH 0.1.7 and later '
+            f"write format v4, and this harness reads DSH's logs up to format v{CURRENT_VERSION} "
+            "(DSH 0.1.5-alpha.1 to 0.1.6-alpha.2) and never converts back — open it with DSH "
+            "0.1.7 or later; a session.v3 file DSH kept beside it lacks what DSH wrote since, "
+            f"so it is not read instead{suffix}",
+            location=path,
+        )
     if type(version) is int and version > CURRENT_VERSION:
         return SessionFormatUnsupportedError(
             f'session "{sid}" uses log format v{version}, but this harness reads only '
@@ -365,21 +381,65 @@ def check_envelope(row: object) -> dict[str, Any]:
     return row
 
 
-def admit_v3_row(row: object, path: str) -> None:
-    """Structural refusals no crash tail can excuse (checked before recovery).
+class StructuralRefusal(Exception):
+    """A v3 row DSH's structural admission refuses; no crash tail can excuse it.
 
-    A v3 ``request/header`` must not carry the retired ``header.system`` (the
-    prompt is a ``system/message`` since v3); such a file was not written by a
-    v3 writer and must not be silently half-read.
+    ``unsupported`` marks rows of a vocabulary this format retired (reported as
+    :class:`SessionFormatUnsupportedError`); the others are corruption.
     """
-    if not isinstance(row, dict) or row.get("type") != "request/header":
+
+    def __init__(self, message: str, *, unsupported: bool) -> None:
+        super().__init__(message)
+        self.unsupported = unsupported
+
+
+def admit_v3_row(row: object) -> None:
+    """DSH v3's structural row admission, checked before any torn-tail rule.
+
+    DSH (``assertV3RowAdmission``) refuses the whole file — never drops the row
+    as a damaged tail — when a parsed row is an object and is:
+
+    * a ``request/header`` whose ``data`` or ``data.header`` is not an object, or
+      whose header carries the retired ``system`` (the prompt is a ``system/message``);
+    * a ``system/message`` DSH would not have written (exact keys, plugin source,
+      content rules: :func:`~dsh_host.session.events.system_message_problem`);
+    * a ``tool/code-dispatch`` or ``tool/code-dispatch-start`` not marked
+      ``ignorable`` (v3 renamed them ``tool/ptc-dispatch*``).
+
+    So a write handle never truncates a row DSH would refuse to drop.
+    """
+    if not isinstance(row, dict):
         return
-    data = row.get("data")
-    header = data.get("header") if isinstance(data, dict) else None
-    if isinstance(header, dict) and "system" in header:
-        raise SessionFormatUnsupportedError(
-            f'session log "{path}": format v3 request/header rejects retired header.system',
-            location=path,
+    kind = row.get("type")
+    if kind == "request/header":
+        data = row.get("data")
+        if not isinstance(data, dict):
+            raise StructuralRefusal(
+                "format v3 request/header data must be an object", unsupported=False
+            )
+        header = data.get("header")
+        if not isinstance(header, dict):
+            raise StructuralRefusal(
+                "format v3 request/header header must be an object", unsupported=False
+            )
+        if "system" in header:
+            raise StructuralRefusal(
+                "format v3 request/header rejects retired header.system", unsupported=True
+            )
+    elif kind == "system/message":
+        problem = system_message_problem(row.get("data"))
+        if problem is not None:
+            raise StructuralRefusal(
+                f"format v3 system/message refused: {problem}", unsupported=False
+            )
+    elif (
+        kind in ("tool/code-dispatch", "tool/code-dispatch-start")
+        and row.get("ignorable") is not True
+    ):
+        raise StructuralRefusal(
+            f'format v3 contains unknown event type "{kind}" at seq {row.get("seq")!r} '
+            "(v3 writes tool/ptc-dispatch*)",
+            unsupported=True,
         )
 
 

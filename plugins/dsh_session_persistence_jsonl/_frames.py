@@ -13,6 +13,11 @@ tell the two ways a file can end badly apart:
   recoverable, the complete frames before it are intact;
 * **corrupt** — a complete position holds bytes no writer produces (bad magic,
   reserved bits, reserved block type): refused.
+
+Beyond DSH (DECISIONS D17): zero bytes from a frame boundary to the end of the
+file are a torn tail too — a power cut on common filesystems leaves the
+unsynced end of a file zero-filled. Zeros followed by anything else are still
+corruption.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ __all__ = [
     "decompress_frame",
     "decompress_partial",
     "scan_frames",
+    "zero_run_start",
 ]
 
 #: Frame magic number 0xFD2FB528, little endian.
@@ -134,12 +140,35 @@ def scan_frames(data: bytes | memoryview) -> FrameScan:
     frames: list[tuple[int, int]] = []
     pos = 0
     while pos < len(data):
-        end = _frame_end(data, pos)
+        if data[pos] == 0 and zero_run_start(data) <= pos:
+            return FrameScan(tuple(frames), pos)  # D17: a zero-filled tail is torn
+        try:
+            end = _frame_end(data, pos)
+        except FrameCorruption:
+            zeros = zero_run_start(data)
+            if pos < zeros < pos + 4 and bytes(data[pos:zeros]) == MAGIC[: zeros - pos]:
+                return FrameScan(tuple(frames), pos)  # D17: part of a magic, then zeros
+            raise
         if end is None:
             return FrameScan(tuple(frames), pos)
         frames.append((pos, end))
         pos = end
     return FrameScan(tuple(frames), None)
+
+
+def zero_run_start(data: bytes | memoryview) -> int:
+    """Where the run of zero bytes that ends the file begins (``len(data)`` if none)."""
+    end = len(data)
+    view = memoryview(data)
+    step = 4096
+    while end > 0:
+        start = max(0, end - step)
+        chunk = bytes(view[start:end])
+        stripped = chunk.rstrip(b"\x00")
+        if stripped:
+            return start + len(stripped)
+        end = start
+    return 0
 
 
 def decompress_frame(frame: bytes | memoryview) -> bytes:

@@ -467,6 +467,17 @@ def _rename_ptc(event: Event) -> Event:
     return event
 
 
+def _v3_replace(event: Event) -> Event:
+    """A v2 replace marker ``{op, start, end}`` in v3's spelling ``{op, startSeq, endSeq}``."""
+    op = event.get("surfaceOp")
+    if isinstance(op, dict) and set(op) == {"op", "start", "end"}:
+        return {
+            **event,
+            "surfaceOp": {"op": op["op"], "startSeq": op["start"], "endSeq": op["end"]},
+        }
+    return event
+
+
 def _v2_to_v3(header: dict[str, Any], events: list[Event]) -> tuple[dict[str, Any], list[Event]]:
     sid = str(header["id"])
     new_header = {**header, "version": 3}
@@ -502,7 +513,7 @@ def _v2_to_v3(header: dict[str, Any], events: list[Event]) -> tuple[dict[str, An
         if head is None:
             event["surfaceOp"] = "append"
         else:
-            event["surfaceOp"] = {"op": "replace", "start": head, "end": head}
+            event["surfaceOp"] = {"op": "replace", "startSeq": head, "endSeq": head}
             event["sourceEventSeqs"] = [head]
         out.append(event)
         head = seq
@@ -528,7 +539,7 @@ def _v2_to_v3(header: dict[str, Any], events: list[Event]) -> tuple[dict[str, An
             )
         target = remap(source, len(out), lambda s: mapping[s] if 0 <= s < len(mapping) else None)
         mapping.append(len(out))
-        out.append(_rename_ptc(target))
+        out.append(_rename_ptc(_v3_replace(target)))
         if kind == "step/start" and isinstance(data, dict):
             step = {"turn": data["turn"], "step": data["step"]}
             if head is None:

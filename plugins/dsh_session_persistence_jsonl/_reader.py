@@ -32,12 +32,20 @@ from dsh_host.session.persistence import (
 from . import _json
 from ._codec import (
     RowError,
+    StructuralRefusal,
     admit_v3_row,
     decode_event_row,
     decode_header_record,
     decode_v0_row,
 )
-from ._frames import MAGIC, FrameCorruption, decompress_frame, decompress_partial, scan_frames
+from ._frames import (
+    MAGIC,
+    FrameCorruption,
+    decompress_frame,
+    decompress_partial,
+    scan_frames,
+    zero_run_start,
+)
 from ._paths import Compression
 
 __all__ = ["ArtifactRead", "LineScanner", "read_artifact", "read_header", "revision_of"]
@@ -138,7 +146,23 @@ class LineScanner:
                 self.issue = issue
             return
         if self.version == 3:
-            admit_v3_row(row, self.path)
+            try:
+                admit_v3_row(row)
+            except StructuralRefusal as refusal:
+                offset = self.locate(line_start)
+                if refusal.unsupported:
+                    raise SessionFormatUnsupportedError(
+                        f'session log "{self.path}": {refusal} (line {self._line}, byte '
+                        f"{offset}); a v3 writer never writes this row, so the log is refused "
+                        "whole rather than cut",
+                        location=self.path,
+                    ) from None
+                raise _corrupt(
+                    self.path,
+                    f"corrupt session log: {refusal} at line {self._line} (DSH refuses such a "
+                    "row before its torn-tail rule, so it is never dropped as a tail)",
+                    offset,
+                ) from None
         closes_turn = isinstance(row, dict) and row.get("type") == "turn/end"
         if self.issue is not None:
             if closes_turn:
@@ -255,6 +279,16 @@ def _check_later_frames(data: bytes, torn_start: int, path: str) -> None:
         position = data.find(MAGIC, position + 1)
 
 
+def _zero_filled_from_inside(data: bytes, start: int, end: int) -> bool:
+    """True when the file ends in at least 4 zero bytes that begin inside ``[start, end)``.
+
+    Four bytes at least: the frame's whole checksum is zeros, which a writer
+    produces with probability 2**-32, so the frame was never fully written.
+    """
+    zeros = zero_run_start(data)
+    return start < zeros < end and len(data) - zeros >= 4
+
+
 def read_artifact(path: str, compression: Compression, version: int | None = None) -> ArtifactRead:
     """Decode one generation file (see the module docstring for the rules)."""
     data, st = read_stable(path)
@@ -274,10 +308,22 @@ def _read_zstd(path: str, data: bytes, revision: str, version: int | None) -> Ar
     if scan.torn_start is not None:
         _check_later_frames(data, scan.torn_start, path)
     plaintexts: list[bytes] = []
-    for start, end in scan.frames:
+    frames = list(scan.frames)
+    torn_start = scan.torn_start
+    for index, (start, end) in enumerate(frames):
         try:
             plaintexts.append(decompress_frame(data[start:end]))
         except Exception as error:
+            if (
+                index == len(frames) - 1
+                and index > 0
+                and _zero_filled_from_inside(data, start, end)
+            ):
+                # D17: the last frame was partly written, the rest of the file zero-filled
+                # (its checksum is zeros): a torn tail, not damage to a committed frame.
+                del frames[index]
+                torn_start = start
+                break
             raise _corrupt(
                 path,
                 f"corrupt Zstandard session log: frame at byte {start} failed validation ({error})",
@@ -293,7 +339,7 @@ def _read_zstd(path: str, data: bytes, revision: str, version: int | None) -> Ar
     scanner = LineScanner(file_version, "strict", path, len(head))
     frame_of_offset: list[tuple[int, int]] = []  # (plaintext start, file start)
     offset = len(head)
-    for (start, _end), plaintext in zip(scan.frames[1:], plaintexts[1:], strict=True):
+    for (start, _end), plaintext in zip(frames[1:], plaintexts[1:], strict=True):
         frame_of_offset.append((offset, start))
         offset += len(plaintext)
 
@@ -311,20 +357,20 @@ def _read_zstd(path: str, data: bytes, revision: str, version: int | None) -> Ar
     except _Refusal as refusal:
         raise _corrupt(path, str(refusal), refusal.offset) from None
     if scanner.pending:
-        last_start = scan.frames[-1][0]
+        last_start = frames[-1][0]
         raise _corrupt(
             path,
             "corrupt Zstandard session log: complete frame contains a torn JSONL record",
             last_start,
         )
-    complete_end = scan.frames[-1][1]
+    complete_end = frames[-1][1]
     events = scanner.events
     recovered: list[dict[str, Any]] = []
     torn: TornTail | None = None
-    if scan.torn_start is not None:
-        tail = decompress_partial(data[scan.torn_start :])
+    if torn_start is not None:
+        tail = decompress_partial(data[torn_start:])
         tail_scanner = LineScanner(file_version, "recoverable", path, 0)
-        tail_scanner.locate = lambda _plain: scan.torn_start or 0
+        tail_scanner.locate = lambda _plain: torn_start or 0
         tail_scanner.events = events  # continue the seq count
         tail_scanner.plain = scanner.plain
         before = len(events)
@@ -333,7 +379,7 @@ def _read_zstd(path: str, data: bytes, revision: str, version: int | None) -> Ar
         except _Refusal as refusal:
             raise _corrupt(path, str(refusal), refusal.offset) from None
         recovered = events[before:]
-        torn = TornTail(truncate_to=scan.torn_start, recovered=len(recovered), size=len(data))
+        torn = TornTail(truncate_to=torn_start, recovered=len(recovered), size=len(data))
     return ArtifactRead(
         path=path,
         compression="zstd",

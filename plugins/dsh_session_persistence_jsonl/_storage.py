@@ -26,6 +26,7 @@ __all__ = [
     "FsyncFailed",
     "append_durable",
     "fsync_dir",
+    "fsync_dirs",
     "make_dirs_durable",
     "open_for_append",
     "publish_exclusive",
@@ -72,8 +73,10 @@ def fsync_dir(path: str) -> None:
 def make_dirs_durable(chain: list[str]) -> None:
     """Create each missing directory of ``chain`` (outermost first) with mode 0700.
 
-    After creating one, its parent is fsync'd, so the new entry survives a
-    crash before the file that will live in it is published.
+    The parent of every directory of the chain is fsync'd, created now or not:
+    a directory that exists may be one a crashed creator made and never synced,
+    so its entry must be made durable before a file that will live in it is
+    published.
     """
     for path in chain:
         try:
@@ -83,8 +86,21 @@ def make_dirs_durable(chain: list[str]) -> None:
                 raise NotADirectoryError(
                     errno.ENOTDIR, f"session storage path is not a directory: {path}"
                 ) from None
-            continue
         fsync_dir(os.path.dirname(path) or ".")
+
+
+def fsync_dirs(required: list[str], best_effort: list[str]) -> None:
+    """fsync every directory of ``required`` (errors raise), then of ``best_effort`` (ignored).
+
+    Opening a stored log for writing syncs its directory chain this way: a name
+    that a crashed creator linked but never synced must not vanish after the
+    new writer reported batches durable.
+    """
+    for path in required:
+        fsync_dir(path)
+    for path in best_effort:
+        with contextlib.suppress(OSError):
+            fsync_dir(path)
 
 
 def _write_all(fd: int, data: bytes | memoryview) -> None:

@@ -130,7 +130,7 @@ async def test_a_failed_pre_step_flush_ends_the_turn_before_another_request(
 
         assert msgspec.to_builtins(reason) == {
             "kind": "error",
-            "error": {"message": "disk unavailable", "code": "UNKNOWN"},
+            "error": {"message": "disk unavailable", "code": "DISK_UNAVAILABLE"},  # its own code
         }
         assert len(adapter.requests) == 1, "no second request after the failed checkpoint"
         events = agent.session.events

@@ -382,3 +382,30 @@ def test_quick_start_demo_works_without_bubblewrap(tmp_path: Path) -> None:
     assert "refused, as it should be" in result.stdout
     assert "SANDBOX_UNAVAILABLE" not in result.stdout
     assert (work / ".dsh" / "demo-workspace" / "notes.txt").exists()
+
+
+def test_cli_verify_and_resume_on_a_zero_tailed_reference_log(tmp_path: Path) -> None:
+    """The issue's reproduction: 4 zero bytes after a good DSH log. ``verify`` reports a torn
+    tail (exit 1, not 2); ``resume`` cuts it and appends the closers; the log verifies clean."""
+    root = copy_fixture_root(tmp_path)
+    work = tmp_path / "work"  # beside the root: a root inside the workspace is refused (D15)
+    work.mkdir()
+    path = root / "--home-dev-project--" / "tool-missing-result" / "session.v3.jsonl.zstd"
+    good = path.read_bytes()
+    path.write_bytes(good + b"\x00" * 4)
+    verify = dsh("sessions", "verify", "tool-missing-result", "--root", str(root), "--json",
+                 cwd=work)
+    assert verify.returncode == 1, verify.stdout + verify.stderr
+    report = json_lines(verify.stdout)[0]
+    assert report["corrupt"] is None
+    assert report["tornTail"] == {"truncateTo": len(good), "recovered": 0}
+    assert report["events"] == 5
+    resume = dsh("resume", "tool-missing-result", "--root", str(root), cwd=work)
+    assert resume.returncode == 0, resume.stderr
+    assert "Traceback" not in resume.stderr
+    data = path.read_bytes()
+    assert data.startswith(good) and b"\x00\x00\x00\x00" not in data[len(good) : len(good) + 4]
+    again = dsh("sessions", "verify", "tool-missing-result", "--root", str(root), "--json",
+                cwd=work)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert json_lines(again.stdout)[0]["events"] >= 9  # the 4 closers were appended

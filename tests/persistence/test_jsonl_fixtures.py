@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -159,3 +160,46 @@ async def test_resume_writes_the_expected_closers(
     assert after.closers == ()
     assert wire(after.events[len(load.events) :]) == expected["closers"]
     assert after.torn_tail is None
+
+
+@pytest.mark.parametrize(
+    ("rel", "expected"),
+    [c for c in CASES if c[1].get("closers")],
+    ids=[c[0].split("/")[2] for c in CASES if c[1].get("closers")],
+)
+async def test_resume_closers_are_byte_identical_to_dshs(
+    rel: str, expected: dict[str, Any], tmp_path: Path
+) -> None:
+    """Issue 16 item 5: not only the same JSON — the same bytes, key order included
+    (DSH's repair writes surfaceOp before sourceEventSeqs, and a message's source before its
+    content). In raw mode the appended lines are compared with the file itself."""
+    from dsh_host.session.events import encode_event
+    from dsh_host.session.repair import interrupted_turn_closers
+
+    want = [
+        json.dumps(c, separators=(",", ":"), ensure_ascii=False).encode()
+        for c in expected["closers"]
+    ]
+    root, sid, compression = _root_and_id(rel)
+    shutil.copytree(FIXTURES / root, tmp_path / root)
+    backend = JsonlSessionPersistence(str(tmp_path / root), compression)  # type: ignore[arg-type]
+    handle = await backend.open(sid, "write")
+    load = await handle.read()
+    closers = interrupted_turn_closers(load.events)
+    assert [encode_event(c) for c in closers] == want
+    path = backend.locate(load.header).path
+    before = load.torn_tail.truncate_to if load.torn_tail is not None else _size(path)
+    handle.append(closers)
+    await handle.close()
+    if compression == "none":
+        assert _bytes_from(path, before).splitlines() == want
+
+
+def _size(path: str) -> int:
+    return os.stat(path).st_size
+
+
+def _bytes_from(path: str, offset: int) -> bytes:
+    with open(path, "rb") as stored:
+        stored.seek(offset)
+        return stored.read()

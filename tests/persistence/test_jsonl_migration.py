@@ -184,7 +184,7 @@ def expected_v3() -> list[dict[str, Any]]:
                     "content": [{"type": "text", "text": "be brief"}],
                 },
             },
-            "surfaceOp": {"op": "replace", "start": 2, "end": 2},
+            "surfaceOp": {"op": "replace", "startSeq": 2, "endSeq": 2},  # DSH v3 spelling
             "sourceEventSeqs": [2],
         },
         {
@@ -418,6 +418,38 @@ async def test_future_generation_is_unsupported(tmp_path: Path) -> None:
     path = directory / "session.v4.jsonl.zstd"
     path.write_bytes(compress_frame((json.dumps(head) + "\n").encode()))
     backend = JsonlSessionPersistence(str(tmp_path))
-    with pytest.raises(SessionFormatUnsupportedError, match="upgrade the harness") as refused:
+    with pytest.raises(
+        SessionFormatUnsupportedError, match=r"written by a newer DSH \(format v4\)"
+    ) as refused:
         await backend.open("new", "read")
     assert str(path) in str(refused.value)
+
+
+async def test_a_dsh_017_migrated_directory_is_refused_as_v4_not_read_as_its_old_v3(
+    tmp_path: Path,
+) -> None:
+    """DSH 0.1.7 migrates a v3 log to session.v4.jsonl.zstd and keeps the v3 source beside it:
+    the v3 file lacks everything written since, so the session is refused, naming v4."""
+    directory = tmp_path / "--home-dev-project--" / "both"
+    directory.mkdir(parents=True)
+    v3 = {
+        "type": "session",
+        "version": 3,
+        "id": "both",
+        "createdAt": T0,
+        "cwd": CWD,
+        "isSeeded": False,
+        "delegationDepth": 0,
+    }
+    (directory / "session.v3.jsonl.zstd").write_bytes(
+        compress_frame((json.dumps(v3) + "\n").encode())
+    )
+    (directory / "session.v4.jsonl.zstd").write_bytes(
+        compress_frame((json.dumps({**v3, "version": 4}) + "\n").encode())
+    )
+    backend = JsonlSessionPersistence(str(tmp_path))
+    for mode in ("read", "write"):
+        with pytest.raises(
+            SessionFormatUnsupportedError, match=r"written by a newer DSH \(format v4\)"
+        ):
+            await backend.open("both", mode)  # type: ignore[arg-type]

@@ -229,7 +229,9 @@ def test_surface_marker_shape_errors(surface_op: Any, message: str) -> None:
     assert "user/message" in str(info.value)
 
 
-def test_dsh_startseq_endseq_spelling_is_read_as_the_spec_spelling() -> None:
+def test_dsh_startseq_endseq_spelling_is_read_as_the_spec_spelling_and_kept_on_the_wire() -> None:
+    """The typed marker is the spec's ``ReplaceOp``; the record re-encodes as it was read
+    (DSH v3 spells the range startSeq/endSeq), so a copy is byte-faithful (issue 16 item 4)."""
     data = {"id": "u", "role": "user", "content": [], "source": {"kind": "user"}}
     event = decode_event(
         raw(
@@ -241,7 +243,11 @@ def test_dsh_startseq_endseq_spelling_is_read_as_the_spec_spelling() -> None:
         )
     )
     assert event.surface_op == ReplaceOp(start=0, end=1)
-    assert json.loads(encode_event(event))["surfaceOp"] == {"op": "replace", "start": 0, "end": 1}
+    assert json.loads(encode_event(event))["surfaceOp"] == {
+        "op": "replace",
+        "startSeq": 0,
+        "endSeq": 1,
+    }
 
 
 def test_non_surface_types_cannot_carry_surface_metadata() -> None:
