@@ -9,7 +9,7 @@ from dsh_host.plugin import Plugin
 
 from .bash import bash_tool
 from .config import BuiltinToolsConfig, BuiltinToolsConfigError, canonical_workspace
-from .files import read_file_tool, write_file_tool
+from .files import read_file_tool, workspace_root, write_file_tool
 
 __all__ = ["BuiltinTools"]
 
@@ -35,5 +35,6 @@ class BuiltinTools(Plugin):
             )
         tools = ctx.tools
         tools.register(bash_tool(ctx, config, workspace), owner=ctx)
-        tools.register(read_file_tool(config, workspace), owner=ctx)
-        tools.register(write_file_tool(config, workspace), owner=ctx)
+        root = workspace_root(ctx, workspace)
+        tools.register(read_file_tool(config, root), owner=ctx)
+        tools.register(write_file_tool(config, root), owner=ctx)
