@@ -17,6 +17,7 @@ or the absence of a file); each has a control that replays the old open and sees
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -28,11 +29,13 @@ from typing import Any
 import anyio
 import pytest
 from dsh_session_persistence_jsonl import JsonlSessionPersistence, SessionLockUnsafeError
+from dsh_session_persistence_jsonl._storage import open_for_append
 from escape_catalog import Snapshot, changed, make_victim, q
 from sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for, run_confined
 
 from dsh_host import CancelToken, Row, open_host
 from dsh_host.loader import PluginHost
+from dsh_host.session.persistence import SessionNotFoundError, SessionPersistenceCorruptionError
 from dsh_host.tools import ToolExecutionInput, ToolExecutionResult
 
 pytestmark = [linux_only, pytest.mark.anyio]
@@ -241,8 +244,8 @@ def test_control_the_old_lock_open_creates_the_symlink_target(scene: Scene) -> N
     assert (scene.out / "created-by-root").exists()
 
 
-async def test_the_log_is_not_appended_through_a_symlink(scene: Scene) -> None:
-    """The stored log swapped for a symlink to an identical copy outside: no append lands there."""
+async def test_the_log_is_not_read_or_appended_through_a_symlink(scene: Scene) -> None:
+    """The stored log swapped for a symlink to an identical copy outside: refused, copy intact."""
     root = scene.ws / "sessions"
     log = await _stored_session(root, "s3")
     copy = scene.out / log.name
@@ -259,8 +262,40 @@ async def test_the_log_is_not_appended_through_a_symlink(scene: Scene) -> None:
             "data": {"turn": 1, "reason": {"kind": "completed"}},
         }
     ]
-    with pytest.raises(OSError):  # any refusal will do; the host check below decides
+    with pytest.raises(SessionPersistenceCorruptionError, match="symbolic link"):
         handle = await backend.open("s3", "write")
         handle.append(events)
         await handle.close()
+    with pytest.raises(SessionPersistenceCorruptionError, match="symbolic link"):
+        await backend.list()
     assert not changed(copy, before), "ESCAPE: the log was appended through a symlink"
+    # The append descriptor itself refuses the link too (the layer under the read check).
+    with pytest.raises(OSError) as refused:
+        open_for_append(str(log))
+    assert refused.value.errno == errno.ELOOP
+
+
+async def test_a_fifo_log_is_never_opened(scene: Scene) -> None:
+    """A FIFO where the log was is not a generation: listing and opening do not wait on it."""
+    root = scene.ws / "sessions"
+    log = await _stored_session(root, "s4")
+    os.unlink(log)
+    os.mkfifo(log)
+    backend = JsonlSessionPersistence(str(root))
+    with anyio.fail_after(GUARD_S):
+        assert await backend.list() == []
+        with pytest.raises(SessionNotFoundError):
+            await backend.open("s4", "read")
+
+
+def test_control_the_old_append_open_follows_the_symlink(scene: Scene) -> None:
+    target = scene.out / "log-copy"
+    target.write_bytes(b"x")
+    link = scene.ws / "session.v3.jsonl"
+    os.symlink(target, link)
+    fd = os.open(link, os.O_WRONLY | os.O_CLOEXEC)  # the old open_for_append
+    try:
+        os.write(fd, b"y")
+    finally:
+        os.close(fd)
+    assert target.read_bytes() == b"y"
