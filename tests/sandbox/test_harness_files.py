@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -203,10 +204,12 @@ def test_control_check_then_open_by_name_lands_outside(scene: Scene) -> None:
 async def test_fifo_and_device_are_refused_promptly(scene: Scene) -> None:
     os.mkfifo(scene.ws / "pipe")
     os.symlink("/dev/zero", scene.ws / "zero")
+    os.mknod(scene.ws / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # as root: a real device
     async with file_tools(scene) as host:
         fifo = await call(host, "read_file", {"path": "pipe"})
         onto_fifo = await call(host, "write_file", {"path": "pipe", "content": "x"})
         zero = await call(host, "read_file", {"path": "zero"})
+        device = await call(host, "read_file", {"path": "null"})
     assert fifo.is_error
     assert text_of(fifo) == (
         'Error: "pipe" is not a regular file (a FIFO, socket or device); read_file only reads '
@@ -214,6 +217,7 @@ async def test_fifo_and_device_are_refused_promptly(scene: Scene) -> None:
     )
     assert onto_fifo.is_error and "not a regular file" in text_of(onto_fifo)
     assert zero.is_error
+    assert device.is_error and "not a regular file" in text_of(device)
     assert (scene.ws / "pipe").is_fifo()
 
 
