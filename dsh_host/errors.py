@@ -68,6 +68,7 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     │   │   └── SessionGenerationSourceChangedError      dsh_host.session.persistence
     │   ├── SessionHandleClosedError                     dsh_host.session.persistence
     │   ├── SessionHandlePoisonedError                   dsh_host.session.persistence
+    │   ├── SessionLockUnsafeError                       dsh_session_persistence_jsonl._lock
     │   ├── SessionNotFoundError                         dsh_host.session.persistence
     │   ├── SessionOwnershipLostError                    dsh_host.session.persistence
     │   ├── SessionPersistenceCorruptionError            dsh_host.session.persistence

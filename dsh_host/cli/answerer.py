@@ -19,8 +19,14 @@ With no interactive TTY on stdin (a pipe, ``/dev/null``, a closed descriptor)
 prompt nobody can see.
 
 Everything printed that came from the model or the log (arguments, reason,
-even the tool name) is escaped so control characters, ANSI escape sequences
-and bidi overrides cannot redraw or disguise the prompt.
+even the tool name) is escaped (:func:`~dsh_host.cli.render.terminal_safe`) so
+control characters, ANSI escape sequences and bidi overrides cannot redraw or
+disguise the prompt. On a terminal the prompt starts by resetting the scroll
+region and the character attributes (``ESC [r``, ``ESC [0m``), in case anything
+printed before it left them changed. The arguments are shown in full; when
+they are longer than :data:`MAX_SHOWN_ARGUMENTS` characters the prompt says how
+many are hidden and the call is **rejected without asking** (nobody can
+approve what they cannot see; the full arguments are in the session log).
 
 Prompts are serialised: two concurrent asks (parallel tool calls) are shown
 one after the other, never interleaved. If the request is withdrawn while the
@@ -34,7 +40,6 @@ import json
 import os
 import signal
 import sys
-import unicodedata
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from typing import Any, Final, TextIO
@@ -42,10 +47,13 @@ from typing import Any, Final, TextIO
 import anyio
 
 from ..context import Context
+from .render import terminal_safe
 
 __all__ = [
     "PROMPT",
+    "TERMINAL_RESET",
     "TerminalAnswerer",
+    "hidden_characters",
     "install_terminal_answerer",
     "is_interactive",
     "render_request",
@@ -53,8 +61,10 @@ __all__ = [
 
 #: The question, exactly (DECISIONS D8).
 PROMPT: Final = "allow once? [y/N] "
-#: At most this many characters of the arguments are shown; the rest is summarised.
+#: At most this many characters of the arguments are shown; a longer call is refused unasked.
 MAX_SHOWN_ARGUMENTS: Final = 4000
+#: Written before the prompt on a terminal: reset the scroll region, then all attributes.
+TERMINAL_RESET: Final = "\x1b[r\x1b[0m"
 
 _YES: Final = frozenset({"y", "yes"})
 
@@ -91,19 +101,7 @@ def install_terminal_answerer(
 
 
 def _escape(text: str, *, keep_newlines: bool = False) -> str:
-    """Make untrusted text inert on a terminal: escape controls, format chars, surrogates."""
-    out: list[str] = []
-    for ch in text:
-        if keep_newlines and ch == "\n":
-            out.append(ch)
-            continue
-        category = unicodedata.category(ch)
-        if category in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
-            code = ord(ch)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+    return terminal_safe(text, multiline=keep_newlines)
 
 
 def _field(data: Any, name: str, wire: str) -> Any:
@@ -133,6 +131,22 @@ def _pretty(raw: str) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
+def hidden_characters(req: Any) -> int:
+    """How many characters of the logged arguments :func:`render_request` leaves out."""
+    raw = _request_arguments(req)
+    return 0 if raw is None else max(0, len(_pretty(raw)) - MAX_SHOWN_ARGUMENTS)
+
+
+def _request_arguments(req: Any) -> str | None:
+    call_id = getattr(req, "call_id", None)
+    if call_id is None:
+        return None
+    try:
+        return _logged_arguments(req.agent.session.events, call_id)
+    except AttributeError:
+        return None
+
+
 def render_request(req: Any) -> str:
     """The text shown above the prompt (pure; untrusted parts escaped)."""
     lines = ["", "dsh: approval needed"]
@@ -141,12 +155,7 @@ def render_request(req: Any) -> str:
     lines.append(f"  call id:   {_escape(call_id) if call_id is not None else '(none)'}")
     reason = getattr(req, "reason", None)
     lines.append(f"  reason:    {_escape(reason) if reason is not None else '(none given)'}")
-    raw: str | None = None
-    if call_id is not None:
-        try:
-            raw = _logged_arguments(req.agent.session.events, call_id)
-        except AttributeError:
-            raw = None
+    raw = _request_arguments(req)
     if raw is None:
         lines.append("  arguments: (no tool/call logged for this call id)")
     else:
@@ -157,7 +166,8 @@ def render_request(req: Any) -> str:
             shown = shown[:MAX_SHOWN_ARGUMENTS]
             suffix = (
                 f"\n  … {hidden} more characters not shown (the full arguments are in the "
-                "session log's tool/call event)"
+                "session log's tool/call event); a call that cannot be shown in full is "
+                "rejected"
             )
         body = _escape(shown, keep_newlines=True).replace("\n", "\n    ")
         lines.append(f"  arguments:\n    {body}{suffix}")
@@ -205,7 +215,20 @@ class TerminalAnswerer:
         out.write(text)
         out.flush()
 
+    def _reset_terminal(self) -> None:
+        """Undo a scroll region or attributes left by earlier output (only on a terminal)."""
+        try:
+            interactive = self.output.isatty()
+        except (OSError, ValueError):
+            interactive = False
+        if interactive:
+            self._write(TERMINAL_RESET)
+
     async def _ask(self, req: Any) -> str:
+        self._reset_terminal()
+        if hidden_characters(req):
+            self._write(render_request(req) + "(rejected: too long to show in full)\n")
+            return "rejected"
         with ExitStack() as stack:
             signals = _sigint_receiver(stack)
             self._write(render_request(req) + PROMPT)

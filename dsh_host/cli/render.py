@@ -1,9 +1,15 @@
-"""Plain-text rendering of messages and events for people (no model-facing strings here)."""
+"""Plain-text rendering of messages and events for people (no model-facing strings here).
+
+Everything shown here can come from the model, a tool's output or a stored log, so it passes
+through :func:`terminal_safe` before it reaches a terminal: an escape sequence in a file the
+agent ``cat``s must not clear the screen, move the cursor or draw a fake approval prompt.
+"""
 
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any
+import unicodedata
+from typing import Any, Final
 
 from ..session.events import SessionEvent, event_to_builtins
 from ..session.messages import (
@@ -21,6 +27,30 @@ from ..session.messages import (
 )
 
 MAX_TOOL_OUTPUT_LINES = 20
+
+#: Unicode categories shown escaped: controls (C0, DEL, C1 — ESC, CSI, OSC, ``\r`` ...), format
+#: characters (bidi overrides and isolates U+202A-202E / U+2066-2069, zero-width ...),
+#: surrogates, private use, unassigned, and the line/paragraph separators.
+_UNSAFE_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def terminal_safe(text: str, *, multiline: bool = True) -> str:
+    """``text`` made inert on a terminal: every unsafe character shown as ``\\xNN``/``\\uNNNN``.
+
+    ``\\t`` is kept (it cannot move the cursor back); ``multiline`` keeps ``\\n`` too (prose,
+    tool output), while a one-line field (a call id, a tool name, arguments) escapes it.
+    Escaping is per character, so it is safe on streamed chunks that split a sequence.
+    """
+    out: list[str] = []
+    for ch in text:
+        if ch == "\t" or (multiline and ch == "\n"):
+            out.append(ch)
+        elif unicodedata.category(ch) in _UNSAFE_CATEGORIES:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 def when(ms: int) -> str:
@@ -65,30 +95,34 @@ def message_lines(message: Any) -> list[tuple[str, str]]:
             if isinstance(block, ToolResultBlock):
                 style = "red" if block.is_error is True else "dim"
                 label = "error" if block.is_error is True else "result"
-                out.append((style, f"  ⎿ {label} [{block.tool_call_id}]\n"
-                            + _indent(_clip(blocks_text(block.content)))))
+                out.append((style, f"  ⎿ {label} [{_one_line(block.tool_call_id)}]\n"
+                            + _indent(_clip(terminal_safe(blocks_text(block.content))))))
         return out
     if isinstance(message, AssistantMessage):
         for block in message.content:
             if isinstance(block, ReasoningBlock):
-                out.append(("dim italic", f"  (thinking) {block.text.strip()}"))
+                out.append(("dim italic", f"  (thinking) {terminal_safe(block.text.strip())}"))
             elif isinstance(block, TextBlock):
-                out.append(("", f"assistant: {block.text}"))
+                out.append(("", f"assistant: {terminal_safe(block.text)}"))
             elif isinstance(block, ToolCallBlock):
-                out.append(("cyan", f"  ⚙ {block.name} [{block.id}] {block.arguments}"))
+                out.append(("cyan", _one_line(f"  ⚙ {block.name} [{block.id}] {block.arguments}")))
         return out
     if isinstance(message, UserMessage):
         kind = source_kind(message.source)
         plugin = message.source.plugin if isinstance(message.source, PluginSource) else ""
         prefix = "you" if kind == "user" else f"({kind} {plugin})".replace(" )", ")")
         style = "bold" if kind == "user" else "dim"
-        out.append((style, f"{prefix}: {blocks_text(message.content)}"))
+        out.append((style, terminal_safe(f"{prefix}: {blocks_text(message.content)}")))
         return out
     if isinstance(message, SystemMessage):
-        out.append(("dim", f"system: {blocks_text(message.content)}"))
+        out.append(("dim", f"system: {terminal_safe(blocks_text(message.content))}"))
         return out
-    out.append(("dim", repr(message)))
+    out.append(("dim", _one_line(repr(message))))
     return out
+
+
+def _one_line(text: str) -> str:
+    return terminal_safe(text, multiline=False)
 
 
 def _indent(text: str) -> str:
@@ -131,4 +165,4 @@ def event_summary(event: SessionEvent) -> str:
             summary = " ".join(f"{k}={v}" for k, v in data.items())
     if len(summary) > 120:
         summary = summary[:117] + "..."
-    return f"{event.seq:>6}  {event.type:<22} {summary}"
+    return _one_line(f"{event.seq:>6}  {event.type:<22} {summary}")

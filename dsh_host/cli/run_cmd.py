@@ -40,7 +40,7 @@ from .common import (
 from .demo import DEMO_PROMPT, DEMO_RESPONSES, DEMO_WORKSPACE
 from .interrupts import Interrupts
 from .output import console
-from .render import blocks_text, retry_summary
+from .render import blocks_text, retry_summary, terminal_safe
 
 MODEL_SPECS = "demo | scripted:PATH | openai-compatible:MODEL"
 
@@ -191,13 +191,14 @@ class Transcript:
     quiet: bool
     _mid_line: bool = False
 
-    def _print(self, text: str, style: str | None = None) -> None:
+    def _print(self, text: str, style: str | None = None, *, multiline: bool = False) -> None:
+        """Print one transcript line; control characters in it are shown escaped, never sent."""
         if self.quiet:
             return
         if self._mid_line:
             console().print()
             self._mid_line = False
-        console().print(text, style=style, markup=False)
+        console().print(terminal_safe(text, multiline=multiline), style=style, markup=False)
 
     def install(self, host: PluginHost) -> None:
         host.ctx.on("llm/stream", self._relay)
@@ -209,7 +210,9 @@ class Transcript:
         async for chunk in next_():
             if not self.quiet:
                 if isinstance(chunk, TextDeltaChunk):
-                    console().print(chunk.text, end="", markup=False, highlight=False)
+                    console().print(
+                        terminal_safe(chunk.text), end="", markup=False, highlight=False
+                    )
                     self._mid_line = not chunk.text.endswith("\n")
                 elif isinstance(chunk, BlockEndChunk) and isinstance(chunk.block, TextBlock):
                     if self._mid_line:
@@ -225,14 +228,15 @@ class Transcript:
         if kind == "user/message":
             message = event.data  # a user/message's data is the message itself
             if isinstance(message.source, UserSource):  # not plugin notices or context
-                self._print(f"you: {blocks_text(message.content)}", "bold")
+                self._print(f"you: {blocks_text(message.content)}", "bold", multiline=True)
             return
         if kind == "tool/result":
             block = event.data.message.content[0]
             error = event.data.error
             code = None if error is msgspec.UNSET else error.code
             label = "result" if code is None else f"error {code}"
-            lines = blocks_text(block.content).splitlines() or ["(empty)"]
+            # Escaped before splitting: a "\r" or a form feed is shown, not taken as a line break.
+            lines = terminal_safe(blocks_text(block.content)).splitlines() or ["(empty)"]
             shown = lines[:12]
             if len(lines) > 12:
                 shown.append(f"... ({len(lines) - 12} more lines)")

@@ -24,7 +24,7 @@ from .common import (
     run_with_host,
 )
 from .output import console, json_line, progress
-from .render import event_summary, human_size, message_lines, when
+from .render import event_summary, human_size, message_lines, terminal_safe, when
 
 
 def add_parser(sub: Any) -> None:
@@ -128,15 +128,16 @@ def run_list(args: argparse.Namespace) -> int:
         console().print("no stored sessions")
         return 0
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title_justify="left")
     for column in ("id", "created", "cwd", "events", "last turn", "size"):
         table.add_column(column, overflow="fold")
     for entry in entries:
-        table.add_row(
-            entry["sessionId"],
+        table.add_row(  # ids and cwds come from stored headers: shown inert, never as markup
+            Text(terminal_safe(entry["sessionId"], multiline=False)),
             when(entry["createdAt"]),
-            entry["cwd"] or "-",
+            Text(terminal_safe(entry["cwd"] or "-", multiline=False)),
             "-" if entry["events"] is None else str(entry["events"]),
             entry["lastTurnEnd"] or ("[red]unreadable[/red]" if entry["problem"] else "-"),
             human_size(entry["size"]),

@@ -15,6 +15,7 @@ from dsh_host.sandbox import (
     SandboxMode,
     SandboxPolicy,
     SandboxUnavailableError,
+    writable_roots,
 )
 
 __all__ = [
@@ -23,4 +24,5 @@ __all__ = [
     "SandboxMode",
     "SandboxPolicy",
     "SandboxUnavailableError",
+    "writable_roots",
 ]

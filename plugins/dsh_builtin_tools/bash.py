@@ -41,15 +41,17 @@ after <N>ms]``, then ``[killed by signal: <SIG>]`` or ``[exit code: <n>]``.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import re
+import shutil
 import signal as signals
 import subprocess
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Final
+from typing import Any, Final
 
 import anyio
 import anyio.abc
@@ -67,8 +69,14 @@ from dsh_host.tools.escalation import (
     validate_escalation_args,
 )
 
-from ._sandbox import ConfinedArgv, SandboxMode, SandboxPolicy, SandboxUnavailableError
-from .config import BuiltinToolsConfig
+from ._sandbox import (
+    ConfinedArgv,
+    SandboxMode,
+    SandboxPolicy,
+    SandboxUnavailableError,
+    writable_roots,
+)
+from .config import BuiltinToolsConfig, BuiltinToolsConfigError
 
 __all__ = [
     "BASH_DESCRIPTION",
@@ -180,6 +188,7 @@ _STREAM_SCHEMA: Final = {
         "text": {"type": "string"},
         "truncated": {"type": "boolean"},
         "spillPath": {"type": "string"},
+        "spillCapped": {"type": "boolean"},
     },
     "required": ["text", "truncated"],
 }
@@ -236,7 +245,10 @@ def _stream_text(stream: Mapping[str, Any]) -> str:
     text = str(stream["text"])
     if not stream["truncated"]:
         return text
-    return f"{text}\n[output truncated; full output: {stream.get('spillPath', '(unavailable)')}]"
+    path = stream.get("spillPath", "(unavailable)")
+    if stream.get("spillCapped"):
+        return f"{text}\n[output truncated; the output up to the spill cap is saved: {path}]"
+    return f"{text}\n[output truncated; full output: {path}]"
 
 
 def render_bash(_args: Any, value: Any, *, escalation: bool = False) -> list[ContentBlock]:
@@ -276,16 +288,110 @@ def render_bash(_args: Any, value: Any, *, escalation: bool = False) -> list[Con
 
 # --------------------------------------------------------------------------- output capture
 
+#: Written at the end of a spill file that reached ``maxSpillBytes``.
+SPILL_CAPPED_MARKER: Final = (
+    "\n[dsh: spill capped at {cap} bytes; the rest of this stream was discarded]\n"
+)
+
+
+def spill_base(config: BuiltinToolsConfig, workspace: str) -> str | None:
+    """The directory a row's private spill area is created in, outside every writable root.
+
+    A confined command may write the workspace and (Landlock) the host's temporary
+    directories, so a spill file there could be pre-planted as a symlink (DECISIONS D20). An
+    explicit ``spillDir`` inside one of those is a config error; by default the first of
+    ``$XDG_RUNTIME_DIR/dsh``, ``$XDG_CACHE_HOME/dsh`` (``~/.cache/dsh``) and ``/var/tmp`` that is
+    outside them is used. None: no candidate qualifies, so nothing is spilled.
+    """
+    roots = writable_roots(SandboxPolicy(mode="workspace-write", workspace_root=workspace))
+
+    def inside(path: str) -> str | None:
+        canonical = os.path.realpath(path)
+        for root in roots:
+            if canonical == root or canonical.startswith(root.rstrip(os.sep) + os.sep):
+                return root
+        return None
+
+    if config.spill_dir is not None:
+        explicit = os.path.abspath(os.path.expanduser(config.spill_dir))
+        root = inside(explicit)
+        if root is not None:
+            raise BuiltinToolsConfigError(
+                f"builtin-tools: spillDir {config.spill_dir!r} is inside {root}, which sandboxed "
+                "commands can write; choose a directory outside the workspace and the temporary "
+                "directories (or leave spillDir unset)"
+            )
+        return explicit
+    candidates = []
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isabs(runtime) and os.path.isdir(runtime):
+        candidates.append(os.path.join(runtime, "dsh"))
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    if os.path.isabs(cache):
+        candidates.append(os.path.join(cache, "dsh"))
+    candidates.append("/var/tmp")
+    for candidate in candidates:
+        if inside(candidate) is None:
+            return candidate
+    return None
+
+
+class SpillArea:
+    """One row's private spill directory (``mkdtemp``, 0700), created on first use.
+
+    Files are created ``O_CREAT | O_EXCL | O_NOFOLLOW`` (0600) relative to the directory's
+    descriptor, with names no other process chooses (a per-row counter), so a planted file or
+    symlink makes the spill fail instead of being written through. :meth:`dispose` (the row's
+    unload: the end of the run) deletes the directory and everything in it.
+    """
+
+    def __init__(self, base: str | None, cap: int) -> None:
+        self.base = base
+        self.cap = cap
+        self.path: str | None = None
+        self._dir_fd: int | None = None
+        self._count = itertools.count(1)
+
+    def open(self, call_id: str, stream: str) -> tuple[int, str] | None:
+        """A new spill file for one stream of one call: (descriptor, path), or None."""
+        if self.base is None:
+            return None
+        if self._dir_fd is None:
+            os.makedirs(self.base, mode=0o700, exist_ok=True)
+            self.path = tempfile.mkdtemp(prefix="dsh-bash-output-", dir=self.base)
+            self._dir_fd = os.open(
+                self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            )
+        safe_id = re.sub(r"[^A-Za-z0-9_.-]", "_", call_id)[:100] or "call"
+        name = f"{next(self._count)}-{safe_id}.{stream}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(name, flags, 0o600, dir_fd=self._dir_fd)
+        return fd, os.path.join(self.path or "", name)
+
+    def dispose(self) -> None:
+        """Close the directory and delete it with its files. Idempotent."""
+        fd, self._dir_fd = self._dir_fd, None
+        if fd is not None:
+            os.close(fd)
+        path, self.path = self.path, None
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
+
 
 @dataclass
 class _Capture:
     """Keeps the tail of one output stream; spills everything to a file once it overflows."""
 
     limit: int
-    spill_path: str | None
+    area: SpillArea | None
+    call_id: str
+    stream: str
     tail: bytearray = field(default_factory=bytearray)
     truncated: bool = False
-    spill: BinaryIO | None = None
+    spill_fd: int | None = None
+    spill_path: str | None = None
+    spilled: int = 0
+    capped: bool = False
     spill_failed: bool = False
     done: anyio.Event = field(default_factory=anyio.Event)
 
@@ -295,45 +401,58 @@ class _Capture:
             return
         if not self.truncated:
             self.truncated = True
-            self._open_spill(bytes(self.tail))
+            self._open_spill()
+            self._write_spill(bytes(self.tail))
         self._write_spill(data)
         self.tail.extend(data)
         if len(self.tail) > self.limit:
             del self.tail[: len(self.tail) - self.limit]
 
-    def _open_spill(self, prefix: bytes) -> None:
-        if self.spill_path is None:
+    def _open_spill(self) -> None:
+        if self.area is None:
             self.spill_failed = True
             return
         try:
-            os.makedirs(os.path.dirname(self.spill_path), mode=0o700, exist_ok=True)
-            self.spill = open(self.spill_path, "wb")
-            self.spill.write(prefix)
+            opened = self.area.open(self.call_id, self.stream)
         except OSError:
+            opened = None
+        if opened is None:
             self.spill_failed = True
-            self.spill = None
+            return
+        self.spill_fd, self.spill_path = opened
 
     def _write_spill(self, data: bytes) -> None:
-        if self.spill is None:
+        if self.spill_fd is None or self.capped or self.area is None:
             return
+        room = self.area.cap - self.spilled
+        chunk = data[:room]
         try:
-            self.spill.write(data)
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(self.spill_fd, view) :]
+            self.spilled += len(chunk)
+            if len(data) > room:
+                self.capped = True
+                os.write(self.spill_fd, SPILL_CAPPED_MARKER.format(cap=self.area.cap).encode())
         except OSError:
             self.spill_failed = True
+            self.close()
 
     def close(self) -> None:
-        if self.spill is not None:
+        fd, self.spill_fd = self.spill_fd, None
+        if fd is not None:
             try:
-                self.spill.close()
+                os.close(fd)
             except OSError:
                 self.spill_failed = True
-            self.spill = None
 
     def result(self) -> dict[str, Any]:
         text = bytes(self.tail).decode("utf-8", "replace")
         out: dict[str, Any] = {"text": text, "truncated": self.truncated}
         if self.truncated and not self.spill_failed and self.spill_path is not None:
             out["spillPath"] = self.spill_path
+            if self.capped:
+                out["spillCapped"] = True
         return out
 
 
@@ -392,7 +511,8 @@ async def _run(
     grace_s: float,
     token: CancelToken,
     capture_limit: int,
-    spill_prefix: str | None,
+    spill: SpillArea | None,
+    call_id: str,
 ) -> _RunOutcome:
     process = await anyio.open_process(
         list(argv),
@@ -403,8 +523,8 @@ async def _run(
         env=env,
         start_new_session=True,
     )
-    stdout = _Capture(capture_limit, f"{spill_prefix}.stdout" if spill_prefix else None)
-    stderr = _Capture(capture_limit, f"{spill_prefix}.stderr" if spill_prefix else None)
+    stdout = _Capture(capture_limit, spill, call_id, "stdout")
+    stderr = _Capture(capture_limit, spill, call_id, "stderr")
     timed_out = False
     try:
         async with anyio.create_task_group() as pumps:
@@ -501,7 +621,8 @@ def bash_tool(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> ToolD
     mode = config.sandbox
     escalation = mode != "danger-full-access"
     grace_s = config.kill_grace_ms / 1000
-    spill_dir = config.spill_dir or os.path.join(tempfile.gettempdir(), "dsh-bash-output")
+    spill = SpillArea(spill_base(config, workspace), config.max_spill_bytes)
+    ctx.effect(spill.dispose, "bash spill area")
 
     def confine(
         argv: list[str], call_mode: SandboxMode, exec: ToolExecution
@@ -555,7 +676,6 @@ def bash_tool(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> ToolD
         spawn = list(confined.argv) if confined is not None else argv
         if exec.signal.aborted:
             raise AbortError()
-        safe_id = re.sub(r"[^A-Za-z0-9_.-]", "_", exec.call_id)[:100] or "call"
         try:
             outcome = await _run(
                 spawn,
@@ -565,7 +685,8 @@ def bash_tool(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> ToolD
                 grace_s=grace_s,
                 token=exec.signal,
                 capture_limit=config.max_output_bytes,
-                spill_prefix=os.path.join(spill_dir, f"{safe_id}-{os.getpid()}"),
+                spill=spill,
+                call_id=exec.call_id,
             )
         except (FileNotFoundError, PermissionError) as exc:
             if exec.signal.aborted:

@@ -30,7 +30,10 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     call's deadline. ``maxOutputBytes``: how much of each output stream the
     model sees (the tail; the rest is spilled to a file). ``killGraceMs``:
     SIGTERM-to-SIGKILL grace. ``maxReadBytes``: the largest file ``read_file``
-    returns.
+    returns. ``spillDir``: where the row's private spill directory is created
+    (default: outside every writable root, see ``bash.spill_base``).
+    ``maxSpillBytes``: the most one stream spills; past it the file ends with a
+    capped marker and the rest is discarded.
     """
 
     workspace: str = "."
@@ -41,6 +44,7 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     kill_grace_ms: int = 3_000
     max_read_bytes: int = 256_000
     spill_dir: str | None = None
+    max_spill_bytes: int = 16_000_000
 
     def __post_init__(self) -> None:
         for field in (
@@ -49,6 +53,7 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
             "max_output_bytes",
             "kill_grace_ms",
             "max_read_bytes",
+            "max_spill_bytes",
         ):
             value = getattr(self, field)
             if value <= 0:

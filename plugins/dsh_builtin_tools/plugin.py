@@ -11,7 +11,7 @@ from dsh_host.userdirs import user_config_file
 
 from .bash import bash_tool
 from .config import BuiltinToolsConfig, BuiltinToolsConfigError, canonical_workspace
-from .files import read_file_tool, write_file_tool
+from .files import read_file_tool, workspace_root, write_file_tool
 
 __all__ = ["BuiltinTools"]
 
@@ -38,8 +38,9 @@ class BuiltinTools(Plugin):
         refuse_writable_harness_state(ctx, config, workspace)
         tools = ctx.tools
         tools.register(bash_tool(ctx, config, workspace), owner=ctx)
-        tools.register(read_file_tool(config, workspace), owner=ctx)
-        tools.register(write_file_tool(config, workspace), owner=ctx)
+        root = workspace_root(ctx, workspace)
+        tools.register(read_file_tool(config, root), owner=ctx)
+        tools.register(write_file_tool(config, root), owner=ctx)
 
 
 def _overlap(a: str, b: str) -> bool:

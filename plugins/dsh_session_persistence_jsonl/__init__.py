@@ -10,6 +10,7 @@ from ._backend import (
     JsonlSessionPersistence,
     JsonlWriteHandle,
 )
+from ._lock import SessionLockUnsafeError
 from ._paths import CURRENT_VERSION, encode_segment, generation_filename, project_key
 from ._plugin import JsonlConfig, SessionPersistenceJsonl
 
@@ -20,6 +21,7 @@ __all__ = [
     "JsonlReadHandle",
     "JsonlSessionPersistence",
     "JsonlWriteHandle",
+    "SessionLockUnsafeError",
     "SessionPersistenceJsonl",
     "encode_segment",
     "generation_filename",

@@ -12,23 +12,64 @@ after locking we compare the locked descriptor's inode with the path's and
 retry if someone replaced the file between our ``open`` and ``flock``. There
 is no expiry: the kernel drops the lock when the holder's process dies, and a
 live but wedged holder keeps excluding writers.
+
+The lock is opened ``O_NOFOLLOW | O_NONBLOCK`` and must be a regular file
+(DECISIONS D20): a ``session.lock`` planted as a symlink would otherwise make
+the harness create (``O_CREAT``) or lock any file the symlink names, and a FIFO
+would block the open. Either is refused with :class:`SessionLockUnsafeError`.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from typing import Final
 
 import portalocker
 from portalocker.portalocker import FlockLocker
 
-from dsh_host.session.persistence import SessionAlreadyOwnedError, SessionOwnershipLostError
+from dsh_host.session.persistence import (
+    SessionAlreadyOwnedError,
+    SessionOwnershipLostError,
+    SessionPersistenceError,
+)
 
-__all__ = ["LOCK_NAME", "SessionLock"]
+__all__ = ["LOCK_NAME", "SessionLock", "SessionLockUnsafeError"]
 
 LOCK_NAME: Final = "session.lock"
 _ATTEMPTS: Final = 3
 _LOCKER: Final = FlockLocker()
+
+
+class SessionLockUnsafeError(SessionPersistenceError):
+    """``session.lock`` is a symlink or not a regular file; nothing was created or locked."""
+
+    code = "SESSION_LOCK_UNSAFE"
+
+
+def _unsafe(session_id: str, path: str, what: str) -> SessionLockUnsafeError:
+    return SessionLockUnsafeError(
+        f'session "{session_id}": lock file "{path}" is {what}; refusing to open it (a planted '
+        "link could make the harness create or lock another file) — remove it and make sure "
+        "no tool can write the session directory"
+    )
+
+
+def _open_lock(path: str, session_id: str) -> int:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise _unsafe(session_id, path, "a symbolic link") from None
+        if error.errno == errno.ENXIO:  # a FIFO without a reader
+            raise _unsafe(session_id, path, "not a regular file") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _unsafe(session_id, path, "not a regular file")
+    return fd
 
 
 class SessionLock:
@@ -49,7 +90,7 @@ class SessionLock:
         """
         path = os.path.join(session_dir, LOCK_NAME)
         for _attempt in range(_ATTEMPTS):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = _open_lock(path, session_id)
             try:
                 _LOCKER.lock(
                     fd, portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
@@ -100,7 +141,7 @@ class SessionLock:
 
 def _same_file(fd: int, path: str) -> bool:
     try:
-        st = os.stat(path)
+        st = os.stat(path, follow_symlinks=False)
     except FileNotFoundError:
         return False
     fst = os.fstat(fd)

@@ -17,11 +17,13 @@ write handle.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, BinaryIO, Final, Literal
 
 from dsh_host.session.persistence import (
     SessionFormatUnsupportedError,
@@ -227,6 +229,24 @@ def _corrupt(path: str, message: str, offset: int | None) -> SessionPersistenceC
     )
 
 
+def open_log(path: str) -> BinaryIO:
+    """Open a stored log for reading: not through a symlink, never blocking, regular files only.
+
+    A FIFO or a symlink where a log should be is not ours (DECISIONS D20): refused as
+    corruption rather than followed or waited on.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise _corrupt(path, "session log is a symbolic link, not read through", None) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _corrupt(path, "session log is not a regular file", None)
+    return os.fdopen(fd, "rb")
+
+
 def read_stable(path: str) -> tuple[bytes, os.stat_result]:
     """Read a file whose (dev, ino, size, mtime, ctime) is the same before and after.
 
@@ -238,7 +258,7 @@ def read_stable(path: str) -> tuple[bytes, os.stat_result]:
     data = b""
     before = os.stat(path)
     for _attempt in range(2):
-        with open(path, "rb") as handle:
+        with open_log(path) as handle:
             data = handle.read()
         after = os.stat(path)
         if revision_of(before) == revision_of(after) and len(data) == after.st_size:
@@ -432,7 +452,7 @@ def read_header(path: str, compression: Compression) -> tuple[dict[str, Any], st
         st = os.stat(path)
     except FileNotFoundError:
         return None
-    with open(path, "rb") as handle:
+    with open_log(path) as handle:
         data = b""
         while True:
             chunk = handle.read(_LIST_CHUNK)

@@ -139,8 +139,12 @@ def publish_exclusive(final_path: str, content: bytes) -> None:
 
 
 def open_for_append(path: str) -> int:
-    """A descriptor for appending to ``path``; the handle keeps it for its whole life."""
-    return os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    """A descriptor for appending to ``path``; the handle keeps it for its whole life.
+
+    ``O_NOFOLLOW``: the log was published by us as a regular file; a symlink in its place is
+    somebody else's, and the harness must not write through it (DECISIONS D20).
+    """
+    return os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
 
 def append_durable(fd: int, path: str, data: bytes, prior_size: int) -> int:

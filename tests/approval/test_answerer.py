@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from dsh_host.cli.answerer import (
@@ -201,3 +202,40 @@ def test_pty_answers(
     assert "\x1b[2J" not in output
     assert PROMPT.strip() in output
     assert closing in output
+
+
+@pytest.mark.anyio
+async def test_arguments_too_long_to_show_in_full_are_rejected_unasked() -> None:
+    """Nobody can approve what they cannot see: past the limit the call is refused, not asked."""
+    import io
+
+    read_end, write_end = os.pipe()
+    try:
+        out = io.StringIO()  # not a terminal: no reset sequence is written
+        async with booted(rules=None) as (host, _):
+            agent = new_agent(host)
+            for call_id, size in (("big", 10_000), ("small", 10)):
+                raw = json.dumps({"command": "x" * size})
+                agent.session.append(
+                    "tool/call",
+                    {"turn": 1, "step": 1, "callId": call_id, "name": "bash", "arguments": raw},
+                )
+            host.ctx.on("approval/request", TerminalAnswerer(input_fd=read_end, output=out))
+            os.write(write_end, b"y\n")  # an answer is waiting; the big call must not read it
+            big = await host.ctx.approval.request(
+                ApprovalRequest(agent=agent, tool_name="bash", call_id="big")
+            )
+            shown_big = out.getvalue()
+            # Control: the same answerer, a call that fits, reads the waiting "y" and allows.
+            with anyio.fail_after(GUARD_SECONDS):  # hang guard: the old code ate the "y" above
+                small = await host.ctx.approval.request(
+                    ApprovalRequest(agent=agent, tool_name="bash", call_id="small")
+                )
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert big == "rejected"
+    assert "6019 more characters not shown" in shown_big
+    assert shown_big.endswith("(rejected: too long to show in full)\n")
+    assert PROMPT not in shown_big and "\x1b" not in shown_big
+    assert small == "allowed-once"

@@ -80,11 +80,7 @@ def boot(workspace: Path, tmp_path: Path) -> Boot:
         rows.append(
             Row(
                 name="builtin-tools",
-                config={
-                    "workspace": str(workspace),
-                    "sandbox": mode,
-                    "spillDir": str(tmp_path / "spill"),
-                },
+                config={"workspace": str(workspace), "sandbox": mode},
             )
         )
         if policy is not None:

@@ -39,7 +39,7 @@ def boot(tmp_path: Path) -> Boot:
         rows = [Row(name="tools")]
         if with_sandbox:
             rows.append(Row(name="sandbox-local", config={"network": "deny"}))
-        settings = {"workspace": str(workspace), "spillDir": str(tmp_path / "spill"), **config}
+        settings = {"workspace": str(workspace), **config}
         rows.append(Row(name="builtin-tools", config=settings))
         async with open_host(rows) as host:
             yield host
@@ -53,6 +53,15 @@ def real(path: Path) -> str:
 
 def read_text(path: Path) -> str:
     return path.read_text() if path.exists() else ""
+
+
+def modes(spill: Path) -> tuple[int, int]:
+    """Permission bits of a spill file and of its directory."""
+    return spill.stat().st_mode & 0o777, spill.parent.stat().st_mode & 0o777
+
+
+def area_gone(spill: Path) -> bool:
+    return not spill.parent.exists()
 
 
 def bash(command: str, **extra: Any) -> dict[str, Any]:
@@ -195,14 +204,43 @@ async def test_environment_is_scrubbed(boot: Boot, monkeypatch: pytest.MonkeyPat
 async def test_long_output_keeps_the_tail_and_spills(boot: Boot) -> None:
     async with boot(sandbox="danger-full-access", maxOutputBytes=1000) as host:
         result = await run(host, bash("seq 1 5000"))
+        stdout = result.value["stdout"]
+        spill = Path(stdout["spillPath"])
+        spilled = read_text(spill)
+        mode = modes(spill)
     text = text_of(result)
-    stdout = result.value["stdout"]
     assert stdout["truncated"] is True
     assert text.splitlines()[-1] == f"[output truncated; full output: {stdout['spillPath']}]"
     assert "5000\n" in stdout["text"]
     assert "\n1\n" not in "\n" + stdout["text"]
-    spilled = read_text(Path(stdout["spillPath"]))
     assert spilled == "".join(f"{n}\n" for n in range(1, 5001))
+    assert mode == (0o600, 0o700)
+    # The spill area is private to the row and deleted when the row unloads (end of the run).
+    assert read_text(spill) == "" and area_gone(spill)
+
+
+async def test_spill_is_capped_with_a_marker(boot: Boot) -> None:
+    async with boot(sandbox="danger-full-access", maxOutputBytes=1000, maxSpillBytes=5000) as host:
+        result = await run(host, bash("seq 1 100000"))
+        spilled = read_text(Path(result.value["stdout"]["spillPath"]))
+    stdout = result.value["stdout"]
+    assert stdout["spillCapped"] is True
+    assert "99999\n100000\n" in stdout["text"]  # the model still gets the tail
+    assert text_of(result).endswith(
+        f"[output truncated; the output up to the spill cap is saved: {stdout['spillPath']}]"
+    )
+    full = "".join(f"{n}\n" for n in range(1, 100001))
+    marker = "\n[dsh: spill capped at 5000 bytes; the rest of this stream was discarded]\n"
+    assert spilled == full[:5000] + marker
+
+
+async def test_spill_dir_inside_a_writable_root_is_refused(boot: Boot, tmp_path: Path) -> None:
+    from dsh_host.loader import BootError
+
+    with pytest.raises(BootError) as refused:
+        async with boot(spillDir=str(tmp_path / "ws" / "spill")):
+            pass
+    assert "spillDir" in str(refused.value) and "sandboxed commands can write" in str(refused.value)
 
 
 async def test_invalid_bash_arguments(boot: Boot) -> None:

@@ -215,7 +215,7 @@ def bash_rows(tmp_path: Path, mode: str) -> list[Row]:
     workspace = tmp_path / "ws"
     workspace.mkdir(exist_ok=True)
     rows = [] if mode == "danger-full-access" else [Row(name="sandbox-local")]
-    settings = {"workspace": str(workspace), "spillDir": str(tmp_path / "spill"), "sandbox": mode}
+    settings = {"workspace": str(workspace), "sandbox": mode}
     return [*rows, Row(name="builtin-tools", config=settings)]
 
 
