@@ -53,7 +53,7 @@ from .policy import (
     policy_changed_notice,
     set_approval_policy,
 )
-from .service import ApprovalService
+from .service import ApprovalService, AwaitingApprovalReason
 
 __all__ = [
     "APPROVAL_OUTCOMES",
@@ -73,6 +73,7 @@ __all__ = [
     "ApprovalPolicy",
     "ApprovalRequestError",
     "ApprovalService",
+    "AwaitingApprovalReason",
     "EscalationApprover",
     "EscalationFailure",
     "EscalationMode",

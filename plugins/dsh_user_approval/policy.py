@@ -7,9 +7,10 @@ catch-up machinery — replaying the log *is* the state (spec §1.3).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal, Protocol, TypeAlias, TypeGuard
+
+from dsh_host.session.approvals import args_digest
 
 from .errors import InvalidApprovalPolicyError
 
@@ -137,12 +138,3 @@ def find_tool_call_arguments(events: Sequence[Any], call_id: str) -> str | None:
             arguments = _field(event.data, "arguments")
             return arguments if isinstance(arguments, str) else None
     return None
-
-
-def args_digest(arguments: str) -> str:
-    """Lower-case hex SHA-256 of the raw argument string's UTF-8 bytes.
-
-    A lone surrogate (possible in a model's JSON string) is encoded with
-    ``surrogatepass`` so every string has exactly one digest.
-    """
-    return hashlib.sha256(arguments.encode("utf-8", "surrogatepass")).hexdigest()
