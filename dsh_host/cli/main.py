@@ -3,7 +3,8 @@
 Exit codes (a contract): 0 success, 1 "the thing ran but did not succeed"
 (a turn that did not complete, a recoverable log, rows not active), 2 usage
 or input error (bad flag, unknown session, bad config, corrupt log for
-``verify``), 3 the session is held by another process. A :class:`DshError`
+``verify``), 3 the session is held by another process, 4 the turn ended
+awaiting approval (``dsh run --approval defer``, ``dsh approvals decide``). A :class:`DshError`
 never reaches the user as a traceback: it is printed as one line.
 """
 
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 
 from ..errors import DshError
 from ..session.persistence import SessionAlreadyOwnedError
-from . import plugins_cmd, run_cmd, sessions_cmd
+from . import approvals_cmd, plugins_cmd, run_cmd, sessions_cmd
 from .common import CommandInterrupted
 from .interrupts import exit_on_signals
 
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_cmd.add_parsers(sub)
     plugins_cmd.add_parser(sub)
     sessions_cmd.add_parser(sub)
+    approvals_cmd.add_parser(sub)
     return parser
 
 
