@@ -142,14 +142,32 @@ def add_parser(sub: Any) -> None:
     )
     add_config_flag(decide)
     add_root_flag(decide)
-    decide.add_argument(
+    _continue_flags(decide)
+    decide.set_defaults(handler=run_decide)
+
+    resume = commands.add_parser(
+        "continue",
+        help="continue a session whose pending calls are all decided",
+        description="Apply the recorded decisions (after `decide --no-continue`, or a crash "
+        "between a decision and its turn) and continue the session in its recorded workspace. "
+        "Exit 0 completed, 4 awaiting approval (again, or some call is still undecided), 2 "
+        "nothing awaits approval / unknown session, 3 held by another process.",
+    )
+    resume.add_argument("session_id", metavar="SESSION")
+    add_config_flag(resume)
+    add_root_flag(resume)
+    _continue_flags(resume)
+    resume.set_defaults(handler=run_continue, call_id=None, decision=None, no_continue=False)
+
+
+def _continue_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--model",
         metavar="SPEC",
         default="demo",
         help="the model that continues the session (as for dsh run; default: demo)",
     )
-    decide.add_argument("--json", action="store_true", help="print one JSON object at the end")
-    decide.set_defaults(handler=run_decide)
+    parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -197,7 +215,12 @@ def _decided_by() -> str:
     return f"dsh approvals decide by {user}@{socket.gethostname()} (pid {os.getpid()})"
 
 
+def run_continue(args: argparse.Namespace) -> int:
+    return run_decide(args)
+
+
 def run_decide(args: argparse.Namespace) -> int:
+    """``decide`` (``args.decision`` set) and ``continue`` (None): see the module docstring."""
     from .run_cmd import Transcript, _compose  # run_cmd hooks this module: import lazily
 
     # The session's recorded workspace: read the header first (this also reports an unknown
@@ -221,13 +244,14 @@ def run_decide(args: argparse.Namespace) -> int:
         transcript.install(host)
         agent: Agent = await host.ctx.agent.resume(args.session_id)
         try:
-            await agent.decide(
-                args.call_id,
-                args.decision,
-                reason=args.reason,
-                decided_by=_decided_by(),
-                args_digest=args.args_digest,
-            )
+            if args.decision is not None:
+                await agent.decide(
+                    args.call_id,
+                    args.decision,
+                    reason=args.reason,
+                    decided_by=_decided_by(),
+                    args_digest=args.args_digest,
+                )
             reason: Any = None
             if not args.no_continue:
                 interrupts.target(agent.cancel)
@@ -256,10 +280,13 @@ def run_decide(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**result, "turnEnd": {"kind": kind} if kind else None}))
     else:
-        out = console()
-        verb = "allowed" if args.decision == "allow" else "denied"
-        out.print(f"{verb} call {_escape(args.call_id)} of session {_escape(args.session_id)}",
-                  markup=False, highlight=False)
+        if args.decision is not None:
+            verb = "allowed" if args.decision == "allow" else "denied"
+            console().print(
+                f"{verb} call {_escape(args.call_id)} of session {_escape(args.session_id)}",
+                markup=False,
+                highlight=False,
+            )
         if result["pendingApprovals"]:
             print_pending(result["pendingApprovals"])
     if kind == AWAITING_APPROVAL:

@@ -11,110 +11,13 @@ by another process is exit 3, and every verdict is judged from the stored log.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import pytest
-from postgres.conftest import DSN, _probe, drop_schemas
-
-REPO = Path(__file__).resolve().parents[2]
-DSH = [sys.executable, "-m", "dsh_host"]
-CALL = "call-ledger"
-RULES = (
-    "\n- id: rules\n  name: tool-rules\n  config:\n    rules:\n"
-    "      - {tool: bash, decision: ask, reason: side effects need a human}\n"
-)
-
-
-@dataclass
-class Env:
-    """One composition (JSONL or PostgreSQL) with the ask rule, a workspace and two scripts."""
-
-    tmp: Path
-    config: Path
-    root: Path
-    workspace: Path
-    env: dict[str, str]
-    first: Path
-    second: Path
-
-    @property
-    def ledger(self) -> Path:
-        return self.workspace / "ledger"
-
-    def dsh(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*DSH, *args, "--config", str(self.config), *self.root_flag()],
-            cwd=self.tmp, env={**os.environ, **self.env}, stdin=subprocess.DEVNULL,
-            capture_output=True, text=True, timeout=timeout, check=False,
-        )
-
-    def root_flag(self) -> list[str]:
-        return ["--root", str(self.root)] if "DSH_POSTGRES_DSN" not in self.env else []
-
-    def run_deferred(self) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-        proc = self.dsh(
-            "run", "--workspace", str(self.workspace), "--model", f"scripted:{self.first}",
-            "--approval", "defer", "--json", "append to the ledger",
-        )
-        assert proc.returncode == 4, proc.stdout + proc.stderr
-        return proc, json.loads(proc.stdout.strip().splitlines()[-1])
-
-    def events(self, session_id: str) -> list[dict[str, Any]]:
-        proc = self.dsh("sessions", "show", session_id, "--view", "events", "--json")
-        assert proc.returncode == 0, proc.stderr
-        return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
-
-    def ledger_lines(self) -> list[str]:
-        return self.ledger.read_text().splitlines() if self.ledger.exists() else []
-
-
-def script(path: Path, responses: list[Any]) -> Path:
-    path.write_text(json.dumps({"responses": responses}))
-    return path
-
-
-def make_env(tmp: Path, base: str, env: dict[str, str]) -> Env:
-    workspace = tmp / "ws"
-    workspace.mkdir()
-    config = tmp / "dsh.yml"
-    config.write_text((REPO / "configs" / base).read_text() + RULES)
-    command = 'printf "%s\\n" "$DSH_CALL_ID" >> ledger'
-    first = script(tmp / "first.json", [
-        {"tool_calls": [{"id": CALL, "name": "bash",
-                         "arguments": {"command": command, "description": "Append to ledger"}}]},
-        {"text": "never reached by the first process"},
-    ])
-    second = script(tmp / "second.json", [{"text": "The ledger was updated."}])
-    return Env(tmp, config, tmp / "sessions", workspace, env, first, second)
-
-
-@pytest.fixture(params=["jsonl", "postgres"])
-def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
-    if request.param == "jsonl":
-        yield make_env(tmp_path, "default.yml", {})
-        return
-    problem = _probe()
-    if problem is not None:
-        pytest.skip(f"no PostgreSQL server answers at {DSN!r} ({problem})")
-    prefix = f"dsh_t{uuid.uuid4().hex[:12]}"
-    try:
-        yield make_env(
-            tmp_path, "postgres.yml",
-            {"DSH_POSTGRES_DSN": DSN, "DSH_POSTGRES_SCHEMA": f"{prefix}_main"},
-        )
-    finally:
-        drop_schemas(DSN, prefix)
+from .deferred_env import CALL, Env, make_env, script
 
 
 def test_defer_exit_4_then_allow_from_another_process_runs_it_exactly_once(setup: Env) -> None:
-    proc, summary = setup.run_deferred()
+    _, summary = setup.run_deferred()
     session_id = summary["sessionId"]
     assert summary["turnEnd"] == {"kind": "awaiting-approval"}
     (pending,) = summary["pendingApprovals"]
@@ -230,3 +133,51 @@ def test_human_output_prints_each_pending_call_escaped(tmp_path: Path) -> None:
     assert arguments.startswith("  arguments: {") and "$DSH_CALL_ID" in arguments
     assert "\u202e" not in arguments and "\\u202e" in arguments
     assert "\x1b" not in "".join(lines[at : at + 3])
+
+
+def test_a_tampered_log_is_refused(setup: Env) -> None:
+    """The stored tool/call arguments are edited after the ask: no decision binds to them."""
+    postgres = "DSH_POSTGRES_DSN" in setup.env
+    if not postgres:  # raw JSONL lines, so the edit is a plain text edit (zstd is checksummed)
+        text = setup.config.read_text()
+        anchor = "root: !env [DSH_SESSION_ROOT, ./.dsh/sessions]"
+        assert anchor in text
+        setup.config.write_text(text.replace(anchor, anchor + "\n    compression: none"))
+    _, summary = setup.run_deferred()
+    session_id = summary["sessionId"]
+    if postgres:
+        import psycopg
+        from psycopg import sql
+
+        schema = setup.env["DSH_POSTGRES_SCHEMA"]
+        with psycopg.connect(setup.env["DSH_POSTGRES_DSN"], autocommit=True) as conn:
+            (kind,) = conn.execute(
+                sql.SQL("SELECT pg_typeof(event)::text FROM {}.events LIMIT 1").format(
+                    sql.Identifier(schema)
+                )
+            ).fetchone() or ("json",)
+            # The append-only trigger refuses edits; a tamperer with the owner's rights lifts it.
+            table = sql.SQL("{}.events").format(sql.Identifier(schema))
+            conn.execute(sql.SQL("ALTER TABLE {} DISABLE TRIGGER events_append_only").format(table))
+            changed = conn.execute(
+                sql.SQL(
+                    "UPDATE {}.events SET event = CAST(replace(event::text, %s, %s) AS {}) "
+                    "WHERE session_id = %s AND event::text LIKE %s"
+                ).format(sql.Identifier(schema), sql.SQL(kind)),
+                (">> ledger", ">> /tmp/elsewhere", session_id, "%>> ledger%"),
+            ).rowcount
+            conn.execute(sql.SQL("ALTER TABLE {} ENABLE TRIGGER events_append_only").format(table))
+    else:
+        (log,) = [p for p in setup.root.rglob("*.jsonl") if session_id in str(p)]
+        raw = log.read_text()
+        changed = raw.count(">> ledger")
+        log.write_text(raw.replace(">> ledger", ">> /tmp/elsewhere"))
+    assert changed >= 1
+    decide = setup.dsh(
+        "approvals", "decide", session_id, CALL, "allow", "--model", f"scripted:{setup.second}",
+    )
+    assert decide.returncode == 2, decide.stdout + decide.stderr
+    assert "do not match the argsDigest" in decide.stderr
+    assert setup.ledger_lines() == []
+    assert not Path("/tmp/elsewhere").exists() or CALL not in Path("/tmp/elsewhere").read_text()
+    assert not any(e["type"] == "approval/decided" for e in setup.events(session_id))
