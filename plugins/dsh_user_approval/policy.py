@@ -18,6 +18,7 @@ __all__ = [
     "APPROVAL_OUTCOMES",
     "APPROVAL_POLICIES",
     "ASK_POLICY_SENTENCE",
+    "DEFER_POLICY_SENTENCE",
     "NEVER_POLICY_SENTENCE",
     "AppendableSession",
     "ApprovalOutcome",
@@ -50,6 +51,12 @@ APPROVAL_POLICIES: Final[tuple[ApprovalPolicy, ...]] = ("ask", "never")
 ASK_POLICY_SENTENCE: Final = (
     "Approval policy: ask. Operations that require approval may ask through the configured "
     "answerers; without an available answerer, the request fails closed."
+)
+#: Runtime-context statement under ``ask`` with ``unanswered: defer`` (beyond DSH, D19).
+DEFER_POLICY_SENTENCE: Final = (
+    "Approval policy: ask. Operations that require approval may ask through the configured "
+    "answerers; without an available answerer, the call waits for a person's later decision "
+    "and the turn pauses until it is decided."
 )
 #: Runtime-context statement under ``never`` (spec §1.7, exact).
 NEVER_POLICY_SENTENCE: Final = (

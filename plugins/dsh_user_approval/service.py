@@ -65,6 +65,7 @@ from .errors import ApprovalOutsideTurnError, ApprovalRequestError, InvalidAppro
 from .policy import (
     APPROVAL_POLICIES,
     ASK_POLICY_SENTENCE,
+    DEFER_POLICY_SENTENCE,
     NEVER_POLICY_SENTENCE,
     AppendableSession,
     ApprovalOutcome,
@@ -227,7 +228,9 @@ class ApprovalService:
         if agent is None:
             return ""
         policy = self.effective_policy(agent.session)
-        return NEVER_POLICY_SENTENCE if policy == "never" else ASK_POLICY_SENTENCE
+        if policy == "never":
+            return NEVER_POLICY_SENTENCE
+        return DEFER_POLICY_SENTENCE if self._unanswered == "defer" else ASK_POLICY_SENTENCE
 
     # -- request --------------------------------------------------------------------------
 

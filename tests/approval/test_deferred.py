@@ -219,3 +219,14 @@ async def test_an_answerer_may_defer_and_fail_mode_stays_fail_closed() -> None:
         assert isinstance(await agent.run_turn("go"), CompletedReason)
         assert ran == ["c-free"]
         assert "no approval channel is available" in results(agent.session.events)["c-ask"]
+
+
+async def test_the_model_is_told_that_unanswered_asks_wait() -> None:
+    from dsh_user_approval import ASK_POLICY_SENTENCE, DEFER_POLICY_SENTENCE
+
+    async with open_host(rows([{"text": "hi"}])) as host:
+        agent = host.ctx.agent.create(session_id="ctx-1")
+        assert host.ctx.approval.policy_context(agent) == DEFER_POLICY_SENTENCE
+    async with open_host(rows([{"text": "hi"}], unanswered="fail")) as host:
+        agent = host.ctx.agent.create(session_id="ctx-2")
+        assert host.ctx.approval.policy_context(agent) == ASK_POLICY_SENTENCE
