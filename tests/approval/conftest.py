@@ -11,6 +11,6 @@ from .deferred_env import Env, backend_env
 
 
 @pytest.fixture(params=["jsonl", "postgres"])
-def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
+def deferred(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
     """A deferred-approval composition on each persistence backend."""
     yield from backend_env(request, tmp_path)

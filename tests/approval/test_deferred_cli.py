@@ -16,21 +16,21 @@ from pathlib import Path
 from .deferred_env import CALL, Env, make_env, script
 
 
-def test_defer_exit_4_then_allow_from_another_process_runs_it_exactly_once(setup: Env) -> None:
-    _, summary = setup.run_deferred()
+def test_defer_exit_4_then_allow_from_another_process_runs_it_exactly_once(deferred: Env) -> None:
+    _, summary = deferred.run_deferred()
     session_id = summary["sessionId"]
     assert summary["turnEnd"] == {"kind": "awaiting-approval"}
     (pending,) = summary["pendingApprovals"]
     assert (pending["sessionId"], pending["callId"], pending["tool"]) == (session_id, CALL, "bash")
-    assert setup.ledger_lines() == []  # nothing ran
-    events = setup.events(session_id)
+    assert deferred.ledger_lines() == []  # nothing ran
+    events = deferred.events(session_id)
     end = events[-1]
     assert end["type"] == "turn/end"
     assert end["data"]["reason"] == {"kind": "awaiting-approval", "callIds": [CALL]}
     kinds = [e["type"] for e in events]
     assert "approval/decided" not in kinds and "tool/result" not in kinds
 
-    listing = setup.dsh("approvals", "list", "--json")
+    listing = deferred.dsh("approvals", "list", "--json")
     assert listing.returncode == 0, listing.stderr
     rows = [json.loads(line) for line in listing.stdout.splitlines() if line.strip()]
     assert [(r["sessionId"], r["callId"]) for r in rows] == [(session_id, CALL)]
@@ -38,16 +38,16 @@ def test_defer_exit_4_then_allow_from_another_process_runs_it_exactly_once(setup
     assert set(row) == {"sessionId", "callId", "tool", "argsDigest", "arguments", "askedAt"}
     assert "$DSH_CALL_ID" in row["arguments"]
 
-    decide = setup.dsh(
+    decide = deferred.dsh(
         "approvals", "decide", session_id, CALL, "allow", "--reason", "reviewed",
-        "--args-digest", row["argsDigest"], "--model", f"scripted:{setup.second}", "--json",
+        "--args-digest", row["argsDigest"], "--model", f"scripted:{deferred.second}", "--json",
     )
     assert decide.returncode == 0, decide.stdout + decide.stderr
     result = json.loads(decide.stdout.strip().splitlines()[-1])
     assert result["turnEnd"] == {"kind": "completed"}
-    assert setup.ledger_lines() == [CALL]  # exactly once
+    assert deferred.ledger_lines() == [CALL]  # exactly once
 
-    events = setup.events(session_id)
+    events = deferred.events(session_id)
     decided = [e for e in events if e["type"] == "approval/decided"]
     assert len(decided) == 1
     data = decided[0]["data"]
@@ -57,59 +57,59 @@ def test_defer_exit_4_then_allow_from_another_process_runs_it_exactly_once(setup
     results = [e for e in events if e["type"] == "tool/result"]
     assert len(results) == 1 and results[0]["data"]["message"]["source"]["callId"] == CALL
     assert events[-1]["data"]["reason"] == {"kind": "completed"}
-    assert setup.dsh("approvals", "list", "--json").stdout.strip() == ""
+    assert deferred.dsh("approvals", "list", "--json").stdout.strip() == ""
 
     # One-shot: the call is no longer pending; a second decision is refused and runs nothing.
-    again = setup.dsh("approvals", "decide", session_id, CALL, "allow", "--no-continue")
+    again = deferred.dsh("approvals", "decide", session_id, CALL, "allow", "--no-continue")
     assert again.returncode == 2, again.stderr
     assert "not awaiting approval" in again.stderr and "Traceback" not in again.stderr
-    assert setup.ledger_lines() == [CALL]
+    assert deferred.ledger_lines() == [CALL]
 
 
-def test_deny_never_runs_and_the_model_gets_the_rejection(setup: Env) -> None:
-    _, summary = setup.run_deferred()
+def test_deny_never_runs_and_the_model_gets_the_rejection(deferred: Env) -> None:
+    _, summary = deferred.run_deferred()
     session_id = summary["sessionId"]
-    decide = setup.dsh(
-        "approvals", "decide", session_id, CALL, "deny", "--model", f"scripted:{setup.second}",
+    decide = deferred.dsh(
+        "approvals", "decide", session_id, CALL, "deny", "--model", f"scripted:{deferred.second}",
     )
     assert decide.returncode == 0, decide.stdout + decide.stderr
-    assert setup.ledger_lines() == []
-    events = setup.events(session_id)
+    assert deferred.ledger_lines() == []
+    events = deferred.events(session_id)
     (result,) = [e for e in events if e["type"] == "tool/result"]
     block = result["data"]["message"]["content"][0]
     assert block["content"] == [{"type": "text", "text": 'Error: the user rejected tool "bash"'}]
     assert events[-1]["data"]["reason"] == {"kind": "completed"}
 
 
-def test_no_continue_records_then_a_second_decision_is_refused(setup: Env) -> None:
-    _, summary = setup.run_deferred()
+def test_no_continue_records_then_a_second_decision_is_refused(deferred: Env) -> None:
+    _, summary = deferred.run_deferred()
     session_id = summary["sessionId"]
-    first = setup.dsh("approvals", "decide", session_id, CALL, "deny", "--no-continue", "--json")
+    first = deferred.dsh("approvals", "decide", session_id, CALL, "deny", "--no-continue", "--json")
     assert first.returncode == 0, first.stderr
     assert json.loads(first.stdout)["turnEnd"] is None
-    second = setup.dsh("approvals", "decide", session_id, CALL, "allow", "--no-continue")
+    second = deferred.dsh("approvals", "decide", session_id, CALL, "allow", "--no-continue")
     assert second.returncode == 2
     assert "already decided" in second.stderr
-    unknown = setup.dsh("approvals", "decide", session_id, "call-nope", "allow")
+    unknown = deferred.dsh("approvals", "decide", session_id, "call-nope", "allow")
     assert unknown.returncode == 2 and "not awaiting approval" in unknown.stderr
-    missing = setup.dsh("approvals", "decide", "no-such-session", CALL, "allow")
+    missing = deferred.dsh("approvals", "decide", "no-such-session", CALL, "allow")
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
-    events = setup.events(session_id)
+    events = deferred.events(session_id)
     assert sum(e["type"] == "approval/decided" for e in events) == 1
-    assert setup.ledger_lines() == []
+    assert deferred.ledger_lines() == []
 
 
-def test_a_changed_call_is_refused(setup: Env) -> None:
-    _, summary = setup.run_deferred()
+def test_a_changed_call_is_refused(deferred: Env) -> None:
+    _, summary = deferred.run_deferred()
     session_id = summary["sessionId"]
-    wrong = setup.dsh(
+    wrong = deferred.dsh(
         "approvals", "decide", session_id, CALL, "allow", "--args-digest", "0" * 64,
-        "--model", f"scripted:{setup.second}",
+        "--model", f"scripted:{deferred.second}",
     )
     assert wrong.returncode == 2
     assert "argsDigest" in wrong.stderr
-    assert setup.ledger_lines() == []
-    assert not any(e["type"] == "approval/decided" for e in setup.events(session_id))
+    assert deferred.ledger_lines() == []
+    assert not any(e["type"] == "approval/decided" for e in deferred.events(session_id))
 
 
 def test_human_output_prints_each_pending_call_escaped(tmp_path: Path) -> None:
@@ -135,22 +135,22 @@ def test_human_output_prints_each_pending_call_escaped(tmp_path: Path) -> None:
     assert "\x1b" not in "".join(lines[at : at + 3])
 
 
-def test_a_tampered_log_is_refused(setup: Env) -> None:
+def test_a_tampered_log_is_refused(deferred: Env) -> None:
     """The stored tool/call arguments are edited after the ask: no decision binds to them."""
-    postgres = "DSH_POSTGRES_DSN" in setup.env
+    postgres = "DSH_POSTGRES_DSN" in deferred.env
     if not postgres:  # raw JSONL lines, so the edit is a plain text edit (zstd is checksummed)
-        text = setup.config.read_text()
+        text = deferred.config.read_text()
         anchor = "root: !env [DSH_SESSION_ROOT, ./.dsh/sessions]"
         assert anchor in text
-        setup.config.write_text(text.replace(anchor, anchor + "\n    compression: none"))
-    _, summary = setup.run_deferred()
+        deferred.config.write_text(text.replace(anchor, anchor + "\n    compression: none"))
+    _, summary = deferred.run_deferred()
     session_id = summary["sessionId"]
     if postgres:
         import psycopg
         from psycopg import sql
 
-        schema = setup.env["DSH_POSTGRES_SCHEMA"]
-        with psycopg.connect(setup.env["DSH_POSTGRES_DSN"], autocommit=True) as conn:
+        schema = deferred.env["DSH_POSTGRES_SCHEMA"]
+        with psycopg.connect(deferred.env["DSH_POSTGRES_DSN"], autocommit=True) as conn:
             (kind,) = conn.execute(
                 sql.SQL("SELECT pg_typeof(event)::text FROM {}.events LIMIT 1").format(
                     sql.Identifier(schema)
@@ -168,16 +168,16 @@ def test_a_tampered_log_is_refused(setup: Env) -> None:
             ).rowcount
             conn.execute(sql.SQL("ALTER TABLE {} ENABLE TRIGGER events_append_only").format(table))
     else:
-        (log,) = [p for p in setup.root.rglob("*.jsonl") if session_id in str(p)]
+        (log,) = [p for p in deferred.root.rglob("*.jsonl") if session_id in str(p)]
         raw = log.read_text()
         changed = raw.count(">> ledger")
         log.write_text(raw.replace(">> ledger", ">> /tmp/elsewhere"))
     assert changed >= 1
-    decide = setup.dsh(
-        "approvals", "decide", session_id, CALL, "allow", "--model", f"scripted:{setup.second}",
+    decide = deferred.dsh(
+        "approvals", "decide", session_id, CALL, "allow", "--model", f"scripted:{deferred.second}",
     )
     assert decide.returncode == 2, decide.stdout + decide.stderr
     assert "do not match the argsDigest" in decide.stderr
-    assert setup.ledger_lines() == []
+    assert deferred.ledger_lines() == []
     assert not Path("/tmp/elsewhere").exists() or CALL not in Path("/tmp/elsewhere").read_text()
-    assert not any(e["type"] == "approval/decided" for e in setup.events(session_id))
+    assert not any(e["type"] == "approval/decided" for e in deferred.events(session_id))

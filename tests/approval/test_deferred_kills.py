@@ -60,75 +60,75 @@ def codes(result: dict[str, Any]) -> dict[str, str]:
     return {c["callId"]: c["code"] for c in result["closers"] if c["type"] == "tool/result"}
 
 
-def test_killed_while_the_question_is_open_is_not_started(setup: Env) -> None:
-    killed(child(setup, "kill-asked", "s-asked"), "kill-asked")
-    events = setup.events("s-asked")
+def test_killed_while_the_question_is_open_is_not_started(deferred: Env) -> None:
+    killed(child(deferred, "kill-asked", "s-asked"), "kill-asked")
+    events = deferred.events("s-asked")
     kinds = [e["type"] for e in events]
     assert "approval/asked" in kinds and "approval/decided" not in kinds and "tool/call" in kinds
-    result = resume(setup, "s-asked")
+    result = resume(deferred, "s-asked")
     assert codes(result) == {CALL: "TOOL_NOT_STARTED"}
-    assert setup.ledger_lines() == []
-    assert resume(setup, "s-asked")["closers"] == []  # balanced now
+    assert deferred.ledger_lines() == []
+    assert resume(deferred, "s-asked")["closers"] == []  # balanced now
 
 
-def test_killed_after_the_decision_runs_nothing_until_continued(setup: Env) -> None:
-    _, summary = setup.run_deferred()
+def test_killed_after_the_decision_runs_nothing_until_continued(deferred: Env) -> None:
+    _, summary = deferred.run_deferred()
     session = summary["sessionId"]
-    killed(child(setup, "kill-decided", session), "kill-decided")
-    decided = [e for e in setup.events(session) if e["type"] == "approval/decided"]
+    killed(child(deferred, "kill-decided", session), "kill-decided")
+    decided = [e for e in deferred.events(session) if e["type"] == "approval/decided"]
     assert len(decided) == 1 and decided[0]["data"]["outcome"] == "allowed-once"
-    result = resume(setup, session)
+    result = resume(deferred, session)
     assert result["closers"] == []
-    assert setup.ledger_lines() == []  # resume ran nothing
-    again = setup.dsh("approvals", "decide", session, CALL, "deny", "--no-continue")
+    assert deferred.ledger_lines() == []  # resume ran nothing
+    again = deferred.dsh("approvals", "decide", session, CALL, "deny", "--no-continue")
     assert again.returncode == 2 and "already decided" in again.stderr
-    proc = setup.dsh("approvals", "continue", session, "--model", f"scripted:{setup.second}",
+    proc = deferred.dsh("approvals", "continue", session, "--model", f"scripted:{deferred.second}",
                      "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert setup.ledger_lines() == [CALL]
+    assert deferred.ledger_lines() == [CALL]
 
 
-def test_killed_while_the_decision_is_rechecked_is_outcome_unknown(setup: Env) -> None:
-    _, summary = setup.run_deferred()
+def test_killed_while_the_decision_is_rechecked_is_outcome_unknown(deferred: Env) -> None:
+    _, summary = deferred.run_deferred()
     session = summary["sessionId"]
-    killed(child(setup, "kill-recheck", session), "kill-recheck")
-    result = resume(setup, session)
+    killed(child(deferred, "kill-recheck", session), "kill-recheck")
+    result = resume(deferred, session)
     assert codes(result) == {CALL: "TOOL_OUTCOME_UNKNOWN"}  # conservative: tool/call durable
-    assert setup.ledger_lines() == []
-    assert setup.dsh("approvals", "list", "--json").stdout.strip() == ""
+    assert deferred.ledger_lines() == []
+    assert deferred.dsh("approvals", "list", "--json").stdout.strip() == ""
 
 
-def test_killed_inside_the_body_is_outcome_unknown_and_never_rerun(setup: Env) -> None:
-    script(setup.first, [ledger_call(" && sleep 120"), {"text": "unused"}])
-    _, summary = setup.run_deferred()
+def test_killed_inside_the_body_is_outcome_unknown_and_never_rerun(deferred: Env) -> None:
+    script(deferred.first, [ledger_call(" && sleep 120"), {"text": "unused"}])
+    _, summary = deferred.run_deferred()
     session = summary["sessionId"]
-    proc = child(setup, "decide", session)
+    proc = child(deferred, "decide", session)
     deadline = time.monotonic() + 240
-    while not setup.ledger_lines():  # the body has run its side effect and now sleeps
+    while not deferred.ledger_lines():  # the body has run its side effect and now sleeps
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the body never started"
         time.sleep(0.05)
     proc.kill()
     proc.communicate(timeout=60)
-    result = resume(setup, session)
+    result = resume(deferred, session)
     assert codes(result) == {CALL: "TOOL_OUTCOME_UNKNOWN"}
-    assert setup.ledger_lines() == [CALL]
-    assert resume(setup, session)["closers"] == []
-    assert setup.ledger_lines() == [CALL]
+    assert deferred.ledger_lines() == [CALL]
+    assert resume(deferred, session)["closers"] == []
+    assert deferred.ledger_lines() == [CALL]
 
 
-def test_a_session_held_by_another_process_is_exit_3(setup: Env) -> None:
-    _, summary = setup.run_deferred()
+def test_a_session_held_by_another_process_is_exit_3(deferred: Env) -> None:
+    _, summary = deferred.run_deferred()
     session = summary["sessionId"]
-    holder = child(setup, "hold", session)
+    holder = child(deferred, "hold", session)
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline().strip() == "held"
-        proc = setup.dsh("approvals", "decide", session, CALL, "allow")
+        proc = deferred.dsh("approvals", "decide", session, CALL, "allow")
         assert proc.returncode == 3, proc.stdout + proc.stderr
         assert "Traceback" not in proc.stderr
     finally:
         holder.kill()
         holder.communicate(timeout=60)
-    assert setup.ledger_lines() == []
-    assert not any(e["type"] == "approval/decided" for e in setup.events(session))
+    assert deferred.ledger_lines() == []
+    assert not any(e["type"] == "approval/decided" for e in deferred.events(session))
