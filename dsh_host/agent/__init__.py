@@ -11,6 +11,8 @@ from .errors import (
     AgentClosedError,
     AgentConfigError,
     AgentError,
+    ApprovalDecisionError,
+    ApprovalPendingError,
     PromptError,
     ResumeError,
 )
@@ -64,6 +66,8 @@ __all__ = [
     "AgentOptions",
     "AgentPlugin",
     "AgentService",
+    "ApprovalDecisionError",
+    "ApprovalPendingError",
     "AssembleContext",
     "AssembledContext",
     "AssembledSection",

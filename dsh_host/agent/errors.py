@@ -8,7 +8,9 @@
         ├── AgentBusyError          (also RuntimeError) run_turn while a turn is running
         ├── AgentClosedError        (also RuntimeError) use of a closed agent
         ├── ResumeError             a stored session cannot be resumed (the message says why)
-        └── PromptError             the system prompt could not be assembled or rendered
+        ├── PromptError             the system prompt could not be assembled or rendered
+        ├── ApprovalPendingError    (also RuntimeError) run_turn while calls await approval
+        └── ApprovalDecisionError   a deferred decision was refused (not pending, decided, bound)
 
 A *turn* never raises for a failure inside it: the failure is recorded as the
 turn's end reason (``turn/end {kind: "error"}``) and returned. These errors
@@ -24,6 +26,8 @@ __all__ = [
     "AgentClosedError",
     "AgentConfigError",
     "AgentError",
+    "ApprovalDecisionError",
+    "ApprovalPendingError",
     "PromptError",
     "ResumeError",
 ]
@@ -66,3 +70,24 @@ class PromptError(AgentError):
     """A prompt section or context could not be registered, assembled or interpolated."""
 
     code = "PROMPT"
+
+
+class ApprovalPendingError(AgentError, RuntimeError):
+    """Misuse: a new turn was started while calls of the last turn await approval (D19).
+
+    The model must never see a call without its result: decide the pending
+    calls (``agent.decide``, ``dsh approvals decide``) and continue the turn
+    (``agent.continue_turn``) first.
+    """
+
+    code = "APPROVAL_PENDING"
+
+
+class ApprovalDecisionError(AgentError):
+    """A deferred approval decision was refused; nothing was recorded (the message says why).
+
+    The call is unknown, not pending, already decided (decisions are one-shot),
+    or its logged arguments no longer match the ``argsDigest`` the ask recorded.
+    """
+
+    code = "APPROVAL_DECISION"

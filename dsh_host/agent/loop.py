@@ -31,7 +31,17 @@ How a turn ends (``TurnEndReason``, D6; every match needs a default branch):
 - ``error {error}``: a model failure that was not retried (verbatim), or any
   other exception (``code: "UNKNOWN"``, message = the error chain);
 - ``interrupted`` and ``forked`` are never written by the loop (crash repair
-  and fork seeds write them).
+  and fork seeds write them);
+- ``awaiting-approval {callIds}`` (added by the ``user-approval`` plugin, D19):
+  some call's approval was deferred. The step settled every other call and
+  closed; the deferred calls have a ``tool/call`` and an ``approval/asked``
+  but no result, and no model request is made until each is decided
+  (:meth:`Agent.decide`) and :meth:`Agent.continue_turn` has applied the
+  decisions in a new turn (step 1 runs or rejects exactly those calls, with a
+  fresh ``tool/call`` before each, then the model is asked as usual). While
+  calls wait, :meth:`Agent.run_turn` refuses to start a turn
+  (:class:`~.errors.ApprovalPendingError`), so the model never sees a call
+  without its result.
 
 Cancellation is cooperative (D2): :meth:`Agent.cancel` (or the caller's token)
 aborts the turn's :class:`~dsh_host.cancel.CancelToken`; the loop re-checks it
@@ -61,6 +71,7 @@ from dsh_host.jsonsafe import MAX_SAFE_INTEGER
 from dsh_host.llm.assembler import BlockAssembler
 from dsh_host.llm.errors import LlmError
 from dsh_host.llm.types import LlmRequest
+from dsh_host.session.approvals import DeferredCall, awaiting_call_ids, deferred_calls
 from dsh_host.session.events import (
     AbortedReason,
     AssistantAttemptData,
@@ -102,7 +113,13 @@ from dsh_host.session.messages import (
 from dsh_host.session.repair import interrupted_turn_closers
 from dsh_host.session.request_header import canonical_header, headers_equal
 
-from .errors import AgentBusyError, AgentClosedError, AgentConfigError
+from .errors import (
+    AgentBusyError,
+    AgentClosedError,
+    AgentConfigError,
+    ApprovalDecisionError,
+    ApprovalPendingError,
+)
 from .prompt import (
     RuntimeContextProjection,
     SystemMessageProjection,
@@ -142,7 +159,7 @@ __all__ = ["Agent", "Prompt", "cancel_cause", "check_options", "error_chain"]
 #: What :meth:`Agent.run_turn` accepts as the prompt.
 Prompt = str | UserMessage | Sequence[ContentBlock]
 
-_StepEnd = Literal["completed", "max-tokens"] | None
+_StepEnd = Literal["completed", "max-tokens", "awaiting"] | None
 _CANCEL_KINDS: dict[str, TurnEndCancelCause] = {
     "user": UserCancel(),
     "parent": ParentCancel(),
@@ -310,6 +327,7 @@ class Agent:
         self._runtime_context = RuntimeContextProjection(session)
         self._system_message = SystemMessageProjection(session)
         self._last_turn = 0
+        self._awaiting: tuple[str, ...] = ()
         for event in reversed(session.events):
             if event.type == "turn/start" and isinstance(event.data, TurnStart):
                 self._last_turn = event.data.turn
@@ -409,6 +427,98 @@ class Agent:
         raises :class:`~dsh_host.errors.AbortedError` before anything is logged.
         Failures inside the turn do not raise; they are the returned reason.
         """
+        self._check_idle()
+        waiting = deferred_calls(self._session.events)
+        if waiting:
+            ids = ", ".join(call.call_id for call in waiting)
+            raise ApprovalPendingError(
+                f'session "{self.id}" is awaiting approval for call(s) {ids}: decide each '
+                "(agent.decide / dsh approvals decide) and continue the turn "
+                "(agent.continue_turn) before starting a new one"
+            )
+        first = [_as_message(prompt)] if prompt is not None else []
+        return await self._run(first, signal, ())
+
+    # ------------------------------------------------------------------ deferred approvals
+    def pending_approvals(self) -> list[DeferredCall]:
+        """The calls of the last turn whose approval waits for a decision (D19), in order.
+
+        Empty unless the last turn ended ``awaiting-approval``; a call already
+        decided (but not yet applied by :meth:`continue_turn`) is not listed.
+        """
+        return [call for call in deferred_calls(self._session.events) if call.decision is None]
+
+    async def decide(
+        self,
+        call_id: str,
+        decision: Literal["allow", "deny"],
+        *,
+        reason: str | None = None,
+        decided_by: str | None = None,
+        args_digest: str | None = None,
+    ) -> DeferredCall:
+        """Record a person's decision for one pending call, durably, and return the call.
+
+        The decision is bound to this session, ``call_id`` and the ``argsDigest``
+        of the logged arguments (``args_digest``, when given, must equal it:
+        what the person was shown is what gets decided). One-shot: a second
+        decision for the same call raises :class:`~.errors.ApprovalDecisionError`,
+        as do an unknown or not-pending call and arguments that no longer match.
+        Appends ``approval/decided`` (with ``decidedBy`` and ``reason``) and
+        flushes it; nothing runs until :meth:`continue_turn`.
+        """
+        self._check_idle()
+        approval = self._ctx.get("approval")
+        if approval is None:
+            raise ApprovalDecisionError(
+                f'cannot decide call "{call_id}": this composition has no approval service '
+                "(add a user-approval row)"
+            )
+        decided = approval.decide(
+            self,
+            call_id,
+            decision,
+            reason=reason,
+            decided_by=decided_by,
+            args_digest=args_digest,
+        )
+        await self._flush()
+        return cast("DeferredCall", decided)
+
+    async def continue_turn(self, *, signal: CancelToken | None = None) -> TurnEndReason:
+        """Apply the recorded decisions in a new turn, then continue with the model.
+
+        Every pending call must be decided first; otherwise nothing is written
+        and the last turn's ``awaiting-approval`` reason is returned. Step 1 of
+        the new turn runs each allowed call exactly once (re-checked against the
+        current tool rules and approval policy: a rule that now denies wins) and
+        answers each denied one with the rejection text; the loop then makes the
+        next model request over the same history. Raises
+        :class:`~.errors.ApprovalDecisionError` when nothing awaits approval or
+        a decision no longer matches the logged arguments.
+        """
+        self._check_idle()
+        calls = deferred_calls(self._session.events)
+        if not calls:
+            raise ApprovalDecisionError(
+                f'session "{self.id}" has no calls awaiting approval; nothing to continue'
+            )
+        if any(call.decision is None for call in calls):
+            for event in reversed(self._session.events):
+                if event.type == "turn/end":
+                    return cast("TurnEndReason", event.data.reason)
+        for call in calls:
+            decision = call.decision
+            assert decision is not None
+            if not call.bound or decision.args_digest not in (None, call.logged_digest):
+                raise ApprovalDecisionError(
+                    f'call "{call.call_id}" ({call.tool_name}): its logged arguments no longer '
+                    "match the argsDigest its approval was asked and decided for; refusing to "
+                    "apply the decision"
+                )
+        return await self._run([], signal, tuple(calls))
+
+    def _check_idle(self) -> None:
         if self._closed:
             raise AgentClosedError(f'agent "{self.id}" is closed; create or resume a new agent')
         if self._running is not None:
@@ -416,17 +526,29 @@ class Agent:
                 f'agent "{self.id}" is already running turn {self._last_turn}; await it or '
                 "cancel it first"
             )
+
+    async def _flush(self) -> None:
+        store = self._ctx.get("sessions")
+        if store is not None and store.is_live(self._session):
+            await store.flush(self._session)
+
+    async def _run(
+        self,
+        first: list[UserMessage],
+        signal: CancelToken | None,
+        settle: tuple[DeferredCall, ...],
+    ) -> TurnEndReason:
         if signal is not None:
             signal.throw_if_aborted()
         token = CancelToken()
         # Linked for this turn only: a long-lived caller token keeps no callback per turn.
         unlink = signal.on_abort(token.abort) if signal is not None else None
-        claimed = ([_as_message(prompt)] if prompt is not None else []) + self._pending
+        claimed = first + self._pending
         self._pending = []
         self._running = anyio.Event()
         self._token = token
         try:
-            return await self._turn(claimed, token)
+            return await self._turn(claimed, token, settle)
         finally:
             if unlink is not None:
                 unlink()
@@ -438,7 +560,12 @@ class Agent:
         self._ctx.emit(name, payload)
 
     # ------------------------------------------------------------------ turn
-    async def _turn(self, first_input: list[UserMessage], signal: CancelToken) -> TurnEndReason:
+    async def _turn(
+        self,
+        first_input: list[UserMessage],
+        signal: CancelToken,
+        settle: tuple[DeferredCall, ...] = (),
+    ) -> TurnEndReason:
         session = self._session
         turn = self._last_turn + 1
         session.append("turn/start", TurnStart(turn=turn))
@@ -448,6 +575,11 @@ class Agent:
         step = 0
         claimed = first_input
         try:
+            if settle:
+                step = 1
+                if await self._settle(turn, settle, signal):
+                    reason = CompletedReason()
+                signal.throw_if_aborted()
             while True:
                 # A schedule point per step: the loop may otherwise run a whole turn without
                 # yielding (a scripted model, in-process tools), starving background work such
@@ -472,7 +604,9 @@ class Agent:
                 self._emit("agent/step-start", StepStarted(agent=self, turn=turn, step=step))
                 try:
                     ended = await self._step(turn, step, messages, assembly, signal)
-                    if not isinstance(reason, MaxTokensReason):  # max-tokens is sticky
+                    if ended == "awaiting":
+                        reason = self._awaiting_reason()
+                    elif not isinstance(reason, MaxTokensReason):  # max-tokens is sticky
                         if ended == "completed":
                             reason = CompletedReason()
                         elif ended == "max-tokens":
@@ -489,6 +623,8 @@ class Agent:
                     session.append("step/end", StepEnd(turn=turn, step=step))
                     self._emit("agent/step-end", StepEnded(agent=self, turn=turn, step=step))
                 signal.throw_if_aborted()
+                if awaiting_call_ids(reason) is not None:
+                    break  # no model request while a call of this turn lacks its result
                 if reason is not None and not self._pending:
                     await self._ctx.serial(
                         "agent/turn-stopping",
@@ -515,6 +651,51 @@ class Agent:
         session.append("turn/end", TurnEnd(turn=turn, reason=reason))
         self._emit("agent/turn-end", TurnEnded(agent=self, turn=turn, reason=reason))
         return reason
+
+    async def _settle(
+        self, turn: int, calls: tuple[DeferredCall, ...], signal: CancelToken
+    ) -> bool:
+        """Step 1 of a continued turn: apply each recorded decision (see :meth:`continue_turn`).
+
+        Returns True when a result concluded the turn.
+        """
+        session = self._session
+        session.append("step/start", StepStart(turn=turn, step=1))
+        self._emit("agent/step-start", StepStarted(agent=self, turn=turn, step=1))
+        blocks = [
+            ToolCallBlock(id=call.call_id, name=call.tool_name, arguments=call.arguments)
+            for call in calls
+        ]
+        decisions: dict[str, Literal["allowed-once", "rejected"]] = {
+            call.call_id: "allowed-once"
+            if call.decision is not None and call.decision.outcome == "allowed-once"
+            else "rejected"
+            for call in calls
+        }
+        try:
+            tools: ToolRuntime = self._ctx.tools
+            return await execute_tool_calls(
+                self,
+                tools,
+                turn,
+                1,
+                blocks,
+                signal,
+                self._pending.append,
+                max_parallel=self._options.max_parallel_tool_calls,
+                decisions=decisions,
+            )
+        except BaseException:
+            self._close_unanswered_calls()
+            raise
+        finally:
+            session.append("step/end", StepEnd(turn=turn, step=1))
+            self._emit("agent/step-end", StepEnded(agent=self, turn=turn, step=1))
+
+    def _awaiting_reason(self) -> TurnEndReason:
+        """The plugin's ``awaiting-approval`` reason for the calls the last step deferred."""
+        ids, self._awaiting = self._awaiting, ()
+        return cast("TurnEndReason", self._ctx.approval.awaiting_reason(ids))
 
     def _close_unanswered_calls(self) -> None:
         """Answer every requested call of the open turn that has no ``tool/result``.
@@ -654,6 +835,7 @@ class Agent:
             if not calls:
                 return "completed"
             tools: ToolRuntime = self._ctx.tools
+            deferred: list[str] = []
             concluded = await execute_tool_calls(
                 self,
                 tools,
@@ -663,7 +845,15 @@ class Agent:
                 signal,
                 self._pending.append,
                 max_parallel=self._options.max_parallel_tool_calls,
+                deferred=deferred,
             )
+            if deferred:
+                if signal.aborted:
+                    # The turn ends aborted: no call may stay without a result (D18).
+                    self._close_unanswered_calls()
+                    return None
+                self._awaiting = tuple(deferred)
+                return "awaiting"
             return "completed" if concluded else None
 
     def _settle_interrupted(

@@ -14,6 +14,11 @@ group that takes every following parallel-safe call. Inside a group:
   bodies finish in; the contexts a result carries are handed to the agent for
   the next step, after every result of the step.
 
+A call whose approval was *deferred* (D19: the ``user-approval`` row's
+``defer`` mode and nobody answered) settles without a result: it is skipped
+at commit time, the other calls of the step still run and commit, and its id
+is handed back so the loop ends the turn ``awaiting-approval``.
+
 Cancellation stops new starts; started calls are drained and committed (a
 started body is never abandoned), and every call that never started gets a
 ``tool/call`` plus a synthetic ``ABORTED_BEFORE_DISPATCH`` result, so the log
@@ -26,9 +31,9 @@ are exactly what crash repair answers with ``TOOL_OUTCOME_UNKNOWN``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 from msgspec import UNSET
@@ -122,7 +127,7 @@ class _Planned:
 @dataclass(slots=True)
 class _Slot:
     exec: ToolExecution
-    result: ToolExecutionResult
+    result: ToolExecutionResult | None  # None: deferred (no result until a decision)
     needs_post: bool
 
 
@@ -148,7 +153,9 @@ class _Group:
         signal: CancelToken,
         cap: int,
         accept_context: Callable[[UserMessage], None],
+        deferred: list[str],
     ) -> None:
+        self.deferred = deferred
         self.tools = tools
         self.session = session
         self.turn = turn
@@ -231,6 +238,8 @@ class _Group:
         if prepared.kind == "dispatch":
             self.in_flight.add(index)
             dispatches.start_soon(self._dispatch, index, prepared.exec, send)
+        elif prepared.kind == "deferred":
+            self.slots[index] = _Slot(prepared.exec, None, False)
         else:
             assert prepared.result is not None
             self.slots[index] = _Slot(
@@ -252,11 +261,15 @@ class _Group:
             slot = self.slots[self.committed]
             if slot is None:
                 return
+            planned = self.calls[self.committed]
+            if slot.result is None:  # deferred: it stays without a result for now
+                self.deferred.append(planned.block.id)
+                self.committed += 1
+                continue
             if slot.needs_post:
                 result = await self.tools.finalize(slot.exec, slot.result)
             else:
                 result = self.tools.finish(slot.exec, slot.result)
-            planned = self.calls[self.committed]
             append_tool_result(
                 self.session,
                 self.turn,
@@ -287,12 +300,18 @@ async def execute_tool_calls(
     accept_context: Callable[[UserMessage], None],
     *,
     max_parallel: int,
+    deferred: list[str] | None = None,
+    decisions: Mapping[str, Literal["allowed-once", "rejected"]] | None = None,
 ) -> bool:
     """Run one step's tool calls; returns True when a committed success concluded the turn.
 
     On cancellation it returns normally with every call answered (the caller
-    sees the aborted token); a scheduler failure raises.
+    sees the aborted token); a scheduler failure raises. With ``deferred`` the
+    calls may have their approval deferred: their ids are appended to it and
+    they get no result. ``decisions`` maps call ids to the decision recorded
+    for them earlier (the calls a continued turn applies).
     """
+    recorded = decisions or {}
     planned = [
         _Planned(
             block,
@@ -303,6 +322,8 @@ async def execute_tool_calls(
                 raw_arguments=block.arguments,
                 agent=agent,
                 signal=signal,
+                deferrable=deferred is not None,
+                approval_decision=recorded.get(block.id),
             ),
         )
         for block in blocks
@@ -323,6 +344,7 @@ async def execute_tool_calls(
             signal=signal,
             cap=max_parallel,
             accept_context=accept_context,
+            deferred=deferred if deferred is not None else [],
         ).run()
         position += outcome.consumed
         concluded = concluded or outcome.concluded

@@ -3,7 +3,8 @@
 Exit codes (a contract): 0 success, 1 "the thing ran but did not succeed"
 (a turn that did not complete, a recoverable log, rows not active), 2 usage
 or input error (bad flag, unknown session, bad config, corrupt log for
-``verify``), 3 the session is held by another process, 128 + N a signal
+``verify``), 3 the session is held by another process, 4 the turn ended
+awaiting approval (``dsh run --approval defer``, ``dsh approvals decide``), 128 + N a signal
 (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP; see :mod:`.interrupts`), 70 an internal
 error (a bug: one line, the traceback with ``-v``). A :class:`DshError` never
 reaches the user as a traceback: it is printed as one line. A closed output
@@ -24,7 +25,7 @@ from collections.abc import Sequence
 from ..agent.loop import error_chain
 from ..errors import DshError
 from ..session.persistence import SessionAlreadyOwnedError
-from . import plugins_cmd, run_cmd, sessions_cmd, trust_cmd
+from . import approvals_cmd, plugins_cmd, run_cmd, sessions_cmd, trust_cmd
 from .common import CommandInterrupted
 from .interrupts import exit_on_signals
 
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     plugins_cmd.add_parser(sub)
     sessions_cmd.add_parser(sub)
     trust_cmd.add_parser(sub)
+    approvals_cmd.add_parser(sub)
     return parser
 
 

@@ -28,6 +28,7 @@ from ..session.header import new_session_id
 from ..session.messages import BlockEndChunk, TextBlock, TextDeltaChunk, UserSource
 from ..session.persistence import SessionNotFoundError
 from .answerer import install_terminal_answerer
+from .approvals_cmd import EXIT_AWAITING, apply_approval_flag, pending_rows, print_pending
 from .common import (
     CliUsageError,
     add_config_flag,
@@ -66,7 +67,12 @@ def add_parsers(sub: Any) -> None:
         action="store_true",
         help="create the --workspace directory if it does not exist",
     )
-    run.add_argument("--approval", choices=("ask", "never"), help="approval policy override")
+    run.add_argument(
+        "--approval",
+        choices=("ask", "never", "defer"),
+        help="approval policy override; defer: an unanswered ask waits for `dsh approvals "
+        "decide` (the run exits 4)",
+    )
     run.add_argument(
         "--sandbox",
         choices=("read-only", "workspace-write", "danger-full-access"),
@@ -144,7 +150,7 @@ def _compose(args: argparse.Namespace, *, demo_workspace: bool) -> tuple[list[Lo
         _prepare_workspace(workspace, create=demo or getattr(args, "create_workspace", False))
         patch_config(located, ("builtin-tools",), "workspace", workspace, "--workspace")
     if getattr(args, "approval", None) is not None:
-        patch_config(located, ("user-approval",), "policy", args.approval, "--approval")
+        apply_approval_flag(located, args.approval)
     if getattr(args, "sandbox", None) is not None:
         patch_config(located, ("builtin-tools",), "sandbox", args.sandbox, "--sandbox")
     cwd = os.path.abspath(workspace) if workspace is not None else os.getcwd()
@@ -292,6 +298,7 @@ async def _finish(args: argparse.Namespace, host: PluginHost, agent: Agent, reas
         "turnEnd": {"kind": kind} if kind is not None else None,
         "events": len(agent.session.events),
         "where": where,
+        "pendingApprovals": pending_rows(agent.session.events, agent.session.id),
     }
 
 
@@ -301,8 +308,11 @@ def _report(args: argparse.Namespace, result: dict[str, Any]) -> int:
         payload = {k: result[k] for k in ("sessionId", "turnEnd", "events")}
         if "closers" in result:
             payload["closers"] = result["closers"]
+        if result.get("pendingApprovals"):
+            payload["pendingApprovals"] = result["pendingApprovals"]
         print(json.dumps(payload))
     else:
+        print_pending(result.get("pendingApprovals") or ())
         out = console()
         where = result["where"] or "memory only (this composition stores no sessions)"
         out.print(f"session {result['sessionId']} · {result['events']} events · {where}",
@@ -310,6 +320,8 @@ def _report(args: argparse.Namespace, result: dict[str, Any]) -> int:
         if result["where"]:
             out.print(f"  inspect: dsh sessions show {result['sessionId']}", style="dim",
                       markup=False)
+    if result.get("pendingApprovals"):
+        return EXIT_AWAITING
     return 0 if completed else 1
 
 

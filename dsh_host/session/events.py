@@ -530,6 +530,9 @@ class ApprovalAsked(Wire, frozen=True, kw_only=True):
     reason: str | UnsetType = UNSET  #: why approval is needed
     #: beyond DSH: lowercase hex sha256 of the call's raw argument string (the grant's binding)
     args_digest: str | UnsetType = UNSET
+    #: beyond DSH: ``pre-execute`` when asked by the tools pipeline before the body could start
+    #: (an undecided or refused ask of that stage proves the body never ran); absent otherwise
+    stage: Literal["pre-execute"] | UnsetType = UNSET
 
 
 class ApprovalDecided(Wire, frozen=True, kw_only=True):
@@ -537,6 +540,13 @@ class ApprovalDecided(Wire, frozen=True, kw_only=True):
 
     id: str  #: the ask id
     outcome: Literal["allowed-once", "rejected", "cancelled", "unavailable"]  #: the decision
+    #: beyond DSH, set on a deferred decision (D19): the call it binds, with its ``argsDigest``,
+    call_id: str | UnsetType = UNSET
+    args_digest: str | UnsetType = UNSET
+    #: who/where the decision came from (e.g. ``dsh approvals decide by ann@host (pid 7)``),
+    decided_by: str | UnsetType = UNSET
+    #: and the person's optional reason
+    reason: str | UnsetType = UNSET
 
 
 class ApprovalPolicyChanged(Wire, frozen=True, kw_only=True):

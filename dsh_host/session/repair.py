@@ -7,7 +7,15 @@ what is missing and whoever holds the write handle appends it (seed 002):
 1. a ``tool/result`` for every call the model requested in the open turn that
    has no result — ``TOOL_OUTCOME_UNKNOWN`` if a ``tool/call`` was durably
    recorded (the tool may have run: do not retry blindly), else
-   ``TOOL_NOT_STARTED``. Calls of an already closed step count too: the loop
+   ``TOOL_NOT_STARTED``. The approval events are evidence too (D19): a call
+   whose pre-execute ``approval/asked`` has no ``approval/decided
+   {allowed-once}`` cannot have run (the checkpoint policy makes the decision
+   durable before the body), so it is ``TOOL_NOT_STARTED`` although its
+   ``tool/call`` is durable. Calls a turn ended ``awaiting-approval`` with are
+   pending, not crashed: nothing closes them while no turn is open; the turn
+   that applies their decisions carries them, and there only a new
+   ``tool/call`` (written just before the body is dispatched) counts as
+   "started". Calls of an already closed step count too: the loop
    never closes a step with a call unanswered, but a log written by an older
    dsh (or another writer) may hold one, and the model's next request would
    otherwise carry a tool call with no result (D18);
@@ -24,7 +32,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from dsh_host.session.approvals import PRE_EXECUTE_STAGE, awaiting_call_ids
 from dsh_host.session.events import (
+    ApprovalAsked,
+    ApprovalDecided,
     AssistantMessageData,
     InterruptedReason,
     SessionEvent,
@@ -71,11 +82,19 @@ def interrupted_tool_result_id(call_id: str, seq: int) -> str:
 
 
 class _Pending:
-    __slots__ = ("call_seq", "step")
+    __slots__ = ("allowed", "call_seq", "carried", "gate", "step")
 
-    def __init__(self, step: int) -> None:
+    def __init__(self, step: int, *, carried: bool = False) -> None:
         self.step = step
         self.call_seq: int | None = None
+        self.carried = carried  # left pending by an awaiting-approval turn
+        self.gate: str | None = None  # id of the pre-execute approval/asked after the tool/call
+        self.allowed = False  # that ask was decided allowed-once
+
+    @property
+    def started(self) -> bool:
+        """May the body have started? Only with a durable tool/call and no refused gate."""
+        return self.call_seq is not None and (self.gate is None or self.allowed)
 
 
 def interrupted_turn_closers(events: Sequence[SessionEvent]) -> list[SessionEvent]:
@@ -90,17 +109,29 @@ def interrupted_turn_closers(events: Sequence[SessionEvent]) -> list[SessionEven
     open_turn: int | None = None
     open_step: int | None = None
     pending: dict[str, _Pending] = {}  # insertion order = transcript order
+    carried: dict[str, _Pending] = {}  # what the last awaiting-approval turn left pending
     for event in events:
         kind = event.type
         data = event.data
         if kind == "turn/start" and isinstance(data, TurnStart):
             open_turn, open_step = data.turn, None
             pending.clear()
+            pending.update(carried)  # this turn applies their decisions
+            carried = {}
         elif kind == "turn/end" and isinstance(data, TurnEnd):
+            waiting = awaiting_call_ids(data.reason) or ()
+            carried = {
+                call_id: _Pending(pending[call_id].step, carried=True)
+                for call_id in waiting
+                if call_id in pending
+            }
             open_turn = open_step = None
             pending.clear()
         elif kind == "step/start":
             open_step = data.step
+            for carried_entry in pending.values():
+                if carried_entry.carried and carried_entry.call_seq is None:
+                    carried_entry.step = data.step
         elif kind == "step/end":
             open_step = None  # a closed step's unanswered calls stay pending (defensive)
         elif kind == "assistant/message" and isinstance(data, AssistantMessageData):
@@ -111,6 +142,21 @@ def interrupted_turn_closers(events: Sequence[SessionEvent]) -> list[SessionEven
             entry = pending.get(data.call_id)
             if entry is not None:
                 entry.call_seq = event.seq
+                entry.step = data.step
+                entry.gate, entry.allowed = None, False
+        elif kind == "approval/asked" and isinstance(data, ApprovalAsked):
+            entry = pending.get(data.call_id) if isinstance(data.call_id, str) else None
+            if (
+                entry is not None
+                and entry.call_seq is not None
+                and entry.gate is None
+                and data.stage == PRE_EXECUTE_STAGE
+            ):
+                entry.gate = data.id
+        elif kind == "approval/decided" and isinstance(data, ApprovalDecided):
+            for gated in pending.values():
+                if gated.gate == data.id:
+                    gated.allowed = data.outcome == "allowed-once"
         elif kind == "tool/result" and isinstance(data, ToolResultData):
             pending.pop(data.message.source.call_id, None)
     if open_turn is None:
@@ -120,7 +166,7 @@ def interrupted_turn_closers(events: Sequence[SessionEvent]) -> list[SessionEven
     time = last.time
     closers: list[SessionEvent] = []
     for call_id, entry in pending.items():
-        started = entry.call_seq is not None
+        started = entry.started
         # Built as JSON in DSH's key order (repair.ts: envelope surfaceOp before
         # sourceEventSeqs; message id, role, source, content; block type, toolCallId,
         # isError, content), so the closer's bytes equal DSH's, not only its JSON.

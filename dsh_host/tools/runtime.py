@@ -158,10 +158,12 @@ class Prepared:
     ``dispatch``: run :meth:`ToolRuntime.dispatch`. ``post-result``: the call
     ended before dispatch but still goes through post-execute
     (:meth:`ToolRuntime.finalize`). ``final-result``: the call ended and skips
-    post-execute (:meth:`ToolRuntime.finish`).
+    post-execute (:meth:`ToolRuntime.finish`). ``deferred`` (only for a
+    ``deferrable`` input): its approval waits for a person (D19); the call has
+    no result yet, the body has not started, and the caller leaves it pending.
     """
 
-    kind: Literal["dispatch", "post-result", "final-result"]
+    kind: Literal["dispatch", "post-result", "final-result", "deferred"]
     exec: ToolExecution
     result: ToolExecutionResult | None = None
 
@@ -400,6 +402,8 @@ class ToolRuntime:
         Composite tools dispatch nested calls through here with
         ``parent=exec.token`` (and ``root_call_id=exec.root_call_id``).
         """
+        if call.deferrable:  # a whole-pipeline run cannot leave a call waiting
+            call = dataclasses.replace(call, deferrable=False)
         prepared = await self.prepare(call)
         if prepared.kind == "final-result":
             assert prepared.result is not None
@@ -436,8 +440,16 @@ class ToolRuntime:
             gate = _pre_decision(await self._ctx.waterfall("tools/pre-execute", execution, _allow))
             approval_cancelled = False
             decision: PreToolDecision = gate
-            if isinstance(gate, Ask):
-                decision, approval_cancelled = await self._ask(execution, gate)
+            recorded = call.approval_decision
+            if recorded is not None and not isinstance(gate, Deny):
+                # A decision recorded for a deferred call: a denying rule wins (above), the
+                # user's "no" wins over a rule that now allows, the policy is re-checked.
+                decision = self._apply_recorded(execution, gate, recorded)
+            elif isinstance(gate, Ask):
+                asked = await self._ask(execution, gate, deferrable=call.deferrable)
+                if asked is None:
+                    return Prepared("deferred", execution)
+                decision, approval_cancelled = asked
             if approval_cancelled and self._caller_cancelled(execution):
                 return Prepared("post-result", execution, aborted_before_dispatch_result())
             reason = self._guard_reason(execution) if isinstance(decision, Allow) else None
@@ -451,8 +463,31 @@ class ToolRuntime:
         except Exception as exc:
             return Prepared("final-result", execution, error_result(exc))
 
-    async def _ask(self, execution: ToolExecution, ask: Ask) -> tuple[PreToolDecision, bool]:
-        """Resolve ``ask`` through the approval seam; fail closed without one."""
+    def _apply_recorded(
+        self, execution: ToolExecution, gate: PreToolDecision, recorded: str
+    ) -> PreToolDecision:
+        """The decision a deferred call gets now: the recorded one, re-checked (D19)."""
+        name = execution.name
+        if recorded != "allowed-once":
+            return Deny(f'the user rejected tool "{name}"')
+        if isinstance(gate, Ask):
+            approval = self._ctx.get("approval")
+            if approval is None:
+                return Deny(
+                    f'tool "{name}" requires approval, but no approval channel is available'
+                )
+            agent = execution.agent
+            if agent is None or approval.effective_policy(agent.session) == "never":
+                return Deny(f'the user rejected tool "{name}"')
+        return Allow()
+
+    async def _ask(
+        self, execution: ToolExecution, ask: Ask, *, deferrable: bool = False
+    ) -> tuple[PreToolDecision, bool] | None:
+        """Resolve ``ask`` through the approval seam; fail closed without one.
+
+        None: the service deferred the decision (only when ``deferrable``).
+        """
         name = execution.name
         approval = self._ctx.get("approval")
         if approval is None:
@@ -472,8 +507,12 @@ class ToolRuntime:
                 call_id=execution.call_id,
                 reason=ask.reason,
                 signal=execution.signal,
+                stage="pre-execute",
+                deferrable=deferrable and execution.parent is None,
             )
         )
+        if outcome == "deferred" and deferrable and execution.parent is None:
+            return None
         if outcome == "allowed-once":
             return Allow(), False
         if outcome == "rejected":

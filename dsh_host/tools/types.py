@@ -208,6 +208,12 @@ class ToolExecutionInput:
     root_call_id: str | None = None
     #: the model's raw JSON argument string, when the call came from a model (kept verbatim)
     raw_arguments: str | None = None
+    #: the agent loop sets this on a model call whose approval may wait for a person (D19):
+    #: with an approval service in ``defer`` mode, an unanswered ask ends the call ``deferred``
+    deferrable: bool = False
+    #: a decision recorded for this (deferred) call earlier; applied instead of asking again,
+    #: after the current ``tools/pre-execute`` rules and approval policy (a denial wins)
+    approval_decision: Literal["allowed-once", "rejected"] | None = None
 
 
 class ToolExecution:
@@ -556,3 +562,9 @@ class ApprovalRequest:
     call_id: str | None = None
     reason: str | None = None
     signal: CancelToken | None = None
+    #: ``pre-execute`` when asked before the body could start (logged in ``approval/asked``)
+    stage: Literal["pre-execute"] | None = None
+    #: True when the caller can wait for a later decision: the service may then answer
+    #: ``deferred`` instead of failing closed (D19; only the pipeline's pre-execute ask of a
+    #: top-level model call can, never an ask from inside a running body)
+    deferrable: bool = False

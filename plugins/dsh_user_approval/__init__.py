@@ -42,6 +42,7 @@ from .policy import (
     APPROVAL_OUTCOMES,
     APPROVAL_POLICIES,
     ASK_POLICY_SENTENCE,
+    DEFER_POLICY_SENTENCE,
     NEVER_POLICY_SENTENCE,
     ApprovalOutcome,
     ApprovalPolicy,
@@ -53,12 +54,13 @@ from .policy import (
     policy_changed_notice,
     set_approval_policy,
 )
-from .service import ApprovalService
+from .service import ApprovalService, AwaitingApprovalReason
 
 __all__ = [
     "APPROVAL_OUTCOMES",
     "APPROVAL_POLICIES",
     "ASK_POLICY_SENTENCE",
+    "DEFER_POLICY_SENTENCE",
     "ESCALATION_TARGETS",
     "NEVER_POLICY_SENTENCE",
     "NOT_AVAILABLE_MESSAGE",
@@ -73,6 +75,7 @@ __all__ = [
     "ApprovalPolicy",
     "ApprovalRequestError",
     "ApprovalService",
+    "AwaitingApprovalReason",
     "EscalationApprover",
     "EscalationFailure",
     "EscalationMode",

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from dsh_host.session.approvals import awaiting_call_ids
+
 from .errors import ApprovalInvariantError
 from .policy import APPROVAL_OUTCOMES, APPROVAL_POLICIES
 
@@ -34,11 +36,12 @@ class ApprovalAuditChecker:
     def __init__(self) -> None:
         self._open_turn = False
         self._pending: set[str] = set()
+        self._deferred: set[str] = set()  # left open by an awaiting-approval turn (D19)
 
     @property
     def pending(self) -> frozenset[str]:
-        """Ids asked but not yet decided."""
-        return frozenset(self._pending)
+        """Ids asked but not yet decided (deferred asks included)."""
+        return frozenset(self._pending | self._deferred)
 
     def check(self, event: Any) -> None:
         kind = event.type
@@ -47,6 +50,10 @@ class ApprovalAuditChecker:
             self._open_turn = True
         elif kind == "turn/end":
             self._open_turn = False
+            if awaiting_call_ids(_get(event.data, "reason")) is not None:
+                # Its open asks wait for a decision that may arrive between turns.
+                self._deferred |= self._pending
+                self._pending.clear()
         elif kind == "approval/asked":
             if not self._open_turn:
                 raise ApprovalInvariantError(
@@ -62,6 +69,14 @@ class ApprovalAuditChecker:
                 )
             self._pending.add(str(ask_id))
         elif kind == "approval/decided":
+            if _get(event.data, "id") in self._deferred:
+                self._deferred.discard(str(_get(event.data, "id")))
+                outcome = _get(event.data, "outcome")
+                if outcome not in APPROVAL_OUTCOMES:
+                    raise ApprovalInvariantError(
+                        f'approval/decided carries unknown outcome "{outcome}"', seq=seq
+                    )
+                return
             if not self._open_turn:
                 raise ApprovalInvariantError(
                     "approval/decided appended outside any open turn", seq=seq

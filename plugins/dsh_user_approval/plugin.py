@@ -7,8 +7,9 @@ from typing import Literal
 import msgspec
 
 from dsh_host import Context, Plugin
+from dsh_host.session import register_turn_end_reason
 
-from .service import ApprovalService
+from .service import ApprovalService, AwaitingApprovalReason
 
 __all__ = ["UserApproval", "UserApprovalConfig"]
 
@@ -19,6 +20,10 @@ class UserApprovalConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     #: The default for sessions without an ``approval/policy`` event: ``ask`` consults the
     #: answerers (``unavailable`` without one); ``never`` rejects every ask unasked.
     policy: Literal["ask", "never"] = "ask"
+    #: What an ask that no live answerer decides becomes (D19): ``fail`` (default) resolves
+    #: ``unavailable`` and the call fails closed; ``defer`` leaves a model call's decision for
+    #: later and ends the turn ``awaiting-approval``.
+    unanswered: Literal["fail", "defer"] = "fail"
 
 
 class UserApproval(Plugin):
@@ -26,7 +31,8 @@ class UserApproval(Plugin):
 
     Ships no answerer (DECISIONS D8): answerers are ``approval/request``
     listeners registered by a front end (the ``dsh`` CLI registers a terminal
-    one on an interactive TTY). Without one every ask resolves ``unavailable``.
+    one on an interactive TTY). Without one every ask resolves ``unavailable``
+    (``fail``) or is deferred (``defer``).
     """
 
     name = "user-approval"
@@ -34,5 +40,6 @@ class UserApproval(Plugin):
     Config = UserApprovalConfig
 
     def apply(self, ctx: Context, config: UserApprovalConfig) -> None:
-        service = ApprovalService(ctx, config.policy)
+        ctx.effect(register_turn_end_reason(AwaitingApprovalReason), "awaiting-approval kind")
+        service = ApprovalService(ctx, config.policy, unanswered=config.unanswered)
         ctx.provide("approval", service)

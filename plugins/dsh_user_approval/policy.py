@@ -7,9 +7,10 @@ catch-up machinery — replaying the log *is* the state (spec §1.3).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal, Protocol, TypeAlias, TypeGuard
+
+from dsh_host.session.approvals import args_digest
 
 from .errors import InvalidApprovalPolicyError
 
@@ -17,6 +18,7 @@ __all__ = [
     "APPROVAL_OUTCOMES",
     "APPROVAL_POLICIES",
     "ASK_POLICY_SENTENCE",
+    "DEFER_POLICY_SENTENCE",
     "NEVER_POLICY_SENTENCE",
     "AppendableSession",
     "ApprovalOutcome",
@@ -49,6 +51,12 @@ APPROVAL_POLICIES: Final[tuple[ApprovalPolicy, ...]] = ("ask", "never")
 ASK_POLICY_SENTENCE: Final = (
     "Approval policy: ask. Operations that require approval may ask through the configured "
     "answerers; without an available answerer, the request fails closed."
+)
+#: Runtime-context statement under ``ask`` with ``unanswered: defer`` (beyond DSH, D19).
+DEFER_POLICY_SENTENCE: Final = (
+    "Approval policy: ask. Operations that require approval may ask through the configured "
+    "answerers; without an available answerer, the call waits for a person's later decision "
+    "and the turn pauses until it is decided."
 )
 #: Runtime-context statement under ``never`` (spec §1.7, exact).
 NEVER_POLICY_SENTENCE: Final = (
@@ -137,12 +145,3 @@ def find_tool_call_arguments(events: Sequence[Any], call_id: str) -> str | None:
             arguments = _field(event.data, "arguments")
             return arguments if isinstance(arguments, str) else None
     return None
-
-
-def args_digest(arguments: str) -> str:
-    """Lower-case hex SHA-256 of the raw argument string's UTF-8 bytes.
-
-    A lone surrogate (possible in a model's JSON string) is encoded with
-    ``surrogatepass`` so every string has exactly one digest.
-    """
-    return hashlib.sha256(arguments.encode("utf-8", "surrogatepass")).hexdigest()

@@ -31,23 +31,41 @@ Beyond DSH: ``approval/asked`` also records ``argsDigest``, the SHA-256 of the
 raw argument string of the call's ``tool/call`` event (found by ``callId`` in
 the current turn), so the log binds each grant to exactly the arguments that
 were logged and presented. The request itself still carries no arguments.
+
+Beyond DSH, deferral (D19): under ``unanswered: defer`` a *deferrable* request
+(the tools pipeline's pre-execute ask of a top-level model call) that no live
+answerer decides — the waterfall's terminal ``next()``, or an answerer that
+returns ``"defer"`` — resolves ``"deferred"`` after step 3: no
+``approval/decided`` is appended, the loop ends the turn ``awaiting-approval``
+and :meth:`ApprovalService.decide` records the decision later, from any
+process. The ``never`` policy still rejects first; a raising answerer still
+fails closed (``unavailable``).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 import anyio
 
-from dsh_host.session.messages import PluginSource, TextBlock, UserMessage, new_message_id
+from dsh_host.agent.errors import ApprovalDecisionError
+from dsh_host.session.approvals import AWAITING_APPROVAL, DeferredCall, deferred_calls
+from dsh_host.session.messages import (
+    PluginSource,
+    TextBlock,
+    UserMessage,
+    Wire,
+    new_message_id,
+)
 from dsh_host.tools.escalation import approve_escalation
 
 from .errors import ApprovalOutsideTurnError, ApprovalRequestError, InvalidApprovalPolicyError
 from .policy import (
     APPROVAL_POLICIES,
     ASK_POLICY_SENTENCE,
+    DEFER_POLICY_SENTENCE,
     NEVER_POLICY_SENTENCE,
     AppendableSession,
     ApprovalOutcome,
@@ -65,7 +83,20 @@ if TYPE_CHECKING:
     from dsh_host.cancel import CancelToken
     from dsh_host.context import Context
 
-__all__ = ["ApprovalAgent", "ApprovalRequestLike", "ApprovalService"]
+__all__ = ["ApprovalAgent", "ApprovalRequestLike", "ApprovalService", "AwaitingApprovalReason"]
+
+#: What ``request`` returns when the decision was deferred (never logged as an outcome).
+DEFERRED: Final = "deferred"
+#: What an answerer returns to leave the decision for later (honoured only under ``defer``).
+DEFER_ANSWER: Final = "defer"
+
+
+class AwaitingApprovalReason(
+    Wire, frozen=True, kw_only=True, tag=AWAITING_APPROVAL, tag_field="kind"
+):
+    """``turn/end {kind: "awaiting-approval", callIds}``: calls wait for a decision (D19)."""
+
+    call_ids: tuple[str, ...]  #: the pending calls, in model order
 
 #: The plugin name the live-switch notice is sourced to (spec §1.3).
 NOTICE_PLUGIN: Final = "user-approval"
@@ -111,6 +142,11 @@ async def _unavailable() -> ApprovalOutcome:
     return "unavailable"
 
 
+async def _defer() -> str:
+    """The terminal ``next()`` under ``defer`` for a deferrable request: nobody decided yet."""
+    return DEFER_ANSWER
+
+
 class ApprovalService:
     """``ctx.approval``: ask, audit, decide; never prompts anyone itself.
 
@@ -118,11 +154,25 @@ class ApprovalService:
     ``approval/policy`` events override it (the last one wins).
     """
 
-    def __init__(self, ctx: Context, default_policy: ApprovalPolicy = "ask") -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        default_policy: ApprovalPolicy = "ask",
+        *,
+        unanswered: Literal["fail", "defer"] = "fail",
+    ) -> None:
         if default_policy not in APPROVAL_POLICIES:
             raise InvalidApprovalPolicyError()
+        if unanswered not in ("fail", "defer"):
+            raise ValueError(f'unanswered must be "fail" or "defer", not {unanswered!r}')
         self._ctx = ctx
         self._default: ApprovalPolicy = default_policy
+        self._unanswered: Literal["fail", "defer"] = unanswered
+
+    @property
+    def unanswered(self) -> Literal["fail", "defer"]:
+        """What an ask nobody decides becomes: ``fail`` (unavailable) or ``defer``."""
+        return self._unanswered
 
     # -- policy ---------------------------------------------------------------------------
 
@@ -178,11 +228,13 @@ class ApprovalService:
         if agent is None:
             return ""
         policy = self.effective_policy(agent.session)
-        return NEVER_POLICY_SENTENCE if policy == "never" else ASK_POLICY_SENTENCE
+        if policy == "never":
+            return NEVER_POLICY_SENTENCE
+        return DEFER_POLICY_SENTENCE if self._unanswered == "defer" else ASK_POLICY_SENTENCE
 
     # -- request --------------------------------------------------------------------------
 
-    async def request(self, req: ApprovalRequestLike) -> ApprovalOutcome:
+    async def request(self, req: ApprovalRequestLike) -> ApprovalOutcome | Literal["deferred"]:
         """Decide one occurrence; see the module docstring for the exact algorithm.
 
         Raises :class:`~.errors.ApprovalOutsideTurnError` outside an open turn,
@@ -211,6 +263,8 @@ class ApprovalService:
             raw = find_tool_call_arguments(events, req.call_id)
             if raw is not None:
                 asked["argsDigest"] = args_digest(raw)
+        if getattr(req, "stage", None) == "pre-execute":
+            asked["stage"] = "pre-execute"
         session.append("approval/asked", asked)
         try:
             outcome = await self._decide(req, session)
@@ -218,12 +272,14 @@ class ApprovalService:
             # The calling task was cancelled from outside: close the pair, then propagate.
             _append_contained(session, request_id, "cancelled")
             raise
+        if outcome == DEFERRED:
+            return DEFERRED  # the decision is recorded later (decide); the ask stays open
         session.append("approval/decided", {"id": request_id, "outcome": outcome})
         return outcome
 
     async def _decide(
         self, req: ApprovalRequestLike, session: AppendableSession
-    ) -> ApprovalOutcome:
+    ) -> ApprovalOutcome | Literal["deferred"]:
         signal = req.signal
         if signal is not None and signal.aborted:
             return "cancelled"
@@ -231,15 +287,19 @@ class ApprovalService:
             return "rejected"
         if signal is None:
             return await self._ask_answerers(req)
-        outcome: ApprovalOutcome = "cancelled"
+        outcome: ApprovalOutcome | Literal["deferred"] = "cancelled"
         with signal.linked_scope():
             outcome = await self._ask_answerers(req)
         # Withdrawn while (or just as) the answerers ran: a late answer is discarded.
         return "cancelled" if signal.aborted else outcome
 
-    async def _ask_answerers(self, req: ApprovalRequestLike) -> ApprovalOutcome:
+    async def _ask_answerers(
+        self, req: ApprovalRequestLike
+    ) -> ApprovalOutcome | Literal["deferred"]:
+        deferrable = self._unanswered == "defer" and getattr(req, "deferrable", False) is True
+        terminal = _defer if deferrable else _unavailable
         try:
-            answer: object = await self._ctx.waterfall("approval/request", req, _unavailable)
+            answer: object = await self._ctx.waterfall("approval/request", req, terminal)
         except Exception as exc:
             # A failing answerer fails the *question* closed, never the caller's call open.
             log.warning(
@@ -251,6 +311,18 @@ class ApprovalService:
             return "unavailable"
         if is_approval_outcome(answer):
             return answer
+        if type(answer) is str and answer == DEFER_ANSWER:
+            if deferrable:
+                return DEFERRED
+            log.warning(
+                "approval/request answerer deferred tool %r (call %r), but this request cannot "
+                "wait (unanswered mode %r, or asked from inside a running body); resolving "
+                "unavailable",
+                req.tool_name,
+                req.call_id,
+                self._unanswered,
+            )
+            return "unavailable"
         log.warning(
             "approval/request answerer returned %r for tool %r, which is not an approval "
             "outcome (allowed-once, rejected, cancelled, unavailable); resolving unavailable",
@@ -258,6 +330,73 @@ class ApprovalService:
             req.tool_name,
         )
         return "unavailable"
+
+    # -- deferred decisions (D19) ---------------------------------------------------------
+
+    def awaiting_reason(self, call_ids: tuple[str, ...]) -> AwaitingApprovalReason:
+        """The turn-end reason of a turn whose step deferred ``call_ids``."""
+        return AwaitingApprovalReason(call_ids=tuple(call_ids))
+
+    def decide(
+        self,
+        agent: Any,
+        call_id: str,
+        decision: str,
+        *,
+        reason: str | None = None,
+        decided_by: str | None = None,
+        args_digest: str | None = None,
+    ) -> DeferredCall:
+        """Record one decision for a deferred call (``agent.decide`` calls this, then flushes).
+
+        Refuses (:class:`~dsh_host.agent.errors.ApprovalDecisionError`, nothing
+        appended) a call that is not pending in this session, a second decision,
+        arguments whose digest no longer matches the ask's ``argsDigest``, and an
+        ``args_digest`` that differs from it. Appends ``approval/decided {id,
+        outcome, callId, argsDigest, decidedBy, reason?}`` between turns.
+        """
+        if decision not in ("allow", "deny"):
+            raise ApprovalDecisionError(f'a decision is "allow" or "deny", not {decision!r}')
+        if reason is not None and not isinstance(reason, str):
+            raise ApprovalDecisionError("the reason of a decision must be a string")
+        session = agent.session
+        calls = deferred_calls(session.events)
+        call = next((c for c in calls if c.call_id == call_id), None)
+        if call is None:
+            waiting = ", ".join(c.call_id for c in calls if c.decision is None) or "none"
+            raise ApprovalDecisionError(
+                f'call "{call_id}" of session "{session.id}" is not awaiting approval '
+                f"(pending: {waiting})"
+            )
+        if call.decision is not None:
+            raise ApprovalDecisionError(
+                f'call "{call_id}" of session "{session.id}" was already decided '
+                f'({call.decision.outcome}); a decision is one-shot'
+            )
+        if not call.bound:
+            raise ApprovalDecisionError(
+                f'call "{call_id}" of session "{session.id}": its logged arguments do not match '
+                "the argsDigest its approval was asked for (the log was changed); refusing to "
+                "decide it"
+            )
+        if args_digest is not None and args_digest != call.asked_digest:
+            raise ApprovalDecisionError(
+                f'call "{call_id}" of session "{session.id}": argsDigest {args_digest} is not '
+                f"the digest of its logged arguments ({call.asked_digest}); the call changed "
+                "since it was shown; list the pending approvals again"
+            )
+        data: dict[str, Any] = {
+            "id": call.ask_id,
+            "outcome": "allowed-once" if decision == "allow" else "rejected",
+            "callId": call_id,
+            "argsDigest": call.asked_digest,
+            "decidedBy": decided_by or "library",
+        }
+        if reason is not None:
+            data["reason"] = reason
+        session.append("approval/decided", data)
+        decided = next(c for c in deferred_calls(session.events) if c.call_id == call_id)
+        return decided
 
     # -- sandbox escalation ---------------------------------------------------------------
 

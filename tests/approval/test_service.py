@@ -119,7 +119,8 @@ async def test_no_answerer_is_unavailable() -> None:
         assert text_of(result) == UNAVAILABLE
         assert probe.calls == []
         asked = assert_pair(agent.session, "unavailable")
-        assert set(asked) == {"id", "toolName", "callId", "argsDigest"}
+        assert set(asked) == {"id", "toolName", "callId", "argsDigest", "stage"}
+        assert asked["stage"] == "pre-execute"
 
 
 async def test_answerer_that_raises_is_unavailable(caplog: pytest.LogCaptureFixture) -> None:
@@ -526,7 +527,8 @@ async def test_args_digest_binds_the_logged_arguments() -> None:
         agent = new_agent(host)
         await call_tool(host, agent, raw=raw)
         asked = assert_pair(agent.session, "allowed-once")
-        assert set(asked) == {"id", "toolName", "callId", "argsDigest"}
+        assert set(asked) == {"id", "toolName", "callId", "argsDigest", "stage"}
+        assert asked["stage"] == "pre-execute"
         assert asked["argsDigest"] == hashlib.sha256(raw.encode()).hexdigest()
         # A different call id in the same turn gets its own digest.
         other = '{"x":2}'

@@ -178,3 +178,123 @@ def test_closers_do_not_mutate_their_input() -> None:
     events: list[SessionEvent] = list(session.events)
     interrupted_turn_closers(events)
     assert events == list(session.events)
+
+
+# --- approval events as evidence (D19) ----------------------------------------------------
+
+
+def _gated_call(session: Session, call_id: str, *, stage: bool = True) -> str:
+    """A call whose tool/call is durable and whose pre-execute approval was asked."""
+    session.append("tool/call", tool_call(1, 1, call_id))
+    asked: dict[str, object] = {"id": f"ask-{call_id}", "toolName": "bash", "callId": call_id}
+    if stage:
+        asked["stage"] = "pre-execute"
+    session.append("approval/asked", asked)
+    return f"ask-{call_id}"
+
+
+def _open_step(session: Session, *call_ids: str) -> None:
+    session.append("turn/start", {"turn": 1})
+    session.append("step/start", {"turn": 1, "step": 1})
+    blocks = [call_block(c) for c in call_ids]
+    session.append("assistant/message", assistant(1, 1, "a1", *blocks), surface_op="append")
+
+
+def _codes(closers: list[SessionEvent]) -> dict[str, str]:
+    return {
+        c.data.message.source.call_id: c.data.error.code
+        for c in closers
+        if c.type == "tool/result"
+    }
+
+
+def test_an_asked_but_undecided_call_cannot_have_run() -> None:
+    """tool/call durable, pre-execute approval asked, never decided → NOT_STARTED (D19)."""
+    session = new_session()
+    _open_step(session, "c1")
+    _gated_call(session, "c1")
+    closers = interrupted_turn_closers(list(session.events))
+    assert _codes(closers) == {"c1": TOOL_NOT_STARTED}
+    assert closers[0].data.message.content[0].content[0].text == TOOL_NOT_STARTED_TEXT
+
+
+@pytest.mark.parametrize(
+    ("outcome", "code"),
+    [
+        ("rejected", TOOL_NOT_STARTED),
+        ("cancelled", TOOL_NOT_STARTED),
+        ("unavailable", TOOL_NOT_STARTED),
+        # the checkpoint flush before the body follows the decision: it may have started
+        ("allowed-once", TOOL_OUTCOME_UNKNOWN),
+    ],
+)
+def test_a_decided_gate_says_whether_the_body_may_have_started(outcome: str, code: str) -> None:
+    session = new_session()
+    _open_step(session, "c1")
+    ask = _gated_call(session, "c1")
+    session.append("approval/decided", {"id": ask, "outcome": outcome})
+    assert _codes(interrupted_turn_closers(list(session.events))) == {"c1": code}
+
+
+def test_an_ask_without_the_pre_execute_stage_is_no_evidence() -> None:
+    """An escalation ask comes from inside a running body: conservative, outcome unknown."""
+    session = new_session()
+    _open_step(session, "c1")
+    _gated_call(session, "c1", stage=False)
+    assert _codes(interrupted_turn_closers(list(session.events))) == {"c1": TOOL_OUTCOME_UNKNOWN}
+
+
+def _awaiting(session: Session, *call_ids: str) -> list[str]:
+    """Turn 1 defers ``call_ids`` and ends awaiting-approval; returns their ask ids."""
+    _open_step(session, *call_ids)
+    asks = [_gated_call(session, c) for c in call_ids]
+    session.append("step/end", {"turn": 1, "step": 1})
+    session.append(
+        "turn/end", {"turn": 1, "reason": {"kind": "awaiting-approval", "callIds": list(call_ids)}}
+    )
+    return asks
+
+
+def test_calls_awaiting_approval_are_pending_not_crashed() -> None:
+    session = new_session()
+    asks = _awaiting(session, "c1", "c2")
+    assert interrupted_turn_closers(list(session.events)) == []
+    session.append("approval/decided", {"id": asks[0], "outcome": "allowed-once"})
+    assert interrupted_turn_closers(list(session.events)) == []
+
+
+def test_a_continued_turn_carries_the_pending_calls() -> None:
+    """Crash while a continued turn applies decisions: a fresh tool/call is the start evidence."""
+    session = new_session()
+    asks = _awaiting(session, "c1", "c2")
+    for ask in asks:
+        session.append("approval/decided", {"id": ask, "outcome": "allowed-once"})
+    session.append("turn/start", {"turn": 2})
+    # crash before step 1: allowed but never started
+    closers = interrupted_turn_closers(list(session.events))
+    assert _codes(closers) == {"c1": TOOL_NOT_STARTED, "c2": TOOL_NOT_STARTED}
+    session.append("step/start", {"turn": 2, "step": 1})
+    session.append("tool/call", tool_call(2, 1, "c1"))
+    closers = interrupted_turn_closers(list(session.events))
+    assert _codes(closers) == {"c1": TOOL_OUTCOME_UNKNOWN, "c2": TOOL_NOT_STARTED}
+    assert all(c.data.turn == 2 and c.data.step == 1 for c in closers if c.type == "tool/result")
+    assert [c.type for c in closers][-2:] == ["step/end", "turn/end"]
+    session.append("tool/result", tool_result(2, 1, "c1"), surface_op="append")
+    assert _codes(interrupted_turn_closers(list(session.events))) == {"c2": TOOL_NOT_STARTED}
+    # the closers are valid appends: the balanced log balances
+    balanced = Session.restore(
+        {"version": 3, "id": "r", "createdAt": 1},
+        [*session.events, *interrupted_turn_closers(list(session.events))],
+        mark_seed_end=False,
+    )
+    assert interrupted_turn_closers(list(balanced.events)) == []
+
+
+def test_a_turn_that_did_not_end_awaiting_carries_nothing() -> None:
+    session = new_session()
+    _open_step(session, "c1")
+    _gated_call(session, "c1")
+    session.append("step/end", {"turn": 1, "step": 1})
+    session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+    session.append("turn/start", {"turn": 2})
+    assert _codes(interrupted_turn_closers(list(session.events))) == {}

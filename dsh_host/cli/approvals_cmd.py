@@ -1,0 +1,294 @@
+"""``dsh approvals list | decide`` and ``dsh run --approval defer`` (D19): approvals that wait.
+
+``dsh run --approval defer`` runs headless: an ask nobody answers is deferred,
+the turn ends ``awaiting-approval``, every pending call is printed (session id,
+call id, tool, escaped arguments) and the command exits **4**. Later, from any
+process, ``dsh approvals list`` shows what waits and ``dsh approvals decide
+SESSION CALL allow|deny`` records the decision (bound to the call's
+``argsDigest``, one-shot) and, unless ``--no-continue``, continues the session
+in its recorded workspace: the decided calls run (or get the rejection text),
+then the model. Exit codes: 0 the continued turn completed (or the decision was
+recorded with ``--no-continue``), 4 it is awaiting approval again, 2 unknown
+session or call / already decided / not pending / arguments changed, 3 another
+process holds the session, 1 the continued turn ended otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import socket
+from collections.abc import Sequence
+from typing import Any, Final
+
+import msgspec
+
+from ..agent import Agent
+from ..loader import LocatedRow, PluginHost
+from ..session.approvals import AWAITING_APPROVAL, DeferredCall, deferred_calls
+from .answerer import _escape
+from .common import (
+    add_config_flag,
+    add_root_flag,
+    load_composition,
+    patch_config,
+    persistence,
+    run_with_host,
+)
+from .interrupts import Interrupts
+from .output import console
+
+__all__ = [
+    "EXIT_AWAITING",
+    "add_parser",
+    "apply_approval_flag",
+    "pending_rows",
+    "print_pending",
+]
+
+#: Exit code of a command whose turn ended awaiting approval.
+EXIT_AWAITING: Final = 4
+
+
+def apply_approval_flag(located: list[LocatedRow], value: str) -> None:
+    """``--approval ask|never|defer``: the policy, or ``ask`` with unanswered asks deferred."""
+    if value == "defer":
+        patch_config(located, ("user-approval",), "policy", "ask", "--approval")
+        patch_config(located, ("user-approval",), "unanswered", "defer", "--approval")
+    else:
+        patch_config(located, ("user-approval",), "policy", value, "--approval")
+
+
+def pending_row(session_id: str, call: DeferredCall) -> dict[str, Any]:
+    """One pending approval as ``dsh approvals list --json`` prints it."""
+    return {
+        "sessionId": session_id,
+        "callId": call.call_id,
+        "tool": call.tool_name,
+        "argsDigest": call.asked_digest,
+        "arguments": call.arguments,
+        "askedAt": call.asked_at,
+    }
+
+
+def pending_rows(events: Sequence[Any], session_id: str) -> list[dict[str, Any]]:
+    """Every undecided deferred call of a log, as rows."""
+    return [pending_row(session_id, c) for c in deferred_calls(events) if c.decision is None]
+
+
+def print_pending(rows: Sequence[dict[str, Any]]) -> None:
+    """The human listing: everything from the log is escaped for the terminal."""
+    out = console()
+    for row in rows:
+        session, call = _escape(row["sessionId"]), _escape(row["callId"])
+        out.print(
+            f"awaiting approval: session {session} · call {call} · tool {_escape(row['tool'])}",
+            style="yellow",
+            markup=False,
+            highlight=False,
+        )
+        out.print(f"  arguments: {_escape(row['arguments'])}", markup=False, highlight=False)
+        out.print(
+            f"  decide: dsh approvals decide {session} {call} allow|deny",
+            style="dim",
+            markup=False,
+            highlight=False,
+        )
+
+
+def is_awaiting(reason: Any) -> bool:
+    if reason is None:
+        return False
+    data = msgspec.to_builtins(reason)
+    return isinstance(data, dict) and data.get("kind") == AWAITING_APPROVAL
+
+
+def add_parser(sub: Any) -> None:
+    approvals = sub.add_parser(
+        "approvals",
+        help="list and decide approvals that wait (dsh run --approval defer)",
+        description="Approvals deferred by `dsh run --approval defer`: list them, decide one.",
+    )
+    commands = approvals.add_subparsers(dest="approvals_command", metavar="SUBCOMMAND")
+    approvals.set_defaults(handler=lambda args: _usage(approvals))
+
+    listing = commands.add_parser("list", help="every pending approval across stored sessions")
+    add_config_flag(listing)
+    add_root_flag(listing)
+    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    listing.set_defaults(handler=run_list)
+
+    decide = commands.add_parser(
+        "decide",
+        help="record a decision for a pending call, then continue the session",
+        description="Record allow or deny for one pending call (bound to its logged arguments, "
+        "one-shot) and, unless --no-continue, continue the session in its recorded workspace. "
+        "Exit 0 completed, 4 awaiting approval again, 2 not pending / already decided / "
+        "unknown, 3 held by another process.",
+    )
+    decide.add_argument("session_id", metavar="SESSION")
+    decide.add_argument("call_id", metavar="CALL_ID")
+    decide.add_argument("decision", choices=("allow", "deny"))
+    decide.add_argument("--reason", metavar="TEXT", help="why (recorded with the decision)")
+    decide.add_argument(
+        "--args-digest",
+        metavar="HEX",
+        help="refuse unless the call's argsDigest is this (the one `approvals list` showed)",
+    )
+    decide.add_argument(
+        "--no-continue", action="store_true", help="only record the decision; run nothing"
+    )
+    add_config_flag(decide)
+    add_root_flag(decide)
+    _continue_flags(decide)
+    decide.set_defaults(handler=run_decide)
+
+    resume = commands.add_parser(
+        "continue",
+        help="continue a session whose pending calls are all decided",
+        description="Apply the recorded decisions (after `decide --no-continue`, or a crash "
+        "between a decision and its turn) and continue the session in its recorded workspace. "
+        "Exit 0 completed, 4 awaiting approval (again, or some call is still undecided), 2 "
+        "nothing awaits approval / unknown session, 3 held by another process.",
+    )
+    resume.add_argument("session_id", metavar="SESSION")
+    add_config_flag(resume)
+    add_root_flag(resume)
+    _continue_flags(resume)
+    resume.set_defaults(handler=run_continue, call_id=None, decision=None, no_continue=False)
+
+
+def _continue_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        metavar="SPEC",
+        default="demo",
+        help="the model that continues the session (as for dsh run; default: demo)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+# -- list --------------------------------------------------------------------------------
+
+
+def run_list(args: argparse.Namespace) -> int:
+    _, located = load_composition(args)
+
+    async def body(host: PluginHost) -> list[dict[str, Any]]:
+        store = persistence(host)
+        rows: list[dict[str, Any]] = []
+        for listing in await store.list():
+            try:
+                load = await store.inspect(listing.header.id)
+            except Exception:  # one unreadable log must not hide the others' approvals
+                continue
+            rows.extend(pending_rows(load.events, load.header.id))
+        rows.sort(key=lambda r: (r["askedAt"], r["sessionId"], r["callId"]))
+        return rows
+
+    rows = run_with_host(located, body)
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, ensure_ascii=True))
+    elif not rows:
+        console().print("no approvals are pending", style="dim", markup=False)
+    else:
+        print_pending(rows)
+    return 0
+
+
+# -- decide ------------------------------------------------------------------------------
+
+
+def _decided_by() -> str:
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = "unknown"
+    return f"dsh approvals decide by {user}@{socket.gethostname()} (pid {os.getpid()})"
+
+
+def run_continue(args: argparse.Namespace) -> int:
+    return run_decide(args)
+
+
+def run_decide(args: argparse.Namespace) -> int:
+    """``decide`` (``args.decision`` set) and ``continue`` (None): see the module docstring."""
+    from .run_cmd import Transcript, _compose  # run_cmd hooks this module: import lazily
+
+    # The session's recorded workspace: read the header first (this also reports an unknown
+    # session, exit 2, before anything else is booted for it).
+    _, located = load_composition(args)
+
+    async def header_cwd(host: PluginHost) -> str | None:
+        load = await persistence(host).inspect(args.session_id)
+        cwd = load.header.cwd
+        return cwd if isinstance(cwd, str) else None
+
+    cwd = run_with_host(located, header_cwd)
+    args.workspace = cwd
+    args.approval = "defer"  # headless: a new ask in the continued turn waits again
+    args.sandbox = None
+    located, _ = _compose(args, demo_workspace=False)
+    transcript = Transcript(quiet=args.json)
+    interrupts = Interrupts()
+
+    async def body(host: PluginHost) -> dict[str, Any]:
+        transcript.install(host)
+        agent: Agent = await host.ctx.agent.resume(args.session_id)
+        try:
+            if args.decision is not None:
+                await agent.decide(
+                    args.call_id,
+                    args.decision,
+                    reason=args.reason,
+                    decided_by=_decided_by(),
+                    args_digest=args.args_digest,
+                )
+            reason: Any = None
+            if not args.no_continue:
+                interrupts.target(agent.cancel)
+                try:
+                    reason = await agent.continue_turn()
+                finally:
+                    interrupts.target(None)
+            await host.ctx.sessions.flush(agent.session)
+            return {
+                "sessionId": agent.session.id,
+                "callId": args.call_id,
+                "decision": args.decision,
+                "continued": not args.no_continue,
+                "turnEnd": msgspec.to_builtins(reason) if reason is not None else None,
+                "pendingApprovals": pending_rows(agent.session.events, agent.session.id),
+                "events": len(agent.session.events),
+            }
+        finally:
+            await agent.aclose()
+
+    result = run_with_host(located, body, interrupts=interrupts)
+    if interrupts.exit_code is not None:
+        return interrupts.exit_code
+    turn_end = result["turnEnd"]
+    kind = turn_end.get("kind") if isinstance(turn_end, dict) else None
+    if args.json:
+        print(json.dumps({**result, "turnEnd": {"kind": kind} if kind else None}))
+    else:
+        if args.decision is not None:
+            verb = "allowed" if args.decision == "allow" else "denied"
+            console().print(
+                f"{verb} call {_escape(args.call_id)} of session {_escape(args.session_id)}",
+                markup=False,
+                highlight=False,
+            )
+        if result["pendingApprovals"]:
+            print_pending(result["pendingApprovals"])
+    if kind == AWAITING_APPROVAL:
+        return EXIT_AWAITING
+    return 0 if kind in (None, "completed") else 1

@@ -1,0 +1,198 @@
+"""Deferred approvals (D19): the pure folds over a log that say which calls wait for a person.
+
+A turn that ends ``{kind: "awaiting-approval", callIds: [...]}`` (the kind the
+``user-approval`` plugin adds) leaves those calls *pending*: each has a durable
+``tool/call`` and an ``approval/asked`` (stage ``pre-execute``) but no
+``tool/result``. A decision arrives later, from any process, as an
+``approval/decided`` between turns; the next turn (``continue_turn``) applies
+it. Everything here is recomputed from ``session.events``: replaying the log
+*is* the state, so a second process sees exactly what the first one left.
+
+Used by crash repair (a pending call is not a crashed one), by the agent loop
+(never send a pending call to the model without its result), by the approval
+service (bind and record a decision) and by ``dsh approvals``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+__all__ = [
+    "AWAITING_APPROVAL",
+    "PRE_EXECUTE_STAGE",
+    "DeferredCall",
+    "DeferredDecision",
+    "args_digest",
+    "awaiting_call_ids",
+    "deferred_calls",
+]
+
+#: The turn-end kind of a turn that stopped because calls wait for an approval decision.
+AWAITING_APPROVAL: Final = "awaiting-approval"
+#: ``approval/asked.stage`` of an ask the tools pipeline made before the body could start.
+PRE_EXECUTE_STAGE: Final = "pre-execute"
+
+
+def args_digest(arguments: str) -> str:
+    """Lower-case hex SHA-256 of the raw argument string's UTF-8 bytes.
+
+    A lone surrogate (possible in a model's JSON string) is encoded with
+    ``surrogatepass`` so every string has exactly one digest.
+    """
+    return hashlib.sha256(arguments.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _get(data: Any, name: str, wire: str | None = None) -> Any:
+    if isinstance(data, Mapping):
+        return data.get(wire or name)
+    return getattr(data, name, None)
+
+
+def awaiting_call_ids(reason: Any) -> tuple[str, ...] | None:
+    """The pending call ids of an ``awaiting-approval`` turn-end reason, else None.
+
+    Accepts the plugin's typed reason and the untyped mapping a log decodes to
+    when the plugin is not composed.
+    """
+    if isinstance(reason, Mapping):
+        kind, ids = reason.get("kind"), reason.get("callIds")
+    else:
+        config = getattr(type(reason), "__struct_config__", None)
+        kind, ids = getattr(config, "tag", None), getattr(reason, "call_ids", None)
+    if kind != AWAITING_APPROVAL:
+        return None
+    if not isinstance(ids, Sequence) or isinstance(ids, str):
+        return ()
+    return tuple(i for i in ids if isinstance(i, str))
+
+
+@dataclass(frozen=True, slots=True)
+class DeferredDecision:
+    """A recorded decision for a deferred call (an ``approval/decided`` after its turn ended)."""
+
+    outcome: str
+    seq: int
+    args_digest: str | None
+    decided_by: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeferredCall:
+    """One call the last turn left waiting for a decision (see the module docstring)."""
+
+    call_id: str
+    tool_name: str
+    #: the raw argument string of its ``tool/call``, exactly as logged
+    arguments: str
+    #: the ``argsDigest`` its ``approval/asked`` recorded (None: the ask recorded none)
+    asked_digest: str | None
+    ask_id: str
+    asked_at: int
+    turn: int
+    step: int
+    decision: DeferredDecision | None
+
+    @property
+    def logged_digest(self) -> str:
+        """The digest of the arguments as they are logged *now* (differs if the log was edited)."""
+        return args_digest(self.arguments)
+
+    @property
+    def bound(self) -> bool:
+        """True when the ask recorded a digest and the logged arguments still match it."""
+        return self.asked_digest is not None and self.asked_digest == self.logged_digest
+
+
+def _last_turn_end(events: Sequence[Any]) -> tuple[int, Any] | None:
+    for index in range(len(events) - 1, -1, -1):
+        event = events[index]
+        if event.type == "turn/start":
+            return None  # a turn is open after the last end: nothing waits between turns
+        if event.type == "turn/end":
+            return index, event.data
+    return None
+
+
+def deferred_calls(events: Sequence[Any]) -> list[DeferredCall]:
+    """The calls the last turn left pending, in the order it listed them.
+
+    Empty unless the log's last turn ended ``awaiting-approval`` — including
+    while a later turn is open (then that turn is applying the decisions or was
+    cut by a crash, and repair owns the calls). A listed call that has a
+    ``tool/result`` anywhere after its ``tool/call``, or no pre-execute
+    ``approval/asked``, is not pending and is skipped.
+    """
+    found = _last_turn_end(events)
+    if found is None:
+        return []
+    end_index, end = found
+    ids = awaiting_call_ids(_get(end, "reason"))
+    if not ids:
+        return []
+    turn = _get(end, "turn")
+    start = end_index
+    while start > 0 and events[start].type != "turn/start":
+        start -= 1
+    calls: dict[str, Any] = {}
+    asks: dict[str, Any] = {}
+    answered: set[str] = set()
+    wanted = set(ids)
+    for event in events[start:end_index]:
+        data = event.data
+        if event.type == "tool/call":
+            call_id = _get(data, "call_id", "callId")
+            if call_id in wanted:
+                calls[call_id] = data
+                answered.discard(call_id)
+        elif event.type == "approval/asked":
+            call_id = _get(data, "call_id", "callId")
+            if call_id in calls and _get(data, "stage") == PRE_EXECUTE_STAGE:
+                asks[call_id] = event
+        elif event.type == "tool/result":
+            source = _get(_get(data, "message"), "source")
+            answered.add(_get(source, "call_id", "callId"))
+    decisions: dict[str, DeferredDecision] = {}
+    for event in events[end_index + 1 :]:
+        if event.type == "approval/decided":
+            data = event.data
+            ask_id = _get(data, "id")
+            if ask_id not in decisions:  # one-shot: the first decision is the decision
+                decisions[ask_id] = DeferredDecision(
+                    outcome=str(_get(data, "outcome")),
+                    seq=event.seq,
+                    args_digest=_str_or_none(_get(data, "args_digest", "argsDigest")),
+                    decided_by=_str_or_none(_get(data, "decided_by", "decidedBy")),
+                    reason=_str_or_none(_get(data, "reason")),
+                )
+        elif event.type == "tool/result":
+            source = _get(_get(event.data, "message"), "source")
+            answered.add(_get(source, "call_id", "callId"))
+    result: list[DeferredCall] = []
+    for call_id in ids:
+        call, ask = calls.get(call_id), asks.get(call_id)
+        if call is None or ask is None or call_id in answered:
+            continue
+        arguments = _get(call, "arguments")
+        ask_id = str(_get(ask.data, "id"))
+        result.append(
+            DeferredCall(
+                call_id=call_id,
+                tool_name=str(_get(call, "name")),
+                arguments=arguments if isinstance(arguments, str) else "",
+                asked_digest=_str_or_none(_get(ask.data, "args_digest", "argsDigest")),
+                ask_id=ask_id,
+                asked_at=int(ask.time),
+                turn=int(turn) if isinstance(turn, int) else 0,
+                step=int(_get(call, "step") or 1),
+                decision=decisions.get(ask_id),
+            )
+        )
+    return result
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
