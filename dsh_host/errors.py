@@ -15,6 +15,7 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     │   ├── AgentBusyError                               dsh_host.agent.errors
     │   ├── AgentClosedError                             dsh_host.agent.errors
     │   ├── AgentConfigError                             dsh_host.agent.errors
+    │   ├── OutputValidationError                        dsh_host.front.errors
     │   ├── PromptError                                  dsh_host.agent.errors
     │   └── ResumeError                                  dsh_host.agent.errors
     ├── ApprovalError                                    dsh_user_approval.errors

@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 import anyio
 
+from ..compositions import resolve_config
 from ..errors import ConfigError, DshError
 from ..loader import LocatedRow, PluginHost, Row, canonical_name, load_rows, open_host
-from .compositions import resolve_config
 from .interrupts import Interrupts
 
 T = TypeVar("T")

@@ -9,8 +9,8 @@ from typing import Any
 
 import anyio
 
+from ..compositions import resolve_config
 from ..loader import load_rows, open_host
-from .compositions import resolve_config
 from .output import console
 
 

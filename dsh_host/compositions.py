@@ -1,4 +1,4 @@
-"""Where the CLI finds compositions.
+"""Where compositions are found (the CLI and the ``Agent`` front door share this).
 
 The shipped YAML files live in the repository's ``configs/`` directory; a
 wheel carries them as ``dsh_host/_configs``. An editable install reads the
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_PACKAGE = Path(__file__).resolve().parent.parent
+_PACKAGE = Path(__file__).resolve().parent
 
 
 def shipped_config_dir() -> Path:
