@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
+import anyio
 import psycopg
 import pytest
 from front_helpers import events_of, script
@@ -95,13 +95,14 @@ async def test_the_default_store_is_the_one_the_cli_uses(
     monkeypatch.delenv("DSH_SESSION_ROOT", raising=False)
     async with Agent(script(tmp_path, ADDING), tools=[add]) as agent:
         result = await agent.run("What is 2+3?")
-    listed = subprocess.run(
-        [sys.executable, "-m", "dsh_host", "sessions", "list"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
-    assert listed.returncode == 0, listed.stderr
-    assert result.session_id in listed.stdout  # the CLI sees the library's session
+    with anyio.fail_after(120):
+        listed = await anyio.run_process(
+            [sys.executable, "-m", "dsh_host", "sessions", "list"],
+            cwd=tmp_path, check=False,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+    assert listed.returncode == 0, listed.stderr.decode()
+    assert result.session_id in listed.stdout.decode()  # the CLI sees the library's session
     persistence = next(r for r in Agent("demo").rows() if r.id == "session-persistence")
     assert persistence.name == "session-persistence-jsonl"
 
@@ -180,11 +181,11 @@ def test_run_sync_runs_a_turn_and_continues_the_session(tmp_path: Path) -> None:
 def test_bad_arguments_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"Agent\(model=\.\.\.\) 'gpt' is not a model spec; use"):
         Agent("gpt")
-    with pytest.raises(ConfigError, match="script file nope.yml does not exist"):
+    with pytest.raises(ConfigError, match=r"script file nope\.yml does not exist"):
         Agent("scripted:nope.yml")
     with pytest.raises(ConfigError, match=r"no row has id 'agnet'; the rows are .*agent"):
         Agent("demo", config={"agnet": {"persona": "x"}})
-    with pytest.raises(ConfigError, match="Agent.sandbox='none'."):
+    with pytest.raises(ConfigError, match=r"Agent.sandbox='none'."):
         Agent("demo", sandbox="none")  # type: ignore[arg-type]
     with pytest.raises(ToolRegistrationError, match='names tool "add" twice'):
         Agent("demo", tools=[add, add])
