@@ -115,6 +115,12 @@ class TurnEnd:
     turn: int
     reason: TurnEndReason
 
+    @property
+    def kind(self) -> str:
+        """The reason's kind as logged: ``completed``, ``aborted``, ``error`` ..."""
+        tag = type(self.reason).__struct_config__.tag
+        return tag if isinstance(tag, str) else type(self.reason).__name__
+
 
 Event: TypeAlias = (
     TextDelta
