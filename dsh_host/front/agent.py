@@ -498,7 +498,7 @@ class Agent:
         self._sink = send
 
         async def drive() -> None:
-            item: _Finished
+            item: _Finished | None = None
             try:
                 with self._output_for(output_type) as state:
                     reason = await core.run_turn(prompt, signal=token)
@@ -508,9 +508,10 @@ class Agent:
             finally:
                 if self._sink is send:
                     self._sink = None
+                if item is not None:
+                    send.send_nowait(item)
+                send.close()  # a host cancellation ends the iteration instead of hanging it
                 done.set()
-            send.send_nowait(item)
-            send.close()
 
         group.start_soon(drive)
         return receive, done
@@ -609,11 +610,10 @@ class Agent:
         state = self._output
         if state is None or state.value is not UNSET or context.agent is not self._core:
             return
-        if state.failures >= state.retries:
-            state.failures += 1
-            return
         state.failures += 1
         state.last_error = "the model answered with text instead of calling the tool"
+        if state.exhausted:
+            return
         context.agent.steer(
             UserMessage(
                 id=new_message_id(),

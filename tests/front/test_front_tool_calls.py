@@ -242,3 +242,36 @@ async def test_approval_ask_fails_closed_without_a_grant(
         await agent.run("charge c1")
     assert "charges" not in seen
     assert result_texts(agent) == {"call_1_1": text}
+
+
+async def test_a_cancelled_async_tool_is_stopped_at_its_await(tmp_path: Path) -> None:
+    started = anyio.Event()
+    after_sleep: list[bool] = []
+
+    @tool
+    async def wait_forever() -> str:
+        """Wait."""
+        started.set()
+        await anyio.sleep(60)
+        after_sleep.append(True)
+        return "woke"
+
+    model = script(tmp_path, [call("wait_forever", {}), {"text": "never"}])
+    async with Agent(model, tools=[wait_forever], store=None) as agent:
+        core = agent.core
+
+        async def cancel_when_started() -> None:
+            await started.wait()
+            core.cancel()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(cancel_when_started)
+            with anyio.fail_after(30):
+                result = await agent.run("go")
+    assert after_sleep == []
+    assert isinstance(result.turn_end, AbortedReason)
+    (outcome,) = events_of(agent, "tool/result")
+    assert outcome.data.error.code == "TOOL_OUTCOME_UNKNOWN"
+    assert result_texts(agent)["call_1_1"].startswith(
+        "The tool call was stopped by a cancellation while it was running."
+    )
