@@ -11,8 +11,9 @@ decision (``agent/request-error``) after a failed attempt was logged as
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from dsh_host.session.events import TurnEndReason
 from dsh_host.session.messages import LlmFailure
@@ -118,8 +119,13 @@ class TurnEnd:
     @property
     def kind(self) -> str:
         """The reason's kind as logged: ``completed``, ``aborted``, ``error`` ..."""
-        tag = type(self.reason).__struct_config__.tag
-        return tag if isinstance(tag, str) else type(self.reason).__name__
+        config = getattr(type(self.reason), "__struct_config__", None)
+        tag = getattr(config, "tag", None)
+        if isinstance(tag, str):
+            return tag
+        reason: Any = self.reason  # an unknown (future) reason is a mapping of its JSON
+        kind = reason.get("kind") if isinstance(reason, Mapping) else None
+        return kind if isinstance(kind, str) else type(self.reason).__name__
 
 
 Event: TypeAlias = (

@@ -132,3 +132,11 @@ async def test_async_with_waits_for_the_cancelled_turn(tmp_path: Path) -> None:
             assert agent.core.status == "idle"
         (end,) = events_of(agent, "turn/end")
     assert isinstance(end.data.reason, AbortedReason)
+
+
+def test_turn_end_kind_is_the_logged_kind() -> None:
+    from dsh_host.session.events import UnknownTurnEndReason
+
+    assert ev.TurnEnd(1, 1, CompletedReason()).kind == "completed"
+    assert ev.TurnEnd(1, 1, AbortedReason(reason=UserCancel())).kind == "aborted"
+    assert ev.TurnEnd(1, 1, UnknownTurnEndReason({"kind": "paused"})).kind == "paused"
