@@ -21,6 +21,7 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
@@ -164,7 +165,11 @@ class Agent:
     ``approval``: ``"ask"`` (calls that need approval fail closed unless an
     answerer is composed), ``"never"`` (refuse them), or an answerer
     callable. ``rows``: extra rows (mounted before the ``agent`` row);
-    ``config``: per-row config overrides by row id.
+    ``config``: per-row config overrides by row id. ``composition``: the YAML
+    composition to start from (default: the one ``dsh`` uses here, ``./dsh.yml``
+    or the shipped default), so policies composed there (retries, timeouts ...)
+    apply to the library too; its model, built-in tools (unless ``sandbox``) and,
+    when ``store`` is given, persistence rows are replaced by these arguments.
     """
 
     def __init__(
@@ -181,6 +186,7 @@ class Agent:
         approval: Literal["ask", "never"] | Answerer = "ask",
         rows: Sequence[Row] = (),
         config: Mapping[str, Mapping[str, Any]] | None = None,
+        composition: str | os.PathLike[str] | None = None,
     ) -> None:
         self._model = parse_model(model, "Agent(model=...)")
         self._definitions: list[ToolDefinition] = []
@@ -224,6 +230,7 @@ class Agent:
         self._approval = approval
         self._workspace = os.path.abspath(os.fspath(workspace) if workspace else os.getcwd())
         self._store = store
+        self._composition = Path(composition) if composition is not None else resolve_config(None)
         self._extra_rows = list(rows)
         self._overrides = {key: dict(value) for key, value in (config or {}).items()}
         self._rows = self._compose()
@@ -245,62 +252,70 @@ class Agent:
         """The composition this agent boots (the rows a YAML file would list)."""
         return list(self._rows)
 
-    def _store_rows(self) -> list[Row]:
-        store = self._store
-        if store is None:
-            return []
-        if isinstance(store, _CliDefault):
-            row = _cli_store_row()
-            if row is None:
-                return []
-            return [row, Row(id="session-checkpoints", name="session-checkpoint-policy")]
-        text = os.fspath(store)
-        if text.startswith(("postgresql://", "postgres://")):
-            persistence = Row(
-                id="session-persistence", name="session-persistence-postgres", config={"dsn": text}
-            )
-        else:
-            persistence = Row(
-                id="session-persistence", name="session-persistence-jsonl", config={"root": text}
-            )
-        return [persistence, Row(id="session-checkpoints", name="session-checkpoint-policy")]
-
     def _compose(self) -> list[Row]:
+        """The base composition (the CLI's by default) with this agent's arguments applied.
+
+        Like ``dsh run``: the model row goes first, the store replaces the persistence
+        row, the approval policy and the agent's route are patched in. Rows the front
+        door does not configure (retry, timeout and other policies) stay as composed.
+        """
+        base = [located.row for located in load_rows(self._composition)]
+        rows: list[Row] = [self._model.row]
+        for row in base:
+            name = canonical_name(row.name)
+            if row.disabled or row.id == "model":
+                continue
+            if name.startswith("session-persistence-") or name == "session-checkpoint-policy":
+                if not isinstance(self._store, _CliDefault):
+                    continue  # replaced below
+            if name in ("builtin-tools", "sandbox-local") and self._sandbox is None:
+                continue  # no built-in tools unless a sandbox mode is asked for
+            if name == "agent":
+                continue  # added last, with this agent's route
+            rows.append(row)
+        store = self._store
+        if not isinstance(store, _CliDefault) and store is not None:
+            persistence = _store_row(store)
+            at = _index_after(rows, "sessions")
+            rows[at:at] = [
+                persistence,
+                Row(id="session-checkpoints", name="session-checkpoint-policy"),
+            ]
+        for needed, row_id in (("sessions", "sessions"), ("llm", "llm"), ("tools", "tools")):
+            if not _has(rows, needed):
+                rows.append(Row(id=row_id, name=needed))
         approval = self._approval
         policy = approval if approval in ("ask", "never") else "ask"
+        if not _has(rows, "user-approval"):
+            rows.append(Row(id="approval", name="user-approval"))
+        rows = [_patched(r, "user-approval", {"policy": policy}) for r in rows]
+        if self._sandbox is not None:
+            if not _has(rows, "sandbox-local"):
+                rows.append(Row(id="sandbox", name="sandbox-local", config={"network": "deny"}))
+            if not _has(rows, "builtin-tools"):
+                rows.append(Row(id="builtin-tools", name="builtin-tools"))
+            confined = {"workspace": self._workspace, "sandbox": self._sandbox}
+            rows = [_patched(r, "builtin-tools", confined) for r in rows]
+        if self._ask:
+            rows.append(
+                Row(
+                    id="front-door-rules",
+                    name="tool-rules",
+                    config={"rules": [{"tool": name, "decision": "ask"} for name in self._ask]},
+                )
+            )
+        rows.extend(self._extra_rows)
+        agent_row = next(
+            (r for r in base if not r.disabled and canonical_name(r.name) == "agent"),
+            Row(id="agent", name="agent"),
+        )
         agent_config: dict[str, Any] = {
             "provider": self._model.provider,
             "model": self._model.model,
         }
         if self._instructions:
             agent_config["persona"] = self._instructions
-        rows = [
-            Row(id="sessions", name="sessions"),
-            *self._store_rows(),
-            Row(id="llm", name="llm"),
-            self._model.row,
-            Row(id="tools", name="tools"),
-            Row(id="approval", name="user-approval", config={"policy": policy}),
-        ]
-        if self._ask:
-            rows.append(
-                Row(
-                    id="rules",
-                    name="tool-rules",
-                    config={"rules": [{"tool": name, "decision": "ask"} for name in self._ask]},
-                )
-            )
-        if self._sandbox is not None:
-            rows.append(Row(id="sandbox", name="sandbox-local", config={"network": "deny"}))
-            rows.append(
-                Row(
-                    id="builtin-tools",
-                    name="builtin-tools",
-                    config={"workspace": self._workspace, "sandbox": self._sandbox},
-                )
-            )
-        rows.extend(self._extra_rows)
-        rows.append(Row(id="agent", name="agent", config=agent_config))
+        rows.append(_patched(agent_row, "agent", agent_config))
         ids = {row.id for row in rows if row.id is not None}
         for key in self._overrides:
             if key not in ids:
@@ -735,13 +750,34 @@ class EventStream:
 # --------------------------------------------------------------------------- helpers
 
 
-def _cli_store_row() -> Row | None:
-    """The persistence row of the composition ``dsh`` would use here (``./dsh.yml`` or default)."""
-    for located in load_rows(resolve_config(None)):
-        row = located.row
-        if not row.disabled and canonical_name(row.name).startswith("session-persistence-"):
-            return Row(id="session-persistence", name=row.name, config=row.config)
-    return None
+def _store_row(store: str | os.PathLike[str]) -> Row:
+    """The persistence row of ``store=``: a ``postgresql://`` DSN, else a JSONL root."""
+    text = os.fspath(store)
+    if text.startswith(("postgresql://", "postgres://")):
+        return Row(
+            id="session-persistence", name="session-persistence-postgres", config={"dsn": text}
+        )
+    return Row(id="session-persistence", name="session-persistence-jsonl", config={"root": text})
+
+
+def _has(rows: Sequence[Row], plugin: str) -> bool:
+    return any(canonical_name(row.name) == plugin for row in rows)
+
+
+def _index_after(rows: Sequence[Row], plugin: str) -> int:
+    for index, row in enumerate(rows):
+        if canonical_name(row.name) == plugin:
+            return index + 1
+    return len(rows)
+
+
+def _patched(row: Row, plugin: str, config: Mapping[str, Any]) -> Row:
+    """``row`` with ``config`` merged into its config when it runs ``plugin``."""
+    if canonical_name(row.name) != plugin:
+        return row
+    return Row(
+        id=row.id, name=row.name, config={**(row.config or {}), **config}, disabled=row.disabled
+    )
 
 
 def _typed_event(event: SessionEvent) -> ev.Event | None:

@@ -82,9 +82,11 @@ async def test_store_none_keeps_everything_in_memory(
         assert agent.host.ctx.get("sessionPersistence") is None
     assert result.output == "It is 5."
     assert stored(tmp_path) == []
-    assert [row.name for row in Agent("demo", store=None).rows()] == [
-        "sessions", "llm", "llm-scripted", "tools", "user-approval", "agent"
-    ]
+    names = [row.name for row in Agent("demo", store=None).rows()]
+    assert names[0] == "llm-scripted" and names[-1] == "agent"
+    assert {"sessions", "llm", "tools", "user-approval"} <= set(names)
+    assert not any(n.startswith("session-persistence") for n in names)
+    assert "builtin-tools" not in names and "sandbox-local" not in names
 
 
 @pytest.mark.anyio
@@ -113,6 +115,26 @@ async def test_the_default_store_is_the_one_the_cli_uses(
     async with Agent(script(tmp_path, ADDING, "b.json"), tools=[add]) as agent:
         moved = await agent.run("What is 2+3?")
     assert any(moved.session_id in str(p) for p in stored(tmp_path / "elsewhere"))
+
+
+@pytest.mark.anyio
+async def test_the_composition_s_other_rows_apply_to_the_library(tmp_path: Path) -> None:
+    composition = tmp_path / "team.yml"
+    composition.write_text(
+        "- name: sessions\n- name: llm\n- name: tools\n"
+        "- id: no-adding\n  name: tool-rules\n"
+        "  config: {rules: [{tool: add, decision: deny, reason: adding is off today}]}\n"
+        "- name: agent\n  config: {persona: From the YAML.}\n"
+    )
+    async with Agent(
+        script(tmp_path, ADDING), tools=[add], store=None, composition=composition
+    ) as agent:
+        await agent.run("What is 2+3?")
+        (system,) = events_of(agent, "system/message")
+        (result,) = events_of(agent, "tool/result")
+    assert "From the YAML." in system.data.message.content[0].text
+    assert result.data.message.content[0].content[0].text == "Error: adding is off today"
+    assert [r.id for r in agent.rows()].count("no-adding") == 1
 
 
 @pytest.mark.anyio
