@@ -240,6 +240,7 @@ class Agent:
         self._core: CoreAgent | None = None
         self._last_session: str | None = None
         self._closed_session: Session | None = None
+        self._forked: Session | None = None
         self._sink: MemoryObjectSendStream[Any] | None = None
         self._position = (0, 0)
         self._output: _OutputRun | None = None
@@ -374,10 +375,8 @@ class Agent:
         if stack is None:
             return
         try:
-            core, self._core = self._core, None
-            if core is not None:
-                self._closed_session = core.session
-                await core.aclose()
+            if self._core is not None:
+                await self._release(self._core)
         finally:
             self._host = self._group = None
             await stack.aclose()
@@ -440,11 +439,45 @@ class Agent:
     async def resume(self, session_id: str) -> Agent:
         """Continue a stored session (repaired first if a crash interrupted it)."""
         await self._settle()
-        core, self._core = self._core, None
-        if core is not None:
-            await core.aclose()
+        if self._core is not None:
+            await self._release(self._core)
         self._core = await self.host.ctx.agent.resume(session_id)
         return self
+
+    async def fork(self, boundary: int | None = None) -> str:
+        """Continue on a copy of this session's log up to ``boundary`` (default: all of it).
+
+        The parent session is flushed and left as it is (``resume(parent_id)`` goes
+        back to it); the child's header names its parent. Returns the child's id.
+        A boundary inside an open step is refused (``SessionForkError``).
+        """
+        await self._settle()
+        store = self.host.ctx.sessions
+        parent = self.core
+        child = store.fork(parent.session, boundary)
+        try:
+            await self._release(parent)
+        except BaseException:
+            store.detach(child)
+            raise
+        self._core = self.host.ctx.agent.create(session=child)
+        self._forked = child
+        return child.id
+
+    async def _release(self, core: CoreAgent) -> None:
+        """Close ``core``; a forked session (not owned by its core agent) is flushed here."""
+        self._core = None
+        self._closed_session = core.session
+        await core.aclose()
+        forked, self._forked = self._forked, None
+        if forked is not None and forked is core.session:
+            store = self.host.ctx.sessions
+            if store.is_live(forked):
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await store.flush(forked)
+                    finally:
+                        store.detach(forked)
 
     # ------------------------------------------------------------------ running
     async def run(self, prompt: str, *, output_type: Any = None) -> RunResult:

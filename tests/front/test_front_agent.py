@@ -73,6 +73,29 @@ async def test_resume_continues_a_stored_session_in_a_new_agent(tmp_path: Path) 
 
 
 @pytest.mark.anyio
+async def test_fork_continues_on_a_copy_and_leaves_the_parent_as_it_was(tmp_path: Path) -> None:
+    root = tmp_path / "sessions"
+    model = script(tmp_path, [*ADDING, {"text": "Forked answer."}])
+    async with Agent(model, tools=[add], store=root) as agent:
+        first = await agent.run("What is 2+3?")
+        child_id = await agent.fork()
+        forked = await agent.run("And in the fork?")
+        assert agent.session.header.parent_session == first.session_id
+    assert child_id != first.session_id
+    assert (forked.session_id, forked.turn, forked.output) == (child_id, 2, "Forked answer.")
+    assert len(stored(root)) == 2
+    resumed = script(tmp_path, [{"text": "Back in the parent."}], "parent.json")
+    async with Agent(resumed, tools=[add], store=root) as agent:
+        await agent.resume(first.session_id)
+        assert [e.data.turn for e in events_of(agent, "turn/start")] == [1]  # untouched
+        back = await agent.run("Back?")
+        await agent.resume(child_id)
+        child_turns = [e.data.turn for e in events_of(agent, "turn/start")]
+    assert (back.session_id, back.turn) == (first.session_id, 2)
+    assert child_turns == [1, 2]
+
+
+@pytest.mark.anyio
 async def test_store_none_keeps_everything_in_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
