@@ -86,6 +86,7 @@ if TYPE_CHECKING:
     from dsh_host.agent import Agent as CoreAgent
     from dsh_host.agent import RequestErrorContext
     from dsh_host.session.session import Session
+    from dsh_host.session.store import SessionStore
 
 __all__ = ["FINAL_RESULT", "Agent", "Answerer", "EventStream", "RunResult"]
 
@@ -452,7 +453,7 @@ class Agent:
         A boundary inside an open step is refused (``SessionForkError``).
         """
         await self._settle()
-        store = self.host.ctx.sessions
+        store: SessionStore = self.host.ctx.sessions
         parent = self.core
         child = store.fork(parent.session, boundary)
         try:
