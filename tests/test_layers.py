@@ -14,6 +14,8 @@ unchanged; every other import in that file is checked like any other.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,16 @@ def test_plugins_never_import_each_other(plugin: str) -> None:
             if head.startswith("dsh_") and head not in ("dsh_host", plugin):
                 problems.append(f"{path.relative_to(REPO)}:{line}: imports {target}")
     assert problems == []
+
+
+def test_importing_dsh_host_does_not_load_the_front_door() -> None:
+    code = (
+        "import sys, dsh_host\n"
+        "assert not any(m.startswith(('dsh_host.front', 'dsh_host.agent')) for m in sys.modules)\n"
+        "from dsh_host import Agent, ToolContext, tool\n"
+        "assert Agent.__module__ == 'dsh_host.front.agent' and 'dsh_host.front' in sys.modules\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert result.returncode == 0, result.stderr
