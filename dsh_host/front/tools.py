@@ -207,7 +207,10 @@ def _build(
     parameters = object_schema(
         label, [(p.name, p.hint, p.default) for p in typed], arg_docs, closed=True
     )
-    is_async = inspect.iscoroutinefunction(inspect.unwrap(fn))
+    is_async = inspect.iscoroutinefunction(inspect.unwrap(fn)) or (
+        not inspect.isfunction(fn)
+        and inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
+    )
     hints = {p.name: p.hint for p in typed}
 
     async def execute(arguments: Any, execution: ToolExecution) -> Any:
@@ -257,8 +260,10 @@ def _parameters(fn: Callable[..., Any], label: str) -> list[_Param]:
         signature = inspect.signature(fn)
     except (TypeError, ValueError) as exc:
         raise ToolRegistrationError(f"{label}: cannot read its signature: {exc}") from None
+    plain = inspect.isfunction(fn) or inspect.ismethod(fn) or isinstance(fn, type)
+    annotated = fn if plain else getattr(fn, "__call__", fn)  # noqa: B004 - a callable object
     try:
-        hints = typing.get_type_hints(fn, include_extras=True)
+        hints = typing.get_type_hints(annotated, include_extras=True)
     except Exception as exc:
         raise ToolRegistrationError(f"{label}: cannot resolve its type hints: {exc}") from None
     out: list[_Param] = []

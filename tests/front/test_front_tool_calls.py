@@ -275,3 +275,16 @@ async def test_a_cancelled_async_tool_is_stopped_at_its_await(tmp_path: Path) ->
     assert result_texts(agent)["call_1_1"].startswith(
         "The tool call was stopped by a cancellation while it was running."
     )
+
+
+async def test_an_async_callable_object_is_awaited_on_the_loop(tmp_path: Path) -> None:
+    class Greeter:
+        async def __call__(self, name: str) -> str:
+            return f"hello {name} from {threading.get_ident() == loop_thread}"
+
+    loop_thread = threading.get_ident()
+    greet = tool(name="greet", description="Greet.")(Greeter())
+    model = script(tmp_path, [call("greet", {"name": "ada"}), {"text": "done"}])
+    async with Agent(model, tools=[greet], store=None) as agent:
+        await agent.run("greet ada")
+    assert result_texts(agent) == {"call_1_1": "hello ada from True"}
