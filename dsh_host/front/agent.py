@@ -243,6 +243,7 @@ class Agent:
         self._closed_session: Session | None = None
         self._forked: Session | None = None
         self._sink: MemoryObjectSendStream[Any] | None = None
+        self._values: dict[str, Any] = {}
         self._position = (0, 0)
         self._output: _OutputRun | None = None
         self._output_installed: Any = None
@@ -639,6 +640,9 @@ class Agent:
         return "Final result accepted."
 
     def _on_tool_result(self, event: ToolResultEvent) -> None:
+        # Emitted just before the scheduler appends `tool/result`: keep the value for the stream.
+        if self._sink is not None and event.exec.parent is None and not event.result.is_error:
+            self._values[event.exec.call_id] = event.result.value
         state = self._output
         if state is None or event.exec.name != FINAL_RESULT or not event.result.is_error:
             return
@@ -692,7 +696,7 @@ class Agent:
         sink = self._sink
         if sink is None:
             return
-        out = _typed_event(event)
+        out = _typed_event(event, self._values)
         if out is not None:
             sink.send_nowait(out)
 
@@ -814,7 +818,7 @@ def _patched(row: Row, plugin: str, config: Mapping[str, Any]) -> Row:
     )
 
 
-def _typed_event(event: SessionEvent) -> ev.Event | None:
+def _typed_event(event: SessionEvent, values: dict[str, Any]) -> ev.Event | None:
     data = event.data
     if isinstance(data, ToolCallData):
         return ev.ToolCallStarted(
@@ -828,14 +832,17 @@ def _typed_event(event: SessionEvent) -> ev.Event | None:
                     part.text for part in block.content if isinstance(part, TextBlock)
                 )
         error = data.error
+        call_id = data.message.source.call_id
+        value = values.pop(call_id, None)
         return ev.ToolCallFinished(
             event.seq,
             data.turn,
             data.step,
-            data.message.source.call_id,
+            call_id,
             error is not UNSET or _is_error(data),
             "\n".join(texts),
             error.code if error is not UNSET else None,
+            thaw(value),
         )
     if isinstance(data, ApprovalAskedData):
         return ev.ApprovalAsked(

@@ -75,6 +75,8 @@ class ToolCallFinished:
     text: str
     #: the internal error code of a failure (``INVALID_ARGS``, ``TOOL_OUTCOME_UNKNOWN`` ...)
     error_code: str | None
+    #: the body's JSON value for a success (plain dicts and lists), None for a failure
+    value: Any = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,7 +65,10 @@ async def test_stream_order_is_log_order(tmp_path: Path) -> None:
     assert isinstance(seen[-1], ev.TurnEnd) and seen[-1].reason == CompletedReason()
     finished = [e for e in logged if isinstance(e, ev.ToolCallFinished)]
     assert finished[0].text == "c1 is known" and not finished[0].is_error
+    assert finished[0].value == "c1 is known"
     assert '"key":"call_1_2"' in finished[1].text
+    assert finished[1].value == {"charged": 5, "key": "call_1_2"}
+    assert type(finished[1].value) is dict  # thawed from the frozen JSON
     # Deltas arrive before the assistant/message that records them, step by step.
     steps: dict[int, str] = {}
     for event in seen:
