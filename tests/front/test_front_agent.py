@@ -121,13 +121,13 @@ async def test_the_default_store_is_the_one_the_cli_uses(
     async with Agent(script(tmp_path, ADDING), tools=[add]) as agent:
         result = await agent.run("What is 2+3?")
     with anyio.fail_after(120):
-        listed = await anyio.run_process(
-            [sys.executable, "-m", "dsh_host", "sessions", "list"],
+        shown = await anyio.run_process(
+            [sys.executable, "-m", "dsh_host", "sessions", "show", result.session_id],
             cwd=tmp_path, check=False,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
         )
-    assert listed.returncode == 0, listed.stderr.decode()
-    assert result.session_id in listed.stdout.decode()  # the CLI sees the library's session
+    assert shown.returncode == 0, shown.stderr.decode()  # the CLI finds the library's session
+    assert "What is 2+3?" in shown.stdout.decode()
     persistence = next(r for r in Agent("demo").rows() if r.id == "session-persistence")
     assert persistence.name == "session-persistence-jsonl"
 
