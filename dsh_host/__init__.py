@@ -3,7 +3,13 @@
 The host layer (this package's top level) is a small Cordis-style plugin host:
 a :class:`Context` per plugin row, services, a declared-mode event bus, and a
 YAML loader over the ``dsh.plugins`` entry-point group.
+
+The front door (``Agent``, ``tool``, ``ToolContext``, ``RunResult``, from
+:mod:`dsh_host.front`) is re-exported lazily: importing ``dsh_host`` does not
+load the agent layer.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from .bus import EventBus, EventMode, EventSpec
 from .cancel import CancelToken
@@ -20,7 +26,24 @@ from .loader import (
 )
 from .plugin import NoConfig, Plugin, PluginMeta, hookimpl, hookspec
 
+if TYPE_CHECKING:
+    from .front import Agent, FunctionTool, OutputValidationError, RunResult, ToolContext, tool
+
+_FRONT_DOOR = frozenset(
+    {"Agent", "FunctionTool", "OutputValidationError", "RunResult", "ToolContext", "tool"}
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FRONT_DOOR:
+        from . import front  # lazy: the front door composes the layers above this one
+
+        return getattr(front, name)
+    raise AttributeError(f"module 'dsh_host' has no attribute {name!r}")
+
+
 __all__ = [
+    "Agent",
     "CancelToken",
     "Context",
     "DshError",
@@ -29,17 +52,22 @@ __all__ = [
     "EventSpec",
     "Fiber",
     "FiberState",
+    "FunctionTool",
     "Host",
     "LocatedRow",
     "NoConfig",
+    "OutputValidationError",
     "Plugin",
     "PluginHost",
     "PluginMeta",
     "Row",
+    "RunResult",
+    "ToolContext",
     "hookimpl",
     "hookspec",
     "load_rows",
     "open_host",
     "open_host_from_yaml",
     "parse_rows",
+    "tool",
 ]

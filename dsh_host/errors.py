@@ -17,6 +17,7 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     │   ├── AgentConfigError                             dsh_host.agent.errors
     │   ├── ApprovalDecisionError                        dsh_host.agent.errors
     │   ├── ApprovalPendingError                         dsh_host.agent.errors
+    │   ├── OutputValidationError                        dsh_host.front.errors
     │   ├── PromptError                                  dsh_host.agent.errors
     │   └── ResumeError                                  dsh_host.agent.errors
     ├── ApprovalError                                    dsh_user_approval.errors

@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 import anyio
 
+from ..compositions import load_config
 from ..errors import ConfigError, DshError
 from ..loader import LocatedRow, PluginHost, Row, canonical_name, open_host, rows_needed_for
-from .compositions import load_config
 from .interrupts import Interrupts
 
 T = TypeVar("T")

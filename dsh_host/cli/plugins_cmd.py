@@ -9,9 +9,9 @@ from typing import Any
 
 import anyio
 
+from ..compositions import load_config
 from ..loader import open_host
 from .common import add_config_flag
-from .compositions import load_config
 from .output import console
 
 

@@ -21,6 +21,10 @@ from typing import Any
 import msgspec
 
 from ..agent import Agent
+from ..errors import ConfigError
+from ..front.demo import DEMO_PROMPT, DEMO_WORKSPACE
+from ..front.models import MODEL_SPECS, ModelChoice
+from ..front.models import parse_model as parse_model_spec
 from ..llm.types import LlmRequest, StreamChunk
 from ..loader import LocatedRow, PluginHost, Row
 from ..session.events import SessionEvent, to_builtins, turn_end_kind
@@ -38,12 +42,9 @@ from .common import (
     persistence,
     run_with_host,
 )
-from .demo import DEMO_PROMPT, DEMO_RESPONSES, DEMO_WORKSPACE
 from .interrupts import Interrupts
 from .output import console
 from .render import blocks_text, retry_summary, terminal_safe
-
-MODEL_SPECS = "demo | scripted:PATH | openai-compatible:MODEL"
 
 
 def add_parsers(sub: Any) -> None:
@@ -105,36 +106,11 @@ def _model_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
-@dataclass(slots=True)
-class ModelChoice:
-    row: Row
-    provider: str
-    model: str
-
-
 def parse_model(spec: str) -> ModelChoice:
-    if spec == "demo":
-        return ModelChoice(
-            Row(id="model", name="llm-scripted",
-                config={"responses": DEMO_RESPONSES, "provider": "demo", "model": "demo"}),
-            "demo",
-            "demo",
-        )
-    kind, sep, value = spec.partition(":")
-    if sep and kind == "scripted" and value:
-        path = Path(value)
-        if not path.is_file():
-            raise CliUsageError(f"--model {spec}: script file {value} does not exist")
-        return ModelChoice(
-            Row(id="model", name="llm-scripted", config={"path": str(path)}), "scripted", "scripted"
-        )
-    if sep and kind == "openai-compatible" and value:
-        return ModelChoice(
-            Row(id="model", name="llm-openai-compatible", config={"model": value}),
-            "deepseek-official",
-            value,
-        )
-    raise CliUsageError(f"--model {spec!r} is not a model spec; use {MODEL_SPECS}")
+    try:
+        return parse_model_spec(spec)
+    except ConfigError as exc:
+        raise CliUsageError(str(exc)) from None
 
 
 def _compose(args: argparse.Namespace, *, demo_workspace: bool) -> tuple[list[LocatedRow], str]:

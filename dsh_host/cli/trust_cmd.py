@@ -16,9 +16,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..compositions import PROJECT_FILE, revoke, trust, trusted_files
 from ..userdirs import trust_store_file
 from .common import CliUsageError
-from .compositions import PROJECT_FILE, revoke, trust, trusted_files
 from .output import console
 
 

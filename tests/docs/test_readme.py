@@ -98,3 +98,28 @@ def test_embedding_example_runs_twice_in_the_same_directory(tmp_path: Path) -> N
     assert first.stdout.split()[0] != second.stdout.split()[0]
     root = Path(os.environ["XDG_DATA_HOME"]) / "dsh" / "sessions"
     assert len(list(root.rglob("session.v3.jsonl.zstd"))) == 2
+YAML_BLOCK = re.compile(r"```yaml\n(.*?)```", re.DOTALL)
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_python_front_door_example_runs(tmp_path: Path, backend: str) -> None:
+    text = README.read_text(encoding="utf-8")
+    (script,) = [b for b in YAML_BLOCK.findall(text) if b.startswith("# script.yml")]
+    code = block_starting_with("# agent.py")
+    assert code.rstrip().endswith("anyio.run(main)")
+    (tmp_path / "script.yml").write_text(script)
+    code = code.rstrip().removesuffix("anyio.run(main)") + f'anyio.run(main, backend="{backend}")\n'
+    result = run_python(code, tmp_path)
+    assert result.returncode == 0, result.stderr
+    first, *events = result.stdout.splitlines()
+    output, session_id, reason = first.split()
+    assert (output, reason) == ("5", "CompletedReason")
+    assert events.count("TextDelta") == 2  # "Charged " "cus_1."
+    assert [e for i, e in enumerate(events) if e != "TextDelta" or events[i - 1] != e] == [
+        "ToolCallStarted", "ApprovalAsked", "ApprovalDecided", "ToolCallFinished",
+        "TextDelta", "TurnEnd",
+    ]
+    # the CLI's default store (D15): the private XDG_DATA_HOME of the autouse fixture
+    root = Path(os.environ["XDG_DATA_HOME"]) / "dsh" / "sessions"
+    stored = [p for p in root.rglob("session.v3.jsonl.zstd") if session_id in str(p)]
+    assert len(stored) == 1

@@ -1,4 +1,4 @@
-"""Which composition the CLI loads, and how far it is trusted (DECISIONS D16).
+"""Which composition the CLI and the Python front door load, and how far it is trusted (D16).
 
 A tool that works in a directory can write files there, so a composition is never loaded just
 because it is in the current directory. The CLI takes, in this order:
@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ..errors import ConfigError
-from ..loader import LocatedRow, check_rows, parse_rows
-from ..userdirs import trust_store_file, user_config_file
+from .errors import ConfigError
+from .loader import LocatedRow, check_rows, parse_rows
+from .userdirs import trust_store_file, user_config_file
 
-_PACKAGE = Path(__file__).resolve().parent.parent
+_PACKAGE = Path(__file__).resolve().parent  # dsh_host
 
 #: The project file looked for in the current directory.
 PROJECT_FILE = "dsh.yml"

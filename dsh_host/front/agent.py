@@ -1,0 +1,896 @@
+"""``Agent``: the front door that composes a plugin host from a few arguments.
+
+::
+
+    async with Agent(model="scripted:script.yml", tools=[add],
+                     instructions="You are terse.") as agent:
+        result = await agent.run("What is 2+3?")
+
+``Agent(...)`` builds the same rows a YAML composition would (see
+:meth:`Agent.rows`), boots them with :func:`~dsh_host.loader.open_host` on
+``async with``, registers the tools on the ``tools`` service, and drives one
+core agent (:class:`dsh_host.agent.Agent`) on one session. Everything the
+plugin host offers stays reachable through :attr:`Agent.host`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import AsyncExitStack, contextmanager
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
+
+import anyio
+import msgspec
+from msgspec import UNSET
+
+from dsh_host.agent import AgentError, PreStepContext, Reject, TurnStoppingContext
+from dsh_host.agent import Retry as RetryAction
+from dsh_host.cancel import CancelToken
+from dsh_host.compositions import load_config
+from dsh_host.errors import ConfigError
+from dsh_host.llm.types import LlmRequest, StreamChunk
+from dsh_host.loader import PluginHost, Row, canonical_name, open_host
+from dsh_host.session.events import (
+    ApprovalAsked as ApprovalAskedData,
+)
+from dsh_host.session.events import (
+    ApprovalDecided as ApprovalDecidedData,
+)
+from dsh_host.session.events import (
+    AssistantMessageData,
+    CompletedReason,
+    SessionEvent,
+    StepStart,
+    ToolCallData,
+    ToolResultData,
+    TurnEndReason,
+    TurnStart,
+    UserCancel,
+)
+from dsh_host.session.events import TurnEnd as TurnEndData
+from dsh_host.session.messages import (
+    PluginSource,
+    ReasoningDeltaChunk,
+    TextBlock,
+    TextDeltaChunk,
+    TokenUsage,
+    ToolResultBlock,
+    UserMessage,
+    new_message_id,
+)
+from dsh_host.tools import (
+    ApprovalRequest,
+    ToolArgsError,
+    ToolDefinition,
+    ToolExecution,
+    ToolRegistrationError,
+    ToolResultEvent,
+)
+from dsh_host.tools.types import text_output
+
+from . import events as ev
+from .errors import OutputValidationError
+from .models import parse_model
+from .tools import FunctionTool, thaw, type_schema
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+    from dsh_host.agent import Agent as CoreAgent
+    from dsh_host.agent import RequestErrorContext
+    from dsh_host.session.session import Session
+    from dsh_host.session.store import SessionStore
+
+__all__ = ["FINAL_RESULT", "Agent", "Answerer", "EventStream", "RunResult"]
+
+#: The name of the tool through which the model gives a structured answer (``output_type=``).
+FINAL_RESULT: Final = "final_result"
+FRONT_DOOR_SOURCE: Final = "dsh-front-door"
+SANDBOX_MODES: Final = ("read-only", "workspace-write", "danger-full-access")
+
+#: ``approval=`` callable: given the request, answer True (allow once), False (reject) or an
+#: approval outcome string; sync or async.
+Answerer: TypeAlias = Callable[[ApprovalRequest], "Awaitable[bool | str] | bool | str"]
+
+
+class _CliDefault:
+    def __repr__(self) -> str:
+        return "<the CLI's default store>"
+
+
+#: ``store=`` default: the session store the ``dsh`` CLI uses here (``./dsh.yml`` or the
+#: shipped default composition's persistence row), so library and CLI share sessions.
+CLI_DEFAULT: Final = _CliDefault()
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """How one turn ended and what it produced."""
+
+    #: the final answer: the last assistant text, or the validated ``output_type`` value
+    output: Any
+    session_id: str
+    turn: int
+    turn_end: TurnEndReason
+    #: token usage summed over the turn's model calls (None when no call reported any)
+    usage: TokenUsage | None
+
+    @property
+    def completed(self) -> bool:
+        return isinstance(self.turn_end, CompletedReason)
+
+
+@dataclass(slots=True)
+class _OutputRun:
+    """Structured output of one turn: the type, what the model produced, its failures."""
+
+    type: Any
+    retries: int
+    value: Any = UNSET
+    failures: int = 0
+    last_error: str = ""
+
+    @property
+    def exhausted(self) -> bool:
+        return self.failures > self.retries
+
+
+@dataclass(frozen=True, slots=True)
+class _Finished:
+    result: RunResult | None
+    error: BaseException | None
+
+
+class Agent:
+    """An agent on one session of a plugin host composed from these arguments.
+
+    ``model``: ``demo``, ``scripted:PATH`` or ``openai-compatible:MODEL`` (as
+    ``dsh run --model``). ``tools``: ``@tool`` functions or
+    :class:`~dsh_host.tools.ToolDefinition` objects. ``instructions``: the
+    deployment persona of the system prompt (``{{model}}`` and ``{{cwd}}``
+    are interpolated). ``output_type``: a msgspec Struct, a dataclass or a
+    TypedDict; the model answers through a ``final_result`` tool whose
+    arguments are validated, and an invalid answer is sent back with the
+    validation error up to ``output_retries`` times. ``store``: a directory
+    (JSONL logs), a ``postgresql://`` DSN, None (memory only) or, by
+    default, the CLI's store. ``workspace``: the session's working directory
+    (default: the current one). ``sandbox``: None (no built-in tools) or a
+    mode of the built-in ``bash`` / file tools, confined by ``sandbox-local``.
+    ``approval``: ``"ask"`` (calls that need approval fail closed unless an
+    answerer is composed), ``"never"`` (refuse them), or an answerer
+    callable. ``rows``: extra rows (mounted before the ``agent`` row);
+    ``config``: per-row config overrides by row id. ``composition``: the YAML
+    composition to start from (default: the one ``dsh`` uses here: ``$DSH_CONFIG``,
+    a trusted ``./dsh.yml``, the user's ``config.yml`` or the shipped default), so
+    policies composed there (retries, timeouts ...) apply to the library too; its
+    model, built-in tools (unless ``sandbox``) and, when ``store`` is given,
+    persistence rows are replaced by these arguments.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        tools: Sequence[FunctionTool | ToolDefinition] = (),
+        instructions: str | None = None,
+        output_type: Any = None,
+        output_retries: int = 3,
+        store: str | os.PathLike[str] | _CliDefault | None = CLI_DEFAULT,
+        workspace: str | os.PathLike[str] | None = None,
+        sandbox: Literal["read-only", "workspace-write", "danger-full-access"] | None = None,
+        approval: Literal["ask", "never"] | Answerer = "ask",
+        rows: Sequence[Row] = (),
+        config: Mapping[str, Mapping[str, Any]] | None = None,
+        composition: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self._model = parse_model(model, "Agent(model=...)")
+        self._definitions: list[ToolDefinition] = []
+        self._ask: list[str] = []
+        for item in tools:
+            if isinstance(item, FunctionTool):
+                definition = item.definition
+                if item.approval == "ask":
+                    self._ask.append(definition.name)
+            elif isinstance(item, ToolDefinition):
+                definition = item
+            else:
+                raise ToolRegistrationError(
+                    f"Agent(tools=...) takes @tool functions or ToolDefinition objects, not "
+                    f"{item!r}"
+                )
+            if any(known.name == definition.name for known in self._definitions):
+                raise ToolRegistrationError(
+                    f'Agent(tools=...) names tool "{definition.name}" twice'
+                )
+            self._definitions.append(definition)
+        if instructions is not None and not isinstance(instructions, str):
+            raise ConfigError("Agent(instructions=...) must be a string")
+        self._instructions = instructions
+        if type(output_retries) is not int or output_retries < 0:
+            raise ConfigError("Agent(output_retries=...) must be a non-negative integer")
+        self._output_retries = output_retries
+        self._output_type = output_type
+        self._output_schemas: dict[Any, dict[str, Any]] = {}
+        if output_type is not None:
+            self._output_schema(output_type)
+        if sandbox is not None and sandbox not in SANDBOX_MODES:
+            raise ConfigError(
+                f"Agent(sandbox={sandbox!r}): use one of {', '.join(SANDBOX_MODES)} or None"
+            )
+        self._sandbox = sandbox
+        if approval not in ("ask", "never") and not callable(approval):
+            raise ConfigError(
+                'Agent(approval=...) is "ask", "never" or an answerer callable(request)'
+            )
+        self._approval = approval
+        self._workspace = os.path.abspath(os.fspath(workspace) if workspace else os.getcwd())
+        self._store = store
+        # The CLI's choice and trust rules (D16): a named file, else $DSH_CONFIG, a trusted
+        # ./dsh.yml, the user's config.yml, the shipped default.
+        self._composition = load_config(os.fspath(composition) if composition is not None else None)
+        self._extra_rows = list(rows)
+        self._overrides = {key: dict(value) for key, value in (config or {}).items()}
+        self._rows = self._compose()
+        self._stack: AsyncExitStack | None = None
+        self._host: PluginHost | None = None
+        self._group: TaskGroup | None = None
+        self._core: CoreAgent | None = None
+        self._last_session: str | None = None
+        self._closed_session: Session | None = None
+        self._forked: Session | None = None
+        self._sink: MemoryObjectSendStream[Any] | None = None
+        self._values: dict[str, Any] = {}
+        self._position = (0, 0)
+        self._output: _OutputRun | None = None
+        self._output_installed: Any = None
+        self._unregister_output: Callable[[], None] | None = None
+        self._streams_done: anyio.Event | None = None
+
+    # ------------------------------------------------------------------ composition
+    def rows(self) -> list[Row]:
+        """The composition this agent boots (the rows a YAML file would list)."""
+        return list(self._rows)
+
+    def _compose(self) -> list[Row]:
+        """The base composition (the CLI's by default) with this agent's arguments applied.
+
+        Like ``dsh run``: the model row goes first, the store replaces the persistence
+        row, the approval policy and the agent's route are patched in. Rows the front
+        door does not configure (retry, timeout and other policies) stay as composed.
+        """
+        base = [located.row for located in self._composition.rows]
+        rows: list[Row] = [self._model.row]
+        for row in base:
+            name = canonical_name(row.name)
+            if row.disabled or row.id == "model":
+                continue
+            if name.startswith("session-persistence-") or name == "session-checkpoint-policy":
+                if not isinstance(self._store, _CliDefault):
+                    continue  # replaced below
+            if name in ("builtin-tools", "sandbox-local") and self._sandbox is None:
+                continue  # no built-in tools unless a sandbox mode is asked for
+            if name == "agent":
+                continue  # added last, with this agent's route
+            rows.append(row)
+        store = self._store
+        if not isinstance(store, _CliDefault) and store is not None:
+            persistence = _store_row(store)
+            at = _index_after(rows, "sessions")
+            rows[at:at] = [
+                persistence,
+                Row(id="session-checkpoints", name="session-checkpoint-policy"),
+            ]
+        for needed, row_id in (("sessions", "sessions"), ("llm", "llm"), ("tools", "tools")):
+            if not _has(rows, needed):
+                rows.append(Row(id=row_id, name=needed))
+        approval = self._approval
+        policy = approval if approval in ("ask", "never") else "ask"
+        if not _has(rows, "user-approval"):
+            rows.append(Row(id="approval", name="user-approval"))
+        rows = [_patched(r, "user-approval", {"policy": policy}) for r in rows]
+        if self._sandbox is not None:
+            if not _has(rows, "sandbox-local"):
+                rows.append(Row(id="sandbox", name="sandbox-local", config={"network": "deny"}))
+            if not _has(rows, "builtin-tools"):
+                rows.append(Row(id="builtin-tools", name="builtin-tools"))
+            confined = {"workspace": self._workspace, "sandbox": self._sandbox}
+            rows = [_patched(r, "builtin-tools", confined) for r in rows]
+        if self._ask:
+            rows.append(
+                Row(
+                    id="front-door-rules",
+                    name="tool-rules",
+                    config={"rules": [{"tool": name, "decision": "ask"} for name in self._ask]},
+                )
+            )
+        rows.extend(self._extra_rows)
+        agent_row = next(
+            (r for r in base if not r.disabled and canonical_name(r.name) == "agent"),
+            Row(id="agent", name="agent"),
+        )
+        agent_config: dict[str, Any] = {
+            "provider": self._model.provider,
+            "model": self._model.model,
+        }
+        if self._instructions:
+            agent_config["persona"] = self._instructions
+        rows.append(_patched(agent_row, "agent", agent_config))
+        ids = {row.id for row in rows if row.id is not None}
+        for key in self._overrides:
+            if key not in ids:
+                raise ConfigError(
+                    f"Agent(config={{{key!r}: ...}}): no row has id {key!r}; the rows are "
+                    + ", ".join(sorted(ids))
+                )
+        return [
+            Row(
+                id=row.id,
+                name=row.name,
+                config={**(row.config or {}), **self._overrides[row.id]},
+                disabled=row.disabled,
+            )
+            if row.id in self._overrides
+            else row
+            for row in rows
+        ]
+
+    def _output_schema(self, output_type: Any) -> dict[str, Any]:
+        schema = self._output_schemas.get(output_type)
+        if schema is None:
+            name = getattr(output_type, "__qualname__", repr(output_type))
+            schema = type_schema(f"output_type {name}", output_type)
+            self._output_schemas[output_type] = schema
+        return schema
+
+    # ------------------------------------------------------------------ lifecycle
+    async def __aenter__(self) -> Agent:
+        if self._stack is not None:
+            raise AgentError("this Agent is already open; use one `async with` at a time")
+        stack = AsyncExitStack()
+        try:
+            host = await stack.enter_async_context(open_host(self._rows))
+            self._group = await stack.enter_async_context(anyio.create_task_group())
+            self._host = host
+            self._install(host)
+        except BaseException:
+            self._host = self._group = None
+            await stack.aclose()
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the session (a running turn ends ``aborted``, the log is flushed) and the host."""
+        stack, self._stack = self._stack, None
+        if stack is None:
+            return
+        try:
+            if self._core is not None:
+                await self._release(self._core)
+        finally:
+            self._host = self._group = None
+            await stack.aclose()
+
+    def _install(self, host: PluginHost) -> None:
+        ctx = host.ctx
+        for definition in self._definitions:
+            ctx.tools.register(definition)
+        ctx.on("session/event", self._on_event)
+        ctx.on("llm/stream", self._relay)
+        ctx.on("agent/request-error", self._on_request_error, prepend=True)
+        ctx.on("tools/result", self._on_tool_result)
+        ctx.on("agent/pre-step", self._on_pre_step)
+        ctx.on("agent/turn-stopping", self._on_turn_stopping)
+        approval = self._approval
+        if callable(approval):
+            answerer = approval
+
+            async def answer(request: ApprovalRequest, next_: Callable[[], Awaitable[str]]) -> str:
+                outcome = answerer(request)
+                if inspect.isawaitable(outcome):
+                    outcome = await outcome
+                if outcome is True:
+                    return "allowed-once"
+                if outcome is False:
+                    return "rejected"
+                return outcome
+
+            ctx.on("approval/request", answer)
+        if self._output_type is not None:
+            self._install_output(self._output_type)
+
+    # ------------------------------------------------------------------ accessors
+    @property
+    def host(self) -> PluginHost:
+        """The running plugin host (inside ``async with`` only)."""
+        if self._host is None:
+            raise AgentError("the Agent is not open; use `async with Agent(...) as agent:`")
+        return self._host
+
+    @property
+    def core(self) -> CoreAgent:
+        """The core agent driving the session (created on first use)."""
+        if self._core is None:
+            self._core = self.host.ctx.agent.create(cwd=self._workspace)
+        return self._core
+
+    @property
+    def session(self) -> Session:
+        """The session's in-memory log (still readable after the agent closed)."""
+        if self._core is None and self._closed_session is not None:
+            return self._closed_session
+        return self.core.session
+
+    @property
+    def session_id(self) -> str:
+        """The id of the session this agent runs on."""
+        return self.core.id
+
+    async def resume(self, session_id: str) -> Agent:
+        """Continue a stored session (repaired first if a crash interrupted it)."""
+        await self._settle()
+        if self._core is not None:
+            await self._release(self._core)
+        self._core = await self.host.ctx.agent.resume(session_id)
+        return self
+
+    async def fork(self, boundary: int | None = None) -> str:
+        """Continue on a copy of this session's log up to ``boundary`` (default: all of it).
+
+        The parent session is flushed and left as it is (``resume(parent_id)`` goes
+        back to it); the child's header names its parent. Returns the child's id.
+        A boundary inside an open step is refused (``SessionForkError``).
+        """
+        await self._settle()
+        store: SessionStore = self.host.ctx.sessions
+        parent = self.core
+        child = store.fork(parent.session, boundary)
+        try:
+            await self._release(parent)
+        except BaseException:
+            store.detach(child)
+            raise
+        self._core = self.host.ctx.agent.create(session=child)
+        self._forked = child
+        return child.id
+
+    async def _release(self, core: CoreAgent) -> None:
+        """Close ``core``; a forked session (not owned by its core agent) is flushed here."""
+        self._core = None
+        self._closed_session = core.session
+        await core.aclose()
+        forked, self._forked = self._forked, None
+        if forked is not None and forked is core.session:
+            store = self.host.ctx.sessions
+            if store.is_live(forked):
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await store.flush(forked)
+                    finally:
+                        store.detach(forked)
+
+    # ------------------------------------------------------------------ running
+    async def run(self, prompt: str, *, output_type: Any = None) -> RunResult:
+        """Run one turn to its end; the log is flushed before this returns.
+
+        With an ``output_type`` (here or on the agent), ``result.output`` is
+        the validated value, or :class:`OutputValidationError` is raised.
+        """
+        await self._settle()
+        core = self.core
+        with self._output_for(output_type) as state:
+            reason = await core.run_turn(prompt)
+        return await self._finish(core, reason, state)
+
+    def run_sync(self, prompt: str, *, output_type: Any = None, backend: str = "trio") -> RunResult:
+        """:meth:`run` for scripts: opens the agent, runs one turn, closes it.
+
+        A later ``run_sync`` on the same object continues the same session when
+        the store keeps sessions (resumed), else starts a new one.
+        """
+        if self._stack is not None:
+            raise AgentError(
+                "run_sync() opens and closes the agent itself; inside `async with`, use "
+                "`await agent.run(...)`"
+            )
+
+        async def main() -> RunResult:
+            async with self:
+                if self._last_session is not None and self.host.ctx.get("sessionPersistence"):
+                    await self.resume(self._last_session)
+                result = await self.run(prompt, output_type=output_type)
+                self._last_session = result.session_id
+                return result
+
+        return anyio.run(main, backend=backend)
+
+    def stream(self, prompt: str, *, output_type: Any = None) -> EventStream:
+        """Run one turn and iterate its typed events in log order (see :mod:`.events`).
+
+        Leaving the loop early cancels the turn (it ends ``aborted``); use
+        ``async with agent.stream(...) as events`` (or ``await events.aclose()``)
+        to wait for that. After the loop, ``events.result`` is the
+        :class:`RunResult`.
+        """
+        return EventStream(self, prompt, output_type)
+
+    async def _settle(self) -> None:
+        """Wait until no earlier turn (e.g. of an abandoned stream) is still running."""
+        done = self._streams_done
+        if done is not None:
+            with anyio.CancelScope(shield=True):
+                await done.wait()
+        if self._core is not None:
+            await self._core.wait_idle()
+
+    async def _start_stream(
+        self, prompt: str, output_type: Any, token: CancelToken
+    ) -> tuple[MemoryObjectReceiveStream[Any], anyio.Event]:
+        await self._settle()
+        core = self.core
+        group = self._group
+        assert group is not None
+        send, receive = anyio.create_memory_object_stream[Any](math.inf)
+        done = anyio.Event()
+        self._streams_done = done
+        self._sink = send
+
+        async def drive() -> None:
+            item: _Finished | None = None
+            try:
+                with self._output_for(output_type) as state:
+                    reason = await core.run_turn(prompt, signal=token)
+                item = _Finished(await self._finish(core, reason, state), None)
+            except Exception as exc:
+                item = _Finished(None, exc)
+            finally:
+                if self._sink is send:
+                    self._sink = None
+                if item is not None:
+                    send.send_nowait(item)
+                send.close()  # a host cancellation ends the iteration instead of hanging it
+                done.set()
+
+        group.start_soon(drive)
+        return receive, done
+
+    async def _finish(
+        self, core: CoreAgent, reason: TurnEndReason, state: _OutputRun | None
+    ) -> RunResult:
+        await self.host.ctx.sessions.flush(core.session)
+        turn = core.last_turn
+        text, usage = _turn_answer(core.session, turn)
+        if state is None:
+            return RunResult(text, core.id, turn, reason, usage)
+        if state.value is UNSET:
+            result = RunResult(None, core.id, turn, reason, usage)
+            why = state.last_error or "the model answered without calling it"
+            raise OutputValidationError(
+                f"no valid {_type_label(state.type)} from the model after {state.failures} "
+                f"rejected attempt(s) (output_retries={state.retries}) through the "
+                f"{FINAL_RESULT} tool; last problem: {why}",
+                result,
+            )
+        return RunResult(state.value, core.id, turn, reason, usage)
+
+    # ------------------------------------------------------------------ structured output
+    @contextmanager
+    def _output_for(self, output_type: Any) -> Iterator[_OutputRun | None]:
+        chosen = output_type if output_type is not None else self._output_type
+        if chosen is None:
+            if self._unregister_output is not None:
+                self._unregister_output()
+                self._unregister_output = None
+                self._output_installed = None
+            yield None
+            return
+        self._install_output(chosen)
+        state = _OutputRun(chosen, self._output_retries)
+        self._output = state
+        try:
+            yield state
+        finally:
+            self._output = None
+
+    def _install_output(self, output_type: Any) -> None:
+        if self._output_installed is output_type and self._unregister_output is not None:
+            return
+        if self._unregister_output is not None:
+            self._unregister_output()
+        schema = self._output_schema(output_type)
+        doc = (inspect.getdoc(output_type) or "").strip()
+        description = (
+            "Give your final answer by calling this tool once, with the answer as its "
+            "arguments; a plain text reply is not accepted as the answer."
+            + (f" The answer: {doc}" if doc else "")
+        )
+        self._unregister_output = self.host.ctx.tools.register(
+            ToolDefinition(
+                name=FINAL_RESULT,
+                description=description,
+                parameters=schema,
+                execute=self._final_result,
+                output=text_output(),
+            )
+        )
+        self._output_installed = output_type
+
+    async def _final_result(self, arguments: Any, execution: ToolExecution) -> str:
+        state = self._output
+        if state is None:
+            raise ToolArgsError([f"{FINAL_RESULT} is not expected in this turn"])
+        try:
+            value = msgspec.convert(thaw(arguments), state.type, strict=False)
+        except msgspec.ValidationError as exc:
+            raise ToolArgsError([str(exc)]) from None
+        state.value = value
+        execution.conclude_turn()
+        return "Final result accepted."
+
+    def _on_tool_result(self, event: ToolResultEvent) -> None:
+        # Emitted just before the scheduler appends `tool/result`: keep the value for the stream.
+        if self._sink is not None and event.exec.parent is None and not event.result.is_error:
+            self._values[event.exec.call_id] = event.result.value
+        state = self._output
+        if state is None or event.exec.name != FINAL_RESULT or not event.result.is_error:
+            return
+        state.failures += 1
+        state.last_error = " ".join(
+            block.text for block in event.result.content if isinstance(block, TextBlock)
+        )
+
+    async def _on_pre_step(
+        self, context: PreStepContext, next_: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        state = self._output
+        if state is not None and state.exhausted and context.agent is self._core:
+            return Reject()  # the model keeps failing the output type: stop paying for it
+        return await next_()
+
+    async def _on_turn_stopping(self, context: TurnStoppingContext) -> None:
+        state = self._output
+        if state is None or state.value is not UNSET or context.agent is not self._core:
+            return
+        state.failures += 1
+        state.last_error = "the model answered with text instead of calling the tool"
+        if state.exhausted:
+            return
+        context.agent.steer(
+            UserMessage(
+                id=new_message_id(),
+                content=(
+                    TextBlock(
+                        text=f"Give your final answer by calling the {FINAL_RESULT} tool; a "
+                        "plain text reply is not accepted as the answer."
+                    ),
+                ),
+                source=PluginSource(plugin=FRONT_DOOR_SOURCE),
+            )
+        )
+
+    # ------------------------------------------------------------------ the event stream
+    def _ours(self, session: Any) -> bool:
+        core = self._core
+        return core is not None and session is core.session
+
+    def _on_event(self, session: Any, event: SessionEvent) -> None:
+        if not self._ours(session):
+            return
+        data = event.data
+        if isinstance(data, StepStart):
+            self._position = (data.turn, data.step)
+        elif isinstance(data, TurnStart):
+            self._position = (data.turn, 0)
+        sink = self._sink
+        if sink is None:
+            return
+        out = _typed_event(event, self._values)
+        if out is not None:
+            sink.send_nowait(out)
+
+    async def _relay(
+        self, request: LlmRequest, next_: Callable[[], AsyncIterator[StreamChunk]]
+    ) -> AsyncIterator[StreamChunk]:
+        mine = self._ours(request.session)
+        async for chunk in next_():
+            sink = self._sink
+            if mine and sink is not None:
+                turn, step = self._position
+                if isinstance(chunk, TextDeltaChunk):
+                    sink.send_nowait(ev.TextDelta(chunk.text, turn, step))
+                elif isinstance(chunk, ReasoningDeltaChunk):
+                    sink.send_nowait(ev.ReasoningDelta(chunk.text, turn, step))
+            yield chunk
+
+    async def _on_request_error(
+        self, context: RequestErrorContext, next_: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        action = await next_()
+        sink = self._sink
+        if isinstance(action, RetryAction) and sink is not None and context.agent is self._core:
+            sink.send_nowait(ev.Retry(context.turn, context.step, context.attempt, context.failure))
+        return action
+
+
+class EventStream:
+    """The events of one streamed turn; an async iterator and an async context manager."""
+
+    def __init__(self, agent: Agent, prompt: str, output_type: Any) -> None:
+        self._agent = agent
+        self._prompt = prompt
+        self._output_type = output_type
+        self._token = CancelToken()
+        self._receive: MemoryObjectReceiveStream[Any] | None = None
+        self._done: anyio.Event | None = None
+        self._finished = False
+        #: the run's result once the iteration ended normally
+        self.result: RunResult | None = None
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> ev.Event:
+        if self._finished:
+            raise StopAsyncIteration
+        if self._receive is None:
+            self._receive, self._done = await self._agent._start_stream(
+                self._prompt, self._output_type, self._token
+            )
+        try:
+            item = await self._receive.receive()
+        except anyio.EndOfStream:
+            self._finished = True
+            raise StopAsyncIteration from None
+        if isinstance(item, _Finished):
+            self._finished = True
+            if item.error is not None:
+                raise item.error
+            self.result = item.result
+            raise StopAsyncIteration
+        event: ev.Event = item
+        return event
+
+    async def aclose(self) -> None:
+        """Cancel the turn if it is still running and wait until it ended."""
+        if not self._finished:
+            self._token.abort(UserCancel())
+        done = self._done
+        if done is not None:
+            with anyio.CancelScope(shield=True):
+                await done.wait()
+        self._finished = True
+
+    async def __aenter__(self) -> EventStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __del__(self) -> None:
+        # Leaving `async for` early drops the iterator: cancel its turn (a sync abort; the
+        # turn ends `aborted` in the agent's task group and the next call waits for it).
+        if not self._finished:
+            self._token.abort(UserCancel())
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _store_row(store: str | os.PathLike[str]) -> Row:
+    """The persistence row of ``store=``: a ``postgresql://`` DSN, else a JSONL root."""
+    text = os.fspath(store)
+    if text.startswith(("postgresql://", "postgres://")):
+        return Row(
+            id="session-persistence", name="session-persistence-postgres", config={"dsn": text}
+        )
+    return Row(id="session-persistence", name="session-persistence-jsonl", config={"root": text})
+
+
+def _has(rows: Sequence[Row], plugin: str) -> bool:
+    return any(canonical_name(row.name) == plugin for row in rows)
+
+
+def _index_after(rows: Sequence[Row], plugin: str) -> int:
+    for index, row in enumerate(rows):
+        if canonical_name(row.name) == plugin:
+            return index + 1
+    return len(rows)
+
+
+def _patched(row: Row, plugin: str, config: Mapping[str, Any]) -> Row:
+    """``row`` with ``config`` merged into its config when it runs ``plugin``."""
+    if canonical_name(row.name) != plugin:
+        return row
+    return Row(
+        id=row.id, name=row.name, config={**(row.config or {}), **config}, disabled=row.disabled
+    )
+
+
+def _typed_event(event: SessionEvent, values: dict[str, Any]) -> ev.Event | None:
+    data = event.data
+    if isinstance(data, ToolCallData):
+        return ev.ToolCallStarted(
+            event.seq, data.turn, data.step, data.call_id, data.name, data.arguments
+        )
+    if isinstance(data, ToolResultData):
+        texts: list[str] = []
+        for block in data.message.content:
+            if isinstance(block, ToolResultBlock):
+                texts.extend(
+                    part.text for part in block.content if isinstance(part, TextBlock)
+                )
+        error = data.error
+        call_id = data.message.source.call_id
+        value = values.pop(call_id, None)
+        return ev.ToolCallFinished(
+            event.seq,
+            data.turn,
+            data.step,
+            call_id,
+            error is not UNSET or _is_error(data),
+            "\n".join(texts),
+            error.code if error is not UNSET else None,
+            thaw(value),
+        )
+    if isinstance(data, ApprovalAskedData):
+        return ev.ApprovalAsked(
+            event.seq,
+            data.id,
+            data.tool_name,
+            data.call_id if data.call_id is not UNSET else None,
+            data.reason if data.reason is not UNSET else None,
+        )
+    if isinstance(data, ApprovalDecidedData):
+        return ev.ApprovalDecided(event.seq, data.id, data.outcome)
+    if isinstance(data, TurnEndData):
+        return ev.TurnEnd(event.seq, data.turn, data.reason)
+    return None
+
+
+def _is_error(data: ToolResultData) -> bool:
+    return any(
+        isinstance(block, ToolResultBlock) and block.is_error is True
+        for block in data.message.content
+    )
+
+
+def _turn_answer(session: Session, turn: int) -> tuple[str, TokenUsage | None]:
+    """The last assistant text of ``turn`` and the usage summed over its model calls."""
+    text: str | None = None
+    totals: dict[str, int] = {}
+    for event in reversed(session.events):
+        data = event.data
+        if isinstance(data, TurnStart) and data.turn == turn:
+            break
+        if isinstance(data, AssistantMessageData) and data.turn == turn:
+            if text is None:
+                text = "".join(
+                    block.text for block in data.message.content if isinstance(block, TextBlock)
+                )
+            if data.usage is not UNSET:
+                for field in data.usage.__struct_fields__:
+                    value = getattr(data.usage, field)
+                    if value is not UNSET:
+                        totals[field] = totals.get(field, 0) + value
+    usage = TokenUsage(**totals) if "input_tokens" in totals else None
+    return text or "", usage
+
+
+def _type_label(output_type: Any) -> str:
+    name = getattr(output_type, "__qualname__", None)
+    return name if isinstance(name, str) else repr(output_type)
+

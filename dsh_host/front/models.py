@@ -1,0 +1,56 @@
+"""Model spec strings (``demo``, ``scripted:PATH``, ``openai-compatible:MODEL``) to rows.
+
+One parser for the two front doors: ``dsh run --model SPEC`` and
+``Agent(model=SPEC)``. A spec names the model adapter row to compose and the
+``provider`` / ``model`` the agent row routes its requests to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from dsh_host.errors import ConfigError
+from dsh_host.loader import Row
+
+from .demo import DEMO_RESPONSES
+
+__all__ = ["MODEL_SPECS", "ModelChoice", "parse_model"]
+
+MODEL_SPECS: Final = "demo | scripted:PATH | openai-compatible:MODEL"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelChoice:
+    """The adapter row of a spec (row id ``model``) and the route the agent requests."""
+
+    row: Row
+    provider: str
+    model: str
+
+
+def parse_model(spec: str, flag: str = "--model") -> ModelChoice:
+    """The row and route of ``spec``; a :class:`ConfigError` naming ``flag`` otherwise."""
+    if spec == "demo":
+        return ModelChoice(
+            Row(id="model", name="llm-scripted",
+                config={"responses": DEMO_RESPONSES, "provider": "demo", "model": "demo"}),
+            "demo",
+            "demo",
+        )
+    kind, sep, value = spec.partition(":") if isinstance(spec, str) else ("", "", "")
+    if sep and kind == "scripted" and value:
+        path = Path(value)
+        if not path.is_file():
+            raise ConfigError(f"{flag} {spec}: script file {value} does not exist")
+        return ModelChoice(
+            Row(id="model", name="llm-scripted", config={"path": str(path)}), "scripted", "scripted"
+        )
+    if sep and kind == "openai-compatible" and value:
+        return ModelChoice(
+            Row(id="model", name="llm-openai-compatible", config={"model": value}),
+            "deepseek-official",
+            value,
+        )
+    raise ConfigError(f"{flag} {spec!r} is not a model spec; use {MODEL_SPECS}")

@@ -1,0 +1,47 @@
+"""The three examples in ``examples/`` run as written (scripted model, fresh directory)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def run_example(name: str, cwd: Path) -> str:
+    env = {key: value for key, value in os.environ.items() if key != "DSH_EXAMPLE_MODEL"}
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)], cwd=cwd, capture_output=True, text=True,
+        timeout=120, env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    return result.stdout
+
+
+def test_typed_tools_example(tmp_path: Path) -> None:
+    out = run_example("typed_tools.py", tmp_path)
+    assert '<- {"value":7.77,"unit":"mi"}' in out
+    assert '<- Error: invalid arguments: "unit.to" must be one of ["km", "mi"]' in out
+    assert '<- {"value":4.83,"unit":"km"}' in out
+    assert "turn ended: completed" in out
+    assert "answer: 12.5 km is 7.77 mi, and 3 mi is 4.83 km." in out
+
+
+def test_structured_output_example(tmp_path: Path) -> None:
+    out = run_example("structured_output.py", tmp_path)
+    lines = out.splitlines()
+    assert lines[0] == "high: Fix the flaky upload test (2 days) ['tests', 'ci']"
+    assert lines[1].startswith('model read: Error: invalid arguments: missing required property')
+    assert lines[2] == "model read: Final result accepted."
+
+
+def test_idempotent_charge_example_charges_once(tmp_path: Path) -> None:
+    out = run_example("idempotent_charge.py", tmp_path)
+    assert "approval for charge" in out and ": no" in out
+    ledger = [json.loads(line) for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]
+    assert ledger == [{"key": "call_1_1", "customer": "cus_42", "cents": 1999}]
+    assert len(list((tmp_path / ".dsh" / "sessions").rglob("session.v3.jsonl.zstd"))) == 1
