@@ -18,7 +18,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,3 +107,27 @@ def run_confined(
         cwd=cwd,
         check=False,
     )
+
+
+def eventually(predicate: Callable[[], bool]) -> bool:
+    """Poll ``predicate`` (hang protection: give up after a minute; no timing is asserted)."""
+    for _ in range(600):
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
+
+
+def sleepers(marker: str) -> list[int]:
+    """PIDs whose command line carries this test's unique marker (its bash and its sleep)."""
+    found = []
+    needle = marker.encode()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if needle in cmdline and b"bwrap" not in cmdline and b"landlock_run" not in cmdline:
+                found.append(int(entry))
+    return found

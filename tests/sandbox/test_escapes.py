@@ -10,14 +10,21 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from dsh_sandbox_local import SandboxPolicy
 from escape_catalog import ALLOWED, CATALOG, DENIED, PRIVATE, Attempt, markdown_table
-from sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for, run_confined
+from sandbox_harness import (
+    BACKENDS,
+    MODES,
+    Scene,
+    eventually,
+    linux_only,
+    provider_for,
+    run_confined,
+    sleepers,
+)
 
 pytestmark = linux_only
 
@@ -179,40 +186,16 @@ def test_harness_can_kill_a_confined_process_group(scene: Scene, backend: str, m
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "started\n"
-        assert _eventually(lambda: bool(_sleepers(marker))), "the confined sleep never started"
+        assert eventually(lambda: bool(sleepers(marker))), "the confined sleep never started"
         os.killpg(proc.pid, signal.SIGKILL)
         assert proc.wait(timeout=60) == -signal.SIGKILL
         # Nothing confined may outlive the kill (bwrap: --die-with-parent tears down its PID
         # namespace). The teardown is asynchronous, so wait for it, bounded (hang protection).
-        assert _eventually(lambda: not _sleepers(marker)), "a confined process survived"
+        assert eventually(lambda: not sleepers(marker)), "a confined process survived"
     finally:
-        for pid in [proc.pid, *_sleepers(marker)]:  # only processes this test started
+        for pid in [proc.pid, *sleepers(marker)]:  # only processes this test started
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
-
-
-def _eventually(predicate: Callable[[], bool]) -> bool:
-    """Poll ``predicate`` (hang protection: give up after a minute; no timing is asserted)."""
-    for _ in range(600):
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
-
-
-def _sleepers(marker: str) -> list[int]:
-    """PIDs whose command line carries this test's unique marker (its bash and its sleep)."""
-    found = []
-    needle = marker.encode()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if needle in cmdline and b"bwrap" not in cmdline and b"landlock_run" not in cmdline:
-                found.append(int(entry))
-    return found
