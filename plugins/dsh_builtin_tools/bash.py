@@ -45,14 +45,12 @@ import math
 import os
 import re
 import signal as signals
-import subprocess
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Final
 
 import anyio
-import anyio.abc
 
 from dsh_host.cancel import CancelToken
 from dsh_host.context import Context
@@ -68,6 +66,7 @@ from dsh_host.tools.escalation import (
 )
 
 from ._sandbox import ConfinedArgv, SandboxMode, SandboxPolicy, SandboxUnavailableError
+from ._spawn import FdReceiveStream, SpawnedProcess, open_process
 from .config import BuiltinToolsConfig
 
 __all__ = [
@@ -337,7 +336,7 @@ class _Capture:
         return out
 
 
-async def _pump(stream: anyio.abc.ByteReceiveStream | None, capture: _Capture) -> None:
+async def _pump(stream: FdReceiveStream | None, capture: _Capture) -> None:
     try:
         while stream is not None:
             try:
@@ -363,7 +362,7 @@ def _signal_group(pid: int, sig: signals.Signals) -> None:
             pass
 
 
-async def _terminate(process: anyio.abc.Process, grace_s: float) -> None:
+async def _terminate(process: SpawnedProcess, grace_s: float) -> None:
     """SIGTERM the group, SIGKILL it after ``grace_s``, and wait for the child either way."""
     _signal_group(process.pid, signals.SIGTERM)
     with anyio.move_on_after(grace_s):
@@ -394,15 +393,9 @@ async def _run(
     capture_limit: int,
     spill_prefix: str | None,
 ) -> _RunOutcome:
-    process = await anyio.open_process(
-        list(argv),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=cwd,
-        env=env,
-        start_new_session=True,
-    )
+    # Spawned from the one long-lived spawner thread: the sandbox's parent-death signal is tied
+    # to the forking thread, so a retired worker thread must never be the parent (issue 14).
+    process = await open_process(argv, cwd=cwd, env=env)
     stdout = _Capture(capture_limit, f"{spill_prefix}.stdout" if spill_prefix else None)
     stderr = _Capture(capture_limit, f"{spill_prefix}.stderr" if spill_prefix else None)
     timed_out = False
