@@ -18,8 +18,8 @@ Flow of one call (``approval-and-sandbox.md`` §2.8-2.9):
    wrapped argv. No sandbox service, or a provider with no usable backend →
    ``SandboxUnavailableError`` (``SANDBOX_UNAVAILABLE``): nothing runs. There
    is no silent unconfined fallback, not even after a granted escalation;
-4. the child gets a scrubbed environment (no ``*KEY*``, ``*TOKEN*``,
-   ``*SECRET*``, ``*PASSWORD*``, no inherited ``DSH_*``) plus
+4. the child gets an allow-listed environment (:data:`DEFAULT_ENV_ALLOW`
+   plus the row's ``envAllow``; never an inherited ``DSH_*``) plus
    ``DSH_CALL_ID`` — the call id, usable as an idempotency key (D11) — and
    ``DSH_SESSION_ID`` when the call belongs to a session; stdin is
    ``/dev/null``; it runs in its own session (process group) with every
@@ -71,6 +71,7 @@ from .config import BuiltinToolsConfig
 
 __all__ = [
     "BASH_DESCRIPTION",
+    "DEFAULT_ENV_ALLOW",
     "ESCALATION_DESCRIPTION",
     "bash_parameters",
     "bash_tool",
@@ -78,7 +79,22 @@ __all__ = [
     "render_bash",
 ]
 
-_SECRET_NAME: Final = re.compile(r"KEY|PASSWORD|SECRET|TOKEN", re.IGNORECASE)
+#: Inherited variables a tool process gets by default (class 4 of issue 15: an allow-list, so
+#: ``DATABASE_URL``, ``TMUX``, ``SSH_AUTH_SOCK``, proxy credentials ... never reach the tool).
+#: A trailing ``*`` is a prefix pattern. The row's ``envAllow`` adds names or patterns.
+DEFAULT_ENV_ALLOW: Final = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TERM",
+    "TZ",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TMPDIR",
+)
 _FIXED_ENV: Final = {"NO_COLOR": "1", "TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat"}
 _READ_CHUNK: Final = 65536
 #: How long a finished command's inherited pipes may stay open (a background grandchild).
@@ -439,11 +455,26 @@ async def _run(
 # --------------------------------------------------------------------------- the tool
 
 
-def _environment(exec: ToolExecution) -> dict[str, str]:
+def env_allowed(name: str, patterns: tuple[str, ...]) -> bool:
+    """Whether ``name`` matches an allow-list entry (exact, or a ``PREFIX*`` pattern)."""
+    for pattern in patterns:
+        if pattern.endswith("*") and name.startswith(pattern[:-1]):
+            return True
+        if name == pattern:
+            return True
+    return False
+
+
+def _environment(exec: ToolExecution, allow: tuple[str, ...]) -> dict[str, str]:
+    """The child's environment: allow-listed inherited names, then the managed values.
+
+    Inherited ``DSH_*`` never pass (the managed values below are the only ``DSH_*`` a tool
+    sees), whatever the allow-list says.
+    """
     env = {
         name: value
         for name, value in os.environ.items()
-        if not _SECRET_NAME.search(name) and not name.startswith("DSH_")
+        if env_allowed(name, allow) and not name.startswith("DSH_")
     }
     env.update(_FIXED_ENV)
     env["DSH_SHELL"] = "1"
@@ -494,6 +525,7 @@ def bash_tool(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> ToolD
     mode = config.sandbox
     escalation = mode != "danger-full-access"
     grace_s = config.kill_grace_ms / 1000
+    env_allow = DEFAULT_ENV_ALLOW + config.env_allow
     spill_dir = config.spill_dir or os.path.join(tempfile.gettempdir(), "dsh-bash-output")
 
     def confine(
@@ -553,7 +585,7 @@ def bash_tool(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> ToolD
             outcome = await _run(
                 spawn,
                 cwd=workdir,
-                env=_environment(exec),
+                env=_environment(exec, env_allow),
                 timeout_s=timeout_ms / 1000,
                 grace_s=grace_s,
                 token=exec.signal,

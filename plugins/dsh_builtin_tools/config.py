@@ -30,7 +30,8 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     call's deadline. ``maxOutputBytes``: how much of each output stream the
     model sees (the tail; the rest is spilled to a file). ``killGraceMs``:
     SIGTERM-to-SIGKILL grace. ``maxReadBytes``: the largest file ``read_file``
-    returns.
+    returns. ``envAllow``: inherited environment variables a ``bash`` child
+    may see beyond the default allow-list (exact names, or ``PREFIX*``).
     """
 
     workspace: str = "."
@@ -41,6 +42,7 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     kill_grace_ms: int = 3_000
     max_read_bytes: int = 256_000
     spill_dir: str | None = None
+    env_allow: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for field in (
@@ -61,6 +63,12 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
                 f"builtin-tools: timeoutMs ({self.timeout_ms}) exceeds maxTimeoutMs "
                 f"({self.max_timeout_ms})"
             )
+        for entry in self.env_allow:
+            if not entry or "=" in entry or "\0" in entry or "*" in entry[:-1]:
+                raise BuiltinToolsConfigError(
+                    f"builtin-tools: envAllow entry {entry!r} must be a variable name, or a "
+                    "prefix followed by a single trailing '*'"
+                )
         if not self.workspace or "\0" in self.workspace:
             raise BuiltinToolsConfigError("builtin-tools: workspace must be a non-empty path")
 
