@@ -91,11 +91,17 @@ class SandboxPolicy(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     it; it is carried even when the mode does not use it. A provider only ever confines the two
     confined modes; ``danger-full-access`` is accepted here because consumers carry one policy
     type, and a provider answers it with an explicit ``backend="none"`` passthrough.
+
+    ``read_only_paths`` are absolute host paths inside the writable roots that the confined
+    process must not modify (``.git``, virtualenvs, the harness's own config and state: code that
+    runs later *outside* the sandbox). A provider that cannot hold them read-only says so in
+    ``ConfinedArgv.not_covered``. Paths that do not exist are ignored.
     """
 
     mode: SandboxMode
     workspace_root: str
     session_id: str | None = None
+    read_only_paths: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.mode not in SANDBOX_MODES:
@@ -110,6 +116,11 @@ class SandboxPolicy(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
             )
         if "\0" in self.workspace_root:
             raise InvalidSandboxRequestError("sandbox policy: workspace_root contains a NUL byte")
+        for path in self.read_only_paths:
+            if not isinstance(path, str) or not os.path.isabs(path) or "\0" in path:
+                raise InvalidSandboxRequestError(
+                    f"sandbox policy: read_only_paths entries must be absolute paths, got {path!r}"
+                )
 
 
 def writable_roots(policy: SandboxPolicy) -> tuple[str, ...]:

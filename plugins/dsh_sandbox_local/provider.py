@@ -5,13 +5,17 @@ The only side effect — probing which backend works — happens once, lazily, a
 (including "nothing works") is cached: per provider, and per process for the underlying probes
 (:mod:`dsh_sandbox_local.probe`).
 
-Beyond the reference DSH profile (decision D9), because a harness running as root can otherwise
-escape: bubblewrap always gets ``--cap-drop ALL``, ``--ro-bind /proc/sys /proc/sys``,
-``--new-session``, ``--die-with-parent`` and ``--unshare-pid`` (and ``--unshare-net`` under
-``network: deny``); the Landlock launcher drops every capability, sets no_new_privs, handles
-every right of the kernel's ABI, denies TCP under ``network: deny`` and scopes signals and
-abstract UNIX sockets (ABI >= 6). What a backend cannot govern is listed in ``not_covered`` and
-turns ``enforcement`` into ``partial``.
+Beyond the reference DSH profile (decisions D9, D20), because a harness running as root can
+otherwise escape: bubblewrap always gets ``--cap-drop ALL``, ``--ro-bind /proc/sys /proc/sys``,
+``--new-session``, ``--die-with-parent``, ``--unshare-pid``, ``--unshare-ipc``, a private
+``/tmp`` and ``/run`` (``--unshare-net`` under ``network: deny``) and the launcher's seccomp
+stage (no keyrings; no ``AF_UNIX`` sockets under ``unixSockets: deny``); the Landlock launcher
+runs the call in private mount, PID and IPC namespaces when it may (root), drops every
+capability, sets no_new_privs, loads the same seccomp filter, handles every right of the
+kernel's ABI, denies TCP under ``network: deny`` and scopes signals and abstract UNIX sockets
+(ABI >= 6). The policy's ``read_only_paths`` are bound read-only inside the writable roots.
+What a backend cannot govern is listed in ``not_covered`` and turns ``enforcement`` into
+``partial``.
 """
 
 from __future__ import annotations
@@ -43,12 +47,15 @@ from .profiles import (
     NOT_A_SANDBOX,
     NetworkPolicy,
     bwrap_profile_args,
+    bwrap_stage2_argv,
     default_landlock_launcher,
     landlock_grant_args,
     landlock_not_covered,
+    launcher_files,
 )
 
 BackendChoice = Literal["auto", "bubblewrap", "landlock"]
+UnixSockets = Literal["deny", "allow"]
 _FORBIDDEN_WRITE_ROOTS = ("/proc", "/sys", "/dev")
 
 
@@ -62,13 +69,16 @@ class SandboxLocalConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     """Config of the ``sandbox-local`` row (YAML keys are camelCase, as in DSH).
 
     ``network``: ``deny`` (default) unshares the network namespace under bubblewrap and denies
-    TCP bind/connect under Landlock ABI >= 4. ``backend``: ``auto`` walks bubblewrap then
+    TCP bind/connect under Landlock ABI >= 4. ``unixSockets``: ``deny`` (default) refuses
+    ``socket(AF_UNIX)`` inside the sandbox (seccomp; host daemons' sockets are a full escape),
+    ``allow`` permits it. ``backend``: ``auto`` walks bubblewrap then
     Landlock; naming one forces it (no fallback). ``runnerCommand`` is the operator's assertion
     of a bwrap-compatible runner (no probe; requires ``runnerFailureSignatures``).
     ``probeTimeoutMs`` bounds each probe.
     """
 
     network: NetworkPolicy = "deny"
+    unix_sockets: UnixSockets = "deny"
     backend: BackendChoice = "auto"
     runner_command: tuple[str, ...] = ()
     runner_failure_signatures: tuple[str, ...] = ()
@@ -115,14 +125,17 @@ class Verdict:
     abi: int = 0
     failures: tuple[str, ...] = ()
     runner_command: bool = False
+    isolated: bool = False
 
 
 class LocalSandboxProvider:
     """The ``sandbox`` service of ``sandbox-local``.
 
     ``landlock_launcher`` is a constructor-only seam (never config, never environment) for tests
-    and embedders: it replaces ``python -I .../landlock_run.py``. A launcher that cannot start
+    and embedders: it replaces ``python -I -S .../landlock_run.py``. A launcher that cannot start
     probes unusable, which is how the test suite makes Landlock unavailable for real.
+    ``landlock_isolation=False`` (same kind of seam) skips the launcher's namespaces, as on a host
+    without the privileges for them.
     """
 
     def __init__(
@@ -130,6 +143,7 @@ class LocalSandboxProvider:
         config: SandboxLocalConfig | None = None,
         *,
         landlock_launcher: Sequence[str] | None = None,
+        landlock_isolation: bool = True,
     ) -> None:
         self.config = config if config is not None else SandboxLocalConfig()
         self._launcher = (
@@ -137,6 +151,7 @@ class LocalSandboxProvider:
             if landlock_launcher is not None
             else default_landlock_launcher()
         )
+        self._isolation = landlock_isolation
         self._lock = threading.Lock()
         self._verdict: Verdict | None = None
 
@@ -165,9 +180,9 @@ class LocalSandboxProvider:
                 return Verdict("bubblewrap", runner=bw.runner)
             failures.append(f"bubblewrap: {bw.detail}")
         if cfg.backend in ("auto", "landlock"):
-            ll: ProbeResult = probe_landlock(self._launcher, timeout)
+            ll: ProbeResult = probe_landlock(self._launcher, timeout, isolate=self._isolation)
             if ll.usable:
-                return Verdict("landlock", runner=ll.runner, abi=ll.abi)
+                return Verdict("landlock", runner=ll.runner, abi=ll.abi, isolated=ll.isolated)
             failures.append(f"landlock: {ll.detail}")
         return Verdict(None, failures=tuple(failures))
 
@@ -197,9 +212,10 @@ class LocalSandboxProvider:
             _check_write_root(policy.workspace_root)
         verdict = self.probe()
         network = self.config.network
+        deny_unix = self.config.unix_sockets == "deny"
         if verdict.backend == "bubblewrap":
-            prefix = verdict.runner + bwrap_profile_args(policy, network)
             if verdict.runner_command:
+                prefix = verdict.runner + bwrap_profile_args(policy, network)
                 return ConfinedArgv(
                     argv=(*prefix, "--", *command),
                     mode=policy.mode,
@@ -210,8 +226,11 @@ class LocalSandboxProvider:
                         RunnerFailureRule(fatal_signatures=self.config.runner_failure_signatures),
                     ),
                 )
+            interpreter, script = launcher_files()
+            prefix = verdict.runner + bwrap_profile_args(policy, network, stage2=script)
+            stage2 = bwrap_stage2_argv(interpreter, deny_unix=deny_unix)
             return ConfinedArgv(
-                argv=(*prefix, "--", *command),
+                argv=(*prefix, "--", *stage2, *command),
                 mode=policy.mode,
                 backend="bubblewrap",
                 enforcement="full",
@@ -219,23 +238,53 @@ class LocalSandboxProvider:
                 runner_failure_rules=BWRAP_RULES,
             )
         if verdict.backend == "landlock":
+            if policy.mode == "workspace-write":
+                self._check_launcher_outside(policy, verdict)
             deny_tcp = network == "deny" and verdict.abi >= 4
-            not_covered = landlock_not_covered(verdict.abi, network)
+            not_covered = landlock_not_covered(
+                verdict.abi,
+                network,
+                isolated=verdict.isolated,
+                protected=policy.mode == "workspace-write" and bool(policy.read_only_paths),
+            )
+            grants = landlock_grant_args(
+                policy, deny_tcp=deny_tcp, isolate=verdict.isolated, deny_unix=deny_unix
+            )
             return ConfinedArgv(
-                argv=(
-                    *verdict.runner,
-                    *landlock_grant_args(policy, deny_tcp=deny_tcp),
-                    "--",
-                    *command,
-                ),
+                argv=(*verdict.runner, *grants, "--", *command),
                 mode=policy.mode,
                 backend="landlock",
                 enforcement="partial" if not_covered else "full",
                 not_covered=not_covered,
-                denial_signatures=LANDLOCK_DENIAL,
+                # read-only binds inside the namespace (protected paths) answer EROFS
+                denial_signatures=LANDLOCK_DENIAL + (BWRAP_DENIAL if verdict.isolated else ()),
                 runner_failure_rules=LANDLOCK_RULES,
             )
         raise SandboxUnavailableError(policy.mode, probe_failures=verdict.failures)
+
+    def _check_launcher_outside(self, policy: SandboxPolicy, verdict: Verdict) -> None:
+        """Refuse a launcher or interpreter a confined call could have rewritten.
+
+        The Landlock launcher runs *unconfined* until it restricts itself, so a launcher file or
+        an interpreter inside a writable root (a virtualenv in the workspace, the host ``/tmp``)
+        would let one call plant code the next call's launcher runs outside the sandbox.
+        """
+        roots = [policy.workspace_root]
+        if not verdict.isolated:
+            roots.append("/tmp")
+        for item in verdict.runner:
+            if not os.path.isabs(item):
+                continue
+            real = os.path.realpath(item)
+            for root in roots:
+                canonical = os.path.realpath(root)
+                if real == canonical or real.startswith(canonical.rstrip("/") + "/"):
+                    raise SandboxUnavailableError(
+                        policy.mode,
+                        f"the Landlock launcher's {item} lives inside the writable root "
+                        f"{canonical}; a confined call could rewrite it. Install dsh outside the "
+                        "workspace (and outside /tmp), or use bubblewrap",
+                    )
 
 
 def _check_argv(argv: Sequence[str]) -> tuple[str, ...]:

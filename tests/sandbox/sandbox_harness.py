@@ -72,15 +72,21 @@ def make_scene() -> Iterator[Scene]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-_providers: dict[tuple[str, str], LocalSandboxProvider] = {}
+_providers: dict[tuple[str, str, str], LocalSandboxProvider] = {}
 
 
-def provider_for(backend: str, network: str = "deny") -> LocalSandboxProvider:
+def provider_for(
+    backend: str, network: str = "deny", unix_sockets: str = "deny"
+) -> LocalSandboxProvider:
     """A provider forced onto ``backend``; fails (or skips, see module doc) if unusable."""
-    key = (backend, network)
+    key = (backend, network, unix_sockets)
     provider = _providers.get(key)
     if provider is None:
-        config = SandboxLocalConfig(backend=backend, network=network)  # type: ignore[arg-type]
+        config = SandboxLocalConfig(
+            backend=backend,  # type: ignore[arg-type]
+            network=network,  # type: ignore[arg-type]
+            unix_sockets=unix_sockets,  # type: ignore[arg-type]
+        )
         provider = LocalSandboxProvider(config)
         _providers[key] = provider
     verdict = provider.probe()

@@ -25,13 +25,18 @@ from dsh_sandbox_local import (
 )
 from dsh_sandbox_local.profiles import (
     NC_ABSTRACT_UNIX,
+    NC_HOST_IPC,
     NC_IOCTL,
     NC_METADATA,
     NC_NETWORK_ALL,
+    NC_PROCESSES,
+    NC_PROTECTED,
     NC_SIGNALS,
+    NC_TERMINALS,
     NC_TRUNCATE,
     NC_UDP,
     NOT_A_SANDBOX,
+    bwrap_profile_args,
     landlock_not_covered,
 )
 from sandbox_harness import linux_only, provider_for, run_confined
@@ -43,12 +48,18 @@ RO = SandboxPolicy(mode="read-only", workspace_root=WS)
 WW = SandboxPolicy(mode="workspace-write", workspace_root=WS)
 DFA = SandboxPolicy(mode="danger-full-access", workspace_root=WS)
 
-BWRAP_RO = (
-    "--ro-bind", "/", "/", "--dev", "/dev", "--unshare-pid", "--proc", "/proc",
-    "--ro-bind", "/proc/sys", "/proc/sys", "--die-with-parent", "--new-session",
-    "--cap-drop", "ALL",
+BWRAP_HEAD = (
+    "--ro-bind", "/", "/", "--dev", "/dev", "--unshare-pid", "--unshare-ipc", "--proc", "/proc",
+    "--ro-bind", "/proc/sys", "/proc/sys", "--tmpfs", "/tmp",
 )  # fmt: skip
-LAUNCHER = (sys.executable, "-I", str(Path(dsh_sandbox_local.__file__).with_name("landlock_run.py")))
+BWRAP_TAIL = ("--die-with-parent", "--new-session", "--cap-drop", "ALL")
+INTERPRETER, SCRIPT = (
+    os.path.realpath(sys.executable),
+    str(Path(dsh_sandbox_local.__file__).with_name("landlock_run.py").resolve()),
+)
+STAGE2_BIND = ("--ro-bind", SCRIPT, "/run/dsh/landlock_run.py")
+STAGE2 = (INTERPRETER, "-I", "-S", "/run/dsh/landlock_run.py", "--no-landlock", "--deny-unix", "--")
+LAUNCHER = (INTERPRETER, "-I", "-S", SCRIPT)
 
 UNAVAILABLE = (
     'sandbox mode "read-only" is requested but no sandbox backend is usable on this host; '
@@ -67,18 +78,43 @@ def test_bwrap_argv_exact(network: str) -> None:
     provider = provider_for("bubblewrap", network)
     net = ("--unshare-net",) if network == "deny" else ()
     ro = provider.confine(["bash", "-c", "echo hi"], RO)
-    assert ro.argv == (shutil.which("bwrap"), *BWRAP_RO, *net, "--", "bash", "-c", "echo hi")
+    assert ro.argv == (
+        shutil.which("bwrap"), *BWRAP_HEAD, "--tmpfs", "/run", *STAGE2_BIND, "--remount-ro",
+        "/run", *BWRAP_TAIL, *net, "--remount-ro", "/tmp", "--", *STAGE2, "bash", "-c", "echo hi",
+    )  # fmt: skip
     ww = provider.confine(["ls", "-l"], WW)
     assert ww.argv == (
-        shutil.which("bwrap"), *BWRAP_RO, *net, "--tmpfs", "/tmp", "--bind", WS, WS, "--",
-        "ls", "-l",
+        shutil.which("bwrap"), *BWRAP_HEAD, "--tmpfs", "/run", *STAGE2_BIND, "--remount-ro",
+        "/run", *BWRAP_TAIL, *net, "--bind", WS, WS, "--", *STAGE2, "ls", "-l",
+    )  # fmt: skip
+    protected = SandboxPolicy(
+        mode="workspace-write", workspace_root=WS, read_only_paths=(f"{WS}/.git", f"{WS}/.venv")
+    )
+    argv = provider.confine(["ls"], protected).argv
+    assert argv[argv.index("--bind") : argv.index("--")] == (
+        "--bind", WS, WS, "--ro-bind-try", f"{WS}/.git", f"{WS}/.git",
+        "--ro-bind-try", f"{WS}/.venv", f"{WS}/.venv",
     )  # fmt: skip
     for result in (ro, ww):
         assert result.backend == "bubblewrap"
         assert result.enforcement == "full"
         assert result.not_covered == ()
         assert result.denial_signatures == ("read-only file system",)
-        assert result.runner_failure_rules == (RunnerFailureRule(fatal_signatures=("bwrap: ",)),)
+        assert result.runner_failure_rules == (
+            RunnerFailureRule(fatal_signatures=("bwrap: ",)),
+            RunnerFailureRule(
+                allowed_exit_codes=(125,),
+                fatal_signatures=("landlock-run: ",),
+                informational_lines=("landlock-run: partial enforcement (older Landlock ABI)",),
+            ),
+        )
+
+
+def test_bwrap_read_only_workspace_under_tmp_stays_visible() -> None:
+    policy = SandboxPolicy(mode="read-only", workspace_root="/tmp/ws")
+    args = bwrap_profile_args(policy, "deny")
+    assert args[-5:] == ("--ro-bind", "/tmp/ws", "/tmp/ws", "--remount-ro", "/tmp")
+    assert "--bind" not in bwrap_profile_args(RO, "deny")
 
 
 @linux_only
@@ -87,17 +123,24 @@ def test_landlock_argv_exact(network: str) -> None:
     provider = provider_for("landlock", network)
     deny = ("--deny-tcp",) if network == "deny" else ()
     ro = provider.confine(["bash", "-c", "echo hi"], RO)
-    assert ro.argv == (*LAUNCHER, "--ro", "/", "--rw", "/dev/null", *deny,
-                       "--", "bash", "-c", "echo hi")  # fmt: skip
+    assert ro.argv == (*LAUNCHER, "--isolate", "--ro", "/", "--rw", "/dev/null", *deny,
+                       "--deny-unix", "--", "bash", "-c", "echo hi")  # fmt: skip
     ww = provider.confine(["ls"], WW)
-    assert ww.argv == (*LAUNCHER, "--ro", "/", "--rw", "/dev/null", "--rw", "/tmp", "--rw", WS,
-                       *deny, "--", "ls")  # fmt: skip
+    assert ww.argv == (*LAUNCHER, "--isolate", "--ro", "/", "--rw", "/dev/null", "--rw", "/tmp",
+                       "--rw", WS, *deny, "--deny-unix", "--", "ls")  # fmt: skip
+    protected = SandboxPolicy(mode="workspace-write", workspace_root=WS,
+                              read_only_paths=(f"{WS}/.git",))  # fmt: skip
+    assert provider.confine(["ls"], protected).argv == (
+        *LAUNCHER, "--isolate", "--ro", "/", "--rw", "/dev/null", "--rw", "/tmp", "--rw", WS,
+        "--protect", f"{WS}/.git", *deny, "--deny-unix", "--", "ls",
+    )  # fmt: skip
     for result in (ro, ww):
         assert result.backend == "landlock"
         assert result.enforcement == "partial"  # metadata is never governed by Landlock
         assert NC_METADATA in result.not_covered
         assert (NC_UDP in result.not_covered) == (network == "deny")
-        assert result.denial_signatures == ("permission denied",)
+        assert NC_PROCESSES not in result.not_covered  # root: the launcher's namespaces
+        assert result.denial_signatures == ("permission denied", "read-only file system")
         assert result.runner_failure_rules == (
             RunnerFailureRule(
                 allowed_exit_codes=(125,),
@@ -105,6 +148,29 @@ def test_landlock_argv_exact(network: str) -> None:
                 informational_lines=("landlock-run: partial enforcement (older Landlock ABI)",),
             ),
         )
+
+
+@linux_only
+def test_landlock_without_privileges_names_what_it_cannot_isolate() -> None:
+    provider = LocalSandboxProvider(
+        SandboxLocalConfig(backend="landlock"), landlock_isolation=False
+    )
+    protected = SandboxPolicy(mode="workspace-write", workspace_root=WS,
+                              read_only_paths=(f"{WS}/.git",))  # fmt: skip
+    result = provider.confine(["ls"], protected)
+    assert "--isolate" not in result.argv and "--protect" not in result.argv
+    for item in (NC_PROCESSES, NC_TERMINALS, NC_HOST_IPC, NC_PROTECTED):
+        assert item in result.not_covered
+    assert NC_PROTECTED not in provider.confine(["ls"], WW).not_covered
+
+
+@linux_only
+def test_unix_sockets_allow_drops_the_seccomp_socket_rule() -> None:
+    for backend in ("bubblewrap", "landlock"):
+        provider = LocalSandboxProvider(
+            SandboxLocalConfig(backend=backend, unix_sockets="allow")  # type: ignore[arg-type]
+        )
+        assert "--deny-unix" not in provider.confine(["ls"], RO).argv
 
 
 def test_caller_argv_is_passed_verbatim_after_the_separator() -> None:
@@ -264,8 +330,8 @@ def test_runner_command_shape_without_probes(
     provider = LocalSandboxProvider(config, landlock_launcher=["/nonexistent"])
     result = provider.confine(["true"], WW)
     assert result.argv == (
-        "/opt/my-bwrap", "--extra", *BWRAP_RO, "--unshare-net", "--tmpfs", "/tmp",
-        "--bind", WS, WS, "--", "true",
+        "/opt/my-bwrap", "--extra", *BWRAP_HEAD, "--tmpfs", "/run", "--remount-ro", "/run",
+        *BWRAP_TAIL, "--unshare-net", "--bind", WS, WS, "--", "true",
     )  # fmt: skip
     assert result.enforcement == "full"
     assert result.denial_signatures == ("read-only file system", "permission denied")

@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 from dsh_sandbox_local import SandboxPolicy
-from escape_catalog import ALLOWED, CATALOG, DENIED, PRIVATE, Attempt, markdown_table
+from escape_catalog import (
+    ALLOWED,
+    CATALOG,
+    CONTAINED,
+    DENIED,
+    PRIVATE,
+    Attempt,
+    markdown_table,
+)
 from sandbox_harness import (
     BACKENDS,
     MODES,
@@ -50,7 +58,7 @@ def test_escape(scene: Scene, attempt_id: str, backend: str, mode: str) -> None:
     attempt.state = {}
     expected = attempt.expect[(backend, mode)]
 
-    provider = provider_for(backend, attempt.network)
+    provider = provider_for(backend, attempt.network, attempt.unix_sockets)
     attempt.prepare(scene)
     try:
         confined = provider.confine(["bash", "-c", attempt.script(scene)], scene.policy(mode))
@@ -72,7 +80,7 @@ def test_escape(scene: Scene, attempt_id: str, backend: str, mode: str) -> None:
         assert result.returncode != 0, f"denied effect but exit 0{evidence}"
         if attempt.denial_dialect:
             assert confined.is_denial(result.returncode, result.stderr), evidence
-    elif expected == PRIVATE:
+    elif expected in (PRIVATE, CONTAINED):
         assert result.returncode == 0, evidence
         assert not happened, f"ESCAPE: private view leaked to the host{evidence}"
     elif expected == ALLOWED:
@@ -131,7 +139,9 @@ def test_enforcement_report_matches_the_table(scene: Scene, backend: str, mode: 
     gaps = {
         a.expect[(backend, mode)].removeprefix("gap:")
         for a in CATALOG
-        if a.network == "deny" and a.expect[(backend, mode)].startswith("gap:")
+        if a.network == "deny"
+        and a.unix_sockets == "deny"
+        and a.expect[(backend, mode)].startswith("gap:")
     }
     if gaps:
         assert confined.enforcement == "partial"
@@ -199,3 +209,28 @@ def test_harness_can_kill_a_confined_process_group(scene: Scene, backend: str, m
         proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_unprivileged_landlock_reports_the_escapee_gap_it_has(scene: Scene) -> None:
+    """Without the launcher's namespaces (no privileges) a setsid child does outlive the call,
+    and the enforcement report says so: the gap is real, not just listed."""
+    from dsh_sandbox_local import LocalSandboxProvider, SandboxLocalConfig
+    from dsh_sandbox_local.profiles import NC_PROCESSES
+
+    template = next(a for a in CATALOG if a.id == "setsid-escapee")
+    attempt: Attempt = copy.copy(template)
+    attempt.state = {}
+    provider = LocalSandboxProvider(
+        SandboxLocalConfig(backend="landlock"), landlock_isolation=False
+    )
+    try:
+        confined = provider.confine(
+            ["bash", "-c", attempt.script(scene)], scene.policy("read-only")
+        )
+        assert "--isolate" not in confined.argv
+        assert NC_PROCESSES in confined.not_covered
+        result = run_confined(confined, cwd=scene.ws)
+        assert result.returncode == 0, result
+        assert attempt.happened(scene, result), "the unisolated escapee did not survive"
+    finally:
+        attempt.close(scene)

@@ -76,7 +76,7 @@ async def test_a_25s_command_completes_on_both_sandbox_backends(scene: Scene) ->
         assert value["sandbox"]["mode"] == "workspace-write"
 
 
-@pytest.mark.parametrize("backend", ["bubblewrap"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_sigkilled_harness_takes_its_confined_children_with_it(
     scene: Scene, backend: str
 ) -> None:

@@ -11,6 +11,7 @@ import os
 import shutil
 import stat
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from dsh_sandbox_local import (
     clear_probe_cache,
 )
 from dsh_sandbox_local.profiles import default_landlock_launcher
-from sandbox_harness import linux_only, run_confined
+from sandbox_harness import linux_only, make_scene, run_confined
 
 from dsh_host.sandbox import UNAVAILABLE_MESSAGE
 
@@ -31,6 +32,14 @@ pytestmark = [linux_only, pytest.mark.usefixtures("fresh_probes")]
 RO = SandboxPolicy(mode="read-only", workspace_root="/var/tmp")
 WW_ROOT = "/var/tmp"
 BROKEN_LAUNCHER = ("/nonexistent/python3", "-I", "/nonexistent/landlock_run.py")
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """Scratch space under /var/tmp, not /tmp: the sandbox hides the host /tmp, so a ``PATH``
+    entry there would not be visible to the confined trial commands."""
+    with make_scene() as scene:
+        yield scene.base
 
 
 def _path_with(tmp_path: Path, bwrap_script: str | None) -> str:
@@ -190,7 +199,9 @@ def test_fallback_carries_the_landlock_dialect(
     monkeypatch.setenv("PATH", _path_with(tmp_path, "exit 1\n"))
     confined = LocalSandboxProvider().confine(["true"], RO)
     assert confined.backend == "landlock"
-    assert confined.denial_signatures == ("permission denied",)
+    # EACCES from Landlock; EROFS too from the read-only binds of its namespace (root)
+    assert confined.denial_signatures == ("permission denied", "read-only file system")
+    assert len(confined.runner_failure_rules) == 1  # no "bwrap: " rule
     assert confined.runner_failure_rules[0].allowed_exit_codes == (125,)
     assert confined.runner_failure(125, "landlock-run: exec failed: x") is not None
 
