@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -820,9 +821,15 @@ def _escapee_script(a: Attempt, s: Scene) -> str:
 
 
 def _escapee_alive(a: Attempt, s: Scene, result: Any) -> bool:
-    # Deterministic: a PID namespace's init reaps every process of the namespace before it
-    # exits itself, and the runner exits only after its init did.
-    return bool(sleepers(_escapee_marker(a, s)))
+    # The runner may exit a moment before the kernel has torn its PID namespace down (bwrap's
+    # outer process does not wait for its init), so "outlived the call" means "still alive
+    # after a bounded wait" (10 s: hang protection; a contained escapee is gone long before).
+    marker = _escapee_marker(a, s)
+    for _ in range(100):
+        if not sleepers(marker):
+            return False
+        time.sleep(0.1)
+    return bool(sleepers(marker))
 
 
 def _kill_escapee(a: Attempt, s: Scene) -> None:
