@@ -140,6 +140,41 @@ def writable_roots(policy: SandboxPolicy) -> tuple[str, ...]:
     return tuple(roots)
 
 
+DEFAULT_PROTECTED_NAMES: tuple[str, ...] = (".git", ".dsh", "dsh.yml")
+"""Workspace entries held read-only under ``workspace-write`` by default: code and config that
+runs later *outside* the sandbox (git hooks and ``core.fsmonitor``, the harness's own state and
+composition)."""
+
+
+def workspace_read_only_paths(
+    workspace_root: str, names: Sequence[str] = DEFAULT_PROTECTED_NAMES, *, virtualenvs: bool = True
+) -> tuple[str, ...]:
+    """The existing paths of ``names`` under the workspace, plus its virtualenvs.
+
+    ``names`` are relative to the workspace (``.git``, ``tools/hooks``); a virtualenv is a
+    direct child directory holding ``pyvenv.cfg`` (its ``bin/`` and ``*.pth`` files run later,
+    unconfined, whenever someone uses it). Only what exists now is listed: a path created later
+    is protected from the next call on. The result feeds :attr:`SandboxPolicy.read_only_paths`.
+    """
+    found: list[str] = []
+    for name in names:
+        path = os.path.join(workspace_root, name)
+        if os.path.lexists(path) and path not in found:
+            found.append(path)
+    if virtualenvs:
+        try:
+            entries = sorted(os.scandir(workspace_root), key=lambda e: e.name)
+        except OSError:
+            entries = []
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False) and os.path.isfile(
+                os.path.join(entry.path, "pyvenv.cfg")
+            ):
+                if entry.path not in found:
+                    found.append(entry.path)
+    return tuple(found)
+
+
 class RunnerFailureRule(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """Recognises that the runner failed before the command ran (spec §2.3, §2.8).
 

@@ -10,17 +10,21 @@ to change. Everything else in the plugin talks to the provider through
 from __future__ import annotations
 
 from dsh_host.sandbox import (
+    DEFAULT_PROTECTED_NAMES,
     SANDBOX_MODES,
     ConfinedArgv,
     SandboxMode,
     SandboxPolicy,
     SandboxUnavailableError,
+    workspace_read_only_paths,
 )
 
 __all__ = [
+    "DEFAULT_PROTECTED_NAMES",
     "SANDBOX_MODES",
     "ConfinedArgv",
     "SandboxMode",
     "SandboxPolicy",
     "SandboxUnavailableError",
+    "workspace_read_only_paths",
 ]

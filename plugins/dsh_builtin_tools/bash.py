@@ -65,7 +65,13 @@ from dsh_host.tools.escalation import (
     validate_escalation_args,
 )
 
-from ._sandbox import ConfinedArgv, SandboxMode, SandboxPolicy, SandboxUnavailableError
+from ._sandbox import (
+    ConfinedArgv,
+    SandboxMode,
+    SandboxPolicy,
+    SandboxUnavailableError,
+    workspace_read_only_paths,
+)
 from ._spawn import FdReceiveStream, SpawnedProcess, open_process
 from .config import BuiltinToolsConfig
 
@@ -537,7 +543,14 @@ def bash_tool(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> ToolD
         if sandbox is None:
             raise SandboxUnavailableError(call_mode)
         policy = SandboxPolicy(
-            mode=call_mode, workspace_root=workspace, session_id=_session_id(exec)
+            mode=call_mode,
+            workspace_root=workspace,
+            session_id=_session_id(exec),
+            read_only_paths=workspace_read_only_paths(
+                workspace, config.protected_paths, virtualenvs=config.protect_virtualenvs
+            )
+            if call_mode == "workspace-write"
+            else (),
         )
         confined: ConfinedArgv = sandbox.confine(argv, policy)
         return confined

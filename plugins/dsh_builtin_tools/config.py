@@ -8,7 +8,7 @@ import msgspec
 
 from dsh_host.errors import ConfigError
 
-from ._sandbox import SandboxMode
+from ._sandbox import DEFAULT_PROTECTED_NAMES, SandboxMode
 
 __all__ = ["BuiltinToolsConfig", "BuiltinToolsConfigError", "canonical_workspace"]
 
@@ -32,6 +32,9 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     SIGTERM-to-SIGKILL grace. ``maxReadBytes``: the largest file ``read_file``
     returns. ``envAllow``: inherited environment variables a ``bash`` child
     may see beyond the default allow-list (exact names, or ``PREFIX*``).
+    ``protectedPaths`` (workspace-relative) and, with ``protectVirtualenvs``,
+    the workspace's virtualenvs stay read-only for confined ``bash`` calls
+    under ``workspace-write``.
     """
 
     workspace: str = "."
@@ -43,6 +46,8 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     max_read_bytes: int = 256_000
     spill_dir: str | None = None
     env_allow: tuple[str, ...] = ()
+    protected_paths: tuple[str, ...] = DEFAULT_PROTECTED_NAMES
+    protect_virtualenvs: bool = True
 
     def __post_init__(self) -> None:
         for field in (
@@ -68,6 +73,13 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
                 raise BuiltinToolsConfigError(
                     f"builtin-tools: envAllow entry {entry!r} must be a variable name, or a "
                     "prefix followed by a single trailing '*'"
+                )
+        for entry in self.protected_paths:
+            parts = entry.replace("\\", "/").split("/")
+            if not entry or os.path.isabs(entry) or "\0" in entry or ".." in parts:
+                raise BuiltinToolsConfigError(
+                    f"builtin-tools: protectedPaths entry {entry!r} must be a path relative to "
+                    "the workspace, without '..'"
                 )
         if not self.workspace or "\0" in self.workspace:
             raise BuiltinToolsConfigError("builtin-tools: workspace must be a non-empty path")

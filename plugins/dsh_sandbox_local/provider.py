@@ -275,10 +275,11 @@ class LocalSandboxProvider:
         for item in verdict.runner:
             if not os.path.isabs(item):
                 continue
-            real = os.path.realpath(item)
+            spellings = (os.path.normpath(item), os.path.realpath(item))
             for root in roots:
                 canonical = os.path.realpath(root)
-                if real == canonical or real.startswith(canonical.rstrip("/") + "/"):
+                if any(p == canonical or p.startswith(canonical.rstrip("/") + "/")
+                       for p in spellings):  # fmt: skip
                     raise SandboxUnavailableError(
                         policy.mode,
                         f"the Landlock launcher's {item} lives inside the writable root "

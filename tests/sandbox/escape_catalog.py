@@ -1037,7 +1037,76 @@ ISSUE_15: list[Attempt] = [
         note="seccomp: add_key/keyctl/request_key refused",
     ),
 ]
-CATALOG += ISSUE_15
+
+
+def _plant_repo(a: Attempt, s: Scene) -> None:
+    """A workspace with a git repository, a virtualenv and the harness's own config."""
+    hooks = s.ws / ".git" / "hooks"
+    hooks.mkdir(parents=True)
+    a.state["git-config"] = make_victim(s.ws / ".git" / "config", b"[core]\n")
+    site = s.ws / ".venv" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (s.ws / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    a.state["dsh-yml"] = make_victim(s.ws / "dsh.yml", b"plugins: []\n")
+    (s.ws / ".dsh").mkdir()
+
+
+def _planted(path: Any) -> Any:
+    return lambda a, s, r: os.path.lexists(path(s))
+
+
+ISSUE_15_CLASS_9: list[Attempt] = [
+    Custom(
+        "git-hook",
+        "i15 #9",
+        "plant .git/hooks/pre-commit in the workspace",
+        every(DENIED),
+        prepare=_plant_repo,
+        script=lambda a, s: f"echo 'id > /tmp/pwned' > {q(s.ws / '.git/hooks/pre-commit')}",
+        happened=_planted(lambda s: s.ws / ".git/hooks/pre-commit"),
+        denial_dialect=True,
+        note="read-only bind of the workspace's .git (Landlock: in its mount namespace)",
+    ),
+    Custom(
+        "git-config",
+        "i15 #9",
+        "set core.fsmonitor in the workspace's .git/config",
+        every(DENIED),
+        prepare=_plant_repo,
+        script=lambda a, s: f"printf '[core]\\n\\tfsmonitor = id\\n' >> {q(s.ws / '.git/config')}",
+        happened=lambda a, s, r: changed(s.ws / ".git/config", a.state["git-config"]),
+        denial_dialect=True,
+    ),
+    Custom(
+        "venv-pth",
+        "i15 #9",
+        "drop a .pth file into a workspace virtualenv",
+        every(DENIED),
+        prepare=_plant_repo,
+        script=lambda a, s: (
+            f"echo 'import os' > {q(s.ws / '.venv/lib/python3.11/site-packages/evil.pth')}"
+        ),
+        happened=_planted(lambda s: s.ws / ".venv/lib/python3.11/site-packages/evil.pth"),
+        denial_dialect=True,
+        note="a direct child holding pyvenv.cfg is a virtualenv",
+    ),
+    Custom(
+        "dsh-config",
+        "i15 #9",
+        "rewrite the workspace's dsh.yml, or plant .dsh/<file>",
+        every(DENIED),
+        prepare=_plant_repo,
+        script=lambda a, s: (
+            f"echo 'plugins: [evil]' > {q(s.ws / 'dsh.yml')}; r1=$?; "
+            f"echo x > {q(s.ws / '.dsh/planted')}; r2=$?; [ $r1 -eq 0 ] || [ $r2 -eq 0 ]"
+        ),
+        happened=lambda a, s, r: (
+            changed(s.ws / "dsh.yml", a.state["dsh-yml"]) or (s.ws / ".dsh/planted").exists()
+        ),
+    ),
+]
+
+CATALOG += ISSUE_15 + ISSUE_15_CLASS_9
 
 
 ATTEMPTS = {a.id: a for a in CATALOG}

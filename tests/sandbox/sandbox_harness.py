@@ -31,6 +31,8 @@ from dsh_sandbox_local import (
     SandboxPolicy,
 )
 
+from dsh_host.sandbox import workspace_read_only_paths
+
 BACKENDS = ("bubblewrap", "landlock")
 MODES = ("read-only", "workspace-write")
 
@@ -56,7 +58,14 @@ class Scene:
     token: str
 
     def policy(self, mode: str) -> SandboxPolicy:
-        return SandboxPolicy(mode=mode, workspace_root=str(self.ws))  # type: ignore[arg-type]
+        """The policy the ``bash`` tool builds: in ``workspace-write`` the workspace's existing
+        ``.git``, ``.dsh``, ``dsh.yml`` and virtualenvs are read-only paths."""
+        protected = workspace_read_only_paths(str(self.ws)) if mode == "workspace-write" else ()
+        return SandboxPolicy(
+            mode=mode,  # type: ignore[arg-type]
+            workspace_root=str(self.ws),
+            read_only_paths=protected,
+        )
 
 
 @contextlib.contextmanager

@@ -86,3 +86,64 @@ async def test_control_the_same_probe_sees_allowed_and_unconfined_variables(
     for backend in BACKENDS:
         value = await bash(backend, "read-only", scene.ws, "env", envAllow=["DATABASE_URL"])
         assert f"DATABASE_URL={LEAKY['DATABASE_URL']}" in value["stdout"]["text"], backend
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_workspace_git_and_venvs_stay_read_only_through_the_tool(
+    scene: Scene, backend: str
+) -> None:
+    """Class 9: ``.git`` and virtualenvs in the workspace are read-only under workspace-write;
+    the rest of the workspace stays writable."""
+    (scene.ws / ".git" / "hooks").mkdir(parents=True)
+    (scene.ws / "venv").mkdir()
+    (scene.ws / "venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    hook, pth = scene.ws / ".git/hooks/post-checkout", scene.ws / "venv/evil.pth"
+    command = f"echo ok > {scene.ws}/free.txt; echo x > {hook}; echo x > {pth}"
+    value = await bash(backend, "workspace-write", scene.ws, command)
+    assert (scene.ws / "free.txt").read_text() == "ok\n"
+    assert not hook.exists() and not pth.exists(), value
+    assert value["sandbox"]["denied"] is True
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_control_protected_paths_are_what_blocks(scene: Scene, backend: str) -> None:
+    """Control: with nothing protected the same writes land (and unconfined they land too)."""
+    (scene.ws / ".git" / "hooks").mkdir(parents=True)
+    hook = scene.ws / ".git/hooks/post-checkout"
+    await bash(
+        backend, "workspace-write", scene.ws, f"echo x > {hook}",
+        protectedPaths=[], protectVirtualenvs=False,
+    )  # fmt: skip
+    assert hook.exists()
+    hook.unlink()
+    await bash(None, "danger-full-access", scene.ws, f"echo x > {hook}")
+    assert hook.exists()
+
+
+def test_landlock_refuses_a_launcher_inside_the_workspace(scene: Scene) -> None:
+    """The launcher runs unconfined until it confines itself: one inside a writable root (here:
+    a copy in the workspace, or a symlink there to the real one) could be rewritten by a call."""
+    import shutil
+
+    from dsh_sandbox_local import (
+        LocalSandboxProvider,
+        SandboxLocalConfig,
+        SandboxUnavailableError,
+    )
+    from dsh_sandbox_local.profiles import launcher_files
+
+    interpreter, script = launcher_files()
+    copy = scene.ws / "landlock_run.py"
+    shutil.copy(script, copy)
+    link = scene.ws / "python"
+    link.symlink_to(interpreter)
+    for launcher in ([interpreter, "-I", "-S", str(copy)], [str(link), "-I", "-S", script]):
+        provider = LocalSandboxProvider(
+            SandboxLocalConfig(backend="landlock"), landlock_launcher=launcher
+        )
+        with pytest.raises(SandboxUnavailableError, match="lives inside the writable root"):
+            provider.confine(["true"], scene.policy("workspace-write"))
+        assert provider.confine(["true"], scene.policy("read-only")).backend == "landlock"
+    # the default launcher (outside the workspace) is accepted
+    default = LocalSandboxProvider(SandboxLocalConfig(backend="landlock"))
+    assert default.confine(["true"], scene.policy("workspace-write")).backend == "landlock"
