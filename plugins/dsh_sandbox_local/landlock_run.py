@@ -40,6 +40,7 @@ import os
 import signal
 import stat
 import sys
+import time
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -191,20 +192,24 @@ class Grants:
         self.no_landlock = False
         self.protect: list[str] = []
         self.show: list[str] = []
-        self.cgroup: list[str] = []
+        self.pids_max = 0
+        self.memory_max = 0
+        self.relay = False
         self.probe = False
         self.argv: list[str] = []
 
 
 _FLAGS = {"--deny-tcp": "deny_tcp", "--deny-unix": "deny_unix", "--isolate": "isolate",
-          "--no-landlock": "no_landlock"}  # fmt: skip
+          "--no-landlock": "no_landlock", "--relay": "relay"}  # fmt: skip
+_NUMBER_OPTIONS = {"--pids-max": "pids_max", "--memory-max": "memory_max"}
 _PATH_OPTIONS = {"--ro": "read_only", "--rw": "read_write", "--protect": "protect",
-                 "--show": "show", "--cgroup": "cgroup"}  # fmt: skip
+                 "--show": "show"}  # fmt: skip
 
 
 def parse_args(args: Sequence[str]) -> Grants:
-    """Parse ``[--ro P]... [--rw P]... [--protect P]... [--show P]... [--cgroup DIR]... [--deny-tcp]
-    [--deny-unix] [--isolate] [--no-landlock] -- ARGV...``, or ``--probe [--isolate]``."""
+    """Parse ``[--ro P]... [--rw P]... [--protect P]... [--show P]... [--pids-max N]
+    [--memory-max BYTES] [--deny-tcp] [--deny-unix] [--isolate | --no-landlock | --relay]
+    -- ARGV...``, or ``--probe [--isolate]``."""
     grants = Grants()
     if list(args) in (["--probe"], ["--probe", "--isolate"]):
         grants.probe = True
@@ -229,6 +234,13 @@ def parse_args(args: Sequence[str]) -> Grants:
             setattr(grants, _FLAGS[arg], True)
             i += 1
             continue
+        if arg in _NUMBER_OPTIONS:
+            value = args[i + 1] if i + 1 < len(args) else ""
+            if not value.isdigit() or int(value) < 1:
+                raise LauncherError(f"usage error: {arg} requires a positive integer")
+            setattr(grants, _NUMBER_OPTIONS[arg], int(value))
+            i += 2
+            continue
         raise LauncherError(f"usage error: unknown argument: {arg}")
     raise LauncherError("usage error: missing `-- <argv>...` command")
 
@@ -240,6 +252,10 @@ def _check_combination(grants: Grants) -> None:
         )
     if grants.no_landlock and (grants.read_only or grants.read_write or grants.isolate):
         raise LauncherError("usage error: --no-landlock takes no grants and no --isolate")
+    if grants.relay and (grants.read_only or grants.read_write or grants.isolate):
+        raise LauncherError("usage error: --relay takes no grants and no --isolate")
+    if (grants.pids_max or grants.memory_max) and not (grants.isolate or grants.relay):
+        raise LauncherError("usage error: --pids-max and --memory-max need --isolate or --relay")
 
 
 def _create_ruleset(libc: ctypes.CDLL, abi: int, deny_tcp: bool) -> tuple[int, int]:
@@ -528,6 +544,94 @@ def join_cgroups(dirs: Sequence[str]) -> None:
             raise LauncherError(f"cannot join cgroup: {directory}: {exc.strerror}") from None
 
 
+# -- per-call cgroups: pids.max and memory limits ------------------------------------------------
+
+#: (controller, limit file) per hierarchy kind; v1 names the memory limit differently.
+_LIMIT_FILES = {("pids", 1): "pids.max", ("pids", 2): "pids.max",
+                ("memory", 1): "memory.limit_in_bytes", ("memory", 2): "memory.max"}  # fmt: skip
+
+
+def _own_cgroup_dirs() -> dict[str, tuple[str, int]]:
+    """Controller → (this process's cgroup directory, hierarchy version), where writable.
+
+    A v2 controller counts only when this cgroup already delegates it to children
+    (``cgroup.subtree_control``); a v1 controller when its hierarchy is mounted.
+    """
+    try:
+        with open("/proc/self/cgroup", encoding="ascii") as f:
+            memberships = [line.rstrip("\n").split(":", 2) for line in f]
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            mounts = [line.split() for line in f]
+    except OSError:
+        return {}
+    found: dict[str, tuple[str, int]] = {}
+    for fields in mounts:
+        sep = fields.index("-")
+        fstype, options = fields[sep + 1], fields[sep + 3].split(",")
+        root, point = fields[3], fields[4]
+        for _hid, controllers, path in memberships:
+            if fstype == "cgroup2" and controllers == "":
+                relative = os.path.relpath(path, root) if root != "/" else path.lstrip("/")
+                directory = os.path.normpath(os.path.join(point, relative))
+                try:
+                    with open(os.path.join(directory, "cgroup.subtree_control")) as f:
+                        delegated = f.read().split()
+                except OSError:
+                    continue
+                for name in ("pids", "memory"):
+                    if name in delegated:
+                        found.setdefault(name, (directory, 2))
+            elif fstype == "cgroup":
+                for name in ("pids", "memory"):
+                    if name in options and name in controllers.split(","):
+                        relative = path.lstrip("/") if root == "/" else os.path.relpath(path, root)
+                        directory = os.path.normpath(os.path.join(point, relative))
+                        if os.access(directory, os.W_OK):
+                            found[name] = (directory, 1)
+    return found
+
+
+def cgroup_limits_supported() -> tuple[str, ...]:
+    """The limit controllers (``pids``, ``memory``) a per-call cgroup can use on this host."""
+    return tuple(sorted(_own_cgroup_dirs()))
+
+
+def make_call_cgroups(pids_max: int, memory_max: int) -> list[tuple[str, str]]:
+    """Create this call's cgroups with their limits; [(call dir, parent dir)]."""
+    made: list[tuple[str, str]] = []
+    wanted = {"pids": pids_max, "memory": memory_max}
+    for name, (parent, version) in sorted(_own_cgroup_dirs().items()):
+        if not wanted[name]:
+            continue
+        directory = os.path.join(parent, f"dsh-call-{os.getpid()}")
+        try:
+            os.mkdir(directory, 0o755)
+            with open(os.path.join(directory, _LIMIT_FILES[(name, version)]), "w") as f:
+                f.write(str(wanted[name]))
+        except OSError as exc:
+            remove_cgroups([*made, (directory, parent)])
+            raise LauncherError(f"cannot join cgroup: {directory}: {exc.strerror}") from None
+        made.append((directory, parent))
+    return made
+
+
+def remove_cgroups(made: Sequence[tuple[str, str]]) -> None:
+    """Remove the call's cgroups once empty (bounded retries: teardown is asynchronous)."""
+    for directory, _parent in made:
+        for _ in range(500):  # up to ~5 s
+            try:
+                os.rmdir(directory)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.01)
+
+
+def _leave_cgroups(made: Sequence[tuple[str, str]]) -> None:
+    join_cgroups([parent for _directory, parent in made])
+
+
 def unshare_namespaces(libc: ctypes.CDLL) -> None:
     """New mount, PID and IPC namespaces; mounts below stop propagating to the host."""
     fn = libc.unshare
@@ -575,15 +679,19 @@ def _report_status(fd: int, status: int) -> None:
     os.close(fd)
 
 
-def _relay(child: int, status_fd: int) -> NoReturn:
+def _relay(child: int, status_fd: int, limited: Sequence[tuple[str, str]] = ()) -> NoReturn:
     """The launcher outside the namespaces: forward signals in, then exit as the command did.
 
     The command's status travels through a pipe (PID 1 of a namespace cannot die by a signal
-    it sends itself), so exit codes and deaths by signal pass through unchanged.
+    it sends itself), so exit codes and deaths by signal pass through unchanged. The relay
+    leaves the call's cgroups at once (the child and its descendants stay in them) and removes
+    them when the call is over.
     """
     for sig in _FORWARDED:
         signal.signal(sig, lambda signum, _frame: _forward(child, signum))
+    _leave_cgroups(limited)
     _pid, status = os.waitpid(child, 0)
+    remove_cgroups(limited)
     with os.fdopen(status_fd, "rb") as f:
         report = f.read().strip()
     code = int(report) if report else os.waitstatus_to_exitcode(status)
@@ -657,18 +765,28 @@ def confine_self(grants: Grants) -> int:
 
 
 def prepare(grants: Grants) -> int | None:
-    """Everything before the ruleset: cgroups, the parent-death signal, the namespaces.
+    """Everything before the ruleset: the parent-death signal, per-call cgroups, namespaces.
 
     Returns the status pipe's write end in the namespace's PID 1 (``--isolate``), else None.
     The relay half (outside the namespaces) never returns from here.
     """
     libc = _libc()
-    join_cgroups(grants.cgroup)
     if grants.no_landlock:
         return None
     # Tied to the harness thread that spawned us (the harness spawns from one long-lived
     # thread): when the harness dies, so do we, and with us the whole namespace.
     _die_with_parent(libc)
+    limited = make_call_cgroups(grants.pids_max, grants.memory_max)
+    join_cgroups([directory for directory, _parent in limited])
+    if grants.relay:  # only the limits: fork the runner (bubblewrap) and relay its status
+        read_fd, write_fd = os.pipe()
+        child = os.fork()
+        if child == 0:
+            os.close(read_fd)
+            os.close(write_fd)
+            _exec(grants.argv)
+        os.close(write_fd)
+        _relay(child, read_fd, limited)
     if not grants.isolate:
         return None
     unshare_namespaces(libc)
@@ -676,7 +794,7 @@ def prepare(grants: Grants) -> int | None:
     child = os.fork()
     if child != 0:
         os.close(write_fd)
-        _relay(child, read_fd)
+        _relay(child, read_fd, limited)
     os.close(read_fd)
     _die_with_parent(libc)  # the relay died (SIGKILL of the call's group): the namespace dies
     private_mounts(libc, grants)

@@ -28,6 +28,9 @@ NC_SIGNALS = "signals to host processes of the same user (Landlock ABI < 6)"
 NC_ABSTRACT_UNIX = "abstract UNIX sockets of the host (Landlock ABI < 6)"
 NC_UDP = "network: UDP and every other non-TCP protocol (Landlock governs only TCP bind/connect)"
 NC_NETWORK_ALL = "network: all traffic (Landlock ABI < 4 cannot restrict TCP)"
+NC_LIMITS = (
+    "per-call process and memory limits (pids.max, memory.max): no writable cgroup for {what}"
+)
 # Without the launcher's namespaces (it needs CAP_SYS_ADMIN: a root harness).
 NC_PROCESSES = (
     "processes that leave the call's process group (setsid, daemons) outlive the call: no PID "
@@ -133,6 +136,21 @@ def bwrap_profile_args(
 def _under_any(path: str, roots: tuple[str, ...]) -> bool:
     normalized = os.path.normpath(path)
     return any(normalized == root or normalized.startswith(root + "/") for root in roots)
+
+
+def limit_args(pids_max: int, memory_max: int) -> tuple[str, ...]:
+    """The launcher's per-call cgroup limits (0 = that limit is not applied)."""
+    args: list[str] = []
+    if pids_max:
+        args += ["--pids-max", str(pids_max)]
+    if memory_max:
+        args += ["--memory-max", str(memory_max)]
+    return tuple(args)
+
+
+def bwrap_limits_relay(interpreter: str, script: str, limits: tuple[str, ...]) -> tuple[str, ...]:
+    """The launcher in front of bubblewrap, only to put the call into its own cgroups."""
+    return (interpreter, "-I", "-S", script, "--relay", *limits, "--")
 
 
 def bwrap_stage2_argv(interpreter: str, *, deny_unix: bool) -> tuple[str, ...]:

@@ -38,20 +38,24 @@ from dsh_host.sandbox import (
     SandboxUnavailableError,
 )
 
+from .landlock_run import cgroup_limits_supported
 from .probe import ProbeResult, probe_bubblewrap, probe_landlock
 from .profiles import (
     BWRAP_DENIAL,
     BWRAP_RULES,
     LANDLOCK_DENIAL,
     LANDLOCK_RULES,
+    NC_LIMITS,
     NOT_A_SANDBOX,
     NetworkPolicy,
+    bwrap_limits_relay,
     bwrap_profile_args,
     bwrap_stage2_argv,
     default_landlock_launcher,
     landlock_grant_args,
     landlock_not_covered,
     launcher_files,
+    limit_args,
 )
 
 BackendChoice = Literal["auto", "bubblewrap", "landlock"]
@@ -74,7 +78,8 @@ class SandboxLocalConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     ``allow`` permits it. ``backend``: ``auto`` walks bubblewrap then
     Landlock; naming one forces it (no fallback). ``runnerCommand`` is the operator's assertion
     of a bwrap-compatible runner (no probe; requires ``runnerFailureSignatures``).
-    ``probeTimeoutMs`` bounds each probe.
+    ``probeTimeoutMs`` bounds each probe. ``pidsMax`` / ``memoryMaxMb``: per-call cgroup
+    limits where a cgroup is writable (``memoryMaxMb`` defaults to half the host's memory).
     """
 
     network: NetworkPolicy = "deny"
@@ -83,6 +88,8 @@ class SandboxLocalConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     runner_command: tuple[str, ...] = ()
     runner_failure_signatures: tuple[str, ...] = ()
     probe_timeout_ms: float = 5000
+    pids_max: int = 4096
+    memory_max_mb: int | None = None
 
     def __post_init__(self) -> None:
         if self.runner_failure_signatures and not self.runner_command:
@@ -106,6 +113,10 @@ class SandboxLocalConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
                 "sandbox-local: runnerCommand is a bwrap-compatible runner and cannot be combined "
                 "with backend: landlock; remove one of them"
             )
+        if self.pids_max < 1 or (self.memory_max_mb is not None and self.memory_max_mb < 1):
+            raise SandboxConfigError(
+                "sandbox-local: pidsMax and memoryMaxMb must be positive integers"
+            )
         if (
             isinstance(self.probe_timeout_ms, bool)
             or not math.isfinite(self.probe_timeout_ms)
@@ -126,6 +137,8 @@ class Verdict:
     failures: tuple[str, ...] = ()
     runner_command: bool = False
     isolated: bool = False
+    limits: tuple[str, ...] = ()
+    """Controllers (``memory``, ``pids``) a per-call cgroup can use here."""
 
 
 class LocalSandboxProvider:
@@ -177,12 +190,15 @@ class LocalSandboxProvider:
         if cfg.backend in ("auto", "bubblewrap"):
             bw = probe_bubblewrap(cfg.network, timeout)
             if bw.usable:
-                return Verdict("bubblewrap", runner=bw.runner)
+                return Verdict("bubblewrap", runner=bw.runner, limits=cgroup_limits_supported())
             failures.append(f"bubblewrap: {bw.detail}")
         if cfg.backend in ("auto", "landlock"):
             ll: ProbeResult = probe_landlock(self._launcher, timeout, isolate=self._isolation)
             if ll.usable:
-                return Verdict("landlock", runner=ll.runner, abi=ll.abi, isolated=ll.isolated)
+                limits = cgroup_limits_supported() if ll.isolated else ()
+                return Verdict(
+                    "landlock", runner=ll.runner, abi=ll.abi, isolated=ll.isolated, limits=limits
+                )
             failures.append(f"landlock: {ll.detail}")
         return Verdict(None, failures=tuple(failures))
 
@@ -229,11 +245,15 @@ class LocalSandboxProvider:
             interpreter, script = launcher_files()
             prefix = verdict.runner + bwrap_profile_args(policy, network, stage2=script)
             stage2 = bwrap_stage2_argv(interpreter, deny_unix=deny_unix)
+            limits = self._limit_args(verdict)
+            relay = bwrap_limits_relay(interpreter, script, limits) if limits else ()
+            not_covered = self._limits_not_covered(verdict)
             return ConfinedArgv(
-                argv=(*prefix, "--", *stage2, *command),
+                argv=(*relay, *prefix, "--", *stage2, *command),
                 mode=policy.mode,
                 backend="bubblewrap",
-                enforcement="full",
+                enforcement="partial" if not_covered else "full",
+                not_covered=not_covered,
                 denial_signatures=BWRAP_DENIAL,
                 runner_failure_rules=BWRAP_RULES,
             )
@@ -247,9 +267,10 @@ class LocalSandboxProvider:
                 isolated=verdict.isolated,
                 protected=policy.mode == "workspace-write" and bool(policy.read_only_paths),
             )
+            not_covered += self._limits_not_covered(verdict)
             grants = landlock_grant_args(
                 policy, deny_tcp=deny_tcp, isolate=verdict.isolated, deny_unix=deny_unix
-            )
+            ) + self._limit_args(verdict)
             return ConfinedArgv(
                 argv=(*verdict.runner, *grants, "--", *command),
                 mode=policy.mode,
@@ -261,6 +282,25 @@ class LocalSandboxProvider:
                 runner_failure_rules=LANDLOCK_RULES,
             )
         raise SandboxUnavailableError(policy.mode, probe_failures=verdict.failures)
+
+    def _limit_values(self) -> dict[str, int]:
+        memory_mb = self.config.memory_max_mb
+        if memory_mb is None:
+            memory_mb = max(1, _physical_memory_mb() // 2)
+        return {"pids": self.config.pids_max, "memory": memory_mb * 1024 * 1024}
+
+    def _limit_args(self, verdict: Verdict) -> tuple[str, ...]:
+        values = self._limit_values()
+        return limit_args(
+            values["pids"] if "pids" in verdict.limits else 0,
+            values["memory"] if "memory" in verdict.limits else 0,
+        )
+
+    def _limits_not_covered(self, verdict: Verdict) -> tuple[str, ...]:
+        missing = [name for name in ("pids", "memory") if name not in verdict.limits]
+        if not missing:
+            return ()
+        return (NC_LIMITS.format(what=" and ".join(missing)),)
 
     def _check_launcher_outside(self, policy: SandboxPolicy, verdict: Verdict) -> None:
         """Refuse a launcher or interpreter a confined call could have rewritten.
@@ -286,6 +326,13 @@ class LocalSandboxProvider:
                         f"{canonical}; a confined call could rewrite it. Install dsh outside the "
                         "workspace (and outside /tmp), or use bubblewrap",
                     )
+
+
+def _physical_memory_mb() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (1024 * 1024)
+    except (ValueError, OSError):
+        return 2048
 
 
 def _check_argv(argv: Sequence[str]) -> tuple[str, ...]:

@@ -23,10 +23,12 @@ from dsh_sandbox_local import (
     SandboxUnavailableError,
     writable_roots,
 )
+from dsh_sandbox_local.landlock_run import cgroup_limits_supported
 from dsh_sandbox_local.profiles import (
     NC_ABSTRACT_UNIX,
     NC_HOST_IPC,
     NC_IOCTL,
+    NC_LIMITS,
     NC_METADATA,
     NC_NETWORK_ALL,
     NC_PROCESSES,
@@ -61,6 +63,21 @@ STAGE2_BIND = ("--ro-bind", SCRIPT, "/run/dsh/landlock_run.py")
 STAGE2 = (INTERPRETER, "-I", "-S", "/run/dsh/landlock_run.py", "--no-landlock", "--deny-unix", "--")
 LAUNCHER = (INTERPRETER, "-I", "-S", SCRIPT)
 
+
+def limits() -> tuple[str, ...]:
+    """The per-call cgroup limits this host supports, as the launcher takes them."""
+    supported = cgroup_limits_supported()
+    memory = (os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2**20 // 2) * 2**20
+    return (
+        *(("--pids-max", "4096") if "pids" in supported else ()),
+        *(("--memory-max", str(memory)) if "memory" in supported else ()),
+    )
+
+
+def relay() -> tuple[str, ...]:
+    return (*LAUNCHER, "--relay", *limits(), "--") if limits() else ()
+
+
 UNAVAILABLE = (
     'sandbox mode "read-only" is requested but no sandbox backend is usable on this host; '
     "refusing to run the command unconfined. Install bubblewrap or run a Landlock-enforcing "
@@ -79,19 +96,20 @@ def test_bwrap_argv_exact(network: str) -> None:
     net = ("--unshare-net",) if network == "deny" else ()
     ro = provider.confine(["bash", "-c", "echo hi"], RO)
     assert ro.argv == (
-        shutil.which("bwrap"), *BWRAP_HEAD, "--tmpfs", "/run", *STAGE2_BIND, "--remount-ro",
+        *relay(), shutil.which("bwrap"), *BWRAP_HEAD, "--tmpfs", "/run", *STAGE2_BIND, "--remount-ro",
         "/run", *BWRAP_TAIL, *net, "--remount-ro", "/tmp", "--", *STAGE2, "bash", "-c", "echo hi",
     )  # fmt: skip
     ww = provider.confine(["ls", "-l"], WW)
     assert ww.argv == (
-        shutil.which("bwrap"), *BWRAP_HEAD, "--tmpfs", "/run", *STAGE2_BIND, "--remount-ro",
+        *relay(), shutil.which("bwrap"), *BWRAP_HEAD, "--tmpfs", "/run", *STAGE2_BIND, "--remount-ro",
         "/run", *BWRAP_TAIL, *net, "--bind", WS, WS, "--", *STAGE2, "ls", "-l",
     )  # fmt: skip
     protected = SandboxPolicy(
         mode="workspace-write", workspace_root=WS, read_only_paths=(f"{WS}/.git", f"{WS}/.venv")
     )
     argv = provider.confine(["ls"], protected).argv
-    assert argv[argv.index("--bind") : argv.index("--")] == (
+    tail = argv[argv.index("--bind") :]
+    assert tail[: tail.index("--")] == (
         "--bind", WS, WS, "--ro-bind-try", f"{WS}/.git", f"{WS}/.git",
         "--ro-bind-try", f"{WS}/.venv", f"{WS}/.venv",
     )  # fmt: skip
@@ -124,15 +142,15 @@ def test_landlock_argv_exact(network: str) -> None:
     deny = ("--deny-tcp",) if network == "deny" else ()
     ro = provider.confine(["bash", "-c", "echo hi"], RO)
     assert ro.argv == (*LAUNCHER, "--isolate", "--ro", "/", "--rw", "/dev/null", *deny,
-                       "--deny-unix", "--", "bash", "-c", "echo hi")  # fmt: skip
+                       "--deny-unix", *limits(), "--", "bash", "-c", "echo hi")  # fmt: skip
     ww = provider.confine(["ls"], WW)
     assert ww.argv == (*LAUNCHER, "--isolate", "--ro", "/", "--rw", "/dev/null", "--rw", "/tmp",
-                       "--rw", WS, *deny, "--deny-unix", "--", "ls")  # fmt: skip
+                       "--rw", WS, *deny, "--deny-unix", *limits(), "--", "ls")  # fmt: skip
     protected = SandboxPolicy(mode="workspace-write", workspace_root=WS,
                               read_only_paths=(f"{WS}/.git",))  # fmt: skip
     assert provider.confine(["ls"], protected).argv == (
         *LAUNCHER, "--isolate", "--ro", "/", "--rw", "/dev/null", "--rw", "/tmp", "--rw", WS,
-        "--protect", f"{WS}/.git", *deny, "--deny-unix", "--", "ls",
+        "--protect", f"{WS}/.git", *deny, "--deny-unix", *limits(), "--", "ls",
     )  # fmt: skip
     for result in (ro, ww):
         assert result.backend == "landlock"
@@ -458,3 +476,21 @@ def test_fake_runner_lines_documented_misattribution() -> None:
         result = run_confined(confined)
         assert result.returncode == code
         assert (confined.runner_failure(result.returncode, result.stderr) is not None) is misread
+
+
+@linux_only
+def test_limits_are_reported_where_no_cgroup_is_writable() -> None:
+    """Without a writable cgroup the report names the missing limits (here forced by taking
+    the Landlock path without namespaces, which has no relay to own a cgroup)."""
+    provider = LocalSandboxProvider(
+        SandboxLocalConfig(backend="landlock"), landlock_isolation=False
+    )
+    result = provider.confine(["ls"], WW)
+    assert "--pids-max" not in result.argv
+    assert NC_LIMITS.format(what="pids and memory") in result.not_covered
+
+
+@pytest.mark.parametrize("config", [{"pidsMax": 0}, {"memoryMaxMb": 0}])
+def test_limit_config_errors(config: dict[str, object]) -> None:
+    with pytest.raises(msgspec.ValidationError, match="pidsMax and memoryMaxMb must be positive"):
+        msgspec.convert(config, SandboxLocalConfig)

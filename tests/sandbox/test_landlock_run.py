@@ -44,8 +44,12 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
          "landlock-run: usage error: --protect and --show need --isolate (a private mount namespace)"),
         (("--no-landlock", "--ro", "/", "--", "true"),
          "landlock-run: usage error: --no-landlock takes no grants and no --isolate"),
-        (("--cgroup", "/nonexistent-dsh-cg", "--ro", "/", "--", "true"),
-         "landlock-run: cannot join cgroup: /nonexistent-dsh-cg: No such file or directory"),
+        (("--pids-max", "0", "--isolate", "--ro", "/", "--", "true"),
+         "landlock-run: usage error: --pids-max requires a positive integer"),
+        (("--pids-max", "5", "--ro", "/", "--", "true"),
+         "landlock-run: usage error: --pids-max and --memory-max need --isolate or --relay"),
+        (("--relay", "--ro", "/", "--", "true"),
+         "landlock-run: usage error: --relay takes no grants and no --isolate"),
     ],
 )  # fmt: skip
 def test_launcher_failures_exit_125_with_one_line(args: tuple[str, ...], line: str) -> None:
