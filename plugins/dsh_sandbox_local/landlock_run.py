@@ -600,9 +600,12 @@ def make_call_cgroups(pids_max: int, memory_max: int) -> list[tuple[str, str]]:
     """Create this call's cgroups with their limits; [(call dir, parent dir)]."""
     made: list[tuple[str, str]] = []
     wanted = {"pids": pids_max, "memory": memory_max}
+    if not pids_max and not memory_max:
+        return made
     for name, (parent, version) in sorted(_own_cgroup_dirs().items()):
         if not wanted[name]:
             continue
+        _remove_stale(parent)
         directory = os.path.join(parent, f"dsh-call-{os.getpid()}")
         try:
             os.mkdir(directory, 0o755)
@@ -613,6 +616,21 @@ def make_call_cgroups(pids_max: int, memory_max: int) -> list[tuple[str, str]]:
             raise LauncherError(f"cannot join cgroup: {directory}: {exc.strerror}") from None
         made.append((directory, parent))
     return made
+
+
+def _remove_stale(parent: str) -> None:
+    """Remove empty call cgroups whose launcher is gone (a harness SIGKILLed mid-call)."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        pid = name.removeprefix("dsh-call-")
+        if name.startswith("dsh-call-") and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            try:
+                os.rmdir(os.path.join(parent, name))
+            except OSError:
+                pass  # still has processes, or another launcher got there first
 
 
 def remove_cgroups(made: Sequence[tuple[str, str]]) -> None:
