@@ -687,8 +687,9 @@ def private_mounts(libc: ctypes.CDLL, grants: Grants) -> None:
 
 
 def _under_hidden(path: str) -> bool:
+    """Strictly below a hidden directory (the hidden directory itself stays private)."""
     normalized = os.path.normpath(path)
-    return any(normalized == h or normalized.startswith(h + "/") for h in HIDDEN_PATHS)
+    return any(normalized.startswith(h + "/") for h in HIDDEN_PATHS)
 
 
 def _report_status(fd: int, status: int) -> None:
