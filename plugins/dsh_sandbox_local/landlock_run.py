@@ -650,13 +650,15 @@ def _leave_cgroups(made: Sequence[tuple[str, str]]) -> None:
     join_cgroups([parent for _directory, parent in made])
 
 
-def unshare_namespaces(libc: ctypes.CDLL) -> None:
-    """New mount, PID and IPC namespaces; mounts below stop propagating to the host."""
+def unshare_namespaces(libc: ctypes.CDLL, flags: int) -> None:
+    """New namespaces (``CLONE_NEW*`` flags); a new mount namespace stops propagating to the
+    host at once."""
     fn = libc.unshare
     fn.restype = ctypes.c_int
-    if fn(ctypes.c_int(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC)) != 0:
+    if fn(ctypes.c_int(flags)) != 0:
         raise LauncherError(f"cannot isolate: unshare: {_errno_text()}")
-    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
+    if flags & CLONE_NEWNS:
+        _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
 
 
 def private_mounts(libc: ctypes.CDLL, grants: Grants) -> None:
@@ -679,11 +681,43 @@ def private_mounts(libc: ctypes.CDLL, grants: Grants) -> None:
         os.makedirs(path, exist_ok=True)
         _mount(libc, f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)  # Landlock governs it
         os.close(fd)
+    # Every mount read-only, then the writable grants writable again: metadata changes
+    # (chmod, utimes, xattrs), which Landlock does not govern, now fail outside the grants.
+    _read_only_everywhere(libc)
+    for path in grants.read_write:
+        if os.path.isdir(path):
+            _mount(libc, path, path, None, MS_BIND | MS_REC)
+            _mount(libc, None, path, None, MS_REMOUNT | MS_BIND)
     for path in grants.protect:
         if not os.path.lexists(path):
             continue  # created after the provider looked: nothing to protect yet
         _mount(libc, path, path, None, MS_BIND | MS_REC)
         _mount(libc, None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+
+
+SYS_MOUNT_SETATTR = 442  # same number on every architecture (after the table unification)
+AT_FDCWD = -100
+AT_RECURSIVE = 0x8000
+MOUNT_ATTR_RDONLY = 0x1
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = (
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    )
+
+
+def _read_only_everywhere(libc: ctypes.CDLL) -> None:
+    """``mount_setattr("/", AT_RECURSIVE, RDONLY)`` in our private mount namespace (Linux 5.12)."""
+    root = ctypes.create_string_buffer(b"/")
+    attr = _MountAttr(attr_set=MOUNT_ATTR_RDONLY)
+    rc = _syscall(libc, SYS_MOUNT_SETATTR, AT_FDCWD, ctypes.addressof(root), AT_RECURSIVE,
+                  ctypes.addressof(attr), ctypes.sizeof(attr))  # fmt: skip
+    if rc != 0:
+        raise LauncherError(f"cannot isolate: read-only remount of /: {_errno_text()}")
 
 
 def _under_hidden(path: str) -> bool:
@@ -808,7 +842,9 @@ def prepare(grants: Grants) -> int | None:
         _relay(child, read_fd, limited)
     if not grants.isolate:
         return None
-    unshare_namespaces(libc)
+    # PID and IPC namespaces for the child; the relay stays in the host's mount namespace (it
+    # must still reach the cgroup tree after the child made its own mounts read-only).
+    unshare_namespaces(libc, CLONE_NEWPID | CLONE_NEWIPC)
     read_fd, write_fd = os.pipe()
     child = os.fork()
     if child != 0:
@@ -816,6 +852,7 @@ def prepare(grants: Grants) -> int | None:
         _relay(child, read_fd, limited)
     os.close(read_fd)
     _die_with_parent(libc)  # the relay died (SIGKILL of the call's group): the namespace dies
+    unshare_namespaces(libc, CLONE_NEWNS)
     private_mounts(libc, grants)
     return write_fd
 

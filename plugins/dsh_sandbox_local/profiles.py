@@ -20,7 +20,8 @@ NetworkPolicy = Literal["deny", "allow"]
 NOT_A_SANDBOX = "everything: danger-full-access is not a sandbox (nothing is confined)"
 NC_METADATA = (
     "file metadata outside the writable grants (chmod, utimes/touch, xattr on files the caller "
-    "owns): Landlock does not govern metadata"
+    "owns): Landlock does not govern metadata, and without privileges there is no read-only "
+    "mount namespace to stop it"
 )
 NC_TRUNCATE = "truncating existing files outside the writable grants (Landlock ABI < 3)"
 NC_IOCTL = "device ioctls (Landlock ABI < 5)"
@@ -193,7 +194,7 @@ def landlock_not_covered(
     ``isolated``: the launcher runs the call in its own namespaces (a privileged harness);
     ``protected``: the policy asks for read-only paths inside a writable root.
     """
-    items = [NC_METADATA]
+    items = [] if isolated else [NC_METADATA]
     if abi < 3:
         items.append(NC_TRUNCATE)
     if abi < 5:

@@ -154,8 +154,9 @@ def test_landlock_argv_exact(network: str) -> None:
     )  # fmt: skip
     for result in (ro, ww):
         assert result.backend == "landlock"
-        assert result.enforcement == "partial"  # metadata is never governed by Landlock
-        assert NC_METADATA in result.not_covered
+        # root: the read-only mount namespace stops metadata changes; only UDP stays open
+        assert result.enforcement == ("partial" if network == "deny" else "full")
+        assert NC_METADATA not in result.not_covered
         assert (NC_UDP in result.not_covered) == (network == "deny")
         assert NC_PROCESSES not in result.not_covered  # root: the launcher's namespaces
         assert result.denial_signatures == ("permission denied", "read-only file system")
@@ -177,7 +178,7 @@ def test_landlock_without_privileges_names_what_it_cannot_isolate() -> None:
                               read_only_paths=(f"{WS}/.git",))  # fmt: skip
     result = provider.confine(["ls"], protected)
     assert "--isolate" not in result.argv and "--protect" not in result.argv
-    for item in (NC_PROCESSES, NC_TERMINALS, NC_HOST_IPC, NC_PROTECTED):
+    for item in (NC_METADATA, NC_PROCESSES, NC_TERMINALS, NC_HOST_IPC, NC_PROTECTED):
         assert item in result.not_covered
     assert NC_PROTECTED not in provider.confine(["ls"], WW).not_covered
 
@@ -203,19 +204,20 @@ def test_caller_argv_is_passed_verbatim_after_the_separator() -> None:
 @pytest.mark.parametrize(
     ("abi", "network", "expected"),
     [
-        (1, "deny", (NC_METADATA, NC_TRUNCATE, NC_IOCTL, NC_SIGNALS, NC_ABSTRACT_UNIX,
-                     NC_NETWORK_ALL)),
-        (2, "allow", (NC_METADATA, NC_TRUNCATE, NC_IOCTL, NC_SIGNALS, NC_ABSTRACT_UNIX)),
-        (3, "deny", (NC_METADATA, NC_IOCTL, NC_SIGNALS, NC_ABSTRACT_UNIX, NC_NETWORK_ALL)),
-        (4, "deny", (NC_METADATA, NC_IOCTL, NC_SIGNALS, NC_ABSTRACT_UNIX, NC_UDP)),
-        (5, "deny", (NC_METADATA, NC_SIGNALS, NC_ABSTRACT_UNIX, NC_UDP)),
-        (6, "deny", (NC_METADATA, NC_UDP)),
-        (7, "deny", (NC_METADATA, NC_UDP)),
-        (7, "allow", (NC_METADATA,)),
+        (1, "deny", (NC_TRUNCATE, NC_IOCTL, NC_SIGNALS, NC_ABSTRACT_UNIX, NC_NETWORK_ALL)),
+        (2, "allow", (NC_TRUNCATE, NC_IOCTL, NC_SIGNALS, NC_ABSTRACT_UNIX)),
+        (3, "deny", (NC_IOCTL, NC_SIGNALS, NC_ABSTRACT_UNIX, NC_NETWORK_ALL)),
+        (4, "deny", (NC_IOCTL, NC_SIGNALS, NC_ABSTRACT_UNIX, NC_UDP)),
+        (5, "deny", (NC_SIGNALS, NC_ABSTRACT_UNIX, NC_UDP)),
+        (6, "deny", (NC_UDP,)),
+        (7, "deny", (NC_UDP,)),
+        (7, "allow", ()),
     ],
 )  # fmt: skip
 def test_landlock_coverage_per_abi(abi: int, network: str, expected: tuple[str, ...]) -> None:
     assert landlock_not_covered(abi, network) == expected  # type: ignore[arg-type]
+    unprivileged = landlock_not_covered(abi, network, isolated=False)  # type: ignore[arg-type]
+    assert unprivileged == (NC_METADATA, *expected, NC_PROCESSES, NC_TERMINALS, NC_HOST_IPC)
 
 
 # -- danger-full-access ------------------------------------------------------------------------

@@ -211,26 +211,29 @@ def test_harness_can_kill_a_confined_process_group(scene: Scene, backend: str, m
             proc.stdout.close()
 
 
-def test_unprivileged_landlock_reports_the_escapee_gap_it_has(scene: Scene) -> None:
-    """Without the launcher's namespaces (no privileges) a setsid child does outlive the call,
-    and the enforcement report says so: the gap is real, not just listed."""
+@pytest.mark.parametrize("attempt_id", ["setsid-escapee", "chmod", "touch"])
+def test_unprivileged_landlock_reports_the_gaps_it_has(scene: Scene, attempt_id: str) -> None:
+    """Without the launcher's namespaces (no privileges) a setsid child does outlive the call and
+    outside metadata can be changed, and the enforcement report says so: the gaps are real, not
+    just listed."""
     from dsh_sandbox_local import LocalSandboxProvider, SandboxLocalConfig
-    from dsh_sandbox_local.profiles import NC_PROCESSES
+    from dsh_sandbox_local.profiles import NC_METADATA, NC_PROCESSES
 
-    template = next(a for a in CATALOG if a.id == "setsid-escapee")
+    template = next(a for a in CATALOG if a.id == attempt_id)
     attempt: Attempt = copy.copy(template)
     attempt.state = {}
     provider = LocalSandboxProvider(
         SandboxLocalConfig(backend="landlock"), landlock_isolation=False
     )
+    attempt.prepare(scene)
     try:
         confined = provider.confine(
             ["bash", "-c", attempt.script(scene)], scene.policy("read-only")
         )
         assert "--isolate" not in confined.argv
-        assert NC_PROCESSES in confined.not_covered
+        assert {NC_PROCESSES, NC_METADATA} <= set(confined.not_covered)
         result = run_confined(confined, cwd=scene.ws)
         assert result.returncode == 0, result
-        assert attempt.happened(scene, result), "the unisolated escapee did not survive"
+        assert attempt.happened(scene, result), f"the unisolated {attempt_id} did not happen"
     finally:
         attempt.close(scene)
