@@ -91,11 +91,17 @@ class SandboxPolicy(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     it; it is carried even when the mode does not use it. A provider only ever confines the two
     confined modes; ``danger-full-access`` is accepted here because consumers carry one policy
     type, and a provider answers it with an explicit ``backend="none"`` passthrough.
+
+    ``read_only_paths`` are absolute host paths inside the writable roots that the confined
+    process must not modify (``.git``, virtualenvs, the harness's own config and state: code that
+    runs later *outside* the sandbox). A provider that cannot hold them read-only says so in
+    ``ConfinedArgv.not_covered``. Paths that do not exist are ignored.
     """
 
     mode: SandboxMode
     workspace_root: str
     session_id: str | None = None
+    read_only_paths: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.mode not in SANDBOX_MODES:
@@ -110,6 +116,11 @@ class SandboxPolicy(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
             )
         if "\0" in self.workspace_root:
             raise InvalidSandboxRequestError("sandbox policy: workspace_root contains a NUL byte")
+        for path in self.read_only_paths:
+            if not isinstance(path, str) or not os.path.isabs(path) or "\0" in path:
+                raise InvalidSandboxRequestError(
+                    f"sandbox policy: read_only_paths entries must be absolute paths, got {path!r}"
+                )
 
 
 def writable_roots(policy: SandboxPolicy) -> tuple[str, ...]:
@@ -127,6 +138,41 @@ def writable_roots(policy: SandboxPolicy) -> tuple[str, ...]:
         if canonical not in roots:
             roots.append(canonical)
     return tuple(roots)
+
+
+DEFAULT_PROTECTED_NAMES: tuple[str, ...] = (".git", ".dsh", "dsh.yml")
+"""Workspace entries held read-only under ``workspace-write`` by default: code and config that
+runs later *outside* the sandbox (git hooks and ``core.fsmonitor``, the harness's own state and
+composition)."""
+
+
+def workspace_read_only_paths(
+    workspace_root: str, names: Sequence[str] = DEFAULT_PROTECTED_NAMES, *, virtualenvs: bool = True
+) -> tuple[str, ...]:
+    """The existing paths of ``names`` under the workspace, plus its virtualenvs.
+
+    ``names`` are relative to the workspace (``.git``, ``tools/hooks``); a virtualenv is a
+    direct child directory holding ``pyvenv.cfg`` (its ``bin/`` and ``*.pth`` files run later,
+    unconfined, whenever someone uses it). Only what exists now is listed: a path created later
+    is protected from the next call on. The result feeds :attr:`SandboxPolicy.read_only_paths`.
+    """
+    found: list[str] = []
+    for name in names:
+        path = os.path.join(workspace_root, name)
+        if os.path.lexists(path) and path not in found:
+            found.append(path)
+    if virtualenvs:
+        try:
+            entries = sorted(os.scandir(workspace_root), key=lambda e: e.name)
+        except OSError:
+            entries = []
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False) and os.path.isfile(
+                os.path.join(entry.path, "pyvenv.cfg")
+            ):
+                if entry.path not in found:
+                    found.append(entry.path)
+    return tuple(found)
 
 
 class RunnerFailureRule(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

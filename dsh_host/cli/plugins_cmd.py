@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import anyio
+import anyio.to_thread
 
 from ..compositions import load_config
 from ..loader import open_host
@@ -26,6 +27,19 @@ def add_parser(sub: Any) -> None:
     parser.set_defaults(handler=run)
 
 
+async def _describe(ctx: Any, row: dict[str, Any]) -> list[str]:
+    """What an active row's services say about themselves (``describe()``, e.g. the sandbox
+    backend chosen and why); run in a worker thread, since it may probe the host."""
+    if row["state"] != "active":
+        return []
+    lines: list[str] = []
+    for name in row["provides"]:
+        describe = getattr(ctx.get(name), "describe", None)
+        if callable(describe):
+            lines.append(f"{name}: {await anyio.to_thread.run_sync(describe)}")
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     composition = load_config(args.config)
     config, rows = composition.path, composition.rows
@@ -33,7 +47,10 @@ def run(args: argparse.Namespace) -> int:
 
     async def boot() -> list[dict[str, Any]]:
         async with open_host(rows, strict=False) as host:
-            return host.status()
+            status = host.status()
+            for row in status:
+                row["status"] = await _describe(host.ctx, row)
+            return status
 
     status = anyio.run(boot, backend="trio")
     elapsed_ms = (time.perf_counter() - started) * 1000
@@ -55,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
                 markup=False,
             )
             out.print(f"    hooks: {', '.join(row['hooks']) or '-'}", markup=False)
+            for line in row["status"]:
+                out.print(f"    status: {line}", markup=False)
         if problems:
             console(stderr=True).print(
                 f"[red]{len(problems)} row(s) not active[/red]: "

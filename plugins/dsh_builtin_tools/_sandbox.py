@@ -10,19 +10,23 @@ to change. Everything else in the plugin talks to the provider through
 from __future__ import annotations
 
 from dsh_host.sandbox import (
+    DEFAULT_PROTECTED_NAMES,
     SANDBOX_MODES,
     ConfinedArgv,
     SandboxMode,
     SandboxPolicy,
     SandboxUnavailableError,
+    workspace_read_only_paths,
     writable_roots,
 )
 
 __all__ = [
+    "DEFAULT_PROTECTED_NAMES",
     "SANDBOX_MODES",
     "ConfinedArgv",
     "SandboxMode",
     "SandboxPolicy",
     "SandboxUnavailableError",
+    "workspace_read_only_paths",
     "writable_roots",
 ]

@@ -18,8 +18,8 @@ Flow of one call (``approval-and-sandbox.md`` §2.8-2.9):
    wrapped argv. No sandbox service, or a provider with no usable backend →
    ``SandboxUnavailableError`` (``SANDBOX_UNAVAILABLE``): nothing runs. There
    is no silent unconfined fallback, not even after a granted escalation;
-4. the child gets a scrubbed environment (no ``*KEY*``, ``*TOKEN*``,
-   ``*SECRET*``, ``*PASSWORD*``, no inherited ``DSH_*``) plus
+4. the child gets an allow-listed environment (:data:`DEFAULT_ENV_ALLOW`
+   plus the row's ``envAllow``; never an inherited ``DSH_*``) plus
    ``DSH_CALL_ID`` — the call id, usable as an idempotency key (D11) — and
    ``DSH_SESSION_ID`` when the call belongs to a session; stdin is
    ``/dev/null``; it runs in its own session (process group) with every
@@ -47,14 +47,12 @@ import os
 import re
 import shutil
 import signal as signals
-import subprocess
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import anyio
-import anyio.abc
 
 from dsh_host.cancel import CancelToken
 from dsh_host.context import Context
@@ -74,12 +72,15 @@ from ._sandbox import (
     SandboxMode,
     SandboxPolicy,
     SandboxUnavailableError,
+    workspace_read_only_paths,
     writable_roots,
 )
+from ._spawn import FdReceiveStream, SpawnedProcess, open_process
 from .config import BuiltinToolsConfig, BuiltinToolsConfigError
 
 __all__ = [
     "BASH_DESCRIPTION",
+    "DEFAULT_ENV_ALLOW",
     "ESCALATION_DESCRIPTION",
     "bash_parameters",
     "bash_tool",
@@ -87,7 +88,22 @@ __all__ = [
     "render_bash",
 ]
 
-_SECRET_NAME: Final = re.compile(r"KEY|PASSWORD|SECRET|TOKEN", re.IGNORECASE)
+#: Inherited variables a tool process gets by default (class 4 of issue 15: an allow-list, so
+#: ``DATABASE_URL``, ``TMUX``, ``SSH_AUTH_SOCK``, proxy credentials ... never reach the tool).
+#: A trailing ``*`` is a prefix pattern. The row's ``envAllow`` adds names or patterns.
+DEFAULT_ENV_ALLOW: Final = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TERM",
+    "TZ",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TMPDIR",
+)
 _FIXED_ENV: Final = {"NO_COLOR": "1", "TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat"}
 _READ_CHUNK: Final = 65536
 #: How long a finished command's inherited pipes may stay open (a background grandchild).
@@ -456,7 +472,7 @@ class _Capture:
         return out
 
 
-async def _pump(stream: anyio.abc.ByteReceiveStream | None, capture: _Capture) -> None:
+async def _pump(stream: FdReceiveStream | None, capture: _Capture) -> None:
     try:
         while stream is not None:
             try:
@@ -482,7 +498,7 @@ def _signal_group(pid: int, sig: signals.Signals) -> None:
             pass
 
 
-async def _terminate(process: anyio.abc.Process, grace_s: float) -> None:
+async def _terminate(process: SpawnedProcess, grace_s: float) -> None:
     """SIGTERM the group, SIGKILL it after ``grace_s``, and wait for the child either way."""
     _signal_group(process.pid, signals.SIGTERM)
     with anyio.move_on_after(grace_s):
@@ -514,15 +530,9 @@ async def _run(
     spill: SpillArea | None,
     call_id: str,
 ) -> _RunOutcome:
-    process = await anyio.open_process(
-        list(argv),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=cwd,
-        env=env,
-        start_new_session=True,
-    )
+    # Spawned from the one long-lived spawner thread: the sandbox's parent-death signal is tied
+    # to the forking thread, so a retired worker thread must never be the parent (issue 14).
+    process = await open_process(argv, cwd=cwd, env=env)
     stdout = _Capture(capture_limit, spill, call_id, "stdout")
     stderr = _Capture(capture_limit, spill, call_id, "stderr")
     timed_out = False
@@ -566,11 +576,26 @@ async def _run(
 # --------------------------------------------------------------------------- the tool
 
 
-def _environment(exec: ToolExecution) -> dict[str, str]:
+def env_allowed(name: str, patterns: tuple[str, ...]) -> bool:
+    """Whether ``name`` matches an allow-list entry (exact, or a ``PREFIX*`` pattern)."""
+    for pattern in patterns:
+        if pattern.endswith("*") and name.startswith(pattern[:-1]):
+            return True
+        if name == pattern:
+            return True
+    return False
+
+
+def _environment(exec: ToolExecution, allow: tuple[str, ...]) -> dict[str, str]:
+    """The child's environment: allow-listed inherited names, then the managed values.
+
+    Inherited ``DSH_*`` never pass (the managed values below are the only ``DSH_*`` a tool
+    sees), whatever the allow-list says.
+    """
     env = {
         name: value
         for name, value in os.environ.items()
-        if not _SECRET_NAME.search(name) and not name.startswith("DSH_")
+        if env_allowed(name, allow) and not name.startswith("DSH_")
     }
     env.update(_FIXED_ENV)
     env["DSH_SHELL"] = "1"
@@ -623,6 +648,7 @@ def bash_tool(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> ToolD
     grace_s = config.kill_grace_ms / 1000
     spill = SpillArea(spill_base(config, workspace), config.max_spill_bytes)
     ctx.effect(spill.dispose, "bash spill area")
+    env_allow = DEFAULT_ENV_ALLOW + config.env_allow
 
     def confine(
         argv: list[str], call_mode: SandboxMode, exec: ToolExecution
@@ -633,7 +659,14 @@ def bash_tool(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> ToolD
         if sandbox is None:
             raise SandboxUnavailableError(call_mode)
         policy = SandboxPolicy(
-            mode=call_mode, workspace_root=workspace, session_id=_session_id(exec)
+            mode=call_mode,
+            workspace_root=workspace,
+            session_id=_session_id(exec),
+            read_only_paths=workspace_read_only_paths(
+                workspace, config.protected_paths, virtualenvs=config.protect_virtualenvs
+            )
+            if call_mode == "workspace-write"
+            else (),
         )
         confined: ConfinedArgv = sandbox.confine(argv, policy)
         return confined
@@ -680,7 +713,7 @@ def bash_tool(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> ToolD
             outcome = await _run(
                 spawn,
                 cwd=workdir,
-                env=_environment(exec),
+                env=_environment(exec, env_allow),
                 timeout_s=timeout_ms / 1000,
                 grace_s=grace_s,
                 token=exec.signal,

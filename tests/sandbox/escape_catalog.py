@@ -8,6 +8,7 @@ exit status alone. ``expect`` maps (backend, mode) to one outcome:
 * ``DENIED``  — the effect did not happen and the command failed;
 * ``ALLOWED`` — the effect happened (intended, or a documented non-guarantee);
 * ``PRIVATE`` — the command succeeded but only in a private view; the host is unchanged;
+* ``CONTAINED`` — the command succeeded, but what it started did not outlive the call;
 * ``gap(text)`` — the effect happened *and* the backend says so: ``enforcement == "partial"``
   with ``text`` in ``not_covered``.
 
@@ -24,15 +25,17 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sandbox_harness import Scene
+from sandbox_harness import Scene, sleepers
 
 DENIED = "denied"
 ALLOWED = "allowed"
 PRIVATE = "private"
+CONTAINED = "contained"
 
 
 def gap(text: str) -> str:
@@ -131,6 +134,7 @@ class Attempt:
     title: str
     expect: dict[tuple[str, str], str]
     network: str = "deny"
+    unix_sockets: str = "deny"
     denial_dialect: bool = False
     """The blocked file write must print this backend's denial signature (spec §2.3)."""
     note: str = ""
@@ -459,9 +463,9 @@ CATALOG: list[Attempt] = [
         "tmp-write",
         "#4",
         "write /tmp/<name>",
-        cells(DENIED, PRIVATE, DENIED, ALLOWED),
+        cells(DENIED, PRIVATE, DENIED, PRIVATE),
         _host_tmp("/tmp"),
-        note="bwrap: private tmpfs; Landlock: host /tmp is granted (persistent)",
+        note="private tmpfs (Landlock: the launcher's mount namespace, root)",
     ),
     CreateFile(
         "var-tmp-write", "#5", "write /var/tmp/<name>", every(DENIED), _host_tmp("/var/tmp")
@@ -564,8 +568,9 @@ CATALOG: list[Attempt] = [
         "chmod",
         "#14",
         "chmod an outside file",
-        cells(DENIED, DENIED, gap(METADATA), gap(METADATA)),
+        every(DENIED),
         "chmod 0600 {victim}",
+        note="Landlock: read-only mount namespace (root); unprivileged: a reported gap",
     ),
     ModifyVictim(
         "chown",
@@ -579,14 +584,14 @@ CATALOG: list[Attempt] = [
         "touch",
         "#15",
         "touch -d (utimes) an outside file",
-        cells(DENIED, DENIED, gap(METADATA), gap(METADATA)),
+        every(DENIED),
         "touch -d '2001-02-03 04:05:06' {victim}",
     ),
     ModifyVictim(
         "xattr",
         "#15",
         "set a user xattr on an outside file",
-        cells(DENIED, DENIED, gap(METADATA), gap(METADATA)),
+        every(DENIED),
         '{py} -I -c \'import os, sys; os.setxattr(sys.argv[1], "user.dsh", b"x")\' {victim}',
     ),
     CreateFile(
@@ -722,12 +727,24 @@ CATALOG: list[Attempt] = [
         "pathname-unix",
         "#25",
         "connect to a host pathname UNIX socket",
-        every(ALLOWED),
+        every(DENIED),
         prepare=_unix_listener(abstract=False),
         close=_close_sock,
         happened=_accepted,
         script=_connect_script("unix"),
-        note="documented non-guarantee: neither backend governs connect() to a socket file",
+        note="seccomp: socket(AF_UNIX) refused (unixSockets: deny)",
+    ),
+    Custom(
+        "pathname-unix-allow",
+        "#25",
+        "pathname UNIX socket outside /tmp and /run (unixSockets: allow)",
+        every(ALLOWED),
+        unix_sockets="allow",
+        prepare=_unix_listener(abstract=False),
+        close=_close_sock,
+        happened=_accepted,
+        script=_connect_script("unix"),
+        note="control: the seccomp rule is what blocks a socket file elsewhere",
     ),
     Custom(
         "tcp-loopback-allow",
@@ -744,9 +761,10 @@ CATALOG: list[Attempt] = [
     Custom(
         "abstract-unix-allow",
         "#26",
-        "abstract UNIX socket (network: allow)",
+        "abstract UNIX socket (network: allow, unixSockets: allow)",
         cells(ALLOWED, ALLOWED, DENIED, DENIED),
         network="allow",
+        unix_sockets="allow",
         prepare=_unix_listener(abstract=True),
         close=_close_sock,
         happened=_accepted,
@@ -756,13 +774,354 @@ CATALOG: list[Attempt] = [
 ]
 
 
+# -- issue 15: host services, processes that outlive the call, host IPC --------------------------
+
+
+def _unix_listener_at(where: Any) -> Any:
+    """A real listening UNIX socket at ``where(scene)`` (e.g. under host /tmp or /run)."""
+
+    def prepare(a: Attempt, s: Scene) -> None:
+        path = Path(where(s))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(str(path))
+        sock.listen(8)
+        a.state["sock"] = sock
+        a.state["addr"] = str(path)
+        a.state["cleanup"] = path.parent if path.parent.name.startswith("dsh-sbx-") else path
+
+    return prepare
+
+
+def _close_unix_listener(a: Attempt, s: Scene) -> None:
+    a.state["sock"].close()
+    target: Path = a.state["cleanup"]
+    if target.is_dir():
+        for child in target.iterdir():
+            child.unlink()
+        target.rmdir()
+    elif target.exists():
+        target.unlink()
+
+
+PG_SOCKET = Path("/var/run/postgresql/.s.PGSQL.5432")
+
+
+def _pg_connected(a: Attempt, s: Scene, result: Any) -> bool:
+    # A foreign server's accept queue is not observable from here: the connect's own report.
+    return "connected" in result.stdout
+
+
+def _escapee_marker(a: Attempt, s: Scene) -> str:
+    return f"1000.{os.getpid()}{abs(hash(s.token)) % 10**6}"
+
+
+def _escapee_script(a: Attempt, s: Scene) -> str:
+    # Leaves the call's process group and session, ignores SIGHUP, closes the call's pipes.
+    return f"setsid nohup sleep {_escapee_marker(a, s)} </dev/null >/dev/null 2>&1 & echo started"
+
+
+def _escapee_alive(a: Attempt, s: Scene, result: Any) -> bool:
+    # The runner may exit a moment before the kernel has torn its PID namespace down (bwrap's
+    # outer process does not wait for its init), so "outlived the call" means "still alive
+    # after a bounded wait" (10 s: hang protection; a contained escapee is gone long before).
+    marker = _escapee_marker(a, s)
+    for _ in range(100):
+        if not sleepers(marker):
+            return False
+        time.sleep(0.1)
+    return bool(sleepers(marker))
+
+
+def _kill_escapee(a: Attempt, s: Scene) -> None:
+    for pid in sleepers(_escapee_marker(a, s)):  # only what this attempt started
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _open_pty(a: Attempt, s: Scene) -> None:
+    """A host terminal with typed input waiting (what a user's keystrokes look like)."""
+    master, slave = os.openpty()
+    a.state["pty"] = (master, slave)
+    a.state["tty"] = os.ttyname(slave)
+    os.write(master, f"typed-{s.token[-6:]}\n".encode())
+
+
+def _close_pty(a: Attempt, s: Scene) -> None:
+    for fd in a.state["pty"]:
+        os.close(fd)
+
+
+def _libc() -> Any:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _ipc_key(s: Scene) -> int:
+    return 0x05B00000 + abs(hash(s.token)) % 0xFFFFF
+
+
+def _shm_exists(a: Attempt, s: Scene, result: Any) -> bool:
+    key = _ipc_key(s)
+    lines = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    return any(int(line.split()[0]) == key for line in lines)
+
+
+def _shm_remove(a: Attempt, s: Scene) -> None:
+    libc = _libc()
+    shmid = libc.shmget(_ipc_key(s), 0, 0)
+    if shmid >= 0:
+        libc.shmctl(shmid, 0, None)  # IPC_RMID
+
+
+def _mq_name(s: Scene) -> bytes:
+    return f"/dsh-sbx-{s.token[-12:]}".encode()
+
+
+def _mq_exists(a: Attempt, s: Scene, result: Any) -> bool:
+    libc = _libc()
+    fd = libc.mq_open(_mq_name(s), os.O_RDONLY)
+    if fd < 0:
+        return False
+    os.close(fd)
+    return True
+
+
+def _mq_remove(a: Attempt, s: Scene) -> None:
+    _libc().mq_unlink(_mq_name(s))
+
+
+def _key_name(s: Scene) -> str:
+    return f"dsh-sbx-{s.token[-12:]}"
+
+
+def _key_in_user_keyring(a: Attempt, s: Scene, result: Any) -> bool:
+    return any(f" {_key_name(s)}: " in line for line in Path("/proc/keys").read_text().splitlines())
+
+
+def _key_remove(a: Attempt, s: Scene) -> None:
+    import ctypes
+
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+    for line in Path("/proc/keys").read_text().splitlines():
+        if f" {_key_name(s)}: " in line:
+            libc.syscall(
+                ctypes.c_long(KEYCTL), ctypes.c_long(3), ctypes.c_long(int(line.split()[0], 16))
+            )
+
+
+_NR = {"x86_64": (248, 250), "aarch64": (217, 219), "riscv64": (217, 219)}
+ADD_KEY, KEYCTL = _NR.get(os.uname().machine, (248, 250))
+
+
+ISSUE_15: list[Attempt] = [
+    Custom(
+        "tmp-unix-socket",
+        "i15 #3",
+        "connect to a host UNIX socket under /tmp (a tmux server's)",
+        every(DENIED),
+        prepare=_unix_listener_at(lambda s: f"/tmp/dsh-sbx-{s.token}/default"),
+        close=_close_unix_listener,
+        happened=_accepted,
+        script=_connect_script("unix"),
+        note="seccomp: socket(AF_UNIX) refused",
+    ),
+    Custom(
+        "run-unix-socket",
+        "i15 #3",
+        "connect to a host UNIX socket under /run (D-Bus, docker, ...)",
+        every(DENIED),
+        prepare=_unix_listener_at(lambda s: f"/run/dsh-sbx-{s.token}.sock"),
+        close=_close_unix_listener,
+        happened=_accepted,
+        script=_connect_script("unix"),
+        note="seccomp: socket(AF_UNIX) refused",
+    ),
+    Custom(
+        "tmp-unix-socket-hidden",
+        "i15 #3",
+        "UNIX socket under /tmp with unixSockets: allow",
+        every(DENIED),
+        unix_sockets="allow",
+        prepare=_unix_listener_at(lambda s: f"/tmp/dsh-sbx-{s.token}/default"),
+        close=_close_unix_listener,
+        happened=_accepted,
+        script=_connect_script("unix"),
+        note="private /tmp: the host's is not even visible",
+    ),
+    Custom(
+        "run-unix-socket-hidden",
+        "i15 #3",
+        "UNIX socket under /run with unixSockets: allow",
+        every(DENIED),
+        unix_sockets="allow",
+        prepare=_unix_listener_at(lambda s: f"/run/dsh-sbx-{s.token}.sock"),
+        close=_close_unix_listener,
+        happened=_accepted,
+        script=_connect_script("unix"),
+        note="/run is an empty private tmpfs",
+    ),
+    Custom(
+        "postgres-socket",
+        "i15 #3",
+        "connect to the real PostgreSQL socket (/var/run/postgresql)",
+        every(DENIED),
+        happened=_pg_connected,
+        script=lambda a, s: py(
+            "import socket; c = socket.socket(socket.AF_UNIX); c.settimeout(20); "
+            f"c.connect({str(PG_SOCKET)!r}); print('connected')"
+        ),
+        note="judged by the connect's own report (a foreign server's queue is not observable)",
+    ),
+    Custom(
+        "setsid-escapee",
+        "i15 #6",
+        "`setsid nohup sleep &`: a process that outlives the call",
+        every(CONTAINED),
+        close=_kill_escapee,
+        happened=_escapee_alive,
+        script=_escapee_script,
+        note="bwrap: PID namespace; Landlock: the launcher's PID namespace (root)",
+    ),
+    Custom(
+        "host-pty-read",
+        "i15 #6",
+        "read typed input from a host terminal (/dev/pts/N)",
+        every(DENIED),
+        prepare=_open_pty,
+        close=_close_pty,
+        happened=lambda a, s, r: f"typed-{s.token[-6:]}" in r.stdout,
+        script=lambda a, s: f"timeout 10 head -c 13 {q(a.state['tty'])}",
+        note="bwrap: own devpts; Landlock: private /dev/pts (root)",
+    ),
+    Custom(
+        "sysv-shm",
+        "i15 #11",
+        "create a System V shared memory segment",
+        every(PRIVATE),
+        close=_shm_remove,
+        happened=_shm_exists,
+        script=lambda a, s: py(
+            "import ctypes, sys; l = ctypes.CDLL(None); "
+            f"sys.exit(0 if l.shmget({_ipc_key(s)}, 4096, 0o1600) >= 0 else 1)"
+        ),
+        note="IPC namespace: the segment dies with the call",
+    ),
+    Custom(
+        "posix-mqueue",
+        "i15 #11",
+        "create a POSIX message queue",
+        cells(PRIVATE, PRIVATE, DENIED, DENIED),
+        close=_mq_remove,
+        happened=_mq_exists,
+        script=lambda a, s: py(
+            "import ctypes, os, sys; l = ctypes.CDLL(None); "
+            f"sys.exit(0 if l.mq_open({_mq_name(s)!r}, os.O_CREAT | os.O_RDWR, 0o600, None) >= 0 "
+            "else 1)"
+        ),
+        note="bwrap: IPC namespace; Landlock: the queue file is not beneath any grant",
+    ),
+    Custom(
+        "user-keyring",
+        "i15 #11",
+        "store a key in the user keyring (@u)",
+        every(DENIED),
+        close=_key_remove,
+        happened=_key_in_user_keyring,
+        script=lambda a, s: py(
+            "import ctypes, sys; l = ctypes.CDLL(None); l.syscall.restype = ctypes.c_long; "
+            f"k = l.syscall(ctypes.c_long({ADD_KEY}), b'user', {_key_name(s).encode()!r}, b'x', "
+            "ctypes.c_long(1), ctypes.c_long(-4)); sys.exit(0 if k > 0 else 1)"
+        ),
+        note="seccomp: add_key/keyctl/request_key refused",
+    ),
+]
+
+
+def _plant_repo(a: Attempt, s: Scene) -> None:
+    """A workspace with a git repository, a virtualenv and the harness's own config."""
+    hooks = s.ws / ".git" / "hooks"
+    hooks.mkdir(parents=True)
+    a.state["git-config"] = make_victim(s.ws / ".git" / "config", b"[core]\n")
+    site = s.ws / ".venv" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (s.ws / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    a.state["dsh-yml"] = make_victim(s.ws / "dsh.yml", b"plugins: []\n")
+    (s.ws / ".dsh").mkdir()
+
+
+def _planted(path: Any) -> Any:
+    return lambda a, s, r: os.path.lexists(path(s))
+
+
+ISSUE_15_CLASS_9: list[Attempt] = [
+    Custom(
+        "git-hook",
+        "i15 #9",
+        "plant .git/hooks/pre-commit in the workspace",
+        every(DENIED),
+        prepare=_plant_repo,
+        script=lambda a, s: f"echo 'id > /tmp/pwned' > {q(s.ws / '.git/hooks/pre-commit')}",
+        happened=_planted(lambda s: s.ws / ".git/hooks/pre-commit"),
+        denial_dialect=True,
+        note="read-only bind of the workspace's .git (Landlock: in its mount namespace)",
+    ),
+    Custom(
+        "git-config",
+        "i15 #9",
+        "set core.fsmonitor in the workspace's .git/config",
+        every(DENIED),
+        prepare=_plant_repo,
+        script=lambda a, s: f"printf '[core]\\n\\tfsmonitor = id\\n' >> {q(s.ws / '.git/config')}",
+        happened=lambda a, s, r: changed(s.ws / ".git/config", a.state["git-config"]),
+        denial_dialect=True,
+    ),
+    Custom(
+        "venv-pth",
+        "i15 #9",
+        "drop a .pth file into a workspace virtualenv",
+        every(DENIED),
+        prepare=_plant_repo,
+        script=lambda a, s: (
+            f"echo 'import os' > {q(s.ws / '.venv/lib/python3.11/site-packages/evil.pth')}"
+        ),
+        happened=_planted(lambda s: s.ws / ".venv/lib/python3.11/site-packages/evil.pth"),
+        denial_dialect=True,
+        note="a direct child holding pyvenv.cfg is a virtualenv",
+    ),
+    Custom(
+        "dsh-config",
+        "i15 #9",
+        "rewrite the workspace's dsh.yml, or plant .dsh/<file>",
+        every(DENIED),
+        prepare=_plant_repo,
+        script=lambda a, s: (
+            f"echo 'plugins: [evil]' > {q(s.ws / 'dsh.yml')}; r1=$?; "
+            f"echo x > {q(s.ws / '.dsh/planted')}; r2=$?; [ $r1 -eq 0 ] || [ $r2 -eq 0 ]"
+        ),
+        happened=lambda a, s, r: (
+            changed(s.ws / "dsh.yml", a.state["dsh-yml"]) or (s.ws / ".dsh/planted").exists()
+        ),
+    ),
+]
+
+CATALOG += ISSUE_15 + ISSUE_15_CLASS_9
+
+
 ATTEMPTS = {a.id: a for a in CATALOG}
 assert len(ATTEMPTS) == len(CATALOG), "duplicate attempt ids"
 
 
 def markdown_table() -> str:
     """The outcome table (README and closing note), generated from the catalog itself."""
-    label = {DENIED: "denied", ALLOWED: "allowed", PRIVATE: "private (host unchanged)"}
+    label = {
+        DENIED: "denied",
+        ALLOWED: "allowed",
+        PRIVATE: "private (host unchanged)",
+        CONTAINED: "contained (died with the call)",
+    }
 
     def cell(outcome: str) -> str:
         if outcome.startswith("gap:"):

@@ -18,7 +18,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,8 @@ from dsh_sandbox_local import (
     SandboxLocalConfig,
     SandboxPolicy,
 )
+
+from dsh_host.sandbox import workspace_read_only_paths
 
 BACKENDS = ("bubblewrap", "landlock")
 MODES = ("read-only", "workspace-write")
@@ -55,7 +58,14 @@ class Scene:
     token: str
 
     def policy(self, mode: str) -> SandboxPolicy:
-        return SandboxPolicy(mode=mode, workspace_root=str(self.ws))  # type: ignore[arg-type]
+        """The policy the ``bash`` tool builds: in ``workspace-write`` the workspace's existing
+        ``.git``, ``.dsh``, ``dsh.yml`` and virtualenvs are read-only paths."""
+        protected = workspace_read_only_paths(str(self.ws)) if mode == "workspace-write" else ()
+        return SandboxPolicy(
+            mode=mode,  # type: ignore[arg-type]
+            workspace_root=str(self.ws),
+            read_only_paths=protected,
+        )
 
 
 @contextlib.contextmanager
@@ -71,15 +81,21 @@ def make_scene() -> Iterator[Scene]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-_providers: dict[tuple[str, str], LocalSandboxProvider] = {}
+_providers: dict[tuple[str, str, str], LocalSandboxProvider] = {}
 
 
-def provider_for(backend: str, network: str = "deny") -> LocalSandboxProvider:
+def provider_for(
+    backend: str, network: str = "deny", unix_sockets: str = "deny"
+) -> LocalSandboxProvider:
     """A provider forced onto ``backend``; fails (or skips, see module doc) if unusable."""
-    key = (backend, network)
+    key = (backend, network, unix_sockets)
     provider = _providers.get(key)
     if provider is None:
-        config = SandboxLocalConfig(backend=backend, network=network)  # type: ignore[arg-type]
+        config = SandboxLocalConfig(
+            backend=backend,  # type: ignore[arg-type]
+            network=network,  # type: ignore[arg-type]
+            unix_sockets=unix_sockets,  # type: ignore[arg-type]
+        )
         provider = LocalSandboxProvider(config)
         _providers[key] = provider
     verdict = provider.probe()
@@ -106,3 +122,27 @@ def run_confined(
         cwd=cwd,
         check=False,
     )
+
+
+def eventually(predicate: Callable[[], bool]) -> bool:
+    """Poll ``predicate`` (hang protection: give up after a minute; no timing is asserted)."""
+    for _ in range(600):
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
+
+
+def sleepers(marker: str) -> list[int]:
+    """PIDs whose command line carries this test's unique marker (its bash and its sleep)."""
+    found = []
+    needle = marker.encode()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if needle in cmdline and b"bwrap" not in cmdline and b"landlock_run" not in cmdline:
+                found.append(int(entry))
+    return found

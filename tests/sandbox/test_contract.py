@@ -23,15 +23,22 @@ from dsh_sandbox_local import (
     SandboxUnavailableError,
     writable_roots,
 )
+from dsh_sandbox_local.landlock_run import cgroup_limits_supported
 from dsh_sandbox_local.profiles import (
     NC_ABSTRACT_UNIX,
+    NC_HOST_IPC,
     NC_IOCTL,
+    NC_LIMITS,
     NC_METADATA,
     NC_NETWORK_ALL,
+    NC_PROCESSES,
+    NC_PROTECTED,
     NC_SIGNALS,
+    NC_TERMINALS,
     NC_TRUNCATE,
     NC_UDP,
     NOT_A_SANDBOX,
+    bwrap_profile_args,
     landlock_not_covered,
 )
 from sandbox_harness import linux_only, provider_for, run_confined
@@ -43,12 +50,33 @@ RO = SandboxPolicy(mode="read-only", workspace_root=WS)
 WW = SandboxPolicy(mode="workspace-write", workspace_root=WS)
 DFA = SandboxPolicy(mode="danger-full-access", workspace_root=WS)
 
-BWRAP_RO = (
-    "--ro-bind", "/", "/", "--dev", "/dev", "--unshare-pid", "--proc", "/proc",
-    "--ro-bind", "/proc/sys", "/proc/sys", "--die-with-parent", "--new-session",
-    "--cap-drop", "ALL",
+BWRAP_HEAD = (
+    "--ro-bind", "/", "/", "--dev", "/dev", "--unshare-pid", "--unshare-ipc", "--proc", "/proc",
+    "--ro-bind", "/proc/sys", "/proc/sys", "--tmpfs", "/tmp",
 )  # fmt: skip
-LAUNCHER = (sys.executable, "-I", str(Path(dsh_sandbox_local.__file__).with_name("landlock_run.py")))
+BWRAP_TAIL = ("--die-with-parent", "--new-session", "--cap-drop", "ALL")
+INTERPRETER, SCRIPT = (
+    os.path.realpath(sys.executable),
+    str(Path(dsh_sandbox_local.__file__).with_name("landlock_run.py").resolve()),
+)
+STAGE2_BIND = ("--ro-bind", SCRIPT, "/run/dsh/landlock_run.py")
+STAGE2 = (INTERPRETER, "-I", "-S", "/run/dsh/landlock_run.py", "--no-landlock", "--deny-unix", "--")
+LAUNCHER = (INTERPRETER, "-I", "-S", SCRIPT)
+
+
+def limits() -> tuple[str, ...]:
+    """The per-call cgroup limits this host supports, as the launcher takes them."""
+    supported = cgroup_limits_supported()
+    memory = (os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2**20 // 2) * 2**20
+    return (
+        *(("--pids-max", "4096") if "pids" in supported else ()),
+        *(("--memory-max", str(memory)) if "memory" in supported else ()),
+    )
+
+
+def relay() -> tuple[str, ...]:
+    return (*LAUNCHER, "--relay", *limits(), "--") if limits() else ()
+
 
 UNAVAILABLE = (
     'sandbox mode "read-only" is requested but no sandbox backend is usable on this host; '
@@ -67,18 +95,44 @@ def test_bwrap_argv_exact(network: str) -> None:
     provider = provider_for("bubblewrap", network)
     net = ("--unshare-net",) if network == "deny" else ()
     ro = provider.confine(["bash", "-c", "echo hi"], RO)
-    assert ro.argv == (shutil.which("bwrap"), *BWRAP_RO, *net, "--", "bash", "-c", "echo hi")
+    assert ro.argv == (
+        *relay(), shutil.which("bwrap"), *BWRAP_HEAD, "--tmpfs", "/run", *STAGE2_BIND, "--remount-ro",
+        "/run", *BWRAP_TAIL, *net, "--remount-ro", "/tmp", "--", *STAGE2, "bash", "-c", "echo hi",
+    )  # fmt: skip
     ww = provider.confine(["ls", "-l"], WW)
     assert ww.argv == (
-        shutil.which("bwrap"), *BWRAP_RO, *net, "--tmpfs", "/tmp", "--bind", WS, WS, "--",
-        "ls", "-l",
+        *relay(), shutil.which("bwrap"), *BWRAP_HEAD, "--tmpfs", "/run", *STAGE2_BIND, "--remount-ro",
+        "/run", *BWRAP_TAIL, *net, "--bind", WS, WS, "--", *STAGE2, "ls", "-l",
+    )  # fmt: skip
+    protected = SandboxPolicy(
+        mode="workspace-write", workspace_root=WS, read_only_paths=(f"{WS}/.git", f"{WS}/.venv")
+    )
+    argv = provider.confine(["ls"], protected).argv
+    tail = argv[argv.index("--bind") :]
+    assert tail[: tail.index("--")] == (
+        "--bind", WS, WS, "--ro-bind-try", f"{WS}/.git", f"{WS}/.git",
+        "--ro-bind-try", f"{WS}/.venv", f"{WS}/.venv",
     )  # fmt: skip
     for result in (ro, ww):
         assert result.backend == "bubblewrap"
         assert result.enforcement == "full"
         assert result.not_covered == ()
         assert result.denial_signatures == ("read-only file system",)
-        assert result.runner_failure_rules == (RunnerFailureRule(fatal_signatures=("bwrap: ",)),)
+        assert result.runner_failure_rules == (
+            RunnerFailureRule(fatal_signatures=("bwrap: ",)),
+            RunnerFailureRule(
+                allowed_exit_codes=(125,),
+                fatal_signatures=("landlock-run: ",),
+                informational_lines=("landlock-run: partial enforcement (older Landlock ABI)",),
+            ),
+        )
+
+
+def test_bwrap_read_only_workspace_under_tmp_stays_visible() -> None:
+    policy = SandboxPolicy(mode="read-only", workspace_root="/tmp/ws")
+    args = bwrap_profile_args(policy, "deny")
+    assert args[-5:] == ("--ro-bind", "/tmp/ws", "/tmp/ws", "--remount-ro", "/tmp")
+    assert "--bind" not in bwrap_profile_args(RO, "deny")
 
 
 @linux_only
@@ -87,17 +141,25 @@ def test_landlock_argv_exact(network: str) -> None:
     provider = provider_for("landlock", network)
     deny = ("--deny-tcp",) if network == "deny" else ()
     ro = provider.confine(["bash", "-c", "echo hi"], RO)
-    assert ro.argv == (*LAUNCHER, "--ro", "/", "--rw", "/dev/null", *deny,
-                       "--", "bash", "-c", "echo hi")  # fmt: skip
+    assert ro.argv == (*LAUNCHER, "--isolate", "--ro", "/", "--rw", "/dev/null", *deny,
+                       "--deny-unix", *limits(), "--", "bash", "-c", "echo hi")  # fmt: skip
     ww = provider.confine(["ls"], WW)
-    assert ww.argv == (*LAUNCHER, "--ro", "/", "--rw", "/dev/null", "--rw", "/tmp", "--rw", WS,
-                       *deny, "--", "ls")  # fmt: skip
+    assert ww.argv == (*LAUNCHER, "--isolate", "--ro", "/", "--rw", "/dev/null", "--rw", "/tmp",
+                       "--rw", WS, *deny, "--deny-unix", *limits(), "--", "ls")  # fmt: skip
+    protected = SandboxPolicy(mode="workspace-write", workspace_root=WS,
+                              read_only_paths=(f"{WS}/.git",))  # fmt: skip
+    assert provider.confine(["ls"], protected).argv == (
+        *LAUNCHER, "--isolate", "--ro", "/", "--rw", "/dev/null", "--rw", "/tmp", "--rw", WS,
+        "--protect", f"{WS}/.git", *deny, "--deny-unix", *limits(), "--", "ls",
+    )  # fmt: skip
     for result in (ro, ww):
         assert result.backend == "landlock"
-        assert result.enforcement == "partial"  # metadata is never governed by Landlock
-        assert NC_METADATA in result.not_covered
+        # root: the read-only mount namespace stops metadata changes; only UDP stays open
+        assert result.enforcement == ("partial" if network == "deny" else "full")
+        assert NC_METADATA not in result.not_covered
         assert (NC_UDP in result.not_covered) == (network == "deny")
-        assert result.denial_signatures == ("permission denied",)
+        assert NC_PROCESSES not in result.not_covered  # root: the launcher's namespaces
+        assert result.denial_signatures == ("permission denied", "read-only file system")
         assert result.runner_failure_rules == (
             RunnerFailureRule(
                 allowed_exit_codes=(125,),
@@ -105,6 +167,29 @@ def test_landlock_argv_exact(network: str) -> None:
                 informational_lines=("landlock-run: partial enforcement (older Landlock ABI)",),
             ),
         )
+
+
+@linux_only
+def test_landlock_without_privileges_names_what_it_cannot_isolate() -> None:
+    provider = LocalSandboxProvider(
+        SandboxLocalConfig(backend="landlock"), landlock_isolation=False
+    )
+    protected = SandboxPolicy(mode="workspace-write", workspace_root=WS,
+                              read_only_paths=(f"{WS}/.git",))  # fmt: skip
+    result = provider.confine(["ls"], protected)
+    assert "--isolate" not in result.argv and "--protect" not in result.argv
+    for item in (NC_METADATA, NC_PROCESSES, NC_TERMINALS, NC_HOST_IPC, NC_PROTECTED):
+        assert item in result.not_covered
+    assert NC_PROTECTED not in provider.confine(["ls"], WW).not_covered
+
+
+@linux_only
+def test_unix_sockets_allow_drops_the_seccomp_socket_rule() -> None:
+    for backend in ("bubblewrap", "landlock"):
+        provider = LocalSandboxProvider(
+            SandboxLocalConfig(backend=backend, unix_sockets="allow")  # type: ignore[arg-type]
+        )
+        assert "--deny-unix" not in provider.confine(["ls"], RO).argv
 
 
 def test_caller_argv_is_passed_verbatim_after_the_separator() -> None:
@@ -119,19 +204,20 @@ def test_caller_argv_is_passed_verbatim_after_the_separator() -> None:
 @pytest.mark.parametrize(
     ("abi", "network", "expected"),
     [
-        (1, "deny", (NC_METADATA, NC_TRUNCATE, NC_IOCTL, NC_SIGNALS, NC_ABSTRACT_UNIX,
-                     NC_NETWORK_ALL)),
-        (2, "allow", (NC_METADATA, NC_TRUNCATE, NC_IOCTL, NC_SIGNALS, NC_ABSTRACT_UNIX)),
-        (3, "deny", (NC_METADATA, NC_IOCTL, NC_SIGNALS, NC_ABSTRACT_UNIX, NC_NETWORK_ALL)),
-        (4, "deny", (NC_METADATA, NC_IOCTL, NC_SIGNALS, NC_ABSTRACT_UNIX, NC_UDP)),
-        (5, "deny", (NC_METADATA, NC_SIGNALS, NC_ABSTRACT_UNIX, NC_UDP)),
-        (6, "deny", (NC_METADATA, NC_UDP)),
-        (7, "deny", (NC_METADATA, NC_UDP)),
-        (7, "allow", (NC_METADATA,)),
+        (1, "deny", (NC_TRUNCATE, NC_IOCTL, NC_SIGNALS, NC_ABSTRACT_UNIX, NC_NETWORK_ALL)),
+        (2, "allow", (NC_TRUNCATE, NC_IOCTL, NC_SIGNALS, NC_ABSTRACT_UNIX)),
+        (3, "deny", (NC_IOCTL, NC_SIGNALS, NC_ABSTRACT_UNIX, NC_NETWORK_ALL)),
+        (4, "deny", (NC_IOCTL, NC_SIGNALS, NC_ABSTRACT_UNIX, NC_UDP)),
+        (5, "deny", (NC_SIGNALS, NC_ABSTRACT_UNIX, NC_UDP)),
+        (6, "deny", (NC_UDP,)),
+        (7, "deny", (NC_UDP,)),
+        (7, "allow", ()),
     ],
 )  # fmt: skip
 def test_landlock_coverage_per_abi(abi: int, network: str, expected: tuple[str, ...]) -> None:
     assert landlock_not_covered(abi, network) == expected  # type: ignore[arg-type]
+    unprivileged = landlock_not_covered(abi, network, isolated=False)  # type: ignore[arg-type]
+    assert unprivileged == (NC_METADATA, *expected, NC_PROCESSES, NC_TERMINALS, NC_HOST_IPC)
 
 
 # -- danger-full-access ------------------------------------------------------------------------
@@ -264,8 +350,8 @@ def test_runner_command_shape_without_probes(
     provider = LocalSandboxProvider(config, landlock_launcher=["/nonexistent"])
     result = provider.confine(["true"], WW)
     assert result.argv == (
-        "/opt/my-bwrap", "--extra", *BWRAP_RO, "--unshare-net", "--tmpfs", "/tmp",
-        "--bind", WS, WS, "--", "true",
+        "/opt/my-bwrap", "--extra", *BWRAP_HEAD, "--tmpfs", "/run", "--remount-ro", "/run",
+        *BWRAP_TAIL, "--unshare-net", "--bind", WS, WS, "--", "true",
     )  # fmt: skip
     assert result.enforcement == "full"
     assert result.denial_signatures == ("read-only file system", "permission denied")
@@ -392,3 +478,21 @@ def test_fake_runner_lines_documented_misattribution() -> None:
         result = run_confined(confined)
         assert result.returncode == code
         assert (confined.runner_failure(result.returncode, result.stderr) is not None) is misread
+
+
+@linux_only
+def test_limits_are_reported_where_no_cgroup_is_writable() -> None:
+    """Without a writable cgroup the report names the missing limits (here forced by taking
+    the Landlock path without namespaces, which has no relay to own a cgroup)."""
+    provider = LocalSandboxProvider(
+        SandboxLocalConfig(backend="landlock"), landlock_isolation=False
+    )
+    result = provider.confine(["ls"], WW)
+    assert "--pids-max" not in result.argv
+    assert NC_LIMITS.format(what="pids and memory") in result.not_covered
+
+
+@pytest.mark.parametrize("config", [{"pidsMax": 0}, {"memoryMaxMb": 0}])
+def test_limit_config_errors(config: dict[str, object]) -> None:
+    with pytest.raises(msgspec.ValidationError, match="pidsMax and memoryMaxMb must be positive"):
+        msgspec.convert(config, SandboxLocalConfig)

@@ -10,14 +10,29 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from dsh_sandbox_local import SandboxPolicy
-from escape_catalog import ALLOWED, CATALOG, DENIED, PRIVATE, Attempt, markdown_table
-from sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for, run_confined
+from escape_catalog import (
+    ALLOWED,
+    CATALOG,
+    CONTAINED,
+    DENIED,
+    PRIVATE,
+    Attempt,
+    markdown_table,
+)
+from sandbox_harness import (
+    BACKENDS,
+    MODES,
+    Scene,
+    eventually,
+    linux_only,
+    provider_for,
+    run_confined,
+    sleepers,
+)
 
 pytestmark = linux_only
 
@@ -43,7 +58,7 @@ def test_escape(scene: Scene, attempt_id: str, backend: str, mode: str) -> None:
     attempt.state = {}
     expected = attempt.expect[(backend, mode)]
 
-    provider = provider_for(backend, attempt.network)
+    provider = provider_for(backend, attempt.network, attempt.unix_sockets)
     attempt.prepare(scene)
     try:
         confined = provider.confine(["bash", "-c", attempt.script(scene)], scene.policy(mode))
@@ -65,7 +80,7 @@ def test_escape(scene: Scene, attempt_id: str, backend: str, mode: str) -> None:
         assert result.returncode != 0, f"denied effect but exit 0{evidence}"
         if attempt.denial_dialect:
             assert confined.is_denial(result.returncode, result.stderr), evidence
-    elif expected == PRIVATE:
+    elif expected in (PRIVATE, CONTAINED):
         assert result.returncode == 0, evidence
         assert not happened, f"ESCAPE: private view leaked to the host{evidence}"
     elif expected == ALLOWED:
@@ -124,7 +139,9 @@ def test_enforcement_report_matches_the_table(scene: Scene, backend: str, mode: 
     gaps = {
         a.expect[(backend, mode)].removeprefix("gap:")
         for a in CATALOG
-        if a.network == "deny" and a.expect[(backend, mode)].startswith("gap:")
+        if a.network == "deny"
+        and a.unix_sockets == "deny"
+        and a.expect[(backend, mode)].startswith("gap:")
     }
     if gaps:
         assert confined.enforcement == "partial"
@@ -179,14 +196,14 @@ def test_harness_can_kill_a_confined_process_group(scene: Scene, backend: str, m
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "started\n"
-        assert _eventually(lambda: bool(_sleepers(marker))), "the confined sleep never started"
+        assert eventually(lambda: bool(sleepers(marker))), "the confined sleep never started"
         os.killpg(proc.pid, signal.SIGKILL)
         assert proc.wait(timeout=60) == -signal.SIGKILL
         # Nothing confined may outlive the kill (bwrap: --die-with-parent tears down its PID
         # namespace). The teardown is asynchronous, so wait for it, bounded (hang protection).
-        assert _eventually(lambda: not _sleepers(marker)), "a confined process survived"
+        assert eventually(lambda: not sleepers(marker)), "a confined process survived"
     finally:
-        for pid in [proc.pid, *_sleepers(marker)]:  # only processes this test started
+        for pid in [proc.pid, *sleepers(marker)]:  # only processes this test started
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         proc.wait()
@@ -194,25 +211,29 @@ def test_harness_can_kill_a_confined_process_group(scene: Scene, backend: str, m
             proc.stdout.close()
 
 
-def _eventually(predicate: Callable[[], bool]) -> bool:
-    """Poll ``predicate`` (hang protection: give up after a minute; no timing is asserted)."""
-    for _ in range(600):
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
+@pytest.mark.parametrize("attempt_id", ["setsid-escapee", "chmod", "touch"])
+def test_unprivileged_landlock_reports_the_gaps_it_has(scene: Scene, attempt_id: str) -> None:
+    """Without the launcher's namespaces (no privileges) a setsid child does outlive the call and
+    outside metadata can be changed, and the enforcement report says so: the gaps are real, not
+    just listed."""
+    from dsh_sandbox_local import LocalSandboxProvider, SandboxLocalConfig
+    from dsh_sandbox_local.profiles import NC_METADATA, NC_PROCESSES
 
-
-def _sleepers(marker: str) -> list[int]:
-    """PIDs whose command line carries this test's unique marker (its bash and its sleep)."""
-    found = []
-    needle = marker.encode()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if needle in cmdline and b"bwrap" not in cmdline and b"landlock_run" not in cmdline:
-                found.append(int(entry))
-    return found
+    template = next(a for a in CATALOG if a.id == attempt_id)
+    attempt: Attempt = copy.copy(template)
+    attempt.state = {}
+    provider = LocalSandboxProvider(
+        SandboxLocalConfig(backend="landlock"), landlock_isolation=False
+    )
+    attempt.prepare(scene)
+    try:
+        confined = provider.confine(
+            ["bash", "-c", attempt.script(scene)], scene.policy("read-only")
+        )
+        assert "--isolate" not in confined.argv
+        assert {NC_PROCESSES, NC_METADATA} <= set(confined.not_covered)
+        result = run_confined(confined, cwd=scene.ws)
+        assert result.returncode == 0, result
+        assert attempt.happened(scene, result), f"the unisolated {attempt_id} did not happen"
+    finally:
+        attempt.close(scene)

@@ -38,6 +38,18 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
          "landlock-run: cannot open rule path: /nonexistent-dsh: No such file or directory"),
         (("--ro", "/", "--", "/nonexistent-dsh-cmd"),
          "landlock-run: exec failed: No such file or directory"),
+        (("--isolate", "--ro", "/", "--", "/nonexistent-dsh-cmd"),
+         "landlock-run: exec failed: No such file or directory"),
+        (("--ro", "/", "--protect", "/var", "--", "true"),
+         "landlock-run: usage error: --protect and --show need --isolate (a private mount namespace)"),
+        (("--no-landlock", "--ro", "/", "--", "true"),
+         "landlock-run: usage error: --no-landlock takes no grants and no --isolate"),
+        (("--pids-max", "0", "--isolate", "--ro", "/", "--", "true"),
+         "landlock-run: usage error: --pids-max requires a positive integer"),
+        (("--pids-max", "5", "--ro", "/", "--", "true"),
+         "landlock-run: usage error: --pids-max and --memory-max need --isolate or --relay"),
+        (("--relay", "--ro", "/", "--", "true"),
+         "landlock-run: usage error: --relay takes no grants and no --isolate"),
     ],
 )  # fmt: skip
 def test_launcher_failures_exit_125_with_one_line(args: tuple[str, ...], line: str) -> None:
@@ -103,3 +115,28 @@ def test_deny_tcp_requires_abi_4() -> None:
     else:
         assert done.returncode == 125
         assert done.stderr.startswith("landlock-run: landlock ruleset error: TCP denial")
+
+
+@pytest.mark.parametrize("isolate", [(), ("--isolate",)])
+def test_exit_codes_and_signal_deaths_pass_through_the_namespace_init(
+    isolate: tuple[str, ...],
+) -> None:
+    """The command's status crosses the PID-namespace init and the relay unchanged."""
+    assert run(*isolate, "--ro", "/", "--", "bash", "-c", "exit 7").returncode == 7
+    assert run(*isolate, "--ro", "/", "--", "bash", "-c", "kill -TERM $$").returncode == -15
+
+
+def test_seccomp_stage_refuses_unix_sockets_and_keyrings_only() -> None:
+    code = (
+        "import ctypes, socket\n"
+        "try:\n    socket.socket(socket.AF_UNIX)\nexcept PermissionError: print('unix refused')\n"
+        "a, b = socket.socketpair(); print('stream pair ok')\n"
+        "try:\n    socket.socketpair(type=socket.SOCK_DGRAM)\n"
+        "except PermissionError: print('dgram pair refused')\n"
+        "socket.socket(socket.AF_INET).close(); print('inet ok')\n"
+    )
+    done = run("--no-landlock", "--deny-unix", "--", sys.executable, "-I", "-c", code)
+    assert done.returncode == 0, done
+    assert done.stdout.split("\n")[:4] == [
+        "unix refused", "stream pair ok", "dgram pair refused", "inet ok",
+    ]  # fmt: skip

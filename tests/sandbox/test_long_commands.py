@@ -1,0 +1,110 @@
+"""Confined ``bash`` calls live exactly as long as they should (issue 14, item 2).
+
+``bwrap --die-with-parent`` (and the Landlock launcher's parent-death signal) is tied by the
+kernel to the *thread* that forked the runner. Under trio that used to be a worker thread trio
+retires after ~10 s idle, so every confined command longer than that was SIGKILLed. These tests
+run a 25 s command through the real ``bash`` tool on both sandbox backends and both event loops,
+and SIGKILL a real harness process to prove its confined children still die with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from sandbox_harness import BACKENDS, Scene, eventually, linux_only, provider_for, sleepers
+
+from dsh_host import CancelToken, Row, open_host
+from dsh_host.tools import ToolExecutionInput, ToolExecutionResult
+
+pytestmark = [linux_only, pytest.mark.slow]
+
+CHILD = Path(__file__).with_name("harness_child.py")
+LONG_S = 25
+
+
+async def _bash(backend: str, workspace: Path, command: str) -> ToolExecutionResult:
+    provider_for(backend)  # fail (not skip) when the backend is unusable here
+    rows = [
+        Row(name="tools"),
+        Row(name="sandbox-local", config={"backend": backend}),
+        Row(
+            name="builtin-tools", config={"workspace": str(workspace), "sandbox": "workspace-write"}
+        ),
+    ]
+    async with open_host(rows) as host:
+        result: ToolExecutionResult = await host.ctx.tools.execute(
+            ToolExecutionInput(
+                call_id=f"call-long-{backend}",
+                name="bash",
+                arguments={
+                    "command": command,
+                    "description": "sleep a while",
+                    "timeoutMs": 120_000,
+                },
+                signal=CancelToken(),
+            )
+        )
+        return result
+
+
+@pytest.mark.anyio
+async def test_a_25s_command_completes_on_both_sandbox_backends(scene: Scene) -> None:
+    """Both backends run concurrently in one event loop (trio and asyncio via the fixture)."""
+    results: dict[str, ToolExecutionResult] = {}
+
+    async def one(backend: str) -> None:
+        results[backend] = await _bash(backend, scene.ws, f"sleep {LONG_S}; echo slept")
+
+    async with anyio.create_task_group() as tg:
+        for backend in BACKENDS:
+            tg.start_soon(one, backend)
+    for backend in BACKENDS:
+        value: Any = results[backend].value
+        assert value is not None, (backend, results[backend])
+        assert value["signal"] is None, (backend, value)
+        assert value["exitCode"] == 0, (backend, value)
+        assert value["timedOut"] is False
+        assert value["stdout"]["text"] == "slept\n", (backend, value)
+        assert value["sandbox"]["mode"] == "workspace-write"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_sigkilled_harness_takes_its_confined_children_with_it(
+    scene: Scene, backend: str
+) -> None:
+    provider_for(backend)
+    marker = f"1000.{os.getpid()}{abs(hash(scene.token)) % 10**6}"
+    # A grandchild that leaves the call's process group and session, too.
+    command = f"setsid sleep {marker} & sleep {marker}; wait"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.Popen(
+        [sys.executable, str(CHILD), backend, "workspace-write", str(scene.ws), command],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=scene.ws,
+    )  # fmt: skip
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "started\n", child.stderr
+        assert eventually(lambda: len(sleepers(marker)) >= 2), "the confined sleeps never started"
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(timeout=60) == -signal.SIGKILL
+        assert eventually(lambda: not sleepers(marker)), (
+            f"confined processes outlived the harness: {sleepers(marker)}"
+        )
+    finally:
+        for pid in sleepers(marker):  # only processes this test started
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            child.kill()
+        child.wait()
+        for stream in (child.stdout, child.stderr):
+            if stream is not None:
+                stream.close()
