@@ -35,6 +35,7 @@ from dsh_host.compositions import load_config
 from dsh_host.errors import ConfigError
 from dsh_host.llm.types import LlmRequest, StreamChunk
 from dsh_host.loader import PluginHost, Row, canonical_name, open_host
+from dsh_host.session.approvals import DeferredCall
 from dsh_host.session.events import (
     ApprovalAsked as ApprovalAskedData,
 )
@@ -163,7 +164,8 @@ class Agent:
     (default: the current one). ``sandbox``: None (no built-in tools) or a
     mode of the built-in ``bash`` / file tools, confined by ``sandbox-local``.
     ``approval``: ``"ask"`` (calls that need approval fail closed unless an
-    answerer is composed), ``"never"`` (refuse them), or an answerer
+    answerer is composed), ``"never"`` (refuse them), ``"defer"`` (an unanswered ask waits: the
+    turn ends ``awaiting-approval``; :meth:`decide` then :meth:`continue_turn`), or an answerer
     callable. ``rows``: extra rows (mounted before the ``agent`` row);
     ``config``: per-row config overrides by row id. ``composition``: the YAML
     composition to start from (default: the one ``dsh`` uses here: ``$DSH_CONFIG``,
@@ -184,7 +186,7 @@ class Agent:
         store: str | os.PathLike[str] | _CliDefault | None = CLI_DEFAULT,
         workspace: str | os.PathLike[str] | None = None,
         sandbox: Literal["read-only", "workspace-write", "danger-full-access"] | None = None,
-        approval: Literal["ask", "never"] | Answerer = "ask",
+        approval: Literal["ask", "never", "defer"] | Answerer = "ask",
         rows: Sequence[Row] = (),
         config: Mapping[str, Mapping[str, Any]] | None = None,
         composition: str | os.PathLike[str] | None = None,
@@ -224,9 +226,9 @@ class Agent:
                 f"Agent(sandbox={sandbox!r}): use one of {', '.join(SANDBOX_MODES)} or None"
             )
         self._sandbox = sandbox
-        if approval not in ("ask", "never") and not callable(approval):
+        if approval not in ("ask", "never", "defer") and not callable(approval):
             raise ConfigError(
-                'Agent(approval=...) is "ask", "never" or an answerer callable(request)'
+                'Agent(approval=...) is "ask", "never", "defer" or an answerer callable(request)'
             )
         self._approval = approval
         self._workspace = os.path.abspath(os.fspath(workspace) if workspace else os.getcwd())
@@ -291,9 +293,12 @@ class Agent:
                 rows.append(Row(id=row_id, name=needed))
         approval = self._approval
         policy = approval if approval in ("ask", "never") else "ask"
+        settings: dict[str, Any] = {"policy": policy}
+        if approval == "defer":  # an unanswered ask waits for decide() (D19)
+            settings["unanswered"] = "defer"
         if not _has(rows, "user-approval"):
             rows.append(Row(id="approval", name="user-approval"))
-        rows = [_patched(r, "user-approval", {"policy": policy}) for r in rows]
+        rows = [_patched(r, "user-approval", settings) for r in rows]
         if self._sandbox is not None:
             if not _has(rows, "sandbox-local"):
                 rows.append(Row(id="sandbox", name="sandbox-local", config={"network": "deny"}))
@@ -494,6 +499,26 @@ class Agent:
         core = self.core
         with self._output_for(output_type) as state:
             reason = await core.run_turn(prompt)
+        return await self._finish(core, reason, state)
+
+    # ------------------------------------------------------------------ approvals that wait
+    def pending_approvals(self) -> list[DeferredCall]:
+        """The calls of this session waiting for a decision (``approval="defer"`` rows, D19)."""
+        return self.core.pending_approvals()
+
+    async def decide(
+        self, call_id: str, decision: Literal["allow", "deny"], *, reason: str | None = None
+    ) -> DeferredCall:
+        """Record a decision for a pending call (bound to its logged arguments, one-shot)."""
+        await self._settle()
+        return await self.core.decide(call_id, decision, reason=reason, decided_by="library")
+
+    async def continue_turn(self, *, output_type: Any = None) -> RunResult:
+        """Apply the recorded decisions (the allowed calls run once) and continue the session."""
+        await self._settle()
+        core = self.core
+        with self._output_for(output_type) as state:
+            reason = await core.continue_turn()
         return await self._finish(core, reason, state)
 
     def run_sync(self, prompt: str, *, output_type: Any = None, backend: str = "trio") -> RunResult:

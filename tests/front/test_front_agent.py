@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import psycopg
 import pytest
 from front_helpers import events_of, script
@@ -241,3 +242,35 @@ def test_bad_arguments_are_clear_errors(tmp_path: Path) -> None:
     agent: Any = Agent("demo", store=None)
     with pytest.raises(Exception, match="the Agent is not open"):
         _ = agent.host
+
+
+@pytest.mark.anyio
+async def test_approvals_that_wait_through_the_front_door(tmp_path: Path) -> None:
+    """``approval="defer"``: the turn ends awaiting approval, a later (here: resumed) agent
+    lists the call, decides it, and continue_turn() runs it exactly once (D19)."""
+    charges: list[str] = []
+
+    @tool(approval="ask")
+    def charge(customer: str) -> str:
+        """Charge a customer."""
+        charges.append(customer)
+        return f"charged {customer}"
+
+    root = tmp_path / "sessions"
+    first = [{"tool_calls": [{"name": "charge", "arguments": {"customer": "cus_1"}}]}]
+    async with Agent(
+        script(tmp_path, first), tools=[charge], store=root, approval="defer"
+    ) as agent:
+        waiting = await agent.run("Charge cus_1")
+        session_id = agent.session_id
+    assert msgspec.to_builtins(waiting.turn_end)["kind"] == "awaiting-approval"
+    assert charges == []
+    later = script(tmp_path, [{"text": "Charged."}], "later.json")
+    async with Agent(later, tools=[charge], store=root, approval="defer") as agent:
+        await agent.resume(session_id)
+        [pending] = agent.pending_approvals()
+        assert pending.tool_name == "charge"
+        await agent.decide(pending.call_id, "allow", reason="looks right")
+        done = await agent.continue_turn()
+    assert done.completed and done.output == "Charged."
+    assert charges == ["cus_1"]
