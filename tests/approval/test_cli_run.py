@@ -112,63 +112,11 @@ def test_dsh_run_without_a_tty_fails_the_ask_closed(tmp_path: Path, stdin: str) 
     assert block["content"] == [{"type": "text", "text": UNAVAILABLE}]
 
 
-@pytest.mark.parametrize(("keys", "outcome"), [(b"y\n", "allowed-once"), (b"n\n", "rejected")])
-def test_dsh_run_on_a_terminal_asks_allow_once(tmp_path: Path, keys: bytes, outcome: str) -> None:
-    """The same run on a pseudo-terminal: the prompt appears, y runs the command, n does not."""
-    import os
-    import pty
-    import select
+def run_on_a_terminal(tmp_path: Path, keys: bytes) -> tuple[int, str, Path, Path, Path]:
+    """``dsh run`` on a pseudo-terminal; ``keys`` are typed at the ``allow once?`` prompt.
 
-    config, script, workspace, marker = compose(tmp_path)
-    root = tmp_path / "sessions"
-    argv = [
-        *DSH, "run", "--config", str(config), "--root", str(root), "--workspace", str(workspace),
-        "--model", f"scripted:{script}", "--sandbox", "danger-full-access", "--json",
-        "create the marker",
-    ]
-    pid, master = pty.fork()
-    if pid == 0:  # pragma: no cover - the child
-        try:
-            os.execv(sys.executable, argv)
-        finally:
-            os._exit(127)
-    seen = bytearray()
-    typed = False
-    try:
-        while True:
-            ready, _, _ = select.select([master], [], [], 300)
-            assert ready, f"dsh run hung; output so far: {bytes(seen)!r}"
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                break
-            seen += chunk
-            if not typed and b"allow once? [y/N]" in seen:
-                os.write(master, keys)
-                typed = True
-    finally:
-        _, status = os.waitpid(pid, 0)
-        os.close(master)
-    output = seen.decode("utf-8", "replace")
-    assert typed, output
-    assert os.waitstatus_to_exitcode(status) == 0, output
-    assert "call id:   call-touch" in output
-    assert f"touch {marker}" in output  # the logged arguments were shown
-    assert marker.exists() is (outcome == "allowed-once")
-    summary = json.loads(
-        next(line for line in reversed(output.splitlines()) if line.startswith("{"))
-    )
-    events = stored_events(config, root, summary["sessionId"])
-    decided = [e for e in events if e["type"] == "approval/decided"]
-    assert [d["data"]["outcome"] for d in decided] == [outcome]  # type: ignore[index]
-
-
-def test_ctrl_c_at_the_approval_prompt_cancels_the_turn(tmp_path: Path) -> None:
-    """Ctrl-C typed at ``allow once? [y/N]`` cancels the whole turn (D18): the ask is
-    cancelled, the command never runs, the turn ends ``aborted`` and dsh exits 130. (Before:
-    only the ask was cancelled, the turn went on and dsh exited 0 "completed".)"""
+    Returns the exit code, everything the terminal showed, and the config, root and marker.
+    """
     import os
     import pty
     import select
@@ -200,21 +148,46 @@ def test_ctrl_c_at_the_approval_prompt_cancels_the_turn(tmp_path: Path) -> None:
                 break
             seen += chunk
             if not typed and b"allow once? [y/N]" in seen:
-                os.write(master, b"\x03")  # the terminal turns it into SIGINT
+                os.write(master, keys)
                 typed = True
     finally:
         _, status = os.waitpid(pid, 0)
         os.close(master)
     output = seen.decode("utf-8", "replace")
     assert typed, output
-    assert os.waitstatus_to_exitcode(status) == 130, output
+    return os.waitstatus_to_exitcode(status), output, config, root, marker
+
+
+def summary_of(output: str) -> dict[str, object]:
+    line = next(line for line in reversed(output.splitlines()) if line.startswith("{"))
+    parsed: dict[str, object] = json.loads(line)
+    return parsed
+
+
+@pytest.mark.parametrize(("keys", "outcome"), [(b"y\n", "allowed-once"), (b"n\n", "rejected")])
+def test_dsh_run_on_a_terminal_asks_allow_once(tmp_path: Path, keys: bytes, outcome: str) -> None:
+    """The same run on a pseudo-terminal: the prompt appears, y runs the command, n does not."""
+    code, output, config, root, marker = run_on_a_terminal(tmp_path, keys)
+    assert code == 0, output
+    assert "call id:   call-touch" in output
+    assert f"touch {marker}" in output  # the logged arguments were shown
+    assert marker.exists() is (outcome == "allowed-once")
+    events = stored_events(config, root, str(summary_of(output)["sessionId"]))
+    decided = [e for e in events if e["type"] == "approval/decided"]
+    assert [d["data"]["outcome"] for d in decided] == [outcome]  # type: ignore[index]
+
+
+def test_ctrl_c_at_the_approval_prompt_cancels_the_turn(tmp_path: Path) -> None:
+    """Ctrl-C typed at ``allow once? [y/N]`` cancels the whole turn (D18): the ask is
+    cancelled, the command never runs, the turn ends ``aborted`` and dsh exits 130. (Before:
+    only the ask was cancelled, the turn went on and dsh exited 0 "completed".)"""
+    code, output, config, root, marker = run_on_a_terminal(tmp_path, b"\x03")  # ^C: SIGINT
+    assert code == 130, output
     assert "Traceback" not in output
     assert not marker.exists()
-    summary = json.loads(
-        next(line for line in reversed(output.splitlines()) if line.startswith("{"))
-    )
+    summary = summary_of(output)
     assert summary["turnEnd"] == {"kind": "aborted"}
-    events = stored_events(config, root, summary["sessionId"])
+    events = stored_events(config, root, str(summary["sessionId"]))
     decided = [e["data"]["outcome"] for e in events if e["type"] == "approval/decided"]  # type: ignore[index]
     assert decided == ["cancelled"]
     results = [e["data"] for e in events if e["type"] == "tool/result"]
