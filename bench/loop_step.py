@@ -90,7 +90,11 @@ def rows(root: Path, steps: int, durable: bool = True) -> list[Row]:
         Row(name="tools"),
         Row(id="model", name="llm-scripted", config={"responses": script(steps)}),
         *(persistence if durable else []),
-        Row(name="agent", config={"provider": "scripted", "model": "scripted"}),
+        # one turn of `steps` tool steps: lift the loop guard's per-turn step limit (200)
+        Row(
+            name="agent",
+            config={"provider": "scripted", "model": "scripted", "maxStepsPerTurn": steps + 1},
+        ),
         Row(id="bench-tool", name="_common:NoopToolPlugin"),
     ]
 
