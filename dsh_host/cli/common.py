@@ -19,7 +19,7 @@ import anyio
 from ..compositions import load_config
 from ..errors import ConfigError, DshError
 from ..loader import LocatedRow, PluginHost, Row, canonical_name, open_host, rows_needed_for
-from .interrupts import Interrupts
+from .interrupts import Interrupts, exit_on_signals
 
 T = TypeVar("T")
 
@@ -148,7 +148,9 @@ def run_with_host(
     try:
         out = anyio.run(main, backend="trio")
     finally:
-        watched.hold_after_run()
+        # Once the loop is gone (reporting, exiting) a signal exits at once: no
+        # KeyboardInterrupt during interpreter shutdown.
+        exit_on_signals()
     if not out:
         received = watched.received
         name = received.name if received is not None else "a signal"

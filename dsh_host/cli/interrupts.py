@@ -93,25 +93,6 @@ class Interrupts:
                 finally:
                     self._group = None
 
-    def hold_after_run(self) -> None:
-        """Keep signals handled once the event loop is gone (reporting, exiting).
-
-        The command is over by then, so any of the three signals exits at once
-        with its code; without this, Python's default SIGINT handler could still
-        raise ``KeyboardInterrupt`` during interpreter shutdown (a traceback, and
-        exit -2).
-        """
-
-        def handler(number: int, frame: object) -> None:
-            sig = signal.Signals(number)
-            if self.exit_code is None:
-                self.exit_code = EXIT_CODES[sig]
-            self._exit_now(f"{sig.name} while finishing")
-
-        for sig in EXIT_CODES:
-            with suppress(ValueError, OSError):  # not the main thread: nothing to keep
-                signal.signal(sig, handler)
-
     def deliver(self, sig: signal.Signals) -> None:
         """Handle ``sig`` as if it had arrived here (the approval prompt forwards its Ctrl-C)."""
         if self.received is not None:
