@@ -1,4 +1,5 @@
-"""``read_file`` and ``write_file``: in-process file tools fenced to the workspace root.
+"""``read_file`` and ``write_file`` (and the helpers ``edit_file`` shares): in-process file
+tools fenced to the workspace root.
 
 The fence is descriptor-based (DECISIONS D20): the row holds a descriptor of
 the workspace directory and every path is opened beneath it with
@@ -6,20 +7,26 @@ the workspace directory and every path is opened beneath it with
 or an ``O_NOFOLLOW`` walk where the kernel lacks it). No symbolic link is
 followed, wherever it points, and ``..`` is refused, so a process racing the
 tool (swapping a directory for a symlink, say) cannot move a read or a write
-out of the workspace. ``read_file`` opens non-blocking and reads regular
-files only (a FIFO or a device is refused instead of hanging the harness).
-Writes go to a temporary file (``O_EXCL | O_NOFOLLOW``) in the target
-directory's descriptor and replace the target with a rename relative to the
-same descriptor after an ``fsync``, so a crash leaves the old or the new
-content, never a torn file.
+out of the workspace. Files are opened non-blocking and only regular files are
+used (a FIFO or a device is refused instead of hanging the harness).
+
+``read_file`` scans the file once and returns a window of numbered lines
+(``offset``/``limit``, at most ``readLimit`` lines, ``maxReadBytes`` bytes,
+``readMaxLineLength`` characters a line) in DSH's envelope, ending with a footer
+that says how many lines follow; a NUL byte in the first 8 KiB refuses the file
+as binary. Writes go to a temporary file (``O_EXCL | O_NOFOLLOW``) in the target
+directory's descriptor, given the replaced file's mode, and replace the target
+with a rename relative to the same descriptor after an ``fsync`` (then the
+directory is fsynced), so a crash leaves the old or the new content, never a
+torn file; the previous content's sha256 goes to the result's meta.
 
 ``write_file`` honours the row's sandbox mode like the bash sandbox does:
 under ``read-only`` it refuses with the sandbox denial marker. It never
 writes outside the workspace, whatever the mode (``danger-full-access``
 widens ``bash`` only).
 
-Both run the filesystem calls on a worker thread, so a slow disk does not
-stall the event loop.
+The filesystem calls run on a worker thread, so a slow disk does not stall
+the event loop.
 """
 
 from __future__ import annotations
