@@ -34,6 +34,7 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     ``readLimit``: the default and the most lines one ``read_file`` call returns.
     ``readMaxLineLength``: characters kept per returned line. ``maxEditBytes``:
     the largest file ``edit_file`` edits (it reads the whole file).
+    ``maxSearchResults``: most paths ``glob`` lists and matching lines ``grep`` shows.
     ``spillDir``: where the row's private spill directory is created (default:
     outside every writable root, see ``bash.spill_base``).
     ``maxSpillBytes``: the most one stream spills; past it the file ends with a
@@ -55,6 +56,7 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     read_limit: int = 2_000
     read_max_line_length: int = 2_000
     max_edit_bytes: int = 8_000_000
+    max_search_results: int = 200
     spill_dir: str | None = None
     max_spill_bytes: int = 16_000_000
     env_allow: tuple[str, ...] = ()
@@ -71,6 +73,7 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
             "read_limit",
             "read_max_line_length",
             "max_edit_bytes",
+            "max_search_results",
             "max_spill_bytes",
         ):
             value = getattr(self, field)

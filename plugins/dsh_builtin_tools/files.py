@@ -58,6 +58,7 @@ from .bash import denial_marker
 from .config import BuiltinToolsConfig
 
 __all__ = [
+    "BINARY_SNIFF_BYTES",
     "READ_FLAGS",
     "FileChangedError",
     "FileFenceError",
@@ -65,6 +66,7 @@ __all__ = [
     "WorkspaceRoot",
     "binary_refusal",
     "display_parts",
+    "fence_refusal",
     "open_regular",
     "read_file_tool",
     "read_window",
@@ -429,7 +431,7 @@ def write_meta(_args: Any, value: Any) -> dict[str, Any]:
     }
 
 
-def _fence_refusal(error: OSError, shown: str, workspace: str) -> BaseException:
+def fence_refusal(error: OSError, shown: str, workspace: str) -> BaseException:
     refused = _fence_error(error, shown, workspace)
     return error if refused is None else refused
 
@@ -554,7 +556,7 @@ def target_dir(
             "create_parents: true to create it"
         ) from None
     except OSError as error:
-        raise _fence_refusal(error, shown, workspace) from None
+        raise fence_refusal(error, shown, workspace) from None
 
 
 def refuse_read_only(mode: str, tool: str) -> None:

@@ -1,4 +1,4 @@
-"""The ``builtin-tools`` plugin: ``bash``, ``read_file``, ``write_file`` and ``edit_file``."""
+"""The ``builtin-tools`` plugin: ``bash`` and the in-process file tools (read, edit, search)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from .bash import bash_tool
 from .config import BuiltinToolsConfig, BuiltinToolsConfigError, canonical_workspace
 from .edit import edit_file_tool
 from .files import read_file_tool, workspace_root, write_file_tool
+from .search import glob_tool, grep_tool
 
 __all__ = ["BuiltinTools"]
 
@@ -43,6 +44,8 @@ class BuiltinTools(Plugin):
         tools.register(read_file_tool(config, root), owner=ctx)
         tools.register(write_file_tool(config, root), owner=ctx)
         tools.register(edit_file_tool(config, root), owner=ctx)
+        tools.register(glob_tool(config, root), owner=ctx)
+        tools.register(grep_tool(config, root), owner=ctx)
 
 
 def _overlap(a: str, b: str) -> bool:

@@ -437,3 +437,71 @@ def test_control_an_in_place_write_killed_there_is_torn(ws: Path, tmp_path: Path
     torn = target.read_text()
     assert torn not in (OLD, NEW)
     assert torn == NEW[: len(NEW) // 2]
+
+
+# --------------------------------------------------------------------------- glob and grep
+
+
+def sample_repo(ws: Path, outside: Path) -> None:
+    """A small repository: ignored build output, a nested .gitignore with a negation, a .git
+    directory, a binary file and a symlink to a directory outside the workspace."""
+    files = {
+        ".gitignore": "build/\n*.log\n",
+        "README.md": "# sample\nTODO: write docs\n",
+        "src/app.py": "def main():\n    return 'TODO'\n",
+        "src/util.py": "import os\n# todo lower case\n",
+        "src/.gitignore": "generated_*.py\n!generated_keep.py\n",
+        "src/generated_x.py": "TODO generated\n",
+        "src/generated_keep.py": "TODO kept\n",
+        "build/out.py": "TODO built\n",
+        "debug.log": "TODO log\n",
+        ".git/config": "TODO git\n",
+    }
+    for name, text in files.items():
+        (ws / name).parent.mkdir(parents=True, exist_ok=True)
+        (ws / name).write_text(text)
+    (ws / "src" / "blob.py").write_bytes(b"TODO\0binary")
+    outside.mkdir()
+    (outside / "secret.py").write_text("TODO outside\n")
+    (ws / "linked").symlink_to(outside)
+
+
+async def test_glob_honours_gitignore_and_sorts(boot: Boot, ws: Path, tmp_path: Path) -> None:
+    sample_repo(ws, tmp_path / "outside")
+    async with boot() as host:
+        python = await run(host, "glob", {"pattern": "*.py"})
+        under = await run(host, "glob", {"pattern": "*.py", "path": "src"})
+        none = await run(host, "glob", {"pattern": "*.rs"})
+        escape = await run(host, "glob", {"pattern": "*", "path": "linked"})
+    assert text_of(python) == "src/app.py\nsrc/blob.py\nsrc/generated_keep.py\nsrc/util.py"
+    assert text_of(under) == text_of(python)
+    assert text_of(none) == 'No files match "*.rs".'
+    assert code_of(escape) == "FS_OUTSIDE_WORKSPACE"
+
+
+async def test_grep_finds_sorted_lines_and_skips_ignored_binary_and_links(
+    boot: Boot, ws: Path, tmp_path: Path
+) -> None:
+    sample_repo(ws, tmp_path / "outside")
+    async with boot(maxSearchResults=2) as host:
+        capped = await run(host, "grep", {"pattern": "TODO"})
+    async with boot() as host:
+        every = await run(host, "grep", {"pattern": "TODO"})
+        folded = await run(host, "grep", {"pattern": "todo", "ignore_case": True, "glob": "*.py"})
+        bad = await run(host, "grep", {"pattern": "f(("})
+    assert text_of(every) == (
+        "README.md:2: TODO: write docs\n"
+        "src/app.py:2:     return 'TODO'\n"
+        "src/generated_keep.py:1: TODO kept"
+    )
+    assert text_of(capped) == (
+        "README.md:2: TODO: write docs\n"
+        "src/app.py:2:     return 'TODO'\n"
+        "(1 more matching lines not shown; narrow the pattern or the path)"
+    )
+    assert text_of(folded) == (
+        "src/app.py:2:     return 'TODO'\n"
+        "src/generated_keep.py:1: TODO kept\n"
+        "src/util.py:2: # todo lower case"
+    )
+    assert text_of(bad).startswith("Error: invalid pattern: ")
