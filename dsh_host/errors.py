@@ -80,6 +80,8 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     │       └── SessionRollbackError                     dsh_host.session.persistence
     └── ToolError                                        dsh_host.tools.errors
         ├── AbortError                                   dsh_host.tools.errors
+        ├── EditMatchError                               dsh_builtin_tools.edit
+        ├── FileChangedError                             dsh_builtin_tools.files
         ├── FileFenceError                               dsh_builtin_tools.files
         ├── FileSandboxDeniedError                       dsh_builtin_tools.files
         ├── SandboxEscalationError                       dsh_host.tools.escalation

@@ -29,9 +29,14 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     ``timeoutMs`` / ``maxTimeoutMs``: the default and the cap of a ``bash``
     call's deadline. ``maxOutputBytes``: how much of each output stream the
     model sees (the tail; the rest is spilled to a file). ``killGraceMs``:
-    SIGTERM-to-SIGKILL grace. ``maxReadBytes``: the largest file ``read_file``
-    returns. ``spillDir``: where the row's private spill directory is created
-    (default: outside every writable root, see ``bash.spill_base``).
+    SIGTERM-to-SIGKILL grace. ``maxReadBytes``: the byte cap on the lines one
+    ``read_file`` call returns (past it the window ends with a truncation notice).
+    ``readLimit``: the default and the most lines one ``read_file`` call returns.
+    ``readMaxLineLength``: characters kept per returned line. ``maxEditBytes``:
+    the largest file ``edit_file`` edits (it reads the whole file).
+    ``maxSearchResults``: most paths ``glob`` lists and matching lines ``grep`` shows.
+    ``spillDir``: where the row's private spill directory is created (default:
+    outside every writable root, see ``bash.spill_base``).
     ``maxSpillBytes``: the most one stream spills; past it the file ends with a
     capped marker and the rest is discarded.
     ``envAllow``: inherited environment variables a ``bash`` child
@@ -47,7 +52,11 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     max_timeout_ms: int = 600_000
     max_output_bytes: int = 64_000
     kill_grace_ms: int = 3_000
-    max_read_bytes: int = 256_000
+    max_read_bytes: int = 51_200
+    read_limit: int = 2_000
+    read_max_line_length: int = 2_000
+    max_edit_bytes: int = 8_000_000
+    max_search_results: int = 200
     spill_dir: str | None = None
     max_spill_bytes: int = 16_000_000
     env_allow: tuple[str, ...] = ()
@@ -61,6 +70,10 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
             "max_output_bytes",
             "kill_grace_ms",
             "max_read_bytes",
+            "read_limit",
+            "read_max_line_length",
+            "max_edit_bytes",
+            "max_search_results",
             "max_spill_bytes",
         ):
             value = getattr(self, field)

@@ -1,4 +1,5 @@
-"""``read_file`` and ``write_file``: in-process file tools fenced to the workspace root.
+"""``read_file`` and ``write_file`` (and the helpers ``edit_file`` shares): in-process file
+tools fenced to the workspace root.
 
 The fence is descriptor-based (DECISIONS D20): the row holds a descriptor of
 the workspace directory and every path is opened beneath it with
@@ -6,29 +7,39 @@ the workspace directory and every path is opened beneath it with
 or an ``O_NOFOLLOW`` walk where the kernel lacks it). No symbolic link is
 followed, wherever it points, and ``..`` is refused, so a process racing the
 tool (swapping a directory for a symlink, say) cannot move a read or a write
-out of the workspace. ``read_file`` opens non-blocking and reads regular
-files only (a FIFO or a device is refused instead of hanging the harness).
-Writes go to a temporary file (``O_EXCL | O_NOFOLLOW``) in the target
-directory's descriptor and replace the target with a rename relative to the
-same descriptor after an ``fsync``, so a crash leaves the old or the new
-content, never a torn file.
+out of the workspace. Files are opened non-blocking and only regular files are
+used (a FIFO or a device is refused instead of hanging the harness).
+
+``read_file`` scans the file once and returns a window of numbered lines
+(``offset``/``limit``, at most ``readLimit`` lines, ``maxReadBytes`` bytes,
+``readMaxLineLength`` characters a line) in DSH's envelope, ending with a footer
+that says how many lines follow; a NUL byte in the first 8 KiB refuses the file
+as binary. Writes go to a temporary file (``O_EXCL | O_NOFOLLOW``) in the target
+directory's descriptor, given the replaced file's mode, and replace the target
+with a rename relative to the same descriptor after an ``fsync`` (then the
+directory is fsynced), so a crash leaves the old or the new content, never a
+torn file; the previous content's sha256 goes to the result's meta.
 
 ``write_file`` honours the row's sandbox mode like the bash sandbox does:
 under ``read-only`` it refuses with the sandbox denial marker. It never
 writes outside the workspace, whatever the mode (``danger-full-access``
 widens ``bash`` only).
 
-Both run the filesystem calls on a worker thread, so a slow disk does not
-stall the event loop.
+The filesystem calls run on a worker thread, so a slow disk does not stall
+the event loop.
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import errno
+import hashlib
 import os
 import secrets
 import stat
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio.to_thread
@@ -47,14 +58,27 @@ from .bash import denial_marker
 from .config import BuiltinToolsConfig
 
 __all__ = [
+    "BINARY_SNIFF_BYTES",
+    "READ_FLAGS",
+    "FileChangedError",
     "FileFenceError",
     "FileSandboxDeniedError",
     "WorkspaceRoot",
+    "binary_refusal",
+    "display_parts",
+    "fence_refusal",
+    "open_regular",
     "read_file_tool",
+    "read_window",
+    "refuse_read_only",
+    "render_window",
+    "replace_in",
     "resolve_in_workspace",
+    "target_dir",
     "workspace_parts",
     "workspace_root",
     "write_file_tool",
+    "write_meta",
 ]
 
 
@@ -70,24 +94,27 @@ class FileSandboxDeniedError(ToolError):
     code = "FS_SANDBOX_DENIED"
 
 
-READ_PARAMETERS: Final = {
-    "type": "object",
-    "properties": {
-        "path": {
-            "type": "string",
-            "description": "File to read; a relative path is resolved against the workspace.",
+def read_parameters(max_lines: int) -> dict[str, Any]:
+    """``read_file``'s schema; ``limit`` advertises the row's line cap as its default."""
+    return {
+        "type": "object",
+        "properties": {
+            "path": {
+                "type": "string",
+                "description": "File to read; a relative path is resolved against the workspace.",
+            },
+            "offset": {
+                "type": "integer",
+                "description": "First line to return (1-based). Defaults to 1.",
+            },
+            "limit": {
+                "type": "integer",
+                "description": f"How many lines to return. Defaults to (and at most) {max_lines}.",
+            },
         },
-        "offset": {
-            "type": "integer",
-            "description": "First line to return (1-based). Defaults to 1.",
-        },
-        "limit": {
-            "type": "integer",
-            "description": "How many lines to return. Defaults to the whole file.",
-        },
-    },
-    "required": ["path"],
-}
+        "required": ["path"],
+    }
+
 
 WRITE_PARAMETERS: Final = {
     "type": "object",
@@ -97,6 +124,10 @@ WRITE_PARAMETERS: Final = {
             "description": "File to write; a relative path is resolved against the workspace.",
         },
         "content": {"type": "string", "description": "The complete new content of the file."},
+        "create_parents": {
+            "type": "boolean",
+            "description": "Create missing parent directories. Defaults to false.",
+        },
     },
     "required": ["path", "content"],
 }
@@ -152,7 +183,7 @@ def workspace_parts(path: Any, root: str) -> tuple[str, ...]:
     return parts
 
 
-def _display_parts(parts: tuple[str, ...]) -> str:
+def display_parts(parts: tuple[str, ...]) -> str:
     return os.sep.join(parts) or "."
 
 
@@ -202,69 +233,184 @@ def workspace_root(ctx: Context, workspace: str) -> WorkspaceRoot:
     return root
 
 
+#: How much of the start of a file is sniffed for a NUL byte (git's heuristic, 8000 bytes).
+BINARY_SNIFF_BYTES: Final = 8192
+_CHUNK: Final = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ReadWindow:
+    """One ``read_file`` window: the numbered lines kept and what the rest of the file holds."""
+
+    offset: int
+    lines: tuple[tuple[int, str], ...]
+    total: int
+    capped: bool
+
+
+def binary_refusal(shown: str, head: bytes, tool: str = "read_file") -> ToolError | None:
+    """The refusal for a file whose first bytes hold a NUL (git's binary heuristic), or None."""
+    at = head.find(b"\0", 0, BINARY_SNIFF_BYTES)
+    if at < 0:
+        return None
+    return ToolError(
+        f'"{shown}" looks like a binary file (a NUL byte at offset {at}); {tool} only handles '
+        "text files (use bash, e.g. `file` or `xxd`, to inspect it)"
+    )
+
+
+def read_window(
+    fd: int, shown: str, *, offset: int, limit: int, max_line: int, max_bytes: int
+) -> ReadWindow:
+    """Scan the open file ``fd`` once: keep lines ``offset``.. (at most ``limit`` of them, each cut
+    to ``max_line`` characters, at most ``max_bytes`` in all) and count every line.
+
+    A line buffer never grows past ``max_line + 1`` characters, so one huge line cannot blow up
+    memory. Raises the binary refusal when the first bytes hold a NUL.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    kept: list[tuple[int, str]] = []
+    total = used = 0
+    capped = False
+    buffer: list[str] = []
+    buffered = 0
+    first = True
+
+    def consume(raw: str) -> None:
+        nonlocal total, used, capped
+        total += 1
+        if capped or total < offset or len(kept) >= limit:
+            return
+        text = raw[:-1] if raw.endswith("\r") else raw
+        if len(text) > max_line:
+            text = f"{text[:max_line]}... (line truncated to {max_line} chars)"
+        size = len(text.encode("utf-8", "replace")) + 1
+        if kept and used + size > max_bytes:
+            capped = True
+            return
+        used += size
+        kept.append((total, text))
+
+    def take(piece: str) -> None:
+        nonlocal buffered
+        room = max_line + 1 - buffered
+        if room > 0 and piece:
+            buffer.append(piece[:room])
+        buffered += len(piece)
+
+    while True:
+        chunk = os.read(fd, _CHUNK)
+        if first:
+            refusal = binary_refusal(shown, chunk)
+            if refusal is not None:
+                raise refusal
+            first = False
+        text = decoder.decode(chunk, final=not chunk)
+        start = 0
+        while (newline := text.find("\n", start)) >= 0:
+            take(text[start:newline])
+            consume("".join(buffer))
+            buffer, buffered = [], 0
+            start = newline + 1
+        take(text[start:])
+        if not chunk:
+            break
+    if buffered:
+        consume("".join(buffer))
+    if offset > max(total, 1):
+        raise ToolError(f'offset {offset} is out of range for "{shown}" ({total} lines)')
+    return ReadWindow(offset=offset, lines=tuple(kept), total=total, capped=capped)
+
+
+def render_window(shown: str, window: ReadWindow, max_bytes: int) -> str:
+    """The model view of a window: DSH's envelope, ``<n>: <text>`` lines and one footer."""
+    body = "".join(f"{number}: {text}\n" for number, text in window.lines)
+    last = window.lines[-1][0] if window.lines else window.offset - 1
+    more = window.total - last
+    if more > 0:
+        plural = "s" if more != 1 else ""
+        showing = f"lines {window.offset}-{last} of {window.total}, {more} more line{plural}"
+        lead = f"Output truncated at {max_bytes} bytes: showing" if window.capped else "Showing"
+        footer = f"({lead} {showing}. Use offset={last + 1} to continue.)"
+    else:
+        footer = f"(End of file - total {window.total} lines)"
+    return f"<path>{shown}</path>\n<type>file</type>\n<content>\n{body}\n{footer}\n</content>"
+
+
+def open_regular(open_fd: Callable[[], int], shown: str, workspace: str, tool: str) -> int:
+    """Open with ``open_fd`` and keep the descriptor only if it is a regular file."""
+    try:
+        fd = open_fd()
+    except FileNotFoundError:
+        raise ToolError(f'file "{shown}" does not exist') from None
+    except OSError as error:
+        refused = _fence_error(error, shown, workspace)
+        if refused is None:
+            raise
+        raise refused from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise ToolError(f'"{shown}" is a directory')
+        if not stat.S_ISREG(mode):
+            raise ToolError(
+                f'"{shown}" is not a regular file (a FIFO, socket or device); {tool} only '
+                "reads regular files"
+            )
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+#: Non-blocking: opening a FIFO or a device must not wait for a writer (or hang the harness);
+#: :func:`open_regular` then refuses anything that is not a regular file.
+READ_FLAGS: Final = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY
+
+
 def read_file_tool(config: BuiltinToolsConfig, root: WorkspaceRoot) -> ToolDefinition:
-    """Build ``read_file``: the text of one file (optionally a line range)."""
-    limit_bytes = config.max_read_bytes
+    """Build ``read_file``: a line-numbered window of one text file."""
+    max_bytes, max_lines, max_line = (
+        config.max_read_bytes,
+        config.read_limit,
+        config.read_max_line_length,
+    )
     holder, workspace = root, root.path
 
-    def read_sync(parts: tuple[str, ...]) -> bytes:
-        shown = _display_parts(parts)
-        # Non-blocking: opening a FIFO or a device must not wait for a writer (or hang the
-        # harness); the fstat below refuses anything that is not a regular file.
-        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY
+    def read_sync(parts: tuple[str, ...], offset: int, limit: int) -> str:
+        shown = display_parts(parts)
+        fd = open_regular(
+            lambda: open_beneath(holder.fd(), parts, READ_FLAGS), shown, workspace, "read_file"
+        )
         try:
-            fd = open_beneath(holder.fd(), parts, flags)
-        except FileNotFoundError:
-            raise ToolError(f'file "{shown}" does not exist') from None
-        except OSError as error:
-            refused = _fence_error(error, shown, workspace)
-            if refused is None:
-                raise
-            raise refused from None
-        try:
-            info = os.fstat(fd)
-            if stat.S_ISDIR(info.st_mode):
-                raise ToolError(f'"{shown}" is a directory')
-            if not stat.S_ISREG(info.st_mode):
-                raise ToolError(
-                    f'"{shown}" is not a regular file (a FIFO, socket or device); read_file only '
-                    "reads regular files"
-                )
-            if info.st_size > limit_bytes:
-                raise ToolError(
-                    f'"{shown}" is {info.st_size} bytes; read_file returns files up to '
-                    f"{limit_bytes} bytes (use bash with head/sed for a part of a larger file)"
-                )
-            with os.fdopen(fd, "rb", closefd=False) as handle:
-                return handle.read(limit_bytes + 1)
+            window = read_window(
+                fd, shown, offset=offset, limit=limit, max_line=max_line, max_bytes=max_bytes
+            )
         finally:
             os.close(fd)
+        return render_window(shown, window, max_bytes)
 
     async def execute(args: Any, exec: ToolExecution) -> Any:
         parts = await anyio.to_thread.run_sync(workspace_parts, args["path"], workspace)
         offset = args.get("offset", 1)
-        count = args.get("limit")
+        count = args.get("limit", max_lines)
         if offset < 1:
             raise ToolError(f"invalid offset: expected a line number >= 1, got {offset}")
-        if count is not None and count < 1:
+        if count < 1:
             raise ToolError(f"invalid limit: expected a positive line count, got {count}")
-        data = await anyio.to_thread.run_sync(read_sync, parts)
-        if b"\0" in data[:8192]:
-            raise ToolError(f'"{_display_parts(parts)}" looks like a binary file')
-        text = data.decode("utf-8", "replace")
-        if offset == 1 and count is None:
-            return text
-        lines = text.splitlines(keepends=True)
-        end = None if count is None else offset - 1 + int(count)
-        return "".join(lines[offset - 1 : end])
+        if count > max_lines:
+            raise ToolError(f"limit must be less than or equal to {max_lines}")
+        return await anyio.to_thread.run_sync(read_sync, parts, int(offset), int(count))
 
     return ToolDefinition(
         name="read_file",
         description=(
-            "Read a UTF-8 text file inside the workspace and return its content (optionally a "
-            "line range with `offset` and `limit`). Paths outside the workspace are refused."
+            "Read a UTF-8 text file inside the workspace. The result numbers every line "
+            "(`<n>: <text>`) and ends with a footer saying whether more lines follow; use "
+            f"`offset` (1-based) and `limit` (at most {max_lines} lines) to page through a large "
+            "file. Binary files and paths outside the workspace are refused."
         ),
-        parameters=READ_PARAMETERS,
+        parameters=read_parameters(max_lines),
         execute=execute,
         output=text_output(),
         is_concurrency_safe=lambda args: True,
@@ -275,24 +421,91 @@ def _render_write(_args: Any, value: Any) -> list[ContentBlock]:
     return [TextBlock(text=f"Wrote {value['bytes']} bytes to {value['path']}")]
 
 
-def _replace_in(dir_fd: int, name: str, data: bytes, shown: str, workspace: str) -> None:
-    """Atomically replace ``name`` in the directory ``dir_fd``: temp file, fsync, rename.
+def write_meta(_args: Any, value: Any) -> dict[str, Any]:
+    """The durable record of a write (``tool/result`` meta): what the file held before."""
+    return {
+        "path": value["path"],
+        "operation": value["operation"],
+        "previousSha256": value["previousSha256"],
+        "sha256": value["sha256"],
+    }
 
-    Every step is relative to ``dir_fd``; the temp file is created ``O_EXCL | O_NOFOLLOW``, and
-    the rename replaces a directory entry, so no symlink is ever written through.
-    """
+
+def fence_refusal(error: OSError, shown: str, workspace: str) -> BaseException:
+    refused = _fence_error(error, shown, workspace)
+    return error if refused is None else refused
+
+
+def _digest_of(fd: int) -> str:
+    digest = hashlib.sha256()
+    while chunk := os.read(fd, _CHUNK):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _existing_in(dir_fd: int, name: str, shown: str, workspace: str) -> os.stat_result | None:
+    """``lstat`` of ``name`` in ``dir_fd``: None when absent; a symlink or a non-file refused."""
     try:
         existing = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
-        existing = None
-    if existing is not None and stat.S_ISLNK(existing.st_mode):
+        return None
+    if stat.S_ISLNK(existing.st_mode):
         raise FileFenceError(
-            f'"{shown}" is a symbolic link; write_file does not follow links (a link can lead '
+            f'"{shown}" is a symbolic link; the file tools do not follow links (a link can lead '
             f"outside the workspace {workspace})"
         )
-    if existing is not None and not stat.S_ISREG(existing.st_mode):
+    if not stat.S_ISREG(existing.st_mode):
         raise ToolError(
-            f'"{shown}" exists and is not a regular file; write_file replaces files only'
+            f'"{shown}" exists and is not a regular file; the file tools replace files only'
+        )
+    return existing
+
+
+def current_digest(dir_fd: int, name: str, shown: str, workspace: str) -> str | None:
+    """The sha256 of ``name``'s content in ``dir_fd`` (None when absent), opened without
+    following a link and non-blocking."""
+    if _existing_in(dir_fd, name, shown, workspace) is None:
+        return None
+    fd = open_regular(
+        lambda: os.open(name, READ_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd),
+        shown,
+        workspace,
+        "the file tools",
+    )
+    try:
+        return _digest_of(fd)
+    finally:
+        os.close(fd)
+
+
+class FileChangedError(ToolError):
+    """The file changed on disk while an edit was being prepared (``FS_CHANGED``)."""
+
+    code = "FS_CHANGED"
+
+
+def replace_in(
+    dir_fd: int,
+    name: str,
+    data: bytes,
+    shown: str,
+    workspace: str,
+    *,
+    expected: str | None = None,
+) -> str | None:
+    """Atomically replace ``name`` in the directory ``dir_fd``: temp file, fsync, rename, fsync
+    of the directory. Returns the previous content's sha256 (None when the file was created).
+
+    Every step is relative to ``dir_fd``; the temp file is created ``O_EXCL | O_NOFOLLOW`` and
+    given the replaced file's permission bits (and owner, where allowed), and the rename replaces
+    a directory entry, so no symlink is ever written through. With ``expected`` (an edit), the
+    target is hashed again just before the rename and a change since it was read aborts.
+    """
+    existing = _existing_in(dir_fd, name, shown, workspace)
+    previous = current_digest(dir_fd, name, shown, workspace) if existing is not None else None
+    if expected is not None and previous != expected:
+        raise FileChangedError(
+            f'"{shown}" changed while it was being edited; read it again and retry'
         )
     temp = f".{name}.{secrets.token_hex(6)}.tmp"
     fd = os.open(
@@ -303,6 +516,10 @@ def _replace_in(dir_fd: int, name: str, data: bytes, shown: str, workspace: str)
     )
     try:
         try:
+            if existing is not None:
+                os.fchmod(fd, stat.S_IMODE(existing.st_mode))
+                with contextlib.suppress(OSError):
+                    os.fchown(fd, existing.st_uid, existing.st_gid)
             view = memoryview(data)
             while view:
                 written = os.write(fd, view)
@@ -310,12 +527,48 @@ def _replace_in(dir_fd: int, name: str, data: bytes, shown: str, workspace: str)
             os.fsync(fd)
         finally:
             os.close(fd)
+        if expected is not None and current_digest(dir_fd, name, shown, workspace) != expected:
+            raise FileChangedError(
+                f'"{shown}" changed while it was being edited; read it again and retry'
+            )
         os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temp, dir_fd=dir_fd)
         raise
     os.fsync(dir_fd)
+    return previous
+
+
+def target_dir(
+    holder: WorkspaceRoot, parts: tuple[str, ...], workspace: str, *, create: bool
+) -> int:
+    """The descriptor of the directory holding ``parts[-1]``, resolved beneath the workspace."""
+    shown = display_parts(parts)
+    if not parts:
+        raise ToolError(f'"{shown}" is a directory')
+    try:
+        return open_dirs_beneath(holder.fd(), parts[:-1], create=create)
+    except FileNotFoundError:
+        parent = display_parts(parts[:-1])
+        raise ToolError(
+            f'the parent directory "{parent}" of "{shown}" does not exist; pass '
+            "create_parents: true to create it"
+        ) from None
+    except OSError as error:
+        raise fence_refusal(error, shown, workspace) from None
+
+
+def refuse_read_only(mode: str, tool: str) -> None:
+    """Refuse a file effect under ``read-only`` with the sandbox denial marker."""
+    if mode == "read-only":
+        raise FileSandboxDeniedError(
+            f"{tool} is not allowed under read-only mode {denial_marker(mode)}"
+        )
+
+
+#: A sha256 hex digest, or null for a file that did not exist.
+DIGEST_OR_NULL: Final = {"oneOf": [{"type": "string"}, {"type": "null"}]}
 
 
 def write_file_tool(config: BuiltinToolsConfig, root: WorkspaceRoot) -> ToolDefinition:
@@ -323,38 +576,33 @@ def write_file_tool(config: BuiltinToolsConfig, root: WorkspaceRoot) -> ToolDefi
     mode = config.sandbox
     holder, workspace = root, root.path
 
-    def write_sync(parts: tuple[str, ...], data: bytes) -> None:
-        shown = _display_parts(parts)
-        if not parts:
-            raise ToolError(f'"{shown}" is a directory')
-        name = parts[-1]
+    def write_sync(parts: tuple[str, ...], data: bytes, create: bool) -> str | None:
+        dir_fd = target_dir(holder, parts, workspace, create=create)
         try:
-            dir_fd = open_dirs_beneath(holder.fd(), parts[:-1], create=True)
-        except OSError as error:
-            refused = _fence_error(error, shown, workspace)
-            if refused is None:
-                raise
-            raise refused from None
-        try:
-            _replace_in(dir_fd, name, data, shown, workspace)
+            return replace_in(dir_fd, parts[-1], data, display_parts(parts), workspace)
         finally:
             os.close(dir_fd)
 
     async def execute(args: Any, exec: ToolExecution) -> Any:
         parts = await anyio.to_thread.run_sync(workspace_parts, args["path"], workspace)
-        if mode == "read-only":
-            raise FileSandboxDeniedError(
-                f"write_file is not allowed under read-only mode {denial_marker(mode)}"
-            )
+        refuse_read_only(mode, "write_file")
         data = str(args["content"]).encode("utf-8")
-        await anyio.to_thread.run_sync(write_sync, parts, data)
-        return {"path": _display_parts(parts), "bytes": len(data)}
+        create = bool(args.get("create_parents", False))
+        previous = await anyio.to_thread.run_sync(write_sync, parts, data, create)
+        return {
+            "path": display_parts(parts),
+            "bytes": len(data),
+            "operation": "create" if previous is None else "update",
+            "previousSha256": previous,
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
 
     return ToolDefinition(
         name="write_file",
         description=(
-            "Write a UTF-8 text file inside the workspace, replacing it if it exists and creating "
-            "missing parent directories. The write is atomic (the file has the old or the new "
+            "Write a UTF-8 text file inside the workspace, replacing it if it exists (prefer "
+            "edit_file for a targeted change). Missing parent directories are created only with "
+            "`create_parents: true`. The write is atomic (the file has the old or the new "
             "content, never a mix). Paths outside the workspace are refused."
         ),
         parameters=WRITE_PARAMETERS,
@@ -362,9 +610,16 @@ def write_file_tool(config: BuiltinToolsConfig, root: WorkspaceRoot) -> ToolDefi
         output=ToolOutput(
             schema={
                 "type": "object",
-                "properties": {"path": {"type": "string"}, "bytes": {"type": "integer"}},
-                "required": ["path", "bytes"],
+                "properties": {
+                    "path": {"type": "string"},
+                    "bytes": {"type": "integer"},
+                    "operation": {"type": "string", "enum": ["create", "update"]},
+                    "previousSha256": DIGEST_OR_NULL,
+                    "sha256": {"type": "string"},
+                },
+                "required": ["path", "bytes", "operation", "previousSha256", "sha256"],
             },
             render=_render_write,
+            presentation_meta=write_meta,
         ),
     )

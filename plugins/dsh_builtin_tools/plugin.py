@@ -1,4 +1,4 @@
-"""The ``builtin-tools`` plugin: registers ``bash``, ``read_file`` and ``write_file``."""
+"""The ``builtin-tools`` plugin: ``bash`` and the in-process file tools (read, edit, search)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,15 @@ from dsh_host.userdirs import user_config_file
 
 from .bash import bash_tool
 from .config import BuiltinToolsConfig, BuiltinToolsConfigError, canonical_workspace
+from .edit import edit_file_tool
 from .files import read_file_tool, workspace_root, write_file_tool
+from .search import glob_tool, grep_tool
 
 __all__ = ["BuiltinTools"]
 
 
 class BuiltinTools(Plugin):
-    """Entry point ``builtin-tools``: the three built-in tools (D11).
+    """Entry point ``builtin-tools``: the built-in tools (D11).
 
     The sandbox is a soft dependency: ``ctx.get("sandbox")`` is read per
     ``bash`` call, so a composition without ``sandbox-local`` still boots and
@@ -41,6 +43,9 @@ class BuiltinTools(Plugin):
         root = workspace_root(ctx, workspace)
         tools.register(read_file_tool(config, root), owner=ctx)
         tools.register(write_file_tool(config, root), owner=ctx)
+        tools.register(edit_file_tool(config, root), owner=ctx)
+        tools.register(glob_tool(config, root), owner=ctx)
+        tools.register(grep_tool(config, root), owner=ctx)
 
 
 def _overlap(a: str, b: str) -> bool:

@@ -140,7 +140,7 @@ async def test_racing_swap_never_moves_a_write_or_read_outside(scene: Scene, res
                     reads["refused"] += 1
                     refusals.add(f"{read.error.info} {text}")
                 else:
-                    reads["outside" if text == SECRET else "inside"] += 1
+                    reads["outside" if SECRET.strip() in text else "inside"] += 1
     print(f"resolver={resolver} writes={writes} reads={reads}")
     # Judged from the host first: nothing outside changed, nothing outside was returned.
     assert outside_entries(scene) == [], f"a write landed outside: {writes}"
@@ -262,7 +262,7 @@ async def test_symlinks_and_dotdot_are_refused_wherever_they_point(scene: Scene)
             await call(host, "write_file", {"path": "real/../new.txt", "content": "x"}),
         ]
         fine = await call(host, "read_file", {"path": str(scene.ws / "real" / "f.txt")})
-        nested = await call(host, "write_file", {"path": "a/b/c.txt", "content": "ok\n"})
+        nested = await call(host, "write_file", {"path": "a/b/c.txt", "content": "ok\n", "create_parents": True})
     for result in refused:
         assert result.is_error, text_of(result)
         assert result.error is not None and result.error.info is not None
@@ -271,7 +271,7 @@ async def test_symlinks_and_dotdot_are_refused_wherever_they_point(scene: Scene)
         assert SECRET not in text_of(result)
     assert "goes through a symbolic link" in text_of(refused[0])
     assert 'contains ".."' in text_of(refused[3])
-    assert text_of(fine) == "inside\n"
+    assert "\n1: inside\n" in text_of(fine)
     assert not nested.is_error and (scene.ws / "a" / "b" / "c.txt").read_text() == "ok\n"
     assert (scene.ws / "real" / "f.txt").read_text() == "inside\n"
     assert not (scene.ws / "real" / "new.txt").exists() and not (scene.ws / "new.txt").exists()

@@ -287,15 +287,20 @@ async def test_invalid_bash_arguments(boot: Boot) -> None:
 
 async def test_write_then_read(boot: Boot, tmp_path: Path) -> None:
     async with boot() as host:
-        wrote = await run(
-            host, {"path": "notes/a.txt", "content": "one\ntwo\nthree\n"}, name="write_file"
-        )
+        args = {"path": "notes/a.txt", "content": "one\ntwo\nthree\n", "create_parents": True}
+        wrote = await run(host, args, name="write_file")
         whole = await run(host, {"path": "notes/a.txt"}, name="read_file")
         part = await run(host, {"path": "notes/a.txt", "offset": 2, "limit": 1}, name="read_file")
     assert text_of(wrote) == "Wrote 14 bytes to notes/a.txt"
     assert (tmp_path / "ws" / "notes" / "a.txt").read_text() == "one\ntwo\nthree\n"
-    assert text_of(whole) == "one\ntwo\nthree\n"
-    assert text_of(part) == "two\n"
+    assert text_of(whole) == (
+        "<path>notes/a.txt</path>\n<type>file</type>\n<content>\n"
+        "1: one\n2: two\n3: three\n\n(End of file - total 3 lines)\n</content>"
+    )
+    assert text_of(part) == (
+        "<path>notes/a.txt</path>\n<type>file</type>\n<content>\n"
+        "2: two\n\n(Showing lines 2-2 of 3, 1 more line. Use offset=3 to continue.)\n</content>"
+    )
     assert not [p for p in (tmp_path / "ws" / "notes").iterdir() if p.name.endswith(".tmp")]
 
 
@@ -344,4 +349,7 @@ async def test_read_file_is_parallel_safe(boot: Boot) -> None:
         assert tools.execution_mode(call(name="read_file", arguments={"path": "a"})) == "parallel"
         assert tools.execution_mode(call(name="write_file", arguments={"path": "a"})) == "exclusive"
         assert tools.execution_mode(call(name="bash", arguments=bash("ls"))) == "exclusive"
-        assert tools.names() == ["bash", "read_file", "write_file"]
+        assert tools.execution_mode(call(name="edit_file", arguments={"path": "a"})) == "exclusive"
+        for name in ("glob", "grep"):
+            assert tools.execution_mode(call(name=name, arguments={"pattern": "x"})) == "parallel"
+        assert tools.names() == ["bash", "edit_file", "glob", "grep", "read_file", "write_file"]
