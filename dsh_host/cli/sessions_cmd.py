@@ -13,6 +13,7 @@ from ..session.events import event_to_builtins, to_builtins
 from ..session.persistence import (
     SessionLoad,
     SessionPersistenceCorruptionError,
+    UnreadableListing,
 )
 from ..session.session import Session, derive_messages_from_events
 from .common import (
@@ -95,8 +96,9 @@ def run_list(args: argparse.Namespace) -> int:
 
     async def body(host: PluginHost) -> list[dict[str, Any]]:
         store = persistence(host)
-        listings = await store.list()
-        rows_out: list[dict[str, Any]] = []
+        unreadable: list[UnreadableListing] = []  # one damaged header must not hide the rest
+        listings = await store.list(unreadable=unreadable)
+        rows_out: list[dict[str, Any]] = [_unreadable_entry(bad) for bad in unreadable]
         with progress("reading sessions", total=len(listings)) as advance:
             for listing in listings:
                 entry: dict[str, Any] = {
@@ -116,7 +118,8 @@ def run_list(args: argparse.Namespace) -> int:
                     entry["problem"] = str(exc)
                 rows_out.append(entry)
                 advance()
-        rows_out.sort(key=lambda e: e["createdAt"], reverse=True)
+        # Newest first; rows whose header could not be read (no creation time) last.
+        rows_out.sort(key=lambda e: (e["createdAt"] is not None, e["createdAt"] or 0), reverse=True)
         return rows_out
 
     entries = run_with_host(rows, body)
@@ -136,14 +139,35 @@ def run_list(args: argparse.Namespace) -> int:
     for entry in entries:
         table.add_row(  # ids and cwds come from stored headers: shown inert, never as markup
             Text(terminal_safe(entry["sessionId"], multiline=False)),
-            when(entry["createdAt"]),
+            "-" if entry["createdAt"] is None else when(entry["createdAt"]),
             Text(terminal_safe(entry["cwd"] or "-", multiline=False)),
             "-" if entry["events"] is None else str(entry["events"]),
             entry["lastTurnEnd"] or ("[red]unreadable[/red]" if entry["problem"] else "-"),
             human_size(entry["size"]),
         )
     console().print(table)
+    for entry in entries:
+        if entry["problem"]:
+            console().print(
+                f"unreadable {terminal_safe(entry['sessionId'], multiline=False)}: "
+                f"{terminal_safe(entry['problem'], multiline=False)}",
+                style="red",
+                markup=False,
+            )
     return 0
+
+
+def _unreadable_entry(bad: UnreadableListing) -> dict[str, Any]:
+    """The row of a session whose header could not be read: its id and what is wrong."""
+    return {
+        "sessionId": bad.session_id,
+        "createdAt": None,
+        "cwd": None,
+        "events": None,
+        "lastTurnEnd": None,
+        "size": _file_size(bad),
+        "problem": str(bad.error),
+    }
 
 
 # -- show -------------------------------------------------------------------------------
