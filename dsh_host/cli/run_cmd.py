@@ -317,8 +317,9 @@ def run_run(args: argparse.Namespace) -> int:
         service = host.ctx.agent
         closers = await _stored_closers(host, args.session) if args.session else None
         if closers is not None:
-            _print_closers(transcript, closers)
+            # Ownership first: a second writer is refused (exit 3) before any repair is shown.
             agent = await service.resume(args.session)
+            _print_closers(transcript, closers)
         else:
             agent = service.create(session_id=args.session or new_session_id(), cwd=cwd)
         reason = await _interruptible_turn(agent, prompt, interrupts)

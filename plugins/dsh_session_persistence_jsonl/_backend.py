@@ -67,7 +67,7 @@ from ._codec import (
     pack_source_seqs,
 )
 from ._frames import compress_frame
-from ._lock import SessionLock
+from ._lock import LOCK_NAME, SessionLock, held_by_text, lock_holder
 from ._migrate import migrate_to_current, publish_generation
 from ._paths import (
     CURRENT_VERSION,
@@ -694,6 +694,15 @@ class JsonlSessionPersistence(PersistenceBackend[JsonlReadHandle, JsonlWriteHand
         except BaseException:
             lock.release()
             raise
+
+    async def held_by(self, session_id: str) -> str | None:
+        """Who holds the session's write lock now (``held by a live writer (pid N)``), or
+        None when no holder is seen. Takes no lock: a reader asks the kernel (Linux)."""
+        found = await anyio.to_thread.run_sync(self.find, session_id)
+        if found is None:
+            return None
+        pid = lock_holder(os.path.join(found[0], LOCK_NAME))
+        return None if pid is None else held_by_text(pid)
 
     async def read_from(
         self, session_id: str, from_seq: int, *, token: CancelToken | None = None

@@ -56,6 +56,7 @@ def test_demo_run_then_list_show_verify(tmp_path: Path) -> None:
         "tornTail": None,
         "closers": [],
         "corrupt": None,
+        "heldBy": None,
     }
 
 
