@@ -1,7 +1,8 @@
 """``dsh run`` and ``dsh resume``: one turn on a session, printed as it happens.
 
-``run`` starts a new session (or continues ``--session ID``, repairing it
-first if a crash interrupted it); ``resume`` repairs a stored session and
+``run`` starts a new session (or continues the stored ``--session ID``,
+repairing it first if a crash interrupted it; ``--session ID --new`` starts
+one with a chosen id); ``resume`` repairs a stored session and
 optionally runs a new turn. Both print the transcript while it streams --
 text as it arrives, every tool call with its call id, approvals, results --
 and end with the session id and where the log is stored.
@@ -56,7 +57,17 @@ def add_parsers(sub: Any) -> None:
     run.add_argument("prompt", nargs="?", metavar="PROMPT", help="what to ask (demo: optional)")
     add_config_flag(run)
     add_root_flag(run)
-    run.add_argument("--session", metavar="ID", help="continue this session (repaired first)")
+    run.add_argument(
+        "--session",
+        metavar="ID",
+        help="continue this stored session (repaired first); an unknown ID is an error unless "
+        "--new is given",
+    )
+    run.add_argument(
+        "--new",
+        action="store_true",
+        help="with --session ID: start a new session with this id (refused if it exists)",
+    )
     _model_flag(run)
     run.add_argument(
         "--workspace",
@@ -316,6 +327,7 @@ def run_run(args: argparse.Namespace) -> int:
         _install_answerer(host, interrupts)
         service = host.ctx.agent
         closers = await _stored_closers(host, args.session) if args.session else None
+        _check_new_flag(args, stored=closers is not None)
         if closers is not None:
             # Ownership first: a second writer is refused (exit 3) before any repair is shown.
             agent = await service.resume(args.session)
@@ -329,6 +341,24 @@ def run_run(args: argparse.Namespace) -> int:
 
     code = _report(args, run_with_host(located, body, interrupts=interrupts))
     return interrupts.exit_code if interrupts.exit_code is not None else code
+
+
+def _check_new_flag(args: argparse.Namespace, *, stored: bool) -> None:
+    """``--session ID`` continues a stored session; only ``--new`` starts one with that id."""
+    if args.new and args.session is None:
+        raise CliUsageError("--new needs --session ID (the id of the session to start)")
+    if args.session is None:
+        return
+    if stored and args.new:
+        raise CliUsageError(
+            f"--session {args.session} --new: a session with this id is already stored; drop "
+            "--new to continue it"
+        )
+    if not stored and not args.new:
+        raise CliUsageError(
+            f"--session {args.session}: no stored session has this id (see `dsh sessions "
+            "list`); pass --new to start a new session with it"
+        )
 
 
 def _install_answerer(host: PluginHost, interrupts: Interrupts) -> None:

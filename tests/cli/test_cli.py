@@ -351,7 +351,7 @@ def test_openai_compatible_transient_failures_are_retried(tmp_path: Path) -> Non
 def test_run_session_flag_creates_then_continues(tmp_path: Path) -> None:
     script = tmp_path / "s.yml"
     script.write_text("responses:\n  - text: first\n  - text: second\n")
-    first = dsh("run", "one", "--session", "my-work", "--model", f"scripted:{script}", "--json",
+    first = dsh("run", "one", "--session", "my-work", "--new", "--model", f"scripted:{script}", "--json",
                 cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     assert json.loads(first.stdout)["sessionId"] == "my-work"

@@ -64,7 +64,7 @@ def test_a_second_writer_is_refused_before_it_shows_any_repair(tmp_path: Path) -
     script.write_text(json.dumps({"responses": [{"tool_calls": [call]}, {"text": "done"}]}))
     common = ("--root", str(root), "--model", f"scripted:{script}")
     writer = subprocess.Popen(
-        [sys.executable, "-m", "dsh_host", "run", "go", "--session", "held", *common],
+        [sys.executable, "-m", "dsh_host", "run", "go", "--session", "held", "--new", *common],
         cwd=workspace, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
@@ -98,3 +98,23 @@ def test_a_second_writer_is_refused_before_it_shows_any_repair(tmp_path: Path) -
 def lock_holder_of(root: Path, session_id: str) -> int | None:
     locks = list(root.glob(f"*/{session_id}/session.lock"))
     return lock_holder(str(locks[0])) if locks else None
+
+
+def test_session_flag_continues_and_only_new_creates(tmp_path: Path) -> None:
+    root = tmp_path / "sessions"
+    common = ("--root", str(root), "--json")
+    typo = dsh("run", "--session", "my-wrok", *common, cwd=tmp_path)
+    assert typo.returncode == 2 and "Traceback" not in typo.stderr, typo.stderr
+    assert "--session my-wrok: no stored session has this id" in typo.stderr
+    assert "pass --new" in typo.stderr
+    assert not root.exists() or not list(root.glob("*/my-wrok"))  # nothing was created
+    lone = dsh("run", "--new", *common, cwd=tmp_path)
+    assert lone.returncode == 2 and "--new needs --session ID" in lone.stderr, lone.stderr
+    made = dsh("run", "--session", "my-work", "--new", *common, cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["sessionId"] == "my-work"
+    again = dsh("run", "--session", "my-work", "--new", *common, cwd=tmp_path)
+    assert again.returncode == 2 and "already stored; drop --new" in again.stderr, again.stderr
+    continued = dsh("run", "--session", "my-work", *common, cwd=tmp_path)
+    assert continued.returncode == 0, continued.stderr
+    assert json.loads(continued.stdout)["events"] > json.loads(made.stdout)["events"]
