@@ -82,8 +82,10 @@ def add_parsers(sub: Any) -> None:
     run.add_argument(
         "--approval",
         choices=("ask", "never", "defer"),
-        help="approval policy override; defer: an unanswered ask waits for `dsh approvals "
-        "decide` (the run exits 4)",
+        help="approval policy override. ask (default): a call that needs approval is asked "
+        "on the terminal (no terminal: it is not run); never: nobody is asked, every such call "
+        "is refused by the policy (the model is told so, in DSH's words 'the user rejected "
+        "tool'); defer: an unanswered ask waits for `dsh approvals decide` (the run exits 4)",
     )
     run.add_argument(
         "--sandbox",
@@ -183,6 +185,7 @@ class Transcript:
 
     quiet: bool
     _mid_line: bool = False
+    _approval: Any = None
 
     def _print(self, text: str, style: str | None = None, *, multiline: bool = False) -> None:
         """Print one transcript line; control characters in it are shown escaped, never sent."""
@@ -196,6 +199,7 @@ class Transcript:
     def install(self, host: PluginHost) -> None:
         host.ctx.on("llm/stream", self._relay)
         host.ctx.on("session/event", self._on_event)
+        self._approval = host.ctx.get("approval")
 
     async def _relay(
         self, request: LlmRequest, next_: Callable[[], AsyncIterator[StreamChunk]]
@@ -245,7 +249,8 @@ class Transcript:
             self._print(f"? approval asked for {data.get('toolName')} [{data.get('callId')}]"
                         f"{': ' + data['reason'] if data.get('reason') else ''}", "yellow")
         elif kind == "approval/decided":
-            self._print(f"? approval {data.get('outcome')}", "yellow")
+            self._print(f"? approval {data.get('outcome')}{self._decided_by(session, data)}",
+                        "yellow")
         elif kind == "llm/retry":
             self._print(f"↻ {retry_summary(data)}", "yellow")
         elif kind == "turn/end":
@@ -254,6 +259,14 @@ class Transcript:
             detail = reason.get("message") or reason.get("error", {}).get("message") or ""
             self._print(f"turn {data.get('turn')} ended: {reason.get('kind')}"
                         f"{' — ' + str(detail) if detail else ''}", style)
+
+
+    def _decided_by(self, session: Any, data: dict[str, Any]) -> str:
+        """Who rejected: under policy ``never`` nobody was asked, the policy refused."""
+        policy = getattr(self._approval, "effective_policy", None)
+        if data.get("outcome") != "rejected" or policy is None or policy(session) != "never":
+            return ""
+        return " by the approval policy never (no one was asked)"
 
 
 _SHOWN_EVENTS = frozenset(

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from cli_helpers import dsh, json_lines
+from cli_helpers import REPO, dsh, json_lines
 from dsh_session_persistence_jsonl._lock import lock_holder
 
 
@@ -118,3 +118,26 @@ def test_session_flag_continues_and_only_new_creates(tmp_path: Path) -> None:
     continued = dsh("run", "--session", "my-work", *common, cwd=tmp_path)
     assert continued.returncode == 0, continued.stderr
     assert json.loads(continued.stdout)["events"] > json.loads(made.stdout)["events"]
+
+
+def test_approval_never_says_the_policy_refused_not_a_person(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    config = tmp_path / "composition.yml"
+    config.write_text(
+        (REPO / "configs" / "default.yml").read_text()
+        + "\n- id: rules\n  name: tool-rules\n  config:\n    rules:\n"
+        + "      - {tool: write_file, decision: ask, reason: writes need a human}\n"
+    )
+    script = tmp_path / "script.json"
+    call = {"name": "write_file", "id": "c-w", "arguments": {"path": "x.txt", "content": "x"}}
+    script.write_text(json.dumps({"responses": [{"tool_calls": [call]}, {"text": "done"}]}))
+    result = dsh(
+        "run", "go", "--model", f"scripted:{script}", "--root", str(tmp_path / "s"),
+        "--config", str(config), "--approval", "never", cwd=workspace,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "? approval rejected by the approval policy never (no one was asked)" in result.stdout
+    assert not (workspace / "x.txt").exists()
+    helped = dsh("run", "--help", cwd=tmp_path)
+    assert "never: nobody is asked" in " ".join(helped.stdout.split())
