@@ -293,19 +293,79 @@ async def _finish(args: argparse.Namespace, host: PluginHost, agent: Agent, reas
     kind = turn_end_kind(reason) if reason is not None else None
     store = host.ctx.get("sessionPersistence")
     where = store.locate(agent.session.header).path if store is not None else None
+    turn = agent.last_turn if reason is not None else None
     return {
         "sessionId": agent.session.id,
-        "turnEnd": {"kind": kind} if kind is not None else None,
+        "turnEnd": _turn_end(kind, reason),
         "events": len(agent.session.events),
         "where": where,
         "pendingApprovals": pending_rows(agent.session.events, agent.session.id),
+        "usage": _usage(agent.session.events, turn),
+        "finalText": _final_text(agent.session.events, turn),
     }
+
+
+def _turn_end(kind: str | None, reason: Any) -> dict[str, Any] | None:
+    """``{kind}``, plus ``code`` and ``message`` when the turn end carries them."""
+    if kind is None:
+        return None
+    out: dict[str, Any] = {"kind": kind}
+    data = to_builtins(reason)
+    if isinstance(data, dict):
+        found = data.get("error")
+        error: dict[str, Any] = found if isinstance(found, dict) else {}
+        code = error.get("code") or data.get("code")
+        message = error.get("message") or data.get("message")
+        if code is not None:
+            out["code"] = code
+        if message is not None:
+            out["message"] = message
+    return out
+
+
+#: Stored usage names (uncached input, output, input served from cache), kept as they are.
+_USAGE_KEYS = ("inputTokens", "outputTokens", "cacheReadTokens")
+
+
+def _usage(events: Any, turn: int | None) -> dict[str, dict[str, int] | None]:
+    """Token counts of the model's answers: this turn's (None without a turn) and the session's."""
+    total = dict.fromkeys(_USAGE_KEYS, 0)
+    this = dict(total)
+    for event in events:
+        if event.type != "assistant/message":
+            continue
+        data = to_builtins(event.data)
+        usage = data.get("usage") if isinstance(data, dict) else None
+        if not isinstance(usage, dict):
+            continue
+        for key in _USAGE_KEYS:
+            count = usage.get(key)
+            if isinstance(count, int):
+                total[key] += count
+                if data.get("turn") == turn:
+                    this[key] += count
+    return {"turn": this if turn is not None else None, "total": total}
+
+
+def _final_text(events: Any, turn: int | None) -> str | None:
+    """The text of the turn's last assistant message that has text, or None."""
+    if turn is None:
+        return None
+    for event in reversed(events):
+        if event.type != "assistant/message" or event.data.turn != turn:
+            continue
+        text = "".join(b.text for b in event.data.message.content if isinstance(b, TextBlock))
+        if text:
+            return text
+    return None
 
 
 def _report(args: argparse.Namespace, result: dict[str, Any]) -> int:
     completed = result["turnEnd"] is None or result["turnEnd"]["kind"] == "completed"
     if args.json:
-        payload = {k: result[k] for k in ("sessionId", "turnEnd", "events")}
+        payload = {
+            k: result[k] for k in ("sessionId", "turnEnd", "events", "usage", "finalText")
+        }
         if "closers" in result:
             payload["closers"] = result["closers"]
         if result.get("pendingApprovals"):
@@ -349,6 +409,8 @@ def run_run(args: argparse.Namespace) -> int:
             agent = service.create(session_id=args.session or new_session_id(), cwd=cwd)
         reason = await _interruptible_turn(agent, prompt, interrupts)
         result = await _finish(args, host, agent, reason, transcript)
+        if closers is not None:
+            result["closers"] = closers
         await agent.aclose()
         return result
 

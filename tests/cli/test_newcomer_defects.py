@@ -141,3 +141,32 @@ def test_approval_never_says_the_policy_refused_not_a_person(tmp_path: Path) -> 
     assert not (workspace / "x.txt").exists()
     helped = dsh("run", "--help", cwd=tmp_path)
     assert "never: nobody is asked" in " ".join(helped.stdout.split())
+
+
+def test_run_json_carries_the_error_usage_final_text_and_closers(tmp_path: Path) -> None:
+    root = tmp_path / "sessions"
+    cwd = tmp_path / "ws"  # beside the session root, not above it (D15)
+    cwd.mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"responses": [{"text": "first answer"}]}))
+    made = dsh("run", "hi", "--model", f"scripted:{script}", "--root", str(root), "--json",
+               cwd=cwd)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    payload = json.loads(made.stdout)
+    assert {"sessionId", "turnEnd", "events"} <= set(payload)  # the old keys stay
+    assert payload["finalText"] == "first answer"
+    turn, total = payload["usage"]["turn"], payload["usage"]["total"]
+    assert turn["inputTokens"] > 0 and turn["outputTokens"] > 0 and "cacheReadTokens" in turn
+    assert total == turn
+    # A failing turn on the same session: its code and message, usage summed, closers listed.
+    failed = dsh(
+        "run", "again", "--session", payload["sessionId"], "--model", "openai-compatible:x",
+        "--root", str(root), "--json", cwd=cwd, env={"DEEPSEEK_API_KEY": ""},
+    )  # fmt: skip
+    assert failed.returncode == 1, failed.stderr
+    second = json.loads(failed.stdout)
+    assert second["turnEnd"]["kind"] == "error"
+    assert second["turnEnd"]["code"] == "INVALID_CREDENTIAL"  # an empty key
+    assert "DEEPSEEK_API_KEY" in second["turnEnd"]["message"]
+    assert second["finalText"] is None and second["closers"] == []
+    assert second["usage"]["total"] == total
