@@ -10,6 +10,7 @@ from typing import Any
 
 from ..loader import PluginHost
 from ..session.events import event_to_builtins, to_builtins
+from ..session.messages import UserSource
 from ..session.persistence import (
     SessionLoad,
     SessionPersistenceCorruptionError,
@@ -25,7 +26,14 @@ from .common import (
     run_with_host,
 )
 from .output import console, json_line, progress
-from .render import event_summary, human_size, message_lines, terminal_safe, when
+from .render import (
+    blocks_text,
+    event_summary,
+    human_size,
+    message_lines,
+    terminal_safe,
+    when,
+)
 
 
 def add_parser(sub: Any) -> None:
@@ -110,11 +118,13 @@ def run_list(args: argparse.Namespace) -> int:
                     "lastTurnEnd": None,
                     "size": _file_size(listing),
                     "problem": None,
+                    "title": None,
                 }
                 try:
                     load = await store.inspect(listing.header.id)
                     entry["events"] = len(load.events)
                     entry["lastTurnEnd"] = _last_turn_end(load.balanced)
+                    entry["title"] = _title(load.events)
                 except Exception as exc:  # one bad log must not hide the others
                     entry["problem"] = str(exc)
                 rows_out.append(entry)
@@ -131,12 +141,18 @@ def run_list(args: argparse.Namespace) -> int:
     if not entries:
         console().print("no stored sessions")
         return 0
+    if not sys.stdout.isatty():
+        _print_rows(entries)
+        return 0
     from rich.table import Table
     from rich.text import Text
 
     table = Table(title_justify="left")
-    for column in ("id", "created", "cwd", "events", "last turn", "size"):
+    widest = max(len(terminal_safe(e["sessionId"], multiline=False)) for e in entries)
+    table.add_column("id", no_wrap=True, min_width=widest)  # ids whole: people copy them
+    for column in ("created", "cwd", "events", "last turn", "size"):
         table.add_column(column, overflow="fold")
+    table.add_column("title", overflow="ellipsis", no_wrap=True, max_width=40)
     for entry in entries:
         table.add_row(  # ids and cwds come from stored headers: shown inert, never as markup
             Text(terminal_safe(entry["sessionId"], multiline=False)),
@@ -145,6 +161,7 @@ def run_list(args: argparse.Namespace) -> int:
             "-" if entry["events"] is None else str(entry["events"]),
             entry["lastTurnEnd"] or ("[red]unreadable[/red]" if entry["problem"] else "-"),
             human_size(entry["size"]),
+            Text(terminal_safe(entry["title"] or "-", multiline=False)),
         )
     console().print(table)
     for entry in entries:
@@ -158,6 +175,39 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
+_TITLE_CHARS = 60
+
+
+def _title(events: Any) -> str | None:
+    """The session's first prompt on one line, clipped: what people recognise it by."""
+    for event in events:
+        if event.type == "user/message" and isinstance(event.data.source, UserSource):
+            text = " ".join(blocks_text(event.data.content).split())
+            return text if len(text) <= _TITLE_CHARS else text[: _TITLE_CHARS - 1] + "…"
+    return None
+
+
+def _print_rows(entries: list[dict[str, Any]]) -> None:
+    """Not a terminal: a header, then one tab-separated row per session, nothing wrapped."""
+    print("id\tcreated\tcwd\tevents\tlast turn\tsize\ttitle")
+    for entry in entries:
+        fields = (
+            entry["sessionId"],
+            "-" if entry["createdAt"] is None else when(entry["createdAt"]),
+            entry["cwd"] or "-",
+            "-" if entry["events"] is None else str(entry["events"]),
+            entry["lastTurnEnd"] or ("unreadable" if entry["problem"] else "-"),
+            human_size(entry["size"]),
+            entry["title"] or "-",
+        )
+        # Tabs and newlines inside a field would break the row: shown escaped.
+        print("\t".join(terminal_safe(f, multiline=False).replace("\t", "\\t") for f in fields))
+    for entry in entries:
+        if entry["problem"]:
+            print(f"unreadable {terminal_safe(entry['sessionId'], multiline=False)}: "
+                  f"{terminal_safe(entry['problem'], multiline=False)}")
+
+
 def _unreadable_entry(bad: UnreadableListing) -> dict[str, Any]:
     """The row of a session whose header could not be read: its id and what is wrong."""
     return {
@@ -168,6 +218,7 @@ def _unreadable_entry(bad: UnreadableListing) -> dict[str, Any]:
         "lastTurnEnd": None,
         "size": _file_size(bad),
         "problem": str(bad.error),
+        "title": None,
     }
 
 

@@ -17,7 +17,7 @@ def test_demo_run_then_list_show_verify(tmp_path: Path) -> None:
     run = dsh("run", "--json", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
-    assert set(result) == {"sessionId", "turnEnd", "events"}
+    assert set(result) == {"sessionId", "turnEnd", "events", "usage", "finalText"}
     assert result["turnEnd"] == {"kind": "completed"}
     session_id = result["sessionId"]
     # the demo wrote through the sandboxed bash, inside its workspace only

@@ -49,7 +49,7 @@ def test_one_damaged_log_does_not_hide_the_others(tmp_path: Path) -> None:
     human = dsh("sessions", "list", "--root", str(root), cwd=tmp_path)
     assert human.returncode == 0, human.stderr
     assert "Traceback" not in human.stderr
-    assert "completed" in human.stdout  # the intact session's row
+    assert good in human.stdout  # the intact session's row
     assert f"unreadable {bad}: corrupt" in human.stdout
     assert log.read_bytes() == bytes(data)  # listing wrote nothing
 
@@ -170,3 +170,29 @@ def test_run_json_carries_the_error_usage_final_text_and_closers(tmp_path: Path)
     assert "DEEPSEEK_API_KEY" in second["turnEnd"]["message"]
     assert second["finalText"] is None and second["closers"] == []
     assert second["usage"]["total"] == total
+
+
+def test_sessions_list_piped_is_one_whole_row_per_session_with_a_title(tmp_path: Path) -> None:
+    root = tmp_path / "sessions"
+    cwd = tmp_path / "ws"
+    cwd.mkdir()
+    long_id = "a-rather-long-session-id-that-a-table-would-wrap-" + "x" * 40
+    made = dsh("run", "fix\tthe failing   build please", "--session", long_id, "--new",
+               "--root", str(root), "--json", cwd=cwd)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    other = _demo_session(cwd, root)
+    listed = dsh("sessions", "list", "--root", str(root), cwd=cwd)  # stdout is a pipe
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].split("\t") == [
+        "id", "created", "cwd", "events", "last turn", "size", "title"
+    ]  # fmt: skip
+    rows = {line.split("\t")[0]: line.split("\t") for line in lines[1:]}
+    assert set(rows) == {long_id, other}  # whole ids, one line each
+    assert all(len(row) == 7 for row in rows.values())
+    assert rows[long_id][6] == "fix the failing build please"
+    assert rows[long_id][4] == "completed"
+    as_json = {r["sessionId"]: r for r in json_lines(
+        dsh("sessions", "list", "--root", str(root), "--json", cwd=cwd).stdout
+    )}  # fmt: skip
+    assert as_json[long_id]["title"] == "fix the failing build please"
