@@ -1,7 +1,8 @@
 """``dsh run`` and ``dsh resume``: one turn on a session, printed as it happens.
 
-``run`` starts a new session (or continues ``--session ID``, repairing it
-first if a crash interrupted it); ``resume`` repairs a stored session and
+``run`` starts a new session (or continues the stored ``--session ID``,
+repairing it first if a crash interrupted it; ``--session ID --new`` starts
+one with a chosen id); ``resume`` repairs a stored session and
 optionally runs a new turn. Both print the transcript while it streams --
 text as it arrives, every tool call with its call id, approvals, results --
 and end with the session id and where the log is stored.
@@ -56,7 +57,17 @@ def add_parsers(sub: Any) -> None:
     run.add_argument("prompt", nargs="?", metavar="PROMPT", help="what to ask (demo: optional)")
     add_config_flag(run)
     add_root_flag(run)
-    run.add_argument("--session", metavar="ID", help="continue this session (repaired first)")
+    run.add_argument(
+        "--session",
+        metavar="ID",
+        help="continue this stored session (repaired first); an unknown ID is an error unless "
+        "--new is given",
+    )
+    run.add_argument(
+        "--new",
+        action="store_true",
+        help="with --session ID: start a new session with this id (refused if it exists)",
+    )
     _model_flag(run)
     run.add_argument(
         "--workspace",
@@ -71,8 +82,10 @@ def add_parsers(sub: Any) -> None:
     run.add_argument(
         "--approval",
         choices=("ask", "never", "defer"),
-        help="approval policy override; defer: an unanswered ask waits for `dsh approvals "
-        "decide` (the run exits 4)",
+        help="approval policy override. ask (default): a call that needs approval is asked "
+        "on the terminal (no terminal: it is not run); never: nobody is asked, every such call "
+        "is refused by the policy (the model is told so, in DSH's words 'the user rejected "
+        "tool'); defer: an unanswered ask waits for `dsh approvals decide` (the run exits 4)",
     )
     run.add_argument(
         "--sandbox",
@@ -172,6 +185,7 @@ class Transcript:
 
     quiet: bool
     _mid_line: bool = False
+    _approval: Any = None
 
     def _print(self, text: str, style: str | None = None, *, multiline: bool = False) -> None:
         """Print one transcript line; control characters in it are shown escaped, never sent."""
@@ -185,6 +199,7 @@ class Transcript:
     def install(self, host: PluginHost) -> None:
         host.ctx.on("llm/stream", self._relay)
         host.ctx.on("session/event", self._on_event)
+        self._approval = host.ctx.get("approval")
 
     async def _relay(
         self, request: LlmRequest, next_: Callable[[], AsyncIterator[StreamChunk]]
@@ -234,7 +249,8 @@ class Transcript:
             self._print(f"? approval asked for {data.get('toolName')} [{data.get('callId')}]"
                         f"{': ' + data['reason'] if data.get('reason') else ''}", "yellow")
         elif kind == "approval/decided":
-            self._print(f"? approval {data.get('outcome')}", "yellow")
+            self._print(f"? approval {data.get('outcome')}{self._decided_by(session, data)}",
+                        "yellow")
         elif kind == "llm/retry":
             self._print(f"↻ {retry_summary(data)}", "yellow")
         elif kind == "turn/end":
@@ -243,6 +259,14 @@ class Transcript:
             detail = reason.get("message") or reason.get("error", {}).get("message") or ""
             self._print(f"turn {data.get('turn')} ended: {reason.get('kind')}"
                         f"{' — ' + str(detail) if detail else ''}", style)
+
+
+    def _decided_by(self, session: Any, data: dict[str, Any]) -> str:
+        """Who rejected: under policy ``never`` nobody was asked, the policy refused."""
+        policy = getattr(self._approval, "effective_policy", None)
+        if data.get("outcome") != "rejected" or policy is None or policy(session) != "never":
+            return ""
+        return " by the approval policy never (no one was asked)"
 
 
 _SHOWN_EVENTS = frozenset(
@@ -269,19 +293,79 @@ async def _finish(args: argparse.Namespace, host: PluginHost, agent: Agent, reas
     kind = turn_end_kind(reason) if reason is not None else None
     store = host.ctx.get("sessionPersistence")
     where = store.locate(agent.session.header).path if store is not None else None
+    turn = agent.last_turn if reason is not None else None
     return {
         "sessionId": agent.session.id,
-        "turnEnd": {"kind": kind} if kind is not None else None,
+        "turnEnd": _turn_end(kind, reason),
         "events": len(agent.session.events),
         "where": where,
         "pendingApprovals": pending_rows(agent.session.events, agent.session.id),
+        "usage": _usage(agent.session.events, turn),
+        "finalText": _final_text(agent.session.events, turn),
     }
+
+
+def _turn_end(kind: str | None, reason: Any) -> dict[str, Any] | None:
+    """``{kind}``, plus ``code`` and ``message`` when the turn end carries them."""
+    if kind is None:
+        return None
+    out: dict[str, Any] = {"kind": kind}
+    data = to_builtins(reason)
+    if isinstance(data, dict):
+        found = data.get("error")
+        error: dict[str, Any] = found if isinstance(found, dict) else {}
+        code = error.get("code") or data.get("code")
+        message = error.get("message") or data.get("message")
+        if code is not None:
+            out["code"] = code
+        if message is not None:
+            out["message"] = message
+    return out
+
+
+#: Stored usage names (uncached input, output, input served from cache), kept as they are.
+_USAGE_KEYS = ("inputTokens", "outputTokens", "cacheReadTokens")
+
+
+def _usage(events: Any, turn: int | None) -> dict[str, dict[str, int] | None]:
+    """Token counts of the model's answers: this turn's (None without a turn) and the session's."""
+    total = dict.fromkeys(_USAGE_KEYS, 0)
+    this = dict(total)
+    for event in events:
+        if event.type != "assistant/message":
+            continue
+        data = to_builtins(event.data)
+        usage = data.get("usage") if isinstance(data, dict) else None
+        if not isinstance(usage, dict):
+            continue
+        for key in _USAGE_KEYS:
+            count = usage.get(key)
+            if isinstance(count, int):
+                total[key] += count
+                if data.get("turn") == turn:
+                    this[key] += count
+    return {"turn": this if turn is not None else None, "total": total}
+
+
+def _final_text(events: Any, turn: int | None) -> str | None:
+    """The text of the turn's last assistant message that has text, or None."""
+    if turn is None:
+        return None
+    for event in reversed(events):
+        if event.type != "assistant/message" or event.data.turn != turn:
+            continue
+        text = "".join(b.text for b in event.data.message.content if isinstance(b, TextBlock))
+        if text:
+            return text
+    return None
 
 
 def _report(args: argparse.Namespace, result: dict[str, Any]) -> int:
     completed = result["turnEnd"] is None or result["turnEnd"]["kind"] == "completed"
     if args.json:
-        payload = {k: result[k] for k in ("sessionId", "turnEnd", "events")}
+        payload = {
+            k: result[k] for k in ("sessionId", "turnEnd", "events", "usage", "finalText")
+        }
         if "closers" in result:
             payload["closers"] = result["closers"]
         if result.get("pendingApprovals"):
@@ -316,18 +400,40 @@ def run_run(args: argparse.Namespace) -> int:
         _install_answerer(host, interrupts)
         service = host.ctx.agent
         closers = await _stored_closers(host, args.session) if args.session else None
+        _check_new_flag(args, stored=closers is not None)
         if closers is not None:
-            _print_closers(transcript, closers)
+            # Ownership first: a second writer is refused (exit 3) before any repair is shown.
             agent = await service.resume(args.session)
+            _print_closers(transcript, closers)
         else:
             agent = service.create(session_id=args.session or new_session_id(), cwd=cwd)
         reason = await _interruptible_turn(agent, prompt, interrupts)
         result = await _finish(args, host, agent, reason, transcript)
+        if closers is not None:
+            result["closers"] = closers
         await agent.aclose()
         return result
 
     code = _report(args, run_with_host(located, body, interrupts=interrupts))
     return interrupts.exit_code if interrupts.exit_code is not None else code
+
+
+def _check_new_flag(args: argparse.Namespace, *, stored: bool) -> None:
+    """``--session ID`` continues a stored session; only ``--new`` starts one with that id."""
+    if args.new and args.session is None:
+        raise CliUsageError("--new needs --session ID (the id of the session to start)")
+    if args.session is None:
+        return
+    if stored and args.new:
+        raise CliUsageError(
+            f"--session {args.session} --new: a session with this id is already stored; drop "
+            "--new to continue it"
+        )
+    if not stored and not args.new:
+        raise CliUsageError(
+            f"--session {args.session}: no stored session has this id (see `dsh sessions "
+            "list`); pass --new to start a new session with it"
+        )
 
 
 def _install_answerer(host: PluginHost, interrupts: Interrupts) -> None:

@@ -10,9 +10,11 @@ from typing import Any
 
 from ..loader import PluginHost
 from ..session.events import event_to_builtins, to_builtins
+from ..session.messages import UserSource
 from ..session.persistence import (
     SessionLoad,
     SessionPersistenceCorruptionError,
+    UnreadableListing,
 )
 from ..session.session import Session, derive_messages_from_events
 from .common import (
@@ -24,7 +26,14 @@ from .common import (
     run_with_host,
 )
 from .output import console, json_line, progress
-from .render import event_summary, human_size, message_lines, terminal_safe, when
+from .render import (
+    blocks_text,
+    event_summary,
+    human_size,
+    message_lines,
+    terminal_safe,
+    when,
+)
 
 
 def add_parser(sub: Any) -> None:
@@ -54,7 +63,8 @@ def add_parser(sub: Any) -> None:
 
     verify = commands.add_parser(
         "verify",
-        help="check a stored log without writing: 0 intact, 1 recoverable, 2 corrupt",
+        help="check a stored log without writing: 0 intact, 1 recoverable, 2 corrupt, 3 held "
+        "by a live writer",
     )
     verify.add_argument("session_id", metavar="ID")
     add_config_flag(verify)
@@ -95,8 +105,9 @@ def run_list(args: argparse.Namespace) -> int:
 
     async def body(host: PluginHost) -> list[dict[str, Any]]:
         store = persistence(host)
-        listings = await store.list()
-        rows_out: list[dict[str, Any]] = []
+        unreadable: list[UnreadableListing] = []  # one damaged header must not hide the rest
+        listings = await store.list(unreadable=unreadable)
+        rows_out: list[dict[str, Any]] = [_unreadable_entry(bad) for bad in unreadable]
         with progress("reading sessions", total=len(listings)) as advance:
             for listing in listings:
                 entry: dict[str, Any] = {
@@ -107,16 +118,19 @@ def run_list(args: argparse.Namespace) -> int:
                     "lastTurnEnd": None,
                     "size": _file_size(listing),
                     "problem": None,
+                    "title": None,
                 }
                 try:
                     load = await store.inspect(listing.header.id)
                     entry["events"] = len(load.events)
                     entry["lastTurnEnd"] = _last_turn_end(load.balanced)
+                    entry["title"] = _title(load.events)
                 except Exception as exc:  # one bad log must not hide the others
                     entry["problem"] = str(exc)
                 rows_out.append(entry)
                 advance()
-        rows_out.sort(key=lambda e: e["createdAt"], reverse=True)
+        # Newest first; rows whose header could not be read (no creation time) last.
+        rows_out.sort(key=lambda e: (e["createdAt"] is not None, e["createdAt"] or 0), reverse=True)
         return rows_out
 
     entries = run_with_host(rows, body)
@@ -127,23 +141,85 @@ def run_list(args: argparse.Namespace) -> int:
     if not entries:
         console().print("no stored sessions")
         return 0
+    if not sys.stdout.isatty():
+        _print_rows(entries)
+        return 0
     from rich.table import Table
     from rich.text import Text
 
     table = Table(title_justify="left")
-    for column in ("id", "created", "cwd", "events", "last turn", "size"):
+    widest = max(len(terminal_safe(e["sessionId"], multiline=False)) for e in entries)
+    table.add_column("id", no_wrap=True, min_width=widest)  # ids whole: people copy them
+    for column in ("created", "cwd", "events", "last turn", "size"):
         table.add_column(column, overflow="fold")
+    table.add_column("title", overflow="ellipsis", no_wrap=True, max_width=40)
     for entry in entries:
         table.add_row(  # ids and cwds come from stored headers: shown inert, never as markup
             Text(terminal_safe(entry["sessionId"], multiline=False)),
-            when(entry["createdAt"]),
+            "-" if entry["createdAt"] is None else when(entry["createdAt"]),
             Text(terminal_safe(entry["cwd"] or "-", multiline=False)),
             "-" if entry["events"] is None else str(entry["events"]),
             entry["lastTurnEnd"] or ("[red]unreadable[/red]" if entry["problem"] else "-"),
             human_size(entry["size"]),
+            Text(terminal_safe(entry["title"] or "-", multiline=False)),
         )
     console().print(table)
+    for entry in entries:
+        if entry["problem"]:
+            console().print(
+                f"unreadable {terminal_safe(entry['sessionId'], multiline=False)}: "
+                f"{terminal_safe(entry['problem'], multiline=False)}",
+                style="red",
+                markup=False,
+            )
     return 0
+
+
+_TITLE_CHARS = 60
+
+
+def _title(events: Any) -> str | None:
+    """The session's first prompt on one line, clipped: what people recognise it by."""
+    for event in events:
+        if event.type == "user/message" and isinstance(event.data.source, UserSource):
+            text = " ".join(blocks_text(event.data.content).split())
+            return text if len(text) <= _TITLE_CHARS else text[: _TITLE_CHARS - 1] + "…"
+    return None
+
+
+def _print_rows(entries: list[dict[str, Any]]) -> None:
+    """Not a terminal: a header, then one tab-separated row per session, nothing wrapped."""
+    print("id\tcreated\tcwd\tevents\tlast turn\tsize\ttitle")
+    for entry in entries:
+        fields = (
+            entry["sessionId"],
+            "-" if entry["createdAt"] is None else when(entry["createdAt"]),
+            entry["cwd"] or "-",
+            "-" if entry["events"] is None else str(entry["events"]),
+            entry["lastTurnEnd"] or ("unreadable" if entry["problem"] else "-"),
+            human_size(entry["size"]),
+            entry["title"] or "-",
+        )
+        # Tabs and newlines inside a field would break the row: shown escaped.
+        print("\t".join(terminal_safe(f, multiline=False).replace("\t", "\\t") for f in fields))
+    for entry in entries:
+        if entry["problem"]:
+            print(f"unreadable {terminal_safe(entry['sessionId'], multiline=False)}: "
+                  f"{terminal_safe(entry['problem'], multiline=False)}")
+
+
+def _unreadable_entry(bad: UnreadableListing) -> dict[str, Any]:
+    """The row of a session whose header could not be read: its id and what is wrong."""
+    return {
+        "sessionId": bad.session_id,
+        "createdAt": None,
+        "cwd": None,
+        "events": None,
+        "lastTurnEnd": None,
+        "size": _file_size(bad),
+        "problem": str(bad.error),
+        "title": None,
+    }
 
 
 # -- show -------------------------------------------------------------------------------
@@ -208,6 +284,7 @@ def run_verify(args: argparse.Namespace) -> int:
             "tornTail": None,
             "closers": [],
             "corrupt": None,
+            "heldBy": None,
         }
         try:
             load = await persistence(host).inspect(args.session_id)
@@ -225,12 +302,16 @@ def run_verify(args: argparse.Namespace) -> int:
             }
         report["closers"] = [event.type for event in load.closers]
         report["path"] = load.location.path if load.location is not None else None
+        held_by = getattr(persistence(host), "held_by", None)  # a backend that can tell
+        report["heldBy"] = await held_by(args.session_id) if held_by is not None else None
         return report
 
     with progress("verifying", total=None):
         report = run_with_host(rows, body)
     if report["corrupt"] is not None:
         code = 2
+    elif report["heldBy"] is not None:
+        code = 3
     elif report["tornTail"] is not None or report["closers"]:
         code = 1
     else:
@@ -247,6 +328,15 @@ def run_verify(args: argparse.Namespace) -> int:
         return code
     out.print(f"{args.session_id}: {report['events']} events, last seq {report['lastSeq']}"
               f" ({report['path']})", markup=False)
+    if report["heldBy"] is not None:
+        # A live writer's turn is running, not interrupted: its open calls are not lost.
+        out.print(
+            f"live: {report['heldBy']}; the log is being written, so an open turn is running, "
+            "not interrupted — nothing to repair while it is held",
+            style="yellow",
+            markup=False,
+        )
+        return 3
     if code == 0:
         out.print("intact and balanced", style="green")
         return 0

@@ -91,6 +91,7 @@ __all__ = [
     "StoredEvent",
     "StoredHeader",
     "TornTail",
+    "UnreadableListing",
     "check_from_seq",
     "decode_stored_event",
     "with_closers",
@@ -325,6 +326,20 @@ class SessionListing:
     source_version: int = 3
 
 
+@dataclass(frozen=True, slots=True)
+class UnreadableListing:
+    """A stored session whose header :meth:`SessionPersistence.list` could not read.
+
+    Reported (instead of failing the whole listing) only when the caller passes
+    ``unreadable=[]``: ``session_id`` is the best guess at its id (a JSONL
+    session's directory name, decoded), ``error`` what reading it raised.
+    """
+
+    session_id: str
+    location: ArtifactLocation | None
+    error: SessionPersistenceError
+
+
 # --------------------------------------------------------------------------- protocols
 
 
@@ -431,8 +446,17 @@ class SessionPersistence(Protocol):
         """Open a stored session. ``"write"`` takes ownership or raises at once."""
         ...
 
-    async def list(self, *, token: CancelToken | None = None) -> list[SessionListing]:
-        """Every stored session's header (read from the header alone)."""
+    async def list(
+        self,
+        *,
+        token: CancelToken | None = None,
+        unreadable: list[UnreadableListing] | None = None,
+    ) -> list[SessionListing]:
+        """Every stored session's header (read from the header alone).
+
+        A session whose header is damaged fails the listing, unless ``unreadable``
+        is given: then it is appended there and the others are still listed.
+        """
         ...
 
     async def inspect(self, session_id: str, *, token: CancelToken | None = None) -> SessionLoad:

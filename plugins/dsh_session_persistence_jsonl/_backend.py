@@ -46,6 +46,7 @@ from dsh_host.session.persistence import (
     SessionWriteError,
     SnapshotReadHandle,
     TornTail,
+    UnreadableListing,
     check_from_seq,
     decode_stored_event,
 )
@@ -66,11 +67,12 @@ from ._codec import (
     pack_source_seqs,
 )
 from ._frames import compress_frame
-from ._lock import SessionLock
+from ._lock import LOCK_NAME, SessionLock, held_by_text, lock_holder
 from ._migrate import migrate_to_current, publish_generation
 from ._paths import (
     CURRENT_VERSION,
     Compression,
+    decode_segment,
     encode_segment,
     generation_filename,
     opposite_suffix_version,
@@ -693,6 +695,15 @@ class JsonlSessionPersistence(PersistenceBackend[JsonlReadHandle, JsonlWriteHand
             lock.release()
             raise
 
+    async def held_by(self, session_id: str) -> str | None:
+        """Who holds the session's write lock now (``held by a live writer (pid N)``), or
+        None when no holder is seen. Takes no lock: a reader asks the kernel (Linux)."""
+        found = await anyio.to_thread.run_sync(self.find, session_id)
+        if found is None:
+            return None
+        pid = lock_holder(os.path.join(found[0], LOCK_NAME))
+        return None if pid is None else held_by_text(pid)
+
     async def read_from(
         self, session_id: str, from_seq: int, *, token: CancelToken | None = None
     ) -> tuple[SessionEvent, ...]:
@@ -701,13 +712,24 @@ class JsonlSessionPersistence(PersistenceBackend[JsonlReadHandle, JsonlWriteHand
         load = await self._read(session_id, token)
         return load.events[from_seq:]
 
-    async def list(self, *, token: CancelToken | None = None) -> list[SessionListing]:
-        """Every stored session's header (first frame or line only; never migrates)."""
+    async def list(
+        self,
+        *,
+        token: CancelToken | None = None,
+        unreadable: builtins.list[UnreadableListing] | None = None,
+    ) -> list[SessionListing]:
+        """Every stored session's header (first frame or line only; never migrates).
+
+        With ``unreadable``, a session whose header is damaged (or names another
+        directory) is reported there instead of failing the listing.
+        """
         if token is not None:
             token.throw_if_aborted()
-        return await anyio.to_thread.run_sync(self._list_sync)
+        return await anyio.to_thread.run_sync(self._list_sync, unreadable)
 
-    def _list_sync(self) -> builtins.list[SessionListing]:
+    def _list_sync(
+        self, unreadable: builtins.list[UnreadableListing] | None = None
+    ) -> builtins.list[SessionListing]:
         self._check_root()
         seen: dict[str, str] = {}
         out: list[SessionListing] = []
@@ -717,49 +739,75 @@ class JsonlSessionPersistence(PersistenceBackend[JsonlReadHandle, JsonlWriteHand
                 generations = self.generations(session_dir)
                 if not generations:
                     continue
-                version, path = generations[-1]
-                listed = read_header(path, self.compression)
-                if listed is None:
-                    continue
-                record, revision = listed
-                sid = record.get("id")
-                if type(sid) is not str:
-                    continue
+                path = generations[-1][1]
                 try:
-                    expected = self.session_dir(record.get("cwd"), sid)
-                except ValueError:
+                    listing = self._listing(
+                        session_dir, generations[-1], seen, report=unreadable is not None
+                    )
+                except (SessionPersistenceError, OSError) as error:
+                    if unreadable is None:
+                        raise
+                    if isinstance(error, OSError):
+                        error = SessionPersistenceError(
+                            f'session log "{path}" cannot be read: {error.strerror or error}'
+                        )
+                    unreadable.append(
+                        UnreadableListing(_listed_id(name), ArtifactLocation("jsonl", path), error)
+                    )
                     continue
-                if os.path.realpath(expected) != os.path.realpath(session_dir):
-                    raise SessionPersistenceCorruptionError(
-                        f'corrupt session log "{path}": header id "{sid}" and cwd identify '
-                        f'"{expected}"',
-                        path=path,
-                        offset=0,
-                    )
-                if sid in seen:
-                    raise SessionPersistenceCorruptionError(
-                        f'duplicate JSONL session id "{sid}" appears in multiple project '
-                        f"directories: {seen[sid]}, {session_dir}"
-                    )
-                seen[sid] = session_dir
-                if record.get("version") != CURRENT_VERSION:
-                    header_view = _listing_header(record)
-                else:
-                    header_view = record
-                try:
-                    header = _typed_header(header_view, path)
-                except SessionPersistenceCorruptionError:
-                    continue
-                out.append(
-                    SessionListing(
-                        header=header,
-                        revision=revision,
-                        location=ArtifactLocation("jsonl", path),
-                        source_version=int(record.get("version", version)),
-                    )
-                )
+                if listing is not None:
+                    out.append(listing)
         out.sort(key=lambda item: (item.header.created_at, item.header.id))
         return out
+
+    def _listing(
+        self, session_dir: str, generation: tuple[int, str], seen: dict[str, str], *, report: bool
+    ) -> SessionListing | None:
+        """One session directory's listing; None for what is not (yet) a session.
+
+        A header with invalid fields is skipped, or raised when ``report`` (the
+        caller lists it as unreadable).
+        """
+        version, path = generation
+        listed = read_header(path, self.compression)
+        if listed is None:
+            return None
+        record, revision = listed
+        sid = record.get("id")
+        if type(sid) is not str:
+            return None
+        try:
+            expected = self.session_dir(record.get("cwd"), sid)
+        except ValueError:
+            return None
+        if os.path.realpath(expected) != os.path.realpath(session_dir):
+            raise SessionPersistenceCorruptionError(
+                f'corrupt session log "{path}": header id "{sid}" and cwd identify "{expected}"',
+                path=path,
+                offset=0,
+            )
+        if sid in seen:
+            raise SessionPersistenceCorruptionError(
+                f'duplicate JSONL session id "{sid}" appears in multiple project '
+                f"directories: {seen[sid]}, {session_dir}"
+            )
+        seen[sid] = session_dir
+        if record.get("version") != CURRENT_VERSION:
+            header_view = _listing_header(record)
+        else:
+            header_view = record
+        try:
+            header = _typed_header(header_view, path)
+        except SessionPersistenceCorruptionError:
+            if report:
+                raise
+            return None
+        return SessionListing(
+            header=header,
+            revision=revision,
+            location=ArtifactLocation("jsonl", path),
+            source_version=int(record.get("version", version)),
+        )
 
     # -- tracking
 
@@ -768,6 +816,14 @@ class JsonlSessionPersistence(PersistenceBackend[JsonlReadHandle, JsonlWriteHand
         failures = await self._handles.close_all(name=self.name, logger=self.logger)
         if failures is not None:
             raise failures
+
+
+def _listed_id(segment: str) -> str:
+    """The session id a session directory's name stands for (the name itself if malformed)."""
+    try:
+        return decode_segment(segment)
+    except ValueError:
+        return segment
 
 
 def _listing_header(record: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,9 @@ versa). ``flock`` locks belong to the open file description, so two backend
 instances in one process exclude each other too.
 
 The lock file is never deleted: unlinking it would let a second locker lock a
-fresh inode while the first still holds the old one. For the same reason,
+fresh inode while the first still holds the old one. It stays empty, as DSH's
+is: who holds it is read from the kernel (``/proc/locks``, :func:`lock_holder`),
+never from the file. For the same reason,
 after locking we compare the locked descriptor's inode with the path's and
 retry if someone replaced the file between our ``open`` and ``flock``. There
 is no expiry: the kernel drops the lock when the holder's process dies, and a
@@ -35,7 +37,7 @@ from dsh_host.session.persistence import (
     SessionPersistenceError,
 )
 
-__all__ = ["LOCK_NAME", "SessionLock", "SessionLockUnsafeError"]
+__all__ = ["LOCK_NAME", "SessionLock", "SessionLockUnsafeError", "lock_holder"]
 
 LOCK_NAME: Final = "session.lock"
 _ATTEMPTS: Final = 3
@@ -99,8 +101,8 @@ class SessionLock:
                 os.close(fd)
                 raise SessionAlreadyOwnedError(
                     f'session "{session_id}" is already open for writing by another process or '
-                    f'backend instance (lock "{path}" is held); close that writer first — the '
-                    "lock is released when its process exits"
+                    f'backend instance: {held_by_text(lock_holder(path))} (lock "{path}" is '
+                    "held); close that writer first — the lock is released when its process exits"
                 ) from None
             except BaseException:
                 os.close(fd)
@@ -146,3 +148,39 @@ def _same_file(fd: int, path: str) -> bool:
         return False
     fst = os.fstat(fd)
     return (st.st_dev, st.st_ino) == (fst.st_dev, fst.st_ino)
+
+
+_PROC_LOCKS: Final = "/proc/locks"
+
+
+def lock_holder(path: str) -> int | None:
+    """The pid holding a ``flock`` on ``path`` as the kernel reports it, or None.
+
+    Reads ``/proc/locks`` (Linux) and takes no lock, so it is safe for readers.
+    None when nobody holds it, the file is absent, or the kernel does not say
+    (another OS, or a holder outside this pid namespace); 0 is never returned.
+    """
+    try:
+        st = os.stat(path, follow_symlinks=False)
+        with open(_PROC_LOCKS, encoding="ascii", errors="replace") as table:
+            lines = table.read().splitlines()
+    except OSError:
+        return None
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in lines:
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1295 fe:00:2327068 0 EOF"; "->" marks a blocked waiter.
+        if len(fields) < 6 or fields[1] != "FLOCK" or fields[5] != key:
+            continue
+        try:
+            pid = int(fields[4])
+        except ValueError:
+            continue
+        if pid > 0:
+            return pid
+    return None
+
+
+def held_by_text(pid: int | None) -> str:
+    """How a held lock's owner is named to people."""
+    return f"held by a live writer (pid {pid})" if pid is not None else "held by another process"

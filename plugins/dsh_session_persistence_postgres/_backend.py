@@ -61,6 +61,7 @@ from dsh_host.session.persistence import (
     SessionPersistenceError,
     SessionWriteError,
     SnapshotReadHandle,
+    UnreadableListing,
     check_from_seq,
     decode_stored_event,
 )
@@ -658,22 +659,37 @@ class PostgresSessionPersistence(PersistenceBackend[PostgresReadHandle, Postgres
             token.throw_if_aborted()
         return tuple(events)
 
-    async def list(self, *, token: CancelToken | None = None) -> list[SessionListing]:
-        """Every published session's header and revision (events are not read)."""
+    async def list(
+        self,
+        *,
+        token: CancelToken | None = None,
+        unreadable: list[UnreadableListing] | None = None,
+    ) -> list[SessionListing]:
+        """Every published session's header and revision (events are not read).
+
+        With ``unreadable``, a row whose header is damaged is reported there
+        instead of failing the listing.
+        """
         if token is not None:
             token.throw_if_aborted()
         await self.ensure_schema()
         rows = await self._db(lambda conn: conn.execute(self._sql_list).fetchall())
         if token is not None:
             token.throw_if_aborted()
-        return [
-            SessionListing(
-                header=self._decode_header(sid, text),
-                revision=self.revision(int(count)),
-                location=ArtifactLocation("postgres", self.locate_id(sid)),
+        out: list[SessionListing] = []
+        for sid, text, count in rows:
+            location = ArtifactLocation("postgres", self.locate_id(sid))
+            try:
+                header = self._decode_header(sid, text)
+            except SessionPersistenceError as error:
+                if unreadable is None:
+                    raise
+                unreadable.append(UnreadableListing(sid, location, error))
+                continue
+            out.append(
+                SessionListing(header=header, revision=self.revision(int(count)), location=location)
             )
-            for sid, text, count in rows
-        ]
+        return out
 
     # -- tracking and teardown
 

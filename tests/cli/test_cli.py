@@ -17,7 +17,7 @@ def test_demo_run_then_list_show_verify(tmp_path: Path) -> None:
     run = dsh("run", "--json", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
-    assert set(result) == {"sessionId", "turnEnd", "events"}
+    assert set(result) == {"sessionId", "turnEnd", "events", "usage", "finalText"}
     assert result["turnEnd"] == {"kind": "completed"}
     session_id = result["sessionId"]
     # the demo wrote through the sandboxed bash, inside its workspace only
@@ -56,6 +56,7 @@ def test_demo_run_then_list_show_verify(tmp_path: Path) -> None:
         "tornTail": None,
         "closers": [],
         "corrupt": None,
+        "heldBy": None,
     }
 
 
@@ -350,7 +351,7 @@ def test_openai_compatible_transient_failures_are_retried(tmp_path: Path) -> Non
 def test_run_session_flag_creates_then_continues(tmp_path: Path) -> None:
     script = tmp_path / "s.yml"
     script.write_text("responses:\n  - text: first\n  - text: second\n")
-    first = dsh("run", "one", "--session", "my-work", "--model", f"scripted:{script}", "--json",
+    first = dsh("run", "one", "--session", "my-work", "--new", "--model", f"scripted:{script}", "--json",
                 cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     assert json.loads(first.stdout)["sessionId"] == "my-work"

@@ -200,7 +200,7 @@ class Run:
         self.env.pop("DSH_SESSION_ROOT", None)
         self.argv = [
             sys.executable, "-m", "dsh_host", "run", "go",
-            "--model", f"scripted:{script}", "--session", self.session_id,
+            "--model", f"scripted:{script}", "--session", self.session_id, "--new",
             "--workspace", str(self.workspace), *self.root_flag(), "--config", str(self.config),
         ]  # fmt: skip
         self.proc: subprocess.Popen[str] | None = None

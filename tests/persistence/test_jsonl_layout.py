@@ -17,6 +17,7 @@ from dsh_host.session.persistence import (
     SessionFormatUnsupportedError,
     SessionOwnershipLostError,
     SessionPersistenceCorruptionError,
+    UnreadableListing,
 )
 
 from .helpers import T0, header, log
@@ -157,6 +158,15 @@ async def test_listing_refuses_a_damaged_header_frame(tmp_path: Path) -> None:
     path.write_bytes(bytes(data))
     with pytest.raises(SessionPersistenceCorruptionError, match="header frame failed validation"):
         await JsonlSessionPersistence(str(tmp_path)).list()
+    # Asked for, the damaged one is reported beside the others instead of failing them all.
+    await _store(tmp_path, "fine")
+    unreadable: list[UnreadableListing] = []
+    listed = await JsonlSessionPersistence(str(tmp_path)).list(unreadable=unreadable)
+    assert [i.header.id for i in listed] == ["fine"]
+    assert [(u.session_id, u.location and u.location.path) for u in unreadable] == [
+        ("bad-head", str(path))
+    ]
+    assert isinstance(unreadable[0].error, SessionPersistenceCorruptionError)
 
 
 async def test_absent_root_lists_nothing_and_a_file_root_is_refused(tmp_path: Path) -> None:

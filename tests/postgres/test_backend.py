@@ -22,7 +22,9 @@ from dsh_host.session.persistence import (
     SessionFormatUnsupportedError,
     SessionOwnershipLostError,
     SessionPersistenceCorruptionError,
+    SessionPersistenceError,
     SessionWriteError,
+    UnreadableListing,
 )
 
 from .helpers import backend, backend_alive, query, stored_rows, until, until_gone
@@ -344,6 +346,13 @@ async def test_stored_damage_and_foreign_formats_are_reported(pg_dsn: str, pg_sc
         # not SessionAlreadyOwnedError.
         with pytest.raises(SessionFormatUnsupportedError, match="future/thing"):
             await b.open("unknown", "write")
+        # Listing: the damaged headers fail it, or are reported beside the readable ones.
+        with pytest.raises(SessionPersistenceError):
+            await b.list()
+        unreadable: list[UnreadableListing] = []
+        listed = await b.list(unreadable=unreadable)
+        assert sorted(i.header.id for i in listed) == ["broken", "unknown"]
+        assert sorted(u.session_id for u in unreadable) == ["bad-header", "future"]
 
 
 async def test_a_reused_writer_connection_holds_no_old_lock(pg_dsn: str, pg_schema: str) -> None:
