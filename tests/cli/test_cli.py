@@ -373,20 +373,25 @@ def test_quick_start_demo_works_without_bubblewrap(tmp_path: Path) -> None:
     """The README promises `dsh run` works with no bubblewrap installed (Landlock is in the
     kernel): hide bwrap from PATH and check the demo still confines its writes."""
     import shutil
+    import tempfile
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for tool in ("bash", "sh", "ls", "cat", "grep", "tail", "touch", "true", "pwd", "env"):
-        found = shutil.which(tool)
-        assert found, tool
-        (bin_dir / tool).symlink_to(found)
-    work = tmp_path / "work"
-    work.mkdir()
-    result = dsh("run", cwd=work, env={"PATH": f"{Path(sys.executable).parent}:{bin_dir}"})
-    assert result.returncode == 0, result.stderr
-    assert "refused, as it should be" in result.stdout
-    assert "SANDBOX_UNAVAILABLE" not in result.stdout
-    assert (work / ".dsh" / "demo-workspace" / "notes.txt").exists()
+    # Outside /tmp: Landlock's isolated mode (root) gives each call a private /tmp, so a PATH
+    # entry under the host /tmp would be invisible to the probe's trial command.
+    bin_dir = Path(tempfile.mkdtemp(prefix="dsh-test-bin-", dir="/var/tmp"))
+    try:
+        for tool in ("bash", "sh", "ls", "cat", "grep", "tail", "touch", "true", "pwd", "env"):
+            found = shutil.which(tool)
+            assert found, tool
+            (bin_dir / tool).symlink_to(found)
+        work = tmp_path / "work"
+        work.mkdir()
+        result = dsh("run", cwd=work, env={"PATH": f"{Path(sys.executable).parent}:{bin_dir}"})
+        assert result.returncode == 0, result.stderr
+        assert "refused, as it should be" in result.stdout
+        assert "SANDBOX_UNAVAILABLE" not in result.stdout
+        assert (work / ".dsh" / "demo-workspace" / "notes.txt").exists()
+    finally:
+        shutil.rmtree(bin_dir)
 
 
 def test_cli_verify_and_resume_on_a_zero_tailed_reference_log(tmp_path: Path) -> None:
