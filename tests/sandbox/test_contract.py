@@ -6,6 +6,7 @@ import math
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import dsh_sandbox_local
@@ -48,6 +49,27 @@ from dsh_host.errors import ConfigError, DshError
 WS = "/var/tmp/some-workspace"
 RO = SandboxPolicy(mode="read-only", workspace_root=WS)
 WW = SandboxPolicy(mode="workspace-write", workspace_root=WS)
+
+
+@pytest.fixture(scope="module")
+def unprivileged_launcher() -> Iterator[tuple[str, ...]]:
+    """The Landlock launcher copied outside the host /tmp (into /var/tmp).
+
+    Unisolated Landlock grants the host ``/tmp`` to workspace-write calls, so the provider
+    rightly refuses a launcher installed under ``/tmp`` (a call could rewrite it); a checkout
+    under ``/tmp`` (a CI clone) would otherwise make these report tests unrunnable. The
+    script is standalone (stdlib only, run with ``-I -S``).
+    """
+    import tempfile
+
+    from dsh_sandbox_local.profiles import launcher_files
+
+    interpreter, script = launcher_files()
+    directory = Path(tempfile.mkdtemp(prefix="dsh-test-launcher-", dir="/var/tmp"))
+    copy = directory / "landlock_run.py"
+    shutil.copyfile(script, copy)
+    yield (interpreter, "-I", "-S", str(copy))
+    shutil.rmtree(directory)
 DFA = SandboxPolicy(mode="danger-full-access", workspace_root=WS)
 
 BWRAP_HEAD = (
@@ -170,9 +192,13 @@ def test_landlock_argv_exact(network: str) -> None:
 
 
 @linux_only
-def test_landlock_without_privileges_names_what_it_cannot_isolate() -> None:
+def test_landlock_without_privileges_names_what_it_cannot_isolate(
+    unprivileged_launcher: tuple[str, ...],
+) -> None:
     provider = LocalSandboxProvider(
-        SandboxLocalConfig(backend="landlock"), landlock_isolation=False
+        SandboxLocalConfig(backend="landlock"),
+        landlock_isolation=False,
+        landlock_launcher=unprivileged_launcher,
     )
     protected = SandboxPolicy(mode="workspace-write", workspace_root=WS,
                               read_only_paths=(f"{WS}/.git",))  # fmt: skip
@@ -481,11 +507,15 @@ def test_fake_runner_lines_documented_misattribution() -> None:
 
 
 @linux_only
-def test_limits_are_reported_where_no_cgroup_is_writable() -> None:
+def test_limits_are_reported_where_no_cgroup_is_writable(
+    unprivileged_launcher: tuple[str, ...],
+) -> None:
     """Without a writable cgroup the report names the missing limits (here forced by taking
     the Landlock path without namespaces, which has no relay to own a cgroup)."""
     provider = LocalSandboxProvider(
-        SandboxLocalConfig(backend="landlock"), landlock_isolation=False
+        SandboxLocalConfig(backend="landlock"),
+        landlock_isolation=False,
+        landlock_launcher=unprivileged_launcher,
     )
     result = provider.confine(["ls"], WW)
     assert "--pids-max" not in result.argv
