@@ -120,6 +120,17 @@ from .errors import (
     ApprovalDecisionError,
     ApprovalPendingError,
 )
+from .keys import (
+    AGENT_ERROR,
+    AGENT_PRE_STEP,
+    AGENT_REQUEST,
+    AGENT_REQUEST_ERROR,
+    AGENT_STEP_END,
+    AGENT_STEP_START,
+    AGENT_TURN_END,
+    AGENT_TURN_START,
+    AGENT_TURN_STOPPING,
+)
 from .prompt import (
     RuntimeContextProjection,
     SystemMessageProjection,
@@ -556,9 +567,6 @@ class Agent:
             running.set()
 
     # ------------------------------------------------------------------ events
-    def _emit(self, name: str, payload: object) -> None:
-        self._ctx.emit(name, payload)
-
     # ------------------------------------------------------------------ turn
     async def _turn(
         self,
@@ -570,7 +578,7 @@ class Agent:
         turn = self._last_turn + 1
         session.append("turn/start", TurnStart(turn=turn))
         self._last_turn = turn
-        self._emit("agent/turn-start", TurnStarted(agent=self, turn=turn))
+        self._ctx.emit(AGENT_TURN_START, TurnStarted(agent=self, turn=turn))
         reason: TurnEndReason | None = None
         step = 0
         claimed = first_input
@@ -601,7 +609,7 @@ class Agent:
                 signal.throw_if_aborted()
                 step = next_step
                 session.append("step/start", StepStart(turn=turn, step=step))
-                self._emit("agent/step-start", StepStarted(agent=self, turn=turn, step=step))
+                self._ctx.emit(AGENT_STEP_START, StepStarted(agent=self, turn=turn, step=step))
                 try:
                     ended = await self._step(turn, step, messages, assembly, signal)
                     if ended == "awaiting":
@@ -621,13 +629,13 @@ class Agent:
                     raise
                 finally:
                     session.append("step/end", StepEnd(turn=turn, step=step))
-                    self._emit("agent/step-end", StepEnded(agent=self, turn=turn, step=step))
+                    self._ctx.emit(AGENT_STEP_END, StepEnded(agent=self, turn=turn, step=step))
                 signal.throw_if_aborted()
                 if awaiting_call_ids(reason) is not None:
                     break  # no model request while a call of this turn lacks its result
                 if reason is not None and not self._pending:
                     await self._ctx.serial(
-                        "agent/turn-stopping",
+                        AGENT_TURN_STOPPING,
                         TurnStoppingContext(agent=self, turn=turn, signal=signal),
                     )
                     signal.throw_if_aborted()
@@ -644,12 +652,12 @@ class Agent:
                 reason = AbortedReason(reason=cancel_cause(signal.reason))
             else:
                 reason = ErrorReason(error=_failure_of_turn(error))
-                self._emit(
-                    "agent/error", AgentErrorEvent(agent=self, turn=turn, step=step, error=error)
+                self._ctx.emit(
+                    AGENT_ERROR, AgentErrorEvent(agent=self, turn=turn, step=step, error=error)
                 )
         assert reason is not None
         session.append("turn/end", TurnEnd(turn=turn, reason=reason))
-        self._emit("agent/turn-end", TurnEnded(agent=self, turn=turn, reason=reason))
+        self._ctx.emit(AGENT_TURN_END, TurnEnded(agent=self, turn=turn, reason=reason))
         return reason
 
     async def _settle(
@@ -661,7 +669,7 @@ class Agent:
         """
         session = self._session
         session.append("step/start", StepStart(turn=turn, step=1))
-        self._emit("agent/step-start", StepStarted(agent=self, turn=turn, step=1))
+        self._ctx.emit(AGENT_STEP_START, StepStarted(agent=self, turn=turn, step=1))
         blocks = [
             ToolCallBlock(id=call.call_id, name=call.tool_name, arguments=call.arguments)
             for call in calls
@@ -690,7 +698,7 @@ class Agent:
             raise
         finally:
             session.append("step/end", StepEnd(turn=turn, step=1))
-            self._emit("agent/step-end", StepEnded(agent=self, turn=turn, step=1))
+            self._ctx.emit(AGENT_STEP_END, StepEnded(agent=self, turn=turn, step=1))
 
     def _awaiting_reason(self) -> TurnEndReason:
         """The plugin's ``awaiting-approval`` reason for the calls the last step deferred."""
@@ -735,15 +743,14 @@ class Agent:
         async def default() -> Enter | Reject:
             return Enter(default_messages)
 
-        decision = pre_step_decision(
-            await self._ctx.waterfall(
-                "agent/pre-step",
-                PreStepContext(
-                    agent=self, turn=turn, step=step, messages=tuple(claimed), signal=signal
-                ),
-                default,
-            )
+        proposed = await self._ctx.waterfall(
+            AGENT_PRE_STEP,
+            PreStepContext(
+                agent=self, turn=turn, step=step, messages=tuple(claimed), signal=signal
+            ),
+            default,
         )
+        decision = pre_step_decision(proposed)  # listeners are plugin code: checked at run time
         signal.throw_if_aborted()
         return decision, assembly
 
@@ -795,22 +802,21 @@ class Agent:
                     "assistant/attempt",
                     AssistantAttemptData(turn=turn, step=step, stream=assembler.stream_records()),
                 )
-                action = request_error_action(
-                    await self._ctx.waterfall(
-                        "agent/request-error",
-                        RequestErrorContext(
-                            agent=self,
-                            turn=turn,
-                            step=step,
-                            provider=request.provider,
-                            failure=finish.failure,
-                            retry_policy=prepared.retry_policy if prepared is not None else None,
-                            signal=signal,
-                            attempt=retries,
-                        ),
-                        _no_action,
-                    )
+                proposed = await self._ctx.waterfall(
+                    AGENT_REQUEST_ERROR,
+                    RequestErrorContext(
+                        agent=self,
+                        turn=turn,
+                        step=step,
+                        provider=request.provider,
+                        failure=finish.failure,
+                        retry_policy=prepared.retry_policy if prepared is not None else None,
+                        signal=signal,
+                        attempt=retries,
+                    ),
+                    _no_action,
                 )
+                action = request_error_action(proposed)  # plugin code: checked at run time
                 signal.throw_if_aborted()  # cancellation beats a retry
                 if action is None:
                     raise _llm_error(finish.failure)
@@ -921,7 +927,7 @@ class Agent:
             return seed
 
         config = await self._ctx.waterfall(
-            "agent/request",
+            AGENT_REQUEST,
             RequestProposal(agent=self, turn=turn, step=step, signal=signal),
             default,
         )

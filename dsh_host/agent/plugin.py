@@ -6,10 +6,10 @@ from typing import Annotated
 
 import msgspec
 
-from dsh_host.bus import EventMode
 from dsh_host.context import Context
 from dsh_host.plugin import Plugin
 
+from .keys import AGENT, AGENT_EVENTS
 from .prompt import SystemPrompt
 from .service import AgentService
 from .types import AgentOptions
@@ -47,9 +47,9 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rena
 class AgentPlugin(Plugin):
     """Entry point ``agent``: the agent loop as a service.
 
-    Declares ``agent/error`` (EMIT) and ``system-prompt/assemble`` (WATERFALL);
-    the other ``agent/*`` events are declared by the host. On unload every agent
-    is closed: a running turn ends ``aborted {kind: "disposed"}``.
+    Declares the ``agent/*`` events and ``system-prompt/assemble`` (their keys
+    are in :mod:`dsh_host.agent.keys`). On unload every agent is closed: a
+    running turn ends ``aborted {kind: "disposed"}``.
     """
 
     name = "agent"
@@ -58,8 +58,8 @@ class AgentPlugin(Plugin):
     Config = AgentConfig
 
     def apply(self, ctx: Context, config: AgentConfig) -> None:
-        ctx.declare_event("agent/error", EventMode.EMIT, 1)
-        ctx.declare_event("system-prompt/assemble", EventMode.WATERFALL, 1)
+        for event in AGENT_EVENTS:
+            ctx.declare_event(event)
         prompt = SystemPrompt(
             ctx,
             identity=config.include_harness_identity,
@@ -75,5 +75,5 @@ class AgentPlugin(Plugin):
             max_steps_per_turn=config.max_steps_per_turn,
         )
         service = AgentService(ctx, defaults, prompt)
-        ctx.provide("agent", service)
+        ctx.provide(AGENT, service)
         ctx.effect(service.aclose, "close agents")

@@ -21,6 +21,9 @@ from typing import Any
 
 import msgspec
 
+from dsh_host.llm.keys import LLM_STREAM
+from dsh_host.session.keys import SESSION_EVENT
+
 from ..agent import Agent
 from ..errors import ConfigError
 from ..front.demo import DEMO_PROMPT, DEMO_WORKSPACE
@@ -197,8 +200,8 @@ class Transcript:
         console().print(terminal_safe(text, multiline=multiline), style=style, markup=False)
 
     def install(self, host: PluginHost) -> None:
-        host.ctx.on("llm/stream", self._relay)
-        host.ctx.on("session/event", self._on_event)
+        host.ctx.on(LLM_STREAM, self._relay)
+        host.ctx.on(SESSION_EVENT, self._on_event)
         self._approval = host.ctx.get("approval")
 
     async def _relay(

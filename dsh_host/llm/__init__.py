@@ -70,7 +70,7 @@ Writing ``llm/stream`` middleware
                     yield chunk
         return run()
 
-    ctx.on("llm/stream", around)
+    ctx.on(LLM_STREAM, around)    # from dsh_host.llm import LLM_STREAM
 
 Writing an adapter
 ------------------
@@ -95,6 +95,7 @@ from .errors import (
     LlmError,
     failure_of,
 )
+from .keys import LLM, LLM_STREAM
 from .records import MIN_PACKED_RUN, pack_stream, unpack_stream
 from .runtime import (
     AdapterRegistration,
@@ -149,6 +150,8 @@ __all__ = [
     "DEFAULT_RETRYABLE_CODES",
     "EMPTY_RESPONSE_CODE",
     "INVALID_CREDENTIAL_CODE",
+    "LLM",
+    "LLM_STREAM",
     "MAX_TIMER_DELAY_MS",
     "MIN_PACKED_RUN",
     "QUOTA_EXCEEDED_CODE",

@@ -97,6 +97,15 @@ from dsh_host.session.header import (
     now_ms,
     parse_session_header,
 )
+from dsh_host.session.keys import (
+    SESSION_CREATED,
+    SESSION_DISPOSED,
+    SESSION_EVENT,
+    SESSION_EVENTS,
+    SESSION_FLUSH,
+    SESSION_PERSISTENCE,
+    SESSIONS,
+)
 from dsh_host.session.messages import (
     AbortedFinish,
     AdapterDefaults,
@@ -189,7 +198,14 @@ __all__ = [
     "DSH_V3_KNOWN_EVENT_TYPES",
     "HEADER_KEYS",
     "META_KEYS",
+    "SESSIONS",
+    "SESSION_CREATED",
+    "SESSION_DISPOSED",
+    "SESSION_EVENT",
+    "SESSION_EVENTS",
+    "SESSION_FLUSH",
     "SESSION_FORMAT_VERSION",
+    "SESSION_PERSISTENCE",
     "TOOL_NOT_STARTED",
     "TOOL_NOT_STARTED_TEXT",
     "TOOL_OUTCOME_UNKNOWN",

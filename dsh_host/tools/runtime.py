@@ -75,6 +75,13 @@ from .errors import (
     ToolOutputError,
     ToolRegistrationError,
 )
+from .keys import (
+    TOOLS_CHANGE,
+    TOOLS_EXECUTE,
+    TOOLS_POST_EXECUTE,
+    TOOLS_PRE_EXECUTE,
+    TOOLS_RESULT,
+)
 from .schema import check_object_schema, check_schema, validate
 from .types import (
     Accept,
@@ -297,12 +304,12 @@ class ToolRuntime:
                 "choose another name"
             )
         self._tools[name] = definition
-        self._ctx.emit("tools/change")
+        self._ctx.emit(TOOLS_CHANGE)
 
         def unregister() -> None:
             if self._tools.get(name) is definition:
                 del self._tools[name]
-                self._ctx.emit("tools/change")
+                self._ctx.emit(TOOLS_CHANGE)
 
         if owner is not None:
             owner.effect(unregister, f"tool {name}")
@@ -437,7 +444,8 @@ class ToolRuntime:
         if self._state(execution).caller_signal.aborted:
             return Prepared("final-result", execution, aborted_before_dispatch_result())
         try:
-            gate = _pre_decision(await self._ctx.waterfall("tools/pre-execute", execution, _allow))
+            proposed = await self._ctx.waterfall(TOOLS_PRE_EXECUTE, execution, _allow)
+            gate = _pre_decision(proposed)  # listeners are plugin code: checked at run time
             approval_cancelled = False
             decision: PreToolDecision = gate
             recorded = call.approval_decision
@@ -544,7 +552,7 @@ class ToolRuntime:
         object.__setattr__(execution, "_dispatching", True)
         try:
             result = await self._ctx.waterfall(
-                "tools/execute", execution, lambda: self._run_body(execution)
+                TOOLS_EXECUTE, execution, lambda: self._run_body(execution)
             )
             normalized = self._normalize_dispatch_result(execution, result)
             deferred = tuple(execution._deferred)
@@ -680,11 +688,10 @@ class ToolRuntime:
     async def _post_execute(
         self, execution: ToolExecution, result: ToolExecutionResult
     ) -> ToolExecutionResult:
-        decision = _post_decision(
-            await self._ctx.waterfall(
-                "tools/post-execute", PostExecuteContext(execution, result), _accept
-            )
+        proposed = await self._ctx.waterfall(
+            TOOLS_POST_EXECUTE, PostExecuteContext(execution, result), _accept
         )
+        decision = _post_decision(proposed)  # listeners are plugin code: checked at run time
         decision_contexts = _contexts(decision.additional_contexts, "decision additional_contexts")
         if isinstance(decision, Block):
             feedback = _content(decision.feedback, "block feedback")
@@ -742,7 +749,7 @@ class ToolRuntime:
             except Exception as exc:
                 final = self._materialize(error_result(exc))
         object.__setattr__(execution, "_frozen", True)
-        self._ctx.emit("tools/result", ToolResultEvent(execution, final))
+        self._ctx.emit(TOOLS_RESULT, ToolResultEvent(execution, final))
         return final
 
     @staticmethod

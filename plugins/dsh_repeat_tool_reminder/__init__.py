@@ -34,6 +34,7 @@ from typing import Any, Final
 import msgspec
 
 from dsh_host import Context, Plugin
+from dsh_host.agent.keys import AGENT_PRE_STEP
 from dsh_host.agent.types import PreStepContext, PreStepDecision
 from dsh_host.jsonsafe import json_enc_hook
 from dsh_host.session.messages import (
@@ -43,6 +44,7 @@ from dsh_host.session.messages import (
     UserSource,
     new_message_id,
 )
+from dsh_host.tools.keys import TOOLS_POST_EXECUTE
 from dsh_host.tools.types import (
     Accept,
     Block,
@@ -219,5 +221,5 @@ class RepeatToolReminder(Plugin):
                 runs.pop(payload.agent, None)  # repetition across a user turn is not a loop
             return await next_()
 
-        ctx.on("tools/post-execute", after_execute)
-        ctx.on("agent/pre-step", before_step)
+        ctx.on(TOOLS_POST_EXECUTE, after_execute)
+        ctx.on(AGENT_PRE_STEP, before_step)

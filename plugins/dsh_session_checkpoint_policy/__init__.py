@@ -25,8 +25,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from dsh_host import Context, NoConfig, Plugin
+from dsh_host.agent.keys import AGENT_PRE_STEP
 from dsh_host.agent.types import PreStepContext, PreStepDecision
+from dsh_host.llm.keys import LLM_STREAM
 from dsh_host.llm.types import LlmRequest, StreamChunk
+from dsh_host.tools.keys import TOOLS_EXECUTE
 from dsh_host.tools.types import ToolExecution, ToolExecutionResult, aborted_before_dispatch_result
 
 __all__ = ["SessionCheckpointPolicy"]
@@ -72,9 +75,9 @@ class SessionCheckpointPolicy(Plugin):
                 return aborted_before_dispatch_result()
             return await next_()
 
-        ctx.on("agent/pre-step", before_step)
-        ctx.on("llm/stream", around_stream)
-        ctx.on("tools/execute", around_execute)
+        ctx.on(AGENT_PRE_STEP, before_step)
+        ctx.on(LLM_STREAM, around_stream)
+        ctx.on(TOOLS_EXECUTE, around_execute)
 
 
 def _live_session(sessions: Any, request: LlmRequest) -> Any:

@@ -36,6 +36,7 @@ from dsh_host import CancelToken, Context, Plugin
 from dsh_host.cancel import fuse
 from dsh_host.session.messages import TextBlock
 from dsh_host.tools import ToolRuntime
+from dsh_host.tools.keys import TOOLS_EXECUTE
 from dsh_host.tools.types import ToolErrorInfo, ToolExecution, ToolExecutionResult
 
 __all__ = [
@@ -165,4 +166,4 @@ class TimeoutPolicy(Plugin):
                 return tool_timeout_result(budget, started=tools.body_started(exec_))
             return result
 
-        ctx.on("tools/execute", around_execute)
+        ctx.on(TOOLS_EXECUTE, around_execute)

@@ -60,6 +60,7 @@ from dsh_host.session.messages import (
     new_message_id,
 )
 from dsh_host.tools.escalation import approve_escalation
+from dsh_host.tools.keys import APPROVAL_REQUEST
 
 from .errors import ApprovalOutsideTurnError, ApprovalRequestError, InvalidApprovalPolicyError
 from .policy import (
@@ -299,7 +300,8 @@ class ApprovalService:
         deferrable = self._unanswered == "defer" and getattr(req, "deferrable", False) is True
         terminal = _defer if deferrable else _unavailable
         try:
-            answer: object = await self._ctx.waterfall("approval/request", req, terminal)
+            # The bus's untyped dispatch: ``req`` may be any ApprovalRequestLike.
+            answer: object = await self._ctx.host.bus.waterfall(APPROVAL_REQUEST, req, terminal)
         except Exception as exc:
             # A failing answerer fails the *question* closed, never the caller's call open.
             log.warning(
