@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .bus import Emit, EventMode, Next, Parallel, Serial, StreamNext, StreamWaterfall, Waterfall
 from .cancel import CancelToken
 from .context import Context, ServiceKey
-from .errors import AbortedError, ConfigError, DshError
+from .errors import AbortError, ConfigError, DshError
 from .loader import PluginHost, Row, load_rows, open_host, open_host_from_yaml
 from .plugin import NoConfig, Plugin
 
@@ -40,7 +40,7 @@ def __getattr__(name: str) -> Any:
 #: row parsing) stay in their modules (``dsh_host.bus``, ``dsh_host.context``,
 #: ``dsh_host.loader``). ``tests/host/test_public_api.py`` pins this list.
 __all__ = [
-    "AbortedError",
+    "AbortError",
     "Agent",
     "CancelToken",
     "ConfigError",

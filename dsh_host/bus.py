@@ -381,9 +381,11 @@ class EventBus:
             pass
 
     def listeners(self, event: EventSpec | str) -> list[Listener]:
-        """A snapshot of the listeners of ``event`` in dispatch order."""
-        spec = self.spec(event)
-        return list(self._listeners.get(spec.name, ()))
+        """A snapshot of the listeners of ``event`` in dispatch order (waiting ones too)."""
+        spec = self._resolve(event, strict=False)
+        name = event if isinstance(event, str) else event.name
+        assert spec is None or spec.name == name
+        return list(self._listeners.get(name, ()))
 
     def _snapshot(self, event: EventSpec | str, mode: EventMode) -> list[Listener]:
         spec = self.spec(event)

@@ -10,7 +10,7 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
 ``tests/test_errors.py`` fails when it and the code disagree::
 
     DshError                                            dsh_host.errors
-    ├── AbortedError                                     dsh_host.errors
+    ├── AbortError                                       dsh_host.errors
     ├── AgentError                                       dsh_host.agent.errors
     │   ├── AgentBusyError                               dsh_host.agent.errors
     │   ├── AgentClosedError                             dsh_host.agent.errors
@@ -79,7 +79,6 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     │   └── SessionWriteError                            dsh_host.session.persistence
     │       └── SessionRollbackError                     dsh_host.session.persistence
     └── ToolError                                        dsh_host.tools.errors
-        ├── AbortError                                   dsh_host.tools.errors
         ├── EditMatchError                               dsh_builtin_tools.edit
         ├── FileChangedError                             dsh_builtin_tools.files
         ├── FileFenceError                               dsh_builtin_tools.files
@@ -185,11 +184,25 @@ class BootError(DshError):
         self.problems = problems or []
 
 
-class AbortedError(DshError):
-    """Raised by :meth:`CancelToken.throw_if_aborted`; carries the abort reason."""
+class AbortError(DshError):
+    """Work stopped because it was cancelled; ``reason`` is the cancel reason, if known.
+
+    The one cancellation error: :meth:`CancelToken.throw_if_aborted` raises it
+    (``aborted: <reason>``), an adapter raises it when its request is cancelled,
+    and a tool body that noticed ``exec.signal`` and stopped early raises it
+    (``AbortError()``: ``tool call aborted``; its result then reads exactly like
+    the runtime's own ``ABORTED`` result, ``error: {name: "AbortError", code:
+    "ABORTED"}``, DSH's name).
+    """
 
     code = "ABORTED"
 
-    def __init__(self, reason: Any = None) -> None:
-        super().__init__(f"aborted: {reason!r}" if reason is not None else "aborted")
+    def __init__(self, reason: Any = None, *, message: str | None = None) -> None:
+        if message is None:
+            message = f"aborted: {reason!r}" if reason is not None else "tool call aborted"
+        super().__init__(message)
         self.reason = reason
+
+
+#: The former name of :class:`AbortError` (the same class), kept for code written against it.
+AbortedError = AbortError

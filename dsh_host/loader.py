@@ -73,10 +73,6 @@ class LocatedRow:
 # -- YAML ----------------------------------------------------------------------
 
 
-class _EnvValue:
-    pass
-
-
 class _Loader(yaml.SafeLoader):
     """SafeLoader plus ``!env``; any other tag stays an error."""
 

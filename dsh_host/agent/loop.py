@@ -435,7 +435,7 @@ class Agent:
         queued steering input enters; with none, the turn completes without a
         step). ``signal`` is the caller's token: aborting it ends the turn
         ``aborted`` just like :meth:`cancel`. A token that is already aborted
-        raises :class:`~dsh_host.errors.AbortedError` before anything is logged.
+        raises :class:`~dsh_host.errors.AbortError` before anything is logged.
         Failures inside the turn do not raise; they are the returned reason.
         """
         self._check_idle()

@@ -19,17 +19,19 @@ __all__ = ["AgentConfig", "AgentPlugin"]
 _Name = Annotated[str, msgspec.Meta(min_length=1)]
 
 
-class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rename="camel"):
-    """Config of the ``agent`` row (YAML keys camelCase): defaults for every agent it creates.
+class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Config of the ``agent`` row: defaults for every agent it creates.
+
+    Keys are snake_case; DSH's camelCase spellings are accepted too (D21).
 
     ``provider`` / ``model``: the route of the first request (an
-    ``agent/request`` listener may choose instead). ``maxParallelToolCalls``:
+    ``agent/request`` listener may choose instead). ``max_parallel_tool_calls``:
     overlapping tool bodies in one parallel group (1 = serial).
-    ``maxStepsPerTurn``: the loop guard; a turn that would open step
-    ``maxStepsPerTurn + 1`` ends ``max-turn-requests`` instead (default 200).
+    ``max_steps_per_turn``: the loop guard; a turn that would open step
+    ``max_steps_per_turn + 1`` ends ``max-turn-requests`` instead (default 200).
     ``persona``: the deployment persona section (order 0; ``{{model}}`` and
-    ``{{cwd}}`` may be referenced). ``includeHarnessIdentity``: the fixed
-    order -100 identity line. ``includeRuntimeContext``: append runtime-context
+    ``{{cwd}}`` may be referenced). ``include_harness_identity``: the fixed
+    order -100 identity line. ``include_runtime_context``: append runtime-context
     snapshots (approval policy, ...) to the history.
     """
 

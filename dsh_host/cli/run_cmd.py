@@ -29,11 +29,11 @@ from ..errors import ConfigError
 from ..front.demo import DEMO_PROMPT, DEMO_WORKSPACE
 from ..front.models import MODEL_SPECS, ModelChoice
 from ..front.models import parse_model as parse_model_spec
-from ..llm.types import LlmRequest, StreamChunk
+from ..llm.types import LlmRequest
 from ..loader import LocatedRow, PluginHost, Row
 from ..session.events import SessionEvent, to_builtins, turn_end_kind
 from ..session.header import new_session_id
-from ..session.messages import BlockEndChunk, TextBlock, TextDeltaChunk, UserSource
+from ..session.messages import BlockEndChunk, StreamChunk, TextBlock, TextDeltaChunk, UserSource
 from ..session.persistence import SessionNotFoundError
 from .answerer import install_terminal_answerer
 from .approvals_cmd import EXIT_AWAITING, apply_approval_flag, pending_rows, print_pending

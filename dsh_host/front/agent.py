@@ -35,7 +35,7 @@ from dsh_host.cancel import CancelToken
 from dsh_host.compositions import load_config
 from dsh_host.errors import ConfigError
 from dsh_host.llm.keys import LLM_STREAM
-from dsh_host.llm.types import LlmRequest, StreamChunk
+from dsh_host.llm.types import LlmRequest
 from dsh_host.loader import PluginHost, Row, canonical_name, open_host
 from dsh_host.session.approvals import DeferredCall
 from dsh_host.session.events import (
@@ -60,6 +60,7 @@ from dsh_host.session.keys import SESSION_EVENT
 from dsh_host.session.messages import (
     PluginSource,
     ReasoningDeltaChunk,
+    StreamChunk,
     TextBlock,
     TextDeltaChunk,
     TokenUsage,

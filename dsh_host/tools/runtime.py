@@ -87,6 +87,7 @@ from .types import (
     Accept,
     Allow,
     ApprovalRequest,
+    ApprovalSubject,
     Ask,
     Block,
     ContentFinalizer,
@@ -105,7 +106,9 @@ from .types import (
     ToolResultEvent,
     aborted_before_dispatch_result,
     aborted_result,
+    approval_refusal,
     is_abort,
+    no_agent_refusal,
     stopped_result,
 )
 
@@ -500,14 +503,11 @@ class ToolRuntime:
         approval = self._ctx.get("approval")
         if approval is None:
             return Deny(ask.reason or f'tool "{name}" requires approval (not yet supported)'), False
+        subject = ApprovalSubject(
+            rejected=f'tool "{name}"', asked_for=f'tool "{name}"', requiring=f'tool "{name}"'
+        )
         if execution.agent is None:
-            return (
-                Deny(
-                    f'tool "{name}" requires approval, but the call has no agent to route it '
-                    "through"
-                ),
-                False,
-            )
+            return Deny(no_agent_refusal(subject)), False
         outcome = await approval.request(
             ApprovalRequest(
                 agent=execution.agent,
@@ -523,19 +523,7 @@ class ToolRuntime:
             return None
         if outcome == "allowed-once":
             return Allow(), False
-        if outcome == "rejected":
-            return Deny(f'the user rejected tool "{name}"'), False
-        if outcome == "cancelled":
-            return Deny(f'approval for tool "{name}" was cancelled'), True
-        if outcome == "unavailable":
-            return (
-                Deny(f'tool "{name}" requires approval, but no approval channel is available'),
-                False,
-            )
-        raise ToolRegistrationError(
-            f"unreachable: the approval service answered {outcome!r}, which is not an "
-            "ApprovalOutcome (allowed-once, rejected, cancelled, unavailable)"
-        )
+        return Deny(approval_refusal(outcome, subject)), outcome == "cancelled"
 
     def _guard_reason(self, execution: ToolExecution) -> str | None:
         for guard in list(self._guards):

@@ -37,8 +37,8 @@ from dsh_host.agent.types import (
     request_error_action,
 )
 from dsh_host.cancel import CancelToken
-from dsh_host.llm import LlmFailure, RetryPolicy
-from dsh_host.session import LlmRetryData, LlmRetryStartedData, Session
+from dsh_host.llm import RetryPolicy
+from dsh_host.session import LlmFailure, LlmRetryData, LlmRetryStartedData, Session
 
 __all__ = ["LlmRetry", "LlmRetryConfig", "last_retry"]
 

@@ -28,7 +28,8 @@ from dsh_host import Context, NoConfig, Plugin
 from dsh_host.agent.keys import AGENT_PRE_STEP
 from dsh_host.agent.types import PreStepContext, PreStepDecision
 from dsh_host.llm.keys import LLM_STREAM
-from dsh_host.llm.types import LlmRequest, StreamChunk
+from dsh_host.llm.types import LlmRequest
+from dsh_host.session.messages import StreamChunk
 from dsh_host.tools.keys import TOOLS_EXECUTE
 from dsh_host.tools.types import ToolExecution, ToolExecutionResult, aborted_before_dispatch_result
 

@@ -60,10 +60,11 @@ NOT_STARTED_NOTE: Final = "The tool did not start. Retry it if it is still neede
 _Budget = Annotated[int, msgspec.Meta(gt=0)]
 
 
-class TimeoutPolicyConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rename="camel"):
+class TimeoutPolicyConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """YAML ``config:`` of a ``timeout-policy`` row (optional; DSH's plugin takes none).
 
-    ``toolTimeoutMs``: tool name -> budget in milliseconds. An entry overrides
+    ``tool_timeout_ms`` (DSH spelling ``toolTimeoutMs`` accepted, D21): tool name -> budget
+    in milliseconds. An entry overrides
     the tool's declared ``timeoutMs`` or gives one to a tool that declares
     none. A name no tool has is not an error (tools may register later).
     """
@@ -73,7 +74,7 @@ class TimeoutPolicyConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tr
     def __post_init__(self) -> None:
         for name in self.tool_timeout_ms:
             if not name.strip():
-                raise ValueError("toolTimeoutMs keys must be tool names, got an empty name")
+                raise ValueError("tool_timeout_ms keys must be tool names, got an empty name")
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,7 +59,6 @@ from dsh_host.session.messages import (
     Wire,
     new_message_id,
 )
-from dsh_host.tools.escalation import approve_escalation
 from dsh_host.tools.keys import APPROVAL_REQUEST
 
 from .errors import ApprovalOutsideTurnError, ApprovalRequestError, InvalidApprovalPolicyError
@@ -399,38 +398,6 @@ class ApprovalService:
         session.append("approval/decided", data)
         decided = next(c for c in deferred_calls(session.events) if c.call_id == call_id)
         return decided
-
-    # -- sandbox escalation ---------------------------------------------------------------
-
-    async def approve_escalation(
-        self,
-        *,
-        requested_mode: str,
-        justification: str,
-        effective_mode: str,
-        agent: Any | None,
-        call_id: str,
-        tool_name: str = "bash",
-        subject: str = "command",
-        signal: CancelToken | None = None,
-    ) -> str:
-        """:func:`dsh_host.tools.escalation.approve_escalation` with this service as the approver.
-
-        The shared sequence lives in the host (every confining tool family
-        uses it with ``ctx.get("approval")``); this method is a convenience
-        for callers that already hold the service.
-        """
-        return await approve_escalation(
-            self,
-            requested_mode=requested_mode,
-            justification=justification,
-            effective_mode=effective_mode,
-            agent=agent,
-            call_id=call_id,
-            tool_name=tool_name,
-            subject=subject,
-            signal=signal,
-        )
 
 
 def _append_contained(
