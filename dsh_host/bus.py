@@ -195,6 +195,8 @@ class Listener:
     fn: Callable[..., Any]
     fiber: Fiber | None
     label: str = field(default="")
+    #: False while registered by a name nobody declared yet: never called until checked
+    checked: bool = True
 
 
 def _is_async_callable(fn: Callable[..., Any]) -> bool:
@@ -262,6 +264,8 @@ class EventBus:
         #: declared name -> (spec, how many live declarations hold it)
         self._specs: dict[str, tuple[EventSpec, int]] = {}
         self._listeners: dict[str, list[Listener]] = {}
+        #: names with listeners registered before anyone declared them (not yet checked)
+        self._unchecked: set[str] = set()
 
     # -- declaration -----------------------------------------------------
     def declare(self, spec: EventSpec) -> Callable[[], None]:
@@ -302,13 +306,20 @@ class EventBus:
         One of the wrong kind is dropped and logged against its plugin row: the
         declaring owner is not at fault.
         """
+        if spec.name not in self._unchecked:
+            return  # the common case, on every dispatch: nothing waits
+        self._unchecked.discard(spec.name)
         for listener in list(self._listeners.get(spec.name, ())):
+            if listener.checked:
+                continue
             try:
                 _check_kind(spec, listener.fn)
             except HandlerKindError as exc:
                 self.remove(listener)
                 row = listener.fiber.id if listener.fiber is not None else "root"
                 log.error("dropped a listener of plugin row %r: %s", row, exc)
+            else:
+                listener.checked = True
 
     def is_declared(self, name: str) -> bool:
         return name in self._specs
@@ -364,9 +375,12 @@ class EventBus:
         name = event if isinstance(event, str) else event.name
         if spec is not None:
             _check_kind(spec, fn)
+            self._check_waiting(spec)
         elif not callable(fn):
             raise HandlerKindError(f"listener for {name!r} is not callable: {fn!r}")
-        listener = Listener(name, fn, fiber, _describe(fn))
+        listener = Listener(name, fn, fiber, _describe(fn), checked=spec is not None)
+        if spec is None:
+            self._unchecked.add(name)
         listeners = self._listeners.setdefault(name, [])
         if prepend:
             listeners.insert(0, listener)
@@ -394,6 +408,7 @@ class EventBus:
                 f"event {spec.name!r} is declared as {spec.mode.value}; "
                 f"it cannot be dispatched as {mode.value}"
             )
+        self._check_waiting(spec)  # a key dispatches before its owner declared it
         return list(self._listeners.get(spec.name, ()))
 
     # -- dispatch --------------------------------------------------------

@@ -177,14 +177,14 @@ class Context:
     """What a plugin sees of the host: services, events and its own lifetime.
 
     Services, typed: ``ctx.service(SESSIONS)`` (raises
-    :class:`ServiceUnavailableError` when not live) or ``ctx.get(APPROVAL)``
+    :class:`ServiceUnavailableError` when not live) or ``ctx.get(AGENT)``
     (``None`` when not live; use it for optional dependencies and re-read it at
     use time). The same by name, untyped: ``ctx.sessions``,
     ``ctx.service("sessions")``, ``ctx.get("approval")``.
 
     Events, typed: ``ctx.on(TOOLS_EXECUTE, around)`` (mypy checks ``around``
     against the key); by name, untyped: ``ctx.on("tools/execute", around)``
-    (the name must be declared by then).
+    (checked once the event's owner has declared it; see :mod:`dsh_host.bus`).
     """
 
     def __init__(self, host: Host, fiber: Fiber | None) -> None:

@@ -86,3 +86,20 @@ async def test_a_listener_by_key_is_checked_at_once_without_a_declaration() -> N
 
         with pytest.raises(HandlerKindError, match="tools/execute"):
             host.ctx.on(TOOLS_EXECUTE, not_a_waterfall)  # type: ignore[arg-type]
+
+
+async def test_a_waiting_listener_is_checked_before_a_dispatch_by_key_calls_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with open_host([]) as host:
+        heard: list[Any] = []
+
+        async def wrong_kind(session: Any, event: Any) -> None:
+            heard.append("never")
+
+        host.ctx.on("session/event", wrong_kind)  # nobody declared it: waits, unchecked
+        host.ctx.on("session/event", lambda s, e: heard.append(e))
+        with caplog.at_level(logging.ERROR, logger="dsh.bus"):
+            host.ctx.emit(SESSION_EVENT, None, "e")  # type: ignore[arg-type]
+        assert heard == ["e"]
+        assert "wrong_kind" in caplog.text
