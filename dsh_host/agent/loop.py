@@ -70,6 +70,7 @@ from dsh_host.errors import DshError
 from dsh_host.jsonsafe import MAX_SAFE_INTEGER
 from dsh_host.llm.assembler import BlockAssembler
 from dsh_host.llm.errors import LlmError
+from dsh_host.llm.keys import LLM
 from dsh_host.llm.types import LlmRequest
 from dsh_host.session.approvals import DeferredCall, awaiting_call_ids, deferred_calls
 from dsh_host.session.events import (
@@ -112,6 +113,7 @@ from dsh_host.session.messages import (
 )
 from dsh_host.session.repair import interrupted_turn_closers
 from dsh_host.session.request_header import canonical_header, headers_equal
+from dsh_host.tools.keys import TOOLS
 
 from .errors import (
     AgentBusyError,
@@ -121,6 +123,7 @@ from .errors import (
     ApprovalPendingError,
 )
 from .keys import (
+    AGENT,
     AGENT_ERROR,
     AGENT_PRE_STEP,
     AGENT_REQUEST,
@@ -159,9 +162,8 @@ from .types import (
 
 if TYPE_CHECKING:
     from dsh_host.context import Context
-    from dsh_host.llm.runtime import LlmRuntime, PreparedCall
+    from dsh_host.llm.runtime import PreparedCall
     from dsh_host.session.session import Session
-    from dsh_host.tools import ToolRuntime
 
 _log = logging.getLogger("dsh.agent")
 
@@ -681,7 +683,7 @@ class Agent:
             for call in calls
         }
         try:
-            tools: ToolRuntime = self._ctx.tools
+            tools = self._ctx.service(TOOLS)
             return await execute_tool_calls(
                 self,
                 tools,
@@ -733,7 +735,7 @@ class Agent:
     async def _pre_step(
         self, turn: int, step: int, claimed: list[UserMessage], signal: CancelToken
     ) -> tuple[Enter | Reject, PromptAssembly]:
-        service = self._ctx.agent
+        service = self._ctx.service(AGENT)
         assembly: PromptAssembly = await service.system_prompt.assemble(self, signal)
         signal.throw_if_aborted()
         sections = render_context_sections(assembly)
@@ -782,7 +784,7 @@ class Agent:
             assembler = BlockAssembler()
             started = False
             try:
-                llm: LlmRuntime = self._ctx.llm
+                llm = self._ctx.service(LLM)
                 stream = prepared.stream(request) if prepared is not None else llm.stream(request)
                 signal.throw_if_aborted()
                 started = True
@@ -840,7 +842,7 @@ class Agent:
             calls = [block for block in reply.content if isinstance(block, ToolCallBlock)]
             if not calls:
                 return "completed"
-            tools: ToolRuntime = self._ctx.tools
+            tools = self._ctx.service(TOOLS)
             deferred: list[str] = []
             concluded = await execute_tool_calls(
                 self,
@@ -939,7 +941,7 @@ class Agent:
                 f'agent "{self.id}" has no provider/model: set AgentOptions.provider and '
                 "AgentOptions.model or supply both via the agent/request waterfall"
             )
-        llm: LlmRuntime = self._ctx.llm
+        llm = self._ctx.service(LLM)
         prepared: PreparedCall | None = None
         try:
             prepared = await llm.prepare_call(config, signal)

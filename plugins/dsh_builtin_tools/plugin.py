@@ -7,6 +7,7 @@ import os
 from dsh_host.context import Context
 from dsh_host.plugin import Plugin
 from dsh_host.sandbox import SandboxPolicy, confined_writable_roots
+from dsh_host.tools.keys import TOOLS
 from dsh_host.userdirs import user_config_file
 
 from .bash import bash_tool
@@ -38,7 +39,7 @@ class BuiltinTools(Plugin):
                 "not an existing directory"
             )
         refuse_writable_harness_state(ctx, config, workspace)
-        tools = ctx.tools
+        tools = ctx.service(TOOLS)
         tools.register(bash_tool(ctx, config, workspace), owner=ctx)
         root = workspace_root(ctx, workspace)
         tools.register(read_file_tool(config, root), owner=ctx)

@@ -35,8 +35,7 @@ import msgspec
 from dsh_host import CancelToken, Context, Plugin
 from dsh_host.cancel import fuse
 from dsh_host.session.messages import TextBlock
-from dsh_host.tools import ToolRuntime
-from dsh_host.tools.keys import TOOLS_EXECUTE
+from dsh_host.tools.keys import TOOLS, TOOLS_EXECUTE
 from dsh_host.tools.types import ToolErrorInfo, ToolExecution, ToolExecutionResult
 
 __all__ = [
@@ -137,7 +136,7 @@ class TimeoutPolicy(Plugin):
     Config = TimeoutPolicyConfig
 
     def apply(self, ctx: Context, config: TimeoutPolicyConfig) -> None:
-        tools: ToolRuntime = ctx.tools
+        tools = ctx.service(TOOLS)
         overrides = dict(config.tool_timeout_ms)
 
         def budget_of(name: str) -> float | None:
