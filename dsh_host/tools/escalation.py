@@ -234,8 +234,9 @@ async def approve_escalation(
     if outcome == "allowed-once":
         return granted
     text = approval_refusal(outcome, named)  # raises TypeError for a non-outcome
-    failure: EscalationFailure = (
-        "rejected" if outcome == "rejected" else "cancelled" if outcome == "cancelled" else
-        "unavailable"
-    )
+    failure: EscalationFailure = "unavailable"
+    if outcome == "rejected":
+        failure = "rejected"
+    elif outcome == "cancelled":
+        failure = "cancelled"
     raise SandboxEscalationError(text, failure)
