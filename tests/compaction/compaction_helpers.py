@@ -1,0 +1,81 @@
+"""Helpers of the token-meter / pruner / compaction tests: a real host, a scripted model, tools."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from dsh_host import Row, open_host
+from dsh_host.agent import Agent
+from dsh_host.llm.types import LlmRequest
+from dsh_host.loader import PluginHost
+from dsh_host.session.session import Session
+from dsh_host.tools import ToolDefinition, ToolExecution, text_output
+
+
+def rows(
+    responses: Sequence[Any],
+    *,
+    context_window: int | None = None,
+    summaries: Sequence[Any] | None = None,
+    agent: dict[str, Any] | None = None,
+) -> list[Row]:
+    model: dict[str, Any] = {"responses": list(responses)}
+    if context_window is not None:
+        model["context_window"] = context_window
+    if summaries is not None:
+        model["compaction_responses"] = list(summaries)
+    return [
+        Row(name="sessions"),
+        Row(name="llm"),
+        Row(name="tools"),
+        Row(id="model", name="llm-scripted", config=model),
+        Row(name="agent", config={"provider": "scripted", "model": "scripted", **(agent or {})}),
+    ]
+
+
+@asynccontextmanager
+async def host_with(base: list[Row], *extra: Row) -> AsyncIterator[PluginHost]:
+    async with open_host([*base, *extra]) as host:
+        yield host
+
+
+def model_requests(host: PluginHost, row: str = "model") -> list[LlmRequest]:
+    for fiber in host.fibers:
+        if fiber.id == row:
+            requests: list[LlmRequest] = fiber.instance.adapter.requests
+            return requests
+    raise KeyError(row)
+
+
+def register_echo(host: PluginHost, name: str = "emit") -> None:
+    """A tool returning ``args['text']`` verbatim (so a script decides how big a result is)."""
+
+    async def body(args: Any, exec: ToolExecution) -> Any:
+        return str(args.get("text", ""))
+
+    host.ctx.tools.register(
+        ToolDefinition(
+            name=name,
+            description="returns its text argument",
+            parameters={"type": "object", "properties": {"text": {"type": "string"}}},
+            execute=body,
+            output=text_output(),
+        )
+    )
+
+
+def call(text: str, name: str = "emit") -> dict[str, Any]:
+    """A scripted response making one tool call whose result is ``text``."""
+    return {"tool_calls": [{"name": name, "arguments": {"text": text}}]}
+
+
+def new_agent(host: PluginHost) -> Agent:
+    agent: Agent = host.ctx.agent.create()
+    return agent
+
+
+def surface_types(session: Session) -> list[str]:
+    events = session.events
+    return [events[seq].type for seq in session.surface.nodes]
