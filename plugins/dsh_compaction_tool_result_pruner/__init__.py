@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from typing import Final
 
 import msgspec
-from dsh_token_meter import TokenMeter
 
 from dsh_host import Context, Plugin
 from dsh_host.session.events import ReplaceOp, ToolResultData
 from dsh_host.session.messages import ContentBlock, TextBlock, ToolResultBlock
 from dsh_host.session.session import Session
+from dsh_host.session.tokens import TokenMeter
 
 __all__ = [
     "PRUNE_MARKER",
