@@ -50,25 +50,31 @@ def model_requests(host: PluginHost, row: str = "model") -> list[LlmRequest]:
 
 
 def register_echo(host: PluginHost, name: str = "emit") -> None:
-    """A tool returning ``args['text']`` verbatim (so a script decides how big a result is)."""
+    """A tool returning ``args['text']`` (``times`` times): a script decides a result's size."""
 
     async def body(args: Any, exec: ToolExecution) -> Any:
-        return str(args.get("text", ""))
+        return str(args.get("text", "")) * int(args.get("times", 1))
 
     host.ctx.tools.register(
         ToolDefinition(
             name=name,
             description="returns its text argument",
-            parameters={"type": "object", "properties": {"text": {"type": "string"}}},
+            parameters={
+                "type": "object",
+                "properties": {"text": {"type": "string"}, "times": {"type": "integer"}},
+            },
             execute=body,
             output=text_output(),
         )
     )
 
 
-def call(text: str, name: str = "emit") -> dict[str, Any]:
-    """A scripted response making one tool call whose result is ``text``."""
-    return {"tool_calls": [{"name": name, "arguments": {"text": text}}]}
+def call(text: str, name: str = "emit", times: int = 1) -> dict[str, Any]:
+    """A scripted response making one tool call whose result is ``text * times``."""
+    arguments: dict[str, Any] = {"text": text}
+    if times != 1:
+        arguments["times"] = times
+    return {"tool_calls": [{"name": name, "arguments": arguments}]}
 
 
 def new_agent(host: PluginHost) -> Agent:
