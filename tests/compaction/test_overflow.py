@@ -6,6 +6,7 @@ live unmatched ``compaction/start`` blocks; one before a newer ``session/end-see
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -16,7 +17,6 @@ from dsh_host import Row
 from dsh_host.session.compaction import ManualCompactionError, is_compact_checkpoint_source
 from dsh_host.session.events import CompletedReason, ErrorReason, ReplaceOp
 from dsh_host.session.messages import UserMessage
-from dsh_host.session.session import Session
 
 pytestmark = pytest.mark.anyio
 
@@ -108,25 +108,31 @@ async def test_pruning_alone_can_relieve_pressure() -> None:
         assert sum(len(str(m)) for m in final.messages) < 10_000
 
 
-async def test_a_live_bracket_blocks_and_a_stale_one_does_not() -> None:
+async def test_a_live_bracket_blocks_and_a_stale_one_does_not(tmp_path: Path) -> None:
     script = [call("a" * 3000), call("b" * 3000), {"text": "done"}]
     base = rows(script, context_window=1_000_000, summaries=[{"text": SUMMARY}])
-    async with host_with(base, *basic()) as host:
+    persistence = Row(name="session-persistence-jsonl", config={"root": str(tmp_path)})
+    async with host_with(base, *basic(), persistence) as host:
         register_echo(host)
         agent = new_agent(host)
         await agent.run_turn("go")
-        session = agent.session
-        session.append("compaction/start", {"compactionId": "dead", "turn": None})
+        session_id = agent.id
+        # A bracket a crashed process left open (the process "dies" here: no end).
+        agent.session.append("compaction/start", {"compactionId": "dead", "turn": None})
         with pytest.raises(ManualCompactionError) as caught:
             await host.ctx.compaction.compact_now(agent)
         assert caught.value.code == "busy"
-        # A new lifecycle (a restore with its end-seed) makes the old bracket stale evidence.
-        restored = Session.restore(session.header, list(session.events))
-        assert restored.events[-1].type == "session/end-seed"
         await agent.aclose()
-        second = host.ctx.agent.create(session=restored)
-        result = await host.ctx.compaction.compact_now(second)
+    # The next lifecycle (resume appends session/end-seed) makes it stale evidence.
+    again = rows([], context_window=1_000_000, summaries=[{"text": SUMMARY}])
+    async with host_with(again, *basic(), persistence) as host:
+        agent = await host.ctx.agent.resume(session_id)
+        assert agent.session.events[-1].type == "session/end-seed"
+        result = await host.ctx.compaction.compact_now(agent)
         assert result is not None
+        [dead] = [e for e in agent.session.events if e.type == "compaction/start"][:1]
+        assert dead.data["compactionId"] == "dead"  # kept as it was; repair never closes it
+        await agent.aclose()
 
 
 async def test_compact_now_refuses_a_running_agent() -> None:
@@ -134,10 +140,10 @@ async def test_compact_now_refuses_a_running_agent() -> None:
     async with host_with(rows(script, summaries=[]), *basic()) as host:
         agent = new_agent(host)
         async with anyio.create_task_group() as group:
+            started = anyio.Event()
+            host.ctx.on("agent/turn-start", lambda payload: started.set())
             group.start_soon(agent.run_turn, "go")
-            await anyio.sleep(0.05)
-            while agent.status != "running":
-                await anyio.sleep(0.01)
+            await started.wait()
             with pytest.raises(ManualCompactionError) as caught:
                 await host.ctx.compaction.compact_now(agent)
             assert caught.value.code == "busy"
