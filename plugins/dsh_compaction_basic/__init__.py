@@ -268,6 +268,7 @@ class BasicCompactionEngine(CompactionEngine):
                 policy.key,
                 f"compaction-basic: no context capacity for {policy.key}; configure "
                 "context_window on that adapter model",
+                no_window=True,
             )
         window: int = info.context_window
         return window
@@ -282,9 +283,12 @@ class BasicCompactionEngine(CompactionEngine):
                 if result is not None:
                     _log_result(result, "step pressure")
             except TargetPressureConfigError as error:
+                # Once per target; a route that declares no window is common (a local or
+                # scripted model), so that case is not a warning.
                 if error.target_key not in self._warned:
                     self._warned.add(error.target_key)
-                    log.warning("step compaction failed: %s; continuing the turn", error)
+                    level = logging.INFO if error.no_window else logging.WARNING
+                    log.log(level, "step compaction skipped: %s; continuing the turn", error)
             except Exception as error:
                 log.warning("step compaction failed: %s; continuing the turn", error)
         return await next_()

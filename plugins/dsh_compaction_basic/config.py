@@ -29,9 +29,11 @@ DEFAULT_RETAIN_RATIO = 0.16
 class TargetPressureConfigError(CompactionError):
     """The routed model has no usable capacity or budget (warned once per target)."""
 
-    def __init__(self, target_key: str, message: str) -> None:
+    def __init__(self, target_key: str, message: str, *, no_window: bool = False) -> None:
         super().__init__(message)
         self.target_key = target_key
+        #: the route declares no context window at all (normal for local models)
+        self.no_window = no_window
 
 
 class _Policy(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rename="camel"):
