@@ -19,10 +19,10 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from compaction_helpers import call, register_echo, rows  # noqa: E402
+from compaction_helpers import call, register_echo, rows
 
-from dsh_host import Row, open_host  # noqa: E402
-from dsh_host.session.session import derive_messages_from_events  # noqa: E402
+from dsh_host import Row, open_host
+from dsh_host.session.session import derive_messages_from_events
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "dsh-compacted-session"
 SESSION_ID = "compacted-session"
