@@ -26,6 +26,7 @@ from ..session.messages import (
     block_type,
     source_kind,
 )
+from ..session.tokens import ContextPressure, UsageTotals
 
 MAX_TOOL_OUTPUT_LINES = 20
 
@@ -197,7 +198,7 @@ def compaction_mark(event: SessionEvent) -> str | None:
     return None
 
 
-def usage_lines(usage: Any, pressure: Any) -> list[str]:
+def usage_lines(usage: UsageTotals, pressure: ContextPressure) -> list[str]:
     """``usage: ...`` and ``context: ...`` lines from a token meter's totals and pressure."""
     out = []
     if usage.requests:

@@ -1,7 +1,7 @@
 """The compaction seam (DSH ``@deepseek-ai/dsh-compaction``): vocabulary shared by backends.
 
 No plugin row: this module is the Service Definition a backend (``compaction-basic``)
-implements and consumers (the pruner, ``/compact``, the CLI's transcript) read. It holds
+implements and consumers (``/compact``, the CLI's transcript) read. It holds
 
 - the ``compaction/*`` event names (log-only, registered as known v3 types by the core) and the
   ``CompactionResult`` of one successful transaction;
