@@ -110,15 +110,13 @@ class BasicCompactionEngine(CompactionEngine):
     ) -> SummaryResult:
         """One summary request (override for a template or remote summarizer)."""
         session: Session = agent.session
-        header = session.request_header()
         routed = _routed(session)
         options = agent.options
-        policy = self.policy_for(*routed) if routed is not None else None
+        # An exact-target override applies to the routed conversation; otherwise the defaults.
+        policy = self.policy_for(*(routed or ("", "")))
         target: tuple[str, str] | None = None
-        if policy is not None and policy.summarization_provider:
+        if policy.summarization_provider:
             target = (policy.summarization_provider, policy.summarization_model)
-        elif self.config.summarization_provider and self.config.summarization_model:
-            target = (self.config.summarization_provider, self.config.summarization_model)
         elif routed is not None:
             target = routed
         elif options.provider and options.model:
@@ -129,14 +127,13 @@ class BasicCompactionEngine(CompactionEngine):
                 "no provider/model available for summarization: set both compaction-basic "
                 "summarization fields, route one request, or set both agent provider and model",
             )
-        max_tokens = policy.max_tokens if policy is not None else (self.config.max_tokens or 8192)
         return await summarize_with_llm(
             self._ctx.llm,
             provider=target[0],
             model=target[1],
-            max_tokens=max_tokens,
+            max_tokens=policy.max_tokens,
             messages=messages,
-            tools=header_tools(header),
+            tools=header_tools(session.request_header()),
             session=session,
             signal=signal,
         )

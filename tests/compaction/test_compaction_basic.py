@@ -269,3 +269,24 @@ async def test_bad_config_fails_at_load(config: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
         async with host_with(rows([{"text": "x"}]), *compaction_rows(**config)):
             pass
+
+
+async def test_the_summary_can_be_routed_to_another_model() -> None:
+    script = [call("a" * 3000), call("b" * 3000), {"text": "done"}]
+    summarizer = Row(
+        id="summ",
+        name="llm-scripted",
+        config={"provider": "summ", "model": "small", "responses": [{"text": SUMMARY}]},
+    )
+    config = {"summarizationProvider": "summ", "summarizationModel": "small"}
+    async with host_with(rows(script, summaries=[]), summarizer, *compaction_rows(**config)) as h:
+        register_echo(h)
+        agent = new_agent(h)
+        await agent.run_turn("go")
+        result = await h.ctx.compaction.compact_now(agent)
+        assert result is not None
+        summary = agent.session.events[result.summary_seq]
+        assert (summary.data["provider"], summary.data["model"]) == ("summ", "small")
+        [request] = model_requests(h, "summ")
+        assert request.purpose == "compaction" and request.config.model == "small"
+        assert all(r.purpose is None for r in model_requests(h))
