@@ -9,7 +9,8 @@ implements and consumers (``/compact``, the CLI's transcript) read. It holds
 - :class:`ManualCompactionError` with DSH's closed code set;
 - the checkpoint source (``{kind: plugin, plugin: compact, compactionId}``) every backend puts on
   its replacement ``user/message``, and the predicate that recognizes it after persistence;
-- the tool-pairing balance helpers that keep a cut from splitting a tool call from its result.
+- the tool-pairing balance helpers that keep a cut from splitting a tool call from its result;
+- the exact texts of DSH's ``/compact`` command (``dsh-command-compact``), for any front end.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ from dsh_host.session.session import Session
 __all__ = [
     "CHECKPOINT_PLUGIN",
     "COMPACTION_EVENT_TYPES",
+    "COMPACT_CANCELLED",
+    "COMPACT_USAGE",
+    "MANUAL_COMPACTION_TEXTS",
+    "NO_COMPACTABLE_HISTORY",
     "CompactionEngine",
     "CompactionError",
     "CompactionResult",
@@ -41,6 +46,7 @@ __all__ = [
     "ManualCompactionError",
     "balanced_cuts",
     "compact_checkpoint_source",
+    "compacted_text",
     "is_compact_checkpoint_source",
     "tool_pairing_balanced_after",
     "tool_pairing_balanced_before",
@@ -189,3 +195,33 @@ def tool_pairing_balanced_before(session: Session, seq: int) -> bool:
 def tool_pairing_balanced_after(session: Session, seq: int) -> bool:
     """True when no unanswered tool call crosses the cut just after surface node ``seq``."""
     return _cut(session, seq, 1)
+
+
+# --- the /compact command's texts (DSH ``dsh-command-compact``, exact) ----------------------
+
+COMPACT_USAGE: Final = "Usage: /compact (no arguments)"
+NO_COMPACTABLE_HISTORY: Final = "No compactable history yet."
+COMPACT_CANCELLED: Final = "Compaction cancelled."
+#: the direct result of each expected manual failure
+MANUAL_COMPACTION_TEXTS: Final[dict[str, str]] = {
+    "busy": "Compaction is unavailable because this process has an active compaction, or the "
+    "agent is not idle.",
+    "cancelled": COMPACT_CANCELLED,
+    "changed": "The history selected for compaction changed before it could be replaced. The "
+    "conversation is unchanged; the attempt is recorded in the session log.",
+    "summary": "Compaction could not produce a useful summary. The conversation is unchanged; "
+    "the attempt is recorded in the session log.",
+    "commit": "Compaction did not finish cleanly; some session history may have changed. "
+    "Inspect the current session state before retrying.",
+    "persistence": "Compaction finished, but the session could not be saved.",
+}
+
+
+def compacted_text(result: CompactionResult | None) -> str:
+    """``/compact``'s success text: the replaced item count and tokens, or no history."""
+    if result is None:
+        return NO_COMPACTABLE_HISTORY
+    return (
+        f"Compacted {len(result.shadowed_seqs)} history items "
+        f"(~{result.shadowed_token_count} tokens)."
+    )

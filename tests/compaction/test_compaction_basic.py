@@ -27,7 +27,12 @@ from dsh_compaction_basic import (
 
 from dsh_host import Row, open_host
 from dsh_host.errors import ConfigError
-from dsh_host.session.compaction import ManualCompactionError, is_compact_checkpoint_source
+from dsh_host.session.compaction import (
+    MANUAL_COMPACTION_TEXTS,
+    ManualCompactionError,
+    compacted_text,
+    is_compact_checkpoint_source,
+)
 from dsh_host.session.events import CompletedReason, ReplaceOp, SessionEvent, encode_event
 from dsh_host.session.messages import TextBlock, UserMessage
 from dsh_host.session.session import Session, derive_messages_from_events
@@ -210,11 +215,14 @@ async def test_compact_now_on_an_idle_agent() -> None:
         assert surface_types(session)[-2:] == ["user/message", "assistant/message"]
         assert set(surface_types(session)[:-2]) <= {"system/message"}
         assert session.surface.nodes[-2] == result.summary_seq + 1
+        n, tokens = len(result.shadowed_seqs), result.shadowed_token_count
+        assert compacted_text(result) == f"Compacted {n} history items (~{tokens} tokens)."
         assert len(session.derive_messages()) < before
         # No compactable history left: nothing is written.
         count = session.seq
         assert await host.ctx.compaction.compact_now(agent) is None
         assert session.seq == count
+        assert compacted_text(None) == "No compactable history yet."
 
 
 async def test_compact_now_reports_a_failed_summary_and_leaves_the_surface() -> None:
@@ -230,6 +238,9 @@ async def test_compact_now_reports_a_failed_summary_and_leaves_the_surface() -> 
         with pytest.raises(ManualCompactionError) as caught:
             await host.ctx.compaction.compact_now(agent)
         assert caught.value.code == "summary"
+        assert MANUAL_COMPACTION_TEXTS[caught.value.code].startswith(
+            "Compaction could not produce a useful summary."
+        )
         assert session.surface.nodes == nodes
         [start] = of_type(session, "compaction/start")
         [end] = of_type(session, "compaction/end")
