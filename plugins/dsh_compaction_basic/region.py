@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import msgspec
 
@@ -188,17 +188,12 @@ async def compact_surface_region(
 
     ``owner`` ``"current-turn"`` (automatic) stamps the open turn and requires the whole
     surface unchanged across the summary; None (manual) requires no open turn, stamps
-    ``turn: null``, requires only the selected span unchanged, and ``flush`` es the closed
-    bracket before returning.
+    ``turn: null``, requires only the selected span unchanged, and awaits ``flush`` once the
+    bracket is closed (successfully or not) before returning.
     """
     i, j = _validate(session, start, end)
+    assert_no_active_compaction(session, "compaction")
     entry = _entry_state(session.events)
-    if entry.live_start is not None:
-        raise ManualCompactionError(
-            "busy",
-            "compaction: compaction already in progress; the session compaction lock is "
-            "already active",
-        )
     if owner is None:
         if entry.open_turn is not None:
             raise ManualCompactionError(
@@ -341,7 +336,7 @@ def _assert_stable(
         )
 
 
-def _raise_manual(failure: Exception, stage: str) -> None:
+def _raise_manual(failure: Exception, stage: str) -> NoReturn:
     if isinstance(failure, AbortedError | ManualCompactionError):
         raise failure
     if stage == "commit":
