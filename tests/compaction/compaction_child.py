@@ -2,7 +2,8 @@
 
 Run as ``python compaction_child.py ROOT KILL`` with ``ROOT`` the JSONL session root and
 ``KILL`` one of :data:`KILL_POINTS` (or ``none`` for a clean run). The host is the real
-composition: JSONL persistence, the checkpoint policy, token-meter, compaction-basic, a scripted
+composition: JSONL persistence, the checkpoint policy, token-meter, the tool-result pruner,
+compaction-basic, a scripted
 model with a small declared window and an in-process tool. Kill points are observers installed
 in this process only (a ``session/event`` listener, an innermost ``llm/stream`` listener): no
 production code is touched. Prints ``kill <point>`` before dying and ``done`` after a clean run.
@@ -28,6 +29,7 @@ STEPS = 10
 
 #: where to die: after an event is appended (in memory, maybe not durable), or inside a request
 KILL_POINTS = (
+    "after-prune",  # compaction/prune appended, its replacing tool/result not yet
     "after-start",  # compaction/start appended, before the summary request's flush
     "in-summary",  # inside the summary request, after the policy flushed before it
     "after-summary",  # compaction/summary appended
@@ -41,6 +43,10 @@ def call(i: int) -> dict[str, Any]:
     return {"tool_calls": [{"name": "emit", "arguments": {"text": f"chunk {i} " + "z" * 2400}}]}
 
 
+#: one result of 12 000 characters (a short call), which the pruner rewrites
+BIG = {"tool_calls": [{"name": "emit", "arguments": {"text": "big ", "times": 3000}}]}
+
+
 def rows(root: str) -> list[Row]:
     return [
         Row(name="sessions"),
@@ -52,26 +58,33 @@ def rows(root: str) -> list[Row]:
             id="model",
             name="llm-scripted",
             config={
-                "responses": [call(i) for i in range(STEPS)] + [{"text": "done"}] * 3,
+                "responses": [BIG] + [call(i) for i in range(STEPS)] + [{"text": "done"}] * 3,
                 "context_window": WINDOW,
                 "compaction_responses": [{"text": SUMMARY}] * 8,
             },
         ),
         Row(name="agent", config={"provider": "scripted", "model": "scripted"}),
         Row(name="token-meter"),
+        Row(
+            name="compaction-tool-result-pruner",
+            config={"thresholdChars": 4000, "headChars": 1000, "tailChars": 500},
+        ),
         Row(name="compaction-basic"),
     ]
 
 
 def register_tool(host: Any) -> None:
     async def body(args: Any, exec: ToolExecution) -> Any:
-        return str(args.get("text", ""))
+        return str(args.get("text", "")) * int(args.get("times", 1))
 
     host.ctx.tools.register(
         ToolDefinition(
             name="emit",
             description="returns its text argument",
-            parameters={"type": "object", "properties": {"text": {"type": "string"}}},
+            parameters={
+                "type": "object",
+                "properties": {"text": {"type": "string"}, "times": {"type": "integer"}},
+            },
             execute=body,
             output=text_output(),
         )
@@ -92,6 +105,8 @@ async def main(root: str, point: str) -> None:
         def on_event(session: Any, event: Any) -> None:
             nonlocal compacted
             kind = event.type
+            if kind == "compaction/prune" and point == "after-prune":
+                die(point)
             if kind == "compaction/start" and point == "after-start":
                 die(point)
             if kind == "compaction/summary" and point == "after-summary":

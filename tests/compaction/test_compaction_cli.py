@@ -47,6 +47,7 @@ def test_show_views_of_a_compacted_session(tmp_path: Path) -> None:
     for i in range(10):
         assert f"chunk {i} " in out  # every original result is still shown
     assert "── compacted:" in out and "summarized for the model by scripted/scripted" in out
+    assert "── pruned for the model: tool result" in out
     assert out.index("chunk 0 ") < out.index("── compacted:")
     assert f"of {WINDOW} tokens" in out  # the context line
     assert "usage:" in out
@@ -55,6 +56,6 @@ def test_show_views_of_a_compacted_session(tmp_path: Path) -> None:
                  cwd=tmp_path)  # fmt: skip
     types = [json.loads(line)["type"] for line in events.stdout.splitlines() if line.strip()]
     assert "compaction/start" in types and "compaction/end" in types
-    assert types.count("tool/result") == 10 + len(
-        [t for t in types if t == "compaction/prune"]
-    )
+    # Eleven results (ten chunks and the big one), plus one replacement per prune.
+    assert types.count("compaction/prune") == 1
+    assert types.count("tool/result") == 11 + 1

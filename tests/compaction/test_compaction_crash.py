@@ -45,8 +45,14 @@ async def stored(root: Path) -> tuple[object, list[SessionEvent]]:
 
 
 def brackets_are_whole(events: list[SessionEvent]) -> None:
-    """Every stored checkpoint replacement has its summary right before it, and its start."""
+    """Every stored replacement has its shadow price (a pruned result) or its summary and start
+    (a checkpoint) right before it."""
     for event in events:
+        if event.type == "tool/result" and isinstance(event.surface_op, ReplaceOp):
+            price = events[event.seq - 1]
+            assert price.type == "compaction/prune"
+            assert list(price.data["shadowedSeqs"]) == [event.surface_op.start]
+            continue
         if event.type == "user/message" and isinstance(event.surface_op, ReplaceOp):
             assert is_compact_checkpoint_source(event.data.source)
             summary = events[event.seq - 1]
@@ -71,22 +77,30 @@ async def test_sigkill_at_every_compaction_step(tmp_path: Path, point: str) -> N
 
     header, events = await stored(root)
     assert [e.seq for e in events] == list(range(len(events)))
+    assert "Traceback" not in child.stderr
     restored = Session.restore(header, events, mark_seed_end=False)  # the surface folds
     brackets_are_whole(events)
     starts = [e for e in events if e.type == "compaction/start"]
-    replaced = [e for e in events if isinstance(e.surface_op, ReplaceOp)]
+    checkpoints = [
+        e for e in events if e.type == "user/message" and isinstance(e.surface_op, ReplaceOp)
+    ]
     if point == "in-summary":
         # The summary request leaves the machine only after a flush: the start is durable.
         assert starts and events[-1].type == "compaction/start"
-        assert not replaced
+        assert not checkpoints
     if point == "next-request":
         # The next request was flushed too: the whole bracket is on disk.
-        types = [e.type for e in events]
-        assert "compaction/end" in types and replaced
-    if not replaced:
-        # Untouched: the surface still holds every tool result appended.
-        results = [e.seq for e in events if e.type == "tool/result"]
-        assert all(seq in restored.surface.nodes for seq in results)
+        assert "compaction/end" in [e.type for e in events] and checkpoints
+    if not checkpoints:
+        # Untouched by summarization: every tool result is on the surface, as it was appended
+        # or as its pruned replacement.
+        pruned = {
+            e.surface_op.start: e.seq
+            for e in events
+            if e.type == "tool/result" and isinstance(e.surface_op, ReplaceOp)
+        }
+        for result in (e for e in events if e.type == "tool/result" and e.surface_op == "append"):
+            assert pruned.get(result.seq, result.seq) in restored.surface.nodes
 
     # Resume: repair closes the turn, never the plugin bracket; the dead lock no longer blocks.
     async with open_host(rows(str(root))) as host:
