@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from compaction_helpers import (
     call,
@@ -26,7 +27,8 @@ from dsh_compaction_basic import (
 )
 
 from dsh_host import Row, open_host
-from dsh_host.errors import ConfigError
+from dsh_host.cancel import CancelToken
+from dsh_host.errors import AbortedError, ConfigError
 from dsh_host.session.compaction import (
     MANUAL_COMPACTION_TEXTS,
     ManualCompactionError,
@@ -301,3 +303,49 @@ async def test_the_summary_can_be_routed_to_another_model() -> None:
         [request] = model_requests(h, "summ")
         assert request.purpose == "compaction" and request.config.model == "small"
         assert all(r.purpose is None for r in model_requests(h))
+
+
+@pytest.mark.parametrize("who", ["agent", "caller"])
+async def test_cancelling_compact_now_closes_the_bracket(who: str) -> None:
+    script = [call("a" * 3000), call("b" * 3000), {"text": "done"}]
+    base = rows(script, context_window=1_000_000, summaries=[{"hang": True}])
+    async with host_with(base, *compaction_rows()) as host:
+        register_echo(host)
+        agent = new_agent(host)
+        await agent.run_turn("go")
+        session = agent.session
+        nodes = session.surface.nodes
+        caller = CancelToken()
+        asked = anyio.Event()
+
+        def on_stream(request: Any, next_: Any) -> Any:
+            if request.purpose == "compaction":
+                asked.set()
+            return next_()
+
+        host.ctx.on("llm/stream", on_stream)
+        outcome: list[BaseException] = []
+
+        async def compact() -> None:
+            try:
+                await host.ctx.compaction.compact_now(agent, caller)
+            except Exception as error:
+                outcome.append(error)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(compact)
+            await asked.wait()
+            assert agent.status == "running"  # maintenance holds turn admission
+            if who == "agent":
+                agent.cancel()
+            else:
+                caller.abort("stop")
+        [error] = outcome
+        if who == "agent":
+            assert isinstance(error, ManualCompactionError) and error.code == "cancelled"
+        else:
+            assert isinstance(error, AbortedError)
+        assert session.surface.nodes == nodes
+        [end] = [e for e in session.events if e.type == "compaction/end"]
+        assert "error" in end.data
+        assert agent.status == "idle"
