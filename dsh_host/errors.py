@@ -28,6 +28,9 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     ├── BootError                                        dsh_host.errors
     ├── CliUsageError                                    dsh_host.cli.common
     ├── CommandInterrupted                               dsh_host.cli.common
+    ├── CompactionError                                  dsh_host.session.compaction
+    │   ├── ManualCompactionError                        dsh_host.session.compaction
+    │   └── TargetPressureConfigError                    dsh_compaction_basic.config
     ├── ConfigError                                      dsh_host.errors
     │   ├── BuiltinToolsConfigError                      dsh_builtin_tools.config
     │   ├── DuplicateRowIdError                          dsh_host.errors

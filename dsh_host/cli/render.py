@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import unicodedata
+from collections.abc import Mapping
 from typing import Any, Final
 
 from ..session.events import SessionEvent, event_to_builtins
@@ -25,6 +26,7 @@ from ..session.messages import (
     block_type,
     source_kind,
 )
+from ..session.tokens import ContextPressure, UsageTotals
 
 MAX_TOOL_OUTPUT_LINES = 20
 
@@ -166,3 +168,57 @@ def event_summary(event: SessionEvent) -> str:
     if len(summary) > 120:
         summary = summary[:117] + "..."
     return _one_line(f"{event.seq:>6}  {event.type:<22} {summary}")
+
+
+def compaction_mark(event: SessionEvent) -> str | None:
+    """The transcript line marking where a compaction changed what the model sees, or None.
+
+    The transcript itself keeps every original event; this line only says the model's view
+    was rewritten from here on (``dsh sessions show --view model`` shows that view).
+    """
+    data = event.data
+    if not isinstance(data, Mapping):
+        return None
+    if event.type == "compaction/summary":
+        count = len(data.get("shadowedSeqs") or ())
+        tokens = data.get("shadowedTokenCount")
+        noun = "item" if count == 1 else "items"
+        return _one_line(
+            f"── compacted: {count} earlier {noun} (~{tokens} tokens) summarized for the model "
+            f"by {data.get('provider')}/{data.get('model')}; all of it is kept above ──"
+        )
+    if event.type == "compaction/prune":
+        seqs = ", ".join(str(seq) for seq in data.get("shadowedSeqs") or ())
+        return _one_line(
+            f"── pruned for the model: tool result (seq {seqs}, ~{data.get('shadowedTokenCount')} "
+            "tokens) shortened to head and tail; the full result is kept above ──"
+        )
+    if event.type == "compaction/end" and data.get("error"):
+        return _one_line(f"── compaction failed, the model's view is unchanged: {data['error']} ──")
+    return None
+
+
+def usage_lines(usage: UsageTotals, pressure: ContextPressure) -> list[str]:
+    """``usage: ...`` and ``context: ...`` lines from a token meter's totals and pressure."""
+    out = []
+    if usage.requests:
+        cache = ""
+        if usage.cache_read_tokens or usage.cache_write_tokens:
+            cache = (
+                f" (+{usage.cache_read_tokens} cache read, {usage.cache_write_tokens} cache write)"
+            )
+        out.append(
+            f"usage: {usage.input_tokens} input{cache}, {usage.output_tokens} output tokens "
+            f"over {usage.requests} request(s)"
+        )
+    estimate = " (local estimate)" if pressure.estimated else ""
+    if pressure.context_window:
+        out.append(
+            f"context: ~{pressure.projected_tokens}{estimate} of {pressure.context_window} tokens "
+            f"({pressure.ratio:.0%}) for {pressure.provider}/{pressure.model}"
+        )
+    elif pressure.projected_tokens:
+        out.append(
+            f"context: ~{pressure.projected_tokens} tokens{estimate} (no context window declared)"
+        )
+    return out

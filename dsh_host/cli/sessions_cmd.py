@@ -16,7 +16,8 @@ from ..session.persistence import (
     SessionPersistenceCorruptionError,
     UnreadableListing,
 )
-from ..session.session import Session, derive_messages_from_events
+from ..session.session import Session, derive_event_message, derive_messages_from_events
+from ..session.tokens import TokenMeter
 from .common import (
     add_config_flag,
     add_root_flag,
@@ -28,10 +29,12 @@ from .common import (
 from .output import console, json_line, progress
 from .render import (
     blocks_text,
+    compaction_mark,
     event_summary,
     human_size,
     message_lines,
     terminal_safe,
+    usage_lines,
     when,
 )
 
@@ -249,17 +252,35 @@ def run_show(args: argparse.Namespace) -> int:
             else:
                 out.print(event_summary(event), markup=False)
         return 0
+    session = Session.restore(load.header, list(load.events), mark_seed_end=False)
     if args.view == "model":
-        messages: list[Any] = list(derive_messages_from_events(load.events))
+        # The compacted surface: checkpoints and pruned results in place of what they replace.
+        items: list[Any] = list(derive_messages_from_events(load.events))
     else:
-        session = Session.restore(load.header, list(load.events), mark_seed_end=False)
-        messages = list(session.append_origin_messages())
-    for message in messages:
-        if args.json:
-            print(json_line(to_builtins(message)))
+        # Every original event (append-origin), and a mark where compaction changed the model's
+        # view; replacements themselves are model-only.
+        items = []
+        origin = {event.seq for event in session.append_origin_events()}
+        for event in load.events:
+            if event.seq in origin:
+                message = derive_event_message(event)
+                if message is not None:
+                    items.append(message)
+            elif not args.json and (mark := compaction_mark(event)) is not None:
+                items.append(mark)
+    for item in items:
+        if isinstance(item, str):
+            out.print(item, style="yellow", markup=False)
             continue
-        for style, text in message_lines(message):
+        if args.json:
+            print(json_line(to_builtins(item)))
+            continue
+        for style, text in message_lines(item):
             out.print(text, style=style or None, markup=False)
+    if not args.json:
+        meter = TokenMeter()
+        for line in usage_lines(meter.usage(session), meter.pressure(session)):
+            out.print(line, style="dim", markup=False)
     if not args.json and load.torn_tail is not None:
         out.print(
             f"(the log has a torn tail: {load.torn_tail.recovered} event(s) recovered; "
