@@ -7,7 +7,6 @@ never re-spilled.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -70,6 +69,17 @@ async def run(host: PluginHost, name: str, arguments: Any) -> ToolExecutionResul
         return result
 
 
+def spill_facts(spill: Path, ws: Path) -> tuple[str, int, int, bool]:
+    """A spill file's content, its mode, its directory's mode, and whether it is in ``ws``."""
+    inside = spill.resolve().is_relative_to(ws.resolve())
+    return (
+        spill.read_text(),
+        spill.stat().st_mode & 0o777,
+        spill.parent.stat().st_mode & 0o777,
+        inside,
+    )
+
+
 async def test_a_large_result_of_any_tool_is_bounded_and_paged_with_read_file(
     boot: Boot, ws: Path
 ) -> None:
@@ -80,9 +90,7 @@ async def test_a_large_result_of_any_tool_is_bounded_and_paged_with_read_file(
         assert found is not None, shown
         omitted, locator = int(found.group(1)), found.group(2)
         spill = Path(locator)
-        saved = spill.read_text()
-        file_mode = spill.stat().st_mode & 0o777
-        dir_mode = spill.parent.stat().st_mode & 0o777
+        saved, file_mode, dir_mode, inside = spill_facts(spill, ws)
         paged = await run(host, "read_file", {"path": locator, "offset": 3000, "limit": 2})
     preview = shown[: found.start()].removesuffix("\n\n")
     assert len(shown.encode()) <= 2000
@@ -91,7 +99,7 @@ async def test_a_large_result_of_any_tool_is_bounded_and_paged_with_read_file(
     head_size = len(preview) - len(preview) // 2
     assert BIG.startswith(preview[:head_size]) and BIG.endswith(preview[head_size:])
     assert (file_mode, dir_mode) == (0o600, 0o700)
-    assert not spill.resolve().is_relative_to(ws.resolve())
+    assert not inside
     assert text_of(paged) == (
         f"<path>{locator}</path>\n<type>file</type>\n<content>\n"
         "3000: line 03000\n3001: line 03001\n\n"
