@@ -13,6 +13,7 @@ from .bash import bash_tool
 from .config import BuiltinToolsConfig, BuiltinToolsConfigError, canonical_workspace
 from .edit import edit_file_tool
 from .files import read_file_tool, workspace_root, write_file_tool
+from .listing import list_dir_tool
 from .search import glob_tool, grep_tool
 from .spill import SpillArea, bound_results, spill_base
 
@@ -49,6 +50,7 @@ class BuiltinTools(Plugin):
         tools.register(edit_file_tool(config, root), owner=ctx)
         tools.register(glob_tool(config, root, spill), owner=ctx)
         tools.register(grep_tool(config, root, spill), owner=ctx)
+        tools.register(list_dir_tool(config, root, spill), owner=ctx)
         if config.max_inline_bytes is not None:
             bound_results(ctx, spill, config.max_inline_bytes)
 

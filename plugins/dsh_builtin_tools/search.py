@@ -49,7 +49,18 @@ from .files import (
 )
 from .spill import RETRIEVAL_HINT, SpillArea
 
-__all__ = ["glob_tool", "grep_tool", "list_files", "ripgrep_binary"]
+__all__ = [
+    "Specs",
+    "ancestor_specs",
+    "capped_footer",
+    "glob_tool",
+    "grep_tool",
+    "ignored",
+    "list_files",
+    "open_search_dir",
+    "read_ignore",
+    "ripgrep_binary",
+]
 
 #: Characters kept of one matching line.
 MAX_LINE_CHARS: Final = 300
@@ -83,7 +94,7 @@ def ripgrep_binary() -> str | None:
     return candidate if os.path.isfile(candidate) and os.access(candidate, os.X_OK) else None
 
 
-def _read_ignore(dir_fd: int) -> list[str]:
+def read_ignore(dir_fd: int) -> list[str]:
     try:
         fd = os.open(".gitignore", READ_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError:
@@ -99,7 +110,7 @@ def _read_ignore(dir_fd: int) -> list[str]:
 Specs: TypeAlias = list[tuple[tuple[str, ...], "pathspec.PathSpec[Any]"]]
 
 
-def _ignored(specs: Specs, path: tuple[str, ...], is_dir: bool) -> bool:
+def ignored(specs: Specs, path: tuple[str, ...], is_dir: bool) -> bool:
     """Whether a ``.gitignore`` of an ancestor directory (``where``) ignores ``path``."""
     for where, spec in specs:
         relative = "/".join(path[len(where) :]) + ("/" if is_dir else "")
@@ -108,7 +119,7 @@ def _ignored(specs: Specs, path: tuple[str, ...], is_dir: bool) -> bool:
     return False
 
 
-def _ancestor_specs(root_fd: int, parts: tuple[str, ...]) -> Specs:
+def ancestor_specs(root_fd: int, parts: tuple[str, ...]) -> Specs:
     """The ``.gitignore`` rules of the workspace and of each directory between it and the
     search directory ``parts`` (exclusive), read beneath the workspace descriptor."""
     specs: Specs = []
@@ -118,7 +129,7 @@ def _ancestor_specs(root_fd: int, parts: tuple[str, ...]) -> Specs:
         except OSError:
             continue
         try:
-            lines = _read_ignore(dir_fd)
+            lines = read_ignore(dir_fd)
         finally:
             os.close(dir_fd)
         if lines:
@@ -136,10 +147,10 @@ def _walk(top_fd: int, base: tuple[str, ...], specs: Specs) -> Iterator[tuple[st
     for dirpath, dirnames, filenames, dir_fd in os.fwalk(".", dir_fd=top_fd, follow_symlinks=False):
         here = base + tuple(p for p in dirpath.split(os.sep) if p not in ("", "."))
         specs = [(where, spec) for where, spec in specs if here[: len(where)] == where]
-        lines = _read_ignore(dir_fd)
+        lines = read_ignore(dir_fd)
         if lines:
             specs.append((here, pathspec.GitIgnoreSpec.from_lines(lines)))
-        dirnames[:] = [d for d in dirnames if d != ".git" and not _ignored(specs, (*here, d), True)]
+        dirnames[:] = [d for d in dirnames if d != ".git" and not ignored(specs, (*here, d), True)]
         for name in filenames:
             if name == ".git":
                 continue
@@ -147,7 +158,7 @@ def _walk(top_fd: int, base: tuple[str, ...], specs: Specs) -> Iterator[tuple[st
                 info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             except OSError:
                 continue
-            if stat.S_ISREG(info.st_mode) and not _ignored(specs, (*here, name), False):
+            if stat.S_ISREG(info.st_mode) and not ignored(specs, (*here, name), False):
                 yield (*here, name)
 
 
@@ -182,14 +193,14 @@ def list_files(
     """The candidate files beneath the search directory ``parts``: ``.gitignore`` honoured,
     sorted by path components, at most :data:`MAX_ENTRIES` (more is an error)."""
     root_fd = holder.fd()
-    specs = _ancestor_specs(root_fd, parts)
-    top = _open_top(holder, parts)
+    specs = ancestor_specs(root_fd, parts)
+    top = open_search_dir(holder, parts)
     try:
         listing = _ripgrep(rg, holder.path, parts) if rg is not None else _walk(top, parts, specs)
         found: list[tuple[str, ...]] = []
         for path in listing:
             if path[: len(parts)] != parts or (
-                rg is not None and specs and _ignored(specs, path, False)
+                rg is not None and specs and ignored(specs, path, False)
             ):
                 continue
             found.append(path)
@@ -213,7 +224,7 @@ def open_listed(holder: WorkspaceRoot, path: tuple[str, ...], flags: int) -> int
     return fd
 
 
-def _open_top(holder: WorkspaceRoot, parts: tuple[str, ...]) -> int:
+def open_search_dir(holder: WorkspaceRoot, parts: tuple[str, ...]) -> int:
     shown = display_parts(parts)
     try:
         return open_dirs_beneath(holder.fd(), parts, create=False)

@@ -350,6 +350,14 @@ async def test_read_file_is_parallel_safe(boot: Boot) -> None:
         assert tools.execution_mode(call(name="write_file", arguments={"path": "a"})) == "exclusive"
         assert tools.execution_mode(call(name="bash", arguments=bash("ls"))) == "exclusive"
         assert tools.execution_mode(call(name="edit_file", arguments={"path": "a"})) == "exclusive"
-        for name in ("glob", "grep"):
+        for name in ("glob", "grep", "list_dir"):
             assert tools.execution_mode(call(name=name, arguments={"pattern": "x"})) == "parallel"
-        assert tools.names() == ["bash", "edit_file", "glob", "grep", "read_file", "write_file"]
+        assert tools.names() == [
+            "bash",
+            "edit_file",
+            "glob",
+            "grep",
+            "list_dir",
+            "read_file",
+            "write_file",
+        ]

@@ -167,3 +167,57 @@ def test_ripgrep_lists_nothing_through_a_link_out_of_the_workspace(ws: Path) -> 
     assert "linked/secret.py" in followed and "leak.py" in followed
     assert "linked/secret.py" not in rg_list(ws)
     assert (ws / "linked" / "secret.py").read_text() == "TODO outside\n"
+
+
+async def test_list_dir_shows_a_tree_with_ignores_links_and_a_depth_limit(boot: Boot) -> None:
+    async with boot(maxSearchResults=3) as host:
+        capped = await host.ctx.tools.execute(call(name="list_dir", arguments={}))
+        spilled = text_of(capped).rsplit("stored at: ", 1)[1].split(". Use read_file")[0]
+        whole = await host.ctx.tools.execute(call(name="read_file", arguments={"path": spilled}))
+    async with boot() as host:
+        results = []
+        for arguments in (
+            {},
+            {"path": "src", "depth": 3},
+            {"path": "a", "depth": 1},
+            {"path": "linked"},
+            {"depth": 11},
+        ):
+            with anyio.fail_after(GUARD_S):
+                results.append(
+                    await host.ctx.tools.execute(call(name="list_dir", arguments=arguments))
+                )
+    top, src, shallow, escape, deep = (text_of(r) for r in results)
+    assert top == (
+        "./\n"
+        "  .gitignore\n"
+        "  .hidden.py\n"
+        "  README.md\n"
+        "  a/\n"
+        "    cache/ (1 entry)\n"
+        "    top-only.txt\n"
+        "    x.py\n"
+        "  a-b.py\n"
+        "  leak.py@\n"
+        "  linked@\n"
+        "  src/\n"
+        "    .gitignore\n"
+        "    app.py\n"
+        "    blob.py\n"
+        "    generated_keep.py\n"
+        "    pipe.py\n"
+        "    pkg/ (1 entry)"
+    )
+    assert src == (
+        "src/\n  .gitignore\n  app.py\n  blob.py\n  generated_keep.py\n  pipe.py\n  pkg/\n"
+        "    mod.py"
+    )
+    assert shallow == "a/\n  cache/ (1 entry)\n  top-only.txt\n  x.py"
+    assert escape.startswith("Error: ") and "outside the workspace" in escape
+    assert deep == "Error: invalid depth: expected 1 to 10 levels, got 11"
+    assert text_of(capped) == (
+        "./\n  .gitignore\n  .hidden.py\n  README.md\n"
+        f"(14 more entries not shown. Full list_dir result stored at: {spilled}. Use read_file "
+        "with offset/limit to page through it.)"
+    )
+    assert text_of(whole).splitlines()[3:6] == ["1: ./", "2: .gitignore", "3: .hidden.py"]
