@@ -16,7 +16,6 @@ import stat
 from typing import Any, Final
 
 import anyio.to_thread
-import pathspec
 
 from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, text_output
 
@@ -29,7 +28,7 @@ from .search import (
     capped_footer,
     ignored,
     open_search_dir,
-    read_ignore,
+    with_ignore,
 )
 from .spill import SpillArea
 
@@ -74,9 +73,7 @@ def tree_lines(top_fd: int, parts: tuple[str, ...], specs: Specs, depth: int) ->
     lines: list[str] = []
 
     def visit(dir_fd: int, here: tuple[str, ...], specs: Specs, level: int) -> None:
-        lines_ = read_ignore(dir_fd)
-        if lines_:
-            specs = [*specs, (here, pathspec.GitIgnoreSpec.from_lines(lines_))]
+        specs = with_ignore(dir_fd, here, specs)
         for name, kind in _entries(dir_fd, here, specs):
             if len(lines) >= MAX_ENTRIES:
                 raise ToolError(
@@ -96,13 +93,8 @@ def tree_lines(top_fd: int, parts: tuple[str, ...], specs: Specs, depth: int) ->
                 continue
             try:
                 if level + 1 >= depth:
-                    inner = read_ignore(child)
-                    child_specs = (
-                        [*specs, ((*here, name), pathspec.GitIgnoreSpec.from_lines(inner))]
-                        if inner
-                        else specs
-                    )
-                    count = len(_entries(child, (*here, name), child_specs))
+                    inner = with_ignore(child, (*here, name), specs)
+                    count = len(_entries(child, (*here, name), inner))
                     plural = "y" if count == 1 else "ies"
                     lines.append(
                         f"{indent}{name}/ ({count} entr{plural})" if count else f"{indent}{name}/"

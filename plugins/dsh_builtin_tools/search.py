@@ -60,6 +60,7 @@ __all__ = [
     "open_search_dir",
     "read_ignore",
     "ripgrep_binary",
+    "with_ignore",
 ]
 
 #: Characters kept of one matching line.
@@ -119,6 +120,12 @@ def ignored(specs: Specs, path: tuple[str, ...], is_dir: bool) -> bool:
     return False
 
 
+def with_ignore(dir_fd: int, here: tuple[str, ...], specs: Specs) -> Specs:
+    """``specs`` plus the ``.gitignore`` of the directory ``dir_fd`` (workspace path ``here``)."""
+    rules = read_ignore(dir_fd)
+    return [*specs, (here, pathspec.GitIgnoreSpec.from_lines(rules))] if rules else specs
+
+
 def ancestor_specs(root_fd: int, parts: tuple[str, ...]) -> Specs:
     """The ``.gitignore`` rules of the workspace and of each directory between it and the
     search directory ``parts`` (exclusive), read beneath the workspace descriptor."""
@@ -129,11 +136,9 @@ def ancestor_specs(root_fd: int, parts: tuple[str, ...]) -> Specs:
         except OSError:
             continue
         try:
-            lines = read_ignore(dir_fd)
+            specs = with_ignore(dir_fd, parts[:depth], specs)
         finally:
             os.close(dir_fd)
-        if lines:
-            specs.append((parts[:depth], pathspec.GitIgnoreSpec.from_lines(lines)))
     return specs
 
 
@@ -147,9 +152,7 @@ def _walk(top_fd: int, base: tuple[str, ...], specs: Specs) -> Iterator[tuple[st
     for dirpath, dirnames, filenames, dir_fd in os.fwalk(".", dir_fd=top_fd, follow_symlinks=False):
         here = base + tuple(p for p in dirpath.split(os.sep) if p not in ("", "."))
         specs = [(where, spec) for where, spec in specs if here[: len(where)] == where]
-        lines = read_ignore(dir_fd)
-        if lines:
-            specs.append((here, pathspec.GitIgnoreSpec.from_lines(lines)))
+        specs = with_ignore(dir_fd, here, specs)
         dirnames[:] = [d for d in dirnames if d != ".git" and not ignored(specs, (*here, d), True)]
         for name in filenames:
             if name == ".git":
@@ -323,6 +326,10 @@ def glob_tool(config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea)
     )
 
 
+class _TooLarge(Exception):
+    """A listed file past :data:`MAX_GREP_FILE_BYTES` (not searched, counted)."""
+
+
 def _read_text(holder: WorkspaceRoot, path: tuple[str, ...]) -> bytes | None:
     """The content of a listed file for ``grep``: None when it cannot be opened beneath the
     workspace or looks binary; :class:`_TooLarge` past :data:`MAX_GREP_FILE_BYTES` (counted)."""
@@ -337,10 +344,6 @@ def _read_text(holder: WorkspaceRoot, path: tuple[str, ...]) -> bytes | None:
     finally:
         os.close(fd)
     return None if b"\0" in data[:BINARY_SNIFF_BYTES] else data
-
-
-class _TooLarge(Exception):
-    """A listed file past :data:`MAX_GREP_FILE_BYTES` (not searched, counted)."""
 
 
 def grep_tool(config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea) -> ToolDefinition:

@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -106,7 +107,8 @@ class SpillArea:
     Files are created ``O_CREAT | O_EXCL | O_NOFOLLOW`` (0600) relative to the directory's
     descriptor, with names no other process chooses (a per-row counter), so a planted file or
     symlink makes the spill fail instead of being written through. :meth:`dispose` (the row's
-    unload: the end of the run) deletes the directory and everything in it.
+    unload: the end of the run) deletes the directory and everything in it. Safe to use from
+    the event loop and from worker threads at once (``glob`` and ``grep`` may run in parallel).
     """
 
     def __init__(self, base: str | None, cap: int) -> None:
@@ -115,22 +117,25 @@ class SpillArea:
         self.path: str | None = None
         self._dir_fd: int | None = None
         self._count = itertools.count(1)
+        self._lock = threading.Lock()
 
     def open(self, call_id: str, label: str) -> tuple[int, str] | None:
         """A new spill file for one output of one call: (descriptor, path), or None."""
         if self.base is None:
             return None
-        if self._dir_fd is None:
-            os.makedirs(self.base, mode=0o700, exist_ok=True)
-            self.path = tempfile.mkdtemp(prefix="dsh-tool-output-", dir=self.base)
-            self._dir_fd = os.open(
-                self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-            )
+        with self._lock:
+            if self._dir_fd is None:
+                os.makedirs(self.base, mode=0o700, exist_ok=True)
+                self.path = tempfile.mkdtemp(prefix="dsh-tool-output-", dir=self.base)
+                self._dir_fd = os.open(
+                    self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+                )
+            dir_fd, directory, number = self._dir_fd, self.path or "", next(self._count)
         safe_id = re.sub(r"[^A-Za-z0-9_.-]", "_", call_id)[:100] or "call"
-        name = f"{next(self._count)}-{safe_id}.{label}"
+        name = f"{number}-{safe_id}.{label}"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(name, flags, 0o600, dir_fd=self._dir_fd)
-        return fd, os.path.join(self.path or "", name)
+        fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
+        return fd, os.path.join(directory, name)
 
     def save_text(self, call_id: str, label: str, text: str) -> str | None:
         """Write ``text`` to a new spill file (up to ``maxSpillBytes``, then the capped marker)
@@ -143,6 +148,7 @@ class SpillArea:
         if opened is None:
             return None
         fd, path = opened
+        dir_fd = self._dir_fd
         data = text.encode("utf-8", "replace")
         if len(data) > self.cap:
             data = data[: self.cap] + SPILL_CAPPED_MARKER.format(cap=self.cap).encode()
@@ -152,7 +158,7 @@ class SpillArea:
                 view = view[os.write(fd, view) :]
         except OSError:
             with contextlib.suppress(OSError):
-                os.unlink(os.path.basename(path), dir_fd=self._dir_fd)
+                os.unlink(os.path.basename(path), dir_fd=dir_fd)
             return None
         finally:
             os.close(fd)
@@ -171,10 +177,11 @@ class SpillArea:
 
     def dispose(self) -> None:
         """Close the directory and delete it with its files. Idempotent."""
-        fd, self._dir_fd = self._dir_fd, None
+        with self._lock:
+            fd, self._dir_fd = self._dir_fd, None
+            path, self.path = self.path, None
         if fd is not None:
             os.close(fd)
-        path, self.path = self.path, None
         if path is not None:
             shutil.rmtree(path, ignore_errors=True)
 
@@ -194,9 +201,7 @@ def head_tail(text: str, budget: int) -> tuple[str, int]:
     head = _cut_head(data, (budget + 1) // 2)
     tail_size = budget // 2
     tail = data[len(data) - tail_size :] if tail_size else b""
-    tail = tail.decode("utf-8", "ignore").encode("utf-8")
-    while tail and (tail[0] & 0xC0) == 0x80:  # pragma: no cover - decode already dropped them
-        tail = tail[1:]
+    tail = tail.decode("utf-8", "ignore").encode("utf-8")  # drops a split code point's bytes
     return (head + tail).decode("utf-8"), len(data) - len(head) - len(tail)
 
 
