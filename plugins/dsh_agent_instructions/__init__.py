@@ -226,10 +226,9 @@ def render_instructions(
 
 
 def _session_cwd(context: AssembleContext) -> str | None:
-    agent = context.agent
-    cwd = getattr(getattr(agent, "session", None), "header", None)
-    value = getattr(cwd, "cwd", None)
-    return value if isinstance(value, str) and os.path.isabs(value) else None
+    header = getattr(getattr(context.agent, "session", None), "header", None)
+    cwd = getattr(header, "cwd", None)
+    return cwd if isinstance(cwd, str) and os.path.isabs(cwd) else None
 
 
 class AgentInstructions(Plugin):

@@ -29,6 +29,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+import anyio.to_thread
 from msgspec import UNSET
 
 from dsh_host.context import Context
@@ -252,9 +253,14 @@ def bound_results(ctx: Context, area: SpillArea, cap: int) -> None:
         if not all(isinstance(block, TextBlock) for block in content):
             return decision
         text = "".join(block.text for block in content if isinstance(block, TextBlock))
-        replaced = bound_text(
-            text, cap, lambda full: area.save_text(execution.call_id, "result.txt", full)
-        )
+        if len(text) <= cap // 4 or len(text.encode("utf-8")) <= cap:
+            return decision  # fits (a UTF-8 character is at most 4 bytes): nothing to save
+
+        def save(full: str) -> str | None:
+            return area.save_text(execution.call_id, "result.txt", full)
+
+        # The save writes up to maxSpillBytes: on a worker thread, not the event loop.
+        replaced = await anyio.to_thread.run_sync(bound_text, text, cap, save)
         if replaced is None:
             return decision
         return Accept(
