@@ -28,6 +28,7 @@ from .search import (
     capped_footer,
     ignored,
     open_search_dir,
+    shown_path,
     with_ignore,
 )
 from .spill import SpillArea
@@ -81,15 +82,16 @@ def tree_lines(top_fd: int, parts: tuple[str, ...], specs: Specs, depth: int) ->
                     "smaller depth"
                 )
             indent = _INDENT * level
+            shown = shown_path((name,))
             if kind == "link":
-                lines.append(f"{indent}{name}@")
+                lines.append(f"{indent}{shown}@")
                 continue
             if kind == "file":
-                lines.append(f"{indent}{name}")
+                lines.append(f"{indent}{shown}")
                 continue
             child = _open_child(dir_fd, name)
             if child is None:
-                lines.append(f"{indent}{name}/ (unreadable)")
+                lines.append(f"{indent}{shown}/ (unreadable)")
                 continue
             try:
                 if level + 1 >= depth:
@@ -97,10 +99,10 @@ def tree_lines(top_fd: int, parts: tuple[str, ...], specs: Specs, depth: int) ->
                     count = len(_entries(child, (*here, name), inner))
                     plural = "y" if count == 1 else "ies"
                     lines.append(
-                        f"{indent}{name}/ ({count} entr{plural})" if count else f"{indent}{name}/"
+                        f"{indent}{shown}/ ({count} entr{plural})" if count else f"{indent}{shown}/"
                     )
                 else:
-                    lines.append(f"{indent}{name}/")
+                    lines.append(f"{indent}{shown}/")
                     visit(child, (*here, name), specs, level + 1)
             finally:
                 os.close(child)

@@ -60,6 +60,7 @@ __all__ = [
     "open_search_dir",
     "read_ignore",
     "ripgrep_binary",
+    "shown_path",
     "with_ignore",
 ]
 
@@ -93,6 +94,13 @@ def ripgrep_binary() -> str | None:
     elsewhere on ``PATH`` is not used: its version and build are unknown."""
     candidate = os.path.join(sysconfig.get_path("scripts"), "rg")
     return candidate if os.path.isfile(candidate) and os.access(candidate, os.X_OK) else None
+
+
+def shown_path(parts: tuple[str, ...]) -> str:
+    """A listed path as the model sees it: bytes of a file name that are not UTF-8 (kept by
+    ``os.fsdecode`` as lone surrogates, which no message can carry) shown as U+FFFD."""
+    path = "/".join(parts)
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def read_ignore(dir_fd: int) -> list[str]:
@@ -283,7 +291,7 @@ def glob_tool(config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea)
                 fd = open_listed(holder, path, READ_FLAGS)
                 if fd is not None:
                     os.close(fd)
-                    found.append("/".join(path))
+                    found.append(shown_path(path))
         if not found:
             return f'No files match "{pattern}".'
         cap = config.max_search_results
@@ -369,7 +377,7 @@ def grep_tool(config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea)
                 continue
             if data is None:
                 continue
-            shown = "/".join(path)
+            shown = shown_path(path)
             for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
                 if regex.search(line):
                     if len(line) > MAX_LINE_CHARS:

@@ -234,3 +234,17 @@ async def test_list_dir_shows_a_tree_with_ignores_links_and_a_depth_limit(boot: 
         "with offset/limit to page through it.)"
     )
     assert text_of(whole).splitlines()[3:6] == ["1: ./", "2: .gitignore", "3: .hidden.py"]
+
+
+async def test_a_file_name_that_is_not_utf8_is_shown_not_fatal(boot: Boot, ws: Path) -> None:
+    os.close(os.open(os.fsencode(ws / "src") + b"/bad\xff.py", os.O_CREAT | os.O_WRONLY, 0o644))
+    shown = []
+    for ripgrep in (True, False):
+        async with boot(ripgrep=ripgrep) as host:
+            for name, arguments in (("glob", {"pattern": "bad*"}), ("list_dir", {"path": "src"})):
+                with anyio.fail_after(GUARD_S):
+                    result = await host.ctx.tools.execute(call(name=name, arguments=arguments))
+                assert not result.is_error, text_of(result)
+                shown.append(text_of(result))
+    assert shown[0] == shown[2] == "src/bad\ufffd.py"
+    assert "  bad\ufffd.py\n" in shown[1] and shown[1] == shown[3]
