@@ -128,15 +128,16 @@ def list_dir_tool(
         head = f"{display_parts(parts)}/"
         if not lines:
             return f"{head}\n{_INDENT}(empty directory)"
+        tree = [head, *(f"{_INDENT}{line}" for line in lines)]
         footer = capped_footer(
             len(lines),
             cap,
             "entries",
             "list_dir",
             "list a narrower path or a smaller depth",
-            lambda: spill.save_text(call_id, "list_dir.txt", "\n".join([head, *lines]) + "\n"),
+            lambda: spill.save_text(call_id, "list_dir.txt", "\n".join(tree) + "\n"),
         )
-        return "\n".join([head, *(f"{_INDENT}{line}" for line in lines[:cap])]) + footer
+        return "\n".join(tree[: cap + 1]) + footer
 
     async def execute(args: Any, exec: ToolExecution) -> Any:
         parts = await anyio.to_thread.run_sync(workspace_parts, args.get("path", "."), workspace)

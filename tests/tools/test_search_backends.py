@@ -233,7 +233,12 @@ async def test_list_dir_shows_a_tree_with_ignores_links_and_a_depth_limit(boot: 
         f"(14 more entries not shown. Full list_dir result stored at: {spilled}. Use read_file "
         "with offset/limit to page through it.)"
     )
-    assert text_of(whole).splitlines()[3:6] == ["1: ./", "2: .gitignore", "3: .hidden.py"]
+    assert text_of(whole).splitlines()[3:7] == [
+        "1: ./",
+        "2:   .gitignore",
+        "3:   .hidden.py",
+        "4:   README.md",
+    ]  # the saved tree is the view, whole
 
 
 async def test_a_file_name_that_is_not_utf8_is_shown_not_fatal(boot: Boot, ws: Path) -> None:
