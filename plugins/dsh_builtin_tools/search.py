@@ -68,6 +68,8 @@ __all__ = [
 MAX_LINE_CHARS: Final = 300
 #: Files larger than this are not searched by ``grep`` (counted in the footer).
 MAX_GREP_FILE_BYTES: Final = 4_000_000
+#: Matching lines ``grep`` keeps for its spill file; later ones are only counted.
+MAX_KEPT_MATCHES: Final = 100_000
 #: Most candidate files one search lists.
 MAX_ENTRIES: Final = 200_000
 _IGNORE_FILE_BYTES: Final = 1_000_000
@@ -192,10 +194,12 @@ def _ripgrep(rg: str, workspace: str, parts: tuple[str, ...]) -> Iterator[tuple[
                     path = os.fsdecode(raw)
                     path = path[2:] if path.startswith("./") else path
                     yield tuple(p for p in path.split("/") if p not in ("", "."))
+            status = child.wait()
         finally:
-            child.kill()  # only the rg this call started; a no-op once it exited
-        if child.wait() not in (0, 1, 2):  # 1: no file; 2: some directory was unreadable
-            raise ToolError(f"ripgrep ({rg}) failed with exit status {child.returncode}")
+            if child.poll() is None:  # the listing was abandoned (a cap): stop this call's rg
+                child.kill()
+        if status not in (0, 1, 2):  # 1: no file; 2: some directory was unreadable
+            raise ToolError(f"ripgrep ({rg}) failed with exit status {status}")
 
 
 def list_files(
@@ -366,7 +370,7 @@ def grep_tool(config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea)
         call_id: str,
     ) -> str:
         hits: list[str] = []
-        skipped = 0
+        total = skipped = 0
         for path in list_files(holder, parts, rg):
             if files is not None and not files.match_file(_relative(path, parts)):
                 continue
@@ -380,6 +384,9 @@ def grep_tool(config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea)
             shown = shown_path(path)
             for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
                 if regex.search(line):
+                    total += 1
+                    if len(hits) >= MAX_KEPT_MATCHES:
+                        continue
                     if len(line) > MAX_LINE_CHARS:
                         line = f"{line[:MAX_LINE_CHARS]}..."
                     hits.append(f"{shown}:{number}: {line}")
@@ -391,13 +398,16 @@ def grep_tool(config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea)
         if not hits:
             return f'No lines match "{regex.pattern}".{note}'
         cap = config.max_search_results
+        unkept = (
+            f"({total - len(hits)} more matching lines not kept)\n" if total > len(hits) else ""
+        )
         footer = capped_footer(
-            len(hits),
+            total,
             cap,
             "matching lines",
             "grep",
             "narrow the pattern or the path",
-            lambda: spill.save_text(call_id, "grep.txt", "\n".join(hits) + "\n"),
+            lambda: spill.save_text(call_id, "grep.txt", "\n".join(hits) + "\n" + unkept),
         )
         return "\n".join(hits[:cap]) + footer + note
 
