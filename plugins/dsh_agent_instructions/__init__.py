@@ -112,8 +112,8 @@ def project_dirs(cwd: str, markers: tuple[str, ...]) -> list[str]:
 
 
 def _read_regular(path: str, limit: int) -> bytes | None:
-    """The content of ``path`` when it is a regular file (not followed if a link) of at most
-    ``limit`` bytes; ``b""`` marks an oversized file apart from None (absent or unusable)."""
+    """At most ``limit + 1`` bytes of ``path`` when it is a regular file (a link is not
+    followed, a FIFO does not block), else None; more than ``limit`` bytes means oversized."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError:
