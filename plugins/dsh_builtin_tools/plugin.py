@@ -13,7 +13,9 @@ from .bash import bash_tool
 from .config import BuiltinToolsConfig, BuiltinToolsConfigError, canonical_workspace
 from .edit import edit_file_tool
 from .files import read_file_tool, workspace_root, write_file_tool
+from .listing import list_dir_tool
 from .search import glob_tool, grep_tool
+from .spill import SpillArea, bound_results, spill_base
 
 __all__ = ["BuiltinTools"]
 
@@ -38,14 +40,19 @@ class BuiltinTools(Plugin):
                 "not an existing directory"
             )
         refuse_writable_harness_state(ctx, config, workspace)
+        spill = SpillArea(spill_base(config, workspace), config.max_spill_bytes)
+        ctx.effect(spill.dispose, "builtin-tools spill area")
         tools = ctx.tools
-        tools.register(bash_tool(ctx, config, workspace), owner=ctx)
+        tools.register(bash_tool(ctx, config, workspace, spill), owner=ctx)
         root = workspace_root(ctx, workspace)
-        tools.register(read_file_tool(config, root), owner=ctx)
+        tools.register(read_file_tool(config, root, spill), owner=ctx)
         tools.register(write_file_tool(config, root), owner=ctx)
         tools.register(edit_file_tool(config, root), owner=ctx)
-        tools.register(glob_tool(config, root), owner=ctx)
-        tools.register(grep_tool(config, root), owner=ctx)
+        tools.register(glob_tool(config, root, spill), owner=ctx)
+        tools.register(grep_tool(config, root, spill), owner=ctx)
+        tools.register(list_dir_tool(config, root, spill), owner=ctx)
+        if config.max_inline_bytes is not None:
+            bound_results(ctx, spill, config.max_inline_bytes)
 
 
 def _overlap(a: str, b: str) -> bool:

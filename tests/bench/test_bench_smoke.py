@@ -136,6 +136,20 @@ def test_host(tmp_path: Path, backend: str) -> None:
     assert data["targets"]["append_verdict"] in {"met", "NOT met"}
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_search(tmp_path: Path, backend: str) -> None:
+    data = run_bench("search", tmp_path, "--backend", backend)
+    assert data["tree"]["kept_files"] == 401
+    assert set(data["figures"]) == {"floor", "ripgrep", "walk", "glob_ripgrep", "glob_walk"}
+    assert all(f["median_us"] > 0 for f in data["figures"].values())
+    assert set(data["ratios"]) == {
+        "ripgrep_vs_floor",
+        "walk_vs_floor",
+        "walk_vs_ripgrep",
+        "glob_walk_vs_glob_ripgrep",
+    }
+
+
 def test_run_all_runs_selected_scripts_and_summarizes(tmp_path: Path) -> None:
     results = tmp_path / "results"
     done = subprocess.run(

@@ -48,6 +48,7 @@ def test_the_shipped_compositions_compose_the_loop_guards(tmp_path: Path) -> Non
         rows = {row["name"]: row for row in json.loads(shown.stdout)["rows"]}
         assert rows["timeout-policy"]["state"] == "active"
         assert rows["repeat-tool-reminder"]["state"] == "active"
+        assert rows["agent-instructions"]["state"] == "active"
 
 
 def test_a_looping_model_stops_at_max_steps_per_turn_exit_1(tmp_path: Path) -> None:

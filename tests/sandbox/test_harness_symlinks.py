@@ -63,7 +63,11 @@ async def bash_host(s: Scene, backend: str, mode: str) -> AsyncIterator[PluginHo
     rows = [
         Row(name="tools"),
         Row(name="sandbox-local", config={"backend": backend, "network": "deny"}),
-        Row(name="builtin-tools", config={"workspace": str(s.ws), "sandbox": mode}),
+        # No formatted-result spill: these tests predict the stream spill files' names.
+        Row(
+            name="builtin-tools",
+            config={"workspace": str(s.ws), "sandbox": mode, "maxInlineBytes": None},
+        ),
     ]
     async with open_host(rows) as host:
         yield host
