@@ -175,6 +175,48 @@ def workspace_read_only_paths(
     return tuple(found)
 
 
+#: Inherited variables a confined tool process gets by default (class 4 of issue 15: an
+#: allow-list, so ``DATABASE_URL``, ``TMUX``, ``SSH_AUTH_SOCK``, proxy credentials ... never reach
+#: the tool). A trailing ``*`` is a prefix pattern; a consumer's row adds names or patterns
+#: (``bash``'s ``envAllow``, an ``mcp-client`` row's ``envAllow``).
+DEFAULT_ENV_ALLOW: tuple[str, ...] = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TERM",
+    "TZ",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TMPDIR",
+)
+
+
+def env_allowed(name: str, patterns: Sequence[str]) -> bool:
+    """Whether ``name`` matches an allow-list entry (exact, or a ``PREFIX*`` pattern)."""
+    for pattern in patterns:
+        if pattern.endswith("*") and name.startswith(pattern[:-1]):
+            return True
+        if name == pattern:
+            return True
+    return False
+
+
+def allowed_environment(patterns: Sequence[str] = DEFAULT_ENV_ALLOW) -> dict[str, str]:
+    """The inherited environment a tool process may see: allow-listed names only.
+
+    Inherited ``DSH_*`` never pass, whatever the allow-list says (the harness's own settings
+    are not the tool's business; a consumer adds the managed ``DSH_*`` values it means to give).
+    """
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if env_allowed(name, patterns) and not name.startswith("DSH_")
+    }
+
+
 class RunnerFailureRule(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """Recognises that the runner failed before the command ran (spec §2.3, §2.8).
 
