@@ -46,11 +46,11 @@ from dsh_host.sandbox import (
 )
 from dsh_host.session.messages import TextBlock
 from dsh_host.tools import AbortError, ToolDefinition, ToolError, ToolExecution, ToolOutput
-from dsh_host.tools.schema import check_object_schema
 
 from .config import McpClientConfig
 from .naming import public_tool_name
 from .results import render_result
+from .schema import lower_input_schema
 from .transport import StderrTail, http_transport, stdio_transport
 
 __all__ = [
@@ -371,14 +371,14 @@ class ServerBridge:
 
     def _definition(self, public: str, tool: mcp_types.Tool) -> ToolDefinition:
         raw = tool.name
-        parameters: dict[str, Any] = dict(tool.input_schema or {"type": "object"})
-        try:
-            check_object_schema(parameters, f'tool "{public}" parameters')
-        except ToolError as exc:
-            # Vocabulary outside the enforced subset: advertise it as it is, let the server
-            # validate (DSH keeps the server's schema too); the registry must accept it.
-            self._log.info("mcp-client(%s): %s; arguments are not checked locally", raw, exc)
-            parameters = {"type": "object", "additionalProperties": True}
+        parameters, lowered = lower_input_schema(tool.input_schema or {"type": "object"})
+        if lowered:
+            self._log.debug(
+                "mcp-client(%s): tool %r: schema keywords outside the enforced subset are "
+                "described, and checked by the server",
+                self._name,
+                raw,
+            )
         read_only = tool.annotations is not None and tool.annotations.read_only_hint is True
         timeout_ms = self._config.tool_call_timeout_ms
 

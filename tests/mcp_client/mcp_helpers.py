@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -94,3 +96,17 @@ async def call(
 
 def text_of(result: ToolExecutionResult) -> str:
     return "".join(getattr(block, "text", "") for block in result.content)
+
+
+def dsh(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """Run the real ``dsh`` command as a user would (no inherited session root)."""
+    env = {k: v for k, v in os.environ.items() if k != "DSH_SESSION_ROOT"}
+    return subprocess.run(
+        [sys.executable, "-m", "dsh_host", *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -245,3 +245,36 @@ async def test_camel_case_keys_load(anyio_backend: str) -> None:
     async with mcp_host(config, extra_rows=(Row(name="timeout-policy"),)) as host:
         definition = host.ctx.tools.get("mcp__fixture__whoami")
         assert definition is not None and definition.timeout_ms == 5000
+
+
+async def test_schema_keywords_outside_the_subset_are_described_not_dropped() -> None:
+    from dsh_mcp_client.schema import lower_input_schema
+
+    lowered, changed = lower_input_schema({
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "properties": {
+            "count": {"type": "number", "minimum": 1, "maximum": 10, "description": "How many"},
+            "either": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+        },
+        "required": ["count"],
+    })
+    assert changed
+    count = lowered["properties"]["count"]
+    assert count == {"type": "number",
+                     "description": "How many (checked by the server: minimum 1, maximum 10)"}
+    assert lowered["properties"]["either"] == {
+        "description": '(checked by the server: anyOf [{"type":"string"},{"type":"null"}])'
+    }
+    plain = {"type": "object", "properties": {"m": {"type": "string"}}, "required": ["m"]}
+    assert lower_input_schema(plain) == (plain, False)
+
+
+@needs_everything
+async def test_everything_schemas_keep_their_constraints_for_the_model(anyio_backend: str) -> None:
+    async with mcp_host(everything_stdio()) as host:
+        schema = {s.name: s for s in host.ctx.tools.schemas()}["mcp__everything__get-resource-links"]
+        count = schema.parameters["properties"]["count"]
+        assert "(checked by the server: " in count["description"] and "maximum" in count["description"]
+        result = await call(host, "mcp__everything__get-resource-links", {"count": 99})
+        assert result.is_error  # the server enforces what the registry could not
