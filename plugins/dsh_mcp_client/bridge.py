@@ -51,7 +51,7 @@ from .config import McpClientConfig
 from .naming import public_tool_name
 from .results import render_result
 from .schema import lower_input_schema
-from .transport import StderrTail, http_transport, stdio_transport
+from .transport import Link, StderrTail, http_transport, stdio_transport
 
 __all__ = [
     "McpCallError",
@@ -131,6 +131,8 @@ class ServerBridge:
         self.connections = 0
         #: generations swapped in
         self.generations = 0
+        #: pid (and process group) of the current stdio child, the sandbox runner when confined
+        self.server_pid: int | None = None
 
     # ------------------------------------------------------------------ public surface
     @property
@@ -245,23 +247,27 @@ class ServerBridge:
         """Transport + initialized session + first synchronization, within the startup bound."""
         async with contextlib.AsyncExitStack() as stack:
             # Entered outside the deadline's scope: their task groups outlive it.
-            read, write, lost = await stack.enter_async_context(self._transport())
+            link = await stack.enter_async_context(self._transport())
+            lost = link.lost
             session = await stack.enter_async_context(
                 ClientSession(
-                    read, write, message_handler=self._on_message, client_info=_CLIENT_INFO
+                    link.read,
+                    link.write,
+                    message_handler=self._on_message,
+                    client_info=_CLIENT_INFO,
                 )
             )
             with anyio.fail_after(self._config.startup_timeout_ms / 1000):
                 await session.initialize()
                 self._resync = anyio.Event()
                 await self._synchronize(session)
-            self._session, self._lost = session, lost
+            self._session, self._lost, self.server_pid = session, lost, link.pid
             try:
                 yield lost
             finally:
                 self._session = self._lost = None
 
-    def _transport(self) -> contextlib.AbstractAsyncContextManager[tuple[Any, Any, anyio.Event]]:
+    def _transport(self) -> contextlib.AbstractAsyncContextManager[Link]:
         config = self._config
         if config.transport == "streamable-http":
             assert config.url is not None
@@ -271,7 +277,6 @@ class ServerBridge:
         env = allowed_environment(DEFAULT_ENV_ALLOW + config.env_allow)
         env.update(config.env)
         cwd = os.path.join(self._workspace, config.cwd) if config.cwd else self._workspace
-        die_with_parent = True
         if config.sandbox != "danger-full-access":
             sandbox = self._ctx.get("sandbox")
             if sandbox is None:
@@ -285,9 +290,9 @@ class ServerBridge:
             )
             argv = list(sandbox.confine(argv, policy).argv)
         self._stderr = StderrTail()
-        return stdio_transport(
-            argv, cwd=cwd, env=env, die_with_parent=die_with_parent, stderr=self._stderr
-        )
+        # Its own parent-death signal too: a confined child's runner dies with the harness, and
+        # an unconfined child has no runner to do it.
+        return stdio_transport(argv, cwd=cwd, env=env, die_with_parent=True, stderr=self._stderr)
 
     async def _serve(self, lost: anyio.Event) -> None:
         """Until the connection is lost: re-synchronize on each ``list_changed``."""

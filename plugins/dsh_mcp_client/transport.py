@@ -1,8 +1,9 @@
 """The two transports: a confined stdio child, and the SDK's Streamable HTTP client.
 
-Each is an async context manager yielding ``(read_stream, write_stream, lost)``: the stream pair
-an ``mcp.ClientSession`` runs on, and an event set when the connection is gone for good (the
-stdio child exited, or closed its stdout), which is what wakes the reconnect supervisor.
+Each is an async context manager yielding a :class:`Link`: the stream pair an
+``mcp.ClientSession`` runs on, an event set when the connection is gone for good (the stdio child
+exited, or closed its stdout), which is what wakes the reconnect supervisor, and the stdio
+child's pid (its process group's id).
 
 The stdio child is not started by the SDK's ``stdio_client`` (``anyio.open_process``) but by
 :func:`dsh_host.spawn.open_process`: on the harness's one long-lived spawner thread, so the
@@ -19,6 +20,7 @@ import logging
 import os
 import signal
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio
@@ -29,7 +31,7 @@ from mcp.shared.message import SessionMessage
 
 from dsh_host.spawn import SpawnedProcess, open_process
 
-__all__ = ["StderrTail", "http_transport", "stdio_transport"]
+__all__ = ["Link", "StderrTail", "http_transport", "stdio_transport"]
 
 log = logging.getLogger("dsh.mcp-client")
 
@@ -38,6 +40,16 @@ _EXIT_GRACE_S: Final = 2.0
 #: After SIGTERM to its process group, before SIGKILL.
 _TERM_GRACE_S: Final = 2.0
 _STDERR_TAIL_BYTES: Final = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One open connection: the session's streams, the lost event, the stdio child's pid."""
+
+    read: Any
+    write: Any
+    lost: anyio.Event
+    pid: int | None = None
 
 
 class StderrTail:
@@ -94,7 +106,7 @@ async def stdio_transport(
     env: dict[str, str],
     die_with_parent: bool,
     stderr: StderrTail,
-) -> AsyncIterator[tuple[Any, Any, anyio.Event]]:
+) -> AsyncIterator[Link]:
     """Spawn ``argv`` (already confined by the caller) and speak newline-delimited JSON-RPC."""
     process = await open_process(
         argv, cwd=cwd, env=env, stdin_pipe=True, die_with_parent=die_with_parent
@@ -146,7 +158,7 @@ async def stdio_transport(
             group.start_soon(writer)
             group.start_soon(pump_stderr)
             try:
-                yield read_recv, write_send, lost
+                yield Link(read_recv, write_send, lost, process.pid)
             finally:
                 group.cancel_scope.cancel()
     finally:
@@ -159,7 +171,7 @@ async def stdio_transport(
 @contextlib.asynccontextmanager
 async def http_transport(
     url: str, headers: dict[str, str]
-) -> AsyncIterator[tuple[Any, Any, anyio.Event]]:
+) -> AsyncIterator[Link]:
     """The SDK's Streamable HTTP client with the row's extra headers.
 
     An HTTP connection has no process to watch: a failure surfaces per request (the bridge
@@ -170,4 +182,4 @@ async def http_transport(
         create_mcp_http_client(headers=dict(headers) or None) as client,
         streamable_http_client(url, http_client=client) as (read, write),
     ):
-        yield read, write, lost
+        yield Link(read, write, lost)

@@ -5,7 +5,7 @@ and its own pid), ``write_file`` (tries to create a file at an absolute path and
 happened), ``add_tool`` (registers a new tool, which makes the SDK send
 ``notifications/tools/list_changed``), ``sleep`` (sleeps, for timeouts), ``crash`` (exits at
 once, mid-call), ``wipe`` (annotated ``destructiveHint: true``; does nothing), ``fail``
-(answers ``isError: true``).
+(answers ``isError: true``). With ``--linger`` it stays alive after its stdin closed.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
@@ -80,3 +81,5 @@ def fail() -> str:
 
 if __name__ == "__main__":
     server.run("stdio")
+    if "--linger" in sys.argv:  # a server that outlives its stdin: only a kill ends it
+        time.sleep(3600)
