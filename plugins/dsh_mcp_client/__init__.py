@@ -1,6 +1,13 @@
 """``mcp-client``: bridge one Model Context Protocol server's tools into the harness."""
 
-from .bridge import McpCallError, McpStartupError, McpToolError, McpUnavailableError, ServerBridge
+from .bridge import (
+    McpCallError,
+    McpOutcomeUnknownError,
+    McpStartupError,
+    McpToolError,
+    McpUnavailableError,
+    ServerBridge,
+)
 from .config import McpClientConfig, McpClientConfigError, ReconnectConfig
 from .naming import public_tool_name
 from .plugin import McpClient
@@ -11,6 +18,7 @@ __all__ = [
     "McpClient",
     "McpClientConfig",
     "McpClientConfigError",
+    "McpOutcomeUnknownError",
     "McpStartupError",
     "McpToolError",
     "McpUnavailableError",

@@ -45,6 +45,7 @@ from dsh_host.sandbox import (
     workspace_read_only_paths,
 )
 from dsh_host.session.messages import TextBlock
+from dsh_host.session.repair import TOOL_OUTCOME_UNKNOWN
 from dsh_host.tools import AbortError, ToolDefinition, ToolError, ToolExecution, ToolOutput
 
 from .config import McpClientConfig
@@ -55,6 +56,7 @@ from .transport import Link, StderrTail, http_transport, stdio_transport
 
 __all__ = [
     "McpCallError",
+    "McpOutcomeUnknownError",
     "McpStartupError",
     "McpToolError",
     "McpUnavailableError",
@@ -86,6 +88,12 @@ class McpCallError(ToolError):
     code: ClassVar[str] = "MCP_ERROR"
 
 
+class McpOutcomeUnknownError(ToolError):
+    """The connection ended while the call was in flight: it may have run on the server."""
+
+    code: ClassVar[str] = TOOL_OUTCOME_UNKNOWN
+
+
 class McpUnavailableError(ToolError):
     """The server is not connected (starting, reconnecting, or given up): nothing was sent."""
 
@@ -96,10 +104,6 @@ class McpStartupError(DshError):
     """The first connection or tool synchronization failed and ``failOnStartupError`` is set."""
 
     code: ClassVar[str] = "MCP_STARTUP_FAILED"
-
-
-class _LostConnection(Exception):
-    """The connection ended under a call (the call may have reached the server)."""
 
 
 def _session_id(exec: ToolExecution) -> str | None:
@@ -138,6 +142,11 @@ class ServerBridge:
     @property
     def server_name(self) -> str:
         return self._name
+
+    @property
+    def connected(self) -> bool:
+        """A session is up and its transport has not reported the connection lost."""
+        return self._session is not None and self._lost is not None and not self._lost.is_set()
 
     def tool_names(self) -> list[str]:
         return sorted(self._generation)
@@ -265,7 +274,7 @@ class ServerBridge:
             try:
                 yield lost
             finally:
-                self._session = self._lost = None
+                self._session = self._lost = self.server_pid = None
 
     def _transport(self) -> contextlib.AbstractAsyncContextManager[Link]:
         config = self._config
@@ -406,7 +415,7 @@ class ServerBridge:
     # ------------------------------------------------------------------ calls
     async def _call(self, raw: str, args: Any, exec: ToolExecution) -> Any:
         session, lost = self._session, self._lost
-        if session is None or lost is None:
+        if session is None or lost is None or lost.is_set():
             raise McpUnavailableError(
                 f'MCP server "{self._name}" is not connected (starting, or reconnecting after '
                 "it was lost); the call was not sent"
@@ -450,8 +459,8 @@ class ServerBridge:
         return value
 
 
-def _lost_error(server: str) -> McpCallError:
-    return McpCallError(
+def _lost_error(server: str) -> McpOutcomeUnknownError:
+    return McpOutcomeUnknownError(
         f'the connection to MCP server "{server}" was lost while the call was in flight; it may '
         "have run on the server: its outcome is unknown"
     )

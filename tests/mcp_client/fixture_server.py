@@ -49,7 +49,7 @@ async def add_tool(name: str, ctx: Context) -> str:
         return f"{name} answers"
 
     server.add_tool(added, name=name, description=f"added at run time: {name}")
-    await ctx.notify_tools_changed()
+    await ctx.request_context.session.send_tool_list_changed()
     return f"added {name}"
 
 

@@ -110,3 +110,47 @@ def dsh(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProc
         text=True,
         timeout=timeout,
     )
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+class EverythingHttp:
+    """``server-everything`` in its Streamable HTTP mode on a loopback port, started and
+    stopped by the test (``stop`` kills it; ``start`` again reuses the port)."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.process: subprocess.Popen[str] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def start(self) -> None:
+        env = {**os.environ, "PORT": str(self.port)}
+        self.process = subprocess.Popen(
+            ["node", str(EVERYTHING_JS), "streamableHttp"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stderr is not None
+        for line in self.process.stderr:  # it says so once it listens
+            if "listening on port" in line:
+                return
+        raise AssertionError("server-everything (streamableHttp) exited before listening")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
