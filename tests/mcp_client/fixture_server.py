@@ -3,7 +3,7 @@
 Run as ``python fixture_server.py``. Its tools: ``whoami`` (returns the request's ``_meta``
 and its own pid), ``write_file`` (tries to create a file at an absolute path and reports what
 happened), ``add_tool`` (registers a new tool, which makes the SDK send
-``notifications/tools/list_changed``), ``sleep`` (sleeps, for timeouts), ``crash`` (exits at
+``notifications/tools/list_changed``), ``sleep`` (sleeps, for timeouts and crashes; with ``MARK_DIR`` it first leaves a marker), ``crash`` (exits at
 once, mid-call), ``wipe`` (annotated ``destructiveHint: true``; does nothing), ``fail``
 (answers ``isError: true``). With ``--linger`` it stays alive after its stdin closed.
 """
@@ -54,8 +54,14 @@ async def add_tool(name: str, ctx: Context) -> str:
 
 
 @server.tool()
-async def sleep(seconds: float) -> str:
-    """Sleep `seconds`, then answer."""
+async def sleep(seconds: float, ctx: Context) -> str:
+    """Sleep `seconds`, then answer. With `MARK_DIR` set, first leave `started-<callId>` there
+    (the host can see that the call reached the server)."""
+    mark_dir = os.environ.get("MARK_DIR")
+    if mark_dir:
+        meta = ctx.request_context.meta or {}
+        mark = anyio.Path(mark_dir) / f"started-{meta.get('dsh/callId')}"
+        await mark.write_text("started\n")
     await anyio.sleep(seconds)
     return f"slept {seconds}"
 

@@ -70,6 +70,9 @@ def composition(tmp_path: Path, workspace: Path, *mcp_rows: dict[str, Any]) -> P
     rows = yaml.safe_load((REPO / "configs" / "default.yml").read_text())
     agent = rows.pop()  # keep the agent row last
     assert agent["name"] == "agent"
+    for row in rows:
+        if row["name"] == "builtin-tools":
+            row["config"]["workspace"] = str(workspace)
     for index, config in enumerate(mcp_rows):
         rows.append({"id": f"mcp-{index}", "name": "mcp-client",
                      "config": {"workspace": str(workspace), **config}})
