@@ -128,6 +128,7 @@ class ServerBridge:
         self._resync = anyio.Event()
         self._scope: anyio.CancelScope | None = None
         self._done = anyio.Event()
+        self._closing = False
         self._started = anyio.Event()
         self._startup_error: BaseException | None = None
         self._stderr = StderrTail()
@@ -165,6 +166,7 @@ class ServerBridge:
 
     async def aclose(self) -> None:
         """Stop the supervisor, close the connection (the stdio child is reaped), drop tools."""
+        self._closing = True
         if self._scope is not None:
             self._scope.cancel()
             await self._done.wait()
@@ -174,6 +176,10 @@ class ServerBridge:
     async def run(self) -> None:
         reconnect = self._config.reconnect
         failures = 0
+        if self._closing:  # unloaded before the task got to run
+            self._started.set()
+            self._done.set()
+            return
         try:
             with anyio.CancelScope() as self._scope:
                 while True:

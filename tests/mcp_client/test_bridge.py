@@ -278,3 +278,18 @@ async def test_everything_schemas_keep_their_constraints_for_the_model(anyio_bac
         assert "(checked by the server: " in count["description"] and "maximum" in count["description"]
         result = await call(host, "mcp__everything__get-resource-links", {"count": 99})
         assert result.is_error  # the server enforces what the registry could not
+
+
+def test_a_restricted_composition_cannot_choose_the_server_command() -> None:
+    from dsh_host.errors import ConfigError
+    from dsh_host.loader import check_rows, parse_rows
+
+    text = (
+        "- id: mcp\n  name: mcp-client\n  config:\n    serverName: x\n    transport: stdio\n"
+        "    command: /bin/evil\n"
+    )
+    rows = parse_rows(text, "dsh.yml", restricted="honoured only from a named file")
+    with pytest.raises(ConfigError, match="command of mcp-client chooses an executable"):
+        check_rows(rows)
+    http = "- id: mcp\n  name: mcp-client\n  config: {serverName: x, transport: streamable-http, url: 'http://127.0.0.1:1/mcp'}\n"
+    assert check_rows(parse_rows(http, "dsh.yml", restricted="named file only"))
