@@ -58,6 +58,7 @@ __all__ = [
     "McpCallError",
     "McpOutcomeUnknownError",
     "McpStartupError",
+    "McpTimeoutError",
     "McpToolError",
     "McpUnavailableError",
     "ServerBridge",
@@ -68,6 +69,8 @@ _CLIENT_INFO: Final = mcp_types.Implementation(name="dsh", version="0.1.0")
 CALL_ID_META: Final = "dsh/callId"
 SESSION_ID_META: Final = "dsh/sessionId"
 
+#: How long after ``toolCallTimeoutMs`` the call's own deadline fires (the policy's goes first).
+_BACKSTOP_GRACE_S: Final = 1.0
 #: The canonical value of a successful call: the MCP blocks as JSON, and structured content.
 _OUTPUT_SCHEMA: Final = {
     "type": "object",
@@ -92,6 +95,13 @@ class McpOutcomeUnknownError(ToolError):
     """The connection ended while the call was in flight: it may have run on the server."""
 
     code: ClassVar[str] = TOOL_OUTCOME_UNKNOWN
+
+
+class McpTimeoutError(ToolError):
+    """No answer within ``toolCallTimeoutMs`` (without a ``timeout-policy`` row to stop it first);
+    the SDK sent ``notifications/cancelled``."""
+
+    code: ClassVar[str] = "TOOL_TIMEOUT"
 
 
 class McpUnavailableError(ToolError):
@@ -435,10 +445,22 @@ class ServerBridge:
         plain = to_json_builtins(args, "tool arguments")
         arguments: dict[str, Any] = plain if isinstance(plain, dict) else {}
         result: mcp_types.CallToolResult | None = None
+        # The timeout-policy row enforces toolCallTimeoutMs (the tool's timeoutMs) and owns the
+        # TOOL_TIMEOUT result; this later deadline only holds where no such row is composed.
+        timeout_ms = self._config.tool_call_timeout_ms
+        backstop_s = timeout_ms / 1000 + _BACKSTOP_GRACE_S
         with exec.signal.linked_scope() as scope:
             try:
-                result = await session.call_tool(raw, arguments, meta=meta)  # type: ignore[call-overload]
+                result = await session.call_tool(  # type: ignore[call-overload]
+                    raw, arguments, read_timeout_seconds=backstop_s, meta=meta
+                )
             except MCPError as exc:
+                if exc.code == mcp_types.REQUEST_TIMEOUT:
+                    raise McpTimeoutError(
+                        f'MCP server "{self._name}" did not answer tools/call {raw!r} within '
+                        f"toolCallTimeoutMs ({timeout_ms} ms); it was asked to cancel the call. "
+                        "It may have partly run: its outcome is unknown."
+                    ) from None
                 if lost.is_set() or exc.code == mcp_types.CONNECTION_CLOSED:
                     lost.set()
                     raise _lost_error(self._name) from None

@@ -179,3 +179,15 @@ async def test_a_call_past_tool_call_timeout_is_tool_timeout(anyio_backend: str)
         assert text_of(slow).startswith("Error: tool call timed out after 300ms")
         # the connection survives the abandoned request
         assert text_of(await call(host, "mcp__everything__echo", {"message": "ok"})) == "Echo: ok"
+
+
+async def test_without_timeout_policy_the_call_has_its_own_deadline(anyio_backend: str) -> None:
+    async with mcp_host(fixture_stdio(toolCallTimeoutMs=200)) as host:  # no timeout-policy row
+        slow = await call(host, "mcp__fixture__sleep", {"seconds": 60})
+        assert code_of(slow) == "TOOL_TIMEOUT"
+        assert text_of(slow) == (
+            "Error: MCP server \"fixture\" did not answer tools/call 'sleep' within "
+            "toolCallTimeoutMs (200 ms); it was asked to cancel the call. It may have partly "
+            "run: its outcome is unknown."
+        )
+        assert not (await call(host, "mcp__fixture__whoami", {})).is_error
