@@ -9,6 +9,7 @@ from typing import Any
 
 from dsh_host.context import Context, Host
 from dsh_host.plugin import Plugin
+from dsh_host.sandbox import SandboxPolicy, confined_writable_roots, harness_state_conflict
 from dsh_host.tools.types import Ask, Deny, PreToolDecision, ToolExecution
 
 from .bridge import ServerBridge
@@ -49,6 +50,7 @@ class McpClient(Plugin):
                 f"mcp-client({config.server_name}): workspace {config.workspace!r} resolves to "
                 f"{workspace}, which is not an existing directory"
             )
+        refuse_writable_harness_state(ctx, config, workspace)
         live.add(config.server_name)
         ctx.effect(lambda: live.discard(config.server_name), "mcp-client server name")
         bridge = ServerBridge(ctx, config, workspace)
@@ -78,3 +80,31 @@ class McpClient(Plugin):
 
             ctx.on("tools/pre-execute", gate)
         ctx.start_soon(bridge.run, name=f"mcp-client({config.server_name}) supervisor")
+
+
+def refuse_writable_harness_state(ctx: Context, config: McpClientConfig, workspace: str) -> None:
+    """A ``workspace-write`` server may write what a ``workspace-write`` bash call may: refuse the
+    row when that reaches the session log or the user's dsh configuration, as ``builtin-tools``
+    refuses its own (``read-only`` writes nothing; ``danger-full-access`` is no sandbox)."""
+    if config.transport != "stdio" or config.sandbox != "workspace-write":
+        return
+    writable = [(workspace, f"the workspace of mcp-client row {ctx.row_id!r}")]
+    sandbox = ctx.get("sandbox")
+    if sandbox is not None:
+        policy = SandboxPolicy(mode="workspace-write", workspace_root=workspace)
+        writable += [
+            (os.path.abspath(os.path.realpath(path)), "writable by the server in workspace-write")
+            for path in confined_writable_roots(sandbox, policy)
+            if os.path.isdir(path)
+        ]
+    store = ctx.get("sessionPersistence")
+    root = getattr(store, "root", None)
+    problem = harness_state_conflict(
+        root if isinstance(root, str) else None,
+        writable,
+        who=f"mcp-client({config.server_name})",
+        actor="the MCP server",
+        elsewhere="give the row another `workspace`",
+    )
+    if problem is not None:
+        raise McpClientConfigError(problem)

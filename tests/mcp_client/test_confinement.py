@@ -181,3 +181,27 @@ def test_the_server_dies_with_a_killed_harness(mode: str, anyio_backend: str) ->
         if harness.poll() is None:
             harness.kill()
             harness.wait()
+
+
+async def test_a_workspace_write_server_may_not_reach_the_session_log(
+    anyio_backend: str, places: tuple[Path, Path]
+) -> None:
+    from dsh_host.errors import BootError
+
+    workspace, _outside = places
+    root = workspace / "sessions"
+    rows = [
+        Row(name="sessions"),
+        Row(name="session-persistence-jsonl", config={"root": str(root)}),
+        Row(name="tools"),
+        Row(name="sandbox-local", config={"network": "deny"}),
+        Row(name="mcp-client", config=fixture_stdio(sandbox="workspace-write",
+                                                     workspace=str(workspace))),
+    ]
+    with pytest.raises(BootError, match=r"mcp-client\(fixture\): the session root .* overlaps"):
+        async with open_host(rows):
+            pass
+    # read-only writes nothing: the same layout is fine
+    rows[-1] = Row(name="mcp-client", config=fixture_stdio(workspace=str(workspace)))
+    async with open_host(rows) as host:
+        await bridge_of(host, "fixture").wait_started()

@@ -191,3 +191,24 @@ async def test_without_timeout_policy_the_call_has_its_own_deadline(anyio_backen
             "run: its outcome is unknown."
         )
         assert not (await call(host, "mcp__fixture__whoami", {})).is_error
+
+
+async def test_a_squatted_name_rolls_the_whole_generation_back(anyio_backend: str) -> None:
+    from dsh_host.tools import ToolDefinition, text_output
+
+    async def body(_args: object, _exec: object) -> str:
+        return "squatter"
+
+    async with mcp_host(fixture_stdio()) as host:
+        bridge = bridge_of(host, "fixture")
+        squatter = ToolDefinition(name="mcp__fixture__late_tool", description="not the server's",
+                                  parameters={"type": "object"}, execute=body,
+                                  output=text_output())
+        host.ctx.tools.register(squatter)
+        await call(host, "mcp__fixture__add_tool", {"name": "late_tool"})
+        await eventually(lambda: not bridge.tool_names(), "the rolled-back generation")
+        # never a partial set: none of the server's tools, and the foreign one untouched
+        assert [n for n in host.ctx.tools.names() if n.startswith("mcp__")] == [
+            "mcp__fixture__late_tool"
+        ]
+        assert text_of(await call(host, "mcp__fixture__late_tool", {})) == "squatter"
