@@ -212,3 +212,18 @@ async def test_a_squatted_name_rolls_the_whole_generation_back(anyio_backend: st
             "mcp__fixture__late_tool"
         ]
         assert text_of(await call(host, "mcp__fixture__late_tool", {})) == "squatter"
+
+
+async def test_a_connection_that_lived_past_max_delay_resets_the_budget(
+    anyio_backend: str,
+) -> None:
+    # one attempt per outage: without the reset the second crash would exhaust it
+    reconnect = {"initialDelayMs": 20, "maxDelayMs": 200, "maxAttempts": 1}
+    async with mcp_host(fixture_stdio(reconnect=reconnect)) as host:
+        bridge = bridge_of(host, "fixture")
+        for round_ in range(1, 4):
+            await anyio.sleep(0.3)  # uptime beyond maxDelayMs (longer on a slow machine is fine)
+            await call(host, "mcp__fixture__crash", {})
+            await eventually(lambda n=round_: bridge.connections > n and bridge.connected, "")
+        assert bridge.connections == 4
+        assert "mcp__fixture__whoami" in host.ctx.tools.names()
