@@ -142,3 +142,22 @@ def test_dsh_run_calls_server_everything_end_to_end(tmp_path: Path) -> None:
     assert [(a["toolName"], a["callId"]) for a in asked] == [("mcp__fixture__wipe", "call_1_3")]
     assert asked[0]["reason"] == 'MCP server "fixture" marks this tool destructive (destructiveHint)'
 
+
+
+def test_fail_on_startup_error_ends_the_turn_before_the_model_is_asked(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    gone = {"serverName": "gone", "transport": "stdio", "command": "/nonexistent/mcp-server",
+            "failOnStartupError": True, "reconnect": {"enabled": False}}
+    config = composition(tmp_path, workspace, gone)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"responses": [{"text": "never asked"}]}))
+    result = dsh("run", "go", "--config", str(config), "--model", f"scripted:{script}",
+                 "--workspace", str(workspace), "--root", str(tmp_path / "sessions"), "--json",
+                 cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["turnEnd"]["code"] == "MCP_STARTUP_FAILED"
+    assert "startup failed and failOnStartupError is set" in summary["turnEnd"]["message"]
+    assert summary["finalText"] is None
