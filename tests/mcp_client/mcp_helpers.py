@@ -23,12 +23,22 @@ FIXTURE = str(HERE / "fixture_server.py")
 EVERYTHING_JS = HERE / "node" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 
 needs_everything = pytest.mark.skipif(
-    shutil.which("node") is None or not EVERYTHING_JS.is_file(),
-    reason="needs node and `npm ci` in tests/mcp/node (.ci/run does it when node is installed)",
+    shutil.which("node") is None,
+    reason="server-everything needs node (not installed here; CI has it)",
 )
 
 
+def require_everything() -> None:
+    """With node present the reference server must be installed: fail, never skip."""
+    if not EVERYTHING_JS.is_file():
+        pytest.fail(
+            f"{EVERYTHING_JS} is missing: run `npm ci` in tests/mcp_client/node (.ci/run does it "
+            "whenever npm is installed)"
+        )
+
+
 def everything_stdio(**extra: Any) -> dict[str, Any]:
+    require_everything()
     return {
         "serverName": "everything",
         "transport": "stdio",
@@ -134,6 +144,7 @@ class EverythingHttp:
         return f"http://127.0.0.1:{self.port}/mcp"
 
     def start(self) -> None:
+        require_everything()
         env = {**os.environ, "PORT": str(self.port)}
         self.process = subprocess.Popen(
             ["node", str(EVERYTHING_JS), "streamableHttp"],

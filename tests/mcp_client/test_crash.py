@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from .mcp_helpers import EVERYTHING_JS, FIXTURE, needs_everything
+from .mcp_helpers import FIXTURE, everything_stdio, needs_everything
 from .test_pipeline import composition, dsh, events_of, tool_results
 
 pytestmark = pytest.mark.slow
@@ -91,9 +91,7 @@ def _resume_and_check(
 def test_sigkill_mid_call_to_server_everything_repairs_as_outcome_unknown(
     tmp_path: Path,
 ) -> None:
-    everything = {"serverName": "everything", "transport": "stdio",
-                  "command": shutil.which("node"), "args": [str(EVERYTHING_JS), "stdio"],
-                  "toolCallTimeoutMs": 600_000}
+    everything = everything_stdio(command=shutil.which("node"), toolCallTimeoutMs=600_000)
     durable = _call_durable(tmp_path)
     root, session, options = _run_and_kill(
         tmp_path, everything, "mcp__everything__trigger-long-running-operation",

@@ -16,10 +16,10 @@ import yaml
 from dsh_host import Row
 
 from .mcp_helpers import (
-    EVERYTHING_JS,
     FIXTURE,
     call,
     dsh,
+    everything_stdio,
     fixture_stdio,
     mcp_host,
     needs_everything,
@@ -105,8 +105,7 @@ def test_dsh_run_calls_server_everything_end_to_end(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
     root = tmp_path / "sessions"
-    everything = {"serverName": "everything", "transport": "stdio",
-                  "command": shutil.which("node"), "args": [str(EVERYTHING_JS), "stdio"]}
+    everything = everything_stdio(command=shutil.which("node"))
     fixture = {"serverName": "fixture", "transport": "stdio", "command": sys.executable,
                "args": [FIXTURE]}
     config = composition(tmp_path, workspace, everything, fixture)
