@@ -52,7 +52,9 @@ import anyio
 
 from dsh_host.cancel import CancelToken
 from dsh_host.context import Context
+from dsh_host.sandbox import DEFAULT_ENV_ALLOW, allowed_environment
 from dsh_host.session.messages import ContentBlock, TextBlock
+from dsh_host.spawn import FdReceiveStream, SpawnedProcess, open_process
 from dsh_host.tools import AbortError, ToolDefinition, ToolExecution, ToolOutput
 from dsh_host.tools.escalation import (
     ESCALATION_TARGETS,
@@ -70,7 +72,6 @@ from ._sandbox import (
     SandboxUnavailableError,
     workspace_read_only_paths,
 )
-from ._spawn import FdReceiveStream, SpawnedProcess, open_process
 from .config import BuiltinToolsConfig
 from .spill import SPILL_CAPPED_MARKER, SpillArea
 
@@ -84,22 +85,6 @@ __all__ = [
     "render_bash",
 ]
 
-#: Inherited variables a tool process gets by default (class 4 of issue 15: an allow-list, so
-#: ``DATABASE_URL``, ``TMUX``, ``SSH_AUTH_SOCK``, proxy credentials ... never reach the tool).
-#: A trailing ``*`` is a prefix pattern. The row's ``envAllow`` adds names or patterns.
-DEFAULT_ENV_ALLOW: Final = (
-    "PATH",
-    "HOME",
-    "LANG",
-    "LANGUAGE",
-    "LC_*",
-    "TERM",
-    "TZ",
-    "USER",
-    "LOGNAME",
-    "SHELL",
-    "TMPDIR",
-)
 _FIXED_ENV: Final = {"NO_COLOR": "1", "TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat"}
 _READ_CHUNK: Final = 65536
 #: How long a finished command's inherited pipes may stay open (a background grandchild).
@@ -483,27 +468,13 @@ async def _run(
 # --------------------------------------------------------------------------- the tool
 
 
-def env_allowed(name: str, patterns: tuple[str, ...]) -> bool:
-    """Whether ``name`` matches an allow-list entry (exact, or a ``PREFIX*`` pattern)."""
-    for pattern in patterns:
-        if pattern.endswith("*") and name.startswith(pattern[:-1]):
-            return True
-        if name == pattern:
-            return True
-    return False
-
-
 def _environment(exec: ToolExecution, allow: tuple[str, ...]) -> dict[str, str]:
     """The child's environment: allow-listed inherited names, then the managed values.
 
     Inherited ``DSH_*`` never pass (the managed values below are the only ``DSH_*`` a tool
     sees), whatever the allow-list says.
     """
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if env_allowed(name, allow) and not name.startswith("DSH_")
-    }
+    env = allowed_environment(allow)
     env.update(_FIXED_ENV)
     env["DSH_SHELL"] = "1"
     env["DSH_CALL_ID"] = exec.call_id

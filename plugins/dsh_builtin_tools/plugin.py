@@ -6,8 +6,7 @@ import os
 
 from dsh_host.context import Context
 from dsh_host.plugin import Plugin
-from dsh_host.sandbox import SandboxPolicy, confined_writable_roots
-from dsh_host.userdirs import user_config_file
+from dsh_host.sandbox import SandboxPolicy, confined_writable_roots, harness_state_conflict
 
 from .bash import bash_tool
 from .config import BuiltinToolsConfig, BuiltinToolsConfigError, canonical_workspace
@@ -55,10 +54,6 @@ class BuiltinTools(Plugin):
             bound_results(ctx, spill, config.max_inline_bytes)
 
 
-def _overlap(a: str, b: str) -> bool:
-    return os.path.commonpath([a, b]) in (a, b)
-
-
 def tool_writable_paths(
     ctx: Context, config: BuiltinToolsConfig, workspace: str
 ) -> list[tuple[str, str]]:
@@ -83,20 +78,12 @@ def refuse_writable_harness_state(ctx: Context, config: BuiltinToolsConfig, work
     (see :class:`BuiltinTools`)."""
     store = ctx.get("sessionPersistence")
     root = getattr(store, "root", None)
-    session_root = canonical_workspace(root) if isinstance(root, str) else None
-    config_dir = canonical_workspace(str(user_config_file().parent))
-    for path, what in tool_writable_paths(ctx, config, workspace):
-        if session_root is not None and _overlap(session_root, path):
-            raise BuiltinToolsConfigError(
-                f"builtin-tools: the session root {session_root} overlaps {path} ({what}), so "
-                "the agent's own tools could rewrite the log that records them; store sessions "
-                "outside it (--root DIR, DSH_SESSION_ROOT or the persistence row's `root`) or "
-                "work in another directory (--workspace DIR)"
-            )
-        if _overlap(config_dir, path):
-            raise BuiltinToolsConfigError(
-                f"builtin-tools: your dsh configuration directory {config_dir} overlaps {path} "
-                f"({what}), so the agent's own tools could plant a composition or a trust record "
-                "for your next run; work in another directory (--workspace DIR) or move it "
-                "(XDG_CONFIG_HOME)"
-            )
+    problem = harness_state_conflict(
+        root if isinstance(root, str) else None,
+        tool_writable_paths(ctx, config, workspace),
+        who="builtin-tools",
+        actor="the agent's own tools",
+        elsewhere="work in another directory (--workspace DIR)",
+    )
+    if problem is not None:
+        raise BuiltinToolsConfigError(problem)
