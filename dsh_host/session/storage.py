@@ -57,7 +57,6 @@ from dsh_host.session.persistence import (
     SessionLoad,
     SessionNotFoundError,
     SessionOwnershipLostError,
-    SessionWriteError,
     UnreadableListing,
 )
 
@@ -212,9 +211,10 @@ class MemoryStorage:
                 "owned by another handle"
             )
         if batch and batch[0].seq != len(log.events):
-            raise SessionWriteError(
-                f'session "{lease.session_id}": batch starts at seq {batch[0].seq}, but '
-                f"{len(log.events)} event(s) are stored"
+            raise SessionOwnershipLostError(
+                f'session "{lease.session_id}": write ownership lost — {len(log.events)} '
+                f"event(s) are stored but the batch starts at seq {batch[0].seq}; another "
+                "writer wrote this session"
             )
         log.events.extend(p.event for p in batch)
         log.revision += bool(batch)

@@ -197,12 +197,22 @@ class SqliteStorage:
                 return
             try:
                 self._create_file()
+            except OSError as error:
+                raise SessionPersistenceError(
+                    f'SQLite session store "{self.path}" cannot be created: '
+                    f"{error.strerror or error}; point the row's `root` (or --root) at a "
+                    "directory you can write"
+                ) from None
+            try:
                 writer = self._connect()
             except sqlite3.Error as error:
-                raise self._error("cannot open", error) from error
+                raise self._error("cannot open it", error) from error
             try:
                 self._store_id = self._migrate(writer)
                 reader = self._connect()
+            except sqlite3.Error as error:
+                writer.close()
+                raise self._error("cannot open it", error) from error
             except BaseException:
                 writer.close()
                 raise
@@ -235,12 +245,19 @@ class SqliteStorage:
         return store_id
 
     def _error(self, what: str, error: sqlite3.Error) -> SessionPersistenceError:
-        return SessionPersistenceError(f'SQLite session store "{self.path}": {what}: {error}')
+        return SessionPersistenceError(
+            f'SQLite session store "{self.path}": {what}: {error} (is it an SQLite database '
+            "this harness wrote, on a local disk?)"
+        )
 
     async def _run(
         self, lock: Literal["reader", "writer"], fn: Callable[[sqlite3.Connection], T]
     ) -> T:
-        """``fn(conn)`` on a worker thread, holding that connection for the call."""
+        """``fn(conn)`` on a worker thread, holding that connection for the call.
+
+        SQLite errors that ``fn`` does not turn into seam errors itself become
+        :class:`SessionPersistenceError` naming the database.
+        """
 
         def call() -> T:
             self._ensure_open()
@@ -251,7 +268,10 @@ class SqliteStorage:
             )
             assert conn is not None
             with guard:
-                return fn(conn)
+                try:
+                    return fn(conn)
+                except sqlite3.Error as error:
+                    raise self._error("a query failed", error) from error
 
         return await anyio.to_thread.run_sync(call)
 
@@ -275,7 +295,14 @@ class SqliteStorage:
 
     def _lock(self, session_id: str) -> tuple[str, int]:
         path = self._lock_path(session_id)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.makedirs(self.lock_dir, mode=0o700, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as error:
+            raise SessionPersistenceError(
+                f'session "{session_id}": cannot open its lock file "{path}": '
+                f"{error.strerror or error} (a symlink there is refused, D20)"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -464,10 +491,7 @@ class SqliteStorage:
         )
 
     async def load(self, session_id: str) -> SessionLoad:
-        try:
-            return await self._run("reader", lambda conn: self._read_sync(conn, session_id))
-        except sqlite3.Error as error:
-            raise self._error(f'cannot read session "{session_id}"', error) from error
+        return await self._run("reader", lambda conn: self._read_sync(conn, session_id))
 
     async def read_from(self, session_id: str, from_seq: int) -> tuple[SessionEvent, ...]:
         """Only the rows from ``from_seq`` on are read."""

@@ -72,6 +72,16 @@ async def test_a_symlink_in_place_of_the_database_is_refused(tmp_path: Path) -> 
     assert target.read_bytes() == b"", "nothing was written through the link"
 
 
+async def test_a_file_that_is_not_a_database_is_refused_with_its_name(tmp_path: Path) -> None:
+    path = db(tmp_path)
+    path.parent.mkdir(mode=0o700)
+    path.write_bytes(b"not a database, just some bytes that are long enough" * 40)
+    backend = SqliteSessionPersistence(str(path))
+    with pytest.raises(SessionPersistenceError, match=f'"{path}": cannot open it'):
+        await backend.list()
+    await backend.aclose()
+
+
 async def test_replacing_the_lock_file_under_a_live_handle_loses_ownership(
     tmp_path: Path,
 ) -> None:
