@@ -1,9 +1,9 @@
-"""The PostgreSQL ``sessionPersistence`` service: handles, ownership, storage.
+"""The PostgreSQL session storage (:class:`PostgresStorage`) and its ``sessionPersistence``.
 
-Same seam and semantics as the JSONL backend (DECISIONS D7, D12); admission,
-the 200 ms window and the serialized drain are the session layer's
-(:mod:`dsh_host.session.write_behind`). What differs is where the guarantees
-come from:
+Same seam and semantics as the JSONL backend (DECISIONS D7, D12); the write
+handle, admission, the 200 ms window and the serialized drain are the session
+layer's (:mod:`dsh_host.session.storage` is the interface implemented here).
+What differs is where the guarantees come from:
 
 * **Durability.** A batch is one autocommit ``INSERT`` (the first one also
   inserts the header, through a CTE) on a connection started with
@@ -16,11 +16,12 @@ come from:
   so a bad batch is refused before it is buffered.
 * **Single writer.** ``open(id, "write")`` (and, for ``create``, the first
   materialization) takes ``pg_try_advisory_lock(key)`` on a connection of its
-  own, and every batch of that handle is written on that same connection. A
-  batch can therefore only commit while the lock is held: if the connection
-  drops, the lock is gone *and* the handle can no longer write. The handle is
-  then poisoned (:class:`SessionOwnershipLostError`); it never reconnects,
-  because another worker may already own the session.
+  own (the lease), and every batch of that lease is written on that same
+  connection. A batch can therefore only commit while the lock is held: if the
+  connection drops, the lock is gone *and* the lease can no longer write. The
+  storage then raises :class:`SessionOwnershipLostError` and the host refuses
+  further writes; it never reconnects, because another worker may already own
+  the session.
 * **Crash repair** is the reader's, exactly as with JSONL: storage returns the
   stored rows; ``inspect`` adds closers in memory; a resumer appends them.
   There are no torn tails: a crash loses only what was never committed.
@@ -77,9 +78,6 @@ __all__ = [
 _log = logging.getLogger("dsh.session-persistence-postgres")
 
 T = TypeVar("T")
-
-#: One buffered event: (seq, encoded JSON text).
-Row = tuple[int, str]
 
 #: How long a refused ``pg_try_advisory_lock`` is retried before reporting the owner.
 #: A writer whose process died holds its lock until PostgreSQL notices the closed
