@@ -1,7 +1,7 @@
 """What every command shares: the composition with command-line overrides, and running a host.
 
 Overrides patch the ``config`` of the row that runs a given plugin, so a flag
-like ``--root`` works with any composition that has a JSONL persistence row,
+like ``--root`` works with any composition that has a JSONL (or SQLite) persistence row,
 whatever its id. A flag whose row is missing is a usage error that says which
 row the composition lacks.
 """
@@ -44,8 +44,8 @@ def add_root_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--root",
         metavar="DIR",
-        help="session store root of the JSONL backend (default: the composition's; in the "
-        "shipped default $DSH_SESSION_ROOT, else ~/.local/share/dsh/sessions)",
+        help="session store root of the JSONL or SQLite backend (default: the composition's; "
+        "in the shipped default $DSH_SESSION_ROOT, else ~/.local/share/dsh/sessions)",
     )
 
 
@@ -85,7 +85,8 @@ def load_composition(args: argparse.Namespace) -> tuple[Path, list[LocatedRow]]:
         root_path = Path(root)
         if root_path.exists() and not root_path.is_dir():
             raise CliUsageError(f"--root {root}: exists and is not a directory")
-        patch_config(located, ("session-persistence-jsonl",), "root", str(root_path), "--root")
+        file_stores = ("session-persistence-jsonl", "session-persistence-sqlite")
+        patch_config(located, file_stores, "root", str(root_path), "--root")
     return path, located
 
 

@@ -205,7 +205,7 @@ def fsyncs(monkeypatch: pytest.MonkeyPatch) -> Iterator[FsyncLog]:
 
 
 def _chain(root: Path) -> tuple[str, str, str]:
-    session_dir = Path(_backend(root, "zstd").session_dir("/home/dev/project", SID))
+    session_dir = Path(_backend(root, "zstd").storage.session_dir("/home/dev/project", SID))
     return str(session_dir), str(session_dir.parent), str(root)
 
 

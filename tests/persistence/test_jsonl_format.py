@@ -18,7 +18,6 @@ from dsh_session_persistence_jsonl._codec import (
     expand_stream,
     header_from_meta,
     header_json_bytes,
-    pack_chunk_rows,
     pack_source_seqs,
     pack_stream,
     unpack_source_seqs,
@@ -44,6 +43,8 @@ from dsh_host.session.persistence import (
     SessionFormatUnsupportedError,
     SessionPersistenceCorruptionError,
 )
+
+from .v0_rows import pack_chunk_rows
 
 # --------------------------------------------------------------------------- header line
 
