@@ -1,0 +1,444 @@
+"""The server's engine: plugin hosts, turns in the background, event wake-ups, metrics.
+
+One plugin host runs per (composition, workspace) pair, booted on first use and
+kept until the server stops: a composition's ``builtin-tools`` row works in one
+workspace, so a session created with another workspace gets its own host. The
+default composition's host at the default workspace boots at start-up (a bad
+composition fails ``dsh serve`` at once) and serves every read.
+
+A turn is run by resuming the session for write (the persistence backend's
+ownership: ``flock`` for JSONL, the advisory lock for PostgreSQL), running the
+turn, and closing the agent, which flushes and releases the session. Between
+turns nothing is held, so any process sharing the store may run the next one.
+The composition a session was created with is recorded in its header as
+``agentPreset``; its workspace is the header's ``cwd``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, Literal
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from dsh_host.agent.errors import ApprovalDecisionError
+from dsh_host.agent.loop import Agent
+from dsh_host.errors import DshError
+from dsh_host.loader import LocatedRow, PluginHost, Row, canonical_name, open_host
+from dsh_host.session.events import SessionEvent, TurnEndReason, turn_end_kind
+from dsh_host.session.header import new_session_id
+from dsh_host.session.persistence import (
+    SessionAlreadyExistsError,
+    SessionLoad,
+    SessionNotFoundError,
+)
+
+from . import views
+from .metrics import ServerMetrics
+
+__all__ = [
+    "AFTER_REPAIR_PROMPT",
+    "ApiError",
+    "RunningTurn",
+    "ServeOptions",
+    "ServerRuntime",
+    "open_runtime",
+]
+
+log = logging.getLogger("dsh.server")
+
+#: The prompt of the turn a worker starts after repairing a session whose turn a dead worker
+#: left open (``after_repair: continue``): the repair's results are in the history above it.
+AFTER_REPAIR_PROMPT: Final = (
+    "The previous turn was interrupted before it finished (the process running it stopped). "
+    "The tool results above show what was repaired: a call marked as not started did not run; "
+    "a call whose outcome is unknown may or may not have taken effect. Check before repeating "
+    "anything, then continue the task."
+)
+
+
+class ApiError(DshError):
+    """An error the API reports as ``{"error": {"code", "message"}}`` with an HTTP status."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code  # type: ignore[misc]  # an instance's code, not the class default
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """How a ``dsh serve`` process runs (built by the command from its flags)."""
+
+    #: composition name -> its rows (model row and ``approval: defer`` already applied);
+    #: the first one is the default
+    compositions: Mapping[str, Sequence[LocatedRow]]
+    default_workspace: str
+    #: directories a session's workspace may be in (the default workspace always may)
+    workspace_roots: tuple[str, ...] = ()
+    token: str | None = None
+    cors_origins: tuple[str, ...] = ()
+    max_body_bytes: int = 1 << 20
+    #: after repairing a turn a dead worker left open: stop there, or run a new turn
+    after_repair: Literal["stop", "continue"] = "stop"
+    #: how often a stream re-reads the store for events another process wrote (seconds)
+    poll_interval: float = 0.5
+
+    @property
+    def default_composition(self) -> str:
+        return next(iter(self.compositions))
+
+
+@dataclass
+class RunningTurn:
+    """A turn running in this process."""
+
+    agent: Agent
+    turn: int
+    started: float = field(default_factory=time.monotonic)
+
+
+def _with_workspace(rows: Sequence[LocatedRow], workspace: str) -> list[LocatedRow]:
+    """The rows with every enabled ``builtin-tools`` row working in ``workspace``."""
+    out: list[LocatedRow] = []
+    for located in rows:
+        row = located.row
+        if canonical_name(row.name) == "builtin-tools" and not row.disabled:
+            config = {**(row.config or {}), "workspace": workspace}
+            row = Row(name=row.name, id=row.id, config=config, disabled=row.disabled)
+            located = replace(located, row=row)
+        out.append(located)
+    return out
+
+
+class ServerRuntime:
+    """Hosts, running turns and the wake-ups streams wait on (see the module docstring)."""
+
+    def __init__(self, options: ServeOptions, group: TaskGroup) -> None:
+        self.options = options
+        self.metrics = ServerMetrics()
+        self._group = group
+        self._hosts: dict[tuple[str, str], PluginHost] = {}
+        self._booting: dict[tuple[str, str], anyio.Event] = {}
+        self._closing = anyio.Event()
+        self._running: dict[str, RunningTurn] = {}
+        self._claimed: set[str] = set()
+        self._wakeups: dict[str, anyio.Event] = {}
+        self._reader: PluginHost | None = None
+
+    # ------------------------------------------------------------------ hosts
+    async def start(self) -> None:
+        """Boot the default host (the reader): a bad composition fails here."""
+        self._reader = await self.host(
+            self.options.default_composition, self.options.default_workspace
+        )
+
+    @property
+    def store(self) -> Any:
+        """The ``sessionPersistence`` service every read goes through."""
+        assert self._reader is not None, "start() first"
+        service = self._reader.ctx.get("sessionPersistence")
+        if service is None:
+            raise ApiError(
+                500,
+                "NO_PERSISTENCE",
+                "the composition stores no sessions (no row provides sessionPersistence); "
+                "serve a composition with a persistence row",
+            )
+        return service
+
+    async def host(self, composition: str, workspace: str) -> PluginHost:
+        """The host of ``composition`` working in ``workspace``, booted on first use."""
+        key = (composition, workspace)
+        while key not in self._hosts:
+            booting = self._booting.get(key)
+            if booting is not None:
+                await booting.wait()
+                continue
+            self._booting[key] = done = anyio.Event()
+            try:
+                rows = _with_workspace(self.options.compositions[composition], workspace)
+                self._hosts[key] = await self._group.start(self._host_task, rows)
+            finally:
+                del self._booting[key]
+                done.set()
+        return self._hosts[key]
+
+    async def _host_task(
+        self, rows: list[LocatedRow], *, task_status: TaskStatus[PluginHost]
+    ) -> None:
+        async with open_host(rows) as host:
+            host.ctx.on("session/event", self._on_event)
+            host.ctx.on("agent/step-end", lambda _step: self.metrics.steps.inc())
+            self.metrics.time_flushes(host.ctx.sessions)
+            task_status.started(host)
+            await self._closing.wait()
+
+    def close(self) -> None:
+        """Stop every host (running turns end ``aborted``, cause ``disposed``)."""
+        self._closing.set()
+
+    # ------------------------------------------------------------------ wake-ups
+    def _on_event(self, session: Any, event: SessionEvent | None) -> None:
+        waiting = self._wakeups.pop(session.id, None)
+        if waiting is not None:
+            waiting.set()
+
+    async def wait_for_events(self, session_id: str, at_most: float) -> None:
+        """Return when this process appends to the session, or after ``at_most`` seconds."""
+        wakeup = self._wakeups.setdefault(session_id, anyio.Event())
+        with anyio.move_on_after(at_most):
+            await wakeup.wait()
+
+    # ------------------------------------------------------------------ reads
+    async def inspect(self, session_id: str) -> SessionLoad:
+        try:
+            load: SessionLoad = await self.store.inspect(session_id)
+        except SessionNotFoundError:
+            raise ApiError(404, "SESSION_NOT_FOUND", f'no stored session "{session_id}"') from None
+        return load
+
+    async def events_after(self, session_id: str, after: int) -> list[SessionEvent]:
+        """The events with ``seq > after``: from memory while a turn runs here, else the store."""
+        running = self._running.get(session_id)
+        if running is not None:
+            return [e for e in running.agent.session.events if e.seq > after]
+        try:
+            return list(await self.store.read_from(session_id, after + 1))
+        except SessionNotFoundError:
+            raise ApiError(404, "SESSION_NOT_FOUND", f'no stored session "{session_id}"') from None
+
+    def running(self, session_id: str) -> RunningTurn | None:
+        return self._running.get(session_id)
+
+    def status(self, load: SessionLoad) -> str:
+        """``running`` here, ``awaiting-approval``, ``interrupted`` (needs a repair), ``idle``."""
+        if load.id in self._running or load.id in self._claimed:
+            return "running"
+        if views.pending_approvals(load.events, load.id):
+            return "awaiting-approval"
+        if load.closers:
+            return "interrupted"
+        return "idle"
+
+    def summary(self, load: SessionLoad) -> dict[str, Any]:
+        header = load.header
+        events = load.events
+        return {
+            "id": header.id,
+            "title": views.title(events),
+            "status": self.status(load),
+            "createdAt": header.created_at,
+            "updatedAt": views.updated_at(events, header.created_at),
+            "workspace": header.cwd if isinstance(header.cwd, str) else None,
+            "composition": header.agent_preset if isinstance(header.agent_preset, str) else None,
+            "events": len(events),
+            "lastTurn": views.last_turn(events),
+            "lastTurnEnd": views.last_turn_end(events),
+            "usage": views.usage(events),
+        }
+
+    async def pending_approvals(self) -> list[dict[str, Any]]:
+        """Every pending approval across the stored sessions, oldest ask first."""
+        rows: list[dict[str, Any]] = []
+        for listing in await self.store.list(unreadable=[]):
+            try:
+                load = await self.store.inspect(listing.header.id)
+            except Exception:  # one unreadable log must not hide the others' approvals
+                continue
+            rows.extend(views.pending_approvals(load.events, load.id))
+        rows.sort(key=lambda r: (r["askedAt"], r["sessionId"], r["callId"]))
+        self.metrics.pending_approvals.set(len(rows))
+        return rows
+
+    # ------------------------------------------------------------------ writes
+    def check_workspace(self, workspace: str | None) -> str:
+        """The absolute workspace a new session works in; refused outside the allowed roots."""
+        if workspace is None:
+            return self.options.default_workspace
+        path = os.path.realpath(workspace)
+        roots = (self.options.default_workspace, *self.options.workspace_roots)
+        if not any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots):
+            raise ApiError(
+                400,
+                "WORKSPACE_REFUSED",
+                f"workspace {workspace!r} is outside the directories this server allows "
+                f"({', '.join(roots)}); start dsh serve with --allow-workspace DIR to add one",
+            )
+        if not os.path.isdir(path):
+            raise ApiError(400, "WORKSPACE_REFUSED", f"workspace {workspace!r} is not a directory")
+        return path
+
+    def check_composition(self, name: str | None) -> str:
+        if name is None:
+            return self.options.default_composition
+        if name not in self.options.compositions:
+            known = ", ".join(self.options.compositions)
+            raise ApiError(
+                400,
+                "UNKNOWN_COMPOSITION",
+                f"unknown composition {name!r}; this server runs {known}",
+            )
+        return name
+
+    async def create_session(
+        self, *, workspace: str | None, composition: str | None, session_id: str | None
+    ) -> SessionLoad:
+        """Create and store an empty session (its header), ready for its first turn."""
+        name = self.check_composition(composition)
+        path = self.check_workspace(workspace)
+        host = await self.host(name, path)
+        if session_id is not None:
+            try:
+                await self.store.inspect(session_id)
+            except SessionNotFoundError:
+                pass
+            else:
+                raise SessionAlreadyExistsError(f'a session "{session_id}" is already stored')
+        sessions = host.ctx.sessions
+        session = sessions.create(
+            session_id or new_session_id(), meta={"cwd": path, "agentPreset": name}
+        )
+        try:
+            await sessions.flush(session)  # an empty flush stores the header
+        finally:
+            sessions.detach(session)
+        return await self.inspect(session.id)
+
+    def _claim(self, session_id: str) -> None:
+        """Reserve the session for one turn in this process (no await between check and set)."""
+        if session_id in self._claimed or session_id in self._running:
+            raise ApiError(
+                409, "SESSION_BUSY", f'session "{session_id}" is running a turn; wait or cancel it'
+            )
+        self._claimed.add(session_id)
+
+    async def _resume(self, load: SessionLoad) -> Agent:
+        header = load.header
+        name = header.agent_preset if isinstance(header.agent_preset, str) else None
+        if name is not None and name not in self.options.compositions:
+            raise ApiError(
+                409,
+                "UNKNOWN_COMPOSITION",
+                f'session "{load.id}" was created with composition {name!r}, which this server '
+                "does not run",
+            )
+        workspace = header.cwd if isinstance(header.cwd, str) else self.options.default_workspace
+        host = await self.host(name or self.options.default_composition, workspace)
+        agent: Agent = await host.ctx.agent.resume(load.id)
+        return agent
+
+    async def start_turn(self, session_id: str, prompt: str) -> int:
+        """Start a turn in the background; return its number once the session is held."""
+        self._claim(session_id)
+        try:
+            load = await self.inspect(session_id)
+            if views.pending_approvals(load.events, session_id):
+                raise ApiError(
+                    409,
+                    "AWAITING_APPROVAL",
+                    f'session "{session_id}" is awaiting approval; decide its pending calls '
+                    "(POST /sessions/{id}/approvals/{callId}) before a new turn",
+                )
+            agent = await self._resume(load)
+        except BaseException:
+            self._claimed.discard(session_id)
+            raise
+        return self._launch(agent, lambda: agent.run_turn(prompt))
+
+    async def decide(
+        self,
+        session_id: str,
+        call_id: str,
+        decision: Literal["allow", "deny"],
+        *,
+        reason: str | None,
+        args_digest: str | None,
+        decided_by: str,
+    ) -> int | None:
+        """Record a decision; when no call waits any more, continue the turn in the background.
+
+        Returns the number of the continuing turn, or None when other calls still wait.
+        """
+        self._claim(session_id)
+        try:
+            agent = await self._resume(await self.inspect(session_id))
+            try:
+                await agent.decide(
+                    call_id, decision, reason=reason, decided_by=decided_by,
+                    args_digest=args_digest,
+                )
+            except ApprovalDecisionError as exc:
+                await agent.aclose()
+                raise ApiError(409, "APPROVAL_NOT_PENDING", str(exc)) from None
+            if agent.pending_approvals():
+                await agent.aclose()
+                self._claimed.discard(session_id)
+                return None
+        except BaseException:
+            self._claimed.discard(session_id)
+            raise
+        return self._launch(agent, agent.continue_turn)
+
+    def _launch(self, agent: Agent, body: Callable[[], Awaitable[TurnEndReason]]) -> int:
+        turn = agent.last_turn + 1
+        self._running[agent.id] = RunningTurn(agent, turn)
+        self._claimed.discard(agent.id)
+        self.metrics.turns_started.inc()
+        self._group.start_soon(self._drive, agent, body)
+        return turn
+
+    async def _drive(self, agent: Agent, body: Callable[[], Awaitable[TurnEndReason]]) -> None:
+        kind = "error"
+        try:
+            reason = await body()
+            kind = turn_end_kind(reason)
+        except Exception:
+            log.exception("turn of session %s failed", agent.id)
+        finally:
+            try:
+                with anyio.CancelScope(shield=True):
+                    await agent.aclose()  # flush, then release the session
+            except Exception:
+                log.exception("closing session %s failed", agent.id)
+            finally:
+                self._running.pop(agent.id, None)
+                self.metrics.turns_ended.labels(kind=kind).inc()
+                self._on_event(agent.session, None)  # wake streams: the store has it all
+
+    def cancel(self, session_id: str) -> int:
+        running = self._running.get(session_id)
+        if running is None:
+            raise ApiError(409, "NOT_RUNNING", f'session "{session_id}" runs no turn here')
+        running.agent.cancel()
+        return running.turn
+
+    # ------------------------------------------------------------------ metrics
+    def running_count(self) -> int:
+        return len(self._running)
+
+
+@asynccontextmanager
+async def open_runtime(options: ServeOptions) -> AsyncIterator[ServerRuntime]:
+    """A started runtime; on exit every host stops (running turns end ``aborted``)."""
+    # A failure is re-raised outside the task group: callers see the error itself (a
+    # ConfigError from booting, say), not an ExceptionGroup around it.
+    failure: Exception | None = None
+    async with anyio.create_task_group() as group:
+        runtime = ServerRuntime(options, group)
+        try:
+            await runtime.start()
+            yield runtime
+        except Exception as exc:
+            failure = exc
+        finally:
+            runtime.close()
+    if failure is not None:
+        raise failure
+
