@@ -128,3 +128,40 @@ async def running_server(
                     stop.set()
     finally:
         sock.close()
+
+
+async def read_sse(
+    client: httpx.AsyncClient,
+    path: str,
+    *,
+    until: Callable[[dict[str, Any]], bool],
+    headers: dict[str, str] | None = None,
+    started: Callable[[], Any] | None = None,
+) -> list[tuple[int, str, dict[str, Any]]]:
+    """Read SSE frames ``(id, event, data)`` from ``path`` until ``until(data)`` is true.
+
+    ``started`` is called once the response headers arrived (the stream is open).
+    """
+    frames: list[tuple[int, str, dict[str, Any]]] = []
+    async with client.stream("GET", path, headers=headers or {}) as response:
+        assert response.status_code == 200, await response.aread()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        if started is not None:
+            result = started()
+            if hasattr(result, "__await__"):
+                await result
+        fields: dict[str, str] = {}
+        async for line in response.aiter_lines():
+            if line.startswith(":"):
+                continue
+            if line:
+                name, _, value = line.partition(":")
+                fields[name] = value.removeprefix(" ")
+                continue
+            if "data" in fields:
+                data = json.loads(fields["data"])
+                frames.append((int(fields["id"]), fields["event"], data))
+                if until(data):
+                    return frames
+            fields = {}
+    raise AssertionError(f"the stream ended before the awaited event: {frames}")
