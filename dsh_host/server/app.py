@@ -13,6 +13,7 @@ import getpass
 import hmac
 import socket
 from collections.abc import AsyncIterator
+from importlib import resources
 from typing import Any, Final, Literal, TypeVar
 
 import msgspec
@@ -29,7 +30,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import HTTPConnection, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.schemas import SchemaGenerator
 
@@ -409,6 +410,22 @@ def _os_user() -> str:
         return "unknown"
 
 
+async def inspector(request: Request) -> Response:
+    """
+    summary: The web inspector (HTML; it calls this API with the token given in the page)
+    responses:
+      200: {description: "text/html"}
+    """
+    page = resources.files("dsh_host.server").joinpath("inspector.html").read_text("utf-8")
+    return HTMLResponse(page, headers={
+        "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; "
+        "style-src 'unsafe-inline'; connect-src 'self'; frame-ancestors 'none'; "
+        "base-uri 'none'; form-action 'none'",
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+    })
+
+
 # ---------------------------------------------------------------------------- errors
 
 
@@ -488,6 +505,7 @@ def routes() -> list[Route]:
         Route("/sessions/{id}/cancel", cancel_turn, methods=["POST"]),
         Route("/approvals", list_approvals, methods=["GET"]),
         Route("/sessions/{id}/approvals/{callId}", decide, methods=["POST"]),
+        Route("/", inspector, methods=["GET"]),
     ]
 
 
