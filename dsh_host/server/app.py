@@ -208,6 +208,7 @@ async def list_sessions(request: Request) -> Response:
       200: {description: "{sessions: [Session]}"}
     """
     runtime = runtime_of(request)
+    await runtime.refresh()
     rows: list[dict[str, Any]] = []
     for listing in await runtime.store.list(unreadable=[]):
         try:
@@ -236,6 +237,7 @@ async def get_session(request: Request) -> Response:
       404: {description: "SESSION_NOT_FOUND"}
     """
     runtime = runtime_of(request)
+    await runtime.refresh()
     load = await runtime.inspect(request.path_params["id"])
     out = runtime.summary(load)
     out["header"] = load.header.to_json()
@@ -355,7 +357,7 @@ async def cancel_turn(request: Request) -> Response:
     """
     runtime = runtime_of(request)
     session_id = request.path_params["id"]
-    turn = runtime.cancel(session_id)
+    turn = await runtime.cancel(session_id)
     return JSONResponse({"sessionId": session_id, "turn": turn, "cancelled": True},
                         status_code=202)
 
@@ -479,7 +481,8 @@ _COMPONENTS: Final[dict[str, Any]] = {
                                   "argsDigest": {"type": "string"}}},
         "Session": {"type": "object", "properties": {
             "id": {"type": "string"}, "title": {"type": "string", "nullable": True},
-            "status": {"enum": ["idle", "running", "awaiting-approval", "interrupted"]},
+            "status": {"enum": ["idle", "queued", "running", "awaiting-approval",
+                                "interrupted"]},
             "createdAt": {"type": "integer"}, "updatedAt": {"type": "integer"},
             "workspace": {"type": "string"}, "composition": {"type": "string"},
             "events": {"type": "integer"}, "lastTurn": {"type": "integer"},

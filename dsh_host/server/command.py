@@ -25,6 +25,8 @@ __all__ = ["TOKEN_ENV", "add_parser", "build_compositions"]
 
 #: The environment variable the bearer token is read from (or --token-file).
 TOKEN_ENV = "DSH_SERVE_TOKEN"
+#: The environment variable the job queue's PostgreSQL DSN is read from (--queue).
+QUEUE_DSN_ENV = "DSH_POSTGRES_DSN"
 DEFAULT_PORT = 8321
 
 
@@ -82,8 +84,28 @@ def add_parser(sub: Any) -> None:
                        help="allow browser requests from this origin (repeatable; default none)")
     serve.add_argument("--max-body-bytes", type=int, default=1 << 20, metavar="N",
                        help="largest request body accepted (default 1 MiB)")
-    serve.add_argument("--backend", choices=("trio", "asyncio"), default="trio",
-                       help="event loop (default trio)")
+    serve.add_argument("--backend", choices=("trio", "asyncio"),
+                       help="event loop (default trio; asyncio with --queue)")
+    queue = serve.add_argument_group(
+        "many workers", "turn jobs in PostgreSQL (needs the serve-postgres extra and a "
+        "composition whose sessions live in PostgreSQL, e.g. configs/postgres.yml)")
+    queue.add_argument(
+        "--queue", action="store_true",
+        help=f"run turns as PostgreSQL jobs (DSN from ${QUEUE_DSN_ENV}); every process started "
+        "so takes jobs, any of them serves reads and streams",
+    )
+    queue.add_argument("--queue-schema", default="dsh_queue", metavar="NAME",
+                       help="PostgreSQL schema of the job tables (default dsh_queue)")
+    queue.add_argument("--concurrency", type=int, default=4, metavar="N",
+                       help="turns this worker runs at once (default 4)")
+    queue.add_argument("--stalled-after", type=float, default=6.0, metavar="SECONDS",
+                       help="a worker silent this long is taken for dead and its job retried "
+                       "(default 6)")
+    queue.add_argument(
+        "--after-repair", choices=("stop", "continue"), default="stop",
+        help="when a job's turn was interrupted by a dead worker: stop after the repair "
+        "(default), or continue with a new turn that shows the model the repair",
+    )
     serve.set_defaults(handler=run_serve)
 
 
@@ -146,6 +168,21 @@ def _token(args: argparse.Namespace) -> str | None:
     return os.environ.get(TOKEN_ENV) or None
 
 
+def _queue_dsn(args: argparse.Namespace) -> str | None:
+    if not args.queue:
+        return None
+    dsn = os.environ.get(QUEUE_DSN_ENV)
+    if not dsn:
+        raise ServeUsageError(f"--queue needs ${QUEUE_DSN_ENV} (the PostgreSQL DSN of the queue)")
+    try:
+        import procrastinate  # noqa: F401
+    except ImportError:
+        raise ServeUsageError(
+            "--queue needs the serve-postgres extra: pip install 'dsh[serve-postgres]'"
+        ) from None
+    return dsn
+
+
 def run_serve(args: argparse.Namespace) -> int:
     try:
         import anyio
@@ -169,7 +206,15 @@ def run_serve(args: argparse.Namespace) -> int:
         token=token,
         cors_origins=tuple(args.cors_origin),
         max_body_bytes=args.max_body_bytes,
+        after_repair=args.after_repair,
+        queue_dsn=_queue_dsn(args),
+        queue_schema=args.queue_schema,
+        queue_concurrency=args.concurrency,
+        stalled_after=args.stalled_after,
     )
+    backend = args.backend or ("asyncio" if args.queue else "trio")
+    if args.queue and backend != "asyncio":
+        raise ServeUsageError("--queue runs on asyncio (procrastinate); drop --backend trio")
     sock = bind_socket(args.host, args.port)
     host, port = sock.getsockname()[:2]
     print(f"dsh serve: listening on http://{host}:{port}/ (inspector at /, API at "
@@ -192,7 +237,7 @@ def run_serve(args: argparse.Namespace) -> int:
             group.cancel_scope.cancel()
 
     try:
-        anyio.run(main, backend=args.backend)
+        anyio.run(main, backend=backend)
     finally:
         sock.close()
     return 0

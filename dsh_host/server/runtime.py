@@ -22,7 +22,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, Literal
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -35,12 +36,16 @@ from dsh_host.session.events import SessionEvent, TurnEndReason, turn_end_kind
 from dsh_host.session.header import new_session_id
 from dsh_host.session.persistence import (
     SessionAlreadyExistsError,
+    SessionAlreadyOwnedError,
     SessionLoad,
     SessionNotFoundError,
 )
 
 from . import views
 from .metrics import ServerMetrics
+
+if TYPE_CHECKING:
+    from .queue import TurnQueue
 
 __all__ = [
     "AFTER_REPAIR_PROMPT",
@@ -89,6 +94,12 @@ class ServeOptions:
     after_repair: Literal["stop", "continue"] = "stop"
     #: how often a stream re-reads the store for events another process wrote (seconds)
     poll_interval: float = 0.5
+    #: turn jobs in PostgreSQL (``--queue``): the DSN and schema of the job queue
+    queue_dsn: str | None = None
+    queue_schema: str = "dsh_queue"
+    #: turns one worker process runs at once, and when a silent worker counts as dead (seconds)
+    queue_concurrency: int = 4
+    stalled_after: float = 6.0
 
     @property
     def default_composition(self) -> str:
@@ -131,6 +142,8 @@ class ServerRuntime:
         self._claimed: set[str] = set()
         self._wakeups: dict[str, anyio.Event] = {}
         self._reader: PluginHost | None = None
+        self._queue: TurnQueue | None = None
+        self._busy_elsewhere: dict[str, str] = {}
 
     # ------------------------------------------------------------------ hosts
     async def start(self) -> None:
@@ -138,6 +151,25 @@ class ServerRuntime:
         self._reader = await self.host(
             self.options.default_composition, self.options.default_workspace
         )
+        if self.options.queue_dsn is not None:
+            from .queue import TurnQueue
+
+            self._queue = TurnQueue(
+                self.options.queue_dsn,
+                self.options.queue_schema,
+                concurrency=self.options.queue_concurrency,
+                heartbeat=max(self.options.stalled_after / 3, 0.5),
+                stalled_after=self.options.stalled_after,
+            )
+            await self._queue.init_schema()
+            await self._group.start(self._queue_task, self._queue)
+
+    async def _queue_task(self, queue: TurnQueue, *, task_status: TaskStatus[None]) -> None:
+        async with queue.app.open_async(), anyio.create_task_group() as group:
+            task_status.started()
+            group.start_soon(queue.work, self.run_job)
+            await self._closing.wait()
+            group.cancel_scope.cancel()
 
     @property
     def store(self) -> Any:
@@ -221,11 +253,18 @@ class ServerRuntime:
         """``running`` here, ``awaiting-approval``, ``interrupted`` (needs a repair), ``idle``."""
         if load.id in self._running or load.id in self._claimed:
             return "running"
+        if load.id in self._busy_elsewhere:
+            return self._busy_elsewhere[load.id]
         if views.pending_approvals(load.events, load.id):
             return "awaiting-approval"
         if load.closers:
             return "interrupted"
         return "idle"
+
+    async def refresh(self) -> None:
+        """Learn which sessions have a job queued or running on any worker (queue mode)."""
+        if self._queue is not None:
+            self._busy_elsewhere = await self._queue.busy_sessions()
 
     def summary(self, load: SessionLoad) -> dict[str, Any]:
         header = load.header
@@ -335,7 +374,10 @@ class ServerRuntime:
         return agent
 
     async def start_turn(self, session_id: str, prompt: str) -> int:
-        """Start a turn in the background; return its number once the session is held."""
+        """Start a turn in the background; return its number once the session is held.
+
+        In queue mode the turn becomes a job that exactly one worker takes.
+        """
         self._claim(session_id)
         try:
             load = await self.inspect(session_id)
@@ -346,6 +388,8 @@ class ServerRuntime:
                     f'session "{session_id}" is awaiting approval; decide its pending calls '
                     "(POST /sessions/{id}/approvals/{callId}) before a new turn",
                 )
+            if self._queue is not None:
+                return await self._enqueue(session_id, "turn", prompt, views.last_turn(load.events))
             agent = await self._resume(load)
         except BaseException:
             self._claimed.discard(session_id)
@@ -377,20 +421,90 @@ class ServerRuntime:
             except ApprovalDecisionError as exc:
                 await agent.aclose()
                 raise ApiError(409, "APPROVAL_NOT_PENDING", str(exc)) from None
-            if agent.pending_approvals():
+            if agent.pending_approvals() or self._queue is not None:
                 await agent.aclose()
-                self._claimed.discard(session_id)
-                return None
+                if agent.pending_approvals():
+                    self._claimed.discard(session_id)
+                    return None
+                return await self._enqueue(session_id, "continue", None, agent.last_turn)
         except BaseException:
             self._claimed.discard(session_id)
             raise
         return self._launch(agent, agent.continue_turn)
 
-    def _launch(self, agent: Agent, body: Callable[[], Awaitable[TurnEndReason]]) -> int:
+    async def _enqueue(self, session_id: str, kind: str, prompt: str | None, last: int) -> int:
+        """Queue the session's next turn (number ``last + 1``) as a job; release the claim."""
+        assert self._queue is not None
+        # Released first: the job may start on this very process before defer() returns.
+        self._claimed.discard(session_id)
+        if session_id in await self._queue.busy_sessions() or not await self._queue.defer(
+            session_id, kind, prompt, last + 1
+        ):
+            raise ApiError(
+                409, "SESSION_BUSY", f'session "{session_id}" has a turn queued or running'
+            )
+        return last + 1
+
+    async def run_job(
+        self,
+        session_id: str,
+        kind: str,
+        prompt: str | None,
+        turn: int,
+        should_abort: Callable[[], bool],
+    ) -> None:
+        """Run one turn job here (queue mode), holding the session for its whole length.
+
+        When the log shows turn ``turn`` already started, a worker died running it: the resume
+        has just repaired it, and it is never run again (``after_repair`` says what follows).
+        """
+        try:
+            self._claim(session_id)
+        except ApiError as exc:  # busy in this process: the job is retried later
+            raise SessionAlreadyOwnedError(str(exc)) from None
+        try:
+            agent = await self._resume(await self.inspect(session_id))
+        except BaseException:
+            self._claimed.discard(session_id)
+            raise
+        body: Callable[[], Awaitable[TurnEndReason]] | None
+        if agent.last_turn < turn:
+            body = agent.continue_turn if kind == "continue" else partial(agent.run_turn, prompt)
+        elif self.options.after_repair == "continue":
+            log.warning("session %s: turn %d was interrupted; repaired, continuing", session_id,
+                        turn)
+            body = partial(agent.run_turn, AFTER_REPAIR_PROMPT)
+        else:
+            log.warning("session %s: turn %d was interrupted; repaired, stopping there",
+                        session_id, turn)
+            body = None
+        if body is None:
+            self._claimed.discard(session_id)
+            await agent.aclose()
+            return
+        self._register(agent)
+        async with anyio.create_task_group() as group:
+
+            async def watch_abort() -> None:
+                while True:
+                    await anyio.sleep(0.5)
+                    if should_abort():
+                        agent.cancel()
+                        return
+
+            group.start_soon(watch_abort)
+            await self._drive(agent, body)
+            group.cancel_scope.cancel()
+
+    def _register(self, agent: Agent) -> int:
         turn = agent.last_turn + 1
         self._running[agent.id] = RunningTurn(agent, turn)
         self._claimed.discard(agent.id)
         self.metrics.turns_started.inc()
+        return turn
+
+    def _launch(self, agent: Agent, body: Callable[[], Awaitable[TurnEndReason]]) -> int:
+        turn = self._register(agent)
         self._group.start_soon(self._drive, agent, body)
         return turn
 
@@ -412,12 +526,15 @@ class ServerRuntime:
                 self.metrics.turns_ended.labels(kind=kind).inc()
                 self._on_event(agent.session, None)  # wake streams: the store has it all
 
-    def cancel(self, session_id: str) -> int:
+    async def cancel(self, session_id: str) -> int | None:
+        """Cancel the session's running turn (on whichever worker runs it in queue mode)."""
         running = self._running.get(session_id)
-        if running is None:
-            raise ApiError(409, "NOT_RUNNING", f'session "{session_id}" runs no turn here')
-        running.agent.cancel()
-        return running.turn
+        if running is not None:
+            running.agent.cancel()
+            return running.turn
+        if self._queue is not None and await self._queue.abort(session_id):
+            return None
+        raise ApiError(409, "NOT_RUNNING", f'session "{session_id}" runs no turn')
 
     # ------------------------------------------------------------------ metrics
     def running_count(self) -> int:
