@@ -19,6 +19,8 @@ Only asyncio: procrastinate and psycopg's async connections run on asyncio.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -63,23 +65,31 @@ class TurnQueue:
             )
         )
         self._runner: Any = None
+        self._on_abort: Any = None
 
         @self.app.task(
             name=TURN_TASK,
-            pass_context=True,
             retry=procrastinate.RetryStrategy(
                 max_attempts=1000, wait=1, retry_exceptions={SessionAlreadyOwnedError}
             ),
         )
-        async def turn_job(
-            context: procrastinate.JobContext,
-            session_id: str,
-            kind: str,
-            prompt: str | None,
-            turn: int,
-        ) -> None:
+        async def turn_job(session_id: str, kind: str, prompt: str | None, turn: int) -> None:
             assert self._runner is not None, "the worker runs only inside a started runtime"
-            await self._runner(session_id, kind, prompt, turn, context.should_abort)
+            # procrastinate aborts a job (an API cancel, the worker shutting down) by cancelling
+            # its task. A turn is never cut off like that: the cancel is turned into the agent's
+            # own cooperative cancel, and the job waits for the turn to end (turn/end written,
+            # the session flushed and released) before it reports the abort.
+            inner = asyncio.ensure_future(self._runner(session_id, kind, prompt, turn))
+            try:
+                await asyncio.shield(inner)
+            except asyncio.CancelledError:
+                if inner.done():
+                    raise
+                self._on_abort(session_id)
+                while not inner.done():
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.shield(inner)
+                raise
 
         self._task = turn_job
 
@@ -135,9 +145,13 @@ class TurnQueue:
         return done
 
     # ------------------------------------------------------------------ worker side
-    async def work(self, runner: Any) -> None:
-        """Run the worker (and the stalled-job rescue) until cancelled."""
-        self._runner = runner
+    async def work(self, runner: Any, on_abort: Any) -> None:
+        """Run the worker (and the stalled-job rescue) until cancelled.
+
+        ``runner(session_id, kind, prompt, turn)`` runs a job; ``on_abort(session_id)`` cancels
+        the turn it runs.
+        """
+        self._runner, self._on_abort = runner, on_abort
         async with anyio.create_task_group() as group:
             group.start_soon(self._rescue_stalled)
             await self.app.run_worker_async(

@@ -167,7 +167,7 @@ class ServerRuntime:
     async def _queue_task(self, queue: TurnQueue, *, task_status: TaskStatus[None]) -> None:
         async with queue.app.open_async(), anyio.create_task_group() as group:
             task_status.started()
-            group.start_soon(queue.work, self.run_job)
+            group.start_soon(queue.work, self.run_job, self.cancel_here)
             await self._closing.wait()
             group.cancel_scope.cancel()
 
@@ -451,25 +451,28 @@ class ServerRuntime:
         kind: str,
         prompt: str | None,
         turn: int,
-        should_abort: Callable[[], bool],
     ) -> None:
         """Run one turn job here (queue mode), holding the session for its whole length.
 
-        When the log shows turn ``turn`` already started, a worker died running it: the resume
-        has just repaired it, and it is never run again (``after_repair`` says what follows).
+        When the log shows turn ``turn`` already started, the job ran before: if that turn was
+        left open (its worker died), the resume has just repaired it, and it is never run again
+        (``after_repair`` says what follows); if it ended, there is nothing left to do.
         """
         try:
             self._claim(session_id)
         except ApiError as exc:  # busy in this process: the job is retried later
             raise SessionAlreadyOwnedError(str(exc)) from None
         try:
-            agent = await self._resume(await self.inspect(session_id))
+            load = await self.inspect(session_id)
+            agent = await self._resume(load)
         except BaseException:
             self._claimed.discard(session_id)
             raise
         body: Callable[[], Awaitable[TurnEndReason]] | None
         if agent.last_turn < turn:
             body = agent.continue_turn if kind == "continue" else partial(agent.run_turn, prompt)
+        elif not load.closers:
+            body = None  # the turn ran to its end before (e.g. the job was aborted at shutdown)
         elif self.options.after_repair == "continue":
             log.warning("session %s: turn %d was interrupted; repaired, continuing", session_id,
                         turn)
@@ -483,18 +486,13 @@ class ServerRuntime:
             await agent.aclose()
             return
         self._register(agent)
-        async with anyio.create_task_group() as group:
+        await self._drive(agent, body)
 
-            async def watch_abort() -> None:
-                while True:
-                    await anyio.sleep(0.5)
-                    if should_abort():
-                        agent.cancel()
-                        return
-
-            group.start_soon(watch_abort)
-            await self._drive(agent, body)
-            group.cancel_scope.cancel()
+    def cancel_here(self, session_id: str) -> None:
+        """Cancel the session's turn if it runs in this process (no-op otherwise)."""
+        running = self._running.get(session_id)
+        if running is not None:
+            running.agent.cancel()
 
     def _register(self, agent: Agent) -> int:
         turn = agent.last_turn + 1
