@@ -56,8 +56,9 @@ class ServerMetrics:
             registry=self.registry,
         )
 
-    def time_flushes(self, sessions: Any) -> None:
-        """Observe every ``sessions.flush`` of one host's session store."""
+    def time_flushes(self, sessions: Any, after: Callable[[Any], None] | None = None) -> None:
+        """Observe every ``sessions.flush`` of one host's session store (then ``after(session)``
+        once the flush succeeded)."""
         flush: Callable[[Any], Awaitable[bool]] = sessions.flush
         histogram = self.flush_seconds
 
@@ -65,9 +66,12 @@ class ServerMetrics:
         async def timed(session: Any) -> bool:
             started = time.perf_counter()
             try:
-                return await flush(session)
+                done = await flush(session)
             finally:
                 histogram.observe(time.perf_counter() - started)
+            if after is not None:
+                after(session)
+            return done
 
         sessions.flush = timed
 

@@ -144,6 +144,26 @@ class TurnQueue:
                 done = await self.app.job_manager.cancel_job_by_id_async(job.id, abort=True) or done
         return done
 
+    # ------------------------------------------------------------------ event wake-ups
+    @property
+    def channel(self) -> str:
+        return f"dsh_serve_events:{self.schema}"
+
+    async def relay_flushes(self, flushed: Any) -> None:
+        """NOTIFY every worker of each session this process flushed (``flushed``: a receive
+        stream of session ids): their streams re-read the table at once instead of at the
+        next poll."""
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+            async for session_id in flushed:
+                await conn.execute("SELECT pg_notify(%s, %s)", (self.channel, session_id))
+
+    async def listen(self, wake: Any) -> None:
+        """Call ``wake(session_id)`` for every flush any worker announces."""
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+            async for notice in conn.notifies():
+                wake(notice.payload)
+
     # ------------------------------------------------------------------ worker side
     async def work(self, runner: Any, on_abort: Any) -> None:
         """Run the worker (and the stalled-job rescue) until cancelled.

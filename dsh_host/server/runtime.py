@@ -16,6 +16,7 @@ The composition a session was created with is recorded in its header as
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
+from anyio.streams.memory import MemoryObjectSendStream
 
 from dsh_host.agent.errors import ApprovalDecisionError
 from dsh_host.agent.loop import Agent
@@ -144,6 +146,7 @@ class ServerRuntime:
         self._reader: PluginHost | None = None
         self._queue: TurnQueue | None = None
         self._busy_elsewhere: dict[str, str] = {}
+        self._flushes: MemoryObjectSendStream[str] | None = None
 
     # ------------------------------------------------------------------ hosts
     async def start(self) -> None:
@@ -165,7 +168,11 @@ class ServerRuntime:
             await self._group.start(self._queue_task, self._queue)
 
     async def _queue_task(self, queue: TurnQueue, *, task_status: TaskStatus[None]) -> None:
+        send, receive = anyio.create_memory_object_stream[str](max_buffer_size=1000)
         async with queue.app.open_async(), anyio.create_task_group() as group:
+            group.start_soon(queue.relay_flushes, receive)
+            group.start_soon(queue.listen, self._wake)
+            self._flushes = send
             task_status.started()
             group.start_soon(queue.work, self.run_job, self.cancel_here)
             await self._closing.wait()
@@ -208,7 +215,7 @@ class ServerRuntime:
         async with open_host(rows) as host:
             host.ctx.on("session/event", self._on_event)
             host.ctx.on("agent/step-end", lambda _step: self.metrics.steps.inc())
-            self.metrics.time_flushes(host.ctx.sessions)
+            self.metrics.time_flushes(host.ctx.sessions, self._flushed)
             task_status.started(host)
             await self._closing.wait()
 
@@ -218,9 +225,18 @@ class ServerRuntime:
 
     # ------------------------------------------------------------------ wake-ups
     def _on_event(self, session: Any, event: SessionEvent | None) -> None:
-        waiting = self._wakeups.pop(session.id, None)
+        self._wake(session.id)
+
+    def _wake(self, session_id: str) -> None:
+        waiting = self._wakeups.pop(session_id, None)
         if waiting is not None:
             waiting.set()
+
+    def _flushed(self, session: Any) -> None:
+        """Queue mode: tell the other workers' streams that the table has new events."""
+        if self._flushes is not None:
+            with contextlib.suppress(anyio.WouldBlock):  # a burst: the poll catches up
+                self._flushes.send_nowait(session.id)
 
     async def wait_for_events(self, session_id: str, at_most: float) -> None:
         """Return when this process appends to the session, or after ``at_most`` seconds."""
