@@ -136,6 +136,18 @@ def test_host(tmp_path: Path, backend: str) -> None:
     assert data["targets"]["append_verdict"] in {"met", "NOT met"}
 
 
+def test_serve_load(tmp_path: Path) -> None:
+    pytest.importorskip("procrastinate")
+    pytest.importorskip("starlette")
+    data = run_bench("serve_load", tmp_path, "--only", "jsonl-1", "queue-3")
+    assert set(data["results"]) == {"jsonl-1", "queue-3"}
+    for result in data["results"].values():
+        assert result["turns"] == data["sessions"] * data["turns"]
+        assert result["delivery_ms"]["events"] > result["turns"]
+        assert 0 <= result["delivery_ms"]["p50"] <= result["delivery_ms"]["p99"]
+        assert result["healthz_ms_p50"] > 0
+
+
 def test_run_all_runs_selected_scripts_and_summarizes(tmp_path: Path) -> None:
     results = tmp_path / "results"
     done = subprocess.run(
