@@ -217,8 +217,10 @@ def run_serve(args: argparse.Namespace) -> int:
         raise ServeUsageError("--queue runs on asyncio (procrastinate); drop --backend trio")
     sock = bind_socket(args.host, args.port)
     host, port = sock.getsockname()[:2]
-    print(f"dsh serve: listening on http://{host}:{port}/ (inspector at /, API at "
-          "/openapi.json)", flush=True)
+
+    def ready() -> None:  # the first line of output: tests and scripts read the port from it
+        print(f"dsh serve: listening on http://{host}:{port}/ (inspector at /, API at "
+              "/openapi.json)", flush=True)
 
     async def main() -> None:
         # SIGINT / SIGTERM stop the server gracefully: open streams close, running turns end
@@ -231,10 +233,16 @@ def run_serve(args: argparse.Namespace) -> int:
                     stop.set()
                     return
 
+        failure: Exception | None = None  # raised outside the group: no ExceptionGroup
         async with anyio.create_task_group() as group:
             group.start_soon(on_signal)
-            await serve(options, sock, shutdown=stop.wait)
+            try:
+                await serve(options, sock, shutdown=stop.wait, on_ready=ready)
+            except Exception as exc:
+                failure = exc
             group.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
 
     try:
         anyio.run(main, backend=backend)

@@ -561,15 +561,29 @@ async def open_runtime(options: ServeOptions) -> AsyncIterator[ServerRuntime]:
     # A failure is re-raised outside the task group: callers see the error itself (a
     # ConfigError from booting, say), not an ExceptionGroup around it.
     failure: Exception | None = None
-    async with anyio.create_task_group() as group:
-        runtime = ServerRuntime(options, group)
-        try:
-            await runtime.start()
-            yield runtime
-        except Exception as exc:
-            failure = exc
-        finally:
-            runtime.close()
+    try:
+        async with anyio.create_task_group() as group:
+            runtime = ServerRuntime(options, group)
+            try:
+                await runtime.start()
+                yield runtime
+            except Exception as exc:
+                failure = exc
+            finally:
+                runtime.close()
+    except ExceptionGroup as errors:
+        user_errors = errors.subgroup(DshError)
+        if failure is None and user_errors is not None:
+            failure = _first_leaf(user_errors)
+        if failure is None:
+            raise
     if failure is not None:
         raise failure
 
+
+def _first_leaf(group: BaseExceptionGroup[Any]) -> Exception:
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    assert isinstance(error, Exception)
+    return error

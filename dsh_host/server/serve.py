@@ -74,9 +74,13 @@ async def serve(
     sock: socket.socket,
     *,
     shutdown: Callable[[], Awaitable[None]] | None = None,
+    on_ready: Callable[[], None] | None = None,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve on ``sock`` until ``shutdown()`` returns (or the task is cancelled)."""
+    """Serve on ``sock`` until ``shutdown()`` returns (or the task is cancelled).
+
+    ``on_ready()`` is called once the hosts have booted, just before Hypercorn starts.
+    """
     from hypercorn.config import Config
 
     config = Config()
@@ -97,6 +101,8 @@ async def serve(
     async with open_runtime(options) as runtime:
         app = create_app(runtime)
         task_status.started()
+        if on_ready is not None:
+            on_ready()
         if sniffio.current_async_library() == "trio":
             from hypercorn.trio import serve as hypercorn_serve
         else:

@@ -261,3 +261,18 @@ def test_no_token_means_loopback_only(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("dsh: error: --host 0.0.0.0 is not a loopback address")
     assert "Traceback" not in proc.stderr
+
+
+def test_a_composition_that_does_not_boot_fails_serve_in_one_line(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    bad = tmp_path / "bad.yml"
+    bad.write_text("- id: sessions\n  name: sessions\n- id: x\n  name: no-such-plugin\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "dsh_host", "serve", "--config", str(bad), "--port", "0"],
+        cwd=work, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""  # never announced as listening
+    assert proc.stderr.startswith("dsh: error: ") and "unknown plugin 'no-such-plugin'" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
