@@ -21,7 +21,7 @@ from dsh_host.errors import ConfigError, DshError
 from dsh_host.front.models import MODEL_SPECS, parse_model
 from dsh_host.loader import LocatedRow, Row, canonical_name
 
-__all__ = ["TOKEN_ENV", "add_parser", "build_compositions"]
+__all__ = ["QUEUE_DSN_ENV", "TOKEN_ENV", "ServeUsageError", "add_parser", "build_compositions"]
 
 #: The environment variable the bearer token is read from (or --token-file).
 TOKEN_ENV = "DSH_SERVE_TOKEN"
@@ -31,6 +31,8 @@ DEFAULT_PORT = 8321
 
 
 class ServeUsageError(DshError):
+    """A flag, an address or a composition ``dsh serve`` cannot use (exit 2)."""
+
     code = "CLI_USAGE"
     exit_code = 2
 

@@ -17,28 +17,20 @@ import anyio
 import sniffio
 from anyio.abc import TaskStatus
 
-from dsh_host.errors import DshError
-
 from .app import create_app
+from .command import ServeUsageError
 from .runtime import ServeOptions, open_runtime
 
-__all__ = ["ServeRefused", "bind_socket", "check_bind", "serve"]
+__all__ = ["bind_socket", "check_bind", "serve"]
 
 log = logging.getLogger("dsh.server")
-
-
-class ServeRefused(DshError):
-    """A listening address the server will not use (exit 2)."""
-
-    code = "SERVE_REFUSED"
-    exit_code = 2
 
 
 def _is_loopback(host: str) -> bool:
     try:
         infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
     except socket.gaierror as exc:
-        raise ServeRefused(f"--host {host}: cannot resolve it ({exc.strerror})") from None
+        raise ServeUsageError(f"--host {host}: cannot resolve it ({exc.strerror})") from None
     return bool(infos) and all(
         ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos
     )
@@ -47,7 +39,7 @@ def _is_loopback(host: str) -> bool:
 def check_bind(host: str, token: str | None) -> None:
     """Refuse a non-loopback address unless a token is configured."""
     if token is None and not _is_loopback(host):
-        raise ServeRefused(
+        raise ServeUsageError(
             f"--host {host} is not a loopback address and no token is configured: anyone who "
             "reaches it could run the agent; set DSH_SERVE_TOKEN (or --token-file FILE), or "
             "serve on 127.0.0.1"
@@ -64,7 +56,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
         sock.listen(128)
     except OSError as exc:
         sock.close()
-        raise ServeRefused(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        raise ServeUsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.set_inheritable(True)
     return sock
 

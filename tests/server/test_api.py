@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from dsh_host.server.serve import ServeRefused, check_bind
+from dsh_host.server.command import ServeUsageError
+from dsh_host.server.serve import check_bind
 
 from .harness import CALL, ledger_call, running_server
 
@@ -246,7 +247,7 @@ async def test_openapi_documents_every_route_and_metrics_count(tmp_path: Path) -
 
 
 def test_no_token_means_loopback_only(tmp_path: Path) -> None:
-    with pytest.raises(ServeRefused, match="not a loopback address and no token"):
+    with pytest.raises(ServeUsageError, match="not a loopback address and no token"):
         check_bind("0.0.0.0", None)
     check_bind("0.0.0.0", "a-token")
     check_bind("127.0.0.1", None)
