@@ -20,6 +20,7 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     │   ├── OutputValidationError                        dsh_host.front.errors
     │   ├── PromptError                                  dsh_host.agent.errors
     │   └── ResumeError                                  dsh_host.agent.errors
+    ├── ApiError                                         dsh_host.server.runtime
     ├── ApprovalError                                    dsh_user_approval.errors
     │   ├── ApprovalInvariantError                       dsh_user_approval.errors
     │   ├── ApprovalOutsideTurnError                     dsh_user_approval.errors
@@ -48,6 +49,7 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     ├── NonJsonValueError                                dsh_host.jsonsafe
     ├── PluginRegistrationError                          dsh_host.errors
     ├── SandboxUnavailableError                          dsh_host.sandbox
+    ├── ServeUsageError                                  dsh_host.server.command
     ├── ServiceError                                     dsh_host.errors
     │   ├── ServiceConflictError                         dsh_host.errors
     │   └── ServiceUnavailableError                      dsh_host.errors

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 from ..agent.loop import error_chain
 from ..errors import DshError
+from ..server import command as serve_cmd
 from ..session.persistence import SessionAlreadyOwnedError
 from . import approvals_cmd, plugins_cmd, run_cmd, sessions_cmd, trust_cmd
 from .common import CommandInterrupted
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     sessions_cmd.add_parser(sub)
     trust_cmd.add_parser(sub)
     approvals_cmd.add_parser(sub)
+    serve_cmd.add_parser(sub)
     return parser
 
 

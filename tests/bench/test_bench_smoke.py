@@ -150,6 +150,18 @@ def test_search(tmp_path: Path, backend: str) -> None:
     }
 
 
+def test_serve_load(tmp_path: Path) -> None:
+    pytest.importorskip("procrastinate")
+    pytest.importorskip("starlette")
+    data = run_bench("serve_load", tmp_path, "--only", "jsonl-1", "queue-3")
+    assert set(data["results"]) == {"jsonl-1", "queue-3"}
+    for result in data["results"].values():
+        assert result["turns"] == data["sessions"] * data["turns"]
+        assert result["delivery_ms"]["events"] > result["turns"]
+        assert 0 <= result["delivery_ms"]["p50"] <= result["delivery_ms"]["p99"]
+        assert result["healthz_ms_p50"] > 0
+
+
 def test_run_all_runs_selected_scripts_and_summarizes(tmp_path: Path) -> None:
     results = tmp_path / "results"
     done = subprocess.run(
