@@ -56,7 +56,8 @@ from dsh_host.session.messages import (
 )
 from dsh_host.tools import ToolExecution
 
-pytestmark = pytest.mark.anyio
+# both backends: the agent loop
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 TOOL_TURN = [
     {"tool_calls": [{"name": "echo", "arguments": {"text": "hi"}, "id": "call-1"}]},

@@ -31,7 +31,9 @@ from dsh_host.session.messages import TextBlock, ToolResultBlock, ToolResultMess
 from dsh_host.session.persistence import SessionAlreadyOwnedError
 from dsh_host.session.repair import TOOL_OUTCOME_UNKNOWN_TEXT
 
-pytestmark = pytest.mark.anyio
+# both backends: the agent loop resuming (and a killed child process)
+# both backends: the agent loop resuming (and a killed child process)
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dsh-reference"
 CHILD = Path(__file__).with_name("crash_child.py")

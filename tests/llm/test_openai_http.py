@@ -37,7 +37,8 @@ from dsh_host.llm import (
     assemble,
 )
 
-pytestmark = pytest.mark.anyio
+# both backends: HTTP over real sockets, timeouts, aborts
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 KEY_ENV = "DSH_TEST_OPENAI_KEY"
 PROVIDER = "deepseek-official"

@@ -29,7 +29,8 @@ from dsh_host.session.persistence import (
 
 from .helpers import backend, backend_alive, query, stored_rows, until, until_gone
 
-pytestmark = pytest.mark.anyio
+# both backends: sockets and worker threads
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 
 def wire(events: Any) -> list[Any]:
