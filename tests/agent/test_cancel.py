@@ -39,7 +39,6 @@ STOPPED = STOPPED_OUTCOME_UNKNOWN_TEXT
 UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
 
 # both backends: cancellation in the agent loop
-# both backends: cancellation in the agent loop
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 

@@ -31,7 +31,6 @@ from dsh_host.session.persistence import SessionAlreadyOwnedError
 from dsh_host.session.repair import TOOL_OUTCOME_UNKNOWN_TEXT
 
 # both backends: the agent loop resuming (and a killed child process)
-# both backends: the agent loop resuming (and a killed child process)
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dsh-reference"
