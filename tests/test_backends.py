@@ -8,6 +8,7 @@ that an unmarked module's tests are collected once.
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import sys
@@ -31,19 +32,24 @@ CORE = (
 SINGLE = ("tests/host/test_loader.py", "tests/session/test_store.py")
 
 
-def _collected(paths: tuple[str, ...]) -> list[str]:
+@functools.cache
+def _collected() -> tuple[str, ...]:
+    """The test ids of CORE and SINGLE, collected once by a fresh pytest process."""
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly", *paths],
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly",
+         *CORE, *SINGLE],
         capture_output=True, text=True, cwd=REPO, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return [line for line in done.stdout.splitlines() if "::" in line]
+    return tuple(line for line in done.stdout.splitlines() if "::" in line)
 
 
-def _by_backend(ids: list[str]) -> dict[str, set[str]]:
-    """Each test id without its backend part -> the backends it was collected on."""
+def _by_backend(paths: tuple[str, ...]) -> dict[str, set[str]]:
+    """Each test id of ``paths`` without its backend part -> the backends it was collected on."""
     out: dict[str, set[str]] = defaultdict(set)
-    for nodeid in ids:
+    for nodeid in _collected():
+        if not nodeid.startswith(paths):
+            continue
         match = re.search(r"(?<=[\[-])(trio|asyncio)(?=[\]-])", nodeid)
         if match:
             out[nodeid[: match.start()] + "*" + nodeid[match.end() :]].add(match.group(1))
@@ -51,7 +57,7 @@ def _by_backend(ids: list[str]) -> dict[str, set[str]]:
 
 
 def test_the_core_paths_run_on_both_backends() -> None:
-    backends = _by_backend(_collected(CORE))
+    backends = _by_backend(CORE)
     for path in CORE:
         tests = {name: found for name, found in backends.items() if name.startswith(path)}
         assert tests, f"no async test collected from {path}"
@@ -60,6 +66,6 @@ def test_the_core_paths_run_on_both_backends() -> None:
 
 
 def test_pure_logic_async_tests_run_once_on_trio() -> None:
-    backends = _by_backend(_collected(SINGLE))
+    backends = _by_backend(SINGLE)
     assert backends
     assert all(found == {"trio"} for found in backends.values()), backends
