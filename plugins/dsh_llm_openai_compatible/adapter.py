@@ -111,6 +111,30 @@ async def _body(response: httpx.Response) -> AsyncGenerator[bytes, None]:
             await close()
 
 
+#: after ``[DONE]`` the adapter reads on to the end of the body (normally only the chunked
+#: terminator, already on its way) so the kept-alive connection returns to the client's pool;
+#: a server that sends more than this, or not within this time, costs only the connection
+_TAIL_BYTES = 64 * 1024
+_TAIL_SECONDS = 5.0
+
+
+async def _finish_body(body: AsyncIterator[bytes], signal: CancelToken | None) -> None:
+    """Read the body's tail after ``[DONE]`` so the connection can carry the next request.
+
+    The answer is complete: a failure or an abort here only means the connection is closed
+    instead of reused, so neither is reported.
+    """
+    left = _TAIL_BYTES
+    with anyio.move_on_after(_TAIL_SECONDS), _scope(signal):
+        try:
+            async for part in body:
+                left -= len(part)
+                if left < 0:
+                    return
+        except httpx.HTTPError:
+            return
+
+
 def _scope(signal: CancelToken | None) -> AbstractContextManager[Any]:
     return signal.linked_scope() if signal is not None else nullcontext()
 
@@ -192,7 +216,11 @@ class OpenAICompatibleAdapter(LlmAdapter):
                     data = await self._read(body_bytes, signal)
                     payloads = decoder.close() if data is None else decoder.feed(data)
                     for payload in payloads:
-                        for chunk in translator.feed(payload):
+                        chunks = translator.feed(payload)
+                        if translator.done:
+                            # before the finish chunk: the runtime closes the stream after it
+                            await _finish_body(body_bytes, signal)
+                        for chunk in chunks:
                             yield chunk
                         if translator.done:
                             break

@@ -51,6 +51,9 @@ from dsh_host.session.events import (
 from dsh_host.session.messages import ToolCallBlock
 from dsh_host.session.persistence import SessionNotFoundError
 
+# slow: real processes signalled and killed at chosen and random moments
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 #: a hang guard only (a stuck child is a failure), never a timing assertion
@@ -401,7 +404,6 @@ RANDOM_RUNS = {
 }
 
 
-@pytest.mark.slow
 def test_signals_at_random_moments_keep_the_invariant(store: Store, tmp_path: Path) -> None:
     """SIGINT / SIGTERM / SIGHUP (and sometimes a second one) at random moments of a run
     with several steps, parallel-looking bursts of short commands and streamed text."""

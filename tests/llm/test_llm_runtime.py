@@ -41,7 +41,8 @@ from dsh_host.llm import (
 )
 from dsh_host.plugin import Plugin
 
-pytestmark = pytest.mark.anyio
+# both backends: stream closing and cancellation
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 
 class FakeAdapter(LlmAdapter):

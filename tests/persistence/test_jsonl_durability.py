@@ -251,7 +251,13 @@ async def test_a_failing_directory_fsync_at_first_save_is_a_typed_write_error(
     fsyncs.fail_dirs = True
     with pytest.raises(SessionWriteError, match="injected directory fsync failure") as failed:
         await handle.flush()
-    assert isinstance(failed.value.__cause__, OSError)
+    # Exactly the write error (nothing was appended, so nothing to roll back), caused by the
+    # injected directory fsync failure itself.
+    assert type(failed.value) is SessionWriteError
+    assert failed.value.code == "SESSION_WRITE_FAILED"
+    cause = failed.value.__cause__
+    assert isinstance(cause, OSError) and cause.errno == errno.EIO, repr(cause)
+    assert "injected directory fsync failure" in str(cause)
     fsyncs.fail_dirs = False
     await handle.flush()  # nothing was published: the retry publishes the batch
     await handle.close()

@@ -37,7 +37,8 @@ from .helpers import (
     until_gone,
 )
 
-pytestmark = pytest.mark.anyio
+# both backends: sockets and worker threads
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 
 def wire(events: Any) -> list[Any]:

@@ -35,7 +35,8 @@ from dsh_host import CancelToken, Row, open_host
 from dsh_host.loader import PluginHost
 from dsh_host.tools import ToolExecutionInput, ToolExecutionResult, beneath
 
-pytestmark = [linux_only, pytest.mark.anyio]
+# both backends: worker threads and subprocesses
+pytestmark = [linux_only, pytest.mark.anyio, pytest.mark.both_backends]
 
 INSIDE = "inside-content\n"
 SECRET = "outside-secret\n"

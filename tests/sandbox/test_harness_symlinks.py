@@ -38,7 +38,8 @@ from dsh_host.loader import PluginHost
 from dsh_host.session.persistence import SessionNotFoundError, SessionPersistenceCorruptionError
 from dsh_host.tools import ToolExecutionInput, ToolExecutionResult
 
-pytestmark = [linux_only, pytest.mark.anyio]
+# both backends: worker threads and subprocesses
+pytestmark = [linux_only, pytest.mark.anyio, pytest.mark.both_backends]
 
 BIG = 70_000  # past the 64 KB default of maxOutputBytes
 PRINT_BIG = f"head -c {BIG} /dev/zero | tr '\\0' A"

@@ -17,7 +17,8 @@ from dsh_host.loader import PluginHost
 from dsh_host.tools import ToolErrorInfo, ToolExecutionResult, ToolRuntime
 from dsh_host.tools.types import STOPPED_OUTCOME_UNKNOWN_TEXT
 
-pytestmark = pytest.mark.anyio
+# both backends: subprocesses (bash) and worker threads
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 SANDBOX_TEXT = (
     'sandbox mode "{mode}" is requested but no sandbox backend is usable on this host; refusing '

@@ -28,7 +28,8 @@ from dsh_host import Row, open_host
 from dsh_host.loader import PluginHost
 from dsh_host.tools import ToolExecutionResult
 
-pytestmark = pytest.mark.anyio
+# both backends: worker threads
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 Boot = Callable[..., AbstractAsyncContextManager[PluginHost]]
 #: Hang guard for one child process; nothing here asserts a duration.
