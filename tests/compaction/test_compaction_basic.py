@@ -39,7 +39,7 @@ from dsh_host.session.events import CompletedReason, ReplaceOp, SessionEvent, en
 from dsh_host.session.messages import TextBlock, UserMessage
 from dsh_host.session.session import Session, derive_messages_from_events
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 SUMMARY = "## Primary Request and Intent\n- emit chunks\n## Current Work\n- chunk emission"
 WINDOW = 4000  # threshold 3200 tokens, retain 640

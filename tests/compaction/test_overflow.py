@@ -18,7 +18,7 @@ from dsh_host.session.compaction import ManualCompactionError, is_compact_checkp
 from dsh_host.session.events import CompletedReason, ErrorReason, ReplaceOp
 from dsh_host.session.messages import UserMessage
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 SUMMARY = "## Primary Request and Intent\n- overflow test"
 OVERFLOW = {"error": {"code": "CONTEXT_WINDOW_EXCEEDED", "message": "prompt is too long"}}

@@ -30,7 +30,7 @@ from .mcp_helpers import (
     time_stdio,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 
 # --------------------------------------------------------------------------- naming (pure)

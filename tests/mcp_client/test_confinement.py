@@ -24,6 +24,8 @@ from dsh_host import Row, open_host
 
 from .mcp_helpers import FIXTURE, bridge_of, call, fixture_stdio, mcp_host, text_of
 
+pytestmark = pytest.mark.both_backends
+
 
 @pytest.fixture
 def places() -> Iterator[tuple[Path, Path]]:

@@ -27,6 +27,8 @@ from .mcp_helpers import (
     text_of,
 )
 
+pytestmark = pytest.mark.both_backends
+
 FAST_RECONNECT = {"initialDelayMs": 50, "maxDelayMs": 1000, "maxAttempts": 3}
 
 

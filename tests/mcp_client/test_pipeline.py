@@ -26,6 +26,8 @@ from .mcp_helpers import (
     text_of,
 )
 
+pytestmark = pytest.mark.both_backends
+
 REPO = Path(__file__).resolve().parents[2]
 
 

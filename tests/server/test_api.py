@@ -20,7 +20,7 @@ from dsh_host.server.serve import check_bind
 
 from .harness import CALL, ledger_call, running_server
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 
 def results_per_call(events: list[dict[str, Any]]) -> dict[str, int]:

@@ -9,7 +9,7 @@ import pytest
 
 from .harness import read_sse, running_server
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 
 def turn_end(turn: int) -> Any:
