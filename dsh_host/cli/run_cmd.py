@@ -29,7 +29,7 @@ from ..front.models import parse_model as parse_model_spec
 from ..llm.types import LlmRequest, StreamChunk
 from ..loader import LocatedRow, PluginHost, Row
 from ..session.events import SessionEvent, to_builtins, turn_end_kind
-from ..session.header import new_session_id
+from ..session.header import SessionHeader, new_session_id
 from ..session.messages import BlockEndChunk, TextBlock, TextDeltaChunk, UserSource
 from ..session.persistence import SessionNotFoundError
 from .answerer import install_terminal_answerer
@@ -40,7 +40,8 @@ from .common import (
     add_root_flag,
     load_composition,
     patch_config,
-    persistence,
+    persistence_rows,
+    rows_of,
     run_with_host,
 )
 from .interrupts import Interrupts
@@ -68,30 +69,8 @@ def add_parsers(sub: Any) -> None:
         action="store_true",
         help="with --session ID: start a new session with this id (refused if it exists)",
     )
-    _model_flag(run)
-    run.add_argument(
-        "--workspace",
-        metavar="DIR",
-        help=f"directory the tools work in (default: the composition's; demo: {DEMO_WORKSPACE})",
-    )
-    run.add_argument(
-        "--create-workspace",
-        action="store_true",
-        help="create the --workspace directory if it does not exist",
-    )
-    run.add_argument(
-        "--approval",
-        choices=("ask", "never", "defer"),
-        help="approval policy override. ask (default): a call that needs approval is asked "
-        "on the terminal (no terminal: it is not run); never: nobody is asked, every such call "
-        "is refused by the policy (the model is told so, in DSH's words 'the user rejected "
-        "tool'); defer: an unanswered ask waits for `dsh approvals decide` (the run exits 4)",
-    )
-    run.add_argument(
-        "--sandbox",
-        choices=("read-only", "workspace-write", "danger-full-access"),
-        help="file-effect mode of bash (danger-full-access is not a sandbox)",
-    )
+    model_flag(run)
+    add_tool_flags(run, approvals=("ask", "never", "defer"))
     run.add_argument("--json", action="store_true", help="print one JSON object at the end")
     run.set_defaults(handler=run_run)
 
@@ -105,17 +84,52 @@ def add_parsers(sub: Any) -> None:
     resume.add_argument("prompt", nargs="?", metavar="PROMPT")
     add_config_flag(resume)
     add_root_flag(resume)
-    _model_flag(resume)
+    model_flag(resume)
+    add_tool_flags(resume, approvals=("ask", "never", "defer"))
     resume.add_argument("--json", action="store_true", help="print one JSON object at the end")
     resume.set_defaults(handler=run_resume)
 
 
-def _model_flag(parser: argparse.ArgumentParser) -> None:
+def model_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         metavar="SPEC",
         default="demo",
         help=f"{MODEL_SPECS} (default: demo, a built-in scripted conversation)",
+    )
+
+
+_APPROVAL_HELP = {
+    "ask": "ask (default): a call that needs approval is asked on the terminal (no terminal: "
+    "it is not run)",
+    "never": "never: nobody is asked, every such call is refused by the policy (the model is "
+    "told so, in DSH's words 'the user rejected tool')",
+    "defer": "defer: an unanswered ask waits for `dsh approvals decide` (the run exits 4)",
+}
+
+
+def add_tool_flags(parser: argparse.ArgumentParser, *, approvals: tuple[str, ...]) -> None:
+    """``--workspace``, ``--create-workspace``, ``--approval``, ``--sandbox``."""
+    parser.add_argument(
+        "--workspace",
+        metavar="DIR",
+        help="directory the tools work in (default: a continued session's recorded "
+        f"workspace, else the composition's; demo: {DEMO_WORKSPACE})",
+    )
+    parser.add_argument(
+        "--create-workspace",
+        action="store_true",
+        help="create the --workspace directory if it does not exist",
+    )
+    parser.add_argument(
+        "--approval",
+        choices=approvals,
+        help="approval policy override. " + "; ".join(_APPROVAL_HELP[a] for a in approvals),
+    )
+    parser.add_argument(
+        "--sandbox",
+        choices=("read-only", "workspace-write", "danger-full-access"),
+        help="file-effect mode of bash (danger-full-access is not a sandbox)",
     )
 
 
@@ -126,43 +140,99 @@ def parse_model(spec: str) -> ModelChoice:
         raise CliUsageError(str(exc)) from None
 
 
-def _compose(args: argparse.Namespace, *, demo_workspace: bool) -> tuple[list[LocatedRow], str]:
+def compose(
+    args: argparse.Namespace,
+    *,
+    workspace: str | None,
+    demo_workspace: bool,
+    recorded: bool = False,
+) -> tuple[list[LocatedRow], str]:
+    """The composition with the command line's overrides, and the workspace to record.
+
+    ``workspace`` is ``--workspace`` or, with ``recorded``, the one a continued session
+    recorded (then a composition without a tools row simply has no workspace to set).
+    """
     _, located = load_composition(args)
     choice = parse_model(args.model)
     located = [r for r in located if r.row.id != choice.row.id]
     located.insert(0, LocatedRow(choice.row, f"--model {args.model}"))
-    workspace = getattr(args, "workspace", None)
     demo = workspace is None and demo_workspace and args.model == "demo"
     if demo:
         workspace = DEMO_WORKSPACE
-    if workspace is not None:
-        _prepare_workspace(workspace, create=demo or getattr(args, "create_workspace", False))
+    tools = any(not located[i].row.disabled for i in rows_of(located, "builtin-tools"))
+    if workspace is not None and (tools or not recorded):
+        flag = "--workspace" if not recorded else "the session's recorded workspace"
+        _prepare_workspace(
+            workspace, create=demo or getattr(args, "create_workspace", False), flag=flag
+        )
         patch_config(located, ("builtin-tools",), "workspace", workspace, "--workspace")
     if getattr(args, "approval", None) is not None:
         apply_approval_flag(located, args.approval)
     if getattr(args, "sandbox", None) is not None:
         patch_config(located, ("builtin-tools",), "sandbox", args.sandbox, "--sandbox")
-    cwd = os.path.abspath(workspace) if workspace is not None else os.getcwd()
     located = [_with_agent_model(r, choice) for r in located]
-    return located, cwd
+    return located, _tools_workspace(located)
 
 
-def _prepare_workspace(workspace: str, *, create: bool) -> None:
+def _tools_workspace(located: list[LocatedRow]) -> str:
+    """The directory the tools work in (recorded as the session's ``cwd``): the tools row's
+    ``workspace`` made absolute, else the current directory."""
+    for index in rows_of(located, "builtin-tools"):
+        row = located[index].row
+        if not row.disabled:
+            configured = (row.config or {}).get("workspace", ".")
+            if isinstance(configured, str) and configured:
+                return os.path.abspath(os.path.expanduser(configured))
+    return os.getcwd()
+
+
+def stored_header(args: argparse.Namespace, session_id: str) -> SessionHeader | None:
+    """The header of the stored session ``session_id`` (None: not stored), read from the
+    composition's store before the full composition boots (its tools need the workspace)."""
+    rows = persistence_rows(load_composition(args)[1])
+
+    async def body(host: PluginHost) -> SessionHeader | None:
+        store = host.ctx.get("sessionPersistence")
+        if store is None:
+            return None
+        for listing in await store.list():
+            if listing.header.id == session_id:
+                header: SessionHeader = listing.header
+                return header
+        try:  # not listed: the store's own verdict on the id (malformed, too long, absent)
+            await store.inspect(session_id)
+        except SessionNotFoundError:
+            return None
+        return None
+
+    return run_with_host(rows, body)
+
+
+def recorded_workspace(args: argparse.Namespace, session_id: str) -> str | None:
+    """The workspace ``session_id`` recorded (its header's ``cwd``), or None."""
+    header = stored_header(args, session_id)
+    if header is None or not isinstance(header.cwd, str):
+        return None
+    return header.cwd
+
+
+def _prepare_workspace(workspace: str, *, create: bool, flag: str = "--workspace") -> None:
     """The workspace must be a directory; it is created only when asked (or for the demo)."""
     path = Path(workspace)
     if path.is_dir():
         return
     if path.exists():
-        raise CliUsageError(f"--workspace {workspace}: not a directory")
+        raise CliUsageError(f"{flag} {workspace}: not a directory")
     if not create:
-        raise CliUsageError(
-            f"--workspace {workspace}: no such directory; create it, or pass --create-workspace"
+        hint = "pass --create-workspace" if flag == "--workspace" else (
+            "pass --workspace DIR to continue it elsewhere, or --create-workspace"
         )
+        raise CliUsageError(f"{flag} {workspace}: no such directory; create it, or {hint}")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise CliUsageError(
-            f"--workspace {workspace}: cannot create it: {error.strerror or error}"
+            f"{flag} {workspace}: cannot create it: {error.strerror or error}"
         ) from None
 
 
@@ -327,6 +397,13 @@ def _turn_end(kind: str | None, reason: Any) -> dict[str, Any] | None:
 _USAGE_KEYS = ("inputTokens", "outputTokens", "cacheReadTokens")
 
 
+def session_usage(events: Any) -> dict[str, int]:
+    """Token counts of every model answer the session logged, summed."""
+    total = _usage(events, None)["total"]
+    assert total is not None
+    return total
+
+
 def _usage(events: Any, turn: int | None) -> dict[str, dict[str, int] | None]:
     """Token counts of the model's answers: this turn's (None without a turn) and the session's."""
     total = dict.fromkeys(_USAGE_KEYS, 0)
@@ -385,8 +462,20 @@ def _report(args: argparse.Namespace, result: dict[str, Any]) -> int:
     return 0 if completed else 1
 
 
+def _continue_or_start(args: argparse.Namespace) -> tuple[list[LocatedRow], str, bool]:
+    """Compose ``dsh run``: with ``--session ID`` of a stored session, in its workspace."""
+    header = stored_header(args, args.session) if args.session else None
+    _check_new_flag(args, stored=header is not None)
+    recorded = header.cwd if header is not None and isinstance(header.cwd, str) else None
+    if args.workspace is None and recorded is not None:
+        located, cwd = compose(args, workspace=recorded, demo_workspace=False, recorded=True)
+    else:
+        located, cwd = compose(args, workspace=args.workspace, demo_workspace=header is None)
+    return located, cwd, header is not None
+
+
 def run_run(args: argparse.Namespace) -> int:
-    located, cwd = _compose(args, demo_workspace=True)
+    located, cwd, stored = _continue_or_start(args)
     prompt = args.prompt
     if prompt is None:
         if args.model != "demo":
@@ -399,13 +488,13 @@ def run_run(args: argparse.Namespace) -> int:
         transcript.install(host)
         _install_answerer(host, interrupts)
         service = host.ctx.agent
-        closers = await _stored_closers(host, args.session) if args.session else None
-        _check_new_flag(args, stored=closers is not None)
-        if closers is not None:
+        if stored:
             # Ownership first: a second writer is refused (exit 3) before any repair is shown.
             agent = await service.resume(args.session)
-            _print_closers(transcript, closers)
+            closers: list[dict[str, Any]] | None = repair_rows(agent)
+            print_closers(transcript, closers or [])
         else:
+            closers = None
             agent = service.create(session_id=args.session or new_session_id(), cwd=cwd)
         reason = await _interruptible_turn(agent, prompt, interrupts)
         result = await _finish(args, host, agent, reason, transcript)
@@ -449,20 +538,10 @@ async def _interruptible_turn(agent: Agent, prompt: str, interrupts: Interrupts)
         interrupts.target(None)
 
 
-async def _stored_closers(host: PluginHost, session_id: str) -> list[dict[str, Any]] | None:
-    """The closers a stored session needs, or None when it is not stored (a new id)."""
-    if host.ctx.get("sessionPersistence") is None:
-        return None
-    try:
-        return await _closers(host, session_id)
-    except SessionNotFoundError:
-        return None
-
-
-async def _closers(host: PluginHost, session_id: str) -> list[dict[str, Any]]:
-    load = await persistence(host).inspect(session_id)
+def repair_rows(agent: Agent) -> list[dict[str, Any]]:
+    """The closers the resume appended (``agent.repairs``), one summary row each."""
     closers = []
-    for event in load.closers:
+    for event in agent.repairs:
         data = to_builtins(event.data)
         entry: dict[str, Any] = {"type": event.type, "seq": event.seq}
         if event.type == "tool/result":
@@ -473,7 +552,7 @@ async def _closers(host: PluginHost, session_id: str) -> list[dict[str, Any]]:
     return closers
 
 
-def _print_closers(transcript: Transcript, closers: list[dict[str, Any]]) -> None:
+def print_closers(transcript: Transcript, closers: list[dict[str, Any]]) -> None:
     if not closers:
         transcript._print("session is balanced; nothing to repair", "dim")
         return
@@ -489,16 +568,22 @@ def _print_closers(transcript: Transcript, closers: list[dict[str, Any]]) -> Non
 
 
 def run_resume(args: argparse.Namespace) -> int:
-    located, _cwd = _compose(args, demo_workspace=False)
+    workspace = args.workspace
+    recorded = workspace is None
+    if recorded:
+        workspace = recorded_workspace(args, args.session_id)
+        if args.prompt is None and workspace is not None and not os.path.isdir(workspace):
+            workspace = None  # a repair runs no tool: a workspace gone since is no obstacle
+    located, _cwd = compose(args, workspace=workspace, demo_workspace=False, recorded=recorded)
     transcript = Transcript(quiet=args.json)
     interrupts = Interrupts()
 
     async def body(host: PluginHost) -> dict[str, Any]:
         transcript.install(host)
         _install_answerer(host, interrupts)
-        closers = await _closers(host, args.session_id)  # SessionNotFoundError: exit 2
-        agent = await host.ctx.agent.resume(args.session_id)
-        _print_closers(transcript, closers)
+        agent = await host.ctx.agent.resume(args.session_id)  # SessionNotFoundError: exit 2
+        closers = repair_rows(agent)  # what this resume appended, not a second read's guess
+        print_closers(transcript, closers)
         reason = None
         if args.prompt is not None:
             reason = await _interruptible_turn(agent, args.prompt, interrupts)
@@ -509,4 +594,3 @@ def run_resume(args: argparse.Namespace) -> int:
 
     code = _report(args, run_with_host(located, body, interrupts=interrupts))
     return interrupts.exit_code if interrupts.exit_code is not None else code
-

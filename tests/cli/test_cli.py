@@ -131,8 +131,8 @@ def test_resume_repairs_and_prints_each_closer_then_continues(tmp_path: Path) ->
                cwd=work).returncode == 0
     again = dsh(
         "resume", "tool-missing-result", "continue please", "--root", str(root),
-        "--model", f"scripted:{script}", "--json", cwd=work,
-    )
+        "--model", f"scripted:{script}", "--json", "--workspace", str(work), cwd=work,
+    )  # the fixture recorded /home/dev/project, which is not here: continue it in `work`
     assert again.returncode == 0, again.stderr
     payload = json.loads(again.stdout)
     assert payload["turnEnd"] == {"kind": "completed"}
