@@ -76,6 +76,7 @@ class Interrupts:
         self._cancel_turn: Callable[[TurnEndCancelCause], None] | None = None
         self._scope: anyio.CancelScope | None = None
         self._group: anyio.abc.TaskGroup | None = None
+        self._grace_scope: anyio.CancelScope | None = None
 
     def target(self, cancel_turn: Callable[[TurnEndCancelCause], None] | None) -> None:
         """What the first signal cancels (None: the command as a whole)."""
@@ -118,9 +119,23 @@ class Interrupts:
             if self._scope is not None:
                 self._scope.cancel()
 
+    def reset(self) -> None:
+        """The cancelled turn has stopped: forget the signal and stop its grace period.
+
+        For a command that goes on after a cancelled turn (``dsh chat``): the
+        next Ctrl-C is a first one again, cancelling the next turn.
+        """
+        self.received = None
+        self.exit_code = None
+        if self._grace_scope is not None:
+            self._grace_scope.cancel()
+            self._grace_scope = None
+
     async def _grace(self) -> None:
-        await anyio.sleep(self.grace_s)
-        self._exit_now(f"still running {self.grace_s:g} s after {self._name()}")
+        with anyio.CancelScope() as scope:
+            self._grace_scope = scope
+            await anyio.sleep(self.grace_s)
+            self._exit_now(f"still running {self.grace_s:g} s after {self._name()}")
 
     def _name(self) -> str:
         return self.received.name if self.received is not None else "the signal"

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from ..agent.loop import error_chain
 from ..errors import DshError
 from ..session.persistence import SessionAlreadyOwnedError
-from . import approvals_cmd, plugins_cmd, run_cmd, sessions_cmd, trust_cmd
+from . import approvals_cmd, chat_cmd, plugins_cmd, run_cmd, sessions_cmd, trust_cmd
 from .common import CommandInterrupted
 from .interrupts import exit_on_signals
 
@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"dsh {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     run_cmd.add_parsers(sub)
+    chat_cmd.add_parser(sub)
     plugins_cmd.add_parser(sub)
     sessions_cmd.add_parser(sub)
     trust_cmd.add_parser(sub)
@@ -67,8 +68,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     handler = getattr(args, "handler", None)
     if handler is None:
-        parser.print_help()
-        return EXIT_USAGE
+        # `dsh` alone: the interactive session on a terminal, the help elsewhere.
+        if not chat_cmd.on_a_terminal():
+            parser.print_help()
+            return EXIT_USAGE
+        args = parser.parse_args(["-v", "chat"] if args.verbose else ["chat"])
+        handler = args.handler
     try:
         code: int = handler(args)
         return code
