@@ -34,13 +34,12 @@ import anyio
 import anyio.abc
 
 from ..session.events import HookCancel, TurnEndCancelCause, UserCancel
+from .signals import EXIT_CODES, exit_on_signals, say
 
 __all__ = ["DEFAULT_GRACE_S", "EXIT_CODES", "Interrupts", "exit_on_signals"]
 
 #: How long a cancelled turn may take to stop before the process exits anyway.
 DEFAULT_GRACE_S: Final = 10.0
-#: The exit status for each handled signal: 128 + its number, as shells report it.
-EXIT_CODES: Final = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 _CAUSES: Final[dict[signal.Signals, TurnEndCancelCause]] = {
     signal.SIGINT: UserCancel(),
@@ -109,13 +108,13 @@ class Interrupts:
             _detach_from_terminal()
         cancel_turn = self._cancel_turn
         if cancel_turn is not None:
-            _say(
+            say(
                 f"dsh: {sig.name}: cancelling the turn (waiting up to {self.grace_s:g} s for it "
                 "to stop; press Ctrl-C again to exit at once)"
             )
             cancel_turn(_CAUSES[sig])
         else:
-            _say(f"dsh: {sig.name}: stopping")
+            say(f"dsh: {sig.name}: stopping")
             if self._scope is not None:
                 self._scope.cancel()
 
@@ -141,7 +140,7 @@ class Interrupts:
         return self.received.name if self.received is not None else "the signal"
 
     def _exit_now(self, why: str) -> None:
-        _say(
+        say(
             f"dsh: {why}: exiting now; the log keeps what was flushed "
             "(`dsh resume ID` repairs the session)"
         )
@@ -151,31 +150,6 @@ class Interrupts:
         with suppress(OSError, ValueError):
             sys.stderr.flush()
         os._exit(code)
-
-
-def exit_on_signals() -> None:
-    """Until a command handles them itself: SIGINT / SIGTERM / SIGHUP exit at once.
-
-    Installed first thing by ``dsh``'s ``main``: nothing has been written yet
-    (or, between a command's handling and its exit, everything already has),
-    so exiting with the signal's code is all there is to do, without a
-    ``KeyboardInterrupt`` traceback. :meth:`Interrupts.watch` takes over while
-    a command runs and restores this on exit.
-    """
-
-    def handler(number: int, frame: object) -> None:
-        sig = signal.Signals(number)
-        _say(f"dsh: {sig.name}: exiting")
-        os._exit(EXIT_CODES[sig])
-
-    for sig in EXIT_CODES:
-        with suppress(ValueError, OSError):
-            signal.signal(sig, handler)
-
-
-def _say(text: str) -> None:
-    with suppress(OSError, ValueError):
-        print(text, file=sys.stderr, flush=True)
 
 
 def _detach_from_terminal() -> None:
