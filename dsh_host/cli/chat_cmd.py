@@ -46,8 +46,8 @@ from .run_cmd import (
     print_closers,
     recorded_workspace,
     repair_rows,
-    session_usage,
 )
+from .usage import logged_usage
 
 PROMPT: Final = "dsh> "
 #: Shown by ``/compact`` when no row provides the ``compaction`` service.
@@ -291,7 +291,7 @@ class _Chat:
             surface = getattr(snapshot, "surface_tokens", None)
             self.say(f"context: {total} tokens next request (surface {surface}, token-meter)",
                      None)
-        total_usage = session_usage(self.agent.session.events)
+        total_usage = logged_usage(self.agent.session.events)
         self.say(
             "logged usage: "
             + ", ".join(f"{key} {count}" for key, count in total_usage.items()),

@@ -34,6 +34,7 @@ from .render import (
     terminal_safe,
     when,
 )
+from .usage import logged_usage, usage_line
 
 
 def add_parser(sub: Any) -> None:
@@ -119,12 +120,14 @@ def run_list(args: argparse.Namespace) -> int:
                     "size": _file_size(listing),
                     "problem": None,
                     "title": None,
+                    "usage": None,
                 }
                 try:
                     load = await store.inspect(listing.header.id)
                     entry["events"] = len(load.events)
                     entry["lastTurnEnd"] = _last_turn_end(load.balanced)
                     entry["title"] = _title(load.events)
+                    entry["usage"] = logged_usage(load.events)
                 except Exception as exc:  # one bad log must not hide the others
                     entry["problem"] = str(exc)
                 rows_out.append(entry)
@@ -133,7 +136,8 @@ def run_list(args: argparse.Namespace) -> int:
         rows_out.sort(key=lambda e: (e["createdAt"] is not None, e["createdAt"] or 0), reverse=True)
         return rows_out
 
-    entries = run_with_host(rows, body)
+    # asyncio: a listing needs no trio, and importing trio is most of a cold start.
+    entries = run_with_host(rows, body, backend="asyncio")
     if args.json:
         for entry in entries:
             print(json.dumps(entry))
@@ -150,7 +154,7 @@ def run_list(args: argparse.Namespace) -> int:
     table = Table(title_justify="left")
     widest = max(len(terminal_safe(e["sessionId"], multiline=False)) for e in entries)
     table.add_column("id", no_wrap=True, min_width=widest)  # ids whole: people copy them
-    for column in ("created", "cwd", "events", "last turn", "size"):
+    for column in ("created", "cwd", "events", "last turn", "size", "tokens"):
         table.add_column(column, overflow="fold")
     table.add_column("title", overflow="ellipsis", no_wrap=True, max_width=40)
     for entry in entries:
@@ -161,6 +165,7 @@ def run_list(args: argparse.Namespace) -> int:
             "-" if entry["events"] is None else str(entry["events"]),
             entry["lastTurnEnd"] or ("[red]unreadable[/red]" if entry["problem"] else "-"),
             human_size(entry["size"]),
+            _tokens(entry),
             Text(terminal_safe(entry["title"] or "-", multiline=False)),
         )
     console().print(table)
@@ -189,7 +194,7 @@ def _title(events: Any) -> str | None:
 
 def _print_rows(entries: list[dict[str, Any]]) -> None:
     """Not a terminal: a header, then one tab-separated row per session, nothing wrapped."""
-    print("id\tcreated\tcwd\tevents\tlast turn\tsize\ttitle")
+    print("id\tcreated\tcwd\tevents\tlast turn\tsize\ttokens\ttitle")
     for entry in entries:
         fields = (
             entry["sessionId"],
@@ -198,6 +203,7 @@ def _print_rows(entries: list[dict[str, Any]]) -> None:
             "-" if entry["events"] is None else str(entry["events"]),
             entry["lastTurnEnd"] or ("unreadable" if entry["problem"] else "-"),
             human_size(entry["size"]),
+            _tokens(entry),
             entry["title"] or "-",
         )
         # Tabs and newlines inside a field would break the row: shown escaped.
@@ -219,7 +225,13 @@ def _unreadable_entry(bad: UnreadableListing) -> dict[str, Any]:
         "size": _file_size(bad),
         "problem": str(bad.error),
         "title": None,
+        "usage": None,
     }
+
+
+def _tokens(entry: dict[str, Any]) -> str:
+    """The tokens column: the session's logged usage summed (``-`` if unreadable)."""
+    return "-" if entry["usage"] is None else usage_line(entry["usage"])
 
 
 # -- show -------------------------------------------------------------------------------
