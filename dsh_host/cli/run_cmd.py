@@ -47,6 +47,7 @@ from .common import (
 from .interrupts import Interrupts
 from .output import console
 from .render import blocks_text, retry_summary, terminal_safe
+from .usage import logged_usage
 
 
 def add_parsers(sub: Any) -> None:
@@ -153,9 +154,10 @@ def compose(
     recorded (then a composition without a tools row simply has no workspace to set).
     """
     _, located = load_composition(args)
-    choice = parse_model(args.model)
-    located = [r for r in located if r.row.id != choice.row.id]
-    located.insert(0, LocatedRow(choice.row, f"--model {args.model}"))
+    choice = _configured_choice(located, parse_model(args.model), args.model)
+    if choice.row.id is not None:  # a row of its own (else the composition's, patched)
+        located = [r for r in located if r.row.id != choice.row.id]
+        located.insert(0, LocatedRow(choice.row, f"--model {args.model}"))
     demo = workspace is None and demo_workspace and args.model == "demo"
     if demo:
         workspace = DEMO_WORKSPACE
@@ -172,6 +174,25 @@ def compose(
         patch_config(located, ("builtin-tools",), "sandbox", args.sandbox, "--sandbox")
     located = [_with_agent_model(r, choice) for r in located]
     return located, _tools_workspace(located)
+
+
+def _configured_choice(located: list[LocatedRow], choice: ModelChoice, spec: str) -> ModelChoice:
+    """``--model openai-compatible:M`` on a composition that configures an
+    ``llm-openai-compatible`` row: that row as configured (endpoint, key, provider route),
+    with only its model name replaced by M. Otherwise the spec's own row."""
+    if choice.row.name != "llm-openai-compatible":
+        return choice
+    rows = [i for i in rows_of(located, "llm-openai-compatible") if not located[i].row.disabled]
+    if not rows:
+        return choice
+    patch_config(located, ("llm-openai-compatible",), "model", choice.model, "--model")
+    config = located[rows[0]].row.config or {}
+    provider = config.get("provider", choice.provider)
+    return ModelChoice(
+        Row(name=choice.row.name, config=dict(config)),  # no id: nothing is added
+        provider if isinstance(provider, str) else choice.provider,
+        choice.model,
+    )
 
 
 def _tools_workspace(located: list[LocatedRow]) -> str:
@@ -241,7 +262,10 @@ def _with_agent_model(located: LocatedRow, choice: ModelChoice) -> LocatedRow:
         return located
     config = dict(located.row.config or {})
     config.setdefault("provider", choice.provider)
-    config.setdefault("model", choice.model)
+    if choice.row.name == "llm-openai-compatible":
+        config["model"] = choice.model  # --model openai-compatible:M names the model: M
+    else:
+        config.setdefault("model", choice.model)
     row = Row(name="agent", id=located.row.id, config=config, disabled=located.row.disabled)
     return replace(located, row=row)
 
@@ -393,35 +417,13 @@ def _turn_end(kind: str | None, reason: Any) -> dict[str, Any] | None:
     return out
 
 
-#: Stored usage names (uncached input, output, input served from cache), kept as they are.
-_USAGE_KEYS = ("inputTokens", "outputTokens", "cacheReadTokens")
-
-
-def session_usage(events: Any) -> dict[str, int]:
-    """Token counts of every model answer the session logged, summed."""
-    total = _usage(events, None)["total"]
-    assert total is not None
-    return total
-
-
 def _usage(events: Any, turn: int | None) -> dict[str, dict[str, int] | None]:
     """Token counts of the model's answers: this turn's (None without a turn) and the session's."""
-    total = dict.fromkeys(_USAGE_KEYS, 0)
-    this = dict(total)
-    for event in events:
-        if event.type != "assistant/message":
-            continue
-        data = to_builtins(event.data)
-        usage = data.get("usage") if isinstance(data, dict) else None
-        if not isinstance(usage, dict):
-            continue
-        for key in _USAGE_KEYS:
-            count = usage.get(key)
-            if isinstance(count, int):
-                total[key] += count
-                if data.get("turn") == turn:
-                    this[key] += count
-    return {"turn": this if turn is not None else None, "total": total}
+    events = list(events)
+    return {
+        "turn": logged_usage(events, turn) if turn is not None else None,
+        "total": logged_usage(events),
+    }
 
 
 def _final_text(events: Any, turn: int | None) -> str | None:

@@ -114,3 +114,51 @@ async def test_agent_repairs_are_the_closers_the_resume_appended(tmp_path: Path)
         again = await host.ctx.agent.resume("tool-missing-result")
         assert again.repairs == ()  # balanced now: nothing more appended
         await again.aclose()
+
+
+def test_model_flag_keeps_the_configured_openai_compatible_row(tmp_path: Path) -> None:
+    """``--model openai-compatible:M`` on a composition with its own ``llm-openai-compatible``
+    row uses that row as configured (its endpoint, key variable and route) and replaces only
+    the model name. Before, the row was swapped for a bare one aimed at the default endpoint."""
+    import sys
+
+    from cli_helpers import REPO
+
+    sys.path.insert(0, str(REPO / "tests" / "llm"))
+    from sse_server import SseServer, sse, text_events  # type: ignore[import-not-found]
+
+    work = tmp_path / "ws"
+    work.mkdir()
+    with SseServer([sse(text_events("Hello ", "from my endpoint."))]) as server:
+        config = tmp_path / "dsh.yml"
+        config.write_text(
+            (REPO / "configs" / "default.yml").read_text()
+            + "\n- id: my-endpoint\n  name: llm-openai-compatible\n  config:\n"
+            f"    base_url: {server.url}\n    api_key_env: MY_KEY\n    provider: my-route\n"
+            "    model: configured-model\n"
+        )
+        done = dsh("run", "hi", "--config", str(config), "--workspace", str(work),
+                   "--root", str(tmp_path / "sessions"), "--model", "openai-compatible:chosen",
+                   "--json", cwd=tmp_path, env={"MY_KEY": "k", "DEEPSEEK_API_KEY": ""})
+        requests = list(server.requests)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["finalText"] == "Hello from my endpoint."
+    [request] = requests
+    assert request.body["model"] == "chosen"
+
+
+def test_the_shipped_prompt_names_the_workspace_tools_and_call_id(tmp_path: Path) -> None:
+    """A real model is told where it works, what its tools do there and how to key an effect on
+    the session and call ids (before: only the one-line harness identity)."""
+    root, workspace = tmp_path / "sessions", tmp_path / "ws"
+    workspace.mkdir()
+    session_id = first_session(tmp_path, workspace, root)
+    shown = dsh("sessions", "show", session_id, "--root", str(root), "--view", "model", "--json",
+                cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    system = json.loads(shown.stdout.splitlines()[0])
+    assert system["role"] == "system"
+    text = "".join(block["text"] for block in system["content"])
+    assert f"You work in the workspace {workspace}." in text
+    assert "read_file, write_file, edit_file, glob" in text
+    assert '"$DSH_SESSION_ID/$DSH_CALL_ID"' in text
