@@ -19,8 +19,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from ..agent import Agent
 from ..errors import ConfigError
 from ..front.demo import DEMO_PROMPT, DEMO_WORKSPACE
@@ -46,7 +44,14 @@ from .common import (
 )
 from .interrupts import Interrupts
 from .output import console
-from .render import blocks_text, retry_summary, terminal_safe
+from .render import (
+    approval_lines,
+    blocks_text,
+    retry_summary,
+    terminal_safe,
+    tool_result_lines,
+    turn_end_line,
+)
 from .usage import logged_usage
 
 
@@ -322,38 +327,23 @@ class Transcript:
                 self._print(f"you: {blocks_text(message.content)}", "bold", multiline=True)
             return
         if kind == "tool/result":
-            block = event.data.message.content[0]
-            error = event.data.error
-            code = None if error is msgspec.UNSET else error.code
-            label = "result" if code is None else f"error {code}"
-            # Escaped before splitting: a "\r" or a form feed is shown, not taken as a line break.
-            lines = terminal_safe(blocks_text(block.content)).splitlines() or ["(empty)"]
-            shown = lines[:12]
-            if len(lines) > 12:
-                shown.append(f"... ({len(lines) - 12} more lines)")
-            self._print(f"  ⎿ {label} [{block.tool_call_id}]", "dim" if code is None else "red")
-            for line in shown:
-                self._print(f"    {line}", "dim")
+            for style, text in tool_result_lines(event.data):
+                self._print(text, style)
             return
         data = to_builtins(event.data)
         if kind == "tool/call":
             self._print(f"⚙ {data.get('name')} [{data.get('callId')}] {data.get('arguments', '')}",
                         "cyan")
-        elif kind == "approval/asked":
-            self._print(f"? approval asked for {data.get('toolName')} [{data.get('callId')}]"
-                        f"{': ' + data['reason'] if data.get('reason') else ''}", "yellow")
-        elif kind == "approval/decided":
-            self._print(f"? approval {data.get('outcome')}{self._decided_by(session, data)}",
-                        "yellow")
+        elif kind in ("approval/asked", "approval/decided"):
+            [(style, text)] = approval_lines(kind, data)
+            if kind == "approval/decided":
+                text += self._decided_by(session, data)
+            self._print(text, style)
         elif kind == "llm/retry":
             self._print(f"↻ {retry_summary(data)}", "yellow")
         elif kind == "turn/end":
-            reason = data.get("reason", {})
-            style = "green" if reason.get("kind") == "completed" else "red"
-            detail = reason.get("message") or reason.get("error", {}).get("message") or ""
-            self._print(f"turn {data.get('turn')} ended: {reason.get('kind')}"
-                        f"{' — ' + str(detail) if detail else ''}", style)
-
+            style, text = turn_end_line(data)
+            self._print(text, style)
 
     def _decided_by(self, session: Any, data: dict[str, Any]) -> str:
         """Who rejected: under policy ``never`` nobody was asked, the policy refused."""

@@ -18,6 +18,7 @@ from ..session.persistence import (
 )
 from ..session.session import Session, derive_messages_from_events
 from .common import (
+    CliUsageError,
     add_config_flag,
     add_root_flag,
     load_composition,
@@ -27,11 +28,13 @@ from .common import (
 )
 from .output import console, json_line, progress
 from .render import (
+    MAX_TOOL_OUTPUT_LINES,
     blocks_text,
     event_summary,
     human_size,
     message_lines,
     terminal_safe,
+    transcript_lines,
     when,
 )
 from .usage import logged_usage, usage_line
@@ -60,6 +63,11 @@ def add_parser(sub: Any) -> None:
         "the model sees; events: every stored event",
     )
     show.add_argument("--json", action="store_true", help="one JSON object per line")
+    show.add_argument(
+        "--full", action="store_true",
+        help=f"transcript: every line of tool output (default: the first {MAX_TOOL_OUTPUT_LINES})",
+    )
+    show.add_argument("--turn", type=int, metavar="N", help="transcript: only turn N")
     show.set_defaults(handler=run_show)
 
     verify = commands.add_parser(
@@ -261,8 +269,18 @@ def run_show(args: argparse.Namespace) -> int:
             else:
                 out.print(event_summary(event), markup=False)
         return 0
-    if args.view == "model":
-        messages: list[Any] = list(derive_messages_from_events(load.events))
+    if args.turn is not None and not any(
+        e.type == "turn/start" and e.data.turn == args.turn for e in load.events
+    ):
+        raise CliUsageError(f"--turn {args.turn}: session {load.id} has no such turn")
+    messages: list[Any] = []
+    if args.view == "transcript" and not args.json:
+        # Everything that happened, from the events: turns, approvals, attempts, retries,
+        # times, usage, rendered as the live run prints them.
+        for style, text in transcript_lines(load.events, full=args.full, turn=args.turn):
+            out.print(text, style=style or None, markup=False)
+    elif args.view == "model":
+        messages = list(derive_messages_from_events(load.events))
     else:
         session = Session.restore(load.header, list(load.events), mark_seed_end=False)
         messages = list(session.append_origin_messages())
