@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 from collections.abc import AsyncIterator, Callable
@@ -299,6 +300,8 @@ class Transcript:
         host.ctx.on("llm/stream", self._relay)
         host.ctx.on("session/event", self._on_event)
         self._approval = host.ctx.get("approval")
+        if _ACTIVITY.isEnabledFor(logging.INFO):  # `dsh -v`: every event as it is appended
+            host.ctx.on("session/event", _log_event)
 
     async def _relay(
         self, request: LlmRequest, next_: Callable[[], AsyncIterator[StreamChunk]]
@@ -351,6 +354,13 @@ class Transcript:
         if data.get("outcome") != "rejected" or policy is None or policy(session) != "never":
             return ""
         return " by the approval policy never (no one was asked)"
+
+
+_ACTIVITY = logging.getLogger("dsh.session")
+
+
+def _log_event(session: Any, event: SessionEvent) -> None:
+    _ACTIVITY.info("%s #%d %s", session.id, event.seq, event.type)
 
 
 _SHOWN_EVENTS = frozenset(
