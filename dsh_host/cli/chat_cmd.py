@@ -247,10 +247,11 @@ class _Chat:
             self.say(f"session {session_id} is the current one")
             return None
         store = persistence(self.host)
-        if self.args.workspace is None:
-            header = next(
-                (s.header for s in await store.list() if s.header.id == session_id), None
-            )
+        # This composition was booted for `resume_id` in its recorded workspace: never switch
+        # again for it (whatever the path's spelling).
+        if self.args.workspace is None and session_id != self.resume_id:
+            listings = await store.list(unreadable=[])  # a damaged other log is no obstacle
+            header = next((s.header for s in listings if s.header.id == session_id), None)
             if header is None:
                 raise SessionNotFoundError(f'no stored session "{session_id}" (see /sessions)')
             recorded = header.cwd if isinstance(header.cwd, str) else None
@@ -265,7 +266,7 @@ class _Chat:
 
     async def _sessions(self) -> None:
         assert self.host is not None
-        listings = await persistence(self.host).list()
+        listings = await persistence(self.host).list(unreadable=[])
         if not listings:
             self.say("no stored sessions", None)
             return

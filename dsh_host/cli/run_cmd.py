@@ -160,7 +160,7 @@ def compose(
     recorded (then a composition without a tools row simply has no workspace to set).
     """
     _, located = load_composition(args)
-    choice = _configured_choice(located, parse_model(args.model), args.model)
+    choice = _configured_choice(located, parse_model(args.model))
     if choice.row.id is not None:  # a row of its own (else the composition's, patched)
         located = [r for r in located if r.row.id != choice.row.id]
         located.insert(0, LocatedRow(choice.row, f"--model {args.model}"))
@@ -182,7 +182,7 @@ def compose(
     return located, _tools_workspace(located)
 
 
-def _configured_choice(located: list[LocatedRow], choice: ModelChoice, spec: str) -> ModelChoice:
+def _configured_choice(located: list[LocatedRow], choice: ModelChoice) -> ModelChoice:
     """``--model openai-compatible:M`` on a composition that configures an
     ``llm-openai-compatible`` row: that row as configured (endpoint, key, provider route),
     with only its model name replaced by M. Otherwise the spec's own row."""
@@ -222,7 +222,7 @@ def stored_header(args: argparse.Namespace, session_id: str) -> SessionHeader | 
         store = host.ctx.get("sessionPersistence")
         if store is None:
             return None
-        for listing in await store.list():
+        for listing in await store.list(unreadable=[]):  # another damaged log is no obstacle
             if listing.header.id == session_id:
                 header: SessionHeader = listing.header
                 return header
