@@ -24,6 +24,7 @@ import importlib.metadata
 import os
 import re
 import secrets
+import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -282,8 +283,19 @@ def canonical_name(name: str) -> str:
     return name
 
 
+_installed: tuple[tuple[str, ...], dict[str, importlib.metadata.EntryPoint]] | None = None
+
+
 def installed_plugins() -> dict[str, importlib.metadata.EntryPoint]:
-    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    """The ``dsh.plugins`` entry points by name. Scanning every installed distribution is
+    slow (a composition resolves a dozen rows), so the scan is kept while ``sys.path`` is
+    unchanged."""
+    global _installed
+    path = tuple(sys.path)
+    if _installed is None or _installed[0] != path:
+        found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+        _installed = (path, {ep.name: ep for ep in found})
+    return dict(_installed[1])
 
 
 def resolve_plugin(name: str, where: str) -> tuple[Any, str]:
