@@ -145,8 +145,8 @@ def main() -> None:
                         ["module", "cumulative us"], heavy)
     write_result(
         "startup",
-        {"rounds": rounds, "results": results, "heaviest_imports": imports,
-         "repo": str(REPO_DIR), "machine": machine_info()},
+        {"small": args.small, "rounds": rounds, "results": results,
+         "heaviest_imports": imports, "repo": str(REPO_DIR), "machine": machine_info()},
         args.results_dir,
     )
 
