@@ -319,3 +319,44 @@ def test_dsh_alone_opens_the_chat_on_a_terminal(tmp_path: Path) -> None:
     )
     assert piped.returncode == 2
     assert "usage: dsh" in piped.stdout + piped.stderr
+
+
+def test_ctrl_c_at_the_approval_prompt_cancels_the_turn_not_the_chat(tmp_path: Path) -> None:
+    """Ctrl-C at ``allow once?`` cancels the ask and the turn (D18), the chat goes on; /new
+    then starts a second session."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    marker = workspace / "marker"
+    config = compose(tmp_path, ask_bash=True)
+    script = write_script(
+        tmp_path / "script.json",
+        [bash_call("call-touch", f"touch {marker}"), {"text": "Fresh start."}],
+    )
+    term, root = chat(tmp_path, config, script, "--workspace", str(workspace))
+    term.expect(PROMPT)
+    term.type(b"make the marker\r")
+    term.expect(b"allow once? [y/N]")
+    term.type(b"\x03")
+    term.expect(b"(cancelled)")
+    term.expect(b"turn 1 ended: aborted")
+    term.expect(PROMPT)
+    term.type(b"/new\r")
+    term.expect(b"a new session starts with your next prompt")
+    term.expect(PROMPT)
+    term.type(b"hello again\r")
+    term.expect(b"Fresh start.")
+    term.expect(PROMPT)
+    term.type(b"\x04")
+    assert term.close() == 0, term.text
+    assert not marker.exists()
+    first, second = session_ids(term.text)
+    assert first != second
+    events = events_of(config, root, first)
+    assert [e["data"]["outcome"] for e in events if e["type"] == "approval/decided"] == [
+        "cancelled"
+    ]
+    results = [e["data"] for e in events if e["type"] == "tool/result"]
+    assert [r["error"]["code"] for r in results] == ["ABORTED_BEFORE_DISPATCH"]
+    assert [e["data"]["reason"]["kind"] for e in events if e["type"] == "turn/end"] == [
+        "aborted"
+    ]
