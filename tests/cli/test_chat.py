@@ -360,3 +360,35 @@ def test_ctrl_c_at_the_approval_prompt_cancels_the_turn_not_the_chat(tmp_path: P
     assert [e["data"]["reason"]["kind"] for e in events if e["type"] == "turn/end"] == [
         "aborted"
     ]
+
+
+def test_compact_and_usage_use_the_loaded_services(tmp_path: Path) -> None:
+    """With a ``compaction`` and a ``tokenMeter`` service composed, /compact calls
+    ``compact_now(agent, signal)`` on the current session and /usage adds the meter's measure."""
+    config = compose(tmp_path)
+    config.write_text(config.read_text() + "\n- id: services\n  name: chat_services:ChatServices\n")
+    script = write_script(tmp_path / "script.json", [{"text": "Noted."}])
+    root = tmp_path / "sessions"
+    (tmp_path / "ws").mkdir()
+    argv = [*DSH, "chat", "--config", str(config), "--root", str(root), "--workspace",
+            str(tmp_path / "ws"), "--model", f"scripted:{script}"]
+    here = str(Path(__file__).resolve().parent)
+    term = Terminal(argv, cwd=tmp_path, env={"PYTHONPATH": os.pathsep.join(
+        [here, *filter(None, [os.environ.get("PYTHONPATH")])])})
+    term.expect(PROMPT)
+    term.type(b"/compact\r")
+    term.expect(b"no session yet: nothing to compact")
+    term.expect(PROMPT)
+    term.type(b"remember this\r")
+    term.expect(b"Noted.")
+    term.expect(PROMPT)
+    term.type(b"/compact\r")
+    term.expect(b"compacted: ")
+    term.expect(b"history items in session ")
+    term.expect(PROMPT)
+    term.type(b"/usage\r")
+    term.expect(b"tokens next request (surface ")
+    term.expect(b"logged usage: ")
+    term.expect(PROMPT)
+    term.type(b"\x04")
+    assert term.close() == 0, term.text
