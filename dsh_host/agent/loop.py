@@ -87,6 +87,7 @@ from dsh_host.session.events import (
     ParentCancel,
     RequestContextData,
     RequestHeaderData,
+    SessionEvent,
     StepEnd,
     StepStart,
     TurnEnd,
@@ -330,6 +331,9 @@ class Agent:
         self._system_message = SystemMessageProjection(session)
         self._last_turn = 0
         self._awaiting: tuple[str, ...] = ()
+        #: The closers ``ctx.agent.resume`` appended to repair an interrupted turn (durable
+        #: before the agent was returned); empty for a created agent or a balanced log.
+        self.repairs: tuple[SessionEvent, ...] = ()
         for event in reversed(session.events):
             if event.type == "turn/start" and isinstance(event.data, TurnStart):
                 self._last_turn = event.data.turn

@@ -111,8 +111,12 @@ def run_with_host(
     body: Callable[[PluginHost], Awaitable[T]],
     *,
     interrupts: Interrupts | None = None,
+    backend: str = "trio",
 ) -> T:
-    """Boot the composition under trio, run ``body(host)``, dispose everything.
+    """Boot the composition (under trio by default), run ``body(host)``, dispose everything.
+
+    ``backend="asyncio"`` is for a body that awaits an asyncio-only library
+    (``dsh chat``'s line editor); the host runs on both.
 
     With ``interrupts``, SIGINT / SIGTERM / SIGHUP are handled for the whole
     command (see :mod:`.interrupts`): the body points it at the running turn;
@@ -125,7 +129,7 @@ def run_with_host(
             return await body(host)
 
     if interrupts is None:
-        return anyio.run(plain, backend="trio")
+        return anyio.run(plain, backend=backend)
     watched = interrupts
 
     async def main() -> list[T]:
@@ -147,7 +151,7 @@ def run_with_host(
         return out
 
     try:
-        out = anyio.run(main, backend="trio")
+        out = anyio.run(main, backend=backend)
     finally:
         # Once the loop is gone (reporting, exiting) a signal exits at once: no
         # KeyboardInterrupt during interpreter shutdown.

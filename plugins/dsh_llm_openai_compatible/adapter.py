@@ -323,6 +323,14 @@ class OpenAICompatibleAdapter(LlmAdapter):
             )
         elif isinstance(error, str) and error:
             message = detail = error
+        if status == 404:
+            # Nearly always a base URL without its API prefix: say where the request went.
+            reason = "" if message.endswith(f"(HTTP {status})") else f": {message}"
+            message = (
+                f"{settings.display_name} API answered HTTP 404 for POST {settings.endpoint}"
+                f"{reason}; check base_url (OpenAI-compatible servers usually serve the API "
+                "under /v1, e.g. http://127.0.0.1:8000/v1)"
+            )
         retry_after = parse_retry_after_ms(response.headers.get("retry-after"))
         failure = LlmError(
             message,

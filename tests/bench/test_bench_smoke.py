@@ -231,7 +231,7 @@ def test_run_all_lists_every_script_and_rejects_unknown_names() -> None:
     )
     assert listed.returncode == 0
     names = listed.stdout.split()
-    assert {"barrier", "loop_step", "resume", "host", "session_append"} <= set(names)
+    assert {"barrier", "loop_step", "resume", "host", "session_append", "startup"} <= set(names)
     assert "run_all" not in names and "_common" not in names
     bad = subprocess.run(
         [sys.executable, str(BENCH / "run_all.py"), "--only", "no_such_bench"],
@@ -239,3 +239,13 @@ def test_run_all_lists_every_script_and_rejects_unknown_names() -> None:
     )
     assert bad.returncode == 2
     assert "no_such_bench" in bad.stderr
+
+
+def test_startup(tmp_path: Path) -> None:
+    """Every command of the start-up bench ran and has a ratio against the floor."""
+    data = run_bench("startup", tmp_path)
+    results = data["results"]
+    assert {"python -c pass", "dsh --help", "dsh sessions list"} <= set(results)
+    assert results["dsh --help"]["target"] == 5.0
+    assert results["dsh sessions list"]["target"] == 8.0
+    assert all(r["median_ms"] > 0 and r["ratio"] > 0 for r in results.values())

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import anyio
 import msgspec
+import yaml
 from cli_helpers import REPO, dsh, json_lines
 from dsh_repeat_tool_reminder import GENTLE_REMINDER
 
@@ -23,10 +23,10 @@ from dsh_host.session.events import register_turn_end_reason
 def composition(tmp_path: Path, agent_config: str) -> None:
     """``dsh.yml`` = the shipped default with ``agent_config`` on the agent row (named with
     ``--config``: a ``./dsh.yml`` is never loaded implicitly, D16)."""
-    default = (REPO / "configs" / "default.yml").read_text()
-    row = "- id: agent\n  name: agent\n"
-    assert default.endswith(row), "the agent row is the last row of configs/default.yml"
-    (tmp_path / "dsh.yml").write_text(default + textwrap.indent(agent_config, "  "))
+    rows = yaml.safe_load((REPO / "configs" / "default.yml").read_text())
+    [agent] = [row for row in rows if row["name"] == "agent"]
+    agent.setdefault("config", {}).update(yaml.safe_load(agent_config)["config"])
+    (tmp_path / "dsh.yml").write_text(yaml.safe_dump(rows, sort_keys=False))
 
 
 def looping_script(tmp_path: Path, count: int) -> Path:
