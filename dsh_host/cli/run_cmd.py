@@ -306,8 +306,11 @@ class Transcript:
     async def _relay(
         self, request: LlmRequest, next_: Callable[[], AsyncIterator[StreamChunk]]
     ) -> AsyncIterator[StreamChunk]:
+        # A maintenance request (a compaction summary, ...) is not the assistant speaking: its
+        # text reaches the log as its own events, not the live transcript.
+        quiet = self.quiet or request.purpose is not None
         async for chunk in next_():
-            if not self.quiet:
+            if not quiet:
                 if isinstance(chunk, TextDeltaChunk):
                     console().print(
                         terminal_safe(chunk.text), end="", markup=False, highlight=False

@@ -374,7 +374,11 @@ def test_compact_and_usage_use_the_composed_plugins(tmp_path: Path) -> None:
     ``compaction`` service on the current session and answers with DSH's text, and /usage prints
     the token meter's usage and context lines."""
     config = compose(tmp_path)
-    script = write_script(tmp_path / "script.json", [{"text": "Noted."}])
+    # The second answer is the summary: the summarization request takes the script's next entry.
+    script = write_script(
+        tmp_path / "script.json",
+        [{"text": "Noted."}, {"text": "The user listed items 0 to 149."}],
+    )
     root = tmp_path / "sessions"
     (tmp_path / "ws").mkdir()
     argv = [*DSH, "chat", "--config", str(config), "--root", str(root), "--workspace",
@@ -384,15 +388,19 @@ def test_compact_and_usage_use_the_composed_plugins(tmp_path: Path) -> None:
     term.type(b"/compact\r")
     term.expect(b"no session yet: nothing to compact")
     term.expect(PROMPT)
-    term.type(b"remember this\r")
+    # Long enough that the summary (framed) is smaller than what it replaces.
+    words = " ".join(f"item{i}" for i in range(150))
+    term.type(f"remember these: {words}\r".encode())
     term.expect(b"Noted.")
     term.expect(PROMPT)
     term.type(b"/compact\r")
-    # One short exchange: nothing older than the retained tail to summarize (DSH's answer).
-    term.expect(b"No compactable history yet.")
+    term.expect(b"Compacted ")  # DSH's text: "Compacted N history items (~T tokens)."
+    term.expect(b" history items (~")
     term.expect(PROMPT)
     term.type(b"/usage\r")
     term.expect(b"context: ~")
     term.expect(PROMPT)
     term.type(b"\x04")
     assert term.close() == 0, term.text
+    # The summary request is maintenance, not the assistant speaking: not streamed live.
+    assert "The user listed items" not in term.text
