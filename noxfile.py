@@ -1,8 +1,8 @@
-"""Developer sessions: ``nox -s tests_trio tests_asyncio lint typecheck bench``.
+"""Developer sessions: ``nox -s tests_trio tests_asyncio tests_fast lint typecheck bench``.
 
-The test suite parametrizes every async test over both anyio backends; the two
-test sessions select one backend each (``-k trio`` / ``-k asyncio`` on the
-parameter id) so a failure says which event loop it belongs to.
+Async tests run on trio, and those marked ``both_backends`` on asyncio too (tests/conftest.py);
+the two test sessions select one backend each (``-k`` on the parameter id) so a failure says
+which event loop it belongs to. ``tests_fast`` is the development lane: everything not ``slow``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,12 @@ def tests_trio(session: nox.Session) -> None:
 def tests_asyncio(session: nox.Session) -> None:
     session.install("-e", ".[test]")
     session.run("pytest", "-q", "-k", "not trio", *session.posargs)
+
+
+@nox.session
+def tests_fast(session: nox.Session) -> None:
+    session.install("-e", ".[test]")
+    session.run("pytest", "-q", "-m", "not slow", *session.posargs)
 
 
 @nox.session

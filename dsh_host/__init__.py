@@ -6,34 +6,53 @@ events with typed keys (:class:`Emit`, :class:`Waterfall`...; each layer's keys 
 exported by its subpackage, e.g. ``dsh_host.tools.TOOLS_EXECUTE``), and a YAML loader
 over the ``dsh.plugins`` entry-point group.
 
-The front door (``Agent``, ``tool``, ``ToolContext``, ``RunResult``, from
-:mod:`dsh_host.front`) is re-exported lazily: importing ``dsh_host`` does not
-load the agent layer.
+Every name is re-exported lazily (the front door ``Agent``, ``tool``,
+``ToolContext``, ``RunResult`` from :mod:`dsh_host.front` too): importing
+``dsh_host`` loads nothing until a name is used, so the command line starts
+fast.
 """
 
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .bus import Emit, EventMode, Next, Parallel, Serial, StreamNext, StreamWaterfall, Waterfall
-from .cancel import CancelToken
-from .context import Context, ServiceKey
-from .errors import AbortError, ConfigError, DshError
-from .loader import PluginHost, Row, load_rows, open_host, open_host_from_yaml
-from .plugin import NoConfig, Plugin
-
 if TYPE_CHECKING:
+    from .bus import Emit, EventMode, Next, Parallel, Serial, StreamNext, StreamWaterfall, Waterfall
+    from .cancel import CancelToken
+    from .context import Context, ServiceKey
+    from .errors import AbortError, ConfigError, DshError
     from .front import Agent, FunctionTool, OutputValidationError, RunResult, ToolContext, tool
+    from .loader import PluginHost, Row, load_rows, open_host, open_host_from_yaml
+    from .plugin import NoConfig, Plugin
 
-_FRONT_DOOR = frozenset(
-    {"Agent", "FunctionTool", "OutputValidationError", "RunResult", "ToolContext", "tool"}
-)
+#: Where each re-exported name is defined. Every one is imported on first use, so
+#: ``import dsh_host.cli`` (``dsh --help``) does not pay for the loader or the front door.
+_DEFINED_IN = {
+    **dict.fromkeys(
+        ("Emit", "EventMode", "Next", "Parallel", "Serial", "StreamNext", "StreamWaterfall",
+         "Waterfall"),
+        "bus",
+    ),
+    "CancelToken": "cancel",
+    **dict.fromkeys(("Context", "ServiceKey"), "context"),
+    **dict.fromkeys(("AbortError", "ConfigError", "DshError"), "errors"),
+    **dict.fromkeys(
+        ("Agent", "FunctionTool", "OutputValidationError", "RunResult", "ToolContext", "tool"),
+        "front",
+    ),
+    **dict.fromkeys(
+        ("PluginHost", "Row", "load_rows", "open_host", "open_host_from_yaml"), "loader"
+    ),
+    **dict.fromkeys(("NoConfig", "Plugin"), "plugin"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _FRONT_DOOR:
-        from . import front  # lazy: the front door composes the layers above this one
-
-        return getattr(front, name)
-    raise AttributeError(f"module 'dsh_host' has no attribute {name!r}")
+    module = _DEFINED_IN.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dsh_host' has no attribute {name!r}")
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
 
 
 #: What an application or a plugin needs; host internals (the bus, fibers, the loader's

@@ -483,6 +483,10 @@ class Host:
             return
         fiber.state = FiberState.ACTIVE
         self._activation_order.append(fiber)
+        log.info(
+            "row %r (%s) active; provides: %s; hooks: %s", fiber.id, fiber.plugin_name,
+            ", ".join(fiber.provides) or "-", ", ".join(sorted(set(fiber.hooks))) or "-",
+        )
 
     def _call_apply(self, fiber: Fiber) -> None:
         apply_fn = getattr(fiber.instance, "dsh_apply", None)

@@ -20,6 +20,7 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     │   ├── OutputValidationError                        dsh_host.front.errors
     │   ├── PromptError                                  dsh_host.agent.errors
     │   └── ResumeError                                  dsh_host.agent.errors
+    ├── ApiError                                         dsh_host.server.runtime
     ├── ApprovalError                                    dsh_user_approval.errors
     │   ├── ApprovalInvariantError                       dsh_user_approval.errors
     │   ├── ApprovalOutsideTurnError                     dsh_user_approval.errors
@@ -28,6 +29,9 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     ├── BootError                                        dsh_host.errors
     ├── CliUsageError                                    dsh_host.cli.common
     ├── CommandInterrupted                               dsh_host.cli.common
+    ├── CompactionError                                  dsh_host.session.compaction
+    │   ├── ManualCompactionError                        dsh_host.session.compaction
+    │   └── TargetPressureConfigError                    dsh_compaction_basic.config
     ├── ConfigError                                      dsh_host.errors
     │   ├── BuiltinToolsConfigError                      dsh_builtin_tools.config
     │   ├── DuplicateRowIdError                          dsh_host.errors
@@ -45,6 +49,7 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     ├── NonJsonValueError                                dsh_host.jsonsafe
     ├── PluginRegistrationError                          dsh_host.errors
     ├── SandboxUnavailableError                          dsh_host.sandbox
+    ├── ServeUsageError                                  dsh_host.server.command
     ├── ServiceError                                     dsh_host.errors
     │   ├── ServiceConflictError                         dsh_host.errors
     │   └── ServiceUnavailableError                      dsh_host.errors
@@ -202,7 +207,3 @@ class AbortError(DshError):
             message = f"aborted: {reason!r}" if reason is not None else "tool call aborted"
         super().__init__(message)
         self.reason = reason
-
-
-#: The former name of :class:`AbortError` (the same class), kept for code written against it.
-AbortedError = AbortError

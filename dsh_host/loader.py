@@ -24,6 +24,7 @@ import importlib.metadata
 import os
 import re
 import secrets
+import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -163,7 +164,29 @@ def load_rows(
 _AT = re.compile(r" - at `\$(?P<path>[^`]*)`$")
 
 
-def _humanize(exc: msgspec.ValidationError, prefix: str) -> str:
+def _choices(config_type: Any, path: str) -> list[Any] | None:
+    """The allowed values of the ``Literal`` field at ``path`` (dotted) of ``config_type``."""
+    import typing
+
+    current: Any = config_type
+    for name in path.split("."):
+        try:
+            hints = typing.get_type_hints(current, include_extras=False)
+        except Exception:
+            return None
+        if name not in hints:
+            return None
+        current = hints[name]
+    options = [current, *typing.get_args(current)]  # a Literal, or an Optional of one
+    for option in options:
+        if typing.get_origin(option) is typing.Literal:
+            return list(typing.get_args(option))
+    return None
+
+
+def _humanize(
+    exc: msgspec.ValidationError, prefix: str, config_type: Any = None
+) -> str:
     """Turn msgspec's message into ``config.root: expected str, got int``."""
     message = str(exc)
     path = ""
@@ -183,6 +206,10 @@ def _humanize(exc: msgspec.ValidationError, prefix: str) -> str:
         field = missing.group(1)
         path = f"{path}.{field}" if path else field
         message = "required key is missing"
+    if message.startswith("invalid enum value") and config_type is not None and path:
+        choices = _choices(config_type, path)
+        if choices:
+            message += "; valid values: " + ", ".join(repr(c) for c in choices)
     full = ".".join(p for p in (prefix, path) if p)
     return f"{full}: {message}" if full else message
 
@@ -252,8 +279,19 @@ def canonical_name(name: str) -> str:
     return name
 
 
+_installed: tuple[tuple[str, ...], dict[str, importlib.metadata.EntryPoint]] | None = None
+
+
 def installed_plugins() -> dict[str, importlib.metadata.EntryPoint]:
-    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    """The ``dsh.plugins`` entry points by name. Scanning every installed distribution is
+    slow (a composition resolves a dozen rows), so the scan is kept while ``sys.path`` is
+    unchanged."""
+    global _installed
+    path = tuple(sys.path)
+    if _installed is None or _installed[0] != path:
+        found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+        _installed = (path, {ep.name: ep for ep in found})
+    return dict(_installed[1])
 
 
 def resolve_plugin(name: str, where: str) -> tuple[Any, str]:
@@ -370,6 +408,8 @@ def prepare_row(manager: pluggy.PluginManager, located: LocatedRow, row_id: str)
         manager.unregister(instance)
         raise
     label = f"row {row_id!r} ({row.name})"
+    if where and not where.startswith("row "):  # "file.yml:12": point at the row in its file
+        label = f"{where}: {label}"
     try:
         raw = accept_camel_keys(row.config or {}, info.config_type)
         config = msgspec.convert(raw, info.config_type)
@@ -378,7 +418,8 @@ def prepare_row(manager: pluggy.PluginManager, located: LocatedRow, row_id: str)
         raise ConfigError(f"{label}: {exc}") from None
     except msgspec.ValidationError as exc:
         manager.unregister(instance)
-        raise ConfigError(f"{label}: {_humanize(exc, prefix='config')}") from None
+        message = _humanize(exc, prefix="config", config_type=info.config_type)
+        raise ConfigError(f"{label}: {message}") from None
     return PreparedRow(row_id, row.name, entry_point, instance, info, config, where)
 
 

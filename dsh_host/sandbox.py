@@ -26,6 +26,7 @@ from typing import ClassVar, Literal, Protocol, runtime_checkable
 import msgspec
 
 from dsh_host.errors import DshError
+from dsh_host.userdirs import user_config_file
 
 SandboxMode = Literal["read-only", "workspace-write", "danger-full-access"]
 ConfinedSandboxMode = Literal["read-only", "workspace-write"]
@@ -173,6 +174,91 @@ def workspace_read_only_paths(
                 if entry.path not in found:
                     found.append(entry.path)
     return tuple(found)
+
+
+#: Inherited variables a confined tool process gets by default (class 4 of issue 15: an
+#: allow-list, so ``DATABASE_URL``, ``TMUX``, ``SSH_AUTH_SOCK``, proxy credentials ... never reach
+#: the tool). A trailing ``*`` is a prefix pattern; a consumer's row adds names or patterns
+#: (``bash``'s ``envAllow``, an ``mcp-client`` row's ``envAllow``).
+DEFAULT_ENV_ALLOW: tuple[str, ...] = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TERM",
+    "TZ",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TMPDIR",
+)
+
+
+def env_allowed(name: str, patterns: Sequence[str]) -> bool:
+    """Whether ``name`` matches an allow-list entry (exact, or a ``PREFIX*`` pattern)."""
+    for pattern in patterns:
+        if pattern.endswith("*") and name.startswith(pattern[:-1]):
+            return True
+        if name == pattern:
+            return True
+    return False
+
+
+def allowed_environment(patterns: Sequence[str] = DEFAULT_ENV_ALLOW) -> dict[str, str]:
+    """The inherited environment a tool process may see: allow-listed names only.
+
+    Inherited ``DSH_*`` never pass, whatever the allow-list says (the harness's own settings
+    are not the tool's business; a consumer adds the managed ``DSH_*`` values it means to give).
+    """
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if env_allowed(name, patterns) and not name.startswith("DSH_")
+    }
+
+
+def _overlap(a: str, b: str) -> bool:
+    return os.path.commonpath([a, b]) in (a, b)
+
+
+def _canonical(path: str) -> str:
+    return os.path.abspath(os.path.realpath(os.path.expanduser(path)))
+
+
+def harness_state_conflict(
+    session_root: str | None,
+    writable: Sequence[tuple[str, str]],
+    *,
+    who: str,
+    actor: str,
+    elsewhere: str,
+) -> str | None:
+    """Why ``writable`` (``(path, why)`` pairs a consumer's processes may write) would reach the
+    harness's own state, or None.
+
+    The session log (under ``session_root``) and the user's dsh configuration directory (a
+    composition, the trust store) must stay out of reach of whatever the harness runs: a tool
+    that could rewrite them could forge its own record or plant a composition for the next run.
+    ``who`` prefixes the message, ``actor`` names what could write, ``elsewhere`` says how to
+    choose another directory (``--workspace DIR``).
+    """
+    root = _canonical(session_root) if session_root is not None else None
+    config_dir = _canonical(str(user_config_file().parent))
+    for path, what in writable:
+        if root is not None and _overlap(root, path):
+            return (
+                f"{who}: the session root {root} overlaps {path} ({what}), so {actor} could "
+                "rewrite the log that records them; store sessions outside it (--root DIR, "
+                f"DSH_SESSION_ROOT or the persistence row's `root`) or {elsewhere}"
+            )
+        if _overlap(config_dir, path):
+            return (
+                f"{who}: your dsh configuration directory {config_dir} overlaps {path} ({what}), "
+                f"so {actor} could plant a composition or a trust record for your next run; "
+                f"{elsewhere} or move it (XDG_CONFIG_HOME)"
+            )
+    return None
 
 
 class RunnerFailureRule(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

@@ -1,4 +1,17 @@
-"""Shared test configuration: every async test runs on trio and on asyncio (DECISIONS D2)."""
+"""Shared test configuration: which anyio backends an async test runs on, private user dirs.
+
+anyio backends (DECISIONS D2: the code runs on trio and on asyncio):
+
+- An async test marked ``@pytest.mark.both_backends`` (on the test, or a module's
+  ``pytestmark``) runs once per backend, ids ``[trio]`` and ``[asyncio]``. Mark the tests
+  whose subject behaves differently per backend: cancellation, subprocesses, threads,
+  sockets and HTTP, timeouts, signal handling, the persistence write-behind, the agent loop.
+- Every other async test (pure logic that happens to be ``async``) runs once, on
+  :data:`DEFAULT_BACKEND`, id ``[trio]``: a second run would test the event loop, not dsh.
+- A test that parametrizes ``anyio_backend`` itself keeps exactly what it chose.
+
+``tests/test_backends.py`` guards the rule: the core paths must still be collected on both.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +22,41 @@ from pathlib import Path
 
 import pytest
 
+BACKENDS = ("trio", "asyncio")
+DEFAULT_BACKEND = "trio"
 
-@pytest.fixture(
-    params=[
-        pytest.param("trio", id="trio"),
-        pytest.param("asyncio", id="asyncio"),
-    ]
-)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "both_backends: run this async test on trio and on asyncio (its subject is "
+        "backend-specific; see tests/conftest.py)",
+    )
+
+
+def _parametrizes_backend(metafunc: pytest.Metafunc) -> bool:
+    for marker in metafunc.definition.iter_markers("parametrize"):
+        names = marker.args[0] if marker.args else marker.kwargs.get("argnames", ())
+        if isinstance(names, str):
+            names = [name.strip() for name in names.split(",")]
+        if "anyio_backend" in names:
+            return True
+    return False
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "anyio_backend" not in metafunc.fixturenames or _parametrizes_backend(metafunc):
+        return
+    both = metafunc.definition.get_closest_marker("both_backends") is not None
+    backends = BACKENDS if both else (DEFAULT_BACKEND,)
+    metafunc.parametrize("anyio_backend", [pytest.param(b, id=b) for b in backends])
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Replaced by the parametrization above (this definition shadows anyio's own, which would
+    run every async test on every backend)."""
+    return DEFAULT_BACKEND
 
 
 @pytest.fixture(autouse=True)

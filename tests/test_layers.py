@@ -1,4 +1,4 @@
-"""Layers point down (STYLE.md): host → session → llm | tools → agent → front → cli.
+"""Layers point down (STYLE.md): host → session → llm | tools → agent → front → server → cli.
 
 An import of a higher layer (or of a peer: llm and tools do not know each other) is named here
 with the file and line, so the offending edge is obvious. Plugins import only ``dsh_host`` and
@@ -23,7 +23,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 HOST = REPO / "dsh_host"
 
-LAYERS = {"host": 0, "session": 1, "llm": 2, "tools": 2, "agent": 3, "front": 4, "cli": 5}
+LAYERS = {"host": 0, "session": 1, "llm": 2, "tools": 2, "agent": 3, "front": 4, "server": 5, "cli": 6}
 
 
 def layer_of_module(module: str) -> str | None:

@@ -56,9 +56,9 @@ crash repair to close as ``interrupted`` on the next resume.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import anyio
 import anyio.lowlevel
@@ -88,6 +88,7 @@ from dsh_host.session.events import (
     ParentCancel,
     RequestContextData,
     RequestHeaderData,
+    SessionEvent,
     StepEnd,
     StepStart,
     TurnEnd,
@@ -166,6 +167,8 @@ if TYPE_CHECKING:
     from dsh_host.session.session import Session
 
 _log = logging.getLogger("dsh.agent")
+
+_R = TypeVar("_R")
 
 __all__ = ["Agent", "Prompt", "cancel_cause", "check_options", "error_chain"]
 
@@ -341,6 +344,9 @@ class Agent:
         self._system_message = SystemMessageProjection(session)
         self._last_turn = 0
         self._awaiting: tuple[str, ...] = ()
+        #: The closers ``ctx.agent.resume`` appended to repair an interrupted turn (durable
+        #: before the agent was returned); empty for a created agent or a balanced log.
+        self.repairs: tuple[SessionEvent, ...] = ()
         for event in reversed(session.events):
             if event.type == "turn/start" and isinstance(event.data, TurnStart):
                 self._last_turn = event.data.turn
@@ -451,6 +457,33 @@ class Agent:
             )
         first = [_as_message(prompt)] if prompt is not None else []
         return await self._run(first, signal, ())
+
+    async def run_maintenance(
+        self,
+        task: Callable[[CancelToken], Awaitable[_R]],
+        *,
+        signal: CancelToken | None = None,
+    ) -> _R:
+        """Run a non-turn operation (``/compact``) while idle, holding turn admission.
+
+        DSH ``runMaintenance``: raises :class:`~.errors.AgentBusyError` when a turn (or
+        another maintenance task) runs, and a turn started meanwhile is refused the same way.
+        ``task`` gets the agent-owned token: :meth:`cancel` and ``signal`` abort it.
+        """
+        self._check_idle()
+        if signal is not None:
+            signal.throw_if_aborted()
+        token = CancelToken()
+        unlink = signal.on_abort(token.abort) if signal is not None else None
+        self._running = anyio.Event()
+        self._token = token
+        try:
+            return await task(token)
+        finally:
+            if unlink is not None:
+                unlink()
+            running, self._running, self._token = self._running, None, None
+            running.set()
 
     # ------------------------------------------------------------------ deferred approvals
     def pending_approvals(self) -> list[DeferredCall]:

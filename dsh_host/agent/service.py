@@ -161,7 +161,9 @@ class AgentService:
         except BaseException:
             await handle.close()
             raise
-        return self._register(Agent(self._ctx, session, options, owns_session=True))
+        agent = Agent(self._ctx, session, options, owns_session=True)
+        agent.repairs = tuple(closers)
+        return self._register(agent)
 
     def _register(self, agent: Agent) -> Agent:
         self._agents[agent.id] = agent

@@ -28,6 +28,7 @@ import msgspec
 from ..agent import Agent
 from ..loader import LocatedRow, PluginHost
 from ..session.approvals import AWAITING_APPROVAL, DeferredCall, deferred_calls
+from ..session.persistence import SessionNotFoundError
 from .answerer import _escape
 from .common import (
     add_config_flag,
@@ -221,22 +222,17 @@ def run_continue(args: argparse.Namespace) -> int:
 
 def run_decide(args: argparse.Namespace) -> int:
     """``decide`` (``args.decision`` set) and ``continue`` (None): see the module docstring."""
-    from .run_cmd import Transcript, _compose  # run_cmd hooks this module: import lazily
+    from .run_cmd import Transcript, compose, stored_header  # run_cmd hooks this module
 
     # The session's recorded workspace: read the header first (this also reports an unknown
     # session, exit 2, before anything else is booted for it).
-    _, located = load_composition(args)
-
-    async def header_cwd(host: PluginHost) -> str | None:
-        load = await persistence(host).inspect(args.session_id)
-        cwd = load.header.cwd
-        return cwd if isinstance(cwd, str) else None
-
-    cwd = run_with_host(located, header_cwd)
-    args.workspace = cwd
+    header = stored_header(args, args.session_id)
+    if header is None:
+        raise SessionNotFoundError(f'session "{args.session_id}" not found')
+    cwd = header.cwd if isinstance(header.cwd, str) else None
     args.approval = "defer"  # headless: a new ask in the continued turn waits again
     args.sandbox = None
-    located, _ = _compose(args, demo_workspace=False)
+    located, _ = compose(args, workspace=cwd, demo_workspace=False, recorded=True)
     transcript = Transcript(quiet=args.json)
     interrupts = Interrupts()
 

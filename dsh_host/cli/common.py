@@ -1,7 +1,7 @@
 """What every command shares: the composition with command-line overrides, and running a host.
 
 Overrides patch the ``config`` of the row that runs a given plugin, so a flag
-like ``--root`` works with any composition that has a JSONL persistence row,
+like ``--root`` works with any composition that has a JSONL (or SQLite) persistence row,
 whatever its id. A flag whose row is missing is a usage error that says which
 row the composition lacks.
 """
@@ -44,8 +44,8 @@ def add_root_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--root",
         metavar="DIR",
-        help="session store root of the JSONL backend (default: the composition's; in the "
-        "shipped default $DSH_SESSION_ROOT, else ~/.local/share/dsh/sessions)",
+        help="session store root of the JSONL or SQLite backend (default: the composition's; "
+        "in the shipped default $DSH_SESSION_ROOT, else ~/.local/share/dsh/sessions)",
     )
 
 
@@ -85,7 +85,8 @@ def load_composition(args: argparse.Namespace) -> tuple[Path, list[LocatedRow]]:
         root_path = Path(root)
         if root_path.exists() and not root_path.is_dir():
             raise CliUsageError(f"--root {root}: exists and is not a directory")
-        patch_config(located, ("session-persistence-jsonl",), "root", str(root_path), "--root")
+        file_stores = ("session-persistence-jsonl", "session-persistence-sqlite")
+        patch_config(located, file_stores, "root", str(root_path), "--root")
     return path, located
 
 
@@ -110,8 +111,12 @@ def run_with_host(
     body: Callable[[PluginHost], Awaitable[T]],
     *,
     interrupts: Interrupts | None = None,
+    backend: str = "trio",
 ) -> T:
-    """Boot the composition under trio, run ``body(host)``, dispose everything.
+    """Boot the composition (under trio by default), run ``body(host)``, dispose everything.
+
+    ``backend="asyncio"`` is for a body that awaits an asyncio-only library
+    (``dsh chat``'s line editor); the host runs on both.
 
     With ``interrupts``, SIGINT / SIGTERM / SIGHUP are handled for the whole
     command (see :mod:`.interrupts`): the body points it at the running turn;
@@ -124,7 +129,7 @@ def run_with_host(
             return await body(host)
 
     if interrupts is None:
-        return anyio.run(plain, backend="trio")
+        return anyio.run(plain, backend=backend)
     watched = interrupts
 
     async def main() -> list[T]:
@@ -146,7 +151,7 @@ def run_with_host(
         return out
 
     try:
-        out = anyio.run(main, backend="trio")
+        out = anyio.run(main, backend=backend)
     finally:
         # Once the loop is gone (reporting, exiting) a signal exits at once: no
         # KeyboardInterrupt during interpreter shutdown.

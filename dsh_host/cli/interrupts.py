@@ -34,13 +34,12 @@ import anyio
 import anyio.abc
 
 from ..session.events import HookCancel, TurnEndCancelCause, UserCancel
+from .signals import EXIT_CODES, exit_on_signals, say
 
 __all__ = ["DEFAULT_GRACE_S", "EXIT_CODES", "Interrupts", "exit_on_signals"]
 
 #: How long a cancelled turn may take to stop before the process exits anyway.
 DEFAULT_GRACE_S: Final = 10.0
-#: The exit status for each handled signal: 128 + its number, as shells report it.
-EXIT_CODES: Final = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 _CAUSES: Final[dict[signal.Signals, TurnEndCancelCause]] = {
     signal.SIGINT: UserCancel(),
@@ -76,6 +75,7 @@ class Interrupts:
         self._cancel_turn: Callable[[TurnEndCancelCause], None] | None = None
         self._scope: anyio.CancelScope | None = None
         self._group: anyio.abc.TaskGroup | None = None
+        self._grace_scope: anyio.CancelScope | None = None
 
     def target(self, cancel_turn: Callable[[TurnEndCancelCause], None] | None) -> None:
         """What the first signal cancels (None: the command as a whole)."""
@@ -108,25 +108,39 @@ class Interrupts:
             _detach_from_terminal()
         cancel_turn = self._cancel_turn
         if cancel_turn is not None:
-            _say(
+            say(
                 f"dsh: {sig.name}: cancelling the turn (waiting up to {self.grace_s:g} s for it "
                 "to stop; press Ctrl-C again to exit at once)"
             )
             cancel_turn(_CAUSES[sig])
         else:
-            _say(f"dsh: {sig.name}: stopping")
+            say(f"dsh: {sig.name}: stopping")
             if self._scope is not None:
                 self._scope.cancel()
 
+    def reset(self) -> None:
+        """The cancelled turn has stopped: forget the signal and stop its grace period.
+
+        For a command that goes on after a cancelled turn (``dsh chat``): the
+        next Ctrl-C is a first one again, cancelling the next turn.
+        """
+        self.received = None
+        self.exit_code = None
+        if self._grace_scope is not None:
+            self._grace_scope.cancel()
+            self._grace_scope = None
+
     async def _grace(self) -> None:
-        await anyio.sleep(self.grace_s)
-        self._exit_now(f"still running {self.grace_s:g} s after {self._name()}")
+        with anyio.CancelScope() as scope:
+            self._grace_scope = scope
+            await anyio.sleep(self.grace_s)
+            self._exit_now(f"still running {self.grace_s:g} s after {self._name()}")
 
     def _name(self) -> str:
         return self.received.name if self.received is not None else "the signal"
 
     def _exit_now(self, why: str) -> None:
-        _say(
+        say(
             f"dsh: {why}: exiting now; the log keeps what was flushed "
             "(`dsh resume ID` repairs the session)"
         )
@@ -136,31 +150,6 @@ class Interrupts:
         with suppress(OSError, ValueError):
             sys.stderr.flush()
         os._exit(code)
-
-
-def exit_on_signals() -> None:
-    """Until a command handles them itself: SIGINT / SIGTERM / SIGHUP exit at once.
-
-    Installed first thing by ``dsh``'s ``main``: nothing has been written yet
-    (or, between a command's handling and its exit, everything already has),
-    so exiting with the signal's code is all there is to do, without a
-    ``KeyboardInterrupt`` traceback. :meth:`Interrupts.watch` takes over while
-    a command runs and restores this on exit.
-    """
-
-    def handler(number: int, frame: object) -> None:
-        sig = signal.Signals(number)
-        _say(f"dsh: {sig.name}: exiting")
-        os._exit(EXIT_CODES[sig])
-
-    for sig in EXIT_CODES:
-        with suppress(ValueError, OSError):
-            signal.signal(sig, handler)
-
-
-def _say(text: str) -> None:
-    with suppress(OSError, ValueError):
-        print(text, file=sys.stderr, flush=True)
 
 
 def _detach_from_terminal() -> None:

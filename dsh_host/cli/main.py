@@ -15,72 +15,136 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.metadata
+import importlib
 import logging
 import os
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import Any
 
-from ..agent.loop import error_chain
-from ..errors import DshError
-from ..session.persistence import SessionAlreadyOwnedError
-from . import approvals_cmd, plugins_cmd, run_cmd, sessions_cmd, trust_cmd
-from .common import CommandInterrupted
-from .interrupts import exit_on_signals
+from .signals import exit_on_signals
 
 EXIT_USAGE = 2
 EXIT_LOCKED = 3
 EXIT_INTERNAL = 70  # EX_SOFTWARE: an internal error, never a user mistake
 
+#: Each subcommand: the module (relative to ``dsh_host``) whose ``add_parser`` / ``add_parsers``
+#: builds it, and its line in ``dsh --help``. Only the module of the command being run is
+#: imported (``dsh --help`` imports none), so a command starts without loading the others.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("cli.run_cmd", "run one turn on a new session (or continue --session ID)"),
+    "resume": ("cli.run_cmd", "repair a stored session after a crash, then optionally run PROMPT"),
+    "chat": ("cli.chat_cmd", "interactive multi-turn session (also `dsh` alone on a terminal)"),
+    "plugins": (
+        "cli.plugins_cmd",
+        "show each row of a composition: plugin, entry point, services, hooks, state",
+    ),
+    "sessions": ("cli.sessions_cmd", "list, show and verify stored sessions"),
+    "trust": (
+        "cli.trust_cmd",
+        "let dsh load ./dsh.yml (or FILE) from its directory while it is unchanged",
+    ),
+    "approvals": (
+        "cli.approvals_cmd",
+        "list and decide approvals that wait (dsh run --approval defer)",
+    ),
+    "serve": (
+        "server.command",
+        "serve sessions over HTTP (API, event streams, approvals, web inspector)",
+    ),
+}
 
-def _version() -> str:
-    try:
-        return importlib.metadata.version("dsh")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown (not installed)"
+
+class _VersionAction(argparse.Action):
+    """``--version``: the installed distribution's version, looked up only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        import importlib.metadata
+
+        try:
+            version = importlib.metadata.version("dsh")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown (not installed)"
+        print(f"dsh {version}")  # on stdout, as argparse's own version action prints
+        parser.exit()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names (its first word that is not an option), if known."""
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``dsh`` parser. With ``argv``, only the subcommand it names is built in full
+    (the others get their ``--help`` line only); without, every one is."""
     parser = argparse.ArgumentParser(
         prog="dsh",
-        description="Run LLM agents on a crash-safe, append-only session log.",
+        description="Run LLM agents on a crash-safe, append-only session log. "
+        "On a terminal, `dsh` alone opens an interactive session (`dsh chat`).",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log plugin activity")
-    parser.add_argument("--version", action="version", version=f"dsh {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    run_cmd.add_parsers(sub)
-    plugins_cmd.add_parser(sub)
-    sessions_cmd.add_parser(sub)
-    trust_cmd.add_parser(sub)
-    approvals_cmd.add_parser(sub)
+    chosen = _command_of(argv) if argv is not None else None
+    wanted = {m for name, (m, _) in COMMANDS.items() if argv is None or name == chosen}
+    built: set[str] = set()
+    for name, (module_name, line) in COMMANDS.items():
+        if module_name not in wanted:
+            sub.add_parser(name, help=line, add_help=False)
+        elif module_name not in built:  # its module adds all of its commands at once
+            built.add(module_name)
+            module = importlib.import_module(f"..{module_name}", __package__)
+            adder = getattr(module, "add_parsers", None) or module.add_parser
+            adder(sub)
     return parser
+
+
+def _not_a_boot_failure(record: logging.LogRecord) -> bool:
+    """Drop the host's "failed to apply" log line: a command boots with ``open_host``, which
+    raises for every row that did not activate, with the reason, so the error is printed once
+    (as the ``dsh: error:`` line). ``-v`` keeps the log line."""
+    return not str(record.msg).startswith("plugin row %r (%s) failed to apply")
+
+
+def _on_a_terminal() -> bool:
+    try:
+        return os.isatty(0) and os.isatty(1)
+    except (OSError, ValueError):
+        return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     exit_on_signals()  # no KeyboardInterrupt traceback, whatever the moment (D18)
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(words)
+    args = parser.parse_args(words)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.ERROR,
         format="dsh: %(name)s: %(message)s",
     )
+    if not args.verbose:
+        logging.getLogger("dsh.host").addFilter(_not_a_boot_failure)
     handler = getattr(args, "handler", None)
     if handler is None:
-        parser.print_help()
-        return EXIT_USAGE
+        # `dsh` alone: the interactive session on a terminal, the help elsewhere.
+        if args.command is not None or not _on_a_terminal():
+            parser.print_help()
+            return EXIT_USAGE
+        words = ["-v", "chat"] if args.verbose else ["chat"]
+        args = build_parser(words).parse_args(words)
+        handler = args.handler
     try:
         code: int = handler(args)
         return code
-    except CommandInterrupted as exc:
-        print(f"dsh: {exc}", file=sys.stderr)
-        return int(exc.exit_code)
-    except DshError as exc:
-        # One plain line (no wrapping, no markup): users grep and paste these.
-        print(f"dsh: error: {exc}", file=sys.stderr)
-        if isinstance(exc, SessionAlreadyOwnedError):
-            return EXIT_LOCKED
-        return int(getattr(exc, "exit_code", EXIT_USAGE))
     except KeyboardInterrupt:
         print("dsh: interrupted", file=sys.stderr)
         return 130
@@ -91,15 +155,35 @@ def main(argv: Sequence[str] | None = None) -> int:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
         return 0
-    except Exception as exc:  # a bug of ours, not a user mistake: one line, details on -v
-        print(
-            f"dsh: internal error: {error_chain(exc)} (please report it; run with -v for the "
-            "traceback)",
-            file=sys.stderr,
-        )
-        if args.verbose:
-            traceback.print_exc()
-        return EXIT_INTERNAL
+    except Exception as exc:
+        return _failed(exc, verbose=args.verbose)
+
+
+def _failed(exc: Exception, *, verbose: bool) -> int:
+    """Report what stopped a command in one line; the exit code it means."""
+    from ..agent.loop import error_chain
+    from ..errors import DshError
+    from ..session.persistence import SessionAlreadyOwnedError
+    from .common import CommandInterrupted
+
+    if isinstance(exc, CommandInterrupted):
+        print(f"dsh: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
+    if isinstance(exc, DshError):
+        # One plain line (no wrapping, no markup): users grep and paste these.
+        print(f"dsh: error: {exc}", file=sys.stderr)
+        if isinstance(exc, SessionAlreadyOwnedError):
+            return EXIT_LOCKED
+        return int(getattr(exc, "exit_code", EXIT_USAGE))
+    # A bug of ours, not a user mistake: one line, details on -v.
+    print(
+        f"dsh: internal error: {error_chain(exc)} (please report it; run with -v for the "
+        "traceback)",
+        file=sys.stderr,
+    )
+    if verbose:
+        traceback.print_exception(exc)
+    return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover

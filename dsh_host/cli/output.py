@@ -8,14 +8,18 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @functools.cache
 def console(stderr: bool = False) -> Console:
+    from rich.console import Console  # on first use: a piped `dsh sessions list` never needs it
+
     return Console(stderr=stderr, highlight=False, soft_wrap=True)
 
 

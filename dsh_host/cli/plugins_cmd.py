@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from typing import Any
 
 import anyio
 import anyio.to_thread
+import msgspec
 
 from ..compositions import load_config
 from ..loader import open_host
 from .common import add_config_flag
 from .output import console
+from .render import terminal_safe
 
 
 def add_parser(sub: Any) -> None:
@@ -40,6 +43,40 @@ async def _describe(ctx: Any, row: dict[str, Any]) -> list[str]:
     return lines
 
 
+#: Config keys whose values are secrets (an ``*_env`` key names a variable, and is shown).
+_SECRET = re.compile(
+    r"(secret|password|passwd|token|api[_-]?key|credential|authorization|cookie)s?$",
+    re.IGNORECASE,
+)
+_URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^/:@\s]+:)[^@\s]+(?P<at>@)", re.I)
+
+
+def masked(value: Any, key: str = "") -> Any:
+    """``value`` with secrets replaced by ``"***"``: values of secret-named keys, the password
+    of a URL (``postgresql://me:***@db``) and ``password=`` in a connection string."""
+    if isinstance(value, dict):
+        return {k: masked(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [masked(v, key) for v in value]
+    if isinstance(value, str):
+        if _SECRET.search(key) and not key.lower().endswith("env"):
+            return "***"
+        value = _URL_PASSWORD.sub(r"\g<head>***\g<at>", value)
+        return re.sub(r"(password\s*=\s*)\S+", r"\1***", value, flags=re.IGNORECASE)
+    return value
+
+
+def _effective_config(host: Any, row_id: str) -> Any:
+    """The row's config as its plugin received it (defaults filled in), secrets masked."""
+    for fiber in getattr(host, "fibers", ()):
+        if fiber.id == row_id and fiber.config is not None:
+            try:
+                return masked(msgspec.to_builtins(fiber.config))
+            except TypeError:
+                return None
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     composition = load_config(args.config)
     config, rows = composition.path, composition.rows
@@ -50,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
             status = host.status()
             for row in status:
                 row["status"] = await _describe(host.ctx, row)
+                row["config"] = _effective_config(host, row["id"])
             return status
 
     status = anyio.run(boot, backend="trio")
@@ -72,6 +110,9 @@ def run(args: argparse.Namespace) -> int:
                 markup=False,
             )
             out.print(f"    hooks: {', '.join(row['hooks']) or '-'}", markup=False)
+            if row["config"]:
+                shown = json.dumps(row["config"], ensure_ascii=False, sort_keys=True)
+                out.print(f"    config: {terminal_safe(shown, multiline=False)}", markup=False)
             for line in row["status"]:
                 out.print(f"    status: {line}", markup=False)
         if problems:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import unicodedata
+from collections.abc import Container, Mapping
 from typing import Any, Final
 
 from ..session.events import SessionEvent, event_to_builtins
@@ -25,6 +26,7 @@ from ..session.messages import (
     block_type,
     source_kind,
 )
+from ..session.tokens import ContextPressure, UsageTotals
 
 MAX_TOOL_OUTPUT_LINES = 20
 
@@ -166,3 +168,172 @@ def event_summary(event: SessionEvent) -> str:
     if len(summary) > 120:
         summary = summary[:117] + "..."
     return _one_line(f"{event.seq:>6}  {event.type:<22} {summary}")
+
+
+def compaction_mark(event: SessionEvent) -> str | None:
+    """The transcript line marking where a compaction changed what the model sees, or None.
+
+    The transcript itself keeps every original event; this line only says the model's view
+    was rewritten from here on (``dsh sessions show --view model`` shows that view).
+    """
+    data = event.data
+    if not isinstance(data, Mapping):
+        return None
+    if event.type == "compaction/summary":
+        count = len(data.get("shadowedSeqs") or ())
+        tokens = data.get("shadowedTokenCount")
+        noun = "item" if count == 1 else "items"
+        return _one_line(
+            f"── compacted: {count} earlier {noun} (~{tokens} tokens) summarized for the model "
+            f"by {data.get('provider')}/{data.get('model')}; all of it is kept above ──"
+        )
+    if event.type == "compaction/prune":
+        seqs = ", ".join(str(seq) for seq in data.get("shadowedSeqs") or ())
+        return _one_line(
+            f"── pruned for the model: tool result (seq {seqs}, ~{data.get('shadowedTokenCount')} "
+            "tokens) shortened to head and tail; the full result is kept above ──"
+        )
+    if event.type == "compaction/end" and data.get("error"):
+        return _one_line(f"── compaction failed, the model's view is unchanged: {data['error']} ──")
+    return None
+
+
+def usage_lines(usage: UsageTotals, pressure: ContextPressure) -> list[str]:
+    """``usage: ...`` and ``context: ...`` lines from a token meter's totals and pressure."""
+    out = []
+    if usage.requests:
+        cache = ""
+        if usage.cache_read_tokens or usage.cache_write_tokens:
+            cache = (
+                f" (+{usage.cache_read_tokens} cache read, {usage.cache_write_tokens} cache write)"
+            )
+        out.append(
+            f"usage: {usage.input_tokens} input{cache}, {usage.output_tokens} output tokens "
+            f"over {usage.requests} request(s)"
+        )
+    estimate = " (local estimate)" if pressure.estimated else ""
+    if pressure.context_window:
+        out.append(
+            f"context: ~{pressure.projected_tokens}{estimate} of {pressure.context_window} tokens "
+            f"({pressure.ratio:.0%}) for {pressure.provider}/{pressure.model}"
+        )
+    elif pressure.projected_tokens:
+        out.append(
+            f"context: ~{pressure.projected_tokens} tokens{estimate} (no context window declared)"
+        )
+    return out
+# -- the transcript: one renderer for the live run and `dsh sessions show` ----------------
+
+Line = tuple[str, str]  # (style, text)
+
+
+def clock(ms: int) -> str:
+    return _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.UTC).strftime("%H:%M:%S")
+
+
+def tool_result_lines(data: Any, *, full: bool = False) -> list[Line]:
+    """A ``tool/result`` event's data: ``⎿ result [id]`` or ``⎿ error CODE [id]``, then the
+    output, clipped to :data:`MAX_TOOL_OUTPUT_LINES` lines unless ``full``."""
+    block = data.message.content[0]
+    error = getattr(data, "error", None)
+    code = getattr(error, "code", None) if error is not None else None
+    failed = code is not None or block.is_error is True  # a refusal is an error result too
+    label = f"error {code}" if code is not None else "error" if failed else "result"
+    # Escaped before splitting: a "\r" or a form feed is shown, not taken as a line break.
+    lines = terminal_safe(blocks_text(block.content)).splitlines() or ["(empty)"]
+    shown = lines if full else lines[:MAX_TOOL_OUTPUT_LINES]
+    out: list[Line] = [("red" if failed else "dim",
+                        f"  ⎿ {label} [{_one_line(block.tool_call_id)}]")]
+    out.extend(("dim", f"    {line}") for line in shown)
+    if len(shown) < len(lines):
+        out.append(("dim", f"    ... ({len(lines) - len(shown)} more lines)"))
+    return out
+
+
+def approval_lines(kind: str, data: dict[str, Any]) -> list[Line]:
+    """``approval/asked`` and ``approval/decided`` (wire-form data) as the audit trail reads."""
+    if kind == "approval/asked":
+        reason = f": {data['reason']}" if data.get("reason") else ""
+        return [("yellow", _one_line(
+            f"? approval asked for {data.get('toolName')} [{data.get('callId')}]{reason}"))]
+    by = f" by {data['decidedBy']}" if data.get("decidedBy") else ""
+    why = f" ({data['reason']})" if data.get("reason") else ""
+    return [("yellow", _one_line(f"? approval {data.get('outcome')}{by}{why}"))]
+
+
+def turn_end_line(data: dict[str, Any], *, started: int | None = None, at: int | None = None
+                  ) -> Line:
+    reason = data.get("reason", {})
+    detail = reason.get("message") or (reason.get("error") or {}).get("message") or ""
+    when_ = ""
+    if at is not None:
+        took = f", {(at - started) / 1000:.1f} s" if started is not None else ""
+        when_ = f" · {clock(at)}{took}"
+    style = "green" if reason.get("kind") == "completed" else "red"
+    return style, _one_line(
+        f"turn {data.get('turn')} ended: {reason.get('kind')}"
+        f"{' — ' + str(detail) if detail else ''}{when_}"
+    )
+
+
+def transcript_lines(
+    events: Any,
+    *,
+    full: bool = False,
+    turn: int | None = None,
+    origin: Container[int] | None = None,
+) -> list[Line]:
+    """Everything that happened, for people: turns with their times and end reasons, what was
+    said (runtime-context snapshots labelled by their source, never ``you:``), each call with
+    its approval trail and result, failed attempts, retries, and each answer's token usage.
+    ``turn``: only that turn; ``full``: tool output unclipped. ``origin``: the seqs of the
+    append-origin events (:meth:`Session.append_origin_events`); the others are compaction's
+    model-only replacements, not shown, and a mark says where compaction changed the model's
+    view instead (every original event stays in the transcript)."""
+    out: list[Line] = []
+    current: int | None = None
+    started: int | None = None
+    for event in events:
+        kind = event.type
+        if kind == "turn/start":
+            current, started = event.data.turn, event.time
+        if turn is not None and current != turn:
+            continue
+        if (mark := compaction_mark(event)) is not None:
+            out.append(("yellow", mark))
+            continue
+        if origin is not None and event.seq not in origin:
+            continue
+        if kind == "turn/start":
+            out.append(("bold", f"── turn {current} · {when(event.time)}"))
+        elif kind in ("user/message", "system/message"):
+            message = event.data if kind == "user/message" else event.data.message
+            out.extend(message_lines(message))
+        elif kind == "assistant/message":
+            out.extend(message_lines(event.data.message))
+            usage = to_usage(event.data)
+            if usage:
+                out.append(("dim", f"  · {usage}"))
+        elif kind == "assistant/attempt":
+            out.append(("red", f"  ✗ a model attempt of step {event.data.step} failed "
+                               "(nothing it said entered the conversation)"))
+        elif kind == "tool/result":
+            out.extend(tool_result_lines(event.data, full=full))
+        elif kind in ("approval/asked", "approval/decided"):
+            out.extend(approval_lines(kind, event_to_builtins(event)["data"]))
+        elif kind == "llm/retry":
+            retry = retry_summary(event_to_builtins(event)["data"])
+            out.append(("yellow", _one_line(f"  ↻ {retry}")))
+        elif kind == "turn/end":
+            out.append(turn_end_line(event_to_builtins(event)["data"], started=started,
+                                     at=event.time))
+    return out
+
+
+def to_usage(data: Any) -> str:
+    """``usage: 40 in, 972 out`` of an ``assistant/message``'s data ("" when none reported)."""
+    usage = getattr(data, "usage", None)
+    if usage is None or not hasattr(usage, "input_tokens"):
+        return ""
+    total_in = (usage.input_tokens or 0) + (getattr(usage, "cache_read_tokens", 0) or 0)
+    return f"usage: {total_in} in, {usage.output_tokens or 0} out"

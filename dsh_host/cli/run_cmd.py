@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 from collections.abc import AsyncIterator, Callable
@@ -19,20 +20,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
-from dsh_host.llm.keys import LLM_STREAM
-from dsh_host.session.keys import SESSION_EVENT
-
 from ..agent import Agent
 from ..errors import ConfigError
 from ..front.demo import DEMO_PROMPT, DEMO_WORKSPACE
 from ..front.models import MODEL_SPECS, ModelChoice
 from ..front.models import parse_model as parse_model_spec
+from ..llm.keys import LLM_STREAM
 from ..llm.types import LlmRequest
 from ..loader import LocatedRow, PluginHost, Row
 from ..session.events import SessionEvent, to_builtins, turn_end_kind
-from ..session.header import new_session_id
+from ..session.header import SessionHeader, new_session_id
+from ..session.keys import SESSION_EVENT
 from ..session.messages import BlockEndChunk, StreamChunk, TextBlock, TextDeltaChunk, UserSource
 from ..session.persistence import SessionNotFoundError
 from .answerer import install_terminal_answerer
@@ -43,12 +41,21 @@ from .common import (
     add_root_flag,
     load_composition,
     patch_config,
-    persistence,
+    persistence_rows,
+    rows_of,
     run_with_host,
 )
 from .interrupts import Interrupts
 from .output import console
-from .render import blocks_text, retry_summary, terminal_safe
+from .render import (
+    approval_lines,
+    blocks_text,
+    retry_summary,
+    terminal_safe,
+    tool_result_lines,
+    turn_end_line,
+)
+from .usage import logged_usage
 
 
 def add_parsers(sub: Any) -> None:
@@ -71,30 +78,8 @@ def add_parsers(sub: Any) -> None:
         action="store_true",
         help="with --session ID: start a new session with this id (refused if it exists)",
     )
-    _model_flag(run)
-    run.add_argument(
-        "--workspace",
-        metavar="DIR",
-        help=f"directory the tools work in (default: the composition's; demo: {DEMO_WORKSPACE})",
-    )
-    run.add_argument(
-        "--create-workspace",
-        action="store_true",
-        help="create the --workspace directory if it does not exist",
-    )
-    run.add_argument(
-        "--approval",
-        choices=("ask", "never", "defer"),
-        help="approval policy override. ask (default): a call that needs approval is asked "
-        "on the terminal (no terminal: it is not run); never: nobody is asked, every such call "
-        "is refused by the policy (the model is told so, in DSH's words 'the user rejected "
-        "tool'); defer: an unanswered ask waits for `dsh approvals decide` (the run exits 4)",
-    )
-    run.add_argument(
-        "--sandbox",
-        choices=("read-only", "workspace-write", "danger-full-access"),
-        help="file-effect mode of bash (danger-full-access is not a sandbox)",
-    )
+    model_flag(run)
+    add_tool_flags(run, approvals=("ask", "never", "defer"))
     run.add_argument("--json", action="store_true", help="print one JSON object at the end")
     run.set_defaults(handler=run_run)
 
@@ -108,17 +93,52 @@ def add_parsers(sub: Any) -> None:
     resume.add_argument("prompt", nargs="?", metavar="PROMPT")
     add_config_flag(resume)
     add_root_flag(resume)
-    _model_flag(resume)
+    model_flag(resume)
+    add_tool_flags(resume, approvals=("ask", "never", "defer"))
     resume.add_argument("--json", action="store_true", help="print one JSON object at the end")
     resume.set_defaults(handler=run_resume)
 
 
-def _model_flag(parser: argparse.ArgumentParser) -> None:
+def model_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         metavar="SPEC",
         default="demo",
         help=f"{MODEL_SPECS} (default: demo, a built-in scripted conversation)",
+    )
+
+
+_APPROVAL_HELP = {
+    "ask": "ask (default): a call that needs approval is asked on the terminal (no terminal: "
+    "it is not run)",
+    "never": "never: nobody is asked, every such call is refused by the policy (the model is "
+    "told so, in DSH's words 'the user rejected tool')",
+    "defer": "defer: an unanswered ask waits for `dsh approvals decide` (the run exits 4)",
+}
+
+
+def add_tool_flags(parser: argparse.ArgumentParser, *, approvals: tuple[str, ...]) -> None:
+    """``--workspace``, ``--create-workspace``, ``--approval``, ``--sandbox``."""
+    parser.add_argument(
+        "--workspace",
+        metavar="DIR",
+        help="directory the tools work in (default: a continued session's recorded "
+        f"workspace, else the composition's; demo: {DEMO_WORKSPACE})",
+    )
+    parser.add_argument(
+        "--create-workspace",
+        action="store_true",
+        help="create the --workspace directory if it does not exist",
+    )
+    parser.add_argument(
+        "--approval",
+        choices=approvals,
+        help="approval policy override. " + "; ".join(_APPROVAL_HELP[a] for a in approvals),
+    )
+    parser.add_argument(
+        "--sandbox",
+        choices=("read-only", "workspace-write", "danger-full-access"),
+        help="file-effect mode of bash (danger-full-access is not a sandbox)",
     )
 
 
@@ -129,43 +149,119 @@ def parse_model(spec: str) -> ModelChoice:
         raise CliUsageError(str(exc)) from None
 
 
-def _compose(args: argparse.Namespace, *, demo_workspace: bool) -> tuple[list[LocatedRow], str]:
+def compose(
+    args: argparse.Namespace,
+    *,
+    workspace: str | None,
+    demo_workspace: bool,
+    recorded: bool = False,
+) -> tuple[list[LocatedRow], str]:
+    """The composition with the command line's overrides, and the workspace to record.
+
+    ``workspace`` is ``--workspace`` or, with ``recorded``, the one a continued session
+    recorded (then a composition without a tools row simply has no workspace to set).
+    """
     _, located = load_composition(args)
-    choice = parse_model(args.model)
-    located = [r for r in located if r.row.id != choice.row.id]
-    located.insert(0, LocatedRow(choice.row, f"--model {args.model}"))
-    workspace = getattr(args, "workspace", None)
+    choice = _configured_choice(located, parse_model(args.model))
+    if choice.row.id is not None:  # a row of its own (else the composition's, patched)
+        located = [r for r in located if r.row.id != choice.row.id]
+        located.insert(0, LocatedRow(choice.row, f"--model {args.model}"))
     demo = workspace is None and demo_workspace and args.model == "demo"
     if demo:
         workspace = DEMO_WORKSPACE
-    if workspace is not None:
-        _prepare_workspace(workspace, create=demo or getattr(args, "create_workspace", False))
+    tools = any(not located[i].row.disabled for i in rows_of(located, "builtin-tools"))
+    if workspace is not None and (tools or not recorded):
+        flag = "--workspace" if not recorded else "the session's recorded workspace"
+        _prepare_workspace(
+            workspace, create=demo or getattr(args, "create_workspace", False), flag=flag
+        )
         patch_config(located, ("builtin-tools",), "workspace", workspace, "--workspace")
     if getattr(args, "approval", None) is not None:
         apply_approval_flag(located, args.approval)
     if getattr(args, "sandbox", None) is not None:
         patch_config(located, ("builtin-tools",), "sandbox", args.sandbox, "--sandbox")
-    cwd = os.path.abspath(workspace) if workspace is not None else os.getcwd()
     located = [_with_agent_model(r, choice) for r in located]
-    return located, cwd
+    return located, _tools_workspace(located)
 
 
-def _prepare_workspace(workspace: str, *, create: bool) -> None:
+def _configured_choice(located: list[LocatedRow], choice: ModelChoice) -> ModelChoice:
+    """``--model openai-compatible:M`` on a composition that configures an
+    ``llm-openai-compatible`` row: that row as configured (endpoint, key, provider route),
+    with only its model name replaced by M. Otherwise the spec's own row."""
+    if choice.row.name != "llm-openai-compatible":
+        return choice
+    rows = [i for i in rows_of(located, "llm-openai-compatible") if not located[i].row.disabled]
+    if not rows:
+        return choice
+    patch_config(located, ("llm-openai-compatible",), "model", choice.model, "--model")
+    config = located[rows[0]].row.config or {}
+    provider = config.get("provider", choice.provider)
+    return ModelChoice(
+        Row(name=choice.row.name, config=dict(config)),  # no id: nothing is added
+        provider if isinstance(provider, str) else choice.provider,
+        choice.model,
+    )
+
+
+def _tools_workspace(located: list[LocatedRow]) -> str:
+    """The directory the tools work in (recorded as the session's ``cwd``): the tools row's
+    ``workspace`` made absolute, else the current directory."""
+    for index in rows_of(located, "builtin-tools"):
+        row = located[index].row
+        if not row.disabled:
+            configured = (row.config or {}).get("workspace", ".")
+            if isinstance(configured, str) and configured:
+                return os.path.abspath(os.path.expanduser(configured))
+    return os.getcwd()
+
+
+def stored_header(args: argparse.Namespace, session_id: str) -> SessionHeader | None:
+    """The header of the stored session ``session_id`` (None: not stored), read from the
+    composition's store before the full composition boots (its tools need the workspace)."""
+    rows = persistence_rows(load_composition(args)[1])
+
+    async def body(host: PluginHost) -> SessionHeader | None:
+        store = host.ctx.get("sessionPersistence")
+        if store is None:
+            return None
+        for listing in await store.list(unreadable=[]):  # another damaged log is no obstacle
+            if listing.header.id == session_id:
+                header: SessionHeader = listing.header
+                return header
+        try:  # not listed: the store's own verdict on the id (malformed, too long, absent)
+            await store.inspect(session_id)
+        except SessionNotFoundError:
+            return None
+        return None
+
+    return run_with_host(rows, body)
+
+
+def recorded_workspace(args: argparse.Namespace, session_id: str) -> str | None:
+    """The workspace ``session_id`` recorded (its header's ``cwd``), or None."""
+    header = stored_header(args, session_id)
+    if header is None or not isinstance(header.cwd, str):
+        return None
+    return header.cwd
+
+
+def _prepare_workspace(workspace: str, *, create: bool, flag: str = "--workspace") -> None:
     """The workspace must be a directory; it is created only when asked (or for the demo)."""
     path = Path(workspace)
     if path.is_dir():
         return
     if path.exists():
-        raise CliUsageError(f"--workspace {workspace}: not a directory")
+        raise CliUsageError(f"{flag} {workspace}: not a directory")
     if not create:
-        raise CliUsageError(
-            f"--workspace {workspace}: no such directory; create it, or pass --create-workspace"
+        hint = "pass --create-workspace" if flag == "--workspace" else (
+            "pass --workspace DIR to continue it elsewhere, or --create-workspace"
         )
+        raise CliUsageError(f"{flag} {workspace}: no such directory; create it, or {hint}")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise CliUsageError(
-            f"--workspace {workspace}: cannot create it: {error.strerror or error}"
+            f"{flag} {workspace}: cannot create it: {error.strerror or error}"
         ) from None
 
 
@@ -174,7 +270,10 @@ def _with_agent_model(located: LocatedRow, choice: ModelChoice) -> LocatedRow:
         return located
     config = dict(located.row.config or {})
     config.setdefault("provider", choice.provider)
-    config.setdefault("model", choice.model)
+    if choice.row.name == "llm-openai-compatible":
+        config["model"] = choice.model  # --model openai-compatible:M names the model: M
+    else:
+        config.setdefault("model", choice.model)
     row = Row(name="agent", id=located.row.id, config=config, disabled=located.row.disabled)
     return replace(located, row=row)
 
@@ -203,12 +302,17 @@ class Transcript:
         host.ctx.on(LLM_STREAM, self._relay)
         host.ctx.on(SESSION_EVENT, self._on_event)
         self._approval = host.ctx.get("approval")
+        if _ACTIVITY.isEnabledFor(logging.INFO):  # `dsh -v`: every event as it is appended
+            host.ctx.on(SESSION_EVENT, _log_event)
 
     async def _relay(
         self, request: LlmRequest, next_: Callable[[], AsyncIterator[StreamChunk]]
     ) -> AsyncIterator[StreamChunk]:
+        # A maintenance request (a compaction summary, ...) is not the assistant speaking: its
+        # text reaches the log as its own events, not the live transcript.
+        quiet = self.quiet or request.purpose is not None
         async for chunk in next_():
-            if not self.quiet:
+            if not quiet:
                 if isinstance(chunk, TextDeltaChunk):
                     console().print(
                         terminal_safe(chunk.text), end="", markup=False, highlight=False
@@ -231,38 +335,23 @@ class Transcript:
                 self._print(f"you: {blocks_text(message.content)}", "bold", multiline=True)
             return
         if kind == "tool/result":
-            block = event.data.message.content[0]
-            error = event.data.error
-            code = None if error is msgspec.UNSET else error.code
-            label = "result" if code is None else f"error {code}"
-            # Escaped before splitting: a "\r" or a form feed is shown, not taken as a line break.
-            lines = terminal_safe(blocks_text(block.content)).splitlines() or ["(empty)"]
-            shown = lines[:12]
-            if len(lines) > 12:
-                shown.append(f"... ({len(lines) - 12} more lines)")
-            self._print(f"  ⎿ {label} [{block.tool_call_id}]", "dim" if code is None else "red")
-            for line in shown:
-                self._print(f"    {line}", "dim")
+            for style, text in tool_result_lines(event.data):
+                self._print(text, style)
             return
         data = to_builtins(event.data)
         if kind == "tool/call":
             self._print(f"⚙ {data.get('name')} [{data.get('callId')}] {data.get('arguments', '')}",
                         "cyan")
-        elif kind == "approval/asked":
-            self._print(f"? approval asked for {data.get('toolName')} [{data.get('callId')}]"
-                        f"{': ' + data['reason'] if data.get('reason') else ''}", "yellow")
-        elif kind == "approval/decided":
-            self._print(f"? approval {data.get('outcome')}{self._decided_by(session, data)}",
-                        "yellow")
+        elif kind in ("approval/asked", "approval/decided"):
+            [(style, text)] = approval_lines(kind, data)
+            if kind == "approval/decided":
+                text += self._decided_by(session, data)
+            self._print(text, style)
         elif kind == "llm/retry":
             self._print(f"↻ {retry_summary(data)}", "yellow")
         elif kind == "turn/end":
-            reason = data.get("reason", {})
-            style = "green" if reason.get("kind") == "completed" else "red"
-            detail = reason.get("message") or reason.get("error", {}).get("message") or ""
-            self._print(f"turn {data.get('turn')} ended: {reason.get('kind')}"
-                        f"{' — ' + str(detail) if detail else ''}", style)
-
+            style, text = turn_end_line(data)
+            self._print(text, style)
 
     def _decided_by(self, session: Any, data: dict[str, Any]) -> str:
         """Who rejected: under policy ``never`` nobody was asked, the policy refused."""
@@ -270,6 +359,13 @@ class Transcript:
         if data.get("outcome") != "rejected" or policy is None or policy(session) != "never":
             return ""
         return " by the approval policy never (no one was asked)"
+
+
+_ACTIVITY = logging.getLogger("dsh.session")
+
+
+def _log_event(session: Any, event: SessionEvent) -> None:
+    _ACTIVITY.info("%s #%d %s", session.id, event.seq, event.type)
 
 
 _SHOWN_EVENTS = frozenset(
@@ -326,28 +422,13 @@ def _turn_end(kind: str | None, reason: Any) -> dict[str, Any] | None:
     return out
 
 
-#: Stored usage names (uncached input, output, input served from cache), kept as they are.
-_USAGE_KEYS = ("inputTokens", "outputTokens", "cacheReadTokens")
-
-
 def _usage(events: Any, turn: int | None) -> dict[str, dict[str, int] | None]:
     """Token counts of the model's answers: this turn's (None without a turn) and the session's."""
-    total = dict.fromkeys(_USAGE_KEYS, 0)
-    this = dict(total)
-    for event in events:
-        if event.type != "assistant/message":
-            continue
-        data = to_builtins(event.data)
-        usage = data.get("usage") if isinstance(data, dict) else None
-        if not isinstance(usage, dict):
-            continue
-        for key in _USAGE_KEYS:
-            count = usage.get(key)
-            if isinstance(count, int):
-                total[key] += count
-                if data.get("turn") == turn:
-                    this[key] += count
-    return {"turn": this if turn is not None else None, "total": total}
+    events = list(events)
+    return {
+        "turn": logged_usage(events, turn) if turn is not None else None,
+        "total": logged_usage(events),
+    }
 
 
 def _final_text(events: Any, turn: int | None) -> str | None:
@@ -388,8 +469,20 @@ def _report(args: argparse.Namespace, result: dict[str, Any]) -> int:
     return 0 if completed else 1
 
 
+def _continue_or_start(args: argparse.Namespace) -> tuple[list[LocatedRow], str, bool]:
+    """Compose ``dsh run``: with ``--session ID`` of a stored session, in its workspace."""
+    header = stored_header(args, args.session) if args.session else None
+    _check_new_flag(args, stored=header is not None)
+    recorded = header.cwd if header is not None and isinstance(header.cwd, str) else None
+    if args.workspace is None and recorded is not None:
+        located, cwd = compose(args, workspace=recorded, demo_workspace=False, recorded=True)
+    else:
+        located, cwd = compose(args, workspace=args.workspace, demo_workspace=header is None)
+    return located, cwd, header is not None
+
+
 def run_run(args: argparse.Namespace) -> int:
-    located, cwd = _compose(args, demo_workspace=True)
+    located, cwd, stored = _continue_or_start(args)
     prompt = args.prompt
     if prompt is None:
         if args.model != "demo":
@@ -402,13 +495,13 @@ def run_run(args: argparse.Namespace) -> int:
         transcript.install(host)
         _install_answerer(host, interrupts)
         service = host.ctx.agent
-        closers = await _stored_closers(host, args.session) if args.session else None
-        _check_new_flag(args, stored=closers is not None)
-        if closers is not None:
+        if stored:
             # Ownership first: a second writer is refused (exit 3) before any repair is shown.
             agent = await service.resume(args.session)
-            _print_closers(transcript, closers)
+            closers: list[dict[str, Any]] | None = repair_rows(agent)
+            print_closers(transcript, closers or [])
         else:
+            closers = None
             agent = service.create(session_id=args.session or new_session_id(), cwd=cwd)
         reason = await _interruptible_turn(agent, prompt, interrupts)
         result = await _finish(args, host, agent, reason, transcript)
@@ -452,20 +545,10 @@ async def _interruptible_turn(agent: Agent, prompt: str, interrupts: Interrupts)
         interrupts.target(None)
 
 
-async def _stored_closers(host: PluginHost, session_id: str) -> list[dict[str, Any]] | None:
-    """The closers a stored session needs, or None when it is not stored (a new id)."""
-    if host.ctx.get("sessionPersistence") is None:
-        return None
-    try:
-        return await _closers(host, session_id)
-    except SessionNotFoundError:
-        return None
-
-
-async def _closers(host: PluginHost, session_id: str) -> list[dict[str, Any]]:
-    load = await persistence(host).inspect(session_id)
+def repair_rows(agent: Agent) -> list[dict[str, Any]]:
+    """The closers the resume appended (``agent.repairs``), one summary row each."""
     closers = []
-    for event in load.closers:
+    for event in agent.repairs:
         data = to_builtins(event.data)
         entry: dict[str, Any] = {"type": event.type, "seq": event.seq}
         if event.type == "tool/result":
@@ -476,7 +559,7 @@ async def _closers(host: PluginHost, session_id: str) -> list[dict[str, Any]]:
     return closers
 
 
-def _print_closers(transcript: Transcript, closers: list[dict[str, Any]]) -> None:
+def print_closers(transcript: Transcript, closers: list[dict[str, Any]]) -> None:
     if not closers:
         transcript._print("session is balanced; nothing to repair", "dim")
         return
@@ -492,16 +575,22 @@ def _print_closers(transcript: Transcript, closers: list[dict[str, Any]]) -> Non
 
 
 def run_resume(args: argparse.Namespace) -> int:
-    located, _cwd = _compose(args, demo_workspace=False)
+    workspace = args.workspace
+    recorded = workspace is None
+    if recorded:
+        workspace = recorded_workspace(args, args.session_id)
+        if args.prompt is None and workspace is not None and not os.path.isdir(workspace):
+            workspace = None  # a repair runs no tool: a workspace gone since is no obstacle
+    located, _cwd = compose(args, workspace=workspace, demo_workspace=False, recorded=recorded)
     transcript = Transcript(quiet=args.json)
     interrupts = Interrupts()
 
     async def body(host: PluginHost) -> dict[str, Any]:
         transcript.install(host)
         _install_answerer(host, interrupts)
-        closers = await _closers(host, args.session_id)  # SessionNotFoundError: exit 2
-        agent = await host.ctx.agent.resume(args.session_id)
-        _print_closers(transcript, closers)
+        agent = await host.ctx.agent.resume(args.session_id)  # SessionNotFoundError: exit 2
+        closers = repair_rows(agent)  # what this resume appended, not a second read's guess
+        print_closers(transcript, closers)
         reason = None
         if args.prompt is not None:
             reason = await _interruptible_turn(agent, args.prompt, interrupts)
@@ -512,4 +601,3 @@ def run_resume(args: argparse.Namespace) -> int:
 
     code = _report(args, run_with_host(located, body, interrupts=interrupts))
     return interrupts.exit_code if interrupts.exit_code is not None else code
-

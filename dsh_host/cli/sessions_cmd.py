@@ -17,7 +17,9 @@ from ..session.persistence import (
     UnreadableListing,
 )
 from ..session.session import Session, derive_messages_from_events
+from ..session.tokens import TokenMeter
 from .common import (
+    CliUsageError,
     add_config_flag,
     add_root_flag,
     load_composition,
@@ -27,13 +29,17 @@ from .common import (
 )
 from .output import console, json_line, progress
 from .render import (
+    MAX_TOOL_OUTPUT_LINES,
     blocks_text,
     event_summary,
     human_size,
     message_lines,
     terminal_safe,
+    transcript_lines,
+    usage_lines,
     when,
 )
+from .usage import logged_usage, usage_line
 
 
 def add_parser(sub: Any) -> None:
@@ -59,6 +65,11 @@ def add_parser(sub: Any) -> None:
         "the model sees; events: every stored event",
     )
     show.add_argument("--json", action="store_true", help="one JSON object per line")
+    show.add_argument(
+        "--full", action="store_true",
+        help=f"transcript: every line of tool output (default: the first {MAX_TOOL_OUTPUT_LINES})",
+    )
+    show.add_argument("--turn", type=int, metavar="N", help="transcript: only turn N")
     show.set_defaults(handler=run_show)
 
     verify = commands.add_parser(
@@ -119,12 +130,14 @@ def run_list(args: argparse.Namespace) -> int:
                     "size": _file_size(listing),
                     "problem": None,
                     "title": None,
+                    "usage": None,
                 }
                 try:
                     load = await store.inspect(listing.header.id)
                     entry["events"] = len(load.events)
                     entry["lastTurnEnd"] = _last_turn_end(load.balanced)
                     entry["title"] = _title(load.events)
+                    entry["usage"] = logged_usage(load.events)
                 except Exception as exc:  # one bad log must not hide the others
                     entry["problem"] = str(exc)
                 rows_out.append(entry)
@@ -133,7 +146,8 @@ def run_list(args: argparse.Namespace) -> int:
         rows_out.sort(key=lambda e: (e["createdAt"] is not None, e["createdAt"] or 0), reverse=True)
         return rows_out
 
-    entries = run_with_host(rows, body)
+    # asyncio: a listing needs no trio, and importing trio is most of a cold start.
+    entries = run_with_host(rows, body, backend="asyncio")
     if args.json:
         for entry in entries:
             print(json.dumps(entry))
@@ -150,7 +164,7 @@ def run_list(args: argparse.Namespace) -> int:
     table = Table(title_justify="left")
     widest = max(len(terminal_safe(e["sessionId"], multiline=False)) for e in entries)
     table.add_column("id", no_wrap=True, min_width=widest)  # ids whole: people copy them
-    for column in ("created", "cwd", "events", "last turn", "size"):
+    for column in ("created", "cwd", "events", "last turn", "size", "tokens"):
         table.add_column(column, overflow="fold")
     table.add_column("title", overflow="ellipsis", no_wrap=True, max_width=40)
     for entry in entries:
@@ -161,6 +175,7 @@ def run_list(args: argparse.Namespace) -> int:
             "-" if entry["events"] is None else str(entry["events"]),
             entry["lastTurnEnd"] or ("[red]unreadable[/red]" if entry["problem"] else "-"),
             human_size(entry["size"]),
+            _tokens(entry),
             Text(terminal_safe(entry["title"] or "-", multiline=False)),
         )
     console().print(table)
@@ -189,7 +204,7 @@ def _title(events: Any) -> str | None:
 
 def _print_rows(entries: list[dict[str, Any]]) -> None:
     """Not a terminal: a header, then one tab-separated row per session, nothing wrapped."""
-    print("id\tcreated\tcwd\tevents\tlast turn\tsize\ttitle")
+    print("id\tcreated\tcwd\tevents\tlast turn\tsize\ttokens\ttitle")
     for entry in entries:
         fields = (
             entry["sessionId"],
@@ -198,6 +213,7 @@ def _print_rows(entries: list[dict[str, Any]]) -> None:
             "-" if entry["events"] is None else str(entry["events"]),
             entry["lastTurnEnd"] or ("unreadable" if entry["problem"] else "-"),
             human_size(entry["size"]),
+            _tokens(entry),
             entry["title"] or "-",
         )
         # Tabs and newlines inside a field would break the row: shown escaped.
@@ -219,7 +235,13 @@ def _unreadable_entry(bad: UnreadableListing) -> dict[str, Any]:
         "size": _file_size(bad),
         "problem": str(bad.error),
         "title": None,
+        "usage": None,
     }
+
+
+def _tokens(entry: dict[str, Any]) -> str:
+    """The tokens column: the session's logged usage summed (``-`` if unreadable)."""
+    return "-" if entry["usage"] is None else usage_line(entry["usage"])
 
 
 # -- show -------------------------------------------------------------------------------
@@ -249,10 +271,24 @@ def run_show(args: argparse.Namespace) -> int:
             else:
                 out.print(event_summary(event), markup=False)
         return 0
-    if args.view == "model":
-        messages: list[Any] = list(derive_messages_from_events(load.events))
+    if args.turn is not None and not any(
+        e.type == "turn/start" and e.data.turn == args.turn for e in load.events
+    ):
+        raise CliUsageError(f"--turn {args.turn}: session {load.id} has no such turn")
+    session = Session.restore(load.header, list(load.events), mark_seed_end=False)
+    messages: list[Any] = []
+    if args.view == "transcript" and not args.json:
+        # Everything that happened, from the events: turns, approvals, attempts, retries,
+        # times, usage, rendered as the live run prints them; every original event
+        # (append-origin) and a mark where compaction changed the model's view.
+        origin = {event.seq for event in session.append_origin_events()}
+        lines = transcript_lines(load.events, full=args.full, turn=args.turn, origin=origin)
+        for style, text in lines:
+            out.print(text, style=style or None, markup=False)
+    elif args.view == "model":
+        # The compacted surface: checkpoints and pruned results in place of what they replace.
+        messages = list(derive_messages_from_events(load.events))
     else:
-        session = Session.restore(load.header, list(load.events), mark_seed_end=False)
         messages = list(session.append_origin_messages())
     for message in messages:
         if args.json:
@@ -260,6 +296,10 @@ def run_show(args: argparse.Namespace) -> int:
             continue
         for style, text in message_lines(message):
             out.print(text, style=style or None, markup=False)
+    if not args.json:
+        meter = TokenMeter()
+        for line in usage_lines(meter.usage(session), meter.pressure(session)):
+            out.print(line, style="dim", markup=False)
     if not args.json and load.torn_tail is not None:
         out.print(
             f"(the log has a torn tail: {load.torn_tail.recovered} event(s) recovered; "

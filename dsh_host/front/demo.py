@@ -29,15 +29,19 @@ DEMO_RESPONSES: Final[list[dict[str, Any]]] = [
         ],
     },
     {
-        "text": "I'll add a line to notes.txt, tagged with this call's id so a retry after a "
-        "crash could tell whether it already happened.",
+        "text": "I'll add a line to notes.txt, tagged with this session's and this call's ids "
+        "so a retry after a crash could tell whether it already happened.",
         "tool_calls": [
             {
                 "name": "bash",
                 "arguments": {
-                    "command": 'grep -q "$DSH_CALL_ID" notes.txt 2>/dev/null '
-                    '|| echo "note from dsh (call $DSH_CALL_ID)" >> notes.txt; tail -n 3 notes.txt',
-                    "description": "Append a note keyed by the call id",
+                    # The key is session + call: call ids restart in every session (the demo's
+                    # are the same each run), so the call id alone would make a second demo
+                    # run skip its note as "already done".
+                    "command": 'key="$DSH_SESSION_ID/$DSH_CALL_ID"; '
+                    'grep -qF "$key" notes.txt 2>/dev/null '
+                    '|| echo "note from dsh ($key)" >> notes.txt; tail -n 3 notes.txt',
+                    "description": "Append a note keyed by the session and call ids",
                 },
             }
         ],

@@ -1,37 +1,66 @@
-"""The service half every persistence backend shares: ownership and the ``open`` dispatch.
+"""The ``sessionPersistence`` service, composed from any storage.
 
-A backend's service (:class:`~dsh_host.session.persistence.SessionPersistence`)
-subclasses :class:`PersistenceBackend` and implements reading and taking
-ownership for its storage (``_read``, ``_snapshot``, ``_open_write``) plus
-``create``, ``read_from``, ``list``, ``locate`` and ``aclose``. What is the same
-everywhere lives here: at most one write handle per session id and backend
-instance (:class:`HandleRegistry`), ``open``'s mode dispatch, ``inspect``.
+:class:`PersistenceService` is the one implementation of
+:class:`~dsh_host.session.persistence.SessionPersistence`: it wraps a
+:class:`~dsh_host.session.storage.SessionStorage` (JSONL, PostgreSQL, SQLite,
+memory) and adds what is the same everywhere: header validation, at most one
+write handle per session id and service instance (:class:`HandleRegistry`),
+``open``'s mode dispatch, ``inspect``, ``read_from``, cancellation checks and
+teardown. Write handles are :class:`~dsh_host.session.write_behind.WriteHandle`.
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import logging
-from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
+from dsh_host.session.errors import InvalidSessionHeaderError
+from dsh_host.session.events import SessionEvent
+from dsh_host.session.header import SESSION_FORMAT_VERSION, SessionHeader, parse_session_header
 from dsh_host.session.persistence import (
+    ArtifactLocation,
     OpenMode,
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
+    SessionAppendRejectedError,
+    SessionHandleClosedError,
+    SessionListing,
     SessionLoad,
+    SnapshotReadHandle,
+    UnreadableListing,
+    check_from_seq,
     with_closers,
 )
-from dsh_host.session.write_behind import BufferedWriteHandle, Spawn
+from dsh_host.session.storage import L, SessionStorage
+from dsh_host.session.write_behind import Spawn, WriteHandle, header_meta
 
 if TYPE_CHECKING:
     from dsh_host.cancel import CancelToken
 
-__all__ = ["HandleRegistry", "PersistenceBackend"]
+__all__ = ["HandleRegistry", "PersistenceService", "new_header"]
 
-H = TypeVar("H", bound=BufferedWriteHandle[Any])
-R = TypeVar("R")
+H = TypeVar("H", bound=WriteHandle[Any])
+
+
+def new_header(header: SessionHeader | Mapping[str, Any]) -> SessionHeader:
+    """Validate a header for ``create`` (errors never reserve the id)."""
+    meta = header_meta(header)
+    created = meta.get("createdAt")
+    if not (type(created) is int and 0 <= created <= 2**53 - 1):
+        raise SessionAppendRejectedError(
+            "session metadata createdAt must be a non-negative safe integer"
+        )
+    meta.setdefault("version", SESSION_FORMAT_VERSION)
+    if "seedLength" in meta:  # the 0.1.1 spelling of isSeeded
+        meta.setdefault("isSeeded", True)
+        del meta["seedLength"]
+    try:
+        return parse_session_header(meta)
+    except InvalidSessionHeaderError as error:
+        raise SessionAppendRejectedError(str(error)) from error
 
 
 class HandleRegistry(Generic[H]):
@@ -93,67 +122,160 @@ class HandleRegistry(Generic[H]):
         return ExceptionGroup(f"{name} dispose failed", failures) if failures else None
 
 
-class PersistenceBackend(ABC, Generic[R, H]):
-    """Shared service half; ``R`` is the backend's read handle, ``H`` its write handle."""
+class PersistenceService(Generic[L]):
+    """``sessionPersistence`` over one storage; ``L`` is the storage's lease type.
 
-    #: The plugin's entry-point name (log messages, error groups).
-    name: str
+    ``spawn`` starts a background task (``ctx.start_soon`` or a task group's
+    ``start_soon``) for the 200 ms write-behind window; without it, buffered
+    events wait for an explicit flush.
+    """
 
-    def __init__(self, *, spawn: Spawn | None, logger: logging.Logger) -> None:
+    def __init__(
+        self,
+        storage: SessionStorage[L],
+        *,
+        spawn: Spawn | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.storage = storage
+        #: The plugin's entry-point name (log messages, error groups).
+        self.name = storage.name
         #: Starts write windows as background tasks; None: buffered events wait for a flush.
         self.spawn = spawn
-        self.logger = logger
-        self._handles: HandleRegistry[H] = HandleRegistry()
+        self.logger = logger or logging.getLogger(f"dsh.{storage.name}")
+        self._handles: HandleRegistry[WriteHandle[L]] = HandleRegistry()
+        self._closed = False
 
-    # -- storage hooks
-
-    @abstractmethod
-    async def _read(self, session_id: str, token: CancelToken | None) -> SessionLoad:
-        """The stored log, decoded (no closers); ``token`` is checked around the I/O."""
-
-    @abstractmethod
-    def _snapshot(self, load: SessionLoad) -> R:
-        """A read handle over ``load``."""
-
-    @abstractmethod
-    async def _open_write(self, session_id: str) -> H:
-        """Take ownership of a stored session (its id is reserved meanwhile)."""
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionHandleClosedError(f"{self.name} is closed")
 
     # -- the seam
+
+    async def create(self, header: SessionHeader | Mapping[str, Any]) -> WriteHandle[L]:
+        """A write handle for a new session; nothing is written until its first flush."""
+        typed = new_header(header)
+        self._check_open()
+        with self._handles.reserve(typed.id, new=True):
+            await self.storage.check_new(typed)
+            return self._handles.add(WriteHandle(self, self.storage, typed))
 
     @overload
     async def open(
         self, session_id: str, mode: Literal["read"], *, token: CancelToken | None = None
-    ) -> R: ...
+    ) -> SnapshotReadHandle: ...
 
     @overload
     async def open(
         self, session_id: str, mode: Literal["write"], *, token: CancelToken | None = None
-    ) -> H: ...
+    ) -> WriteHandle[L]: ...
 
     async def open(
         self, session_id: str, mode: OpenMode, *, token: CancelToken | None = None
-    ) -> R | H:
+    ) -> SnapshotReadHandle | WriteHandle[L]:
         """``read``: a snapshot, no lock. ``write``: take ownership or fail at once."""
         if mode == "read":
-            return self._snapshot(await self._read(session_id, token))
+            return SnapshotReadHandle(await self._load(session_id, token))
         if mode != "write":
             raise ValueError(f'open mode must be "read" or "write", got {mode!r}')
         if token is not None:
             token.throw_if_aborted()
+        self._check_open()
         with self._handles.reserve(session_id, new=False):
-            return self._handles.add(await self._open_write(session_id))
+            lease, load = await self.storage.acquire(session_id)
+            handle = WriteHandle(self, self.storage, load.header, lease=lease, load=load)
+            return self._handles.add(handle)
+
+    async def _load(self, session_id: str, token: CancelToken | None) -> SessionLoad:
+        if token is not None:
+            token.throw_if_aborted()
+        load = await self.storage.load(session_id)
+        if token is not None:
+            token.throw_if_aborted()
+        return load
 
     async def inspect(self, session_id: str, *, token: CancelToken | None = None) -> SessionLoad:
         """A read plus in-memory crash closers (nothing is written or truncated)."""
-        return with_closers(await self._read(session_id, token))
+        return with_closers(await self._load(session_id, token))
 
-    # -- tracking
+    async def read_from(
+        self, session_id: str, from_seq: int, *, token: CancelToken | None = None
+    ) -> tuple[SessionEvent, ...]:
+        """Stored events with ``seq >= from_seq`` (no closers, nothing written).
 
-    def owner(self, session_id: str) -> H | None:
+        A storage with its own ``read_from(session_id, from_seq)`` reads only those.
+        """
+        check_from_seq(from_seq)
+        partial = getattr(self.storage, "read_from", None)
+        if partial is None:
+            return (await self._load(session_id, token)).events[from_seq:]
+        if token is not None:
+            token.throw_if_aborted()
+        events: tuple[SessionEvent, ...] = await partial(session_id, from_seq)
+        if token is not None:
+            token.throw_if_aborted()
+        return events
+
+    async def list(
+        self,
+        *,
+        token: CancelToken | None = None,
+        unreadable: builtins.list[UnreadableListing] | None = None,
+    ) -> builtins.list[SessionListing]:
+        """Every stored session's header (events are not read).
+
+        With ``unreadable``, a session whose header is damaged is reported there
+        instead of failing the listing.
+        """
+        if token is not None:
+            token.throw_if_aborted()
+        listed = await self.storage.list(unreadable)
+        if token is not None:
+            token.throw_if_aborted()
+        return listed
+
+    @property
+    def root(self) -> str | None:
+        """The directory a file storage keeps its logs under (its optional ``root``).
+
+        The host refuses to boot a composition whose tools could write it (DECISIONS D15).
+        """
+        root = getattr(self.storage, "root", None)
+        return root if isinstance(root, str) else None
+
+    def locate(self, header: SessionHeader | Mapping[str, Any]) -> ArtifactLocation:
+        """Where this session's log lives (or will). Performs no I/O."""
+        return self.storage.locate(header)
+
+    async def held_by(self, session_id: str) -> str | None:
+        """Who holds the session's write lock now, when the storage can tell (else None)."""
+        held_by = getattr(self.storage, "held_by", None)
+        return None if held_by is None else await held_by(session_id)
+
+    # -- tracking and teardown
+
+    def owner(self, session_id: str) -> WriteHandle[L] | None:
         """The write handle this instance holds for ``session_id``, if any."""
         return self._handles.owner(session_id)
 
-    def forget(self, handle: H) -> None:
+    def forget(self, handle: WriteHandle[L]) -> None:
         """``handle`` released ownership: stop tracking it."""
         self._handles.forget(handle)
+
+    async def aclose(self) -> None:
+        """Drain and release every handle, then close the storage.
+
+        Each handle is closed even if another one fails; the failures are
+        raised together as ``<backend> dispose failed``.
+        """
+        self._closed = True
+        failures = await self._handles.close_all(name=self.name, logger=self.logger)
+        await self.storage.close()
+        if failures is not None:
+            raise failures
+
+    async def __aenter__(self) -> PersistenceService[L]:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -30,44 +30,19 @@ effect); it never fails the append that triggered it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 
 from dsh_host.context import Context
+from dsh_host.session.backend import PersistenceService
 from dsh_host.session.events import SessionEvent
-from dsh_host.session.header import SessionHeader
-from dsh_host.session.persistence import ArtifactLocation, SessionAlreadyExistsError
+from dsh_host.session.persistence import SessionAlreadyExistsError
 from dsh_host.session.session import Session
-from dsh_host.session.write_behind import BufferedWriteHandle, Once, Spawn
+from dsh_host.session.write_behind import Once, Spawn, WriteHandle
 
-__all__ = ["BindableBackend", "LiveBinder", "bind_live_sessions", "host_spawn"]
-
-
-class BindableBackend(Protocol):
-    """The part of a backend the binder uses (both built-in backends satisfy it)."""
-
-    @property
-    def name(self) -> str: ...
-
-    def owner(self, session_id: str) -> BufferedWriteHandle[Any] | None:
-        """The write handle this instance holds for ``session_id``, if any."""
-        ...
-
-    async def create(self, header: SessionHeader | Mapping[str, Any]) -> BufferedWriteHandle[Any]:
-        """A handle for a new session (raises :class:`SessionAlreadyExistsError` if stored)."""
-        ...
-
-    async def open(self, session_id: str, mode: Literal["write"]) -> BufferedWriteHandle[Any]:
-        """Take ownership of a stored session."""
-        ...
-
-    def locate(self, header: SessionHeader | Mapping[str, Any]) -> ArtifactLocation: ...
-
-    async def aclose(self) -> None:
-        """Drain and release every handle (service teardown)."""
-        ...
+__all__ = ["LiveBinder", "bind_live_sessions", "host_spawn"]
 
 
 def host_spawn(ctx: Context, label: str) -> Spawn:
@@ -86,7 +61,7 @@ class _Binding:
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        self.handle: BufferedWriteHandle[Any] | None = None
+        self.handle: WriteHandle[Any] | None = None
         self.error: BaseException | None = None
         self.bind_once = Once()
         self.release_once = Once()
@@ -95,7 +70,7 @@ class _Binding:
 class LiveBinder:
     """Keeps live sessions bound to write handles (see the module docstring)."""
 
-    def __init__(self, ctx: Context, backend: BindableBackend) -> None:
+    def __init__(self, ctx: Context, backend: PersistenceService[Any]) -> None:
         self._ctx = ctx
         self._backend = backend
         self._bindings: dict[str, _Binding] = {}
@@ -148,7 +123,7 @@ class LiveBinder:
             session = binding.session
             try:
                 handle = await self._handle_for(session)
-                handle.bound = session
+                handle.bind(session)
                 binding.handle = handle
                 events = session.events
                 if len(events) > handle.next_seq:
@@ -161,7 +136,7 @@ class LiveBinder:
 
         await binding.bind_once.run(bind)
 
-    async def _handle_for(self, session: Session) -> BufferedWriteHandle[Any]:
+    async def _handle_for(self, session: Session) -> WriteHandle[Any]:
         backend = self._backend
         handle = backend.owner(session.id)
         if handle is not None:
@@ -177,7 +152,7 @@ class LiveBinder:
                 where = backend.locate(session.header).path
                 _require_prefix(handle, session, adopted=False, where=where)
             except BaseException:
-                handle.release_now()
+                await handle.abandon()
                 raise
             return handle
 
@@ -214,7 +189,7 @@ class LiveBinder:
 
 
 def _require_prefix(
-    handle: BufferedWriteHandle[Any], session: Session, *, adopted: bool, where: str | None
+    handle: WriteHandle[Any], session: Session, *, adopted: bool, where: str | None
 ) -> None:
     """The live session must reproduce what the handle already holds (else: id collision)."""
     if handle.bound is not None and handle.bound is not session:
@@ -235,7 +210,7 @@ def _require_prefix(
         )
 
 
-def bind_live_sessions(ctx: Context, backend: BindableBackend) -> LiveBinder:
+def bind_live_sessions(ctx: Context, backend: PersistenceService[Any]) -> LiveBinder:
     """Persist ``ctx.sessions`` through ``backend``: wire the listeners, drain at disposal.
 
     Call it in ``apply`` after ``ctx.provide``; sessions already live are bound too.

@@ -214,6 +214,10 @@ class PluginSource(Wire, frozen=True, kw_only=True, tag="plugin", tag_field="kin
     form: str | UnsetType = UNSET  #: instructions|catalog|snapshot|notice|relay|recall
     sections: FrozenJson | UnsetType = UNSET  #: snapshot sections (opaque JSON)
     summary: str | UnsetType = UNSET  #: short notice summary (<= 120 chars)
+    #: a compaction checkpoint (``plugin: "compact"``): the owning ``compaction/*`` transaction
+    compaction_id: str | UnsetType = UNSET
+    #: a compaction checkpoint a human command started: that command's id
+    source_command_id: str | UnsetType = UNSET
 
 
 class ModelSource(Wire, frozen=True, kw_only=True, tag="model", tag_field="kind"):

@@ -37,13 +37,14 @@ Errors, all rooted in :class:`dsh_host.errors.DshError`::
         ├── SessionGenerationSourceChangedError   the source changed while migrating
         └── SessionGenerationConflictError        a different target already exists
 
-What backends share beyond this seam lives next to it: write handles are
-built on :mod:`dsh_host.session.write_behind` (admission, the 200 ms window,
-the serialized drain), services on :mod:`dsh_host.session.backend` (one write
-handle per id, ``open``'s dispatch), and live sessions are bound to them by
-:mod:`dsh_host.session.binding`; :class:`SnapshotReadHandle`,
-:func:`decode_stored_event`, :func:`check_from_seq` and :func:`with_closers`
-below are the read side. A backend implements its storage only.
+A backend implements storage only: :class:`~dsh_host.session.storage.SessionStorage`
+(the one page a backend author reads, docs/storage.md). The host composes it
+into this seam: :class:`~dsh_host.session.backend.PersistenceService` (the
+service, one write handle per id) and
+:class:`~dsh_host.session.write_behind.WriteHandle` (admission, the 200 ms
+window, the serialized drain); :mod:`dsh_host.session.binding` binds live
+sessions to them. :class:`SnapshotReadHandle`, :func:`decode_stored_event`,
+:func:`check_from_seq` and :func:`with_closers` below are read-side helpers.
 """
 
 from __future__ import annotations
@@ -53,11 +54,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, overload, runtime_checkable
 
+import msgspec
+
 from dsh_host.errors import DshError
 from dsh_host.jsonsafe import MAX_SAFE_INTEGER
-from dsh_host.session.errors import InvalidSessionEventError, UnknownEventTypeError
+from dsh_host.session.errors import (
+    InvalidSessionEventError,
+    InvalidSessionHeaderError,
+    UnknownEventTypeError,
+)
 from dsh_host.session.events import SessionEvent, decode_event
-from dsh_host.session.header import SessionHeader
+from dsh_host.session.header import SESSION_FORMAT_VERSION, SessionHeader, parse_session_header
 from dsh_host.session.repair import interrupted_turn_closers
 
 if TYPE_CHECKING:
@@ -94,6 +101,8 @@ __all__ = [
     "UnreadableListing",
     "check_from_seq",
     "decode_stored_event",
+    "decode_stored_header",
+    "decode_stored_rows",
     "with_closers",
 ]
 
@@ -179,9 +188,16 @@ class SessionWriteError(SessionPersistenceError):
     """Writing or syncing a batch failed; the stored log was rolled back to its prior length.
 
     The underlying ``OSError`` is the ``__cause__``; its text ends the message.
+    ``unknown_state`` is set (to the error after which it happened) when what
+    reached the disk can no longer be known — a failed fsync: the write handle
+    is then poisoned (:class:`SessionHandlePoisonedError`).
     """
 
     code = "SESSION_WRITE_FAILED"
+
+    def __init__(self, message: str, *, unknown_state: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.unknown_state = unknown_state
 
 
 class SessionRollbackError(SessionWriteError):
@@ -193,7 +209,7 @@ class SessionRollbackError(SessionWriteError):
     code = "SESSION_ROLLBACK_FAILED"
 
     def __init__(self, message: str, errors: tuple[BaseException, BaseException]) -> None:
-        super().__init__(message)
+        super().__init__(message, unknown_state=errors[1])
         self.errors = errors
 
 
@@ -549,3 +565,64 @@ def check_from_seq(from_seq: object) -> int:
 def with_closers(load: SessionLoad) -> SessionLoad:
     """``inspect``: the load plus the closers an interrupted turn needs (in memory only)."""
     return dataclasses.replace(load, closers=tuple(interrupted_turn_closers(load.events)))
+
+
+def decode_stored_header(session_id: str, text: str | bytes, *, where: str) -> SessionHeader:
+    """A header stored as JSON text (a database row): format gate, then validation.
+
+    A version other than the current one is "written by another harness"
+    (:class:`SessionFormatUnsupportedError`), not damage; ``where`` names the store.
+    """
+    try:
+        raw = msgspec.json.decode(text)
+    except msgspec.DecodeError as error:
+        raise SessionPersistenceCorruptionError(
+            f'stored session "{session_id}" has a header that is not JSON ({where}): {error}',
+            path=where,
+        ) from error
+    if not isinstance(raw, dict):
+        raise SessionPersistenceCorruptionError(
+            f'stored session "{session_id}" has a header that is not a JSON object ({where})',
+            path=where,
+        )
+    version = raw.get("version")
+    if type(version) is int and version != SESSION_FORMAT_VERSION:
+        if version > SESSION_FORMAT_VERSION:
+            message = (
+                f'session "{session_id}" uses log format v{version}, but this harness reads '
+                f"only v{SESSION_FORMAT_VERSION}: the log was written by a newer harness — "
+                "upgrade the harness to open it"
+            )
+        else:
+            message = (
+                f'session "{session_id}" uses log format v{version}, older than the '
+                f"supported v{SESSION_FORMAT_VERSION}, and this build ships no upgrade "
+                "path for it"
+            )
+        raise SessionFormatUnsupportedError(f"{message} (raw log: {where})", location=where)
+    try:
+        return parse_session_header(raw, session_id=session_id)
+    except InvalidSessionHeaderError as error:
+        raise SessionPersistenceCorruptionError(
+            f'stored session "{session_id}" failed validation: {error} (raw log: {where})',
+            path=where,
+        ) from error
+
+
+def decode_stored_rows(
+    session_id: str, rows: Sequence[tuple[int, str | bytes]], first_seq: int, *, where: str
+) -> list[StoredEvent]:
+    """Stored ``(seq, json)`` rows from ``first_seq`` on, decoded; they must be contiguous."""
+    out: list[StoredEvent] = []
+    for index, (seq, text) in enumerate(rows):
+        raw = text.decode("utf-8") if isinstance(text, bytes) else text
+        event = decode_stored_event(raw, session_id=session_id, seq=seq, where=where)
+        if seq != first_seq + index or event.seq != seq:
+            raise SessionPersistenceCorruptionError(
+                f'stored session "{session_id}" failed validation: row {first_seq + index} '
+                f"has seq {seq} holding an event with seq {event.seq}; the log must be "
+                f"contiguous from 0 (raw log: {where})",
+                path=where,
+            )
+        out.append(event)
+    return out

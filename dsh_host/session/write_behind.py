@@ -1,19 +1,13 @@
-"""Write-behind for persistence backends: admission, the 200 ms window, the serialized drain.
+"""The write handle every persistence backend shares, and its write-behind.
 
 Every backend's write handle promises the same thing (the seam in
 :mod:`dsh_host.session.persistence`): ``append`` validates a batch and makes it
 visible at once but not durable; ``flush`` is the durability barrier; a fixed
 window writes buffered events in the background. Only *how a batch reaches
-storage* differs between backends, so this module holds everything else and a
-backend subclasses :class:`BufferedWriteHandle`, implementing storage alone:
-
-* ``_encode`` — what one admitted event becomes in the buffer (a JSONL line, a
-  JSON text for a row);
-* ``_store(batch)`` — persist one batch all-or-nothing (the first one
-  materializes the session; an empty batch is asked for only when
-  ``_wants_empty_write`` says so: header-only publication, tail repair);
-* ``_release`` / ``_drop`` — give up ownership (lock, connection) after the final drain;
-* ``read`` — what the handle shows.
+storage* differs between backends, and that is the storage's
+(:class:`~dsh_host.session.storage.SessionStorage`): :class:`WriteHandle`
+composes any storage with the admission checks, the queue, poisoning and the
+lifecycle, so a backend writes no handle of its own.
 
 :class:`WriteBehind` decides *when* batches are written
 (session-and-persistence.md §7.3):
@@ -39,7 +33,7 @@ backend subclasses :class:`BufferedWriteHandle`, implementing storage alone:
 
 At most one write runs at a time, so storage never sees two batches of one
 handle concurrently and batches arrive in admission order (the serialized
-drain). All state lives on the event loop; ``_store`` may hop to a thread.
+drain). All state lives on the event loop; the storage may hop to a thread.
 
 The clock and the sleep are injectable so tests can drive the window with a
 manual clock instead of asserting on wall time.
@@ -49,7 +43,6 @@ from __future__ import annotations
 
 import functools
 import logging
-from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Final, Generic, Literal, Protocol, TypeVar
 
@@ -64,17 +57,22 @@ from dsh_host.session.persistence import (
     EventLike,
     SessionAppendRejectedError,
     SessionHandleClosedError,
+    SessionHandlePoisonedError,
     SessionLoad,
+    SessionOwnershipLostError,
+    SessionWriteError,
 )
+from dsh_host.session.session import Session
+from dsh_host.session.storage import L, Pending, SessionStorage
 
 __all__ = [
     "RETIRED_EVENT_TYPES",
     "WINDOW_SECONDS",
-    "BufferedWriteHandle",
     "HandleOwner",
     "Once",
     "Spawn",
     "WriteBehind",
+    "WriteHandle",
     "header_meta",
     "reject_retired",
     "window_sleep_until",
@@ -385,7 +383,7 @@ class WriteBehind(Generic[T]):
 
 
 class HandleOwner(Protocol):
-    """What a write handle needs from its backend."""
+    """What a write handle needs from the service that made it."""
 
     @property
     def name(self) -> str: ...
@@ -401,11 +399,17 @@ class HandleOwner(Protocol):
         ...
 
 
-class BufferedWriteHandle(ABC, Generic[T]):
-    """A :class:`~dsh_host.session.persistence.SessionWriteHandle` minus its storage.
+class WriteHandle(Generic[L]):
+    """The one :class:`~dsh_host.session.persistence.SessionWriteHandle`, over any storage.
 
-    ``T`` is what one buffered event is for the backend. The handle keeps every
-    accepted event (``accepted_events``); ``durable_seq`` counts those stored.
+    It validates and admits batches, keeps them in the write-behind queue until
+    stored, and holds the storage's lease (ownership) from the first durable
+    batch (``create``) or from ``open(id, "write")`` until ``close``.
+
+    The events themselves are kept once: a handle opened for a stored session
+    holds the stored events until a live session is bound to it
+    (:meth:`bind`); from then on the log *is* that session's ``events`` and the
+    handle keeps only a count (``next_seq``) and the durable cursor.
     """
 
     mode: Literal["write"] = "write"
@@ -413,30 +417,41 @@ class BufferedWriteHandle(ABC, Generic[T]):
     def __init__(
         self,
         owner: HandleOwner,
+        storage: SessionStorage[L],
         header: SessionHeader,
-        events: list[SessionEvent],
+        *,
+        lease: L | None = None,
+        load: SessionLoad | None = None,
     ) -> None:
         self._owner = owner
+        self._storage = storage
         self._header = header
-        self._events = events
-        #: Durable count: events[:cursor] are stored.
+        self._lease = lease
+        events = list(load.events) if load is not None else []
+        #: The log while no session is bound (None once one is: its events are the log).
+        self._own: list[SessionEvent] | None = events
+        self._bound: Session | None = None
+        self._accepted = len(events)
+        #: Durable count: the first ``cursor`` events are stored.
         self._cursor = len(events)
+        #: What a crash left after the stored log; repaired by the first write.
+        self._torn = load.torn_tail if load is not None else None
+        #: Why this handle may not write any more: a poisoned fsync or a lost lock.
+        self._problem: BaseException | None = None
         self._closed = False
         self._closing = Once()
-        self._batcher: WriteBehind[T] = WriteBehind(
+        self._batcher: WriteBehind[Pending] = WriteBehind(
             write=self._write,
             spawn=owner.spawn,
             report=self._report,
             wants_empty_write=self._wants_empty_write,
         )
-        #: The live Session bound to this handle, if any (set by the live binder).
-        self.bound: object | None = None
 
     # -- what every handle shows (the seam documents each)
 
     @property
     def next_seq(self) -> int:
-        return len(self._events)
+        return self._accepted
 
     @property
     def durable_seq(self) -> int:
@@ -455,62 +470,54 @@ class BufferedWriteHandle(ABC, Generic[T]):
         return self._header
 
     @property
-    def write_behind(self) -> WriteBehind[T]:
+    def lease(self) -> L | None:
+        """The storage's per-session state while this handle owns the session."""
+        return self._lease
+
+    @property
+    def materialized(self) -> bool:
+        """The session is stored (its header at least)."""
+        return self._lease is not None
+
+    @property
+    def write_behind(self) -> WriteBehind[Pending]:
         """The controller deciding when batches are written (for inspection)."""
         return self._batcher
 
-    def accepted_events(self) -> tuple[SessionEvent, ...]:
-        """Every event this handle holds: stored at open plus appended since."""
-        return tuple(self._events)
-
-    # -- backend hooks
-
     @property
-    @abstractmethod
-    def materialized(self) -> bool:
-        """The session is stored (its header at least)."""
+    def bound(self) -> Session | None:
+        """The live session whose events are this handle's log, if any."""
+        return self._bound
 
-    @abstractmethod
-    def _encode(self, event: SessionEvent, wire: dict[str, Any] | None) -> T:
-        """The buffered form of an admitted event (``wire``: its plain form, when given so)."""
+    def accepted_events(self) -> Sequence[SessionEvent]:
+        """Every event this handle holds: stored at open plus appended since."""
+        if self._own is not None:
+            return self._own
+        assert self._bound is not None
+        return self._bound.events[: self._accepted]
 
-    def _check_wire(self, wire: dict[str, Any], where: str) -> dict[str, Any]:
-        """Backend checks of a plain event before it is decoded (default: none)."""
-        return wire
-
-    def _unusable(self) -> BaseException | None:
-        """Why this open handle may not write any more (a poisoned fsync, a lost lock)."""
-        return None
-
-    @abstractmethod
-    async def _store(self, batch: Sequence[T]) -> None:
-        """Persist ``batch`` all-or-nothing; raise, with nothing stored, when it fails."""
-
-    def _wants_empty_write(self) -> bool:
-        """A flush with nothing buffered still calls ``_store([])`` (e.g. to publish)."""
-        return not self.materialized
-
-    def _close_needs_write(self) -> bool:
-        """Close must call ``_store`` even with nothing buffered (e.g. a torn tail to repair)."""
-        return False
-
-    def _close_error(self) -> BaseException | None:
-        """Raised by ``close`` of an unusable handle, after releasing (default: none)."""
-        return None
-
-    @abstractmethod
-    def _drop(self) -> None:
-        """Free what backs ownership (descriptors, lock, connection) at once. Idempotent."""
-
-    async def _release(self) -> None:
-        """Give up ownership after the final drain (default: :meth:`release_now`)."""
-        self.release_now()
-
-    @abstractmethod
-    async def read(self) -> SessionLoad:
-        """Stored plus appended events, as this handle sees them (no closers)."""
+    def bind(self, session: Session) -> None:
+        """Make ``session``'s events this handle's log (the caller checked it reproduces it)."""
+        self._bound = session
+        self._own = None
 
     # -- admission
+
+    def _unusable(self) -> BaseException | None:
+        """A fresh error for each refusal (re-raising one object would grow its traceback)."""
+        problem = self._problem
+        if problem is None:
+            return None
+        if isinstance(problem, SessionOwnershipLostError):
+            error: BaseException = SessionOwnershipLostError(str(problem))
+        else:
+            error = SessionHandlePoisonedError(
+                f'write handle of session "{self.id}" is unusable after a failed fsync '
+                f"({problem}); what reached the disk is unknown — reopen the session to "
+                "continue from what is really stored"
+            )
+        error.__cause__ = problem
+        return error
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -521,14 +528,10 @@ class BufferedWriteHandle(ABC, Generic[T]):
         if problem is not None:
             raise problem
 
-    def _check_readable(self) -> None:
-        if self._closed:
-            raise SessionHandleClosedError(f'write handle of session "{self.id}" is closed')
-
-    def _admit_event(self, event: EventLike, where: str) -> tuple[SessionEvent, T]:
+    def _admit_event(self, event: EventLike, where: str) -> Pending:
         if isinstance(event, SessionEvent):
             reject_retired(self.id, event.type, event.seq, event.data)
-            return event, self._encode(event, None)
+            return Pending(event, self._storage.encode(event, None))
         if not isinstance(event, Mapping):
             raise SessionAppendRejectedError(
                 f"{where}: expected a SessionEvent or a mapping, got {type(event).__qualname__}"
@@ -541,13 +544,12 @@ class BufferedWriteHandle(ABC, Generic[T]):
                 f'non-JSON-serializable data (event type "{event.get("type")}"): '
                 f"{error.problem} at {error.path}"
             ) from error
-        wire = self._check_wire(wire, where)
         reject_retired(self.id, wire.get("type"), wire.get("seq"), wire.get("data"))
         try:
             typed = decode_event(wire, where=where)
         except InvalidSessionEventError as error:
             raise SessionAppendRejectedError(str(error)) from error
-        return typed, self._encode(typed, wire)
+        return Pending(typed, self._storage.encode(typed, wire))
 
     def append(self, events: Sequence[EventLike]) -> None:
         """Accept a contiguous batch: validated here, ordered and visible, not durable."""
@@ -558,27 +560,60 @@ class BufferedWriteHandle(ABC, Generic[T]):
         if not prepared:
             return
         self._check_usable()
-        expected = len(self._events)
-        for index, (typed, _item) in enumerate(prepared):
+        expected = self._accepted
+        for index, item in enumerate(prepared):
+            typed = item.event
             if typed.seq != expected + index:
                 raise SessionAppendRejectedError(
                     f'append seq mismatch for "{self.id}": expected {expected + index} at index '
                     f'{index}, got {typed.seq} (event type "{typed.type}")'
                 )
-        self._events.extend(typed for typed, _item in prepared)
-        self._batcher.admit([item for _typed, item in prepared])
+        if self._own is not None:
+            self._own.extend(item.event for item in prepared)
+        else:
+            assert self._bound is not None
+            live = self._bound.events
+            if len(live) < expected + len(prepared) or any(
+                live[item.seq] is not item.event and live[item.seq] != item.event
+                for item in prepared
+            ):
+                raise SessionAppendRejectedError(
+                    f'session "{self.id}" is bound to a live session: append to the session, '
+                    "not to its write handle"
+                )
+        self._accepted += len(prepared)
+        self._batcher.admit(prepared)
 
     def admit_live(self, event: SessionEvent) -> None:
         """Route one live ``session/event``: events this handle already has are skipped."""
-        if event.seq < len(self._events):
+        if event.seq < self._accepted:
             return
         self.append([event])
 
     # -- writing
 
-    async def _write(self, batch: Sequence[T]) -> None:
-        await self._store(batch)
+    def _wants_empty_write(self) -> bool:
+        """A flush with nothing buffered still writes: to publish, or to repair a torn tail."""
+        return self._lease is None or self._torn is not None
+
+    async def _write(self, batch: Sequence[Pending]) -> None:
+        problem = self._unusable()
+        if problem is not None:
+            raise problem
+        try:
+            if self._lease is None:
+                self._lease = await self._storage.materialize(self._header, batch)
+            else:
+                await self._storage.append(self._lease, batch)
+        except SessionOwnershipLostError as error:
+            self._problem = error
+            raise
+        except SessionWriteError as error:
+            if error.unknown_state is not None:
+                self._problem = error.unknown_state
+            raise
         self._cursor += len(batch)
+        self._torn = None
 
     def _report(self, error: BaseException) -> None:
         self._owner.logger.warning(
@@ -593,6 +628,18 @@ class BufferedWriteHandle(ABC, Generic[T]):
         self._check_usable()
         await self._batcher.flush()
 
+    async def read(self) -> SessionLoad:
+        """Stored plus appended events, as this handle sees them (no closers)."""
+        if self._closed:
+            raise SessionHandleClosedError(f'write handle of session "{self.id}" is closed')
+        return SessionLoad(
+            header=self._header,
+            events=tuple(self.accepted_events()),
+            revision=f"written:{self._cursor}" if self._lease is not None else "unmaterialized",
+            location=self._storage.locate(self._header),
+            torn_tail=self._torn,
+        )
+
     # -- lifecycle
 
     async def close(self) -> None:
@@ -601,7 +648,8 @@ class BufferedWriteHandle(ABC, Generic[T]):
         The drain is shielded from cancellation: a close that is cancelled still
         writes what was appended. A second caller while a close runs waits for
         that close to finish instead of racing it (two closers would release the
-        lock under a running write). A failed drain still releases.
+        lock under a running write). A failed drain still releases. A handle
+        whose lock was lost raises that loss when events are not known stored.
         """
         if not self._closed:
             await self._closing.run(self._close_once)
@@ -609,25 +657,28 @@ class BufferedWriteHandle(ABC, Generic[T]):
     async def _close_once(self) -> None:
         error: BaseException | None = None
         try:
-            if self._unusable() is None:
-                if not self._batcher.idle or self._close_needs_write():
+            if self._problem is None:
+                if not self._batcher.idle or self._torn is not None:
                     await self._batcher.flush()
-            else:
-                error = self._close_error()
+            elif isinstance(self._problem, SessionOwnershipLostError):
+                if self._cursor < self._accepted:
+                    error = self._unusable()
         finally:
-            self._batcher.cancel_window()
-            await self._release()
+            await self.abandon()
         if error is not None:
             raise error
 
-    def release_now(self) -> None:
-        """Drop ownership without draining. Idempotent."""
+    async def abandon(self) -> None:
+        """Release ownership without draining. Idempotent."""
         self._batcher.cancel_window()
         self._closed = True
         self._owner.forget(self)
-        self._drop()
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            with anyio.CancelScope(shield=True):
+                await self._storage.release(lease)
 
-    async def __aenter__(self) -> BufferedWriteHandle[T]:
+    async def __aenter__(self) -> WriteHandle[L]:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

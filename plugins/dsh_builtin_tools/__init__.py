@@ -1,4 +1,4 @@
-"""``builtin-tools``: ``bash`` and the file tools (read, write, edit, glob, grep; DECISIONS D11)."""
+"""``builtin-tools``: ``bash`` and the file tools (read, write, edit, search, list; D11)."""
 
 from .bash import BASH_DESCRIPTION, denial_marker, render_bash
 from .config import BuiltinToolsConfig, BuiltinToolsConfigError

@@ -41,13 +41,9 @@ after <N>ms]``, then ``[killed by signal: <SIG>]`` or ``[exit code: <n>]``.
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
-import re
-import shutil
 import signal as signals
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -59,14 +55,16 @@ from dsh_host.context import Context
 from dsh_host.errors import AbortError
 from dsh_host.jsonsafe import js_number
 from dsh_host.sandbox import (
+    DEFAULT_ENV_ALLOW,
     ConfinedArgv,
     SandboxMode,
     SandboxPolicy,
     SandboxUnavailableError,
+    allowed_environment,
     workspace_read_only_paths,
-    writable_roots,
 )
 from dsh_host.session.messages import ContentBlock, TextBlock
+from dsh_host.spawn import FdReceiveStream, SpawnedProcess, open_process
 from dsh_host.tools import ToolDefinition, ToolExecution, ToolOutput
 from dsh_host.tools.escalation import (
     ESCALATION_TARGETS,
@@ -77,8 +75,8 @@ from dsh_host.tools.escalation import (
     validate_escalation_args,
 )
 
-from ._spawn import FdReceiveStream, SpawnedProcess, open_process
-from .config import BuiltinToolsConfig, BuiltinToolsConfigError
+from .config import BuiltinToolsConfig
+from .spill import SPILL_CAPPED_MARKER, SpillArea
 
 __all__ = [
     "BASH_DESCRIPTION",
@@ -90,22 +88,6 @@ __all__ = [
     "render_bash",
 ]
 
-#: Inherited variables a tool process gets by default (class 4 of issue 15: an allow-list, so
-#: ``DATABASE_URL``, ``TMUX``, ``SSH_AUTH_SOCK``, proxy credentials ... never reach the tool).
-#: A trailing ``*`` is a prefix pattern. The row's ``envAllow`` adds names or patterns.
-DEFAULT_ENV_ALLOW: Final = (
-    "PATH",
-    "HOME",
-    "LANG",
-    "LANGUAGE",
-    "LC_*",
-    "TERM",
-    "TZ",
-    "USER",
-    "LOGNAME",
-    "SHELL",
-    "TMPDIR",
-)
 _FIXED_ENV: Final = {"NO_COLOR": "1", "TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat"}
 _READ_CHUNK: Final = 65536
 #: How long a finished command's inherited pipes may stay open (a background grandchild).
@@ -299,95 +281,6 @@ def render_bash(_args: Any, value: Any, *, escalation: bool = False) -> list[Con
 
 # --------------------------------------------------------------------------- output capture
 
-#: Written at the end of a spill file that reached ``maxSpillBytes``.
-SPILL_CAPPED_MARKER: Final = (
-    "\n[dsh: spill capped at {cap} bytes; the rest of this stream was discarded]\n"
-)
-
-
-def spill_base(config: BuiltinToolsConfig, workspace: str) -> str | None:
-    """The directory a row's private spill area is created in, outside every writable root.
-
-    A confined command may write the workspace and (Landlock) the host's temporary
-    directories, so a spill file there could be pre-planted as a symlink (DECISIONS D20). An
-    explicit ``spillDir`` inside one of those is a config error; by default the first of
-    ``$XDG_RUNTIME_DIR/dsh``, ``$XDG_CACHE_HOME/dsh`` (``~/.cache/dsh``) and ``/var/tmp`` that is
-    outside them is used. None: no candidate qualifies, so nothing is spilled.
-    """
-    roots = writable_roots(SandboxPolicy(mode="workspace-write", workspace_root=workspace))
-
-    def inside(path: str) -> str | None:
-        canonical = os.path.realpath(path)
-        for root in roots:
-            if canonical == root or canonical.startswith(root.rstrip(os.sep) + os.sep):
-                return root
-        return None
-
-    if config.spill_dir is not None:
-        explicit = os.path.abspath(os.path.expanduser(config.spill_dir))
-        root = inside(explicit)
-        if root is not None:
-            raise BuiltinToolsConfigError(
-                f"builtin-tools: spillDir {config.spill_dir!r} is inside {root}, which sandboxed "
-                "commands can write; choose a directory outside the workspace and the temporary "
-                "directories (or leave spillDir unset)"
-            )
-        return explicit
-    candidates = []
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isabs(runtime) and os.path.isdir(runtime):
-        candidates.append(os.path.join(runtime, "dsh"))
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    if os.path.isabs(cache):
-        candidates.append(os.path.join(cache, "dsh"))
-    candidates.append("/var/tmp")
-    for candidate in candidates:
-        if inside(candidate) is None:
-            return candidate
-    return None
-
-
-class SpillArea:
-    """One row's private spill directory (``mkdtemp``, 0700), created on first use.
-
-    Files are created ``O_CREAT | O_EXCL | O_NOFOLLOW`` (0600) relative to the directory's
-    descriptor, with names no other process chooses (a per-row counter), so a planted file or
-    symlink makes the spill fail instead of being written through. :meth:`dispose` (the row's
-    unload: the end of the run) deletes the directory and everything in it.
-    """
-
-    def __init__(self, base: str | None, cap: int) -> None:
-        self.base = base
-        self.cap = cap
-        self.path: str | None = None
-        self._dir_fd: int | None = None
-        self._count = itertools.count(1)
-
-    def open(self, call_id: str, stream: str) -> tuple[int, str] | None:
-        """A new spill file for one stream of one call: (descriptor, path), or None."""
-        if self.base is None:
-            return None
-        if self._dir_fd is None:
-            os.makedirs(self.base, mode=0o700, exist_ok=True)
-            self.path = tempfile.mkdtemp(prefix="dsh-bash-output-", dir=self.base)
-            self._dir_fd = os.open(
-                self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-            )
-        safe_id = re.sub(r"[^A-Za-z0-9_.-]", "_", call_id)[:100] or "call"
-        name = f"{next(self._count)}-{safe_id}.{stream}"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(name, flags, 0o600, dir_fd=self._dir_fd)
-        return fd, os.path.join(self.path or "", name)
-
-    def dispose(self) -> None:
-        """Close the directory and delete it with its files. Idempotent."""
-        fd, self._dir_fd = self._dir_fd, None
-        if fd is not None:
-            os.close(fd)
-        path, self.path = self.path, None
-        if path is not None:
-            shutil.rmtree(path, ignore_errors=True)
-
 
 @dataclass
 class _Capture:
@@ -571,27 +464,13 @@ async def _run(
 # --------------------------------------------------------------------------- the tool
 
 
-def env_allowed(name: str, patterns: tuple[str, ...]) -> bool:
-    """Whether ``name`` matches an allow-list entry (exact, or a ``PREFIX*`` pattern)."""
-    for pattern in patterns:
-        if pattern.endswith("*") and name.startswith(pattern[:-1]):
-            return True
-        if name == pattern:
-            return True
-    return False
-
-
 def _environment(exec: ToolExecution, allow: tuple[str, ...]) -> dict[str, str]:
     """The child's environment: allow-listed inherited names, then the managed values.
 
     Inherited ``DSH_*`` never pass (the managed values below are the only ``DSH_*`` a tool
     sees), whatever the allow-list says.
     """
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if env_allowed(name, allow) and not name.startswith("DSH_")
-    }
+    env = allowed_environment(allow)
     env.update(_FIXED_ENV)
     env["DSH_SHELL"] = "1"
     env["DSH_CALL_ID"] = exec.call_id
@@ -629,7 +508,9 @@ def _session_id(exec: ToolExecution) -> str | None:
     return session_id if isinstance(session_id, str) else None
 
 
-def bash_tool(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> ToolDefinition:
+def bash_tool(
+    ctx: Context, config: BuiltinToolsConfig, workspace: str, spill: SpillArea
+) -> ToolDefinition:
     """Build the ``bash`` tool for one ``builtin-tools`` row.
 
     The row's ``sandbox`` mode is every call's standing mode. When it confines,
@@ -641,8 +522,6 @@ def bash_tool(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> ToolD
     mode = config.sandbox
     escalation = mode != "danger-full-access"
     grace_s = config.kill_grace_ms / 1000
-    spill = SpillArea(spill_base(config, workspace), config.max_spill_bytes)
-    ctx.effect(spill.dispose, "bash spill area")
     env_allow = DEFAULT_ENV_ALLOW + config.env_allow
 
     def confine(

@@ -34,10 +34,16 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     ``readMaxLineLength``: characters kept per returned line. ``maxEditBytes``:
     the largest file ``edit_file`` edits (it reads the whole file).
     ``maxSearchResults``: most paths ``glob`` lists and matching lines ``grep`` shows.
+    ``ripgrep``: let ``glob``/``grep`` list files with the packaged ``rg`` (the ``ripgrep``
+    wheel) when it is installed; off, or without it, a pure-Python walk gives the same list.
     ``spillDir``: where the row's private spill directory is created (default:
-    outside every writable root, see ``bash.spill_base``).
+    outside every writable root, see ``spill.spill_base``).
     ``maxSpillBytes``: the most one stream spills; past it the file ends with a
     capped marker and the rest is discarded.
+    ``maxInlineBytes``: the most UTF-8 bytes of any tool's plain-text result the model
+    sees (every tool in the composition but ``read_file``); a larger result is saved to the
+    spill directory and replaced by a head/tail preview and a notice naming the file
+    (``null`` turns this off).
     ``envAllow``: inherited environment variables a ``bash`` child
     may see beyond the default allow-list (exact names, or ``PREFIX*``).
     ``protectedPaths`` (workspace-relative) and, with ``protectVirtualenvs``,
@@ -58,6 +64,8 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     max_search_results: int = 200
     spill_dir: str | None = None
     max_spill_bytes: int = 16_000_000
+    max_inline_bytes: int | None = 50_000
+    ripgrep: bool = True
     env_allow: tuple[str, ...] = ()
     protected_paths: tuple[str, ...] = DEFAULT_PROTECTED_NAMES
     protect_virtualenvs: bool = True
@@ -74,9 +82,10 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
             "max_edit_bytes",
             "max_search_results",
             "max_spill_bytes",
+            "max_inline_bytes",
         ):
             value = getattr(self, field)
-            if value <= 0:
+            if value is not None and value <= 0:
                 camel = field.split("_")[0] + "".join(p.title() for p in field.split("_")[1:])
                 raise BuiltinToolsConfigError(
                     f"builtin-tools: {camel} must be a positive integer, got {value}"

@@ -25,11 +25,10 @@ from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, ToolOutput
 
 from .config import BuiltinToolsConfig
 from .files import (
-    READ_FLAGS,
     WorkspaceRoot,
     binary_refusal,
     display_parts,
-    open_regular,
+    open_regular_in,
     refuse_read_only,
     replace_in,
     target_dir,
@@ -118,12 +117,7 @@ def edit_file_tool(config: BuiltinToolsConfig, root: WorkspaceRoot) -> ToolDefin
         dir_fd = target_dir(holder, parts, workspace, create=False)
         try:
             name = parts[-1]
-            fd = open_regular(
-                lambda: os.open(name, READ_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd),
-                shown,
-                workspace,
-                "edit_file",
-            )
+            fd = open_regular_in(dir_fd, name, shown, workspace, "edit_file")
             try:
                 size = os.fstat(fd).st_size
                 if size > max_bytes:

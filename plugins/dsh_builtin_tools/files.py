@@ -56,6 +56,7 @@ from dsh_host.tools.beneath import (
 
 from .bash import denial_marker
 from .config import BuiltinToolsConfig
+from .spill import SpillArea
 
 __all__ = [
     "BINARY_SNIFF_BYTES",
@@ -68,6 +69,7 @@ __all__ = [
     "display_parts",
     "fence_refusal",
     "open_regular",
+    "open_regular_in",
     "read_file_tool",
     "read_window",
     "refuse_read_only",
@@ -368,8 +370,22 @@ def open_regular(open_fd: Callable[[], int], shown: str, workspace: str, tool: s
 READ_FLAGS: Final = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY
 
 
-def read_file_tool(config: BuiltinToolsConfig, root: WorkspaceRoot) -> ToolDefinition:
-    """Build ``read_file``: a line-numbered window of one text file."""
+def open_regular_in(dir_fd: int, name: str, shown: str, workspace: str, tool: str) -> int:
+    """Open the entry ``name`` of the directory ``dir_fd`` for reading, without following it
+    and without blocking, and keep it only if it is a regular file (see :func:`open_regular`)."""
+    return open_regular(
+        lambda: os.open(name, READ_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd),
+        shown,
+        workspace,
+        tool,
+    )
+
+
+def read_file_tool(
+    config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea
+) -> ToolDefinition:
+    """Build ``read_file``: a line-numbered window of one text file of the workspace, or of a
+    file of the row's spill area named by the absolute path a truncation notice printed."""
     max_bytes, max_lines, max_line = (
         config.max_read_bytes,
         config.read_limit,
@@ -377,11 +393,7 @@ def read_file_tool(config: BuiltinToolsConfig, root: WorkspaceRoot) -> ToolDefin
     )
     holder, workspace = root, root.path
 
-    def read_sync(parts: tuple[str, ...], offset: int, limit: int) -> str:
-        shown = display_parts(parts)
-        fd = open_regular(
-            lambda: open_beneath(holder.fd(), parts, READ_FLAGS), shown, workspace, "read_file"
-        )
+    def window_of(fd: int, shown: str, offset: int, limit: int) -> str:
         try:
             window = read_window(
                 fd, shown, offset=offset, limit=limit, max_line=max_line, max_bytes=max_bytes
@@ -390,8 +402,20 @@ def read_file_tool(config: BuiltinToolsConfig, root: WorkspaceRoot) -> ToolDefin
             os.close(fd)
         return render_window(shown, window, max_bytes)
 
+    def read_sync(path: Any, offset: int, limit: int) -> str:
+        spilled = spill.locate(path) if isinstance(path, str) else None
+        if spilled is not None:
+            dir_fd, name = spilled
+            fd = open_regular_in(dir_fd, name, path, workspace, "read_file")
+            return window_of(fd, path, offset, limit)
+        parts = workspace_parts(path, workspace)
+        shown = display_parts(parts)
+        fd = open_regular(
+            lambda: open_beneath(holder.fd(), parts, READ_FLAGS), shown, workspace, "read_file"
+        )
+        return window_of(fd, shown, offset, limit)
+
     async def execute(args: Any, exec: ToolExecution) -> Any:
-        parts = await anyio.to_thread.run_sync(workspace_parts, args["path"], workspace)
         offset = args.get("offset", 1)
         count = args.get("limit", max_lines)
         if offset < 1:
@@ -400,7 +424,7 @@ def read_file_tool(config: BuiltinToolsConfig, root: WorkspaceRoot) -> ToolDefin
             raise ToolError(f"invalid limit: expected a positive line count, got {count}")
         if count > max_lines:
             raise ToolError(f"limit must be less than or equal to {max_lines}")
-        return await anyio.to_thread.run_sync(read_sync, parts, int(offset), int(count))
+        return await anyio.to_thread.run_sync(read_sync, args["path"], int(offset), int(count))
 
     return ToolDefinition(
         name="read_file",
@@ -408,7 +432,8 @@ def read_file_tool(config: BuiltinToolsConfig, root: WorkspaceRoot) -> ToolDefin
             "Read a UTF-8 text file inside the workspace. The result numbers every line "
             "(`<n>: <text>`) and ends with a footer saying whether more lines follow; use "
             f"`offset` (1-based) and `limit` (at most {max_lines} lines) to page through a large "
-            "file. Binary files and paths outside the workspace are refused."
+            "file, or through the saved full output a truncated tool result names. Binary files "
+            "and other paths outside the workspace are refused."
         ),
         parameters=read_parameters(max_lines),
         execute=execute,
@@ -466,12 +491,7 @@ def current_digest(dir_fd: int, name: str, shown: str, workspace: str) -> str | 
     following a link and non-blocking."""
     if _existing_in(dir_fd, name, shown, workspace) is None:
         return None
-    fd = open_regular(
-        lambda: os.open(name, READ_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd),
-        shown,
-        workspace,
-        "the file tools",
-    )
+    fd = open_regular_in(dir_fd, name, shown, workspace, "the file tools")
     try:
         return _digest_of(fd)
     finally:

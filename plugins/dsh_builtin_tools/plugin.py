@@ -6,15 +6,16 @@ import os
 
 from dsh_host.context import Context
 from dsh_host.plugin import Plugin
-from dsh_host.sandbox import SandboxPolicy, confined_writable_roots
+from dsh_host.sandbox import SandboxPolicy, confined_writable_roots, harness_state_conflict
 from dsh_host.tools.keys import TOOLS
-from dsh_host.userdirs import user_config_file
 
 from .bash import bash_tool
 from .config import BuiltinToolsConfig, BuiltinToolsConfigError, canonical_workspace
 from .edit import edit_file_tool
 from .files import read_file_tool, workspace_root, write_file_tool
+from .listing import list_dir_tool
 from .search import glob_tool, grep_tool
+from .spill import SpillArea, bound_results, spill_base
 
 __all__ = ["BuiltinTools"]
 
@@ -39,18 +40,19 @@ class BuiltinTools(Plugin):
                 "not an existing directory"
             )
         refuse_writable_harness_state(ctx, config, workspace)
+        spill = SpillArea(spill_base(config, workspace), config.max_spill_bytes)
+        ctx.effect(spill.dispose, "builtin-tools spill area")
         tools = ctx.service(TOOLS)
-        tools.register(bash_tool(ctx, config, workspace), owner=ctx)
+        tools.register(bash_tool(ctx, config, workspace, spill), owner=ctx)
         root = workspace_root(ctx, workspace)
-        tools.register(read_file_tool(config, root), owner=ctx)
+        tools.register(read_file_tool(config, root, spill), owner=ctx)
         tools.register(write_file_tool(config, root), owner=ctx)
         tools.register(edit_file_tool(config, root), owner=ctx)
-        tools.register(glob_tool(config, root), owner=ctx)
-        tools.register(grep_tool(config, root), owner=ctx)
-
-
-def _overlap(a: str, b: str) -> bool:
-    return os.path.commonpath([a, b]) in (a, b)
+        tools.register(glob_tool(config, root, spill), owner=ctx)
+        tools.register(grep_tool(config, root, spill), owner=ctx)
+        tools.register(list_dir_tool(config, root, spill), owner=ctx)
+        if config.max_inline_bytes is not None:
+            bound_results(ctx, spill, config.max_inline_bytes)
 
 
 def tool_writable_paths(
@@ -77,20 +79,12 @@ def refuse_writable_harness_state(ctx: Context, config: BuiltinToolsConfig, work
     (see :class:`BuiltinTools`)."""
     store = ctx.get("sessionPersistence")
     root = getattr(store, "root", None)
-    session_root = canonical_workspace(root) if isinstance(root, str) else None
-    config_dir = canonical_workspace(str(user_config_file().parent))
-    for path, what in tool_writable_paths(ctx, config, workspace):
-        if session_root is not None and _overlap(session_root, path):
-            raise BuiltinToolsConfigError(
-                f"builtin-tools: the session root {session_root} overlaps {path} ({what}), so "
-                "the agent's own tools could rewrite the log that records them; store sessions "
-                "outside it (--root DIR, DSH_SESSION_ROOT or the persistence row's `root`) or "
-                "work in another directory (--workspace DIR)"
-            )
-        if _overlap(config_dir, path):
-            raise BuiltinToolsConfigError(
-                f"builtin-tools: your dsh configuration directory {config_dir} overlaps {path} "
-                f"({what}), so the agent's own tools could plant a composition or a trust record "
-                "for your next run; work in another directory (--workspace DIR) or move it "
-                "(XDG_CONFIG_HOME)"
-            )
+    problem = harness_state_conflict(
+        root if isinstance(root, str) else None,
+        tool_writable_paths(ctx, config, workspace),
+        who="builtin-tools",
+        actor="the agent's own tools",
+        elsewhere="work in another directory (--workspace DIR)",
+    )
+    if problem is not None:
+        raise BuiltinToolsConfigError(problem)

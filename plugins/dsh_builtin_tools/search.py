@@ -1,12 +1,25 @@
 """``glob`` and ``grep``: find files and lines in the workspace, honouring ``.gitignore``.
 
-The walk is descriptor-based like the other file tools: :func:`os.fwalk` from the workspace
-descriptor (or a directory opened beneath it), never following a symbolic link (a link is
-neither listed nor entered), so a racing process cannot move a search outside the workspace.
-``.git`` is never entered; each directory's ``.gitignore`` (read with ``O_NOFOLLOW``,
-non-blocking, regular files only) is parsed by ``pathspec``'s gitignore semantics and applies to
-the paths beneath that directory. Results are sorted (paths, then line numbers) and capped; a
-cap says how many more there were.
+Both list the candidate files first, then filter (``glob``: the pattern, gitignore syntax via
+``pathspec``) or search them (``grep``: a Python regular expression, line by line). The list
+comes from the packaged ripgrep (the ``ripgrep`` wheel's ``rg`` beside this interpreter) when it
+is installed and the row's ``ripgrep`` is on, else from a pure-Python walk; both give the same
+list, so the model sees the same result either way:
+
+* every regular file beneath the search directory, hidden ones included, sorted by path
+  components; ``.git`` entries are skipped;
+* each directory's ``.gitignore`` applies beneath it (gitignore semantics), including the
+  ``.gitignore`` files of the directories between the workspace and the search directory, and
+  none above the workspace; ``.ignore``, ``.git/info/exclude`` and global excludes are not read;
+* no symbolic link is listed or entered (``rg`` runs without ``--follow``; the walk is
+  :func:`os.fwalk` from a descriptor with ``follow_symlinks=False``).
+
+``rg`` runs with a fixed argv (``--no-config``, so ``RIPGREP_CONFIG_PATH`` cannot add a
+preprocessor), an empty environment and the workspace as its working directory, and only lists
+names; what it lists is a hint: every file the tools show or read is opened again beneath the
+workspace descriptor (:func:`~dsh_host.tools.beneath.open_beneath`: no link followed, regular
+files only), so a directory swapped for a symlink mid-walk cannot lead out. Results are capped
+(``maxSearchResults``); a capped list is saved whole to the spill area and the footer names it.
 """
 
 from __future__ import annotations
@@ -14,14 +27,16 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterator
+import subprocess
+import sysconfig
+from collections.abc import Callable, Iterator
 from typing import Any, Final, TypeAlias
 
 import anyio.to_thread
 import pathspec
 
 from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, text_output
-from dsh_host.tools.beneath import open_dirs_beneath
+from dsh_host.tools.beneath import open_beneath, open_dirs_beneath
 
 from .config import BuiltinToolsConfig
 from .files import (
@@ -32,19 +47,65 @@ from .files import (
     fence_refusal,
     workspace_parts,
 )
+from .spill import RETRIEVAL_HINT, SpillArea
 
-__all__ = ["glob_tool", "grep_tool", "walk_files"]
+__all__ = [
+    "Specs",
+    "ancestor_specs",
+    "capped_footer",
+    "glob_tool",
+    "grep_tool",
+    "ignored",
+    "list_files",
+    "open_search_dir",
+    "read_ignore",
+    "ripgrep_binary",
+    "shown_path",
+    "with_ignore",
+]
 
 #: Characters kept of one matching line.
 MAX_LINE_CHARS: Final = 300
 #: Files larger than this are not searched by ``grep`` (counted in the footer).
 MAX_GREP_FILE_BYTES: Final = 4_000_000
-#: Most directory entries one walk visits.
+#: Matching lines ``grep`` keeps for its spill file; later ones are only counted.
+MAX_KEPT_MATCHES: Final = 100_000
+#: Most candidate files one search lists.
 MAX_ENTRIES: Final = 200_000
 _IGNORE_FILE_BYTES: Final = 1_000_000
+#: ripgrep's listing: every file, hidden ones too, ``.gitignore`` files only (inside a git
+#: repository or not, none above the search root), no link followed, NUL-separated.
+RG_LIST_ARGS: Final = (
+    "--no-config",
+    "--files",
+    "--hidden",
+    "--no-ignore-dot",
+    "--no-ignore-exclude",
+    "--no-ignore-global",
+    "--no-ignore-parent",
+    "--no-require-git",
+    "--no-messages",
+    "--null",
+    "--glob",
+    "!.git",
+)
 
 
-def _read_ignore(dir_fd: int) -> list[str]:
+def ripgrep_binary() -> str | None:
+    """The ``rg`` the ``ripgrep`` wheel installed beside this interpreter, or None. A ``rg``
+    elsewhere on ``PATH`` is not used: its version and build are unknown."""
+    candidate = os.path.join(sysconfig.get_path("scripts"), "rg")
+    return candidate if os.path.isfile(candidate) and os.access(candidate, os.X_OK) else None
+
+
+def shown_path(parts: tuple[str, ...]) -> str:
+    """A listed path as the model sees it: bytes of a file name that are not UTF-8 (kept by
+    ``os.fsdecode`` as lone surrogates, which no message can carry) shown as U+FFFD."""
+    path = "/".join(parts)
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def read_ignore(dir_fd: int) -> list[str]:
     try:
         fd = os.open(".gitignore", READ_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError:
@@ -60,7 +121,7 @@ def _read_ignore(dir_fd: int) -> list[str]:
 Specs: TypeAlias = list[tuple[tuple[str, ...], "pathspec.PathSpec[Any]"]]
 
 
-def _ignored(specs: Specs, path: tuple[str, ...], is_dir: bool) -> bool:
+def ignored(specs: Specs, path: tuple[str, ...], is_dir: bool) -> bool:
     """Whether a ``.gitignore`` of an ancestor directory (``where``) ignores ``path``."""
     for where, spec in specs:
         relative = "/".join(path[len(where) :]) + ("/" if is_dir else "")
@@ -69,46 +130,142 @@ def _ignored(specs: Specs, path: tuple[str, ...], is_dir: bool) -> bool:
     return False
 
 
-def walk_files(top_fd: int, base: tuple[str, ...]) -> Iterator[tuple[str, int]]:
-    """``(workspace-relative path, directory fd)`` of every regular file beneath ``top_fd``
-    (whose workspace path is ``base``) that no ``.gitignore`` ignores, in sorted order. The
-    descriptor is valid only until the next item."""
+def with_ignore(dir_fd: int, here: tuple[str, ...], specs: Specs) -> Specs:
+    """``specs`` plus the ``.gitignore`` of the directory ``dir_fd`` (workspace path ``here``)."""
+    rules = read_ignore(dir_fd)
+    return [*specs, (here, pathspec.GitIgnoreSpec.from_lines(rules))] if rules else specs
+
+
+def ancestor_specs(root_fd: int, parts: tuple[str, ...]) -> Specs:
+    """The ``.gitignore`` rules of the workspace and of each directory between it and the
+    search directory ``parts`` (exclusive), read beneath the workspace descriptor."""
     specs: Specs = []
-    seen = 0
+    for depth in range(len(parts)):
+        try:
+            dir_fd = open_dirs_beneath(root_fd, parts[:depth], create=False)
+        except OSError:
+            continue
+        try:
+            specs = with_ignore(dir_fd, parts[:depth], specs)
+        finally:
+            os.close(dir_fd)
+    return specs
+
+
+def _too_many() -> ToolError:
+    return ToolError(f"the search listed more than {MAX_ENTRIES} files; search a narrower path")
+
+
+def _walk(top_fd: int, base: tuple[str, ...], specs: Specs) -> Iterator[tuple[str, ...]]:
+    """The pure-Python listing: files beneath ``top_fd`` (workspace path ``base``) that no
+    ``.gitignore`` ignores, never following a link."""
     for dirpath, dirnames, filenames, dir_fd in os.fwalk(".", dir_fd=top_fd, follow_symlinks=False):
         here = base + tuple(p for p in dirpath.split(os.sep) if p not in ("", "."))
         specs = [(where, spec) for where, spec in specs if here[: len(where)] == where]
-        lines = _read_ignore(dir_fd)
-        if lines:
-            specs.append((here, pathspec.GitIgnoreSpec.from_lines(lines)))
-        kept = sorted(d for d in dirnames if d != ".git" and not _ignored(specs, (*here, d), True))
-        dirnames[:] = kept
-        for name in sorted(filenames):
-            seen += 1
-            if seen > MAX_ENTRIES:
-                raise ToolError(
-                    f"the search visited more than {MAX_ENTRIES} entries; search a narrower path"
-                )
+        specs = with_ignore(dir_fd, here, specs)
+        dirnames[:] = [d for d in dirnames if d != ".git" and not ignored(specs, (*here, d), True)]
+        for name in filenames:
+            if name == ".git":
+                continue
             try:
                 info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             except OSError:
                 continue
-            if stat.S_ISREG(info.st_mode) and not _ignored(specs, (*here, name), False):
-                yield "/".join((*here, name)), dir_fd
+            if stat.S_ISREG(info.st_mode) and not ignored(specs, (*here, name), False):
+                yield (*here, name)
 
 
-def _open_top(holder: WorkspaceRoot, parts: tuple[str, ...], workspace: str) -> int:
+def _ripgrep(rg: str, workspace: str, parts: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    """The ripgrep listing of the search directory ``parts`` (relative to the workspace)."""
+    with subprocess.Popen(
+        [rg, *RG_LIST_ARGS, "--", display_parts(parts)],
+        cwd=workspace,
+        env={},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    ) as child:
+        assert child.stdout is not None
+        pending = b""
+        try:
+            while chunk := child.stdout.read(65536):
+                *names, pending = (pending + chunk).split(b"\0")
+                for raw in names:
+                    path = os.fsdecode(raw)
+                    path = path[2:] if path.startswith("./") else path
+                    yield tuple(p for p in path.split("/") if p not in ("", "."))
+            status = child.wait()
+        finally:
+            if child.poll() is None:  # the listing was abandoned (a cap): stop this call's rg
+                child.kill()
+        if status not in (0, 1, 2):  # 1: no file; 2: some directory was unreadable
+            raise ToolError(f"ripgrep ({rg}) failed with exit status {status}")
+
+
+def list_files(
+    holder: WorkspaceRoot, parts: tuple[str, ...], rg: str | None
+) -> list[tuple[str, ...]]:
+    """The candidate files beneath the search directory ``parts``: ``.gitignore`` honoured,
+    sorted by path components, at most :data:`MAX_ENTRIES` (more is an error)."""
+    root_fd = holder.fd()
+    specs = ancestor_specs(root_fd, parts)
+    top = open_search_dir(holder, parts)
+    try:
+        listing = _ripgrep(rg, holder.path, parts) if rg is not None else _walk(top, parts, specs)
+        found: list[tuple[str, ...]] = []
+        for path in listing:
+            if path[: len(parts)] != parts or (
+                rg is not None and specs and ignored(specs, path, False)
+            ):
+                continue
+            found.append(path)
+            if len(found) > MAX_ENTRIES:
+                raise _too_many()
+    finally:
+        os.close(top)
+    return sorted(found)
+
+
+def open_listed(holder: WorkspaceRoot, path: tuple[str, ...], flags: int) -> int | None:
+    """Open a listed file again beneath the workspace descriptor (no link followed); None when
+    it is gone, a link, or no longer a regular file."""
+    try:
+        fd = open_beneath(holder.fd(), path, flags)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
+def open_search_dir(holder: WorkspaceRoot, parts: tuple[str, ...]) -> int:
     shown = display_parts(parts)
     try:
         return open_dirs_beneath(holder.fd(), parts, create=False)
     except FileNotFoundError:
         raise ToolError(f'directory "{shown}" does not exist') from None
     except OSError as error:
-        raise fence_refusal(error, shown, workspace) from None
+        raise fence_refusal(error, shown, holder.path) from None
 
 
-def _more(count: int, cap: int, what: str, hint: str) -> str:
-    return f"\n({count - cap} more {what} not shown; {hint})" if count > cap else ""
+def capped_footer(
+    count: int, cap: int, what: str, kind: str, hint: str, save: Callable[[], str | None]
+) -> str:
+    """The footer of a list capped at ``cap`` of ``count`` items: the omission count, then the
+    spill file holding the complete list (``save``), or that it could not be saved."""
+    if count <= cap:
+        return ""
+    locator = save()
+    if locator is None:
+        return (
+            f"\n({count - cap} more {what} not shown; the complete result could not be saved; "
+            f"{hint} to see more)"
+        )
+    return (
+        f"\n({count - cap} more {what} not shown. Full {kind} result stored at: {locator}. "
+        f"{RETRIEVAL_HINT})"
+    )
 
 
 PATH_PROPERTY: Final = {
@@ -117,32 +274,47 @@ PATH_PROPERTY: Final = {
 }
 
 
-def glob_tool(config: BuiltinToolsConfig, root: WorkspaceRoot) -> ToolDefinition:
+def _search_backend(config: BuiltinToolsConfig) -> str | None:
+    return ripgrep_binary() if config.ripgrep else None
+
+
+def _relative(path: tuple[str, ...], parts: tuple[str, ...]) -> str:
+    return "/".join(path[len(parts) :])
+
+
+def glob_tool(config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea) -> ToolDefinition:
     """Build ``glob``: the workspace files matching a gitignore-style pattern, sorted."""
     holder, workspace = root, root.path
+    rg = _search_backend(config)
 
-    def glob_sync(parts: tuple[str, ...], pattern: str) -> str:
+    def glob_sync(parts: tuple[str, ...], pattern: str, call_id: str) -> str:
         spec = pathspec.GitIgnoreSpec.from_lines([pattern])
-        top = _open_top(holder, parts, workspace)
-        try:
-            found = [
-                path
-                for path, _fd in walk_files(top, parts)
-                if spec.match_file(path[len("/".join(parts)) + 1 :] if parts else path)
-            ]
-        finally:
-            os.close(top)
-        cap = config.max_search_results
+        found: list[str] = []
+        for path in list_files(holder, parts, rg):
+            if spec.match_file(_relative(path, parts)):
+                fd = open_listed(holder, path, READ_FLAGS)
+                if fd is not None:
+                    os.close(fd)
+                    found.append(shown_path(path))
         if not found:
             return f'No files match "{pattern}".'
-        return "\n".join(found[:cap]) + _more(len(found), cap, "files", "narrow the pattern")
+        cap = config.max_search_results
+        footer = capped_footer(
+            len(found),
+            cap,
+            "files",
+            "glob",
+            "narrow the pattern or the path",
+            lambda: spill.save_text(call_id, "glob.txt", "\n".join(found) + "\n"),
+        )
+        return "\n".join(found[:cap]) + footer
 
     async def execute(args: Any, exec: ToolExecution) -> Any:
         parts = await anyio.to_thread.run_sync(workspace_parts, args.get("path", "."), workspace)
         pattern = args["pattern"]
         if not pattern.strip():
             raise ToolError("pattern must be a non-empty string")
-        return await anyio.to_thread.run_sync(glob_sync, parts, pattern)
+        return await anyio.to_thread.run_sync(glob_sync, parts, pattern, exec.call_id)
 
     return ToolDefinition(
         name="glob",
@@ -166,49 +338,58 @@ def glob_tool(config: BuiltinToolsConfig, root: WorkspaceRoot) -> ToolDefinition
     )
 
 
-def grep_tool(config: BuiltinToolsConfig, root: WorkspaceRoot) -> ToolDefinition:
+class _TooLarge(Exception):
+    """A listed file past :data:`MAX_GREP_FILE_BYTES` (not searched, counted)."""
+
+
+def _read_text(holder: WorkspaceRoot, path: tuple[str, ...]) -> bytes | None:
+    """The content of a listed file for ``grep``: None when it cannot be opened beneath the
+    workspace or looks binary; :class:`_TooLarge` past :data:`MAX_GREP_FILE_BYTES` (counted)."""
+    fd = open_listed(holder, path, READ_FLAGS)
+    if fd is None:
+        return None
+    try:
+        if os.fstat(fd).st_size > MAX_GREP_FILE_BYTES:
+            raise _TooLarge
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(MAX_GREP_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    return None if b"\0" in data[:BINARY_SNIFF_BYTES] else data
+
+
+def grep_tool(config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea) -> ToolDefinition:
     """Build ``grep``: lines matching a regular expression, as ``path:line: text``, sorted."""
     holder, workspace = root, root.path
+    rg = _search_backend(config)
 
     def grep_sync(
-        parts: tuple[str, ...], regex: re.Pattern[str], files: pathspec.PathSpec[Any] | None
+        parts: tuple[str, ...],
+        regex: re.Pattern[str],
+        files: pathspec.PathSpec[Any] | None,
+        call_id: str,
     ) -> str:
-        cap = config.max_search_results
         hits: list[str] = []
         total = skipped = 0
-        top = _open_top(holder, parts, workspace)
-        prefix = len("/".join(parts)) + 1 if parts else 0
-        try:
-            for path, dir_fd in walk_files(top, parts):
-                if files is not None and not files.match_file(path[prefix:]):
-                    continue
-                name = path.rsplit("/", 1)[-1]
-                try:
-                    fd = os.open(name, READ_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-                except OSError:
-                    continue
-                try:
-                    info = os.fstat(fd)
-                    if not stat.S_ISREG(info.st_mode):
+        for path in list_files(holder, parts, rg):
+            if files is not None and not files.match_file(_relative(path, parts)):
+                continue
+            try:
+                data = _read_text(holder, path)
+            except _TooLarge:
+                skipped += 1
+                continue
+            if data is None:
+                continue
+            shown = shown_path(path)
+            for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+                if regex.search(line):
+                    total += 1
+                    if len(hits) >= MAX_KEPT_MATCHES:
                         continue
-                    if info.st_size > MAX_GREP_FILE_BYTES:
-                        skipped += 1
-                        continue
-                    with os.fdopen(fd, "rb", closefd=False) as handle:
-                        data = handle.read(MAX_GREP_FILE_BYTES + 1)
-                finally:
-                    os.close(fd)
-                if b"\0" in data[:BINARY_SNIFF_BYTES]:
-                    continue
-                for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
-                    if regex.search(line):
-                        total += 1
-                        if len(hits) < cap:
-                            if len(line) > MAX_LINE_CHARS:
-                                line = f"{line[:MAX_LINE_CHARS]}..."
-                            hits.append(f"{path}:{number}: {line}")
-        finally:
-            os.close(top)
+                    if len(line) > MAX_LINE_CHARS:
+                        line = f"{line[:MAX_LINE_CHARS]}..."
+                    hits.append(f"{shown}:{number}: {line}")
         note = (
             f"\n({skipped} files larger than {MAX_GREP_FILE_BYTES} bytes not searched)"
             if skipped
@@ -216,8 +397,19 @@ def grep_tool(config: BuiltinToolsConfig, root: WorkspaceRoot) -> ToolDefinition
         )
         if not hits:
             return f'No lines match "{regex.pattern}".{note}'
-        more = _more(total, cap, "matching lines", "narrow the pattern or the path")
-        return "\n".join(hits) + more + note
+        cap = config.max_search_results
+        unkept = (
+            f"({total - len(hits)} more matching lines not kept)\n" if total > len(hits) else ""
+        )
+        footer = capped_footer(
+            total,
+            cap,
+            "matching lines",
+            "grep",
+            "narrow the pattern or the path",
+            lambda: spill.save_text(call_id, "grep.txt", "\n".join(hits) + "\n" + unkept),
+        )
+        return "\n".join(hits[:cap]) + footer + note
 
     async def execute(args: Any, exec: ToolExecution) -> Any:
         parts = await anyio.to_thread.run_sync(workspace_parts, args.get("path", "."), workspace)
@@ -233,7 +425,7 @@ def grep_tool(config: BuiltinToolsConfig, root: WorkspaceRoot) -> ToolDefinition
             ) from None
         glob = args.get("glob")
         files = pathspec.GitIgnoreSpec.from_lines([glob]) if glob else None
-        return await anyio.to_thread.run_sync(grep_sync, parts, regex, files)
+        return await anyio.to_thread.run_sync(grep_sync, parts, regex, files, exec.call_id)
 
     return ToolDefinition(
         name="grep",

@@ -104,6 +104,30 @@ async def _body(response: httpx.Response) -> AsyncGenerator[bytes, None]:
             await close()
 
 
+#: after ``[DONE]`` the adapter reads on to the end of the body (normally only the chunked
+#: terminator, already on its way) so the kept-alive connection returns to the client's pool;
+#: a server that sends more than this, or not within this time, costs only the connection
+_TAIL_BYTES = 64 * 1024
+_TAIL_SECONDS = 5.0
+
+
+async def _finish_body(body: AsyncIterator[bytes], signal: CancelToken | None) -> None:
+    """Read the body's tail after ``[DONE]`` so the connection can carry the next request.
+
+    The answer is complete: a failure or an abort here only means the connection is closed
+    instead of reused, so neither is reported.
+    """
+    left = _TAIL_BYTES
+    with anyio.move_on_after(_TAIL_SECONDS), _scope(signal):
+        try:
+            async for part in body:
+                left -= len(part)
+                if left < 0:
+                    return
+        except httpx.HTTPError:
+            return
+
+
 def _scope(signal: CancelToken | None) -> AbstractContextManager[Any]:
     return signal.linked_scope() if signal is not None else nullcontext()
 
@@ -185,7 +209,11 @@ class OpenAICompatibleAdapter(LlmAdapter):
                     data = await self._read(body_bytes, signal)
                     payloads = decoder.close() if data is None else decoder.feed(data)
                     for payload in payloads:
-                        for chunk in translator.feed(payload):
+                        chunks = translator.feed(payload)
+                        if translator.done:
+                            # before the finish chunk: the runtime closes the stream after it
+                            await _finish_body(body_bytes, signal)
+                        for chunk in chunks:
                             yield chunk
                         if translator.done:
                             break
@@ -288,6 +316,14 @@ class OpenAICompatibleAdapter(LlmAdapter):
             )
         elif isinstance(error, str) and error:
             message = detail = error
+        if status == 404:
+            # Nearly always a base URL without its API prefix: say where the request went.
+            reason = "" if message.endswith(f"(HTTP {status})") else f": {message}"
+            message = (
+                f"{settings.display_name} API answered HTTP 404 for POST {settings.endpoint}"
+                f"{reason}; check base_url (OpenAI-compatible servers usually serve the API "
+                "under /v1, e.g. http://127.0.0.1:8000/v1)"
+            )
         retry_after = parse_retry_after_ms(response.headers.get("retry-after"))
         failure = LlmError(
             message,

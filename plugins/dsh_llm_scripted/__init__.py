@@ -57,6 +57,12 @@ class LlmScriptedConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True
     model: _Name = "scripted"
     #: reasoning efforts the model accepts (None: a request naming an effort is refused)
     reasoning_efforts: list[_Name] | None = None
+    #: the context window the model declares (``request/context``, compaction pressure)
+    context_window: Annotated[int, msgspec.Meta(gt=0)] | None = None
+    #: answers for summarization requests (``purpose: compaction``), served in order from
+    #: their own queue so a script need not know when compaction happens; without it they
+    #: take the next entry of ``responses`` like any other request
+    compaction_responses: list[ScriptedResponse] | None = None
 
 
 class LlmScripted(Plugin):
@@ -78,10 +84,17 @@ class LlmScripted(Plugin):
             responses = config.responses
             source = f"the inline script of row {ctx.row_id!r}"
             validate_responses(responses, f"llm-scripted row {ctx.row_id!r} config")
+        if config.compaction_responses is not None:
+            validate_responses(
+                config.compaction_responses,
+                f"llm-scripted row {ctx.row_id!r} config compaction_responses",
+            )
         self.adapter = ScriptedAdapter(
             responses,
             source=source,
             model=config.model,
             reasoning_efforts=config.reasoning_efforts,
+            context_window=config.context_window,
+            compaction_responses=config.compaction_responses,
         )
         ctx.service(LLM).register_adapter([config.provider], self.adapter, owner=ctx)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -149,8 +150,13 @@ class ScriptedAdapter(LlmAdapter):
         source: str,
         model: str = "scripted",
         reasoning_efforts: Sequence[str] | None = None,
+        context_window: int | None = None,
+        compaction_responses: Sequence[ScriptedResponse] | None = None,
     ) -> None:
         self._responses = list(responses)
+        self._context_window = context_window
+        self._compaction = list(compaction_responses) if compaction_responses is not None else None
+        self._compaction_next = 0
         self._source = source
         self._model = model
         self._efforts = tuple(reasoning_efforts) if reasoning_efforts is not None else None
@@ -168,10 +174,34 @@ class ScriptedAdapter(LlmAdapter):
     async def resolve_model(
         self, provider: str, model: str, signal: CancelToken | None = None
     ) -> ModelInfo:
-        return ModelInfo(provider=provider, id=model, name=model, reasoning_efforts=self._efforts)
+        return ModelInfo(
+            provider=provider,
+            id=model,
+            name=model,
+            reasoning_efforts=self._efforts,
+            context_window=self._context_window,
+        )
 
     async def stream(self, request: LlmRequest) -> AsyncGenerator[StreamChunk, None]:
         self.requests.append(request)
+        if request.purpose == "compaction" and self._compaction is not None:
+            if self._compaction_next >= len(self._compaction):
+                raise LlmError(
+                    f"scripted model: compaction script exhausted: all {len(self._compaction)} "
+                    f"compaction_responses of {self._source} were used by earlier summary "
+                    "requests; add entries under `compaction_responses:`",
+                    "SCRIPT_EXHAUSTED",
+                )
+            response = self._compaction[self._compaction_next]
+            self._compaction_next += 1
+            number = self._compaction_next
+        else:
+            response, number = self._take()
+        async with aclosing(self._serve(request, response, number)) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+    def _take(self) -> tuple[ScriptedResponse, int]:
         if self._next >= len(self._responses):
             raise LlmError(
                 f"scripted model: script exhausted: all {len(self._responses)} responses of "
@@ -180,7 +210,11 @@ class ScriptedAdapter(LlmAdapter):
             )
         response = self._responses[self._next]
         self._next += 1
-        number = self._next
+        return response, self._next
+
+    async def _serve(
+        self, request: LlmRequest, response: ScriptedResponse, number: int
+    ) -> AsyncGenerator[StreamChunk, None]:
         signal = request.signal
         if response.delay_ms:
             await _sleep(response.delay_ms, signal)

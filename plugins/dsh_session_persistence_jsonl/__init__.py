@@ -6,9 +6,9 @@ format and the crash-safety protocol).
 
 from ._backend import (
     LIVE_WRITE_BATCH_MAX_DELAY,
-    JsonlReadHandle,
+    JsonlLease,
     JsonlSessionPersistence,
-    JsonlWriteHandle,
+    JsonlStorage,
 )
 from ._lock import SessionLockUnsafeError
 from ._paths import CURRENT_VERSION, encode_segment, generation_filename, project_key
@@ -18,9 +18,9 @@ __all__ = [
     "CURRENT_VERSION",
     "LIVE_WRITE_BATCH_MAX_DELAY",
     "JsonlConfig",
-    "JsonlReadHandle",
+    "JsonlLease",
     "JsonlSessionPersistence",
-    "JsonlWriteHandle",
+    "JsonlStorage",
     "SessionLockUnsafeError",
     "SessionPersistenceJsonl",
     "encode_segment",

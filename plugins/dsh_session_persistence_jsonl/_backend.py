@@ -1,24 +1,19 @@
-"""The JSONL ``sessionPersistence`` service: handles, ownership, storage.
+"""The JSONL session storage (:class:`JsonlStorage`) and its ``sessionPersistence`` service.
 
 Layering inside this plugin: ``_json`` / ``_paths`` / ``_codec`` / ``_frames``
 know bytes and JSON values; ``_reader`` reads one file; ``_storage`` and
 ``_lock`` do durable file and lock operations; ``_migrate`` upgrades older
-generations; this module ties them to the persistence seam and the session
-core's typed events.
-
-Concurrency model. Admission, the fixed 200 ms window and the serialized drain
-are the session layer's (:mod:`dsh_host.session.write_behind`): at most one
-batch of a handle is written at a time, a drain takes *everything* buffered
-as one batch, and ``flush`` returns once the buffer is empty (concurrent
-flushes share one barrier, so seqs are never written twice). What this module
-adds is the storage: a batch is one frame written and fsynced on a worker
-thread, and the durable cursor advances only when the fsync returned.
+generations; this module implements the session layer's storage seam
+(:mod:`dsh_host.session.storage`) with them. Admission, the fixed 200 ms
+window, the serialized drain and the write handle are the host's: a batch
+reaches :meth:`JsonlStorage.append` as one frame to write and fsync on a
+worker thread, and the durable cursor advances only when the fsync returned.
 """
 
 from __future__ import annotations
 
 import builtins
-import contextlib
+import dataclasses
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -26,8 +21,7 @@ from typing import Any, Final
 
 import anyio
 
-from dsh_host.cancel import CancelToken
-from dsh_host.session.backend import PersistenceBackend
+from dsh_host.session.backend import PersistenceService
 from dsh_host.session.errors import InvalidSessionIdError
 from dsh_host.session.events import SessionEvent, encode_event
 from dsh_host.session.header import SessionHeader, check_session_id, parse_session_header
@@ -36,7 +30,6 @@ from dsh_host.session.persistence import (
     SessionAlreadyExistsError,
     SessionAppendRejectedError,
     SessionFormatUnsupportedError,
-    SessionHandlePoisonedError,
     SessionListing,
     SessionLoad,
     SessionNotFoundError,
@@ -44,23 +37,14 @@ from dsh_host.session.persistence import (
     SessionPersistenceError,
     SessionRollbackError,
     SessionWriteError,
-    SnapshotReadHandle,
-    TornTail,
     UnreadableListing,
-    check_from_seq,
     decode_stored_event,
 )
-from dsh_host.session.write_behind import (
-    WINDOW_SECONDS,
-    BufferedWriteHandle,
-    Spawn,
-    header_meta,
-)
+from dsh_host.session.storage import Pending
+from dsh_host.session.write_behind import WINDOW_SECONDS, Spawn, header_meta
 
 from . import _json
 from ._codec import (
-    RowError,
-    check_envelope,
     encode_event_row,
     header_from_meta,
     header_json_bytes,
@@ -92,9 +76,9 @@ from ._storage import (
 
 __all__ = [
     "LIVE_WRITE_BATCH_MAX_DELAY",
-    "JsonlReadHandle",
+    "JsonlLease",
     "JsonlSessionPersistence",
-    "JsonlWriteHandle",
+    "JsonlStorage",
 ]
 
 #: The fixed coalescing window for buffered events (seconds); not configurable (seed 000 §4.1).
@@ -164,250 +148,76 @@ def _frame_or_lines(lines: Sequence[bytes], compression: Compression) -> bytes:
     return compress_frame(text) if compression == "zstd" else text
 
 
-class JsonlReadHandle(SnapshotReadHandle):
-    """A snapshot of one stored session, decoded at open; no lock, no writes."""
+# --------------------------------------------------------------------------- the lease
 
 
-# --------------------------------------------------------------------------- write handle
+class JsonlLease:
+    """What a JSONL storage holds for one owned session: the lock, the log's descriptor,
+    the size it wrote, and a torn tail still to repair (cut back, re-append recovered)."""
 
-
-class JsonlWriteHandle(BufferedWriteHandle[bytes]):
-    """Exclusive writer of one session log: a buffered event is its stored line.
-
-    Ownership is ``flock`` on ``session.lock``, taken at open or, for a created
-    session, when its log is first published.
-    """
+    __slots__ = (
+        "fd",
+        "lock",
+        "path",
+        "rewrite",
+        "session_dir",
+        "session_id",
+        "size",
+        "truncate_to",
+    )
 
     def __init__(
         self,
-        backend: JsonlSessionPersistence,
-        record: dict[str, Any],
-        *,
+        session_id: str,
         session_dir: str,
-        lock: SessionLock | None,
-        events: list[SessionEvent],
-        size: int | None,
-        torn: TornTail | None = None,
-        recovered_lines: list[bytes] | None = None,
+        path: str,
+        lock: SessionLock,
+        size: int,
+        *,
+        truncate_to: int | None = None,
+        rewrite: list[bytes] | None = None,
     ) -> None:
-        super().__init__(backend, _typed_header(record, "<new session>"), events)
-        self._backend = backend
-        self._record = record
-        self._session_dir = session_dir
-        self._path = os.path.join(
-            session_dir, generation_filename(CURRENT_VERSION, backend.compression)
-        )
-        self._lock = lock
-        #: File size as this handle wrote it; None until materialized.
-        self._size = size
-        #: Append descriptor of the log, opened on first use, closed with the handle.
-        self._fd: int | None = None
-        self._truncate_to: int | None = torn.truncate_to if torn is not None else None
-        self._rewrite: list[bytes] = list(recovered_lines or [])
-        self._torn = torn
-        self._poisoned: BaseException | None = None
+        self.session_id = session_id
+        self.session_dir = session_dir
+        self.path = path
+        self.lock = lock
+        #: File size as this lease wrote it.
+        self.size = size
+        #: Append descriptor of the log, opened on first use, closed at release.
+        self.fd: int | None = None
+        self.truncate_to = truncate_to
+        self.rewrite: list[bytes] = rewrite or []
+
+    def log_fd(self) -> int:
+        if self.fd is None:
+            self.fd = open_for_append(self.path)
+        return self.fd
 
     @property
-    def path(self) -> str:
-        return self._path
-
-    @property
-    def materialized(self) -> bool:
-        return self._size is not None
-
-    # -- admission (the shared checks run first)
-
-    def _check_wire(self, wire: dict[str, Any], where: str) -> dict[str, Any]:
-        try:
-            return check_envelope(wire)
-        except RowError as error:
-            raise SessionAppendRejectedError(f"{where}: invalid event envelope: {error}") from None
-
-    def _encode(self, event: SessionEvent, wire: dict[str, Any] | None) -> bytes:
-        return _typed_line(event) if wire is None else _encode_line(wire)
-
-    def _unusable(self) -> BaseException | None:
-        if self._poisoned is None:
-            return None
-        error = SessionHandlePoisonedError(
-            f'write handle of session "{self.id}" is unusable after a failed fsync '
-            f"({self._poisoned}); what reached the disk is unknown — reopen the session to "
-            "continue from what is really stored"
-        )
-        error.__cause__ = self._poisoned
-        return error
-
-    # -- storage
-
-    def _tail_to_repair(self) -> bool:
-        return self._truncate_to is not None or bool(self._rewrite)
-
-    def _wants_empty_write(self) -> bool:
-        """Publish a header-only log, or repair a torn tail, even with nothing buffered."""
-        return not self.materialized or self._tail_to_repair()
-
-    def _close_needs_write(self) -> bool:
-        return self._tail_to_repair()
-
-    async def _store(self, lines: Sequence[bytes]) -> None:
-        """Write one batch as one frame (or publish the log); all-or-nothing."""
-        problem = self._unusable()
-        if problem is not None:
-            raise problem
-        if self._tail_to_repair():
-            await self._repair_tail()
-        batch = list(lines)
-        if self._size is None:
-            self._size = await anyio.to_thread.run_sync(self._materialize_sync, batch)
-        elif batch:
-            self._size = await anyio.to_thread.run_sync(self._append_sync, batch)
-        self._torn = None
-
-    async def _repair_tail(self) -> None:
-        """Cut torn bytes, then re-append recovered records as their own frame (seed 000 §4.2)."""
-        if self._truncate_to is not None:
-            target = self._truncate_to
-            await anyio.to_thread.run_sync(self._truncate_sync, target)
-            self._truncate_to = None
-            self._size = target
-        if self._rewrite:
-            self._size = await anyio.to_thread.run_sync(self._append_sync, self._rewrite)
-            self._rewrite = []
-
-    # -- blocking parts (worker thread)
-
-    def _materialize_sync(self, lines: list[bytes]) -> int:
-        backend = self._backend
-        backend.generations(self._session_dir)  # P1: refuses the other encoding
-        try:
-            make_dirs_durable(backend.dir_chain(self._session_dir))
-        except OSError as error:
-            raise SessionWriteError(
-                f'failed to create the session directory "{self._session_dir}" durably: {error}'
-            ) from error
-        if self._lock is None:
-            self._lock = SessionLock.acquire(self._session_dir, self.id)
-        existing = backend.generations(self._session_dir)
-        if existing:
-            raise SessionAlreadyExistsError(
-                f'refusing to materialize "{self.id}": a log already exists on disk '
-                f"(load/resume it instead): {existing[-1][1]}"
-            )
-        header = header_json_bytes(self._record)
-        if backend.compression == "zstd":
-            content = compress_frame(header)
-            if lines:
-                content += _frame_or_lines(lines, "zstd")
-        else:
-            content = header + (b"\n".join(lines) + b"\n" if lines else b"")
-        try:
-            publish_exclusive(self._path, content)
-        except FileExistsError:
-            raise SessionAlreadyExistsError(
-                f'refusing to materialize "{self.id}": a log already exists on disk '
-                f"(load/resume it instead): {self._path}"
-            ) from None
-        except OSError as error:
-            raise SessionWriteError(
-                f'failed to publish session log "{self._path}": {error}'
-            ) from error
-        return len(content)
-
-    def _log_fd(self) -> int:
-        if self._fd is None:
-            self._fd = open_for_append(self._path)
-        return self._fd
-
-    def _append_sync(self, lines: list[bytes]) -> int:
-        """Compress (zstd releases the GIL) and append one batch; worker thread."""
-        assert self._size is not None and self._lock is not None
-        self._lock.check()
-        data = _frame_or_lines(lines, self._backend.compression)
-        try:
-            return append_durable(self._log_fd(), self._path, data, self._size)
-        except AppendFailed as failure:
-            if failure.rollback_error is not None:
-                self._poisoned = failure.rollback_error
-                raise SessionRollbackError(
-                    f'failed to roll back append to "{self._path}": {failure.cause}; '
-                    f"rollback: {failure.rollback_error}",
-                    (failure.cause, failure.rollback_error),
-                ) from failure.cause
-            if failure.fsync:
-                self._poisoned = failure.cause
-            raise SessionWriteError(
-                f'failed to append to session log "{self._path}" (rolled back to '
-                f"{self._size} bytes): {failure.cause}"
-            ) from failure.cause
-        except RuntimeError as error:
-            raise SessionPersistenceCorruptionError(
-                str(error), path=self._path, offset=self._size
-            ) from None
-
-    def _truncate_sync(self, size: int) -> None:
-        assert self._lock is not None
-        self._lock.check()
-        try:
-            truncate_durable(self._log_fd(), size)
-        except OSError as error:
-            self._poisoned = error
-            raise SessionWriteError(
-                f'failed to cut the torn tail of "{self._path}" back to {size} bytes: {error}'
-            ) from error
-
-    # -- reads and lifecycle
-
-    async def read(self) -> SessionLoad:
-        self._check_readable()
-        revision = "unmaterialized"
-        if self._size is not None:
-            with contextlib.suppress(OSError):
-                from ._reader import revision_of
-
-                revision = revision_of(os.stat(self._path))
-        return SessionLoad(
-            header=self._header,
-            events=tuple(self._events),
-            revision=revision,
-            location=ArtifactLocation("jsonl", self._path),
-            torn_tail=self._torn if self._tail_to_repair() else None,
-        )
-
-    def _drop(self) -> None:
-        """Close the log descriptor and release the lock. Idempotent."""
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
-        if self._lock is not None:
-            self._lock.release()
+    def tail_to_repair(self) -> bool:
+        return self.truncate_to is not None or bool(self.rewrite)
 
 
 # --------------------------------------------------------------------------- the service
 
 
-class JsonlSessionPersistence(PersistenceBackend[JsonlReadHandle, JsonlWriteHandle]):
+class JsonlStorage:
     """Session logs as ``<root>/--<project>--/<id>/session.v3.jsonl[.zstd]``.
 
-    ``spawn`` starts a background task (``ctx.start_soon`` or a task group's
-    ``start_soon``); without it, buffered events wait for an explicit flush.
+    A :class:`~dsh_host.session.storage.SessionStorage`: a batch is one frame
+    (or run of lines) written and fsynced on a worker thread; ownership is
+    ``flock`` on ``session.lock``, taken when a created session is first
+    published or at ``acquire``.
     """
 
     name = "session-persistence-jsonl"
 
-    def __init__(
-        self,
-        root: str,
-        compression: Compression = "zstd",
-        *,
-        spawn: Spawn | None = None,
-        logger: logging.Logger | None = None,
-    ) -> None:
+    def __init__(self, root: str, compression: Compression = "zstd") -> None:
         if compression not in ("zstd", "none"):
             raise ValueError(f'compression must be "zstd" or "none", got {compression!r}')
         self.root = os.path.abspath(os.path.expanduser(root))
         if os.path.exists(self.root) and not os.path.isdir(self.root):
             raise NotADirectoryError(f'session root "{self.root}" exists and is not a directory')
-        super().__init__(spawn=spawn, logger=logger or _log)
         self.compression: Compression = compression
         self._root_checked = False
 
@@ -620,43 +430,80 @@ class JsonlSessionPersistence(PersistenceBackend[JsonlReadHandle, JsonlWriteHand
             source_version=artifact.version,
         )
 
-    async def _read(self, session_id: str, token: CancelToken | None) -> SessionLoad:
-        if token is not None:
-            token.throw_if_aborted()
+    async def load(self, session_id: str) -> SessionLoad:
         artifact, header, events = await anyio.to_thread.run_sync(self._read_sync, session_id)
-        if token is not None:
-            token.throw_if_aborted()
         return self._load(artifact, header, events)
 
-    # -- the seam
+    # -- the storage seam: new sessions
 
-    async def create(self, header: SessionHeader | Mapping[str, Any]) -> JsonlWriteHandle:
+    def encode(self, event: SessionEvent, wire: dict[str, Any] | None) -> bytes:
+        """The stored line: a typed event's fast path, or the plain form as given (the host
+        decoded it already, so its envelope is valid)."""
+        return _typed_line(event) if wire is None else _encode_line(wire)
+
+    async def check_new(self, header: SessionHeader) -> None:
         record = _header_record(header)
         sid = str(record["id"])
-        with self._handles.reserve(sid, new=True):
-            found = await anyio.to_thread.run_sync(self.find, sid)
-            if found is not None:
-                raise SessionAlreadyExistsError(
-                    f'session "{sid}" already has a persisted log on disk; load/resume it '
-                    f"instead of creating ({found[1][-1][1]})"
-                )
-            handle = JsonlWriteHandle(
-                self,
-                record,
-                session_dir=self.session_dir(record.get("cwd"), sid),
-                lock=None,
-                events=[],
-                size=None,
+        found = await anyio.to_thread.run_sync(self.find, sid)
+        if found is not None:
+            raise SessionAlreadyExistsError(
+                f'session "{sid}" already has a persisted log on disk; load/resume it '
+                f"instead of creating ({found[1][-1][1]})"
             )
-            return self._handles.add(handle)
 
-    def _snapshot(self, load: SessionLoad) -> JsonlReadHandle:
-        return JsonlReadHandle(load)
+    async def materialize(self, header: SessionHeader, batch: Sequence[Pending]) -> JsonlLease:
+        record = _header_record(header)
+        lines = [p.json for p in batch]
+        return await anyio.to_thread.run_sync(self._materialize_sync, record, lines)
 
-    async def _open_write(self, session_id: str) -> JsonlWriteHandle:
-        return await anyio.to_thread.run_sync(self._open_write_sync, session_id)
+    def _materialize_sync(self, record: dict[str, Any], lines: list[bytes]) -> JsonlLease:
+        sid = str(record["id"])
+        session_dir = self.session_dir(record.get("cwd"), sid)
+        path = os.path.join(session_dir, generation_filename(CURRENT_VERSION, self.compression))
+        self.generations(session_dir)  # P1: refuses the other encoding
+        try:
+            make_dirs_durable(self.dir_chain(session_dir))
+        except OSError as error:
+            raise SessionWriteError(
+                f'failed to create the session directory "{session_dir}" durably: {error}'
+            ) from error
+        lock = SessionLock.acquire(session_dir, sid)
+        try:
+            existing = self.generations(session_dir)
+            if existing:
+                raise SessionAlreadyExistsError(
+                    f'refusing to materialize "{sid}": a log already exists on disk '
+                    f"(load/resume it instead): {existing[-1][1]}"
+                )
+            header = header_json_bytes(record)
+            if self.compression == "zstd":
+                content = compress_frame(header)
+                if lines:
+                    content += _frame_or_lines(lines, "zstd")
+            else:
+                content = header + (b"\n".join(lines) + b"\n" if lines else b"")
+            try:
+                publish_exclusive(path, content)
+            except FileExistsError:
+                raise SessionAlreadyExistsError(
+                    f'refusing to materialize "{sid}": a log already exists on disk '
+                    f"(load/resume it instead): {path}"
+                ) from None
+            except OSError as error:
+                raise SessionWriteError(
+                    f'failed to publish session log "{path}": {error}'
+                ) from error
+        except BaseException:
+            lock.release()
+            raise
+        return JsonlLease(sid, session_dir, path, lock, len(content))
 
-    def _open_write_sync(self, session_id: str) -> JsonlWriteHandle:
+    # -- the storage seam: owned sessions
+
+    async def acquire(self, session_id: str) -> tuple[JsonlLease, SessionLoad]:
+        return await anyio.to_thread.run_sync(self._acquire_sync, session_id)
+
+    def _acquire_sync(self, session_id: str) -> tuple[JsonlLease, SessionLoad]:
         found = self.find(session_id)
         if found is None:
             raise SessionNotFoundError(f'session "{session_id}" not found')
@@ -671,29 +518,91 @@ class JsonlSessionPersistence(PersistenceBackend[JsonlReadHandle, JsonlWriteHand
                     f'("{session_dir}") before writing: {error}'
                 ) from error
             artifact, header, wire_events = self._read_sync(session_id)
-            torn = artifact.torn
-            recovered_lines: list[bytes] = []
+            path = os.path.join(
+                session_dir, generation_filename(CURRENT_VERSION, self.compression)
+            )
+            load = self._load(artifact, header, wire_events)
             if artifact.version != CURRENT_VERSION:
                 size = publish_generation(self, artifact, header, wire_events, session_dir)
-                torn = None
-            else:
-                size = artifact.size
-                if torn is not None:
-                    recovered_lines = [_encode_line(e) for e in artifact.recovered]
-            load = self._load(artifact, header, wire_events)
-            return JsonlWriteHandle(
-                self,
-                header,
-                session_dir=session_dir,
-                lock=lock,
-                events=list(load.events),
-                size=size,
-                torn=torn,
-                recovered_lines=recovered_lines,
+                load = dataclasses.replace(
+                    load, torn_tail=None, location=ArtifactLocation("jsonl", path)
+                )
+                return JsonlLease(session_id, session_dir, path, lock, size), load
+            torn = artifact.torn
+            lease = JsonlLease(
+                session_id,
+                session_dir,
+                path,
+                lock,
+                artifact.size,
+                truncate_to=torn.truncate_to if torn is not None else None,
+                rewrite=[_encode_line(e) for e in artifact.recovered] if torn else None,
             )
+            return lease, load
         except BaseException:
             lock.release()
             raise
+
+    async def append(self, lease: JsonlLease, batch: Sequence[Pending]) -> None:
+        """One batch as one frame; a torn tail left by a crash is repaired first."""
+        if lease.tail_to_repair:
+            await anyio.to_thread.run_sync(self._repair_tail_sync, lease)
+        if batch:
+            lines = [p.json for p in batch]
+            lease.size = await anyio.to_thread.run_sync(self._append_sync, lease, lines)
+
+    def _repair_tail_sync(self, lease: JsonlLease) -> None:
+        """Cut torn bytes, then re-append recovered records as their own frame (seed 000 §4.2)."""
+        if lease.truncate_to is not None:
+            target = lease.truncate_to
+            lease.lock.check()
+            try:
+                truncate_durable(lease.log_fd(), target)
+            except OSError as error:
+                raise SessionWriteError(
+                    f'failed to cut the torn tail of "{lease.path}" back to {target} bytes: '
+                    f"{error}",
+                    unknown_state=error,
+                ) from error
+            lease.truncate_to = None
+            lease.size = target
+        if lease.rewrite:
+            lease.size = self._append_sync(lease, lease.rewrite)
+            lease.rewrite = []
+
+    def _append_sync(self, lease: JsonlLease, lines: list[bytes]) -> int:
+        """Compress (zstd releases the GIL) and append one batch; worker thread."""
+        lease.lock.check()
+        data = _frame_or_lines(lines, self.compression)
+        path = lease.path
+        try:
+            return append_durable(lease.log_fd(), path, data, lease.size)
+        except AppendFailed as failure:
+            if failure.rollback_error is not None:
+                raise SessionRollbackError(
+                    f'failed to roll back append to "{path}": {failure.cause}; '
+                    f"rollback: {failure.rollback_error}",
+                    (failure.cause, failure.rollback_error),
+                ) from failure.cause
+            raise SessionWriteError(
+                f'failed to append to session log "{path}" (rolled back to '
+                f"{lease.size} bytes): {failure.cause}",
+                unknown_state=failure.cause if failure.fsync else None,
+            ) from failure.cause
+        except RuntimeError as error:
+            raise SessionPersistenceCorruptionError(
+                str(error), path=path, offset=lease.size
+            ) from None
+
+    async def release(self, lease: JsonlLease) -> None:
+        """Close the log descriptor and release the lock. Idempotent."""
+        fd, lease.fd = lease.fd, None
+        if fd is not None:
+            os.close(fd)
+        lease.lock.release()
+
+    async def close(self) -> None:
+        return None
 
     async def held_by(self, session_id: str) -> str | None:
         """Who holds the session's write lock now (``held by a live writer (pid N)``), or
@@ -704,27 +613,14 @@ class JsonlSessionPersistence(PersistenceBackend[JsonlReadHandle, JsonlWriteHand
         pid = lock_holder(os.path.join(found[0], LOCK_NAME))
         return None if pid is None else held_by_text(pid)
 
-    async def read_from(
-        self, session_id: str, from_seq: int, *, token: CancelToken | None = None
-    ) -> tuple[SessionEvent, ...]:
-        """Stored events with ``seq >= from_seq`` (no closers, nothing written)."""
-        check_from_seq(from_seq)
-        load = await self._read(session_id, token)
-        return load.events[from_seq:]
-
     async def list(
-        self,
-        *,
-        token: CancelToken | None = None,
-        unreadable: builtins.list[UnreadableListing] | None = None,
-    ) -> list[SessionListing]:
+        self, unreadable: builtins.list[UnreadableListing] | None
+    ) -> builtins.list[SessionListing]:
         """Every stored session's header (first frame or line only; never migrates).
 
         With ``unreadable``, a session whose header is damaged (or names another
         directory) is reported there instead of failing the listing.
         """
-        if token is not None:
-            token.throw_if_aborted()
         return await anyio.to_thread.run_sync(self._list_sync, unreadable)
 
     def _list_sync(
@@ -809,13 +705,26 @@ class JsonlSessionPersistence(PersistenceBackend[JsonlReadHandle, JsonlWriteHand
             source_version=int(record.get("version", version)),
         )
 
-    # -- tracking
 
-    async def aclose(self) -> None:
-        """Drain and release every handle; failures are logged and re-raised together."""
-        failures = await self._handles.close_all(name=self.name, logger=self.logger)
-        if failures is not None:
-            raise failures
+
+class JsonlSessionPersistence(PersistenceService[JsonlLease]):
+    """The ``sessionPersistence`` service over :class:`JsonlStorage` (a named constructor).
+
+    ``spawn`` starts a background task (``ctx.start_soon`` or a task group's
+    ``start_soon``); without it, buffered events wait for an explicit flush.
+    """
+
+    storage: JsonlStorage
+
+    def __init__(
+        self,
+        root: str,
+        compression: Compression = "zstd",
+        *,
+        spawn: Spawn | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        super().__init__(JsonlStorage(root, compression), spawn=spawn, logger=logger or _log)
 
 
 def _listed_id(segment: str) -> str:

@@ -168,7 +168,8 @@ def _parse_int_keep_negative_zero(text: str) -> Any:
 
 
 def loads(data: bytes | str, *, keep_negative_zero: bool = False) -> Any:
-    """Parse one JSON text strictly (UTF-8, no NaN/Infinity); raises ``ValueError``.
+    """Parse one JSON text strictly (UTF-8, no NaN/Infinity); raises ``ValueError`` (also for
+    nesting deeper than the parser recurses).
 
     ``keep_negative_zero`` reads ``-0`` as ``-0.0`` (JS ``JSON.parse`` keeps the
     sign), so header checks can refuse it as DSH does; elsewhere ``-0`` is 0.
@@ -187,14 +188,17 @@ def loads(data: bytes | str, *, keep_negative_zero: bool = False) -> Any:
         except (ValueError, RecursionError):  # msgspec.DecodeError is a ValueError
             pass
     text = data.decode("utf-8") if isinstance(data, bytes | bytearray | memoryview) else data
-    if keep_negative_zero:
-        return json.loads(
-            text,
-            parse_constant=_reject_constant,
-            parse_float=_parse_float,
-            parse_int=_parse_int_keep_negative_zero,
-        )
-    return json.loads(text, parse_constant=_reject_constant, parse_float=_parse_float)
+    try:
+        if keep_negative_zero:
+            return json.loads(
+                text,
+                parse_constant=_reject_constant,
+                parse_float=_parse_float,
+                parse_int=_parse_int_keep_negative_zero,
+            )
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_parse_float)
+    except RecursionError:  # a line nested deeper than the parser recurses is refused, typed
+        raise ValueError("JSON text nested too deep to parse") from None
 
 
 _FAST_DECODER: Final = msgspec.json.Decoder(float_hook=_parse_float)

@@ -60,7 +60,7 @@ from ._reader import ArtifactRead, read_artifact, revision_of
 from ._storage import fsync_dir
 
 if TYPE_CHECKING:
-    from ._backend import JsonlSessionPersistence
+    from ._backend import JsonlStorage
 
 __all__ = ["migrate_to_current", "publish_generation"]
 
@@ -561,7 +561,7 @@ def _encode(header: Mapping[str, Any], events: list[Event], compression: str) ->
 
 
 def publish_generation(
-    backend: JsonlSessionPersistence,
+    backend: JsonlStorage,
     artifact: ArtifactRead,
     header: dict[str, Any],
     events: list[Event],

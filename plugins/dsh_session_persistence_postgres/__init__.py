@@ -8,9 +8,9 @@ held by the writer's own connection. See README.md.
 """
 
 from ._backend import (
-    PostgresReadHandle,
+    PostgresLease,
     PostgresSessionPersistence,
-    PostgresWriteHandle,
+    PostgresStorage,
     SessionStoreUnavailableError,
 )
 from ._schema import SCHEMA_VERSION, advisory_key
@@ -19,9 +19,9 @@ from .plugin import PostgresConfig, SessionPersistencePostgres
 __all__ = [
     "SCHEMA_VERSION",
     "PostgresConfig",
-    "PostgresReadHandle",
+    "PostgresLease",
     "PostgresSessionPersistence",
-    "PostgresWriteHandle",
+    "PostgresStorage",
     "SessionPersistencePostgres",
     "SessionStoreUnavailableError",
     "advisory_key",

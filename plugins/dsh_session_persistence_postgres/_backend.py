@@ -1,9 +1,9 @@
-"""The PostgreSQL ``sessionPersistence`` service: handles, ownership, storage.
+"""The PostgreSQL session storage (:class:`PostgresStorage`) and its ``sessionPersistence``.
 
-Same seam and semantics as the JSONL backend (DECISIONS D7, D12); admission,
-the 200 ms window and the serialized drain are the session layer's
-(:mod:`dsh_host.session.write_behind`). What differs is where the guarantees
-come from:
+Same seam and semantics as the JSONL backend (DECISIONS D7, D12); the write
+handle, admission, the 200 ms window and the serialized drain are the session
+layer's (:mod:`dsh_host.session.storage` is the interface implemented here).
+What differs is where the guarantees come from:
 
 * **Durability.** A batch is one autocommit ``INSERT`` (the first one also
   inserts the header, through a CTE) on a connection started with
@@ -16,11 +16,12 @@ come from:
   so a bad batch is refused before it is buffered.
 * **Single writer.** ``open(id, "write")`` (and, for ``create``, the first
   materialization) takes ``pg_try_advisory_lock(key)`` on a connection of its
-  own, and every batch of that handle is written on that same connection. A
-  batch can therefore only commit while the lock is held: if the connection
-  drops, the lock is gone *and* the handle can no longer write. The handle is
-  then poisoned (:class:`SessionOwnershipLostError`); it never reconnects,
-  because another worker may already own the session.
+  own (the lease), and every batch of that lease is written on that same
+  connection. A batch can therefore only commit while the lock is held: if the
+  connection drops, the lock is gone *and* the lease can no longer write. The
+  storage then raises :class:`SessionOwnershipLostError` and the host refuses
+  further writes; it never reconnects, because another worker may already own
+  the session.
 * **Crash repair** is the reader's, exactly as with JSONL: storage returns the
   stored rows; ``inspect`` adds closers in memory; a resumer appends them.
   There are no torn tails: a crash loses only what was never committed.
@@ -30,6 +31,7 @@ All database calls are blocking psycopg calls on worker threads (see ``_pool``).
 
 from __future__ import annotations
 
+import builtins
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -41,17 +43,13 @@ import msgspec
 import psycopg
 from psycopg import sql
 
-from dsh_host.cancel import CancelToken
-from dsh_host.session.backend import PersistenceBackend
-from dsh_host.session.errors import InvalidSessionHeaderError
-from dsh_host.session.events import SessionEvent, encode_event
-from dsh_host.session.header import SESSION_FORMAT_VERSION, SessionHeader, parse_session_header
+from dsh_host.session.backend import PersistenceService
+from dsh_host.session.events import SessionEvent
+from dsh_host.session.header import SessionHeader
 from dsh_host.session.persistence import (
     ArtifactLocation,
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
-    SessionAppendRejectedError,
-    SessionFormatUnsupportedError,
     SessionHandleClosedError,
     SessionListing,
     SessionLoad,
@@ -60,29 +58,26 @@ from dsh_host.session.persistence import (
     SessionPersistenceCorruptionError,
     SessionPersistenceError,
     SessionWriteError,
-    SnapshotReadHandle,
     UnreadableListing,
-    check_from_seq,
-    decode_stored_event,
+    decode_stored_header,
+    decode_stored_rows,
 )
-from dsh_host.session.write_behind import BufferedWriteHandle, Spawn, header_meta
+from dsh_host.session.storage import Pending, encode_json
+from dsh_host.session.write_behind import Spawn
 
 from ._pool import ConnectionPool, connect, describe_dsn, usable, writer_conninfo
 from ._schema import EventStorage, SchemaInfo, advisory_key, ensure_schema
 
 __all__ = [
-    "PostgresReadHandle",
+    "PostgresLease",
     "PostgresSessionPersistence",
-    "PostgresWriteHandle",
+    "PostgresStorage",
     "SessionStoreUnavailableError",
 ]
 
 _log = logging.getLogger("dsh.session-persistence-postgres")
 
 T = TypeVar("T")
-
-#: One buffered event: (seq, encoded JSON text).
-Row = tuple[int, str]
 
 #: How long a refused ``pg_try_advisory_lock`` is retried before reporting the owner.
 #: A writer whose process died holds its lock until PostgreSQL notices the closed
@@ -94,24 +89,6 @@ LOCK_SETTLE_SECONDS: Final = 0.1
 
 
 # --------------------------------------------------------------------------- headers
-
-
-def _header_of(header: SessionHeader | Mapping[str, Any]) -> SessionHeader:
-    """Validate a header for ``create``; errors never reserve the id."""
-    meta = header_meta(header)
-    created = meta.get("createdAt")
-    if not (type(created) is int and 0 <= created <= 2**53 - 1):
-        raise SessionAppendRejectedError(
-            "session metadata createdAt must be a non-negative safe integer"
-        )
-    meta.setdefault("version", SESSION_FORMAT_VERSION)
-    if "seedLength" in meta:  # the 0.1.1 spelling of isSeeded
-        meta.setdefault("isSeeded", True)
-        del meta["seedLength"]
-    try:
-        return parse_session_header(meta)
-    except InvalidSessionHeaderError as error:
-        raise SessionAppendRejectedError(str(error)) from error
 
 
 def _header_text(header: SessionHeader) -> str:
@@ -128,205 +105,39 @@ class SessionStoreUnavailableError(SessionPersistenceError):
     code = "SESSION_STORE_UNAVAILABLE"
 
 
-class _Outcome:
-    """Set from the worker thread right after the INSERT returned (i.e. committed)."""
-
-    __slots__ = ("committed",)
-
-    def __init__(self) -> None:
-        self.committed = False
+# --------------------------------------------------------------------------- the lease
 
 
-class PostgresReadHandle(SnapshotReadHandle):
-    """A snapshot of one stored session, read at open; no lock, no writes."""
+class PostgresLease:
+    """What the storage holds for one owned session: the connection carrying its lock."""
 
+    __slots__ = ("conn", "lost", "session_id")
 
-# --------------------------------------------------------------------------- write handle
-
-
-class PostgresWriteHandle(BufferedWriteHandle[Row]):
-    """Exclusive writer of one session: its own connection holds the advisory lock."""
-
-    def __init__(
-        self,
-        backend: PostgresSessionPersistence,
-        header: SessionHeader,
-        *,
-        events: list[SessionEvent],
-        conn: psycopg.Connection[Any] | None,
-        materialized: bool,
-    ) -> None:
-        super().__init__(backend, header, events)
-        self._backend = backend
-        self._header_text = _header_text(header)
-        self._conn = conn
-        self._materialized = materialized
-        self._lost: SessionOwnershipLostError | None = None
-
-    @property
-    def materialized(self) -> bool:
-        return self._materialized
-
-    @property
-    def ownership_lost(self) -> bool:
-        return self._lost is not None
+    def __init__(self, session_id: str, conn: psycopg.Connection[Any]) -> None:
+        self.session_id = session_id
+        self.conn: psycopg.Connection[Any] | None = conn
+        #: The connection dropped under a write: the lock is gone with it.
+        self.lost = False
 
     @property
     def backend_pid(self) -> int | None:
-        """PID of the PostgreSQL backend holding this handle's lock (None before it has one)."""
-        conn = self._conn
+        """PID of the PostgreSQL backend holding this lease's lock (None once released)."""
+        conn = self.conn
         if conn is None or conn.closed:
             return None
         return int(conn.info.backend_pid)
-
-    # -- admission (the shared checks run first)
-
-    def _encode(self, event: SessionEvent, wire: dict[str, Any] | None) -> Row:
-        try:
-            text = encode_event(event).decode("utf-8")
-        except (TypeError, ValueError, msgspec.EncodeError) as error:
-            raise SessionAppendRejectedError(
-                "session event batch is not losslessly JSON-serializable because it contains "
-                f'non-JSON-serializable data (event type "{event.type}"): {error}'
-            ) from error
-        return event.seq, text
-
-    def _unusable(self) -> BaseException | None:
-        return self._lost_again() if self._lost is not None else None
-
-    def _close_error(self) -> BaseException | None:
-        """A lost lock with events not known to be stored: close reports them."""
-        if self._lost is not None and self._cursor < len(self._events):
-            return self._lost_again()
-        return None
-
-    # -- storage
-
-    async def _store(self, batch: Sequence[Row]) -> None:
-        """Persist one batch (empty = header-only publication) in one transaction."""
-        if self._lost is not None:
-            raise self._lost_again()
-        if batch and batch[0][0] != self._cursor:  # pragma: no cover - the batcher keeps order
-            raise AssertionError(f"batch starts at {batch[0][0]}, cursor is {self._cursor}")
-        outcome = _Outcome()
-        spare = self._backend.take_writer() if self._conn is None else None
-        try:
-            await anyio.to_thread.run_sync(self._write_sync, batch, outcome, spare)
-        except SessionOwnershipLostError as error:
-            self._lost = error
-            raise
-        except SessionAlreadyExistsError:
-            await self._release_connection()  # never keep a lock on someone else's session
-            raise
-        finally:
-            if outcome.committed:
-                self._materialized = True
-
-    def _write_sync(
-        self, batch: Sequence[Row], outcome: _Outcome, spare: psycopg.Connection[Any] | None
-    ) -> None:
-        backend = self._backend
-        if self._conn is None:
-            self._conn = backend.lock_connection_sync(self.id, spare)
-        conn = self._conn
-        seqs = [seq for seq, _text in batch]
-        texts = [text for _seq, text in batch]
-        try:
-            if self._materialized:
-                conn.execute(backend.sql_insert_events, (self.id, seqs, texts), prepare=True)
-            else:
-                conn.execute(
-                    backend.sql_publish,
-                    (self.id, self._header_text, self._header.created_at, self.id, seqs, texts),
-                )
-        except psycopg.errors.UniqueViolation as error:
-            # Publishing: any existing row (header or event; the CTE's order of checks is
-            # not defined) means someone else stored this id first.
-            if not self._materialized:
-                raise SessionAlreadyExistsError(
-                    f'session "{self.id}" already has a persisted log in PostgreSQL '
-                    f"({backend.locate_id(self.id)}); load/resume it instead of creating"
-                ) from None
-            raise self._lost_error(
-                f"seq {seqs[0] if seqs else '?'} is already stored — another writer wrote "
-                "this session"
-            ) from error
-        except psycopg.errors.ForeignKeyViolation as error:
-            # Our batch starts at the stored next seq of a published session, so a missing
-            # predecessor or header means rows were removed behind the append-only triggers.
-            raise SessionPersistenceCorruptionError(
-                f'stored session "{self.id}" no longer holds what this handle wrote '
-                f"({error.diag.constraint_name}: {error.diag.message_detail or error}); rows "
-                "were removed outside dsh — reopen the session to see what is stored",
-                path=backend.locate_id(self.id),
-            ) from error
-        except psycopg.Error as error:
-            if conn.closed or conn.broken:
-                raise self._lost_error(str(error).strip()) from error
-            raise SessionWriteError(
-                f'failed to store {len(batch)} event(s) of session "{self.id}" in PostgreSQL '
-                f"(nothing was written): {str(error).strip()}"
-            ) from error
-        outcome.committed = True
-
-    def _lost_error(self, why: str) -> SessionOwnershipLostError:
-        return SessionOwnershipLostError(
-            f'session "{self.id}": write ownership lost — {why}. Events from seq {self._cursor} '
-            "on are not known to be stored; this handle refuses further writes rather than "
-            'risk two writers. Reopen the session with open(id, "write") to continue from what '
-            "is really stored."
-        )
-
-    def _lost_again(self) -> SessionOwnershipLostError:
-        """A fresh error for each refusal (re-raising one object would grow its traceback)."""
-        assert self._lost is not None
-        error = SessionOwnershipLostError(str(self._lost))
-        error.__cause__ = self._lost
-        return error
-
-    async def _release_connection(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with anyio.CancelScope(shield=True):
-                await self._backend.give_back_writer(conn)
-
-    # -- reads and lifecycle
-
-    async def read(self) -> SessionLoad:
-        self._check_readable()
-        revision = self._backend.revision(self._cursor) if self._materialized else "unmaterialized"
-        return SessionLoad(
-            header=self._header,
-            events=tuple(self._events),
-            revision=revision,
-            location=ArtifactLocation("postgres", self._backend.locate_id(self.id)),
-        )
-
-    async def _release(self) -> None:
-        """Release the lock, keeping the connection for the next writer."""
-        self._closed = True
-        self._backend.forget(self)
-        await self._release_connection()
-
-    def _drop(self) -> None:
-        """Closing the socket ends the lock."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
 
 
 # --------------------------------------------------------------------------- the service
 
 
-class PostgresSessionPersistence(PersistenceBackend[PostgresReadHandle, PostgresWriteHandle]):
+class PostgresStorage:
     """Session logs in PostgreSQL, shared by every process that uses the same schema.
 
-    ``spawn`` starts a background task (``ctx.start_soon`` or a task group's
-    ``start_soon``) for the 200 ms write-behind window; without it, buffered
-    events wait for an explicit flush. ``pool_size`` bounds the connections
-    used for reads, listing and creation; each open write handle holds one
-    more connection of its own (the one carrying its lock), and up to
-    ``pool_size`` of those are kept, unlocked, for the next writer.
+    A :class:`~dsh_host.session.storage.SessionStorage`. ``pool_size`` bounds
+    the connections used for reads, listing and creation; each owned session
+    holds one more connection of its own (the one carrying its lock), and up
+    to ``pool_size`` of those are kept, unlocked, for the next writer.
     """
 
     name = "session-persistence-postgres"
@@ -338,8 +149,6 @@ class PostgresSessionPersistence(PersistenceBackend[PostgresReadHandle, Postgres
         schema: str = "dsh",
         pool_size: int = 4,
         connect_timeout: float = 10.0,
-        spawn: Spawn | None = None,
-        logger: logging.Logger | None = None,
         storage: EventStorage = "text",
     ) -> None:
         if not schema:
@@ -348,7 +157,6 @@ class PostgresSessionPersistence(PersistenceBackend[PostgresReadHandle, Postgres
             raise ValueError(f'storage must be "text" or "jsonb", got {storage!r}')
         self.dsn_description = describe_dsn(dsn)
         self.schema = schema
-        super().__init__(spawn=spawn, logger=logger or _log)
         self._storage: EventStorage = storage
         self._conninfo = writer_conninfo(dsn, connect_timeout=connect_timeout)
         self.pool = ConnectionPool(self._conninfo, pool_size)
@@ -518,58 +326,12 @@ class PostgresSessionPersistence(PersistenceBackend[PostgresReadHandle, Postgres
     # -- decoding
 
     def _decode_header(self, session_id: str, text: str) -> SessionHeader:
-        where = self.locate_id(session_id)
-        try:
-            raw = msgspec.json.decode(text)
-        except msgspec.DecodeError as error:
-            raise SessionPersistenceCorruptionError(
-                f'stored session "{session_id}" has a header that is not JSON ({where}): {error}',
-                path=where,
-            ) from error
-        if not isinstance(raw, dict):
-            raise SessionPersistenceCorruptionError(
-                f'stored session "{session_id}" has a header that is not a JSON object ({where})',
-                path=where,
-            )
-        version = raw.get("version")
-        if type(version) is int and version != SESSION_FORMAT_VERSION:
-            if version > SESSION_FORMAT_VERSION:
-                message = (
-                    f'session "{session_id}" uses log format v{version}, but this harness reads '
-                    f"only v{SESSION_FORMAT_VERSION}: the log was written by a newer harness — "
-                    "upgrade the harness to open it"
-                )
-            else:
-                message = (
-                    f'session "{session_id}" uses log format v{version}, older than the '
-                    f"supported v{SESSION_FORMAT_VERSION}, and this build ships no upgrade "
-                    "path for it"
-                )
-            raise SessionFormatUnsupportedError(f"{message} (raw log: {where})", location=where)
-        try:
-            return parse_session_header(raw, session_id=session_id)
-        except InvalidSessionHeaderError as error:
-            raise SessionPersistenceCorruptionError(
-                f'stored session "{session_id}" failed validation: {error} (raw log: {where})',
-                path=where,
-            ) from error
+        return decode_stored_header(session_id, text, where=self.locate_id(session_id))
 
     def _decode_events(
         self, session_id: str, rows: Sequence[tuple[int, str]], first_seq: int
     ) -> list[SessionEvent]:
-        where = self.locate_id(session_id)
-        out: list[SessionEvent] = []
-        for index, (seq, text) in enumerate(rows):
-            event = decode_stored_event(text, session_id=session_id, seq=seq, where=where)
-            if seq != first_seq + index or event.seq != seq:
-                raise SessionPersistenceCorruptionError(
-                    f'stored session "{session_id}" failed validation: row {first_seq + index} '
-                    f"has seq {seq} holding an event with seq {event.seq}; the log must be "
-                    f"contiguous from 0 (raw log: {where})",
-                    path=where,
-                )
-            out.append(event)
-        return out
+        return decode_stored_rows(session_id, rows, first_seq, where=self.locate_id(session_id))
 
     # -- reading
 
@@ -591,37 +353,37 @@ class PostgresSessionPersistence(PersistenceBackend[PostgresReadHandle, Postgres
             location=ArtifactLocation("postgres", self.locate_id(header.id)),
         )
 
-    async def _read(self, session_id: str, token: CancelToken | None) -> SessionLoad:
-        if token is not None:
-            token.throw_if_aborted()
-        await self.ensure_schema()
-        header, events = await self._db(lambda conn: self._fetch_sync(conn, session_id))
-        if token is not None:
-            token.throw_if_aborted()
-        return self._load(header, events)
+    # -- the storage seam
 
-    # -- the seam
+    def encode(self, event: SessionEvent, wire: dict[str, Any] | None) -> bytes:
+        return encode_json(event)
 
-    async def create(self, header: SessionHeader | Mapping[str, Any]) -> PostgresWriteHandle:
-        """A write handle for a new session; nothing is written until its first flush."""
-        typed = _header_of(header)
-        sid = typed.id
+    async def check_new(self, header: SessionHeader) -> None:
+        sid = header.id
         self._check_open()
-        with self._handles.reserve(sid, new=True):
-            await self.ensure_schema()
-            stored = await self._db(lambda conn: conn.execute(self._sql_exists, (sid,)).fetchone())
-            if stored is not None:
-                raise SessionAlreadyExistsError(
-                    f'session "{sid}" already has a persisted log in PostgreSQL '
-                    f"({self.locate_id(sid)}); load/resume it instead of creating"
-                )
-            handle = PostgresWriteHandle(self, typed, events=[], conn=None, materialized=False)
-            return self._handles.add(handle)
+        await self.ensure_schema()
+        stored = await self._db(lambda conn: conn.execute(self._sql_exists, (sid,)).fetchone())
+        if stored is not None:
+            raise SessionAlreadyExistsError(
+                f'session "{sid}" already has a persisted log in PostgreSQL '
+                f"({self.locate_id(sid)}); load/resume it instead of creating"
+            )
 
-    def _snapshot(self, load: SessionLoad) -> PostgresReadHandle:
-        return PostgresReadHandle(load)
+    async def materialize(self, header: SessionHeader, batch: Sequence[Pending]) -> PostgresLease:
+        """Take the lock on a connection of its own, then insert header + batch (one CTE)."""
+        self._check_open()
+        await self.ensure_schema()
+        spare = self.take_writer()
+        conn = await anyio.to_thread.run_sync(self.lock_connection_sync, header.id, spare)
+        lease = PostgresLease(header.id, conn)
+        try:
+            await anyio.to_thread.run_sync(self._write_sync, lease, batch, header)
+        except BaseException:
+            await self.release(lease)  # never keep a lock on a session that is not ours
+            raise
+        return lease
 
-    async def _open_write(self, session_id: str) -> PostgresWriteHandle:
+    async def acquire(self, session_id: str) -> tuple[PostgresLease, SessionLoad]:
         """Take the advisory lock (or fail at once), then read the whole log under it."""
         self._check_open()
         await self.ensure_schema()
@@ -631,7 +393,7 @@ class PostgresSessionPersistence(PersistenceBackend[PostgresReadHandle, Postgres
             )
         except psycopg.Error as error:
             raise self._db_error(error) from error
-        return PostgresWriteHandle(self, header, events=events, conn=conn, materialized=True)
+        return PostgresLease(session_id, conn), self._load(header, events)
 
     def _open_write_sync(
         self, session_id: str, spare: psycopg.Connection[Any] | None
@@ -646,36 +408,99 @@ class PostgresSessionPersistence(PersistenceBackend[PostgresReadHandle, Postgres
             raise
         return conn, header, events
 
-    async def read_from(
-        self, session_id: str, from_seq: int, *, token: CancelToken | None = None
-    ) -> tuple[SessionEvent, ...]:
+    async def append(self, lease: PostgresLease, batch: Sequence[Pending]) -> None:
+        """One autocommit INSERT on the lease's own connection (nothing to repair)."""
+        if batch:
+            await anyio.to_thread.run_sync(self._write_sync, lease, batch, None)
+
+    def _write_sync(
+        self, lease: PostgresLease, batch: Sequence[Pending], publish: SessionHeader | None
+    ) -> None:
+        """Insert ``batch`` (with the header row when ``publish``) in one transaction."""
+        conn = lease.conn
+        sid = lease.session_id
+        seqs = [p.seq for p in batch]
+        texts = [p.json.decode("utf-8") for p in batch]
+        try:
+            if conn is None or lease.lost:
+                raise psycopg.OperationalError("the connection holding the lock was released")
+            if publish is None:
+                conn.execute(self.sql_insert_events, (sid, seqs, texts), prepare=True)
+            else:
+                conn.execute(
+                    self.sql_publish,
+                    (sid, _header_text(publish), publish.created_at, sid, seqs, texts),
+                )
+        except psycopg.errors.UniqueViolation as error:
+            # Publishing: any existing row (header or event; the CTE's order of checks is
+            # not defined) means someone else stored this id first.
+            if publish is not None:
+                raise SessionAlreadyExistsError(
+                    f'session "{sid}" already has a persisted log in PostgreSQL '
+                    f"({self.locate_id(sid)}); load/resume it instead of creating"
+                ) from None
+            raise self._lost_error(
+                lease,
+                f"seq {seqs[0] if seqs else '?'} is already stored — another writer wrote "
+                "this session",
+                seqs,
+            ) from error
+        except psycopg.errors.ForeignKeyViolation as error:
+            # Our batch starts at the stored next seq of a published session, so a missing
+            # predecessor or header means rows were removed behind the append-only triggers.
+            raise SessionPersistenceCorruptionError(
+                f'stored session "{sid}" no longer holds what this handle wrote '
+                f"({error.diag.constraint_name}: {error.diag.message_detail or error}); rows "
+                "were removed outside dsh — reopen the session to see what is stored",
+                path=self.locate_id(sid),
+            ) from error
+        except psycopg.Error as error:
+            if conn is None or conn.closed or conn.broken:
+                raise self._lost_error(lease, str(error).strip(), seqs) from error
+            raise SessionWriteError(
+                f'failed to store {len(batch)} event(s) of session "{sid}" in PostgreSQL '
+                f"(nothing was written): {str(error).strip()}"
+            ) from error
+
+    def _lost_error(
+        self, lease: PostgresLease, why: str, seqs: Sequence[int]
+    ) -> SessionOwnershipLostError:
+        lease.lost = True
+        return SessionOwnershipLostError(
+            f'session "{lease.session_id}": write ownership lost — {why}. Events from seq '
+            f"{seqs[0] if seqs else 0} on are not known to be stored; this handle refuses "
+            "further writes rather than "
+            'risk two writers. Reopen the session with open(id, "write") to continue from what '
+            "is really stored."
+        )
+
+    async def release(self, lease: PostgresLease) -> None:
+        """Release the lock, keeping the connection for the next writer (a lost one closes)."""
+        conn, lease.conn = lease.conn, None
+        if conn is None:
+            return
+        if lease.lost:
+            await anyio.to_thread.run_sync(conn.close)
+        else:
+            await self.give_back_writer(conn)
+
+    async def load(self, session_id: str) -> SessionLoad:
+        await self.ensure_schema()
+        header, events = await self._db(lambda conn: self._fetch_sync(conn, session_id))
+        return self._load(header, events)
+
+    async def read_from(self, session_id: str, from_seq: int) -> tuple[SessionEvent, ...]:
         """Stored events with ``seq >= from_seq`` (only those rows are fetched)."""
-        check_from_seq(from_seq)
-        if token is not None:
-            token.throw_if_aborted()
         await self.ensure_schema()
         _header, events = await self._db(lambda conn: self._fetch_sync(conn, session_id, from_seq))
-        if token is not None:
-            token.throw_if_aborted()
         return tuple(events)
 
     async def list(
-        self,
-        *,
-        token: CancelToken | None = None,
-        unreadable: list[UnreadableListing] | None = None,
-    ) -> list[SessionListing]:
-        """Every published session's header and revision (events are not read).
-
-        With ``unreadable``, a row whose header is damaged is reported there
-        instead of failing the listing.
-        """
-        if token is not None:
-            token.throw_if_aborted()
+        self, unreadable: builtins.list[UnreadableListing] | None
+    ) -> builtins.list[SessionListing]:
+        """Every published session's header and revision (events are not read)."""
         await self.ensure_schema()
         rows = await self._db(lambda conn: conn.execute(self._sql_list).fetchall())
-        if token is not None:
-            token.throw_if_aborted()
         out: list[SessionListing] = []
         for sid, text, count in rows:
             location = ArtifactLocation("postgres", self.locate_id(sid))
@@ -691,29 +516,55 @@ class PostgresSessionPersistence(PersistenceBackend[PostgresReadHandle, Postgres
             )
         return out
 
-    # -- tracking and teardown
-
     def _check_open(self) -> None:
         if self._closed:
             raise SessionHandleClosedError(f"{self.name} is closed")
 
-    async def aclose(self) -> None:
-        """Drain and release every handle, then close the pool.
-
-        Each handle is closed even if another one fails; the failures are
-        raised together as ``<backend> dispose failed``.
-        """
+    async def close(self) -> None:
+        """Close the pool and the spare writer connections. Idempotent."""
         self._closed = True
-        failures = await self._handles.close_all(name=self.name, logger=self.logger)
         await self.pool.aclose()
         spares, self._spare_writers = self._spare_writers, []
         for conn in spares:
             await anyio.to_thread.run_sync(conn.close)
-        if failures is not None:
-            raise failures
+
+
+class PostgresSessionPersistence(PersistenceService[PostgresLease]):
+    """The ``sessionPersistence`` service over :class:`PostgresStorage` (a named constructor).
+
+    ``spawn`` starts a background task (``ctx.start_soon`` or a task group's
+    ``start_soon``) for the 200 ms write-behind window; without it, buffered
+    events wait for an explicit flush.
+    """
+
+    storage: PostgresStorage
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "dsh",
+        pool_size: int = 4,
+        connect_timeout: float = 10.0,
+        spawn: Spawn | None = None,
+        logger: logging.Logger | None = None,
+        storage: EventStorage = "text",
+    ) -> None:
+        super().__init__(
+            PostgresStorage(
+                dsn,
+                schema=schema,
+                pool_size=pool_size,
+                connect_timeout=connect_timeout,
+                storage=storage,
+            ),
+            spawn=spawn,
+            logger=logger or _log,
+        )
+
+    async def ensure_schema(self) -> SchemaInfo:
+        """Create or check the schema now (the plugin does at boot, to report a bad DSN)."""
+        return await self.storage.ensure_schema()
 
     async def __aenter__(self) -> PostgresSessionPersistence:
         return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()

@@ -38,7 +38,8 @@ from dsh_host.tools.types import STOPPED_OUTCOME_UNKNOWN_TEXT
 STOPPED = STOPPED_OUTCOME_UNKNOWN_TEXT
 UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
 
-pytestmark = pytest.mark.anyio
+# both backends: cancellation in the agent loop
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 
 def results(agent: Agent) -> list[tuple[str, str, str | None]]:

@@ -32,8 +32,6 @@ from dsh_host.agent import (
     Enter,
     PreStepContext,
     Reject,
-    RequestErrorContext,
-    Retry,
     TurnStoppingContext,
 )
 from dsh_host.errors import AbortError
@@ -58,7 +56,8 @@ from dsh_host.session.messages import (
 )
 from dsh_host.tools import ToolExecution
 
-pytestmark = pytest.mark.anyio
+# both backends: the agent loop
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 TOOL_TURN = [
     {"tool_calls": [{"name": "echo", "arguments": {"text": "hi"}, "id": "call-1"}]},
@@ -313,24 +312,22 @@ async def test_error_finish_ends_the_turn_with_the_failure_verbatim() -> None:
 
 
 async def test_request_error_retry_commits_one_message() -> None:
+    """The shipped ``llm-retry`` row recovers a rate-limited request (no listener of the test's
+    own: that hid that no retry plugin shipped); one message is committed, the input once."""
     responses = [
-        {"error": {"code": "RATE_LIMIT", "message": "slow down"}},
+        {"error": {"code": "RATE_LIMIT", "message": "slow down", "retry_after_ms": 1}},
         {"text": "second time lucky"},
     ]
-    async with scripted_host(responses) as host:
-        seen: list[RequestErrorContext] = []
-
-        async def retry(ctx: RequestErrorContext, next: Any) -> Any:
-            seen.append(ctx)
-            return Retry()
-
-        host.ctx.on("agent/request-error", retry)
+    retry_row = Row(id="llm-retry", name="@deepseek-ai/dsh-llm-retry")
+    async with scripted_host(responses, retry_row) as host:
         agent = agent_service(host).create()
         reason = await agent.run_turn("hi")
         session = agent.session
     assert reason == CompletedReason()
-    assert [c.failure.code for c in seen] == ["RATE_LIMIT"]
+    [scheduled] = [e.data for e in session.events if e.type == "llm/retry"]
+    assert (scheduled.failure.code, scheduled.retry, scheduled.delay_ms) == ("RATE_LIMIT", 1, 1)
     kinds = live_types(session)
+    assert kinds.count("llm/retry-started") == 1
     assert kinds.count("assistant/attempt") == 1
     assert kinds.count("assistant/message") == 1
     assert kinds.count("user/message") == 1  # the input is entered once, not per attempt

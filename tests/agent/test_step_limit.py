@@ -31,7 +31,8 @@ from dsh_host.session.messages import PluginSource, TextBlock, UserMessage
 from dsh_host.session.repair import interrupted_turn_closers
 from dsh_host.tools import ToolExecution
 
-pytestmark = pytest.mark.anyio
+# both backends: the agent loop
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 
 def looping(count: int) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ import anyio
 import msgspec
 
 from dsh_host import open_host
-from dsh_host.cli.run_cmd import _compose
+from dsh_host.cli.run_cmd import compose
 
 
 def say(text: str) -> None:
@@ -42,7 +42,7 @@ async def main(spec: dict[str, Any]) -> None:
         config=spec["config"], root=spec["root"], model=f"scripted:{spec['script']}",
         workspace=spec["workspace"], approval="defer", sandbox=None,
     )
-    located, _ = _compose(args, demo_workspace=False)
+    located, _ = compose(args, workspace=args.workspace, demo_workspace=False)
     mode = spec["mode"]
     async with open_host(located) as host:
         ctx = host.ctx

@@ -11,7 +11,8 @@ from dsh_host import Row, open_host
 from dsh_host.session import CompletedReason, PluginSource, TextBlock, UserMessage
 from dsh_host.tools import ToolDefinition, ToolExecution, text_output
 
-pytestmark = pytest.mark.anyio
+# both backends: the agent loop
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 SNAPSHOT_HEADER = "Current runtime context. This snapshot supersedes earlier runtime-context snapshots."
 

@@ -25,6 +25,9 @@ from dsh_host.tools import ApprovalRequest
 
 from .harness import TurnAgent, booted, new_agent
 
+# both backends: a terminal answerer child on each backend (threads, PTY)
+pytestmark = pytest.mark.both_backends
+
 CHILD = Path(__file__).with_name("answerer_child.py")
 #: Hang guard for reading the child's terminal (not a timing assertion).
 GUARD_SECONDS = 120.0

@@ -20,7 +20,8 @@ from dsh_host.session.approvals import awaiting_call_ids, deferred_calls
 from dsh_host.session.repair import interrupted_turn_closers
 from dsh_host.tools import ToolDefinition, ToolExecution, text_output
 
-pytestmark = pytest.mark.anyio
+# both backends: the agent loop halting and resuming
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 
 def rows(responses: list[Any], *, unanswered: str = "defer", rules: Any = None) -> list[Row]:

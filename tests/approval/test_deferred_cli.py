@@ -13,7 +13,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from .deferred_env import CALL, Env, make_env, script
+
+# slow: several real dsh processes per test
+pytestmark = pytest.mark.slow
 
 
 def test_defer_exit_4_then_allow_from_another_process_runs_it_exactly_once(deferred: Env) -> None:

@@ -24,7 +24,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from .deferred_env import CALL, Env, ledger_call, script
+
+# slow: real processes SIGKILLed at each point of defer and decide
+pytestmark = pytest.mark.slow
 
 CHILD = Path(__file__).with_name("deferred_child.py")
 

@@ -57,6 +57,22 @@ def run_bench(name: str, tmp_path: Path, *extra: str) -> dict[str, Any]:
     return data
 
 
+def assert_verdict(verdict: str, value: float, target: float, *, at_most: bool = True) -> None:
+    """The verdict a script prints is the one its own figure and target give (either way)."""
+    met = value <= target if at_most else value >= target
+    assert verdict == ("met" if met else "NOT met"), (verdict, value, target, at_most)
+
+
+def test_the_verdict_helper_compares_in_the_stated_direction() -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        from _common import verdict
+    finally:
+        sys.path.remove(str(BENCH))
+    assert [verdict(v, 1.15) for v in (1.0, 1.15, 1.2)] == ["met", "met", "NOT met"]
+    assert [verdict(v, 100, at_most=False) for v in (99, 100, 101)] == ["NOT met", "met", "met"]
+
+
 def assert_summary(summary: dict[str, Any]) -> None:
     assert {"n", "median_us", "p10_us", "p90_us", "min_us"} <= set(summary)
     assert summary["n"] > 0
@@ -83,8 +99,13 @@ def test_barrier(tmp_path: Path, backend: str) -> None:
     assert sizes == sorted(sizes)  # more events per batch, more bytes
     assert_summary(data["fixed_costs"]["empty_flush"])
     assert_summary(data["fixed_costs"]["thread_hop"])
-    assert data["targets"]["verdict"] in {"met", "NOT met"}
-    assert data["targets"]["ratio_at_most"] == 1.15
+    targets = data["targets"]
+    assert targets["ratio_at_most"] == 1.15
+    assert targets["primary_ratio"] == data["batches"][str(targets["primary_batch_events"])]["ratio"]
+    assert_verdict(targets["verdict"], targets["primary_ratio"], 1.15)
+    assert set(targets["every_batch"]) == set(data["batches"])
+    for key, batch in data["batches"].items():
+        assert_verdict(targets["every_batch"][key], batch["ratio"], 1.15)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -103,7 +124,15 @@ def test_loop_step(tmp_path: Path, backend: str) -> None:
         # one turn: turn/start, user/message, request header/context, then 5+ events a step
         assert run["events"] >= 5 * run["steps"]
         assert run["log_bytes"] >= run["bytes_per_step"] * (run["steps"] - 1)
-    assert data["targets"]["growth_verdict"] in {"met", "NOT met"}
+    targets, largest = data["targets"], runs[-1]
+    limit = targets["growth_ratio_at_most"]
+    assert limit == 1.15
+    assert targets["growth_ratio_largest_n"] == largest["growth_ratio"]
+    assert_verdict(targets["growth_verdict"], largest["growth_ratio"], limit)
+    assert_verdict(
+        targets["growth_without_fsync_verdict"], largest["growth_ratio_without_fsync"], limit
+    )
+    assert_verdict(targets["cpu_growth_verdict"], largest["cpu_growth_ratio"], limit)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -117,7 +146,10 @@ def test_resume(tmp_path: Path, backend: str) -> None:
         assert_summary(data[key])
         assert data[key]["n"] == data["repeats"]
     assert data["ratio_read_over_raw"] > 0
-    assert data["targets"]["ratio_at_most"] == 1.5
+    targets = data["targets"]
+    assert targets["ratio_at_most"] == 1.5
+    assert targets["ratio"] == data["ratio_read_over_raw"]
+    assert_verdict(targets["verdict"], data["ratio_read_over_raw"], 1.5)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -132,8 +164,46 @@ def test_host(tmp_path: Path, backend: str) -> None:
     assert data["append_detached"]["events"] > 0
     assert data["append_detached"]["events_per_second_median"] > 0
     assert data["append_live_jsonl"]["events"] > 0
-    assert data["targets"]["hook_verdict"] in {"met", "NOT met"}
-    assert data["targets"]["append_verdict"] in {"met", "NOT met"}
+    targets = data["targets"]
+    worst_hook = max(m["us_per_hook"] for m in data["dispatch"].values())
+    assert targets["us_per_hook_worst_backend"] == worst_hook
+    assert_verdict(targets["hook_verdict"], worst_hook, targets["us_per_hook_at_most"])
+    rate = data["append_detached"]["events_per_second_median"]
+    assert targets["append_events_per_second_median"] == rate
+    floor = targets["append_events_per_second_at_least"]
+    assert_verdict(targets["append_verdict"], rate, floor, at_most=False)
+    assert_verdict(
+        targets["append_cpu_verdict"],
+        data["append_detached"]["events_per_cpu_second_median"],
+        floor,
+        at_most=False,
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_search(tmp_path: Path, backend: str) -> None:
+    data = run_bench("search", tmp_path, "--backend", backend)
+    assert data["tree"]["kept_files"] == 401
+    assert set(data["figures"]) == {"floor", "ripgrep", "walk", "glob_ripgrep", "glob_walk"}
+    assert all(f["median_us"] > 0 for f in data["figures"].values())
+    assert set(data["ratios"]) == {
+        "ripgrep_vs_floor",
+        "walk_vs_floor",
+        "walk_vs_ripgrep",
+        "glob_walk_vs_glob_ripgrep",
+    }
+
+
+def test_serve_load(tmp_path: Path) -> None:
+    pytest.importorskip("procrastinate")
+    pytest.importorskip("starlette")
+    data = run_bench("serve_load", tmp_path, "--only", "jsonl-1", "queue-3")
+    assert set(data["results"]) == {"jsonl-1", "queue-3"}
+    for result in data["results"].values():
+        assert result["turns"] == data["sessions"] * data["turns"]
+        assert result["delivery_ms"]["events"] > result["turns"]
+        assert 0 <= result["delivery_ms"]["p50"] <= result["delivery_ms"]["p99"]
+        assert result["healthz_ms_p50"] > 0
 
 
 def test_run_all_runs_selected_scripts_and_summarizes(tmp_path: Path) -> None:
@@ -161,7 +231,7 @@ def test_run_all_lists_every_script_and_rejects_unknown_names() -> None:
     )
     assert listed.returncode == 0
     names = listed.stdout.split()
-    assert {"barrier", "loop_step", "resume", "host", "session_append"} <= set(names)
+    assert {"barrier", "loop_step", "resume", "host", "session_append", "startup"} <= set(names)
     assert "run_all" not in names and "_common" not in names
     bad = subprocess.run(
         [sys.executable, str(BENCH / "run_all.py"), "--only", "no_such_bench"],
@@ -169,3 +239,13 @@ def test_run_all_lists_every_script_and_rejects_unknown_names() -> None:
     )
     assert bad.returncode == 2
     assert "no_such_bench" in bad.stderr
+
+
+def test_startup(tmp_path: Path) -> None:
+    """Every command of the start-up bench ran and has a ratio against the floor."""
+    data = run_bench("startup", tmp_path)
+    results = data["results"]
+    assert {"python -c pass", "dsh --help", "dsh sessions list"} <= set(results)
+    assert results["dsh --help"]["target"] == 5.0
+    assert results["dsh sessions list"]["target"] == 8.0
+    assert all(r["median_ms"] > 0 and r["ratio"] > 0 for r in results.values())

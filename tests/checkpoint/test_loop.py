@@ -17,7 +17,8 @@ from dsh_host.tools import ToolDefinition, ToolExecution, text_output
 
 from .helpers import DiskUnavailableError, Probe, ProbeAdapter, booted, durable_events
 
-pytestmark = pytest.mark.anyio
+# both backends: the agent loop's barriers
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 AGENT_ROW = Row(name="agent", config={"provider": "probe", "model": "probe"})
 

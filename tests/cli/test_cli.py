@@ -22,14 +22,22 @@ def test_demo_run_then_list_show_verify(tmp_path: Path) -> None:
     session_id = result["sessionId"]
     # the demo wrote through the sandboxed bash, inside its workspace only
     notes = tmp_path / ".dsh" / "demo-workspace" / "notes.txt"
-    assert "note from dsh (call call_2_1)" in notes.read_text()
+    assert notes.read_text() == f"note from dsh ({session_id}/call_2_1)\n"
     assert "Traceback" not in run.stderr
+    # A second demo run is another session: its note is its own (the call ids are the same
+    # in every demo run, so keyed on the call id alone the second run skipped its note).
+    again = dsh("run", "--json", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    second = json.loads(again.stdout)["sessionId"]
+    assert notes.read_text().splitlines() == [
+        f"note from dsh ({session_id}/call_2_1)", f"note from dsh ({second}/call_2_1)",
+    ]
 
     listing = json_lines(dsh("sessions", "list", "--json", cwd=tmp_path).stdout)
-    assert [entry["sessionId"] for entry in listing] == [session_id]
-    assert listing[0]["events"] == result["events"]
-    assert listing[0]["lastTurnEnd"] == "completed"
-    assert listing[0]["size"] > 0
+    assert [entry["sessionId"] for entry in listing] == [second, session_id]  # newest first
+    assert listing[1]["events"] == result["events"]
+    assert listing[1]["lastTurnEnd"] == "completed"
+    assert listing[1]["size"] > 0
 
     events = json_lines(
         dsh("sessions", "show", session_id, "--view", "events", "--json", cwd=tmp_path).stdout
@@ -131,8 +139,8 @@ def test_resume_repairs_and_prints_each_closer_then_continues(tmp_path: Path) ->
                cwd=work).returncode == 0
     again = dsh(
         "resume", "tool-missing-result", "continue please", "--root", str(root),
-        "--model", f"scripted:{script}", "--json", cwd=work,
-    )
+        "--model", f"scripted:{script}", "--json", "--workspace", str(work), cwd=work,
+    )  # the fixture recorded /home/dev/project, which is not here: continue it in `work`
     assert again.returncode == 0, again.stderr
     payload = json.loads(again.stdout)
     assert payload["turnEnd"] == {"kind": "completed"}

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import anyio
 import msgspec
+import yaml
 from cli_helpers import REPO, dsh, json_lines
 from dsh_repeat_tool_reminder import GENTLE_REMINDER
 
@@ -23,10 +23,10 @@ from dsh_host.session.events import register_turn_end_reason
 def composition(tmp_path: Path, agent_config: str) -> None:
     """``dsh.yml`` = the shipped default with ``agent_config`` on the agent row (named with
     ``--config``: a ``./dsh.yml`` is never loaded implicitly, D16)."""
-    default = (REPO / "configs" / "default.yml").read_text()
-    row = "- id: agent\n  name: agent\n"
-    assert default.endswith(row), "the agent row is the last row of configs/default.yml"
-    (tmp_path / "dsh.yml").write_text(default + textwrap.indent(agent_config, "  "))
+    rows = yaml.safe_load((REPO / "configs" / "default.yml").read_text())
+    [agent] = [row for row in rows if row["name"] == "agent"]
+    agent.setdefault("config", {}).update(yaml.safe_load(agent_config)["config"])
+    (tmp_path / "dsh.yml").write_text(yaml.safe_dump(rows, sort_keys=False))
 
 
 def looping_script(tmp_path: Path, count: int) -> Path:
@@ -48,6 +48,7 @@ def test_the_shipped_compositions_compose_the_loop_guards(tmp_path: Path) -> Non
         rows = {row["name"]: row for row in json.loads(shown.stdout)["rows"]}
         assert rows["timeout-policy"]["state"] == "active"
         assert rows["repeat-tool-reminder"]["state"] == "active"
+        assert rows["agent-instructions"]["state"] == "active"
 
 
 def test_a_looping_model_stops_at_max_steps_per_turn_exit_1(tmp_path: Path) -> None:

@@ -185,14 +185,18 @@ def test_sessions_list_piped_is_one_whole_row_per_session_with_a_title(tmp_path:
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()
     assert lines[0].split("\t") == [
-        "id", "created", "cwd", "events", "last turn", "size", "title"
+        "id", "created", "cwd", "events", "last turn", "size", "tokens", "title"
     ]  # fmt: skip
     rows = {line.split("\t")[0]: line.split("\t") for line in lines[1:]}
     assert set(rows) == {long_id, other}  # whole ids, one line each
-    assert all(len(row) == 7 for row in rows.values())
-    assert rows[long_id][6] == "fix the failing build please"
+    assert all(len(row) == 8 for row in rows.values())
+    assert rows[long_id][7] == "fix the failing build please"
     assert rows[long_id][4] == "completed"
     as_json = {r["sessionId"]: r for r in json_lines(
         dsh("sessions", "list", "--root", str(root), "--json", cwd=cwd).stdout
     )}  # fmt: skip
     assert as_json[long_id]["title"] == "fix the failing build please"
+    usage = as_json[long_id]["usage"]  # the session's logged usage, summed
+    assert usage["outputTokens"] > 0
+    total_in = usage["inputTokens"] + usage["cacheReadTokens"]
+    assert rows[long_id][6] == f"{total_in} in, {usage['outputTokens']} out"

@@ -1,7 +1,7 @@
 """Fixtures of the crash suite: the stores, the sandbox mode, a pool of child runs, the tally.
 
-The suite runs against both persistence backends: JSONL files under the
-session's temporary directory, and a real PostgreSQL server (the one
+The suite runs against the persistence backends: JSONL files and an SQLite
+database under the session's temporary directory, and a real PostgreSQL server (the one
 tests/postgres uses, ``DSH_TEST_POSTGRES_DSN``), where every child run gets a
 schema of its own under one random prefix, all dropped when the session ends.
 PostgreSQL cases skip, with the reason, only when no server answers.
@@ -26,10 +26,10 @@ import psycopg
 import pytest
 from postgres.conftest import DSN, drop_schemas
 
-from .harness import TALLY, CrashStore, JsonlStore, PostgresStore, sandbox_mode
+from .harness import TALLY, CrashStore, JsonlStore, PostgresStore, SqliteStore, sandbox_mode
 
 #: the persistence backends the suite runs against (``CrashStore.kind``)
-KINDS = ("jsonl", "postgres")
+KINDS = ("jsonl", "sqlite", "postgres")
 
 
 @dataclass
@@ -37,11 +37,14 @@ class Stores:
     """One :class:`CrashStore` per backend; ``None`` (with ``why``) when it cannot run here."""
 
     jsonl: JsonlStore
+    sqlite: SqliteStore
     postgres: PostgresStore | None
     why: str = ""
 
     def get(self, kind: str) -> CrashStore | None:
-        return self.jsonl if kind == "jsonl" else self.postgres
+        if kind == "jsonl":
+            return self.jsonl
+        return self.sqlite if kind == "sqlite" else self.postgres
 
     def need(self, kind: str) -> CrashStore:
         """The store of ``kind``, or skip the calling test saying why there is none."""
@@ -63,13 +66,14 @@ def _postgres_problem() -> str | None:
 @pytest.fixture(scope="session")
 def crash_stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stores]:
     jsonl = JsonlStore(tmp_path_factory.getbasetemp())
+    sqlite = SqliteStore(tmp_path_factory.getbasetemp())
     problem = _postgres_problem()
     if problem is not None:
-        yield Stores(jsonl, None, f"no PostgreSQL server answers at {DSN!r} ({problem})")
+        yield Stores(jsonl, sqlite, None, f"no PostgreSQL server answers at {DSN!r} ({problem})")
         return
     prefix = f"dsh_c{uuid.uuid4().hex[:12]}"
     try:
-        yield Stores(jsonl, PostgresStore(DSN, prefix))
+        yield Stores(jsonl, sqlite, PostgresStore(DSN, prefix))
     finally:
         drop_schemas(DSN, prefix)
 

@@ -44,6 +44,7 @@ import msgspec
 import psycopg
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
 from dsh_session_persistence_postgres import PostgresSessionPersistence
+from dsh_session_persistence_sqlite import SqliteSessionPersistence
 from psycopg.conninfo import make_conninfo
 
 from dsh_host import Row, open_host
@@ -81,7 +82,7 @@ class CrashStore(Protocol):
     store, a store name per child run, and the wait for a dead child's traces.
     """
 
-    #: ``jsonl`` or ``postgres`` (test ids, the tally, the child's kill points)
+    #: ``jsonl``, ``sqlite`` or ``postgres`` (test ids, the tally, the child's kill points)
     kind: str
 
     def make(self, store: str, spawn: Callable[..., Any] | None) -> Any:
@@ -134,6 +135,40 @@ class JsonlStore:
 
     def settle(self, store: str) -> str | None:
         return None  # a dead process leaves only what it wrote to the files
+
+
+class SqliteStore:
+    """One SQLite database per store: ``<base>/<store>/sessions.sqlite3``."""
+
+    kind = "sqlite"
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+
+    def root(self, store: str) -> str:
+        return os.path.join(self.base, store)
+
+    def path(self, store: str) -> str:
+        return os.path.join(self.root(store), "sessions.sqlite3")
+
+    def make(self, store: str, spawn: Callable[..., Any] | None) -> SqliteSessionPersistence:
+        return SqliteSessionPersistence(self.path(store), spawn=spawn)
+
+    def child_source(self, store: str) -> str:
+        return (
+            "from dsh_session_persistence_sqlite import SqliteSessionPersistence\n"
+            "def make_backend(spawn):\n"
+            f"    return SqliteSessionPersistence({self.path(store)!r}, spawn=spawn)\n"
+        )
+
+    def store_for(self, directory: Path) -> str:
+        return str(directory.relative_to(self.base) / "sessions")
+
+    def persistence(self, store: str) -> dict[str, Any]:
+        return {"name": "session-persistence-sqlite", "config": {"root": self.root(store)}}
+
+    def settle(self, store: str) -> str | None:
+        return None  # SQLite rolls a dead writer's open transaction back at the next open
 
 
 class PostgresStore:

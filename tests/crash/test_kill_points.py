@@ -6,8 +6,8 @@ Where the outcome at a point is determined, the exact repair is asserted too
 (``expect``: the closers, or ``no log``; a point where either of two states is
 correct lists both); elsewhere the generic checks apply.
 
-The points common to both backends (tool bodies, results, the batching window)
-run on each; the write-level points are the backend's own: JSONL dies around
+The points common to every backend (tool bodies, results, the batching window)
+run on each; the write-level points are the backend's own (SQLite has none here): JSONL dies around
 ``os.fsync`` / ``os.link``, PostgreSQL around the events ``INSERT`` (before it,
 after it inside an uncommitted transaction, while the server holds it, after
 its commit -- see ``INSERT_PHASES`` in child.py). Each barrier is killed at the
@@ -232,6 +232,11 @@ POSTGRES_POINTS = [
     *COMMON_POINTS,
 ]
 
+#: SQLite's writes happen inside the library (no ``os.fsync`` to die around), so its
+#: write-level points are tests/sqlite's (a process killed inside its transaction); here
+#: each barrier is killed just before and just after its flush.
+SQLITE_POINTS = [*barrier_points(lost=(), either=(), kept=()), *COMMON_POINTS]
+
 #: the subset also run with the child (and the resumer) on asyncio
 ASYNCIO_KEYS = {
     "jsonl": {
@@ -240,6 +245,12 @@ ASYNCIO_KEYS = {
         "tool-body: call_1_1 running",
         "between result and flush: after result 1",
         "materialization: link after (directory not synced)",
+    },
+    "sqlite": {
+        "barrier: llm #1 after-flush",
+        "barrier: tool #1 before-flush",
+        "tool-body: call_1_1 running",
+        "between result and flush: after result 1",
     },
     "postgres": {
         "barrier: llm #1 after-flush",
@@ -266,7 +277,11 @@ class Case:
 
 def _cases() -> list[Case]:
     out: list[Case] = []
-    for store, points in (("jsonl", JSONL_POINTS), ("postgres", POSTGRES_POINTS)):
+    for store, points in (
+        ("jsonl", JSONL_POINTS),
+        ("sqlite", SQLITE_POINTS),
+        ("postgres", POSTGRES_POINTS),
+    ):
         out += [Case(store, "trio", chosen) for chosen in points]
         out += [
             Case(store, "asyncio", chosen) for chosen in points if chosen.key in ASYNCIO_KEYS[store]

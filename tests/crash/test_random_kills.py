@@ -27,6 +27,7 @@ pytestmark = pytest.mark.slow
 
 RUNS = {
     "jsonl": int(os.environ.get("DSH_CRASH_RUNS", "50")),
+    "sqlite": int(os.environ.get("DSH_CRASH_RUNS_SQLITE", "20")),
     "postgres": int(os.environ.get("DSH_CRASH_RUNS_POSTGRES", "20")),
 }
 SEED = int(os.environ.get("DSH_CRASH_SEED", "6"))

@@ -36,6 +36,7 @@ import psycopg
 import pytest
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
 from dsh_session_persistence_postgres import PostgresSessionPersistence
+from dsh_session_persistence_sqlite import SqliteSessionPersistence
 from postgres.conftest import DSN, drop_schemas
 
 from dsh_host.session.events import (
@@ -50,6 +51,9 @@ from dsh_host.session.events import (
 from dsh_host.session.messages import ToolCallBlock
 from dsh_host.session.persistence import SessionNotFoundError
 
+# slow: real processes signalled and killed at chosen and random moments
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 #: a hang guard only (a stuck child is a failure), never a timing assertion
@@ -60,15 +64,17 @@ TIMEOUT = 90.0
 
 
 class Store:
-    """Where the runs keep their sessions: JSONL files under the run's directory, or a
-    private schema of the real PostgreSQL server (``configs/postgres.yml``)."""
+    """Where the runs keep their sessions: JSONL files or an SQLite database
+    (``configs/sqlite.yml``) under the run's directory, or a private schema of the real
+    PostgreSQL server (``configs/postgres.yml``)."""
 
     def __init__(self, kind: str, prefix: str = "") -> None:
         self.kind = kind
         self.prefix = prefix
 
     def composition(self) -> Path:
-        return REPO / "configs" / ("postgres.yml" if self.kind == "postgres" else "default.yml")
+        name = {"postgres": "postgres.yml", "sqlite": "sqlite.yml"}.get(self.kind, "default.yml")
+        return REPO / "configs" / name
 
     def env(self, run_dir: Path) -> dict[str, str]:
         if self.kind != "postgres":
@@ -81,13 +87,15 @@ class Store:
     def backend(self, run_dir: Path) -> Any:
         if self.kind == "postgres":
             return PostgresSessionPersistence(DSN, schema=self.schema(run_dir))
+        if self.kind == "sqlite":
+            return SqliteSessionPersistence(str(run_dir / "sessions" / "sessions.sqlite3"))
         return JsonlSessionPersistence(str(run_dir / "sessions"))
 
 
-@pytest.fixture(params=["jsonl", "postgres"])
+@pytest.fixture(params=["jsonl", "sqlite", "postgres"])
 def store(request: pytest.FixtureRequest) -> Iterator[Store]:
-    if request.param == "jsonl":
-        yield Store("jsonl")
+    if request.param in ("jsonl", "sqlite"):
+        yield Store(request.param)
         return
     try:
         psycopg.connect(DSN, connect_timeout=3).close()
@@ -206,7 +214,7 @@ class Run:
         self.proc: subprocess.Popen[str] | None = None
 
     def root_flag(self) -> list[str]:
-        return ["--root", str(self.root)] if self.store.kind == "jsonl" else []
+        return ["--root", str(self.root)] if self.store.kind in ("jsonl", "sqlite") else []
 
     def start(self) -> subprocess.Popen[str]:
         self.proc = subprocess.Popen(
@@ -391,11 +399,11 @@ def test_a_turn_that_does_not_stop_within_the_grace_period_exits_anyway(
 
 RANDOM_RUNS = {
     "jsonl": int(os.environ.get("DSH_SIGNAL_RUNS", "12")),
+    "sqlite": int(os.environ.get("DSH_SIGNAL_RUNS_SQLITE", "6")),
     "postgres": int(os.environ.get("DSH_SIGNAL_RUNS_POSTGRES", "6")),
 }
 
 
-@pytest.mark.slow
 def test_signals_at_random_moments_keep_the_invariant(store: Store, tmp_path: Path) -> None:
     """SIGINT / SIGTERM / SIGHUP (and sometimes a second one) at random moments of a run
     with several steps, parallel-looking bursts of short commands and streamed text."""

@@ -21,6 +21,9 @@ from dsh_host.session.events import CompletedReason
 from dsh_host.session.messages import TokenUsage
 from dsh_host.tools import ToolRegistrationError
 
+# both backends: the agent loop through the front door
+pytestmark = pytest.mark.both_backends
+
 PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
 

@@ -16,7 +16,8 @@ from dsh_host.agent import RequestErrorContext, Retry
 from dsh_host.front import events as ev
 from dsh_host.session.events import AbortedReason, CompletedReason, UserCancel
 
-pytestmark = pytest.mark.anyio
+# both backends: streaming and cancellation through the front door
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 
 @tool(approval="ask")

@@ -180,6 +180,8 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: Any
+    #: the client's (address, port): the same for requests sent over one kept-alive connection
+    peer: tuple[str, int] = ("", 0)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -188,6 +190,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         return
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        finally:
+            self.server.owner.connection_ended(self.client_address)
 
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
@@ -204,6 +212,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self.path,
                     {k.lower(): v for k, v in self.headers.items()},
                     body,
+                    (str(self.client_address[0]), int(self.client_address[1])),
                 )
             )
             behavior = owner.script.pop(0) if owner.script else None
@@ -287,6 +296,9 @@ class SseServer:
         self.stopping = threading.Event()
         #: released once per hanging response whose client went away
         self.disconnected = threading.Semaphore(0)
+        #: the peers whose connection has ended (the client closed it, or the server did)
+        self.ended_peers: list[tuple[str, int]] = []
+        self._ended = threading.Condition(self.lock)
         self._server = _Server(("127.0.0.1", port), _Handler)
         self._server.owner = self
         self._thread = threading.Thread(
@@ -305,6 +317,16 @@ class SseServer:
     def wait_disconnect(self, timeout: float = 10.0) -> bool:
         """Block until a client dropped a hanging response (False on timeout)."""
         return self.disconnected.acquire(timeout=timeout)
+
+    def connection_ended(self, peer: tuple[str, int]) -> None:
+        with self._ended:
+            self.ended_peers.append((str(peer[0]), int(peer[1])))
+            self._ended.notify_all()
+
+    def wait_connection_ended(self, peer: tuple[str, int], timeout: float = 10.0) -> bool:
+        """Block until the connection from ``peer`` has ended (False on timeout)."""
+        with self._ended:
+            return self._ended.wait_for(lambda: peer in self.ended_peers, timeout=timeout)
 
     def push(self, *behaviors: Behavior) -> None:
         with self.lock:

@@ -40,7 +40,8 @@ from dsh_host.session import (
     encode_event,
 )
 
-pytestmark = pytest.mark.anyio
+# both backends: HTTP, timeouts and cancellation during backoff
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 KEY_ENV = "DSH_TEST_RETRY_KEY"
 PROVIDER = "deepseek-official"

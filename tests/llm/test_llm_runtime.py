@@ -43,7 +43,8 @@ from dsh_host.session import (
     TextDeltaChunk,
 )
 
-pytestmark = pytest.mark.anyio
+# both backends: stream closing and cancellation
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 
 class FakeAdapter(LlmAdapter):

@@ -36,7 +36,8 @@ from dsh_host.session import (
     ToolCallsFinish,
 )
 
-pytestmark = pytest.mark.anyio
+# both backends: HTTP over real sockets, timeouts, aborts
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 KEY_ENV = "DSH_TEST_OPENAI_KEY"
 PROVIDER = "deepseek-official"
@@ -318,13 +319,22 @@ async def test_empty_completion_is_empty_response() -> None:
 
 
 async def test_the_client_is_reused_across_requests_and_closed_on_unload() -> None:
+    """One client per adapter: both requests ride one kept-alive connection, which unloading
+    the adapter closes (a client per request would open two; a client never closed would leave
+    the connection open)."""
     with SseServer([sse(text_events("one")), sse(text_events("two"))]) as server:
         async with adapter_host(server.url) as host:
             first = await assemble(host.ctx.llm.stream(req()))
             second = await assemble(host.ctx.llm.stream(req()))
+            peers = [r.peer for r in server.requests]
+            assert len(peers) == 2
+            assert peers[0] == peers[1], "the second request opened a new connection"
+            assert peers[0] not in server.ended_peers
             await host.unload("model")
             assert not host.ctx.llm.has_provider(PROVIDER)
+            assert await anyio.to_thread.run_sync(server.wait_connection_ended, peers[0]), (
+                "unloading the adapter left its connection open"
+            )
     assert [r.blocks() for r in (first, second)] == [
         (TextBlock(text="one"),), (TextBlock(text="two"),)
     ]
-    assert len(server.requests) == 2

@@ -205,7 +205,7 @@ def fsyncs(monkeypatch: pytest.MonkeyPatch) -> Iterator[FsyncLog]:
 
 
 def _chain(root: Path) -> tuple[str, str, str]:
-    session_dir = Path(_backend(root, "zstd").session_dir("/home/dev/project", SID))
+    session_dir = Path(_backend(root, "zstd").storage.session_dir("/home/dev/project", SID))
     return str(session_dir), str(session_dir.parent), str(root)
 
 
@@ -251,7 +251,13 @@ async def test_a_failing_directory_fsync_at_first_save_is_a_typed_write_error(
     fsyncs.fail_dirs = True
     with pytest.raises(SessionWriteError, match="injected directory fsync failure") as failed:
         await handle.flush()
-    assert isinstance(failed.value.__cause__, OSError)
+    # Exactly the write error (nothing was appended, so nothing to roll back), caused by the
+    # injected directory fsync failure itself.
+    assert type(failed.value) is SessionWriteError
+    assert failed.value.code == "SESSION_WRITE_FAILED"
+    cause = failed.value.__cause__
+    assert isinstance(cause, OSError) and cause.errno == errno.EIO, repr(cause)
+    assert "injected directory fsync failure" in str(cause)
     fsyncs.fail_dirs = False
     await handle.flush()  # nothing was published: the retry publishes the batch
     await handle.close()

@@ -85,11 +85,16 @@ async def test_fsync_failure_rolls_back_and_poisons(
     path = _path(backend, "fs")
     durable = path.read_bytes()
     handle.append(events[8:16])
-    fsync.arm()
+    fsync.arm(times=1)  # the batch's fsync fails; the rollback's own fsync succeeds
     with pytest.raises(SessionWriteError, match="injected fsync failure") as failed:
         await handle.flush()
     fsync.disarm()
-    assert isinstance(failed.value.__cause__, OSError)
+    # Exactly the rolled-back write error (a SessionRollbackError would say the cut failed),
+    # caused by the injected fsync failure itself.
+    assert type(failed.value) is SessionWriteError
+    assert failed.value.code == "SESSION_WRITE_FAILED"
+    assert fsync.calls == 1
+    assert_caused_by_injected(failed.value, errno.EIO, "injected fsync failure")
     assert path.read_bytes() == durable, "the failed batch is cut back off the file"
     # PostgreSQL's lesson: after a failed fsync nothing about the page cache can be trusted.
     with pytest.raises(SessionHandlePoisonedError, match="reopen the session"):
@@ -129,6 +134,37 @@ async def test_write_failure_rolls_back_and_the_retry_has_no_gap(
     load = await (await backend.open("ws", "read")).read()
     assert wire(load.events) == plain(events)
     assert path.read_bytes()[: len(durable)] == durable
+
+
+@pytest.mark.parametrize("compression", ["zstd", "none"])
+async def test_fsync_failing_in_the_rollback_too_is_a_rollback_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, events: list[dict[str, Any]], compression: str
+) -> None:
+    """When the cut-back cannot be synced either, the error must not claim it rolled back."""
+    fsync = Fault(monkeypatch, "fsync", errno.EIO)
+    backend = JsonlSessionPersistence(str(tmp_path), compression)  # type: ignore[arg-type]
+    handle = await backend.create(header("fr"))
+    handle.append(events[:8])
+    await handle.flush()
+    handle.append(events[8:16])
+    fsync.arm()
+    with pytest.raises(SessionRollbackError, match="injected fsync failure") as failed:
+        await handle.flush()
+    fsync.disarm()
+    assert failed.value.code == "SESSION_ROLLBACK_FAILED"
+    append_error, rollback_error = failed.value.errors
+    for error in (append_error, rollback_error):
+        assert isinstance(error, OSError) and error.errno == errno.EIO
+    with pytest.raises(SessionHandlePoisonedError):
+        handle.append(events[16:17])
+    await handle.close()
+
+
+def assert_caused_by_injected(error: BaseException, code: int, text: str) -> None:
+    """``error``'s cause is an OSError carrying the injected errno and text (not another one)."""
+    cause = error.__cause__
+    assert isinstance(cause, OSError), repr(cause)
+    assert cause.errno == code and text in str(cause), repr(cause)
 
 
 async def test_rollback_failure_keeps_both_errors_and_poisons(

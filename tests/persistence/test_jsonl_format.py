@@ -18,7 +18,6 @@ from dsh_session_persistence_jsonl._codec import (
     expand_stream,
     header_from_meta,
     header_json_bytes,
-    pack_chunk_rows,
     pack_source_seqs,
     pack_stream,
     unpack_source_seqs,
@@ -44,6 +43,8 @@ from dsh_host.session.persistence import (
     SessionFormatUnsupportedError,
     SessionPersistenceCorruptionError,
 )
+
+from .v0_rows import pack_chunk_rows
 
 # --------------------------------------------------------------------------- header line
 
@@ -751,3 +752,110 @@ def test_fast_json_path_equals_the_exact_path(value: Any) -> None:
     # Compared as UTF-16 (ASCII-escaped JSON), the unit JS strings are made of: a surrogate
     # pair written as two code points reads back as the one character it encodes.
     assert json.dumps(_json.loads(_json.dumps_bytes(value))) == json.dumps(value)
+
+
+# --------------------------------------------------------------------------- reader: fast = exact
+#
+# _json.loads tries msgspec first and redoes whatever it refuses with the stdlib parser. The
+# pair must read every line alike: for any bytes, loads gives exactly what the reference reading
+# gives (the stdlib parser with DSH's number rules, written out here independently), or both
+# refuse.
+
+_MAX_SAFE = 2**53 - 1
+
+
+def _reference_float(text: str) -> Any:
+    number = float(text)
+    if number in (float("inf"), float("-inf")):
+        raise ValueError("overflow")
+    return int(number) if number.is_integer() and abs(number) <= _MAX_SAFE else number
+
+
+def _reference_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
+def _reference_loads(data: bytes) -> tuple[str, Any]:
+    try:
+        text = data.decode("utf-8")
+        return "ok", json.loads(
+            text, parse_float=_reference_float, parse_constant=_reference_constant
+        )
+    except ValueError:
+        return "refused", None
+    except RecursionError:
+        return "too deep", None
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Equal with the same types all the way down and the same key order (iterative: lines
+    nest deeper than Python recurses)."""
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if type(x) is not type(y):
+            return False
+        if type(x) is dict:
+            if list(x) != list(y):
+                return False
+            stack.extend((x[k], y[k]) for k in x)
+        elif type(x) is list:
+            if len(x) != len(y):
+                return False
+            stack.extend(zip(x, y, strict=True))
+        elif x != y:
+            return False
+    return True
+
+
+_number_tokens = st.from_regex(r"\A-?(0|[1-9][0-9]{0,25})(\.[0-9]{1,20})?([eE][+-]?[0-9]{1,4})?\Z")
+_odd_tokens = st.sampled_from([
+    "-0", "-0.0", "0e0", "1.0", "1e400", "-1e400", "1e-400", "9007199254740993", "1E+2",
+    "01", "1.", ".5", "+1", "1e", "-", "NaN", "Infinity", "-Infinity", "true", "nul",
+    '"\\ud800"', '"\\udc00\\ud800"', '"\\ud83d\\ude00"', '"\\u00e9"', '"\\x"', '"a\tb"',
+    '{"a":1,"b":2,"a":3}', '{"a":1,}', "[1,]", "[] []", " [ 1 , 2 ] ", "\ufeff[]",
+])  # fmt: skip
+_texts = st.recursive(
+    _number_tokens | _odd_tokens | st.text(max_size=6).map(json.dumps),
+    lambda inner: st.lists(inner, max_size=4).map(lambda xs: "[" + ",".join(xs) + "]")
+    | st.lists(st.tuples(st.text(max_size=3).map(json.dumps), inner), max_size=4).map(
+        lambda kv: "{" + ",".join(f"{k}:{v}" for k, v in kv) + "}"
+    ),
+    max_leaves=12,
+)
+
+
+@st.composite
+def _lines(draw: st.DrawFn) -> tuple[bytes, int]:
+    """A line and how deep its core is nested in extra brackets (0: not at all)."""
+    kind = draw(st.sampled_from(["text", "value", "mutated", "deep"]))
+    if kind == "value":  # what a writer emits, lone surrogates in any encoding
+        value = draw(_json_values | st.integers() | st.floats(allow_nan=False))
+        ascii_only = draw(st.booleans())
+        return json.dumps(value, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass"), 0
+    data = draw(_texts).encode("utf-8")
+    if kind == "mutated" and data:
+        at = draw(st.integers(0, len(data) - 1))
+        byte = draw(st.integers(0, 255))
+        data = data[:at] + bytes([byte]) + data[at + draw(st.integers(0, 1)) :]
+    return data, draw(st.integers(100, 3000)) if kind == "deep" else 0
+
+
+@given(_lines())
+def test_the_fast_json_reader_reads_every_line_as_the_exact_reader(line: tuple[bytes, int]) -> None:
+    core, depth = line
+    data = b"[" * depth + core + b"]" * depth
+    verdict, expected = _reference_loads(core)
+    for _ in range(depth):
+        expected = [expected]
+    if verdict == "ok":
+        try:
+            value = _json.loads(data)
+        except ValueError:
+            # refusing a valid line is allowed only where the exact parser cannot go either
+            assert _reference_loads(data)[0] == "too deep", data[:200]
+        else:
+            assert _same_json(value, expected), data[:200]
+    else:
+        with pytest.raises(ValueError):
+            _json.loads(data)

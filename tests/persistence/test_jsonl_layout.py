@@ -201,7 +201,7 @@ async def test_replacing_the_lock_file_under_a_live_handle_loses_ownership(
     handle.append([{"type": "turn/start", "seq": handle.next_seq, "time": T0, "data": {"turn": 2}}])
     with pytest.raises(SessionOwnershipLostError, match="removed or replaced"):
         await handle.flush()
-    handle.release_now()
+    await handle.abandon()
     stored = (await (await backend.open("lock", "read")).read()).events
     assert len(stored) == len(log(1)), "nothing was written without ownership"
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
 from dsh_session_persistence_jsonl import _migrate as migrate_module
-from dsh_session_persistence_jsonl._codec import pack_chunk_rows, pack_source_seqs
+from dsh_session_persistence_jsonl._codec import pack_source_seqs
 from dsh_session_persistence_jsonl._frames import compress_frame, decompress_frame, scan_frames
 
 from dsh_host.session.events import event_to_builtins
@@ -22,6 +22,7 @@ from dsh_host.session.persistence import (
 )
 
 from .helpers import T0, plain
+from .v0_rows import pack_chunk_rows
 
 pytestmark = pytest.mark.anyio
 

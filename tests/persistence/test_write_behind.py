@@ -15,7 +15,8 @@ import pytest
 
 from dsh_host.session.write_behind import WINDOW_SECONDS, WriteBehind
 
-pytestmark = pytest.mark.anyio
+# both backends: the persistence write-behind
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 MS = 0.001
 

@@ -61,3 +61,9 @@ async def until(condition: Callable[[], bool], *, limit: float = 20) -> None:
 async def until_gone(dsn: str, pid: int) -> None:
     """Wait until PostgreSQL has ended backend ``pid`` (its locks are released then)."""
     await until(lambda: not backend_alive(dsn, pid))
+
+
+def lock_pid(handle: Any) -> int | None:
+    """The PostgreSQL backend pid holding a write handle's lock (None once released)."""
+    lease = handle.lease
+    return None if lease is None else lease.backend_pid

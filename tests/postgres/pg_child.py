@@ -41,7 +41,8 @@ async def race(dsn: str, schema: str, session_id: str) -> None:
             print("owned", flush=True)
             tg.cancel_scope.cancel()
             return
-        print(f"won {handle.backend_pid}", flush=True)
+        assert handle.lease is not None
+        print(f"won {handle.lease.backend_pid}", flush=True)
         await anyio.sleep_forever()
 
 
@@ -50,7 +51,8 @@ async def stall(dsn: str, schema: str, session_id: str) -> None:
     backend = PostgresSessionPersistence(dsn, schema=schema)
     handle = await backend.open(session_id, "write")
     handle.append(events)
-    print(f"flushing {handle.backend_pid}", flush=True)
+    assert handle.lease is not None
+    print(f"flushing {handle.lease.backend_pid}", flush=True)
     await handle.flush()
     print("flushed", flush=True)
     await anyio.sleep_forever()

@@ -27,9 +27,18 @@ from dsh_host.session.persistence import (
     UnreadableListing,
 )
 
-from .helpers import backend, backend_alive, query, stored_rows, until, until_gone
+from .helpers import (
+    backend,
+    backend_alive,
+    lock_pid,
+    query,
+    stored_rows,
+    until,
+    until_gone,
+)
 
-pytestmark = pytest.mark.anyio
+# both backends: sockets and worker threads
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 
 def wire(events: Any) -> list[Any]:
@@ -123,7 +132,7 @@ async def test_text_storage_keeps_what_jsonb_cannot(pg_dsn: str, pg_prefix: str)
         handle.append([event])
         with pytest.raises(SessionWriteError, match="nothing was written"):
             await handle.flush()
-        handle.release_now()
+        await handle.abandon()
 
 
 # --------------------------------------------------------------------------- durability
@@ -173,14 +182,14 @@ async def test_killing_the_lock_connection_poisons_the_handle(pg_dsn: str, pg_sc
         handle = await b.create(header("poison"))
         handle.append(events[:5])
         await handle.flush()
-        pid = handle.backend_pid
+        pid = lock_pid(handle)
         assert pid is not None
         assert query(pg_dsn, "SELECT pg_terminate_backend(%s)", (pid,)) == [(True,)]
         await until_gone(pg_dsn, pid)
         handle.append(events[5:7])  # accepted in memory: nothing has noticed yet
         with pytest.raises(SessionOwnershipLostError, match="write ownership lost"):
             await handle.flush()
-        assert handle.ownership_lost
+        assert handle.lease is not None and handle.lease.lost
         with pytest.raises(SessionOwnershipLostError):
             handle.append(events[7:8])
         with pytest.raises(SessionOwnershipLostError):
@@ -215,7 +224,7 @@ async def test_a_stale_writer_cannot_overwrite_a_seq(pg_dsn: str, pg_schema: str
         handle.append([events[2]])
         with pytest.raises(SessionOwnershipLostError, match="seq 2 is already stored"):
             await handle.flush()
-        handle.release_now()  # its seq 2 is not ours: nothing to drain
+        await handle.abandon()  # its seq 2 is not ours: nothing to drain
 
 
 async def test_two_creators_of_one_id_one_wins(pg_dsn: str, pg_schema: str) -> None:
@@ -234,17 +243,17 @@ async def test_two_creators_of_one_id_one_wins(pg_dsn: str, pg_schema: str) -> N
         again = await a.open("race", "write")
         assert again.next_seq == 2
         await again.close()
-        second.release_now()
+        await second.abandon()
 
 
 async def test_closing_the_handle_releases_the_lock(pg_dsn: str, pg_schema: str) -> None:
     async with backend(pg_dsn, pg_schema) as b:
         handle = await b.create(header("rel"))
         await handle.flush()
-        pid = handle.backend_pid
+        pid = lock_pid(handle)
         assert pid is not None and backend_alive(pg_dsn, pid)
         await handle.close()
-        assert handle.backend_pid is None
+        assert lock_pid(handle) is None
         async with backend(pg_dsn, pg_schema) as other:
             await (await other.open("rel", "write")).close()
 
@@ -359,12 +368,12 @@ async def test_a_reused_writer_connection_holds_no_old_lock(pg_dsn: str, pg_sche
     async with backend(pg_dsn, pg_schema) as b:
         first = await b.create(header("one"))
         await first.flush()
-        pid = first.backend_pid
+        pid = lock_pid(first)
         await first.close()  # unlocks; the connection is kept for the next writer
         assert pid is not None and backend_alive(pg_dsn, pid)
         second = await b.create(header("two"))
         await second.flush()
-        assert second.backend_pid == pid  # the same server session, reused
+        assert lock_pid(second) == pid  # the same server session, reused
         async with backend(pg_dsn, pg_schema) as other:
             # ...which no longer holds the lock of "one".
             await (await other.open("one", "write")).close()
@@ -400,7 +409,7 @@ async def test_connections_killed_while_idle_are_replaced(pg_dsn: str, pg_schema
         load = await (await b.open("one", "read")).read()  # retried on a new connection
         assert len(load.events) == len(log(1))
         writer = await b.open("one", "write")  # the dead spare is replaced
-        assert writer.backend_pid not in pids
+        assert lock_pid(writer) not in pids
         writer.append([ev("turn/start", writer.next_seq, {"turn": 2})])
         await writer.close()
     assert len(stored_rows(pg_dsn, pg_schema, "one")) == len(log(1)) + 1

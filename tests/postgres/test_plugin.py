@@ -21,7 +21,7 @@ from dsh_host import Row, open_host, open_host_from_yaml
 from dsh_host.errors import BootError
 from dsh_host.session.persistence import SessionOwnershipLostError
 
-from .helpers import backend, query, stored_rows, until, until_gone
+from .helpers import backend, lock_pid, query, stored_rows, until, until_gone
 
 pytestmark = pytest.mark.anyio
 
@@ -77,7 +77,8 @@ async def test_a_lost_lock_fails_the_next_sessions_flush(pg_dsn: str, pg_schema:
         one_turn(session, close=False)
         await host.ctx.sessions.flush(session)
         handle = host.ctx.sessionPersistence.owner("lost")
-        pid = handle.backend_pid
+        pid = lock_pid(handle)
+        assert pid is not None
         query(pg_dsn, "SELECT pg_terminate_backend(%s)", (pid,))
         await until_gone(pg_dsn, pid)
         session.append("step/end", {"turn": 1, "step": 1})
@@ -116,7 +117,7 @@ async def test_configs_postgres_yml_composes_the_backend(
     async with open_host_from_yaml(REPO / "configs" / "postgres.yml") as host:
         service = host.ctx.sessionPersistence
         assert isinstance(service, PostgresSessionPersistence)
-        assert service.schema == pg_schema
+        assert service.storage.schema == pg_schema
         states = {row["id"]: row["state"] for row in host.status()}
         assert set(states.values()) == {"active"}, states
 

@@ -31,7 +31,8 @@ from dsh_host.session.repair import TOOL_OUTCOME_UNKNOWN_TEXT, interrupted_turn_
 
 from .helpers import backend, query, stored_rows, until, until_gone
 
-pytestmark = pytest.mark.anyio
+# both backends: other processes
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 CHILD = str(Path(__file__).with_name("pg_child.py"))
 

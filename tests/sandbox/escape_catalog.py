@@ -821,14 +821,26 @@ def _escapee_script(a: Attempt, s: Scene) -> str:
     return f"setsid nohup sleep {_escapee_marker(a, s)} </dev/null >/dev/null 2>&1 & echo started"
 
 
+def _in_host_pid_namespace(pid: int) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid") == os.readlink("/proc/self/ns/pid")
+    except OSError:  # gone already
+        return False
+
+
 def _escapee_alive(a: Attempt, s: Scene, result: Any) -> bool:
     # The runner may exit a moment before the kernel has torn its PID namespace down (bwrap's
-    # outer process does not wait for its init), so "outlived the call" means "still alive
-    # after a bounded wait" (10 s: hang protection; a contained escapee is gone long before).
+    # outer process does not wait for its init), so an escapee inside a PID namespace has
+    # "outlived the call" only if it is still alive after a bounded wait (10 s: hang
+    # protection; a contained escapee is gone long before). One alive in the host's own PID
+    # namespace after the call returned has outlived it: nothing is left to tear it down.
     marker = _escapee_marker(a, s)
     for _ in range(100):
-        if not sleepers(marker):
+        alive = sleepers(marker)
+        if not alive:
             return False
+        if any(_in_host_pid_namespace(pid) for pid in alive):
+            return True
         time.sleep(0.1)
     return bool(sleepers(marker))
 

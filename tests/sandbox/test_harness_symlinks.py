@@ -38,7 +38,8 @@ from dsh_host.loader import PluginHost
 from dsh_host.session.persistence import SessionNotFoundError, SessionPersistenceCorruptionError
 from dsh_host.tools import ToolExecutionInput, ToolExecutionResult
 
-pytestmark = [linux_only, pytest.mark.anyio]
+# both backends: worker threads and subprocesses
+pytestmark = [linux_only, pytest.mark.anyio, pytest.mark.both_backends]
 
 BIG = 70_000  # past the 64 KB default of maxOutputBytes
 PRINT_BIG = f"head -c {BIG} /dev/zero | tr '\\0' A"
@@ -63,7 +64,11 @@ async def bash_host(s: Scene, backend: str, mode: str) -> AsyncIterator[PluginHo
     rows = [
         Row(name="tools"),
         Row(name="sandbox-local", config={"backend": backend, "network": "deny"}),
-        Row(name="builtin-tools", config={"workspace": str(s.ws), "sandbox": mode}),
+        # No formatted-result spill: these tests predict the stream spill files' names.
+        Row(
+            name="builtin-tools",
+            config={"workspace": str(s.ws), "sandbox": mode, "maxInlineBytes": None},
+        ),
     ]
     async with open_host(rows) as host:
         yield host

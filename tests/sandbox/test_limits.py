@@ -21,7 +21,8 @@ from dsh_sandbox_local.landlock_run import _own_cgroup_dirs, cgroup_limits_suppo
 from escape_catalog import py
 from sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for, run_confined
 
-pytestmark = linux_only
+# slow: fork storms and memory hogs under real limits
+pytestmark = [linux_only, pytest.mark.slow]
 
 FORKS = py(
     "import os, time\n"

@@ -9,7 +9,8 @@ from sandbox_harness import Scene, linux_only, run_confined
 from dsh_host import Row, open_host
 from dsh_host.errors import ConfigError
 
-pytestmark = [linux_only, pytest.mark.anyio]
+# both backends: subprocesses
+pytestmark = [linux_only, pytest.mark.anyio, pytest.mark.both_backends]
 
 
 async def test_host_boots_sandbox_local_and_confines(scene: Scene) -> None:

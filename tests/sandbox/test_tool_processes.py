@@ -15,7 +15,8 @@ from sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for
 from dsh_host import CancelToken, Row, open_host
 from dsh_host.tools import ToolExecutionInput
 
-pytestmark = [linux_only, pytest.mark.anyio]
+# both backends: subprocesses, kills and timeouts
+pytestmark = [linux_only, pytest.mark.anyio, pytest.mark.both_backends]
 
 #: Names issue 15 found leaking (credentials and host-service sockets), plus one harmless name.
 LEAKY = {

@@ -17,7 +17,8 @@ from dsh_host.loader import PluginHost
 from dsh_host.tools import ToolErrorInfo, ToolExecutionResult, ToolRuntime
 from dsh_host.tools.types import STOPPED_OUTCOME_UNKNOWN_TEXT
 
-pytestmark = pytest.mark.anyio
+# both backends: subprocesses (bash) and worker threads
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 SANDBOX_TEXT = (
     'sandbox mode "{mode}" is requested but no sandbox backend is usable on this host; refusing '
@@ -235,7 +236,15 @@ async def test_long_output_keeps_the_tail_and_spills(boot: Boot) -> None:
         spill = Path(stdout["spillPath"])
         spilled = read_text(spill)
         mode = modes(spill)
+        # the model pages the spilled stream with read_file on the path it was shown
+        paged = await host.ctx.tools.execute(
+            call(name="read_file", arguments={"path": stdout["spillPath"], "limit": 2})
+        )
     text = text_of(result)
+    assert text_of(paged) == (
+        f"<path>{stdout['spillPath']}</path>\n<type>file</type>\n<content>\n1: 1\n2: 2\n\n"
+        "(Showing lines 1-2 of 5000, 4998 more lines. Use offset=3 to continue.)\n</content>"
+    )
     assert stdout["truncated"] is True
     assert text.splitlines()[-1] == f"[output truncated; full output: {stdout['spillPath']}]"
     assert "5000\n" in stdout["text"]
@@ -350,6 +359,14 @@ async def test_read_file_is_parallel_safe(boot: Boot) -> None:
         assert tools.execution_mode(call(name="write_file", arguments={"path": "a"})) == "exclusive"
         assert tools.execution_mode(call(name="bash", arguments=bash("ls"))) == "exclusive"
         assert tools.execution_mode(call(name="edit_file", arguments={"path": "a"})) == "exclusive"
-        for name in ("glob", "grep"):
+        for name in ("glob", "grep", "list_dir"):
             assert tools.execution_mode(call(name=name, arguments={"pattern": "x"})) == "parallel"
-        assert tools.names() == ["bash", "edit_file", "glob", "grep", "read_file", "write_file"]
+        assert tools.names() == [
+            "bash",
+            "edit_file",
+            "glob",
+            "grep",
+            "list_dir",
+            "read_file",
+            "write_file",
+        ]

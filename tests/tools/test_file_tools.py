@@ -28,7 +28,8 @@ from dsh_host import Row, open_host
 from dsh_host.loader import PluginHost
 from dsh_host.tools import ToolExecutionResult
 
-pytestmark = pytest.mark.anyio
+# both backends: worker threads
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 Boot = Callable[..., AbstractAsyncContextManager[PluginHost]]
 #: Hang guard for one child process; nothing here asserts a duration.
@@ -485,6 +486,8 @@ async def test_grep_finds_sorted_lines_and_skips_ignored_binary_and_links(
     sample_repo(ws, tmp_path / "outside")
     async with boot(maxSearchResults=2) as host:
         capped = await run(host, "grep", {"pattern": "TODO"})
+        spilled = text_of(capped).rsplit("stored at: ", 1)[1].split(". Use read_file")[0]
+        paged = await run(host, "read_file", {"path": spilled, "offset": 3})
     async with boot() as host:
         every = await run(host, "grep", {"pattern": "TODO"})
         folded = await run(host, "grep", {"pattern": "todo", "ignore_case": True, "glob": "*.py"})
@@ -497,7 +500,11 @@ async def test_grep_finds_sorted_lines_and_skips_ignored_binary_and_links(
     assert text_of(capped) == (
         "README.md:2: TODO: write docs\n"
         "src/app.py:2:     return 'TODO'\n"
-        "(1 more matching lines not shown; narrow the pattern or the path)"
+        f"(1 more matching lines not shown. Full grep result stored at: {spilled}. Use read_file "
+        "with offset/limit to page through it.)"
+    )
+    assert text_of(paged) == envelope(
+        spilled, "3: src/generated_keep.py:1: TODO kept\n", "(End of file - total 3 lines)"
     )
     assert text_of(folded) == (
         "src/app.py:2:     return 'TODO'\n"

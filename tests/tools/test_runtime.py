@@ -36,7 +36,8 @@ from dsh_host.tools import (
 )
 from dsh_host.tools.types import STOPPED_OUTCOME_UNKNOWN_TEXT
 
-pytestmark = pytest.mark.anyio
+# both backends: cancellation and timeouts
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 BEFORE = ToolErrorInfo("AbortError", "ABORTED_BEFORE_DISPATCH")
 # D18: cancellation of a body that had started records its outcome as unknown.

@@ -22,7 +22,8 @@ from dsh_host.session.events import ToolResultData
 from dsh_host.session.messages import TextBlock, ToolResultBlock, ToolResultMessage
 from dsh_host.tools import ToolErrorInfo, ToolExecution, ToolExecutionResult, ToolRuntime
 
-pytestmark = pytest.mark.anyio
+# both backends: timeouts
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 TIMEOUT_INFO = ToolErrorInfo("ToolTimeoutError", "TOOL_TIMEOUT")
 #: what the runtime records for a started body the caller cancelled (D18)

@@ -1,0 +1,331 @@
+"""``dsh chat`` (and ``dsh`` alone on a terminal): a multi-turn session at a prompt.
+
+One prompt line with history (prompt_toolkit; the history file is
+``$XDG_DATA_HOME/dsh/chat-history``), then each turn's live transcript as
+``dsh run`` prints it, approvals asked inline (``allow once? [y/N]``).
+
+- **Ctrl-C during a turn** cancels that turn cooperatively, as in ``dsh run``
+  (:mod:`.interrupts`): its running tool is asked to stop, its unanswered calls
+  are closed in the log, the turn ends ``aborted``, and the prompt comes back.
+  A second Ctrl-C within the grace period still exits at once.
+- **Ctrl-C at the prompt** clears the line; **Ctrl-D** (on an empty line) exits.
+- Slash commands: ``/help``, ``/new``, ``/sessions``, ``/resume ID``,
+  ``/usage``, ``/compact``, ``/exit``.
+
+The session is created with the first prompt (``/resume`` first leaves no
+empty session behind). The tools' workspace is fixed when the composition
+boots, so ``/resume`` of a session recorded in another workspace reboots the
+composition there (a ``--workspace`` given on the command line wins).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from ..agent import Agent
+from ..cancel import CancelToken
+from ..errors import DshError
+from ..loader import PluginHost
+from ..session.compaction import (
+    MANUAL_COMPACTION_TEXTS,
+    CompactionEngine,
+    ManualCompactionError,
+    compacted_text,
+)
+from ..session.header import new_session_id
+from ..session.persistence import SessionNotFoundError
+from ..session.tokens import TokenMeter
+from ..userdirs import data_home
+from .answerer import install_terminal_answerer, is_interactive
+from .common import CliUsageError, add_config_flag, add_root_flag, persistence, run_with_host
+from .interrupts import Interrupts
+from .output import console
+from .render import terminal_safe, usage_lines, when
+from .run_cmd import (
+    Transcript,
+    add_tool_flags,
+    compose,
+    model_flag,
+    print_closers,
+    recorded_workspace,
+    repair_rows,
+)
+from .usage import logged_usage
+
+PROMPT: Final = "dsh> "
+#: Shown by ``/compact`` when no row provides the ``compaction`` service.
+NO_COMPACTION: Final = (
+    "no compaction plugin is loaded; add compaction-basic to the composition"
+)
+HELP: Final = """\
+commands:
+  /help         this list
+  /new          start a new session with the next prompt
+  /sessions     the stored sessions, newest first
+  /resume ID    continue a stored session (repaired first if a crash interrupted it)
+  /usage        token usage of this session
+  /compact      summarise older history now (needs a compaction plugin)
+  /exit         leave (or Ctrl-D)
+keys: Ctrl-C cancels the running turn (at the prompt: clears the line), Ctrl-D exits"""
+
+
+def add_parser(sub: Any) -> None:
+    chat = sub.add_parser(
+        "chat",
+        help="interactive multi-turn session (also `dsh` alone on a terminal)",
+        description="A prompt for many turns on one session: history, the live transcript, "
+        "approvals asked inline; Ctrl-C cancels the running turn, Ctrl-D exits. "
+        "Type /help at the prompt for the commands.",
+    )
+    add_config_flag(chat)
+    add_root_flag(chat)
+    chat.add_argument("--session", metavar="ID", help="start by resuming this stored session")
+    model_flag(chat)
+    add_tool_flags(chat, approvals=("ask", "never"))
+    chat.set_defaults(handler=run_chat)
+
+
+def history_file() -> Path:
+    """Where the prompt history is kept: ``$XDG_DATA_HOME/dsh/chat-history``."""
+    return data_home() / "dsh" / "chat-history"
+
+
+@dataclass
+class _Switch:
+    """Leave this composition and resume ``session_id`` in ``workspace``."""
+
+    session_id: str
+    workspace: str
+
+
+def on_a_terminal() -> bool:
+    """stdin and stdout are both a terminal (where ``dsh`` alone opens the chat)."""
+    return is_interactive(0) and is_interactive(1)
+
+
+def run_chat(args: argparse.Namespace) -> int:
+    if not on_a_terminal():
+        raise CliUsageError(
+            "dsh chat needs a terminal on stdin and stdout; for one turn without one use "
+            '`dsh run "PROMPT"`'
+        )
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.history import FileHistory
+
+    path = history_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prompt: PromptSession[str] = PromptSession(history=FileHistory(str(path)))
+    resume_id: str | None = args.session
+    workspace_flag: str | None = args.workspace
+    while True:
+        workspace = workspace_flag
+        recorded = resume_id is not None and workspace is None
+        if recorded and resume_id is not None:
+            workspace = recorded_workspace(args, resume_id)
+        located, cwd = compose(
+            args, workspace=workspace, demo_workspace=resume_id is None, recorded=recorded
+        )
+        chat = _Chat(args, prompt, cwd, resume_id)
+        outcome = run_with_host(
+            located,
+            chat.run,
+            interrupts=chat.interrupts,
+            backend="asyncio",  # prompt_toolkit runs on asyncio; the host runs on both
+        )
+        if outcome is None:
+            return 0
+        resume_id = outcome.session_id
+        if workspace_flag is None:
+            console().print(
+                f"(session {outcome.session_id} works in {outcome.workspace}; "
+                "restarting the tools there)",
+                style="dim", markup=False,
+            )
+
+
+class _Chat:
+    """One composition's share of a chat: the prompt loop on a booted host."""
+
+    def __init__(
+        self, args: argparse.Namespace, prompt: Any, cwd: str, resume_id: str | None
+    ) -> None:
+        self.args = args
+        self.resume_id = resume_id
+        self.prompt = prompt
+        self.cwd = cwd
+        self.interrupts = Interrupts()
+        self.transcript = Transcript(quiet=False)
+        self.host: PluginHost | None = None
+        self.agent: Agent | None = None
+
+    def say(self, text: str, style: str | None = "dim") -> None:
+        console().print(terminal_safe(text), style=style, markup=False)
+
+    async def run(self, host: PluginHost) -> _Switch | None:
+        self.host = host
+        self.transcript.install(host)
+        install_terminal_answerer(
+            host.ctx, on_interrupt=lambda: self.interrupts.deliver(signal.SIGINT)
+        )
+        self.say(
+            f"dsh chat · workspace {self.cwd} · model {self.args.model} · /help for commands, "
+            "Ctrl-D to exit"
+        )
+        try:
+            if self.resume_id is not None:
+                await self._resume(self.resume_id)
+            while True:
+                try:
+                    line = await self.prompt.prompt_async(PROMPT, handle_sigint=False)
+                except KeyboardInterrupt:  # Ctrl-C at the prompt: a fresh line
+                    continue
+                except EOFError:  # Ctrl-D
+                    return None
+                line = line.strip()
+                if not line:
+                    continue
+                if line.startswith("/"):
+                    try:
+                        switch = await self._command(line)
+                    except _Exit:
+                        return None
+                    except DshError as exc:
+                        self.say(f"dsh: error: {exc}", "red")
+                        continue
+                    if switch is not None:
+                        return switch
+                    continue
+                await self._turn(line)
+        finally:
+            if self.agent is not None:
+                await self.agent.aclose()
+
+    async def _turn(self, text: str) -> None:
+        assert self.host is not None
+        if self.agent is None:
+            self.agent = self.host.ctx.agent.create(session_id=new_session_id(), cwd=self.cwd)
+            self.say(f"session {self.agent.id}")
+        agent = self.agent
+        self.interrupts.target(agent.cancel)
+        try:
+            await agent.run_turn(text)
+        finally:
+            self.interrupts.target(None)
+            self.interrupts.reset()  # the cancelled turn has stopped: the next Ctrl-C is new
+        await self.host.ctx.sessions.flush(agent.session)
+
+    async def _command(self, line: str) -> _Switch | None:
+        name, _, rest = line.partition(" ")
+        rest = rest.strip()
+        if name in ("/exit", "/quit"):
+            raise _Exit()
+        if name == "/help":
+            self.say(HELP, None)
+        elif name == "/new":
+            await self._close()
+            self.say("a new session starts with your next prompt")
+        elif name == "/sessions":
+            await self._sessions()
+        elif name == "/resume":
+            if not rest:
+                self.say("usage: /resume ID (see /sessions)", "red")
+                return None
+            return await self._resume(rest)
+        elif name == "/usage":
+            self._usage()
+        elif name == "/compact":
+            await self._compact()
+        else:
+            self.say(f"unknown command {name}; /help lists them", "red")
+        return None
+
+    async def _close(self) -> None:
+        if self.agent is not None:
+            agent, self.agent = self.agent, None
+            await agent.aclose()
+
+    async def _resume(self, session_id: str) -> _Switch | None:
+        assert self.host is not None
+        if self.agent is not None and self.agent.id == session_id:
+            self.say(f"session {session_id} is the current one")
+            return None
+        store = persistence(self.host)
+        # This composition was booted for `resume_id` in its recorded workspace: never switch
+        # again for it (whatever the path's spelling).
+        if self.args.workspace is None and session_id != self.resume_id:
+            listings = await store.list(unreadable=[])  # a damaged other log is no obstacle
+            header = next((s.header for s in listings if s.header.id == session_id), None)
+            if header is None:
+                raise SessionNotFoundError(f'no stored session "{session_id}" (see /sessions)')
+            recorded = header.cwd if isinstance(header.cwd, str) else None
+            if recorded is not None and recorded != self.cwd:
+                await self._close()
+                return _Switch(session_id, recorded)
+        await self._close()
+        self.agent = await self.host.ctx.agent.resume(session_id)
+        print_closers(self.transcript, repair_rows(self.agent))
+        self.say(f"session {session_id} · turn {self.agent.last_turn} so far")
+        return None
+
+    async def _sessions(self) -> None:
+        assert self.host is not None
+        listings = await persistence(self.host).list(unreadable=[])
+        if not listings:
+            self.say("no stored sessions", None)
+            return
+        listings.sort(key=lambda s: s.header.created_at, reverse=True)
+        current = self.agent.id if self.agent is not None else None
+        for listing in listings[:20]:
+            header = listing.header
+            mark = "*" if header.id == current else " "
+            cwd = header.cwd if isinstance(header.cwd, str) else "-"
+            self.say(f"{mark} {header.id}  {when(header.created_at)}  {cwd}", None)
+        if len(listings) > 20:
+            self.say(f"  ... {len(listings) - 20} older (dsh sessions list shows all)")
+
+    def _usage(self) -> None:
+        assert self.host is not None
+        if self.agent is None:
+            self.say("no session yet: usage starts with the first prompt")
+            return
+        meter = self.host.ctx.get("tokenMeter")
+        if isinstance(meter, TokenMeter):
+            session = self.agent.session
+            for line in usage_lines(meter.usage(session), meter.pressure(session)):
+                self.say(line, None)
+            return
+        total_usage = logged_usage(self.agent.session.events)
+        self.say(
+            "logged usage: "
+            + ", ".join(f"{key} {count}" for key, count in total_usage.items()),
+            None,
+        )
+
+    async def _compact(self) -> None:
+        assert self.host is not None
+        service = self.host.ctx.get("compaction")
+        if not isinstance(service, CompactionEngine):
+            self.say(NO_COMPACTION, "yellow")
+            return
+        if self.agent is None:
+            self.say("no session yet: nothing to compact")
+            return
+        token = CancelToken()
+        self.interrupts.target(lambda cause: token.abort(cause))
+        try:
+            result = await service.compact_now(self.agent, token)
+        except ManualCompactionError as error:
+            self.say(MANUAL_COMPACTION_TEXTS.get(error.code, str(error)), "yellow")
+            return
+        finally:
+            self.interrupts.target(None)
+            self.interrupts.reset()
+        self.say(compacted_text(result), None)
+
+
+class _Exit(Exception):
+    """``/exit``: leave the chat."""

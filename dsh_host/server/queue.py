@@ -1,0 +1,204 @@
+"""Turn jobs in PostgreSQL (``dsh serve --queue``), on procrastinate.
+
+Why procrastinate (not pgqueuer): a job's ``lock`` keeps the jobs of one session strictly
+one at a time, its ``queueing_lock`` refuses a second queued job for the same session at the
+database, workers heartbeat and stalled jobs (a worker that died mid-job) can be found and
+retried, a running job can be asked to abort, and it runs on psycopg 3 like the PostgreSQL
+persistence row. All of that is what a turn queue needs; none of it is ours.
+
+A ``POST /sessions/{id}/turns`` defers one ``dsh.turn`` job (locked by the session id). Exactly
+one worker takes it and runs the turn while holding the session's advisory lock (the write
+handle of the persistence row). If that worker dies, procrastinate's heartbeat goes stale; every
+worker looks for stalled jobs and retries them, and the next worker to take the job resumes the
+session once PostgreSQL has released the dead connection's lock (until then the job is retried):
+the resume repairs the interrupted turn as always (``TOOL_OUTCOME_UNKNOWN`` / ``NOT_STARTED``,
+nothing replayed). With ``after_repair: stop`` the job ends there; with ``continue`` it runs a
+new turn whose prompt (:data:`~.runtime.AFTER_REPAIR_PROMPT`) points the model at the repair.
+Only asyncio: procrastinate and psycopg's async connections run on asyncio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from typing import Any, Final
+
+import anyio
+import procrastinate
+import psycopg
+from procrastinate.exceptions import AlreadyEnqueued
+from psycopg import sql
+
+from dsh_host.session.persistence import SessionAlreadyOwnedError
+
+__all__ = ["TURN_TASK", "TurnQueue"]
+
+log = logging.getLogger("dsh.server.queue")
+
+TURN_TASK: Final = "dsh.turn"
+
+
+class TurnQueue:
+    """The procrastinate app of one server process: deferring jobs and running a worker."""
+
+    def __init__(
+        self,
+        dsn: str,
+        schema: str,
+        *,
+        concurrency: int = 4,
+        heartbeat: float = 2.0,
+        stalled_after: float = 6.0,
+    ) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self.concurrency = concurrency
+        self.heartbeat = heartbeat
+        self.stalled_after = stalled_after
+        options = f"-c search_path={schema}"
+        self.app = procrastinate.App(
+            connector=procrastinate.PsycopgConnector(
+                conninfo=dsn, kwargs={"options": options}, min_size=1, max_size=4
+            )
+        )
+        self._runner: Any = None
+        self._on_abort: Any = None
+
+        @self.app.task(
+            name=TURN_TASK,
+            retry=procrastinate.RetryStrategy(
+                max_attempts=1000, wait=1, retry_exceptions={SessionAlreadyOwnedError}
+            ),
+        )
+        async def turn_job(session_id: str, kind: str, prompt: str | None, turn: int) -> None:
+            assert self._runner is not None, "the worker runs only inside a started runtime"
+            # procrastinate aborts a job (an API cancel, the worker shutting down) by cancelling
+            # its task. A turn is never cut off like that: the cancel is turned into the agent's
+            # own cooperative cancel, and the job waits for the turn to end (turn/end written,
+            # the session flushed and released) before it reports the abort.
+            inner = asyncio.ensure_future(self._runner(session_id, kind, prompt, turn))
+            try:
+                await asyncio.shield(inner)
+            except asyncio.CancelledError:
+                if inner.done():
+                    raise
+                self._on_abort(session_id)
+                while not inner.done():
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.shield(inner)
+                raise
+
+        self._task = turn_job
+
+    async def init_schema(self) -> None:
+        """Create the queue's tables in ``schema`` once (serialized between workers)."""
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+            key = f"dsh-serve-queue:{self.schema}"
+            await conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
+            try:
+                await conn.execute(
+                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
+                )
+                found = await (await conn.execute(
+                    "SELECT to_regclass(%s)", (f"{self.schema}.procrastinate_jobs",)
+                )).fetchone()
+                if found is None or found[0] is None:
+                    await conn.execute(
+                        sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema))
+                    )
+                    await conn.execute(self.app.schema_manager.get_schema())
+            finally:
+                await conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
+
+    # ------------------------------------------------------------------ API side
+    async def defer(self, session_id: str, kind: str, prompt: str | None, turn: int) -> bool:
+        """Queue one job for the session; False when one is queued already."""
+        try:
+            await self._task.configure(lock=session_id, queueing_lock=session_id).defer_async(
+                session_id=session_id, kind=kind, prompt=prompt, turn=turn
+            )
+        except AlreadyEnqueued:
+            return False
+        return True
+
+    async def busy_sessions(self) -> dict[str, str]:
+        """Sessions with a job waiting (``queued``) or running (``running``), on any worker."""
+        busy: dict[str, str] = {}
+        for status, shown in (("todo", "queued"), ("doing", "running")):
+            for job in await self.app.job_manager.list_jobs_async(task=TURN_TASK, status=status):
+                if job.lock:
+                    busy[job.lock] = shown
+        return busy
+
+    async def abort(self, session_id: str) -> bool:
+        """Ask the worker running the session's job to cancel the turn."""
+        jobs = await self.app.job_manager.list_jobs_async(
+            task=TURN_TASK, status="doing", lock=session_id
+        )
+        done = False
+        for job in jobs:
+            if job.id is not None:
+                done = await self.app.job_manager.cancel_job_by_id_async(job.id, abort=True) or done
+        return done
+
+    # ------------------------------------------------------------------ event wake-ups
+    @property
+    def channel(self) -> str:
+        return f"dsh_serve_events:{self.schema}"
+
+    async def relay_flushes(self, flushed: Any) -> None:
+        """NOTIFY every worker of each session this process flushed (``flushed``: a receive
+        stream of session ids): their streams re-read the table at once instead of at the
+        next poll."""
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+            async for session_id in flushed:
+                await conn.execute("SELECT pg_notify(%s, %s)", (self.channel, session_id))
+
+    async def listen(self, wake: Any) -> None:
+        """Call ``wake(session_id)`` for every flush any worker announces."""
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+            async for notice in conn.notifies():
+                wake(notice.payload)
+
+    # ------------------------------------------------------------------ worker side
+    async def work(self, runner: Any, on_abort: Any) -> None:
+        """Run the worker (and the stalled-job rescue) until cancelled.
+
+        ``runner(session_id, kind, prompt, turn)`` runs a job; ``on_abort(session_id)`` cancels
+        the turn it runs.
+        """
+        self._runner, self._on_abort = runner, on_abort
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._rescue_stalled)
+            await self.app.run_worker_async(
+                name=f"dsh-serve@{socket.gethostname()}:{os.getpid()}",
+                concurrency=self.concurrency,
+                wait=True,
+                install_signal_handlers=False,
+                listen_notify=True,
+                fetch_job_polling_interval=1.0,
+                abort_job_polling_interval=0.5,
+                update_heartbeat_interval=self.heartbeat,
+                stalled_worker_timeout=self.stalled_after,
+                delete_jobs="never",
+            )
+            group.cancel_scope.cancel()
+
+    async def _rescue_stalled(self) -> None:
+        """Retry the jobs of workers whose heartbeat went stale (they died mid-job)."""
+        while True:
+            await anyio.sleep(self.heartbeat)
+            try:
+                stalled = await self.app.job_manager.get_stalled_jobs(
+                    task_name=TURN_TASK, seconds_since_heartbeat=self.stalled_after
+                )
+                for job in stalled:
+                    log.warning("retrying job %s of session %s: its worker stopped", job.id,
+                                job.lock)
+                    await self.app.job_manager.retry_job(job)
+            except Exception:  # another worker retried it first, or the database hiccuped
+                log.info("stalled-job rescue: will look again", exc_info=True)

@@ -1,0 +1,589 @@
+"""The server's engine: plugin hosts, turns in the background, event wake-ups, metrics.
+
+One plugin host runs per (composition, workspace) pair, booted on first use and
+kept until the server stops: a composition's ``builtin-tools`` row works in one
+workspace, so a session created with another workspace gets its own host. The
+default composition's host at the default workspace boots at start-up (a bad
+composition fails ``dsh serve`` at once) and serves every read.
+
+A turn is run by resuming the session for write (the persistence backend's
+ownership: ``flock`` for JSONL, the advisory lock for PostgreSQL), running the
+turn, and closing the agent, which flushes and releases the session. Between
+turns nothing is held, so any process sharing the store may run the next one.
+The composition a session was created with is recorded in its header as
+``agentPreset``; its workspace is the header's ``cwd``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+from anyio.streams.memory import MemoryObjectSendStream
+
+from dsh_host.agent.errors import ApprovalDecisionError
+from dsh_host.agent.loop import Agent
+from dsh_host.errors import DshError
+from dsh_host.loader import LocatedRow, PluginHost, Row, canonical_name, open_host
+from dsh_host.session.events import SessionEvent, TurnEndReason, turn_end_kind
+from dsh_host.session.header import new_session_id
+from dsh_host.session.persistence import (
+    SessionAlreadyExistsError,
+    SessionAlreadyOwnedError,
+    SessionLoad,
+    SessionNotFoundError,
+)
+
+from . import views
+from .metrics import ServerMetrics
+
+if TYPE_CHECKING:
+    from .queue import TurnQueue
+
+__all__ = [
+    "AFTER_REPAIR_PROMPT",
+    "ApiError",
+    "RunningTurn",
+    "ServeOptions",
+    "ServerRuntime",
+    "open_runtime",
+]
+
+log = logging.getLogger("dsh.server")
+
+#: The prompt of the turn a worker starts after repairing a session whose turn a dead worker
+#: left open (``after_repair: continue``): the repair's results are in the history above it.
+AFTER_REPAIR_PROMPT: Final = (
+    "The previous turn was interrupted before it finished (the process running it stopped). "
+    "The tool results above show what was repaired: a call marked as not started did not run; "
+    "a call whose outcome is unknown may or may not have taken effect. Check before repeating "
+    "anything, then continue the task."
+)
+
+
+class ApiError(DshError):
+    """An error the API reports as ``{"error": {"code", "message"}}`` with an HTTP status."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code  # type: ignore[misc]  # an instance's code, not the class default
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """How a ``dsh serve`` process runs (built by the command from its flags)."""
+
+    #: composition name -> its rows (model row and ``approval: defer`` already applied);
+    #: the first one is the default
+    compositions: Mapping[str, Sequence[LocatedRow]]
+    default_workspace: str
+    #: directories a session's workspace may be in (the default workspace always may)
+    workspace_roots: tuple[str, ...] = ()
+    token: str | None = None
+    cors_origins: tuple[str, ...] = ()
+    max_body_bytes: int = 1 << 20
+    #: after repairing a turn a dead worker left open: stop there, or run a new turn
+    after_repair: Literal["stop", "continue"] = "stop"
+    #: how often a stream re-reads the store for events another process wrote (seconds)
+    poll_interval: float = 0.5
+    #: turn jobs in PostgreSQL (``--queue``): the DSN and schema of the job queue
+    queue_dsn: str | None = None
+    queue_schema: str = "dsh_queue"
+    #: turns one worker process runs at once, and when a silent worker counts as dead (seconds)
+    queue_concurrency: int = 4
+    stalled_after: float = 6.0
+
+    @property
+    def default_composition(self) -> str:
+        return next(iter(self.compositions))
+
+
+@dataclass
+class RunningTurn:
+    """A turn running in this process."""
+
+    agent: Agent
+    turn: int
+    started: float = field(default_factory=time.monotonic)
+
+
+def _with_workspace(rows: Sequence[LocatedRow], workspace: str) -> list[LocatedRow]:
+    """The rows with every enabled ``builtin-tools`` row working in ``workspace``."""
+    out: list[LocatedRow] = []
+    for located in rows:
+        row = located.row
+        if canonical_name(row.name) == "builtin-tools" and not row.disabled:
+            config = {**(row.config or {}), "workspace": workspace}
+            row = Row(name=row.name, id=row.id, config=config, disabled=row.disabled)
+            located = replace(located, row=row)
+        out.append(located)
+    return out
+
+
+class ServerRuntime:
+    """Hosts, running turns and the wake-ups streams wait on (see the module docstring)."""
+
+    def __init__(self, options: ServeOptions, group: TaskGroup) -> None:
+        self.options = options
+        self.metrics = ServerMetrics()
+        self._group = group
+        self._hosts: dict[tuple[str, str], PluginHost] = {}
+        self._booting: dict[tuple[str, str], anyio.Event] = {}
+        self._closing = anyio.Event()
+        self._running: dict[str, RunningTurn] = {}
+        self._claimed: set[str] = set()
+        self._wakeups: dict[str, anyio.Event] = {}
+        self._reader: PluginHost | None = None
+        self._queue: TurnQueue | None = None
+        self._busy_elsewhere: dict[str, str] = {}
+        self._flushes: MemoryObjectSendStream[str] | None = None
+
+    # ------------------------------------------------------------------ hosts
+    async def start(self) -> None:
+        """Boot the default host (the reader): a bad composition fails here."""
+        self._reader = await self.host(
+            self.options.default_composition, self.options.default_workspace
+        )
+        if self.options.queue_dsn is not None:
+            from .queue import TurnQueue
+
+            self._queue = TurnQueue(
+                self.options.queue_dsn,
+                self.options.queue_schema,
+                concurrency=self.options.queue_concurrency,
+                heartbeat=max(self.options.stalled_after / 3, 0.5),
+                stalled_after=self.options.stalled_after,
+            )
+            await self._queue.init_schema()
+            await self._group.start(self._queue_task, self._queue)
+
+    async def _queue_task(self, queue: TurnQueue, *, task_status: TaskStatus[None]) -> None:
+        send, receive = anyio.create_memory_object_stream[str](max_buffer_size=1000)
+        async with queue.app.open_async(), anyio.create_task_group() as group:
+            group.start_soon(queue.relay_flushes, receive)
+            group.start_soon(queue.listen, self._wake)
+            self._flushes = send
+            task_status.started()
+            group.start_soon(queue.work, self.run_job, self.cancel_here)
+            await self._closing.wait()
+            group.cancel_scope.cancel()
+
+    @property
+    def store(self) -> Any:
+        """The ``sessionPersistence`` service every read goes through."""
+        assert self._reader is not None, "start() first"
+        service = self._reader.ctx.get("sessionPersistence")
+        if service is None:
+            raise ApiError(
+                500,
+                "NO_PERSISTENCE",
+                "the composition stores no sessions (no row provides sessionPersistence); "
+                "serve a composition with a persistence row",
+            )
+        return service
+
+    async def host(self, composition: str, workspace: str) -> PluginHost:
+        """The host of ``composition`` working in ``workspace``, booted on first use."""
+        key = (composition, workspace)
+        while key not in self._hosts:
+            booting = self._booting.get(key)
+            if booting is not None:
+                await booting.wait()
+                continue
+            self._booting[key] = done = anyio.Event()
+            try:
+                rows = _with_workspace(self.options.compositions[composition], workspace)
+                self._hosts[key] = await self._group.start(self._host_task, rows)
+            finally:
+                del self._booting[key]
+                done.set()
+        return self._hosts[key]
+
+    async def _host_task(
+        self, rows: list[LocatedRow], *, task_status: TaskStatus[PluginHost]
+    ) -> None:
+        async with open_host(rows) as host:
+            host.ctx.on("session/event", self._on_event)
+            host.ctx.on("agent/step-end", lambda _step: self.metrics.steps.inc())
+            self.metrics.time_flushes(host.ctx.sessions, self._flushed)
+            task_status.started(host)
+            await self._closing.wait()
+
+    def close(self) -> None:
+        """Stop every host (running turns end ``aborted``, cause ``disposed``)."""
+        self._closing.set()
+
+    # ------------------------------------------------------------------ wake-ups
+    def _on_event(self, session: Any, event: SessionEvent | None) -> None:
+        self._wake(session.id)
+
+    def _wake(self, session_id: str) -> None:
+        waiting = self._wakeups.pop(session_id, None)
+        if waiting is not None:
+            waiting.set()
+
+    def _flushed(self, session: Any) -> None:
+        """Queue mode: tell the other workers' streams that the table has new events."""
+        if self._flushes is not None:
+            with contextlib.suppress(anyio.WouldBlock):  # a burst: the poll catches up
+                self._flushes.send_nowait(session.id)
+
+    async def wait_for_events(self, session_id: str, at_most: float) -> None:
+        """Return when this process appends to the session, or after ``at_most`` seconds."""
+        wakeup = self._wakeups.setdefault(session_id, anyio.Event())
+        with anyio.move_on_after(at_most):
+            await wakeup.wait()
+
+    # ------------------------------------------------------------------ reads
+    async def inspect(self, session_id: str) -> SessionLoad:
+        try:
+            load: SessionLoad = await self.store.inspect(session_id)
+        except SessionNotFoundError:
+            raise ApiError(404, "SESSION_NOT_FOUND", f'no stored session "{session_id}"') from None
+        return load
+
+    async def events_after(self, session_id: str, after: int) -> list[SessionEvent]:
+        """The events with ``seq > after``: from memory while a turn runs here, else the store."""
+        running = self._running.get(session_id)
+        if running is not None:
+            return [e for e in running.agent.session.events if e.seq > after]
+        try:
+            return list(await self.store.read_from(session_id, after + 1))
+        except SessionNotFoundError:
+            raise ApiError(404, "SESSION_NOT_FOUND", f'no stored session "{session_id}"') from None
+
+    def running(self, session_id: str) -> RunningTurn | None:
+        return self._running.get(session_id)
+
+    def status(self, load: SessionLoad) -> str:
+        """``running`` here, ``awaiting-approval``, ``interrupted`` (needs a repair), ``idle``."""
+        if load.id in self._running or load.id in self._claimed:
+            return "running"
+        if load.id in self._busy_elsewhere:
+            return self._busy_elsewhere[load.id]
+        if views.pending_approvals(load.events, load.id):
+            return "awaiting-approval"
+        if load.closers:
+            return "interrupted"
+        return "idle"
+
+    async def refresh(self) -> None:
+        """Learn which sessions have a job queued or running on any worker (queue mode)."""
+        if self._queue is not None:
+            self._busy_elsewhere = await self._queue.busy_sessions()
+
+    def summary(self, load: SessionLoad) -> dict[str, Any]:
+        header = load.header
+        events = load.events
+        return {
+            "id": header.id,
+            "title": views.title(events),
+            "status": self.status(load),
+            "createdAt": header.created_at,
+            "updatedAt": views.updated_at(events, header.created_at),
+            "workspace": header.cwd if isinstance(header.cwd, str) else None,
+            "composition": header.agent_preset if isinstance(header.agent_preset, str) else None,
+            "events": len(events),
+            "lastTurn": views.last_turn(events),
+            "lastTurnEnd": views.last_turn_end(events),
+            "usage": views.usage(events),
+        }
+
+    async def pending_approvals(self) -> list[dict[str, Any]]:
+        """Every pending approval across the stored sessions, oldest ask first."""
+        rows: list[dict[str, Any]] = []
+        for listing in await self.store.list(unreadable=[]):
+            try:
+                load = await self.store.inspect(listing.header.id)
+            except Exception:  # one unreadable log must not hide the others' approvals
+                continue
+            rows.extend(views.pending_approvals(load.events, load.id))
+        rows.sort(key=lambda r: (r["askedAt"], r["sessionId"], r["callId"]))
+        self.metrics.pending_approvals.set(len(rows))
+        return rows
+
+    # ------------------------------------------------------------------ writes
+    def check_workspace(self, workspace: str | None) -> str:
+        """The absolute workspace a new session works in; refused outside the allowed roots."""
+        if workspace is None:
+            return self.options.default_workspace
+        path = os.path.realpath(workspace)
+        roots = (self.options.default_workspace, *self.options.workspace_roots)
+        if not any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots):
+            raise ApiError(
+                400,
+                "WORKSPACE_REFUSED",
+                f"workspace {workspace!r} is outside the directories this server allows "
+                f"({', '.join(roots)}); start dsh serve with --allow-workspace DIR to add one",
+            )
+        if not os.path.isdir(path):
+            raise ApiError(400, "WORKSPACE_REFUSED", f"workspace {workspace!r} is not a directory")
+        return path
+
+    def check_composition(self, name: str | None) -> str:
+        if name is None:
+            return self.options.default_composition
+        if name not in self.options.compositions:
+            known = ", ".join(self.options.compositions)
+            raise ApiError(
+                400,
+                "UNKNOWN_COMPOSITION",
+                f"unknown composition {name!r}; this server runs {known}",
+            )
+        return name
+
+    async def create_session(
+        self, *, workspace: str | None, composition: str | None, session_id: str | None
+    ) -> SessionLoad:
+        """Create and store an empty session (its header), ready for its first turn."""
+        name = self.check_composition(composition)
+        path = self.check_workspace(workspace)
+        host = await self.host(name, path)
+        if session_id is not None:
+            try:
+                await self.store.inspect(session_id)
+            except SessionNotFoundError:
+                pass
+            else:
+                raise SessionAlreadyExistsError(f'a session "{session_id}" is already stored')
+        sessions = host.ctx.sessions
+        session = sessions.create(
+            session_id or new_session_id(), meta={"cwd": path, "agentPreset": name}
+        )
+        try:
+            await sessions.flush(session)  # an empty flush stores the header
+        finally:
+            sessions.detach(session)
+        return await self.inspect(session.id)
+
+    def _claim(self, session_id: str) -> None:
+        """Reserve the session for one turn in this process (no await between check and set)."""
+        if session_id in self._claimed or session_id in self._running:
+            raise ApiError(
+                409, "SESSION_BUSY", f'session "{session_id}" is running a turn; wait or cancel it'
+            )
+        self._claimed.add(session_id)
+
+    async def _resume(self, load: SessionLoad) -> Agent:
+        header = load.header
+        name = header.agent_preset if isinstance(header.agent_preset, str) else None
+        if name is not None and name not in self.options.compositions:
+            raise ApiError(
+                409,
+                "UNKNOWN_COMPOSITION",
+                f'session "{load.id}" was created with composition {name!r}, which this server '
+                "does not run",
+            )
+        workspace = header.cwd if isinstance(header.cwd, str) else self.options.default_workspace
+        host = await self.host(name or self.options.default_composition, workspace)
+        agent: Agent = await host.ctx.agent.resume(load.id)
+        return agent
+
+    async def start_turn(self, session_id: str, prompt: str) -> int:
+        """Start a turn in the background; return its number once the session is held.
+
+        In queue mode the turn becomes a job that exactly one worker takes.
+        """
+        self._claim(session_id)
+        try:
+            load = await self.inspect(session_id)
+            if views.pending_approvals(load.events, session_id):
+                raise ApiError(
+                    409,
+                    "AWAITING_APPROVAL",
+                    f'session "{session_id}" is awaiting approval; decide its pending calls '
+                    "(POST /sessions/{id}/approvals/{callId}) before a new turn",
+                )
+            if self._queue is not None:
+                return await self._enqueue(session_id, "turn", prompt, views.last_turn(load.events))
+            agent = await self._resume(load)
+        except BaseException:
+            self._claimed.discard(session_id)
+            raise
+        return self._launch(agent, lambda: agent.run_turn(prompt))
+
+    async def decide(
+        self,
+        session_id: str,
+        call_id: str,
+        decision: Literal["allow", "deny"],
+        *,
+        reason: str | None,
+        args_digest: str | None,
+        decided_by: str,
+    ) -> int | None:
+        """Record a decision; when no call waits any more, continue the turn in the background.
+
+        Returns the number of the continuing turn, or None when other calls still wait.
+        """
+        self._claim(session_id)
+        try:
+            agent = await self._resume(await self.inspect(session_id))
+            try:
+                await agent.decide(
+                    call_id, decision, reason=reason, decided_by=decided_by,
+                    args_digest=args_digest,
+                )
+            except ApprovalDecisionError as exc:
+                await agent.aclose()
+                raise ApiError(409, "APPROVAL_NOT_PENDING", str(exc)) from None
+            if agent.pending_approvals() or self._queue is not None:
+                await agent.aclose()
+                if agent.pending_approvals():
+                    self._claimed.discard(session_id)
+                    return None
+                return await self._enqueue(session_id, "continue", None, agent.last_turn)
+        except BaseException:
+            self._claimed.discard(session_id)
+            raise
+        return self._launch(agent, agent.continue_turn)
+
+    async def _enqueue(self, session_id: str, kind: str, prompt: str | None, last: int) -> int:
+        """Queue the session's next turn (number ``last + 1``) as a job; release the claim."""
+        assert self._queue is not None
+        # Released first: the job may start on this very process before defer() returns.
+        self._claimed.discard(session_id)
+        if session_id in await self._queue.busy_sessions() or not await self._queue.defer(
+            session_id, kind, prompt, last + 1
+        ):
+            raise ApiError(
+                409, "SESSION_BUSY", f'session "{session_id}" has a turn queued or running'
+            )
+        return last + 1
+
+    async def run_job(
+        self,
+        session_id: str,
+        kind: str,
+        prompt: str | None,
+        turn: int,
+    ) -> None:
+        """Run one turn job here (queue mode), holding the session for its whole length.
+
+        When the log shows turn ``turn`` already started, the job ran before: if that turn was
+        left open (its worker died), the resume has just repaired it, and it is never run again
+        (``after_repair`` says what follows); if it ended, there is nothing left to do.
+        """
+        try:
+            self._claim(session_id)
+        except ApiError as exc:  # busy in this process: the job is retried later
+            raise SessionAlreadyOwnedError(str(exc)) from None
+        try:
+            load = await self.inspect(session_id)
+            agent = await self._resume(load)
+        except BaseException:
+            self._claimed.discard(session_id)
+            raise
+        body: Callable[[], Awaitable[TurnEndReason]] | None
+        if agent.last_turn < turn:
+            body = agent.continue_turn if kind == "continue" else partial(agent.run_turn, prompt)
+        elif not load.closers:
+            body = None  # the turn ran to its end before (e.g. the job was aborted at shutdown)
+        elif self.options.after_repair == "continue":
+            log.warning("session %s: turn %d was interrupted; repaired, continuing", session_id,
+                        turn)
+            body = partial(agent.run_turn, AFTER_REPAIR_PROMPT)
+        else:
+            log.warning("session %s: turn %d was interrupted; repaired, stopping there",
+                        session_id, turn)
+            body = None
+        if body is None:
+            self._claimed.discard(session_id)
+            await agent.aclose()
+            return
+        self._register(agent)
+        await self._drive(agent, body)
+
+    def cancel_here(self, session_id: str) -> None:
+        """Cancel the session's turn if it runs in this process (no-op otherwise)."""
+        running = self._running.get(session_id)
+        if running is not None:
+            running.agent.cancel()
+
+    def _register(self, agent: Agent) -> int:
+        turn = agent.last_turn + 1
+        self._running[agent.id] = RunningTurn(agent, turn)
+        self._claimed.discard(agent.id)
+        self.metrics.turns_started.inc()
+        return turn
+
+    def _launch(self, agent: Agent, body: Callable[[], Awaitable[TurnEndReason]]) -> int:
+        turn = self._register(agent)
+        self._group.start_soon(self._drive, agent, body)
+        return turn
+
+    async def _drive(self, agent: Agent, body: Callable[[], Awaitable[TurnEndReason]]) -> None:
+        kind = "error"
+        try:
+            reason = await body()
+            kind = turn_end_kind(reason)
+        except Exception:
+            log.exception("turn of session %s failed", agent.id)
+        finally:
+            try:
+                with anyio.CancelScope(shield=True):
+                    await agent.aclose()  # flush, then release the session
+            except Exception:
+                log.exception("closing session %s failed", agent.id)
+            finally:
+                self._running.pop(agent.id, None)
+                self.metrics.turns_ended.labels(kind=kind).inc()
+                self._on_event(agent.session, None)  # wake streams: the store has it all
+
+    async def cancel(self, session_id: str) -> int | None:
+        """Cancel the session's running turn (on whichever worker runs it in queue mode)."""
+        running = self._running.get(session_id)
+        if running is not None:
+            running.agent.cancel()
+            return running.turn
+        if self._queue is not None and await self._queue.abort(session_id):
+            return None
+        raise ApiError(409, "NOT_RUNNING", f'session "{session_id}" runs no turn')
+
+    # ------------------------------------------------------------------ metrics
+    def running_count(self) -> int:
+        return len(self._running)
+
+
+@asynccontextmanager
+async def open_runtime(options: ServeOptions) -> AsyncIterator[ServerRuntime]:
+    """A started runtime; on exit every host stops (running turns end ``aborted``)."""
+    # A failure is re-raised outside the task group: callers see the error itself (a
+    # ConfigError from booting, say), not an ExceptionGroup around it.
+    failure: Exception | None = None
+    try:
+        async with anyio.create_task_group() as group:
+            runtime = ServerRuntime(options, group)
+            try:
+                await runtime.start()
+                yield runtime
+            except Exception as exc:
+                failure = exc
+            finally:
+                runtime.close()
+    except ExceptionGroup as errors:
+        user_errors = errors.subgroup(DshError)
+        if failure is None and user_errors is not None:
+            failure = _first_leaf(user_errors)
+        if failure is None:
+            raise
+    if failure is not None:
+        raise failure
+
+
+def _first_leaf(group: BaseExceptionGroup[Any]) -> Exception:
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    assert isinstance(error, Exception)
+    return error

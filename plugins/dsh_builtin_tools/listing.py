@@ -1,0 +1,176 @@
+"""``list_dir``: a directory of the workspace as an indented tree, to a depth limit.
+
+The walk is descriptor-based like ``glob``/``grep`` (each directory opened ``O_NOFOLLOW`` relative
+to its parent's descriptor, starting beneath the workspace descriptor) and honours the same
+ignores: ``.git`` is skipped and every ``.gitignore`` from the workspace down applies. Entries
+are sorted by name; a directory ends with ``/``, a symbolic link with ``@`` (listed, never
+entered), and a directory at the depth limit says how many entries it holds. At most
+``maxSearchResults`` entries are shown; a capped tree is saved whole to the spill area and the
+footer names the file.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import Any, Final
+
+import anyio.to_thread
+
+from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, text_output
+
+from .config import BuiltinToolsConfig
+from .files import WorkspaceRoot, display_parts, workspace_parts
+from .search import (
+    MAX_ENTRIES,
+    Specs,
+    ancestor_specs,
+    capped_footer,
+    ignored,
+    open_search_dir,
+    shown_path,
+    with_ignore,
+)
+from .spill import SpillArea
+
+__all__ = ["DEFAULT_DEPTH", "MAX_DEPTH", "list_dir_tool"]
+
+#: Levels shown when the call does not say (1: the directory's own entries).
+DEFAULT_DEPTH: Final = 2
+#: The deepest tree one call lists.
+MAX_DEPTH: Final = 10
+_INDENT: Final = "  "
+
+
+def _entries(dir_fd: int, here: tuple[str, ...], specs: Specs) -> list[tuple[str, str]]:
+    """``(name, kind)`` of the directory's entries that no ignore rule hides, sorted by name;
+    kind is ``dir``, ``link`` or ``file`` (anything else: FIFOs, sockets, devices)."""
+    kept: list[tuple[str, str]] = []
+    with os.scandir(dir_fd) as scan:
+        for entry in scan:
+            if entry.name == ".git":
+                continue
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except OSError:
+                continue
+            kind = "dir" if stat.S_ISDIR(mode) else "link" if stat.S_ISLNK(mode) else "file"
+            if not ignored(specs, (*here, entry.name), kind == "dir"):
+                kept.append((entry.name, kind))
+    return sorted(kept)
+
+
+def _open_child(dir_fd: int, name: str) -> int | None:
+    try:
+        return os.open(
+            name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd
+        )
+    except OSError:
+        return None
+
+
+def tree_lines(top_fd: int, parts: tuple[str, ...], specs: Specs, depth: int) -> list[str]:
+    """The indented entries beneath ``top_fd`` (workspace path ``parts``), ``depth`` levels."""
+    lines: list[str] = []
+
+    def visit(dir_fd: int, here: tuple[str, ...], specs: Specs, level: int) -> None:
+        specs = with_ignore(dir_fd, here, specs)
+        for name, kind in _entries(dir_fd, here, specs):
+            if len(lines) >= MAX_ENTRIES:
+                raise ToolError(
+                    f"the listing has more than {MAX_ENTRIES} entries; list a narrower path or a "
+                    "smaller depth"
+                )
+            indent = _INDENT * level
+            shown = shown_path((name,))
+            if kind == "link":
+                lines.append(f"{indent}{shown}@")
+                continue
+            if kind == "file":
+                lines.append(f"{indent}{shown}")
+                continue
+            child = _open_child(dir_fd, name)
+            if child is None:
+                lines.append(f"{indent}{shown}/ (unreadable)")
+                continue
+            try:
+                if level + 1 >= depth:
+                    inner = with_ignore(child, (*here, name), specs)
+                    count = len(_entries(child, (*here, name), inner))
+                    plural = "y" if count == 1 else "ies"
+                    lines.append(
+                        f"{indent}{shown}/ ({count} entr{plural})" if count else f"{indent}{shown}/"
+                    )
+                else:
+                    lines.append(f"{indent}{shown}/")
+                    visit(child, (*here, name), specs, level + 1)
+            finally:
+                os.close(child)
+
+    visit(top_fd, parts, specs, 0)
+    return lines
+
+
+def list_dir_tool(
+    config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea
+) -> ToolDefinition:
+    """Build ``list_dir``: the tree of one workspace directory, ignores honoured."""
+    holder, workspace = root, root.path
+    cap = config.max_search_results
+
+    def list_sync(parts: tuple[str, ...], depth: int, call_id: str) -> str:
+        specs = ancestor_specs(holder.fd(), parts)
+        top = open_search_dir(holder, parts)
+        try:
+            lines = tree_lines(top, parts, specs, depth)
+        finally:
+            os.close(top)
+        head = f"{display_parts(parts)}/"
+        if not lines:
+            return f"{head}\n{_INDENT}(empty directory)"
+        tree = [head, *(f"{_INDENT}{line}" for line in lines)]
+        footer = capped_footer(
+            len(lines),
+            cap,
+            "entries",
+            "list_dir",
+            "list a narrower path or a smaller depth",
+            lambda: spill.save_text(call_id, "list_dir.txt", "\n".join(tree) + "\n"),
+        )
+        return "\n".join(tree[: cap + 1]) + footer
+
+    async def execute(args: Any, exec: ToolExecution) -> Any:
+        parts = await anyio.to_thread.run_sync(workspace_parts, args.get("path", "."), workspace)
+        depth = args.get("depth", DEFAULT_DEPTH)
+        if not 1 <= depth <= MAX_DEPTH:
+            raise ToolError(f"invalid depth: expected 1 to {MAX_DEPTH} levels, got {depth}")
+        return await anyio.to_thread.run_sync(list_sync, parts, int(depth), exec.call_id)
+
+    return ToolDefinition(
+        name="list_dir",
+        description=(
+            "List a directory of the workspace as an indented tree: directories end with `/`, "
+            "symbolic links with `@` (not followed), and a directory at the depth limit shows "
+            f"how many entries it holds. Sorted by name, at most {cap} entries; files ignored "
+            "by .gitignore and the .git directory are left out."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "path": {
+                    "type": "string",
+                    "description": "Directory to list, relative to the workspace. Defaults to it.",
+                },
+                "depth": {
+                    "type": "integer",
+                    "description": (
+                        f"Levels to list (1: only the directory's own entries). Defaults to "
+                        f"{DEFAULT_DEPTH}, at most {MAX_DEPTH}."
+                    ),
+                },
+            },
+        },
+        execute=execute,
+        output=text_output(),
+        is_concurrency_safe=lambda args: True,
+    )

@@ -1,0 +1,91 @@
+"""A small MCP stdio server of ours, for what the reference servers cannot do on demand.
+
+Run as ``python fixture_server.py``. Its tools: ``whoami`` (returns the request's ``_meta``
+and its own pid), ``write_file`` (tries to create a file at an absolute path and reports what
+happened), ``add_tool`` (registers a new tool, which makes the SDK send
+``notifications/tools/list_changed``), ``sleep`` (sleeps, for timeouts and crashes; with ``MARK_DIR`` it first leaves a marker), ``crash`` (exits at
+once, mid-call), ``wipe`` (annotated ``destructiveHint: true``; does nothing), ``fail``
+(answers ``isError: true``). With ``--linger`` it stays alive after its stdin closed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
+
+server = MCPServer("dsh-fixture")
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def whoami(ctx: Context) -> str:
+    """Report the request's _meta and this server's pid."""
+    meta = ctx.request_context.meta
+    return json.dumps({"meta": dict(meta) if meta else None, "pid": os.getpid()})
+
+
+@server.tool()
+def write_file(path: str) -> str:
+    """Try to create `path` and write a marker into it."""
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write("written by the fixture MCP server\n")
+    except OSError as exc:
+        return f"refused: {exc.strerror} ({exc.errno})"
+    return "written"
+
+
+@server.tool()
+async def add_tool(name: str, ctx: Context) -> str:
+    """Register a new tool called `name` (then tell the client the list changed)."""
+
+    def added() -> str:
+        return f"{name} answers"
+
+    server.add_tool(added, name=name, description=f"added at run time: {name}")
+    await ctx.request_context.session.send_tool_list_changed()
+    return f"added {name}"
+
+
+@server.tool()
+async def sleep(seconds: float, ctx: Context) -> str:
+    """Sleep `seconds`, then answer. With `MARK_DIR` set, first leave `started-<callId>` there
+    (the host can see that the call reached the server)."""
+    mark_dir = os.environ.get("MARK_DIR")
+    if mark_dir:
+        meta = ctx.request_context.meta or {}
+        mark = anyio.Path(mark_dir) / f"started-{meta.get('dsh/callId')}"
+        await mark.write_text("started\n")
+    await anyio.sleep(seconds)
+    return f"slept {seconds}"
+
+
+@server.tool()
+def crash() -> str:
+    """Exit the server process at once, before answering."""
+    sys.stdout.flush()
+    os._exit(17)
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))
+def wipe() -> str:
+    """Pretend to wipe something (annotated destructive)."""
+    return "wiped"
+
+
+@server.tool()
+def fail() -> str:
+    """Always fail."""
+    raise ToolError("the fixture refuses")
+
+
+if __name__ == "__main__":
+    server.run("stdio")
+    if "--linger" in sys.argv:  # a server that outlives its stdin: only a kill ends it
+        time.sleep(3600)

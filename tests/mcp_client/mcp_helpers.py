@@ -1,0 +1,167 @@
+"""Shared helpers of the mcp-client tests: where the servers are, and a host with one row."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dsh_mcp_client import ServerBridge
+
+from dsh_host import CancelToken, Row, open_host
+from dsh_host.loader import PluginHost
+from dsh_host.tools import ToolExecutionInput, ToolExecutionResult
+
+HERE = Path(__file__).resolve().parent
+FIXTURE = str(HERE / "fixture_server.py")
+EVERYTHING_JS = HERE / "node" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+
+needs_everything = pytest.mark.skipif(
+    shutil.which("node") is None,
+    reason="server-everything needs node (not installed here; CI has it)",
+)
+
+
+def require_everything() -> None:
+    """With node present the reference server must be installed: fail, never skip."""
+    if not EVERYTHING_JS.is_file():
+        pytest.fail(
+            f"{EVERYTHING_JS} is missing: run `npm ci` in tests/mcp_client/node (.ci/run does it "
+            "whenever npm is installed)"
+        )
+
+
+def everything_stdio(**extra: Any) -> dict[str, Any]:
+    require_everything()
+    return {
+        "serverName": "everything",
+        "transport": "stdio",
+        "command": "node",
+        "args": [str(EVERYTHING_JS), "stdio"],
+        **extra,
+    }
+
+
+def fixture_stdio(**extra: Any) -> dict[str, Any]:
+    return {
+        "serverName": "fixture",
+        "transport": "stdio",
+        "command": sys.executable,
+        "args": [FIXTURE],
+        **extra,
+    }
+
+
+def time_stdio(**extra: Any) -> dict[str, Any]:
+    return {
+        "serverName": "time",
+        "transport": "stdio",
+        "command": sys.executable,
+        "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"],
+        **extra,
+    }
+
+
+def bridge_of(host: PluginHost, server_name: str) -> ServerBridge:
+    for fiber in host.fibers:
+        bridge = getattr(fiber.instance, "bridge", None)
+        if isinstance(bridge, ServerBridge) and bridge.server_name == server_name:
+            return bridge
+    raise AssertionError(f"no mcp-client row for {server_name!r}")
+
+
+@asynccontextmanager
+async def mcp_host(
+    *configs: dict[str, Any], sandbox: bool = True, extra_rows: tuple[Row, ...] = ()
+) -> AsyncIterator[PluginHost]:
+    """A host with ``tools`` (+ ``sandbox-local``) and one ``mcp-client`` row per config,
+    returned once every server's first connection settled."""
+    rows = [Row(name="tools")]
+    if sandbox:
+        rows.append(Row(name="sandbox-local", config={"network": "deny"}))
+    rows.extend(extra_rows)
+    rows.extend(Row(name="mcp-client", config=config) for config in configs)
+    async with open_host(rows) as host:
+        for config in configs:
+            await bridge_of(host, config["serverName"]).wait_started()
+        yield host
+
+
+async def call(
+    host: PluginHost, name: str, arguments: Any, *, call_id: str = "call-1", **extra: Any
+) -> ToolExecutionResult:
+    result: ToolExecutionResult = await host.ctx.tools.execute(
+        ToolExecutionInput(
+            call_id=call_id, name=name, arguments=arguments, signal=CancelToken(), **extra
+        )
+    )
+    return result
+
+
+def text_of(result: ToolExecutionResult) -> str:
+    return "".join(getattr(block, "text", "") for block in result.content)
+
+
+def dsh(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """Run the real ``dsh`` command as a user would (no inherited session root)."""
+    env = {k: v for k, v in os.environ.items() if k != "DSH_SESSION_ROOT"}
+    return subprocess.run(
+        [sys.executable, "-m", "dsh_host", *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+class EverythingHttp:
+    """``server-everything`` in its Streamable HTTP mode on a loopback port, started and
+    stopped by the test (``stop`` kills it; ``start`` again reuses the port)."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.process: subprocess.Popen[str] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def start(self) -> None:
+        require_everything()
+        env = {**os.environ, "PORT": str(self.port)}
+        self.process = subprocess.Popen(
+            ["node", str(EVERYTHING_JS), "streamableHttp"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stderr is not None
+        for line in self.process.stderr:  # it says so once it listens
+            if "listening on port" in line:
+                return
+        raise AssertionError("server-everything (streamableHttp) exited before listening")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.process = None

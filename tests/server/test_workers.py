@@ -1,0 +1,213 @@
+"""Many ``dsh serve --queue`` workers on one PostgreSQL: a turn is a job exactly one takes.
+
+Three real worker processes share the sessions (PostgreSQL persistence) and the job queue
+(procrastinate). The worker running a turn is SIGKILLed while its side-effecting tool call is
+in flight; the job completes on another worker, which resumes the session (repair as always:
+the in-flight call gets ``TOOL_OUTCOME_UNKNOWN``, nothing is run again), and either stops there
+(``--after-repair stop``) or continues with a new turn whose prompt points the model at the
+repair (``continue``). The ledger the tool writes shows the call id once; every
+``tool/call`` has exactly one result; reads and streams are served by any worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from psycopg import sql
+
+from dsh_host.server.runtime import AFTER_REPAIR_PROMPT
+
+from .harness import CALL, REPO
+
+pytest.importorskip("procrastinate")
+
+
+LEDGER_AND_WAIT = [
+    {"tool_calls": [{"id": CALL, "name": "bash", "arguments": {
+        "command": 'printf "%s\\n" "$DSH_CALL_ID" >> ledger; sleep 120',
+        "description": "Append to ledger, then take long", "timeoutMs": 300000}}]},
+    {"text": "never reached: the worker that ran the call is killed"},
+]
+#: What the workers started after the call began answer (continued after the repair).
+AFTER_REPAIR_ANSWER = "The ledger call's outcome is unknown; I checked the ledger instead."
+
+
+@dataclass
+class Workers:
+    tmp: Path
+    config: Path
+    env: dict[str, str]
+    after_repair: str
+    started: list[tuple[subprocess.Popen[str], str]] = field(default_factory=list)
+
+    @property
+    def workspace(self) -> Path:
+        return self.tmp / "ws"
+
+    @property
+    def queue_schema(self) -> str:
+        return self.env["QUEUE_SCHEMA"]
+
+    def start(self, responses: list[Any]) -> str:
+        """Start one more worker process whose model answers ``responses``; its URL."""
+        name = str(len(self.started))
+        script = self.tmp / f"script-{name}.json"
+        script.write_text(json.dumps({"responses": responses}))
+        work = self.tmp / f"work-{name}"
+        work.mkdir()
+        with open(work / "stderr", "w") as stderr:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "dsh_host", "serve", "--config", str(self.config),
+                 "--model", f"scripted:{script}", "--workspace", str(self.workspace),
+                 "--port", "0", "--queue", "--queue-schema", self.queue_schema,
+                 "--stalled-after", "3", "--after-repair", self.after_repair],
+                cwd=work, env=self.env, stdout=subprocess.PIPE, stderr=stderr, text=True,
+            )
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("dsh serve: listening on "), line + (work / "stderr").read_text()
+        url = line.split()[4].rstrip("/")
+        self.started.append((proc, url))
+        return url
+
+    def stop(self) -> None:
+        for proc, _ in self.started:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc, _ in self.started:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture(params=["stop", "continue"])
+def workers(request: pytest.FixtureRequest, tmp_path: Path, pg_dsn: str,
+            pg_prefix: str) -> Iterator[Workers]:
+    (tmp_path / "ws").mkdir()
+    config = tmp_path / "dsh.yml"
+    config.write_text((REPO / "configs" / "postgres.yml").read_text())
+    env = {**{k: v for k, v in os.environ.items() if k != "DSH_SERVE_TOKEN"},
+           "DSH_POSTGRES_DSN": pg_dsn, "DSH_POSTGRES_SCHEMA": f"{pg_prefix}_main",
+           "QUEUE_SCHEMA": f"{pg_prefix}_queue"}
+    pool = Workers(tmp_path, config, env, request.param)
+    try:
+        yield pool
+    finally:
+        pool.stop()
+
+
+def _running_on(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    for line in text.splitlines():
+        if line.startswith("dsh_serve_turns_running "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def _poll(check: Any) -> Any:
+    """Poll until ``check()`` is truthy; the test's own timeout is the only deadline."""
+    while True:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_a_job_survives_its_worker_being_killed_mid_turn(workers: Workers, pg_dsn: str) -> None:
+    first = workers.start(LEDGER_AND_WAIT)
+    session_id = httpx.post(f"{first}/sessions", json={}, timeout=30).json()["id"]
+    started = httpx.post(f"{first}/sessions/{session_id}/turns", json={"prompt": "append"},
+                         timeout=30)
+    assert started.status_code == 202, started.text
+    assert started.json()["turn"] == 1
+    ledger = workers.workspace / "ledger"
+    _poll(lambda: ledger.exists() and ledger.read_text().strip())  # the call is in flight
+    # Two more workers join; their model has not answered anything yet.
+    others = [workers.start([{"text": AFTER_REPAIR_ANSWER}]) for _ in range(2)]
+    # A second turn while this one runs is refused by whichever worker is asked.
+    busy = httpx.post(f"{others[0]}/sessions/{session_id}/turns", json={"prompt": "x"},
+                      timeout=30)
+    assert busy.status_code == 409 and busy.json()["error"]["code"] == "SESSION_BUSY"
+    assert _running_on(first) == 1.0
+    victim = workers.started[0][0]
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    expected_turn = 1 if workers.after_repair == "stop" else 2
+
+    def finished() -> dict[str, Any] | None:
+        session = httpx.get(f"{others[0]}/sessions/{session_id}", timeout=30).json()
+        end = session["lastTurnEnd"]
+        done = end and end["turn"] == expected_turn and session["status"] == "idle"
+        return session if done else None
+
+    session = _poll(finished)
+    response = httpx.get(f"{others[1]}/sessions/{session_id}/events", timeout=30)
+    events = [json.loads(line) for line in response.text.splitlines()]
+    calls = [e["data"]["callId"] for e in events if e["type"] == "tool/call"]
+    results = [e["data"]["message"]["source"]["callId"] for e in events
+               if e["type"] == "tool/result"]
+    assert calls == [CALL] and results == [CALL]  # exactly one result per call
+    result = next(e for e in events if e["type"] == "tool/result")
+    assert result["data"]["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
+    assert ledger.read_text().splitlines() == [CALL]  # the side effect happened once
+    turn_ends = [e["data"] for e in events if e["type"] == "turn/end"]
+    assert [t["turn"] for t in turn_ends] == list(range(1, expected_turn + 1))
+    if workers.after_repair == "continue":
+        assert session["lastTurnEnd"]["kind"] == "completed", session
+        prompts = [e["data"]["content"][0]["text"] for e in events
+                   if e["type"] == "user/message" and e["data"]["source"]["kind"] == "user"]
+        assert prompts == ["append", AFTER_REPAIR_PROMPT]
+        answers = [b["text"] for e in events if e["type"] == "assistant/message"
+                   for b in e["data"]["message"]["content"] if b["type"] == "text"]
+        assert answers == [AFTER_REPAIR_ANSWER]
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute(sql.SQL("SELECT status, attempts FROM {}.procrastinate_jobs").format(
+            sql.Identifier(workers.queue_schema))).fetchall()
+    assert [row[0] for row in rows] == ["succeeded"], rows
+    assert rows[0][1] >= 2, rows  # taken again after its first worker died
+    # Reads and streams come from any surviving worker: the stream replays the stored log.
+    with httpx.stream("GET", f"{others[1]}/sessions/{session_id}/stream",
+                      headers={"Last-Event-ID": str(events[-2]["seq"])}, timeout=30) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("id: "):
+                assert int(line[4:]) == events[-1]["seq"]
+                break
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["stop"], indirect=True)
+def test_cancel_reaches_the_worker_running_the_turn(workers: Workers) -> None:
+    first = workers.start([{"text": "thinking", "hang": True}])
+    second = workers.start([{"text": "thinking", "hang": True}])
+    session_id = httpx.post(f"{second}/sessions", json={}, timeout=30).json()["id"]
+    turn = httpx.post(f"{second}/sessions/{session_id}/turns", json={"prompt": "wait"},
+                      timeout=30)
+    assert turn.status_code == 202, turn.text
+    _poll(lambda: httpx.get(f"{second}/sessions/{session_id}", timeout=30).json()["status"]
+          == "running")
+    runner, other = (first, second) if _running_on(first) == 1.0 else (second, first)
+    cancelled = httpx.post(f"{other}/sessions/{session_id}/cancel", timeout=30)
+    assert cancelled.status_code == 202, cancelled.text
+
+    def ended() -> dict[str, Any] | None:
+        session = httpx.get(f"{other}/sessions/{session_id}", timeout=30).json()
+        end = session["lastTurnEnd"]
+        return session if end and session["status"] == "idle" else None
+
+    assert _poll(ended)["lastTurnEnd"]["kind"] == "aborted"
+    assert runner != other
