@@ -35,6 +35,7 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     ├── ConfigError                                      dsh_host.errors
     │   ├── BuiltinToolsConfigError                      dsh_builtin_tools.config
     │   ├── DuplicateRowIdError                          dsh_host.errors
+    │   ├── McpClientConfigError                         dsh_mcp_client.config
     │   ├── SandboxConfigError                           dsh_sandbox_local.provider
     │   ├── ScriptError                                  dsh_llm_scripted.script
     │   ├── ToolRulesError                               dsh_tool_rules.plugin
@@ -46,6 +47,7 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     ├── InactiveContextError                             dsh_host.errors
     ├── InvalidSandboxRequestError                       dsh_host.sandbox
     ├── LlmError                                         dsh_host.llm.errors
+    ├── McpStartupError                                  dsh_mcp_client.bridge
     ├── NonJsonValueError                                dsh_host.jsonsafe
     ├── PluginRegistrationError                          dsh_host.errors
     ├── SandboxUnavailableError                          dsh_host.sandbox
@@ -88,6 +90,11 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
         ├── FileChangedError                             dsh_builtin_tools.files
         ├── FileFenceError                               dsh_builtin_tools.files
         ├── FileSandboxDeniedError                       dsh_builtin_tools.files
+        ├── McpCallError                                 dsh_mcp_client.bridge
+        ├── McpOutcomeUnknownError                       dsh_mcp_client.bridge
+        ├── McpTimeoutError                              dsh_mcp_client.bridge
+        ├── McpToolError                                 dsh_mcp_client.bridge
+        ├── McpUnavailableError                          dsh_mcp_client.bridge
         ├── SandboxEscalationError                       dsh_host.tools.escalation
         ├── ToolArgsError                                dsh_host.tools.errors
         ├── ToolNotFoundError                            dsh_host.tools.errors
