@@ -1,8 +1,10 @@
 """dsh: an agent harness whose append-only session log never lies about what happened.
 
 The host layer (this package's top level) is a small Cordis-style plugin host:
-a :class:`Context` per plugin row, services, a declared-mode event bus, and a
-YAML loader over the ``dsh.plugins`` entry-point group.
+a :class:`Context` per plugin row, services with typed keys (:class:`ServiceKey`),
+events with typed keys (:class:`Emit`, :class:`Waterfall`...; each layer's keys are
+exported by its subpackage, e.g. ``dsh_host.tools.TOOLS_EXECUTE``), and a YAML loader
+over the ``dsh.plugins`` entry-point group.
 
 Every name is re-exported lazily (the front door ``Agent``, ``tool``,
 ``ToolContext``, ``RunResult`` from :mod:`dsh_host.front` too): importing
@@ -14,39 +16,33 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .bus import EventBus, EventMode, EventSpec
+    from .bus import Emit, EventMode, Next, Parallel, Serial, StreamNext, StreamWaterfall, Waterfall
     from .cancel import CancelToken
-    from .context import Context, Fiber, FiberState, Host
-    from .errors import DshError
+    from .context import Context, ServiceKey
+    from .errors import AbortError, ConfigError, DshError
     from .front import Agent, FunctionTool, OutputValidationError, RunResult, ToolContext, tool
-    from .loader import (
-        LocatedRow,
-        PluginHost,
-        Row,
-        load_rows,
-        open_host,
-        open_host_from_yaml,
-        parse_rows,
-    )
-    from .plugin import NoConfig, Plugin, PluginMeta, hookimpl, hookspec
+    from .loader import PluginHost, Row, load_rows, open_host, open_host_from_yaml
+    from .plugin import NoConfig, Plugin
 
 #: Where each re-exported name is defined. Every one is imported on first use, so
 #: ``import dsh_host.cli`` (``dsh --help``) does not pay for the loader or the front door.
 _DEFINED_IN = {
-    **dict.fromkeys(("EventBus", "EventMode", "EventSpec"), "bus"),
+    **dict.fromkeys(
+        ("Emit", "EventMode", "Next", "Parallel", "Serial", "StreamNext", "StreamWaterfall",
+         "Waterfall"),
+        "bus",
+    ),
     "CancelToken": "cancel",
-    **dict.fromkeys(("Context", "Fiber", "FiberState", "Host"), "context"),
-    "DshError": "errors",
+    **dict.fromkeys(("Context", "ServiceKey"), "context"),
+    **dict.fromkeys(("AbortError", "ConfigError", "DshError"), "errors"),
     **dict.fromkeys(
         ("Agent", "FunctionTool", "OutputValidationError", "RunResult", "ToolContext", "tool"),
         "front",
     ),
     **dict.fromkeys(
-        ("LocatedRow", "PluginHost", "Row", "load_rows", "open_host", "open_host_from_yaml",
-         "parse_rows"),
-        "loader",
+        ("PluginHost", "Row", "load_rows", "open_host", "open_host_from_yaml"), "loader"
     ),
-    **dict.fromkeys(("NoConfig", "Plugin", "PluginMeta", "hookimpl", "hookspec"), "plugin"),
+    **dict.fromkeys(("NoConfig", "Plugin"), "plugin"),
 }
 
 
@@ -59,32 +55,35 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+#: What an application or a plugin needs; host internals (the bus, fibers, the loader's
+#: row parsing) stay in their modules (``dsh_host.bus``, ``dsh_host.context``,
+#: ``dsh_host.loader``). ``tests/host/test_public_api.py`` pins this list.
 __all__ = [
+    "AbortError",
     "Agent",
     "CancelToken",
+    "ConfigError",
     "Context",
     "DshError",
-    "EventBus",
+    "Emit",
     "EventMode",
-    "EventSpec",
-    "Fiber",
-    "FiberState",
     "FunctionTool",
-    "Host",
-    "LocatedRow",
+    "Next",
     "NoConfig",
     "OutputValidationError",
+    "Parallel",
     "Plugin",
     "PluginHost",
-    "PluginMeta",
     "Row",
     "RunResult",
+    "Serial",
+    "ServiceKey",
+    "StreamNext",
+    "StreamWaterfall",
     "ToolContext",
-    "hookimpl",
-    "hookspec",
+    "Waterfall",
     "load_rows",
     "open_host",
     "open_host_from_yaml",
-    "parse_rows",
     "tool",
 ]

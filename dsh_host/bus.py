@@ -1,31 +1,43 @@
 """The host-owned async event bus.
 
-Every event name is *declared* once with its dispatch mode, so a listener of
-the wrong kind is refused when it registers rather than misbehaving when it
-is (or is not) awaited. Modes (DECISIONS D4):
+An event is declared once, by the layer or plugin that dispatches it, as a
+typed *event key* (a module-level constant such as
+``dsh_host.tools.TOOLS_EXECUTE``). The key carries the event's name, its
+dispatch mode and the types of its payload and result, so ``mypy`` checks a
+listener against it::
 
-``EMIT``
+    ctx.on(TOOLS_EXECUTE, around_execute)   # around_execute's signature is checked
+
+The owner also puts the key on the host's bus (``ctx.declare_event(KEY)``, undone
+when the owner is unloaded): that is what lets a plain name (``ctx.on("tools/execute",
+fn)``, the spelling a YAML composition or an untyped plugin uses) resolve, and
+what ``dsh plugins`` lists. A listener registered by key is checked at once (the key
+says everything the bus checks); one registered by a name not declared yet waits,
+unchecked and never called, until the owner declares it, and is checked then (a wrong
+kind is dropped and logged against its row). Dispatching by an undeclared name is an
+error. A listener of the wrong kind is refused rather than misbehaving when it is (or
+is not) awaited. Modes (DECISIONS D4):
+
+``EMIT`` (:class:`Emit`)
     Notification. Listeners are plain sync callables, called in order; each
     listener's exception is contained and logged, so one broken observer never
     starves the next.
-``PARALLEL``
+``PARALLEL`` (:class:`Parallel`)
     Async listeners all start, all are awaited. If any failed, the failure of
     the first-registered failing listener is raised after every listener
     settled (the others are logged). Siblings are never cancelled: a flush
     listener that is half way through an fsync must finish.
-``SERIAL``
-    Async listeners one at a time; the first result that is not None/False
-    is returned and the rest are skipped.
-``BAIL``
-    The synchronous version of SERIAL.
-``WATERFALL``
+``SERIAL`` (:class:`Serial`)
+    Async listeners one at a time, in order, each awaited before the next
+    starts; they return nothing (an exception propagates and skips the rest).
+``WATERFALL`` (:class:`Waterfall`)
     An around-chain: ``async def handler(arg, next) -> T``. ``await next()``
     runs the rest of the chain and finally the dispatcher's ``default()``.
     The first-registered listener is outermost. Not calling ``next`` vetoes
     everything downstream. Each level gets its own ``next``: calling it twice
     re-runs the downstream chain (which makes retry wrappers safe; DSH's
     shared-cursor quirk is deliberately not reproduced).
-``STREAM_WATERFALL``
+``STREAM_WATERFALL`` (:class:`StreamWaterfall`)
     The same around-chain for streams (``llm/stream``): handlers are *sync*
     ``def handler(arg, next) -> AsyncIterator[T]`` (an ``async def`` generator
     qualifies); ``next()`` returns the downstream iterator without starting
@@ -42,7 +54,7 @@ import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 import anyio
 
@@ -56,6 +68,10 @@ if TYPE_CHECKING:
     from .context import Fiber
 
 T = TypeVar("T")
+P = ParamSpec("P")
+A = TypeVar("A")
+R = TypeVar("R")
+L = TypeVar("L")
 log = logging.getLogger("dsh.bus")
 
 
@@ -63,7 +79,6 @@ class EventMode(enum.Enum):
     EMIT = "emit"
     PARALLEL = "parallel"
     SERIAL = "serial"
-    BAIL = "bail"
     WATERFALL = "waterfall"
     STREAM_WATERFALL = "stream-waterfall"
 
@@ -74,19 +89,104 @@ _EXTRA_ARGS = {
     EventMode.EMIT: 0,
     EventMode.PARALLEL: 0,
     EventMode.SERIAL: 0,
-    EventMode.BAIL: 0,
     EventMode.WATERFALL: 1,
     EventMode.STREAM_WATERFALL: 1,
 }
 
 
-@dataclass(frozen=True, slots=True)
 class EventSpec:
-    name: str
-    mode: EventMode
-    #: number of payload arguments a dispatch passes (None: not checked)
-    arity: int | None = None
-    doc: str = ""
+    """An event's declaration: name, dispatch mode, payload arity, one line of doc.
+
+    Use one of the typed subclasses (:class:`Emit`, :class:`Parallel`,
+    :class:`Serial`, :class:`Waterfall`, :class:`StreamWaterfall`) so listeners
+    are type-checked; a bare ``EventSpec`` is the untyped form.
+    """
+
+    __slots__ = ("arity", "doc", "mode", "name")
+
+    def __init__(self, name: str, mode: EventMode, arity: int | None = None, doc: str = "") -> None:
+        self.name = name
+        self.mode = mode
+        #: number of payload arguments a dispatch passes (None: not checked)
+        self.arity = arity
+        self.doc = doc
+
+    def _identity(self) -> tuple[str, EventMode, int | None]:
+        return (self.name, self.mode, self.arity)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, EventSpec):
+            return NotImplemented
+        return self._identity() == other._identity()
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, {self.mode.value}, arity={self.arity})"
+
+
+class EventKey(EventSpec, Generic[L]):
+    """A typed event declaration: ``L`` is the type of the event's listeners.
+
+    ``ctx.on(key, listener)`` has mypy check ``listener`` against ``L``. Write
+    keys with the mode classes below, which spell ``L`` from the payload.
+    """
+
+    __slots__ = ()
+
+
+class Emit(EventKey[Callable[P, object]], Generic[P]):
+    """Key of an EMIT event; ``Emit[[Session, SessionEvent]]``: listeners ``(session, event)``."""
+
+    __slots__ = ()
+
+    def __init__(self, name: str, arity: int = 1, doc: str = "") -> None:
+        super().__init__(name, EventMode.EMIT, arity, doc)
+
+
+class Parallel(EventKey[Callable[P, Awaitable[None]]], Generic[P]):
+    """Key of a PARALLEL event; listeners are ``async def`` taking ``P``."""
+
+    __slots__ = ()
+
+    def __init__(self, name: str, arity: int = 1, doc: str = "") -> None:
+        super().__init__(name, EventMode.PARALLEL, arity, doc)
+
+
+class Serial(EventKey[Callable[P, Awaitable[None]]], Generic[P]):
+    """Key of a SERIAL event; listeners are ``async def`` taking ``P``, awaited in turn."""
+
+    __slots__ = ()
+
+    def __init__(self, name: str, arity: int = 1, doc: str = "") -> None:
+        super().__init__(name, EventMode.SERIAL, arity, doc)
+
+
+class Waterfall(EventKey[Callable[[A, Callable[[], Awaitable[R]]], Awaitable[R]]], Generic[A, R]):
+    """Key of a WATERFALL event: ``async def listener(arg: A, next: Next[R]) -> R``."""
+
+    __slots__ = ()
+
+    def __init__(self, name: str, doc: str = "") -> None:
+        super().__init__(name, EventMode.WATERFALL, 1, doc)
+
+
+class StreamWaterfall(
+    EventKey[Callable[[A, Callable[[], AsyncIterator[R]]], AsyncIterator[R]]], Generic[A, R]
+):
+    """Key of a STREAM_WATERFALL event: ``def listener(arg: A, next) -> AsyncIterator[R]``."""
+
+    __slots__ = ()
+
+    def __init__(self, name: str, doc: str = "") -> None:
+        super().__init__(name, EventMode.STREAM_WATERFALL, 1, doc)
+
+
+#: What a waterfall listener's ``next`` is: run the rest of the chain.
+Next = Callable[[], Awaitable[R]]
+#: What a stream-waterfall listener's ``next`` is: the downstream stream, not started.
+StreamNext = Callable[[], AsyncIterator[R]]
 
 
 @dataclass(slots=True, eq=False)
@@ -95,29 +195,8 @@ class Listener:
     fn: Callable[..., Any]
     fiber: Fiber | None
     label: str = field(default="")
-
-
-#: The events the host core and the built-in services dispatch.
-CORE_EVENTS: tuple[EventSpec, ...] = (
-    EventSpec("session/event", EventMode.EMIT, 2, "(session, event) after every append"),
-    EventSpec("session/created", EventMode.EMIT, 1, "(session) when the store registers one"),
-    EventSpec("session/disposed", EventMode.EMIT, 1, "(session) when the store drops one"),
-    EventSpec("session/flush", EventMode.PARALLEL, 1, "(session) the durability barrier"),
-    EventSpec("llm/stream", EventMode.STREAM_WATERFALL, 1, "(request) -> chunk stream"),
-    EventSpec("tools/pre-execute", EventMode.WATERFALL, 1, "(exec) -> PreToolDecision"),
-    EventSpec("tools/execute", EventMode.WATERFALL, 1, "(exec) -> tool result"),
-    EventSpec("tools/post-execute", EventMode.WATERFALL, 1, "(post) -> PostToolDecision"),
-    EventSpec("tools/result", EventMode.EMIT, 1, "(result record) after a call settled"),
-    EventSpec("agent/pre-step", EventMode.WATERFALL, 1, "(step context) -> PreStepDecision"),
-    EventSpec("agent/request", EventMode.WATERFALL, 1, "(request) -> request"),
-    EventSpec("agent/request-error", EventMode.WATERFALL, 1, "(error ctx) -> action"),
-    EventSpec("agent/turn-stopping", EventMode.SERIAL, 1, "(turn ctx) -> continue?"),
-    EventSpec("agent/turn-start", EventMode.EMIT, 1, "(turn info)"),
-    EventSpec("agent/turn-end", EventMode.EMIT, 1, "(turn info)"),
-    EventSpec("agent/step-start", EventMode.EMIT, 1, "(step info)"),
-    EventSpec("agent/step-end", EventMode.EMIT, 1, "(step info)"),
-    EventSpec("approval/request", EventMode.WATERFALL, 1, "(approval request) -> outcome"),
-)
+    #: False while registered by a name nobody declared yet: never called until checked
+    checked: bool = True
 
 
 def _is_async_callable(fn: Callable[..., Any]) -> bool:
@@ -133,7 +212,7 @@ def _check_kind(spec: EventSpec, fn: Callable[..., Any]) -> None:
     is_async = _is_async_callable(fn)
     is_asyncgen = inspect.isasyncgenfunction(fn)
     mode = spec.mode
-    if mode in (EventMode.EMIT, EventMode.BAIL) and (is_async or is_asyncgen):
+    if mode is EventMode.EMIT and (is_async or is_asyncgen):
         raise HandlerKindError(
             f"{spec.name!r} is declared {mode.value}, so listeners must be plain sync "
             f"functions; {_describe(fn)} is async and would never be awaited. "
@@ -164,6 +243,14 @@ def _check_kind(spec: EventSpec, fn: Callable[..., Any]) -> None:
             pass
 
 
+def _check_same_mode(declared: EventSpec, other: EventSpec) -> None:
+    if declared.mode is not other.mode:
+        raise EventModeConflictError(
+            f"event {declared.name!r} is already declared as {declared.mode.value}; "
+            f"it cannot be re-declared as {other.mode.value}"
+        )
+
+
 def _describe(fn: Callable[..., Any]) -> str:
     name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
     module = getattr(fn, "__module__", "")
@@ -171,48 +258,130 @@ def _describe(fn: Callable[..., Any]) -> str:
 
 
 class EventBus:
-    """Listener storage and the six dispatch modes. Owned by the host."""
+    """Declarations, listener storage and the five dispatch modes. Owned by the host."""
 
     def __init__(self) -> None:
-        self._specs: dict[str, EventSpec] = {}
+        #: declared name -> (spec, how many live declarations hold it)
+        self._specs: dict[str, tuple[EventSpec, int]] = {}
         self._listeners: dict[str, list[Listener]] = {}
-        for spec in CORE_EVENTS:
-            self.declare(spec)
+        #: names with listeners registered before anyone declared them (not yet checked)
+        self._unchecked: set[str] = set()
 
     # -- declaration -----------------------------------------------------
-    def declare(self, spec: EventSpec) -> None:
+    def declare(self, spec: EventSpec) -> Callable[[], None]:
+        """Declare ``spec``; returns the disposer that withdraws this declaration.
+
+        Declaring an already declared event again (a second row of the same
+        plugin) is counted, and the name stays declared until every declaration
+        is withdrawn. Declaring it with another mode is an error.
+        """
         existing = self._specs.get(spec.name)
         if existing is not None:
-            if existing.mode is not spec.mode:
-                raise EventModeConflictError(
-                    f"event {spec.name!r} is already declared as {existing.mode.value}; "
-                    f"it cannot be re-declared as {spec.mode.value}"
-                )
-            return
-        self._specs[spec.name] = spec
+            _check_same_mode(existing[0], spec)
+            self._specs[spec.name] = (existing[0], existing[1] + 1)
+        else:
+            self._specs[spec.name] = (spec, 1)
+            self._check_waiting(spec)
         self._listeners.setdefault(spec.name, [])
+        withdrawn = False
 
-    def spec(self, name: str) -> EventSpec:
+        def undeclare() -> None:
+            nonlocal withdrawn
+            if withdrawn:
+                return
+            withdrawn = True
+            held = self._specs.get(spec.name)
+            if held is None:
+                return
+            if held[1] <= 1:
+                del self._specs[spec.name]
+            else:
+                self._specs[spec.name] = (held[0], held[1] - 1)
+
+        return undeclare
+
+    def _check_waiting(self, spec: EventSpec) -> None:
+        """Check the listeners registered by name before ``spec`` was declared.
+
+        One of the wrong kind is dropped and logged against its plugin row: the
+        declaring owner is not at fault.
+        """
+        if spec.name not in self._unchecked:
+            return  # the common case, on every dispatch: nothing waits
+        self._unchecked.discard(spec.name)
+        for listener in list(self._listeners.get(spec.name, ())):
+            if listener.checked:
+                continue
+            try:
+                _check_kind(spec, listener.fn)
+            except HandlerKindError as exc:
+                self.remove(listener)
+                row = listener.fiber.id if listener.fiber is not None else "root"
+                log.error("dropped a listener of plugin row %r: %s", row, exc)
+            else:
+                listener.checked = True
+
+    def is_declared(self, name: str) -> bool:
+        return name in self._specs
+
+    def spec(self, event: EventSpec | str) -> EventSpec:
+        """The spec of ``event``: a key is its own spec (checked against a declaration).
+
+        Raises :class:`UndeclaredEventError` for a name nobody declared.
+        """
+        spec = self._resolve(event, strict=True)
+        assert spec is not None
+        return spec
+
+    def _resolve(self, event: EventSpec | str, *, strict: bool) -> EventSpec | None:
+        if isinstance(event, EventSpec):
+            held = self._specs.get(event.name)
+            if held is not None:
+                _check_same_mode(held[0], event)
+            return event
         try:
-            return self._specs[name]
+            return self._specs[event][0]
         except KeyError:
+            if not strict:
+                return None
             raise UndeclaredEventError(
-                f"event {name!r} is not declared; known events: "
-                f"{', '.join(sorted(self._specs))}. A plugin that owns a new event declares it "
-                "with ctx.declare_event(name, mode)."
+                f"event {event!r} is not declared (declared events: "
+                f"{', '.join(sorted(self._specs)) or 'none'}); use the event's typed key "
+                "(e.g. dsh_host.tools.TOOLS_EXECUTE), which needs no declaration, or mount the "
+                "plugin that declares it; a plugin that owns a new event declares it with "
+                "ctx.declare_event(KEY)."
             ) from None
 
     def specs(self) -> list[EventSpec]:
-        return list(self._specs.values())
+        return [spec for spec, _ in self._specs.values()]
 
     # -- registration ----------------------------------------------------
     def add(
-        self, name: str, fn: Callable[..., Any], fiber: Fiber | None, *, prepend: bool = False
+        self,
+        event: EventSpec | str,
+        fn: Callable[..., Any],
+        fiber: Fiber | None,
+        *,
+        prepend: bool = False,
     ) -> Listener:
-        spec = self.spec(name)
-        _check_kind(spec, fn)
-        listener = Listener(name, fn, fiber, _describe(fn))
-        listeners = self._listeners[name]
+        """Add a listener; by name, the name need not be declared yet.
+
+        A listener registered by key, or by the name of a declared event, is
+        checked now. One registered by a name not declared yet (its owner's row
+        comes later in the composition, or is not mounted) waits, unchecked and
+        never called, until the name is declared, and is checked then.
+        """
+        spec = self._resolve(event, strict=False)
+        name = event if isinstance(event, str) else event.name
+        if spec is not None:
+            _check_kind(spec, fn)
+            self._check_waiting(spec)
+        elif not callable(fn):
+            raise HandlerKindError(f"listener for {name!r} is not callable: {fn!r}")
+        listener = Listener(name, fn, fiber, _describe(fn), checked=spec is not None)
+        if spec is None:
+            self._unchecked.add(name)
+        listeners = self._listeners.setdefault(name, [])
         if prepend:
             listeners.insert(0, listener)
         else:
@@ -225,23 +394,26 @@ class EventBus:
         except (KeyError, ValueError):
             pass
 
-    def listeners(self, name: str) -> list[Listener]:
-        """A snapshot of the listeners of ``name`` in dispatch order."""
-        self.spec(name)
-        return list(self._listeners[name])
+    def listeners(self, event: EventSpec | str) -> list[Listener]:
+        """A snapshot of the listeners of ``event`` in dispatch order (waiting ones too)."""
+        spec = self._resolve(event, strict=False)
+        name = event if isinstance(event, str) else event.name
+        assert spec is None or spec.name == name
+        return list(self._listeners.get(name, ()))
 
-    def _snapshot(self, name: str, mode: EventMode) -> list[Listener]:
-        spec = self.spec(name)
+    def _snapshot(self, event: EventSpec | str, mode: EventMode) -> list[Listener]:
+        spec = self.spec(event)
         if spec.mode is not mode:
             raise EventModeConflictError(
-                f"event {name!r} is declared as {spec.mode.value}; "
+                f"event {spec.name!r} is declared as {spec.mode.value}; "
                 f"it cannot be dispatched as {mode.value}"
             )
-        return list(self._listeners[name])
+        self._check_waiting(spec)  # a key dispatches before its owner declared it
+        return list(self._listeners.get(spec.name, ()))
 
     # -- dispatch --------------------------------------------------------
-    def emit(self, name: str, *args: Any) -> None:
-        for listener in self._snapshot(name, EventMode.EMIT):
+    def emit(self, event: EventSpec | str, *args: Any) -> None:
+        for listener in self._snapshot(event, EventMode.EMIT):
             try:
                 listener.fn(*args)
             except Exception:
@@ -249,26 +421,16 @@ class EventBus:
                     "listener %s of %r raised; the error is contained and later listeners "
                     "still run",
                     listener.label,
-                    name,
+                    listener.name,
                     exc_info=True,
                 )
 
-    def bail(self, name: str, *args: Any) -> Any:
-        for listener in self._snapshot(name, EventMode.BAIL):
-            result = listener.fn(*args)
-            if result is not None and result is not False:
-                return result
-        return None
+    async def serial(self, event: EventSpec | str, *args: Any) -> None:
+        for listener in self._snapshot(event, EventMode.SERIAL):
+            await listener.fn(*args)
 
-    async def serial(self, name: str, *args: Any) -> Any:
-        for listener in self._snapshot(name, EventMode.SERIAL):
-            result = await listener.fn(*args)
-            if result is not None and result is not False:
-                return result
-        return None
-
-    async def parallel(self, name: str, *args: Any) -> None:
-        listeners = self._snapshot(name, EventMode.PARALLEL)
+    async def parallel(self, event: EventSpec | str, *args: Any) -> None:
+        listeners = self._snapshot(event, EventMode.PARALLEL)
         if not listeners:
             return
         if len(listeners) == 1:
@@ -290,20 +452,20 @@ class EventBus:
             return
         for listener, error in errors[1:]:
             log.warning(
-                "listener %s of %r also failed: %r", listener.label, name, error,
+                "listener %s of %r also failed: %r", listener.label, listener.name, error,
             )
         raise errors[0][1]
 
     async def waterfall(
-        self, name: str, arg: Any, default: Callable[[], Awaitable[T]]
+        self, event: EventSpec | str, arg: Any, default: Callable[[], Awaitable[T]]
     ) -> T:
-        listeners = self._snapshot(name, EventMode.WATERFALL)
+        listeners = self._snapshot(event, EventMode.WATERFALL)
         return await _run_chain(listeners, 0, arg, default)
 
     def waterfall_stream(
-        self, name: str, arg: Any, default: Callable[[Any], AsyncIterator[T]]
+        self, event: EventSpec | str, arg: Any, default: Callable[[Any], AsyncIterator[T]]
     ) -> AsyncIterator[T]:
-        listeners = self._snapshot(name, EventMode.STREAM_WATERFALL)
+        listeners = self._snapshot(event, EventMode.STREAM_WATERFALL)
 
         def build(index: int) -> AsyncIterator[T]:
             if index == len(listeners):

@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 
-from .errors import AbortedError
+from .errors import AbortError
 
 AbortCallback = Callable[[Any], None]
 
@@ -57,7 +57,9 @@ class CancelToken:
 
     def throw_if_aborted(self) -> None:
         if self._aborted:
-            raise AbortedError(self._reason)
+            reason = self._reason
+            text = f"aborted: {reason!r}" if reason is not None else "aborted"
+            raise AbortError(reason, message=text)
 
     def on_abort(self, callback: AbortCallback) -> Callable[[], None]:
         """Call ``callback(reason)`` on abort (at once if already aborted).

@@ -19,12 +19,24 @@ import enum
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import anyio
 import anyio.abc
 
-from .bus import EventBus, EventMode, EventSpec
+from .bus import (
+    Emit,
+    EventBus,
+    EventKey,
+    EventMode,
+    EventSpec,
+    Next,
+    Parallel,
+    Serial,
+    StreamNext,
+    StreamWaterfall,
+    Waterfall,
+)
 from .errors import (
     InactiveContextError,
     ServiceConflictError,
@@ -32,8 +44,34 @@ from .errors import (
 )
 
 T = TypeVar("T")
+A = TypeVar("A")
+R = TypeVar("R")
+L = TypeVar("L")
+P = ParamSpec("P")
 Disposer = Callable[[], Any]
 log = logging.getLogger("dsh.host")
+
+
+class ServiceKey(Generic[T]):
+    """The typed name of a service: ``ctx.service(TOOLS)`` is a ``ToolRuntime`` to mypy.
+
+    Each layer defines the keys of the services it implements beside them
+    (``dsh_host.tools.TOOLS``, ``dsh_host.session.SESSIONS``...). The key's
+    ``name`` is the service's name in YAML ``inject``/``provides`` and in
+    ``ctx.<name>`` attribute access, which keeps working (untyped).
+    """
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"ServiceKey({self.name!r})"
+
+
+def _service_name(key: ServiceKey[Any] | str) -> str:
+    return key.name if isinstance(key, ServiceKey) else key
 
 
 class FiberState(enum.Enum):
@@ -138,9 +176,15 @@ class Fiber:
 class Context:
     """What a plugin sees of the host: services, events and its own lifetime.
 
-    Service reads: ``ctx.sessions`` (raises :class:`ServiceUnavailableError`
-    when not live) or ``ctx.get("approval")`` (``None`` when not live; use it
-    for optional dependencies and re-read it at use time).
+    Services, typed: ``ctx.service(SESSIONS)`` (raises
+    :class:`ServiceUnavailableError` when not live) or ``ctx.get(AGENT)``
+    (``None`` when not live; use it for optional dependencies and re-read it at
+    use time). The same by name, untyped: ``ctx.sessions``,
+    ``ctx.service("sessions")``, ``ctx.get("approval")``.
+
+    Events, typed: ``ctx.on(TOOLS_EXECUTE, around)`` (mypy checks ``around``
+    against the key); by name, untyped: ``ctx.on("tools/execute", around)``
+    (checked once the event's owner has declared it; see :mod:`dsh_host.bus`).
     """
 
     def __init__(self, host: Host, fiber: Fiber | None) -> None:
@@ -148,7 +192,12 @@ class Context:
         self._fiber = fiber
 
     # -- services ---------------------------------------------------------
-    def provide(self, name: str, value: Any) -> Disposer:
+    @overload
+    def provide(self, key: ServiceKey[T], value: T) -> Disposer: ...
+    @overload
+    def provide(self, key: str, value: Any) -> Disposer: ...
+    def provide(self, key: ServiceKey[Any] | str, value: Any) -> Disposer:
+        name = _service_name(key)
         fiber = self._require_fiber("provide a service")
         if fiber.provides and name not in fiber.provides:
             raise ServiceConflictError(
@@ -160,11 +209,21 @@ class Context:
             lambda: self._host._unregister_service(name, fiber), f"provide {name}"
         )
 
-    def service(self, name: str) -> Any:
-        return self._host.service(name)
+    @overload
+    def service(self, key: ServiceKey[T]) -> T: ...
+    @overload
+    def service(self, key: str) -> Any: ...
+    def service(self, key: ServiceKey[Any] | str) -> Any:
+        """The live service ``key``; raises :class:`ServiceUnavailableError` otherwise."""
+        return self._host.service(_service_name(key))
 
-    def get(self, name: str) -> Any:
-        return self._host.get_service(name)
+    @overload
+    def get(self, key: ServiceKey[T]) -> T | None: ...
+    @overload
+    def get(self, key: str) -> Any: ...
+    def get(self, key: ServiceKey[Any] | str) -> Any:
+        """The live service ``key``, or None."""
+        return self._host.get_service(_service_name(key))
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -172,41 +231,107 @@ class Context:
         return self._host.service(name)
 
     # -- events -----------------------------------------------------------
-    def declare_event(self, name: str, mode: EventMode, arity: int | None = None) -> None:
-        self._host.bus.declare(EventSpec(name, mode, arity))
+    def declare_event(
+        self, event: EventSpec | str, mode: EventMode | None = None, arity: int | None = None
+    ) -> Disposer:
+        """Declare an event this plugin dispatches; withdrawn when the plugin is disposed.
 
-    def on(self, name: str, handler: Callable[..., Any], *, prepend: bool = False) -> Disposer:
-        """Listen to ``name``; the listener is removed when this plugin is disposed."""
+        Pass the event's key (``ctx.declare_event(MY_EVENT)``); the untyped
+        ``(name, mode, arity)`` form declares a bare :class:`EventSpec`.
+        """
+        if isinstance(event, str):
+            if mode is None:
+                raise TypeError(f"declare_event({event!r}) needs a mode (or pass an event key)")
+            event = EventSpec(event, mode, arity)
+        fiber = self._require_fiber("declare an event")
+        undeclare = self._host.bus.declare(event)
+        return fiber.add_effect(undeclare, f"declare {event.name}")
+
+    # Waterfalls are matched by their payload and result types (mypy then names the
+    # mismatch); the ParamSpec-typed keys by their listener type as a whole, which mypy
+    # checks strictly (solving P from the listener would accept a missing argument).
+    @overload
+    def on(
+        self,
+        event: Waterfall[A, R],
+        handler: Callable[[A, Next[R]], Awaitable[R]],
+        *,
+        prepend: bool = False,
+    ) -> Disposer: ...
+    @overload
+    def on(
+        self,
+        event: StreamWaterfall[A, R],
+        handler: Callable[[A, StreamNext[R]], AsyncIterator[R]],
+        *,
+        prepend: bool = False,
+    ) -> Disposer: ...
+    @overload
+    def on(self, event: EventKey[L], handler: L, *, prepend: bool = False) -> Disposer: ...
+    @overload
+    def on(
+        self, event: str, handler: Callable[..., Any], *, prepend: bool = False
+    ) -> Disposer: ...
+    def on(self, event: EventSpec | str, handler: Any, *, prepend: bool = False) -> Disposer:
+        """Listen to ``event``; the listener is removed when this plugin is disposed."""
         fiber = self._fiber
         if fiber is not None and fiber.state not in (FiberState.LOADING, FiberState.ACTIVE):
             raise InactiveContextError(
                 f"cannot create effect on inactive context (plugin row {fiber.id!r})"
             )
-        listener = self._host.bus.add(name, handler, fiber, prepend=prepend)
+        listener = self._host.bus.add(event, handler, fiber, prepend=prepend)
         if fiber is None:
             return lambda: self._host.bus.remove(listener)
-        fiber.hooks.append(name)
-        return fiber.add_effect(lambda: self._host.bus.remove(listener), f"on {name}")
+        fiber.hooks.append(listener.name)
+        return fiber.add_effect(lambda: self._host.bus.remove(listener), f"on {listener.name}")
 
-    def emit(self, name: str, *args: Any) -> None:
-        self._host.bus.emit(name, *args)
+    @overload
+    def emit(self, event: Emit[P], *args: P.args, **kwargs: P.kwargs) -> None: ...
+    @overload
+    def emit(self, event: str, *args: Any) -> None: ...
+    def emit(self, event: EventSpec | str, *args: Any, **kwargs: Any) -> None:
+        _no_keywords(event, kwargs)
+        self._host.bus.emit(event, *args)
 
-    def bail(self, name: str, *args: Any) -> Any:
-        return self._host.bus.bail(name, *args)
+    @overload
+    async def serial(self, event: Serial[P], *args: P.args, **kwargs: P.kwargs) -> None: ...
+    @overload
+    async def serial(self, event: str, *args: Any) -> None: ...
+    async def serial(self, event: EventSpec | str, *args: Any, **kwargs: Any) -> None:
+        _no_keywords(event, kwargs)
+        await self._host.bus.serial(event, *args)
 
-    async def serial(self, name: str, *args: Any) -> Any:
-        return await self._host.bus.serial(name, *args)
+    @overload
+    async def parallel(self, event: Parallel[P], *args: P.args, **kwargs: P.kwargs) -> None: ...
+    @overload
+    async def parallel(self, event: str, *args: Any) -> None: ...
+    async def parallel(self, event: EventSpec | str, *args: Any, **kwargs: Any) -> None:
+        _no_keywords(event, kwargs)
+        await self._host.bus.parallel(event, *args)
 
-    async def parallel(self, name: str, *args: Any) -> None:
-        await self._host.bus.parallel(name, *args)
+    @overload
+    async def waterfall(
+        self, event: Waterfall[A, R], arg: A, default: Callable[[], Awaitable[R]]
+    ) -> R: ...
+    @overload
+    async def waterfall(self, event: str, arg: Any, default: Callable[[], Awaitable[T]]) -> T: ...
+    async def waterfall(
+        self, event: EventSpec | str, arg: Any, default: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        return await self._host.bus.waterfall(event, arg, default)
 
-    async def waterfall(self, name: str, arg: Any, default: Callable[[], Awaitable[T]]) -> T:
-        return await self._host.bus.waterfall(name, arg, default)
-
+    @overload
     def waterfall_stream(
-        self, name: str, arg: Any, default: Callable[[Any], AsyncIterator[T]]
-    ) -> AsyncIterator[T]:
-        return self._host.bus.waterfall_stream(name, arg, default)
+        self, event: StreamWaterfall[A, R], arg: A, default: Callable[[A], AsyncIterator[R]]
+    ) -> AsyncIterator[R]: ...
+    @overload
+    def waterfall_stream(
+        self, event: str, arg: Any, default: Callable[[Any], AsyncIterator[T]]
+    ) -> AsyncIterator[T]: ...
+    def waterfall_stream(
+        self, event: EventSpec | str, arg: Any, default: Callable[[Any], AsyncIterator[Any]]
+    ) -> AsyncIterator[Any]:
+        return self._host.bus.waterfall_stream(event, arg, default)
 
     # -- lifetime ---------------------------------------------------------
     def effect(self, disposer: Disposer, label: str = "effect") -> Disposer:
@@ -263,6 +388,12 @@ class Context:
                 f"{fiber.id!r}, which is {fiber.state.value})"
             )
         return fiber
+
+
+def _no_keywords(event: EventSpec | str, kwargs: dict[str, Any]) -> None:
+    if kwargs:
+        name = event.name if isinstance(event, EventSpec) else event
+        raise TypeError(f"event {name!r} is dispatched with positional arguments only")
 
 
 class Host:

@@ -10,7 +10,7 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
 ``tests/test_errors.py`` fails when it and the code disagree::
 
     DshError                                            dsh_host.errors
-    ├── AbortedError                                     dsh_host.errors
+    ├── AbortError                                       dsh_host.errors
     ├── AgentError                                       dsh_host.agent.errors
     │   ├── AgentBusyError                               dsh_host.agent.errors
     │   ├── AgentClosedError                             dsh_host.agent.errors
@@ -35,6 +35,7 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     ├── ConfigError                                      dsh_host.errors
     │   ├── BuiltinToolsConfigError                      dsh_builtin_tools.config
     │   ├── DuplicateRowIdError                          dsh_host.errors
+    │   ├── McpClientConfigError                         dsh_mcp_client.config
     │   ├── SandboxConfigError                           dsh_sandbox_local.provider
     │   ├── ScriptError                                  dsh_llm_scripted.script
     │   ├── ToolRulesError                               dsh_tool_rules.plugin
@@ -46,6 +47,7 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     ├── InactiveContextError                             dsh_host.errors
     ├── InvalidSandboxRequestError                       dsh_host.sandbox
     ├── LlmError                                         dsh_host.llm.errors
+    ├── McpStartupError                                  dsh_mcp_client.bridge
     ├── NonJsonValueError                                dsh_host.jsonsafe
     ├── PluginRegistrationError                          dsh_host.errors
     ├── SandboxUnavailableError                          dsh_host.sandbox
@@ -84,11 +86,15 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     │   └── SessionWriteError                            dsh_host.session.persistence
     │       └── SessionRollbackError                     dsh_host.session.persistence
     └── ToolError                                        dsh_host.tools.errors
-        ├── AbortError                                   dsh_host.tools.errors
         ├── EditMatchError                               dsh_builtin_tools.edit
         ├── FileChangedError                             dsh_builtin_tools.files
         ├── FileFenceError                               dsh_builtin_tools.files
         ├── FileSandboxDeniedError                       dsh_builtin_tools.files
+        ├── McpCallError                                 dsh_mcp_client.bridge
+        ├── McpOutcomeUnknownError                       dsh_mcp_client.bridge
+        ├── McpTimeoutError                              dsh_mcp_client.bridge
+        ├── McpToolError                                 dsh_mcp_client.bridge
+        ├── McpUnavailableError                          dsh_mcp_client.bridge
         ├── SandboxEscalationError                       dsh_host.tools.escalation
         ├── ToolArgsError                                dsh_host.tools.errors
         ├── ToolNotFoundError                            dsh_host.tools.errors
@@ -190,11 +196,21 @@ class BootError(DshError):
         self.problems = problems or []
 
 
-class AbortedError(DshError):
-    """Raised by :meth:`CancelToken.throw_if_aborted`; carries the abort reason."""
+class AbortError(DshError):
+    """Work stopped because it was cancelled; ``reason`` is the cancel reason, if known.
+
+    The one cancellation error: :meth:`CancelToken.throw_if_aborted` raises it
+    (``aborted: <reason>``), an adapter raises it when its request is cancelled,
+    and a tool body that noticed ``exec.signal`` and stopped early raises it
+    (``AbortError()``: ``tool call aborted``; its result then reads exactly like
+    the runtime's own ``ABORTED`` result, ``error: {name: "AbortError", code:
+    "ABORTED"}``, DSH's name).
+    """
 
     code = "ABORTED"
 
-    def __init__(self, reason: Any = None) -> None:
-        super().__init__(f"aborted: {reason!r}" if reason is not None else "aborted")
+    def __init__(self, reason: Any = None, *, message: str | None = None) -> None:
+        if message is None:
+            message = f"aborted: {reason!r}" if reason is not None else "tool call aborted"
+        super().__init__(message)
         self.reason = reason

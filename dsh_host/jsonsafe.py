@@ -38,6 +38,7 @@ __all__ = [
     "check_json",
     "freeze_json",
     "is_safe_int",
+    "js_number",
     "json_dec_hook",
     "json_enc_hook",
     "thaw_json",
@@ -46,6 +47,18 @@ __all__ = [
 
 #: The largest integer every JSON reader (including JavaScript's) represents exactly.
 MAX_SAFE_INTEGER: Final = 2**53 - 1
+
+
+def js_number(value: float) -> str:
+    """A number as JavaScript's ``JSON.stringify`` writes it (``500``, not ``500.0``).
+
+    The one copy: model-visible texts that quote a number (a retry policy, a
+    bash timeout marker) read the same as DSH's.
+    """
+    if isinstance(value, int):
+        return str(value)
+    number = float(value)
+    return str(int(number)) if number.is_integer() else repr(number)
 
 
 class NonJsonValueError(DshError, ValueError):

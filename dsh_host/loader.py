@@ -74,10 +74,6 @@ class LocatedRow:
 # -- YAML ----------------------------------------------------------------------
 
 
-class _EnvValue:
-    pass
-
-
 class _Loader(yaml.SafeLoader):
     """SafeLoader plus ``!env``; any other tag stays an error."""
 

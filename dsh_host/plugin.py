@@ -16,7 +16,7 @@ Most plugins subclass :class:`Plugin` and write ``apply``::
         provides = ()                   # services this plugin provides
 
         def apply(self, ctx: Context, config: GreeterConfig) -> None:
-            ctx.on("tools/execute", self.around_execute)
+            ctx.on(TOOLS_EXECUTE, self.around_execute)   # a typed key: mypy checks the listener
 
 Mistakes are caught at registration (pluggy's lesson): a misspelled hook
 implementation, a ``Config`` that is not a msgspec Struct, a ``provides``
@@ -34,7 +34,10 @@ if TYPE_CHECKING:
     from .context import Context
 
 PROJECT = "dsh"
-hookspec = pluggy.HookspecMarker(PROJECT)
+_hookspec = pluggy.HookspecMarker(PROJECT)
+#: Marks ``dsh_plugin_meta`` / ``dsh_apply`` of a plugin object that does not subclass
+#: :class:`Plugin`. pluggy checks them at registration; it does not dispatch dsh's events
+#: (docs/design.md).
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
@@ -55,11 +58,11 @@ class PluginMeta(msgspec.Struct, frozen=True):
 class HookSpecs:
     """The pluggy hook specifications every dsh plugin implements."""
 
-    @hookspec(firstresult=True)
+    @_hookspec(firstresult=True)
     def dsh_plugin_meta(self) -> PluginMeta:  # type: ignore[empty-body]
         """Static metadata: name, injected and provided services, config type."""
 
-    @hookspec
+    @_hookspec
     def dsh_apply(self, ctx: Context, config: Any) -> None:
         """Register listeners and services on ``ctx``. Runs once per activation."""
 

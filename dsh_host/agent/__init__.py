@@ -16,6 +16,20 @@ from .errors import (
     PromptError,
     ResumeError,
 )
+from .keys import (
+    AGENT,
+    AGENT_ERROR,
+    AGENT_EVENTS,
+    AGENT_PRE_STEP,
+    AGENT_REQUEST,
+    AGENT_REQUEST_ERROR,
+    AGENT_STEP_END,
+    AGENT_STEP_START,
+    AGENT_TURN_END,
+    AGENT_TURN_START,
+    AGENT_TURN_STOPPING,
+    SYSTEM_PROMPT_ASSEMBLE,
+)
 from .loop import Agent, Prompt, cancel_cause, error_chain
 from .plugin import AgentConfig, AgentPlugin
 from .prompt import (
@@ -51,11 +65,23 @@ from .types import (
 )
 
 __all__ = [
+    "AGENT",
+    "AGENT_ERROR",
+    "AGENT_EVENTS",
+    "AGENT_PRE_STEP",
+    "AGENT_REQUEST",
+    "AGENT_REQUEST_ERROR",
+    "AGENT_STEP_END",
+    "AGENT_STEP_START",
+    "AGENT_TURN_END",
+    "AGENT_TURN_START",
+    "AGENT_TURN_STOPPING",
     "CONTEXT_CLEARED",
     "CONTEXT_HEADER",
     "HARNESS_IDENTITY",
     "PROMPT_SOURCE",
     "RESUME_WITHOUT_PERSISTENCE",
+    "SYSTEM_PROMPT_ASSEMBLE",
     "Agent",
     "AgentBusyError",
     "AgentClosedError",

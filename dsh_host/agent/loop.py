@@ -70,6 +70,7 @@ from dsh_host.errors import DshError
 from dsh_host.jsonsafe import MAX_SAFE_INTEGER
 from dsh_host.llm.assembler import BlockAssembler
 from dsh_host.llm.errors import LlmError
+from dsh_host.llm.keys import LLM
 from dsh_host.llm.types import LlmRequest
 from dsh_host.session.approvals import DeferredCall, awaiting_call_ids, deferred_calls
 from dsh_host.session.events import (
@@ -113,6 +114,7 @@ from dsh_host.session.messages import (
 )
 from dsh_host.session.repair import interrupted_turn_closers
 from dsh_host.session.request_header import canonical_header, headers_equal
+from dsh_host.tools.keys import TOOLS
 
 from .errors import (
     AgentBusyError,
@@ -120,6 +122,18 @@ from .errors import (
     AgentConfigError,
     ApprovalDecisionError,
     ApprovalPendingError,
+)
+from .keys import (
+    AGENT,
+    AGENT_ERROR,
+    AGENT_PRE_STEP,
+    AGENT_REQUEST,
+    AGENT_REQUEST_ERROR,
+    AGENT_STEP_END,
+    AGENT_STEP_START,
+    AGENT_TURN_END,
+    AGENT_TURN_START,
+    AGENT_TURN_STOPPING,
 )
 from .prompt import (
     RuntimeContextProjection,
@@ -149,9 +163,8 @@ from .types import (
 
 if TYPE_CHECKING:
     from dsh_host.context import Context
-    from dsh_host.llm.runtime import LlmRuntime, PreparedCall
+    from dsh_host.llm.runtime import PreparedCall
     from dsh_host.session.session import Session
-    from dsh_host.tools import ToolRuntime
 
 _log = logging.getLogger("dsh.agent")
 
@@ -430,7 +443,7 @@ class Agent:
         queued steering input enters; with none, the turn completes without a
         step). ``signal`` is the caller's token: aborting it ends the turn
         ``aborted`` just like :meth:`cancel`. A token that is already aborted
-        raises :class:`~dsh_host.errors.AbortedError` before anything is logged.
+        raises :class:`~dsh_host.errors.AbortError` before anything is logged.
         Failures inside the turn do not raise; they are the returned reason.
         """
         self._check_idle()
@@ -589,9 +602,6 @@ class Agent:
             running.set()
 
     # ------------------------------------------------------------------ events
-    def _emit(self, name: str, payload: object) -> None:
-        self._ctx.emit(name, payload)
-
     # ------------------------------------------------------------------ turn
     async def _turn(
         self,
@@ -603,7 +613,7 @@ class Agent:
         turn = self._last_turn + 1
         session.append("turn/start", TurnStart(turn=turn))
         self._last_turn = turn
-        self._emit("agent/turn-start", TurnStarted(agent=self, turn=turn))
+        self._ctx.emit(AGENT_TURN_START, TurnStarted(agent=self, turn=turn))
         reason: TurnEndReason | None = None
         step = 0
         claimed = first_input
@@ -634,7 +644,7 @@ class Agent:
                 signal.throw_if_aborted()
                 step = next_step
                 session.append("step/start", StepStart(turn=turn, step=step))
-                self._emit("agent/step-start", StepStarted(agent=self, turn=turn, step=step))
+                self._ctx.emit(AGENT_STEP_START, StepStarted(agent=self, turn=turn, step=step))
                 try:
                     ended = await self._step(turn, step, messages, assembly, signal)
                     if ended == "awaiting":
@@ -654,13 +664,13 @@ class Agent:
                     raise
                 finally:
                     session.append("step/end", StepEnd(turn=turn, step=step))
-                    self._emit("agent/step-end", StepEnded(agent=self, turn=turn, step=step))
+                    self._ctx.emit(AGENT_STEP_END, StepEnded(agent=self, turn=turn, step=step))
                 signal.throw_if_aborted()
                 if awaiting_call_ids(reason) is not None:
                     break  # no model request while a call of this turn lacks its result
                 if reason is not None and not self._pending:
                     await self._ctx.serial(
-                        "agent/turn-stopping",
+                        AGENT_TURN_STOPPING,
                         TurnStoppingContext(agent=self, turn=turn, signal=signal),
                     )
                     signal.throw_if_aborted()
@@ -677,12 +687,12 @@ class Agent:
                 reason = AbortedReason(reason=cancel_cause(signal.reason))
             else:
                 reason = ErrorReason(error=_failure_of_turn(error))
-                self._emit(
-                    "agent/error", AgentErrorEvent(agent=self, turn=turn, step=step, error=error)
+                self._ctx.emit(
+                    AGENT_ERROR, AgentErrorEvent(agent=self, turn=turn, step=step, error=error)
                 )
         assert reason is not None
         session.append("turn/end", TurnEnd(turn=turn, reason=reason))
-        self._emit("agent/turn-end", TurnEnded(agent=self, turn=turn, reason=reason))
+        self._ctx.emit(AGENT_TURN_END, TurnEnded(agent=self, turn=turn, reason=reason))
         return reason
 
     async def _settle(
@@ -694,7 +704,7 @@ class Agent:
         """
         session = self._session
         session.append("step/start", StepStart(turn=turn, step=1))
-        self._emit("agent/step-start", StepStarted(agent=self, turn=turn, step=1))
+        self._ctx.emit(AGENT_STEP_START, StepStarted(agent=self, turn=turn, step=1))
         blocks = [
             ToolCallBlock(id=call.call_id, name=call.tool_name, arguments=call.arguments)
             for call in calls
@@ -706,7 +716,7 @@ class Agent:
             for call in calls
         }
         try:
-            tools: ToolRuntime = self._ctx.tools
+            tools = self._ctx.service(TOOLS)
             return await execute_tool_calls(
                 self,
                 tools,
@@ -723,7 +733,7 @@ class Agent:
             raise
         finally:
             session.append("step/end", StepEnd(turn=turn, step=1))
-            self._emit("agent/step-end", StepEnded(agent=self, turn=turn, step=1))
+            self._ctx.emit(AGENT_STEP_END, StepEnded(agent=self, turn=turn, step=1))
 
     def _awaiting_reason(self) -> TurnEndReason:
         """The plugin's ``awaiting-approval`` reason for the calls the last step deferred."""
@@ -758,7 +768,7 @@ class Agent:
     async def _pre_step(
         self, turn: int, step: int, claimed: list[UserMessage], signal: CancelToken
     ) -> tuple[Enter | Reject, PromptAssembly]:
-        service = self._ctx.agent
+        service = self._ctx.service(AGENT)
         assembly: PromptAssembly = await service.system_prompt.assemble(self, signal)
         signal.throw_if_aborted()
         sections = render_context_sections(assembly)
@@ -768,15 +778,14 @@ class Agent:
         async def default() -> Enter | Reject:
             return Enter(default_messages)
 
-        decision = pre_step_decision(
-            await self._ctx.waterfall(
-                "agent/pre-step",
-                PreStepContext(
-                    agent=self, turn=turn, step=step, messages=tuple(claimed), signal=signal
-                ),
-                default,
-            )
+        proposed = await self._ctx.waterfall(
+            AGENT_PRE_STEP,
+            PreStepContext(
+                agent=self, turn=turn, step=step, messages=tuple(claimed), signal=signal
+            ),
+            default,
         )
+        decision = pre_step_decision(proposed)  # listeners are plugin code: checked at run time
         signal.throw_if_aborted()
         return decision, assembly
 
@@ -808,7 +817,7 @@ class Agent:
             assembler = BlockAssembler()
             started = False
             try:
-                llm: LlmRuntime = self._ctx.llm
+                llm = self._ctx.service(LLM)
                 stream = prepared.stream(request) if prepared is not None else llm.stream(request)
                 signal.throw_if_aborted()
                 started = True
@@ -828,22 +837,21 @@ class Agent:
                     "assistant/attempt",
                     AssistantAttemptData(turn=turn, step=step, stream=assembler.stream_records()),
                 )
-                action = request_error_action(
-                    await self._ctx.waterfall(
-                        "agent/request-error",
-                        RequestErrorContext(
-                            agent=self,
-                            turn=turn,
-                            step=step,
-                            provider=request.provider,
-                            failure=finish.failure,
-                            retry_policy=prepared.retry_policy if prepared is not None else None,
-                            signal=signal,
-                            attempt=retries,
-                        ),
-                        _no_action,
-                    )
+                proposed = await self._ctx.waterfall(
+                    AGENT_REQUEST_ERROR,
+                    RequestErrorContext(
+                        agent=self,
+                        turn=turn,
+                        step=step,
+                        provider=request.provider,
+                        failure=finish.failure,
+                        retry_policy=prepared.retry_policy if prepared is not None else None,
+                        signal=signal,
+                        attempt=retries,
+                    ),
+                    _no_action,
                 )
+                action = request_error_action(proposed)  # plugin code: checked at run time
                 signal.throw_if_aborted()  # cancellation beats a retry
                 if action is None:
                     raise _llm_error(finish.failure)
@@ -867,7 +875,7 @@ class Agent:
             calls = [block for block in reply.content if isinstance(block, ToolCallBlock)]
             if not calls:
                 return "completed"
-            tools: ToolRuntime = self._ctx.tools
+            tools = self._ctx.service(TOOLS)
             deferred: list[str] = []
             concluded = await execute_tool_calls(
                 self,
@@ -954,7 +962,7 @@ class Agent:
             return seed
 
         config = await self._ctx.waterfall(
-            "agent/request",
+            AGENT_REQUEST,
             RequestProposal(agent=self, turn=turn, step=step, signal=signal),
             default,
         )
@@ -966,7 +974,7 @@ class Agent:
                 f'agent "{self.id}" has no provider/model: set AgentOptions.provider and '
                 "AgentOptions.model or supply both via the agent/request waterfall"
             )
-        llm: LlmRuntime = self._ctx.llm
+        llm = self._ctx.service(LLM)
         prepared: PreparedCall | None = None
         try:
             prepared = await llm.prepare_call(config, signal)

@@ -6,10 +6,10 @@ from typing import Annotated
 
 import msgspec
 
-from dsh_host.bus import EventMode
 from dsh_host.context import Context
 from dsh_host.plugin import Plugin
 
+from .keys import AGENT, AGENT_EVENTS
 from .prompt import SystemPrompt
 from .service import AgentService
 from .types import AgentOptions
@@ -19,17 +19,19 @@ __all__ = ["AgentConfig", "AgentPlugin"]
 _Name = Annotated[str, msgspec.Meta(min_length=1)]
 
 
-class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rename="camel"):
-    """Config of the ``agent`` row (YAML keys camelCase): defaults for every agent it creates.
+class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Config of the ``agent`` row: defaults for every agent it creates.
+
+    Keys are snake_case; DSH's camelCase spellings are accepted too (D21).
 
     ``provider`` / ``model``: the route of the first request (an
-    ``agent/request`` listener may choose instead). ``maxParallelToolCalls``:
+    ``agent/request`` listener may choose instead). ``max_parallel_tool_calls``:
     overlapping tool bodies in one parallel group (1 = serial).
-    ``maxStepsPerTurn``: the loop guard; a turn that would open step
-    ``maxStepsPerTurn + 1`` ends ``max-turn-requests`` instead (default 200).
+    ``max_steps_per_turn``: the loop guard; a turn that would open step
+    ``max_steps_per_turn + 1`` ends ``max-turn-requests`` instead (default 200).
     ``persona``: the deployment persona section (order 0; ``{{model}}`` and
-    ``{{cwd}}`` may be referenced). ``includeHarnessIdentity``: the fixed
-    order -100 identity line. ``includeRuntimeContext``: append runtime-context
+    ``{{cwd}}`` may be referenced). ``include_harness_identity``: the fixed
+    order -100 identity line. ``include_runtime_context``: append runtime-context
     snapshots (approval policy, ...) to the history.
     """
 
@@ -47,9 +49,9 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rena
 class AgentPlugin(Plugin):
     """Entry point ``agent``: the agent loop as a service.
 
-    Declares ``agent/error`` (EMIT) and ``system-prompt/assemble`` (WATERFALL);
-    the other ``agent/*`` events are declared by the host. On unload every agent
-    is closed: a running turn ends ``aborted {kind: "disposed"}``.
+    Declares the ``agent/*`` events and ``system-prompt/assemble`` (their keys
+    are in :mod:`dsh_host.agent.keys`). On unload every agent is closed: a
+    running turn ends ``aborted {kind: "disposed"}``.
     """
 
     name = "agent"
@@ -58,8 +60,8 @@ class AgentPlugin(Plugin):
     Config = AgentConfig
 
     def apply(self, ctx: Context, config: AgentConfig) -> None:
-        ctx.declare_event("agent/error", EventMode.EMIT, 1)
-        ctx.declare_event("system-prompt/assemble", EventMode.WATERFALL, 1)
+        for event in AGENT_EVENTS:
+            ctx.declare_event(event)
         prompt = SystemPrompt(
             ctx,
             identity=config.include_harness_identity,
@@ -75,5 +77,5 @@ class AgentPlugin(Plugin):
             max_steps_per_turn=config.max_steps_per_turn,
         )
         service = AgentService(ctx, defaults, prompt)
-        ctx.provide("agent", service)
+        ctx.provide(AGENT, service)
         ctx.effect(service.aclose, "close agents")

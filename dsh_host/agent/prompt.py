@@ -47,6 +47,7 @@ from dsh_host.session.messages import (
 )
 
 from .errors import PromptError
+from .keys import SYSTEM_PROMPT_ASSEMBLE
 from .types import (
     AssembleContext,
     AssembledContext,
@@ -205,7 +206,7 @@ class SystemPrompt:
         async def default() -> PromptAssembly:
             return self._collect(context)
 
-        assembly = await self._ctx.waterfall("system-prompt/assemble", context, default)
+        assembly = await self._ctx.waterfall(SYSTEM_PROMPT_ASSEMBLE, context, default)
         if not isinstance(assembly, PromptAssembly):
             raise PromptError(
                 f"a system-prompt/assemble listener returned {assembly!r}; return the "

@@ -39,7 +39,7 @@ import anyio
 from msgspec import UNSET
 
 from dsh_host.cancel import CancelToken
-from dsh_host.session.events import ToolCallData, ToolError, ToolResultData
+from dsh_host.session.events import ToolCallData, ToolErrorData, ToolResultData
 from dsh_host.session.messages import (
     ToolCallBlock,
     ToolResultBlock,
@@ -112,7 +112,7 @@ def append_tool_result(
         turn=turn,
         step=step,
         message=message,
-        error=ToolError(name=info.name, code=info.code) if info is not None else UNSET,
+        error=ToolErrorData(name=info.name, code=info.code) if info is not None else UNSET,
         meta=result.meta,
     )
     session.append("tool/result", data, surface_op="append", source_event_seqs=[call_seq])

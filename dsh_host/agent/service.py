@@ -23,6 +23,7 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING, Any
 
+from dsh_host.session.keys import SESSIONS
 from dsh_host.session.repair import interrupted_turn_closers
 from dsh_host.session.session import Session
 
@@ -33,7 +34,6 @@ from .types import AgentOptions, AssembleContext
 
 if TYPE_CHECKING:
     from dsh_host.context import Context
-    from dsh_host.session.store import SessionStore
 
 __all__ = ["AgentService"]
 
@@ -100,7 +100,7 @@ class AgentService:
                 "max_steps_per_turn": max_steps_per_turn,
             }
         )
-        store: SessionStore = self._ctx.sessions
+        store = self._ctx.service(SESSIONS)
         owns = session is None
         if session is None:
             root = os.path.abspath(cwd if cwd is not None else os.getcwd())
@@ -143,7 +143,7 @@ class AgentService:
         persistence = self._ctx.get("sessionPersistence")
         if persistence is None:
             raise ResumeError(RESUME_WITHOUT_PERSISTENCE)
-        store: SessionStore = self._ctx.sessions
+        store = self._ctx.service(SESSIONS)
         if store.get(session_id) is not None:
             raise ResumeError(
                 f'cannot resume session "{session_id}": it is live in this process; use the '

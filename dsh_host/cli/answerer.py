@@ -46,6 +46,8 @@ from typing import Any, Final, TextIO
 
 import anyio
 
+from dsh_host.tools.keys import APPROVAL_REQUEST
+
 from ..context import Context
 from .render import terminal_safe
 
@@ -94,7 +96,7 @@ def install_terminal_answerer(
     if not is_interactive(input_fd):
         return None
     answerer = TerminalAnswerer(input_fd=input_fd, output=output, on_interrupt=on_interrupt)
-    return ctx.on("approval/request", answerer)
+    return ctx.on(APPROVAL_REQUEST, answerer)
 
 
 # --------------------------------------------------------------------------- rendering

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import unicodedata
-from collections.abc import Container, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
-from ..session.events import SessionEvent, event_to_builtins
+from ..session.events import ReplaceOp, SessionEvent, event_to_builtins
 from ..session.messages import (
     AssistantMessage,
     PluginSource,
@@ -281,15 +281,13 @@ def transcript_lines(
     *,
     full: bool = False,
     turn: int | None = None,
-    origin: Container[int] | None = None,
 ) -> list[Line]:
     """Everything that happened, for people: turns with their times and end reasons, what was
     said (runtime-context snapshots labelled by their source, never ``you:``), each call with
     its approval trail and result, failed attempts, retries, and each answer's token usage.
-    ``turn``: only that turn; ``full``: tool output unclipped. ``origin``: the seqs of the
-    append-origin events (:meth:`Session.append_origin_events`); the others are compaction's
-    model-only replacements, not shown, and a mark says where compaction changed the model's
-    view instead (every original event stays in the transcript)."""
+    ``turn``: only that turn; ``full``: tool output unclipped. Every original event is shown;
+    a surface ``replace`` (compaction's model-only replacement) is not, and a mark says where
+    compaction changed the model's view instead."""
     out: list[Line] = []
     current: int | None = None
     started: int | None = None
@@ -302,7 +300,7 @@ def transcript_lines(
         if (mark := compaction_mark(event)) is not None:
             out.append(("yellow", mark))
             continue
-        if origin is not None and event.seq not in origin:
+        if isinstance(event.surface_op, ReplaceOp):
             continue
         if kind == "turn/start":
             out.append(("bold", f"── turn {current} · {when(event.time)}"))

@@ -25,11 +25,13 @@ from ..errors import ConfigError
 from ..front.demo import DEMO_PROMPT, DEMO_WORKSPACE
 from ..front.models import MODEL_SPECS, ModelChoice
 from ..front.models import parse_model as parse_model_spec
-from ..llm.types import LlmRequest, StreamChunk
+from ..llm.keys import LLM_STREAM
+from ..llm.types import LlmRequest
 from ..loader import LocatedRow, PluginHost, Row
 from ..session.events import SessionEvent, to_builtins, turn_end_kind
 from ..session.header import SessionHeader, new_session_id
-from ..session.messages import BlockEndChunk, TextBlock, TextDeltaChunk, UserSource
+from ..session.keys import SESSION_EVENT
+from ..session.messages import BlockEndChunk, StreamChunk, TextBlock, TextDeltaChunk, UserSource
 from ..session.persistence import SessionNotFoundError
 from .answerer import install_terminal_answerer
 from .approvals_cmd import EXIT_AWAITING, apply_approval_flag, pending_rows, print_pending
@@ -297,11 +299,11 @@ class Transcript:
         console().print(terminal_safe(text, multiline=multiline), style=style, markup=False)
 
     def install(self, host: PluginHost) -> None:
-        host.ctx.on("llm/stream", self._relay)
-        host.ctx.on("session/event", self._on_event)
+        host.ctx.on(LLM_STREAM, self._relay)
+        host.ctx.on(SESSION_EVENT, self._on_event)
         self._approval = host.ctx.get("approval")
         if _ACTIVITY.isEnabledFor(logging.INFO):  # `dsh -v`: every event as it is appended
-            host.ctx.on("session/event", _log_event)
+            host.ctx.on(SESSION_EVENT, _log_event)
 
     async def _relay(
         self, request: LlmRequest, next_: Callable[[], AsyncIterator[StreamChunk]]

@@ -279,11 +279,9 @@ def run_show(args: argparse.Namespace) -> int:
     messages: list[Any] = []
     if args.view == "transcript" and not args.json:
         # Everything that happened, from the events: turns, approvals, attempts, retries,
-        # times, usage, rendered as the live run prints them; every original event
-        # (append-origin) and a mark where compaction changed the model's view.
-        origin = {event.seq for event in session.append_origin_events()}
-        lines = transcript_lines(load.events, full=args.full, turn=args.turn, origin=origin)
-        for style, text in lines:
+        # times, usage, rendered as the live run prints them; every original event and a
+        # mark where compaction changed the model's view.
+        for style, text in transcript_lines(load.events, full=args.full, turn=args.turn):
             out.print(text, style=style or None, markup=False)
     elif args.view == "model":
         # The compacted surface: checkpoints and pruned results in place of what they replace.

@@ -30,10 +30,12 @@ from msgspec import UNSET
 
 from dsh_host.agent import AgentError, PreStepContext, Reject, TurnStoppingContext
 from dsh_host.agent import Retry as RetryAction
+from dsh_host.agent.keys import AGENT_PRE_STEP, AGENT_REQUEST_ERROR, AGENT_TURN_STOPPING
 from dsh_host.cancel import CancelToken
 from dsh_host.compositions import load_config
 from dsh_host.errors import ConfigError
-from dsh_host.llm.types import LlmRequest, StreamChunk
+from dsh_host.llm.keys import LLM_STREAM
+from dsh_host.llm.types import LlmRequest
 from dsh_host.loader import PluginHost, Row, canonical_name, open_host
 from dsh_host.session.approvals import DeferredCall
 from dsh_host.session.events import (
@@ -54,9 +56,11 @@ from dsh_host.session.events import (
     UserCancel,
 )
 from dsh_host.session.events import TurnEnd as TurnEndData
+from dsh_host.session.keys import SESSION_EVENT
 from dsh_host.session.messages import (
     PluginSource,
     ReasoningDeltaChunk,
+    StreamChunk,
     TextBlock,
     TextDeltaChunk,
     TokenUsage,
@@ -72,6 +76,7 @@ from dsh_host.tools import (
     ToolRegistrationError,
     ToolResultEvent,
 )
+from dsh_host.tools.keys import APPROVAL_REQUEST, TOOLS_RESULT
 from dsh_host.tools.types import text_output
 
 from . import events as ev
@@ -394,12 +399,12 @@ class Agent:
         ctx = host.ctx
         for definition in self._definitions:
             ctx.tools.register(definition)
-        ctx.on("session/event", self._on_event)
-        ctx.on("llm/stream", self._relay)
-        ctx.on("agent/request-error", self._on_request_error, prepend=True)
-        ctx.on("tools/result", self._on_tool_result)
-        ctx.on("agent/pre-step", self._on_pre_step)
-        ctx.on("agent/turn-stopping", self._on_turn_stopping)
+        ctx.on(SESSION_EVENT, self._on_event)
+        ctx.on(LLM_STREAM, self._relay)
+        ctx.on(AGENT_REQUEST_ERROR, self._on_request_error, prepend=True)
+        ctx.on(TOOLS_RESULT, self._on_tool_result)
+        ctx.on(AGENT_PRE_STEP, self._on_pre_step)
+        ctx.on(AGENT_TURN_STOPPING, self._on_turn_stopping)
         approval = self._approval
         if callable(approval):
             answerer = approval
@@ -414,7 +419,7 @@ class Agent:
                     return "rejected"
                 return outcome
 
-            ctx.on("approval/request", answer)
+            ctx.on(APPROVAL_REQUEST, answer)
         if self._output_type is not None:
             self._install_output(self._output_type)
 

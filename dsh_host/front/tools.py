@@ -32,9 +32,9 @@ import msgspec
 import msgspec.inspect
 
 from dsh_host.cancel import CancelToken
+from dsh_host.errors import AbortError
 from dsh_host.session.events import ToolCallData
 from dsh_host.tools import (
-    AbortError,
     ToolArgsError,
     ToolDefinition,
     ToolExecution,

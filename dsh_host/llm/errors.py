@@ -37,7 +37,7 @@ __all__ = [
 
 log = logging.getLogger("dsh.llm")
 
-#: The code of a cancelled request (also what :class:`~dsh_host.errors.AbortedError` carries).
+#: The code of a cancelled request (also what :class:`~dsh_host.errors.AbortError` carries).
 ABORTED_CODE = "ABORTED"
 #: The code of an exception the boundary knows nothing about.
 UNKNOWN_CODE = "UNKNOWN"
@@ -150,7 +150,7 @@ def failure_of(exc: BaseException) -> LlmFailure:
     """Normalize anything an adapter raised into an :class:`LlmFailure`.
 
     - :class:`LlmError`: its own facts, verbatim;
-    - any other :class:`DshError` (e.g. :class:`~dsh_host.errors.AbortedError`): its
+    - any other :class:`DshError` (e.g. :class:`~dsh_host.errors.AbortError`): its
       ``code`` is a dsh code, so it is kept, with the exception's message;
     - an exception carrying a well-formed ``failure`` record whose ``code`` matches
       its own ``code`` attribute: that record (cross-package copies of LlmError);

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dsh_host.context import Context
 from dsh_host.plugin import NoConfig, Plugin
 
+from .keys import LLM, LLM_STREAM
 from .runtime import LlmRuntime
 
 __all__ = ["LlmPlugin"]
@@ -22,4 +23,5 @@ class LlmPlugin(Plugin):
     Config = NoConfig
 
     def apply(self, ctx: Context, config: NoConfig) -> None:
-        ctx.provide("llm", LlmRuntime(ctx))
+        ctx.declare_event(LLM_STREAM)
+        ctx.provide(LLM, LlmRuntime(ctx))

@@ -48,6 +48,7 @@ from dsh_host.session.messages import (
 from dsh_host.session.session import LogView
 
 from .errors import ABORTED_CODE, LlmError, failure_of
+from .keys import LLM_STREAM
 from .types import LlmAdapter, LlmRequest, ModelInfo, ProviderInfo, RetryPolicy
 
 if TYPE_CHECKING:
@@ -376,7 +377,7 @@ class LlmRuntime:
             return self._adapter_stream(request, prepared)
 
         chain: AsyncIterator[StreamChunk] = self._ctx.waterfall_stream(
-            "llm/stream", request, default
+            LLM_STREAM, request, default
         )
         return _relay(chain)
 

@@ -24,33 +24,13 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from dsh_host.cancel import CancelToken
+from dsh_host.jsonsafe import js_number
 from dsh_host.session.messages import (
-    AbortedFinish,
-    AdapterDefaults,
-    AssistantMessage,
-    BlockEndChunk,
-    BlockStartChunk,
-    ContentBlock,
-    ErrorFinish,
-    FinishChunk,
-    FinishReason,
     LlmCallConfig,
     LlmFailure,
-    MaxTokensFinish,
     Message,
-    ModelSource,
-    ReasoningBlock,
-    ReasoningDeltaChunk,
-    StopFinish,
     StreamChunk,
-    TextBlock,
-    TextDeltaChunk,
-    TokenUsage,
-    ToolCallBlock,
-    ToolCallDeltaChunk,
-    ToolCallsFinish,
     ToolSchema,
-    UsageChunk,
 )
 from dsh_host.session.session import LogView, MessagesView
 
@@ -59,40 +39,14 @@ from .errors import EMPTY_RESPONSE_CODE
 __all__ = [
     "DEFAULT_RETRYABLE_CODES",
     "MAX_TIMER_DELAY_MS",
-    "AbortedFinish",
-    "AdapterDefaults",
-    "AssistantMessage",
-    "BlockEndChunk",
-    "BlockStartChunk",
-    "ContentBlock",
-    "ErrorFinish",
-    "FinishChunk",
-    "FinishReason",
     "LlmAdapter",
-    "LlmCallConfig",
-    "LlmFailure",
     "LlmRequest",
-    "MaxTokensFinish",
-    "Message",
     "ModelInfo",
-    "ModelSource",
     "ProviderInfo",
     "Purpose",
-    "ReasoningBlock",
-    "ReasoningDeltaChunk",
     "RetryBackoffConfig",
     "RetryPolicy",
     "RetryPolicyConfig",
-    "StopFinish",
-    "StreamChunk",
-    "TextBlock",
-    "TextDeltaChunk",
-    "TokenUsage",
-    "ToolCallBlock",
-    "ToolCallDeltaChunk",
-    "ToolCallsFinish",
-    "ToolSchema",
-    "UsageChunk",
 ]
 
 #: Why a non-loop request was made (DSH ``purpose``); None for ordinary agent steps.
@@ -206,12 +160,6 @@ DEFAULT_RETRYABLE_CODES: tuple[str, ...] = (
 MAX_TIMER_DELAY_MS = 2_147_483_647
 
 
-def _js_number(value: float) -> str:
-    """A number as JavaScript's ``JSON.stringify`` writes it (``500``, not ``500.0``)."""
-    number = float(value)
-    return str(int(number)) if number.is_integer() else repr(number)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RetryPolicy:
     """A provider-owned retry policy (DSH ``ResolvedRetryPolicy``).
@@ -271,8 +219,8 @@ class RetryPolicy:
         same policy. Retry numbers continue only across ``llm/retry`` events
         with the same key.
         """
-        backoff = [_js_number(v) for v in (self.initial_delay_ms, self.max_delay_ms)]
-        backoff.append(_js_number(self.jitter_ratio))
+        backoff = [js_number(v) for v in (self.initial_delay_ms, self.max_delay_ms)]
+        backoff.append(js_number(self.jitter_ratio))
         head = [json.dumps(self.mode)]
         if self.mode == "normal":
             head.append(str(self.max_retries))
@@ -362,7 +310,7 @@ class LlmAdapter(abc.ABC):
     - chunks in order; ``usage`` before ``finish``; nothing after ``finish``;
     - tool-call arguments stay raw JSON strings (never parsed here);
     - honour ``request.signal``: when it aborts, stop and raise
-      :class:`~dsh_host.errors.AbortedError` (use ``signal.linked_scope()``
+      :class:`~dsh_host.errors.AbortError` (use ``signal.linked_scope()``
       around your own awaits, never around a ``yield``);
     - to fail, *raise* (preferably :class:`~dsh_host.llm.errors.LlmError` with a
       stable code); the runtime turns it into the terminal ``finish`` chunk.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dsh_host.context import Context
 from dsh_host.plugin import NoConfig, Plugin
+from dsh_host.session.keys import SESSION_EVENTS, SESSIONS
 from dsh_host.session.store import SessionStore
 
 __all__ = ["SessionsPlugin"]
@@ -24,11 +25,13 @@ class SessionsPlugin(Plugin):
     Config = NoConfig
 
     def apply(self, ctx: Context, config: NoConfig) -> None:
+        for event in SESSION_EVENTS:
+            ctx.declare_event(event)
         bus = ctx.host.bus
         store = SessionStore(
             emit=ctx.emit,
             parallel=ctx.parallel,
             listener_count=lambda name: len(bus.listeners(name)),
         )
-        ctx.provide("sessions", store)
+        ctx.provide(SESSIONS, store)
         ctx.effect(store.close, "close session store")

@@ -10,13 +10,22 @@ from .errors import (
     INVALID_ARGS,
     INVALID_TOOL_OUTPUT,
     UNKNOWN_TOOL,
-    AbortError,
     ToolArgsError,
     ToolError,
     ToolNotFoundError,
     ToolOutputError,
     ToolRegistrationError,
     UnsupportedSchemaError,
+)
+from .keys import (
+    APPROVAL_REQUEST,
+    TOOLS,
+    TOOLS_CHANGE,
+    TOOLS_EVENTS,
+    TOOLS_EXECUTE,
+    TOOLS_POST_EXECUTE,
+    TOOLS_PRE_EXECUTE,
+    TOOLS_RESULT,
 )
 from .runtime import Dispatched, Prepared, ToolRuntime, error_message, error_result
 from .schema import check_object_schema, check_schema, validate
@@ -54,10 +63,17 @@ from .types import (
 __all__ = [
     "ABORTED",
     "ABORTED_BEFORE_DISPATCH",
+    "APPROVAL_REQUEST",
     "INVALID_ARGS",
     "INVALID_TOOL_OUTPUT",
+    "TOOLS",
+    "TOOLS_CHANGE",
+    "TOOLS_EVENTS",
+    "TOOLS_EXECUTE",
+    "TOOLS_POST_EXECUTE",
+    "TOOLS_PRE_EXECUTE",
+    "TOOLS_RESULT",
     "UNKNOWN_TOOL",
-    "AbortError",
     "Accept",
     "Allow",
     "ApprovalOutcome",

@@ -17,8 +17,10 @@ Two families, kept apart as httpx keeps them:
         ├── ToolArgsError              INVALID_ARGS: arguments violate the tool's parameters
         ├── ToolOutputError            INVALID_TOOL_OUTPUT: the body's value violates output
         ├── UnsupportedSchemaError     UNSUPPORTED_SCHEMA: a schema outside the enforced subset
-        ├── AbortError                 ABORTED: a body stopped because its call was cancelled
         └── ToolRegistrationError      (also TypeError) a definition cannot be registered
+
+A body that stopped because its call was cancelled raises
+:class:`dsh_host.errors.AbortError` (``ABORTED``), the one cancellation error.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ __all__ = [
     "INVALID_ARGS",
     "INVALID_TOOL_OUTPUT",
     "UNKNOWN_TOOL",
-    "AbortError",
     "ToolArgsError",
     "ToolError",
     "ToolNotFoundError",
@@ -106,20 +107,6 @@ class UnsupportedSchemaError(ToolError, TypeError):
     def __init__(self, violations: Sequence[str]) -> None:
         super().__init__("unsupported JSON schema: " + "; ".join(violations))
         self.violations = tuple(violations)
-
-
-class AbortError(ToolError):
-    """A tool body stopped because its call was cancelled: ``tool call aborted``.
-
-    Raise it from a body that noticed ``exec.signal`` and stopped early; the
-    result then reads exactly like the runtime's own ``ABORTED`` result
-    (``error: {name: "AbortError", code: "ABORTED"}``).
-    """
-
-    code = ABORTED
-
-    def __init__(self, message: str = "tool call aborted") -> None:
-        super().__init__(message)
 
 
 class ToolRegistrationError(ToolError, TypeError):

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias
 from dsh_host.sandbox import SandboxMode
 
 from .errors import ToolError
-from .types import ApprovalRequest
+from .types import ApprovalRequest, ApprovalSubject, approval_refusal, no_agent_refusal
 
 if TYPE_CHECKING:
     from dsh_host.cancel import CancelToken
@@ -215,12 +215,13 @@ async def approve_escalation(
             "composed",
             "no-approval-service",
         )
+    named = ApprovalSubject(
+        rejected=f'escalating this {subject} to "{mode}"',
+        asked_for=f'escalating to "{mode}"',
+        requiring=f'sandbox escalation to "{mode}"',
+    )
     if agent is None:
-        raise SandboxEscalationError(
-            f'sandbox escalation to "{mode}" requires approval, but the call has no agent to '
-            "route it through",
-            "no-agent",
-        )
+        raise SandboxEscalationError(no_agent_refusal(named), "no-agent")
     outcome = await approver.request(
         ApprovalRequest(
             agent=agent,
@@ -232,18 +233,10 @@ async def approve_escalation(
     )
     if outcome == "allowed-once":
         return granted
+    text = approval_refusal(outcome, named)  # raises TypeError for a non-outcome
+    failure: EscalationFailure = "unavailable"
     if outcome == "rejected":
-        raise SandboxEscalationError(
-            f'the user rejected escalating this {subject} to "{mode}"', "rejected"
-        )
-    if outcome == "cancelled":
-        raise SandboxEscalationError(
-            f'approval for escalating to "{mode}" was cancelled', "cancelled"
-        )
-    if outcome == "unavailable":
-        raise SandboxEscalationError(
-            f'sandbox escalation to "{mode}" requires approval, but no approval channel is '
-            "available",
-            "unavailable",
-        )
-    raise TypeError(f"unreachable variant in EscalationOutcome: {outcome!r}")
+        failure = "rejected"
+    elif outcome == "cancelled":
+        failure = "cancelled"
+    raise SandboxEscalationError(text, failure)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dsh_host.bus import EventMode
 from dsh_host.context import Context
 from dsh_host.plugin import NoConfig, Plugin
 
+from .keys import TOOLS, TOOLS_EVENTS
 from .runtime import ToolRuntime
 
 __all__ = ["ToolsPlugin"]
@@ -14,10 +14,10 @@ __all__ = ["ToolsPlugin"]
 class ToolsPlugin(Plugin):
     """Service ``tools``: tool registration, guards and the non-bypassable call pipeline.
 
-    The pipeline's events (``tools/pre-execute``, ``tools/execute``,
-    ``tools/post-execute``, ``tools/result``) are declared by the host; this
-    plugin adds ``tools/change`` (EMIT, no arguments), emitted whenever a tool
-    is registered or unregistered.
+    Declares the pipeline's events (``tools/pre-execute``, ``tools/execute``,
+    ``tools/post-execute``, ``tools/result``) and ``tools/change`` (EMIT, no
+    arguments, emitted whenever a tool is registered or unregistered); their
+    keys are in :mod:`dsh_host.tools.keys`.
     """
 
     name = "tools"
@@ -25,5 +25,6 @@ class ToolsPlugin(Plugin):
     Config = NoConfig
 
     def apply(self, ctx: Context, config: NoConfig) -> None:
-        ctx.declare_event("tools/change", EventMode.EMIT, 0)
-        ctx.provide("tools", ToolRuntime(ctx))
+        for event in TOOLS_EVENTS:
+            ctx.declare_event(event)
+        ctx.provide(TOOLS, ToolRuntime(ctx))

@@ -75,11 +75,19 @@ from .errors import (
     ToolOutputError,
     ToolRegistrationError,
 )
+from .keys import (
+    TOOLS_CHANGE,
+    TOOLS_EXECUTE,
+    TOOLS_POST_EXECUTE,
+    TOOLS_PRE_EXECUTE,
+    TOOLS_RESULT,
+)
 from .schema import check_object_schema, check_schema, validate
 from .types import (
     Accept,
     Allow,
     ApprovalRequest,
+    ApprovalSubject,
     Ask,
     Block,
     ContentFinalizer,
@@ -98,7 +106,9 @@ from .types import (
     ToolResultEvent,
     aborted_before_dispatch_result,
     aborted_result,
+    approval_refusal,
     is_abort,
+    no_agent_refusal,
     stopped_result,
 )
 
@@ -297,12 +307,12 @@ class ToolRuntime:
                 "choose another name"
             )
         self._tools[name] = definition
-        self._ctx.emit("tools/change")
+        self._ctx.emit(TOOLS_CHANGE)
 
         def unregister() -> None:
             if self._tools.get(name) is definition:
                 del self._tools[name]
-                self._ctx.emit("tools/change")
+                self._ctx.emit(TOOLS_CHANGE)
 
         if owner is not None:
             owner.effect(unregister, f"tool {name}")
@@ -437,7 +447,8 @@ class ToolRuntime:
         if self._state(execution).caller_signal.aborted:
             return Prepared("final-result", execution, aborted_before_dispatch_result())
         try:
-            gate = _pre_decision(await self._ctx.waterfall("tools/pre-execute", execution, _allow))
+            proposed = await self._ctx.waterfall(TOOLS_PRE_EXECUTE, execution, _allow)
+            gate = _pre_decision(proposed)  # listeners are plugin code: checked at run time
             approval_cancelled = False
             decision: PreToolDecision = gate
             recorded = call.approval_decision
@@ -492,14 +503,11 @@ class ToolRuntime:
         approval = self._ctx.get("approval")
         if approval is None:
             return Deny(ask.reason or f'tool "{name}" requires approval (not yet supported)'), False
+        subject = ApprovalSubject(
+            rejected=f'tool "{name}"', asked_for=f'tool "{name}"', requiring=f'tool "{name}"'
+        )
         if execution.agent is None:
-            return (
-                Deny(
-                    f'tool "{name}" requires approval, but the call has no agent to route it '
-                    "through"
-                ),
-                False,
-            )
+            return Deny(no_agent_refusal(subject)), False
         outcome = await approval.request(
             ApprovalRequest(
                 agent=execution.agent,
@@ -515,19 +523,7 @@ class ToolRuntime:
             return None
         if outcome == "allowed-once":
             return Allow(), False
-        if outcome == "rejected":
-            return Deny(f'the user rejected tool "{name}"'), False
-        if outcome == "cancelled":
-            return Deny(f'approval for tool "{name}" was cancelled'), True
-        if outcome == "unavailable":
-            return (
-                Deny(f'tool "{name}" requires approval, but no approval channel is available'),
-                False,
-            )
-        raise ToolRegistrationError(
-            f"unreachable: the approval service answered {outcome!r}, which is not an "
-            "ApprovalOutcome (allowed-once, rejected, cancelled, unavailable)"
-        )
+        return Deny(approval_refusal(outcome, subject)), outcome == "cancelled"
 
     def _guard_reason(self, execution: ToolExecution) -> str | None:
         for guard in list(self._guards):
@@ -544,7 +540,7 @@ class ToolRuntime:
         object.__setattr__(execution, "_dispatching", True)
         try:
             result = await self._ctx.waterfall(
-                "tools/execute", execution, lambda: self._run_body(execution)
+                TOOLS_EXECUTE, execution, lambda: self._run_body(execution)
             )
             normalized = self._normalize_dispatch_result(execution, result)
             deferred = tuple(execution._deferred)
@@ -680,11 +676,10 @@ class ToolRuntime:
     async def _post_execute(
         self, execution: ToolExecution, result: ToolExecutionResult
     ) -> ToolExecutionResult:
-        decision = _post_decision(
-            await self._ctx.waterfall(
-                "tools/post-execute", PostExecuteContext(execution, result), _accept
-            )
+        proposed = await self._ctx.waterfall(
+            TOOLS_POST_EXECUTE, PostExecuteContext(execution, result), _accept
         )
+        decision = _post_decision(proposed)  # listeners are plugin code: checked at run time
         decision_contexts = _contexts(decision.additional_contexts, "decision additional_contexts")
         if isinstance(decision, Block):
             feedback = _content(decision.feedback, "block feedback")
@@ -742,7 +737,7 @@ class ToolRuntime:
             except Exception as exc:
                 final = self._materialize(error_result(exc))
         object.__setattr__(execution, "_frozen", True)
-        self._ctx.emit("tools/result", ToolResultEvent(execution, final))
+        self._ctx.emit(TOOLS_RESULT, ToolResultEvent(execution, final))
         return final
 
     @staticmethod

@@ -40,6 +40,7 @@ __all__ = [
     "Allow",
     "ApprovalOutcome",
     "ApprovalRequest",
+    "ApprovalSubject",
     "Ask",
     "Block",
     "Deny",
@@ -60,14 +61,52 @@ __all__ = [
     "ToolResultEvent",
     "aborted_before_dispatch_result",
     "aborted_result",
+    "approval_refusal",
     "is_abort",
     "json_output",
+    "no_agent_refusal",
     "stopped_result",
     "text_output",
 ]
 
 #: An approval service's answer (``approval-and-sandbox.md`` §1.1).
 ApprovalOutcome: TypeAlias = Literal["allowed-once", "rejected", "cancelled", "unavailable"]
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalSubject:
+    """How the refusal texts name what approval was asked for (one phrase per sentence).
+
+    The call pipeline's ask names the tool (``tool "bash"`` three times); a
+    sandbox escalation names the escalation in three slightly different ways.
+    """
+
+    rejected: str  #: the user rejected <this>
+    asked_for: str  #: approval for <this> was cancelled
+    requiring: str  #: <this> requires approval, but ...
+
+
+def approval_refusal(outcome: str, subject: ApprovalSubject) -> str:
+    """The model-visible text for a non-granting approval outcome: the one mapping.
+
+    ``rejected`` / ``cancelled`` / ``unavailable`` each have their sentence;
+    ``allowed-once`` (or anything else) is not a refusal and raises TypeError.
+    """
+    if outcome == "rejected":
+        return f"the user rejected {subject.rejected}"
+    if outcome == "cancelled":
+        return f"approval for {subject.asked_for} was cancelled"
+    if outcome == "unavailable":
+        return f"{subject.requiring} requires approval, but no approval channel is available"
+    raise TypeError(
+        f"unreachable: the approval service answered {outcome!r}, which is not a refusing "
+        "ApprovalOutcome (rejected, cancelled, unavailable)"
+    )
+
+
+def no_agent_refusal(subject: ApprovalSubject) -> str:
+    """The text when approval is needed but the call has no agent to route the ask through."""
+    return f"{subject.requiring} requires approval, but the call has no agent to route it through"
 #: How a call may be scheduled next to its siblings.
 ExecutionMode: TypeAlias = Literal["parallel", "exclusive"]
 

@@ -28,7 +28,7 @@ Flow of one call (``approval-and-sandbox.md`` §2.8-2.9):
 5. on the deadline or on cancellation the whole process group gets SIGTERM,
    then SIGKILL after the grace period, and the child is *awaited* (a started
    body is never abandoned); a cancelled call then raises
-   :class:`~dsh_host.tools.AbortError` (``tool call aborted``);
+   :class:`~dsh_host.errors.AbortError` (``tool call aborted``);
 6. runner-failure evidence in stderr → ``SANDBOX_UNAVAILABLE`` (the command
    did not run); otherwise a non-zero exit whose stderr carries the backend's
    denial dialect is marked ``denied``.
@@ -52,10 +52,20 @@ import anyio
 
 from dsh_host.cancel import CancelToken
 from dsh_host.context import Context
-from dsh_host.sandbox import DEFAULT_ENV_ALLOW, allowed_environment
+from dsh_host.errors import AbortError
+from dsh_host.jsonsafe import js_number
+from dsh_host.sandbox import (
+    DEFAULT_ENV_ALLOW,
+    ConfinedArgv,
+    SandboxMode,
+    SandboxPolicy,
+    SandboxUnavailableError,
+    allowed_environment,
+    workspace_read_only_paths,
+)
 from dsh_host.session.messages import ContentBlock, TextBlock
 from dsh_host.spawn import FdReceiveStream, SpawnedProcess, open_process
-from dsh_host.tools import AbortError, ToolDefinition, ToolExecution, ToolOutput
+from dsh_host.tools import ToolDefinition, ToolExecution, ToolOutput
 from dsh_host.tools.escalation import (
     ESCALATION_TARGETS,
     approve_escalation,
@@ -65,13 +75,6 @@ from dsh_host.tools.escalation import (
     validate_escalation_args,
 )
 
-from ._sandbox import (
-    ConfinedArgv,
-    SandboxMode,
-    SandboxPolicy,
-    SandboxUnavailableError,
-    workspace_read_only_paths,
-)
 from .config import BuiltinToolsConfig
 from .spill import SPILL_CAPPED_MARKER, SpillArea
 
@@ -231,13 +234,6 @@ def denial_marker(mode: str) -> str:
     return sandbox_denial_marker(mode)
 
 
-def _js_number(value: float) -> str:
-    """Format a number the way ``JSON.stringify`` would (``1500.0`` → ``1500``)."""
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
-
-
 def _stream_text(stream: Mapping[str, Any]) -> str:
     text = str(stream["text"])
     if not stream["truncated"]:
@@ -271,7 +267,7 @@ def render_bash(_args: Any, value: Any, *, escalation: bool = False) -> list[Con
         if escalation:
             markers.append(escalation_hint_marker("command"))
     if value["timedOut"]:
-        markers.append(f"[timed out after {_js_number(value['timeoutMs'])}ms]")
+        markers.append(f"[timed out after {js_number(value['timeoutMs'])}ms]")
     if value["signal"] is not None:
         markers.append(f"[killed by signal: {value['signal']}]")
     elif value["exitCode"] != 0:

@@ -7,8 +7,7 @@ import os
 import msgspec
 
 from dsh_host.errors import ConfigError
-
-from ._sandbox import DEFAULT_PROTECTED_NAMES, SandboxMode
+from dsh_host.sandbox import DEFAULT_PROTECTED_NAMES, SandboxMode
 
 __all__ = ["BuiltinToolsConfig", "BuiltinToolsConfigError", "canonical_workspace"]
 
@@ -19,8 +18,8 @@ class BuiltinToolsConfigError(ConfigError, ValueError):
     code = "BUILTIN_TOOLS_CONFIG"
 
 
-class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rename="camel"):
-    """Config of the ``builtin-tools`` row (YAML keys are camelCase).
+class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Config of the ``builtin-tools`` row (snake_case keys; DSH's camelCase accepted, D21).
 
     ``workspace``: the root the file tools are fenced to and the default
     working directory of ``bash`` (relative to the process's working directory

@@ -7,6 +7,7 @@ import os
 from dsh_host.context import Context
 from dsh_host.plugin import Plugin
 from dsh_host.sandbox import SandboxPolicy, confined_writable_roots, harness_state_conflict
+from dsh_host.tools.keys import TOOLS
 
 from .bash import bash_tool
 from .config import BuiltinToolsConfig, BuiltinToolsConfigError, canonical_workspace
@@ -41,7 +42,7 @@ class BuiltinTools(Plugin):
         refuse_writable_harness_state(ctx, config, workspace)
         spill = SpillArea(spill_base(config, workspace), config.max_spill_bytes)
         ctx.effect(spill.dispose, "builtin-tools spill area")
-        tools = ctx.tools
+        tools = ctx.service(TOOLS)
         tools.register(bash_tool(ctx, config, workspace, spill), owner=ctx)
         root = workspace_root(ctx, workspace)
         tools.register(read_file_tool(config, root, spill), owner=ctx)

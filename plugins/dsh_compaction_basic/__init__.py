@@ -23,7 +23,7 @@ from dsh_host import Context, Plugin
 from dsh_host.agent.errors import AgentBusyError
 from dsh_host.agent.types import PreStepContext, PreStepDecision, RequestErrorContext, Retry
 from dsh_host.cancel import CancelToken
-from dsh_host.errors import AbortedError
+from dsh_host.errors import AbortError
 from dsh_host.llm.errors import CONTEXT_WINDOW_EXCEEDED_CODE, LlmError
 from dsh_host.session.compaction import (
     CompactionEngine,
@@ -227,7 +227,7 @@ class BasicCompactionEngine(CompactionEngine):
                     source_command_id=source_command_id,
                     flush=lambda: self._flush(session),
                 )
-            except AbortedError:
+            except AbortError:
                 if signal is not None and signal.aborted:
                     raise
                 raise ManualCompactionError(

@@ -36,7 +36,7 @@ class TargetPressureConfigError(CompactionError):
         self.no_window = no_window
 
 
-class _Policy(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rename="camel"):
+class _Policy(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: compact at ``floor(context_window * threshold_ratio)``
     threshold_ratio: float | None = None
     #: recent surface kept verbatim, as a fraction of the window (exclusive with retain_tokens)
@@ -55,16 +55,16 @@ class _Policy(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rename="
 
     def _check(self, where: str) -> None:
         if self.retain_ratio is not None and self.retain_tokens is not None:
-            raise ValueError(f"{where}: retainRatio and retainTokens are mutually exclusive")
-        for name, ratio in (("thresholdRatio", self.threshold_ratio),
-                            ("retainRatio", self.retain_ratio)):
+            raise ValueError(f"{where}: retain_ratio and retain_tokens are mutually exclusive")
+        for name, ratio in (("threshold_ratio", self.threshold_ratio),
+                            ("retain_ratio", self.retain_ratio)):
             if ratio is not None and not (0 < ratio <= 1):
                 raise ValueError(f"{where}: {name} ({ratio}) must be in (0, 1]")
         for name, value, low in (
-            ("retainTokens", self.retain_tokens, 0),
-            ("maxTokens", self.max_tokens, 1),
-            ("compactionRetries", self.compaction_retries, 0),
-            ("maxOverflowRetries", self.max_overflow_retries, 0),
+            ("retain_tokens", self.retain_tokens, 0),
+            ("max_tokens", self.max_tokens, 1),
+            ("compaction_retries", self.compaction_retries, 0),
+            ("max_overflow_retries", self.max_overflow_retries, 0),
         ):
             if value is not None and value < low:
                 raise ValueError(f"{where}: {name} ({value}) must be an integer >= {low}")
@@ -72,18 +72,18 @@ class _Policy(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rename="
             bool(self.summarization_provider) != bool(self.summarization_model)
         ):
             raise ValueError(
-                f"{where}: set summarizationProvider and summarizationModel together"
+                f"{where}: set summarization_provider and summarization_model together"
             )
 
 
-class ModelCompactionPolicy(_Policy, forbid_unknown_fields=True, kw_only=True, rename="camel"):
+class ModelCompactionPolicy(_Policy, forbid_unknown_fields=True, kw_only=True):
     """A partial override for one exact provider/model route."""
 
     provider: str
     model: str
 
 
-class BasicCompactionConfig(_Policy, forbid_unknown_fields=True, kw_only=True, rename="camel"):
+class BasicCompactionConfig(_Policy, forbid_unknown_fields=True, kw_only=True):
     """YAML ``config:`` of a ``compaction-basic`` row (DSH ``BasicCompactionConfig``)."""
 
     #: exact-target overrides (duplicates refused)
@@ -95,7 +95,7 @@ class BasicCompactionConfig(_Policy, forbid_unknown_fields=True, kw_only=True, r
         self._check("compaction-basic")
         seen: set[tuple[str, str]] = set()
         for index, policy in enumerate(self.model_policies):
-            where = f"compaction-basic modelPolicies[{index}]"
+            where = f"compaction-basic model_policies[{index}]"
             policy._check(where)
             key = (policy.provider, policy.model)
             if key in seen:
@@ -176,8 +176,8 @@ def resolve_target_policy(
 def _check_ratios(policy: TargetPolicy, where: str) -> None:
     if policy.retain_ratio is not None and policy.retain_ratio >= policy.threshold_ratio:
         raise ValueError(
-            f"{where}: retainRatio ({policy.retain_ratio}) must be less than the resolved "
-            f"thresholdRatio ({policy.threshold_ratio})"
+            f"{where}: retain_ratio ({policy.retain_ratio}) must be less than the resolved "
+            f"threshold_ratio ({policy.threshold_ratio})"
         )
 
 
@@ -195,7 +195,7 @@ def resolve_spec(policy: TargetPolicy, context_window: int) -> CompactSpec:
     if retain >= threshold:
         raise TargetPressureConfigError(
             policy.key,
-            f"compaction-basic: {policy.key} retainTokens ({retain}) must be less than "
+            f"compaction-basic: {policy.key} retain_tokens ({retain}) must be less than "
             f"threshold tokens {threshold}",
         )
     return CompactSpec(policy, context_window, threshold, retain)

@@ -18,7 +18,7 @@ from typing import Any, Literal, NoReturn
 import msgspec
 
 from dsh_host.agent.loop import error_chain
-from dsh_host.errors import AbortedError
+from dsh_host.errors import AbortError
 from dsh_host.jsonsafe import json_enc_hook
 from dsh_host.session.compaction import (
     CompactionResult,
@@ -337,7 +337,7 @@ def _assert_stable(
 
 
 def _raise_manual(failure: Exception, stage: str) -> NoReturn:
-    if isinstance(failure, AbortedError | ManualCompactionError):
+    if isinstance(failure, AbortError | ManualCompactionError):
         raise failure
     if stage == "commit":
         raise ManualCompactionError(

@@ -39,7 +39,7 @@ PRUNE_MARKER: Final = "\n\n[... tool result middle pruned ...]\n\n"
 
 
 class ToolResultPruneConfig(
-    msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rename="camel"
+    msgspec.Struct, forbid_unknown_fields=True, kw_only=True
 ):
     """YAML ``config:`` of a ``compaction-tool-result-pruner`` row (DSH's keys and defaults)."""
 
@@ -53,15 +53,15 @@ class ToolResultPruneConfig(
     def __post_init__(self) -> None:
         if self.threshold_chars < 1:
             raise ValueError(
-                f"thresholdChars ({self.threshold_chars}) must be a positive integer"
+                f"threshold_chars ({self.threshold_chars}) must be a positive integer"
             )
-        for name, value in (("headChars", self.head_chars), ("tailChars", self.tail_chars)):
+        for name, value in (("head_chars", self.head_chars), ("tail_chars", self.tail_chars)):
             if value < 0:
                 raise ValueError(f"{name} ({value}) must be a non-negative integer")
         emitted = self.head_chars + len(PRUNE_MARKER) + self.tail_chars
         if emitted > self.threshold_chars:
             raise ValueError(
-                f"headChars + marker + tailChars ({emitted}) must be at most thresholdChars "
+                f"head_chars + marker + tail_chars ({emitted}) must be at most threshold_chars "
                 f"({self.threshold_chars})"
             )
 

@@ -17,6 +17,7 @@ import msgspec
 from dsh_host.context import Context
 from dsh_host.errors import ConfigError
 from dsh_host.llm import RetryPolicyConfig
+from dsh_host.llm.keys import LLM
 from dsh_host.plugin import Plugin
 
 from .adapter import AdapterSettings, OpenAICompatibleAdapter
@@ -129,4 +130,4 @@ class LlmOpenAICompatible(Plugin):
         client = httpx.AsyncClient(timeout=settings.timeout(), follow_redirects=False)
         ctx.effect(client.aclose, "close the HTTP client")
         self.adapter = OpenAICompatibleAdapter(settings, client)
-        ctx.llm.register_adapter([config.provider], self.adapter, owner=ctx)
+        ctx.service(LLM).register_adapter([config.provider], self.adapter, owner=ctx)

@@ -26,7 +26,7 @@ Every failure leaves as an :class:`~dsh_host.llm.LlmError` with a stable code:
 Cancellation: every await on the network (connect + headers, each body read)
 runs inside ``request.signal.linked_scope()``, entered and left around that
 one await and never around a ``yield``; an interrupted await becomes
-:class:`~dsh_host.errors.AbortedError`, which the runtime reports as an
+:class:`~dsh_host.errors.AbortError`, which the runtime reports as an
 ``aborted`` finish. The response is always closed on the way out.
 """
 
@@ -43,16 +43,8 @@ import httpx
 import msgspec
 
 from dsh_host.cancel import CancelToken
-from dsh_host.errors import AbortedError
-from dsh_host.llm import (
-    LlmAdapter,
-    LlmError,
-    LlmRequest,
-    ModelInfo,
-    ProviderInfo,
-    RetryPolicy,
-    StreamChunk,
-)
+from dsh_host.errors import AbortError
+from dsh_host.llm import LlmAdapter, LlmError, LlmRequest, ModelInfo, ProviderInfo, RetryPolicy
 from dsh_host.llm.wire import (
     check_api_key,
     http_error_code,
@@ -60,6 +52,7 @@ from dsh_host.llm.wire import (
     request_id_of,
     user_agent,
 )
+from dsh_host.session import StreamChunk
 
 from .serialize import REASONING_EFFORTS, Thinking, serialize_request
 from .sse import SseDecoder
@@ -257,7 +250,7 @@ class OpenAICompatibleAdapter(LlmAdapter):
             ) from exc
         if response is None:  # the linked scope swallowed the cancellation
             assert signal is not None
-            raise AbortedError(signal.reason)
+            raise AbortError(signal.reason)
         return response
 
     async def _read(
@@ -287,7 +280,7 @@ class OpenAICompatibleAdapter(LlmAdapter):
             return None
         if data is None:  # the linked scope swallowed the cancellation
             assert signal is not None
-            raise AbortedError(signal.reason)
+            raise AbortError(signal.reason)
         return data
 
     async def _http_error(self, response: httpx.Response, signal: CancelToken | None) -> LlmError:
@@ -304,7 +297,7 @@ class OpenAICompatibleAdapter(LlmAdapter):
         except httpx.HTTPError:
             pass  # the status stays authoritative when the body cannot be read
         if signal is not None and signal.aborted:
-            raise AbortedError(signal.reason)
+            raise AbortError(signal.reason)
         message = f"{settings.display_name} API error (HTTP {status})"
         detail = ""
         try:

@@ -19,11 +19,10 @@ from typing import Any, Literal
 import msgspec
 
 from dsh_host.jsonsafe import thaw_json
-from dsh_host.llm import (
+from dsh_host.llm import LlmError, LlmRequest
+from dsh_host.session import (
     AssistantMessage,
     ContentBlock,
-    LlmError,
-    LlmRequest,
     Message,
     ReasoningBlock,
     TextBlock,

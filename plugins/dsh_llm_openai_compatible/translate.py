@@ -18,15 +18,15 @@ from typing import Any, Literal
 
 import msgspec
 
-from dsh_host.llm import (
-    EMPTY_RESPONSE_CODE,
+from dsh_host.llm import EMPTY_RESPONSE_CODE, LlmError
+from dsh_host.llm.wire import http_error_code
+from dsh_host.session import (
     BlockEndChunk,
     BlockStartChunk,
     ContentBlock,
     ErrorFinish,
     FinishChunk,
     FinishReason,
-    LlmError,
     LlmFailure,
     MaxTokensFinish,
     ReasoningBlock,
@@ -41,7 +41,6 @@ from dsh_host.llm import (
     ToolCallsFinish,
     UsageChunk,
 )
-from dsh_host.llm.wire import http_error_code
 
 __all__ = ["DONE", "ChunkTranslator", "map_finish_reason", "map_usage"]
 

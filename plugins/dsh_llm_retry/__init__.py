@@ -29,6 +29,7 @@ import msgspec
 from msgspec import UNSET
 
 from dsh_host import Context, Plugin
+from dsh_host.agent.keys import AGENT_REQUEST_ERROR
 from dsh_host.agent.types import (
     RequestErrorAction,
     RequestErrorContext,
@@ -36,8 +37,8 @@ from dsh_host.agent.types import (
     request_error_action,
 )
 from dsh_host.cancel import CancelToken
-from dsh_host.llm import LlmFailure, RetryPolicy
-from dsh_host.session import LlmRetryData, LlmRetryStartedData, Session
+from dsh_host.llm import RetryPolicy
+from dsh_host.session import LlmFailure, LlmRetryData, LlmRetryStartedData, Session
 
 __all__ = ["LlmRetry", "LlmRetryConfig", "last_retry"]
 
@@ -175,7 +176,7 @@ class LlmRetry(Plugin):
             lifetime.abort("llm-retry row disposed")
             await drained.wait()
 
-        ctx.on("agent/request-error", recover)
+        ctx.on(AGENT_REQUEST_ERROR, recover)
         ctx.effect(close, "llm-retry: abort and drain active backoff")
 
 

@@ -12,6 +12,7 @@ from typing import Annotated
 import msgspec
 
 from dsh_host.context import Context
+from dsh_host.llm.keys import LLM
 from dsh_host.plugin import Plugin
 
 from .adapter import ScriptedAdapter, response_chunks, split_text, tool_call_id
@@ -96,4 +97,4 @@ class LlmScripted(Plugin):
             context_window=config.context_window,
             compaction_responses=config.compaction_responses,
         )
-        ctx.llm.register_adapter([config.provider], self.adapter, owner=ctx)
+        ctx.service(LLM).register_adapter([config.provider], self.adapter, owner=ctx)

@@ -19,18 +19,14 @@ import anyio
 import msgspec
 
 from dsh_host.cancel import CancelToken
-from dsh_host.errors import AbortedError
-from dsh_host.llm import (
+from dsh_host.errors import AbortError
+from dsh_host.llm import LlmAdapter, LlmError, LlmRequest, ModelInfo, ProviderInfo
+from dsh_host.session import (
     BlockEndChunk,
     BlockStartChunk,
     FinishChunk,
     FinishReason,
-    LlmAdapter,
-    LlmError,
-    LlmRequest,
     MaxTokensFinish,
-    ModelInfo,
-    ProviderInfo,
     ReasoningBlock,
     ReasoningDeltaChunk,
     StopFinish,
@@ -238,7 +234,7 @@ class ScriptedAdapter(LlmAdapter):
                     "SCRIPT_HANG_WITHOUT_SIGNAL",
                 )
             await signal.wait()
-            raise AbortedError(signal.reason)
+            raise AbortError(signal.reason)
         if response.error is not None:
             _check(signal)
             error = response.error
@@ -262,7 +258,7 @@ def _check(signal: CancelToken | None) -> None:
 
 
 async def _sleep(delay_ms: int, signal: CancelToken | None) -> None:
-    """Sleep, cut short by the request's cancellation (which then raises AbortedError)."""
+    """Sleep, cut short by the request's cancellation (which then raises AbortError)."""
     if signal is None:
         await anyio.sleep(delay_ms / 1000)
         return

@@ -35,7 +35,7 @@ from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 
 from dsh_host.context import Context
-from dsh_host.errors import DshError
+from dsh_host.errors import AbortError, DshError
 from dsh_host.jsonsafe import to_json_builtins
 from dsh_host.sandbox import (
     DEFAULT_ENV_ALLOW,
@@ -46,7 +46,7 @@ from dsh_host.sandbox import (
 )
 from dsh_host.session.messages import TextBlock
 from dsh_host.session.repair import TOOL_OUTCOME_UNKNOWN
-from dsh_host.tools import AbortError, ToolDefinition, ToolError, ToolExecution, ToolOutput
+from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, ToolOutput
 
 from .config import McpClientConfig
 from .naming import public_tool_name

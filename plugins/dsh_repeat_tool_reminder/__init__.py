@@ -11,7 +11,7 @@ records it; the ``tool/result`` itself is left as the tool produced it.
 
 - the first threshold gets DSH's short generic reminder, every later one the
   detailed form naming the tool, the run length and the arguments (quoted up to
-  ``argumentsPreviewChars``; detection always compares the full string);
+  ``arguments_preview_chars``; detection always compares the full string);
 - calls excluded by ``include`` / ``exclude`` (``*`` wildcards) are transparent:
   they neither count nor reset the run;
 - denied calls count (they reach post-execute too); calls without an agent and
@@ -34,6 +34,7 @@ from typing import Any, Final
 import msgspec
 
 from dsh_host import Context, Plugin
+from dsh_host.agent.keys import AGENT_PRE_STEP
 from dsh_host.agent.types import PreStepContext, PreStepDecision
 from dsh_host.jsonsafe import json_enc_hook
 from dsh_host.session.messages import (
@@ -43,6 +44,7 @@ from dsh_host.session.messages import (
     UserSource,
     new_message_id,
 )
+from dsh_host.tools.keys import TOOLS_POST_EXECUTE
 from dsh_host.tools.types import (
     Accept,
     Block,
@@ -107,10 +109,9 @@ def _wildcard(pattern: str) -> re.Pattern[str]:
     return re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
 
 
-class RepeatToolReminderConfig(
-    msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rename="camel"
-):
-    """YAML ``config:`` of a ``repeat-tool-reminder`` row (DSH's keys and defaults)."""
+class RepeatToolReminderConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """YAML ``config:`` of a ``repeat-tool-reminder`` row (DSH's defaults; snake_case keys, DSH's
+    camelCase spellings accepted, D21)."""
 
     #: run lengths that trigger a reminder (each an integer >= 2, no duplicates; any order)
     thresholds: list[int] = msgspec.field(default_factory=lambda: [3, 5, 8])
@@ -133,7 +134,7 @@ class RepeatToolReminderConfig(
             raise ValueError("thresholds must not contain duplicates")
         if self.arguments_preview_chars < 1:
             raise ValueError(
-                f"invalid argumentsPreviewChars {self.arguments_preview_chars} — must be an "
+                f"invalid arguments_preview_chars {self.arguments_preview_chars} — must be an "
                 "integer >= 1"
             )
 
@@ -219,5 +220,5 @@ class RepeatToolReminder(Plugin):
                 runs.pop(payload.agent, None)  # repetition across a user turn is not a loop
             return await next_()
 
-        ctx.on("tools/post-execute", after_execute)
-        ctx.on("agent/pre-step", before_step)
+        ctx.on(TOOLS_POST_EXECUTE, after_execute)
+        ctx.on(AGENT_PRE_STEP, before_step)

@@ -70,17 +70,17 @@ class SandboxConfigError(ConfigError, ValueError):
     code = "SANDBOX_CONFIG"
 
 
-class SandboxLocalConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rename="camel"):
-    """Config of the ``sandbox-local`` row (YAML keys are camelCase, as in DSH).
+class SandboxLocalConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Config of the ``sandbox-local`` row (snake_case keys; DSH's camelCase accepted, D21).
 
     ``network``: ``deny`` (default) unshares the network namespace under bubblewrap and denies
-    TCP bind/connect under Landlock ABI >= 4. ``unixSockets``: ``deny`` (default) refuses
+    TCP bind/connect under Landlock ABI >= 4. ``unix_sockets``: ``deny`` (default) refuses
     ``socket(AF_UNIX)`` inside the sandbox (seccomp; host daemons' sockets are a full escape),
     ``allow`` permits it. ``backend``: ``auto`` walks bubblewrap then
-    Landlock; naming one forces it (no fallback). ``runnerCommand`` is the operator's assertion
-    of a bwrap-compatible runner (no probe; requires ``runnerFailureSignatures``).
-    ``probeTimeoutMs`` bounds each probe. ``pidsMax`` / ``memoryMaxMb``: per-call cgroup
-    limits where a cgroup is writable (``memoryMaxMb`` defaults to half the host's memory).
+    Landlock; naming one forces it (no fallback). ``runner_command`` is the operator's assertion
+    of a bwrap-compatible runner (no probe; requires ``runner_failure_signatures``).
+    ``probe_timeout_ms`` bounds each probe. ``pids_max`` / ``memory_max_mb``: per-call cgroup
+    limits where a cgroup is writable (``memory_max_mb`` defaults to half the host's memory).
     """
 
     network: NetworkPolicy = "deny"
@@ -95,28 +95,29 @@ class SandboxLocalConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     def __post_init__(self) -> None:
         if self.runner_failure_signatures and not self.runner_command:
             raise SandboxConfigError(
-                "sandbox-local: runnerFailureSignatures requires runnerCommand"
+                "sandbox-local: runner_failure_signatures requires runner_command"
             )
         if self.runner_command and not self.runner_failure_signatures:
             raise SandboxConfigError(
-                "sandbox-local: runnerCommand requires at least one runnerFailureSignatures entry"
+                "sandbox-local: runner_command requires at least one runner_failure_signatures "
+                "entry"
             )
         for sig in self.runner_failure_signatures:
             if not sig.strip() or "\n" in sig or "\r" in sig:
                 raise SandboxConfigError(
-                    "sandbox-local: runnerFailureSignatures entries must be non-empty single-line "
-                    "strings"
+                    "sandbox-local: runner_failure_signatures entries must be non-empty "
+                    "single-line strings"
                 )
         if self.runner_command and not self.runner_command[0].strip():
-            raise SandboxConfigError("sandbox-local: runnerCommand[0] must name a program")
+            raise SandboxConfigError("sandbox-local: runner_command[0] must name a program")
         if self.runner_command and self.backend == "landlock":
             raise SandboxConfigError(
-                "sandbox-local: runnerCommand is a bwrap-compatible runner and cannot be combined "
+                "sandbox-local: runner_command is a bwrap-compatible runner and cannot be combined "
                 "with backend: landlock; remove one of them"
             )
         if self.pids_max < 1 or (self.memory_max_mb is not None and self.memory_max_mb < 1):
             raise SandboxConfigError(
-                "sandbox-local: pidsMax and memoryMaxMb must be positive integers"
+                "sandbox-local: pids_max and memory_max_mb must be positive integers"
             )
         if (
             isinstance(self.probe_timeout_ms, bool)
@@ -124,7 +125,7 @@ class SandboxLocalConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
             or self.probe_timeout_ms <= 0
         ):
             raise SandboxConfigError(
-                "sandbox-local: probeTimeoutMs must be a positive finite number"
+                "sandbox-local: probe_timeout_ms must be a positive finite number"
             )
 
 

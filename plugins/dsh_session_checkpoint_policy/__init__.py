@@ -21,13 +21,14 @@ never duplicate sequence numbers.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
-from dsh_host import Context, NoConfig, Plugin
-from dsh_host.agent.types import PreStepContext, PreStepDecision
-from dsh_host.llm.types import LlmRequest, StreamChunk
-from dsh_host.tools.types import ToolExecution, ToolExecutionResult, aborted_before_dispatch_result
+from dsh_host import Context, Next, NoConfig, Plugin, StreamNext
+from dsh_host.agent import AGENT_PRE_STEP, PreStepContext, PreStepDecision
+from dsh_host.llm import LLM, LLM_STREAM, LlmRequest
+from dsh_host.session import SESSION_PERSISTENCE, SESSIONS, Session, SessionStore, StreamChunk
+from dsh_host.tools import TOOLS, TOOLS_EXECUTE, ToolExecution, ToolExecutionResult
+from dsh_host.tools.types import aborted_before_dispatch_result
 
 __all__ = ["SessionCheckpointPolicy"]
 
@@ -41,21 +42,21 @@ class SessionCheckpointPolicy(Plugin):
     """
 
     name = "session-checkpoint-policy"
-    inject = ("llm", "sessions", "tools", "sessionPersistence")
+    inject = (LLM.name, SESSIONS.name, TOOLS.name, SESSION_PERSISTENCE.name)
     Config = NoConfig
 
     def apply(self, ctx: Context, config: NoConfig) -> None:
-        sessions = ctx.sessions
+        sessions = ctx.service(SESSIONS)
 
         async def before_step(
-            payload: PreStepContext, next_: Callable[[], Awaitable[PreStepDecision]]
+            payload: PreStepContext, next_: Next[PreStepDecision]
         ) -> PreStepDecision:
             # A failure propagates: the turn ends `error` before another request starts.
             await sessions.flush(payload.agent.session)
             return await next_()
 
         def around_stream(
-            request: LlmRequest, next_: Callable[[], AsyncIterator[StreamChunk]]
+            request: LlmRequest, next_: StreamNext[StreamChunk]
         ) -> AsyncIterator[StreamChunk]:
             session = _live_session(sessions, request)
             if session is None:
@@ -63,7 +64,7 @@ class SessionCheckpointPolicy(Plugin):
             return _flush_then_relay(sessions, session, next_)
 
         async def around_execute(
-            exec_: ToolExecution, next_: Callable[[], Awaitable[ToolExecutionResult]]
+            exec_: ToolExecution, next_: Next[ToolExecutionResult]
         ) -> ToolExecutionResult:
             if exec_.agent is None or exec_.parent is not None:
                 return await next_()  # nested: the outer call's checkpoint covers it
@@ -72,12 +73,12 @@ class SessionCheckpointPolicy(Plugin):
                 return aborted_before_dispatch_result()
             return await next_()
 
-        ctx.on("agent/pre-step", before_step)
-        ctx.on("llm/stream", around_stream)
-        ctx.on("tools/execute", around_execute)
+        ctx.on(AGENT_PRE_STEP, before_step)
+        ctx.on(LLM_STREAM, around_stream)
+        ctx.on(TOOLS_EXECUTE, around_execute)
 
 
-def _live_session(sessions: Any, request: LlmRequest) -> Any:
+def _live_session(sessions: SessionStore, request: LlmRequest) -> Session | None:
     """The live session a request belongs to, or None (then no flush is needed).
 
     A request carrying a session object that is not *the* live one with its id
@@ -93,7 +94,7 @@ def _live_session(sessions: Any, request: LlmRequest) -> Any:
 
 
 async def _flush_then_relay(
-    sessions: Any, session: Any, next_: Callable[[], AsyncIterator[StreamChunk]]
+    sessions: SessionStore, session: Session, next_: StreamNext[StreamChunk]
 ) -> AsyncIterator[StreamChunk]:
     # Runs on the first __anext__: the adapter stream is constructed only after
     # the flush resolved, so a failed flush means no request was ever sent.

@@ -35,7 +35,7 @@ import msgspec
 from dsh_host import CancelToken, Context, Plugin
 from dsh_host.cancel import fuse
 from dsh_host.session.messages import TextBlock
-from dsh_host.tools import ToolRuntime
+from dsh_host.tools.keys import TOOLS, TOOLS_EXECUTE
 from dsh_host.tools.types import ToolErrorInfo, ToolExecution, ToolExecutionResult
 
 __all__ = [
@@ -59,10 +59,11 @@ NOT_STARTED_NOTE: Final = "The tool did not start. Retry it if it is still neede
 _Budget = Annotated[int, msgspec.Meta(gt=0)]
 
 
-class TimeoutPolicyConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rename="camel"):
+class TimeoutPolicyConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """YAML ``config:`` of a ``timeout-policy`` row (optional; DSH's plugin takes none).
 
-    ``toolTimeoutMs``: tool name -> budget in milliseconds. An entry overrides
+    ``tool_timeout_ms`` (DSH spelling ``toolTimeoutMs`` accepted, D21): tool name -> budget
+    in milliseconds. An entry overrides
     the tool's declared ``timeoutMs`` or gives one to a tool that declares
     none. A name no tool has is not an error (tools may register later).
     """
@@ -72,7 +73,7 @@ class TimeoutPolicyConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tr
     def __post_init__(self) -> None:
         for name in self.tool_timeout_ms:
             if not name.strip():
-                raise ValueError("toolTimeoutMs keys must be tool names, got an empty name")
+                raise ValueError("tool_timeout_ms keys must be tool names, got an empty name")
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +136,7 @@ class TimeoutPolicy(Plugin):
     Config = TimeoutPolicyConfig
 
     def apply(self, ctx: Context, config: TimeoutPolicyConfig) -> None:
-        tools: ToolRuntime = ctx.tools
+        tools = ctx.service(TOOLS)
         overrides = dict(config.tool_timeout_ms)
 
         def budget_of(name: str) -> float | None:
@@ -165,4 +166,4 @@ class TimeoutPolicy(Plugin):
                 return tool_timeout_result(budget, started=tools.body_started(exec_))
             return result
 
-        ctx.on("tools/execute", around_execute)
+        ctx.on(TOOLS_EXECUTE, around_execute)

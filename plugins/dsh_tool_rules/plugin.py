@@ -32,6 +32,7 @@ import msgspec
 
 from dsh_host import Context, Plugin
 from dsh_host.errors import ConfigError
+from dsh_host.tools.keys import TOOLS_PRE_EXECUTE
 from dsh_host.tools.types import Ask, Deny, PreToolDecision, ToolExecution
 
 __all__ = ["Rule", "ToolRules", "ToolRulesConfig", "ToolRulesError", "default_deny_reason"]
@@ -128,4 +129,4 @@ class ToolRules(Plugin):
                 return inner  # keep the inner gate's reason when this rule gives none
             return Ask(reason)
 
-        ctx.on("tools/pre-execute", gate)
+        ctx.on(TOOLS_PRE_EXECUTE, gate)

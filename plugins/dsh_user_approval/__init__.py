@@ -7,25 +7,8 @@ no grant is remembered.
 
 The sandbox-escalation helpers (``approve_escalation``, ``SandboxEscalationError``,
 ``WIDER_MODES`` ...) live in :mod:`dsh_host.tools.escalation`, shared by every
-confining tool; they are re-exported here unchanged, and the service offers
-``ctx.approval.approve_escalation(...)`` with itself as the approver.
+confining tool, which calls ``approve_escalation(ctx.get("approval"), ...)``.
 """
-
-from dsh_host.tools.escalation import (
-    ESCALATION_TARGETS,
-    NOT_AVAILABLE_MESSAGE,
-    WIDER_MODES,
-    EscalationApprover,
-    EscalationFailure,
-    EscalationMode,
-    SandboxEscalationError,
-    approve_escalation,
-    check_escalation_available,
-    escalation_hint_marker,
-    escalation_reason,
-    sandbox_denial_marker,
-    validate_escalation_args,
-)
 
 from .errors import (
     OUT_OF_TURN_MESSAGE,
@@ -61,12 +44,9 @@ __all__ = [
     "APPROVAL_POLICIES",
     "ASK_POLICY_SENTENCE",
     "DEFER_POLICY_SENTENCE",
-    "ESCALATION_TARGETS",
     "NEVER_POLICY_SENTENCE",
-    "NOT_AVAILABLE_MESSAGE",
     "OUT_OF_TURN_MESSAGE",
     "POLICY_VALUE_MESSAGE",
-    "WIDER_MODES",
     "ApprovalAuditChecker",
     "ApprovalError",
     "ApprovalInvariantError",
@@ -76,25 +56,15 @@ __all__ = [
     "ApprovalRequestError",
     "ApprovalService",
     "AwaitingApprovalReason",
-    "EscalationApprover",
-    "EscalationFailure",
-    "EscalationMode",
     "InvalidApprovalPolicyError",
-    "SandboxEscalationError",
     "UserApproval",
     "UserApprovalConfig",
     "approval_policy_override",
-    "approve_escalation",
     "args_digest",
     "check_approval_invariants",
-    "check_escalation_available",
-    "escalation_hint_marker",
-    "escalation_reason",
     "find_tool_call_arguments",
     "has_open_turn",
     "is_approval_outcome",
     "policy_changed_notice",
-    "sandbox_denial_marker",
     "set_approval_policy",
-    "validate_escalation_args",
 ]

@@ -8,6 +8,7 @@ import msgspec
 
 from dsh_host import Context, Plugin
 from dsh_host.session import register_turn_end_reason
+from dsh_host.tools import APPROVAL_REQUEST
 
 from .service import ApprovalService, AwaitingApprovalReason
 
@@ -40,6 +41,7 @@ class UserApproval(Plugin):
     Config = UserApprovalConfig
 
     def apply(self, ctx: Context, config: UserApprovalConfig) -> None:
+        ctx.declare_event(APPROVAL_REQUEST)
         ctx.effect(register_turn_end_reason(AwaitingApprovalReason), "awaiting-approval kind")
         service = ApprovalService(ctx, config.policy, unanswered=config.unanswered)
         ctx.provide("approval", service)

@@ -59,7 +59,7 @@ from dsh_host.session.messages import (
     Wire,
     new_message_id,
 )
-from dsh_host.tools.escalation import approve_escalation
+from dsh_host.tools.keys import APPROVAL_REQUEST
 
 from .errors import ApprovalOutsideTurnError, ApprovalRequestError, InvalidApprovalPolicyError
 from .policy import (
@@ -299,7 +299,8 @@ class ApprovalService:
         deferrable = self._unanswered == "defer" and getattr(req, "deferrable", False) is True
         terminal = _defer if deferrable else _unavailable
         try:
-            answer: object = await self._ctx.waterfall("approval/request", req, terminal)
+            # The bus's untyped dispatch: ``req`` may be any ApprovalRequestLike.
+            answer: object = await self._ctx.host.bus.waterfall(APPROVAL_REQUEST, req, terminal)
         except Exception as exc:
             # A failing answerer fails the *question* closed, never the caller's call open.
             log.warning(
@@ -397,38 +398,6 @@ class ApprovalService:
         session.append("approval/decided", data)
         decided = next(c for c in deferred_calls(session.events) if c.call_id == call_id)
         return decided
-
-    # -- sandbox escalation ---------------------------------------------------------------
-
-    async def approve_escalation(
-        self,
-        *,
-        requested_mode: str,
-        justification: str,
-        effective_mode: str,
-        agent: Any | None,
-        call_id: str,
-        tool_name: str = "bash",
-        subject: str = "command",
-        signal: CancelToken | None = None,
-    ) -> str:
-        """:func:`dsh_host.tools.escalation.approve_escalation` with this service as the approver.
-
-        The shared sequence lives in the host (every confining tool family
-        uses it with ``ctx.get("approval")``); this method is a convenience
-        for callers that already hold the service.
-        """
-        return await approve_escalation(
-            self,
-            requested_mode=requested_mode,
-            justification=justification,
-            effective_mode=effective_mode,
-            agent=agent,
-            call_id=call_id,
-            tool_name=tool_name,
-            subject=subject,
-            signal=signal,
-        )
 
 
 def _append_contained(

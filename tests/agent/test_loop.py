@@ -34,7 +34,7 @@ from dsh_host.agent import (
     Reject,
     TurnStoppingContext,
 )
-from dsh_host.errors import AbortedError
+from dsh_host.errors import AbortError
 from dsh_host.session.events import (
     AssistantMessageData,
     BlockedReason,
@@ -566,7 +566,7 @@ async def test_run_turn_rejects_concurrent_use_and_pre_aborted_tokens() -> None:
         agent = agent_service(host).create()
         token = CancelToken()
         token.abort("user")
-        with pytest.raises(AbortedError):
+        with pytest.raises(AbortError):
             await agent.run_turn("hi", signal=token)
         assert live_types(agent.session) == []
         async with anyio.create_task_group() as tg:

@@ -254,7 +254,7 @@ async def test_the_reminder_rides_a_downstream_block_and_keeps_its_contexts() ->
         ),
         ({"thresholds": [2.5]}, "config.thresholds"),
         ({"thresholds": [3, 3]}, "thresholds must not contain duplicates"),
-        ({"argumentsPreviewChars": 0}, "invalid argumentsPreviewChars 0"),
+        ({"argumentsPreviewChars": 0}, "invalid arguments_preview_chars 0"),
         ({"limit": 3}, "limit"),
     ],
 )

@@ -21,7 +21,7 @@ from dsh_host.session.events import (
     CompletedReason,
     InterruptedReason,
     RequestHeaderData,
-    ToolError,
+    ToolErrorData,
     ToolResultData,
     TurnEnd,
     event_to_builtins,
@@ -201,7 +201,7 @@ async def test_sigkill_during_a_tool_body_then_resume(tmp_path: Path) -> None:
     closer = events[call_index + 1]
     assert isinstance(closer.data, ToolResultData)
     assert closer.source_event_seqs == (events[call_index].seq,)
-    assert isinstance(closer.data.error, ToolError)
+    assert isinstance(closer.data.error, ToolErrorData)
     assert closer.data.error.code == "TOOL_OUTCOME_UNKNOWN"
     end = events[call_index + 3].data
     assert isinstance(end, TurnEnd) and end.reason == InterruptedReason()

@@ -157,7 +157,7 @@ async def test_what_the_cut_step_would_have_entered_waits_for_the_next_turn() ->
 
 
 async def test_a_bad_limit_is_refused() -> None:
-    with pytest.raises(ConfigError, match="maxStepsPerTurn"):
+    with pytest.raises(ConfigError, match="max_steps_per_turn"):
         async with open_host(scripted_rows([{"text": "x"}], maxStepsPerTurn=0)):
             pass
     async with open_host(scripted_rows([{"text": "x"}])) as host:

@@ -1,7 +1,7 @@
 """Sandbox escalation through approval (spec §1.9): ladder, pairing, and the ordered sequence.
 
-The sequence lives in the host (``dsh_host.tools.escalation``, shared by every confining tool);
-the approval plugin re-exports it and offers ``ctx.approval.approve_escalation``. The ``bash``
+The sequence lives in the host (``dsh_host.tools.escalation``, shared by every confining tool),
+which calls it with ``ctx.get("approval")`` as the approver. The ``bash``
 tool's use of it is tested end to end in ``test_bash_escalation.py``.
 """
 
@@ -27,6 +27,7 @@ from dsh_host.tools.escalation import (
     sandbox_denial_marker,
     validate_escalation_args,
 )
+from dsh_host.tools.types import ApprovalSubject, approval_refusal, no_agent_refusal
 
 from .harness import audit, booted, new_agent
 
@@ -41,12 +42,12 @@ class BareAgent:
     session: Any = None
 
 
-def test_the_plugin_re_exports_the_host_module() -> None:
+def test_the_escalation_helpers_have_one_home() -> None:
+    # The host module owns them; the approval plugin neither re-exports them nor wraps
+    # approve_escalation in a pass-through method.
     for name in host_escalation.__all__:
-        if hasattr(dsh_user_approval, name):
-            assert getattr(dsh_user_approval, name) is getattr(host_escalation, name), name
-    assert dsh_user_approval.approve_escalation is approve_escalation
-    assert dsh_user_approval.SandboxEscalationError is SandboxEscalationError
+        assert not hasattr(dsh_user_approval, name), name
+    assert not hasattr(dsh_user_approval.ApprovalService, "approve_escalation")
     assert issubclass(SandboxEscalationError, ToolError)
     assert SandboxEscalationError.code == "SANDBOX_ESCALATION"
 
@@ -102,8 +103,8 @@ async def test_grant_returns_the_mode_and_audits_the_reason() -> None:
         host.ctx.on("approval/request", grant)
         agent = new_agent(host)
         token = CancelToken()
-        mode = await host.ctx.approval.approve_escalation(
-            requested_mode="workspace-write",
+        mode = await approve_escalation(
+            host.ctx.approval, requested_mode="workspace-write",
             justification="the build writes into ./dist",
             effective_mode="read-only",
             agent=agent,
@@ -138,9 +139,9 @@ async def test_non_widening_fails_without_asking(requested: str, effective: str)
     async with booted(rules=None) as (host, _):
         agent = new_agent(host)
         with pytest.raises(SandboxEscalationError) as info:
-            await host.ctx.approval.approve_escalation(
-                requested_mode=requested, justification="j", effective_mode=effective,
-                agent=agent, call_id="c",
+            await approve_escalation(
+                host.ctx.approval, requested_mode=requested, justification="j",
+                effective_mode=effective, agent=agent, call_id="c",
             )
         assert str(info.value) == (
             f'sandbox escalation to "{requested}" is not strictly wider than this call\'s '
@@ -161,8 +162,8 @@ async def test_no_service_and_no_agent() -> None:
     )
     async with booted(rules=None) as (host, _):
         with pytest.raises(SandboxEscalationError) as info:
-            await host.ctx.approval.approve_escalation(
-                requested_mode="danger-full-access", justification="j",
+            await approve_escalation(
+                host.ctx.approval, requested_mode="danger-full-access", justification="j",
                 effective_mode="read-only", agent=None, call_id="c",
             )
         assert str(info.value) == (
@@ -189,9 +190,9 @@ async def test_outcome_texts(answer: str, subject: str, message: str) -> None:
         host.ctx.on("approval/request", answerer)
         agent = new_agent(host)
         with pytest.raises(SandboxEscalationError) as info:
-            await host.ctx.approval.approve_escalation(
-                requested_mode="workspace-write", justification="j", effective_mode="read-only",
-                agent=agent, call_id="c", subject=subject,
+            await approve_escalation(
+                host.ctx.approval, requested_mode="workspace-write", justification="j",
+                effective_mode="read-only", agent=agent, call_id="c", subject=subject,
                 tool_name="bash" if subject == "command" else "write_file",
             )
         assert str(info.value) == message
@@ -203,8 +204,8 @@ async def test_never_policy_rejects_escalation_with_the_pair_logged() -> None:
         agent = new_agent(host)
         set_approval_policy(agent.session, "never")
         with pytest.raises(SandboxEscalationError) as info:
-            await host.ctx.approval.approve_escalation(
-                requested_mode="danger-full-access", justification="j",
+            await approve_escalation(
+                host.ctx.approval, requested_mode="danger-full-access", justification="j",
                 effective_mode="read-only", agent=agent, call_id="c",
             )
         assert str(info.value) == 'the user rejected escalating this command to "danger-full-access"'
@@ -218,8 +219,24 @@ async def test_rogue_approver_is_unreachable() -> None:
         async def request(self, req: Any) -> str:
             return "maybe"
 
-    with pytest.raises(TypeError, match="unreachable variant in EscalationOutcome"):
+    with pytest.raises(TypeError, match="unreachable: the approval service answered 'maybe'"):
         await approve_escalation(
             Rogue(), requested_mode="workspace-write", justification="j",
             effective_mode="read-only", agent=BareAgent(), call_id="c",
         )
+
+
+def test_one_mapping_from_outcome_to_refusal_text() -> None:
+    # The pipeline's ask and the escalation share approval_refusal (issue 17): the same three
+    # sentence shapes, each naming its subject; allowed-once is not a refusal.
+    tool = ApprovalSubject(rejected='tool "x"', asked_for='tool "x"', requiring='tool "x"')
+    assert [approval_refusal(o, tool) for o in ("rejected", "cancelled", "unavailable")] == [
+        'the user rejected tool "x"',
+        'approval for tool "x" was cancelled',
+        'tool "x" requires approval, but no approval channel is available',
+    ]
+    assert no_agent_refusal(tool) == (
+        'tool "x" requires approval, but the call has no agent to route it through'
+    )
+    with pytest.raises(TypeError, match="unreachable"):
+        approval_refusal("allowed-once", tool)

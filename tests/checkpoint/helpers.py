@@ -29,8 +29,9 @@ from dsh_session_persistence_jsonl import JsonlSessionPersistence
 
 from dsh_host import Row, open_host
 from dsh_host.errors import DshError
-from dsh_host.llm import LlmAdapter, LlmRequest, StreamChunk
+from dsh_host.llm import LlmAdapter, LlmRequest
 from dsh_host.loader import PluginHost
+from dsh_host.session import StreamChunk
 from dsh_host.session.events import SessionEvent
 
 POLICY_ROW = "session-checkpoints"

@@ -21,9 +21,18 @@ import pytest
 from dsh_llm_scripted import ScriptedResponse
 
 from dsh_host import CancelToken, Row, open_host
+from dsh_host.agent import AGENT_PRE_STEP
 from dsh_host.agent.types import Enter, PreStepContext
-from dsh_host.llm import LlmCallConfig, LlmRequest, StreamChunk, TextBlock
-from dsh_host.session import Session, TurnStart, UserMessage, UserSource
+from dsh_host.llm import LlmRequest
+from dsh_host.session import (
+    LlmCallConfig,
+    Session,
+    StreamChunk,
+    TextBlock,
+    TurnStart,
+    UserMessage,
+    UserSource,
+)
 from dsh_host.session.events import StepStart, ToolCallData
 from dsh_host.session.persistence import SessionWriteError
 from dsh_host.tools import (
@@ -420,7 +429,7 @@ async def test_pre_step_flushes_once_before_the_step_is_entered(tmp_path: Path) 
             assert len(durable) == len(session.events)
             return Enter(())
 
-        decision = await host.ctx.waterfall("agent/pre-step", pre_step_payload(session), enter)
+        decision = await host.ctx.waterfall(AGENT_PRE_STEP, pre_step_payload(session), enter)
 
         assert isinstance(decision, Enter)
         assert probe.journal.entries == ["flush:start", "flush:end", "enter"]
@@ -437,7 +446,7 @@ async def test_a_rejected_pre_step_flush_stops_the_step(tmp_path: Path) -> None:
             return Enter(())
 
         with pytest.raises(DiskUnavailableError):
-            await host.ctx.waterfall("agent/pre-step", pre_step_payload(session), enter)
+            await host.ctx.waterfall(AGENT_PRE_STEP, pre_step_payload(session), enter)
         assert "enter" not in probe.journal.entries
 
 
@@ -473,7 +482,7 @@ async def test_disposing_the_plugin_removes_every_wrapper(tmp_path: Path) -> Non
         async def enter() -> Enter:
             return Enter(())
 
-        await host.ctx.waterfall("agent/pre-step", pre_step_payload(session), enter)
+        await host.ctx.waterfall(AGENT_PRE_STEP, pre_step_payload(session), enter)
         assert probe.flushes == 0
         assert tool.entered == ["c1"]
         assert probe.journal.entries == ["adapter", "body"]

@@ -28,7 +28,7 @@ from dsh_compaction_basic import (
 
 from dsh_host import Row, open_host
 from dsh_host.cancel import CancelToken
-from dsh_host.errors import AbortedError, ConfigError
+from dsh_host.errors import AbortError, ConfigError
 from dsh_host.session.compaction import (
     MANUAL_COMPACTION_TEXTS,
     ManualCompactionError,
@@ -344,7 +344,7 @@ async def test_cancelling_compact_now_closes_the_bracket(who: str) -> None:
         if who == "agent":
             assert isinstance(error, ManualCompactionError) and error.code == "cancelled"
         else:
-            assert isinstance(error, AbortedError)
+            assert isinstance(error, AbortError)
         assert session.surface.nodes == nodes
         [end] = [e for e in session.events if e.type == "compaction/end"]
         assert "error" in end.data

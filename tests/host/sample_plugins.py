@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from dsh_host import Context, Plugin
+from dsh_host.bus import Emit
 
 #: Records what the sample plugins did, in order, for assertions.
 JOURNAL: list[str] = []
@@ -74,3 +75,16 @@ class AsyncOnEmit(Plugin):
             return None
 
         ctx.on("session/event", bad)
+
+
+#: An event owned by the plugin below (one declaration, with its key).
+PING = Emit[[str]]("sample/ping", 1, "(text)")
+
+
+class PingOwner(Plugin):
+    """Declares and dispatches ``sample/ping``; the declaration goes with the plugin."""
+
+    name = "ping-owner"
+
+    def apply(self, ctx: Context, config: Any) -> None:
+        ctx.declare_event(PING)

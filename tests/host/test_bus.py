@@ -4,6 +4,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from dsh_host.bus import EventBus, EventMode, EventSpec
@@ -18,7 +19,6 @@ def make_bus() -> EventBus:
     bus.declare(EventSpec("t/emit", EventMode.EMIT, 1))
     bus.declare(EventSpec("t/par", EventMode.PARALLEL, 1))
     bus.declare(EventSpec("t/ser", EventMode.SERIAL, 1))
-    bus.declare(EventSpec("t/bail", EventMode.BAIL, 1))
     bus.declare(EventSpec("t/stream", EventMode.STREAM_WATERFALL, 1))
     return bus
 
@@ -118,24 +118,37 @@ async def test_parallel_runs_all_and_raises_first_registered_failure() -> None:
     assert finished == ["slow"], "a failing sibling must not cancel the others"
 
 
-async def test_serial_and_bail_return_first_value() -> None:
+async def test_serial_awaits_every_listener_in_turn_and_returns_nothing() -> None:
     bus = make_bus()
+    trace: list[str] = []
 
-    async def none(x: int) -> None:
-        return None
+    async def first(x: int) -> None:
+        trace.append("first in")
+        await anyio.lowlevel.checkpoint()
+        trace.append("first out")
 
-    async def value(x: int) -> int:
-        return x * 2
+    async def returns_a_value(x: int) -> int:
+        trace.append("second")
+        return x * 2  # a value is ignored: it does not stop the chain
 
-    async def never(x: int) -> int:
-        raise AssertionError("must not run after a bail value")
+    async def third(x: int) -> None:
+        trace.append("third")
 
-    for fn in (none, value, never):
+    for fn in (first, returns_a_value, third):
         bus.add("t/ser", fn, None)
-    assert await bus.serial("t/ser", 4) == 8
-    bus.add("t/bail", lambda x: None, None)
-    bus.add("t/bail", lambda x: x + 1, None)
-    assert bus.bail("t/bail", 1) == 2
+    assert await bus.serial("t/ser", 4) is None
+    assert trace == ["first in", "first out", "second", "third"]
+
+
+def test_there_is_no_bail_mode() -> None:
+    assert {mode.value for mode in EventMode} == {
+        "emit",
+        "parallel",
+        "serial",
+        "waterfall",
+        "stream-waterfall",
+    }
+    assert not hasattr(EventBus, "bail")
 
 
 async def test_stream_waterfall_is_lazy() -> None:
@@ -207,7 +220,7 @@ def test_wrong_handler_kinds_are_registration_errors() -> None:
 def test_undeclared_and_conflicting_events() -> None:
     bus = make_bus()
     with pytest.raises(UndeclaredEventError, match="t/nope"):
-        bus.add("t/nope", lambda: None, None)
+        bus.emit("t/nope")
     with pytest.raises(EventModeConflictError):
         bus.declare(EventSpec("t/wf", EventMode.EMIT))
     with pytest.raises(EventModeConflictError):

@@ -6,7 +6,8 @@ import msgspec
 import pytest
 import sample_plugins
 
-from dsh_host import FiberState, Row, open_host, open_host_from_yaml, parse_rows
+from dsh_host import Row, open_host, open_host_from_yaml
+from dsh_host.context import FiberState
 from dsh_host.errors import (
     BootError,
     ConfigError,
@@ -16,7 +17,9 @@ from dsh_host.errors import (
     PluginRegistrationError,
     UnknownPluginError,
 )
-from dsh_host.loader import accept_camel_keys
+from dsh_host.loader import accept_camel_keys, parse_rows
+from dsh_host.session.keys import SESSION_EVENT
+from dsh_host.tools.keys import TOOLS_EXECUTE
 
 pytestmark = pytest.mark.anyio
 
@@ -155,7 +158,7 @@ async def test_two_rows_same_plugin_two_instances() -> None:
             trace.append("body")
             return "ok"
 
-        assert await host.ctx.waterfall("tools/execute", trace, body) == "ok"
+        assert await host.bus.waterfall(TOOLS_EXECUTE, trace, body) == "ok"
         assert trace == ["enter one", "enter two", "body", "exit two", "exit one"]
 
 
@@ -187,13 +190,14 @@ async def test_apply_failure_undoes_partial_registrations_others_keep_running() 
         assert "kaboom during apply" in boom.describe_state()
         assert echo.state is FiberState.ACTIVE
         assert host.ctx.get("boom") is None
-        assert host.bus.listeners("session/event") == []
+        assert host.bus.listeners(SESSION_EVENT) == []
         assert "undo exploding" in sample_plugins.JOURNAL
 
 
 async def test_wrong_listener_kind_fails_the_row() -> None:
-    async with open_host([Row(id="bad", name="sample_plugins:AsyncOnEmit")], strict=False) as host:
-        fiber = host.fibers[0]
+    rows = [Row(name="sessions"), Row(id="bad", name="sample_plugins:AsyncOnEmit")]
+    async with open_host(rows, strict=False) as host:
+        fiber = host.fibers[1]
         assert fiber.state is FiberState.FAILED
         assert isinstance(fiber.error, HandlerKindError)
 

@@ -51,6 +51,7 @@ class Stopwatch(Plugin):
 DRIVER = '''
 import anyio
 from dsh_host import open_host_from_yaml
+from dsh_host.tools import TOOLS_EXECUTE
 
 async def main():
     async with open_host_from_yaml("composition.yml") as host:
@@ -60,6 +61,9 @@ async def main():
             trace.append("tool body")
             return "ok"
 
+        # No tools row declares tools/execute: the plugin's listener by name waits for a
+        # declaration, so the key (which needs none) dispatches.
+        host.bus.declare(TOOLS_EXECUTE)
         await host.ctx.waterfall("tools/execute", trace, body)
         print("|".join(trace))
         print(host.status()[0]["entryPoint"])

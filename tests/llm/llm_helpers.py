@@ -6,13 +6,13 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
 from typing import Any
 
-from dsh_host.llm import (
+from dsh_host.llm import LlmRequest
+from dsh_host.session import (
     AbortedFinish,
     ErrorFinish,
     FinishChunk,
     LlmCallConfig,
     LlmFailure,
-    LlmRequest,
     StreamChunk,
     TextBlock,
 )

@@ -12,14 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsh_host.jsonsafe import json_dec_hook, json_enc_hook
-from dsh_host.llm import (
+from dsh_host.llm import BlockAssembler, IncompleteBlockError, pack_stream, unpack_stream
+from dsh_host.session import (
     AssistantMessage,
-    BlockAssembler,
     BlockEndChunk,
     BlockStartChunk,
     ErrorFinish,
     FinishChunk,
-    IncompleteBlockError,
     LlmFailure,
     MaxTokensFinish,
     ReasoningBlock,
@@ -33,8 +32,6 @@ from dsh_host.llm import (
     ToolCallDeltaChunk,
     ToolCallsFinish,
     UsageChunk,
-    pack_stream,
-    unpack_stream,
 )
 from dsh_host.session.messages import AssistantStreamRecord, ModelSource
 

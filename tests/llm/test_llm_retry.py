@@ -25,12 +25,13 @@ from sse_server import SseServer, http_error, sse, text_events
 from dsh_host import PluginHost, Row, open_host
 from dsh_host.agent import Agent, AgentService
 from dsh_host.errors import ConfigError
-from dsh_host.llm import LlmFailure, RetryPolicy
+from dsh_host.llm import RetryPolicy
 from dsh_host.session import (
     AbortedReason,
     AssistantMessageData,
     CompletedReason,
     ErrorReason,
+    LlmFailure,
     LlmRetryData,
     LlmRetryStartedData,
     SessionEvent,

@@ -16,30 +16,32 @@ from msgspec import UNSET
 
 from dsh_host import Row, open_host
 from dsh_host.cancel import CancelToken
-from dsh_host.errors import AbortedError, DshError
+from dsh_host.errors import AbortError, DshError
 from dsh_host.llm import (
-    AdapterDefaults,
-    AssistantMessage,
     BlockAssembler,
-    BlockStartChunk,
-    FinishChunk,
     LlmAdapter,
-    LlmCallConfig,
     LlmError,
-    LlmFailure,
     LlmRequest,
     LlmRuntime,
     ModelInfo,
-    ModelSource,
     RetryPolicy,
-    StopFinish,
-    StreamChunk,
-    TextBlock,
-    TextDeltaChunk,
     assemble,
     failure_of,
 )
 from dsh_host.plugin import Plugin
+from dsh_host.session import (
+    AdapterDefaults,
+    AssistantMessage,
+    BlockStartChunk,
+    FinishChunk,
+    LlmCallConfig,
+    LlmFailure,
+    ModelSource,
+    StopFinish,
+    StreamChunk,
+    TextBlock,
+    TextDeltaChunk,
+)
 
 # both backends: stream closing and cancellation
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
@@ -224,7 +226,7 @@ async def test_abort_before_dispatch_never_calls_the_adapter() -> None:
 
 async def test_aborted_error_from_adapter_is_aborted_even_without_signal() -> None:
     async def body(request: LlmRequest) -> AsyncGenerator[StreamChunk, None]:
-        raise AbortedError("gone")
+        raise AbortError("gone")
         yield  # pragma: no cover
 
     async with open_host([Row(name="llm")]) as host:
@@ -513,7 +515,7 @@ async def test_assembler_feeds_from_a_live_stream_with_times() -> None:
 
 
 def test_failure_normalization() -> None:
-    assert failure_of(AbortedError("user")).code == "ABORTED"
+    assert failure_of(AbortError("user")).code == "ABORTED"
 
     class Coded(DshError):
         code = "SANDBOX_UNAVAILABLE"

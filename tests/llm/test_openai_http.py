@@ -23,8 +23,8 @@ from sse_server import (
 
 from dsh_host import PluginHost, Row, open_host
 from dsh_host.cancel import CancelToken
-from dsh_host.llm import (
-    BlockAssembler,
+from dsh_host.llm import BlockAssembler, assemble
+from dsh_host.session import (
     LlmFailure,
     ReasoningBlock,
     StopFinish,
@@ -34,7 +34,6 @@ from dsh_host.llm import (
     TokenUsage,
     ToolCallBlock,
     ToolCallsFinish,
-    assemble,
 )
 
 # both backends: HTTP over real sockets, timeouts, aborts

@@ -20,20 +20,25 @@ from hypothesis import strategies as st
 from llm_helpers import request, user
 
 from dsh_host.errors import ConfigError
-from dsh_host.llm import (
+from dsh_host.llm import BlockAssembler, LlmError, RetryPolicyConfig
+from dsh_host.llm.wire import (
+    check_api_key,
+    http_error_code,
+    parse_retry_after_ms,
+    request_id_of,
+    user_agent,
+)
+from dsh_host.session import (
     AssistantMessage,
-    BlockAssembler,
     BlockEndChunk,
     BlockStartChunk,
     ErrorFinish,
     FinishChunk,
-    LlmError,
     LlmFailure,
     MaxTokensFinish,
     ModelSource,
     ReasoningBlock,
     ReasoningDeltaChunk,
-    RetryPolicyConfig,
     StopFinish,
     TextBlock,
     TextDeltaChunk,
@@ -43,13 +48,6 @@ from dsh_host.llm import (
     ToolCallsFinish,
     ToolSchema,
     UsageChunk,
-)
-from dsh_host.llm.wire import (
-    check_api_key,
-    http_error_code,
-    parse_retry_after_ms,
-    request_id_of,
-    user_agent,
 )
 from dsh_host.session.messages import (
     ToolResultBlock,

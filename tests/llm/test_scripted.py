@@ -14,7 +14,8 @@ from llm_helpers import collect, request, terminal_failure
 from dsh_host import Row, open_host, open_host_from_yaml
 from dsh_host.cancel import CancelToken
 from dsh_host.errors import BootError, ConfigError
-from dsh_host.llm import (
+from dsh_host.llm import assemble
+from dsh_host.session import (
     BlockEndChunk,
     BlockStartChunk,
     FinishChunk,
@@ -30,7 +31,6 @@ from dsh_host.llm import (
     ToolCallDeltaChunk,
     ToolCallsFinish,
     UsageChunk,
-    assemble,
 )
 
 pytestmark = pytest.mark.anyio

@@ -28,7 +28,7 @@ import anyio.lowlevel
 import pytest
 
 from dsh_host.cancel import CancelToken
-from dsh_host.errors import AbortedError
+from dsh_host.errors import AbortError
 from dsh_host.session.events import RequestHeaderData, SessionEvent, event_to_builtins
 from dsh_host.session.messages import EpochHeader, LlmCallConfig
 from dsh_host.session.persistence import (
@@ -265,7 +265,7 @@ async def test_pre_aborted_token_raises_the_reason(backend_factory: BackendFacto
             lambda: backend.inspect("abort", token=token),
             lambda: backend.list(token=token),
         ):
-            with pytest.raises(AbortedError) as raised:
+            with pytest.raises(AbortError) as raised:
                 await call()
             assert raised.value.reason is reason
 

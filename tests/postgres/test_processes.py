@@ -21,7 +21,7 @@ from dsh_host import Row, open_host
 from dsh_host.session.events import (
     CompletedReason,
     InterruptedReason,
-    ToolError,
+    ToolErrorData,
     ToolResultData,
     TurnEnd,
     event_to_builtins,
@@ -202,7 +202,7 @@ async def test_harness_killed_in_a_tool_body_is_resumed_by_another_process(
     closer = events[call + 1]
     assert isinstance(closer.data, ToolResultData)
     assert closer.source_event_seqs == (events[call].seq,)
-    assert isinstance(closer.data.error, ToolError)
+    assert isinstance(closer.data.error, ToolErrorData)
     assert closer.data.error.code == "TOOL_OUTCOME_UNKNOWN"
     text = closer.data.message.content[0].content[0].text  # type: ignore[union-attr]
     assert text == TOOL_OUTCOME_UNKNOWN_TEXT and "Do not retry blindly." in text

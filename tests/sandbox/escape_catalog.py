@@ -732,12 +732,12 @@ CATALOG: list[Attempt] = [
         close=_close_sock,
         happened=_accepted,
         script=_connect_script("unix"),
-        note="seccomp: socket(AF_UNIX) refused (unixSockets: deny)",
+        note="seccomp: socket(AF_UNIX) refused (unix_sockets: deny)",
     ),
     Custom(
         "pathname-unix-allow",
         "#25",
-        "pathname UNIX socket outside /tmp and /run (unixSockets: allow)",
+        "pathname UNIX socket outside /tmp and /run (unix_sockets: allow)",
         every(ALLOWED),
         unix_sockets="allow",
         prepare=_unix_listener(abstract=False),
@@ -761,7 +761,7 @@ CATALOG: list[Attempt] = [
     Custom(
         "abstract-unix-allow",
         "#26",
-        "abstract UNIX socket (network: allow, unixSockets: allow)",
+        "abstract UNIX socket (network: allow, unix_sockets: allow)",
         cells(ALLOWED, ALLOWED, DENIED, DENIED),
         network="allow",
         unix_sockets="allow",
@@ -954,7 +954,7 @@ ISSUE_15: list[Attempt] = [
     Custom(
         "tmp-unix-socket-hidden",
         "i15 #3",
-        "UNIX socket under /tmp with unixSockets: allow",
+        "UNIX socket under /tmp with unix_sockets: allow",
         every(DENIED),
         unix_sockets="allow",
         prepare=_unix_listener_at(lambda s: f"/tmp/dsh-sbx-{s.token}/default"),
@@ -966,7 +966,7 @@ ISSUE_15: list[Attempt] = [
     Custom(
         "run-unix-socket-hidden",
         "i15 #3",
-        "UNIX socket under /run with unixSockets: allow",
+        "UNIX socket under /run with unix_sockets: allow",
         every(DENIED),
         unix_sockets="allow",
         prepare=_unix_listener_at(lambda s: f"/run/dsh-sbx-{s.token}.sock"),

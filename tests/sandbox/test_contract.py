@@ -329,17 +329,17 @@ def test_writable_roots(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({"runnerFailureSignatures": ["x"]},
-         "sandbox-local: runnerFailureSignatures requires runnerCommand"),
-        ({"runnerCommand": ["r"]},
-         "sandbox-local: runnerCommand requires at least one runnerFailureSignatures entry"),
-        ({"runnerCommand": ["r"], "runnerFailureSignatures": ["  "]},
-         "sandbox-local: runnerFailureSignatures entries must be non-empty single-line strings"),
-        ({"runnerCommand": ["r"], "runnerFailureSignatures": ["a\nb"]},
-         "sandbox-local: runnerFailureSignatures entries must be non-empty single-line strings"),
-        ({"probeTimeoutMs": 0}, "sandbox-local: probeTimeoutMs must be a positive finite number"),
-        ({"probeTimeoutMs": -5}, "sandbox-local: probeTimeoutMs must be a positive finite number"),
-        ({"runnerCommand": ["r"], "runnerFailureSignatures": ["x"], "backend": "landlock"},
+        ({"runner_failure_signatures": ["x"]},
+         "sandbox-local: runner_failure_signatures requires runner_command"),
+        ({"runner_command": ["r"]},
+         "sandbox-local: runner_command requires at least one runner_failure_signatures entry"),
+        ({"runner_command": ["r"], "runner_failure_signatures": ["  "]},
+         "sandbox-local: runner_failure_signatures entries must be non-empty single-line strings"),
+        ({"runner_command": ["r"], "runner_failure_signatures": ["a\nb"]},
+         "sandbox-local: runner_failure_signatures entries must be non-empty single-line strings"),
+        ({"probe_timeout_ms": 0}, "sandbox-local: probe_timeout_ms must be a positive finite number"),
+        ({"probe_timeout_ms": -5}, "sandbox-local: probe_timeout_ms must be a positive finite number"),
+        ({"runner_command": ["r"], "runner_failure_signatures": ["x"], "backend": "landlock"},
          "cannot be combined with backend: landlock"),
     ],
 )  # fmt: skip
@@ -349,10 +349,10 @@ def test_config_errors(config: dict[str, object], message: str) -> None:
 
 
 def test_config_errors_direct_construction_and_types() -> None:
-    with pytest.raises(SandboxConfigError, match="probeTimeoutMs") as info:
+    with pytest.raises(SandboxConfigError, match="probe_timeout_ms") as info:
         SandboxLocalConfig(probe_timeout_ms=math.inf)
     assert isinstance(info.value, ConfigError)
-    with pytest.raises(SandboxConfigError, match="probeTimeoutMs"):
+    with pytest.raises(SandboxConfigError, match="probe_timeout_ms"):
         SandboxLocalConfig(probe_timeout_ms=math.nan)
     with pytest.raises(msgspec.ValidationError, match="network"):
         msgspec.convert({"network": "sometimes"}, SandboxLocalConfig)
@@ -370,7 +370,7 @@ def test_runner_command_shape_without_probes(
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing on PATH: proves no probe ran
     config = msgspec.convert(
-        {"runnerCommand": ["/opt/my-bwrap", "--extra"], "runnerFailureSignatures": ["my-bwrap: "]},
+        {"runner_command": ["/opt/my-bwrap", "--extra"], "runner_failure_signatures": ["my-bwrap: "]},
         SandboxLocalConfig,
     )
     provider = LocalSandboxProvider(config, landlock_launcher=["/nonexistent"])
@@ -382,9 +382,9 @@ def test_runner_command_shape_without_probes(
     assert result.enforcement == "full"
     assert result.denial_signatures == ("read-only file system", "permission denied")
     assert result.runner_failure_rules == (RunnerFailureRule(fatal_signatures=("my-bwrap: ",)),)
-    empty = LocalSandboxProvider(msgspec.convert({"runnerCommand": []}, SandboxLocalConfig),
+    empty = LocalSandboxProvider(msgspec.convert({"runner_command": []}, SandboxLocalConfig),
                                  landlock_launcher=["/nonexistent"])  # fmt: skip
-    with pytest.raises(SandboxUnavailableError):  # an empty runnerCommand = not configured
+    with pytest.raises(SandboxUnavailableError):  # an empty runner_command = not configured
         empty.confine(["true"], RO)
 
 
@@ -522,7 +522,7 @@ def test_limits_are_reported_where_no_cgroup_is_writable(
     assert NC_LIMITS.format(what="pids and memory") in result.not_covered
 
 
-@pytest.mark.parametrize("config", [{"pidsMax": 0}, {"memoryMaxMb": 0}])
+@pytest.mark.parametrize("config", [{"pids_max": 0}, {"memory_max_mb": 0}])
 def test_limit_config_errors(config: dict[str, object]) -> None:
-    with pytest.raises(msgspec.ValidationError, match="pidsMax and memoryMaxMb must be positive"):
+    with pytest.raises(msgspec.ValidationError, match="pids_max and memory_max_mb must be positive"):
         msgspec.convert(config, SandboxLocalConfig)

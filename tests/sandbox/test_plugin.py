@@ -42,7 +42,7 @@ async def test_dsh_spelling_and_forced_landlock() -> None:
 
 async def test_bad_config_is_a_config_error_naming_the_key() -> None:
     rows = [Row(name="sandbox-local", config={"probeTimeoutMs": 0})]
-    with pytest.raises(ConfigError, match="probeTimeoutMs must be a positive finite number"):
+    with pytest.raises(ConfigError, match="probe_timeout_ms must be a positive finite number"):
         async with open_host(rows):
             pass
 

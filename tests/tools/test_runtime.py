@@ -10,12 +10,11 @@ import pytest
 from msgspec import UNSET
 from tools_helpers import call, echo_tool, text_of
 
-from dsh_host import CancelToken
+from dsh_host import AbortError, CancelToken
 from dsh_host.errors import DshError
 from dsh_host.loader import PluginHost
 from dsh_host.session.messages import TextBlock, UserMessage, UserSource
 from dsh_host.tools import (
-    AbortError,
     Accept,
     Allow,
     ApprovalRequest,

@@ -186,10 +186,10 @@ async def test_the_row_budget_overrides_the_declared_one_and_the_dsh_name_loads(
 
 
 async def test_a_bad_budget_is_a_config_error_naming_the_key() -> None:
-    with pytest.raises(ConfigError, match=r"timeout-policy.*toolTimeoutMs"):
+    with pytest.raises(ConfigError, match=r"timeout-policy.*tool_timeout_ms"):
         async with policy_host(toolTimeoutMs={"bash": 0}):
             pass
-    with pytest.raises(ConfigError, match="toolTimeoutMs keys must be tool names"):
+    with pytest.raises(ConfigError, match="tool_timeout_ms keys must be tool names"):
         async with policy_host(toolTimeoutMs={" ": 10}):
             pass
 

@@ -1,0 +1,52 @@
+"""The events the session layer dispatches: one typed key each.
+
+The ``sessions`` plugin declares them on the bus (undone when it is unloaded);
+its :class:`~dsh_host.session.store.SessionStore` dispatches them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dsh_host.bus import Emit, EventSpec, Parallel
+from dsh_host.context import ServiceKey
+
+if TYPE_CHECKING:
+    from .events import SessionEvent
+    from .persistence import SessionPersistence
+    from .session import Session
+    from .store import SessionStore
+
+__all__ = [
+    "SESSIONS",
+    "SESSION_CREATED",
+    "SESSION_DISPOSED",
+    "SESSION_EVENT",
+    "SESSION_EVENTS",
+    "SESSION_FLUSH",
+    "SESSION_PERSISTENCE",
+]
+
+#: The ``sessions`` service (the ``sessions`` plugin's store).
+SESSIONS: ServiceKey[SessionStore] = ServiceKey("sessions")
+#: The ``sessionPersistence`` service (a persistence plugin's backend).
+SESSION_PERSISTENCE: ServiceKey[SessionPersistence] = ServiceKey("sessionPersistence")
+
+SESSION_EVENT: Emit[[Session, SessionEvent]] = Emit(
+    "session/event", 2, "(session, event) after every append"
+)
+SESSION_CREATED: Emit[[Session]] = Emit("session/created", 1, "(session) when the store adds one")
+SESSION_DISPOSED: Emit[[Session]] = Emit(
+    "session/disposed", 1, "(session) when the store drops one"
+)
+SESSION_FLUSH: Parallel[[Session]] = Parallel(
+    "session/flush", 1, "(session) the durability barrier"
+)
+
+#: Everything the ``sessions`` plugin declares.
+SESSION_EVENTS: tuple[EventSpec, ...] = (
+    SESSION_EVENT,
+    SESSION_CREATED,
+    SESSION_DISPOSED,
+    SESSION_FLUSH,
+)
