@@ -130,7 +130,7 @@ async def _measure(
         for _ in range(5):
             append(12)
             await ctx.sessions.flush(session)
-        path = ctx.sessionPersistence.owner(SESSION_ID).path
+        path = ctx.sessionPersistence.owner(SESSION_ID).lease.path
         parts: list[tuple[int, int, int]] = []
 
         async def barrier() -> tuple[int, bytes]:
