@@ -107,6 +107,28 @@ def test_loop_step(tmp_path: Path, backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_concurrency(tmp_path: Path, backend: str) -> None:
+    data = run_bench("concurrency", tmp_path, "--backend", backend)
+    agents, per_agent = data["agents"], data["steps_per_agent"]
+    assert (agents, per_agent) == (10, 8)
+    for run in [*data["single"], *data["many"], data["stall_run"]]:
+        assert run["tool_steps"] == agents * per_agent
+        assert run["steps_per_second"] > 0 and run["cpu_ms_per_step"] > 0
+        # the checkpoint policy makes every step durable three times (plus each publish)
+        assert run["fsyncs_per_step"] >= 3
+    assert all(r["agents"] == 1 for r in data["single"])
+    assert all(r["agents"] == agents for r in data["many"])
+    stall = data["stall"]
+    # agent 0's barriers really were held up inside fsync...
+    assert stall["stalled_fsyncs"] >= 1
+    assert stall["stalled_ms_total"] >= data["stall_ms"] * stall["stalled_fsyncs"]
+    # ...and the other agents kept stepping meanwhile: a barrier that blocked the event
+    # loop (an fsync run inline) would leave this at zero.
+    assert stall["other_agents_steps_during_stalls"] >= 1
+    assert data["targets"]["verdict"] in {"met", "NOT met"}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_resume(tmp_path: Path, backend: str) -> None:
     data = run_bench("resume", tmp_path, "--backend", backend)
     assert data["steps"] == 300
@@ -175,7 +197,7 @@ def test_run_all_lists_every_script_and_rejects_unknown_names() -> None:
     )
     assert listed.returncode == 0
     names = listed.stdout.split()
-    assert {"barrier", "loop_step", "resume", "host", "session_append"} <= set(names)
+    assert {"barrier", "loop_step", "resume", "host", "session_append", "concurrency"} <= set(names)
     assert "run_all" not in names and "_common" not in names
     bad = subprocess.run(
         [sys.executable, str(BENCH / "run_all.py"), "--only", "no_such_bench"],
