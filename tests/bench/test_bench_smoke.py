@@ -72,7 +72,7 @@ def test_barrier(tmp_path: Path, backend: str) -> None:
     for key, batch in data["batches"].items():
         assert batch["events_per_batch"] == int(key)
         for part in ("flush", "raw_write_fsync", "raw_open_write_fsync_close",
-                     "raw_write_fsync_on_worker_thread", "compress",
+                     "raw_write_fsync_on_worker_thread", "raw_write_fsync_on_anyio_thread", "compress",
                      "flush_before_fsync", "flush_fsync", "flush_after_fsync"):
             assert_summary(batch[part])
         assert batch["ratio"] > 0 and batch["ratio_median_of_pairs"] > 0
@@ -84,7 +84,7 @@ def test_barrier(tmp_path: Path, backend: str) -> None:
     assert_summary(data["fixed_costs"]["empty_flush"])
     assert_summary(data["fixed_costs"]["thread_hop"])
     assert data["targets"]["verdict"] in {"met", "NOT met"}
-    assert data["targets"]["ratio_at_most"] == 1.15
+    assert data["targets"]["ratio_at_most"] == 1.5
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
