@@ -551,10 +551,11 @@ class WriteHandle(Generic[L]):
         if problem is not None:
             raise problem
 
-    def _admit_event(self, event: EventLike, where: str) -> Pending:
+    def _admit_event(self, event: EventLike, index: int) -> Pending:
         if isinstance(event, SessionEvent):
             reject_retired(self.id, event.type, event.seq, event.data)
             return Pending(event, self._storage.encode(event, None))
+        where = f'session "{self.id}" append at index {index}'
         if not isinstance(event, Mapping):
             raise SessionAppendRejectedError(
                 f"{where}: expected a SessionEvent or a mapping, got {type(event).__qualname__}"
@@ -576,10 +577,7 @@ class WriteHandle(Generic[L]):
 
     def append(self, events: Sequence[EventLike]) -> None:
         """Accept a contiguous batch: validated here, ordered and visible, not durable."""
-        prepared = [
-            self._admit_event(event, f'session "{self.id}" append at index {index}')
-            for index, event in enumerate(events)
-        ]
+        prepared = [self._admit_event(event, index) for index, event in enumerate(events)]
         if not prepared:
             return
         self._check_usable()
