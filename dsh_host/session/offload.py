@@ -3,16 +3,16 @@
 A storage's durability barrier is a few hundred microseconds of ``write`` +
 ``fsync``; it runs off the event loop so one session's disk wait never stalls
 the others (``bench/concurrency.py`` proves it). ``anyio.to_thread.run_sync``
-costs ~105 µs of CPU per hop on trio (its limiter, cancel scope and portal
-bookkeeping on top of trio's own ~70 µs); the checkpoint policy makes three such
-hops a step. :func:`run_sync` keeps its contract -- ``fn(*args)`` runs on a
-worker thread in a copy of the caller's context, the caller waits for it and
-cannot be cancelled while it runs (a write is never abandoned half-way), its
-exception is re-raised in the caller -- and on trio hands the work straight to
-trio's thread cache (``trio.lowlevel.start_thread_soon``) and wakes the task
-with one ``run_sync_soon``: ~45 µs a hop. At most :data:`MAX_IN_FLIGHT` calls
-take that path at once; beyond it, and on asyncio, ``anyio.to_thread.run_sync``
-is used as is (its limiter bounds the threads).
+costs 65-105 µs of CPU per hop on trio (its limiter and cancel-scope bookkeeping
+on top of trio's own hop); the checkpoint policy makes three such hops a step.
+:func:`run_sync` keeps its contract -- ``fn(*args)`` runs on a worker thread in a
+copy of the caller's context, the caller waits for it and cannot be cancelled
+while it runs (a write is never abandoned half-way), its exception is re-raised
+in the caller -- and on trio hands the work straight to trio's thread cache
+(``trio.lowlevel.start_thread_soon``) and wakes the task with one
+``run_sync_soon``: ~50 µs a hop (``bench/barrier.py`` measures both). At most
+:data:`MAX_IN_FLIGHT` calls take that path at once; beyond it, and on asyncio,
+``anyio.to_thread.run_sync`` is used as is (its limiter bounds the threads).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ __all__ = ["MAX_IN_FLIGHT", "run_sync"]
 
 T = TypeVar("T")
 
-#: Calls on trio's thread cache at once (anyio's default limiter allows 40 threads).
+#: Calls on trio's thread cache at once (anyio's default limiter allows 40 threads). The
+#: count is the process's, kept by event-loop threads: a bound, not an exact census.
 MAX_IN_FLIGHT: Final = 40
 
 _in_flight = 0
