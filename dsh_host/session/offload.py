@@ -18,11 +18,11 @@ in the caller -- and on trio hands the work straight to trio's thread cache
 from __future__ import annotations
 
 import contextvars
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 import anyio
-import sniffio
 
 if TYPE_CHECKING:
     import outcome
@@ -41,9 +41,10 @@ _in_flight = 0
 async def run_sync(fn: Callable[..., T], *args: object) -> T:
     """``await anyio.to_thread.run_sync(fn, *args)``, cheaper on trio (see the module)."""
     global _in_flight
-    if _in_flight >= MAX_IN_FLIGHT or sniffio.current_async_library() != "trio":
+    loaded = sys.modules.get("trio")  # not imported here: a running trio has loaded it
+    if _in_flight >= MAX_IN_FLIGHT or loaded is None or not loaded.lowlevel.in_trio_task():
         return await anyio.to_thread.run_sync(fn, *args)
-    import trio  # already imported: trio runs this task
+    import trio  # the module just found loaded
 
     await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller starts nothing
     task = trio.lowlevel.current_task()
