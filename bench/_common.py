@@ -285,7 +285,8 @@ class GcTimer:
 
 @contextlib.contextmanager
 def threads_inline() -> Iterator[None]:
-    """Run ``anyio.to_thread.run_sync`` work inline on the calling thread (profiling only).
+    """Run ``anyio.to_thread.run_sync`` and ``dsh_host.session.offload.run_sync`` work inline
+    on the calling thread (profiling only).
 
     cProfile sees one thread; work handed to a worker thread (the JSONL backend's
     reads, frames and writes) would show up only as the caller waiting in epoll.
@@ -294,16 +295,20 @@ def threads_inline() -> Iterator[None]:
     """
     import anyio.to_thread
 
-    original = anyio.to_thread.run_sync
+    from dsh_host.session import offload
+
+    original, original_offload = anyio.to_thread.run_sync, offload.run_sync
 
     async def inline(func: Callable[..., Any], *args: Any, **_kwargs: Any) -> Any:
         return func(*args)
 
     anyio.to_thread.run_sync = inline  # type: ignore[assignment]
+    offload.run_sync = inline
     try:
         yield
     finally:
         anyio.to_thread.run_sync = original
+        offload.run_sync = original_offload
 
 
 def _label(key: tuple[str, int, str]) -> str:

@@ -165,7 +165,7 @@ async def run_loop(
                 handle = backend.owner(run.session_id) if backend is not None else None
                 path: str | None = None
                 if handle is not None and handle.materialized:
-                    path = handle.path
+                    path = handle.lease.path
                 size = file_size(path) if path is not None else 0
                 step = len(marks) + 1  # the step starting now; the one that ended is step - 1
                 previous = marks[-1][5] if marks else 0
@@ -189,7 +189,7 @@ async def run_loop(
             run.events = len(agent.session.events)
             if backend is not None:
                 await ctx.sessions.flush(agent.session)
-                run.path = backend.owner(run.session_id).path
+                run.path = backend.owner(run.session_id).lease.path
             await agent.aclose()
     run.fsyncs = counter.calls
     run.file_bytes = file_size(run.path) if run.path else 0

@@ -32,7 +32,8 @@ What a storage promises, method by method:
 
 The host never calls two writes of one lease at once, and never a write
 after ``release``. Blocking calls belong on a worker thread
-(``anyio.to_thread.run_sync``) so the storage runs under asyncio and trio.
+(``anyio.to_thread.run_sync``, or :func:`dsh_host.session.offload.run_sync` on a hot
+path) so the storage runs under asyncio and trio.
 Ownership must die with the process (``flock``, an advisory lock held by a
 connection): a crashed writer never blocks its successor.
 """

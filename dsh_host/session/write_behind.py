@@ -226,7 +226,6 @@ class WriteBehind(Generic[T]):
         self._active: anyio.Event | None = None
         self._deadline: float | None = None
         self._sleeper: anyio.CancelScope | None = None
-        self._window_id = 0
         self._expired = False
         self._paused = False
         self._reported = False
@@ -270,31 +269,55 @@ class WriteBehind(Generic[T]):
             self._arm()
 
     def _arm(self) -> None:
-        self.cancel_window()
+        """Open a window ending one window from now.
+
+        At most one sleeper task is alive per controller: a sleeper still waiting
+        for an earlier deadline (windows only move forward) sleeps on to the new
+        one when it wakes, so arming costs no task spawn and disarming no
+        cancellation (the checkpoint policy arms and disarms three windows a step).
+        """
         if self._spawn is None:
+            self._deadline = None
             return
         self._deadline = deadline = self._clock() + self._window
+        if self._sleeper is not None:
+            return
         scope = self._sleeper = anyio.CancelScope()
         try:
-            self._spawn(functools.partial(self._run_window, self._window_id, deadline, scope))
+            self._spawn(functools.partial(self._run_window, scope, deadline))
         except Exception:  # e.g. the host is shutting down: the items wait for a flush
             self.cancel_window()
 
+    def _disarm(self) -> None:
+        """Close the window without waking its sleeper (it ends at its deadline if nothing
+        was armed again by then)."""
+        self._deadline = None
+
     def cancel_window(self) -> None:
-        """Disarm the window: its sleeping task is cancelled and writes nothing."""
-        self._window_id += 1
+        """Disarm the window and cancel its sleeping task: nothing is written by it."""
         self._deadline = None
         sleeper, self._sleeper = self._sleeper, None
         if sleeper is not None:
             sleeper.cancel()
 
-    async def _run_window(self, window_id: int, deadline: float, scope: anyio.CancelScope) -> None:
+    async def _run_window(self, scope: anyio.CancelScope, deadline: float) -> None:
         sleep = self._sleep_until or window_sleep_until
+        expired = False
         with scope:
-            await sleep(deadline)
-        if scope.cancel_called or window_id != self._window_id or self._barrier is not None:
+            while True:
+                await sleep(deadline)
+                current = self._deadline
+                if current == deadline:
+                    expired = True
+                    break
+                if current is None:
+                    break  # disarmed (a flush drained the batch) and not armed again
+                deadline = current  # re-armed meanwhile: a later deadline
+        if self._sleeper is scope:
+            self._sleeper = None  # a window armed from here on gets a sleeper of its own
+        if not expired or scope.cancel_called or self._barrier is not None:
             return
-        self._deadline = self._sleeper = None
+        self._deadline = None
         if self._active is not None:
             self._expired = True  # the writer picks the batch up when it settles
             return
@@ -345,7 +368,7 @@ class WriteBehind(Generic[T]):
                 return
         barrier = self._barrier = _Barrier()
         try:
-            self.cancel_window()
+            self._disarm()
             self._paused = False
             self._expired = False
             if self._active is not None:
@@ -528,10 +551,11 @@ class WriteHandle(Generic[L]):
         if problem is not None:
             raise problem
 
-    def _admit_event(self, event: EventLike, where: str) -> Pending:
+    def _admit_event(self, event: EventLike, index: int) -> Pending:
         if isinstance(event, SessionEvent):
             reject_retired(self.id, event.type, event.seq, event.data)
             return Pending(event, self._storage.encode(event, None))
+        where = f'session "{self.id}" append at index {index}'
         if not isinstance(event, Mapping):
             raise SessionAppendRejectedError(
                 f"{where}: expected a SessionEvent or a mapping, got {type(event).__qualname__}"
@@ -553,10 +577,7 @@ class WriteHandle(Generic[L]):
 
     def append(self, events: Sequence[EventLike]) -> None:
         """Accept a contiguous batch: validated here, ordered and visible, not durable."""
-        prepared = [
-            self._admit_event(event, f'session "{self.id}" append at index {index}')
-            for index, event in enumerate(events)
-        ]
+        prepared = [self._admit_event(event, index) for index, event in enumerate(events)]
         if not prepared:
             return
         self._check_usable()

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 import anyio
 
+from dsh_host.session import offload
 from dsh_host.session.backend import PersistenceService
 from dsh_host.session.errors import InvalidSessionIdError
 from dsh_host.session.events import SessionEvent, encode_event
@@ -546,10 +547,10 @@ class JsonlStorage:
     async def append(self, lease: JsonlLease, batch: Sequence[Pending]) -> None:
         """One batch as one frame; a torn tail left by a crash is repaired first."""
         if lease.tail_to_repair:
-            await anyio.to_thread.run_sync(self._repair_tail_sync, lease)
+            await offload.run_sync(self._repair_tail_sync, lease)
         if batch:
             lines = [p.json for p in batch]
-            lease.size = await anyio.to_thread.run_sync(self._append_sync, lease, lines)
+            lease.size = await offload.run_sync(self._append_sync, lease, lines)
 
     def _repair_tail_sync(self, lease: JsonlLease) -> None:
         """Cut torn bytes, then re-append recovered records as their own frame (seed 000 §4.2)."""

@@ -87,9 +87,17 @@ def test_barrier(tmp_path: Path, backend: str) -> None:
     sizes = []
     for key, batch in data["batches"].items():
         assert batch["events_per_batch"] == int(key)
-        for part in ("flush", "raw_write_fsync", "raw_open_write_fsync_close",
-                     "raw_write_fsync_on_worker_thread", "compress",
-                     "flush_before_fsync", "flush_fsync", "flush_after_fsync"):
+        for part in (
+            "flush",
+            "raw_write_fsync",
+            "raw_open_write_fsync_close",
+            "raw_write_fsync_on_worker_thread",
+            "raw_write_fsync_on_anyio_thread",
+            "compress",
+            "flush_before_fsync",
+            "flush_fsync",
+            "flush_after_fsync",
+        ):
             assert_summary(batch[part])
         assert batch["ratio"] > 0 and batch["ratio_median_of_pairs"] > 0
         # the raw baseline wrote the very frame the barrier appended: a real zstd frame
@@ -100,12 +108,14 @@ def test_barrier(tmp_path: Path, backend: str) -> None:
     assert_summary(data["fixed_costs"]["empty_flush"])
     assert_summary(data["fixed_costs"]["thread_hop"])
     targets = data["targets"]
-    assert targets["ratio_at_most"] == 1.15
-    assert targets["primary_ratio"] == data["batches"][str(targets["primary_batch_events"])]["ratio"]
-    assert_verdict(targets["verdict"], targets["primary_ratio"], 1.15)
+    assert targets["ratio_at_most"] == 1.5
+    assert (
+        targets["primary_ratio"] == data["batches"][str(targets["primary_batch_events"])]["ratio"]
+    )
+    assert_verdict(targets["verdict"], targets["primary_ratio"], 1.5)
     assert set(targets["every_batch"]) == set(data["batches"])
     for key, batch in data["batches"].items():
-        assert_verdict(targets["every_batch"][key], batch["ratio"], 1.15)
+        assert_verdict(targets["every_batch"][key], batch["ratio"], 1.5)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -114,8 +124,15 @@ def test_loop_step(tmp_path: Path, backend: str) -> None:
     runs = data["runs"]
     assert [r["steps"] for r in runs] == [10, 50, 150]
     for run in runs:
-        for key in ("ms_per_step_start", "ms_per_step_end", "growth_ratio", "cpu_growth_ratio",
-                    "bytes_per_step", "raw_fsync_ms_median", "ratio_to_one_raw_fsync"):
+        for key in (
+            "ms_per_step_start",
+            "ms_per_step_end",
+            "growth_ratio",
+            "cpu_growth_ratio",
+            "bytes_per_step",
+            "raw_fsync_ms_median",
+            "ratio_to_one_raw_fsync",
+        ):
             assert run[key] > 0, key
         # The checkpoint policy is on: every tool step makes its log durable before the
         # request and before the tool body, so it cannot cost fewer than two fsyncs.
@@ -136,13 +153,41 @@ def test_loop_step(tmp_path: Path, backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_concurrency(tmp_path: Path, backend: str) -> None:
+    data = run_bench("concurrency", tmp_path, "--backend", backend)
+    agents, per_agent = data["agents"], data["steps_per_agent"]
+    assert (agents, per_agent) == (10, 8)
+    for run in [*data["single"], *data["many"], data["stall_run"]]:
+        assert run["tool_steps"] == agents * per_agent
+        assert run["steps_per_second"] > 0 and run["cpu_ms_per_step"] > 0
+        # the checkpoint policy makes every step durable three times (plus each publish)
+        assert run["fsyncs_per_step"] >= 3
+    assert all(r["agents"] == 1 for r in data["single"])
+    assert all(r["agents"] == agents for r in data["many"])
+    stall = data["stall"]
+    # agent 0's barriers really were held up inside fsync...
+    assert stall["stalled_fsyncs"] >= 1
+    assert stall["stalled_ms_total"] >= data["stall_ms"] * stall["stalled_fsyncs"]
+    # ...and the other agents kept stepping meanwhile: a barrier that blocked the event
+    # loop (an fsync run inline) would leave this at zero.
+    assert stall["other_agents_steps_during_stalls"] >= 1
+    assert data["targets"]["verdict"] in {"met", "NOT met"}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_resume(tmp_path: Path, backend: str) -> None:
     data = run_bench("resume", tmp_path, "--backend", backend)
     assert data["steps"] == 300
     assert data["events"] >= 5 * data["steps"]
     assert data["messages"] >= 2 * data["steps"]  # an assistant message + a tool result a step
-    for key in ("read", "raw_zstd_msgspec", "raw_zstd_stdlib_json", "resume",
-                "resume_to_first_derive", "restore_and_derive_in_memory"):
+    for key in (
+        "read",
+        "raw_zstd_msgspec",
+        "raw_zstd_stdlib_json",
+        "resume",
+        "resume_to_first_derive",
+        "restore_and_derive_in_memory",
+    ):
         assert_summary(data[key])
         assert data[key]["n"] == data["repeats"]
     assert data["ratio_read_over_raw"] > 0
@@ -209,8 +254,15 @@ def test_serve_load(tmp_path: Path) -> None:
 def test_run_all_runs_selected_scripts_and_summarizes(tmp_path: Path) -> None:
     results = tmp_path / "results"
     done = subprocess.run(
-        [sys.executable, str(BENCH / "run_all.py"), "--small", "--only", "host",
-         "--results-dir", str(results)],
+        [
+            sys.executable,
+            str(BENCH / "run_all.py"),
+            "--small",
+            "--only",
+            "host",
+            "--results-dir",
+            str(results),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -227,15 +279,29 @@ def test_run_all_runs_selected_scripts_and_summarizes(tmp_path: Path) -> None:
 def test_run_all_lists_every_script_and_rejects_unknown_names() -> None:
     listed = subprocess.run(
         [sys.executable, str(BENCH / "run_all.py"), "--list"],
-        capture_output=True, text=True, timeout=60, cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
     )
     assert listed.returncode == 0
     names = listed.stdout.split()
-    assert {"barrier", "loop_step", "resume", "host", "session_append", "startup"} <= set(names)
+    assert {
+        "barrier",
+        "loop_step",
+        "resume",
+        "host",
+        "session_append",
+        "startup",
+        "concurrency",
+    } <= set(names)
     assert "run_all" not in names and "_common" not in names
     bad = subprocess.run(
         [sys.executable, str(BENCH / "run_all.py"), "--only", "no_such_bench"],
-        capture_output=True, text=True, timeout=60, cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
     )
     assert bad.returncode == 2
     assert "no_such_bench" in bad.stderr

@@ -295,3 +295,38 @@ async def test_cancelled_flush_keeps_the_queue_moving() -> None:
         assert h.writer.batches == [[0]]
         await h.clock.advance(WINDOW_SECONDS)  # the re-armed window writes [1]
         assert h.writer.batches == [[0], [1]]
+
+
+async def test_a_window_disarmed_by_flushes_is_reused_not_respawned() -> None:
+    """The checkpoint policy's pattern (admit, flush, admit, flush, ...) arms a window per
+    batch; one sleeper task serves them all, and the last window still expires on time."""
+    async with task_group() as tg:
+        spawned: list[object] = []
+
+        def spawn(fn: object) -> None:
+            spawned.append(fn)
+            tg.start_soon(fn)  # type: ignore[arg-type]
+
+        clock = ManualClock()
+        writer = Writer()
+        batcher: WriteBehind[int] = WriteBehind(
+            write=writer,
+            spawn=spawn,
+            report=lambda _: None,
+            clock=clock,
+            sleep_until=clock.sleep_until,
+        )
+        for seq in range(10):
+            batcher.admit([seq])
+            assert batcher.window_armed
+            await batcher.flush()
+            assert not batcher.window_armed
+            await clock.advance(5 * MS)
+        assert len(spawned) == 1
+        assert writer.batches == [[seq] for seq in range(10)]
+        batcher.admit([10])  # armed at 50 ms: expires at 250 ms, not at the stale 200 ms
+        await clock.advance(150 * MS)  # now 200 ms: the sleeper wakes and sleeps on
+        assert writer.batches[-1] == [9]
+        await clock.advance(50 * MS)
+        assert writer.batches[-1] == [10]
+        assert not batcher.window_armed

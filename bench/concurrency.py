@@ -1,0 +1,303 @@
+"""Benchmark: many durable agents in one process, against one agent alone.
+
+One host (the composition of ``loop_step.py``: ``llm-scripted``, the JSONL
+backend with zstd, the checkpoint policy, the bench's in-process no-op tool)
+runs A agents at once, each on its own session, each turn one tool call per
+step. The scripted model is shared: it serves ``A * steps`` tool-call responses
+in order, then one closing text per agent, so the total number of tool steps is
+fixed whatever the interleaving. Contenders, interleaved (1, A, 1, A, ...):
+
+* **1 agent** -- ``steps * A`` tool steps by one agent (the fsyncs are serial);
+* **A agents** -- the same number of steps by A agents at once (their barriers
+  can overlap on the worker threads).
+
+Reported: tool steps per second (the steps after each agent's first, which publishes
+its log, from the first of them to the last turn's end), process CPU ms per tool step
+(publishing included), fsyncs per step, and the ratio ``A agents / 1 agent`` (target
+>= 3 at A = 50).
+
+**Stall proof.** A last run of A agents makes every fsync of agent 0's log sleep
+``--stall-ms`` (in the thread that calls it, as a slow disk would) and counts the
+steps the other agents start while one of those fsyncs is in progress: a barrier
+that blocked the event loop would leave that count at zero. Writes
+``bench/results/concurrency.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+from _common import (
+    NOOP_TOOL,
+    FsyncCounter,
+    cpu_ns,
+    machine_info,
+    median,
+    now_ns,
+    parser,
+    print_table,
+    ratio,
+    scratch_dir,
+    verdict,
+    write_result,
+)
+
+from dsh_host import Row, open_host
+from dsh_host.session.events import CompletedReason
+
+TARGET = 3.0
+FULL = {"agents": 50, "steps_per_agent": 40, "repeats": 3}
+SMALL = {"agents": 10, "steps_per_agent": 8, "repeats": 1}
+
+
+def script(tool_steps: int, closings: int) -> list[dict[str, Any]]:
+    """``tool_steps`` responses with one no-op tool call each, then ``closings`` texts."""
+    tool = [
+        {
+            "text": f"Step {i}: checking the next item.",
+            "tool_calls": [{"name": NOOP_TOOL, "arguments": {"i": i}}],
+            "usage": {"input_tokens": 1000, "output_tokens": 24},
+        }
+        for i in range(1, tool_steps + 1)
+    ]
+    closing = {"text": "All items checked.", "usage": {"input_tokens": 9, "output_tokens": 3}}
+    return [*tool, *([closing] * closings)]
+
+
+def rows(root: Path, tool_steps: int, agents: int) -> list[Row]:
+    return [
+        Row(name="sessions"),
+        Row(name="llm"),
+        Row(name="tools"),
+        Row(id="model", name="llm-scripted", config={"responses": script(tool_steps, agents)}),
+        Row(name="session-persistence-jsonl", config={"root": str(root)}),
+        Row(name="session-checkpoint-policy"),
+        Row(
+            name="agent",
+            config={"provider": "scripted", "model": "scripted", "maxStepsPerTurn": tool_steps + 1},
+        ),
+        Row(id="bench-tool", name="_common:NoopToolPlugin"),
+    ]
+
+
+class StallingFsync:
+    """``os.fsync`` that sleeps ``seconds`` first when the descriptor is under ``marker``
+    (agent 0's session directory), recording each stalled call's (start, end)."""
+
+    def __init__(self, inner: Any, marker: str, seconds: float) -> None:
+        self.inner, self.marker, self.seconds = inner, marker, seconds
+        self.spans: list[tuple[int, int]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, fd: int) -> None:
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            target = ""
+        if self.marker in target:
+            start = now_ns()
+            time.sleep(self.seconds)
+            self.inner(fd)
+            with self._lock:
+                self.spans.append((start, now_ns()))
+            return
+        self.inner(fd)
+
+
+@dataclass
+class Run:
+    agents: int
+    tool_steps: int
+    wall_ns: int = 0
+    cpu_ns: int = 0
+    fsyncs: int = 0
+    #: (perf_counter_ns, agent index) of every agent/step-start after an agent's first
+    starts: list[tuple[int, int]] = field(default_factory=list)
+    stalled: list[tuple[int, int]] = field(default_factory=list)
+
+
+async def run_agents(
+    root: Path, workspace: Path, agents: int, tool_steps: int, stall_s: float = 0.0
+) -> Run:
+    run = Run(agents=agents, tool_steps=tool_steps)
+    counter = FsyncCounter()
+    with counter.installed():
+        stall = None
+        if stall_s:
+            stall = StallingFsync(os.fsync, f"{os.sep}bench-conc-0{os.sep}", stall_s)
+            os.fsync = stall
+        try:
+            async with open_host(rows(root, tool_steps, agents)) as host:
+                ctx = host.ctx
+                made = [
+                    ctx.agent.create(session_id=f"bench-conc-{i}", cwd=str(workspace))
+                    for i in range(agents)
+                ]
+                index = {agent.session.id: i for i, agent in enumerate(made)}
+
+                def on_step_start(event: Any) -> None:
+                    if event.step > 1:
+                        run.starts.append((now_ns(), index[event.agent.session.id]))
+
+                ctx.on("agent/step-start", on_step_start)
+                reasons: list[Any] = []
+
+                async def one(agent: Any) -> None:
+                    reasons.append(await agent.run_turn("Check every item, one call each."))
+
+                cpu0, fsync0 = cpu_ns(), counter.calls
+                start = now_ns()
+                async with anyio.create_task_group() as tg:
+                    for agent in made:
+                        tg.start_soon(one, agent)
+                run.wall_ns = now_ns() - (min(t for t, _ in run.starts) if run.starts else start)
+                run.cpu_ns = cpu_ns() - cpu0
+                run.fsyncs = counter.calls - fsync0
+                if any(r != CompletedReason() for r in reasons):
+                    raise RuntimeError(f"a benchmark turn did not complete: {reasons!r}")
+                for agent in made:
+                    await agent.aclose()
+        finally:
+            if stall is not None:
+                os.fsync = stall.inner
+                run.stalled = list(stall.spans)
+    if len(run.starts) != tool_steps:
+        raise RuntimeError(f"expected {tool_steps} tool steps, saw {len(run.starts)}")
+    return run
+
+
+def summarize(run: Run) -> dict[str, Any]:
+    steps = len(run.starts)  # tool steps after each agent's first (its first publishes the log)
+    return {
+        "agents": run.agents,
+        "tool_steps": run.tool_steps,
+        "steps_per_second": round(steps / (run.wall_ns / 1e9), 1) if run.wall_ns else 0.0,
+        "cpu_ms_per_step": round(run.cpu_ns / 1e6 / run.tool_steps, 3),
+        "fsyncs_per_step": round(run.fsyncs / run.tool_steps, 2),
+        "wall_s": round(run.wall_ns / 1e9, 3),
+        "agents_that_stepped": len({a for _, a in run.starts}),
+    }
+
+
+def stall_summary(run: Run) -> dict[str, Any]:
+    spans = run.stalled
+    during = [
+        (t, a) for t, a in run.starts if a != 0 and any(s <= t <= e for s, e in spans)
+    ]
+    stalled_ns = sum(e - s for s, e in spans)
+    return {
+        "stalled_fsyncs": len(spans),
+        "stalled_ms_total": round(stalled_ns / 1e6, 1),
+        "other_agents_steps_during_stalls": len(during),
+        "other_agents_stepping_during_stalls": len({a for _, a in during}),
+        "slow_agent_steps": sum(1 for _, a in run.starts if a == 0),
+        "other_steps_per_second_during_stalls": (
+            round(len(during) / (stalled_ns / 1e9), 1) if stalled_ns else 0.0
+        ),
+    }
+
+
+async def main_async(
+    scratch: Path, agents: int, per_agent: int, repeats: int, stall_s: float
+) -> dict[str, Any]:
+    workspace = scratch / "workspace"
+    workspace.mkdir(exist_ok=True)
+    total = agents * per_agent
+    single: list[dict[str, Any]] = []
+    many: list[dict[str, Any]] = []
+    for r in range(repeats):  # interleaved: 1, A, 1, A, ...
+        single.append(summarize(await run_agents(scratch / f"one-{r}", workspace, 1, total)))
+        print(f"  1 agent: {single[-1]['steps_per_second']} steps/s", flush=True)
+        many.append(summarize(await run_agents(scratch / f"many-{r}", workspace, agents, total)))
+        print(f"  {agents} agents: {many[-1]['steps_per_second']} steps/s", flush=True)
+    stalled = await run_agents(scratch / "stall", workspace, agents, total, stall_s)
+    return {
+        "single": single,
+        "many": many,
+        "stall_run": summarize(stalled),
+        "stall": stall_summary(stalled),
+    }
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--agents", type=int, help=f"concurrent agents (default {FULL['agents']})")
+    p.add_argument("--steps-per-agent", type=int, help="tool steps per agent (total = A x this)")
+    p.add_argument("--repeats", type=int, help="interleaved repeats of each contender")
+    p.add_argument("--stall-ms", type=float, default=20.0, help="sleep before agent 0's fsyncs")
+    args = p.parse_args()
+    size = SMALL if args.small else FULL
+    agents = args.agents or size["agents"]
+    per_agent = args.steps_per_agent or size["steps_per_agent"]
+    repeats = args.repeats or size["repeats"]
+    with scratch_dir(args.scratch, "concurrency") as scratch:
+        info = machine_info(scratch)
+        out = anyio.run(
+            main_async, scratch, agents, per_agent, repeats, args.stall_ms / 1000,
+            backend=args.backend,
+        )
+    one = median([r["steps_per_second"] for r in out["single"]])
+    many = median([r["steps_per_second"] for r in out["many"]])
+    speedup = ratio(many, one)
+    print_table(
+        f"{agents} agents vs 1 in one process, {agents * per_agent} tool steps per run, JSONL "
+        f"(zstd) + checkpoint policy; medians of {repeats} interleaved repeats",
+        ["contender", "steps/s", "CPU ms/step", "fsyncs/step"],
+        [
+            [
+                "1 agent",
+                one,
+                median([r["cpu_ms_per_step"] for r in out["single"]]),
+                median([r["fsyncs_per_step"] for r in out["single"]]),
+            ],
+            [
+                f"{agents} agents",
+                many,
+                median([r["cpu_ms_per_step"] for r in out["many"]]),
+                median([r["fsyncs_per_step"] for r in out["many"]]),
+            ],
+        ],
+    )
+    stall = out["stall"]
+    print_table(
+        f"stall proof: every fsync of agent 0's log sleeps {args.stall_ms:g} ms first",
+        ["stalled fsyncs", "stalled ms", "other agents' steps meanwhile", "agents stepping",
+         "their steps/s meanwhile", "agent 0's steps"],
+        [[stall["stalled_fsyncs"], stall["stalled_ms_total"],
+          stall["other_agents_steps_during_stalls"], stall["other_agents_stepping_during_stalls"],
+          stall["other_steps_per_second_during_stalls"], stall["slow_agent_steps"]]],
+    )
+    targets = {
+        "speedup_at_least": TARGET,
+        "speedup": speedup,
+        "verdict": verdict(speedup, TARGET, at_most=False),
+    }
+    print(
+        f"\n{agents} agents / 1 agent = {speedup} ({targets['verdict']}, target >= {TARGET} at "
+        f"50 agents); while agent 0's barrier was stalled the others started "
+        f"{stall['other_agents_steps_during_stalls']} steps"
+    )
+    write_result(
+        "concurrency",
+        {
+            "small": args.small,
+            "backend": args.backend,
+            "agents": agents,
+            "steps_per_agent": per_agent,
+            "stall_ms": args.stall_ms,
+            **out,
+            "targets": targets,
+            "machine": info,
+        },
+        args.results_dir,
+    )
+
+
+if __name__ == "__main__":
+    main()
