@@ -27,7 +27,7 @@ import msgspec
 
 from ..agent import Agent
 from ..loader import LocatedRow, PluginHost
-from ..session.approvals import AWAITING_APPROVAL, DeferredCall, deferred_calls
+from ..session.approvals import AWAITING_APPROVAL, pending_approvals
 from ..session.persistence import SessionNotFoundError
 from .answerer import _escape
 from .common import (
@@ -45,7 +45,6 @@ __all__ = [
     "EXIT_AWAITING",
     "add_parser",
     "apply_approval_flag",
-    "pending_rows",
     "print_pending",
 ]
 
@@ -60,23 +59,6 @@ def apply_approval_flag(located: list[LocatedRow], value: str) -> None:
         patch_config(located, ("user-approval",), "unanswered", "defer", "--approval")
     else:
         patch_config(located, ("user-approval",), "policy", value, "--approval")
-
-
-def pending_row(session_id: str, call: DeferredCall) -> dict[str, Any]:
-    """One pending approval as ``dsh approvals list --json`` prints it."""
-    return {
-        "sessionId": session_id,
-        "callId": call.call_id,
-        "tool": call.tool_name,
-        "argsDigest": call.asked_digest,
-        "arguments": call.arguments,
-        "askedAt": call.asked_at,
-    }
-
-
-def pending_rows(events: Sequence[Any], session_id: str) -> list[dict[str, Any]]:
-    """Every undecided deferred call of a log, as rows."""
-    return [pending_row(session_id, c) for c in deferred_calls(events) if c.decision is None]
 
 
 def print_pending(rows: Sequence[dict[str, Any]]) -> None:
@@ -190,7 +172,7 @@ def run_list(args: argparse.Namespace) -> int:
                 load = await store.inspect(listing.header.id)
             except Exception:  # one unreadable log must not hide the others' approvals
                 continue
-            rows.extend(pending_rows(load.events, load.header.id))
+            rows.extend(pending_approvals(load.events, load.header.id))
         rows.sort(key=lambda r: (r["askedAt"], r["sessionId"], r["callId"]))
         return rows
 
@@ -262,7 +244,7 @@ def run_decide(args: argparse.Namespace) -> int:
                 "decision": args.decision,
                 "continued": not args.no_continue,
                 "turnEnd": msgspec.to_builtins(reason) if reason is not None else None,
-                "pendingApprovals": pending_rows(agent.session.events, agent.session.id),
+                "pendingApprovals": pending_approvals(agent.session.events, agent.session.id),
                 "events": len(agent.session.events),
             }
         finally:

@@ -28,13 +28,14 @@ from ..front.models import parse_model as parse_model_spec
 from ..llm.keys import LLM_STREAM
 from ..llm.types import LlmRequest
 from ..loader import LocatedRow, PluginHost, Row
+from ..session.approvals import pending_approvals
 from ..session.events import SessionEvent, to_builtins, turn_end_kind
 from ..session.header import SessionHeader, new_session_id
 from ..session.keys import SESSION_EVENT
 from ..session.messages import BlockEndChunk, StreamChunk, TextBlock, TextDeltaChunk, UserSource
 from ..session.persistence import SessionNotFoundError
 from .answerer import install_terminal_answerer
-from .approvals_cmd import EXIT_AWAITING, apply_approval_flag, pending_rows, print_pending
+from .approvals_cmd import EXIT_AWAITING, apply_approval_flag, print_pending
 from .common import (
     CliUsageError,
     add_config_flag,
@@ -398,7 +399,7 @@ async def _finish(args: argparse.Namespace, host: PluginHost, agent: Agent, reas
         "turnEnd": _turn_end(kind, reason),
         "events": len(agent.session.events),
         "where": where,
-        "pendingApprovals": pending_rows(agent.session.events, agent.session.id),
+        "pendingApprovals": pending_approvals(agent.session.events, agent.session.id),
         "usage": _usage(agent.session.events, turn),
         "finalText": _final_text(agent.session.events, turn),
     }

@@ -41,9 +41,10 @@ from dsh_host.session.persistence import (
     SessionNotFoundError,
 )
 
+from ..session.approvals import pending_approvals
 from .metrics import CONTENT_TYPE
 from .runtime import ApiError, ServerRuntime
-from .views import event_json, pending_approvals
+from .views import event_json
 
 __all__ = ["STATUS_CODES", "create_app"]
 

@@ -34,6 +34,7 @@ from dsh_host.agent.errors import ApprovalDecisionError
 from dsh_host.agent.loop import Agent
 from dsh_host.errors import DshError
 from dsh_host.loader import LocatedRow, PluginHost, Row, canonical_name, open_host
+from dsh_host.session.approvals import pending_approvals
 from dsh_host.session.events import SessionEvent, TurnEndReason, turn_end_kind
 from dsh_host.session.header import new_session_id
 from dsh_host.session.persistence import (
@@ -271,7 +272,7 @@ class ServerRuntime:
             return "running"
         if load.id in self._busy_elsewhere:
             return self._busy_elsewhere[load.id]
-        if views.pending_approvals(load.events, load.id):
+        if pending_approvals(load.events, load.id):
             return "awaiting-approval"
         if load.closers:
             return "interrupted"
@@ -307,7 +308,7 @@ class ServerRuntime:
                 load = await self.store.inspect(listing.header.id)
             except Exception:  # one unreadable log must not hide the others' approvals
                 continue
-            rows.extend(views.pending_approvals(load.events, load.id))
+            rows.extend(pending_approvals(load.events, load.id))
         rows.sort(key=lambda r: (r["askedAt"], r["sessionId"], r["callId"]))
         self.metrics.pending_approvals.set(len(rows))
         return rows
@@ -397,7 +398,7 @@ class ServerRuntime:
         self._claim(session_id)
         try:
             load = await self.inspect(session_id)
-            if views.pending_approvals(load.events, session_id):
+            if pending_approvals(load.events, session_id):
                 raise ApiError(
                     409,
                     "AWAITING_APPROVAL",

@@ -11,7 +11,6 @@ from typing import Any, Final
 
 import msgspec
 
-from dsh_host.session.approvals import DeferredCall, deferred_calls
 from dsh_host.session.events import SessionEvent, event_to_builtins, to_builtins
 from dsh_host.session.messages import TextBlock, UserSource
 
@@ -20,7 +19,6 @@ __all__ = [
     "USAGE_KEYS",
     "last_turn",
     "last_turn_end",
-    "pending_approvals",
     "title",
     "updated_at",
     "usage",
@@ -90,23 +88,6 @@ def last_turn_end(events: Sequence[SessionEvent]) -> dict[str, Any] | None:
 def updated_at(events: Sequence[SessionEvent], created_at: int) -> int:
     """The time of the last event (epoch ms), else the creation time."""
     return events[-1].time if events else created_at
-
-
-def pending_approvals(events: Sequence[SessionEvent], session_id: str) -> list[dict[str, Any]]:
-    """Every undecided deferred call of a log, as the API shows it."""
-    return [_pending_row(session_id, c) for c in deferred_calls(events) if c.decision is None]
-
-
-def _pending_row(session_id: str, call: DeferredCall) -> dict[str, Any]:
-    return {
-        "sessionId": session_id,
-        "callId": call.call_id,
-        "tool": call.tool_name,
-        "argsDigest": call.asked_digest,
-        "arguments": call.arguments,
-        "askedAt": call.asked_at,
-        "turn": call.turn,
-    }
 
 
 def event_json(event: SessionEvent) -> bytes:

@@ -28,6 +28,7 @@ __all__ = [
     "args_digest",
     "awaiting_call_ids",
     "deferred_calls",
+    "pending_approvals",
 ]
 
 #: The turn-end kind of a turn that stopped because calls wait for an approval decision.
@@ -196,3 +197,21 @@ def deferred_calls(events: Sequence[Any]) -> list[DeferredCall]:
 
 def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def pending_approvals(events: Sequence[Any], session_id: str) -> list[dict[str, Any]]:
+    """Every undecided deferred call of a log in its wire form, one dict per call: what
+    ``dsh approvals list --json``, ``dsh run --json`` and ``GET /approvals`` show."""
+    return [
+        {
+            "sessionId": session_id,
+            "callId": call.call_id,
+            "tool": call.tool_name,
+            "argsDigest": call.asked_digest,
+            "arguments": call.arguments,
+            "askedAt": call.asked_at,
+            "turn": call.turn,
+        }
+        for call in deferred_calls(events)
+        if call.decision is None
+    ]
