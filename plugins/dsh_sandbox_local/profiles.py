@@ -119,6 +119,8 @@ def bwrap_profile_args(
         args += ["--ro-bind", stage2, BWRAP_STAGE2_PATH]
     for path in _hidden_run_dirs():
         args += ["--remount-ro", path]
+    for path in interpreter_paths():
+        args += ["--ro-bind", path, path]
     args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     if network == "deny":
         args.append("--unshare-net")
@@ -132,6 +134,19 @@ def bwrap_profile_args(
             args += ["--ro-bind", policy.workspace_root, policy.workspace_root]
         args += ["--remount-ro", "/tmp"]
     return tuple(args)
+
+
+def interpreter_paths() -> tuple[str, ...]:
+    """The harness's own Python installation (its prefixes) where it lies under a directory the
+    sandbox hides (``/tmp``...): kept visible read-only, so a confined call can still run the
+    interpreter and packages dsh itself runs from (a virtualenv in a checkout under ``/tmp``).
+    Nothing becomes writable, and nothing else of the hidden directory is shown."""
+    seen: list[str] = []
+    for prefix in (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix):
+        path = os.path.realpath(prefix)
+        if _under_any(path, HIDDEN_ROOTS) and os.path.isdir(path) and path not in seen:
+            seen.append(path)
+    return tuple(seen)
 
 
 def _under_any(path: str, roots: tuple[str, ...]) -> bool:
@@ -179,6 +194,9 @@ def landlock_grant_args(
                 args += ["--protect", path]
     elif isolate and _under_any(policy.workspace_root, HIDDEN_ROOTS):
         args += ["--show", policy.workspace_root]  # keep a read-only workspace visible
+    if isolate:
+        for path in interpreter_paths():
+            args += ["--show", path]
     if deny_tcp:
         args.append("--deny-tcp")
     if deny_unix:

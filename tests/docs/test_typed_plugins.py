@@ -118,7 +118,9 @@ def test_mypy_strict_checks_the_typed_plugin_surface(tmp_path: Path) -> None:
             "--no-error-summary",
             "--no-color-output",
             "--cache-dir",
-            str(REPO / ".mypy_cache"),
+            # Its own cache: test_quality's mypy run may write .mypy_cache at the same time
+            # (another xdist worker), and mypy's cache is not safe for concurrent writers.
+            str(REPO / ".mypy_cache" / "typed-plugins-test"),
             "readme_tool_audit.py",
             "good_plugin.py",
             "bad_plugin.py",
@@ -129,6 +131,7 @@ def test_mypy_strict_checks_the_typed_plugin_surface(tmp_path: Path) -> None:
         timeout=600,
     )
     errors = [line for line in result.stdout.splitlines() if ": error:" in line]
+    assert errors, result.stdout + result.stderr  # mypy ran and reported something
     assert not [e for e in errors if not e.startswith("bad_plugin.py:")], result.stdout
     bad_lines = {
         number
