@@ -46,6 +46,14 @@ from sandbox_harness import linux_only, provider_for, run_confined
 
 from dsh_host.errors import ConfigError, DshError
 
+
+@pytest.fixture(autouse=True)
+def _interpreter_not_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exact-argv tests expect no interpreter binds (they appear only when the running
+    Python lies under /tmp, as in a fresh CI clone; tested on their own below)."""
+    monkeypatch.setattr(dsh_sandbox_local.profiles, "interpreter_paths", lambda: ())
+
+
 WS = "/var/tmp/some-workspace"
 RO = SandboxPolicy(mode="read-only", workspace_root=WS)
 WW = SandboxPolicy(mode="workspace-write", workspace_root=WS)
@@ -526,3 +534,45 @@ def test_limits_are_reported_where_no_cgroup_is_writable(
 def test_limit_config_errors(config: dict[str, object]) -> None:
     with pytest.raises(msgspec.ValidationError, match="pids_max and memory_max_mb must be positive"):
         msgspec.convert(config, SandboxLocalConfig)
+
+
+@linux_only
+@pytest.mark.parametrize("backend", ["bubblewrap", "landlock"])
+@pytest.mark.parametrize("mode", ["read-only", "workspace-write"])
+def test_an_interpreter_under_tmp_stays_runnable_and_read_only(
+    backend: str, mode: str, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A harness whose Python lives under /tmp (a virtualenv in a checkout there) can still run
+    it confined: its prefix is shown read-only inside the private /tmp, and nothing else of the
+    host's /tmp is. Control: without the bind the same command is not found."""
+    import tempfile
+
+    prefix = Path(tempfile.mkdtemp(prefix="dsh-fake-venv-", dir="/tmp"))
+    neighbour = Path(tempfile.mkdtemp(prefix="dsh-neighbour-", dir="/tmp"))
+    try:
+        tool = prefix / "bin" / "tool"
+        tool.parent.mkdir()
+        tool.write_text("#!/bin/sh\necho visible\n")
+        tool.chmod(0o755)
+        (neighbour / "secret").write_text("host /tmp content")
+        workspace = tmp_path_factory.mktemp("ws")
+        policy = SandboxPolicy(mode=mode, workspace_root=str(workspace))  # type: ignore[arg-type]
+        script = f"{tool}; cat {neighbour}/secret; touch {prefix}/written"
+        provider = provider_for(backend)
+
+        monkeypatch.setattr(dsh_sandbox_local.profiles, "interpreter_paths", lambda: ())
+        hidden = run_confined(provider.confine(["bash", "-c", script], policy))
+        assert "visible" not in hidden.stdout  # the control: /tmp is private, the tool is gone
+
+        monkeypatch.undo()
+        monkeypatch.setattr(sys, "prefix", str(prefix))
+        assert dsh_sandbox_local.profiles.interpreter_paths() == (os.path.realpath(prefix),)
+        shown = run_confined(provider.confine(["bash", "-c", script], policy))
+        assert shown.stdout.splitlines()[0] == "visible", shown.stdout + shown.stderr
+        assert "host /tmp content" not in shown.stdout  # only the prefix is shown
+        assert not (prefix / "written").exists()  # and it is read-only, judged from the host
+    finally:
+        import shutil as _shutil
+
+        _shutil.rmtree(prefix, ignore_errors=True)
+        _shutil.rmtree(neighbour, ignore_errors=True)
