@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,8 +21,35 @@ from dsh_host.loader import PluginHost
 from dsh_host.tools import ToolExecutionInput, ToolExecutionResult
 
 HERE = Path(__file__).resolve().parent
-FIXTURE = str(HERE / "fixture_server.py")
-EVERYTHING_JS = HERE / "node" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+
+
+def visible_to_confined_servers(source: Path) -> Path:
+    """``source`` where a confined server can read it. The sandbox gives a confined process an
+    empty private ``/tmp``, so a checkout under ``/tmp`` (a fresh CI clone) is invisible to a
+    ``read-only`` server: such a source is copied once under ``/var/tmp`` (keyed by its path and
+    modification time; a concurrent worker's copy wins the rename) and the copy is used."""
+    if not (str(source) + "/").startswith("/tmp/"):
+        return source
+    stamp = f"{source}:{source.stat().st_mtime_ns}".encode()
+    target = Path("/var/tmp") / f"dsh-mcp-test-{hashlib.sha256(stamp).hexdigest()[:16]}"
+    if not target.exists():
+        staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir="/var/tmp"))
+        if source.is_dir():
+            shutil.copytree(source, staging / source.name, symlinks=True)
+        else:
+            shutil.copy2(source, staging / source.name)
+        try:
+            staging.rename(target)
+        except OSError:  # another worker got there first: its copy is the same
+            shutil.rmtree(staging, ignore_errors=True)
+    return target / source.name
+
+
+FIXTURE = str(visible_to_confined_servers(HERE / "fixture_server.py"))
+EVERYTHING_JS = (
+    visible_to_confined_servers(HERE / "node")
+    / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+)  # fmt: skip
 
 needs_everything = pytest.mark.skipif(
     shutil.which("node") is None,
