@@ -15,46 +15,21 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from tools_helpers import call, text_of
+from tools_helpers import Boot, call, text_of
 
-from dsh_host import Row, open_host
 from dsh_host.loader import PluginHost
 from dsh_host.tools import ToolExecutionResult
 
 # both backends: worker threads
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
-Boot = Callable[..., AbstractAsyncContextManager[PluginHost]]
 #: Hang guard for one child process; nothing here asserts a duration.
 GUARD_S = 60
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    return workspace
-
-
-@pytest.fixture
-def boot(ws: Path) -> Boot:
-    @asynccontextmanager
-    async def booted(**config: Any) -> AsyncIterator[PluginHost]:
-        rows = [
-            Row(name="tools"),
-            Row(name="builtin-tools", config={"workspace": str(ws), **config}),
-        ]
-        async with open_host(rows) as host:
-            yield host
-
-    return booted
 
 
 async def run(host: PluginHost, name: str, arguments: Any) -> ToolExecutionResult:

@@ -8,22 +8,20 @@ never re-spilled.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from tools_helpers import call, echo_tool, text_of
+from tools_helpers import Boot, call, echo_tool, text_of
 
-from dsh_host import Row, open_host
 from dsh_host.loader import PluginHost
 from dsh_host.tools import ToolExecution, ToolExecutionResult
 
 pytestmark = pytest.mark.anyio
 
-Boot = Callable[..., AbstractAsyncContextManager[PluginHost]]
 GUARD_S = 60  # hang guard only
 #: 6000 numbered lines, 66 000 bytes.
 BIG = "".join(f"line {n:05d}\n" for n in range(1, 6001))
@@ -34,23 +32,12 @@ NOTICE = re.compile(
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    return workspace
-
-
-@pytest.fixture
-def boot(ws: Path) -> Boot:
+def boot(boot: Boot) -> Boot:
     """The builtin-tools row, plus a tool of another plugin (``big``) that returns ``BIG``."""
 
     @asynccontextmanager
     async def booted(**config: Any) -> AsyncIterator[PluginHost]:
-        rows = [
-            Row(name="tools"),
-            Row(name="builtin-tools", config={"workspace": str(ws), **config}),
-        ]
-        async with open_host(rows) as host:
+        async with boot(**config) as host:
 
             async def big(args: Any, exec: ToolExecution) -> Any:
                 return BIG

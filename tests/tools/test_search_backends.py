@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +17,12 @@ import anyio
 import pytest
 from dsh_builtin_tools.files import READ_FLAGS, WorkspaceRoot
 from dsh_builtin_tools.search import RG_LIST_ARGS, list_files, open_listed, ripgrep_binary
-from tools_helpers import call, text_of
+from tools_helpers import Boot, call, text_of
 
-from dsh_host import Row, open_host
-from dsh_host.loader import PluginHost
 from dsh_host.tools import beneath
 
 pytestmark = pytest.mark.anyio
 
-Boot = Callable[..., AbstractAsyncContextManager[PluginHost]]
 GUARD_S = 60  # hang guard only
 
 TREE = {
@@ -71,20 +66,6 @@ def ws(tmp_path: Path) -> Path:
     workspace.mkdir()
     make_tree(workspace, tmp_path / "outside")
     return workspace
-
-
-@pytest.fixture
-def boot(ws: Path) -> Boot:
-    @asynccontextmanager
-    async def booted(**config: Any) -> AsyncIterator[PluginHost]:
-        rows = [
-            Row(name="tools"),
-            Row(name="builtin-tools", config={"workspace": str(ws), **config}),
-        ]
-        async with open_host(rows) as host:
-            yield host
-
-    return booted
 
 
 QUERIES: list[tuple[str, dict[str, Any]]] = [

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from dsh_host import CancelToken
+from dsh_host.loader import PluginHost
 from dsh_host.tools import ToolDefinition, ToolExecution, ToolExecutionInput, text_output
 
 Body = Callable[[Any, ToolExecution], Awaitable[Any]]
+#: ``boot(**config)`` (the ``boot`` fixture): a host with the ``tools`` row and a
+#: ``builtin-tools`` row on the ``ws`` workspace.
+Boot = Callable[..., AbstractAsyncContextManager[PluginHost]]
 
 
 def echo_tool(
