@@ -294,6 +294,24 @@ async def run_native(repeats: int) -> dict[str, Any]:
     return {k: summary_ms(v) for k, v in samples.items()}
 
 
+def print_flush_table(flush: dict[str, Any]) -> None:
+    """The flush-latency table of :func:`measure_flushes`' results, one row per backend."""
+    print_table(
+        "flush latency (append + flush until durable), ms",
+        ["backend", "1 event: median", "p90", "12 events: median", "p90"],
+        [
+            [
+                name,
+                r["one_event"]["median_ms"],
+                r["one_event"]["p90_ms"],
+                r["one_turn_12_events"]["median_ms"],
+                r["one_turn_12_events"]["p90_ms"],
+            ]
+            for name, r in flush.items()
+        ],
+    )
+
+
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--turns", type=int, help="turns in the session, 12 events each (default 60)")
@@ -315,20 +333,7 @@ def main() -> None:
         f"session: {session['events']} events, {session['json_bytes']:,} bytes of JSON "
         f"(median event {session['median_event_bytes']} B, largest {session['max_event_bytes']} B)"
     )
-    print_table(
-        "flush latency (append + flush until durable), ms",
-        ["backend", "1 event: median", "p90", "12 events: median", "p90"],
-        [
-            [
-                name,
-                r["one_event"]["median_ms"],
-                r["one_event"]["p90_ms"],
-                r["one_turn_12_events"]["median_ms"],
-                r["one_turn_12_events"]["p90_ms"],
-            ]
-            for name, r in results["flush"].items()
-        ],
-    )
+    print_flush_table(results["flush"])
     print_table(
         f"resume of the {session['events']}-event session, ms",
         ["backend", "open(write)+read+close: median", "p90", "open(read)+read: median", "p90"],

@@ -28,7 +28,14 @@ import anyio
 from _common import machine_info, parser, print_table, ratio, scratch_dir, write_result
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
 from dsh_session_persistence_sqlite import SqliteSessionPersistence
-from postgres_vs_jsonl import Factory, measure_flushes, measure_resume, realistic_events, summary_ms
+from postgres_vs_jsonl import (
+    Factory,
+    measure_flushes,
+    measure_resume,
+    print_flush_table,
+    realistic_events,
+    summary_ms,
+)
 
 
 async def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
@@ -77,20 +84,7 @@ def main() -> None:
         info = machine_info(scratch)
         results = anyio.run(run, args, scratch, backend=args.backend)
     print(f"session: {results['session']['events']} events")
-    print_table(
-        "flush latency (append + flush until durable), ms",
-        ["backend", "1 event: median", "p90", "12 events: median", "p90"],
-        [
-            [
-                name,
-                r["one_event"]["median_ms"],
-                r["one_event"]["p90_ms"],
-                r["one_turn_12_events"]["median_ms"],
-                r["one_turn_12_events"]["p90_ms"],
-            ]
-            for name, r in results["flush"].items()
-        ],
-    )
+    print_flush_table(results["flush"])
     print_table(
         "resume, ms",
         ["backend", "open(write)+read+close: median", "open(read)+read: median"],
