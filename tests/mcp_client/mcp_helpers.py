@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -46,10 +47,15 @@ def visible_to_confined_servers(source: Path) -> Path:
 
 
 FIXTURE = str(visible_to_confined_servers(HERE / "fixture_server.py"))
-EVERYTHING_JS = (
-    visible_to_confined_servers(HERE / "node")
-    / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
-)  # fmt: skip
+
+
+@functools.cache
+def everything_js() -> Path:
+    """server-everything's entry point (copied on first use when the checkout is under /tmp:
+    32 MB of node_modules, so not at import time)."""
+    node = visible_to_confined_servers(HERE / "node")
+    return node / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+
 
 needs_everything = pytest.mark.skipif(
     shutil.which("node") is None,
@@ -59,9 +65,9 @@ needs_everything = pytest.mark.skipif(
 
 def require_everything() -> None:
     """With node present the reference server must be installed: fail, never skip."""
-    if not EVERYTHING_JS.is_file():
+    if not everything_js().is_file():
         pytest.fail(
-            f"{EVERYTHING_JS} is missing: run `npm ci` in tests/mcp_client/node (.ci/run does it "
+            f"{everything_js()} is missing: run `npm ci` in tests/mcp_client/node (.ci/run does it "
             "whenever npm is installed)"
         )
 
@@ -72,7 +78,7 @@ def everything_stdio(**extra: Any) -> dict[str, Any]:
         "serverName": "everything",
         "transport": "stdio",
         "command": "node",
-        "args": [str(EVERYTHING_JS), "stdio"],
+        "args": [str(everything_js()), "stdio"],
         **extra,
     }
 
@@ -176,7 +182,7 @@ class EverythingHttp:
         require_everything()
         env = {**os.environ, "PORT": str(self.port)}
         self.process = subprocess.Popen(
-            ["node", str(EVERYTHING_JS), "streamableHttp"],
+            ["node", str(everything_js()), "streamableHttp"],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
