@@ -834,13 +834,20 @@ def _escapee_alive(a: Attempt, s: Scene, result: Any) -> bool:
     # "outlived the call" only if it is still alive after a bounded wait (10 s: hang
     # protection; a contained escapee is gone long before). One alive in the host's own PID
     # namespace after the call returned has outlived it: nothing is left to tear it down.
+    # Gone means absent on three looks in a row: a process caught inside execve (bash → setsid
+    # → nohup → sleep) can read as an empty command line for an instant.
     marker = _escapee_marker(a, s)
+    absent = 0
     for _ in range(100):
         alive = sleepers(marker)
         if not alive:
-            return False
-        if any(_in_host_pid_namespace(pid) for pid in alive):
-            return True
+            absent += 1
+            if absent == 3:
+                return False
+        else:
+            absent = 0
+            if any(_in_host_pid_namespace(pid) for pid in alive):
+                return True
         time.sleep(0.1)
     return bool(sleepers(marker))
 
