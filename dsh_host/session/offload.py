@@ -13,12 +13,19 @@ in the caller -- and on trio hands the work straight to trio's thread cache
 ``run_sync_soon``: ~50 µs a hop (``bench/barrier.py`` measures both). At most
 :data:`MAX_IN_FLIGHT` calls take that path at once; beyond it, and on asyncio,
 ``anyio.to_thread.run_sync`` is used as is (its limiter bounds the threads).
+
+Even that hop is a round trip of two wake-ups, ~70-120 µs on a shared 2-core VM:
+half of a fast disk's ``write`` + ``fsync``. :class:`BarrierLane` decides per
+call whether a storage's barrier may run on the event loop instead (trio, nothing
+else ready to run, no other work in flight, and the work recently fast); the JSONL
+storage uses one.
 """
 
 from __future__ import annotations
 
 import contextvars
 import sys
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
@@ -27,7 +34,7 @@ import anyio
 if TYPE_CHECKING:
     import outcome
 
-__all__ = ["MAX_IN_FLIGHT", "run_sync"]
+__all__ = ["DEFAULT_INLINE_BUDGET", "MAX_IN_FLIGHT", "BarrierLane", "run_sync"]
 
 T = TypeVar("T")
 
@@ -36,6 +43,10 @@ T = TypeVar("T")
 MAX_IN_FLIGHT: Final = 40
 
 _in_flight = 0
+
+#: :class:`BarrierLane`'s default budget: work whose recent duration is within 2 ms may run
+#: on the event loop (a fast disk's write + fsync is 0.15-0.6 ms; its slow mode ~3 ms).
+DEFAULT_INLINE_BUDGET: Final = 0.002
 
 
 async def run_sync(fn: Callable[..., T], *args: object) -> T:
@@ -67,3 +78,95 @@ async def run_sync(fn: Callable[..., T], *args: object) -> T:
     finally:
         _in_flight -= 1
     return cast(T, result)
+
+
+class BarrierLane:
+    """Where one storage's durability work runs: on the event loop when that is both cheaper
+    than a worker hop and stalls nobody, else on a worker thread (:func:`run_sync`).
+
+    A worker hop's round trip (wake a thread, then wake the event loop) costs ~70-120 µs
+    on a shared 2-core VM: more than half of a fast disk's ``write`` + ``fsync``
+    (``bench/barrier.py``). So a barrier runs inline, on the event-loop thread, when all
+    of these hold at the moment it starts:
+
+    * the loop is trio (asyncio always hops);
+    * no other task is ready to run (trio's ``tasks_runnable`` is 0) and no other
+      worker-thread work of this module is in flight (nobody's completion would wait);
+    * the work's recent duration is within ``inline_budget`` seconds: an estimate that
+      rises at once to any slower call and decays by 1/8 per call, measured on
+      whichever thread ran the work. A disk in its slow mode therefore gets the hop
+      after one call, and the inline path back only once calls are fast again.
+
+    Other tasks of the process (a live display, an HTTP client waiting for its socket)
+    then wait at most one call within the budget; any other session mid-step keeps its
+    hop (``bench/concurrency.py`` counts the steps other agents take while one agent's
+    fsyncs are stalled, with the lane on and off). Inline work is protected from
+    ``KeyboardInterrupt`` (trio's ``enable_ki_protection``), so a write is never
+    abandoned half-way on either path, and a cancelled caller starts nothing.
+
+    ``inline_budget`` 0 disables the inline path (every call hops).
+    """
+
+    __slots__ = ("_estimate", "inline_budget", "inline_calls", "thread_calls")
+
+    def __init__(self, inline_budget: float = DEFAULT_INLINE_BUDGET) -> None:
+        if not inline_budget >= 0:
+            raise ValueError(f"inline_budget must be >= 0 seconds, got {inline_budget!r}")
+        self.inline_budget = inline_budget
+        self._estimate = 0.0
+        #: How many calls ran inline and on a worker thread (for benches and tests).
+        self.inline_calls = 0
+        self.thread_calls = 0
+
+    @property
+    def estimate(self) -> float:
+        """The lane's current estimate of one call's duration, in seconds."""
+        return self._estimate
+
+    def _observe(self, seconds: float) -> None:
+        estimate = self._estimate
+        self._estimate = seconds if seconds > estimate else estimate + (seconds - estimate) / 8
+
+    def _may_run_inline(self) -> Any:
+        """The running trio module when this call may run inline, else None."""
+        if self._estimate > self.inline_budget or _in_flight:
+            return None
+        loaded = sys.modules.get("trio")
+        if loaded is None or not loaded.lowlevel.in_trio_task():
+            return None
+        if loaded.lowlevel.current_statistics().tasks_runnable:
+            return None
+        return loaded
+
+    async def run(self, fn: Callable[..., T], *args: object) -> T:
+        """``fn(*args)`` inline or on a worker thread (see the class); its result or error."""
+        trio = None if self.inline_budget == 0 else self._may_run_inline()
+        if trio is None:
+            self.thread_calls += 1
+            return await run_sync(self._timed, fn, *args)
+        await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller starts nothing
+        self.inline_calls += 1
+        return cast(T, _protected(trio)(self._timed, (fn, *args)))
+
+    def _timed(self, fn: Callable[..., T], *args: object) -> T:
+        started = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self._observe(time.perf_counter() - started)
+
+
+_ki_protected: Callable[..., Any] | None = None
+
+
+def _protected(trio: Any) -> Callable[..., Any]:
+    """``call(fn, args)`` -> ``fn(*args)``, with KeyboardInterrupt deferred while it runs."""
+    global _ki_protected
+    if _ki_protected is None:
+
+        @trio.lowlevel.enable_ki_protection  # type: ignore[untyped-decorator]
+        def call(fn: Callable[..., Any], args: tuple[object, ...]) -> Any:
+            return fn(*args)
+
+        _ki_protected = call
+    return _ki_protected

@@ -206,16 +206,26 @@ class JsonlStorage:
     """Session logs as ``<root>/--<project>--/<id>/session.v3.jsonl[.zstd]``.
 
     A :class:`~dsh_host.session.storage.SessionStorage`: a batch is one frame
-    (or run of lines) written and fsynced on a worker thread; ownership is
-    ``flock`` on ``session.lock``, taken when a created session is first
+    (or run of lines) written and fsynced on a worker thread, or on the event loop
+    when that is cheaper and stalls nobody (:class:`~dsh_host.session.offload.BarrierLane`);
+    ownership is ``flock`` on ``session.lock``, taken when a created session is first
     published or at ``acquire``.
     """
 
     name = "session-persistence-jsonl"
 
-    def __init__(self, root: str, compression: Compression = "zstd") -> None:
+    def __init__(
+        self,
+        root: str,
+        compression: Compression = "zstd",
+        *,
+        inline_barrier: float = offload.DEFAULT_INLINE_BUDGET,
+    ) -> None:
         if compression not in ("zstd", "none"):
             raise ValueError(f'compression must be "zstd" or "none", got {compression!r}')
+        #: Where each batch's compress + write + fsync runs (``inline_barrier``: its budget in
+        #: seconds for running on the event loop; 0 = always a worker thread).
+        self.lane = offload.BarrierLane(inline_barrier)
         self.root = os.path.abspath(os.path.expanduser(root))
         if os.path.exists(self.root) and not os.path.isdir(self.root):
             raise NotADirectoryError(f'session root "{self.root}" exists and is not a directory')
@@ -519,9 +529,7 @@ class JsonlStorage:
                     f'("{session_dir}") before writing: {error}'
                 ) from error
             artifact, header, wire_events = self._read_sync(session_id)
-            path = os.path.join(
-                session_dir, generation_filename(CURRENT_VERSION, self.compression)
-            )
+            path = os.path.join(session_dir, generation_filename(CURRENT_VERSION, self.compression))
             load = self._load(artifact, header, wire_events)
             if artifact.version != CURRENT_VERSION:
                 size = publish_generation(self, artifact, header, wire_events, session_dir)
@@ -550,7 +558,7 @@ class JsonlStorage:
             await offload.run_sync(self._repair_tail_sync, lease)
         if batch:
             lines = [p.json for p in batch]
-            lease.size = await offload.run_sync(self._append_sync, lease, lines)
+            lease.size = await self.lane.run(self._append_sync, lease, lines)
 
     def _repair_tail_sync(self, lease: JsonlLease) -> None:
         """Cut torn bytes, then re-append recovered records as their own frame (seed 000 §4.2)."""
@@ -572,7 +580,7 @@ class JsonlStorage:
             lease.rewrite = []
 
     def _append_sync(self, lease: JsonlLease, lines: list[bytes]) -> int:
-        """Compress (zstd releases the GIL) and append one batch; worker thread."""
+        """Compress (zstd releases the GIL) and append one batch (where: :attr:`lane`)."""
         lease.lock.check()
         data = _frame_or_lines(lines, self.compression)
         path = lease.path
@@ -707,7 +715,6 @@ class JsonlStorage:
         )
 
 
-
 class JsonlSessionPersistence(PersistenceService[JsonlLease]):
     """The ``sessionPersistence`` service over :class:`JsonlStorage` (a named constructor).
 
@@ -724,8 +731,13 @@ class JsonlSessionPersistence(PersistenceService[JsonlLease]):
         *,
         spawn: Spawn | None = None,
         logger: logging.Logger | None = None,
+        inline_barrier: float = offload.DEFAULT_INLINE_BUDGET,
     ) -> None:
-        super().__init__(JsonlStorage(root, compression), spawn=spawn, logger=logger or _log)
+        super().__init__(
+            JsonlStorage(root, compression, inline_barrier=inline_barrier),
+            spawn=spawn,
+            logger=logger or _log,
+        )
 
 
 def _listed_id(segment: str) -> str:

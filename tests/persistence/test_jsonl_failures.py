@@ -344,7 +344,9 @@ async def test_a_second_close_waits_for_the_first_instead_of_releasing_under_its
     """Regression: ``close`` from a session's release and from ``aclose`` ran concurrently;
     the second found nothing buffered (the first had taken the batch), closed the log and
     released the lock while the first was writing, and that batch was lost. Here the first
-    close is held inside ``os.write`` on its worker thread while the second one runs."""
+    close is held inside ``os.write`` on its worker thread while the second one runs (an
+    inline barrier holds the event loop itself, so only the worker-thread path can interleave:
+    ``inline_barrier=0``)."""
     real_write = os.write
     entered, gate = threading.Event(), threading.Event()
 
@@ -354,7 +356,7 @@ async def test_a_second_close_waits_for_the_first_instead_of_releasing_under_its
             gate.wait(10)
         return real_write(fd, data)
 
-    backend = JsonlSessionPersistence(str(tmp_path))
+    backend = JsonlSessionPersistence(str(tmp_path), inline_barrier=0)
     handle = await backend.create(header("closes"))
     handle.append(events[:3])
     await handle.flush()

@@ -1,0 +1,136 @@
+"""``dsh_host.session.offload.BarrierLane``: a barrier inline on the event loop only when that
+stalls nobody and the work has been fast; otherwise the worker-thread hop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+import trio
+
+from dsh_host.session import offload
+
+pytestmark = pytest.mark.anyio
+
+
+def where() -> int:
+    return threading.get_ident()
+
+
+async def test_fast_work_with_nothing_else_ready_runs_on_the_event_loop() -> None:
+    lane = offload.BarrierLane(0.05)
+    assert await lane.run(where) == threading.get_ident()
+    assert (lane.inline_calls, lane.thread_calls) == (1, 0)
+    assert 0 < lane.estimate < 0.05
+
+
+async def test_a_zero_budget_always_hops() -> None:
+    lane = offload.BarrierLane(0)
+    for _ in range(3):
+        assert await lane.run(where) != threading.get_ident()
+    assert (lane.inline_calls, lane.thread_calls) == (0, 3)
+
+
+async def test_slow_work_moves_to_the_worker_thread_until_calls_are_fast_again() -> None:
+    lane = offload.BarrierLane(0.01)
+    await lane.run(time.sleep, 0.05)  # inline: nothing known yet; now the estimate is 50 ms
+    assert lane.inline_calls == 1 and lane.estimate >= 0.05
+    hopped = 0
+    while await lane.run(where) != threading.get_ident():  # fast calls decay the estimate
+        hopped += 1
+        assert hopped < 100
+    # 50 ms decays by 1/8 per fast call: 0.05 * (7/8)^n <= 0.01 needs n >= 13.
+    assert hopped >= 12
+    assert lane.thread_calls == hopped and lane.estimate <= 0.01
+
+
+async def test_another_ready_task_gets_the_hop() -> None:
+    lane = offload.BarrierLane(1.0)
+    seen: list[int] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.sleep, 0)  # ready to run when the barrier starts
+        seen.append(await lane.run(where))
+    assert seen != [threading.get_ident()]
+    assert lane.thread_calls == 1
+
+
+async def test_other_thread_work_in_flight_gets_the_hop() -> None:
+    lane = offload.BarrierLane(1.0)
+    gate = threading.Event()
+    seen: list[int] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(offload.run_sync, gate.wait, 10)
+        await trio.sleep(0.01)  # that work is now on its thread; nothing is runnable
+        seen.append(await lane.run(where))
+        gate.set()
+    assert seen != [threading.get_ident()]
+
+
+async def test_errors_reach_the_caller_on_both_paths() -> None:
+    def fail() -> None:
+        raise OSError(28, "No space left on device")
+
+    for budget in (1.0, 0.0):
+        lane = offload.BarrierLane(budget)
+        with pytest.raises(OSError, match="No space left"):
+            await lane.run(fail)
+        assert lane.estimate > 0  # a failing call is still timed
+
+
+async def test_a_cancelled_caller_starts_nothing_on_either_path() -> None:
+    ran: list[bool] = []
+    for budget in (1.0, 0.0):
+        lane = offload.BarrierLane(budget)
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await lane.run(ran.append, True)
+        assert scope.cancelled_caught
+    assert ran == []
+
+
+@pytest.mark.both_backends
+async def test_asyncio_always_hops(anyio_backend: str) -> None:
+    lane = offload.BarrierLane(1.0)
+    on_loop = await lane.run(where) == threading.get_ident()
+    assert on_loop is (anyio_backend == "trio")
+
+
+def test_a_negative_budget_is_refused() -> None:
+    with pytest.raises(ValueError, match="inline_budget must be >= 0 seconds, got -1"):
+        offload.BarrierLane(-1)
+
+
+def _interrupted_write(steps: list[str]) -> None:
+    """A write whose process gets SIGINT half-way (as Ctrl-C would)."""
+    steps.append("write")
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.05)  # trio's handler runs here, on the main thread
+    steps.append("fsync")
+
+
+def test_inline_work_is_not_torn_by_ctrl_c() -> None:
+    """Ctrl-C during an inline barrier is delivered after the write and its fsync, never
+    between them; the control (the same work unprotected) is torn."""
+
+    async def lane_write(steps: list[str]) -> None:
+        lane = offload.BarrierLane(1.0)
+        await lane.run(_interrupted_write, steps)
+        assert lane.inline_calls == 1
+        steps.append("returned")
+        await trio.sleep(1)
+
+    async def bare_write(steps: list[str]) -> None:
+        _interrupted_write(steps)
+        steps.append("returned")
+
+    protected: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        trio.run(lane_write, protected)
+    assert protected == ["write", "fsync", "returned"]
+    control: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        trio.run(bare_write, control)
+    assert control == ["write"]
