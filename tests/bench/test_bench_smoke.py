@@ -158,11 +158,15 @@ def test_concurrency(tmp_path: Path, backend: str) -> None:
     data = run_bench("concurrency", tmp_path, "--backend", backend)
     agents, per_agent = data["agents"], data["steps_per_agent"]
     assert (agents, per_agent) == (10, 8)
-    for run in [*data["single"], *data["many"], data["stall_run"]]:
+    for run in [*data["single"], *data["single_always_hop"], *data["many"], data["stall_run"]]:
         assert run["tool_steps"] == agents * per_agent
         assert run["steps_per_second"] > 0 and run["cpu_ms_per_step"] > 0
-        # the checkpoint policy makes every step durable three times (plus each publish)
+        # the checkpoint policy makes every step durable three times (plus each publish),
+        # and every one of those barriers went through the JSONL storage's lane
         assert run["fsyncs_per_step"] >= 3
+        assert run["inline_barriers"] + run["hopped_barriers"] >= 3 * run["tool_steps"]
+    # inline_barrier_ms: 0 reached the storage: nothing ran on the event loop
+    assert all(r["inline_barriers"] == 0 for r in data["single_always_hop"])
     assert all(r["agents"] == 1 for r in data["single"])
     assert all(r["agents"] == agents for r in data["many"])
     stall = data["stall"]
@@ -172,6 +176,13 @@ def test_concurrency(tmp_path: Path, backend: str) -> None:
     # ...and the other agents kept stepping meanwhile: a barrier that blocked the event
     # loop (an fsync run inline) would leave this at zero.
     assert stall["other_agents_steps_during_stalls"] >= 1
+    # One agent alone under the same stall: the lane learns from the first slow barrier and
+    # hops from then on (every later call is slow too, so its estimate never falls back);
+    # asyncio always hops.
+    lone = data["lone_stall"]
+    assert lone["stalled_fsyncs"] >= 3
+    assert lone["stalled_fsyncs_on_event_loop"] <= (1 if backend == "trio" else 0)
+    assert lone["ticks"] >= 1
     targets = data["targets"]
     assert targets["speedup_at_least"] == 3.0
     one = statistics.median(r["steps_per_second"] for r in data["single"])
