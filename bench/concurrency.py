@@ -321,6 +321,7 @@ def main() -> None:
     many = median([r["steps_per_second"] for r in out["many"]])
     speedup = ratio(many, one)
     one_hop = median([r["steps_per_second"] for r in out["single_always_hop"]])
+    cpu_many = median([r["cpu_ms_per_step"] for r in out["many"]])
     print_table(
         f"{agents} agents vs 1 in one process, {agents * per_agent} tool steps per run, JSONL "
         f"(zstd) + checkpoint policy; medians of {repeats} interleaved repeats",
@@ -399,10 +400,16 @@ def main() -> None:
         "verdict": verdict(speedup, TARGET, at_most=False),
         "speedup_vs_always_hop": ratio(many, one_hop),
         "lone_inline_vs_always_hop": ratio(one, one_hop),
+        # The most overlapping can buy while the agents share one interpreter: A agents
+        # doing nothing but their steps' CPU, one after another (process CPU per step of the
+        # A-agent run), against one agent's steps/s.
+        "cpu_bound_ceiling": ratio(1000 / cpu_many, one) if cpu_many else None,
     }
     print(
         f"\n{agents} agents / 1 agent = {speedup} ({targets['verdict']}, target >= {TARGET} at "
-        f"50 agents); while agent 0's barrier was stalled the others started "
+        f"50 agents; CPU-bound ceiling {targets['cpu_bound_ceiling']}: 1000 / the A-agent "
+        f"run's CPU ms per step, over one agent's steps/s); while agent 0's barrier was "
+        f"stalled the others started "
         f"{stall['other_agents_steps_during_stalls']} steps; a lone agent's barrier on the event "
         f"loop: x{targets['lone_inline_vs_always_hop']} its steps/s with every barrier hopping"
     )

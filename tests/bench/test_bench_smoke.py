@@ -188,6 +188,8 @@ def test_concurrency(tmp_path: Path, backend: str) -> None:
     one = statistics.median(r["steps_per_second"] for r in data["single"])
     many = statistics.median(r["steps_per_second"] for r in data["many"])
     assert targets["speedup"] == pytest.approx(many / one, rel=0.01)  # the figure it summarizes
+    cpu_many = statistics.median(r["cpu_ms_per_step"] for r in data["many"])
+    assert targets["cpu_bound_ceiling"] == pytest.approx(1000 / cpu_many / one, rel=0.01)
     assert_verdict(targets["verdict"], targets["speedup"], 3.0, at_most=False)
 
 
