@@ -41,6 +41,7 @@ __all__ = [
     "js_number",
     "json_dec_hook",
     "json_enc_hook",
+    "parse_js_float",
     "thaw_json",
     "to_json_builtins",
 ]
@@ -79,6 +80,20 @@ class NonJsonValueError(DshError, ValueError):
             "use only null, booleans, strings, safe integers, finite numbers other than -0, "
             "lists and string-keyed mappings"
         )
+
+
+def parse_js_float(text: str) -> Any:
+    """A JSON float token read as JavaScript's ``JSON.parse`` would hand it over: an integral
+    value is an int (``2.0`` → ``2``); one overflowing a double is refused (``ValueError``).
+
+    The float hook of every stored-log reader (one definition, so two readers of a line agree).
+    """
+    number = float(text)
+    if number in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text} overflows a double")
+    if number.is_integer() and abs(number) <= MAX_SAFE_INTEGER:
+        return int(number)
+    return number
 
 
 def is_safe_int(value: object) -> bool:

@@ -64,7 +64,7 @@ from ._paths import (
     parse_generation_filename,
     project_dir_name,
 )
-from ._reader import ArtifactRead, read_artifact, read_header
+from ._reader import ArtifactRead, StoredRow, plain_rows, read_artifact, read_header
 from ._storage import (
     AppendFailed,
     append_durable,
@@ -377,16 +377,19 @@ class JsonlStorage:
 
     def _read_sync(
         self, session_id: str
-    ) -> tuple[ArtifactRead, dict[str, Any], list[dict[str, Any]]]:
+    ) -> tuple[ArtifactRead, dict[str, Any], Sequence[StoredRow]]:
+        """The newest generation, read typed: a current-format file's events are mostly
+        decoded straight into typed events; an older one's are migrated plain records."""
         found = self.find(session_id)
         if found is None:
             raise SessionNotFoundError(f'session "{session_id}" not found')
         session_dir, generations = found
         version, path = generations[-1]
-        artifact = read_artifact(path, self.compression, version)
+        artifact = read_artifact(path, self.compression, version, typed=True)
         self._check_identity(session_id, artifact, session_dir)
-        header, events = migrate_to_current(artifact)
-        return artifact, header, events
+        if artifact.version == CURRENT_VERSION:
+            return artifact, dict(artifact.header), artifact.events
+        return (artifact, *migrate_to_current(artifact))
 
     def _check_identity(self, session_id: str, artifact: ArtifactRead, session_dir: str) -> None:
         path = artifact.path
@@ -415,7 +418,7 @@ class JsonlStorage:
             )
 
     def _load(
-        self, artifact: ArtifactRead, header: dict[str, Any], events: list[dict[str, Any]]
+        self, artifact: ArtifactRead, header: dict[str, Any], events: Sequence[StoredRow]
     ) -> SessionLoad:
         sid = str(header["id"])
         # The reader's per-row promise holds for the rows it parsed: a v3 file's events
@@ -430,7 +433,9 @@ class JsonlStorage:
         return SessionLoad(
             header=_typed_header(header, artifact.path),
             events=tuple(
-                decode_stored_event(
+                e
+                if isinstance(e, SessionEvent)
+                else decode_stored_event(
                     e, session_id=sid, seq=e.get("seq"), where=artifact.path, parsed_plain=p
                 )
                 for e, p in zip(events, plain, strict=True)
@@ -532,7 +537,9 @@ class JsonlStorage:
             path = os.path.join(session_dir, generation_filename(CURRENT_VERSION, self.compression))
             load = self._load(artifact, header, wire_events)
             if artifact.version != CURRENT_VERSION:
-                size = publish_generation(self, artifact, header, wire_events, session_dir)
+                size = publish_generation(
+                    self, artifact, header, plain_rows(list(wire_events)), session_dir
+                )
                 load = dataclasses.replace(
                     load, torn_tail=None, location=ArtifactLocation("jsonl", path)
                 )

@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from msgspec import UnsetType
+
 from dsh_host.jsonsafe import MAX_SAFE_INTEGER, is_safe_int
 from dsh_host.session.events import system_message_problem
 from dsh_host.session.header import HEADER_KEYS
@@ -36,6 +38,7 @@ from dsh_host.session.persistence import (
 from ._paths import CURRENT_VERSION, is_absolute_cwd
 
 __all__ = [
+    "ADMISSION_TYPES_V3",
     "HEADER_KEYS_V3",
     "RowError",
     "StructuralRefusal",
@@ -49,6 +52,7 @@ __all__ = [
     "header_from_meta",
     "pack_source_seqs",
     "pack_stream",
+    "source_seqs_admissible",
     "unpack_source_seqs",
 ]
 
@@ -313,6 +317,15 @@ def pack_source_seqs(values: Sequence[int]) -> list[Any]:
     return out
 
 
+def source_seqs_admissible(sources: Sequence[int] | UnsetType, seq: int) -> bool:
+    """True when a flat ``sourceEventSeqs`` (already non-negative safe integers) is what
+    :func:`unpack_source_seqs` admits unchanged for the event at ``seq``: unique seqs, each
+    earlier than ``seq`` (absent is admissible too)."""
+    if isinstance(sources, UnsetType) or not sources:
+        return True
+    return max(sources) < seq and len(set(sources)) == len(sources)
+
+
 def unpack_source_seqs(value: object, seq: int) -> list[int]:
     """Expand stored ``sourceEventSeqs`` of the event at ``seq`` (raises :class:`RowError`)."""
     if not isinstance(value, list):
@@ -390,6 +403,12 @@ class StructuralRefusal(Exception):
     def __init__(self, message: str, *, unsupported: bool) -> None:
         super().__init__(message)
         self.unsupported = unsupported
+
+
+#: The row types :func:`admit_v3_row` looks into (every other row passes it untouched).
+ADMISSION_TYPES_V3: Final = frozenset(
+    {"request/header", "system/message", "tool/code-dispatch", "tool/code-dispatch-start"}
+)
 
 
 def admit_v3_row(row: object) -> None:

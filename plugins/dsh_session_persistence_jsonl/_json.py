@@ -26,7 +26,7 @@ from typing import Any, Final
 
 import msgspec
 
-from dsh_host.jsonsafe import MAX_SAFE_INTEGER
+from dsh_host.jsonsafe import MAX_SAFE_INTEGER, parse_js_float
 
 __all__ = ["dumps", "dumps_bytes", "js_number", "loads"]
 
@@ -154,15 +154,6 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _parse_float(text: str) -> Any:
-    number = float(text)
-    if number in (float("inf"), float("-inf")):
-        raise ValueError(f"number {text} overflows a double")
-    if number.is_integer() and abs(number) <= _MAX_SAFE:
-        return int(number)
-    return number
-
-
 def _parse_int_keep_negative_zero(text: str) -> Any:
     return -0.0 if text == "-0" else int(text)
 
@@ -193,12 +184,12 @@ def loads(data: bytes | str, *, keep_negative_zero: bool = False) -> Any:
             return json.loads(
                 text,
                 parse_constant=_reject_constant,
-                parse_float=_parse_float,
+                parse_float=parse_js_float,
                 parse_int=_parse_int_keep_negative_zero,
             )
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_parse_float)
+        return json.loads(text, parse_constant=_reject_constant, parse_float=parse_js_float)
     except RecursionError:  # a line nested deeper than the parser recurses is refused, typed
         raise ValueError("JSON text nested too deep to parse") from None
 
 
-_FAST_DECODER: Final = msgspec.json.Decoder(float_hook=_parse_float)
+_FAST_DECODER: Final = msgspec.json.Decoder(float_hook=parse_js_float)

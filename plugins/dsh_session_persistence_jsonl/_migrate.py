@@ -56,7 +56,7 @@ from ._codec import (
 )
 from ._frames import compress_frame
 from ._paths import CURRENT_VERSION, generation_filename
-from ._reader import ArtifactRead, read_artifact, revision_of
+from ._reader import ArtifactRead, plain_rows, read_artifact, revision_of
 from ._storage import fsync_dir
 
 if TYPE_CHECKING:
@@ -87,11 +87,8 @@ class _Refuse(Exception):
 def migrate_to_current(artifact: ArtifactRead) -> tuple[dict[str, Any], list[Event]]:
     """The artifact's header record and events in format v3 (in memory; nothing written)."""
     header = dict(artifact.header)
-    events = (
-        [dict(e) for e in artifact.events]
-        if artifact.version != CURRENT_VERSION
-        else artifact.events
-    )
+    rows = plain_rows(artifact.events)
+    events = [dict(e) for e in rows] if artifact.version != CURRENT_VERSION else rows
     version = artifact.version
     if version == CURRENT_VERSION:
         return header, events

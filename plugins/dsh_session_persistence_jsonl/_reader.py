@@ -24,8 +24,9 @@ import os
 import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Final, Literal
+from typing import Any, BinaryIO, Final, Literal, TypeAlias
 
+from dsh_host.session.events import SessionEvent, decode_event_line
 from dsh_host.session.persistence import (
     SessionFormatUnsupportedError,
     SessionPersistenceCorruptionError,
@@ -34,12 +35,14 @@ from dsh_host.session.persistence import (
 
 from . import _json
 from ._codec import (
+    ADMISSION_TYPES_V3,
     RowError,
     StructuralRefusal,
     admit_v3_row,
     decode_event_row,
     decode_header_record,
     decode_v0_row,
+    source_seqs_admissible,
 )
 from ._frames import (
     MAGIC,
@@ -49,11 +52,25 @@ from ._frames import (
     scan_frames,
     zero_run_start,
 )
-from ._paths import Compression
+from ._paths import CURRENT_VERSION, Compression
 
-__all__ = ["ArtifactRead", "LineScanner", "read_artifact", "read_header", "revision_of"]
+__all__ = [
+    "ArtifactRead",
+    "LineScanner",
+    "StoredRow",
+    "plain_rows",
+    "read_artifact",
+    "read_header",
+    "revision_of",
+]
 
 Recovery = Literal["strict", "recoverable"]
+
+#: One event as the reader hands it over: the row's plain JSON record or, read with
+#: ``typed=True``, the typed event itself for a current-format row that is exactly this
+#: build's encoding of a valid event (:func:`~dsh_host.session.events.decode_event_line`:
+#: one typed decode, nothing left to check).
+StoredRow: TypeAlias = dict[str, Any] | SessionEvent
 
 _LIST_CHUNK: Final = 8192
 #: Sixteen digits in a row: the shortest text of an integer outside ±(2**53-1) (and of many
@@ -84,13 +101,26 @@ class LineScanner:
     ``strict`` mode the first defect raises; in ``recoverable`` mode it becomes
     the *issue*: later lines are dropped, unless one of them is a ``turn/end``,
     which raises the issue (a closed turn after damage = lost committed data).
+
+    ``typed`` (current format only): a row that is exactly this build's encoding of a
+    valid event is decoded straight into its typed event, in one pass (:data:`StoredRow`);
+    every other row takes the plain path below, with all its checks and texts.
     """
 
-    def __init__(self, version: int, recovery: Recovery, path: str, start_offset: int) -> None:
+    def __init__(
+        self,
+        version: int,
+        recovery: Recovery,
+        path: str,
+        start_offset: int,
+        *,
+        typed: bool = False,
+    ) -> None:
         self.version = version
         self.recovery: Recovery = recovery
         self.path = path
-        self.events: list[dict[str, Any]] = []
+        self.typed = typed and version == CURRENT_VERSION
+        self.events: list[StoredRow] = []
         #: Parallel to ``events``: True when the event's row came straight from the
         #: parser and holds no long digit run, so its ``data`` needs no lossless-JSON
         #: walk (``decode_event(parsed_plain=True)``); v0 expansions are never marked.
@@ -139,6 +169,16 @@ class LineScanner:
 
     def _consume(self, line: bytes, line_start: int, line_end: int) -> None:
         self._line += 1
+        plain = self.version >= 2 and _LONG_DIGITS not in line.translate(_DIGITS_AS_ZERO)
+        if plain and self.typed:
+            typed = decode_event_line(line)
+            if (
+                typed is not None
+                and typed.type not in ADMISSION_TYPES_V3
+                and source_seqs_admissible(typed.source_event_seqs, typed.seq)
+            ):
+                self._admit_typed(typed, line_start, line_end)
+                return
         try:
             row = _json.loads(line)
         except ValueError:
@@ -198,8 +238,31 @@ class LineScanner:
                 self.issue = issue
                 return
         self.events.extend(decoded)
-        plain = self.version >= 2 and _LONG_DIGITS not in line.translate(_DIGITS_AS_ZERO)
         self.plain.extend([plain] * len(decoded))
+        self.committed = line_end
+
+    def _admit_typed(self, event: SessionEvent, line_start: int, line_end: int) -> None:
+        """The plain path's rules after decoding, for a row decoded straight to its event:
+        it parsed and passed structural admission and the envelope, so only the damage
+        already seen and the seq chain can still stop it (with the plain path's texts)."""
+        closes_turn = event.type == "turn/end"
+        if self.issue is not None:
+            if closes_turn:
+                raise self.issue
+            return
+        expected = len(self.events)
+        if event.seq != expected:
+            issue = self._problem(
+                f"corrupt session log: seq gap in committed region at line {self._line} "
+                f"(expected {expected}, got {event.seq})",
+                line_start,
+            )
+            if self.recovery == "strict" or closes_turn:
+                raise issue
+            self.issue = issue
+            return
+        self.events.append(event)
+        self.plain.append(True)
         self.committed = line_end
 
 
@@ -211,7 +274,8 @@ class ArtifactRead:
     compression: Compression
     version: int
     header: dict[str, Any]
-    events: list[dict[str, Any]]
+    #: Plain records, and typed events when read with ``typed=True`` (:data:`StoredRow`).
+    events: list[StoredRow]
     size: int
     revision: str
     torn: TornTail | None = None
@@ -313,14 +377,30 @@ def _zero_filled_from_inside(data: bytes, start: int, end: int) -> bool:
     return start < zeros < end and len(data) - zeros >= 4
 
 
-def read_artifact(path: str, compression: Compression, version: int | None = None) -> ArtifactRead:
-    """Decode one generation file (see the module docstring for the rules)."""
+def read_artifact(
+    path: str, compression: Compression, version: int | None = None, *, typed: bool = False
+) -> ArtifactRead:
+    """Decode one generation file (see the module docstring for the rules).
+
+    ``typed``: the committed rows of a current-format file that are exactly this build's
+    encoding of a valid event come back as typed events (:class:`LineScanner`); a torn
+    tail's recovered rows are always plain records (they are re-appended as written).
+    """
     data, st = read_stable(path)
     revision = revision_of(st)
     with _collector_paused():
         if compression == "zstd":
-            return _read_zstd(path, data, revision, version)
-        return _read_raw(path, data, revision, version)
+            return _read_zstd(path, data, revision, version, typed)
+        return _read_raw(path, data, revision, version, typed)
+
+
+def plain_rows(rows: list[StoredRow]) -> list[dict[str, Any]]:
+    """``rows`` as the plain records they are (a read without ``typed``, an older format,
+    a recovered tail); a typed event among them is a caller's mistake."""
+    out = [row for row in rows if isinstance(row, dict)]
+    if len(out) != len(rows):
+        raise TypeError("expected plain stored records, got typed events")
+    return out
 
 
 @contextlib.contextmanager
@@ -342,7 +422,9 @@ def _collector_paused() -> Iterator[None]:
         gc.enable()
 
 
-def _read_zstd(path: str, data: bytes, revision: str, version: int | None) -> ArtifactRead:
+def _read_zstd(
+    path: str, data: bytes, revision: str, version: int | None, typed: bool
+) -> ArtifactRead:
     try:
         scan = scan_frames(data)
     except FrameCorruption as error:
@@ -380,7 +462,7 @@ def _read_zstd(path: str, data: bytes, revision: str, version: int | None) -> Ar
         )
     header = decode_header_record(head, path, version)
     file_version = header["version"]
-    scanner = LineScanner(file_version, "strict", path, len(head))
+    scanner = LineScanner(file_version, "strict", path, len(head), typed=typed)
     frame_of_offset: list[tuple[int, int]] = []  # (plaintext start, file start)
     offset = len(head)
     for (start, _end), plaintext in zip(frames[1:], plaintexts[1:], strict=True):
@@ -411,6 +493,7 @@ def _read_zstd(path: str, data: bytes, revision: str, version: int | None) -> Ar
     events = scanner.events
     recovered: list[dict[str, Any]] = []
     torn: TornTail | None = None
+    # The tail scanner stays plain: recovered rows are re-appended from their records.
     if torn_start is not None:
         tail = decompress_partial(data[torn_start:])
         tail_scanner = LineScanner(file_version, "recoverable", path, 0)
@@ -422,7 +505,7 @@ def _read_zstd(path: str, data: bytes, revision: str, version: int | None) -> Ar
             tail_scanner.feed(tail)
         except _Refusal as refusal:
             raise _corrupt(path, str(refusal), refusal.offset) from None
-        recovered = events[before:]
+        recovered = plain_rows(events[before:])
         torn = TornTail(truncate_to=torn_start, recovered=len(recovered), size=len(data))
     return ArtifactRead(
         path=path,
@@ -439,12 +522,14 @@ def _read_zstd(path: str, data: bytes, revision: str, version: int | None) -> Ar
     )
 
 
-def _read_raw(path: str, data: bytes, revision: str, version: int | None) -> ArtifactRead:
+def _read_raw(
+    path: str, data: bytes, revision: str, version: int | None, typed: bool
+) -> ArtifactRead:
     newline = data.find(b"\n")
     if newline < 0:
         raise _corrupt(path, "empty or header-less session log", 0)
     header = decode_header_record(data[: newline + 1], path, version)
-    scanner = LineScanner(header["version"], "recoverable", path, newline + 1)
+    scanner = LineScanner(header["version"], "recoverable", path, newline + 1, typed=typed)
     try:
         scanner.feed(data[newline + 1 :])
     except _Refusal as refusal:

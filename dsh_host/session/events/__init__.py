@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from .codec import (
     decode_event,
+    decode_event_line,
     decode_events,
     encode_event,
     event_to_builtins,
@@ -152,6 +153,7 @@ __all__ = [
     "UserCancel",
     "coerce_event_data",
     "decode_event",
+    "decode_event_line",
     "decode_events",
     "encode_event",
     "event_to_builtins",

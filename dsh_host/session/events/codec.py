@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
+import builtins
 import json
 import re
 from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from typing import Any, Final, Literal, NamedTuple
 
 import msgspec
+import msgspec.inspect
 from msgspec import UNSET, UnsetType
 
 from dsh_host.jsonsafe import (
+    FrozenJson,
     NonJsonValueError,
     is_safe_int,
+    parse_js_float,
     to_json_builtins,
 )
 from dsh_host.session.errors import InvalidSessionEventError
+from dsh_host.session.messages import NonNegativeInt, SafeInt
 
-from .coerce import _ENCODER, _coerce_plain
+from .coerce import _ENCODER, _coerce_plain, _tool_result_consistent
 from .envelope import ReplaceOp, SessionEvent, SurfaceOp
-from .reasons import _enc_hook
-from .registry import _REGISTRY, is_known_event_type
+from .reasons import _dec_hook, _enc_hook
+from .registry import _REGISTRY, EventTypeSpec, is_known_event_type
 
 # --- surface marker parsing ----------------------------------------------------------------
 
@@ -293,6 +298,141 @@ def _plain_marker(value: Any) -> Any:
     if isinstance(value, msgspec.Raw):  # pragma: no cover - defensive
         return msgspec.json.decode(value)
     return value
+
+
+# --- the one-pass decode of a line this build wrote -----------------------------------------
+#
+# Reading a stored log, nearly every line is exactly what ``encode_event`` made of a valid
+# event. For such a line one typed msgspec decode (envelope and data Struct in one C-level
+# pass) gives the event the general path would give, without its second walk over plain
+# values; re-encoding the event and finding the line byte for byte is what proves the line
+# was that encoding. Every other line (another writer's key order or extra keys, a number
+# or an escape printed differently, a refusal) returns None, and the caller takes the
+# general path, which decides and explains exactly as before.
+
+#: Types whose admission rules run on plain values (the retired ``header.system`` and
+#: ``reason: "fallback"`` of a request header, DSH v3's ``system/message`` rules): always
+#: the general path.
+_GENERAL_PATH_TYPES: Final = frozenset({"request/header", "system/message"})
+_LINE_PREFIX: Final = b'{"type":"'
+
+
+_NO_FLOATS: Final = (
+    *(msgspec.inspect.AnyType, msgspec.inspect.StrType, msgspec.inspect.BoolType),
+    *(msgspec.inspect.NoneType, msgspec.inspect.IntType, msgspec.inspect.LiteralType),
+    msgspec.inspect.CustomType,  # decoded by a hook from untyped values: the float hook's
+)
+
+
+def _decodes_floats(info: msgspec.inspect.Type, seen: set[builtins.type]) -> bool:
+    """True when a typed decode of ``info`` may meet a JSON number as a float in a typed
+    position, or a type this check does not know (either way: not for the one-pass decode).
+
+    A typed float position decodes ``2.0`` as ``2.0`` where the general path (the text read
+    with JavaScript semantics first, ``2``, then converted) may keep ``2`` (``int | float``).
+    Untyped and hook-decoded positions are read with the same float hook on both paths.
+    """
+    mi = msgspec.inspect
+    if isinstance(info, _NO_FLOATS):
+        return False
+    if isinstance(info, mi.StructType):
+        if info.cls in seen:
+            return False
+        seen.add(info.cls)
+        return any(_decodes_floats(f.type, seen) for f in info.fields)
+    if isinstance(info, mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType):
+        return _decodes_floats(info.item_type, seen)
+    if isinstance(info, mi.TupleType):
+        return any(_decodes_floats(t, seen) for t in info.item_types)
+    if isinstance(info, mi.DictType):
+        return _decodes_floats(info.key_type, seen) or _decodes_floats(info.value_type, seen)
+    if isinstance(info, mi.UnionType):
+        return any(_decodes_floats(t, seen) for t in info.types)
+    return True  # FloatType, and anything else (decimals, dates, ...)
+
+
+class _LineDecoder(NamedTuple):
+    spec: EventTypeSpec  #: the registry entry it was built for (stale once replaced)
+    decoder: msgspec.json.Decoder[Any] | None  #: None: this type takes the general path
+
+
+_LINE_DECODERS: dict[bytes, _LineDecoder] = {}
+
+
+def _line_decoder(spec: EventTypeSpec) -> msgspec.json.Decoder[Any] | None:
+    """The typed decoder of a whole stored line of ``spec.type``, or None for a type whose
+    lines always take the general path."""
+    if spec.type in _GENERAL_PATH_TYPES:
+        return None
+    data_type: Any = spec.data_type if spec.data_type is not None else FrozenJson
+    if spec.data_type is not None and _decodes_floats(
+        msgspec.inspect.type_info(spec.data_type), set()
+    ):
+        return None
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
+        *(("type", Literal[spec.type]), ("seq", NonNegativeInt), ("time", SafeInt)),
+        ("data", data_type),
+    ]
+    if spec.surface:
+        fields.append(("surface_op", SurfaceOp))
+        fields.append(("source_event_seqs", tuple[NonNegativeInt, ...] | UnsetType, UNSET))
+    fields.append(("ignorable", Literal[True] | UnsetType, UNSET))
+    row = msgspec.defstruct(
+        "StoredLine", fields, kw_only=True, forbid_unknown_fields=True, rename="camel", gc=False
+    )
+    return msgspec.json.Decoder(row, dec_hook=_dec_hook, float_hook=parse_js_float)
+
+
+def decode_event_line(line: bytes) -> SessionEvent | None:
+    """The event a stored line is the exact encoding of, in one typed pass; else None.
+
+    Returns the event only when ``line`` is byte for byte what :func:`encode_event` writes
+    for a valid event of a registered type (envelope, data Struct, surface marker and every
+    registered check satisfied); the event then equals what :func:`decode_event` gives for
+    the line read as plain JSON with JavaScript number semantics (``parsed_plain=True``).
+    Anything else -- an unknown type, another writer's key order or keys, a number or a
+    string escape printed differently, a value the general path would refuse or keep as
+    :attr:`SessionEvent.wire` -- returns None: the caller takes the general path, which
+    decides and explains. Never raises for any input.
+
+    The caller vouches, as for ``parsed_plain``, that the line holds no integer outside
+    ±(2**53-1) (a reader checks for a run of 16 digits). Storage-level rules on top of
+    the event (e.g. a log's ``sourceEventSeqs`` naming only earlier seqs) stay the caller's.
+    """
+    if not line.startswith(_LINE_PREFIX):
+        return None
+    end = line.find(b'"', len(_LINE_PREFIX))
+    key = line[len(_LINE_PREFIX) : end]
+    entry = _LINE_DECODERS.get(key)
+    if entry is None or _REGISTRY.get(entry.spec.type) is not entry.spec:
+        try:
+            spec = _REGISTRY.get(key.decode("ascii"))
+        except UnicodeDecodeError:
+            return None
+        if spec is None:
+            return None  # unknown types (ignorable or not) take the general path
+        entry = _LINE_DECODERS[key] = _LineDecoder(spec, _line_decoder(spec))
+    decoder = entry.decoder
+    if decoder is None:
+        return None
+    try:
+        row = decoder.decode(line)
+        if entry.spec.type == "tool/result" and not _tool_result_consistent(row.data):
+            return None
+        event = SessionEvent(
+            type=entry.spec.type,
+            seq=row.seq,
+            time=row.time,
+            data=row.data,
+            source_event_seqs=row.source_event_seqs if entry.spec.surface else UNSET,
+            surface_op=row.surface_op if entry.spec.surface else UNSET,
+            ignorable=row.ignorable,
+        )
+        if _ENCODER.encode(event) != line:
+            return None
+    except Exception:  # any refusal or doubt: the general path gives the verdict and its text
+        return None
+    return event
 
 
 def decode_events(lines: Iterator[bytes | str] | list[bytes] | list[str]) -> list[SessionEvent]:
