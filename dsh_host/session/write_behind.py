@@ -166,6 +166,11 @@ class Once:
     def __init__(self) -> None:
         self._done: anyio.Event | None = None
 
+    @property
+    def done(self) -> bool:
+        """The step ran to its end (successfully or not)."""
+        return self._done is not None and self._done.is_set()
+
     async def run(self, step: Callable[[], Awaitable[None]]) -> None:
         done = self._done
         if done is not None:
