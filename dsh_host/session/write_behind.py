@@ -660,12 +660,14 @@ class WriteHandle(Generic[L]):
             return
         reject_retired(self._header.id, event.type, seq, event.data)
         pending = Pending(event, self._storage.encode(event, None))
-        live = bound.events
-        if len(live) <= seq or (live[seq] is not event and live[seq] != event):
-            raise SessionAppendRejectedError(
-                f'session "{self.id}" is bound to a live session: append to the session, '
-                "not to its write handle"
-            )
+        # The bound session's newest event is the common case: no snapshot of its log needed.
+        if bound.last_event is not event or bound.seq != seq + 1:
+            live = bound.events
+            if len(live) <= seq or (live[seq] is not event and live[seq] != event):
+                raise SessionAppendRejectedError(
+                    f'session "{self.id}" is bound to a live session: append to the session, '
+                    "not to its write handle"
+                )
         self._accepted = seq + 1
         self._batcher.admit((pending,))
 
