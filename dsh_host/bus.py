@@ -402,13 +402,16 @@ class EventBus:
         return list(self._listeners.get(name, ()))
 
     def _snapshot(self, event: EventSpec | str, mode: EventMode) -> list[Listener]:
-        spec = self.spec(event)
+        # A declared name is its spec (what ``spec`` returns for it), looked up once here.
+        held = self._specs.get(event) if type(event) is str else None
+        spec = held[0] if held is not None else self.spec(event)
         if spec.mode is not mode:
             raise EventModeConflictError(
                 f"event {spec.name!r} is declared as {spec.mode.value}; "
                 f"it cannot be dispatched as {mode.value}"
             )
-        self._check_waiting(spec)  # a key dispatches before its owner declared it
+        if spec.name in self._unchecked:
+            self._check_waiting(spec)  # a key dispatches before its owner declared it
         return list(self._listeners.get(spec.name, ()))
 
     # -- dispatch --------------------------------------------------------

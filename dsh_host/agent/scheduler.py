@@ -180,6 +180,8 @@ class _Group:
             raise self.failure
 
     async def run(self) -> _GroupOutcome:
+        if len(self.calls) == 1:
+            return await self._run_one()
         send, receive = anyio.create_memory_object_stream[int](len(self.calls))
         error: BaseException | None = None
         async with send, receive, anyio.create_task_group() as dispatches:
@@ -200,6 +202,31 @@ class _Group:
                 error = self.failure or exc
         if error is not None:
             raise error
+        return self._outcome()
+
+    async def _run_one(self) -> _GroupOutcome:
+        """:meth:`run` for a group of one call (an exclusive call, or a lone parallel one).
+
+        The same steps in the same order, but the body is awaited here: with nothing to
+        overlap it with, a task group, a dispatch task and a result stream per step would
+        only cost time (about a tenth of an in-memory step). The body still runs under the
+        caller's cancel scopes, and a scheduler failure still propagates after it settled.
+        """
+        error: BaseException | None = None
+        try:
+            await self._fill(None, None)
+            self._raise_failure()
+            await self._commit_ready()
+            self._raise_failure()
+            if self.signal.aborted:
+                self.aborted = True
+        except Exception as exc:
+            error = self.failure or exc
+        if error is not None:
+            raise error
+        return self._outcome()
+
+    def _outcome(self) -> _GroupOutcome:
         if self.aborted:
             for planned in self.calls[self.started :]:
                 _append_skipped(self.session, self.turn, self.step, planned.block)
@@ -236,6 +263,9 @@ class _Group:
         prepared = await self.tools.prepare(planned.input)
         self._raise_failure()
         if prepared.kind == "dispatch":
+            if dispatches is None:  # a group of one (_run_one): the body runs in this task
+                await self._dispatch(index, prepared.exec, None)
+                return
             self.in_flight.add(index)
             dispatches.start_soon(self._dispatch, index, prepared.exec, send)
         elif prepared.kind == "deferred":
@@ -254,7 +284,8 @@ class _Group:
             if self.failure is None:
                 self.failure = exc
         finally:
-            send.send_nowait(index)
+            if send is not None:
+                send.send_nowait(index)
 
     async def _commit_ready(self) -> None:
         while self.committed < len(self.calls):

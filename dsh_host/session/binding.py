@@ -100,7 +100,8 @@ class LiveBinder:
         binding = self._bindings.get(session.id)
         if binding is None or binding.session is not session:
             return
-        await self._bind(binding)
+        if not binding.bind_once.done:  # every flush but the first finds it bound
+            await self._bind(binding)
         if binding.error is not None:
             raise binding.error
         assert binding.handle is not None

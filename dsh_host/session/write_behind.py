@@ -166,9 +166,17 @@ class Once:
     def __init__(self) -> None:
         self._done: anyio.Event | None = None
 
+    @property
+    def done(self) -> bool:
+        """The step ran to its end (successfully or not)."""
+        return self._done is not None and self._done.is_set()
+
     async def run(self, step: Callable[[], Awaitable[None]]) -> None:
-        if self._done is not None:
-            await self._done.wait()
+        done = self._done
+        if done is not None:
+            if not done.is_set():
+                await done.wait()
+            # Done already (every flush of a bound session asks): no scheduler round trip.
             return
         done = self._done = anyio.Event()
         try:
@@ -182,15 +190,32 @@ class Once:
 
 
 class _Barrier:
-    """One shared flush: every concurrent caller waits on ``done``."""
+    """One shared flush: every concurrent caller waits for it to settle (:meth:`wait`)."""
 
-    __slots__ = ("abandoned", "done", "error")
+    __slots__ = ("_done", "abandoned", "error", "settled")
 
     def __init__(self) -> None:
-        self.done = anyio.Event()
+        #: Created by the first concurrent caller only: most barriers have none (the
+        #: checkpoint policy runs three a step, one caller each).
+        self._done: anyio.Event | None = None
+        self.settled = False
         self.error: BaseException | None = None
         #: The task running the barrier was cancelled; waiters start their own.
         self.abandoned = False
+
+    async def wait(self) -> None:
+        """Return once the barrier settled (at once if it has)."""
+        if self.settled:
+            return
+        done = self._done
+        if done is None:
+            done = self._done = anyio.Event()
+        await done.wait()
+
+    def settle(self) -> None:
+        self.settled = True
+        if self._done is not None:
+            self._done.set()
 
 
 class WriteBehind(Generic[T]):
@@ -223,7 +248,9 @@ class WriteBehind(Generic[T]):
         self._sleep_until = sleep_until
         self._window = window
         self.pending: list[T] = []
-        self._active: anyio.Event | None = None
+        #: A batch is being written; ``_settled`` (made by the first waiter) is set when it ends.
+        self._active = False
+        self._settled: anyio.Event | None = None
         self._deadline: float | None = None
         self._sleeper: anyio.CancelScope | None = None
         self._expired = False
@@ -236,7 +263,7 @@ class WriteBehind(Generic[T]):
     @property
     def writing(self) -> bool:
         """A batch is being written right now."""
-        return self._active is not None
+        return self._active
 
     @property
     def window_armed(self) -> bool:
@@ -250,7 +277,7 @@ class WriteBehind(Generic[T]):
     @property
     def idle(self) -> bool:
         """Nothing pending, nothing being written, no flush running."""
-        return not self.pending and self._active is None and self._barrier is None
+        return not self.pending and not self._active and self._barrier is None
 
     # ------------------------------------------------------------- admission
 
@@ -318,7 +345,7 @@ class WriteBehind(Generic[T]):
         if not expired or scope.cancel_called or self._barrier is not None:
             return
         self._deadline = None
-        if self._active is not None:
+        if self._active:
             self._expired = True  # the writer picks the batch up when it settles
             return
         await self._background_writes()
@@ -344,16 +371,27 @@ class WriteBehind(Generic[T]):
     async def _write_one(self) -> None:
         """Write the whole queue as one batch; on any failure put it back in front."""
         batch, self.pending = self.pending, []
-        done = self._active = anyio.Event()
+        self._active = True
         try:
             await self._write(batch)
         except BaseException:
             self.pending[:0] = batch
             raise
         finally:
-            self._active = None
-            done.set()
+            self._active = False
+            settled, self._settled = self._settled, None
+            if settled is not None:
+                settled.set()
         self._reported = False
+
+    async def _wait_settled(self) -> None:
+        """Wait for the running write (if any) to end."""
+        if not self._active:
+            return
+        settled = self._settled
+        if settled is None:
+            settled = self._settled = anyio.Event()
+        await settled.wait()
 
     # --------------------------------------------------------------- barrier
 
@@ -361,7 +399,7 @@ class WriteBehind(Generic[T]):
         """Write everything admitted so far (and meanwhile); return once it is stored."""
         while self._barrier is not None:
             shared = self._barrier
-            await shared.done.wait()
+            await shared.wait()
             if shared.error is not None:
                 raise shared.error
             if not shared.abandoned:
@@ -371,9 +409,9 @@ class WriteBehind(Generic[T]):
             self._disarm()
             self._paused = False
             self._expired = False
-            if self._active is not None:
+            if self._active:
                 # Its failure (if any) already put the batch back; we retry it below.
-                await self._active.wait()
+                await self._wait_settled()
             wrote = False
             while self.pending:
                 try:
@@ -399,7 +437,7 @@ class WriteBehind(Generic[T]):
             raise
         finally:
             self._barrier = None  # closes admission before anyone resumes
-            barrier.done.set()
+            barrier.settle()
 
 
 # --------------------------------------------------------------------------- the handle
@@ -606,10 +644,32 @@ class WriteHandle(Generic[L]):
         self._batcher.admit(prepared)
 
     def admit_live(self, event: SessionEvent) -> None:
-        """Route one live ``session/event``: events this handle already has are skipped."""
-        if event.seq < self._accepted:
+        """Route one live ``session/event``: events this handle already has are skipped.
+
+        The common case (the bound session's next event, the handle usable) runs
+        :meth:`append`'s checks for one event in the same order without building a
+        batch; anything else takes :meth:`append` itself, with its exact refusals.
+        """
+        seq = event.seq
+        expected = self._accepted
+        if seq < expected:
             return
-        self.append([event])
+        bound = self._bound
+        if bound is None or seq != expected or self._closed or self._problem is not None:
+            self.append([event])
+            return
+        reject_retired(self._header.id, event.type, seq, event.data)
+        pending = Pending(event, self._storage.encode(event, None))
+        # The bound session's newest event is the common case: no snapshot of its log needed.
+        if bound.last_event is not event or bound.seq != seq + 1:
+            live = bound.events
+            if len(live) <= seq or (live[seq] is not event and live[seq] != event):
+                raise SessionAppendRejectedError(
+                    f'session "{self.id}" is bound to a live session: append to the session, '
+                    "not to its write handle"
+                )
+        self._accepted = seq + 1
+        self._batcher.admit((pending,))
 
     # -- writing
 

@@ -111,6 +111,21 @@ def dumps(value: Any) -> str:
     return text
 
 
+class _FloatMismatch(Exception):
+    """Internal: a number token of the text is not printed the way JS prints it."""
+
+
+def _check_float(text: str) -> float:
+    number = float(text)
+    if js_number(number) != text:
+        raise _FloatMismatch
+    return number
+
+
+#: One decoder for every check (building one costs more than decoding a typical line).
+_FLOAT_CHECKER: Final = msgspec.json.Decoder(float_hook=_check_float)
+
+
 def floats_match_javascript(encoded: bytes) -> bool:
     """True when every number token of ``encoded`` is printed the way JS would print it.
 
@@ -118,20 +133,13 @@ def floats_match_javascript(encoded: bytes) -> bool:
     surrogate, which :func:`~dsh_host.session.events.encode_event` writes as JS
     does): the caller then takes the exact slow path.
     """
-    matches = True
-
-    def check(text: str) -> float:
-        nonlocal matches
-        number = float(text)
-        if matches and js_number(number) != text:
-            matches = False
-        return number
-
     try:
-        msgspec.json.Decoder(float_hook=check).decode(encoded)
-    except msgspec.DecodeError:
-        return False  # e.g. an escaped lone surrogate: let the exact path decide
-    return matches
+        _FLOAT_CHECKER.decode(encoded)
+    except (_FloatMismatch, msgspec.DecodeError):
+        # a float JS prints differently, or e.g. an escaped lone surrogate: let the exact
+        # path decide
+        return False
+    return True
 
 
 def dumps_bytes(value: Any) -> bytes:
