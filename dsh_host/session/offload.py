@@ -23,8 +23,11 @@ storage uses one.
 
 from __future__ import annotations
 
+import collections
 import contextvars
+import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
@@ -143,6 +146,9 @@ class BarrierLane:
         trio = None if self.inline_budget == 0 else self._may_run_inline()
         if trio is None:
             self.thread_calls += 1
+            loaded = sys.modules.get("trio")
+            if loaded is not None and loaded.lowlevel.in_trio_task():
+                return await _on_writer_thread(loaded, self._timed, fn, *args)
             return await run_sync(self._timed, fn, *args)
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller starts nothing
         self.inline_calls += 1
@@ -170,3 +176,93 @@ def _protected(trio: Any) -> Callable[..., Any]:
 
         _ki_protected = call
     return _ki_protected
+
+
+# --- the barrier writers ---------------------------------------------------------------------
+#
+# Under many sessions, trio's thread cache wakes one thread per hop, and each hop moves the
+# GIL between that thread and the event loop: at 50 agents the hop cost ~170 µs of CPU where
+# it costs ~40 alone (``bench/concurrency.py``: CPU per step 1.5x one agent's). A few
+# long-lived writers serving one queue instead take the next barrier as soon as they finish
+# one, without being woken, so the wake-ups and GIL hand-offs shrink with the load.
+
+#: Writer threads of the process (each runs one barrier at a time; their fsyncs overlap).
+WRITER_THREADS: Final = 4
+
+
+class _Job:
+    __slots__ = ("args", "context", "fn", "task", "token")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[object, ...], task: Any, token: Any):
+        self.fn, self.args, self.task, self.token = fn, args, task, token
+        self.context = contextvars.copy_context()
+
+
+class _Writers:
+    """Up to ``threads`` daemon threads serving queued jobs in arrival order; a job's result
+    (or exception) reschedules its waiting trio task through that task's run token."""
+
+    def __init__(self, threads: int) -> None:
+        self._jobs: collections.deque[_Job] = collections.deque()
+        self._ready = threading.Condition(threading.Lock())
+        self._idle = 0  # writers waiting on _ready
+        self._started = 0
+        self._threads = threads
+
+    def submit(self, job: _Job) -> None:
+        with self._ready:
+            self._jobs.append(job)
+            if self._idle >= len(self._jobs):
+                self._ready.notify()  # an idle writer takes it
+            elif self._started < self._threads:
+                self._started += 1
+                threading.Thread(target=self._serve, name="dsh barrier writer", daemon=True).start()
+            # else: every writer is busy; the first one done takes it without a wake-up
+
+    def _serve(self) -> None:
+        import outcome
+        import trio
+
+        while True:
+            with self._ready:
+                while not self._jobs:
+                    self._idle += 1
+                    try:
+                        self._ready.wait()
+                    finally:
+                        self._idle -= 1
+                job = self._jobs.popleft()
+            result = outcome.capture(job.context.run, job.fn, *job.args)
+            job.token.run_sync_soon(trio.lowlevel.reschedule, job.task, result)
+            del job, result  # hold nothing of a finished job while waiting for the next
+
+
+_writers = _Writers(WRITER_THREADS)
+
+
+def _forget_writers_after_fork() -> None:
+    global _writers, _in_flight
+    _writers, _in_flight = _Writers(WRITER_THREADS), 0  # a forked child has none of the threads
+
+
+os.register_at_fork(after_in_child=_forget_writers_after_fork)
+
+
+async def _on_writer_thread(trio: Any, fn: Callable[..., T], *args: object) -> T:
+    """:func:`run_sync`'s contract, on one of the process's barrier writers (trio only)."""
+    global _in_flight
+    await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller starts nothing
+    job = _Job(fn, args, trio.lowlevel.current_task(), trio.lowlevel.current_trio_token())
+    _in_flight += 1
+    try:
+        _writers.submit(job)
+        result = await trio.lowlevel.wait_task_rescheduled(_refuse_abort)
+    finally:
+        _in_flight -= 1
+    return cast(T, result)
+
+
+def _refuse_abort(_raise_cancel: Any) -> Any:
+    import trio
+
+    return trio.lowlevel.Abort.FAILED  # the work runs to its end; so does the wait

@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 import time
+from typing import Any
 
 import pytest
 import trio
@@ -134,3 +135,31 @@ def test_inline_work_is_not_torn_by_ctrl_c() -> None:
     with pytest.raises(KeyboardInterrupt):
         trio.run(bare_write, control)
     assert control == ["write"]
+
+
+async def test_hopped_barriers_share_a_few_long_lived_writers_and_overlap() -> None:
+    """Their fsyncs overlap (four calls meet inside a threading barrier: serialized calls
+    would time out there), more calls than writers queue and all complete, on at most
+    ``WRITER_THREADS`` threads."""
+    lane = offload.BarrierLane(0)
+    meet = threading.Barrier(offload.WRITER_THREADS, timeout=10)
+    seen: list[tuple[int, str]] = []
+
+    def write(n: int) -> int:
+        if n < offload.WRITER_THREADS:
+            meet.wait()
+        seen.append((threading.get_ident(), threading.current_thread().name))
+        return n
+
+    results: list[int] = []
+    async with trio.open_nursery() as nursery:
+        for n in range(3 * offload.WRITER_THREADS):
+            nursery.start_soon(lambda n=n: _append(results, lane.run(write, n)))
+    assert sorted(results) == list(range(3 * offload.WRITER_THREADS))
+    assert {name for _, name in seen} == {"dsh barrier writer"}
+    assert len({ident for ident, _ in seen}) <= offload.WRITER_THREADS
+    assert offload._in_flight == 0
+
+
+async def _append(out: list[int], call: Any) -> None:
+    out.append(await call)
