@@ -17,7 +17,6 @@ from ..session.persistence import (
     UnreadableListing,
 )
 from ..session.session import Session, derive_messages_from_events
-from ..session.tokens import TokenMeter
 from .common import (
     CliUsageError,
     add_config_flag,
@@ -295,6 +294,8 @@ def run_show(args: argparse.Namespace) -> int:
         for style, text in message_lines(message):
             out.print(text, style=style or None, markup=False)
     if not args.json:
+        from ..session.tokens import TokenMeter  # `show` only: a listing needs no meter
+
         meter = TokenMeter()
         for line in usage_lines(meter.usage(session), meter.pressure(session)):
             out.print(line, style="dim", markup=False)
