@@ -33,8 +33,8 @@ EXIT_INTERNAL = 70  # EX_SOFTWARE: an internal error, never a user mistake
 #: builds it, and its line in ``dsh --help``. Only the module of the command being run is
 #: imported (``dsh --help`` imports none), so a command starts without loading the others.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("cli.run_cmd", "run one turn on a new session (or continue --session ID)"),
-    "resume": ("cli.run_cmd", "repair a stored session after a crash, then optionally run PROMPT"),
+    "run": ("cli.run_args", "run one turn on a new session (or continue --session ID)"),
+    "resume": ("cli.run_args", "repair a stored session after a crash, then optionally run PROMPT"),
     "chat": ("cli.chat_cmd", "interactive multi-turn session (also `dsh` alone on a terminal)"),
     "plugins": (
         "cli.plugins_cmd",

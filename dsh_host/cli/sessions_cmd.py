@@ -19,13 +19,12 @@ from ..session.persistence import (
 from ..session.session import Session, derive_messages_from_events
 from .common import (
     CliUsageError,
-    add_config_flag,
-    add_root_flag,
     load_composition,
     persistence,
     persistence_rows,
     run_with_host,
 )
+from .flags import add_config_flag, add_root_flag
 from .output import console, json_line, progress
 from .render import (
     MAX_TOOL_OUTPUT_LINES,

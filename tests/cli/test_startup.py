@@ -65,6 +65,23 @@ def test_sessions_list_runs_without_trio(tmp_path: Path) -> None:
                 "prompt_toolkit"} & modules
 
 
+def test_run_help_imports_neither_the_agent_nor_the_host(tmp_path: Path) -> None:
+    """``dsh run --help`` builds its parser from :mod:`dsh_host.cli.run_args`; the command's own
+    module (the agent, the loader, the host) is imported when it runs."""
+    modules, out = importing("run", "--help", cwd=tmp_path)
+    assert out.startswith("usage: dsh run ") and "--model SPEC" in out
+    heavy = {"dsh_host.cli.run_cmd", "dsh_host.agent", "dsh_host.front.agent", "dsh_host.loader",
+             "anyio", "msgspec", "yaml", "pluggy", "rich", "trio"}
+    assert not heavy & modules, sorted(heavy & modules)
+
+
+def test_plugins_boots_without_trio(tmp_path: Path) -> None:
+    modules, out = importing("plugins", "--json", cwd=tmp_path)
+    assert json.loads(out)["origin"] == "shipped"
+    assert {"dsh_builtin_tools", "dsh_sandbox_local"} <= modules  # it did boot every row
+    assert "trio" not in modules
+
+
 #: What a listing of the shipped default composition must not import: the plugins of the rows it
 #: does not boot (and what they pull in), rich on a pipe, the entry-point scan, and portalocker
 #: (which reads every distribution's metadata at import; a reader takes no lock).
