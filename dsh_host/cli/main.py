@@ -161,7 +161,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _failed(exc: Exception, *, verbose: bool) -> int:
     """Report what stopped a command in one line; the exit code it means."""
-    from ..agent.loop import error_chain
     from ..errors import DshError
     from ..session.persistence import SessionAlreadyOwnedError
     from .common import CommandInterrupted
@@ -176,6 +175,8 @@ def _failed(exc: Exception, *, verbose: bool) -> int:
             return EXIT_LOCKED
         return int(getattr(exc, "exit_code", EXIT_USAGE))
     # A bug of ours, not a user mistake: one line, details on -v.
+    from ..agent.loop import error_chain  # here: a user error (above) needs no agent loop
+
     print(
         f"dsh: internal error: {error_chain(exc)} (please report it; run with -v for the "
         "traceback)",
