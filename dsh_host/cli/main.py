@@ -14,7 +14,9 @@ pipe (``dsh sessions list | head``) ends the command quietly.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
+import gc
 import importlib
 import logging
 import os
@@ -124,6 +126,13 @@ def _on_a_terminal() -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     exit_on_signals()  # no KeyboardInterrupt traceback, whatever the moment (D18)
+    if argv is None:  # the process's own command line: the process ends with this command
+        # The interpreter's last garbage collections walk every object the imports made (a
+        # thousand classes); frozen, they are skipped, a third of a short command's wall time.
+        # Nothing of dsh waits for a collection at exit: logs and the trust store are written,
+        # flushed and closed explicitly, locks go with the process, and atexit handlers (this
+        # one among them) all run before those collections.
+        atexit.register(gc.freeze)
     words = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(words)
     args = parser.parse_args(words)

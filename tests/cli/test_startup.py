@@ -16,26 +16,31 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from cli_helpers import copy_fixture_root, json_lines
 
 from dsh_host.cli.main import COMMANDS, build_parser
 
 #: Runs ``python -m dsh_host ARGS`` (sys.argv[1:]) and writes, at exit, the name of every module
-#: then loaded to $DSH_TEST_MODULES. ``sys.modules`` rather than ``-X importtime``: a module
-#: loaded with ``importlib.import_module`` (a plugin, a command's module) is missing from the
-#: importtime report.
+#: then loaded and how many objects the exit's garbage collections skip (``gc.freeze``) to
+#: $DSH_TEST_MODULES; registered first, this atexit handler runs after dsh's. ``sys.modules``
+#: rather than ``-X importtime``: a module loaded with ``importlib.import_module`` (a plugin, a
+#: command's module) is missing from the importtime report.
 _DRIVER = """
-import atexit, json, os, runpy, sys
-atexit.register(lambda: open(os.environ["DSH_TEST_MODULES"], "w").write(json.dumps(sorted(sys.modules))))
+import atexit, gc, json, os, runpy, sys
+def record():
+    with open(os.environ["DSH_TEST_MODULES"], "w") as out:
+        json.dump({"modules": sorted(sys.modules), "frozen": gc.get_freeze_count()}, out)
+atexit.register(record)
 sys.argv[0] = "dsh"
 runpy.run_module("dsh_host", run_name="__main__", alter_sys=True)
 """
 
 
-def importing(*args: str, cwd: Path) -> tuple[set[str], str]:
-    """Every module a real ``dsh ARGS`` process loaded, and its stdout."""
-    record = cwd / ".modules.json"
+def at_exit(*args: str, cwd: Path) -> tuple[dict[str, Any], str]:
+    """What a real ``dsh ARGS`` process had at exit (see ``_DRIVER``), and its stdout."""
+    record = cwd / ".at-exit.json"
     env = {k: v for k, v in os.environ.items() if k != "DSH_SESSION_ROOT"}
     env["DSH_TEST_MODULES"] = str(record)
     done = subprocess.run(
@@ -43,9 +48,15 @@ def importing(*args: str, cwd: Path) -> tuple[set[str], str]:
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    modules = set(json.loads(record.read_text()))
+    state: dict[str, Any] = json.loads(record.read_text())
     record.unlink()
-    return modules, done.stdout
+    return state, done.stdout
+
+
+def importing(*args: str, cwd: Path) -> tuple[set[str], str]:
+    """Every module a real ``dsh ARGS`` process loaded, and its stdout."""
+    state, out = at_exit(*args, cwd=cwd)
+    return set(state["modules"]), out
 
 
 def imported(*args: str, cwd: Path) -> set[str]:
@@ -108,6 +119,14 @@ def test_sessions_list_imports_only_the_rows_it_boots(tmp_path: Path) -> None:
     assert out.splitlines()[0].startswith("id\tcreated\t")
     assert {line.split("\t")[0] for line in out.splitlines()[1:len(stored) + 1]} == set(stored)
     assert not NOT_FOR_A_LISTING & modules, sorted(NOT_FOR_A_LISTING & modules)
+
+
+def test_the_exit_skips_collecting_what_the_imports_made(tmp_path: Path) -> None:
+    """The process's last garbage collections would walk every class and function the imports
+    made; ``dsh`` freezes them at exit (after its output is flushed), so they are skipped."""
+    state, out = at_exit("sessions", "list", "--root", str(tmp_path / "none"), cwd=tmp_path)
+    assert out == "no stored sessions\n"
+    assert state["frozen"] > 10_000, state["frozen"]
 
 
 def test_the_help_lines_are_the_commands_own() -> None:
