@@ -20,16 +20,15 @@ in a composition can evaluate code.
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import os
 import re
 import secrets
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
@@ -46,6 +45,10 @@ from .errors import (
     UnknownPluginError,
 )
 from .plugin import PROJECT, HookSpecs, PluginMeta
+from .shipped_plugins import SHIPPED_PLUGINS, DeclaredPlugin
+
+if TYPE_CHECKING:
+    import importlib.metadata
 
 ENTRY_POINT_GROUP = "dsh.plugins"
 _DSH_SCOPE = "@deepseek-ai/"
@@ -285,13 +288,39 @@ _installed: tuple[tuple[str, ...], dict[str, importlib.metadata.EntryPoint]] | N
 def installed_plugins() -> dict[str, importlib.metadata.EntryPoint]:
     """The ``dsh.plugins`` entry points by name. Scanning every installed distribution is
     slow (a composition resolves a dozen rows), so the scan is kept while ``sys.path`` is
-    unchanged."""
+    unchanged; a row naming a shipped plugin needs no scan (:func:`declared_plugin`)."""
+    import importlib.metadata  # itself a tenth of a cold start; most commands never need it
+
     global _installed
     path = tuple(sys.path)
     if _installed is None or _installed[0] != path:
         found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
         _installed = (path, {ep.name: ep for ep in found})
     return dict(_installed[1])
+
+
+def declared_plugin(name: str) -> DeclaredPlugin | None:
+    """The shipped plugin a row name resolves to, known without importing it or scanning the
+    installed entry points; None when only that can tell (``module:Attr``, a third-party entry
+    point, a DSH spelling that a distribution registers as it is)."""
+    if _imports_code(name):
+        return None
+    declared = SHIPPED_PLUGINS.get(name)
+    if declared is not None:
+        return declared
+    canonical = canonical_name(name)
+    if canonical == name or canonical not in SHIPPED_PLUGINS or name in installed_plugins():
+        return None
+    return SHIPPED_PLUGINS[canonical]
+
+
+def _load_entry_point(value: str) -> Any:
+    """What an entry point's ``module:attr.path`` names (as ``EntryPoint.load`` finds it)."""
+    module_name, _, attrs = value.partition(":")
+    found: Any = importlib.import_module(module_name)
+    for attr in filter(None, attrs.split(".")):
+        found = getattr(found, attr)
+    return found
 
 
 def resolve_plugin(name: str, where: str) -> tuple[Any, str]:
@@ -303,20 +332,25 @@ def resolve_plugin(name: str, where: str) -> tuple[Any, str]:
             return getattr(module, attr), name
         except (ImportError, AttributeError) as exc:
             raise UnknownPluginError(f"{where}: cannot import plugin {name!r}: {exc}") from None
-    plugins = installed_plugins()
-    key = name if name in plugins else canonical_name(name)
-    entry_point = plugins.get(key)
-    if entry_point is None:
-        known = ", ".join(sorted(plugins)) or "none"
-        raise UnknownPluginError(
-            f"{where}: unknown plugin {name!r}; installed plugins (entry-point group "
-            f"{ENTRY_POINT_GROUP}): {known}"
-        )
+    declared = declared_plugin(name)
+    entry_point: importlib.metadata.EntryPoint | None = None
+    if declared is not None:
+        value = declared.entry_point
+    else:
+        plugins = installed_plugins()
+        entry_point = plugins.get(name if name in plugins else canonical_name(name))
+        if entry_point is None:
+            known = ", ".join(sorted(set(plugins) | set(SHIPPED_PLUGINS)))
+            raise UnknownPluginError(
+                f"{where}: unknown plugin {name!r}; installed plugins (entry-point group "
+                f"{ENTRY_POINT_GROUP}): {known}"
+            )
+        value = entry_point.value
     try:
-        return entry_point.load(), entry_point.value
+        return (_load_entry_point(value) if entry_point is None else entry_point.load()), value
     except Exception as exc:
         raise UnknownPluginError(
-            f"{where}: plugin {name!r} is installed ({entry_point.value}) but failed to import: "
+            f"{where}: plugin {name!r} is installed ({value}) but failed to import: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
 
@@ -441,18 +475,68 @@ def check_rows(rows: Sequence[LocatedRow]) -> list[tuple[LocatedRow, PluginMeta]
 def rows_needed_for(rows: Sequence[LocatedRow], services: Sequence[str]) -> list[LocatedRow]:
     """The enabled rows that provide ``services``, plus (transitively) the providers of what
     those rows inject, in composition order: a command that only reads sessions boots these and
-    nothing else (no tools, no sandbox probe). Every enabled row is still validated."""
-    prepared = check_rows(rows)
+    nothing else (no tools, no sandbox probe).
+
+    A row of a shipped plugin is told apart by what its plugin declares
+    (:mod:`.shipped_plugins`), so it is imported and validated only when it is needed; any
+    other row (a third-party entry point, ``module:Attr``) is resolved and validated as mounting
+    would, to learn what it provides. Either way a name that resolves to no plugin is an error,
+    and every row is refused what its file may not do (D16), needed or not."""
+    manager = _make_plugin_manager()
+    prepared: dict[int, PreparedRow] = {}
+    declared: dict[int, DeclaredPlugin] = {}
+    services_of: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+    drifted = False
+    try:
+        for index, located in enumerate(rows):
+            if located.row.disabled:
+                continue
+            plugin = declared_plugin(located.row.name)
+            if plugin is None:
+                prepared[index] = item = prepare_row(manager, located, f"row-{index}")
+                services_of[index] = (item.meta.provides, item.meta.inject)
+            else:
+                _refuse_restricted(located, plugin.executable_keys)
+                declared[index] = plugin
+                services_of[index] = (plugin.provides, plugin.inject)
+        keep = _providers(services_of, services)
+        for index in keep:
+            plugin = declared.get(index)
+            if plugin is not None:
+                prepared[index] = item = prepare_row(manager, rows[index], f"row-{index}")
+                drifted |= (item.meta.provides, item.meta.inject) != (
+                    plugin.provides, plugin.inject
+                )
+    finally:
+        for item in prepared.values():
+            manager.unregister(item.instance)
+    if drifted:  # a shipped plugin no longer says what its line says: import every row
+        checked = {
+            index: (meta.provides, meta.inject)
+            for index, (_located, meta) in zip(
+                (i for i, r in enumerate(rows) if not r.row.disabled), check_rows(rows),
+                strict=True,
+            )
+        }
+        keep = _providers(checked, services)
+    return [rows[index] for index in keep]
+
+
+def _providers(
+    services_of: Mapping[int, tuple[tuple[str, ...], tuple[str, ...]]], services: Sequence[str]
+) -> list[int]:
+    """The rows (``index -> (provides, inject)``) providing ``services`` and, transitively, what
+    they inject; ascending."""
     wanted, keep = set(services), set[int]()
     grown = True
     while grown:
         grown = False
-        for index, (_located, meta) in enumerate(prepared):
-            if index not in keep and wanted.intersection(meta.provides):
+        for index, (provides, inject) in services_of.items():
+            if index not in keep and wanted.intersection(provides):
                 keep.add(index)
-                wanted.update(meta.inject)
+                wanted.update(inject)
                 grown = True
-    return [located for index, (located, _meta) in enumerate(prepared) if index in keep]
+    return sorted(keep)
 
 
 # -- booting ---------------------------------------------------------------------

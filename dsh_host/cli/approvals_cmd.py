@@ -31,13 +31,12 @@ from ..session.approvals import AWAITING_APPROVAL, pending_approvals
 from ..session.persistence import SessionNotFoundError
 from .answerer import _escape
 from .common import (
-    add_config_flag,
-    add_root_flag,
     load_composition,
     patch_config,
     persistence,
     run_with_host,
 )
+from .flags import add_config_flag, add_root_flag
 from .interrupts import Interrupts
 from .output import console
 

@@ -41,15 +41,15 @@ from ..session.persistence import SessionNotFoundError
 from ..session.tokens import TokenMeter
 from ..userdirs import data_home
 from .answerer import install_terminal_answerer, is_interactive
-from .common import CliUsageError, add_config_flag, add_root_flag, persistence, run_with_host
+from .common import CliUsageError, persistence, run_with_host
+from .flags import add_config_flag, add_root_flag
 from .interrupts import Interrupts
 from .output import console
 from .render import terminal_safe, usage_lines, when
+from .run_args import add_tool_flags, model_flag
 from .run_cmd import (
     Transcript,
-    add_tool_flags,
     compose,
-    model_flag,
     print_closers,
     recorded_workspace,
     repair_rows,

@@ -31,24 +31,6 @@ class CliUsageError(DshError):
     exit_code = 2
 
 
-def add_config_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config",
-        metavar="FILE",
-        help="YAML composition (default: $DSH_CONFIG, else ./dsh.yml if you trusted it with "
-        "`dsh trust`, else ~/.config/dsh/config.yml, else the shipped default)",
-    )
-
-
-def add_root_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--root",
-        metavar="DIR",
-        help="session store root of the JSONL or SQLite backend (default: the composition's; "
-        "in the shipped default $DSH_SESSION_ROOT, else ~/.local/share/dsh/sessions)",
-    )
-
-
 def rows_of(located: Sequence[LocatedRow], plugin: str) -> list[int]:
     return [i for i, r in enumerate(located) if canonical_name(r.row.name) == plugin]
 

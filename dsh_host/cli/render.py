@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import unicodedata
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ..session.events import ReplaceOp, SessionEvent, event_to_builtins
 from ..session.messages import (
@@ -26,7 +26,9 @@ from ..session.messages import (
     block_type,
     source_kind,
 )
-from ..session.tokens import ContextPressure, UsageTotals
+
+if TYPE_CHECKING:
+    from ..session.tokens import ContextPressure, UsageTotals
 
 MAX_TOOL_OUTPUT_LINES = 20
 

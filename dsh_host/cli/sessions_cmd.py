@@ -17,16 +17,14 @@ from ..session.persistence import (
     UnreadableListing,
 )
 from ..session.session import Session, derive_messages_from_events
-from ..session.tokens import TokenMeter
 from .common import (
     CliUsageError,
-    add_config_flag,
-    add_root_flag,
     load_composition,
     persistence,
     persistence_rows,
     run_with_host,
 )
+from .flags import add_config_flag, add_root_flag
 from .output import console, json_line, progress
 from .render import (
     MAX_TOOL_OUTPUT_LINES,
@@ -295,6 +293,8 @@ def run_show(args: argparse.Namespace) -> int:
         for style, text in message_lines(message):
             out.print(text, style=style or None, markup=False)
     if not args.json:
+        from ..session.tokens import TokenMeter  # `show` only: a listing needs no meter
+
         meter = TokenMeter()
         for line in usage_lines(meter.usage(session), meter.pressure(session)):
             out.print(line, style="dim", markup=False)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from dsh_host.errors import ConfigError
-from dsh_host.loader import Row
 
 from .demo import DEMO_RESPONSES
+
+if TYPE_CHECKING:
+    from dsh_host.loader import Row
 
 __all__ = ["MODEL_SPECS", "ModelChoice", "parse_model"]
 
@@ -32,6 +34,8 @@ class ModelChoice:
 
 def parse_model(spec: str, flag: str = "--model") -> ModelChoice:
     """The row and route of ``spec``; a :class:`ConfigError` naming ``flag`` otherwise."""
+    from dsh_host.loader import Row  # on use: `dsh run --help` shows MODEL_SPECS, no loader
+
     if spec == "demo":
         return ModelChoice(
             Row(id="model", name="llm-scripted",

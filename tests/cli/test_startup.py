@@ -1,34 +1,66 @@
 """``dsh --help`` and ``dsh sessions list`` do not import what they do not use.
 
 Start-up time is measured in ``bench/startup.py`` (never asserted here); these tests pin the
-cause: ``-X importtime`` lists every module a real ``dsh`` process imported. Before, ``dsh
+cause: the modules a real ``dsh`` process has loaded when it exits. Before, ``dsh
 --help`` imported the loader, the agent loop, rich and anyio (every subcommand's module), and
-``dsh sessions list`` imported trio.
+``dsh sessions list`` imported trio; later (issue 25) it still imported every row's plugin (the
+agent loop, the tools, the sandbox) to tell the persistence rows apart, and rich, portalocker and
+the entry-point scan (``importlib.metadata``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+from cli_helpers import copy_fixture_root, json_lines
 
 from dsh_host.cli.main import COMMANDS, build_parser
 
+#: Runs ``python -m dsh_host ARGS`` (sys.argv[1:]) and writes, at exit, the name of every module
+#: then loaded and how many objects the exit's garbage collections skip (``gc.freeze``) to
+#: $DSH_TEST_MODULES; registered first, this atexit handler runs after dsh's. ``sys.modules``
+#: rather than ``-X importtime``: a module loaded with ``importlib.import_module`` (a plugin, a
+#: command's module) is missing from the importtime report.
+_DRIVER = """
+import atexit, gc, json, os, runpy, sys
+def record():
+    with open(os.environ["DSH_TEST_MODULES"], "w") as out:
+        json.dump({"modules": sorted(sys.modules), "frozen": gc.get_freeze_count()}, out)
+atexit.register(record)
+sys.argv[0] = "dsh"
+runpy.run_module("dsh_host", run_name="__main__", alter_sys=True)
+"""
 
-def imported(*args: str, cwd: Path) -> set[str]:
+
+def at_exit(*args: str, cwd: Path) -> tuple[dict[str, Any], str]:
+    """What a real ``dsh ARGS`` process had at exit (see ``_DRIVER``), and its stdout."""
+    record = cwd / ".at-exit.json"
     env = {k: v for k, v in os.environ.items() if k != "DSH_SESSION_ROOT"}
+    env["DSH_TEST_MODULES"] = str(record)
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "dsh_host", *args], cwd=cwd, env=env,
+        [sys.executable, "-c", _DRIVER, *args], cwd=cwd, env=env,
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    return {
-        line.rsplit("|", 1)[1].strip()
-        for line in done.stderr.splitlines()
-        if line.startswith("import time:") and line.count("|") == 2
-    }
+    state: dict[str, Any] = json.loads(record.read_text())
+    record.unlink()
+    return state, done.stdout
+
+
+def importing(*args: str, cwd: Path) -> tuple[set[str], str]:
+    """Every module a real ``dsh ARGS`` process loaded, and its stdout."""
+    state, out = at_exit(*args, cwd=cwd)
+    return set(state["modules"]), out
+
+
+def imported(*args: str, cwd: Path) -> set[str]:
+    return importing(*args, cwd=cwd)[0]
 
 
 def test_help_imports_no_command_module(tmp_path: Path) -> None:
@@ -42,6 +74,59 @@ def test_sessions_list_runs_without_trio(tmp_path: Path) -> None:
     modules = imported("sessions", "list", "--root", str(tmp_path / "sessions"), cwd=tmp_path)
     assert not {"trio", "dsh_host.cli.run_cmd", "dsh_host.cli.chat_cmd",
                 "prompt_toolkit"} & modules
+
+
+def test_run_help_imports_neither_the_agent_nor_the_host(tmp_path: Path) -> None:
+    """``dsh run --help`` builds its parser from :mod:`dsh_host.cli.run_args`; the command's own
+    module (the agent, the loader, the host) is imported when it runs."""
+    modules, out = importing("run", "--help", cwd=tmp_path)
+    assert out.startswith("usage: dsh run ") and "--model SPEC" in out
+    heavy = {"dsh_host.cli.run_cmd", "dsh_host.agent", "dsh_host.front.agent", "dsh_host.loader",
+             "anyio", "msgspec", "yaml", "pluggy", "rich", "trio"}
+    assert not heavy & modules, sorted(heavy & modules)
+
+
+def test_plugins_boots_without_trio(tmp_path: Path) -> None:
+    modules, out = importing("plugins", "--json", cwd=tmp_path)
+    assert json.loads(out)["origin"] == "shipped"
+    assert {"dsh_builtin_tools", "dsh_sandbox_local"} <= modules  # it did boot every row
+    assert "trio" not in modules
+
+
+#: What a listing of the shipped default composition must not import: the plugins of the rows it
+#: does not boot (and what they pull in), rich on a pipe, the entry-point scan, and portalocker
+#: (which reads every distribution's metadata at import; a reader takes no lock).
+NOT_FOR_A_LISTING = frozenset({
+    "dsh_host.agent", "dsh_host.agent.loop", "dsh_host.tools", "dsh_host.llm", "dsh_host.front",
+    "dsh_builtin_tools", "dsh_sandbox_local", "dsh_user_approval", "dsh_token_meter",
+    "dsh_compaction_basic", "dsh_session_checkpoint_policy", "rich", "importlib.metadata",
+    "portalocker", "dsh_host.session.tokens",
+})
+
+
+def test_sessions_list_imports_only_the_rows_it_boots(tmp_path: Path) -> None:
+    """The listing boots the ``sessionPersistence`` provider and what it injects (``sessions``);
+    the other rows of the default composition are told apart by what their plugins declare, so
+    none of them is imported. The listing itself is whole: every stored session, read."""
+    root = copy_fixture_root(tmp_path)
+    stored = sorted(p.name for p in (root / "--home-dev-project--").iterdir())
+    modules, out = importing("sessions", "list", "--json", "--root", str(root), cwd=tmp_path)
+    assert sorted(entry["sessionId"] for entry in json_lines(out)) == stored
+    assert {"dsh_session_persistence_jsonl._backend", "dsh_host.session.plugin"} <= modules
+    assert not NOT_FOR_A_LISTING & modules, sorted(NOT_FOR_A_LISTING & modules)
+    # Piped without --json: the tab-separated rows, still without rich.
+    modules, out = importing("sessions", "list", "--root", str(root), cwd=tmp_path)
+    assert out.splitlines()[0].startswith("id\tcreated\t")
+    assert {line.split("\t")[0] for line in out.splitlines()[1:len(stored) + 1]} == set(stored)
+    assert not NOT_FOR_A_LISTING & modules, sorted(NOT_FOR_A_LISTING & modules)
+
+
+def test_the_exit_skips_collecting_what_the_imports_made(tmp_path: Path) -> None:
+    """The process's last garbage collections would walk every class and function the imports
+    made; ``dsh`` freezes them at exit (after its output is flushed), so they are skipped."""
+    state, out = at_exit("sessions", "list", "--root", str(tmp_path / "none"), cwd=tmp_path)
+    assert out == "no stored sessions\n"
+    assert state["frozen"] > 10_000, state["frozen"]
 
 
 def test_the_help_lines_are_the_commands_own() -> None:

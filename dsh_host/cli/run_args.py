@@ -1,0 +1,111 @@
+"""The parsers of ``dsh run`` and ``dsh resume``; what they do is :mod:`.run_cmd`.
+
+Kept apart so that ``dsh run --help`` (and a usage error) is answered without importing the
+agent, the loader or the host: :mod:`.run_cmd` is imported when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from ..front.demo import DEMO_WORKSPACE
+from ..front.models import MODEL_SPECS
+from .flags import add_config_flag, add_root_flag
+
+
+def _in_run_cmd(name: str) -> Callable[[argparse.Namespace], int]:
+    """The handler ``name`` of :mod:`.run_cmd`, imported when it runs."""
+
+    def handler(args: argparse.Namespace) -> int:
+        from . import run_cmd
+
+        code: int = getattr(run_cmd, name)(args)
+        return code
+
+    return handler
+
+
+def add_parsers(sub: Any) -> None:
+    run = sub.add_parser(
+        "run",
+        help="run one turn on a new session (or continue --session ID)",
+        description="Run one agent turn to its end. Exit 0 when the turn completed, 1 otherwise.",
+    )
+    run.add_argument("prompt", nargs="?", metavar="PROMPT", help="what to ask (demo: optional)")
+    add_config_flag(run)
+    add_root_flag(run)
+    run.add_argument(
+        "--session",
+        metavar="ID",
+        help="continue this stored session (repaired first); an unknown ID is an error unless "
+        "--new is given",
+    )
+    run.add_argument(
+        "--new",
+        action="store_true",
+        help="with --session ID: start a new session with this id (refused if it exists)",
+    )
+    model_flag(run)
+    add_tool_flags(run, approvals=("ask", "never", "defer"))
+    run.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    run.set_defaults(handler=_in_run_cmd("run_run"))
+
+    resume = sub.add_parser(
+        "resume",
+        help="repair a stored session after a crash, then optionally run PROMPT",
+        description="Open a stored session for write, append the repair closers (if any), "
+        "flush, then run PROMPT as a new turn if given. Exit 3 if another process holds it.",
+    )
+    resume.add_argument("session_id", metavar="ID")
+    resume.add_argument("prompt", nargs="?", metavar="PROMPT")
+    add_config_flag(resume)
+    add_root_flag(resume)
+    model_flag(resume)
+    add_tool_flags(resume, approvals=("ask", "never", "defer"))
+    resume.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    resume.set_defaults(handler=_in_run_cmd("run_resume"))
+
+
+def model_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        metavar="SPEC",
+        default="demo",
+        help=f"{MODEL_SPECS} (default: demo, a built-in scripted conversation)",
+    )
+
+
+_APPROVAL_HELP = {
+    "ask": "ask (default): a call that needs approval is asked on the terminal (no terminal: "
+    "it is not run)",
+    "never": "never: nobody is asked, every such call is refused by the policy (the model is "
+    "told so, in DSH's words 'the user rejected tool')",
+    "defer": "defer: an unanswered ask waits for `dsh approvals decide` (the run exits 4)",
+}
+
+
+def add_tool_flags(parser: argparse.ArgumentParser, *, approvals: tuple[str, ...]) -> None:
+    """``--workspace``, ``--create-workspace``, ``--approval``, ``--sandbox``."""
+    parser.add_argument(
+        "--workspace",
+        metavar="DIR",
+        help="directory the tools work in (default: a continued session's recorded "
+        f"workspace, else the composition's; demo: {DEMO_WORKSPACE})",
+    )
+    parser.add_argument(
+        "--create-workspace",
+        action="store_true",
+        help="create the --workspace directory if it does not exist",
+    )
+    parser.add_argument(
+        "--approval",
+        choices=approvals,
+        help="approval policy override. " + "; ".join(_APPROVAL_HELP[a] for a in approvals),
+    )
+    parser.add_argument(
+        "--sandbox",
+        choices=("read-only", "workspace-write", "danger-full-access"),
+        help="file-effect mode of bash (danger-full-access is not a sandbox)",
+    )

@@ -1,0 +1,107 @@
+"""What the plugins shipped with dsh declare, known without importing them.
+
+A command that only reads stored sessions (``dsh sessions list``) boots the
+``sessionPersistence`` provider and what it injects, nothing else. To tell those rows apart
+the loader needs each row's ``provides`` and ``inject``; for a shipped plugin they are written
+here, so the rows a command does not boot are never imported (the agent loop, the tools, the
+sandbox probe are most of a cold start), and a shipped row name resolves to its class without
+scanning every installed distribution's entry points.
+
+This table repeats the ``dsh.plugins`` entry points of ``pyproject.toml`` and each plugin's
+own class attributes; ``tests/host/test_shipped_plugins.py`` fails when they drift apart, and
+the loader checks every row it does import against its line here (a row whose plugin says
+otherwise makes it resolve the composition the slow way, every row imported). A row naming
+anything else (a third-party entry point, ``module:Attr``) is imported to learn what it
+provides, as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+
+@dataclass(frozen=True, slots=True)
+class DeclaredPlugin:
+    """A shipped plugin's entry point and the metadata its class declares."""
+
+    #: ``module:Attr``, the value of its ``dsh.plugins`` entry point
+    entry_point: str
+    provides: tuple[str, ...] = ()
+    inject: tuple[str, ...] = ()
+    #: config keys that choose an executable (DECISIONS D16), as the class declares them
+    executable_keys: tuple[str, ...] = ()
+
+
+_TIMEOUT_POLICY: Final = DeclaredPlugin("dsh_timeout_policy:TimeoutPolicy", inject=("tools",))
+
+#: Entry-point name -> what its plugin declares.
+SHIPPED_PLUGINS: Final[dict[str, DeclaredPlugin]] = {
+    "sessions": DeclaredPlugin("dsh_host.session.plugin:SessionsPlugin", provides=("sessions",)),
+    "llm": DeclaredPlugin("dsh_host.llm.plugin:LlmPlugin", provides=("llm",)),
+    "tools": DeclaredPlugin("dsh_host.tools.plugin:ToolsPlugin", provides=("tools",)),
+    "agent": DeclaredPlugin(
+        "dsh_host.agent.plugin:AgentPlugin",
+        provides=("agent",),
+        inject=("sessions", "llm", "tools"),
+    ),
+    "session-persistence-jsonl": DeclaredPlugin(
+        "dsh_session_persistence_jsonl:SessionPersistenceJsonl",
+        provides=("sessionPersistence",),
+        inject=("sessions",),
+    ),
+    "session-checkpoint-policy": DeclaredPlugin(
+        "dsh_session_checkpoint_policy:SessionCheckpointPolicy",
+        inject=("llm", "sessions", "tools", "sessionPersistence"),
+    ),
+    "user-approval": DeclaredPlugin("dsh_user_approval:UserApproval", provides=("approval",)),
+    "sandbox-local": DeclaredPlugin(
+        "dsh_sandbox_local:SandboxLocal",
+        provides=("sandbox",),
+        executable_keys=("runner_command",),
+    ),
+    "session-persistence-postgres": DeclaredPlugin(
+        "dsh_session_persistence_postgres:SessionPersistencePostgres",
+        provides=("sessionPersistence",),
+        inject=("sessions",),
+    ),
+    "session-persistence-sqlite": DeclaredPlugin(
+        "dsh_session_persistence_sqlite:SessionPersistenceSqlite",
+        provides=("sessionPersistence",),
+        inject=("sessions",),
+    ),
+    "session-persistence-memory": DeclaredPlugin(
+        "dsh_session_persistence_memory:SessionPersistenceMemory",
+        provides=("sessionPersistence",),
+        inject=("sessions",),
+    ),
+    "llm-scripted": DeclaredPlugin("dsh_llm_scripted:LlmScripted", inject=("llm",)),
+    "llm-openai-compatible": DeclaredPlugin(
+        "dsh_llm_openai_compatible:LlmOpenAICompatible", inject=("llm",)
+    ),
+    "llm-retry": DeclaredPlugin("dsh_llm_retry:LlmRetry", inject=("agent",)),
+    "builtin-tools": DeclaredPlugin("dsh_builtin_tools:BuiltinTools", inject=("tools",)),
+    "tool-rules": DeclaredPlugin("dsh_tool_rules:ToolRules"),
+    "timeout-policy": _TIMEOUT_POLICY,
+    "tool-call-timeout-policy": _TIMEOUT_POLICY,
+    "repeat-tool-reminder": DeclaredPlugin(
+        "dsh_repeat_tool_reminder:RepeatToolReminder", inject=("tools",)
+    ),
+    "token-meter": DeclaredPlugin("dsh_token_meter:TokenMeterPlugin", provides=("tokenMeter",)),
+    "compaction-tool-result-pruner": DeclaredPlugin(
+        "dsh_compaction_tool_result_pruner:ToolResultPrunerPlugin",
+        provides=("toolResultPruner",),
+        inject=("tokenMeter",),
+    ),
+    "compaction-basic": DeclaredPlugin(
+        "dsh_compaction_basic:BasicCompaction",
+        provides=("compaction",),
+        inject=("llm", "tokenMeter", "sessions"),
+    ),
+    "agent-instructions": DeclaredPlugin("dsh_agent_instructions:AgentInstructions"),
+    "mcp-client": DeclaredPlugin(
+        "dsh_mcp_client:McpClient",
+        inject=("tools",),
+        executable_keys=("command", "args", "env", "cwd"),
+    ),
+}
