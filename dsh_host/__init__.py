@@ -12,8 +12,9 @@ Every name is re-exported lazily (the front door ``Agent``, ``tool``,
 fast.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .lazy import lazy_names
 
 if TYPE_CHECKING:
     from .bus import Emit, EventMode, Next, Parallel, Serial, StreamNext, StreamWaterfall, Waterfall
@@ -28,8 +29,16 @@ if TYPE_CHECKING:
 #: ``import dsh_host.cli`` (``dsh --help``) does not pay for the loader or the front door.
 _DEFINED_IN = {
     **dict.fromkeys(
-        ("Emit", "EventMode", "Next", "Parallel", "Serial", "StreamNext", "StreamWaterfall",
-         "Waterfall"),
+        (
+            "Emit",
+            "EventMode",
+            "Next",
+            "Parallel",
+            "Serial",
+            "StreamNext",
+            "StreamWaterfall",
+            "Waterfall",
+        ),
         "bus",
     ),
     "CancelToken": "cancel",
@@ -46,13 +55,7 @@ _DEFINED_IN = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _DEFINED_IN.get(name)
-    if module is None:
-        raise AttributeError(f"module 'dsh_host' has no attribute {name!r}")
-    value = getattr(import_module(f".{module}", __name__), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+__getattr__ = lazy_names(__name__, _DEFINED_IN)
 
 
 #: What an application or a plugin needs; host internals (the bus, fibers, the loader's

@@ -8,8 +8,9 @@ Every name is imported on first use, like ``dsh_host``'s: ``dsh run --help`` rea
 :data:`MODEL_SPECS` without loading the agent.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_names
 
 if TYPE_CHECKING:
     from . import events
@@ -29,16 +30,7 @@ _DEFINED_IN = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name == "events":
-        value: Any = import_module(".events", __name__)
-    else:
-        module = _DEFINED_IN.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(import_module(f".{module}", __name__), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+__getattr__ = lazy_names(__name__, _DEFINED_IN, ("events",))
 
 
 __all__ = [

@@ -636,12 +636,15 @@ class WriteHandle(Generic[L]):
                 live[item.seq] is not item.event and live[item.seq] != item.event
                 for item in prepared
             ):
-                raise SessionAppendRejectedError(
-                    f'session "{self.id}" is bound to a live session: append to the session, '
-                    "not to its write handle"
-                )
+                raise self._not_the_live_session()
         self._accepted += len(prepared)
         self._batcher.admit(prepared)
+
+    def _not_the_live_session(self) -> SessionAppendRejectedError:
+        return SessionAppendRejectedError(
+            f'session "{self.id}" is bound to a live session: append to the session, '
+            "not to its write handle"
+        )
 
     def admit_live(self, event: SessionEvent) -> None:
         """Route one live ``session/event``: events this handle already has are skipped.
@@ -664,10 +667,7 @@ class WriteHandle(Generic[L]):
         if bound.last_event is not event or bound.seq != seq + 1:
             live = bound.events
             if len(live) <= seq or (live[seq] is not event and live[seq] != event):
-                raise SessionAppendRejectedError(
-                    f'session "{self.id}" is bound to a live session: append to the session, '
-                    "not to its write handle"
-                )
+                raise self._not_the_live_session()
         self._accepted = seq + 1
         self._batcher.admit((pending,))
 
