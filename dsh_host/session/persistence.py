@@ -57,13 +57,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, overload, ru
 import msgspec
 
 from dsh_host.errors import DshError
-from dsh_host.jsonsafe import MAX_SAFE_INTEGER
+from dsh_host.jsonsafe import MAX_SAFE_INTEGER, may_hold_unsafe_int
 from dsh_host.session.errors import (
     InvalidSessionEventError,
     InvalidSessionHeaderError,
     UnknownEventTypeError,
 )
-from dsh_host.session.events import SessionEvent, decode_event
+from dsh_host.session.events import SessionEvent, decode_event, decode_event_line
 from dsh_host.session.header import SESSION_FORMAT_VERSION, SessionHeader, parse_session_header
 from dsh_host.session.repair import interrupted_turn_closers
 
@@ -612,11 +612,22 @@ def decode_stored_header(session_id: str, text: str | bytes, *, where: str) -> S
 def decode_stored_rows(
     session_id: str, rows: Sequence[tuple[int, str | bytes]], first_seq: int, *, where: str
 ) -> list[StoredEvent]:
-    """Stored ``(seq, json)`` rows from ``first_seq`` on, decoded; they must be contiguous."""
+    """Stored ``(seq, json)`` rows from ``first_seq`` on, decoded; they must be contiguous.
+
+    A row that is exactly this build's encoding of a valid event (as a text column holds
+    it) is decoded in one typed pass (:func:`decode_event_line`); any other row (a jsonb
+    column's normalized text, a long digit run, anything doubtful) takes the general path,
+    which decides and words every refusal.
+    """
     out: list[StoredEvent] = []
     for index, (seq, text) in enumerate(rows):
-        raw = text.decode("utf-8") if isinstance(text, bytes) else text
-        event = decode_stored_event(raw, session_id=session_id, seq=seq, where=where)
+        line = text.encode("utf-8") if isinstance(text, str) else text
+        event: StoredEvent | None = None
+        if not may_hold_unsafe_int(line):
+            event = decode_event_line(line)
+        if event is None:
+            raw = text.decode("utf-8") if isinstance(text, bytes) else text
+            event = decode_stored_event(raw, session_id=session_id, seq=seq, where=where)
         if seq != first_seq + index or event.seq != seq:
             raise SessionPersistenceCorruptionError(
                 f'stored session "{session_id}" failed validation: row {first_seq + index} '
