@@ -17,8 +17,8 @@ in the caller -- and on trio hands the work straight to trio's thread cache
 Even that hop is a round trip of two wake-ups, ~70-120 µs on a shared 2-core VM:
 half of a fast disk's ``write`` + ``fsync``. :class:`BarrierLane` decides per
 call whether a storage's barrier may run on the event loop instead (trio, nothing
-else ready to run, no other work in flight, and the work recently fast); the JSONL
-storage uses one.
+else ready to run, no other work in flight, and the work recently fast), and sends
+the others to a few long-lived writer threads; the JSONL storage uses one.
 """
 
 from __future__ import annotations
@@ -85,7 +85,8 @@ async def run_sync(fn: Callable[..., T], *args: object) -> T:
 
 class BarrierLane:
     """Where one storage's durability work runs: on the event loop when that is both cheaper
-    than a worker hop and stalls nobody, else on a worker thread (:func:`run_sync`).
+    than a worker hop and stalls nobody, else on a worker thread (on trio one of the
+    process's barrier writers, below; on asyncio :func:`run_sync`).
 
     A worker hop's round trip (wake a thread, then wake the event loop) costs ~70-120 µs
     on a shared 2-core VM: more than half of a fast disk's ``write`` + ``fsync``
