@@ -163,3 +163,18 @@ async def test_hopped_barriers_share_a_few_long_lived_writers_and_overlap() -> N
 
 async def _append(out: list[int], call: Any) -> None:
     out.append(await call)
+
+
+async def test_the_cheap_runnable_count_is_trios_own() -> None:
+    """The lane reads trio's run queue (O(1)) instead of ``current_statistics()`` (which
+    walks every registered descriptor); on the installed trio the internal read must work
+    and agree with the public number, else a trio upgrade silently took the slow path."""
+    from trio._core._run import GLOBAL_RUN_CONTEXT
+
+    assert len(GLOBAL_RUN_CONTEXT.runner.runq) == 0  # the internal shape is still there
+    for ready in (0, 1, 3):
+        async with trio.open_nursery() as nursery:
+            for _ in range(ready):
+                nursery.start_soon(trio.sleep, 0)
+            public = trio.lowlevel.current_statistics().tasks_runnable
+            assert offload._runnable_tasks(trio) == public == ready
