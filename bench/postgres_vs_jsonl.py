@@ -312,8 +312,9 @@ def print_flush_table(flush: dict[str, Any]) -> None:
     )
 
 
-def main() -> None:
-    p = parser(__doc__.splitlines()[0])
+def session_args(description: str) -> argparse.Namespace:
+    """The flags of a backend-vs-JSONL bench (this one and ``sqlite_vs_jsonl.py``), sized."""
+    p = parser(description)
     p.add_argument("--turns", type=int, help="turns in the session, 12 events each (default 60)")
     p.add_argument("--repeats", type=int, help="resume repetitions (default 15)")
     p.add_argument("--single-flushes", type=int, help="one-event flushes per backend (default 200)")
@@ -321,6 +322,11 @@ def main() -> None:
     args.turns = args.turns or (10 if args.small else 60)
     args.repeats = args.repeats or (3 if args.small else 15)
     args.single_flushes = args.single_flushes or (30 if args.small else 200)
+    return args
+
+
+def main() -> None:
+    args = session_args(__doc__.splitlines()[0])
     with scratch_dir(args.scratch, "postgres-vs-jsonl") as scratch:
         info = machine_info(scratch)
         results = anyio.run(run, args, scratch, backend=args.backend)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from _common import machine_info, parser, print_table, ratio, scratch_dir, write_result
+from _common import machine_info, print_table, ratio, scratch_dir, write_result
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
 from dsh_session_persistence_sqlite import SqliteSessionPersistence
 from postgres_vs_jsonl import (
@@ -34,6 +34,7 @@ from postgres_vs_jsonl import (
     measure_resume,
     print_flush_table,
     realistic_events,
+    session_args,
     summary_ms,
 )
 
@@ -72,14 +73,7 @@ async def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    p = parser(__doc__.splitlines()[0])
-    p.add_argument("--turns", type=int, help="turns in the session, 12 events each (default 60)")
-    p.add_argument("--repeats", type=int, help="resume repetitions (default 15)")
-    p.add_argument("--single-flushes", type=int, help="one-event flushes per backend (default 200)")
-    args = p.parse_args()
-    args.turns = args.turns or (10 if args.small else 60)
-    args.repeats = args.repeats or (3 if args.small else 15)
-    args.single_flushes = args.single_flushes or (30 if args.small else 200)
+    args = session_args(__doc__.splitlines()[0])
     with scratch_dir(args.scratch, "sqlite-vs-jsonl") as scratch:
         info = machine_info(scratch)
         results = anyio.run(run, args, scratch, backend=args.backend)

@@ -334,3 +334,29 @@ def test_startup(tmp_path: Path) -> None:
     assert results["dsh --help"]["target"] == 5.0
     assert results["dsh sessions list"]["target"] == 8.0
     assert all(r["median_ms"] > 0 and r["ratio"] > 0 for r in results.values())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_checkpoint_overhead(tmp_path: Path, backend: str) -> None:
+    """With the policy every tool step makes exactly three fsyncs, one per barrier, and every
+    barrier really was seen; without it a step waits for none."""
+    data = run_bench(
+        "checkpoint_overhead", tmp_path, "--steps", "6", "--repeats", "1", "--backend", backend
+    )
+    assert data["backend"] == backend
+    assert data["with_policy"]["fsyncs_per_step_median"] == 3
+    assert data["without_policy"]["fsyncs_per_step_median"] == 0
+    for barrier in ("pre-step", "llm", "tool"):
+        entry = data["barriers"][barrier]
+        assert entry["flush"]["n"] == 5  # steps 2..6, one checkpoint each
+        assert entry["fsyncs_per_call_median"] == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sqlite_vs_jsonl(tmp_path: Path, backend: str) -> None:
+    data = run_bench("sqlite_vs_jsonl", tmp_path, "--backend", backend)
+    assert data["backend"] == backend and data["session"]["events"] == 120
+    assert len(data["flush"]) == 2 and len(data["resume"]) == 2
+    for figures in data["flush"].values():
+        assert figures["one_event"]["n"] == 30 and figures["one_turn_12_events"]["n"] == 10
+    assert all(value > 0 for value in data["ratio_sqlite_over_jsonl"].values())
