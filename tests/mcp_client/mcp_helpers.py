@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli.cli_helpers import dsh as run_dsh
 from dsh_mcp_client import ServerBridge
 
 from dsh_host import CancelToken, Row, open_host
@@ -54,7 +55,9 @@ def everything_js() -> Path:
     """server-everything's entry point (copied on first use when the checkout is under /tmp:
     32 MB of node_modules, so not at import time)."""
     node = visible_to_confined_servers(HERE / "node")
-    return node / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+    return (
+        node / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+    )
 
 
 needs_everything = pytest.mark.skipif(
@@ -144,17 +147,9 @@ def text_of(result: ToolExecutionResult) -> str:
 
 
 def dsh(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """Run the real ``dsh`` command as a user would (no inherited session root)."""
-    env = {k: v for k, v in os.environ.items() if k != "DSH_SESSION_ROOT"}
-    return subprocess.run(
-        [sys.executable, "-m", "dsh_host", *args],
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    """Run the real ``dsh`` command as a user would (no inherited session root); MCP servers
+    start slowly, hence the longer timeout."""
+    return run_dsh(*args, cwd=cwd, timeout=timeout)
 
 
 def free_port() -> int:

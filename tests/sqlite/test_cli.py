@@ -4,27 +4,12 @@ stored session lists and shows, and a root inside the workspace is refused at bo
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+from cli.cli_helpers import dsh
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = str(REPO / "configs" / "sqlite.yml")
-
-
-def dsh(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "DSH_SESSION_ROOT"}
-    return subprocess.run(
-        [sys.executable, "-m", "dsh_host", *args],
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def script(path: Path) -> str:
@@ -40,7 +25,9 @@ def test_a_run_is_stored_in_the_sqlite_file_under_root_and_lists(tmp_path: Path)
               str(workspace), "--model", model, "--session", "sq-1", "--new", cwd=tmp_path)  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert (root / "sessions.sqlite3").is_file()
-    listed = dsh("sessions", "list", "--config", CONFIG, "--root", str(root), "--json", cwd=tmp_path)
+    listed = dsh(
+        "sessions", "list", "--config", CONFIG, "--root", str(root), "--json", cwd=tmp_path
+    )
     assert listed.returncode == 0, listed.stderr
     assert "sq-1" in listed.stdout
     shown = dsh("sessions", "show", "sq-1", "--config", CONFIG, "--root", str(root),
