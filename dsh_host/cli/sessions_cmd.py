@@ -151,7 +151,7 @@ def run_list(args: argparse.Namespace) -> int:
             print(json.dumps(entry))
         return 0
     if not entries:
-        console().print("no stored sessions")
+        print("no stored sessions")  # plain text: no terminal library for one line
         return 0
     if not sys.stdout.isatty():
         _print_rows(entries)

@@ -86,10 +86,13 @@ def _open_lock(path: str, session_id: str) -> int:
 class SessionLock:
     """An acquired ``session.lock``; :meth:`release` (or process exit) frees it."""
 
-    __slots__ = ("_fd", "path", "session_id")
+    __slots__ = ("_fd", "_identity", "path", "session_id")
 
     def __init__(self, fd: int, path: str, session_id: str) -> None:
         self._fd: int | None = fd
+        # An open descriptor's (device, inode) never changes: read once, so a barrier's
+        # check is one ``stat`` of the path, not a ``stat`` and an ``fstat``.
+        self._identity = _identity(os.fstat(fd))
         self.path = path
         self.session_id = session_id
 
@@ -135,7 +138,7 @@ class SessionLock:
         """Raise :class:`SessionOwnershipLostError` if the lock file was removed or replaced."""
         if self._fd is None:
             raise SessionOwnershipLostError(f'session "{self.session_id}": lock already released')
-        if not _same_file(self._fd, self.path):
+        if _path_identity(self.path) != self._identity:
             raise SessionOwnershipLostError(
                 f'session "{self.session_id}": lock file "{self.path}" was removed or replaced '
                 "while this handle owned it; another writer may now own the session — reopen it"
@@ -152,13 +155,21 @@ class SessionLock:
         return self._fd is not None
 
 
-def _same_file(fd: int, path: str) -> bool:
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def _path_identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the file at ``path`` itself (a symlink is not followed); None if
+    nothing is there."""
     try:
-        st = os.stat(path, follow_symlinks=False)
+        return _identity(os.stat(path, follow_symlinks=False))
     except FileNotFoundError:
-        return False
-    fst = os.fstat(fd)
-    return (st.st_dev, st.st_ino) == (fst.st_dev, fst.st_ino)
+        return None
+
+
+def _same_file(fd: int, path: str) -> bool:
+    return _path_identity(path) == _identity(os.fstat(fd))
 
 
 _PROC_LOCKS: Final = "/proc/locks"

@@ -119,6 +119,10 @@ def test_sessions_list_imports_only_the_rows_it_boots(tmp_path: Path) -> None:
     assert out.splitlines()[0].startswith("id\tcreated\t")
     assert {line.split("\t")[0] for line in out.splitlines()[1:len(stored) + 1]} == set(stored)
     assert not NOT_FOR_A_LISTING & modules, sorted(NOT_FOR_A_LISTING & modules)
+    # An empty root says so, without rich either.
+    modules, out = importing("sessions", "list", "--root", str(tmp_path / "none"), cwd=tmp_path)
+    assert out == "no stored sessions\n"
+    assert not NOT_FOR_A_LISTING & modules, sorted(NOT_FOR_A_LISTING & modules)
 
 
 def test_the_exit_skips_collecting_what_the_imports_made(tmp_path: Path) -> None:
