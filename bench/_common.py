@@ -430,6 +430,23 @@ def fsync_disabled() -> Iterator[None]:
         os.fsync = previous
 
 
+@contextlib.contextmanager
+def fsync_as_sleep(seconds: float) -> Iterator[None]:
+    """Replace ``os.fsync`` with a sleep of ``seconds``: the caller blocks as long as a real
+    fsync would, the disk does nothing. The control that tells the CPU a process pays for
+    blocking at all (cold caches on waking) from the kernel's own work in ``fsync``."""
+
+    def _sleep(fd: Any) -> None:
+        time.sleep(seconds)
+
+    previous = os.fsync
+    os.fsync = _sleep
+    try:
+        yield
+    finally:
+        os.fsync = previous
+
+
 class RawFile:
     """The physical limit: ``write`` + ``fsync`` of given bytes on a file kept open.
 

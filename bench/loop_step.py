@@ -17,7 +17,15 @@ sampled interleaved with the loop so disk weather hits both alike.
 Reported for N = 10, 100, 1000, 3000 steps (``--small``: 10, 50, 150):
 ms per step at the start and at the end (growth ratio, target <= 1.15), the
 same for CPU time, fsyncs and bytes per step, and the ratio of a step to one
-raw fsync of its bytes. Writes ``bench/results/loop_step.json``.
+raw fsync of its bytes.
+
+At the largest N the same loop runs three more times, to say where a durable
+step's CPU goes (issue 25's targets: <= 1.0 ms durable, <= 0.4 ms in memory):
+in memory only (the harness), with ``os.fsync`` a no-op (+ the persistence
+code), with ``os.fsync`` a sleep as long as a real one (+ blocking at all: the
+same instructions, but the process wakes three times a step on cold caches),
+and the durable run itself (+ the kernel's work in ``write`` + ``fsync``).
+Writes ``bench/results/loop_step.json``.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from _common import (
     RawFile,
     cpu_ns,
     file_size,
+    fsync_as_sleep,
     fsync_disabled,
     machine_info,
     median,
@@ -310,9 +319,10 @@ async def profile_run(steps: int, scratch: Path) -> dict[str, Any]:
 
 async def main_async(
     sizes: tuple[int, ...], scratch: Path, profile: bool
-) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any] | None]:
+) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any], dict[str, Any] | None]:
     out = []
     raw = RawFile(scratch / "raw-baseline.bin")
+    runs: list[LoopRun] = []
     try:
         for steps in sizes:
             root = scratch / f"sessions-{steps}"
@@ -321,18 +331,98 @@ async def main_async(
             # Every step up to N=100; every 3rd beyond (plenty of samples, a third of the disk
             # time: the default run stays near two minutes when fsync is slow).
             run = await run_loop(steps, root, workspace, raw, raw_every=1 if steps <= 100 else 3)
+            runs.append(run)
             out.append(summarize(run))
             print(f"  N={steps}: {run.turn_ns / 1e9:.1f} s", flush=True)
     finally:
         raw.close()
     # The same loop with no persistence and no checkpoints: the harness without durability.
     largest = max(sizes)
-    memory = summarize(
-        await run_loop(largest, scratch / "unused", scratch / "workspace", None, durable=False)
+    in_memory = await run_loop(
+        largest, scratch / "unused", scratch / "workspace", None, durable=False
     )
+    memory = summarize(in_memory)
     print(f"  N={largest} in memory only: {memory['turn_seconds']:.1f} s", flush=True)
+    durable = runs[sizes.index(largest)]
+    breakdown = await cpu_breakdown(durable, in_memory, scratch)
     profiled = await profile_run(largest, scratch) if profile else None
-    return out, memory, profiled
+    return out, memory, breakdown, profiled
+
+
+#: Issue 25's CPU targets for one step (ms): the durable step, the same loop in memory.
+CPU_TARGET_MS = 1.0
+IN_MEMORY_CPU_TARGET_MS = 0.4
+
+
+def _cpu_ms(run: LoopRun) -> float:
+    """Median CPU per step, the first (publishing) step left out."""
+    return ms(run.step_cpu_ns[1:])
+
+
+async def cpu_breakdown(durable: LoopRun, in_memory: LoopRun, scratch: Path) -> dict[str, Any]:
+    """Where a durable step's CPU goes: the same N-step loop twice more, with ``os.fsync`` a
+    no-op and with ``os.fsync`` a sleep as long as the durable run's median fsync. The four
+    medians split the step into the harness (in memory), the persistence code (no fsync minus
+    in memory), blocking at all (sleep minus no fsync: the same code, the same instructions,
+    but three waits a step, after which the process runs on cold caches) and the kernel's
+    work in ``write`` + ``fsync`` (real minus sleep)."""
+    steps = durable.steps
+    workspace = scratch / "workspace"
+    fsyncs = median(durable.step_fsyncs[1:]) or 1
+    one_fsync_s = median(durable.step_fsync_ns[1:]) / fsyncs / 1e9
+    with fsync_disabled():
+        no_fsync = await run_loop(steps, scratch / "sessions-no-fsync", workspace, None)
+    print(f"  N={steps} with fsync a no-op: {no_fsync.turn_ns / 1e9:.1f} s", flush=True)
+    with fsync_as_sleep(one_fsync_s):
+        slept = await run_loop(steps, scratch / "sessions-fsync-sleep", workspace, None)
+    print(
+        f"  N={steps} with fsync a {one_fsync_s * 1e3:.3f} ms sleep: {slept.turn_ns / 1e9:.1f} s",
+        flush=True,
+    )
+    memory_ms, no_fsync_ms = _cpu_ms(in_memory), _cpu_ms(no_fsync)
+    slept_ms, durable_ms = _cpu_ms(slept), _cpu_ms(durable)
+    return {
+        "steps": steps,
+        "sleep_per_fsync_ms": round(one_fsync_s * 1e3, 3),
+        "cpu_ms_per_step": {
+            "in_memory": round(memory_ms, 3),
+            "fsync_no_op": round(no_fsync_ms, 3),
+            "fsync_as_sleep": round(slept_ms, 3),
+            "durable": round(durable_ms, 3),
+        },
+        "share_ms": {
+            "harness": round(memory_ms, 3),
+            "persistence_code": round(no_fsync_ms - memory_ms, 3),
+            "blocking": round(slept_ms - no_fsync_ms, 3),
+            "kernel_write_fsync": round(durable_ms - slept_ms, 3),
+        },
+        "targets": {
+            "durable_cpu_ms_at_most": CPU_TARGET_MS,
+            "durable_verdict": verdict(durable_ms, CPU_TARGET_MS),
+            "in_memory_cpu_ms_at_most": IN_MEMORY_CPU_TARGET_MS,
+            "in_memory_verdict": verdict(memory_ms, IN_MEMORY_CPU_TARGET_MS),
+        },
+    }
+
+
+def print_breakdown(breakdown: dict[str, Any]) -> None:
+    cpu, share = breakdown["cpu_ms_per_step"], breakdown["share_ms"]
+    targets = breakdown["targets"]
+    print_table(
+        f"where a durable step's CPU goes, N={breakdown['steps']} (median CPU ms per step; "
+        f"the sleep is {breakdown['sleep_per_fsync_ms']} ms, the durable run's median fsync)",
+        ["run", "CPU ms/step", "share", "share ms", "target", "verdict"],
+        [
+            ["in memory", cpu["in_memory"], "harness", share["harness"],
+             targets["in_memory_cpu_ms_at_most"], targets["in_memory_verdict"]],
+            ["durable, fsync a no-op", cpu["fsync_no_op"], "persistence code",
+             share["persistence_code"], "-", "-"],
+            ["durable, fsync a sleep", cpu["fsync_as_sleep"], "blocking (same code)",
+             share["blocking"], "-", "-"],
+            ["durable", cpu["durable"], "kernel write + fsync", share["kernel_write_fsync"],
+             targets["durable_cpu_ms_at_most"], targets["durable_verdict"]],
+        ],
+    )
 
 
 def print_profile(profiled: dict[str, Any]) -> None:
@@ -375,7 +465,7 @@ def main() -> None:
     sizes = tuple(args.steps or (SMALL_STEPS if args.small else DEFAULT_STEPS))
     with scratch_dir(args.scratch, "loop") as scratch:
         info = machine_info(scratch)
-        results, memory, profiled = anyio.run(
+        results, memory, breakdown, profiled = anyio.run(
             main_async, sizes, scratch, args.profile, backend=args.backend
         )
     print_table(
@@ -438,6 +528,7 @@ def main() -> None:
         f"{largest['cpu_growth_ratio']} ({targets['cpu_growth_verdict']}); the same loop in "
         f"memory only: wall {memory['growth_ratio']}, CPU {memory['cpu_growth_ratio']}"
     )
+    print_breakdown(breakdown)
     if profiled is not None:
         print_profile(profiled)
     write_result(
@@ -448,6 +539,7 @@ def main() -> None:
             "tool": f"in-process no-op ({NOOP_TOOL}, bench-local plugin)",
             "runs": results,
             "in_memory": memory,
+            "cpu_breakdown": breakdown,
             "targets": targets,
             "profile": profiled,
             "machine": info,

@@ -151,6 +151,18 @@ def test_loop_step(tmp_path: Path, backend: str) -> None:
         targets["growth_without_fsync_verdict"], largest["growth_ratio_without_fsync"], limit
     )
     assert_verdict(targets["cpu_growth_verdict"], largest["cpu_growth_ratio"], limit)
+    # The CPU breakdown: four runs of the largest N whose shares add up to the durable run.
+    breakdown = data["cpu_breakdown"]
+    assert breakdown["steps"] == largest["steps"]
+    assert breakdown["sleep_per_fsync_ms"] > 0
+    cpu, share = breakdown["cpu_ms_per_step"], breakdown["share_ms"]
+    assert cpu["in_memory"] > 0 and cpu["durable"] > 0
+    assert sum(share.values()) == pytest.approx(cpu["durable"], abs=0.005)
+    checks = breakdown["targets"]
+    assert_verdict(checks["durable_verdict"], cpu["durable"], checks["durable_cpu_ms_at_most"])
+    assert_verdict(
+        checks["in_memory_verdict"], cpu["in_memory"], checks["in_memory_cpu_ms_at_most"]
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
