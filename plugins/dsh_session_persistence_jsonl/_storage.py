@@ -155,14 +155,14 @@ def append_durable(fd: int, path: str, data: bytes, prior_size: int) -> int:
     (and the rollback's own error, if any). A length other than ``prior_size``
     means someone else wrote to the log: ``RuntimeError``, nothing written.
     """
-    size = os.fstat(fd).st_size
+    # One call both reads the length and puts the offset at the end, where the batch goes.
+    size = os.lseek(fd, 0, os.SEEK_END)
     if size != prior_size:
         raise RuntimeError(
             f'session log "{path}" is {size} bytes but this handle wrote {prior_size}; '
             "another writer touched it"
         )
     try:
-        os.lseek(fd, prior_size, os.SEEK_SET)
         _write_all(fd, data)
         _fsync(fd)
     except OSError as error:

@@ -24,6 +24,7 @@ from dsh_host.session import write_behind
 from dsh_host.session.events import event_to_builtins
 from dsh_host.session.persistence import (
     SessionHandlePoisonedError,
+    SessionPersistenceCorruptionError,
     SessionRollbackError,
     SessionWriteError,
 )
@@ -134,6 +135,40 @@ async def test_write_failure_rolls_back_and_the_retry_has_no_gap(
     load = await (await backend.open("ws", "read")).read()
     assert wire(load.events) == plain(events)
     assert path.read_bytes()[: len(durable)] == durable
+
+
+@pytest.mark.parametrize("compression", ["zstd", "none"])
+@pytest.mark.parametrize("change", ["appended", "truncated"])
+async def test_a_log_changed_under_the_handle_is_refused_and_left_as_found(
+    tmp_path: Path, events: list[dict[str, Any]], compression: str, change: str
+) -> None:
+    """Another writer's bytes (or a cut) between two barriers: the next barrier sees a length
+    other than the one it wrote, refuses, and writes nothing over or after what it found."""
+    backend = JsonlSessionPersistence(str(tmp_path), compression)  # type: ignore[arg-type]
+    handle = await backend.create(header("fw"))
+    handle.append(events[:8])
+    await handle.flush()
+    path = _path(backend, "fw")
+    durable = path.read_bytes()
+    with path.open("r+b") as log_file:
+        if change == "appended":
+            log_file.seek(0, os.SEEK_END)
+            log_file.write(b'{"another":"writer"}\n')
+        else:
+            log_file.truncate(len(durable) - 1)
+    found = path.read_bytes()
+    handle.append(events[8:])
+    with pytest.raises(
+        SessionPersistenceCorruptionError,
+        match=f"is {len(found)} bytes but this handle wrote {len(durable)}; another writer",
+    ) as refused:
+        await handle.flush()
+    assert refused.value.offset == len(durable)
+    assert path.read_bytes() == found
+    with pytest.raises(SessionPersistenceCorruptionError):
+        await handle.close()  # the final drain refuses too; the lock is released all the same
+    assert path.read_bytes() == found
+    assert await backend.held_by("fw") is None
 
 
 @pytest.mark.parametrize("compression", ["zstd", "none"])
