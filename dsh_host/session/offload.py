@@ -221,6 +221,11 @@ class _Writers:
         self._idle = 0  # writers waiting on _ready
         self._started = 0
         self._threads = threads
+        #: Finished jobs per trio run token, not yet handed back: the first one finished
+        #: schedules one delivery, the ones finished before it runs join it (one wake-up of
+        #: the event loop, one system call on the writer, for all of them).
+        self._finished: dict[Any, list[tuple[Any, Any]]] = {}
+        self._finished_lock = threading.Lock()
 
     def submit(self, job: _Job) -> None:
         with self._ready:
@@ -246,8 +251,28 @@ class _Writers:
                         self._idle -= 1
                 job = self._jobs.popleft()
             result = outcome.capture(job.context.run, job.fn, *job.args)
-            job.token.run_sync_soon(trio.lowlevel.reschedule, job.task, result)
+            token = job.token
+            with self._finished_lock:
+                waiting = self._finished.get(token)
+                if waiting is None:
+                    self._finished[token] = [(job.task, result)]
+                else:
+                    waiting.append((job.task, result))
             del job, result  # hold nothing of a finished job while waiting for the next
+            if waiting is None:
+                try:
+                    token.run_sync_soon(self._deliver, trio, token)
+                except trio.RunFinishedError:  # nobody is left to hand them to
+                    with self._finished_lock:
+                        self._finished.pop(token, None)
+            del token, waiting
+
+    def _deliver(self, trio: Any, token: Any) -> None:
+        """On the event loop: wake every task whose job finished since the last delivery."""
+        with self._finished_lock:
+            finished = self._finished.pop(token, [])
+        for task, result in finished:
+            trio.lowlevel.reschedule(task, result)
 
 
 _writers = _Writers(WRITER_THREADS)

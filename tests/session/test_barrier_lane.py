@@ -165,6 +165,46 @@ async def _append(out: list[int], call: Any) -> None:
     out.append(await call)
 
 
+async def test_jobs_finished_while_the_loop_is_busy_are_handed_back_in_one_delivery(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under load the writers finish barriers faster than the event loop comes round: the
+    first finished job schedules a delivery, the others join it (one wake-up of the loop for
+    all of them); every caller still gets its own result, in any order."""
+    lane = offload.BarrierLane(0)
+    writers = offload._writers
+    deliveries: list[int] = []
+    deliver = writers._deliver
+
+    def counted(trio_module: Any, token: Any) -> None:
+        deliveries.append(len(writers._finished.get(token, ())))
+        deliver(trio_module, token)
+
+    monkeypatch.setattr(writers, "_deliver", counted)
+    jobs = offload.WRITER_THREADS - 1
+    started: list[int] = []
+    release = threading.Event()
+
+    def write(n: int) -> int:
+        started.append(n)
+        release.wait(10)
+        return n
+
+    results: list[int] = []
+    async with trio.open_nursery() as nursery:
+        for n in range(jobs):
+            nursery.start_soon(lambda n=n: _append(results, lane.run(write, n)))
+        with trio.fail_after(10):
+            while len(started) < jobs:  # each job runs on a writer of its own
+                await trio.sleep(0.001)
+        release.set()
+        time.sleep(0.3)  # the event loop is busy: all of them finish meanwhile
+    assert sorted(results) == list(range(jobs))
+    assert deliveries == [jobs]
+    assert writers._finished == {}
+    assert offload._in_flight == 0
+
+
 async def test_the_cheap_runnable_count_is_trios_own() -> None:
     """The lane reads trio's run queue (O(1)) instead of ``current_statistics()`` (which
     walks every registered descriptor); on the installed trio the internal read must work
