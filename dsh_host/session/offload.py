@@ -213,7 +213,8 @@ class _Job:
 
 class _Writers:
     """Up to ``threads`` daemon threads serving queued jobs in arrival order; a job's result
-    (or exception) reschedules its waiting trio task through that task's run token."""
+    (or exception) reschedules its waiting trio task through that task's run token, and
+    jobs that finish before the event loop comes round are handed back together."""
 
     def __init__(self, threads: int) -> None:
         self._jobs: collections.deque[_Job] = collections.deque()

@@ -195,10 +195,11 @@ async def test_jobs_finished_while_the_loop_is_busy_are_handed_back_in_one_deliv
         for n in range(jobs):
             nursery.start_soon(lambda n=n: _append(results, lane.run(write, n)))
         with trio.fail_after(10):
-            while len(started) < jobs:  # each job runs on a writer of its own
+            while len(started) < jobs:  # noqa: ASYNC110 - writer threads append to it
                 await trio.sleep(0.001)
         release.set()
-        time.sleep(0.3)  # the event loop is busy: all of them finish meanwhile
+        # The event loop is kept busy on purpose: all of them finish meanwhile.
+        time.sleep(0.3)  # noqa: ASYNC251
     assert sorted(results) == list(range(jobs))
     assert deliveries == [jobs]
     assert writers._finished == {}
