@@ -349,7 +349,9 @@ async def start_turn(request: Request) -> Response:
 @authenticated
 async def cancel_turn(request: Request) -> Response:
     """
-    summary: Cancel the running turn (it ends aborted once started tool bodies return)
+    summary: >-
+      Cancel the session's turn: a running one ends aborted once started tool bodies return;
+      one still queued for a worker (--queue) never starts
     parameters:
       - {name: id, in: path, required: true, schema: {type: string}}
     responses:

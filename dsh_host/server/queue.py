@@ -134,14 +134,19 @@ class TurnQueue:
         return busy
 
     async def abort(self, session_id: str) -> bool:
-        """Ask the worker running the session's job to cancel the turn."""
-        jobs = await self.app.job_manager.list_jobs_async(
-            task=TURN_TASK, status="doing", lock=session_id
-        )
+        """Cancel the session's job: one still queued never starts (procrastinate marks it
+        ``cancelled`` before any worker takes it: nothing of its turn is written), the worker
+        running one is asked to cancel the turn. False when the session has no job."""
         done = False
-        for job in jobs:
-            if job.id is not None:
-                done = await self.app.job_manager.cancel_job_by_id_async(job.id, abort=True) or done
+        for status in ("doing", "todo"):
+            jobs = await self.app.job_manager.list_jobs_async(
+                task=TURN_TASK, status=status, lock=session_id
+            )
+            for job in jobs:
+                if job.id is not None:
+                    # abort=True covers both states, and a queued job taken meanwhile
+                    cancel = self.app.job_manager.cancel_job_by_id_async
+                    done = await cancel(job.id, abort=True) or done
         return done
 
     # ------------------------------------------------------------------ event wake-ups

@@ -542,7 +542,8 @@ class ServerRuntime:
                 self._on_event(agent.session, None)  # wake streams: the store has it all
 
     async def cancel(self, session_id: str) -> int | None:
-        """Cancel the session's running turn (on whichever worker runs it in queue mode)."""
+        """Cancel the session's running turn (on whichever worker runs it in queue mode), or
+        in queue mode its turn still waiting for a worker (it never starts)."""
         running = self._running.get(session_id)
         if running is not None:
             running.agent.cancel()

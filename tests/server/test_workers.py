@@ -60,7 +60,7 @@ class Workers:
     def queue_schema(self) -> str:
         return self.env["QUEUE_SCHEMA"]
 
-    def start(self, responses: list[Any]) -> str:
+    def start(self, responses: list[Any], *flags: str) -> str:
         """Start one more worker process whose model answers ``responses``; its URL."""
         name = str(len(self.started))
         script = self.tmp / f"script-{name}.json"
@@ -72,7 +72,7 @@ class Workers:
                 [sys.executable, "-m", "dsh_host", "serve", "--config", str(self.config),
                  "--model", f"scripted:{script}", "--workspace", str(self.workspace),
                  "--port", "0", "--queue", "--queue-schema", self.queue_schema,
-                 "--stalled-after", "3", "--after-repair", self.after_repair],
+                 "--stalled-after", "3", "--after-repair", self.after_repair, *flags],
                 cwd=work, env=self.env, stdout=subprocess.PIPE, stderr=stderr, text=True,
             )
         assert proc.stdout is not None
@@ -211,3 +211,57 @@ def test_cancel_reaches_the_worker_running_the_turn(workers: Workers) -> None:
 
     assert _poll(ended)["lastTurnEnd"]["kind"] == "aborted"
     assert runner != other
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["stop"], indirect=True)
+def test_cancel_of_a_queued_turn_keeps_every_worker_from_taking_it(
+    workers: Workers, pg_dsn: str
+) -> None:
+    """The only worker (concurrency 1) is busy with one session's turn, so another session's
+    turn waits in the queue; cancelling it there means no worker ever takes it: nothing of it
+    is written, the job is ``cancelled``, and the session takes a new turn, which gets the
+    model's next answer (the cancelled turn never consumed it)."""
+    url = workers.start(
+        [{"text": "thinking", "hang": True}, {"text": "answered"}], "--concurrency", "1"
+    )
+
+    def status(session_id: str) -> str:
+        return str(httpx.get(f"{url}/sessions/{session_id}", timeout=30).json()["status"])
+
+    def events(session_id: str) -> list[dict[str, Any]]:
+        response = httpx.get(f"{url}/sessions/{session_id}/events", timeout=30)
+        return [json.loads(line) for line in response.text.splitlines()]
+
+    busy = httpx.post(f"{url}/sessions", json={}, timeout=30).json()["id"]
+    assert httpx.post(f"{url}/sessions/{busy}/turns", json={"prompt": "wait"},
+                      timeout=30).status_code == 202
+    _poll(lambda: status(busy) == "running")
+    waiting = httpx.post(f"{url}/sessions", json={}, timeout=30).json()["id"]
+    queued = httpx.post(f"{url}/sessions/{waiting}/turns", json={"prompt": "never"}, timeout=30)
+    assert queued.status_code == 202, queued.text
+    assert status(waiting) == "queued"
+    cancelled = httpx.post(f"{url}/sessions/{waiting}/cancel", timeout=30)
+    assert cancelled.status_code == 202, cancelled.text
+    assert status(waiting) == "idle"
+    # Free the worker; it must not pick the cancelled job up.
+    assert httpx.post(f"{url}/sessions/{busy}/cancel", timeout=30).status_code == 202
+    _poll(lambda: status(busy) == "idle" and _running_on(url) == 0.0)
+    time.sleep(2.5)  # more than the worker's 1 s fetch interval, twice
+    assert not [e for e in events(waiting) if e["type"] in ("user/message", "turn/start")]
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute(sql.SQL(
+            "SELECT lock, status FROM {}.procrastinate_jobs ORDER BY id"
+        ).format(sql.Identifier(workers.queue_schema))).fetchall()
+    assert dict(rows)[waiting] == "cancelled", rows
+    # The session is free again; its next turn gets the answer nobody consumed.
+    again = httpx.post(f"{url}/sessions/{waiting}/turns", json={"prompt": "now"}, timeout=30)
+    assert again.status_code == 202, again.text
+    _poll(lambda: status(waiting) == "idle" and any(
+        e["type"] == "turn/end" for e in events(waiting)))
+    stored = events(waiting)
+    prompts = [e["data"]["content"][0]["text"] for e in stored
+               if e["type"] == "user/message" and e["data"]["source"]["kind"] == "user"]
+    answers = [b["text"] for e in stored if e["type"] == "assistant/message"
+               for b in e["data"]["message"]["content"] if b["type"] == "text"]
+    assert (prompts, answers) == (["now"], ["answered"])
