@@ -71,13 +71,10 @@ async def run_sync(fn: Callable[..., T], *args: object) -> T:
     def deliver(result: outcome.Outcome[T]) -> None:  # on the worker thread
         token.run_sync_soon(trio.lowlevel.reschedule, task, result)
 
-    def refuse_abort(_raise_cancel: Any) -> trio.lowlevel.Abort:
-        return trio.lowlevel.Abort.FAILED  # the work runs to its end; so does the wait
-
     _in_flight += 1
     try:
         trio.lowlevel.start_thread_soon(work, deliver)
-        result = await trio.lowlevel.wait_task_rescheduled(refuse_abort)
+        result = await trio.lowlevel.wait_task_rescheduled(_refuse_abort)
     finally:
         _in_flight -= 1
     return cast(T, result)
