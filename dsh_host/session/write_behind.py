@@ -153,6 +153,34 @@ def header_meta(header: SessionHeader | Mapping[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- once
 
 
+class _Settled:
+    """A one-shot "it has ended" signal: :meth:`set` once, :meth:`wait` any number of times.
+
+    The :class:`anyio.Event` behind it is made by the first waiter only, and a wait after
+    :meth:`set` returns at once: most barriers and writes have no waiter (the checkpoint
+    policy runs three a step, one caller each), so they cost no event and no scheduler
+    round trip.
+    """
+
+    __slots__ = ("_event", "done")
+
+    def __init__(self) -> None:
+        self.done = False
+        self._event: anyio.Event | None = None
+
+    async def wait(self) -> None:
+        if self.done:
+            return
+        if self._event is None:
+            self._event = anyio.Event()
+        await self._event.wait()
+
+    def set(self) -> None:
+        self.done = True
+        if self._event is not None:
+            self._event.set()
+
+
 class Once:
     """An async step run once, by its first caller, shielded from cancellation.
 
@@ -161,61 +189,42 @@ class Once:
     need must not run twice). A failure of the run is its first caller's.
     """
 
-    __slots__ = ("_done",)
+    __slots__ = ("_ran",)
 
     def __init__(self) -> None:
-        self._done: anyio.Event | None = None
+        self._ran: _Settled | None = None
 
     @property
     def done(self) -> bool:
         """The step ran to its end (successfully or not)."""
-        return self._done is not None and self._done.is_set()
+        return self._ran is not None and self._ran.done
 
     async def run(self, step: Callable[[], Awaitable[None]]) -> None:
-        done = self._done
-        if done is not None:
-            if not done.is_set():
-                await done.wait()
-            # Done already (every flush of a bound session asks): no scheduler round trip.
+        ran = self._ran
+        if ran is not None:
+            await ran.wait()  # at once when done (every flush of a bound session asks)
             return
-        done = self._done = anyio.Event()
+        ran = self._ran = _Settled()
         try:
             with anyio.CancelScope(shield=True):
                 await step()
         finally:
-            done.set()
+            ran.set()
 
 
 # --------------------------------------------------------------------------- the controller
 
 
-class _Barrier:
+class _Barrier(_Settled):
     """One shared flush: every concurrent caller waits for it to settle (:meth:`wait`)."""
 
-    __slots__ = ("_done", "abandoned", "error", "settled")
+    __slots__ = ("abandoned", "error")
 
     def __init__(self) -> None:
-        #: Created by the first concurrent caller only: most barriers have none (the
-        #: checkpoint policy runs three a step, one caller each).
-        self._done: anyio.Event | None = None
-        self.settled = False
+        super().__init__()
         self.error: BaseException | None = None
         #: The task running the barrier was cancelled; waiters start their own.
         self.abandoned = False
-
-    async def wait(self) -> None:
-        """Return once the barrier settled (at once if it has)."""
-        if self.settled:
-            return
-        done = self._done
-        if done is None:
-            done = self._done = anyio.Event()
-        await done.wait()
-
-    def settle(self) -> None:
-        self.settled = True
-        if self._done is not None:
-            self._done.set()
 
 
 class WriteBehind(Generic[T]):
@@ -248,9 +257,8 @@ class WriteBehind(Generic[T]):
         self._sleep_until = sleep_until
         self._window = window
         self.pending: list[T] = []
-        #: A batch is being written; ``_settled`` (made by the first waiter) is set when it ends.
-        self._active = False
-        self._settled: anyio.Event | None = None
+        #: The batch being written (set when its write ends), or None.
+        self._active: _Settled | None = None
         self._deadline: float | None = None
         self._sleeper: anyio.CancelScope | None = None
         self._expired = False
@@ -263,7 +271,7 @@ class WriteBehind(Generic[T]):
     @property
     def writing(self) -> bool:
         """A batch is being written right now."""
-        return self._active
+        return self._active is not None
 
     @property
     def window_armed(self) -> bool:
@@ -277,7 +285,7 @@ class WriteBehind(Generic[T]):
     @property
     def idle(self) -> bool:
         """Nothing pending, nothing being written, no flush running."""
-        return not self.pending and not self._active and self._barrier is None
+        return not self.pending and self._active is None and self._barrier is None
 
     # ------------------------------------------------------------- admission
 
@@ -345,7 +353,7 @@ class WriteBehind(Generic[T]):
         if not expired or scope.cancel_called or self._barrier is not None:
             return
         self._deadline = None
-        if self._active:
+        if self._active is not None:
             self._expired = True  # the writer picks the batch up when it settles
             return
         await self._background_writes()
@@ -371,27 +379,16 @@ class WriteBehind(Generic[T]):
     async def _write_one(self) -> None:
         """Write the whole queue as one batch; on any failure put it back in front."""
         batch, self.pending = self.pending, []
-        self._active = True
+        active = self._active = _Settled()
         try:
             await self._write(batch)
         except BaseException:
             self.pending[:0] = batch
             raise
         finally:
-            self._active = False
-            settled, self._settled = self._settled, None
-            if settled is not None:
-                settled.set()
+            self._active = None
+            active.set()
         self._reported = False
-
-    async def _wait_settled(self) -> None:
-        """Wait for the running write (if any) to end."""
-        if not self._active:
-            return
-        settled = self._settled
-        if settled is None:
-            settled = self._settled = anyio.Event()
-        await settled.wait()
 
     # --------------------------------------------------------------- barrier
 
@@ -409,9 +406,9 @@ class WriteBehind(Generic[T]):
             self._disarm()
             self._paused = False
             self._expired = False
-            if self._active:
+            if self._active is not None:
                 # Its failure (if any) already put the batch back; we retry it below.
-                await self._wait_settled()
+                await self._active.wait()
             wrote = False
             while self.pending:
                 try:
@@ -437,7 +434,7 @@ class WriteBehind(Generic[T]):
             raise
         finally:
             self._barrier = None  # closes admission before anyone resumes
-            barrier.settle()
+            barrier.set()
 
 
 # --------------------------------------------------------------------------- the handle
