@@ -179,6 +179,15 @@ class _Group:
         if self.failure is not None:
             raise self.failure
 
+    async def _settle(self) -> None:
+        """After a call started or a body ended: commit what is ready, in order, and note an
+        abort that landed meanwhile (a scheduler failure is raised before and after)."""
+        self._raise_failure()
+        await self._commit_ready()
+        self._raise_failure()
+        if self.signal.aborted:
+            self.aborted = True
+
     async def run(self) -> _GroupOutcome:
         if len(self.calls) == 1:
             return await self._run_one()
@@ -190,11 +199,7 @@ class _Group:
                 while self.in_flight:
                     index = await receive.receive()
                     self.in_flight.discard(index)
-                    self._raise_failure()
-                    await self._commit_ready()
-                    self._raise_failure()
-                    if self.signal.aborted:
-                        self.aborted = True
+                    await self._settle()
                     await self._fill(dispatches, send)
             except Exception as exc:
                 # Stop starting; the task group's exit waits for every started
@@ -207,19 +212,16 @@ class _Group:
     async def _run_one(self) -> _GroupOutcome:
         """:meth:`run` for a group of one call (an exclusive call, or a lone parallel one).
 
-        The same steps in the same order, but the body is awaited here: with nothing to
-        overlap it with, a task group, a dispatch task and a result stream per step would
-        only cost time (about a tenth of an in-memory step). The body still runs under the
-        caller's cancel scopes, and a scheduler failure still propagates after it settled.
+        The same steps in the same order, but the body is awaited here (:meth:`_start`
+        with no task group), and :meth:`_fill` settles it as it settles a started call:
+        with nothing to overlap it with, a task group, a dispatch task and a result stream
+        per step would only cost time (about a tenth of an in-memory step). The body still
+        runs under the caller's cancel scopes, and a scheduler failure still propagates
+        after it settled.
         """
         error: BaseException | None = None
         try:
             await self._fill(None, None)
-            self._raise_failure()
-            await self._commit_ready()
-            self._raise_failure()
-            if self.signal.aborted:
-                self.aborted = True
         except Exception as exc:
             error = self.failure or exc
         if error is not None:
@@ -250,11 +252,7 @@ class _Group:
                 break  # an exclusive call becomes the next group's barrier
             await self._start(index, dispatches, send)
             self.next_to_start += 1
-            self._raise_failure()
-            await self._commit_ready()
-            self._raise_failure()
-            if self.signal.aborted:  # abort may land while pre-execute awaits
-                self.aborted = True
+            await self._settle()  # an abort may land while pre-execute awaits
 
     async def _start(self, index: int, dispatches: Any, send: Any) -> None:
         planned = self.calls[index]
