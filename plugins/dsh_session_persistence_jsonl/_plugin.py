@@ -18,6 +18,7 @@ import msgspec
 
 from dsh_host.context import Context
 from dsh_host.plugin import Plugin
+from dsh_host.session import offload
 from dsh_host.session.binding import bind_live_sessions, host_spawn
 from dsh_host.userdirs import default_session_root
 
@@ -40,7 +41,9 @@ class JsonlConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: worker thread when no other task is ready to run and recent barriers took at most this
     #: many milliseconds (a thread hop costs ~0.1 ms; a fast disk's fsync 0.15-0.6 ms). 0: always
     #: on a worker thread.
-    inline_barrier_ms: Annotated[float, msgspec.Meta(ge=0, le=1000)] = 2.0
+    inline_barrier_ms: Annotated[float, msgspec.Meta(ge=0, le=1000)] = (
+        offload.DEFAULT_INLINE_BUDGET * 1000
+    )
 
 
 class SessionPersistenceJsonl(Plugin):
