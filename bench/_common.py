@@ -407,31 +407,34 @@ class FsyncCounter:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[FsyncCounter]:
-        previous = self._inner = os.fsync
-        os.fsync = self._wrapped
-        try:
+        self._inner = os.fsync
+        with fsync_replaced(self._wrapped):
             yield self
-        finally:
-            os.fsync = previous
-
-
-def _no_fsync(fd: Any) -> None:
-    return None
 
 
 @contextlib.contextmanager
-def fsync_disabled() -> Iterator[None]:
-    """Replace ``os.fsync`` with a no-op (used only to *build* fixture logs quickly)."""
+def fsync_replaced(replacement: Fsync) -> Iterator[None]:
+    """``os.fsync`` is ``replacement`` while inside (the JSONL storage looks it up at call
+    time, on any thread); the real one is put back on the way out."""
     previous = os.fsync
-    os.fsync = _no_fsync
+    os.fsync = replacement
     try:
         yield
     finally:
         os.fsync = previous
 
 
-@contextlib.contextmanager
-def fsync_as_sleep(seconds: float) -> Iterator[None]:
+def _no_fsync(fd: Any) -> None:
+    return None
+
+
+def fsync_disabled() -> contextlib.AbstractContextManager[None]:
+    """Replace ``os.fsync`` with a no-op (to *build* fixture logs quickly, and to measure
+    the persistence code's CPU without the disk)."""
+    return fsync_replaced(_no_fsync)
+
+
+def fsync_as_sleep(seconds: float) -> contextlib.AbstractContextManager[None]:
     """Replace ``os.fsync`` with a sleep of ``seconds``: the caller blocks as long as a real
     fsync would, the disk does nothing. The control that tells the CPU a process pays for
     blocking at all (cold caches on waking) from the kernel's own work in ``fsync``."""
@@ -439,12 +442,7 @@ def fsync_as_sleep(seconds: float) -> Iterator[None]:
     def _sleep(fd: Any) -> None:
         time.sleep(seconds)
 
-    previous = os.fsync
-    os.fsync = _sleep
-    try:
-        yield
-    finally:
-        os.fsync = previous
+    return fsync_replaced(_sleep)
 
 
 class RawFile:
