@@ -198,8 +198,12 @@ async def test_jobs_finished_while_the_loop_is_busy_are_handed_back_in_one_deliv
             while len(started) < jobs:  # noqa: ASYNC110 - writer threads append to it
                 await trio.sleep(0.001)
         release.set()
-        # The event loop is kept busy on purpose: all of them finish meanwhile.
-        time.sleep(0.3)  # noqa: ASYNC251
+        # The event loop is held on purpose until every job has finished (they queue for
+        # the delivery the first of them scheduled, which cannot run before the loop does).
+        token = trio.lowlevel.current_trio_token()
+        deadline = time.monotonic() + 10
+        while len(writers._finished.get(token, ())) < jobs and time.monotonic() < deadline:
+            time.sleep(0.001)  # noqa: ASYNC251
     assert sorted(results) == list(range(jobs))
     assert deliveries == [jobs]
     assert writers._finished == {}
