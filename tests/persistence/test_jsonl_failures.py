@@ -74,17 +74,24 @@ def _path(backend: JsonlSessionPersistence, sid: str) -> Path:
     return Path(backend.locate(header(sid)).path)
 
 
+async def _first_batch_durable(
+    backend: JsonlSessionPersistence, sid: str, events: list[dict[str, Any]]
+) -> tuple[Any, Path, bytes]:
+    """A new session's write handle with its first eight events durable; its log and bytes."""
+    handle = await backend.create(header(sid))
+    handle.append(events[:8])
+    await handle.flush()
+    path = _path(backend, sid)
+    return handle, path, path.read_bytes()
+
+
 @pytest.mark.parametrize("compression", ["zstd", "none"])
 async def test_fsync_failure_rolls_back_and_poisons(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, events: list[dict[str, Any]], compression: str
 ) -> None:
     fsync = Fault(monkeypatch, "fsync", errno.EIO)
     backend = JsonlSessionPersistence(str(tmp_path), compression)  # type: ignore[arg-type]
-    handle = await backend.create(header("fs"))
-    handle.append(events[:8])
-    await handle.flush()
-    path = _path(backend, "fs")
-    durable = path.read_bytes()
+    handle, path, durable = await _first_batch_durable(backend, "fs", events)
     handle.append(events[8:16])
     fsync.arm(times=1)  # the batch's fsync fails; the rollback's own fsync succeeds
     with pytest.raises(SessionWriteError, match="injected fsync failure") as failed:
@@ -118,11 +125,7 @@ async def test_write_failure_rolls_back_and_the_retry_has_no_gap(
 ) -> None:
     write = Fault(monkeypatch, "write", errno.ENOSPC)
     backend = JsonlSessionPersistence(str(tmp_path), compression)  # type: ignore[arg-type]
-    handle = await backend.create(header("ws"))
-    handle.append(events[:8])
-    await handle.flush()
-    path = _path(backend, "ws")
-    durable = path.read_bytes()
+    handle, path, durable = await _first_batch_durable(backend, "ws", events)
     handle.append(events[8:])
     write.arm(times=1)
     with pytest.raises(SessionWriteError, match="injected write failure"):
@@ -145,11 +148,7 @@ async def test_a_log_changed_under_the_handle_is_refused_and_left_as_found(
     """Another writer's bytes (or a cut) between two barriers: the next barrier sees a length
     other than the one it wrote, refuses, and writes nothing over or after what it found."""
     backend = JsonlSessionPersistence(str(tmp_path), compression)  # type: ignore[arg-type]
-    handle = await backend.create(header("fw"))
-    handle.append(events[:8])
-    await handle.flush()
-    path = _path(backend, "fw")
-    durable = path.read_bytes()
+    handle, path, durable = await _first_batch_durable(backend, "fw", events)
     with path.open("r+b") as log_file:
         if change == "appended":
             log_file.seek(0, os.SEEK_END)
