@@ -16,14 +16,18 @@ Run as ``python child.py`` with ``DSH_CRASH_SPEC`` holding a JSON object:
 ``kill``
     where to SIGKILL ourselves (see :class:`Killer`), or null for a clean run;
 ``idle``
-    seconds to stay idle between the two turns (the 200 ms window fires there).
+    seconds to stay idle between the two turns (the 200 ms window fires there);
+``window``
+    optional: the write-behind window in seconds instead of 200 ms (the test
+    without the policy stretches it so the window cannot win the race).
 
-Nothing here touches production code: every kill point is a wrapper installed
-in *this* process around the backend's writes (``os.fsync`` and ``os.link`` for
-JSONL; ``psycopg.Connection.execute`` of the events ``INSERT`` for PostgreSQL,
-the one statement that stores a batch), the store's ``flush``, a
-``tools/execute`` listener innermost in the chain (so inside the policy) and a
-``session/event`` listener registered after the persistence row.
+Nothing here touches production code: the window is a default changed in
+*this* process, and every kill point is a wrapper installed in it around the
+backend's writes (``os.fsync`` and ``os.link`` for JSONL;
+``psycopg.Connection.execute`` of the events ``INSERT`` for PostgreSQL, the one
+statement that stores a batch), the store's ``flush``, a ``tools/execute``
+listener innermost in the chain (so inside the policy) and a ``session/event``
+listener registered after the persistence row.
 
 Protocol on stdout, one line each, written and flushed before going on:
 
@@ -57,6 +61,7 @@ import psycopg
 from psycopg import sql
 
 from dsh_host import Row, open_host
+from dsh_host.session.write_behind import WriteBehind
 
 SPEC: dict[str, Any] = json.loads(os.environ["DSH_CRASH_SPEC"])
 PERSISTENCE: dict[str, Any] = SPEC["persistence"]
@@ -64,6 +69,10 @@ LEDGER = os.path.join(SPEC["workspace"], "ledger")
 #: seconds each bash command sleeps after appending to the ledger
 BODY_SLEEP = SPEC.get("body_sleep", 0.05)
 _out_lock = threading.Lock()
+if "window" in SPEC:
+    # Every backend builds its WriteBehind with the default window.
+    assert WriteBehind.__init__.__kwdefaults__ is not None
+    WriteBehind.__init__.__kwdefaults__["window"] = float(SPEC["window"])
 
 
 def say(line: str) -> None:
