@@ -24,13 +24,14 @@ import secrets
 __all__ = [
     "AppendFailed",
     "FsyncFailed",
-    "append_durable",
     "fsync_dir",
     "fsync_dirs",
     "make_dirs_durable",
     "open_for_append",
     "publish_exclusive",
+    "seek_end",
     "truncate_durable",
+    "write_durable",
 ]
 
 
@@ -147,14 +148,9 @@ def open_for_append(path: str) -> int:
     return os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
 
-def append_durable(fd: int, path: str, data: bytes, prior_size: int) -> int:
-    """Append ``data`` at ``prior_size`` (the file's length) and fsync; return the new size.
-
-    On a write or sync failure the file is truncated back to ``prior_size`` and
-    fsync'd, then :class:`AppendFailed` is raised carrying the original error
-    (and the rollback's own error, if any). A length other than ``prior_size``
-    means someone else wrote to the log: ``RuntimeError``, nothing written.
-    """
+def seek_end(fd: int, path: str, prior_size: int) -> None:
+    """Put the offset at the log's end, which must be ``prior_size`` (the length this handle
+    wrote); another length means someone else wrote to the log: ``RuntimeError``."""
     # One call both reads the length and puts the offset at the end, where the batch goes.
     size = os.lseek(fd, 0, os.SEEK_END)
     if size != prior_size:
@@ -162,6 +158,15 @@ def append_durable(fd: int, path: str, data: bytes, prior_size: int) -> int:
             f'session log "{path}" is {size} bytes but this handle wrote {prior_size}; '
             "another writer touched it"
         )
+
+
+def write_durable(fd: int, data: bytes, prior_size: int) -> int:
+    """Write ``data`` at the offset (set by :func:`seek_end`) and fsync; return the new size.
+
+    On a write or sync failure the file is truncated back to ``prior_size`` and
+    fsync'd, then :class:`AppendFailed` is raised carrying the original error
+    (and the rollback's own error, if any).
+    """
     try:
         _write_all(fd, data)
         _fsync(fd)
