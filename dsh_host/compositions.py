@@ -21,11 +21,9 @@ copy of each file.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -82,6 +80,8 @@ def _decode(data: bytes, path: Path) -> str:
 
 
 def digest(data: bytes) -> str:
+    import hashlib  # here: only a project composition is hashed (OpenSSL costs ~4 ms to load)
+
     return hashlib.sha256(data).hexdigest()
 
 
@@ -115,6 +115,8 @@ def _write_trusted(files: dict[str, str]) -> Path:
     store = trust_store_file()
     store.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     payload = json.dumps({"files": dict(sorted(files.items()))}, indent=2) + "\n"
+    import tempfile  # here: only a trust decision writes
+
     fd, temp = tempfile.mkstemp(prefix=".trusted.", suffix=".tmp", dir=store.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import importlib
 import os
 import re
-import secrets
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -546,7 +545,7 @@ def assign_ids(rows: Sequence[LocatedRow]) -> list[str]:
     ids: list[str] = []
     seen: dict[str, str] = {}
     for located in rows:
-        row_id = located.row.id or secrets.token_hex(4)
+        row_id = located.row.id or os.urandom(4).hex()
         if row_id in seen:
             raise DuplicateRowIdError(
                 f"duplicate loader entry id: {row_id} ({seen[row_id]} and {located.where}); "

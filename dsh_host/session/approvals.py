@@ -15,7 +15,6 @@ service (bind and record a decision) and by ``dsh approvals``.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -43,6 +42,8 @@ def args_digest(arguments: str) -> str:
     A lone surrogate (possible in a model's JSON string) is encoded with
     ``surrogatepass`` so every string has exactly one digest.
     """
+    import hashlib  # here: loading OpenSSL costs every command's start ~4 ms otherwise
+
     return hashlib.sha256(arguments.encode("utf-8", "surrogatepass")).hexdigest()
 
 

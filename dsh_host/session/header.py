@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import secrets
 import time
 from collections.abc import Mapping
 from typing import Any, Final, Literal
@@ -87,7 +86,7 @@ def new_session_id() -> str:
     processes (the CLI, a library script run twice) do not collide.
     """
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{secrets.token_hex(3)}"
+    return f"{stamp}-{os.urandom(3).hex()}"
 
 
 def check_session_id(session_id: object) -> str:

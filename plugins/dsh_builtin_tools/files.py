@@ -36,7 +36,6 @@ import contextlib
 import errno
 import hashlib
 import os
-import secrets
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -527,7 +526,7 @@ def replace_in(
         raise FileChangedError(
             f'"{shown}" changed while it was being edited; read it again and retry'
         )
-    temp = f".{name}.{secrets.token_hex(6)}.tmp"
+    temp = f".{name}.{os.urandom(6).hex()}.tmp"
     fd = os.open(
         temp,
         os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,

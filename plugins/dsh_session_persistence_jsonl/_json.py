@@ -19,8 +19,8 @@ reader could not represent. The differences that matter:
 from __future__ import annotations
 
 import json
+import os
 import re
-import secrets
 from decimal import Decimal
 from typing import Any, Final
 
@@ -97,7 +97,7 @@ def dumps(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     if _needs_patch(value):
         table: dict[str, str] = {}
-        nonce = "\x00" + secrets.token_hex(8) + "#"
+        nonce = "\x00" + os.urandom(8).hex() + "#"
         text = json.dumps(
             _patch_floats(value, table, nonce),
             ensure_ascii=False,

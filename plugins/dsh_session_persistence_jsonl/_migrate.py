@@ -32,10 +32,8 @@ What the upgrades do, in brief (docs/format.md has the list):
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
-import secrets
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -439,6 +437,8 @@ def _system_id(session_id: str, anchor: Event) -> str:
         separators=(",", ":"),
         ensure_ascii=False,
     )
+    import hashlib  # here: only a v2 log needs it (OpenSSL costs every start ~4 ms to load)
+
     return "v2-to-v3-system-" + hashlib.sha256(identity.encode("utf-8")).hexdigest()
 
 
@@ -571,7 +571,7 @@ def publish_generation(
     compression = backend.compression
     final = os.path.join(session_dir, generation_filename(CURRENT_VERSION, compression))
     suffix = ".jsonl.zstd" if compression == "zstd" else ".jsonl"
-    temp = os.path.join(session_dir, f"session.migration.{secrets.token_hex(8)}{suffix}.tmp")
+    temp = os.path.join(session_dir, f"session.migration.{os.urandom(8).hex()}{suffix}.tmp")
     content = _encode(header, events, compression)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
@@ -627,7 +627,7 @@ def _accept_existing(final: str, content: bytes) -> None:
         )
     with open(final, "rb") as handle:
         prefix = handle.read(len(content))
-    if hashlib.sha256(prefix).digest() != hashlib.sha256(content).digest():
+    if prefix != content:
         raise SessionGenerationConflictError(
             f'"{final}" already exists with different content; refusing to overwrite it — '
             "open the session again to use it"

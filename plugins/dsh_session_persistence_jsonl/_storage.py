@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 
 __all__ = [
     "AppendFailed",
@@ -119,7 +118,7 @@ def publish_exclusive(final_path: str, content: bytes) -> None:
     readers ignore ``*.tmp``.
     """
     directory = os.path.dirname(final_path)
-    temp = os.path.join(directory, f"{os.path.basename(final_path)}.{secrets.token_hex(6)}.tmp")
+    temp = os.path.join(directory, f"{os.path.basename(final_path)}.{os.urandom(6).hex()}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
         try:
