@@ -59,19 +59,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 class _VersionAction(argparse.Action):
-    """``--version``: the installed distribution's version, looked up only when asked."""
+    """``--version``: the version of this dsh."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, help="show the version and exit")
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
-        import importlib.metadata
+        from .. import __version__
 
-        try:
-            version = importlib.metadata.version("dsh")
-        except importlib.metadata.PackageNotFoundError:
-            version = "unknown (not installed)"
-        print(f"dsh {version}")  # on stdout, as argparse's own version action prints
+        print(f"dsh {__version__}")  # on stdout, as argparse's own version action prints
         parser.exit()
 
 

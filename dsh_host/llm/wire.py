@@ -9,12 +9,12 @@ which is what lets a retry policy route on codes instead of parsing messages.
 from __future__ import annotations
 
 import email.utils
-import importlib.metadata
 import math
 import re
 import time
 from collections.abc import Mapping
 
+from .. import __version__
 from .errors import (
     CONTEXT_WINDOW_EXCEEDED_CODE,
     INVALID_CREDENTIAL_CODE,
@@ -37,20 +37,13 @@ __all__ = [
 PROJECT_URL = "https://github.com/deepseek-ai/deepseek-harness"
 
 
-def _version() -> str:
-    try:
-        return importlib.metadata.version("dsh")
-    except importlib.metadata.PackageNotFoundError:
-        return "0"
-
-
 def user_agent() -> str:
     """The attribution ``User-Agent`` every provider request carries.
 
     Only public product facts (name, version, home): no user, session or path
     ever goes into it.
     """
-    return f"dsh-python/{_version()} (+{PROJECT_URL})"
+    return f"dsh-python/{__version__} (+{PROJECT_URL})"
 
 
 _LEGAL_API_KEY = re.compile(r"^[\x21-\x7e]+$")
