@@ -19,12 +19,14 @@ ms per step at the start and at the end (growth ratio, target <= 1.15), the
 same for CPU time, fsyncs and bytes per step, and the ratio of a step to one
 raw fsync of its bytes.
 
-At the largest N the same loop runs three more times, to say where a durable
-step's CPU goes (issue 25's targets: <= 1.0 ms durable, <= 0.4 ms in memory):
-in memory only (the harness), with ``os.fsync`` a no-op (+ the persistence
-code), with ``os.fsync`` a sleep as long as a real one (+ blocking at all: the
-same instructions, but the process wakes three times a step on cold caches),
-and the durable run itself (+ the kernel's work in ``write`` + ``fsync``).
+At the largest N the same loop also runs in three more ways, to say where a
+durable step's CPU goes (issue 25's targets: <= 1.0 ms durable, <= 0.4 ms in
+memory): in memory only (the harness), with ``os.fsync`` a no-op (+ the
+persistence code), with ``os.fsync`` a sleep as long as a real one (+ blocking
+at all: the same instructions, but the process wakes three times a step on
+cold caches), beside the durable run itself (+ the kernel's work in ``write`` +
+``fsync``). The four run in ``--rounds`` interleaved rounds (default 3) and
+each figure is the median over them, with the rounds' range beside it.
 Writes ``bench/results/loop_step.json``.
 """
 
@@ -318,7 +320,7 @@ async def profile_run(steps: int, scratch: Path) -> dict[str, Any]:
 
 
 async def main_async(
-    sizes: tuple[int, ...], scratch: Path, profile: bool
+    sizes: tuple[int, ...], scratch: Path, profile: bool, rounds: int
 ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any], dict[str, Any] | None]:
     out = []
     raw = RawFile(scratch / "raw-baseline.bin")
@@ -344,7 +346,7 @@ async def main_async(
     memory = summarize(in_memory)
     print(f"  N={largest} in memory only: {memory['turn_seconds']:.1f} s", flush=True)
     durable = runs[sizes.index(largest)]
-    breakdown = await cpu_breakdown(durable, in_memory, scratch)
+    breakdown = await cpu_breakdown(durable, in_memory, scratch, rounds)
     profiled = await profile_run(largest, scratch) if profile else None
     return out, memory, breakdown, profiled
 
@@ -359,37 +361,61 @@ def _cpu_ms(run: LoopRun) -> float:
     return ms(run.step_cpu_ns[1:])
 
 
-async def cpu_breakdown(durable: LoopRun, in_memory: LoopRun, scratch: Path) -> dict[str, Any]:
-    """Where a durable step's CPU goes: the same N-step loop twice more, with ``os.fsync`` a
-    no-op and with ``os.fsync`` a sleep as long as the durable run's median fsync. The four
-    medians split the step into the harness (in memory), the persistence code (no fsync minus
-    in memory), blocking at all (sleep minus no fsync: the same code, the same instructions,
-    but three waits a step, after which the process runs on cold caches) and the kernel's
-    work in ``write`` + ``fsync`` (real minus sleep)."""
+#: Interleaved rounds of the four breakdown runs (``--small``: one). A shared VM's speed moves
+#: by a third within minutes; one run per mode let a share move more than any change did.
+BREAKDOWN_ROUNDS = 3
+
+#: The four runs of the breakdown, in the order each round runs them.
+MODES = ("in_memory", "fsync_no_op", "fsync_as_sleep", "durable")
+
+
+async def cpu_breakdown(
+    durable: LoopRun, in_memory: LoopRun, scratch: Path, rounds: int
+) -> dict[str, Any]:
+    """Where a durable step's CPU goes: the same N-step loop with ``os.fsync`` a no-op and
+    with ``os.fsync`` a sleep as long as the durable run's median fsync, beside the durable
+    run and the in-memory one, in ``rounds`` interleaved rounds (the first reuses the
+    sweep's durable and in-memory runs). The per-mode medians over the rounds split the step
+    into the harness (in memory), the persistence code (no fsync minus in memory), blocking
+    at all (sleep minus no fsync: the same code, the same instructions, but three waits a
+    step, after which the process runs on cold caches) and the kernel's work in ``write`` +
+    ``fsync`` (real minus sleep)."""
     steps = durable.steps
     workspace = scratch / "workspace"
     fsyncs = median(durable.step_fsyncs[1:]) or 1
     one_fsync_s = median(durable.step_fsync_ns[1:]) / fsyncs / 1e9
-    with fsync_disabled():
-        no_fsync = await run_loop(steps, scratch / "sessions-no-fsync", workspace, None)
-    print(f"  N={steps} with fsync a no-op: {no_fsync.turn_ns / 1e9:.1f} s", flush=True)
-    with fsync_as_sleep(one_fsync_s):
-        slept = await run_loop(steps, scratch / "sessions-fsync-sleep", workspace, None)
-    print(
-        f"  N={steps} with fsync a {one_fsync_s * 1e3:.3f} ms sleep: {slept.turn_ns / 1e9:.1f} s",
-        flush=True,
-    )
-    memory_ms, no_fsync_ms = _cpu_ms(in_memory), _cpu_ms(no_fsync)
-    slept_ms, durable_ms = _cpu_ms(slept), _cpu_ms(durable)
+    samples: dict[str, list[float]] = {mode: [] for mode in MODES}
+    for number in range(1, rounds + 1):
+        for mode in MODES:
+            root = scratch / f"sessions-breakdown-{mode}-{number}"
+            if mode == "in_memory":
+                run = in_memory if number == 1 else await run_loop(
+                    steps, root, workspace, None, durable=False
+                )
+            elif mode == "fsync_no_op":
+                with fsync_disabled():
+                    run = await run_loop(steps, root, workspace, None)
+            elif mode == "fsync_as_sleep":
+                with fsync_as_sleep(one_fsync_s):
+                    run = await run_loop(steps, root, workspace, None)
+            else:
+                run = durable if number == 1 else await run_loop(steps, root, workspace, None)
+            samples[mode].append(_cpu_ms(run))
+        print(
+            f"  N={steps} breakdown round {number}/{rounds} (fsync a no-op, then a "
+            f"{one_fsync_s * 1e3:.3f} ms sleep): "
+            + ", ".join(f"{mode} {samples[mode][-1]:.3f} ms" for mode in MODES),
+            flush=True,
+        )
+    cpu = {mode: median(samples[mode]) for mode in MODES}
+    memory_ms, no_fsync_ms = cpu["in_memory"], cpu["fsync_no_op"]
+    slept_ms, durable_ms = cpu["fsync_as_sleep"], cpu["durable"]
     return {
         "steps": steps,
+        "rounds": rounds,
         "sleep_per_fsync_ms": round(one_fsync_s * 1e3, 3),
-        "cpu_ms_per_step": {
-            "in_memory": round(memory_ms, 3),
-            "fsync_no_op": round(no_fsync_ms, 3),
-            "fsync_as_sleep": round(slept_ms, 3),
-            "durable": round(durable_ms, 3),
-        },
+        "cpu_ms_per_step": {mode: round(cpu[mode], 3) for mode in MODES},
+        "cpu_ms_per_step_rounds": {mode: [round(x, 3) for x in samples[mode]] for mode in MODES},
         "share_ms": {
             "harness": round(memory_ms, 3),
             "persistence_code": round(no_fsync_ms - memory_ms, 3),
@@ -407,20 +433,26 @@ async def cpu_breakdown(durable: LoopRun, in_memory: LoopRun, scratch: Path) -> 
 
 def print_breakdown(breakdown: dict[str, Any]) -> None:
     cpu, share = breakdown["cpu_ms_per_step"], breakdown["share_ms"]
+    spread = {
+        mode: f"{min(values):.3f}-{max(values):.3f}"
+        for mode, values in breakdown["cpu_ms_per_step_rounds"].items()
+    }
     targets = breakdown["targets"]
     print_table(
-        f"where a durable step's CPU goes, N={breakdown['steps']} (median CPU ms per step; "
-        f"the sleep is {breakdown['sleep_per_fsync_ms']} ms, the durable run's median fsync)",
-        ["run", "CPU ms/step", "share", "share ms", "target", "verdict"],
+        f"where a durable step's CPU goes, N={breakdown['steps']} (CPU ms per step: the median "
+        f"over {breakdown['rounds']} interleaved round(s) of each run's median; the sleep is "
+        f"{breakdown['sleep_per_fsync_ms']} ms, the durable run's median fsync)",
+        ["run", "CPU ms/step", "rounds' range", "share", "share ms", "target", "verdict"],
         [
-            ["in memory", cpu["in_memory"], "harness", share["harness"],
+            ["in memory", cpu["in_memory"], spread["in_memory"], "harness", share["harness"],
              targets["in_memory_cpu_ms_at_most"], targets["in_memory_verdict"]],
-            ["durable, fsync a no-op", cpu["fsync_no_op"], "persistence code",
-             share["persistence_code"], "-", "-"],
-            ["durable, fsync a sleep", cpu["fsync_as_sleep"], "blocking (same code)",
-             share["blocking"], "-", "-"],
-            ["durable", cpu["durable"], "kernel write + fsync", share["kernel_write_fsync"],
-             targets["durable_cpu_ms_at_most"], targets["durable_verdict"]],
+            ["durable, fsync a no-op", cpu["fsync_no_op"], spread["fsync_no_op"],
+             "persistence code", share["persistence_code"], "-", "-"],
+            ["durable, fsync a sleep", cpu["fsync_as_sleep"], spread["fsync_as_sleep"],
+             "blocking (same code)", share["blocking"], "-", "-"],
+            ["durable", cpu["durable"], spread["durable"], "kernel write + fsync",
+             share["kernel_write_fsync"], targets["durable_cpu_ms_at_most"],
+             targets["durable_verdict"]],
         ],
     )
 
@@ -461,12 +493,21 @@ def main() -> None:
         help="also profile the largest N (cProfile; fsync off, worker-thread work inline): where "
         "a step's CPU goes at the end, and which functions grew from the first to the last window",
     )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        help=f"interleaved rounds of the CPU breakdown's four runs (default {BREAKDOWN_ROUNDS}; "
+        "--small: 1)",
+    )
     args = p.parse_args()
     sizes = tuple(args.steps or (SMALL_STEPS if args.small else DEFAULT_STEPS))
+    rounds = args.rounds if args.rounds is not None else (1 if args.small else BREAKDOWN_ROUNDS)
+    if rounds < 1:
+        p.error(f"--rounds must be at least 1, got {rounds}")
     with scratch_dir(args.scratch, "loop") as scratch:
         info = machine_info(scratch)
         results, memory, breakdown, profiled = anyio.run(
-            main_async, sizes, scratch, args.profile, backend=args.backend
+            main_async, sizes, scratch, args.profile, rounds, backend=args.backend
         )
     print_table(
         "loop-step: one tool call per step, checkpoint policy on, JSONL (zstd); medians of the "

@@ -157,6 +157,9 @@ def test_loop_step(tmp_path: Path, backend: str) -> None:
     assert breakdown["sleep_per_fsync_ms"] > 0
     cpu, share = breakdown["cpu_ms_per_step"], breakdown["share_ms"]
     assert cpu["in_memory"] > 0 and cpu["durable"] > 0
+    assert breakdown["rounds"] == 1  # --small
+    for mode, values in breakdown["cpu_ms_per_step_rounds"].items():
+        assert values == [cpu[mode]], mode  # one round: its median is the round's value
     assert sum(share.values()) == pytest.approx(cpu["durable"], abs=0.005)
     checks = breakdown["targets"]
     assert_verdict(checks["durable_verdict"], cpu["durable"], checks["durable_cpu_ms_at_most"])
