@@ -85,6 +85,10 @@ __all__ = [
 
 #: The fixed coalescing window for buffered events (seconds); not configurable (seed 000 §4.1).
 LIVE_WRITE_BATCH_MAX_DELAY: Final = WINDOW_SECONDS
+#: Bytes of lines up to which a batch is framed on the event loop before its write + fsync
+#: hop; a larger one is framed on the lane too (zstd takes ~2-3 µs a KiB: a big batch would
+#: hold the loop).
+FRAME_ON_LOOP_MAX: Final = 64 * 1024
 
 _log = logging.getLogger("dsh.session-persistence-jsonl")
 
@@ -564,12 +568,17 @@ class JsonlStorage:
         """One batch as one frame; a torn tail left by a crash is repaired first."""
         if lease.tail_to_repair:
             await offload.run_sync(self._repair_tail_sync, lease)
-        if batch:
-            # The checks, the frame and the offset here, only write + fsync on the lane: on
-            # a writer thread every call that releases the GIL waits to get it back from a
-            # busy event loop, and with many sessions that wait was most of a barrier.
-            data = self._prepare(lease, [p.json for p in batch])
-            lease.size = await self.lane.run(self._write_sync, lease, data)
+        if not batch:
+            return
+        lines = [p.json for p in batch]
+        if sum(map(len, lines)) > FRAME_ON_LOOP_MAX:
+            lease.size = await self.lane.run(self._append_sync, lease, lines)
+            return
+        # The checks, the frame and the offset here, only write + fsync on the lane: on a
+        # writer thread every call that releases the GIL waits to get it back from a busy
+        # event loop, and with many sessions that wait was most of a barrier.
+        data = self._prepare(lease, lines)
+        lease.size = await self.lane.run(self._write_sync, lease, data)
 
     def _repair_tail_sync(self, lease: JsonlLease) -> None:
         """Cut torn bytes, then re-append recovered records as their own frame (seed 000 §4.2)."""

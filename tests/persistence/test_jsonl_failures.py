@@ -413,3 +413,34 @@ async def test_a_second_close_waits_for_the_first_instead_of_releasing_under_its
     monkeypatch.setattr(os, "write", real_write)
     load = await (await backend.open("closes", "read")).read()
     assert wire(load.events) == plain(events)
+
+
+async def test_a_small_batch_is_framed_on_the_event_loop_a_large_one_on_the_lane(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every barrier hops here (inline budget 0): a batch of up to FRAME_ON_LOOP_MAX bytes is
+    compressed on the event loop and only written and synced on the writer thread; a larger
+    one is compressed on the writer too, so its zstd time does not hold the loop."""
+    from dsh_session_persistence_jsonl import _backend
+    from dsh_session_persistence_jsonl._frames import compress_frame as real
+
+    framed_on: list[tuple[int, int]] = []  # (bytes of lines, thread ident)
+
+    def compress(plaintext: bytes) -> bytes:
+        framed_on.append((len(plaintext), threading.get_ident()))
+        return real(plaintext)
+
+    monkeypatch.setattr(_backend, "compress_frame", compress)
+    backend = JsonlSessionPersistence(str(tmp_path), inline_barrier=0)
+    events = log(400, tools=1)
+    handle = await backend.create(header("big"))
+    for part in (events[:8], events[8:16], events[16:]):  # publish, then two appends
+        handle.append(part)
+        await handle.flush()
+    await handle.close()
+    loop = threading.get_ident()
+    *_, (small, small_thread), (large, large_thread) = framed_on
+    assert small <= _backend.FRAME_ON_LOOP_MAX < large
+    assert small_thread == loop and large_thread != loop
+    stored = await (await backend.open("big", "read")).read()
+    assert wire(stored.events) == plain(events)
