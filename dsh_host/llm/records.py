@@ -42,19 +42,6 @@ MIN_PACKED_RUN = 3
 _Delta = TextDeltaChunk | ReasoningDeltaChunk | ToolCallDeltaChunk
 
 
-def _compatible(prev: tuple[int, _Delta], nxt: tuple[int, StreamChunk]) -> bool:
-    prev_time, a = prev
-    next_time, b = nxt
-    if type(a) is not type(b) or a.index != b.index:
-        return False
-    if abs(next_time - prev_time) > MAX_SAFE_INTEGER:
-        return False
-    if isinstance(a, ToolCallDeltaChunk):
-        assert isinstance(b, ToolCallDeltaChunk)
-        return a.id == b.id and a.name == b.name
-    return True
-
-
 def _packed(run: list[tuple[int, _Delta]]) -> AssistantStreamRecord:
     time0, first = run[0]
     dt = tuple(run[k + 1][0] - run[k][0] for k in range(len(run) - 1))
@@ -81,11 +68,29 @@ def pack_stream(timed: Iterable[tuple[int, StreamChunk]]) -> tuple[AssistantStre
             records.extend(ChunkRecord(time=time, chunk=chunk) for time, chunk in run)
         run.clear()
 
+    # One pass, once per streamed chunk: the run's key is kept in locals. A delta joins the
+    # run when it is of the same type, for the same block (and, for a tool call, the same id
+    # and name) and its time is within a safe integer of the previous one's.
+    last_type: type | None = None
+    last_index = last_time = 0
+    last_id: str | None = None
+    last_name: object = None
     for time, chunk in timed:
-        if isinstance(chunk, (TextDeltaChunk, ReasoningDeltaChunk, ToolCallDeltaChunk)):
-            if run and not _compatible(run[-1], (time, chunk)):
+        kind = type(chunk)
+        if kind is TextDeltaChunk or kind is ReasoningDeltaChunk or kind is ToolCallDeltaChunk:
+            delta: _Delta = chunk  # type: ignore[assignment]
+            tool = kind is ToolCallDeltaChunk
+            if run and not (
+                kind is last_type
+                and delta.index == last_index
+                and abs(time - last_time) <= MAX_SAFE_INTEGER
+                and (not tool or (delta.id == last_id and delta.name == last_name))  # type: ignore[union-attr]
+            ):
                 flush()
-            run.append((time, chunk))
+            run.append((time, delta))
+            last_type, last_index, last_time = kind, delta.index, time
+            if tool:
+                last_id, last_name = delta.id, delta.name  # type: ignore[union-attr]
             continue
         flush()
         records.append(ChunkRecord(time=time, chunk=chunk))
