@@ -114,8 +114,8 @@ class BlockAssembler:
         self._count += 1
         if time_ms is not None:
             self._timed.append((time_ms, chunk))
-        if isinstance(chunk, TextDeltaChunk):
-            partial = self._ensure(chunk.index, "text")
+        if isinstance(chunk, TextDeltaChunk):  # most chunks: the lookup inlined
+            partial = self._partials.get(chunk.index) or self._ensure(chunk.index, "text")
             if partial.block is None:
                 partial.text.append(chunk.text)
         elif isinstance(chunk, ToolCallDeltaChunk):

@@ -379,6 +379,8 @@ class LlmRuntime:
         chain: AsyncIterator[StreamChunk] = self._ctx.waterfall_stream(
             LLM_STREAM, request, default
         )
+        if isinstance(chain, AsyncGenerator):
+            return chain  # its own aclose reaches the adapter: no relay step per chunk
         return _relay(chain)
 
     async def _adapter_stream(
@@ -580,11 +582,11 @@ def _with_signal(request: LlmRequest, signal: CancelToken | None) -> LlmRequest:
 
 
 async def _relay(chain: AsyncIterator[StreamChunk]) -> AsyncGenerator[StreamChunk, None]:
-    """Give every stream an ``aclose`` that reaches the innermost adapter.
+    """Give a stream that lacks one an ``aclose`` that reaches the innermost adapter.
 
     Listener streams may be any async iterator; this wrapper closes the chain
     when the consumer stops early, so adapter cleanup always runs (and any
-    failure in it stays thrown).
+    failure in it stays thrown). An async generator has that ``aclose`` already.
     """
     try:
         async for chunk in chain:
