@@ -27,7 +27,9 @@ at all: the same instructions, but the process wakes three times a step on
 cold caches), beside the durable run itself (+ the kernel's work in ``write`` +
 ``fsync``). The four run in ``--rounds`` interleaved rounds (default 3) and
 each figure is the median over them, with the rounds' range beside it.
-Writes ``bench/results/loop_step.json``.
+``--words N`` lengthens every reply by N words, each streamed as its own chunk (a
+real model streams hundreds): what a streamed chunk costs. Writes
+``bench/results/loop_step.json``.
 """
 
 from __future__ import annotations
@@ -73,11 +75,13 @@ DEFAULT_STEPS = (10, 100, 1000, 3000)
 SMALL_STEPS = (10, 50, 150)
 
 
-def script(steps: int) -> list[dict[str, Any]]:
-    """``steps`` responses with one no-op tool call each, then a closing text."""
+def script(steps: int, words: int = 0) -> list[dict[str, Any]]:
+    """``steps`` responses with one no-op tool call each, then a closing text; ``words`` more
+    words in each step's text (the scripted model streams a word a chunk)."""
+    more = " word" * words
     responses: list[dict[str, Any]] = [
         {
-            "text": f"Step {i}: checking the next item.",
+            "text": f"Step {i}: checking the next item.{more}",
             "tool_calls": [{"name": NOOP_TOOL, "arguments": {"i": i}}],
             "usage": {"input_tokens": 1000 + 40 * i, "output_tokens": 24},
         }
@@ -88,7 +92,7 @@ def script(steps: int) -> list[dict[str, Any]]:
     return responses
 
 
-def rows(root: Path, steps: int, durable: bool = True) -> list[Row]:
+def rows(root: Path, steps: int, durable: bool = True, words: int = 0) -> list[Row]:
     """The composition; ``durable=False`` drops the JSONL backend and the checkpoint policy
     (the same loop in memory only: what the harness costs without durability)."""
     persistence = [
@@ -99,7 +103,7 @@ def rows(root: Path, steps: int, durable: bool = True) -> list[Row]:
         Row(name="sessions"),
         Row(name="llm"),
         Row(name="tools"),
-        Row(id="model", name="llm-scripted", config={"responses": script(steps)}),
+        Row(id="model", name="llm-scripted", config={"responses": script(steps, words)}),
         *(persistence if durable else []),
         # one turn of `steps` tool steps: lift the loop guard's per-turn step limit (200)
         Row(
@@ -124,6 +128,8 @@ class LoopRun:
 
     steps: int
     session_id: str
+    #: extra words in each step's reply (each streamed as its own chunk)
+    words: int = 0
     path: str = ""
     step_ns: list[int] = field(default_factory=list)
     step_cpu_ns: list[int] = field(default_factory=list)
@@ -147,22 +153,24 @@ async def run_loop(
     on_step: Callable[[int], None] | None = None,
     raw_every: int = 1,
     durable: bool = True,
+    words: int = 0,
 ) -> LoopRun:
     """Run one turn of ``steps`` tool steps; sample every step (see the module docstring).
 
     ``raw`` None skips the interleaved physical baseline (used to build fixture logs);
     ``on_step(k)`` is called at the start of step k (1-based), outside the timed region;
     ``raw_every``: sample the physical baseline on every n-th step only (saves disk time);
-    ``durable=False``: no persistence, no checkpoints (see :func:`rows`).
+    ``durable=False``: no persistence, no checkpoints (see :func:`rows`);
+    ``words``: more words in each step's reply (see :func:`script`).
     """
-    run = LoopRun(steps=steps, session_id=f"bench-loop-{steps}")
+    run = LoopRun(steps=steps, session_id=f"bench-loop-{steps}", words=words)
     counter = FsyncCounter()
     collector = GcTimer()
     # (wall at entry, wall at exit, cpu at entry, cpu at exit, fsyncs, log size, gc ns,
     #  fsync ns)
     marks: list[tuple[int, int, int, int, int, int, int, int]] = []
     with counter.installed(), collector.installed():
-        async with open_host(rows(root, steps, durable)) as host:
+        async with open_host(rows(root, steps, durable, words)) as host:
             ctx = host.ctx
             backend = ctx.get("sessionPersistence")
             requests = _scripted_requests(host)
@@ -246,6 +254,7 @@ def summarize(run: LoopRun) -> dict[str, Any]:
     step_all = ms(run.step_ns[1:])
     summary: dict[str, Any] = {
         "steps": run.steps,
+        "more_words_a_reply": run.words,
         "window_steps": w,
         "events": run.events,
         "first_step_ms": round(run.step_ns[0] / 1e6, 3),
@@ -289,7 +298,7 @@ def summarize(run: LoopRun) -> dict[str, Any]:
     return summary
 
 
-async def profile_run(steps: int, scratch: Path) -> dict[str, Any]:
+async def profile_run(steps: int, scratch: Path, words: int) -> dict[str, Any]:
     """One extra run under cProfile, enabled for the first and the last window of steps
     (fsync off, worker-thread work inline: the profile is about the harness's CPU; the
     timed runs are not profiled)."""
@@ -310,7 +319,9 @@ async def profile_run(steps: int, scratch: Path) -> dict[str, Any]:
     workspace = scratch / "workspace"
     workspace.mkdir(exist_ok=True)
     with fsync_disabled(), threads_inline():
-        await run_loop(steps, scratch / "sessions-profile", workspace, None, toggle)
+        await run_loop(
+            steps, scratch / "sessions-profile", workspace, None, toggle, words=words
+        )
     return {
         "steps": steps,
         "window_steps": w,
@@ -320,7 +331,7 @@ async def profile_run(steps: int, scratch: Path) -> dict[str, Any]:
 
 
 async def main_async(
-    sizes: tuple[int, ...], scratch: Path, profile: bool, rounds: int
+    sizes: tuple[int, ...], scratch: Path, profile: bool, rounds: int, words: int
 ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any], dict[str, Any] | None]:
     out = []
     raw = RawFile(scratch / "raw-baseline.bin")
@@ -332,7 +343,9 @@ async def main_async(
             workspace.mkdir(exist_ok=True)
             # Every step up to N=100; every 3rd beyond (plenty of samples, a third of the disk
             # time: the default run stays near two minutes when fsync is slow).
-            run = await run_loop(steps, root, workspace, raw, raw_every=1 if steps <= 100 else 3)
+            run = await run_loop(
+                steps, root, workspace, raw, raw_every=1 if steps <= 100 else 3, words=words
+            )
             runs.append(run)
             out.append(summarize(run))
             print(f"  N={steps}: {run.turn_ns / 1e9:.1f} s", flush=True)
@@ -341,13 +354,13 @@ async def main_async(
     # The same loop with no persistence and no checkpoints: the harness without durability.
     largest = max(sizes)
     in_memory = await run_loop(
-        largest, scratch / "unused", scratch / "workspace", None, durable=False
+        largest, scratch / "unused", scratch / "workspace", None, durable=False, words=words
     )
     memory = summarize(in_memory)
     print(f"  N={largest} in memory only: {memory['turn_seconds']:.1f} s", flush=True)
     durable = runs[sizes.index(largest)]
     breakdown = await cpu_breakdown(durable, in_memory, scratch, rounds)
-    profiled = await profile_run(largest, scratch) if profile else None
+    profiled = await profile_run(largest, scratch, words) if profile else None
     return out, memory, breakdown, profiled
 
 
@@ -380,7 +393,7 @@ async def cpu_breakdown(
     at all (sleep minus no fsync: the same code, the same instructions, but three waits a
     step, after which the process runs on cold caches) and the kernel's work in ``write`` +
     ``fsync`` (real minus sleep)."""
-    steps = durable.steps
+    steps, words = durable.steps, durable.words
     workspace = scratch / "workspace"
     fsyncs = median(durable.step_fsyncs[1:]) or 1
     one_fsync_s = median(durable.step_fsync_ns[1:]) / fsyncs / 1e9
@@ -390,16 +403,20 @@ async def cpu_breakdown(
             root = scratch / f"sessions-breakdown-{mode}-{number}"
             if mode == "in_memory":
                 run = in_memory if number == 1 else await run_loop(
-                    steps, root, workspace, None, durable=False
+                    steps, root, workspace, None, durable=False, words=words
                 )
             elif mode == "fsync_no_op":
                 with fsync_disabled():
-                    run = await run_loop(steps, root, workspace, None)
+                    run = await run_loop(steps, root, workspace, None, words=words)
             elif mode == "fsync_as_sleep":
                 with fsync_as_sleep(one_fsync_s):
-                    run = await run_loop(steps, root, workspace, None)
+                    run = await run_loop(steps, root, workspace, None, words=words)
             else:
-                run = durable if number == 1 else await run_loop(steps, root, workspace, None)
+                run = (
+                    durable
+                    if number == 1
+                    else await run_loop(steps, root, workspace, None, words=words)
+                )
             samples[mode].append(_cpu_ms(run))
         print(
             f"  N={steps} breakdown round {number}/{rounds} (fsync a no-op, then a "
@@ -412,6 +429,7 @@ async def cpu_breakdown(
     slept_ms, durable_ms = cpu["fsync_as_sleep"], cpu["durable"]
     return {
         "steps": steps,
+        "more_words_a_reply": words,
         "rounds": rounds,
         "sleep_per_fsync_ms": round(one_fsync_s * 1e3, 3),
         "cpu_ms_per_step": {mode: round(cpu[mode], 3) for mode in MODES},
@@ -494,6 +512,13 @@ def main() -> None:
         "a step's CPU goes at the end, and which functions grew from the first to the last window",
     )
     p.add_argument(
+        "--words",
+        type=int,
+        default=0,
+        help="more words in each step's reply, each streamed as its own chunk (default 0: "
+        "a six-word reply); e.g. 300 for a step the way a real model streams it",
+    )
+    p.add_argument(
         "--rounds",
         type=int,
         help=f"interleaved rounds of the CPU breakdown's four runs (default {BREAKDOWN_ROUNDS}; "
@@ -502,16 +527,19 @@ def main() -> None:
     args = p.parse_args()
     sizes = tuple(args.steps or (SMALL_STEPS if args.small else DEFAULT_STEPS))
     rounds = args.rounds if args.rounds is not None else (1 if args.small else BREAKDOWN_ROUNDS)
+    if args.words < 0:
+        p.error(f"--words must be at least 0, got {args.words}")
     if rounds < 1:
         p.error(f"--rounds must be at least 1, got {rounds}")
     with scratch_dir(args.scratch, "loop") as scratch:
         info = machine_info(scratch)
         results, memory, breakdown, profiled = anyio.run(
-            main_async, sizes, scratch, args.profile, rounds, backend=args.backend
+            main_async, sizes, scratch, args.profile, rounds, args.words, backend=args.backend
         )
     print_table(
-        "loop-step: one tool call per step, checkpoint policy on, JSONL (zstd); medians of the "
-        "first and last window (N/10 steps, 3..100)",
+        "loop-step: one tool call per step, checkpoint policy on, JSONL (zstd)"
+        + (f", {args.words} more words a reply" if args.words else "")
+        + "; medians of the first and last window (N/10 steps, 3..100)",
         [
             "N",
             "ms/step start",

@@ -121,9 +121,11 @@ def test_barrier(tmp_path: Path, backend: str) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_loop_step(tmp_path: Path, backend: str) -> None:
-    data = run_bench("loop_step", tmp_path, "--backend", backend)
+    data = run_bench("loop_step", tmp_path, "--backend", backend, "--words", "2")
     runs = data["runs"]
     assert [r["steps"] for r in runs] == [10, 50, 150]
+    assert {r["more_words_a_reply"] for r in runs} == {2}
+    assert data["cpu_breakdown"]["more_words_a_reply"] == 2
     for run in runs:
         for key in (
             "ms_per_step_start",
