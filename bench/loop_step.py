@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import cProfile
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -397,26 +398,23 @@ async def cpu_breakdown(
     workspace = scratch / "workspace"
     fsyncs = median(durable.step_fsyncs[1:]) or 1
     one_fsync_s = median(durable.step_fsync_ns[1:]) / fsyncs / 1e9
+    settings: dict[str, Callable[[], AbstractContextManager[Any]]] = {
+        "in_memory": nullcontext,
+        "fsync_no_op": fsync_disabled,
+        "fsync_as_sleep": lambda: fsync_as_sleep(one_fsync_s),
+        "durable": nullcontext,
+    }
+    reused = {"in_memory": in_memory, "durable": durable}  # the sweep's runs: round 1
     samples: dict[str, list[float]] = {mode: [] for mode in MODES}
     for number in range(1, rounds + 1):
         for mode in MODES:
-            root = scratch / f"sessions-breakdown-{mode}-{number}"
-            if mode == "in_memory":
-                run = in_memory if number == 1 else await run_loop(
-                    steps, root, workspace, None, durable=False, words=words
-                )
-            elif mode == "fsync_no_op":
-                with fsync_disabled():
-                    run = await run_loop(steps, root, workspace, None, words=words)
-            elif mode == "fsync_as_sleep":
-                with fsync_as_sleep(one_fsync_s):
-                    run = await run_loop(steps, root, workspace, None, words=words)
-            else:
-                run = (
-                    durable
-                    if number == 1
-                    else await run_loop(steps, root, workspace, None, words=words)
-                )
+            run = reused.get(mode) if number == 1 else None
+            if run is None:
+                root = scratch / f"sessions-breakdown-{mode}-{number}"
+                with settings[mode]():
+                    run = await run_loop(
+                        steps, root, workspace, None, durable=mode != "in_memory", words=words
+                    )
             samples[mode].append(_cpu_ms(run))
         print(
             f"  N={steps} breakdown round {number}/{rounds} (fsync a no-op, then a "
