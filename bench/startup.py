@@ -55,6 +55,7 @@ COMMANDS: Final[dict[str, tuple[list[str], float | None]]] = {
 def _env(root: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["DSH_SESSION_ROOT"] = str(root)
+    env["XDG_CACHE_HOME"] = str(root.parent / "cache")  # not the user's own cache
     env.pop("DSH_CONFIG", None)
     # An installed package has its bytecode compiled (pip does it); a container that sets
     # PYTHONDONTWRITEBYTECODE would make every start compile every module from source.

@@ -3,7 +3,9 @@
 * ``$XDG_CONFIG_HOME/dsh/`` (``~/.config/dsh``): ``config.yml``, the user's own composition,
   and ``trusted.json``, the project files the user trusted with ``dsh trust``;
 * ``$XDG_DATA_HOME/dsh/sessions`` (``~/.local/share/dsh/sessions``): the default session root of
-  ``session-persistence-jsonl`` (``$DSH_SESSION_ROOT`` overrides it).
+  ``session-persistence-jsonl`` (``$DSH_SESSION_ROOT`` overrides it);
+* ``$XDG_CACHE_HOME/dsh/`` (``~/.cache/dsh``): what can be computed again, e.g. the summaries
+  ``dsh sessions list`` remembers (:mod:`dsh_host.cli.list_cache`).
 
 Both live outside any project directory, so a tool working in a workspace cannot plant a
 composition for the next run or rewrite the log that records it. Per the XDG specification a
@@ -17,6 +19,7 @@ from pathlib import Path
 
 __all__ = [
     "SESSION_ROOT_ENV",
+    "cache_home",
     "config_home",
     "data_home",
     "default_session_root",
@@ -43,6 +46,11 @@ def config_home() -> Path:
 def data_home() -> Path:
     """``$XDG_DATA_HOME``, else ``~/.local/share``."""
     return _xdg("XDG_DATA_HOME", "~/.local/share")
+
+
+def cache_home() -> Path:
+    """``$XDG_CACHE_HOME``, else ``~/.cache``."""
+    return _xdg("XDG_CACHE_HOME", "~/.cache")
 
 
 def user_config_file() -> Path:

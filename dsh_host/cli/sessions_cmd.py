@@ -25,6 +25,7 @@ from .common import (
     run_with_host,
 )
 from .flags import add_config_flag, add_root_flag
+from .list_cache import ListCache, listing_key
 from .output import console, json_line, progress
 from .render import (
     MAX_TOOL_OUTPUT_LINES,
@@ -49,6 +50,12 @@ def add_parser(sub: Any) -> None:
     add_config_flag(listing)
     add_root_flag(listing)
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    listing.add_argument(
+        "--fresh",
+        action="store_true",
+        help="read every log again instead of reusing the summaries remembered for logs that "
+        "have not changed since the last listing (~/.cache/dsh/sessions-list.json)",
+    )
     listing.set_defaults(handler=run_list)
 
     show = commands.add_parser("show", help="print one session")
@@ -111,6 +118,7 @@ def _last_turn_end(events: Any) -> str | None:
 
 def run_list(args: argparse.Namespace) -> int:
     rows = persistence_rows(load_composition(args)[1])
+    remembered = ListCache.load(fresh=args.fresh)
 
     async def body(host: PluginHost) -> list[dict[str, Any]]:
         store = persistence(host)
@@ -130,14 +138,21 @@ def run_list(args: argparse.Namespace) -> int:
                     "title": None,
                     "usage": None,
                 }
-                try:
-                    load = await store.inspect(listing.header.id)
-                    entry["events"] = len(load.events)
-                    entry["lastTurnEnd"] = _last_turn_end(load.balanced)
-                    entry["title"] = _title(load.events)
-                    entry["usage"] = logged_usage(load.events)
-                except Exception as exc:  # one bad log must not hide the others
-                    entry["problem"] = str(exc)
+                key = listing_key(listing.location)
+                summary = None if key is None else remembered.get(key, listing.revision)
+                if summary is None:
+                    try:
+                        load = await store.inspect(listing.header.id)
+                        summary = _summary(load)
+                    except Exception as exc:  # one bad log must not hide the others
+                        entry["problem"] = str(exc)
+                        if key is not None:
+                            remembered.forget(key)
+                    else:
+                        if key is not None:
+                            remembered.put(key, load.revision, summary)
+                if summary is not None:
+                    entry.update(summary)
                 rows_out.append(entry)
                 advance()
         # Newest first; rows whose header could not be read (no creation time) last.
@@ -146,6 +161,7 @@ def run_list(args: argparse.Namespace) -> int:
 
     # asyncio: a listing needs no trio, and importing trio is most of a cold start.
     entries = run_with_host(rows, body, backend="asyncio")
+    remembered.save()
     if args.json:
         for entry in entries:
             print(json.dumps(entry))
@@ -189,6 +205,16 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 _TITLE_CHARS = 60
+
+
+def _summary(load: SessionLoad) -> dict[str, Any]:
+    """The listing's fields read from the events (:data:`list_cache.SUMMARY_KEYS`)."""
+    return {
+        "events": len(load.events),
+        "lastTurnEnd": _last_turn_end(load.balanced),
+        "title": _title(load.events),
+        "usage": logged_usage(load.events),
+    }
 
 
 def _title(events: Any) -> str | None:

@@ -12,6 +12,7 @@ the backend, so ``-k trio`` / ``-k asyncio`` select one).
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -351,6 +352,20 @@ def test_startup(tmp_path: Path) -> None:
     assert results["dsh --help"]["target"] == 5.0
     assert results["dsh sessions list"]["target"] == 8.0
     assert all(r["median_ms"] > 0 and r["ratio"] > 0 for r in results.values())
+
+
+def test_sessions_list(tmp_path: Path) -> None:
+    """Every contender ran over a root of real logs; the summary figures are the ones its own
+    medians give, and the listing's cache went to the bench's scratch, not the user's."""
+    data = run_bench("sessions_list", tmp_path)
+    assert (data["sessions"], data["steps"], data["rounds"]) == (5, 50, 3)
+    results = data["results"]
+    assert set(results) == {"python -c pass", "list --fresh", "list", "list, one log changed"}
+    assert all(r["median_ms"] > 0 and r["x_floor"] > 0 for r in results.values())
+    assert data["log_bytes"] > 0 and data["cache_bytes"] > 0
+    fresh, remembered = results["list --fresh"]["median_ms"], results["list"]["median_ms"]
+    assert data["fresh_over_remembered"] == pytest.approx(fresh / remembered, rel=0.01)
+    assert not (Path(os.environ["XDG_CACHE_HOME"]) / "dsh").exists()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
