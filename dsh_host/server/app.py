@@ -210,18 +210,7 @@ async def list_sessions(request: Request) -> Response:
     """
     runtime = runtime_of(request)
     await runtime.refresh()
-    rows: list[dict[str, Any]] = []
-    for listing in await runtime.store.list(unreadable=[]):
-        try:
-            load = await runtime.store.inspect(listing.header.id)
-        except Exception as exc:  # one unreadable log must not hide the others
-            rows.append({"id": listing.header.id, "status": "unreadable", "problem": str(exc),
-                         "createdAt": listing.header.created_at,
-                         "updatedAt": listing.header.created_at})
-            continue
-        rows.append(runtime.summary(load))
-    rows.sort(key=lambda r: (r["updatedAt"], r["id"]), reverse=True)
-    return JSONResponse({"sessions": rows})
+    return JSONResponse({"sessions": await runtime.summaries()})
 
 
 @authenticated

@@ -50,6 +50,11 @@ class ServerMetrics:
             buckets=_FLUSH_BUCKETS,
             registry=self.registry,
         )
+        self.logs_read = Counter(
+            "dsh_serve_logs_read",
+            "Stored logs read whole to summarize a session (a listing reads only changed ones)",
+            registry=self.registry,
+        )
         self.pending_approvals = Gauge(
             "dsh_serve_pending_approvals",
             "Tool calls waiting for an approval decision, across stored sessions",

@@ -40,6 +40,7 @@ from dsh_host.session.header import new_session_id
 from dsh_host.session.persistence import (
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
+    SessionListing,
     SessionLoad,
     SessionNotFoundError,
 )
@@ -109,6 +110,36 @@ class ServeOptions:
         return next(iter(self.compositions))
 
 
+@dataclass(frozen=True, slots=True)
+class StoredSummary:
+    """What a session summary reads from the stored log (its status adds what runs now)."""
+
+    #: the summary's fields but ``status``
+    fields: dict[str, Any]
+    #: the calls waiting for a decision (``GET /approvals`` rows)
+    approvals: tuple[dict[str, Any], ...]
+    #: a turn was left open by a process that stopped (the read added closers)
+    interrupted: bool
+
+    @classmethod
+    def of(cls, load: SessionLoad) -> StoredSummary:
+        header, events = load.header, load.events
+        fields = {
+            "id": header.id,
+            "title": views.title(events),
+            "createdAt": header.created_at,
+            "updatedAt": views.updated_at(events, header.created_at),
+            "workspace": header.cwd if isinstance(header.cwd, str) else None,
+            "composition": header.agent_preset if isinstance(header.agent_preset, str) else None,
+            "events": len(events),
+            "lastTurn": views.last_turn(events),
+            "lastTurnEnd": views.last_turn_end(events),
+            "usage": views.usage(events),
+        }
+        approvals = tuple(pending_approvals(events, load.id))
+        return cls(fields, approvals, bool(load.closers))
+
+
 @dataclass
 class RunningTurn:
     """A turn running in this process."""
@@ -147,6 +178,8 @@ class ServerRuntime:
         self._reader: PluginHost | None = None
         self._queue: TurnQueue | None = None
         self._busy_elsewhere: dict[str, str] = {}
+        #: what listings read from each stored session, by id, with the revision it was read at
+        self._stored: dict[str, tuple[str, StoredSummary]] = {}
         self._flushes: MemoryObjectSendStream[str] | None = None
 
     # ------------------------------------------------------------------ hosts
@@ -266,15 +299,15 @@ class ServerRuntime:
     def running(self, session_id: str) -> RunningTurn | None:
         return self._running.get(session_id)
 
-    def status(self, load: SessionLoad) -> str:
+    def status(self, session_id: str, stored: StoredSummary) -> str:
         """``running`` here, ``awaiting-approval``, ``interrupted`` (needs a repair), ``idle``."""
-        if load.id in self._running or load.id in self._claimed:
+        if session_id in self._running or session_id in self._claimed:
             return "running"
-        if load.id in self._busy_elsewhere:
-            return self._busy_elsewhere[load.id]
-        if pending_approvals(load.events, load.id):
+        if session_id in self._busy_elsewhere:
+            return self._busy_elsewhere[session_id]
+        if stored.approvals:
             return "awaiting-approval"
-        if load.closers:
+        if stored.interrupted:
             return "interrupted"
         return "idle"
 
@@ -284,34 +317,62 @@ class ServerRuntime:
             self._busy_elsewhere = await self._queue.busy_sessions()
 
     def summary(self, load: SessionLoad) -> dict[str, Any]:
-        header = load.header
-        events = load.events
-        return {
-            "id": header.id,
-            "title": views.title(events),
-            "status": self.status(load),
-            "createdAt": header.created_at,
-            "updatedAt": views.updated_at(events, header.created_at),
-            "workspace": header.cwd if isinstance(header.cwd, str) else None,
-            "composition": header.agent_preset if isinstance(header.agent_preset, str) else None,
-            "events": len(events),
-            "lastTurn": views.last_turn(events),
-            "lastTurnEnd": views.last_turn_end(events),
-            "usage": views.usage(events),
-        }
+        stored = StoredSummary.of(load)
+        self._stored[load.id] = (load.revision, stored)
+        return {**stored.fields, "status": self.status(load.id, stored)}
+
+    async def summaries(self) -> list[dict[str, Any]]:
+        """Every stored session's summary, most recently updated first (an unreadable log is a
+        row with its ``problem``). A log is read only when its revision changed since this
+        process last read it: the inspector polls this, and a root of long sessions would
+        otherwise be read whole every time."""
+        rows: list[dict[str, Any]] = []
+        for listing, stored in await self._listed():
+            if isinstance(stored, Exception):
+                header = listing.header
+                rows.append({"id": header.id, "status": "unreadable", "problem": str(stored),
+                             "createdAt": header.created_at, "updatedAt": header.created_at})
+            else:
+                rows.append({**stored.fields, "status": self.status(listing.header.id, stored)})
+        rows.sort(key=lambda r: (r["updatedAt"], r["id"]), reverse=True)
+        return rows
 
     async def pending_approvals(self) -> list[dict[str, Any]]:
         """Every pending approval across the stored sessions, oldest ask first."""
-        rows: list[dict[str, Any]] = []
-        for listing in await self.store.list(unreadable=[]):
-            try:
-                load = await self.store.inspect(listing.header.id)
-            except Exception:  # one unreadable log must not hide the others' approvals
-                continue
-            rows.extend(pending_approvals(load.events, load.id))
+        rows = [
+            row
+            for _, stored in await self._listed()
+            if not isinstance(stored, Exception)  # one unreadable log must not hide the others'
+            for row in stored.approvals
+        ]
         rows.sort(key=lambda r: (r["askedAt"], r["sessionId"], r["callId"]))
         self.metrics.pending_approvals.set(len(rows))
         return rows
+
+    async def _listed(self) -> list[tuple[SessionListing, StoredSummary | Exception]]:
+        """Each stored session with what was read from it (or why it could not be read)."""
+        listings = await self.store.list(unreadable=[])
+        out: list[tuple[SessionListing, StoredSummary | Exception]] = []
+        for listing in listings:
+            session_id = listing.header.id
+            remembered = self._stored.get(session_id)
+            if remembered is not None and remembered[0] == listing.revision:
+                out.append((listing, remembered[1]))
+                continue
+            self.metrics.logs_read.inc()
+            try:
+                load = await self.store.inspect(session_id)
+            except Exception as exc:
+                self._stored.pop(session_id, None)
+                out.append((listing, exc))
+                continue
+            stored = StoredSummary.of(load)
+            self._stored[session_id] = (load.revision, stored)
+            out.append((listing, stored))
+        listed = {listing.header.id for listing in listings}
+        for gone in [session_id for session_id in self._stored if session_id not in listed]:
+            del self._stored[gone]
+        return out
 
     # ------------------------------------------------------------------ writes
     def check_workspace(self, workspace: str | None) -> str:

@@ -246,6 +246,49 @@ async def test_openapi_documents_every_route_and_metrics_count(tmp_path: Path) -
         assert float(lines["dsh_serve_pending_approvals"]) == 0
 
 
+def _metrics(text: str) -> dict[str, float]:
+    return {name: float(value) for name, value in (
+        line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))}
+
+
+async def test_listings_read_only_the_logs_that_changed(tmp_path: Path) -> None:
+    """``GET /sessions`` (the inspector polls it) and ``GET /approvals`` read a stored log only
+    when its revision changed since the last read; what they return is the same either way."""
+    async with running_server(tmp_path, [{"text": "One."}, {"text": "Two."}]) as server:
+        first, second = await server.create(), await server.create()
+        for session_id in (first, second):
+            await server.turn(session_id, "hi")
+            await server.wait_turn_end(session_id, 1)
+
+        async def reads() -> float:
+            text = (await server.client.get("/metrics")).text
+            return _metrics(text)["dsh_serve_logs_read_total"]
+
+        async def listed() -> list[dict[str, Any]]:
+            sessions: list[dict[str, Any]] = (await server.client.get("/sessions")).json()[
+                "sessions"]
+            return sessions
+
+        before = await listed()
+        assert {s["id"] for s in before} == {first, second}
+        start = await reads()
+        assert await listed() == before
+        assert (await server.client.get("/approvals")).json() == {"approvals": []}
+        assert await reads() == start
+
+        log = next(server.root.rglob(f"{first}/session.v3.jsonl.zstd"))
+        os.utime(log)  # a new revision of the same bytes: read again, the same summary
+        assert await listed() == before
+        assert await reads() == start + 1
+
+        await server.turn(second, "again")
+        await server.wait_turn_end(second, 2)
+        after = {s["id"]: s for s in await listed()}
+        assert after[second]["lastTurn"] == 2 and after[second]["events"] > next(
+            s["events"] for s in before if s["id"] == second)
+        assert after[first] == next(s for s in before if s["id"] == first)
+
+
 def test_no_token_means_loopback_only(tmp_path: Path) -> None:
     with pytest.raises(ServeUsageError, match="not a loopback address and no token"):
         check_bind("0.0.0.0", None)
