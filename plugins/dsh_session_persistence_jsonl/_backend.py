@@ -64,7 +64,14 @@ from ._paths import (
     parse_generation_filename,
     project_dir_name,
 )
-from ._reader import ArtifactRead, StoredRow, plain_rows, read_artifact, read_header
+from ._reader import (
+    ArtifactRead,
+    StoredRow,
+    plain_rows,
+    read_artifact,
+    read_header,
+    revision_of,
+)
 from ._storage import (
     AppendFailed,
     fsync_dirs,
@@ -236,6 +243,8 @@ class JsonlStorage:
             raise NotADirectoryError(f'session root "{self.root}" exists and is not a directory')
         self.compression: Compression = compression
         self._root_checked = False
+        #: session id -> (revision, next seq) of its log when ``read_from`` last read it whole
+        self._read_ends: dict[str, tuple[str, int]] = {}
 
     # -- paths
 
@@ -454,6 +463,33 @@ class JsonlStorage:
     async def load(self, session_id: str) -> SessionLoad:
         artifact, header, events = await anyio.to_thread.run_sync(self._read_sync, session_id)
         return self._load(artifact, header, events)
+
+    async def read_from(self, session_id: str, from_seq: int) -> tuple[SessionEvent, ...]:
+        """The stored events with ``seq >= from_seq``.
+
+        A log has no index by seq, so this reads it whole, except when nothing can be new: the
+        log is at the revision this storage last read it at and ended before ``from_seq``. A
+        follower polling an idle session (``dsh serve``'s event stream, twice a second) then
+        costs a look-up and a ``stat``, not a decode of the whole log.
+        """
+        known = self._read_ends.get(session_id)
+        if known is not None and from_seq >= known[1]:
+            revision = await anyio.to_thread.run_sync(self._revision_sync, session_id)
+            if revision == known[0]:
+                return ()
+        load = await self.load(session_id)
+        self._read_ends[session_id] = (load.revision, load.next_seq)
+        return load.events[from_seq:]
+
+    def _revision_sync(self, session_id: str) -> str | None:
+        """The revision of the session's newest generation now (None: no log, or gone)."""
+        found = self.find(session_id)
+        if found is None:
+            return None
+        try:
+            return revision_of(os.stat(found[1][-1][1]))
+        except FileNotFoundError:
+            return None
 
     # -- the storage seam: new sessions
 

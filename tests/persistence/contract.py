@@ -60,6 +60,7 @@ __all__ = [
     "test_list_returns_headers",
     "test_open_missing_session",
     "test_pre_aborted_token_raises_the_reason",
+    "test_read_from_gives_the_suffix_and_follows_appends",
     "test_resume_appends_closers_and_continues",
     "test_retired_shapes_never_enter_a_log",
     "test_round_trip",
@@ -125,6 +126,31 @@ async def test_round_trip(backend_factory: BackendFactory) -> None:
         assert load.header.agent_preset == "default"
         assert load.header.delegation_depth == 1
         assert load.header.cwd == "/home/dev/project"
+
+
+async def test_read_from_gives_the_suffix_and_follows_appends(
+    backend_factory: BackendFactory,
+) -> None:
+    """What a follower polls: the events from a seq on, nothing once it has read to the end
+    (however often it asks), then exactly what was appended since."""
+    events = log(2, tools=1)
+    async with backend_of(backend_factory) as backend:
+        handle = await backend.create(header("follow"))
+        handle.append(events[:5])
+        await handle.flush()
+        async with backend_of(backend_factory) as follower:
+            assert wire(await follower.read_from("follow", 0)) == plain(events[:5])
+            assert wire(await follower.read_from("follow", 3)) == plain(events[3:5])
+            for _ in range(2):
+                assert await follower.read_from("follow", 5) == ()
+            assert await follower.read_from("follow", 10_000) == ()
+            handle.append(events[5:])
+            await handle.flush()
+            assert wire(await follower.read_from("follow", 5)) == plain(events[5:])
+            assert await follower.read_from("follow", len(events)) == ()
+            with pytest.raises(SessionNotFoundError, match='session "absent" not found'):
+                await follower.read_from("absent", 0)
+        await handle.close()
 
 
 async def test_append_is_visible_through_the_handle_before_flush(
