@@ -51,6 +51,35 @@ now_ns = time.perf_counter_ns
 cpu_ns = time.process_time_ns
 
 
+# --------------------------------------------------------------------------- commands
+
+
+def command_env(root: Path, cache: Path) -> dict[str, str]:
+    """This process's environment for a timed ``dsh`` command: the session root ``root``, the
+    cache (what ``sessions list`` remembers) in ``cache``, never the user's, no ``DSH_CONFIG``,
+    and bytecode cached as an installed package's is (pip compiles it; a container that sets
+    ``PYTHONDONTWRITEBYTECODE`` would make every start compile every edited module again)."""
+    env = dict(os.environ)
+    env["DSH_SESSION_ROOT"] = str(root)
+    env["XDG_CACHE_HOME"] = str(cache)
+    env.pop("DSH_CONFIG", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def time_command(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 600) -> int:
+    """Wall nanoseconds from spawning ``argv`` (stdin ``/dev/null``, output piped away) to its
+    exit; a command that fails ends the bench with its stderr."""
+    started = now_ns()
+    done = subprocess.run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout,
+                          check=False)
+    elapsed = now_ns() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr!r}")
+    return elapsed
+
+
 # --------------------------------------------------------------------------- statistics
 
 

@@ -24,7 +24,6 @@ the number of sessions) and ``fresh / list``. Writes ``bench/results/sessions_li
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,14 +31,15 @@ from typing import Any
 import anyio
 from _common import (
     REPO_DIR,
+    command_env,
     fsync_disabled,
     machine_info,
     median,
-    now_ns,
     parser,
     print_table,
     ratio,
     scratch_dir,
+    time_command,
     write_result,
 )
 from loop_step import run_loop
@@ -49,16 +49,6 @@ async def _build(root: Path, workspace: Path, sessions: int, steps: int) -> None
     with fsync_disabled():
         for n in range(sessions):
             await run_loop(steps + n, root, workspace, None)  # ids bench-loop-<steps + n>
-
-
-def _time(argv: list[str], env: dict[str, str], cwd: Path) -> int:
-    started = now_ns()
-    done = subprocess.run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True,
-                          timeout=600, check=False)
-    elapsed = now_ns() - started
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr!r}")
-    return elapsed
 
 
 def main() -> None:
@@ -74,11 +64,7 @@ def main() -> None:
         print(f"building {sessions} sessions of {steps}+ tool steps ...", flush=True)
         anyio.run(_build, root, work, sessions, steps)
         logs = sorted(root.rglob("session.v3.jsonl.zstd"), key=lambda log: log.stat().st_mtime_ns)
-        env = dict(os.environ)
-        env.pop("PYTHONDONTWRITEBYTECODE", None)  # bytecode cached, as an installed package's
-        env.pop("DSH_CONFIG", None)
-        env["DSH_SESSION_ROOT"] = str(root)
-        env["XDG_CACHE_HOME"] = str(scratch / "cache")  # never the user's own cache
+        env = command_env(root, scratch / "cache")
         listing = [sys.executable, "-m", "dsh_host", "sessions", "list", "--json"]
         contenders: dict[str, list[str]] = {
             "python -c pass": [sys.executable, "-c", "pass"],
@@ -88,12 +74,12 @@ def main() -> None:
         }
         samples: dict[str, list[int]] = {name: [] for name in contenders}
         for argv in contenders.values():  # page cache, bytecode and the listing cache, untimed
-            _time(argv, env, work)
+            time_command(argv, env, work)
         for _ in range(rounds):
             for name, argv in contenders.items():
                 if name == "list, one log changed":
                     os.utime(logs[-1])  # a new revision: that log is read again
-                samples[name].append(_time(argv, env, work))
+                samples[name].append(time_command(argv, env, work))
         cache = scratch / "cache" / "dsh" / "sessions-list.json"
         cache_bytes = cache.stat().st_size
         log_bytes = sum(log.stat().st_size for log in logs)

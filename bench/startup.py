@@ -23,7 +23,6 @@ Writes ``bench/results/startup.json``.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,13 +30,14 @@ from typing import Any, Final
 
 from _common import (
     REPO_DIR,
+    command_env,
     machine_info,
     median,
-    now_ns,
     parser,
     print_table,
     ratio,
     scratch_dir,
+    time_command,
     verdict,
     write_result,
 )
@@ -50,29 +50,6 @@ COMMANDS: Final[dict[str, tuple[list[str], float | None]]] = {
     "dsh run --help": (["run", "--help"], None),
     "dsh plugins": (["plugins"], None),
 }
-
-
-def _env(root: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["DSH_SESSION_ROOT"] = str(root)
-    env["XDG_CACHE_HOME"] = str(root.parent / "cache")  # not the user's own cache
-    env.pop("DSH_CONFIG", None)
-    # An installed package has its bytecode compiled (pip does it); a container that sets
-    # PYTHONDONTWRITEBYTECODE would make every start compile every module from source.
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    return env
-
-
-def _time(argv: list[str], env: dict[str, str], cwd: Path) -> int:
-    started = now_ns()
-    done = subprocess.run(
-        argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, timeout=300, check=False,
-    )
-    elapsed = now_ns() - started
-    if done.returncode not in (0,):
-        raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr!r}")
-    return elapsed
 
 
 def _seed(root: Path, work: Path, env: dict[str, str]) -> None:
@@ -112,17 +89,17 @@ def main() -> None:
     with scratch_dir(args.scratch, "startup") as scratch:
         root, work = scratch / "sessions", scratch / "work"
         work.mkdir()
-        env = _env(root)
+        env = command_env(root, scratch / "cache")
         _seed(root, work, env)
         contenders = {"python -c pass": [sys.executable, "-c", "pass"]}
         for name, (argv, _) in COMMANDS.items():
             contenders[name] = [sys.executable, "-m", "dsh_host", *argv]
         samples: dict[str, list[int]] = {name: [] for name in contenders}
         for argv in contenders.values():  # warm the page cache and bytecode once, untimed
-            _time(argv, env, work)
+            time_command(argv, env, work)
         for _ in range(rounds):
             for name, argv in contenders.items():
-                samples[name].append(_time(argv, env, work))
+                samples[name].append(time_command(argv, env, work))
         floor = median(samples["python -c pass"])
         rows = []
         results: dict[str, Any] = {}
