@@ -41,7 +41,6 @@ from dsh_host.session.persistence import (
     SessionNotFoundError,
 )
 
-from ..session.approvals import pending_approvals
 from .metrics import CONTENT_TYPE
 from .runtime import ApiError, ServerRuntime
 from .views import event_json
@@ -228,13 +227,16 @@ async def get_session(request: Request) -> Response:
     """
     runtime = runtime_of(request)
     await runtime.refresh()
-    load = await runtime.inspect(request.path_params["id"])
-    out = runtime.summary(load)
-    out["header"] = load.header.to_json()
-    out["pendingApprovals"] = pending_approvals(load.events, load.id)
-    running = runtime.running(load.id)
-    out["runningTurn"] = running.turn if running is not None else None
-    return JSONResponse(out)
+    session_id = request.path_params["id"]
+    stored = await runtime.stored_summary(session_id)
+    running = runtime.running(session_id)
+    return JSONResponse({
+        **stored.fields,
+        "status": runtime.status(session_id, stored),
+        "header": stored.header,
+        "pendingApprovals": list(stored.approvals),
+        "runningTurn": running.turn if running is not None else None,
+    })
 
 
 @authenticated

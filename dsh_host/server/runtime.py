@@ -120,6 +120,8 @@ class StoredSummary:
     approvals: tuple[dict[str, Any], ...]
     #: a turn was left open by a process that stopped (the read added closers)
     interrupted: bool
+    #: the stored header, as JSON
+    header: dict[str, Any]
 
     @classmethod
     def of(cls, load: SessionLoad) -> StoredSummary:
@@ -137,7 +139,7 @@ class StoredSummary:
             "usage": views.usage(events),
         }
         approvals = tuple(pending_approvals(events, load.id))
-        return cls(fields, approvals, bool(load.closers))
+        return cls(fields, approvals, bool(load.closers), header.to_json())
 
 
 @dataclass
@@ -320,6 +322,21 @@ class ServerRuntime:
         stored = StoredSummary.of(load)
         self._stored[load.id] = (load.revision, stored)
         return {**stored.fields, "status": self.status(load.id, stored)}
+
+    async def stored_summary(self, session_id: str) -> StoredSummary:
+        """What the session's log says, read again only when its revision changed since this
+        process last read it (the inspector's session page polls it); a store that cannot tell
+        a revision without reading is read every time. 404 for an unknown session."""
+        remembered = self._stored.get(session_id)
+        revision = getattr(self.store, "current_revision", None)
+        if remembered is not None and revision is not None:
+            if await revision(session_id) == remembered[0]:
+                return remembered[1]
+        self.metrics.logs_read.inc()
+        load = await self.inspect(session_id)
+        stored = StoredSummary.of(load)
+        self._stored[session_id] = (load.revision, stored)
+        return stored
 
     async def summaries(self) -> list[dict[str, Any]]:
         """Every stored session's summary, most recently updated first (an unreadable log is a

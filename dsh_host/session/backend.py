@@ -252,6 +252,13 @@ class PersistenceService(Generic[L]):
         held_by = getattr(self.storage, "held_by", None)
         return None if held_by is None else await held_by(session_id)
 
+    async def current_revision(self, session_id: str) -> str | None:
+        """The revision a read of the session would report now, without reading its events,
+        when the storage can tell cheaply (else None, and so for a session it does not find):
+        a caller that kept what it read under a revision learns whether to read again."""
+        revision = getattr(self.storage, "current_revision", None)
+        return None if revision is None else await revision(session_id)
+
     # -- tracking and teardown
 
     def owner(self, session_id: str) -> WriteHandle[L] | None:

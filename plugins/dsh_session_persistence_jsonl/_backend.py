@@ -474,15 +474,18 @@ class JsonlStorage:
         """
         known = self._read_ends.get(session_id)
         if known is not None and from_seq >= known[1]:
-            revision = await anyio.to_thread.run_sync(self._revision_sync, session_id)
-            if revision == known[0]:
+            if await self.current_revision(session_id) == known[0]:
                 return ()
         load = await self.load(session_id)
         self._read_ends[session_id] = (load.revision, load.next_seq)
         return load.events[from_seq:]
 
+    async def current_revision(self, session_id: str) -> str | None:
+        """The revision of the session's newest generation now (None: no log): a look-up and
+        a ``stat``, no read."""
+        return await anyio.to_thread.run_sync(self._revision_sync, session_id)
+
     def _revision_sync(self, session_id: str) -> str | None:
-        """The revision of the session's newest generation now (None: no log, or gone)."""
         found = self.find(session_id)
         if found is None:
             return None

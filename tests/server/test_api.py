@@ -289,6 +289,42 @@ async def test_listings_read_only_the_logs_that_changed(tmp_path: Path) -> None:
         assert after[first] == next(s for s in before if s["id"] == first)
 
 
+async def test_a_session_page_reads_its_log_only_when_it_changed(tmp_path: Path) -> None:
+    """``GET /sessions/{id}`` (the inspector's session page polls it) asks the store for the
+    log's revision and reads the log only when it moved; the answer is the same either way."""
+    async with running_server(tmp_path, [{"text": "One."}, {"text": "Two."}]) as server:
+        session_id = await server.create()
+        await server.turn(session_id, "hi")
+        await server.wait_turn_end(session_id, 1)
+
+        async def reads() -> float:
+            return _metrics((await server.client.get("/metrics")).text)[
+                "dsh_serve_logs_read_total"]
+
+        async def page() -> dict[str, Any]:
+            response = await server.client.get(f"/sessions/{session_id}")
+            assert response.status_code == 200
+            body: dict[str, Any] = response.json()
+            return body
+
+        first = await page()
+        assert first["header"]["id"] == session_id and first["pendingApprovals"] == []
+        assert first["status"] == "idle" and first["runningTurn"] is None
+        start = await reads()
+        assert await page() == first
+        assert await reads() == start
+
+        os.utime(next(server.root.rglob(f"{session_id}/session.v3.jsonl.zstd")))
+        assert await page() == first
+        assert await reads() == start + 1
+
+        await server.turn(session_id, "again")
+        ended = await server.wait_turn_end(session_id, 2)
+        assert ended["lastTurn"] == 2 and ended["events"] > first["events"]
+        missing = await server.client.get("/sessions/no-such-session")
+        assert missing.status_code == 404
+
+
 def test_no_token_means_loopback_only(tmp_path: Path) -> None:
     with pytest.raises(ServeUsageError, match="not a loopback address and no token"):
         check_bind("0.0.0.0", None)
