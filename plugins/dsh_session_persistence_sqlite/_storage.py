@@ -498,6 +498,19 @@ class SqliteStorage:
         load = await self._run("reader", lambda conn: self._read_sync(conn, session_id, from_seq))
         return load.events
 
+    async def current_revision(self, session_id: str) -> str | None:
+        """The revision a read would report now (None: not stored): one count, no rows read."""
+
+        def count(conn: sqlite3.Connection) -> Any:
+            return conn.execute(
+                "SELECT (SELECT count(*) FROM events e WHERE e.session_id = s.id) "
+                "FROM sessions s WHERE s.id = ?",
+                (session_id,),
+            ).fetchone()
+
+        row = await self._run("reader", count)
+        return None if row is None else self._revision(int(row[0]))
+
     async def list(
         self, unreadable: builtins.list[UnreadableListing] | None
     ) -> builtins.list[SessionListing]:

@@ -55,6 +55,7 @@ __all__ = [
     "test_create_rejects_invalid_header_without_reserving_the_id",
     "test_create_rejects_known_ids",
     "test_created_session_is_absent_until_flushed_then_header_only",
+    "test_current_revision_is_what_a_read_would_report",
     "test_ignorable_unknown_event_is_kept",
     "test_inspect_synthesizes_closers_without_writing",
     "test_list_returns_headers",
@@ -150,6 +151,34 @@ async def test_read_from_gives_the_suffix_and_follows_appends(
             assert await follower.read_from("follow", len(events)) == ()
             with pytest.raises(SessionNotFoundError, match='session "absent" not found'):
                 await follower.read_from("absent", 0)
+        await handle.close()
+
+
+async def test_current_revision_is_what_a_read_would_report(
+    backend_factory: BackendFactory,
+) -> None:
+    """The optional ``current_revision``: where the backend can tell it without reading, it is
+    the revision a read reports, and it moves with every stored append; None otherwise, and
+    for a session that is not stored."""
+    events = log(1)
+    async with backend_of(backend_factory) as backend:
+        current = getattr(backend, "current_revision", None)
+        if current is None:
+            pytest.skip("this backend offers no current_revision")
+        assert await current("later") is None
+        handle = await backend.create(header("later"))
+        assert await current("later") is None  # nothing stored before the first flush
+        handle.append(events[:2])
+        await handle.flush()
+        first = await current("later")
+        if first is None:  # a storage that cannot tell: it says so every time
+            assert await current("later") is None
+        else:
+            assert first == (await backend.inspect("later")).revision
+            handle.append(events[2:])
+            await handle.flush()
+            now = await current("later")
+            assert now != first and now == (await backend.inspect("later")).revision
         await handle.close()
 
 

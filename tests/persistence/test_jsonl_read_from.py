@@ -56,22 +56,3 @@ async def test_a_follower_at_the_end_of_an_unchanged_log_does_not_read_it(
         await backend.aclose()
         group.cancel_scope.cancel()
 
-
-async def test_revision_is_what_a_read_would_report_without_reading(tmp_path: Path) -> None:
-    events = log(1)
-    async with anyio.create_task_group() as group:
-        backend = JsonlSessionPersistence(str(tmp_path / "root"), "zstd", spawn=group.start_soon)
-        assert await backend.current_revision("later") is None
-        handle = await backend.create(header("later"))
-        assert await backend.current_revision("later") is None  # nothing stored before the first flush
-        handle.append(events[:2])
-        await handle.flush()
-        first = await backend.current_revision("later")
-        assert first == (await backend.inspect("later")).revision
-        handle.append(events[2:])
-        await handle.flush()
-        assert await backend.current_revision("later") not in (None, first)
-        assert await backend.current_revision("later") == (await backend.inspect("later")).revision
-        await handle.close()
-        await backend.aclose()
-        group.cancel_scope.cancel()
