@@ -188,6 +188,11 @@ class PostgresStorage:
             "WHERE e.session_id = s.id ORDER BY e.seq DESC LIMIT 1) + 1, 0) "
             "FROM {s}.sessions s ORDER BY s.created_at, s.id"
         ).format(s=s)
+        self._sql_count = sql.SQL(
+            "SELECT COALESCE((SELECT e.seq FROM {s}.events e "
+            "WHERE e.session_id = s.id ORDER BY e.seq DESC LIMIT 1) + 1, 0) "
+            "FROM {s}.sessions s WHERE s.id = %s"
+        ).format(s=s)
 
     # -- plumbing
 
@@ -494,6 +499,12 @@ class PostgresStorage:
         await self.ensure_schema()
         _header, events = await self._db(lambda conn: self._fetch_sync(conn, session_id, from_seq))
         return tuple(events)
+
+    async def current_revision(self, session_id: str) -> str | None:
+        """The revision a read would report now (None: not stored): the last seq, no rows read."""
+        await self.ensure_schema()
+        row = await self._db(lambda conn: conn.execute(self._sql_count, (session_id,)).fetchone())
+        return None if row is None else self.revision(int(row[0]))
 
     async def list(
         self, unreadable: builtins.list[UnreadableListing] | None
