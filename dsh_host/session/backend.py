@@ -145,6 +145,8 @@ class PersistenceService(Generic[L]):
         self.logger = logger or logging.getLogger(f"dsh.{storage.name}")
         self._handles: HandleRegistry[WriteHandle[L]] = HandleRegistry()
         self._closed = False
+        #: session id -> (revision, next seq) of its log when ``read_from`` last read it whole
+        self._read_ends: dict[str, tuple[str, int]] = {}
 
     def _check_open(self) -> None:
         if self._closed:
@@ -203,12 +205,22 @@ class PersistenceService(Generic[L]):
     ) -> tuple[SessionEvent, ...]:
         """Stored events with ``seq >= from_seq`` (no closers, nothing written).
 
-        A storage with its own ``read_from(session_id, from_seq)`` reads only those.
+        A storage with its own ``read_from(session_id, from_seq)`` reads only those. Any other
+        reads the log whole, except when nothing can be new: the storage's
+        ``current_revision`` is the one this service last read the log at, and ``from_seq`` is
+        past its end. A follower polling an idle session (``dsh serve``'s event stream, twice
+        a second) then costs that look-up, not a decode of the whole log.
         """
         check_from_seq(from_seq)
         partial = getattr(self.storage, "read_from", None)
         if partial is None:
-            return (await self._load(session_id, token)).events[from_seq:]
+            known = self._read_ends.get(session_id)
+            if known is not None and from_seq >= known[1]:
+                if await self.current_revision(session_id) == known[0]:
+                    return ()
+            load = await self._load(session_id, token)
+            self._read_ends[session_id] = (load.revision, load.next_seq)
+            return load.events[from_seq:]
         if token is not None:
             token.throw_if_aborted()
         events: tuple[SessionEvent, ...] = await partial(session_id, from_seq)

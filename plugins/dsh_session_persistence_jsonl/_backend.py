@@ -243,8 +243,6 @@ class JsonlStorage:
             raise NotADirectoryError(f'session root "{self.root}" exists and is not a directory')
         self.compression: Compression = compression
         self._root_checked = False
-        #: session id -> (revision, next seq) of its log when ``read_from`` last read it whole
-        self._read_ends: dict[str, tuple[str, int]] = {}
 
     # -- paths
 
@@ -464,25 +462,9 @@ class JsonlStorage:
         artifact, header, events = await anyio.to_thread.run_sync(self._read_sync, session_id)
         return self._load(artifact, header, events)
 
-    async def read_from(self, session_id: str, from_seq: int) -> tuple[SessionEvent, ...]:
-        """The stored events with ``seq >= from_seq``.
-
-        A log has no index by seq, so this reads it whole, except when nothing can be new: the
-        log is at the revision this storage last read it at and ended before ``from_seq``. A
-        follower polling an idle session (``dsh serve``'s event stream, twice a second) then
-        costs a look-up and a ``stat``, not a decode of the whole log.
-        """
-        known = self._read_ends.get(session_id)
-        if known is not None and from_seq >= known[1]:
-            if await self.current_revision(session_id) == known[0]:
-                return ()
-        load = await self.load(session_id)
-        self._read_ends[session_id] = (load.revision, load.next_seq)
-        return load.events[from_seq:]
-
     async def current_revision(self, session_id: str) -> str | None:
         """The revision of the session's newest generation now (None: no log): a look-up and
-        a ``stat``, no read."""
+        a ``stat``, no read (``read_from`` of the service answers an idle follower with it)."""
         return await anyio.to_thread.run_sync(self._revision_sync, session_id)
 
     def _revision_sync(self, session_id: str) -> str | None:

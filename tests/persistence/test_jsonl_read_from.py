@@ -1,5 +1,6 @@
-"""``read_from`` on the JSONL backend: a log that cannot hold anything new (the revision this
-storage last read it at, and the follower already at its end) is not read again."""
+"""``read_from`` over the JSONL storage (which has no suffix read of its own): a log that
+cannot hold anything new (its ``current_revision`` is the one the service last read it at, and
+the follower is already at its end) is not read again."""
 
 from __future__ import annotations
 
