@@ -319,9 +319,14 @@ class ServerRuntime:
             self._busy_elsewhere = await self._queue.busy_sessions()
 
     def summary(self, load: SessionLoad) -> dict[str, Any]:
+        stored = self._remember(load)
+        return {**stored.fields, "status": self.status(load.id, stored)}
+
+    def _remember(self, load: SessionLoad) -> StoredSummary:
+        """What ``load`` says of its session, kept under the revision it was read at."""
         stored = StoredSummary.of(load)
         self._stored[load.id] = (load.revision, stored)
-        return {**stored.fields, "status": self.status(load.id, stored)}
+        return stored
 
     async def stored_summary(self, session_id: str) -> StoredSummary:
         """What the session's log says, read again only when its revision changed since this
@@ -333,10 +338,7 @@ class ServerRuntime:
             if await revision(session_id) == remembered[0]:
                 return remembered[1]
         self.metrics.logs_read.inc()
-        load = await self.inspect(session_id)
-        stored = StoredSummary.of(load)
-        self._stored[session_id] = (load.revision, stored)
-        return stored
+        return self._remember(await self.inspect(session_id))
 
     async def summaries(self) -> list[dict[str, Any]]:
         """Every stored session's summary, most recently updated first (an unreadable log is a
@@ -383,9 +385,7 @@ class ServerRuntime:
                 self._stored.pop(session_id, None)
                 out.append((listing, exc))
                 continue
-            stored = StoredSummary.of(load)
-            self._stored[session_id] = (load.revision, stored)
-            out.append((listing, stored))
+            out.append((listing, self._remember(load)))
         listed = {listing.header.id for listing in listings}
         for gone in [session_id for session_id in self._stored if session_id not in listed]:
             del self._stored[gone]

@@ -18,7 +18,7 @@ import pytest
 from dsh_host.server.command import ServeUsageError
 from dsh_host.server.serve import check_bind
 
-from .harness import CALL, ledger_call, running_server
+from .harness import CALL, Server, ledger_call, running_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
@@ -29,6 +29,16 @@ def results_per_call(events: list[dict[str, Any]]) -> dict[str, int]:
         if event["type"] == "tool/result":
             calls[event["data"]["message"]["source"]["callId"]] += 1
     return calls
+
+
+def _metrics(text: str) -> dict[str, float]:
+    return {name: float(value) for name, value in (
+        line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))}
+
+
+async def _logs_read(server: Server) -> float:
+    """``dsh_serve_logs_read_total``: the logs the server has read whole to summarize them."""
+    return _metrics((await server.client.get("/metrics")).text)["dsh_serve_logs_read_total"]
 
 
 async def test_session_lifecycle_over_http(tmp_path: Path) -> None:
@@ -236,19 +246,12 @@ async def test_openapi_documents_every_route_and_metrics_count(tmp_path: Path) -
         session_id = await server.create()
         await server.turn(session_id, "hi")
         await server.wait_turn_end(session_id, 1)
-        text = (await server.client.get("/metrics")).text
-        lines = dict(line.rsplit(" ", 1) for line in text.splitlines()
-                     if line and not line.startswith("#"))
-        assert float(lines["dsh_serve_turns_started_total"]) == 1
-        assert float(lines['dsh_serve_turns_ended_total{kind="completed"}']) == 1
-        assert float(lines["dsh_serve_steps_total"]) >= 1
-        assert float(lines["dsh_serve_flush_seconds_count"]) >= 1
-        assert float(lines["dsh_serve_pending_approvals"]) == 0
-
-
-def _metrics(text: str) -> dict[str, float]:
-    return {name: float(value) for name, value in (
-        line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))}
+        lines = _metrics((await server.client.get("/metrics")).text)
+        assert lines["dsh_serve_turns_started_total"] == 1
+        assert lines['dsh_serve_turns_ended_total{kind="completed"}'] == 1
+        assert lines["dsh_serve_steps_total"] >= 1
+        assert lines["dsh_serve_flush_seconds_count"] >= 1
+        assert lines["dsh_serve_pending_approvals"] == 0
 
 
 async def test_listings_read_only_the_logs_that_changed(tmp_path: Path) -> None:
@@ -260,10 +263,6 @@ async def test_listings_read_only_the_logs_that_changed(tmp_path: Path) -> None:
             await server.turn(session_id, "hi")
             await server.wait_turn_end(session_id, 1)
 
-        async def reads() -> float:
-            text = (await server.client.get("/metrics")).text
-            return _metrics(text)["dsh_serve_logs_read_total"]
-
         async def listed() -> list[dict[str, Any]]:
             sessions: list[dict[str, Any]] = (await server.client.get("/sessions")).json()[
                 "sessions"]
@@ -271,15 +270,15 @@ async def test_listings_read_only_the_logs_that_changed(tmp_path: Path) -> None:
 
         before = await listed()
         assert {s["id"] for s in before} == {first, second}
-        start = await reads()
+        start = await _logs_read(server)
         assert await listed() == before
         assert (await server.client.get("/approvals")).json() == {"approvals": []}
-        assert await reads() == start
+        assert await _logs_read(server) == start
 
         log = next(server.root.rglob(f"{first}/session.v3.jsonl.zstd"))
         os.utime(log)  # a new revision of the same bytes: read again, the same summary
         assert await listed() == before
-        assert await reads() == start + 1
+        assert await _logs_read(server) == start + 1
 
         await server.turn(second, "again")
         await server.wait_turn_end(second, 2)
@@ -297,10 +296,6 @@ async def test_a_session_page_reads_its_log_only_when_it_changed(tmp_path: Path)
         await server.turn(session_id, "hi")
         await server.wait_turn_end(session_id, 1)
 
-        async def reads() -> float:
-            return _metrics((await server.client.get("/metrics")).text)[
-                "dsh_serve_logs_read_total"]
-
         async def page() -> dict[str, Any]:
             response = await server.client.get(f"/sessions/{session_id}")
             assert response.status_code == 200
@@ -310,13 +305,13 @@ async def test_a_session_page_reads_its_log_only_when_it_changed(tmp_path: Path)
         first = await page()
         assert first["header"]["id"] == session_id and first["pendingApprovals"] == []
         assert first["status"] == "idle" and first["runningTurn"] is None
-        start = await reads()
+        start = await _logs_read(server)
         assert await page() == first
-        assert await reads() == start
+        assert await _logs_read(server) == start
 
         os.utime(next(server.root.rglob(f"{session_id}/session.v3.jsonl.zstd")))
         assert await page() == first
-        assert await reads() == start + 1
+        assert await _logs_read(server) == start + 1
 
         await server.turn(session_id, "again")
         ended = await server.wait_turn_end(session_id, 2)
