@@ -126,20 +126,14 @@ def _copy(value: Any) -> Any:
 
 
 def _read(path: Path) -> dict[str, dict[str, Any]]:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return {}
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > MAX_BYTES:
-            return {}
-        with os.fdopen(os.dup(fd), "rb") as file:
+    try:  # not through a symlink; a directory or another owner's file is not ours
+        with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as file:
+            st = os.fstat(file.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > MAX_BYTES:
+                return {}
             data = file.read(MAX_BYTES + 1)
     except OSError:
         return {}
-    finally:
-        os.close(fd)
     try:
         document = json.loads(data)
     except ValueError:

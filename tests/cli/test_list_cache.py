@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from cli_helpers import dsh, json_lines
 
+from dsh_host import __version__
 from dsh_host.cli import list_cache
 from dsh_host.cli.list_cache import ListCache
 
@@ -73,7 +74,7 @@ def test_an_unchanged_log_is_not_read_again(project: Path) -> None:
     entries = _entries()
     planted = f"jsonl:{logs[first[0]['sessionId']]}"
     entries[planted]["title"] = "remembered, not read"
-    _cache().write_text(json.dumps({"format": 1, "dsh": _version(), "sessions": entries}))
+    _cache().write_text(json.dumps({"format": 1, "dsh": __version__, "sessions": entries}))
     assert _list(project)[0]["title"] == "remembered, not read"
 
     assert _list(project, "--fresh") == first
@@ -135,13 +136,13 @@ def test_a_cache_in_a_bad_state_is_rebuilt(project: Path, tmp_path: Path, state:
     elif state == "not json":
         cache.write_bytes(b'{"format": 1, "sessions": {')
     elif state == "another layout":
-        cache.write_text(json.dumps({"format": 2, "dsh": _version(), "sessions": good}))
+        cache.write_text(json.dumps({"format": 2, "dsh": __version__, "sessions": good}))
     elif state == "another dsh":
         cache.write_text(json.dumps({"format": 1, "dsh": "0.0.0", "sessions": good}))
     elif state == "a bad entry":
         key = next(iter(good))
         good[key]["events"] = "many"
-        cache.write_text(json.dumps({"format": 1, "dsh": _version(), "sessions": good}))
+        cache.write_text(json.dumps({"format": 1, "dsh": __version__, "sessions": good}))
     elif state == "a directory":
         cache.mkdir()
     else:
@@ -237,8 +238,3 @@ def _entries_of(path: Path) -> dict[str, Any]:
     entries: dict[str, Any] = json.loads(path.read_bytes())["sessions"]
     return entries
 
-
-def _version() -> str:
-    from dsh_host import __version__
-
-    return __version__
