@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import os
@@ -50,11 +51,51 @@ def visible_to_confined_servers(source: Path) -> Path:
 FIXTURE = str(visible_to_confined_servers(HERE / "fixture_server.py"))
 
 
+def install_reference_servers() -> Path:
+    """The pinned npm reference servers under ``tests/mcp_client/node``, installed on first use.
+
+    The README's one test command must pass on a fresh checkout, so the suite runs ``npm ci``
+    itself (pinned by ``package-lock.json``) instead of leaving it to ``.ci/run``; xdist workers
+    serialise on a lock file and the first one installs. Without npm this fails with one line
+    saying what to install: node is on the machine, so the tests that need the server must run.
+    """
+    node_dir = HERE / "node"
+    entry = node_dir / "node_modules" / "@modelcontextprotocol" / "server-everything"
+    entry = entry / "dist" / "index.js"
+    if entry.is_file():
+        return node_dir
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.fail(
+            f"{entry} is missing and npm is not on PATH: install npm (Debian: apt install npm), "
+            f"or run `npm ci` in {node_dir} with another npm",
+            pytrace=False,
+        )
+    with open(node_dir / ".npm-ci.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not entry.is_file():
+            done = subprocess.run(
+                [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+                cwd=node_dir,
+                capture_output=True,
+                text=True,
+                timeout=900,
+                check=False,
+            )
+            if done.returncode != 0 or not entry.is_file():
+                why = (done.stderr.strip().splitlines() or ["no output"])[-1]
+                pytest.fail(
+                    f"`npm ci` in {node_dir} failed (exit {done.returncode}): {why}",
+                    pytrace=False,
+                )
+    return node_dir
+
+
 @functools.cache
 def everything_js() -> Path:
-    """server-everything's entry point (copied on first use when the checkout is under /tmp:
-    32 MB of node_modules, so not at import time)."""
-    node = visible_to_confined_servers(HERE / "node")
+    """server-everything's entry point, installed on first use (:func:`install_reference_servers`)
+    and copied when the checkout is under /tmp (32 MB of node_modules, so not at import time)."""
+    node = visible_to_confined_servers(install_reference_servers())
     return (
         node / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
     )
@@ -67,12 +108,9 @@ needs_everything = pytest.mark.skipif(
 
 
 def require_everything() -> None:
-    """With node present the reference server must be installed: fail, never skip."""
+    """With node present the reference server must be there: installed, or one clear failure."""
     if not everything_js().is_file():
-        pytest.fail(
-            f"{everything_js()} is missing: run `npm ci` in tests/mcp_client/node (.ci/run does it "
-            "whenever npm is installed)"
-        )
+        pytest.fail(f"{everything_js()} is missing after `npm ci`", pytrace=False)
 
 
 def everything_stdio(**extra: Any) -> dict[str, Any]:
