@@ -36,6 +36,7 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     │   ├── BuiltinToolsConfigError                      dsh_builtin_tools.config
     │   ├── DuplicateRowIdError                          dsh_host.errors
     │   ├── McpClientConfigError                         dsh_mcp_client.config
+    │   ├── MissingExtraError                            dsh_host.errors
     │   ├── SandboxConfigError                           dsh_sandbox_local.provider
     │   ├── ScriptError                                  dsh_llm_scripted.script
     │   ├── ToolRulesError                               dsh_tool_rules.plugin
@@ -108,6 +109,8 @@ these errors are what a user sees instead of a traceback.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 
@@ -129,6 +132,52 @@ class ConfigError(DshError):
 
 class UnknownPluginError(ConfigError):
     code = "UNKNOWN_PLUGIN"
+
+
+#: The name dsh is published under on PyPI (``dsh`` there is another project); the command stays
+#: ``dsh`` and the import ``dsh_host``. Every install hint is built from it (:func:`install_hint`).
+DISTRIBUTION = "dsh-harness"
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs one of dsh's extras: ``pip install 'dsh-harness[mcp]'``."""
+    return f"pip install '{DISTRIBUTION}[{extra}]'"
+
+
+class MissingExtraError(ConfigError, ImportError):
+    """A plugin's optional dependency is not installed; the message says which extra brings it."""
+
+    code = "MISSING_EXTRA"
+
+    def __init__(self, extra: str, missing: str) -> None:
+        super().__init__(
+            f"needs the {extra} extra ({missing} is not installed): {install_hint(extra)}"
+        )
+        self.extra = extra
+        self.missing = missing
+
+
+@contextmanager
+def require_extra(extra: str) -> Iterator[None]:
+    """Turn a missing third-party module inside the block into :class:`MissingExtraError`.
+
+    A plugin package whose imports need an optional extra wraps them once, in its
+    ``__init__``::
+
+        with require_extra("mcp"):
+            from .bridge import ServerBridge
+
+    so loading its row without the extra says what to install instead of
+    ``ModuleNotFoundError``. A missing dsh module (``dsh_*``) is a bug, not an extra, and passes
+    through unchanged.
+    """
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        missing = exc.name or "a module"
+        if missing.split(".")[0].startswith("dsh_"):
+            raise
+        raise MissingExtraError(extra, missing) from exc
 
 
 class DuplicateRowIdError(ConfigError):

@@ -40,6 +40,7 @@ from .errors import (
     BootError,
     ConfigError,
     DuplicateRowIdError,
+    MissingExtraError,
     PluginRegistrationError,
     UnknownPluginError,
 )
@@ -347,6 +348,8 @@ def resolve_plugin(name: str, where: str) -> tuple[Any, str]:
         value = entry_point.value
     try:
         return (_load_entry_point(value) if entry_point is None else entry_point.load()), value
+    except MissingExtraError as exc:
+        raise UnknownPluginError(f"{where}: plugin {name!r} {exc}") from exc
     except Exception as exc:
         raise UnknownPluginError(
             f"{where}: plugin {name!r} is installed ({value}) but failed to import: "

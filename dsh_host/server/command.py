@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dsh_host.compositions import load_config
-from dsh_host.errors import ConfigError, DshError
+from dsh_host.errors import ConfigError, DshError, install_hint
 from dsh_host.front.models import MODEL_SPECS, parse_model
 from dsh_host.loader import LocatedRow, Row, canonical_name
 
@@ -43,7 +43,7 @@ def add_parser(sub: Any) -> None:
         help="serve sessions over HTTP (API, event streams, approvals, web inspector)",
         description="Run agents behind an HTTP API: create sessions, start turns in the "
         "background, follow their events (JSON lines or SSE), decide pending approvals, and "
-        "inspect everything in a browser at /. Needs the serve extra: pip install 'dsh[serve]'.",
+        f"inspect everything in a browser at /. Needs the serve extra: {install_hint('serve')}.",
     )
     serve.add_argument(
         "--config", metavar="FILE", help="YAML composition (default: as for dsh run)"
@@ -180,7 +180,7 @@ def _queue_dsn(args: argparse.Namespace) -> str | None:
         import procrastinate  # noqa: F401
     except ImportError:
         raise ServeUsageError(
-            "--queue needs the serve-postgres extra: pip install 'dsh[serve-postgres]'"
+            f"--queue needs the serve-postgres extra: {install_hint('serve-postgres')}"
         ) from None
     return dsn
 
@@ -193,7 +193,7 @@ def run_serve(args: argparse.Namespace) -> int:
         from .serve import bind_socket, check_bind, serve
     except ImportError as exc:
         raise ServeUsageError(
-            f"dsh serve needs the serve extra ({exc.name} is missing): pip install 'dsh[serve]'"
+            f"dsh serve needs the serve extra ({exc.name} is missing): {install_hint('serve')}"
         ) from None
     token = _token(args)
     check_bind(args.host, token)

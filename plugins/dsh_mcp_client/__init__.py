@@ -1,18 +1,21 @@
 """``mcp-client``: bridge one Model Context Protocol server's tools into the harness."""
 
-from .bridge import (
-    McpCallError,
-    McpOutcomeUnknownError,
-    McpStartupError,
-    McpTimeoutError,
-    McpToolError,
-    McpUnavailableError,
-    ServerBridge,
-)
-from .config import McpClientConfig, McpClientConfigError, ReconnectConfig
-from .naming import public_tool_name
-from .plugin import McpClient
-from .results import project_text
+from dsh_host.errors import require_extra
+
+with require_extra("mcp"):
+    from .bridge import (
+        McpCallError,
+        McpOutcomeUnknownError,
+        McpStartupError,
+        McpTimeoutError,
+        McpToolError,
+        McpUnavailableError,
+        ServerBridge,
+    )
+    from .config import McpClientConfig, McpClientConfigError, ReconnectConfig
+    from .naming import public_tool_name
+    from .plugin import McpClient
+    from .results import project_text
 
 __all__ = [
     "McpCallError",

@@ -7,14 +7,17 @@ the database, and single-writer ownership through a session-level advisory lock
 held by the writer's own connection. See README.md.
 """
 
-from ._backend import (
-    PostgresLease,
-    PostgresSessionPersistence,
-    PostgresStorage,
-    SessionStoreUnavailableError,
-)
-from ._schema import SCHEMA_VERSION, advisory_key
-from .plugin import PostgresConfig, SessionPersistencePostgres
+from dsh_host.errors import require_extra
+
+with require_extra("postgres"):
+    from ._backend import (
+        PostgresLease,
+        PostgresSessionPersistence,
+        PostgresStorage,
+        SessionStoreUnavailableError,
+    )
+    from ._schema import SCHEMA_VERSION, advisory_key
+    from .plugin import PostgresConfig, SessionPersistencePostgres
 
 __all__ = [
     "SCHEMA_VERSION",
