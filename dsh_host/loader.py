@@ -113,6 +113,20 @@ def _construct_env(loader: _Loader, node: yaml.Node) -> str:
 _Loader.add_constructor("!env", _construct_env)
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """``:3:1: malformed YAML: <problem> (<context>)``, placed in the file it came from.
+
+    PyYAML's own text names the stream it was handed (``"<unicode string>"``), not the file.
+    """
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if mark is None or problem is None:
+        return f": malformed YAML: {exc}"
+    context = getattr(exc, "context", None)
+    detail = f"{problem} ({context})" if context else str(problem)
+    return f":{mark.line + 1}:{mark.column + 1}: malformed YAML: {detail}"
+
+
 def parse_rows(
     text: str, source: str = "<config>", *, restricted: str | None = None
 ) -> list[LocatedRow]:
@@ -123,7 +137,7 @@ def parse_rows(
     try:
         node = yaml.compose(text, Loader=_Loader)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: malformed YAML: {exc}") from None
+        raise ConfigError(f"{source}{_yaml_problem(exc)}") from None
     if node is None or not isinstance(node, yaml.SequenceNode):
         raise ConfigError(f"config {source} must be a top-level YAML array of entries")
     rows: list[LocatedRow] = []

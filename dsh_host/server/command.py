@@ -37,6 +37,17 @@ class ServeUsageError(DshError):
     exit_code = 2
 
 
+def _port(text: str) -> int:
+    """A TCP port, 0-65535 (the OS truncates a larger number to 16 bits and listens there)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (0-65535; 0 picks a free one)")
+    return port
+
+
 def add_parser(sub: Any) -> None:
     serve = sub.add_parser(
         "serve",
@@ -74,7 +85,7 @@ def add_parser(sub: Any) -> None:
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default "
                        "127.0.0.1; another address needs a token)")
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT,
+    serve.add_argument("--port", type=_port, default=DEFAULT_PORT,
                        help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     serve.add_argument(
         "--token-file",

@@ -29,9 +29,14 @@ def clear_journal() -> None:
     sample_plugins.JOURNAL.clear()
 
 
-def test_malformed_yaml_names_the_file() -> None:
-    with pytest.raises(ConfigError, match=r"x\.yml: malformed YAML"):
-        parse_rows("- name: [unclosed\n", "x.yml")
+def test_malformed_yaml_names_the_file_line_and_problem_not_pyyamls_stream() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_rows("- name: sessions\n  config: {a: [1,\n", "x.yml")
+    assert str(caught.value) == (
+        "x.yml:3:1: malformed YAML: expected the node content, but found '<stream end>' "
+        "(while parsing a flow node)"
+    )
+    assert "unicode string" not in str(caught.value)
 
 
 def test_top_level_must_be_a_list() -> None:
