@@ -7,6 +7,9 @@ agent, the loader or the host: :mod:`.run_cmd` is imported when the command runs
 from __future__ import annotations
 
 import argparse
+import os
+import stat
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -21,10 +24,57 @@ def _in_run_cmd(name: str) -> Callable[[argparse.Namespace], int]:
     def handler(args: argparse.Namespace) -> int:
         from . import run_cmd
 
+        args.prompt = read_prompt(args.prompt, args.prompt_file)
         code: int = getattr(run_cmd, name)(args)
         return code
 
     return handler
+
+
+#: Where a prompt too long for the command line comes from (``-`` or a pipe: standard input).
+PROMPT_FILE_HELP = "read the prompt from FILE ('-': standard input)"
+
+
+def _stdin_is_piped() -> bool:
+    """Standard input is a pipe or a file (``echo task | dsh run``, ``dsh run < task.md``), not a
+    terminal, ``/dev/null`` or a closed descriptor: only then is an absent PROMPT read from it."""
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (AttributeError, OSError, ValueError):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
+
+
+def read_prompt(prompt: str | None, prompt_file: str | None) -> str | None:
+    """The turn's prompt: PROMPT, ``-`` (standard input), ``--prompt-file FILE``, or a pipe.
+
+    The command line caps an argument near 128 KiB, so a long prompt comes from a file or a
+    pipe. A prompt read from somewhere is taken as it is, trailing newline aside; an empty one
+    is refused, since a turn on nothing is a mistake rather than a request.
+    """
+    from .common import CliUsageError
+
+    if prompt is not None and prompt_file is not None:
+        raise CliUsageError("give the prompt once: PROMPT or --prompt-file, not both")
+    source = prompt_file if prompt_file is not None else prompt if prompt == "-" else None
+    if source is None and prompt is None and _stdin_is_piped():
+        text = sys.stdin.read()
+        return text.removesuffix("\n") if text.strip() else None
+    if source is None:
+        return prompt
+    where = "standard input" if source == "-" else source
+    try:
+        if source == "-":
+            text = sys.stdin.read()
+        else:
+            with open(source, encoding="utf-8") as file:
+                text = file.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise CliUsageError(f"cannot read the prompt from {where}: {reason}") from None
+    if not text.strip():
+        raise CliUsageError(f"the prompt read from {where} is empty")
+    return text.removesuffix("\n")
 
 
 def add_parsers(sub: Any) -> None:
@@ -33,7 +83,13 @@ def add_parsers(sub: Any) -> None:
         help="run one turn on a new session (or continue --session ID)",
         description="Run one agent turn to its end. Exit 0 when the turn completed, 1 otherwise.",
     )
-    run.add_argument("prompt", nargs="?", metavar="PROMPT", help="what to ask (demo: optional)")
+    run.add_argument(
+        "prompt",
+        nargs="?",
+        metavar="PROMPT",
+        help="what to ask ('-' or a pipe: standard input; demo: optional)",
+    )
+    run.add_argument("--prompt-file", metavar="FILE", help=PROMPT_FILE_HELP)
     add_config_flag(run)
     add_root_flag(run)
     run.add_argument(
@@ -59,7 +115,8 @@ def add_parsers(sub: Any) -> None:
         "flush, then run PROMPT as a new turn if given. Exit 3 if another process holds it.",
     )
     resume.add_argument("session_id", metavar="ID")
-    resume.add_argument("prompt", nargs="?", metavar="PROMPT")
+    resume.add_argument("prompt", nargs="?", metavar="PROMPT", help="a new turn after the repair")
+    resume.add_argument("--prompt-file", metavar="FILE", help=PROMPT_FILE_HELP)
     add_config_flag(resume)
     add_root_flag(resume)
     model_flag(resume)
