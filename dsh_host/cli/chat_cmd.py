@@ -21,6 +21,7 @@ composition there (a ``--workspace`` given on the command line wins).
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,6 +103,23 @@ class _Switch:
     workspace: str
 
 
+def private_history() -> Path:
+    """The history file, readable by its owner only: it holds every prompt typed, which is as
+    private as the session logs (kept 0700). Made 0600 before prompt_toolkit appends to it, and
+    an older file is narrowed to 0600; a symlink in its place is refused, not followed."""
+    path = history_file()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise CliUsageError(f"cannot open the chat history {path}: {exc.strerror}") from None
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    return path
+
+
 def on_a_terminal() -> bool:
     """stdin and stdout are both a terminal (where ``dsh`` alone opens the chat)."""
     return is_interactive(0) and is_interactive(1)
@@ -116,9 +134,7 @@ def run_chat(args: argparse.Namespace) -> int:
     from prompt_toolkit import PromptSession
     from prompt_toolkit.history import FileHistory
 
-    path = history_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    prompt: PromptSession[str] = PromptSession(history=FileHistory(str(path)))
+    prompt: PromptSession[str] = PromptSession(history=FileHistory(str(private_history())))
     resume_id: str | None = args.session
     workspace_flag: str | None = args.workspace
     while True:

@@ -15,6 +15,7 @@ import os
 import pty
 import re
 import select
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -199,6 +200,7 @@ def test_a_turn_with_an_approval_asked_inline_then_ctrl_d(tmp_path: Path) -> Non
     assert ends == ["completed"]
     history = Path(os.environ["XDG_DATA_HOME"]) / "dsh" / "chat-history"
     assert "make the marker" in history.read_text()
+    assert stat.S_IMODE(history.stat().st_mode) == 0o600  # every prompt typed: owner only
 
 
 def test_ctrl_c_mid_turn_cancels_the_turn_and_the_prompt_returns(tmp_path: Path) -> None:
