@@ -37,6 +37,7 @@ from .common import (
     run_with_host,
 )
 from .flags import add_config_flag, add_root_flag
+from .hints import command_hint
 from .interrupts import Interrupts
 from .output import console
 
@@ -73,7 +74,10 @@ def print_pending(rows: Sequence[dict[str, Any]]) -> None:
         )
         out.print(f"  arguments: {_escape(row['arguments'])}", markup=False, highlight=False)
         out.print(
-            f"  decide: dsh approvals decide {session} {call} allow|deny",
+            "  decide: "
+            + command_hint(
+                "dsh", "approvals", "decide", row["sessionId"], row["callId"], "allow|deny"
+            ),
             style="dim",
             markup=False,
             highlight=False,

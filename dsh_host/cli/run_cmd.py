@@ -44,6 +44,7 @@ from .common import (
     rows_of,
     run_with_host,
 )
+from .hints import command_hint
 from .interrupts import Interrupts
 from .output import console
 from .render import (
@@ -377,8 +378,8 @@ def _report(args: argparse.Namespace, result: dict[str, Any]) -> int:
         out.print(f"session {result['sessionId']} · {result['events']} events · {where}",
                   style="dim", markup=False)
         if result["where"]:
-            out.print(f"  inspect: dsh sessions show {result['sessionId']}", style="dim",
-                      markup=False)
+            hint = command_hint("dsh", "sessions", "show", result["sessionId"])
+            out.print(f"  inspect: {hint}", style="dim", markup=False)
     if result.get("pendingApprovals"):
         return EXIT_AWAITING
     return 0 if completed else 1

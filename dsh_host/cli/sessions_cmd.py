@@ -25,6 +25,7 @@ from .common import (
     run_with_host,
 )
 from .flags import add_config_flag, add_root_flag
+from .hints import command_hint
 from .list_cache import ListCache, listing_key
 from .output import console, json_line, progress
 from .render import (
@@ -327,7 +328,7 @@ def run_show(args: argparse.Namespace) -> int:
     if not args.json and load.torn_tail is not None:
         out.print(
             f"(the log has a torn tail: {load.torn_tail.recovered} event(s) recovered; "
-            f"`dsh sessions verify {load.id}` explains)",
+            f"`{command_hint('dsh', 'sessions', 'verify', load.id)}` explains)",
             style="yellow",
             markup=False,
         )
@@ -420,5 +421,5 @@ def run_verify(args: argparse.Namespace) -> int:
             style="yellow",
             markup=False,
         )
-    out.print(f"run `dsh resume {args.session_id}` to repair it", markup=False)
+    out.print(f"run `{command_hint('dsh', 'resume', args.session_id)}` to repair it", markup=False)
     return code
