@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from typing import Any
 
 from ..loader import PluginHost
@@ -173,27 +174,10 @@ def run_list(args: argparse.Namespace) -> int:
     if not sys.stdout.isatty():
         _print_rows(entries)
         return 0
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title_justify="left")
-    widest = max(len(terminal_safe(e["sessionId"], multiline=False)) for e in entries)
-    table.add_column("id", no_wrap=True, min_width=widest)  # ids whole: people copy them
-    for column in ("created", "cwd", "events", "last turn", "size", "tokens"):
-        table.add_column(column, overflow="fold")
-    table.add_column("title", overflow="ellipsis", no_wrap=True, max_width=40)
-    for entry in entries:
-        table.add_row(  # ids and cwds come from stored headers: shown inert, never as markup
-            Text(terminal_safe(entry["sessionId"], multiline=False)),
-            "-" if entry["createdAt"] is None else when(entry["createdAt"]),
-            Text(terminal_safe(entry["cwd"] or "-", multiline=False)),
-            "-" if entry["events"] is None else str(entry["events"]),
-            entry["lastTurnEnd"] or ("[red]unreadable[/red]" if entry["problem"] else "-"),
-            human_size(entry["size"]),
-            _tokens(entry),
-            Text(terminal_safe(entry["title"] or "-", multiline=False)),
-        )
-    console().print(table)
+    out = console()
+    for number, text in enumerate(_table_lines(entries, out.width)):
+        out.print(text, style="bold" if number == 0 else None, markup=False, highlight=False,
+                  no_wrap=True, overflow="ignore")  # fmt: skip
     for entry in entries:
         if entry["problem"]:
             console().print(
@@ -203,6 +187,91 @@ def run_list(args: argparse.Namespace) -> int:
                 markup=False,
             )
     return 0
+
+
+#: The terminal listing's optional columns, from most to least useful, each with the width from
+#: which it is shown: on 80 columns a row is id, when, last turn and title, on one line.
+_OPTIONAL_COLUMNS: tuple[tuple[str, int], ...] = (
+    ("events", 96),
+    ("tokens", 112),
+    ("size", 124),
+    ("cwd", 150),
+)
+
+
+def _short_when(ms: int | None, now: float | None = None) -> str:
+    """``19:37`` today, ``12-03 19:37`` this year, ``2025-12-03`` before: a listing is scanned,
+    and the full timestamp is in ``--json`` and ``show``."""
+    if ms is None:
+        return "-"
+    import datetime as dt
+
+    stamp = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+    today = dt.datetime.fromtimestamp(time.time() if now is None else now, tz=dt.UTC)
+    if stamp.date() == today.date():
+        return stamp.strftime("%H:%M")
+    return stamp.strftime("%m-%d %H:%M" if stamp.year == today.year else "%Y-%m-%d")
+
+
+def _fit(text: str, width: int) -> str:
+    """``text`` in exactly ``width`` terminal cells: padded, or cut with an ellipsis."""
+    from rich.cells import cell_len, set_cell_size
+
+    if cell_len(text) <= width:
+        return set_cell_size(text, width)
+    return set_cell_size(text, max(width - 1, 0)) + "…"
+
+
+def _table_lines(entries: list[dict[str, Any]], width: int) -> list[str]:
+    """The terminal listing at ``width`` columns: one line a session, never wrapped.
+
+    The id is shown whole (people copy it); the other columns come in order of use while they
+    fit, and the title takes what is left, cut with an ellipsis. Everything from a log is
+    escaped first (ids, cwds and titles are stored data, never markup or control sequences).
+    """
+    from rich.cells import cell_len
+
+    rows: list[dict[str, str]] = []
+    for entry in entries:
+        rows.append({
+            "id": terminal_safe(entry["sessionId"], multiline=False),
+            "when": _short_when(entry["createdAt"]),
+            "last turn": entry["lastTurnEnd"] or ("unreadable" if entry["problem"] else "-"),
+            "events": "-" if entry["events"] is None else str(entry["events"]),
+            "tokens": _tokens(entry),
+            "size": human_size(entry["size"]),
+            "cwd": terminal_safe(entry["cwd"] or "-", multiline=False),
+            "title": terminal_safe(entry["title"] or "-", multiline=False),
+        })  # fmt: skip
+    caps = {"last turn": 18, "tokens": 22, "cwd": 32}
+
+    def column_width(name: str) -> int:
+        widest = max([cell_len(name), *(cell_len(row[name]) for row in rows)])
+        return min(widest, caps.get(name, widest))
+
+    gap, title_min = 2, 8
+    columns = ["id", "when", "last turn"]
+    used = sum(column_width(name) + gap for name in columns)
+    for name, from_width in _OPTIONAL_COLUMNS:
+        needed = column_width(name) + gap
+        if width >= from_width and used + needed + title_min < width:
+            columns.append(name)
+            used += needed
+    widths = {name: column_width(name) for name in columns}
+    title = max(min(width - 1 - used, column_width("title")), title_min)
+    right = {"events", "size"}
+
+    def line(cells: dict[str, str]) -> str:
+        parts = [
+            cells[name].rjust(widths[name])
+            if name in right and cell_len(cells[name]) <= widths[name]
+            else _fit(cells[name], widths[name])
+            for name in columns
+        ]
+        return (" " * gap).join([*parts, _fit(cells["title"], title)]).rstrip()
+
+    header = line({name: name for name in [*columns, "title"]})
+    return [header, *(line(row) for row in rows)]
 
 
 _TITLE_CHARS = 60
