@@ -22,8 +22,9 @@ Everything printed that came from the model or the log (arguments, reason,
 even the tool name) is escaped (:func:`~dsh_host.cli.render.terminal_safe`) so
 control characters, ANSI escape sequences and bidi overrides cannot redraw or
 disguise the prompt. On a terminal the prompt starts by resetting the scroll
-region and the character attributes (``ESC [r``, ``ESC [0m``), in case anything
-printed before it left them changed. The arguments are shown in full; when
+region and the character attributes (``ESC [r``, ``ESC [0m``, the cursor saved and
+restored around the first, which would move it home), in case anything printed before it left
+them changed. The arguments are shown in full; when
 they are longer than :data:`MAX_SHOWN_ARGUMENTS` characters the prompt says how
 many are hidden and the call is **rejected without asking** (nobody can
 approve what they cannot see; the full arguments are in the session log).
@@ -66,7 +67,11 @@ PROMPT: Final = "allow once? [y/N] "
 #: At most this many characters of the arguments are shown; a longer call is refused unasked.
 MAX_SHOWN_ARGUMENTS: Final = 4000
 #: Written before the prompt on a terminal: reset the scroll region, then all attributes.
-TERMINAL_RESET: Final = "\x1b[r\x1b[0m"
+#: Resetting the region (DECSTBM, ``ESC [r``) also moves the cursor home, which put the prompt
+#: over older output at the top of the screen and let the rest of the turn overwrite it, so the
+#: cursor is saved first and restored after (DECSC ``ESC 7`` / DECRC ``ESC 8``): the prompt
+#: appears where the transcript stopped.
+TERMINAL_RESET: Final = "\x1b7\x1b[r\x1b8\x1b[0m"
 
 _YES: Final = frozenset({"y", "yes"})
 

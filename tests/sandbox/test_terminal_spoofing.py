@@ -9,7 +9,7 @@ would approve the real one.
 ``dsh run`` runs for real on a pseudo-terminal (scripted model, default composition, bubblewrap
 or Landlock from the host's probe); the test reads every byte that reached the terminal. The
 only escape sequences allowed are rich's own colour/attribute codes (SGR ``ESC[...m`` without
-the attacker's ``8``) and the prompt's reset (``ESC[r ESC[0m``); the attacker's sequences arrive
+the attacker's ``8``) and the prompt's reset (``ESC7 ESC[r ESC8 ESC[0m``); the attacker's sequences arrive
 escaped (``\\x1b[2J``), and the prompt shows the real command in full. The control prints the
 same bytes the way the old transcript did (rich, unescaped) and sees them reach the terminal.
 """
