@@ -21,6 +21,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+#: Tests never fail on timing (a loaded CI machine is slow, not wrong): hypothesis keeps its
+#: input checks but neither a per-example deadline nor the "generation is slow" health check.
+settings.register_profile(
+    "dsh", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.load_profile("dsh")
 
 #: Sample projects the tests run tools on (their own tests fail on purpose until a scripted
 #: agent fixes them), not part of this suite.
