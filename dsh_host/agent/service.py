@@ -157,7 +157,7 @@ class AgentService:
                 handle.append(closers)
             await handle.flush()  # the repair is durable before anything else happens
             session = Session.restore(load.header, [*load.events, *closers])
-            store.attach(session)
+            store.attach(session, appended=session.events[len(load.events) :])
         except BaseException:
             await handle.close()
             raise

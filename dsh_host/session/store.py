@@ -111,11 +111,14 @@ class SessionStore:
         session = Session.create(sid, seed=seed, header=header, clock=self._clock)
         return self.attach(session)
 
-    def attach(self, session: Session) -> Session:
+    def attach(self, session: Session, *, appended: Sequence[SessionEvent] = ()) -> Session:
         """Publish an existing detached session (e.g. one rebuilt with ``Session.restore``).
 
         Emits ``session/created``; from now on every append is dispatched as
-        ``session/event``. Raises :class:`SessionExistsError` when the id is live
+        ``session/event``. ``appended`` are events of ``session`` written to its log since it
+        was read but before it was attached (a resume's repair closers): they are dispatched as
+        ``session/event`` too, in order, so every append reaches the listeners, a repair's
+        included. Raises :class:`SessionExistsError` when the id is live
         and :class:`SessionAttachedError` when the object is attached already.
         """
         self._check_open()
@@ -131,6 +134,8 @@ class SessionStore:
 
         self._detachers[session.id] = session.add_observer(observe)
         self._emit("session/created", session)
+        for event in appended:
+            emit("session/event", session, event)
         return session
 
     def detach(self, session: Session) -> None:
