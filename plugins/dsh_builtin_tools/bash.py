@@ -58,14 +58,12 @@ from dsh_host.sandbox import (
     DEFAULT_ENV_ALLOW,
     ConfinedArgv,
     SandboxMode,
-    SandboxPolicy,
     SandboxUnavailableError,
     allowed_environment,
-    workspace_read_only_paths,
 )
 from dsh_host.session.messages import ContentBlock, TextBlock
 from dsh_host.spawn import FdReceiveStream, SpawnedProcess, open_process
-from dsh_host.tools import ToolDefinition, ToolExecution, ToolOutput
+from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, ToolOutput
 from dsh_host.tools.escalation import (
     ESCALATION_TARGETS,
     approve_escalation,
@@ -76,6 +74,7 @@ from dsh_host.tools.escalation import (
 )
 
 from .config import BuiltinToolsConfig
+from .policy import tool_policy
 from .spill import SPILL_CAPPED_MARKER, SpillArea
 
 __all__ = [
@@ -142,8 +141,9 @@ PARAMETERS: Final[dict[str, Any]] = {
         "workdir": {
             "type": "string",
             "description": (
-                "Working directory for this command. Defaults to the workspace; a relative path "
-                "is resolved against it."
+                "Working directory for this command: the workspace (the default) or a directory "
+                "beneath it; a relative path is resolved against the workspace. A directory "
+                "outside the workspace is refused."
             ),
         },
     },
@@ -502,10 +502,40 @@ def _runner_attributable(error: OSError, runner: str, workdir: str) -> bool:
     return error.filename == runner and os.path.isdir(workdir) and os.access(workdir, os.X_OK)
 
 
-def _session_id(exec: ToolExecution) -> str | None:
-    session = getattr(exec.agent, "session", None) if exec.agent is not None else None
-    session_id = getattr(session, "id", None)
-    return session_id if isinstance(session_id, str) else None
+class WorkdirError(ToolError):
+    """``workdir`` does not name a directory inside the workspace (``BASH_WORKDIR``)."""
+
+    code = "BASH_WORKDIR"
+
+
+def resolve_workdir(requested: Any, workspace: str) -> str:
+    """The directory a call runs in: ``requested`` (relative to the workspace, or absolute),
+    resolved through every symbolic link, and only if that lands inside the workspace.
+
+    A command inherits its working directory from the spawn, and a directory the sandbox's
+    private mounts never cover (``/run/postgresql``, the host's ``/tmp``) would stay the host's
+    own: a relative path there reaches host sockets and files the mounts hide. So the one place
+    a command may start is the workspace or a directory beneath it.
+    """
+    if requested is None or requested == "":
+        return workspace
+    if not isinstance(requested, str) or "\0" in requested:
+        raise WorkdirError("invalid workdir: expected a directory path without NUL bytes")
+    joined = requested if os.path.isabs(requested) else os.path.join(workspace, requested)
+    resolved = os.path.realpath(joined)
+    if resolved != workspace and not resolved.startswith(workspace.rstrip(os.sep) + os.sep):
+        raise WorkdirError(
+            f'invalid workdir "{requested}": it resolves to {resolved}, which is outside the '
+            f"workspace {workspace}; commands run in the workspace or a directory beneath it "
+            "(pass a path relative to the workspace, and read other places by absolute path in "
+            "the command instead)"
+        )
+    if not os.path.isdir(resolved):
+        raise WorkdirError(
+            f'invalid workdir "{requested}": {resolved} is not an existing directory of the '
+            "workspace"
+        )
+    return resolved
 
 
 def bash_tool(
@@ -524,7 +554,7 @@ def bash_tool(
     grace_s = config.kill_grace_ms / 1000
     env_allow = DEFAULT_ENV_ALLOW + config.env_allow
 
-    def confine(
+    async def confine(
         argv: list[str], call_mode: SandboxMode, exec: ToolExecution
     ) -> ConfinedArgv | None:
         if call_mode == "danger-full-access":
@@ -532,16 +562,7 @@ def bash_tool(
         sandbox = ctx.get("sandbox")
         if sandbox is None:
             raise SandboxUnavailableError(call_mode)
-        policy = SandboxPolicy(
-            mode=call_mode,
-            workspace_root=workspace,
-            session_id=_session_id(exec),
-            read_only_paths=workspace_read_only_paths(
-                workspace, config.protected_paths, virtualenvs=config.protect_virtualenvs
-            )
-            if call_mode == "workspace-write"
-            else (),
-        )
+        policy = await tool_policy(config, workspace, call_mode, exec)
         confined: ConfinedArgv = sandbox.confine(argv, policy)
         return confined
 
@@ -575,11 +596,9 @@ def bash_tool(
             float(requested) if requested is not None else float(config.timeout_ms),
             float(config.max_timeout_ms),
         )
-        workdir = str(args.get("workdir") or workspace)
-        if not os.path.isabs(workdir):
-            workdir = os.path.join(workspace, workdir)
+        workdir = await anyio.to_thread.run_sync(resolve_workdir, args.get("workdir"), workspace)
         argv = ["bash", "-c", command]
-        confined = confine(argv, call_mode, exec)
+        confined = await confine(argv, call_mode, exec)
         spawn = list(confined.argv) if confined is not None else argv
         if exec.signal.aborted:
             raise AbortError()

@@ -37,13 +37,14 @@ import errno
 import hashlib
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import anyio.to_thread
 
 from dsh_host.context import Context
+from dsh_host.sandbox import SandboxPolicy, read_only_cover
 from dsh_host.session.messages import ContentBlock, TextBlock
 from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, ToolOutput, text_output
 from dsh_host.tools.beneath import (
@@ -63,6 +64,8 @@ __all__ = [
     "FileChangedError",
     "FileFenceError",
     "FileSandboxDeniedError",
+    "PolicyOf",
+    "ProtectedPathError",
     "WorkspaceRoot",
     "binary_refusal",
     "display_parts",
@@ -71,6 +74,7 @@ __all__ = [
     "open_regular_in",
     "read_file_tool",
     "read_window",
+    "refuse_protected",
     "refuse_read_only",
     "render_window",
     "replace_in",
@@ -233,6 +237,9 @@ def workspace_root(ctx: Context, workspace: str) -> WorkspaceRoot:
     ctx.effect(root.close, "builtin-tools workspace descriptor")
     return root
 
+
+#: The policy of one call of a file tool under the row's mode (``policy.tool_policy``).
+PolicyOf: TypeAlias = Callable[[ToolExecution], Awaitable[SandboxPolicy]]
 
 #: How much of the start of a file is sniffed for a NUL byte (git's heuristic, 8000 bytes).
 BINARY_SNIFF_BYTES: Final = 8192
@@ -559,13 +566,47 @@ def replace_in(
     return previous
 
 
+class ProtectedPathError(ToolError):
+    """A write into one of the call policy's read-only paths (``FS_PROTECTED_PATH``)."""
+
+    code = "FS_PROTECTED_PATH"
+
+
+def refuse_protected(policy: SandboxPolicy, parts: tuple[str, ...], tool: str) -> None:
+    """Refuse a write to ``parts`` (beneath the workspace) that the call's policy forbids: any
+    write under ``read-only``, and a write into a protected path (``.git``, ``.dsh``,
+    ``dsh.yml``, a virtualenv: :attr:`~dsh_host.sandbox.SandboxPolicy.read_only_paths`), which a
+    confined ``bash`` call of the same policy sees read-only too."""
+    refuse_read_only(policy.mode, tool)
+    cover = read_only_cover(policy, os.path.join(policy.workspace_root, *parts))
+    if cover is None:
+        return
+    shown = display_parts(parts)
+    where = os.path.relpath(cover, policy.workspace_root)
+    raise ProtectedPathError(
+        f'{tool} may not write "{shown}": it is inside the protected path "{where}" of the '
+        "workspace (git metadata, the harness's own configuration and state, and virtualenvs "
+        "hold code that runs later outside the sandbox, so tools get them read-only, bash "
+        "included). Write somewhere else, or ask the user to make this change."
+    )
+
+
 def target_dir(
-    holder: WorkspaceRoot, parts: tuple[str, ...], workspace: str, *, create: bool
+    holder: WorkspaceRoot,
+    parts: tuple[str, ...],
+    workspace: str,
+    *,
+    create: bool,
+    policy: SandboxPolicy,
+    tool: str,
 ) -> int:
-    """The descriptor of the directory holding ``parts[-1]``, resolved beneath the workspace."""
+    """The descriptor of the directory holding ``parts[-1]``, resolved beneath the workspace,
+    for a write the call's ``policy`` allows (:func:`refuse_protected`, checked before any
+    missing parent is created). Every writing file tool gets its directory here."""
     shown = display_parts(parts)
     if not parts:
         raise ToolError(f'"{shown}" is a directory')
+    refuse_protected(policy, parts, tool)
     try:
         return open_dirs_beneath(holder.fd(), parts[:-1], create=create)
     except FileNotFoundError:
@@ -590,13 +631,18 @@ def refuse_read_only(mode: str, tool: str) -> None:
 DIGEST_OR_NULL: Final = {"oneOf": [{"type": "string"}, {"type": "null"}]}
 
 
-def write_file_tool(config: BuiltinToolsConfig, root: WorkspaceRoot) -> ToolDefinition:
+def write_file_tool(
+    config: BuiltinToolsConfig, root: WorkspaceRoot, workspace_policy: PolicyOf
+) -> ToolDefinition:
     """Build ``write_file``: replace (or create) one file atomically."""
-    mode = config.sandbox
     holder, workspace = root, root.path
 
-    def write_sync(parts: tuple[str, ...], data: bytes, create: bool) -> str | None:
-        dir_fd = target_dir(holder, parts, workspace, create=create)
+    def write_sync(
+        parts: tuple[str, ...], data: bytes, create: bool, policy: SandboxPolicy
+    ) -> str | None:
+        dir_fd = target_dir(
+            holder, parts, workspace, create=create, policy=policy, tool="write_file"
+        )
         try:
             return replace_in(dir_fd, parts[-1], data, display_parts(parts), workspace)
         finally:
@@ -604,10 +650,10 @@ def write_file_tool(config: BuiltinToolsConfig, root: WorkspaceRoot) -> ToolDefi
 
     async def execute(args: Any, exec: ToolExecution) -> Any:
         parts = await anyio.to_thread.run_sync(workspace_parts, args["path"], workspace)
-        refuse_read_only(mode, "write_file")
+        policy = await workspace_policy(exec)
         data = str(args["content"]).encode("utf-8")
         create = bool(args.get("create_parents", False))
-        previous = await anyio.to_thread.run_sync(write_sync, parts, data, create)
+        previous = await anyio.to_thread.run_sync(write_sync, parts, data, create, policy)
         return {
             "path": display_parts(parts),
             "bytes": len(data),

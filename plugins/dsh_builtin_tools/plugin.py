@@ -7,6 +7,7 @@ import os
 from dsh_host.context import Context
 from dsh_host.plugin import Plugin
 from dsh_host.sandbox import SandboxPolicy, confined_writable_roots, harness_state_conflict
+from dsh_host.tools import ToolExecution
 from dsh_host.tools.keys import TOOLS
 
 from .bash import bash_tool
@@ -14,6 +15,7 @@ from .config import BuiltinToolsConfig, BuiltinToolsConfigError, canonical_works
 from .edit import edit_file_tool
 from .files import read_file_tool, workspace_root, write_file_tool
 from .listing import list_dir_tool
+from .policy import tool_policy
 from .search import glob_tool, grep_tool
 from .spill import SpillArea, bound_results, spill_base
 
@@ -45,9 +47,13 @@ class BuiltinTools(Plugin):
         tools = ctx.service(TOOLS)
         tools.register(bash_tool(ctx, config, workspace, spill), owner=ctx)
         root = workspace_root(ctx, workspace)
+
+        async def row_policy(exec: ToolExecution) -> SandboxPolicy:
+            return await tool_policy(config, workspace, config.sandbox, exec)
+
         tools.register(read_file_tool(config, root, spill), owner=ctx)
-        tools.register(write_file_tool(config, root), owner=ctx)
-        tools.register(edit_file_tool(config, root), owner=ctx)
+        tools.register(write_file_tool(config, root, row_policy), owner=ctx)
+        tools.register(edit_file_tool(config, root, row_policy), owner=ctx)
         tools.register(glob_tool(config, root, spill), owner=ctx)
         tools.register(grep_tool(config, root, spill), owner=ctx)
         tools.register(list_dir_tool(config, root, spill), owner=ctx)

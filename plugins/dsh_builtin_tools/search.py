@@ -25,7 +25,6 @@ files only), so a directory swapped for a symlink mid-walk cannot lead out. Resu
 from __future__ import annotations
 
 import os
-import re
 import stat
 import subprocess
 import sysconfig
@@ -33,7 +32,6 @@ from collections.abc import Callable, Iterator
 from typing import Any, Final, TypeAlias
 
 import anyio.to_thread
-import pathspec
 
 from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, text_output
 from dsh_host.tools.beneath import open_beneath, open_dirs_beneath
@@ -47,6 +45,7 @@ from .files import (
     fence_refusal,
     workspace_parts,
 )
+from .patterns import Globs, LineRegex, glob_pattern, ignore_rules, line_regex
 from .spill import RETRIEVAL_HINT, SpillArea
 
 __all__ = [
@@ -118,22 +117,22 @@ def read_ignore(dir_fd: int) -> list[str]:
         os.close(fd)
 
 
-Specs: TypeAlias = list[tuple[tuple[str, ...], "pathspec.PathSpec[Any]"]]
+Specs: TypeAlias = list[tuple[tuple[str, ...], Globs]]
 
 
 def ignored(specs: Specs, path: tuple[str, ...], is_dir: bool) -> bool:
     """Whether a ``.gitignore`` of an ancestor directory (``where``) ignores ``path``."""
     for where, spec in specs:
         relative = "/".join(path[len(where) :]) + ("/" if is_dir else "")
-        if spec.match_file(relative):
+        if spec.match(relative):
             return True
     return False
 
 
 def with_ignore(dir_fd: int, here: tuple[str, ...], specs: Specs) -> Specs:
     """``specs`` plus the ``.gitignore`` of the directory ``dir_fd`` (workspace path ``here``)."""
-    rules = read_ignore(dir_fd)
-    return [*specs, (here, pathspec.GitIgnoreSpec.from_lines(rules))] if rules else specs
+    rules = ignore_rules(read_ignore(dir_fd))
+    return [*specs, (here, rules)] if rules is not None else specs
 
 
 def ancestor_specs(root_fd: int, parts: tuple[str, ...]) -> Specs:
@@ -288,10 +287,10 @@ def glob_tool(config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea)
     rg = _search_backend(config)
 
     def glob_sync(parts: tuple[str, ...], pattern: str, call_id: str) -> str:
-        spec = pathspec.GitIgnoreSpec.from_lines([pattern])
+        spec = glob_pattern(pattern)
         found: list[str] = []
         for path in list_files(holder, parts, rg):
-            if spec.match_file(_relative(path, parts)):
+            if spec.match(_relative(path, parts)):
                 fd = open_listed(holder, path, READ_FLAGS)
                 if fd is not None:
                     os.close(fd)
@@ -365,14 +364,14 @@ def grep_tool(config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea)
 
     def grep_sync(
         parts: tuple[str, ...],
-        regex: re.Pattern[str],
-        files: pathspec.PathSpec[Any] | None,
+        regex: LineRegex,
+        files: Globs | None,
         call_id: str,
     ) -> str:
         hits: list[str] = []
         total = skipped = 0
         for path in list_files(holder, parts, rg):
-            if files is not None and not files.match_file(_relative(path, parts)):
+            if files is not None and not files.match(_relative(path, parts)):
                 continue
             try:
                 data = _read_text(holder, path)
@@ -416,21 +415,16 @@ def grep_tool(config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea)
         pattern = args["pattern"]
         if not pattern:
             raise ToolError("pattern must be a non-empty string")
-        try:
-            regex = re.compile(pattern, re.IGNORECASE if args.get("ignore_case") else 0)
-        except re.error as error:
-            raise ToolError(
-                f"invalid pattern: {error} (a Python regular expression; escape literal "
-                "characters like ( or [ with a backslash)"
-            ) from None
+        regex = line_regex(pattern, ignore_case=bool(args.get("ignore_case")))
         glob = args.get("glob")
-        files = pathspec.GitIgnoreSpec.from_lines([glob]) if glob else None
+        files = glob_pattern(glob, "glob") if glob else None
         return await anyio.to_thread.run_sync(grep_sync, parts, regex, files, exec.call_id)
 
     return ToolDefinition(
         name="grep",
         description=(
-            "Search the text files of the workspace for a regular expression (Python syntax) "
+            "Search the text files of the workspace for a regular expression (RE2 syntax: no "
+            "backreferences or lookaround) "
             "and return the matching lines as `path:line: text`, sorted by path and line, at "
             f"most {config.max_search_results}. `glob` limits the files (e.g. `*.py`); files "
             "ignored by .gitignore, the .git directory and binary files are skipped; symbolic "
