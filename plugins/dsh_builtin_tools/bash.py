@@ -75,7 +75,7 @@ from dsh_host.tools.escalation import (
 
 from .config import BuiltinToolsConfig
 from .policy import tool_policy
-from .spill import SPILL_CAPPED_MARKER, SpillArea
+from .spill import SPILL_BUDGET_MARKER, SPILL_CAPPED_MARKER, SpillArea
 
 __all__ = [
     "BASH_DESCRIPTION",
@@ -99,8 +99,9 @@ BASH_DESCRIPTION: Final = (
     "`$DSH_CALL_ID`: pass it as an idempotency key to external systems that accept one. "
     "Commands may run under a file sandbox; a blocked file operation is reported as "
     "`[sandbox: file access denied under <mode> mode]` — a policy denial, not a bug in the "
-    "command; do not retry another way. Long output is truncated to its tail; the full output "
-    "is saved to a file whose path is reported when available."
+    "command; do not retry another way. Long output keeps its first and its last lines with "
+    "`[... N bytes omitted ...]` between them; the full output is saved to a file whose path is "
+    "reported when available (page through it with read_file)."
 )
 
 #: Appended to the description only when the escalation fields are advertised (the row
@@ -189,6 +190,8 @@ _STREAM_SCHEMA: Final = {
         "truncated": {"type": "boolean"},
         "spillPath": {"type": "string"},
         "spillCapped": {"type": "boolean"},
+        "omittedBytes": {"type": "integer"},
+        "spillBudgetSpent": {"type": "boolean"},
     },
     "required": ["text", "truncated"],
 }
@@ -239,6 +242,13 @@ def _stream_text(stream: Mapping[str, Any]) -> str:
     if not stream["truncated"]:
         return text
     path = stream.get("spillPath", "(unavailable)")
+    if stream.get("spillBudgetSpent"):
+        if "spillPath" not in stream:
+            return f"{text}\n[output truncated; not saved: this run's spill budget is used up]"
+        return (
+            f"{text}\n[output truncated; this run's spill budget ran out, only the output up "
+            f"to that point is saved: {path}]"
+        )
     if stream.get("spillCapped"):
         return f"{text}\n[output truncated; the output up to the spill cap is saved: {path}]"
     return f"{text}\n[output truncated; full output: {path}]"
@@ -282,39 +292,73 @@ def render_bash(_args: Any, value: Any, *, escalation: bool = False) -> list[Con
 # --------------------------------------------------------------------------- output capture
 
 
+def _cut_to_line(head: bytes, tail: bytes) -> tuple[bytes, bytes]:
+    """Trim ``head`` after its last newline and ``tail`` before its first one, so the model
+    sees whole lines on both sides of the cut (unless a side holds no newline at all), and
+    never a split UTF-8 sequence."""
+    end = head.rfind(b"\n")
+    if end >= 0:
+        head = head[: end + 1]
+    start = tail.find(b"\n")
+    if 0 <= start < len(tail) - 1:
+        tail = tail[start + 1 :]
+    return head, tail
+
+
 @dataclass
 class _Capture:
-    """Keeps the tail of one output stream; spills everything to a file once it overflows."""
+    """Keeps the head and the tail of one output stream (``limit`` bytes together, half each)
+    and spills the whole stream to a file once it overflows.
+
+    The head carries what a command says first (its own errors, a header), the tail how it
+    ended; the middle is in the spill file, which holds every byte (up to ``maxSpillBytes`` and
+    the row's spill budget). This is the only cut a ``bash`` stream gets: the row sizes
+    ``limit`` so that both streams and the markers fit ``maxInlineBytes``, and the generic bound
+    then has nothing left to cut.
+    """
 
     limit: int
     area: SpillArea | None
     call_id: str
     stream: str
+    head: bytearray = field(default_factory=bytearray)
     tail: bytearray = field(default_factory=bytearray)
+    total: int = 0
     truncated: bool = False
     spill_fd: int | None = None
     spill_path: str | None = None
     spilled: int = 0
     capped: bool = False
+    budget_spent: bool = False
     spill_failed: bool = False
     done: anyio.Event = field(default_factory=anyio.Event)
 
     def feed(self, data: bytes) -> None:
-        if not self.truncated and len(self.tail) + len(data) <= self.limit:
-            self.tail.extend(data)
+        self.total += len(data)
+        if not self.truncated and len(self.head) + len(data) <= self.limit:
+            self.head.extend(data)
             return
         if not self.truncated:
             self.truncated = True
             self._open_spill()
-            self._write_spill(bytes(self.tail))
-        self._write_spill(data)
-        self.tail.extend(data)
-        if len(self.tail) > self.limit:
-            del self.tail[: len(self.tail) - self.limit]
+            self._write_spill(bytes(self.head))
+            self._write_spill(data)
+            merged = self.head + data
+            keep = self.limit - self.limit // 2
+            self.head, self.tail = merged[:keep], merged[keep:]
+        else:
+            self._write_spill(data)
+            self.tail.extend(data)
+        room = self.limit // 2
+        if len(self.tail) > room:
+            del self.tail[: len(self.tail) - room]
 
     def _open_spill(self) -> None:
         if self.area is None:
             self.spill_failed = True
+            return
+        if self.area.exhausted():
+            self.budget_spent = True
             return
         try:
             opened = self.area.open(self.call_id, self.stream)
@@ -328,14 +372,19 @@ class _Capture:
     def _write_spill(self, data: bytes) -> None:
         if self.spill_fd is None or self.capped or self.area is None:
             return
-        room = self.area.cap - self.spilled
-        chunk = data[:room]
+        want = min(len(data), self.area.cap - self.spilled)
+        granted = self.area.reserve(want)
+        chunk = data[:granted]
         try:
             view = memoryview(chunk)
             while view:
                 view = view[os.write(self.spill_fd, view) :]
             self.spilled += len(chunk)
-            if len(data) > room:
+            if granted < want:
+                self.capped = self.budget_spent = True
+                marker = SPILL_BUDGET_MARKER.format(budget=self.area.budget)
+                os.write(self.spill_fd, marker.encode())
+            elif len(data) > want:
                 self.capped = True
                 os.write(self.spill_fd, SPILL_CAPPED_MARKER.format(cap=self.area.cap).encode())
         except OSError:
@@ -351,9 +400,19 @@ class _Capture:
                 self.spill_failed = True
 
     def result(self) -> dict[str, Any]:
-        text = bytes(self.tail).decode("utf-8", "replace")
-        out: dict[str, Any] = {"text": text, "truncated": self.truncated}
-        if self.truncated and not self.spill_failed and self.spill_path is not None:
+        if not self.truncated:
+            return {"text": bytes(self.head).decode("utf-8", "replace"), "truncated": False}
+        head, tail = _cut_to_line(bytes(self.head), bytes(self.tail))
+        omitted = self.total - len(head) - len(tail)
+        text = (
+            head.decode("utf-8", "replace").removesuffix("\n")
+            + f"\n[... {omitted} bytes omitted ...]\n"
+            + tail.decode("utf-8", "replace")
+        )
+        out: dict[str, Any] = {"text": text, "truncated": True, "omittedBytes": omitted}
+        if self.budget_spent:
+            out["spillBudgetSpent"] = True
+        if not self.spill_failed and self.spill_path is not None:
             out["spillPath"] = self.spill_path
             if self.capped:
                 out["spillCapped"] = True
@@ -374,6 +433,20 @@ async def _pump(stream: FdReceiveStream | None, capture: _Capture) -> None:
 
 
 # --------------------------------------------------------------------------- process control
+
+
+#: Room kept in ``maxInlineBytes`` for what ``bash`` adds around the two streams: the omission
+#: lines, ``[stderr]``, the truncation notes with their spill paths, and the markers.
+RENDER_RESERVE: Final = 2048
+
+
+def stream_budget(config: BuiltinToolsConfig) -> int:
+    """The bytes of each stream the model sees (head + tail): ``maxOutputBytes``, and never more
+    than lets both streams and :data:`RENDER_RESERVE` fit ``maxInlineBytes``, so the generic
+    bound never cuts a ``bash`` result a second time (it would cut the head of the tail)."""
+    if config.max_inline_bytes is None:
+        return config.max_output_bytes
+    return max(256, min(config.max_output_bytes, (config.max_inline_bytes - RENDER_RESERVE) // 2))
 
 
 def _signal_group(pid: int, sig: signals.Signals) -> None:
@@ -553,6 +626,7 @@ def bash_tool(
     escalation = mode != "danger-full-access"
     grace_s = config.kill_grace_ms / 1000
     env_allow = DEFAULT_ENV_ALLOW + config.env_allow
+    stream_limit = stream_budget(config)
 
     async def confine(
         argv: list[str], call_mode: SandboxMode, exec: ToolExecution
@@ -610,7 +684,7 @@ def bash_tool(
                 timeout_s=timeout_ms / 1000,
                 grace_s=grace_s,
                 token=exec.signal,
-                capture_limit=config.max_output_bytes,
+                capture_limit=stream_limit,
                 spill=spill,
                 call_id=exec.call_id,
             )

@@ -27,11 +27,14 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     call runs under (``danger-full-access`` runs unconfined, on purpose).
     ``timeoutMs`` / ``maxTimeoutMs``: the default and the cap of a ``bash``
     call's deadline. ``maxOutputBytes``: how much of each output stream the
-    model sees (the tail; the rest is spilled to a file). ``killGraceMs``:
+    model sees (its head and its tail, half each; the whole stream is spilled to a file;
+    never more than fits ``maxInlineBytes`` with the other stream). ``killGraceMs``:
     SIGTERM-to-SIGKILL grace. ``maxReadBytes``: the byte cap on the lines one
     ``read_file`` call returns (past it the window ends with a truncation notice).
     ``readLimit``: the default and the most lines one ``read_file`` call returns.
-    ``readMaxLineLength``: characters kept per returned line. ``maxEditBytes``:
+    ``readMaxLineLength``: characters kept per returned line. ``maxScanBytes``: the most bytes
+    one ``read_file`` call reads (to reach ``offset``, fill its window and count the lines after
+    it); past it the footer says the count stopped there. ``maxEditBytes``:
     the largest file ``edit_file`` edits (it reads the whole file).
     ``maxSearchResults``: most paths ``glob`` lists and matching lines ``grep`` shows.
     ``ripgrep``: let ``glob``/``grep`` list files with the packaged ``rg`` (the ``ripgrep``
@@ -39,7 +42,9 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     ``spillDir``: where the row's private spill directory is created (default:
     outside every writable root, see ``spill.spill_base``).
     ``maxSpillBytes``: the most one stream spills; past it the file ends with a
-    capped marker and the rest is discarded.
+    capped marker and the rest is discarded. ``spillBudgetBytes``: the most all of the row's
+    spill files hold together (the run's budget; ``null``: none); past it an output is cut with
+    a note saying so.
     ``maxInlineBytes``: the most UTF-8 bytes of any tool's plain-text result the model
     sees (every tool in the composition but ``read_file``); a larger result is saved to the
     spill directory and replaced by a head/tail preview and a notice naming the file
@@ -64,6 +69,8 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     max_search_results: int = 200
     spill_dir: str | None = None
     max_spill_bytes: int = 16_000_000
+    spill_budget_bytes: int | None = 256_000_000
+    max_scan_bytes: int = 64_000_000
     max_inline_bytes: int | None = 50_000
     ripgrep: bool = True
     env_allow: tuple[str, ...] = ()
@@ -82,6 +89,8 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
             "max_edit_bytes",
             "max_search_results",
             "max_spill_bytes",
+            "spill_budget_bytes",
+            "max_scan_bytes",
             "max_inline_bytes",
         ):
             value = getattr(self, field)

@@ -42,7 +42,9 @@ class BuiltinTools(Plugin):
                 "not an existing directory"
             )
         refuse_writable_harness_state(ctx, config, workspace)
-        spill = SpillArea(spill_base(config, workspace), config.max_spill_bytes)
+        spill = SpillArea(
+            spill_base(config, workspace), config.max_spill_bytes, config.spill_budget_bytes
+        )
         ctx.effect(spill.dispose, "builtin-tools spill area")
         tools = ctx.service(TOOLS)
         tools.register(bash_tool(ctx, config, workspace, spill), owner=ctx)
