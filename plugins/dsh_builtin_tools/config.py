@@ -38,7 +38,9 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     the largest file ``edit_file`` edits (it reads the whole file).
     ``maxSearchResults``: most paths ``glob`` lists and matching lines ``grep`` shows.
     ``ripgrep``: let ``glob``/``grep`` list files with the packaged ``rg`` (the ``ripgrep``
-    wheel) when it is installed; off, or without it, a pure-Python walk gives the same list.
+    wheel) when it is installed and a sandbox can confine it; off, or without either, a
+    pure-Python walk gives the same list. ``searchTimeoutMs``: ripgrep's deadline for one
+    listing (its whole process group is killed then, and the walk lists instead).
     ``spillDir``: where the row's private spill directory is created (default:
     outside every writable root, see ``spill.spill_base``).
     ``maxSpillBytes``: the most one stream spills; past it the file ends with a
@@ -73,6 +75,7 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     max_scan_bytes: int = 64_000_000
     max_inline_bytes: int | None = 50_000
     ripgrep: bool = True
+    search_timeout_ms: int = 20_000
     env_allow: tuple[str, ...] = ()
     protected_paths: tuple[str, ...] = DEFAULT_PROTECTED_NAMES
     protect_virtualenvs: bool = True
@@ -88,6 +91,7 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
             "read_max_line_length",
             "max_edit_bytes",
             "max_search_results",
+            "search_timeout_ms",
             "max_spill_bytes",
             "spill_budget_bytes",
             "max_scan_bytes",

@@ -248,12 +248,18 @@ _CHUNK: Final = 64 * 1024
 
 @dataclass(frozen=True, slots=True)
 class ReadWindow:
-    """One ``read_file`` window: the numbered lines kept and what the rest of the file holds."""
+    """One ``read_file`` window: the numbered lines kept and what the rest of the file holds.
+
+    ``complete`` is False when the scan stopped at its byte budget before the end of the file:
+    ``total`` is then the number of lines counted so far, a lower bound.
+    """
 
     offset: int
     lines: tuple[tuple[int, str], ...]
     total: int
     capped: bool
+    complete: bool = True
+    scanned: int = 0
 
 
 def binary_refusal(shown: str, head: bytes, tool: str = "read_file") -> ToolError | None:
@@ -268,21 +274,34 @@ def binary_refusal(shown: str, head: bytes, tool: str = "read_file") -> ToolErro
 
 
 def read_window(
-    fd: int, shown: str, *, offset: int, limit: int, max_line: int, max_bytes: int
+    fd: int,
+    shown: str,
+    *,
+    offset: int,
+    limit: int,
+    max_line: int,
+    max_bytes: int,
+    max_scan: int,
 ) -> ReadWindow:
     """Scan the open file ``fd`` once: keep lines ``offset``.. (at most ``limit`` of them, each cut
-    to ``max_line`` characters, at most ``max_bytes`` in all) and count every line.
+    to ``max_line`` characters, at most ``max_bytes`` in all) and count the lines.
 
-    A line buffer never grows past ``max_line + 1`` characters, so one huge line cannot blow up
-    memory. Raises the binary refusal when the first bytes hold a NUL.
+    Reads at most ``max_scan`` bytes: a file can be far larger than anything a window needs (a
+    sparse file of 15 TiB reads as zeros to its end), and the read runs on a worker thread the
+    call's cancellation cannot stop, so it must end by itself. Once the window is full the rest
+    is only counted (newlines in the raw bytes, no decoding). A line buffer never grows past
+    ``max_line + 1`` characters, so one huge line cannot blow up memory. Raises the binary
+    refusal when the first bytes hold a NUL.
     """
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     kept: list[tuple[int, str]] = []
-    total = used = 0
+    total = used = scanned = 0
     capped = False
     buffer: list[str] = []
     buffered = 0
     first = True
+    counting = False  # the window is full: only count the newlines of the rest
+    partial = False  # bytes after the last newline (a last line without one)
 
     def consume(raw: str) -> None:
         nonlocal total, used, capped
@@ -306,13 +325,24 @@ def read_window(
             buffer.append(piece[:room])
         buffered += len(piece)
 
+    complete = True
     while True:
-        chunk = os.read(fd, _CHUNK)
+        if scanned >= max_scan:
+            complete = False
+            break
+        chunk = os.read(fd, min(_CHUNK, max_scan - scanned))
+        scanned += len(chunk)
         if first:
             refusal = binary_refusal(shown, chunk)
             if refusal is not None:
                 raise refusal
             first = False
+        if counting:
+            if not chunk:
+                break
+            total += chunk.count(b"\n")
+            partial = not chunk.endswith(b"\n")
+            continue
         text = decoder.decode(chunk, final=not chunk)
         start = 0
         while (newline := text.find("\n", start)) >= 0:
@@ -323,11 +353,28 @@ def read_window(
         take(text[start:])
         if not chunk:
             break
-    if buffered:
+        if capped or len(kept) >= limit:
+            counting, partial = True, buffered > 0
+    if counting:
+        total += 1 if partial else 0
+    elif buffered:
         consume("".join(buffer))
     if offset > max(total, 1):
+        if not complete:
+            raise ToolError(
+                f'offset {offset} is past the first {max_scan} bytes of "{shown}" ({total} '
+                "lines), which is as far as read_file reads; use bash for a file this large "
+                f"(e.g. `sed -n '{offset},{offset + 99}p' FILE` or `tail -n 100 FILE`)"
+            )
         raise ToolError(f'offset {offset} is out of range for "{shown}" ({total} lines)')
-    return ReadWindow(offset=offset, lines=tuple(kept), total=total, capped=capped)
+    return ReadWindow(
+        offset=offset,
+        lines=tuple(kept),
+        total=total,
+        capped=capped,
+        complete=complete,
+        scanned=scanned,
+    )
 
 
 def render_window(shown: str, window: ReadWindow, max_bytes: int) -> str:
@@ -335,7 +382,14 @@ def render_window(shown: str, window: ReadWindow, max_bytes: int) -> str:
     body = "".join(f"{number}: {text}\n" for number, text in window.lines)
     last = window.lines[-1][0] if window.lines else window.offset - 1
     more = window.total - last
-    if more > 0:
+    if not window.complete:
+        lead = f"Output truncated at {max_bytes} bytes: showing" if window.capped else "Showing"
+        footer = (
+            f"({lead} lines {window.offset}-{last}; the file goes on past the {window.scanned} "
+            f"bytes read_file reads ({window.total} lines so far). Use offset={last + 1} to "
+            "continue, or bash for the far end of a file this large.)"
+        )
+    elif more > 0:
         plural = "s" if more != 1 else ""
         showing = f"lines {window.offset}-{last} of {window.total}, {more} more line{plural}"
         lead = f"Output truncated at {max_bytes} bytes: showing" if window.capped else "Showing"
@@ -402,7 +456,13 @@ def read_file_tool(
     def window_of(fd: int, shown: str, offset: int, limit: int) -> str:
         try:
             window = read_window(
-                fd, shown, offset=offset, limit=limit, max_line=max_line, max_bytes=max_bytes
+                fd,
+                shown,
+                offset=offset,
+                limit=limit,
+                max_line=max_line,
+                max_bytes=max_bytes,
+                max_scan=config.max_scan_bytes,
             )
         finally:
             os.close(fd)

@@ -16,7 +16,7 @@ from .edit import edit_file_tool
 from .files import read_file_tool, workspace_root, write_file_tool
 from .listing import list_dir_tool
 from .policy import tool_policy
-from .search import glob_tool, grep_tool
+from .search import glob_tool, grep_tool, ripgrep_for
 from .spill import SpillArea, bound_results, spill_base
 
 __all__ = ["BuiltinTools"]
@@ -56,8 +56,9 @@ class BuiltinTools(Plugin):
         tools.register(read_file_tool(config, root, spill), owner=ctx)
         tools.register(write_file_tool(config, root, row_policy), owner=ctx)
         tools.register(edit_file_tool(config, root, row_policy), owner=ctx)
-        tools.register(glob_tool(config, root, spill), owner=ctx)
-        tools.register(grep_tool(config, root, spill), owner=ctx)
+        helper = ripgrep_for(ctx, config, workspace)
+        tools.register(glob_tool(config, root, spill, helper), owner=ctx)
+        tools.register(grep_tool(config, root, spill, helper), owner=ctx)
         tools.register(list_dir_tool(config, root, spill), owner=ctx)
         if config.max_inline_bytes is not None:
             bound_results(ctx, spill, config.max_inline_bytes)

@@ -24,15 +24,24 @@ files only), so a directory swapped for a symlink mid-walk cannot lead out. Resu
 
 from __future__ import annotations
 
+import contextlib
 import os
+import selectors
+import signal
 import stat
 import subprocess
+import sys
 import sysconfig
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
 import anyio.to_thread
 
+from dsh_host.cancel import CancelToken
+from dsh_host.context import Context
+from dsh_host.sandbox import SandboxUnavailableError
 from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, text_output
 from dsh_host.tools.beneath import open_beneath, open_dirs_beneath
 
@@ -46,9 +55,13 @@ from .files import (
     workspace_parts,
 )
 from .patterns import Globs, LineRegex, glob_pattern, ignore_rules, line_regex
+from .policy import tool_policy
 from .spill import RETRIEVAL_HINT, SpillArea
 
 __all__ = [
+    "HelperFailed",
+    "Ripgrep",
+    "RipgrepFor",
     "Specs",
     "ancestor_specs",
     "capped_footer",
@@ -59,6 +72,7 @@ __all__ = [
     "open_search_dir",
     "read_ignore",
     "ripgrep_binary",
+    "ripgrep_for",
     "shown_path",
     "with_ignore",
 ]
@@ -174,47 +188,135 @@ def _walk(top_fd: int, base: tuple[str, ...], specs: Specs) -> Iterator[tuple[st
                 yield (*here, name)
 
 
-def _ripgrep(rg: str, workspace: str, parts: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
-    """The ripgrep listing of the search directory ``parts`` (relative to the workspace)."""
-    with subprocess.Popen(
-        [rg, *RG_LIST_ARGS, "--", display_parts(parts)],
+#: The address-space limit ripgrep runs under (``RLIMIT_AS``): a listing needs a few tens of
+#: MiB, while a ``.gitignore`` planted as a symlink to ``/dev/zero`` made it grow by ~300 MiB a
+#: second until the host ran short.
+RG_MEMORY_BYTES: Final = 512 * 1024 * 1024
+#: Sets the limit, then becomes ripgrep (run by this interpreter inside the sandbox, so no
+#: ``preexec_fn`` runs in a threaded parent).
+_LIMITED_EXEC: Final = (
+    "import os, resource, sys; n = int(sys.argv[1]); "
+    "resource.setrlimit(resource.RLIMIT_AS, (n, n)); os.execv(sys.argv[2], sys.argv[2:])"
+)
+#: How often a waiting listing looks at the call's cancellation.
+_POLL_S: Final = 0.1
+
+
+class HelperFailed(Exception):
+    """The ripgrep helper did not give a complete listing (no sandbox to confine it, its
+    deadline, a crash, its memory limit): the caller lists with the Python walk instead."""
+
+
+@dataclass(frozen=True)
+class Ripgrep:
+    """How one call runs the ripgrep helper: the binary, the call's sandbox view (``confine``
+    turns an argv into the provider's confining argv under the call's ``read-only`` policy, or
+    None when no sandbox can), the deadline and the call's cancellation."""
+
+    binary: str
+    confine: Callable[[list[str]], list[str] | None]
+    deadline_s: float
+    token: CancelToken | None = None
+
+
+def _kill_group(child: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        child.kill()
+    child.wait()
+
+
+def _ripgrep(helper: Ripgrep, workspace: str, parts: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The ripgrep listing of the search directory ``parts`` (relative to the workspace), run
+    confined, memory-limited, in its own process group, and stopped (the whole group) at the
+    deadline, on the call's cancellation or past :data:`MAX_ENTRIES`.
+
+    ripgrep reads every ``.gitignore`` of the tree, and those are the workspace's: a FIFO hung
+    it forever (outliving dsh), a link to ``/dev/zero`` ate the host's memory. Raises
+    :class:`HelperFailed` when the listing is not complete, so nothing half-listed is shown.
+    """
+    argv = [
+        sys.executable, "-I", "-S", "-c", _LIMITED_EXEC, str(RG_MEMORY_BYTES),
+        helper.binary, *RG_LIST_ARGS, "--", display_parts(parts),
+    ]  # fmt: skip
+    confined = helper.confine(argv)
+    if confined is None:
+        raise HelperFailed("no sandbox can confine ripgrep")
+    deadline = time.monotonic() + helper.deadline_s
+    child = subprocess.Popen(
+        confined,
         cwd=workspace,
         env={},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-    ) as child:
+        start_new_session=True,
+    )
+    found: list[tuple[str, ...]] = []
+    try:
         assert child.stdout is not None
+        out = child.stdout.fileno()
+        os.set_blocking(out, False)
         pending = b""
-        try:
-            while chunk := child.stdout.read(65536):
+        with selectors.DefaultSelector() as selector:
+            selector.register(out, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise HelperFailed(f"ripgrep ran past its {helper.deadline_s:g} s deadline")
+                if helper.token is not None and helper.token.aborted:
+                    raise HelperFailed("the call was cancelled")
+                if not selector.select(min(left, _POLL_S)):
+                    continue
+                chunk = os.read(out, 65536)
+                if not chunk:
+                    break
                 *names, pending = (pending + chunk).split(b"\0")
                 for raw in names:
                     path = os.fsdecode(raw)
                     path = path[2:] if path.startswith("./") else path
-                    yield tuple(p for p in path.split("/") if p not in ("", "."))
-            status = child.wait()
-        finally:
-            if child.poll() is None:  # the listing was abandoned (a cap): stop this call's rg
-                child.kill()
-        if status not in (0, 1, 2):  # 1: no file; 2: some directory was unreadable
-            raise ToolError(f"ripgrep ({rg}) failed with exit status {status}")
+                    found.append(tuple(p for p in path.split("/") if p not in ("", ".")))
+                if len(found) > MAX_ENTRIES:
+                    raise _too_many()
+        status = child.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        raise HelperFailed(f"ripgrep ran past its {helper.deadline_s:g} s deadline") from None
+    finally:
+        _kill_group(child)  # whatever happened, nothing of this call's helper outlives it
+        if child.stdout is not None:
+            child.stdout.close()
+    if status not in (0, 1, 2):  # 1: no file; 2: some directory was unreadable
+        raise HelperFailed(f"ripgrep exited with status {status}")
+    return found
 
 
 def list_files(
-    holder: WorkspaceRoot, parts: tuple[str, ...], rg: str | None
+    holder: WorkspaceRoot, parts: tuple[str, ...], rg: Ripgrep | None
 ) -> list[tuple[str, ...]]:
     """The candidate files beneath the search directory ``parts``: ``.gitignore`` honoured,
-    sorted by path components, at most :data:`MAX_ENTRIES` (more is an error)."""
+    sorted by path components, at most :data:`MAX_ENTRIES` (more is an error).
+
+    ripgrep lists when the call has it (:class:`Ripgrep`); when it cannot give a complete list
+    (:class:`HelperFailed`), the Python walk lists instead: it reads a ``.gitignore`` only when
+    it is a regular file (never a FIFO, a device or a link), so what stopped ripgrep cannot stop
+    it.
+    """
     root_fd = holder.fd()
     specs = ancestor_specs(root_fd, parts)
     top = open_search_dir(holder, parts)
     try:
-        listing = _ripgrep(rg, holder.path, parts) if rg is not None else _walk(top, parts, specs)
+        listing: list[tuple[str, ...]] | None = None
+        if rg is not None:
+            try:
+                listing = _ripgrep(rg, holder.path, parts)
+            except HelperFailed:
+                listing = None
         found: list[tuple[str, ...]] = []
-        for path in listing:
+        walked = listing is None
+        for path in _walk(top, parts, specs) if listing is None else listing:
             if path[: len(parts)] != parts or (
-                rg is not None and specs and ignored(specs, path, False)
+                not walked and specs and ignored(specs, path, False)
             ):
                 continue
             found.append(path)
@@ -273,20 +375,47 @@ PATH_PROPERTY: Final = {
 }
 
 
-def _search_backend(config: BuiltinToolsConfig) -> str | None:
-    return ripgrep_binary() if config.ripgrep else None
+#: How one call gets its ripgrep helper (None: list with the Python walk).
+RipgrepFor: TypeAlias = Callable[[ToolExecution], Awaitable[Ripgrep | None]]
+
+
+def ripgrep_for(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> RipgrepFor:
+    """The row's ripgrep helper per call: confined by the row's ``sandbox`` service under the
+    call's ``read-only`` policy (it only lists), with the row's ``searchTimeoutMs``. Without the
+    packaged ``rg``, with ``ripgrep: false``, or with no sandbox that can confine it, the Python
+    walk lists instead: a helper never runs unconfined."""
+    binary = ripgrep_binary() if config.ripgrep else None
+
+    async def helper(exec: ToolExecution) -> Ripgrep | None:
+        if binary is None or ctx.get("sandbox") is None:
+            return None
+        policy = await tool_policy(config, workspace, "read-only", exec)
+
+        def confine(argv: list[str]) -> list[str] | None:
+            sandbox = ctx.get("sandbox")
+            if sandbox is None:
+                return None
+            try:
+                return list(sandbox.confine(argv, policy).argv)
+            except SandboxUnavailableError:
+                return None
+
+        return Ripgrep(binary, confine, config.search_timeout_ms / 1000, exec.signal)
+
+    return helper
 
 
 def _relative(path: tuple[str, ...], parts: tuple[str, ...]) -> str:
     return "/".join(path[len(parts) :])
 
 
-def glob_tool(config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea) -> ToolDefinition:
+def glob_tool(
+    config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea, helper: RipgrepFor
+) -> ToolDefinition:
     """Build ``glob``: the workspace files matching a gitignore-style pattern, sorted."""
     holder, workspace = root, root.path
-    rg = _search_backend(config)
 
-    def glob_sync(parts: tuple[str, ...], pattern: str, call_id: str) -> str:
+    def glob_sync(parts: tuple[str, ...], pattern: str, call_id: str, rg: Ripgrep | None) -> str:
         spec = glob_pattern(pattern)
         found: list[str] = []
         for path in list_files(holder, parts, rg):
@@ -313,7 +442,8 @@ def glob_tool(config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea)
         pattern = args["pattern"]
         if not pattern.strip():
             raise ToolError("pattern must be a non-empty string")
-        return await anyio.to_thread.run_sync(glob_sync, parts, pattern, exec.call_id)
+        rg = await helper(exec)
+        return await anyio.to_thread.run_sync(glob_sync, parts, pattern, exec.call_id, rg)
 
     return ToolDefinition(
         name="glob",
@@ -357,16 +487,18 @@ def _read_text(holder: WorkspaceRoot, path: tuple[str, ...]) -> bytes | None:
     return None if b"\0" in data[:BINARY_SNIFF_BYTES] else data
 
 
-def grep_tool(config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea) -> ToolDefinition:
+def grep_tool(
+    config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea, helper: RipgrepFor
+) -> ToolDefinition:
     """Build ``grep``: lines matching a regular expression, as ``path:line: text``, sorted."""
     holder, workspace = root, root.path
-    rg = _search_backend(config)
 
     def grep_sync(
         parts: tuple[str, ...],
         regex: LineRegex,
         files: Globs | None,
         call_id: str,
+        rg: Ripgrep | None,
     ) -> str:
         hits: list[str] = []
         total = skipped = 0
@@ -418,7 +550,8 @@ def grep_tool(config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea)
         regex = line_regex(pattern, ignore_case=bool(args.get("ignore_case")))
         glob = args.get("glob")
         files = glob_pattern(glob, "glob") if glob else None
-        return await anyio.to_thread.run_sync(grep_sync, parts, regex, files, exec.call_id)
+        rg = await helper(exec)
+        return await anyio.to_thread.run_sync(grep_sync, parts, regex, files, exec.call_id, rg)
 
     return ToolDefinition(
         name="grep",
