@@ -31,7 +31,6 @@ from .files import (
     binary_refusal,
     display_parts,
     open_regular_in,
-    refuse_read_only,
     replace_in,
     target_dir,
     workspace_parts,
@@ -177,7 +176,6 @@ def edit_file_tool(
     async def execute(args: Any, exec: ToolExecution) -> Any:
         parts = await anyio.to_thread.run_sync(workspace_parts, args["path"], workspace)
         policy = await workspace_policy(exec)
-        refuse_read_only(policy.mode, "edit_file")
         old, new = args["old_string"], args["new_string"]
         if not old:
             raise ToolError("old_string must be a non-empty string")

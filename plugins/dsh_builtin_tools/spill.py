@@ -20,6 +20,7 @@ Follows DSH's split (``spill-local`` stores, ``output-retention`` keeps, ``spill
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import re
@@ -49,6 +50,7 @@ __all__ = [
     "head_tail",
     "spill_base",
     "spill_notice",
+    "unsaved_notice",
 ]
 
 #: Written at the end of a spill file that reached ``maxSpillBytes``.
@@ -248,21 +250,40 @@ def spill_notice(omitted: int, locator: str) -> str:
     )
 
 
-def bound_text(text: str, cap: int, save: Callable[[str], str | None]) -> str | None:
+def unsaved_notice(omitted: int, budget: int | None) -> str:
+    """The notice of a bounded result that could not be saved because the run's spill budget is
+    used up: the model still gets the head and the tail, and knows the middle is gone."""
+    return (
+        f"(Omitted {omitted} bytes. The full result was not saved: this run's spill budget of "
+        f"{budget} bytes is used up.)"
+    )
+
+
+def bound_text(
+    text: str,
+    cap: int,
+    save: Callable[[str], str | None],
+    unsaved: Callable[[int], str] | None = None,
+) -> str | None:
     """The bounded replacement of ``text`` (preview, blank line, notice; at most ``cap`` bytes),
-    or None to keep ``text`` as it is: it fits, ``save`` could not store it, or not even the
-    notice fits the cap (then the notice would break the advertised bound)."""
+    or None to keep ``text`` as it is: it fits, ``save`` could not store it (and ``unsaved``,
+    which words the notice of a result cut without a copy, is None), or not even the notice fits
+    the cap (then the notice would break the advertised bound)."""
     size = len(text.encode("utf-8"))
     if size <= cap:
         return None
     locator = save(text)
-    if locator is None:
+    if locator is not None:
+        notice_for: Callable[[int], str] = functools.partial(spill_notice, locator=locator)
+    elif unsaved is not None:
+        notice_for = unsaved
+    else:
         return None
     # Reserve the notice priced at the largest omission (all bytes): its digits bound the real
     # count's, so the final replacement never exceeds the cap.
-    reserve = len(spill_notice(size, locator).encode("utf-8")) + 2
+    reserve = len(notice_for(size).encode("utf-8")) + 2
     preview, omitted = head_tail(text, max(0, cap - reserve))
-    notice = spill_notice(omitted, locator)
+    notice = notice_for(omitted)
     replaced = f"{preview}\n\n{notice}" if preview else notice
     return replaced if len(replaced.encode("utf-8")) <= cap else None
 
@@ -294,8 +315,14 @@ def bound_results(ctx: Context, area: SpillArea, cap: int) -> None:
         def save(full: str) -> str | None:
             return area.save_text(execution.call_id, "result.txt", full)
 
+        def unsaved(omitted: int) -> str:
+            return unsaved_notice(omitted, area.budget)
+
+        # A spent budget still bounds the result (head and tail, and a notice saying the middle
+        # is gone); any other failure to save keeps the original, as before.
+        cut = unsaved if area.exhausted() else None
         # The save writes up to maxSpillBytes: on a worker thread, not the event loop.
-        replaced = await anyio.to_thread.run_sync(bound_text, text, cap, save)
+        replaced = await anyio.to_thread.run_sync(bound_text, text, cap, save, cut)
         if replaced is None:
             return decision
         return Accept(
