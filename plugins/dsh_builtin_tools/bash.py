@@ -294,8 +294,8 @@ def render_bash(_args: Any, value: Any, *, escalation: bool = False) -> list[Con
 
 def _cut_to_line(head: bytes, tail: bytes) -> tuple[bytes, bytes]:
     """Trim ``head`` after its last newline and ``tail`` before its first one, so the model
-    sees whole lines on both sides of the cut (unless a side holds no newline at all), and
-    never a split UTF-8 sequence."""
+    sees whole lines on both sides of the cut. A side without a newline (one huge line) keeps
+    its bytes as cut; decoding then replaces a split UTF-8 sequence with U+FFFD."""
     end = head.rfind(b"\n")
     if end >= 0:
         head = head[: end + 1]
