@@ -1,10 +1,11 @@
 """``glob`` and ``grep``: find files and lines in the workspace, honouring ``.gitignore``.
 
 Both list the candidate files first, then filter (``glob``: the pattern, gitignore syntax via
-``pathspec``) or search them (``grep``: a Python regular expression, line by line). The list
-comes from the packaged ripgrep (the ``ripgrep`` wheel's ``rg`` beside this interpreter) when it
-is installed and the row's ``ripgrep`` is on, else from a pure-Python walk; both give the same
-list, so the model sees the same result either way:
+``pathspec``) or search them (``grep``: an RE2 regular expression, line by line; every pattern
+is compiled in :mod:`.patterns`, in a linear-time engine). The list comes from the packaged
+ripgrep (the ``ripgrep`` wheel's ``rg`` beside this interpreter) when it is installed, the row's
+``ripgrep`` is on and a sandbox can confine it (:class:`Ripgrep`), else from a pure-Python walk;
+both give the same list, so the model sees the same result either way:
 
 * every regular file beneath the search directory, hidden ones included, sorted by path
   components; ``.git`` entries are skipped;
@@ -15,10 +16,12 @@ list, so the model sees the same result either way:
   :func:`os.fwalk` from a descriptor with ``follow_symlinks=False``).
 
 ``rg`` runs with a fixed argv (``--no-config``, so ``RIPGREP_CONFIG_PATH`` cannot add a
-preprocessor), an empty environment and the workspace as its working directory, and only lists
-names; what it lists is a hint: every file the tools show or read is opened again beneath the
-workspace descriptor (:func:`~dsh_host.tools.beneath.open_beneath`: no link followed, regular
-files only), so a directory swapped for a symlink mid-walk cannot lead out. Results are capped
+preprocessor), an empty environment and the workspace as its working directory, confined by the
+sandbox provider under the call's ``read-only`` policy, memory-limited, with a deadline, its
+process group killed whole when it ends (:func:`_ripgrep`), and only lists names; what it
+lists is a hint: every file the tools show or read is opened again beneath the workspace
+descriptor (:func:`~dsh_host.tools.beneath.open_beneath`: no link followed, regular files only),
+so a directory swapped for a symlink mid-walk cannot lead out. Results are capped
 (``maxSearchResults``); a capped list is saved whole to the spill area and the footer names it.
 """
 
