@@ -53,9 +53,10 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     (``null`` turns this off).
     ``envAllow``: inherited environment variables a ``bash`` child
     may see beyond the default allow-list (exact names, or ``PREFIX*``).
-    ``protectedPaths`` (workspace-relative) and, with ``protectVirtualenvs``,
-    the workspace's virtualenvs stay read-only for confined ``bash`` calls
-    under ``workspace-write``.
+    ``protectedPaths`` (workspace-relative, existing or not) and, with
+    ``protectVirtualenvs``, every virtualenv of the workspace at any depth stay
+    read-only under ``workspace-write`` for every tool: confined ``bash`` calls
+    and ``write_file`` / ``edit_file`` alike (one policy per call).
     """
 
     workspace: str = "."
