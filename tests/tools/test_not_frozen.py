@@ -18,11 +18,13 @@ No test asserts a duration: the deadlines are hang guards only.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ from dsh_builtin_tools.search import RG_LIST_ARGS, Ripgrep, list_files, ripgrep_
 from dsh_sandbox_local import LocalSandboxProvider, SandboxLocalConfig
 from tools_helpers import Boot, call, text_of
 
+from dsh_host import CancelToken
 from dsh_host.loader import PluginHost
 from dsh_host.sandbox import SandboxPolicy
 from dsh_host.tools import ToolExecutionResult
@@ -182,6 +185,23 @@ def test_a_fifo_gitignore_cannot_hang_the_listing(tmp_path: Path, backend: str) 
     finally:
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()
+
+
+@pytest.mark.parametrize("backend", ["bubblewrap", "landlock"])
+def test_a_cancelled_call_kills_its_hanging_ripgrep(tmp_path: Path, backend: str) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    os.mkfifo(ws / ".gitignore")
+    token = CancelToken()
+    helper = dataclasses.replace(confined(ws, backend, deadline_s=GUARD_S), token=token)
+    timer = threading.Timer(0.5, token.abort)
+    timer.start()
+    try:
+        with pytest.raises(search.HelperFailed, match="cancelled"):
+            search._ripgrep(helper, str(ws), ())
+    finally:
+        timer.cancel()
+    assert rg_group_alive(ws) == []
 
 
 def rss_kib(pid: int) -> int:
