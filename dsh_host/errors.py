@@ -96,12 +96,15 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
         ├── McpTimeoutError                              dsh_mcp_client.bridge
         ├── McpToolError                                 dsh_mcp_client.bridge
         ├── McpUnavailableError                          dsh_mcp_client.bridge
+        ├── PatternError                                 dsh_builtin_tools.patterns
+        ├── ProtectedPathError                           dsh_builtin_tools.files
         ├── SandboxEscalationError                       dsh_host.tools.escalation
         ├── ToolArgsError                                dsh_host.tools.errors
         ├── ToolNotFoundError                            dsh_host.tools.errors
         ├── ToolOutputError                              dsh_host.tools.errors
         ├── ToolRegistrationError                        dsh_host.tools.errors
-        └── UnsupportedSchemaError                       dsh_host.tools.errors
+        ├── UnsupportedSchemaError                       dsh_host.tools.errors
+        └── WorkdirError                                 dsh_builtin_tools.bash
 
 Every message names what was wrong, where, and what to do about it, because
 these errors are what a user sees instead of a traceback.

@@ -19,9 +19,11 @@ Vocabulary:
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
+import unicodedata
 from collections.abc import Sequence
-from typing import ClassVar, Literal, Protocol, runtime_checkable
+from typing import ClassVar, Final, Literal, Protocol, runtime_checkable
 
 import msgspec
 
@@ -146,34 +148,137 @@ DEFAULT_PROTECTED_NAMES: tuple[str, ...] = (".git", ".dsh", "dsh.yml")
 runs later *outside* the sandbox (git hooks and ``core.fsmonitor``, the harness's own state and
 composition)."""
 
+#: How many directory levels below the workspace the virtualenv search looks (1: the
+#: workspace's own children, ``.venv``; 2: ``backend/.venv``; ...).
+VIRTUALENV_SEARCH_DEPTH: Final = 6
+#: The most directories the virtualenv search opens for one policy (breadth-first, so the
+#: shallow ones, where virtualenvs live, are always looked at first).
+VIRTUALENV_SEARCH_DIRS: Final = 20_000
+#: Directories the virtualenv search never enters: a repository's object store and a package
+#: manager's tree hold no virtualenv of the project and can hold hundreds of thousands of entries.
+VIRTUALENV_SEARCH_SKIP: Final = frozenset({".git", "node_modules"})
+
+
+def find_virtualenvs(
+    workspace_root: str,
+    *,
+    max_depth: int = VIRTUALENV_SEARCH_DEPTH,
+    max_dirs: int = VIRTUALENV_SEARCH_DIRS,
+) -> tuple[str, ...]:
+    """Every virtualenv beneath the workspace: a directory holding a ``pyvenv.cfg`` file.
+
+    A virtualenv's ``bin/`` scripts and ``site-packages/*.pth`` files run later, unconfined,
+    whenever anybody uses it, wherever it sits (``.venv``, ``backend/.venv``). The search is
+    breadth-first, follows no symbolic link, does not enter a virtualenv it found (nor
+    :data:`VIRTUALENV_SEARCH_SKIP`), and stops at ``max_depth`` levels or after ``max_dirs``
+    directories, so a huge tree costs a bounded walk per call; a virtualenv past either bound is
+    not found (the README of ``builtin-tools`` says so).
+    """
+    found: list[str] = []
+    level = [workspace_root]
+    opened = 0
+    for _depth in range(max_depth):
+        following: list[str] = []
+        for directory in level:
+            if opened >= max_dirs:
+                return tuple(found)
+            opened += 1
+            try:
+                with os.scandir(directory) as scan:
+                    children = [
+                        entry.path
+                        for entry in scan
+                        if entry.name not in VIRTUALENV_SEARCH_SKIP
+                        and entry.is_dir(follow_symlinks=False)
+                    ]
+            except OSError:
+                continue
+            for child in sorted(children):
+                try:
+                    marker = os.lstat(os.path.join(child, "pyvenv.cfg"))
+                except OSError:
+                    following.append(child)
+                    continue
+                if stat.S_ISREG(marker.st_mode):
+                    found.append(child)
+                else:
+                    following.append(child)
+        level = following
+    return tuple(found)
+
 
 def workspace_read_only_paths(
     workspace_root: str, names: Sequence[str] = DEFAULT_PROTECTED_NAMES, *, virtualenvs: bool = True
 ) -> tuple[str, ...]:
-    """The existing paths of ``names`` under the workspace, plus its virtualenvs.
+    """The protected paths of a workspace: each of ``names`` under it, plus its virtualenvs.
 
-    ``names`` are relative to the workspace (``.git``, ``tools/hooks``); a virtualenv is a
-    direct child directory holding ``pyvenv.cfg`` (its ``bin/`` and ``*.pth`` files run later,
-    unconfined, whenever someone uses it). Only what exists now is listed: a path created later
-    is protected from the next call on. The result feeds :attr:`SandboxPolicy.read_only_paths`.
+    ``names`` are relative to the workspace (``.git``, ``tools/hooks``) and are listed whether
+    they exist or not: a provider skips what does not exist (a bind needs a source), while the
+    in-process file tools refuse to create it. Virtualenvs are found at any depth
+    (:func:`find_virtualenvs`). The result feeds :attr:`SandboxPolicy.read_only_paths`; build a
+    call's policy with :func:`call_policy` so every consumer sees the same list.
     """
     found: list[str] = []
     for name in names:
-        path = os.path.join(workspace_root, name)
-        if os.path.lexists(path) and path not in found:
+        path = os.path.normpath(os.path.join(workspace_root, name))
+        if path not in found:
             found.append(path)
     if virtualenvs:
-        try:
-            entries = sorted(os.scandir(workspace_root), key=lambda e: e.name)
-        except OSError:
-            entries = []
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False) and os.path.isfile(
-                os.path.join(entry.path, "pyvenv.cfg")
-            ):
-                if entry.path not in found:
-                    found.append(entry.path)
+        for path in find_virtualenvs(workspace_root):
+            if path not in found:
+                found.append(path)
     return tuple(found)
+
+
+def call_policy(
+    mode: SandboxMode,
+    workspace_root: str,
+    *,
+    protected_names: Sequence[str] = DEFAULT_PROTECTED_NAMES,
+    virtualenvs: bool = True,
+    session_id: str | None = None,
+) -> SandboxPolicy:
+    """The one policy of one call: every effect of the call takes its view from it.
+
+    ``bash`` hands it to the provider, the in-process file tools refuse writes under its
+    :attr:`~SandboxPolicy.read_only_paths` (:func:`read_only_cover`) and outside its
+    :func:`writable_roots`, and the helpers the harness spawns (ripgrep, MCP servers) are
+    confined by it. The protected paths matter only where something may be written
+    (``workspace-write``); ``read-only`` writes nothing and ``danger-full-access`` is no
+    sandbox, so both carry none.
+    """
+    protected = (
+        workspace_read_only_paths(workspace_root, protected_names, virtualenvs=virtualenvs)
+        if mode == "workspace-write"
+        else ()
+    )
+    return SandboxPolicy(
+        mode=mode, workspace_root=workspace_root, session_id=session_id, read_only_paths=protected
+    )
+
+
+def _fold(path: str) -> tuple[str, ...]:
+    """``path``'s components as a case- and compatibility-insensitive key: on a case-folding
+    filesystem (``ext4 -O casefold``, vfat, a macOS volume) ``.GIT`` and ``.git`` are one
+    entry, so the comparison must not tell them apart either."""
+    normal = unicodedata.normalize("NFKC", path)
+    return tuple(part.casefold() for part in normal.split(os.sep) if part not in ("", "."))
+
+
+def read_only_cover(policy: SandboxPolicy, path: str) -> str | None:
+    """The entry of ``policy.read_only_paths`` that ``path`` is or lies beneath, or None.
+
+    ``path`` is absolute and lexical (its components name directory entries, no ``..``, no
+    symbolic link followed, as the file tools open it). Components are compared case- and
+    compatibility-insensitively (see :func:`_fold`): refusing ``.GIT`` on a case-sensitive
+    disk costs nothing, writing ``.git/config`` through it on a case-folding one would not.
+    """
+    target = _fold(path)
+    for protected in policy.read_only_paths:
+        key = _fold(protected)
+        if target[: len(key)] == key:
+            return protected
+    return None
 
 
 #: Inherited variables a confined tool process gets by default (class 4 of issue 15: an

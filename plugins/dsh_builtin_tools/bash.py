@@ -58,14 +58,12 @@ from dsh_host.sandbox import (
     DEFAULT_ENV_ALLOW,
     ConfinedArgv,
     SandboxMode,
-    SandboxPolicy,
     SandboxUnavailableError,
     allowed_environment,
-    workspace_read_only_paths,
 )
 from dsh_host.session.messages import ContentBlock, TextBlock
 from dsh_host.spawn import FdReceiveStream, SpawnedProcess, open_process
-from dsh_host.tools import ToolDefinition, ToolExecution, ToolOutput
+from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, ToolOutput
 from dsh_host.tools.escalation import (
     ESCALATION_TARGETS,
     approve_escalation,
@@ -76,7 +74,8 @@ from dsh_host.tools.escalation import (
 )
 
 from .config import BuiltinToolsConfig
-from .spill import SPILL_CAPPED_MARKER, SpillArea
+from .policy import tool_policy
+from .spill import SPILL_BUDGET_MARKER, SPILL_CAPPED_MARKER, SpillArea
 
 __all__ = [
     "BASH_DESCRIPTION",
@@ -100,8 +99,9 @@ BASH_DESCRIPTION: Final = (
     "`$DSH_CALL_ID`: pass it as an idempotency key to external systems that accept one. "
     "Commands may run under a file sandbox; a blocked file operation is reported as "
     "`[sandbox: file access denied under <mode> mode]` — a policy denial, not a bug in the "
-    "command; do not retry another way. Long output is truncated to its tail; the full output "
-    "is saved to a file whose path is reported when available."
+    "command; do not retry another way. Long output keeps its first and its last lines with "
+    "`[... N bytes omitted ...]` between them; the full output is saved to a file whose path is "
+    "reported when available (page through it with read_file)."
 )
 
 #: Appended to the description only when the escalation fields are advertised (the row
@@ -142,8 +142,9 @@ PARAMETERS: Final[dict[str, Any]] = {
         "workdir": {
             "type": "string",
             "description": (
-                "Working directory for this command. Defaults to the workspace; a relative path "
-                "is resolved against it."
+                "Working directory for this command: the workspace (the default) or a directory "
+                "beneath it; a relative path is resolved against the workspace. A directory "
+                "outside the workspace is refused."
             ),
         },
     },
@@ -189,6 +190,8 @@ _STREAM_SCHEMA: Final = {
         "truncated": {"type": "boolean"},
         "spillPath": {"type": "string"},
         "spillCapped": {"type": "boolean"},
+        "omittedBytes": {"type": "integer"},
+        "spillBudgetSpent": {"type": "boolean"},
     },
     "required": ["text", "truncated"],
 }
@@ -239,6 +242,13 @@ def _stream_text(stream: Mapping[str, Any]) -> str:
     if not stream["truncated"]:
         return text
     path = stream.get("spillPath", "(unavailable)")
+    if stream.get("spillBudgetSpent"):
+        if "spillPath" not in stream:
+            return f"{text}\n[output truncated; not saved: this run's spill budget is used up]"
+        return (
+            f"{text}\n[output truncated; this run's spill budget ran out, only the output up "
+            f"to that point is saved: {path}]"
+        )
     if stream.get("spillCapped"):
         return f"{text}\n[output truncated; the output up to the spill cap is saved: {path}]"
     return f"{text}\n[output truncated; full output: {path}]"
@@ -282,39 +292,73 @@ def render_bash(_args: Any, value: Any, *, escalation: bool = False) -> list[Con
 # --------------------------------------------------------------------------- output capture
 
 
+def _cut_to_line(head: bytes, tail: bytes) -> tuple[bytes, bytes]:
+    """Trim ``head`` after its last newline and ``tail`` before its first one, so the model
+    sees whole lines on both sides of the cut. A side without a newline (one huge line) keeps
+    its bytes as cut; decoding then replaces a split UTF-8 sequence with U+FFFD."""
+    end = head.rfind(b"\n")
+    if end >= 0:
+        head = head[: end + 1]
+    start = tail.find(b"\n")
+    if 0 <= start < len(tail) - 1:
+        tail = tail[start + 1 :]
+    return head, tail
+
+
 @dataclass
 class _Capture:
-    """Keeps the tail of one output stream; spills everything to a file once it overflows."""
+    """Keeps the head and the tail of one output stream (``limit`` bytes together, half each)
+    and spills the whole stream to a file once it overflows.
+
+    The head carries what a command says first (its own errors, a header), the tail how it
+    ended; the middle is in the spill file, which holds every byte (up to ``maxSpillBytes`` and
+    the row's spill budget). This is the only cut a ``bash`` stream gets: the row sizes
+    ``limit`` so that both streams and the markers fit ``maxInlineBytes``, and the generic bound
+    then has nothing left to cut.
+    """
 
     limit: int
     area: SpillArea | None
     call_id: str
     stream: str
+    head: bytearray = field(default_factory=bytearray)
     tail: bytearray = field(default_factory=bytearray)
+    total: int = 0
     truncated: bool = False
     spill_fd: int | None = None
     spill_path: str | None = None
     spilled: int = 0
     capped: bool = False
+    budget_spent: bool = False
     spill_failed: bool = False
     done: anyio.Event = field(default_factory=anyio.Event)
 
     def feed(self, data: bytes) -> None:
-        if not self.truncated and len(self.tail) + len(data) <= self.limit:
-            self.tail.extend(data)
+        self.total += len(data)
+        if not self.truncated and len(self.head) + len(data) <= self.limit:
+            self.head.extend(data)
             return
         if not self.truncated:
             self.truncated = True
             self._open_spill()
-            self._write_spill(bytes(self.tail))
-        self._write_spill(data)
-        self.tail.extend(data)
-        if len(self.tail) > self.limit:
-            del self.tail[: len(self.tail) - self.limit]
+            self._write_spill(bytes(self.head))
+            self._write_spill(data)
+            merged = self.head + data
+            keep = self.limit - self.limit // 2
+            self.head, self.tail = merged[:keep], merged[keep:]
+        else:
+            self._write_spill(data)
+            self.tail.extend(data)
+        room = self.limit // 2
+        if len(self.tail) > room:
+            del self.tail[: len(self.tail) - room]
 
     def _open_spill(self) -> None:
         if self.area is None:
             self.spill_failed = True
+            return
+        if self.area.exhausted():
+            self.budget_spent = True
             return
         try:
             opened = self.area.open(self.call_id, self.stream)
@@ -328,14 +372,19 @@ class _Capture:
     def _write_spill(self, data: bytes) -> None:
         if self.spill_fd is None or self.capped or self.area is None:
             return
-        room = self.area.cap - self.spilled
-        chunk = data[:room]
+        want = min(len(data), self.area.cap - self.spilled)
+        granted = self.area.reserve(want)
+        chunk = data[:granted]
         try:
             view = memoryview(chunk)
             while view:
                 view = view[os.write(self.spill_fd, view) :]
             self.spilled += len(chunk)
-            if len(data) > room:
+            if granted < want:
+                self.capped = self.budget_spent = True
+                marker = SPILL_BUDGET_MARKER.format(budget=self.area.budget)
+                os.write(self.spill_fd, marker.encode())
+            elif len(data) > want:
                 self.capped = True
                 os.write(self.spill_fd, SPILL_CAPPED_MARKER.format(cap=self.area.cap).encode())
         except OSError:
@@ -351,9 +400,19 @@ class _Capture:
                 self.spill_failed = True
 
     def result(self) -> dict[str, Any]:
-        text = bytes(self.tail).decode("utf-8", "replace")
-        out: dict[str, Any] = {"text": text, "truncated": self.truncated}
-        if self.truncated and not self.spill_failed and self.spill_path is not None:
+        if not self.truncated:
+            return {"text": bytes(self.head).decode("utf-8", "replace"), "truncated": False}
+        head, tail = _cut_to_line(bytes(self.head), bytes(self.tail))
+        omitted = self.total - len(head) - len(tail)
+        text = (
+            head.decode("utf-8", "replace").removesuffix("\n")
+            + f"\n[... {omitted} bytes omitted ...]\n"
+            + tail.decode("utf-8", "replace")
+        )
+        out: dict[str, Any] = {"text": text, "truncated": True, "omittedBytes": omitted}
+        if self.budget_spent:
+            out["spillBudgetSpent"] = True
+        if not self.spill_failed and self.spill_path is not None:
             out["spillPath"] = self.spill_path
             if self.capped:
                 out["spillCapped"] = True
@@ -374,6 +433,20 @@ async def _pump(stream: FdReceiveStream | None, capture: _Capture) -> None:
 
 
 # --------------------------------------------------------------------------- process control
+
+
+#: Room kept in ``maxInlineBytes`` for what ``bash`` adds around the two streams: the omission
+#: lines, ``[stderr]``, the truncation notes with their spill paths, and the markers.
+RENDER_RESERVE: Final = 2048
+
+
+def stream_budget(config: BuiltinToolsConfig) -> int:
+    """The bytes of each stream the model sees (head + tail): ``maxOutputBytes``, and never more
+    than lets both streams and :data:`RENDER_RESERVE` fit ``maxInlineBytes``, so the generic
+    bound never cuts a ``bash`` result a second time (it would cut the head of the tail)."""
+    if config.max_inline_bytes is None:
+        return config.max_output_bytes
+    return max(256, min(config.max_output_bytes, (config.max_inline_bytes - RENDER_RESERVE) // 2))
 
 
 def _signal_group(pid: int, sig: signals.Signals) -> None:
@@ -502,10 +575,40 @@ def _runner_attributable(error: OSError, runner: str, workdir: str) -> bool:
     return error.filename == runner and os.path.isdir(workdir) and os.access(workdir, os.X_OK)
 
 
-def _session_id(exec: ToolExecution) -> str | None:
-    session = getattr(exec.agent, "session", None) if exec.agent is not None else None
-    session_id = getattr(session, "id", None)
-    return session_id if isinstance(session_id, str) else None
+class WorkdirError(ToolError):
+    """``workdir`` does not name a directory inside the workspace (``BASH_WORKDIR``)."""
+
+    code = "BASH_WORKDIR"
+
+
+def resolve_workdir(requested: Any, workspace: str) -> str:
+    """The directory a call runs in: ``requested`` (relative to the workspace, or absolute),
+    resolved through every symbolic link, and only if that lands inside the workspace.
+
+    A command inherits its working directory from the spawn, and a directory the sandbox's
+    private mounts never cover (``/run/postgresql``, the host's ``/tmp``) would stay the host's
+    own: a relative path there reaches host sockets and files the mounts hide. So the one place
+    a command may start is the workspace or a directory beneath it.
+    """
+    if requested is None or requested == "":
+        return workspace
+    if not isinstance(requested, str) or "\0" in requested:
+        raise WorkdirError("invalid workdir: expected a directory path without NUL bytes")
+    joined = requested if os.path.isabs(requested) else os.path.join(workspace, requested)
+    resolved = os.path.realpath(joined)
+    if resolved != workspace and not resolved.startswith(workspace.rstrip(os.sep) + os.sep):
+        raise WorkdirError(
+            f'invalid workdir "{requested}": it resolves to {resolved}, which is outside the '
+            f"workspace {workspace}; commands run in the workspace or a directory beneath it "
+            "(pass a path relative to the workspace, and read other places by absolute path in "
+            "the command instead)"
+        )
+    if not os.path.isdir(resolved):
+        raise WorkdirError(
+            f'invalid workdir "{requested}": {resolved} is not an existing directory of the '
+            "workspace"
+        )
+    return resolved
 
 
 def bash_tool(
@@ -523,8 +626,9 @@ def bash_tool(
     escalation = mode != "danger-full-access"
     grace_s = config.kill_grace_ms / 1000
     env_allow = DEFAULT_ENV_ALLOW + config.env_allow
+    stream_limit = stream_budget(config)
 
-    def confine(
+    async def confine(
         argv: list[str], call_mode: SandboxMode, exec: ToolExecution
     ) -> ConfinedArgv | None:
         if call_mode == "danger-full-access":
@@ -532,16 +636,7 @@ def bash_tool(
         sandbox = ctx.get("sandbox")
         if sandbox is None:
             raise SandboxUnavailableError(call_mode)
-        policy = SandboxPolicy(
-            mode=call_mode,
-            workspace_root=workspace,
-            session_id=_session_id(exec),
-            read_only_paths=workspace_read_only_paths(
-                workspace, config.protected_paths, virtualenvs=config.protect_virtualenvs
-            )
-            if call_mode == "workspace-write"
-            else (),
-        )
+        policy = await tool_policy(config, workspace, call_mode, exec)
         confined: ConfinedArgv = sandbox.confine(argv, policy)
         return confined
 
@@ -575,11 +670,9 @@ def bash_tool(
             float(requested) if requested is not None else float(config.timeout_ms),
             float(config.max_timeout_ms),
         )
-        workdir = str(args.get("workdir") or workspace)
-        if not os.path.isabs(workdir):
-            workdir = os.path.join(workspace, workdir)
+        workdir = await anyio.to_thread.run_sync(resolve_workdir, args.get("workdir"), workspace)
         argv = ["bash", "-c", command]
-        confined = confine(argv, call_mode, exec)
+        confined = await confine(argv, call_mode, exec)
         spawn = list(confined.argv) if confined is not None else argv
         if exec.signal.aborted:
             raise AbortError()
@@ -591,7 +684,7 @@ def bash_tool(
                 timeout_s=timeout_ms / 1000,
                 grace_s=grace_s,
                 token=exec.signal,
-                capture_limit=config.max_output_bytes,
+                capture_limit=stream_limit,
                 spill=spill,
                 call_id=exec.call_id,
             )

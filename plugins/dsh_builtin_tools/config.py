@@ -27,28 +27,36 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     call runs under (``danger-full-access`` runs unconfined, on purpose).
     ``timeoutMs`` / ``maxTimeoutMs``: the default and the cap of a ``bash``
     call's deadline. ``maxOutputBytes``: how much of each output stream the
-    model sees (the tail; the rest is spilled to a file). ``killGraceMs``:
+    model sees (its head and its tail, half each; the whole stream is spilled to a file;
+    never more than fits ``maxInlineBytes`` with the other stream). ``killGraceMs``:
     SIGTERM-to-SIGKILL grace. ``maxReadBytes``: the byte cap on the lines one
     ``read_file`` call returns (past it the window ends with a truncation notice).
     ``readLimit``: the default and the most lines one ``read_file`` call returns.
-    ``readMaxLineLength``: characters kept per returned line. ``maxEditBytes``:
+    ``readMaxLineLength``: characters kept per returned line. ``maxScanBytes``: the most bytes
+    one ``read_file`` call reads (to reach ``offset``, fill its window and count the lines after
+    it); past it the footer says the count stopped there. ``maxEditBytes``:
     the largest file ``edit_file`` edits (it reads the whole file).
     ``maxSearchResults``: most paths ``glob`` lists and matching lines ``grep`` shows.
     ``ripgrep``: let ``glob``/``grep`` list files with the packaged ``rg`` (the ``ripgrep``
-    wheel) when it is installed; off, or without it, a pure-Python walk gives the same list.
+    wheel) when it is installed and a sandbox can confine it; off, or without either, a
+    pure-Python walk gives the same list. ``searchTimeoutMs``: ripgrep's deadline for one
+    listing (its whole process group is killed then, and the walk lists instead).
     ``spillDir``: where the row's private spill directory is created (default:
     outside every writable root, see ``spill.spill_base``).
     ``maxSpillBytes``: the most one stream spills; past it the file ends with a
-    capped marker and the rest is discarded.
+    capped marker and the rest is discarded. ``spillBudgetBytes``: the most all of the row's
+    spill files hold together (the run's budget; ``null``: none); past it an output is cut with
+    a note saying so.
     ``maxInlineBytes``: the most UTF-8 bytes of any tool's plain-text result the model
     sees (every tool in the composition but ``read_file``); a larger result is saved to the
     spill directory and replaced by a head/tail preview and a notice naming the file
     (``null`` turns this off).
     ``envAllow``: inherited environment variables a ``bash`` child
     may see beyond the default allow-list (exact names, or ``PREFIX*``).
-    ``protectedPaths`` (workspace-relative) and, with ``protectVirtualenvs``,
-    the workspace's virtualenvs stay read-only for confined ``bash`` calls
-    under ``workspace-write``.
+    ``protectedPaths`` (workspace-relative, existing or not) and, with
+    ``protectVirtualenvs``, every virtualenv of the workspace at any depth stay
+    read-only under ``workspace-write`` for every tool: confined ``bash`` calls
+    and ``write_file`` / ``edit_file`` alike (one policy per call).
     """
 
     workspace: str = "."
@@ -64,8 +72,11 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     max_search_results: int = 200
     spill_dir: str | None = None
     max_spill_bytes: int = 16_000_000
+    spill_budget_bytes: int | None = 256_000_000
+    max_scan_bytes: int = 64_000_000
     max_inline_bytes: int | None = 50_000
     ripgrep: bool = True
+    search_timeout_ms: int = 20_000
     env_allow: tuple[str, ...] = ()
     protected_paths: tuple[str, ...] = DEFAULT_PROTECTED_NAMES
     protect_virtualenvs: bool = True
@@ -81,7 +92,10 @@ class BuiltinToolsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
             "read_max_line_length",
             "max_edit_bytes",
             "max_search_results",
+            "search_timeout_ms",
             "max_spill_bytes",
+            "spill_budget_bytes",
+            "max_scan_bytes",
             "max_inline_bytes",
         ):
             value = getattr(self, field)

@@ -20,16 +20,17 @@ from typing import Any, Final
 
 import anyio.to_thread
 
+from dsh_host.sandbox import SandboxPolicy
 from dsh_host.session.messages import ContentBlock, TextBlock
 from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, ToolOutput
 
 from .config import BuiltinToolsConfig
 from .files import (
+    PolicyOf,
     WorkspaceRoot,
     binary_refusal,
     display_parts,
     open_regular_in,
-    refuse_read_only,
     replace_in,
     target_dir,
     workspace_parts,
@@ -107,14 +108,18 @@ def _render_edit(_args: Any, value: Any) -> list[ContentBlock]:
     return [TextBlock(text=f"{head}\n{value['diff']}" if value["diff"] else head)]
 
 
-def edit_file_tool(config: BuiltinToolsConfig, root: WorkspaceRoot) -> ToolDefinition:
+def edit_file_tool(
+    config: BuiltinToolsConfig, root: WorkspaceRoot, workspace_policy: PolicyOf
+) -> ToolDefinition:
     """Build ``edit_file``: replace ``old_string`` by ``new_string`` in one file, atomically."""
-    mode, max_bytes = config.sandbox, config.max_edit_bytes
+    max_bytes = config.max_edit_bytes
     holder, workspace = root, root.path
 
-    def edit_sync(parts: tuple[str, ...], old: str, new: str, every: bool) -> dict[str, Any]:
+    def edit_sync(
+        parts: tuple[str, ...], old: str, new: str, every: bool, policy: SandboxPolicy
+    ) -> dict[str, Any]:
         shown = display_parts(parts)
-        dir_fd = target_dir(holder, parts, workspace, create=False)
+        dir_fd = target_dir(holder, parts, workspace, create=False, policy=policy, tool="edit_file")
         try:
             name = parts[-1]
             fd = open_regular_in(dir_fd, name, shown, workspace, "edit_file")
@@ -170,14 +175,14 @@ def edit_file_tool(config: BuiltinToolsConfig, root: WorkspaceRoot) -> ToolDefin
 
     async def execute(args: Any, exec: ToolExecution) -> Any:
         parts = await anyio.to_thread.run_sync(workspace_parts, args["path"], workspace)
-        refuse_read_only(mode, "edit_file")
+        policy = await workspace_policy(exec)
         old, new = args["old_string"], args["new_string"]
         if not old:
             raise ToolError("old_string must be a non-empty string")
         if old == new:
             raise ToolError("old_string and new_string must differ")
         every = bool(args.get("replace_all", False))
-        return await anyio.to_thread.run_sync(edit_sync, parts, old, new, every)
+        return await anyio.to_thread.run_sync(edit_sync, parts, old, new, every, policy)
 
     return ToolDefinition(
         name="edit_file",

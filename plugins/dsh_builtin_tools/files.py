@@ -37,13 +37,14 @@ import errno
 import hashlib
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import anyio.to_thread
 
 from dsh_host.context import Context
+from dsh_host.sandbox import SandboxPolicy, read_only_cover
 from dsh_host.session.messages import ContentBlock, TextBlock
 from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, ToolOutput, text_output
 from dsh_host.tools.beneath import (
@@ -63,6 +64,8 @@ __all__ = [
     "FileChangedError",
     "FileFenceError",
     "FileSandboxDeniedError",
+    "PolicyOf",
+    "ProtectedPathError",
     "WorkspaceRoot",
     "binary_refusal",
     "display_parts",
@@ -71,6 +74,7 @@ __all__ = [
     "open_regular_in",
     "read_file_tool",
     "read_window",
+    "refuse_protected",
     "refuse_read_only",
     "render_window",
     "replace_in",
@@ -234,6 +238,9 @@ def workspace_root(ctx: Context, workspace: str) -> WorkspaceRoot:
     return root
 
 
+#: The policy of one call of a file tool under the row's mode (``policy.tool_policy``).
+PolicyOf: TypeAlias = Callable[[ToolExecution], Awaitable[SandboxPolicy]]
+
 #: How much of the start of a file is sniffed for a NUL byte (git's heuristic, 8000 bytes).
 BINARY_SNIFF_BYTES: Final = 8192
 _CHUNK: Final = 64 * 1024
@@ -241,12 +248,18 @@ _CHUNK: Final = 64 * 1024
 
 @dataclass(frozen=True, slots=True)
 class ReadWindow:
-    """One ``read_file`` window: the numbered lines kept and what the rest of the file holds."""
+    """One ``read_file`` window: the numbered lines kept and what the rest of the file holds.
+
+    ``complete`` is False when the scan stopped at its byte budget before the end of the file:
+    ``total`` is then the number of lines counted so far, a lower bound.
+    """
 
     offset: int
     lines: tuple[tuple[int, str], ...]
     total: int
     capped: bool
+    complete: bool = True
+    scanned: int = 0
 
 
 def binary_refusal(shown: str, head: bytes, tool: str = "read_file") -> ToolError | None:
@@ -261,21 +274,34 @@ def binary_refusal(shown: str, head: bytes, tool: str = "read_file") -> ToolErro
 
 
 def read_window(
-    fd: int, shown: str, *, offset: int, limit: int, max_line: int, max_bytes: int
+    fd: int,
+    shown: str,
+    *,
+    offset: int,
+    limit: int,
+    max_line: int,
+    max_bytes: int,
+    max_scan: int,
 ) -> ReadWindow:
     """Scan the open file ``fd`` once: keep lines ``offset``.. (at most ``limit`` of them, each cut
-    to ``max_line`` characters, at most ``max_bytes`` in all) and count every line.
+    to ``max_line`` characters, at most ``max_bytes`` in all) and count the lines.
 
-    A line buffer never grows past ``max_line + 1`` characters, so one huge line cannot blow up
-    memory. Raises the binary refusal when the first bytes hold a NUL.
+    Reads at most ``max_scan`` bytes: a file can be far larger than anything a window needs (a
+    sparse file of 15 TiB reads as zeros to its end), and the read runs on a worker thread the
+    call's cancellation cannot stop, so it must end by itself. Once the window is full the rest
+    is only counted (newlines in the raw bytes, no decoding). A line buffer never grows past
+    ``max_line + 1`` characters, so one huge line cannot blow up memory. Raises the binary
+    refusal when the first bytes hold a NUL.
     """
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     kept: list[tuple[int, str]] = []
-    total = used = 0
+    total = used = scanned = 0
     capped = False
     buffer: list[str] = []
     buffered = 0
     first = True
+    counting = False  # the window is full: only count the newlines of the rest
+    partial = False  # bytes after the last newline (a last line without one)
 
     def consume(raw: str) -> None:
         nonlocal total, used, capped
@@ -299,13 +325,24 @@ def read_window(
             buffer.append(piece[:room])
         buffered += len(piece)
 
+    complete = True
     while True:
-        chunk = os.read(fd, _CHUNK)
+        if scanned >= max_scan:
+            complete = False
+            break
+        chunk = os.read(fd, min(_CHUNK, max_scan - scanned))
+        scanned += len(chunk)
         if first:
             refusal = binary_refusal(shown, chunk)
             if refusal is not None:
                 raise refusal
             first = False
+        if counting:
+            if not chunk:
+                break
+            total += chunk.count(b"\n")
+            partial = not chunk.endswith(b"\n")
+            continue
         text = decoder.decode(chunk, final=not chunk)
         start = 0
         while (newline := text.find("\n", start)) >= 0:
@@ -316,11 +353,28 @@ def read_window(
         take(text[start:])
         if not chunk:
             break
-    if buffered:
+        if capped or len(kept) >= limit:
+            counting, partial = True, buffered > 0
+    if counting:
+        total += 1 if partial else 0
+    elif buffered:
         consume("".join(buffer))
     if offset > max(total, 1):
+        if not complete:
+            raise ToolError(
+                f'offset {offset} is past the first {max_scan} bytes of "{shown}" ({total} '
+                "lines), which is as far as read_file reads; use bash for a file this large "
+                f"(e.g. `sed -n '{offset},{offset + 99}p' FILE` or `tail -n 100 FILE`)"
+            )
         raise ToolError(f'offset {offset} is out of range for "{shown}" ({total} lines)')
-    return ReadWindow(offset=offset, lines=tuple(kept), total=total, capped=capped)
+    return ReadWindow(
+        offset=offset,
+        lines=tuple(kept),
+        total=total,
+        capped=capped,
+        complete=complete,
+        scanned=scanned,
+    )
 
 
 def render_window(shown: str, window: ReadWindow, max_bytes: int) -> str:
@@ -328,7 +382,14 @@ def render_window(shown: str, window: ReadWindow, max_bytes: int) -> str:
     body = "".join(f"{number}: {text}\n" for number, text in window.lines)
     last = window.lines[-1][0] if window.lines else window.offset - 1
     more = window.total - last
-    if more > 0:
+    if not window.complete:
+        lead = f"Output truncated at {max_bytes} bytes: showing" if window.capped else "Showing"
+        footer = (
+            f"({lead} lines {window.offset}-{last}; the file goes on past the {window.scanned} "
+            f"bytes read_file reads ({window.total} lines so far). Use offset={last + 1} to "
+            "continue, or bash for the far end of a file this large.)"
+        )
+    elif more > 0:
         plural = "s" if more != 1 else ""
         showing = f"lines {window.offset}-{last} of {window.total}, {more} more line{plural}"
         lead = f"Output truncated at {max_bytes} bytes: showing" if window.capped else "Showing"
@@ -395,7 +456,13 @@ def read_file_tool(
     def window_of(fd: int, shown: str, offset: int, limit: int) -> str:
         try:
             window = read_window(
-                fd, shown, offset=offset, limit=limit, max_line=max_line, max_bytes=max_bytes
+                fd,
+                shown,
+                offset=offset,
+                limit=limit,
+                max_line=max_line,
+                max_bytes=max_bytes,
+                max_scan=config.max_scan_bytes,
             )
         finally:
             os.close(fd)
@@ -559,13 +626,47 @@ def replace_in(
     return previous
 
 
+class ProtectedPathError(ToolError):
+    """A write into one of the call policy's read-only paths (``FS_PROTECTED_PATH``)."""
+
+    code = "FS_PROTECTED_PATH"
+
+
+def refuse_protected(policy: SandboxPolicy, parts: tuple[str, ...], tool: str) -> None:
+    """Refuse a write to ``parts`` (beneath the workspace) that the call's policy forbids: any
+    write under ``read-only``, and a write into a protected path (``.git``, ``.dsh``,
+    ``dsh.yml``, a virtualenv: :attr:`~dsh_host.sandbox.SandboxPolicy.read_only_paths`), which a
+    confined ``bash`` call of the same policy sees read-only too."""
+    refuse_read_only(policy.mode, tool)
+    cover = read_only_cover(policy, os.path.join(policy.workspace_root, *parts))
+    if cover is None:
+        return
+    shown = display_parts(parts)
+    where = os.path.relpath(cover, policy.workspace_root)
+    raise ProtectedPathError(
+        f'{tool} may not write "{shown}": it is inside the protected path "{where}" of the '
+        "workspace (git metadata, the harness's own configuration and state, and virtualenvs "
+        "hold code that runs later outside the sandbox, so tools get them read-only, bash "
+        "included). Write somewhere else, or ask the user to make this change."
+    )
+
+
 def target_dir(
-    holder: WorkspaceRoot, parts: tuple[str, ...], workspace: str, *, create: bool
+    holder: WorkspaceRoot,
+    parts: tuple[str, ...],
+    workspace: str,
+    *,
+    create: bool,
+    policy: SandboxPolicy,
+    tool: str,
 ) -> int:
-    """The descriptor of the directory holding ``parts[-1]``, resolved beneath the workspace."""
+    """The descriptor of the directory holding ``parts[-1]``, resolved beneath the workspace,
+    for a write the call's ``policy`` allows (:func:`refuse_protected`, checked before any
+    missing parent is created). Every writing file tool gets its directory here."""
     shown = display_parts(parts)
     if not parts:
         raise ToolError(f'"{shown}" is a directory')
+    refuse_protected(policy, parts, tool)
     try:
         return open_dirs_beneath(holder.fd(), parts[:-1], create=create)
     except FileNotFoundError:
@@ -590,13 +691,18 @@ def refuse_read_only(mode: str, tool: str) -> None:
 DIGEST_OR_NULL: Final = {"oneOf": [{"type": "string"}, {"type": "null"}]}
 
 
-def write_file_tool(config: BuiltinToolsConfig, root: WorkspaceRoot) -> ToolDefinition:
+def write_file_tool(
+    config: BuiltinToolsConfig, root: WorkspaceRoot, workspace_policy: PolicyOf
+) -> ToolDefinition:
     """Build ``write_file``: replace (or create) one file atomically."""
-    mode = config.sandbox
     holder, workspace = root, root.path
 
-    def write_sync(parts: tuple[str, ...], data: bytes, create: bool) -> str | None:
-        dir_fd = target_dir(holder, parts, workspace, create=create)
+    def write_sync(
+        parts: tuple[str, ...], data: bytes, create: bool, policy: SandboxPolicy
+    ) -> str | None:
+        dir_fd = target_dir(
+            holder, parts, workspace, create=create, policy=policy, tool="write_file"
+        )
         try:
             return replace_in(dir_fd, parts[-1], data, display_parts(parts), workspace)
         finally:
@@ -604,10 +710,10 @@ def write_file_tool(config: BuiltinToolsConfig, root: WorkspaceRoot) -> ToolDefi
 
     async def execute(args: Any, exec: ToolExecution) -> Any:
         parts = await anyio.to_thread.run_sync(workspace_parts, args["path"], workspace)
-        refuse_read_only(mode, "write_file")
+        policy = await workspace_policy(exec)
         data = str(args["content"]).encode("utf-8")
         create = bool(args.get("create_parents", False))
-        previous = await anyio.to_thread.run_sync(write_sync, parts, data, create)
+        previous = await anyio.to_thread.run_sync(write_sync, parts, data, create, policy)
         return {
             "path": display_parts(parts),
             "bytes": len(data),

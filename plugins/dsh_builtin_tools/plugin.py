@@ -7,6 +7,7 @@ import os
 from dsh_host.context import Context
 from dsh_host.plugin import Plugin
 from dsh_host.sandbox import SandboxPolicy, confined_writable_roots, harness_state_conflict
+from dsh_host.tools import ToolExecution
 from dsh_host.tools.keys import TOOLS
 
 from .bash import bash_tool
@@ -14,7 +15,8 @@ from .config import BuiltinToolsConfig, BuiltinToolsConfigError, canonical_works
 from .edit import edit_file_tool
 from .files import read_file_tool, workspace_root, write_file_tool
 from .listing import list_dir_tool
-from .search import glob_tool, grep_tool
+from .policy import tool_policy
+from .search import glob_tool, grep_tool, ripgrep_for
 from .spill import SpillArea, bound_results, spill_base
 
 __all__ = ["BuiltinTools"]
@@ -40,16 +42,23 @@ class BuiltinTools(Plugin):
                 "not an existing directory"
             )
         refuse_writable_harness_state(ctx, config, workspace)
-        spill = SpillArea(spill_base(config, workspace), config.max_spill_bytes)
+        spill = SpillArea(
+            spill_base(config, workspace), config.max_spill_bytes, config.spill_budget_bytes
+        )
         ctx.effect(spill.dispose, "builtin-tools spill area")
         tools = ctx.service(TOOLS)
         tools.register(bash_tool(ctx, config, workspace, spill), owner=ctx)
         root = workspace_root(ctx, workspace)
+
+        async def row_policy(exec: ToolExecution) -> SandboxPolicy:
+            return await tool_policy(config, workspace, config.sandbox, exec)
+
         tools.register(read_file_tool(config, root, spill), owner=ctx)
-        tools.register(write_file_tool(config, root), owner=ctx)
-        tools.register(edit_file_tool(config, root), owner=ctx)
-        tools.register(glob_tool(config, root, spill), owner=ctx)
-        tools.register(grep_tool(config, root, spill), owner=ctx)
+        tools.register(write_file_tool(config, root, row_policy), owner=ctx)
+        tools.register(edit_file_tool(config, root, row_policy), owner=ctx)
+        helper = ripgrep_for(ctx, config, workspace)
+        tools.register(glob_tool(config, root, spill, helper), owner=ctx)
+        tools.register(grep_tool(config, root, spill, helper), owner=ctx)
         tools.register(list_dir_tool(config, root, spill), owner=ctx)
         if config.max_inline_bytes is not None:
             bound_results(ctx, spill, config.max_inline_bytes)

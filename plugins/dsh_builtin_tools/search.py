@@ -1,10 +1,11 @@
 """``glob`` and ``grep``: find files and lines in the workspace, honouring ``.gitignore``.
 
 Both list the candidate files first, then filter (``glob``: the pattern, gitignore syntax via
-``pathspec``) or search them (``grep``: a Python regular expression, line by line). The list
-comes from the packaged ripgrep (the ``ripgrep`` wheel's ``rg`` beside this interpreter) when it
-is installed and the row's ``ripgrep`` is on, else from a pure-Python walk; both give the same
-list, so the model sees the same result either way:
+``pathspec``) or search them (``grep``: an RE2 regular expression, line by line; every pattern
+is compiled in :mod:`.patterns`, in a linear-time engine). The list comes from the packaged
+ripgrep (the ``ripgrep`` wheel's ``rg`` beside this interpreter) when it is installed, the row's
+``ripgrep`` is on and a sandbox can confine it (:class:`Ripgrep`), else from a pure-Python walk;
+both give the same list, so the model sees the same result either way:
 
 * every regular file beneath the search directory, hidden ones included, sorted by path
   components; ``.git`` entries are skipped;
@@ -15,26 +16,35 @@ list, so the model sees the same result either way:
   :func:`os.fwalk` from a descriptor with ``follow_symlinks=False``).
 
 ``rg`` runs with a fixed argv (``--no-config``, so ``RIPGREP_CONFIG_PATH`` cannot add a
-preprocessor), an empty environment and the workspace as its working directory, and only lists
-names; what it lists is a hint: every file the tools show or read is opened again beneath the
-workspace descriptor (:func:`~dsh_host.tools.beneath.open_beneath`: no link followed, regular
-files only), so a directory swapped for a symlink mid-walk cannot lead out. Results are capped
+preprocessor), an empty environment and the workspace as its working directory, confined by the
+sandbox provider under the call's ``read-only`` policy, memory-limited, with a deadline, its
+process group killed whole when it ends (:func:`_ripgrep`), and only lists names; what it
+lists is a hint: every file the tools show or read is opened again beneath the workspace
+descriptor (:func:`~dsh_host.tools.beneath.open_beneath`: no link followed, regular files only),
+so a directory swapped for a symlink mid-walk cannot lead out. Results are capped
 (``maxSearchResults``); a capped list is saved whole to the spill area and the footer names it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import re
+import selectors
+import signal
 import stat
 import subprocess
+import sys
 import sysconfig
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
 import anyio.to_thread
-import pathspec
 
+from dsh_host.cancel import CancelToken
+from dsh_host.context import Context
+from dsh_host.sandbox import SandboxUnavailableError
 from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, text_output
 from dsh_host.tools.beneath import open_beneath, open_dirs_beneath
 
@@ -47,9 +57,14 @@ from .files import (
     fence_refusal,
     workspace_parts,
 )
+from .patterns import Globs, LineRegex, glob_pattern, ignore_rules, line_regex
+from .policy import tool_policy
 from .spill import RETRIEVAL_HINT, SpillArea
 
 __all__ = [
+    "HelperFailed",
+    "Ripgrep",
+    "RipgrepFor",
     "Specs",
     "ancestor_specs",
     "capped_footer",
@@ -60,6 +75,7 @@ __all__ = [
     "open_search_dir",
     "read_ignore",
     "ripgrep_binary",
+    "ripgrep_for",
     "shown_path",
     "with_ignore",
 ]
@@ -118,22 +134,22 @@ def read_ignore(dir_fd: int) -> list[str]:
         os.close(fd)
 
 
-Specs: TypeAlias = list[tuple[tuple[str, ...], "pathspec.PathSpec[Any]"]]
+Specs: TypeAlias = list[tuple[tuple[str, ...], Globs]]
 
 
 def ignored(specs: Specs, path: tuple[str, ...], is_dir: bool) -> bool:
     """Whether a ``.gitignore`` of an ancestor directory (``where``) ignores ``path``."""
     for where, spec in specs:
         relative = "/".join(path[len(where) :]) + ("/" if is_dir else "")
-        if spec.match_file(relative):
+        if spec.match(relative):
             return True
     return False
 
 
 def with_ignore(dir_fd: int, here: tuple[str, ...], specs: Specs) -> Specs:
     """``specs`` plus the ``.gitignore`` of the directory ``dir_fd`` (workspace path ``here``)."""
-    rules = read_ignore(dir_fd)
-    return [*specs, (here, pathspec.GitIgnoreSpec.from_lines(rules))] if rules else specs
+    rules = ignore_rules(read_ignore(dir_fd))
+    return [*specs, (here, rules)] if rules is not None else specs
 
 
 def ancestor_specs(root_fd: int, parts: tuple[str, ...]) -> Specs:
@@ -175,47 +191,135 @@ def _walk(top_fd: int, base: tuple[str, ...], specs: Specs) -> Iterator[tuple[st
                 yield (*here, name)
 
 
-def _ripgrep(rg: str, workspace: str, parts: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
-    """The ripgrep listing of the search directory ``parts`` (relative to the workspace)."""
-    with subprocess.Popen(
-        [rg, *RG_LIST_ARGS, "--", display_parts(parts)],
+#: The address-space limit ripgrep runs under (``RLIMIT_AS``): a listing needs a few tens of
+#: MiB, while a ``.gitignore`` planted as a symlink to ``/dev/zero`` made it grow by ~300 MiB a
+#: second until the host ran short.
+RG_MEMORY_BYTES: Final = 512 * 1024 * 1024
+#: Sets the limit, then becomes ripgrep (run by this interpreter inside the sandbox, so no
+#: ``preexec_fn`` runs in a threaded parent).
+_LIMITED_EXEC: Final = (
+    "import os, resource, sys; n = int(sys.argv[1]); "
+    "resource.setrlimit(resource.RLIMIT_AS, (n, n)); os.execv(sys.argv[2], sys.argv[2:])"
+)
+#: How often a waiting listing looks at the call's cancellation.
+_POLL_S: Final = 0.1
+
+
+class HelperFailed(Exception):
+    """The ripgrep helper did not give a complete listing (no sandbox to confine it, its
+    deadline, a crash, its memory limit): the caller lists with the Python walk instead."""
+
+
+@dataclass(frozen=True)
+class Ripgrep:
+    """How one call runs the ripgrep helper: the binary, the call's sandbox view (``confine``
+    turns an argv into the provider's confining argv under the call's ``read-only`` policy, or
+    None when no sandbox can), the deadline and the call's cancellation."""
+
+    binary: str
+    confine: Callable[[list[str]], list[str] | None]
+    deadline_s: float
+    token: CancelToken | None = None
+
+
+def _kill_group(child: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        child.kill()
+    child.wait()
+
+
+def _ripgrep(helper: Ripgrep, workspace: str, parts: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The ripgrep listing of the search directory ``parts`` (relative to the workspace), run
+    confined, memory-limited, in its own process group, and stopped (the whole group) at the
+    deadline, on the call's cancellation or past :data:`MAX_ENTRIES`.
+
+    ripgrep reads every ``.gitignore`` of the tree, and those are the workspace's: a FIFO hung
+    it forever (outliving dsh), a link to ``/dev/zero`` ate the host's memory. Raises
+    :class:`HelperFailed` when the listing is not complete, so nothing half-listed is shown.
+    """
+    argv = [
+        sys.executable, "-I", "-S", "-c", _LIMITED_EXEC, str(RG_MEMORY_BYTES),
+        helper.binary, *RG_LIST_ARGS, "--", display_parts(parts),
+    ]  # fmt: skip
+    confined = helper.confine(argv)
+    if confined is None:
+        raise HelperFailed("no sandbox can confine ripgrep")
+    deadline = time.monotonic() + helper.deadline_s
+    child = subprocess.Popen(
+        confined,
         cwd=workspace,
         env={},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-    ) as child:
+        start_new_session=True,
+    )
+    found: list[tuple[str, ...]] = []
+    try:
         assert child.stdout is not None
+        out = child.stdout.fileno()
+        os.set_blocking(out, False)
         pending = b""
-        try:
-            while chunk := child.stdout.read(65536):
+        with selectors.DefaultSelector() as selector:
+            selector.register(out, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise HelperFailed(f"ripgrep ran past its {helper.deadline_s:g} s deadline")
+                if helper.token is not None and helper.token.aborted:
+                    raise HelperFailed("the call was cancelled")
+                if not selector.select(min(left, _POLL_S)):
+                    continue
+                chunk = os.read(out, 65536)
+                if not chunk:
+                    break
                 *names, pending = (pending + chunk).split(b"\0")
                 for raw in names:
                     path = os.fsdecode(raw)
                     path = path[2:] if path.startswith("./") else path
-                    yield tuple(p for p in path.split("/") if p not in ("", "."))
-            status = child.wait()
-        finally:
-            if child.poll() is None:  # the listing was abandoned (a cap): stop this call's rg
-                child.kill()
-        if status not in (0, 1, 2):  # 1: no file; 2: some directory was unreadable
-            raise ToolError(f"ripgrep ({rg}) failed with exit status {status}")
+                    found.append(tuple(p for p in path.split("/") if p not in ("", ".")))
+                if len(found) > MAX_ENTRIES:
+                    raise _too_many()
+        status = child.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        raise HelperFailed(f"ripgrep ran past its {helper.deadline_s:g} s deadline") from None
+    finally:
+        _kill_group(child)  # whatever happened, nothing of this call's helper outlives it
+        if child.stdout is not None:
+            child.stdout.close()
+    if status not in (0, 1, 2):  # 1: no file; 2: some directory was unreadable
+        raise HelperFailed(f"ripgrep exited with status {status}")
+    return found
 
 
 def list_files(
-    holder: WorkspaceRoot, parts: tuple[str, ...], rg: str | None
+    holder: WorkspaceRoot, parts: tuple[str, ...], rg: Ripgrep | None
 ) -> list[tuple[str, ...]]:
     """The candidate files beneath the search directory ``parts``: ``.gitignore`` honoured,
-    sorted by path components, at most :data:`MAX_ENTRIES` (more is an error)."""
+    sorted by path components, at most :data:`MAX_ENTRIES` (more is an error).
+
+    ripgrep lists when the call has it (:class:`Ripgrep`); when it cannot give a complete list
+    (:class:`HelperFailed`), the Python walk lists instead: it reads a ``.gitignore`` only when
+    it is a regular file (never a FIFO, a device or a link), so what stopped ripgrep cannot stop
+    it.
+    """
     root_fd = holder.fd()
     specs = ancestor_specs(root_fd, parts)
     top = open_search_dir(holder, parts)
     try:
-        listing = _ripgrep(rg, holder.path, parts) if rg is not None else _walk(top, parts, specs)
+        listing: list[tuple[str, ...]] | None = None
+        if rg is not None:
+            try:
+                listing = _ripgrep(rg, holder.path, parts)
+            except HelperFailed:
+                listing = None
         found: list[tuple[str, ...]] = []
-        for path in listing:
+        walked = listing is None
+        for path in _walk(top, parts, specs) if listing is None else listing:
             if path[: len(parts)] != parts or (
-                rg is not None and specs and ignored(specs, path, False)
+                not walked and specs and ignored(specs, path, False)
             ):
                 continue
             found.append(path)
@@ -274,24 +378,51 @@ PATH_PROPERTY: Final = {
 }
 
 
-def _search_backend(config: BuiltinToolsConfig) -> str | None:
-    return ripgrep_binary() if config.ripgrep else None
+#: How one call gets its ripgrep helper (None: list with the Python walk).
+RipgrepFor: TypeAlias = Callable[[ToolExecution], Awaitable[Ripgrep | None]]
+
+
+def ripgrep_for(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> RipgrepFor:
+    """The row's ripgrep helper per call: confined by the row's ``sandbox`` service under the
+    call's ``read-only`` policy (it only lists), with the row's ``searchTimeoutMs``. Without the
+    packaged ``rg``, with ``ripgrep: false``, or with no sandbox that can confine it, the Python
+    walk lists instead: a helper never runs unconfined."""
+    binary = ripgrep_binary() if config.ripgrep else None
+
+    async def helper(exec: ToolExecution) -> Ripgrep | None:
+        if binary is None or ctx.get("sandbox") is None:
+            return None
+        policy = await tool_policy(config, workspace, "read-only", exec)
+
+        def confine(argv: list[str]) -> list[str] | None:
+            sandbox = ctx.get("sandbox")
+            if sandbox is None:
+                return None
+            try:
+                return list(sandbox.confine(argv, policy).argv)
+            except SandboxUnavailableError:
+                return None
+
+        return Ripgrep(binary, confine, config.search_timeout_ms / 1000, exec.signal)
+
+    return helper
 
 
 def _relative(path: tuple[str, ...], parts: tuple[str, ...]) -> str:
     return "/".join(path[len(parts) :])
 
 
-def glob_tool(config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea) -> ToolDefinition:
+def glob_tool(
+    config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea, helper: RipgrepFor
+) -> ToolDefinition:
     """Build ``glob``: the workspace files matching a gitignore-style pattern, sorted."""
     holder, workspace = root, root.path
-    rg = _search_backend(config)
 
-    def glob_sync(parts: tuple[str, ...], pattern: str, call_id: str) -> str:
-        spec = pathspec.GitIgnoreSpec.from_lines([pattern])
+    def glob_sync(parts: tuple[str, ...], pattern: str, call_id: str, rg: Ripgrep | None) -> str:
+        spec = glob_pattern(pattern)
         found: list[str] = []
         for path in list_files(holder, parts, rg):
-            if spec.match_file(_relative(path, parts)):
+            if spec.match(_relative(path, parts)):
                 fd = open_listed(holder, path, READ_FLAGS)
                 if fd is not None:
                     os.close(fd)
@@ -314,7 +445,8 @@ def glob_tool(config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea)
         pattern = args["pattern"]
         if not pattern.strip():
             raise ToolError("pattern must be a non-empty string")
-        return await anyio.to_thread.run_sync(glob_sync, parts, pattern, exec.call_id)
+        rg = await helper(exec)
+        return await anyio.to_thread.run_sync(glob_sync, parts, pattern, exec.call_id, rg)
 
     return ToolDefinition(
         name="glob",
@@ -358,21 +490,23 @@ def _read_text(holder: WorkspaceRoot, path: tuple[str, ...]) -> bytes | None:
     return None if b"\0" in data[:BINARY_SNIFF_BYTES] else data
 
 
-def grep_tool(config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea) -> ToolDefinition:
+def grep_tool(
+    config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea, helper: RipgrepFor
+) -> ToolDefinition:
     """Build ``grep``: lines matching a regular expression, as ``path:line: text``, sorted."""
     holder, workspace = root, root.path
-    rg = _search_backend(config)
 
     def grep_sync(
         parts: tuple[str, ...],
-        regex: re.Pattern[str],
-        files: pathspec.PathSpec[Any] | None,
+        regex: LineRegex,
+        files: Globs | None,
         call_id: str,
+        rg: Ripgrep | None,
     ) -> str:
         hits: list[str] = []
         total = skipped = 0
         for path in list_files(holder, parts, rg):
-            if files is not None and not files.match_file(_relative(path, parts)):
+            if files is not None and not files.match(_relative(path, parts)):
                 continue
             try:
                 data = _read_text(holder, path)
@@ -416,21 +550,17 @@ def grep_tool(config: BuiltinToolsConfig, root: WorkspaceRoot, spill: SpillArea)
         pattern = args["pattern"]
         if not pattern:
             raise ToolError("pattern must be a non-empty string")
-        try:
-            regex = re.compile(pattern, re.IGNORECASE if args.get("ignore_case") else 0)
-        except re.error as error:
-            raise ToolError(
-                f"invalid pattern: {error} (a Python regular expression; escape literal "
-                "characters like ( or [ with a backslash)"
-            ) from None
+        regex = line_regex(pattern, ignore_case=bool(args.get("ignore_case")))
         glob = args.get("glob")
-        files = pathspec.GitIgnoreSpec.from_lines([glob]) if glob else None
-        return await anyio.to_thread.run_sync(grep_sync, parts, regex, files, exec.call_id)
+        files = glob_pattern(glob, "glob") if glob else None
+        rg = await helper(exec)
+        return await anyio.to_thread.run_sync(grep_sync, parts, regex, files, exec.call_id, rg)
 
     return ToolDefinition(
         name="grep",
         description=(
-            "Search the text files of the workspace for a regular expression (Python syntax) "
+            "Search the text files of the workspace for a regular expression (RE2 syntax: no "
+            "backreferences or lookaround) "
             "and return the matching lines as `path:line: text`, sorted by path and line, at "
             f"most {config.max_search_results}. `glob` limits the files (e.g. `*.py`); files "
             "ignored by .gitignore, the .git directory and binary files are skipped; symbolic "

@@ -20,6 +20,7 @@ Follows DSH's split (``spill-local`` stores, ``output-retention`` keeps, ``spill
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import re
@@ -41,6 +42,7 @@ from .config import BuiltinToolsConfig, BuiltinToolsConfigError
 
 __all__ = [
     "RETRIEVAL_HINT",
+    "SPILL_BUDGET_MARKER",
     "SPILL_CAPPED_MARKER",
     "SpillArea",
     "bound_results",
@@ -48,11 +50,17 @@ __all__ = [
     "head_tail",
     "spill_base",
     "spill_notice",
+    "unsaved_notice",
 ]
 
 #: Written at the end of a spill file that reached ``maxSpillBytes``.
 SPILL_CAPPED_MARKER: Final = (
     "\n[dsh: spill capped at {cap} bytes; the rest of this stream was discarded]\n"
+)
+#: Written at the end of a spill file cut short because the row's spill budget ran out.
+SPILL_BUDGET_MARKER: Final = (
+    "\n[dsh: this run's spill budget of {budget} bytes is used up; the rest of this output was "
+    "discarded]\n"
 )
 #: How the model gets at a spilled file (DSH's ``spill-local`` hint, with our tool's name).
 RETRIEVAL_HINT: Final = "Use read_file with offset/limit to page through it."
@@ -110,15 +118,35 @@ class SpillArea:
     symlink makes the spill fail instead of being written through. :meth:`dispose` (the row's
     unload: the end of the run) deletes the directory and everything in it. Safe to use from
     the event loop and from worker threads at once (``glob`` and ``grep`` may run in parallel).
+
+    Two bounds: ``cap`` bytes per file (``maxSpillBytes``), and ``budget`` bytes for all the
+    files of the row together (``spillBudgetBytes``): every writer takes its bytes through
+    :meth:`reserve` first, so a run of noisy calls cannot fill the disk (without it, a dozen
+    read-only calls wrote ~350 MiB). What the budget refuses is discarded and the file says so.
     """
 
-    def __init__(self, base: str | None, cap: int) -> None:
+    def __init__(self, base: str | None, cap: int, budget: int | None = None) -> None:
         self.base = base
         self.cap = cap
+        self.budget = budget
+        self.spent = 0
         self.path: str | None = None
         self._dir_fd: int | None = None
         self._count = itertools.count(1)
         self._lock = threading.Lock()
+
+    def reserve(self, size: int) -> int:
+        """Take up to ``size`` bytes of the row's spill budget; returns how many were granted
+        (``size`` itself, less once the budget runs out, 0 when it has)."""
+        with self._lock:
+            granted = size if self.budget is None else max(0, min(size, self.budget - self.spent))
+            self.spent += granted
+            return granted
+
+    def exhausted(self) -> bool:
+        """Whether the row's spill budget is used up."""
+        with self._lock:
+            return self.budget is not None and self.spent >= self.budget
 
     def open(self, call_id: str, label: str) -> tuple[int, str] | None:
         """A new spill file for one output of one call: (descriptor, path), or None."""
@@ -139,9 +167,12 @@ class SpillArea:
         return fd, os.path.join(directory, name)
 
     def save_text(self, call_id: str, label: str, text: str) -> str | None:
-        """Write ``text`` to a new spill file (up to ``maxSpillBytes``, then the capped marker)
-        and return its path; None when nothing could be saved (no area, a refused create, a
-        full disk: saving is best-effort, the caller keeps its inline text)."""
+        """Write ``text`` to a new spill file (up to ``maxSpillBytes``, then the capped marker;
+        past the row's budget, the budget marker) and return its path; None when nothing could
+        be saved (no area, a spent budget, a refused create, a full disk: saving is best-effort,
+        the caller keeps its inline text)."""
+        if self.exhausted():
+            return None
         try:
             opened = self.open(call_id, label)
         except OSError:
@@ -151,7 +182,11 @@ class SpillArea:
         fd, path = opened
         dir_fd = self._dir_fd
         data = text.encode("utf-8", "replace")
-        if len(data) > self.cap:
+        want = min(len(data), self.cap)
+        granted = self.reserve(want)
+        if granted < want:
+            data = data[:granted] + SPILL_BUDGET_MARKER.format(budget=self.budget).encode()
+        elif len(data) > self.cap:
             data = data[: self.cap] + SPILL_CAPPED_MARKER.format(cap=self.cap).encode()
         try:
             view = memoryview(data)
@@ -185,6 +220,8 @@ class SpillArea:
             os.close(fd)
         if path is not None:
             shutil.rmtree(path, ignore_errors=True)
+        with self._lock:
+            self.spent = 0
 
 
 def _cut_head(data: bytes, size: int) -> bytes:
@@ -213,21 +250,40 @@ def spill_notice(omitted: int, locator: str) -> str:
     )
 
 
-def bound_text(text: str, cap: int, save: Callable[[str], str | None]) -> str | None:
+def unsaved_notice(omitted: int, budget: int | None) -> str:
+    """The notice of a bounded result that could not be saved because the run's spill budget is
+    used up: the model still gets the head and the tail, and knows the middle is gone."""
+    return (
+        f"(Omitted {omitted} bytes. The full result was not saved: this run's spill budget of "
+        f"{budget} bytes is used up.)"
+    )
+
+
+def bound_text(
+    text: str,
+    cap: int,
+    save: Callable[[str], str | None],
+    unsaved: Callable[[int], str] | None = None,
+) -> str | None:
     """The bounded replacement of ``text`` (preview, blank line, notice; at most ``cap`` bytes),
-    or None to keep ``text`` as it is: it fits, ``save`` could not store it, or not even the
-    notice fits the cap (then the notice would break the advertised bound)."""
+    or None to keep ``text`` as it is: it fits, ``save`` could not store it (and ``unsaved``,
+    which words the notice of a result cut without a copy, is None), or not even the notice fits
+    the cap (then the notice would break the advertised bound)."""
     size = len(text.encode("utf-8"))
     if size <= cap:
         return None
     locator = save(text)
-    if locator is None:
+    if locator is not None:
+        notice_for: Callable[[int], str] = functools.partial(spill_notice, locator=locator)
+    elif unsaved is not None:
+        notice_for = unsaved
+    else:
         return None
     # Reserve the notice priced at the largest omission (all bytes): its digits bound the real
     # count's, so the final replacement never exceeds the cap.
-    reserve = len(spill_notice(size, locator).encode("utf-8")) + 2
+    reserve = len(notice_for(size).encode("utf-8")) + 2
     preview, omitted = head_tail(text, max(0, cap - reserve))
-    notice = spill_notice(omitted, locator)
+    notice = notice_for(omitted)
     replaced = f"{preview}\n\n{notice}" if preview else notice
     return replaced if len(replaced.encode("utf-8")) <= cap else None
 
@@ -259,8 +315,14 @@ def bound_results(ctx: Context, area: SpillArea, cap: int) -> None:
         def save(full: str) -> str | None:
             return area.save_text(execution.call_id, "result.txt", full)
 
+        def unsaved(omitted: int) -> str:
+            return unsaved_notice(omitted, area.budget)
+
+        # A spent budget still bounds the result (head and tail, and a notice saying the middle
+        # is gone); any other failure to save keeps the original, as before.
+        cut = unsaved if area.exhausted() else None
         # The save writes up to maxSpillBytes: on a worker thread, not the event loop.
-        replaced = await anyio.to_thread.run_sync(bound_text, text, cap, save)
+        replaced = await anyio.to_thread.run_sync(bound_text, text, cap, save, cut)
         if replaced is None:
             return decision
         return Accept(

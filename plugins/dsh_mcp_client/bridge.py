@@ -39,10 +39,9 @@ from dsh_host.errors import AbortError, DshError
 from dsh_host.jsonsafe import to_json_builtins
 from dsh_host.sandbox import (
     DEFAULT_ENV_ALLOW,
-    SandboxPolicy,
     SandboxUnavailableError,
     allowed_environment,
-    workspace_read_only_paths,
+    call_policy,
 )
 from dsh_host.session.messages import TextBlock
 from dsh_host.session.repair import TOOL_OUTCOME_UNKNOWN
@@ -306,13 +305,9 @@ class ServerBridge:
             sandbox = self._ctx.get("sandbox")
             if sandbox is None:
                 raise SandboxUnavailableError(config.sandbox)
-            policy = SandboxPolicy(
-                mode=config.sandbox,
-                workspace_root=self._workspace,
-                read_only_paths=workspace_read_only_paths(self._workspace)
-                if config.sandbox == "workspace-write"
-                else (),
-            )
+            # The same view as every builtin tool: one policy builder (protected paths,
+            # virtualenvs at any depth) for every effect the harness confines.
+            policy = call_policy(config.sandbox, self._workspace)
             argv = list(sandbox.confine(argv, policy).argv)
         self._stderr = StderrTail()
         # Its own parent-death signal too: a confined child's runner dies with the harness, and

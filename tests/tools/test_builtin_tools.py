@@ -229,7 +229,7 @@ async def test_env_allow_rejects_malformed_entries(boot: Boot, entry: str) -> No
             pass
 
 
-async def test_long_output_keeps_the_tail_and_spills(boot: Boot) -> None:
+async def test_long_output_keeps_head_and_tail_and_spills(boot: Boot) -> None:
     async with boot(sandbox="danger-full-access", maxOutputBytes=1000) as host:
         result = await run(host, bash("seq 1 5000"))
         stdout = result.value["stdout"]
@@ -247,8 +247,10 @@ async def test_long_output_keeps_the_tail_and_spills(boot: Boot) -> None:
     )
     assert stdout["truncated"] is True
     assert text.splitlines()[-1] == f"[output truncated; full output: {stdout['spillPath']}]"
-    assert "5000\n" in stdout["text"]
-    assert "\n1\n" not in "\n" + stdout["text"]
+    assert stdout["text"].endswith("4999\n5000\n")  # the tail
+    assert stdout["text"].startswith("1\n2\n3\n")  # and the head (issue 42)
+    head, omitted, tail = stdout["text"].partition(f"\n[... {stdout['omittedBytes']} bytes omitted")
+    assert omitted and len((head + tail).encode()) <= 1000 + 40
     assert spilled == "".join(f"{n}\n" for n in range(1, 5001))
     assert mode == (0o600, 0o700)
     # The spill area is private to the row and deleted when the row unloads (end of the run).

@@ -132,3 +132,20 @@ async def test_read_file_reaches_only_the_area_s_own_files(
     assert planted.is_error and "symbolic link" in text_of(planted), text_of(planted)
     for refused in (dotdot, beside):
         assert refused.is_error and "outside the workspace" in text_of(refused), text_of(refused)
+
+
+async def test_a_spent_spill_budget_still_bounds_results(boot: Boot, ws: Path) -> None:
+    """Issue 43: the run's spill budget (here 100 000 bytes: one BIG and a half) ends saving,
+    not bounding: the next result is still cut to its head and tail, and says the middle is
+    gone (it used to stay whole when it could not be saved)."""
+    async with boot(maxInlineBytes=2000, spillBudgetBytes=100_000) as host:
+        results = [await run(host, "big", {}) for _ in range(3)]
+    first, second, third = (text_of(r) for r in results)
+    assert NOTICE.search(first) is not None
+    assert NOTICE.search(second) is not None  # saved, cut short by the budget (its marker says)
+    assert len(third.encode()) <= 2000
+    assert third.startswith("line 00001\n") and third.rstrip(")").endswith(
+        "The full result was not saved: this run's spill budget of 100000 bytes is used up."
+    )
+    head = third.split("\n\n(Omitted")[0]
+    assert head.endswith("line 06000\n")  # the tail is kept too

