@@ -139,8 +139,20 @@ def confined(ws: Path, backend: str, deadline_s: float = 20.0) -> Ripgrep:
     return Ripgrep(binary, lambda argv: list(provider.confine(argv, policy).argv), deadline_s)
 
 
-def rg_group_alive(marker: Path) -> list[int]:
-    """PIDs of ripgrep processes whose working directory is ``marker``."""
+def rg_group_alive(marker: Path, settle_s: float = 10.0) -> list[int]:
+    """PIDs of ripgrep processes whose working directory is ``marker``, once those SIGKILLed
+    have had up to ``settle_s`` to finish dying (a killed process keeps its cwd while it exits;
+    on a loaded machine that took long enough to be seen). A group that was not killed is
+    still there after the wait."""
+    deadline = time.monotonic() + settle_s
+    alive = _rg_processes(marker)
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = _rg_processes(marker)
+    return alive
+
+
+def _rg_processes(marker: Path) -> list[int]:
     alive = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
