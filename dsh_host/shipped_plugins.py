@@ -104,4 +104,5 @@ SHIPPED_PLUGINS: Final[dict[str, DeclaredPlugin]] = {
         inject=("tools",),
         executable_keys=("command", "args", "env", "cwd"),
     ),
+    "telemetry-otel": DeclaredPlugin("dsh_telemetry_otel:TelemetryOtel", provides=("telemetry",)),
 }

@@ -19,7 +19,7 @@ import pytest
 
 from dsh_host import loader
 from dsh_host.compositions import shipped_config_dir
-from dsh_host.errors import ConfigError, DshError, UnknownPluginError
+from dsh_host.errors import DISTRIBUTION, ConfigError, DshError, UnknownPluginError
 from dsh_host.loader import (
     LocatedRow,
     Row,
@@ -48,7 +48,7 @@ def test_the_installed_entry_points_are_the_table() -> None:
     installed = {
         ep.name: ep.value
         for ep in importlib.metadata.entry_points(group="dsh.plugins")
-        if ep.dist is not None and ep.dist.name == "dsh"
+        if ep.dist is not None and ep.dist.name == DISTRIBUTION
     }
     assert installed == {name: p.entry_point for name, p in SHIPPED_PLUGINS.items()}
 

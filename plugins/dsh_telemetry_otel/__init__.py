@@ -1,0 +1,18 @@
+"""``telemetry-otel``: OpenTelemetry GenAI traces derived from the session log (see README.md)."""
+
+from dsh_host.errors import require_extra
+
+with require_extra("otel"):
+    from ._tracer import FINISH_REASONS, LogIds, SessionTracer
+    from .plugin import Telemetry, TelemetryConfig, TelemetryOtel, export_session, otlp_exporter
+
+__all__ = [
+    "FINISH_REASONS",
+    "LogIds",
+    "SessionTracer",
+    "Telemetry",
+    "TelemetryConfig",
+    "TelemetryOtel",
+    "export_session",
+    "otlp_exporter",
+]

@@ -1,0 +1,403 @@
+"""Spans from session events: one place that turns a log into a trace, live or after the fact.
+
+:class:`SessionTracer` is fed a session's events in log order (``feed``) and opens and ends
+OpenTelemetry spans at the events' own times:
+
+- ``invoke_agent`` for a turn (``turn/start`` .. ``turn/end``), the root of its trace;
+- ``chat`` for each model request (``step/start`` .. the step's ``assistant/message``, or a
+  failed ``assistant/attempt``), with the route (from the last ``request/header``), usage and
+  finish reason; ``llm/retry`` events
+  become span events of the request they retry;
+- ``execute_tool`` for each call (``tool/call`` .. ``tool/result``), with its outcome, the
+  approval trail and, for a result the crash repair wrote, ``error.type``
+  ``TOOL_OUTCOME_UNKNOWN`` or ``TOOL_NOT_STARTED``.
+
+A turn the process never closed (no ``turn/end`` yet) stays open until its closers arrive:
+``dsh resume`` appends them, and they are exported then, so the trace shows what the log says
+happened. Nothing is derived from memory that the log does not hold, which is why the same
+class serves the live plugin and ``dsh sessions export-otel``.
+
+Span and trace ids are derived from the session id and the sequence number of the event that
+opened the span (:class:`LogIds`), so exporting a session twice (live, then again after the
+fact) gives the same ids and a backend can deduplicate.
+
+Attribute names follow the OpenTelemetry GenAI semantic conventions as published with
+``opentelemetry-semantic-conventions`` 0.66b (GenAI spans, conventions 1.37+:
+``gen_ai.provider.name``, ``gen_ai.operation.name``, ``gen_ai.usage.*``). Message content and
+tool arguments are recorded only when ``capture_content`` is set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+
+__all__ = ["FINISH_REASONS", "LogIds", "SessionTracer"]
+
+#: dsh's finish kinds as GenAI finish reasons.
+FINISH_REASONS: Final[Mapping[str, str]] = {
+    "stop": "stop",
+    "tool-calls": "tool_calls",
+    "max-tokens": "length",
+    "aborted": "cancelled",
+    "error": "error",
+}
+#: Turn ends that are not a success (the span's status is ERROR with the kind as error.type).
+_FAILED_TURNS: Final = frozenset({"error", "interrupted", "aborted", "blocked", "max-tokens"})
+
+
+def _ns(ms: Any) -> int:
+    return int(ms) * 1_000_000
+
+
+class LogIds(IdGenerator):
+    """Trace and span ids derived from the log instead of drawn at random.
+
+    Before starting a span the tracer names what opens it (:meth:`next`); the SDK then asks for
+    the ids and gets ``sha256(session id, what)`` cut to size. A span started without a name
+    (another library's) gets random ids as usual.
+    """
+
+    def __init__(self) -> None:
+        self._trace: int | None = None
+        self._span: int | None = None
+
+    @staticmethod
+    def _digest(*parts: str) -> bytes:
+        return hashlib.sha256("\0".join(parts).encode()).digest()
+
+    def next(self, session_id: str, turn: int, opened_by: str) -> None:
+        self._trace = int.from_bytes(self._digest(session_id, str(turn))[:16], "big") or 1
+        self._span = int.from_bytes(self._digest(session_id, opened_by)[:8], "big") or 1
+
+    def generate_trace_id(self) -> int:
+        value, self._trace = self._trace, None
+        return value if value is not None else RandomIdGenerator().generate_trace_id()
+
+    def generate_span_id(self) -> int:
+        value, self._span = self._span, None
+        return value if value is not None else RandomIdGenerator().generate_span_id()
+
+
+@dataclass
+class _Turn:
+    number: int
+    span: Span
+    chat: Span | None = None
+    chat_step: int | None = None
+    tools: dict[str, Span] = field(default_factory=dict)
+
+
+class SessionTracer:
+    """The spans of one session, built as its events arrive (see the module docstring)."""
+
+    def __init__(
+        self,
+        tracer: Tracer,
+        ids: LogIds,
+        session_id: str,
+        *,
+        agent_name: str = "dsh",
+        capture_content: bool = False,
+    ) -> None:
+        self._tracer = tracer
+        self._ids = ids
+        self._session_id = session_id
+        self._agent_name = agent_name
+        self._capture = capture_content
+        self._turn: _Turn | None = None
+        #: the route of the last ``request/header`` (later steps reuse it until it changes)
+        self._provider: str | None = None
+        self._model: str | None = None
+        #: spans ended so far, by operation (what a caller reports: "3 invoke_agent ...")
+        self.counts: dict[str, int] = {"invoke_agent": 0, "chat": 0, "execute_tool": 0}
+
+    @property
+    def in_turn(self) -> bool:
+        """A turn's span is open (its ``turn/start`` was fed, its ``turn/end`` not yet)."""
+        return self._turn is not None
+
+    # -- feeding ----------------------------------------------------------------------
+    def feed(self, event: Mapping[str, Any]) -> None:
+        """One event in wire form (``{"type", "seq", "time", "data"}``), in log order."""
+        kind = event.get("type")
+        data = event.get("data")
+        if not isinstance(data, Mapping):
+            return
+        handler = self._HANDLERS.get(str(kind))
+        if handler is not None:
+            handler(self, event, data)
+
+    def close(self, time_ms: int | None = None) -> None:
+        """End what is still open (a turn still running when the exporter stops): the spans
+        are marked ``dsh.open`` so a reader knows the log had not closed them yet."""
+        turn = self._turn
+        if turn is None:
+            return
+        end = None if time_ms is None else _ns(time_ms)
+        for span in [*turn.tools.values(), *([turn.chat] if turn.chat else []), turn.span]:
+            span.set_attribute("dsh.open", True)
+            span.end(end_time=end)
+        self._turn = None
+
+    # -- spans ------------------------------------------------------------------------
+    def _start(self, name: str, event: Mapping[str, Any], turn: int, **attributes: Any) -> Span:
+        self._ids.next(self._session_id, turn, f"seq:{event.get('seq')}")
+        parent = None if self._turn is None else trace.set_span_in_context(self._turn.span)
+        span: Span = self._tracer.start_span(
+            name,
+            context=parent,
+            kind=SpanKind.INTERNAL if name.startswith("invoke_agent") else SpanKind.CLIENT,
+            start_time=_ns(event.get("time", 0)),
+            attributes={
+                "gen_ai.conversation.id": self._session_id,
+                "dsh.seq": int(event.get("seq", -1)),
+                **{k: v for k, v in attributes.items() if v is not None},
+            },
+        )
+        return span
+
+    def _end(self, operation: str, span: Span, event: Mapping[str, Any]) -> None:
+        span.set_attribute("dsh.end_seq", int(event.get("seq", -1)))
+        span.end(end_time=_ns(event.get("time", 0)))
+        self.counts[operation] += 1
+
+    def _turn_start(self, event: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+        if self._turn is not None:  # a turn/start without the previous turn/end: close it
+            self.close(int(event.get("time", 0)))
+        number = int(data.get("turn", 0))
+        self._turn = None
+        span = self._start(
+            f"invoke_agent {self._agent_name}",
+            event,
+            number,
+            **{
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": self._agent_name,
+                "dsh.turn": number,
+            },
+        )
+        self._turn = _Turn(number, span)
+
+    def _turn_end(self, event: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+        turn = self._turn
+        if turn is None:
+            return
+        reason = data.get("reason")
+        kind = str(reason.get("kind")) if isinstance(reason, Mapping) else "unknown"
+        # spans the turn left open (a crash): the closers end them here, as the log does
+        for span in [*turn.tools.values(), *([turn.chat] if turn.chat else [])]:
+            span.set_status(Status(StatusCode.ERROR, f"the turn ended {kind} before it did"))
+            span.set_attribute("error.type", kind)
+            self._end("execute_tool" if span is not turn.chat else "chat", span, event)
+        turn.span.set_attribute("dsh.turn.end", kind)
+        if kind in _FAILED_TURNS:
+            turn.span.set_attribute("error.type", kind)
+            message = reason.get("message") if isinstance(reason, Mapping) else None
+            turn.span.set_status(Status(StatusCode.ERROR, str(message or kind)))
+        self._end("invoke_agent", turn.span, event)
+        self._turn = None
+
+    def _step(self, event: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+        """A step makes one model request: its span opens here, named by the route in force
+        (``request/header`` is logged only when the header changes, so it may not follow)."""
+        turn = self._turn
+        if turn is None:
+            return
+        if turn.chat is not None:  # a step begun before the last answered: end the old one
+            self._end("chat", turn.chat, event)
+        turn.chat = self._start(
+            f"chat {self._model}" if self._model else "chat",
+            event,
+            turn.number,
+            **{
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": self._provider,
+                "gen_ai.request.model": self._model,
+                "dsh.step": int(data.get("step", 0)),
+            },
+        )
+
+    def _request(self, event: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+        header = data.get("header")
+        config = header.get("config") if isinstance(header, Mapping) else None
+        config = config if isinstance(config, Mapping) else {}
+        self._provider = str(config["provider"]) if config.get("provider") else None
+        self._model = str(config["model"]) if config.get("model") else None
+        turn = self._turn
+        if turn is None or turn.chat is None:
+            return
+        span = turn.chat
+        if self._model:
+            span.update_name(f"chat {self._model}")
+            span.set_attribute("gen_ai.request.model", self._model)
+        if self._provider:
+            span.set_attribute("gen_ai.provider.name", self._provider)
+        if config.get("maxTokens") is not None:
+            span.set_attribute("gen_ai.request.max_tokens", int(config["maxTokens"]))
+        if self._capture and isinstance(header, Mapping) and header.get("tools") is not None:
+            span.set_attribute("gen_ai.tool.definitions", json.dumps(header["tools"]))
+
+    def _answer(self, event: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+        turn = self._turn
+        if turn is None or turn.chat is None:
+            return
+        span, turn.chat = turn.chat, None
+        message = data.get("message")
+        source = message.get("source") if isinstance(message, Mapping) else None
+        if isinstance(source, Mapping) and source.get("model"):
+            span.set_attribute("gen_ai.response.model", str(source["model"]))
+        usage = data.get("usage")
+        if isinstance(usage, Mapping):
+            cached = int(usage.get("cacheReadTokens", 0))
+            span.set_attribute(
+                "gen_ai.usage.input_tokens", int(usage.get("inputTokens", 0)) + cached
+            )
+            span.set_attribute("gen_ai.usage.output_tokens", int(usage.get("outputTokens", 0)))
+            if cached:
+                span.set_attribute("gen_ai.usage.cache_read.input_tokens", cached)
+            if usage.get("cacheWriteTokens"):
+                span.set_attribute(
+                    "gen_ai.usage.cache_creation.input_tokens", int(usage["cacheWriteTokens"])
+                )
+            if usage.get("reasoningTokens"):
+                span.set_attribute(
+                    "gen_ai.usage.reasoning.output_tokens", int(usage["reasoningTokens"])
+                )
+        finish = _finish_kind(data.get("stream"))
+        if finish is not None:
+            span.set_attribute(
+                "gen_ai.response.finish_reasons", [FINISH_REASONS.get(finish, finish)]
+            )
+        if data.get("interrupted") is True:
+            span.set_attribute("error.type", "cancelled")
+            span.set_status(Status(StatusCode.ERROR, "the step was cancelled mid-stream"))
+        if self._capture and isinstance(message, Mapping):
+            span.set_attribute("gen_ai.output.messages", json.dumps([message]))
+        self._end("chat", span, event)
+
+    def _attempt(self, event: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+        """A failed model attempt: the request ends in error (a retry opens the next one)."""
+        turn = self._turn
+        if turn is None or turn.chat is None:
+            return
+        span, turn.chat = turn.chat, None
+        failure = _finish_failure(data.get("stream"))
+        code = str(failure.get("code")) if failure else "error"
+        span.set_attribute("error.type", code)
+        span.set_status(Status(StatusCode.ERROR, str(failure.get("message")) if failure else code))
+        self._end("chat", span, event)
+
+    def _retry(self, event: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+        turn = self._turn
+        if turn is None:
+            return
+        failure = data.get("failure")
+        attributes: dict[str, str | int | float] = {
+            "dsh.retry": int(data.get("retry", 0)),
+            "dsh.retry.delay_ms": float(data.get("delayMs", 0)),
+        }
+        if isinstance(failure, Mapping) and failure.get("code"):
+            attributes["error.type"] = str(failure["code"])
+        turn.span.add_event("gen_ai.retry", attributes, timestamp=_ns(event.get("time", 0)))
+
+    def _call(self, event: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+        turn = self._turn
+        if turn is None:
+            return
+        name = str(data.get("name", ""))
+        call_id = str(data.get("callId", ""))
+        span = self._start(
+            f"execute_tool {name}",
+            event,
+            turn.number,
+            **{
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": name,
+                "gen_ai.tool.call.id": call_id,
+                "gen_ai.tool.type": "function",
+            },
+        )
+        if self._capture:
+            span.set_attribute("gen_ai.tool.call.arguments", str(data.get("arguments", "")))
+        turn.tools[call_id] = span
+
+    def _approval(self, event: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+        turn = self._turn
+        span = None if turn is None else turn.tools.get(str(data.get("callId", "")))
+        if span is None:
+            return
+        if event.get("type") == "approval/asked":
+            span.set_attribute("dsh.approval.asked", True)
+        else:
+            span.set_attribute("dsh.approval.outcome", str(data.get("outcome", "")))
+            if data.get("decidedBy"):
+                span.set_attribute("dsh.approval.decided_by", str(data["decidedBy"]))
+
+    def _result(self, event: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+        turn = self._turn
+        message = data.get("message")
+        source = message.get("source") if isinstance(message, Mapping) else None
+        call_id = str(source.get("callId", "")) if isinstance(source, Mapping) else ""
+        span = None if turn is None else turn.tools.pop(call_id, None)
+        if span is None:
+            return
+        error = data.get("error")
+        blocks = message.get("content") if isinstance(message, Mapping) else None
+        failed = any(isinstance(b, Mapping) and b.get("isError") for b in (blocks or ()))
+        if isinstance(error, Mapping) or failed:
+            code = str(error.get("code")) if isinstance(error, Mapping) else "tool_error"
+            span.set_attribute("error.type", code)
+            span.set_status(Status(StatusCode.ERROR, code))
+        if self._capture and blocks:
+            span.set_attribute("gen_ai.tool.call.result", json.dumps(blocks))
+        self._end("execute_tool", span, event)
+
+    _HANDLERS: Final = {
+        "turn/start": _turn_start,
+        "turn/end": _turn_end,
+        "step/start": _step,
+        "llm/retry-started": _step,  # a retried request is a request of its own
+        "request/header": _request,
+        "assistant/message": _answer,
+        "assistant/attempt": _attempt,
+        "llm/retry": _retry,
+        "tool/call": _call,
+        "approval/asked": _approval,
+        "approval/decided": _approval,
+        "tool/result": _result,
+    }
+
+
+def _chunks(stream: Any) -> list[Mapping[str, Any]]:
+    if not isinstance(stream, (list, tuple)):
+        return []
+    return [
+        record["chunk"]
+        for record in stream
+        if isinstance(record, Mapping) and isinstance(record.get("chunk"), Mapping)
+    ]
+
+
+def _finish_kind(stream: Any) -> str | None:
+    for chunk in reversed(_chunks(stream)):
+        if chunk.get("type") == "finish":
+            reason = chunk.get("reason")
+            return str(reason.get("kind")) if isinstance(reason, Mapping) else None
+    return None
+
+
+def _finish_failure(stream: Any) -> Mapping[str, Any] | None:
+    for chunk in reversed(_chunks(stream)):
+        if chunk.get("type") == "finish":
+            reason = chunk.get("reason")
+            failure = reason.get("failure") if isinstance(reason, Mapping) else None
+            return failure if isinstance(failure, Mapping) else None
+    return None

@@ -1,0 +1,177 @@
+"""The ``telemetry-otel`` row: every session event becomes part of an OpenTelemetry trace."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+import msgspec
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
+
+from dsh_host import Context, Plugin
+from dsh_host.session.events import event_to_builtins
+from dsh_host.session.keys import SESSION_EVENT
+
+from ._tracer import LogIds, SessionTracer
+
+__all__ = ["Telemetry", "TelemetryConfig", "TelemetryOtel", "export_session", "otlp_exporter"]
+
+PLUGIN_NAME = "telemetry-otel"
+#: What the spans say made them (instrumentation scope).
+SCOPE = "dsh.telemetry-otel"
+
+
+class TelemetryConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """YAML ``config:`` of a ``telemetry-otel`` row (DSH-style camelCase keys accepted)."""
+
+    #: ``otlp``: OTLP over HTTP/protobuf, configured by the standard ``OTEL_EXPORTER_OTLP_*``
+    #: variables (endpoint default ``http://localhost:4318``); ``none``: no exporter of the
+    #: row's own (a program adds processors through the ``telemetry`` service)
+    exporter: Literal["otlp", "none"] = "otlp"
+    #: ``service.name`` of the resource, unless ``OTEL_SERVICE_NAME`` says otherwise
+    service_name: str = "dsh"
+    #: the agent name on ``invoke_agent`` spans
+    agent_name: str = "dsh"
+    #: record prompts, answers, tool arguments and results on the spans (off: they may hold
+    #: secrets and personal data; the log keeps them either way)
+    capture_content: bool = False
+
+
+def otlp_exporter() -> SpanExporter:
+    """The OTLP/HTTP exporter, configured from the standard environment variables."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter()
+
+
+def _provider(service_name: str, ids: LogIds) -> TracerProvider:
+    attributes = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": service_name}
+    return TracerProvider(resource=Resource.create(attributes), id_generator=ids)
+
+
+class Telemetry:
+    """The ``telemetry`` service: the row's tracer provider and what it has exported."""
+
+    def __init__(self, config: TelemetryConfig) -> None:
+        self.config = config
+        self.ids = LogIds()
+        self.provider = _provider(config.service_name, self.ids)
+        self._tracer = self.provider.get_tracer(SCOPE)
+        self._sessions: dict[str, SessionTracer] = {}
+        self._caught_up: set[str] = set()
+
+    def add_span_processor(self, processor: SpanProcessor) -> None:
+        """Send the spans somewhere else too (a test's in-memory exporter, a second backend)."""
+        self.provider.add_span_processor(processor)
+
+    def tracer_for(self, session_id: str) -> SessionTracer:
+        tracer = self._sessions.get(session_id)
+        if tracer is None:
+            tracer = SessionTracer(
+                self._tracer,
+                self.ids,
+                session_id,
+                agent_name=self.config.agent_name,
+                capture_content=self.config.capture_content,
+            )
+            self._sessions[session_id] = tracer
+        return tracer
+
+    def on_event(self, session: Any, event: Any) -> None:
+        """``session/event``: every append, the repair's closers included, reaches the trace.
+
+        A session this process did not start (``dsh resume``, ``approvals continue``) may be in
+        the middle of a turn: the first time one of its events arrives outside a turn, the
+        turn's earlier events are read back from the session and fed first, so the closers a
+        repair appends end the spans of the turn they close (with the same ids as if this
+        process had seen the whole turn). Done once per session, never per event.
+        """
+        tracer = self.tracer_for(session.id)
+        if not tracer.in_turn and event.type != "turn/start" and session.id not in self._caught_up:
+            self._caught_up.add(session.id)
+            for earlier in _open_turn(session.events, event.seq):
+                tracer.feed(event_to_builtins(earlier))
+        tracer.feed(event_to_builtins(event))
+
+    def forget(self, session: Any) -> None:
+        self._caught_up.discard(session.id)
+        tracer = self._sessions.pop(session.id, None)
+        if tracer is not None:
+            tracer.close()
+
+    def shutdown(self) -> None:
+        """End open spans (marked ``dsh.open``) and flush every exporter."""
+        for tracer in self._sessions.values():
+            tracer.close()
+        self._sessions.clear()
+        self.provider.shutdown()
+
+
+class TelemetryOtel(Plugin):
+    """Entry point ``telemetry-otel``; provides ``telemetry``."""
+
+    name = PLUGIN_NAME
+    provides = ("telemetry",)
+    Config = TelemetryConfig
+
+    def apply(self, ctx: Context, config: TelemetryConfig) -> None:
+        telemetry = Telemetry(config)
+        if config.exporter == "otlp":
+            telemetry.add_span_processor(BatchSpanProcessor(otlp_exporter()))
+        ctx.on(SESSION_EVENT, telemetry.on_event)
+        ctx.on("session/disposed", telemetry.forget)
+
+        async def shutdown() -> None:
+            import anyio
+
+            await anyio.to_thread.run_sync(telemetry.shutdown)  # the exporter may block on I/O
+
+        ctx.effect(shutdown, "flush the trace exporter")
+        ctx.provide("telemetry", telemetry)
+
+
+def _open_turn(events: Any, before: int) -> list[Any]:
+    """The events of the turn still open at ``before`` (from its ``turn/start``), or none."""
+    for index in range(min(before, len(events)) - 1, -1, -1):
+        kind = events[index].type
+        if kind == "turn/end":
+            return []
+        if kind == "turn/start":
+            return [events[i] for i in range(index, min(before, len(events)))]
+    return []
+
+
+def export_session(
+    session_id: str,
+    events: Iterable[Mapping[str, Any]],
+    exporter: SpanExporter,
+    *,
+    config: TelemetryConfig | None = None,
+) -> dict[str, int]:
+    """Export a stored session's events as a trace, after the fact; returns the span counts.
+
+    The same :class:`SessionTracer` as the live row, so a session exported live and again here
+    gives the same spans with the same ids. A turn the log has not closed (a crash not yet
+    repaired) is exported open-ended and marked ``dsh.open``.
+    """
+    config = config or TelemetryConfig()
+    ids = LogIds()
+    provider = _provider(config.service_name, ids)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = SessionTracer(
+        provider.get_tracer(SCOPE),
+        ids,
+        session_id,
+        agent_name=config.agent_name,
+        capture_content=config.capture_content,
+    )
+    last = None
+    for event in events:
+        tracer.feed(event)
+        last = event.get("time")
+    tracer.close(None if last is None else int(last))
+    provider.shutdown()
+    return dict(tracer.counts)
