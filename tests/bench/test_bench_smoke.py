@@ -204,6 +204,30 @@ def test_default_composition(tmp_path: Path, backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_streaming(tmp_path: Path, backend: str) -> None:
+    """Both contenders streamed the whole answer through the adapter (the bench checks each
+    turn's text length), and the per-chunk figures are the contenders' difference."""
+    data = run_bench("streaming", tmp_path, "--backend", backend)
+    assert data["answer_bytes"] == 1 << 16
+    many, few = data["contenders"]["4096"], data["contenders"]["20"]
+    assert (many["chunks"], few["chunks"]) == (4096, 20)
+    assert len(many["wall_ms_rounds"]) == len(few["wall_ms_rounds"]) == data["repeats"] == 2
+    per = data["per_chunk"]
+    extra = 4096 - 20
+    assert per["wall_us"] == pytest.approx(
+        (many["wall_ms_median"] - few["wall_ms_median"]) * 1e3 / extra, abs=0.01
+    )
+    assert per["cpu_us"] == pytest.approx(
+        (many["cpu_ms_median"] - few["cpu_ms_median"]) * 1e3 / extra, abs=0.01
+    )
+    # the answer itself is traced in both: a peak below it means nothing was traced
+    assert few["peak_traced_mib"] * 2**20 >= data["answer_bytes"]
+    targets = data["targets"]
+    assert_verdict(targets["wall_verdict"], per["wall_us"], targets["per_chunk_us_at_most"])
+    assert_verdict(targets["cpu_verdict"], per["cpu_us"], targets["per_chunk_us_at_most"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_concurrency(tmp_path: Path, backend: str) -> None:
     data = run_bench("concurrency", tmp_path, "--backend", backend)
     agents, per_agent = data["agents"], data["steps_per_agent"]
@@ -364,6 +388,7 @@ def test_run_all_lists_every_script_and_rejects_unknown_names() -> None:
         "startup",
         "concurrency",
         "default_composition",
+        "streaming",
     } <= set(names)
     assert "run_all" not in names and "_common" not in names
     bad = subprocess.run(
