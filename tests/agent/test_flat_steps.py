@@ -1,4 +1,5 @@
-"""A step of the shipped default composition does the same work at step 200 as at step 20.
+"""A step of the shipped default composition does the same work at step 200 as at step 20,
+and keeps about as much memory.
 
 Issue 36: with ``configs/default.yml`` a step's cost grew with the session (the approval
 plugin scanned the whole log every step for a policy switch; compaction scanned back to the
@@ -7,7 +8,8 @@ step reads of the log and of the derived messages -- every item a :class:`LogVie
 by index, slice or iteration, and every event a :class:`LogFold` folds in -- and requires the
 steps at the end of a 200-step turn to read no more than the steps at its start. A scan of
 the log per step reads ~5 more events a step for every step before it (a 180-step gap: ~900
-more), so any such scan fails it by a wide margin.
+more), so any such scan fails it by a wide margin. Memory is measured the same way, with
+``tracemalloc`` over 20 early and the 20 last steps: the bytes still allocated per step.
 
 The composition is the shipped file, row for row (approval, sandbox, compaction, token meter,
 pruner, repeat-tool reminder, agent instructions, JSONL persistence with real fsyncs and the
@@ -18,7 +20,9 @@ compaction step reads the surface, bounded by the window, not by the log).
 
 from __future__ import annotations
 
+import gc
 import itertools
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -116,6 +120,7 @@ async def test_a_late_step_reads_no_more_of_the_log_than_an_early_one(
     (workspace / "notes.txt").write_text("a line of notes\n" * 20)
     counter = ReadCounter(monkeypatch)
     marks: list[int] = []  # items read before each step started
+    kept: list[float] = []  # bytes still allocated a step, from steps 12.. and the last WINDOW
     async with open_host(default_rows(tmp_path / "sessions", workspace, STEPS)) as host:
         [model] = [f for f in host.fibers if f.id == "model"]
         requests = model.instance.adapter.requests
@@ -123,6 +128,14 @@ async def test_a_late_step_reads_no_more_of_the_log_than_an_early_one(
         def on_step_start(_event: Any) -> None:
             requests.clear()  # the scripted adapter keeps every request for tests
             marks.append(counter.items)
+            step = len(marks)
+            if step in (12, STEPS + 1 - WINDOW):  # trace what the next WINDOW steps keep
+                gc.collect()
+                tracemalloc.start()
+            elif step in (12 + WINDOW, STEPS + 1):
+                gc.collect()  # only what is still referenced
+                kept.append(tracemalloc.get_traced_memory()[0] / WINDOW)
+                tracemalloc.stop()
 
         host.ctx.on("agent/step-start", on_step_start)
         agent = host.ctx.agent.create(session_id="flat", cwd=str(workspace))
@@ -140,4 +153,14 @@ async def test_a_late_step_reads_no_more_of_the_log_than_an_early_one(
     assert max(late) <= max(early), (
         f"a step reads more of the log late in the turn than early: items read per step "
         f"{early} (steps 12..{11 + WINDOW}) against {late} (the last {WINDOW})"
+    )
+    # The log and its projections grow by the same few events a step: memory a step is
+    # bounded when the last steps keep not much more a step than the early ones. (Not
+    # exactly as much: a list that grows reallocates its whole buffer now and then, which
+    # the trace counts as new: ~6.8 KB a step early, ~8.0 late. A projection copied per step,
+    # or a per-step cache of the log, keeps twice as much by step 200 and grows from there.)
+    early_bytes, late_bytes = kept
+    assert 0 < late_bytes <= 1.5 * early_bytes, (
+        f"bytes kept per step: {early_bytes:.0f} in steps 12..{11 + WINDOW}, {late_bytes:.0f} "
+        f"in the last {WINDOW}"
     )
