@@ -155,6 +155,7 @@ async def run_loop(
     raw_every: int = 1,
     durable: bool = True,
     words: int = 0,
+    composition: Callable[[Path, int], list[Row]] | None = None,
 ) -> LoopRun:
     """Run one turn of ``steps`` tool steps; sample every step (see the module docstring).
 
@@ -162,7 +163,9 @@ async def run_loop(
     ``on_step(k)`` is called at the start of step k (1-based), outside the timed region;
     ``raw_every``: sample the physical baseline on every n-th step only (saves disk time);
     ``durable=False``: no persistence, no checkpoints (see :func:`rows`);
-    ``words``: more words in each step's reply (see :func:`script`).
+    ``words``: more words in each step's reply (see :func:`script`);
+    ``composition(root, steps)``: other rows than :func:`rows` (they must name the scripted
+    model row ``model``; ``durable`` and ``words`` are then the caller's business).
     """
     run = LoopRun(steps=steps, session_id=f"bench-loop-{steps}", words=words)
     counter = FsyncCounter()
@@ -171,7 +174,10 @@ async def run_loop(
     #  fsync ns)
     marks: list[tuple[int, int, int, int, int, int, int, int]] = []
     with counter.installed(), collector.installed():
-        async with open_host(rows(root, steps, durable, words)) as host:
+        composed = (
+            rows(root, steps, durable, words) if composition is None else composition(root, steps)
+        )
+        async with open_host(composed) as host:
             ctx = host.ctx
             backend = ctx.get("sessionPersistence")
             requests = _scripted_requests(host)

@@ -59,7 +59,7 @@ from dsh_host.session.messages import (
     new_message_id,
 )
 
-from .records import pack_stream
+from .records import StreamPacker
 
 __all__ = ["BlockAssembler", "IncompleteBlockError", "assemble"]
 
@@ -100,7 +100,7 @@ class BlockAssembler:
         self._usage: TokenUsage | None = None
         self._finish: FinishReason | None = None
         self._replay_state: Any = None
-        self._timed: list[tuple[int, StreamChunk]] = []
+        self._packer = StreamPacker()  #: the timed stream, packed as it arrives
         self._count = 0
 
     # -- feeding ----------------------------------------------------------------
@@ -113,7 +113,7 @@ class BlockAssembler:
         """
         self._count += 1
         if time_ms is not None:
-            self._timed.append((time_ms, chunk))
+            self._packer.add(time_ms, chunk)
         if isinstance(chunk, TextDeltaChunk):  # most chunks: the lookup inlined
             partial = self._partials.get(chunk.index) or self._ensure(chunk.index, "text")
             if partial.block is None:
@@ -231,7 +231,7 @@ class BlockAssembler:
     def stream_records(self) -> tuple[AssistantStreamRecord, ...]:
         """The compact timed stream of the chunks pushed with a time (for the
         ``stream`` field of ``assistant/message``); see :func:`~.records.pack_stream`."""
-        return pack_stream(self._timed)
+        return self._packer.records()
 
     # -- internals ----------------------------------------------------------------
     def _assemble(self, partial: _Partial, index: int) -> ContentBlock:

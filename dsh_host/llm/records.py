@@ -34,7 +34,7 @@ from dsh_host.session.messages import (
     ToolCallDeltaChunk,
 )
 
-__all__ = ["MIN_PACKED_RUN", "pack_stream", "unpack_stream"]
+__all__ = ["MIN_PACKED_RUN", "StreamPacker", "pack_stream", "unpack_stream"]
 
 #: Runs of at least this many compatible deltas become one packed record.
 MIN_PACKED_RUN = 3
@@ -42,60 +42,93 @@ MIN_PACKED_RUN = 3
 _Delta = TextDeltaChunk | ReasoningDeltaChunk | ToolCallDeltaChunk
 
 
-def _packed(run: list[tuple[int, _Delta]]) -> AssistantStreamRecord:
-    time0, first = run[0]
-    dt = tuple(run[k + 1][0] - run[k][0] for k in range(len(run) - 1))
-    if isinstance(first, ToolCallDeltaChunk):
-        args = tuple(chunk.arguments_delta for _, chunk in run)  # type: ignore[union-attr]
-        return ToolCallChunksRecord(
-            time0=time0, index=first.index, dt=dt, id=first.id, name=first.name, args=args
-        )
-    texts = tuple(chunk.text for _, chunk in run)  # type: ignore[union-attr]
-    if isinstance(first, TextDeltaChunk):
-        return TextChunksRecord(time0=time0, index=first.index, dt=dt, texts=texts)
-    return ReasoningChunksRecord(time0=time0, index=first.index, dt=dt, texts=texts)
+class StreamPacker:
+    """Packs timed chunks as they arrive: :meth:`add` one ``(epoch_ms, chunk)`` at a time,
+    :meth:`records` at any point (mid-stream too: an interrupted message records what came).
 
+    Incremental so that a streamed delta costs its text and its time offset, not the chunk
+    object and a tuple kept until the stream ends: a run keeps its members' texts and time
+    differences, and its first :data:`MIN_PACKED_RUN` chunks in case it stays too short to
+    pack. A delta joins the current run when it is of the same type, for the same block (and,
+    for a tool call, the same id and name) and its time is within a safe integer of the
+    previous one's.
+    """
 
-def pack_stream(timed: Iterable[tuple[int, StreamChunk]]) -> tuple[AssistantStreamRecord, ...]:
-    """Pack ``(epoch_ms, chunk)`` pairs, in arrival order, into stream records."""
-    records: list[AssistantStreamRecord] = []
-    run: list[tuple[int, _Delta]] = []
+    __slots__ = ("_dt", "_head", "_id", "_index", "_kind", "_last", "_name", "_records", "_texts")
 
-    def flush() -> None:
-        if len(run) >= MIN_PACKED_RUN:
-            records.append(_packed(run))
-        else:
-            records.extend(ChunkRecord(time=time, chunk=chunk) for time, chunk in run)
-        run.clear()
+    def __init__(self) -> None:
+        self._records: list[AssistantStreamRecord] = []
+        self._kind: type | None = None  #: the current run's chunk type; None: no run
+        self._index = self._last = 0
+        self._id: str | None = None
+        self._name: object = None
+        self._head: list[tuple[int, _Delta]] = []
+        self._dt: list[int] = []
+        self._texts: list[str] = []
 
-    # One pass, once per streamed chunk: the run's key is kept in locals. A delta joins the
-    # run when it is of the same type, for the same block (and, for a tool call, the same id
-    # and name) and its time is within a safe integer of the previous one's.
-    last_type: type | None = None
-    last_index = last_time = 0
-    last_id: str | None = None
-    last_name: object = None
-    for time, chunk in timed:
+    def add(self, time: int, chunk: StreamChunk) -> None:
         kind = type(chunk)
         if kind is TextDeltaChunk or kind is ReasoningDeltaChunk or kind is ToolCallDeltaChunk:
             delta: _Delta = chunk  # type: ignore[assignment]
             tool = kind is ToolCallDeltaChunk
-            if run and not (
-                kind is last_type
-                and delta.index == last_index
-                and abs(time - last_time) <= MAX_SAFE_INTEGER
-                and (not tool or (delta.id == last_id and delta.name == last_name))  # type: ignore[union-attr]
+            if self._kind is not None and not (
+                kind is self._kind
+                and delta.index == self._index
+                and abs(time - self._last) <= MAX_SAFE_INTEGER
+                and (not tool or (delta.id == self._id and delta.name == self._name))  # type: ignore[union-attr]
             ):
-                flush()
-            run.append((time, delta))
-            last_type, last_index, last_time = kind, delta.index, time
-            if tool:
-                last_id, last_name = delta.id, delta.name  # type: ignore[union-attr]
-            continue
-        flush()
-        records.append(ChunkRecord(time=time, chunk=chunk))
-    flush()
-    return tuple(records)
+                self._close_run()
+            if self._kind is None:
+                self._kind, self._index = kind, delta.index
+                if tool:
+                    self._id, self._name = delta.id, delta.name  # type: ignore[union-attr]
+                self._head, self._dt, self._texts = [(time, delta)], [], []
+            else:
+                self._dt.append(time - self._last)
+                if len(self._head) < MIN_PACKED_RUN:
+                    self._head.append((time, delta))
+            self._texts.append(delta.arguments_delta if tool else delta.text)  # type: ignore[union-attr]
+            self._last = time
+            return
+        self._close_run()
+        self._records.append(ChunkRecord(time=time, chunk=chunk))
+
+    def records(self) -> tuple[AssistantStreamRecord, ...]:
+        """The records of everything added so far, in arrival order."""
+        return (*self._records, *self._run_records())
+
+    def _run_records(self) -> list[AssistantStreamRecord]:
+        kind = self._kind
+        if kind is None:
+            return []
+        if len(self._texts) < MIN_PACKED_RUN:
+            return [ChunkRecord(time=time, chunk=chunk) for time, chunk in self._head]
+        time0, index = self._head[0][0], self._index
+        dt, texts = tuple(self._dt), tuple(self._texts)
+        if kind is ToolCallDeltaChunk:
+            first: ToolCallDeltaChunk = self._head[0][1]  # type: ignore[assignment]
+            return [
+                ToolCallChunksRecord(
+                    time0=time0, index=index, dt=dt, id=first.id, name=first.name, args=texts
+                )
+            ]
+        if kind is TextDeltaChunk:
+            return [TextChunksRecord(time0=time0, index=index, dt=dt, texts=texts)]
+        return [ReasoningChunksRecord(time0=time0, index=index, dt=dt, texts=texts)]
+
+    def _close_run(self) -> None:
+        self._records.extend(self._run_records())
+        self._kind = None
+        self._head, self._dt, self._texts = [], [], []
+
+
+def pack_stream(timed: Iterable[tuple[int, StreamChunk]]) -> tuple[AssistantStreamRecord, ...]:
+    """Pack ``(epoch_ms, chunk)`` pairs, in arrival order, into stream records."""
+    packer = StreamPacker()
+    add = packer.add
+    for time, chunk in timed:
+        add(time, chunk)
+    return packer.records()
 
 
 def unpack_stream(records: Sequence[AssistantStreamRecord]) -> list[tuple[int, StreamChunk]]:

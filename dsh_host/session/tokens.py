@@ -52,7 +52,7 @@ from dsh_host.session.messages import (
     UsageChunk,
 )
 from dsh_host.session.request_header import canonical_header, headers_equal
-from dsh_host.session.session import Session, derive_event_message
+from dsh_host.session.session import LogView, Session, derive_event_message
 
 __all__ = [
     "BLOCK_OVERHEAD",
@@ -149,7 +149,9 @@ class TokenMeasurement:
     surface_delta_tokens: int  #: signed repricing of the surface since the anchor
     total_tokens: int  #: the next request's estimated size (never negative)
     surface_tokens: int  #: heuristic total of the current surface (sum of ``nodes``)
-    nodes: tuple[TokenSurfaceNode, ...]  #: the current surface, in model order
+    #: the current surface, in model order: an immutable snapshot (a :class:`LogView`; measuring
+    #: runs before every step, so it must not copy a surface as long as the context window)
+    nodes: Sequence[TokenSurfaceNode]
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +218,8 @@ class _Anchor:
 class _State:
     consumed: int = 0
     header: EpochHeader | None = None
-    nodes: list[TokenSurfaceNode] = field(default_factory=list)
+    nodes: list[TokenSurfaceNode] = field(default_factory=list)  #: grows at its end; a replace
+    #: builds a new list (measurements hold views of it)
     surface_tokens: int = 0
     anchor: _Anchor | None = None
     usage: UsageTotals = field(default_factory=UsageTotals)
@@ -271,7 +274,7 @@ class TokenMeter:
             surface_delta_tokens=delta,
             total_tokens=max(0, base + delta),
             surface_tokens=state.surface_tokens,
-            nodes=tuple(state.nodes),
+            nodes=LogView(state.nodes, len(state.nodes)),
         )
 
     def usage(self, session: Session) -> UsageTotals:
@@ -342,7 +345,9 @@ class TokenMeter:
                     f"{op.start}-{op.end}"
                 )
             removed = sum(node.tokens for node in nodes[start : end + 1])
-            nodes[start : end + 1] = [TokenSurfaceNode(event.seq, tokens)]
+            # A new list: measurements taken before hold views of the old one, which only
+            # ever grows at its end (so a view of it never changes).
+            state.nodes = [*nodes[:start], TokenSurfaceNode(event.seq, tokens), *nodes[end + 1 :]]
             state.surface_tokens += tokens - removed
         else:
             state.nodes.append(TokenSurfaceNode(event.seq, tokens))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NoReturn
+from typing import Any, Final, Literal, NoReturn
 
 import msgspec
 
@@ -28,6 +28,7 @@ from dsh_host.session.compaction import (
     is_compact_checkpoint_source,
 )
 from dsh_host.session.events import ReplaceOp, SessionEvent, TurnStart
+from dsh_host.session.folds import LogFold
 from dsh_host.session.messages import UserMessage, new_message_id
 from dsh_host.session.session import Session, derive_event_message
 from dsh_host.session.tokens import TokenMeasurement, TokenMeter
@@ -106,25 +107,35 @@ class _Entry:
     live_start: SessionEvent | None  #: an unmatched compaction/start after the newest end-seed
 
 
-def _entry_state(events: Sequence[SessionEvent]) -> _Entry:
-    open_turn: int | None = None
-    turn_known = False
-    unmatched: SessionEvent | None = None
-    bracket_known = False
-    end_seed: int | None = None
-    for event in reversed(events):
-        kind = event.type
-        if end_seed is None and kind == "session/end-seed":
-            end_seed = event.seq
-        if not bracket_known and kind in ("compaction/start", "compaction/end"):
-            bracket_known = True
-            unmatched = event if kind == "compaction/start" else None
-        if not turn_known and kind in ("turn/start", "turn/end"):
-            turn_known = True
-            if kind == "turn/start" and isinstance(event.data, TurnStart):
-                open_turn = event.data.turn
-        if turn_known and bracket_known and end_seed is not None:
-            break
+#: (open turn, the newest compaction/start unless a compaction/end followed it, the newest
+#: session/end-seed's seq), folded in log order.
+_EntryFold = tuple[int | None, SessionEvent | None, int | None]
+
+
+def _entry_step(state: _EntryFold, event: SessionEvent) -> _EntryFold:
+    kind = event.type
+    if kind == "turn/start":
+        turn = event.data.turn if isinstance(event.data, TurnStart) else None
+        return turn, state[1], state[2]
+    if kind == "turn/end":
+        return None, state[1], state[2]
+    if kind == "compaction/start":
+        return state[0], event, state[2]
+    if kind == "compaction/end":
+        return state[0], None, state[2]
+    if kind == "session/end-seed":
+        return state[0], state[1], event.seq
+    return state
+
+
+#: Read before every automatic compaction check (every step): kept per session and extended
+#: by the new events only, never a scan back through the log (a turn of N steps made that
+#: scan O(N) a step: the turn's start is as far back as the turn is long).
+_ENTRY: Final = LogFold[_EntryFold]((None, None, None), _entry_step)
+
+
+def _entry_state(session: Session) -> _Entry:
+    open_turn, unmatched, end_seed = _ENTRY.value(session)
     if unmatched is not None and end_seed is not None and end_seed > unmatched.seq:
         unmatched = None  # stale: it belongs to an earlier process lifecycle
     return _Entry(open_turn, unmatched)
@@ -132,7 +143,7 @@ def _entry_state(events: Sequence[SessionEvent]) -> _Entry:
 
 def assert_no_active_compaction(session: Session, stage: str) -> None:
     """Raise ``busy`` while a live ``compaction/start`` has no ``compaction/end``."""
-    if _entry_state(session.events).live_start is not None:
+    if _entry_state(session).live_start is not None:
         raise ManualCompactionError(
             "busy",
             f"{stage}: compaction already in progress; the session compaction lock is already "
@@ -193,7 +204,7 @@ async def compact_surface_region(
     """
     i, j = _validate(session, start, end)
     assert_no_active_compaction(session, "compaction")
-    entry = _entry_state(session.events)
+    entry = _entry_state(session)
     if owner is None:
         if entry.open_turn is not None:
             raise ManualCompactionError(

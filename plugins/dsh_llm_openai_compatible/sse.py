@@ -46,6 +46,8 @@ class SseDecoder:
                 text = text[1:]
         buffer = self._buffer + text
         events: list[str] = []
+        if "\r" not in buffer:
+            return self._lf_lines(buffer, events, final=final)
         start = 0
         length = len(buffer)
         while start < length:
@@ -67,6 +69,28 @@ class SseDecoder:
         self._buffer = buffer[start:]
         if final:
             self._buffer = ""
+            self._data = []
+            self._has_data = False
+        return events
+
+    def _lf_lines(self, buffer: str, events: list[str], *, final: bool) -> list[str]:
+        """``_lines`` for text with no CR (what servers send): one split, and ``data`` lines,
+        nearly all of a stream, handled inline. The same rules as :meth:`_line`."""
+        lines = buffer.split("\n")
+        # after the last LF: an unfinished line (dropped at the end of input, as in _lines)
+        self._buffer = "" if final else lines.pop()
+        data = self._data
+        for line in lines if not final else lines[:-1]:
+            if line.startswith("data:"):
+                data.append(line[6:] if line.startswith(" ", 5) else line[5:])
+                self._has_data = True
+            elif line:
+                self._line(line)
+            elif self._has_data:
+                events.append("\n".join(data))
+                data.clear()
+                self._has_data = False
+        if final:
             self._data = []
             self._has_data = False
         return events

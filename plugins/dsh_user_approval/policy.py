@@ -1,8 +1,11 @@
 """The approval vocabulary and the pure folds over a session log.
 
-Nothing here keeps state: the effective policy and the open-turn test are
-recomputed from ``session.events`` on every read, so a resumed session needs no
-catch-up machinery — replaying the log *is* the state (spec §1.3).
+The effective policy and the open-turn test are folds over ``session.events``, so a
+resumed session needs no catch-up machinery — replaying the log *is* the state (spec
+§1.3). Both are read often (the policy on every step, for the runtime context), so each
+is a :class:`~dsh_host.session.folds.LogFold`: kept per session and extended by the
+events appended since the last read, never a rescan of the whole log. The plain
+functions fold a given sequence from the start.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal, Protocol, TypeAlias, TypeGuard
 
 from dsh_host.session.approvals import args_digest
+from dsh_host.session.folds import LogFold
 
 from .errors import InvalidApprovalPolicyError
 
@@ -90,28 +94,47 @@ def _field(data: Any, name: str, wire_name: str | None = None) -> Any:
     return getattr(data, name, None)
 
 
+def _policy_step(state: ApprovalPolicy | None, event: Any) -> ApprovalPolicy | None:
+    """The last ``approval/policy`` decides; one whose ``policy`` is not a policy clears it."""
+    if event.type != "approval/policy":
+        return state
+    policy = _field(event.data, "policy")
+    return policy if _is_policy(policy) else None
+
+
+def _turn_step(state: bool, event: Any) -> bool:
+    kind = event.type
+    if kind == "turn/start":
+        return True
+    if kind == "turn/end":
+        return False
+    return state
+
+
+def policy_override_fold() -> LogFold[ApprovalPolicy | None]:
+    """A per-session fold of :func:`approval_policy_override` (one per service)."""
+    return LogFold(None, _policy_step)
+
+
+def open_turn_fold() -> LogFold[bool]:
+    """A per-session fold of :func:`has_open_turn` (one per service)."""
+    return LogFold(False, _turn_step)
+
+
 def approval_policy_override(events: Sequence[Any]) -> ApprovalPolicy | None:
     """The ``policy`` of the last ``approval/policy`` event, or None when the session never
     switched (the caller applies the configured default). ``source`` is ignored."""
-    for index in range(len(events) - 1, -1, -1):
-        event = events[index]
-        if event.type == "approval/policy":
-            policy = _field(event.data, "policy")
-            if _is_policy(policy):
-                return policy
-            return None
-    return None
+    return _POLICY.over(events)
 
 
 def has_open_turn(events: Sequence[Any]) -> bool:
-    """True when the log sits inside a turn: scanning back, ``turn/start`` before ``turn/end``."""
-    for index in range(len(events) - 1, -1, -1):
-        kind = events[index].type
-        if kind == "turn/start":
-            return True
-        if kind == "turn/end":
-            return False
-    return False
+    """True when the log sits inside a turn: its last ``turn/start`` after its last
+    ``turn/end``."""
+    return _OPEN_TURN.over(events)
+
+
+_POLICY: Final = policy_override_fold()
+_OPEN_TURN: Final = open_turn_fold()
 
 
 def set_approval_policy(session: AppendableSession, policy: str) -> None:

@@ -70,12 +70,12 @@ from .policy import (
     AppendableSession,
     ApprovalOutcome,
     ApprovalPolicy,
-    approval_policy_override,
     args_digest,
     find_tool_call_arguments,
-    has_open_turn,
     is_approval_outcome,
+    open_turn_fold,
     policy_changed_notice,
+    policy_override_fold,
     set_approval_policy,
 )
 
@@ -168,6 +168,9 @@ class ApprovalService:
         self._ctx = ctx
         self._default: ApprovalPolicy = default_policy
         self._unanswered: Literal["fail", "defer"] = unanswered
+        # Per-session folds of the log (extended by new events only: read every step).
+        self._override = policy_override_fold()
+        self._open_turn = open_turn_fold()
 
     @property
     def unanswered(self) -> Literal["fail", "defer"]:
@@ -183,7 +186,7 @@ class ApprovalService:
 
     def override_of(self, session: AppendableSession) -> ApprovalPolicy | None:
         """The session's own policy (last ``approval/policy``), without the default."""
-        return approval_policy_override(session.events)
+        return self._override.value(session)
 
     def effective_policy(self, session: AppendableSession) -> ApprovalPolicy:
         """The policy every ask for ``session`` resolves under right now."""
@@ -250,8 +253,7 @@ class ApprovalService:
                 f"approval request for tool {tool_name!r} has no agent with a session to audit "
                 "it in; ask on behalf of the agent whose turn needs the decision"
             )
-        events = session.events
-        if not has_open_turn(events):
+        if not self._open_turn.value(session):
             raise ApprovalOutsideTurnError()
         request_id = str(uuid.uuid4())
         asked: dict[str, Any] = {"id": request_id, "toolName": tool_name}
@@ -260,7 +262,7 @@ class ApprovalService:
         if req.reason is not None:
             asked["reason"] = req.reason
         if req.call_id is not None:
-            raw = find_tool_call_arguments(events, req.call_id)
+            raw = find_tool_call_arguments(session.events, req.call_id)
             if raw is not None:
                 asked["argsDigest"] = args_digest(raw)
         if getattr(req, "stage", None) == "pre-execute":

@@ -172,6 +172,62 @@ def test_loop_step(tmp_path: Path, backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_default_composition(tmp_path: Path, backend: str) -> None:
+    """The shipped composition ran every step (approval, compaction and the rest mounted), the
+    checkpoint policy fsynced each one, and each figure the table shows is there."""
+    data = run_bench("default_composition", tmp_path, "--backend", backend)
+    runs = data["runs"]
+    assert [r["steps"] for r in runs] == [100, 300]
+    for run in runs:
+        assert run["tenth_steps"] == run["steps"] // 10
+        # turn/start, user/message, then at least five events a read_file step
+        assert run["events"] >= 5 * run["steps"]
+        assert run["fsyncs_per_step"] >= 3  # request, tool body, next step
+        assert run["raw_fsync_samples"] >= run["steps"] // 3 - 1
+        assert run["three_fsync_floor_ms"] == pytest.approx(3 * run["raw_fsync_ms_median"], abs=0.002)
+        for key in (
+            "ms_per_step_median",
+            "last_over_first",
+            "last_over_first_without_fsync",
+            "cpu_ms_per_step_median",
+            "cpu_last_over_first",
+            "step_over_floor",
+            "live_blocks_per_step_last_tenth",
+            "rss_mib_end",
+        ):
+            assert run[key] > 0, key
+    targets, largest = data["targets"], runs[-1]
+    assert_verdict(targets["flat_verdict"], largest["last_over_first"], 1.15)
+    assert_verdict(targets["floor_verdict"], largest["step_over_floor"], 4.0)
+    assert_verdict(targets["cpu_verdict"], largest["cpu_ms_per_step_median"], 1.0)
+    assert len(data["machine"]["load_average_1_5_15_end"]) == 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_streaming(tmp_path: Path, backend: str) -> None:
+    """Both contenders streamed the whole answer through the adapter (the bench checks each
+    turn's text length), and the per-chunk figures are the contenders' difference."""
+    data = run_bench("streaming", tmp_path, "--backend", backend)
+    assert data["answer_bytes"] == 1 << 16
+    many, few = data["contenders"]["4096"], data["contenders"]["20"]
+    assert (many["chunks"], few["chunks"]) == (4096, 20)
+    assert len(many["wall_ms_rounds"]) == len(few["wall_ms_rounds"]) == data["repeats"] == 2
+    per = data["per_chunk"]
+    extra = 4096 - 20
+    assert per["wall_us"] == pytest.approx(
+        (many["wall_ms_median"] - few["wall_ms_median"]) * 1e3 / extra, abs=0.01
+    )
+    assert per["cpu_us"] == pytest.approx(
+        (many["cpu_ms_median"] - few["cpu_ms_median"]) * 1e3 / extra, abs=0.01
+    )
+    # the answer itself is traced in both: a peak below it means nothing was traced
+    assert few["peak_traced_mib"] * 2**20 >= data["answer_bytes"]
+    targets = data["targets"]
+    assert_verdict(targets["wall_verdict"], per["wall_us"], targets["per_chunk_us_at_most"])
+    assert_verdict(targets["cpu_verdict"], per["cpu_us"], targets["per_chunk_us_at_most"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_concurrency(tmp_path: Path, backend: str) -> None:
     data = run_bench("concurrency", tmp_path, "--backend", backend)
     agents, per_agent = data["agents"], data["steps_per_agent"]
@@ -331,6 +387,8 @@ def test_run_all_lists_every_script_and_rejects_unknown_names() -> None:
         "session_append",
         "startup",
         "concurrency",
+        "default_composition",
+        "streaming",
     } <= set(names)
     assert "run_all" not in names and "_common" not in names
     bad = subprocess.run(

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from dsh_host.jsonsafe import json_dec_hook, json_enc_hook
 from dsh_host.llm import BlockAssembler, IncompleteBlockError, pack_stream, unpack_stream
+from dsh_host.llm.records import StreamPacker
 from dsh_host.session import (
     AssistantMessage,
     BlockEndChunk,
@@ -282,6 +283,24 @@ def test_pack_unpack_is_lossless(timed: list[tuple[int, StreamChunk]]) -> None:
     # and the records survive the JSON wire
     wire = msgspec.json.encode(records)
     assert unpack_stream(msgspec.json.decode(wire, type=tuple[AssistantStreamRecord, ...])) == timed
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(-(2**40), 2**40), _deltas), max_size=40), st.data())
+def test_records_read_mid_stream_are_the_records_of_what_came(
+    timed: list[tuple[int, StreamChunk]], data: st.DataObject
+) -> None:
+    """The packer packs as chunks arrive: reading its records part-way (an interrupted
+    message) gives exactly the records of the chunks so far, and changes nothing after."""
+    cut = data.draw(st.integers(0, len(timed)))
+    packer = StreamPacker()
+    for time, chunk in timed[:cut]:
+        packer.add(time, chunk)
+    assert packer.records() == pack_stream(timed[:cut])
+    for time, chunk in timed[cut:]:
+        packer.add(time, chunk)
+    assert packer.records() == pack_stream(timed)
+    assert unpack_stream(packer.records()) == timed
 
 
 @settings(max_examples=200, deadline=None)
