@@ -17,6 +17,7 @@ write handle.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import errno
 import gc
@@ -434,8 +435,7 @@ def _read_zstd(
     path: str, data: bytes, revision: str, version: int | None, typed: bool
 ) -> ArtifactRead:
     scan = split_frames(data)
-    frames = list(scan.frames)
-    plaintexts: list[bytes] = []
+    frames: list[tuple[int, int]] = []
     # Where the complete, checksum-valid frames stop, and why the bytes there are no
     # such frame: the first structural defect, or the first frame that fails validation.
     damage = scan.torn_start
@@ -444,17 +444,49 @@ def _read_zstd(
         if scan.defect is not None
         else f"Zstandard session log ends inside the frame at byte {damage}"
     )
-    for index, (start, end) in enumerate(frames):
-        try:
-            plaintexts.append(decompress_frame(memoryview(data)[start:end]))
-        except Exception as error:
-            del frames[index:]
-            damage = start
-            why = (
-                f"corrupt Zstandard session log: frame at byte {start} failed validation ({error})"
-            )
-            break
-    if not frames:
+    scanner: LineScanner | None = None
+    header: dict[str, Any] = {}
+    frame_of_offset: list[tuple[int, int]] = []  # (plaintext start, file start)
+
+    def locate(plain: int) -> int:
+        index = bisect.bisect_right(frame_of_offset, (plain, len(data))) - 1
+        return frame_of_offset[index][1] if index >= 0 else 0
+
+    # Frame by frame: each frame's plaintext is parsed and dropped before the next is
+    # decompressed, so a read never holds the whole log's plaintext beside its events.
+    offset = 0
+    try:
+        for start, end in scan.frames:
+            try:
+                plaintext = decompress_frame(memoryview(data)[start:end])
+            except Exception as error:
+                damage = start
+                why = (
+                    f"corrupt Zstandard session log: frame at byte {start} failed validation "
+                    f"({error})"
+                )
+                break
+            frames.append((start, end))
+            if scanner is None:
+                if not plaintext or plaintext.find(b"\n") != len(plaintext) - 1:
+                    raise _corrupt(
+                        path,
+                        "corrupt Zstandard session log: first frame is not exactly one header line",
+                        0,
+                    )
+                header = decode_header_record(plaintext, path, version)
+                scanner = LineScanner(
+                    header["version"], "strict", path, len(plaintext), typed=typed
+                )
+                scanner.locate = locate
+                offset = len(plaintext)
+                continue
+            frame_of_offset.append((offset, start))
+            offset += len(plaintext)
+            scanner.feed(plaintext)
+    except _Refusal as refusal:
+        raise _corrupt(path, str(refusal), refusal.offset) from None
+    if scanner is None:
         # The header frame is published whole (fsync'd before its name is linked): a
         # file without a valid first frame was never a log a writer published.
         if damage == 0 and (scan.defect is not None or scan.frames):
@@ -471,33 +503,7 @@ def _read_zstd(
                 damage,
             )
         torn_start = damage
-    head = plaintexts[0]
-    if not head or head.find(b"\n") != len(head) - 1:
-        raise _corrupt(
-            path, "corrupt Zstandard session log: first frame is not exactly one header line", 0
-        )
-    header = decode_header_record(head, path, version)
     file_version = header["version"]
-    scanner = LineScanner(file_version, "strict", path, len(head), typed=typed)
-    frame_of_offset: list[tuple[int, int]] = []  # (plaintext start, file start)
-    offset = len(head)
-    for (start, _end), plaintext in zip(frames[1:], plaintexts[1:], strict=True):
-        frame_of_offset.append((offset, start))
-        offset += len(plaintext)
-
-    def locate(plain: int) -> int:
-        file_offset = 0
-        for plain_start, frame_start in frame_of_offset:
-            if plain_start <= plain:
-                file_offset = frame_start
-        return file_offset
-
-    scanner.locate = locate
-    try:
-        for plaintext in plaintexts[1:]:
-            scanner.feed(plaintext)
-    except _Refusal as refusal:
-        raise _corrupt(path, str(refusal), refusal.offset) from None
     if scanner.pending:
         last_start = frames[-1][0]
         raise _corrupt(
