@@ -3,6 +3,13 @@
 Everything shown here can come from the model, a tool's output or a stored log, so it passes
 through :func:`terminal_safe` before it reaches a terminal: an escape sequence in a file the
 agent ``cat``s must not clear the screen, move the cursor or draw a fake approval prompt.
+
+Plain newlines are a second way to forge: a model text whose second line reads
+``  ⚙ bash [call-1] {...}`` or ``  ⎿ result [call-1]`` would look like the harness's own lines.
+So every line of text the harness did not write (model text and reasoning, tool output, a
+user's or a plugin's message) that does not start with the harness's label for it carries the
+:data:`GUTTER` (:func:`continued`, :func:`guttered`, :func:`gutter_stream`); no harness line
+starts with it, so nothing such text holds can pass for one.
 """
 
 from __future__ import annotations
@@ -32,6 +39,9 @@ if TYPE_CHECKING:
 
 MAX_TOOL_OUTPUT_LINES = 20
 
+#: Marks a line of text someone other than the harness wrote (see the module docstring).
+GUTTER: Final = "│ "
+
 #: Unicode categories shown escaped: controls (C0, DEL, C1 — ESC, CSI, OSC, ``\r`` ...), format
 #: characters (bidi overrides and isolates U+202A-202E / U+2066-2069, zero-width ...),
 #: surrogates, private use, unassigned, and the line/paragraph separators.
@@ -57,6 +67,27 @@ def terminal_safe(text: str, *, multiline: bool = True) -> str:
     return "".join(out)
 
 
+def continued(text: str, indent: str = "  ") -> str:
+    """``text`` (already :func:`terminal_safe`) whose first line follows a harness label:
+    every later line gets ``indent`` and the :data:`GUTTER`."""
+    first, *rest = text.split("\n")
+    return "".join([first, *(f"\n{indent}{GUTTER}{line}" for line in rest)])
+
+
+def guttered(text: str, indent: str = "    ") -> list[str]:
+    """Every line of ``text`` (already :func:`terminal_safe`), with ``indent`` and the gutter."""
+    return [f"{indent}{GUTTER}{line}" for line in text.split("\n")]
+
+
+def gutter_stream(text: str, *, at_line_start: bool) -> str:
+    """A streamed chunk of model text (already :func:`terminal_safe`), with the gutter at the
+    start of each line it begins: at its own start when the terminal is at a line start, and
+    after each newline that more text follows."""
+    lines = text.split("\n")
+    head = f"{GUTTER}{lines[0]}" if at_line_start and lines[0] else lines[0]
+    return "\n".join([head, *(f"{GUTTER}{line}" if line else "" for line in lines[1:])])
+
+
 def when(ms: int) -> str:
     return _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -70,13 +101,6 @@ def human_size(size: int | None) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{size} B"
-
-
-def _clip(text: str, limit: int = MAX_TOOL_OUTPUT_LINES) -> str:
-    lines = text.splitlines()
-    if len(lines) <= limit:
-        return text
-    return "\n".join([*lines[:limit], f"... ({len(lines) - limit} more lines)"])
 
 
 def blocks_text(blocks: Any) -> str:
@@ -100,14 +124,15 @@ def message_lines(message: Any) -> list[tuple[str, str]]:
                 style = "red" if block.is_error is True else "dim"
                 label = "error" if block.is_error is True else "result"
                 out.append((style, f"  ⎿ {label} [{_one_line(block.tool_call_id)}]\n"
-                            + _indent(_clip(terminal_safe(blocks_text(block.content))))))
+                            + _indent(terminal_safe(blocks_text(block.content)))))
         return out
     if isinstance(message, AssistantMessage):
         for block in message.content:
             if isinstance(block, ReasoningBlock):
-                out.append(("dim italic", f"  (thinking) {terminal_safe(block.text.strip())}"))
+                thinking = continued(terminal_safe(block.text.strip()))
+                out.append(("dim italic", f"  (thinking) {thinking}"))
             elif isinstance(block, TextBlock):
-                out.append(("", f"assistant: {terminal_safe(block.text)}"))
+                out.append(("", f"assistant: {continued(terminal_safe(block.text))}"))
             elif isinstance(block, ToolCallBlock):
                 out.append(("cyan", _one_line(f"  ⚙ {block.name} [{block.id}] {block.arguments}")))
         return out
@@ -116,10 +141,10 @@ def message_lines(message: Any) -> list[tuple[str, str]]:
         plugin = message.source.plugin if isinstance(message.source, PluginSource) else ""
         prefix = "you" if kind == "user" else f"({kind} {plugin})".replace(" )", ")")
         style = "bold" if kind == "user" else "dim"
-        out.append((style, terminal_safe(f"{prefix}: {blocks_text(message.content)}")))
+        out.append((style, continued(terminal_safe(f"{prefix}: {blocks_text(message.content)}"))))
         return out
     if isinstance(message, SystemMessage):
-        out.append(("dim", f"system: {terminal_safe(blocks_text(message.content))}"))
+        out.append(("dim", f"system: {continued(terminal_safe(blocks_text(message.content)))}"))
         return out
     out.append(("dim", _one_line(repr(message))))
     return out
@@ -130,7 +155,16 @@ def _one_line(text: str) -> str:
 
 
 def _indent(text: str) -> str:
-    return "\n".join(f"    {line}" for line in text.splitlines()) if text else "    (empty)"
+    """Tool output under its ``⎿`` line: guttered, clipped by a harness line."""
+    lines = text.split("\n")
+    if lines and not lines[-1]:
+        lines.pop()  # a final newline ends the last line, it starts no new one
+    if not lines:
+        return "    (empty)"
+    shown = guttered("\n".join(lines[:MAX_TOOL_OUTPUT_LINES]))
+    if len(lines) > MAX_TOOL_OUTPUT_LINES:
+        shown.append(f"    ... ({len(lines) - MAX_TOOL_OUTPUT_LINES} more lines)")
+    return "\n".join(shown)
 
 
 def retry_summary(data: dict[str, Any]) -> str:
@@ -242,11 +276,14 @@ def tool_result_lines(data: Any, *, full: bool = False) -> list[Line]:
     failed = code is not None or block.is_error is True  # a refusal is an error result too
     label = f"error {code}" if code is not None else "error" if failed else "result"
     # Escaped before splitting: a "\r" or a form feed is shown, not taken as a line break.
-    lines = terminal_safe(blocks_text(block.content)).splitlines() or ["(empty)"]
+    lines = terminal_safe(blocks_text(block.content)).splitlines()
     shown = lines if full else lines[:MAX_TOOL_OUTPUT_LINES]
     out: list[Line] = [("red" if failed else "dim",
                         f"  ⎿ {label} [{_one_line(block.tool_call_id)}]")]
-    out.extend(("dim", f"    {line}") for line in shown)
+    if not lines:
+        out.append(("dim", "    (empty)"))
+    if shown:
+        out.extend(("dim", line) for line in guttered("\n".join(shown)))
     if len(shown) < len(lines):
         out.append(("dim", f"    ... ({len(lines) - len(shown)} more lines)"))
     return out

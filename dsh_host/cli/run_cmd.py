@@ -50,6 +50,8 @@ from .output import console
 from .render import (
     approval_lines,
     blocks_text,
+    continued,
+    gutter_stream,
     retry_summary,
     terminal_safe,
     tool_result_lines,
@@ -229,10 +231,10 @@ class Transcript:
         quiet = self.quiet or request.purpose is not None
         async for chunk in next_():
             if not quiet:
-                if isinstance(chunk, TextDeltaChunk):
-                    console().print(
-                        terminal_safe(chunk.text), end="", markup=False, highlight=False
-                    )
+                if isinstance(chunk, TextDeltaChunk) and chunk.text:
+                    text = terminal_safe(chunk.text)
+                    text = gutter_stream(text, at_line_start=not self._mid_line)
+                    console().print(text, end="", markup=False, highlight=False)
                     self._mid_line = not chunk.text.endswith("\n")
                 elif isinstance(chunk, BlockEndChunk) and isinstance(chunk.block, TextBlock):
                     if self._mid_line:
@@ -248,7 +250,8 @@ class Transcript:
         if kind == "user/message":
             message = event.data  # a user/message's data is the message itself
             if isinstance(message.source, UserSource):  # not plugin notices or context
-                self._print(f"you: {blocks_text(message.content)}", "bold", multiline=True)
+                said = continued(terminal_safe(f"you: {blocks_text(message.content)}"))
+                self._print(said, "bold", multiline=True)
             return
         if kind == "tool/result":
             for style, text in tool_result_lines(event.data):

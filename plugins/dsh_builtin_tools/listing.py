@@ -4,9 +4,15 @@ The walk is descriptor-based like ``glob``/``grep`` (each directory opened ``O_N
 to its parent's descriptor, starting beneath the workspace descriptor) and honours the same
 ignores: ``.git`` is skipped and every ``.gitignore`` from the workspace down applies. Entries
 are sorted by name; a directory ends with ``/``, a symbolic link with ``@`` (listed, never
-entered), and a directory at the depth limit says how many entries it holds. At most
-``maxSearchResults`` entries are shown; a capped tree is saved whole to the spill area and the
-footer names the file.
+entered), and a directory at the depth limit says how many entries it holds.
+
+At most ``maxSearchResults`` entries are shown, chosen **breadth-first**: the directory's own
+entries first, then the next level shared fairly among the directories shown (a directory
+with few entries shows them all, the rest of the budget is split among the large ones), and
+so on. A directory whose entries are cut says ``… (N more)`` where they stop. A depth-first cut
+would let one directory of 3,000 files fill the budget and hide every sibling after it; this
+way the top of the tree is always there. A capped tree is saved whole to the spill area and
+the footer names the file.
 """
 
 from __future__ import annotations
@@ -69,46 +75,98 @@ def _open_child(dir_fd: int, name: str) -> int | None:
         return None
 
 
-def tree_lines(top_fd: int, parts: tuple[str, ...], specs: Specs, depth: int) -> list[str]:
-    """The indented entries beneath ``top_fd`` (workspace path ``parts``), ``depth`` levels."""
-    lines: list[str] = []
+#: One entry of the tree: its line (without indentation) and, for a directory that was
+#: entered, its own entries.
+Node = tuple[str, list["Node"] | None]
 
-    def visit(dir_fd: int, here: tuple[str, ...], specs: Specs, level: int) -> None:
+
+def tree_nodes(top_fd: int, parts: tuple[str, ...], specs: Specs, depth: int) -> list[Node]:
+    """The entries beneath ``top_fd`` (workspace path ``parts``), ``depth`` levels."""
+    count = 0
+
+    def visit(dir_fd: int, here: tuple[str, ...], specs: Specs, level: int) -> list[Node]:
+        nonlocal count
+        nodes: list[Node] = []
         specs = with_ignore(dir_fd, here, specs)
         for name, kind in _entries(dir_fd, here, specs):
-            if len(lines) >= MAX_ENTRIES:
+            count += 1
+            if count > MAX_ENTRIES:
                 raise ToolError(
                     f"the listing has more than {MAX_ENTRIES} entries; list a narrower path or a "
                     "smaller depth"
                 )
-            indent = _INDENT * level
             shown = shown_path((name,))
             if kind == "link":
-                lines.append(f"{indent}{shown}@")
+                nodes.append((f"{shown}@", None))
                 continue
             if kind == "file":
-                lines.append(f"{indent}{shown}")
+                nodes.append((shown, None))
                 continue
             child = _open_child(dir_fd, name)
             if child is None:
-                lines.append(f"{indent}{shown}/ (unreadable)")
+                nodes.append((f"{shown}/ (unreadable)", None))
                 continue
             try:
                 if level + 1 >= depth:
                     inner = with_ignore(child, (*here, name), specs)
-                    count = len(_entries(child, (*here, name), inner))
-                    plural = "y" if count == 1 else "ies"
-                    lines.append(
-                        f"{indent}{shown}/ ({count} entr{plural})" if count else f"{indent}{shown}/"
-                    )
+                    held = len(_entries(child, (*here, name), inner))
+                    plural = "y" if held == 1 else "ies"
+                    nodes.append((f"{shown}/ ({held} entr{plural})" if held else f"{shown}/", None))
                 else:
-                    lines.append(f"{indent}{shown}/")
-                    visit(child, (*here, name), specs, level + 1)
+                    nodes.append((f"{shown}/", visit(child, (*here, name), specs, level + 1)))
             finally:
                 os.close(child)
+        return nodes
 
-    visit(top_fd, parts, specs, 0)
-    return lines
+    return visit(top_fd, parts, specs, 0)
+
+
+def _fair_shares(sizes: list[int], budget: int) -> list[int]:
+    """Split ``budget`` among lists of ``sizes`` entries: each gets at most its size, and no
+    list is cut while a smaller share would leave budget unused (water-filling)."""
+    shares = [0] * len(sizes)
+    order = sorted(range(len(sizes)), key=lambda i: sizes[i])
+    for rank, index in enumerate(order):
+        share = min(sizes[index], budget // (len(order) - rank))
+        shares[index] = share
+        budget -= share
+    return shares
+
+
+def render(nodes: list[Node], cap: int | None = None) -> tuple[list[str], int]:
+    """The tree's indented lines, and how many entries they show.
+
+    ``cap``: at most that many entries, chosen breadth-first with fair shares per level (see
+    the module docstring); a cut list ends with ``… (N more)``. None: every entry.
+    """
+    allowed: dict[int, int] = {}
+    if cap is not None:
+        budget, level = cap, [nodes]
+        while level and budget > 0:
+            shares = _fair_shares([len(entries) for entries in level], budget)
+            budget -= sum(shares)
+            following: list[list[Node]] = []
+            for entries, share in zip(level, shares, strict=True):
+                allowed[id(entries)] = share
+                following += [kids for _line, kids in entries[:share] if kids]
+            level = following
+    lines: list[str] = []
+    shown = 0
+
+    def emit(entries: list[Node], depth: int) -> None:
+        nonlocal shown
+        indent = _INDENT * depth
+        keep = len(entries) if cap is None else allowed.get(id(entries), 0)
+        for line, kids in entries[:keep]:
+            lines.append(f"{indent}{line}")
+            shown += 1
+            if kids:
+                emit(kids, depth + 1)
+        if keep < len(entries):
+            lines.append(f"{indent}… ({len(entries) - keep} more)")
+
+    emit(nodes, 0)
+    return lines, shown
 
 
 def list_dir_tool(
@@ -122,22 +180,24 @@ def list_dir_tool(
         specs = ancestor_specs(holder.fd(), parts)
         top = open_search_dir(holder, parts)
         try:
-            lines = tree_lines(top, parts, specs, depth)
+            nodes = tree_nodes(top, parts, specs, depth)
         finally:
             os.close(top)
         head = f"{display_parts(parts)}/"
-        if not lines:
+        if not nodes:
             return f"{head}\n{_INDENT}(empty directory)"
+        lines, total = render(nodes)
+        view, shown = render(nodes, cap)
         tree = [head, *(f"{_INDENT}{line}" for line in lines)]
         footer = capped_footer(
-            len(lines),
-            cap,
+            total,
+            shown,
             "entries",
             "list_dir",
             "list a narrower path or a smaller depth",
             lambda: spill.save_text(call_id, "list_dir.txt", "\n".join(tree) + "\n"),
         )
-        return "\n".join(tree[: cap + 1]) + footer
+        return "\n".join([head, *(f"{_INDENT}{line}" for line in view)]) + footer
 
     async def execute(args: Any, exec: ToolExecution) -> Any:
         parts = await anyio.to_thread.run_sync(workspace_parts, args.get("path", "."), workspace)
@@ -151,8 +211,9 @@ def list_dir_tool(
         description=(
             "List a directory of the workspace as an indented tree: directories end with `/`, "
             "symbolic links with `@` (not followed), and a directory at the depth limit shows "
-            f"how many entries it holds. Sorted by name, at most {cap} entries; files ignored "
-            "by .gitignore and the .git directory are left out."
+            f"how many entries it holds. Sorted by name, at most {cap} entries, shallow ones "
+            "first: a directory whose entries are cut says `… (N more)`. Files ignored by "
+            ".gitignore and the .git directory are left out."
         ),
         parameters={
             "type": "object",

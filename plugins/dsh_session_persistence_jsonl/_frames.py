@@ -6,18 +6,13 @@ durable batch. Every frame carries zstd's own content checksum (the low 32 bits
 of XXH64 of the plaintext), so a reader detects any flipped byte inside a
 complete frame; there is no other length prefix or checksum.
 
-:func:`scan_frames` walks frame and block headers *without decompressing*, to
-tell the two ways a file can end badly apart:
-
-* **torn** — the file ends inside a frame (a crash during the last append):
-  recoverable, the complete frames before it are intact;
-* **corrupt** — a complete position holds bytes no writer produces (bad magic,
-  reserved bits, reserved block type): refused.
-
-Beyond DSH (DECISIONS D17): zero bytes from a frame boundary to the end of the
-file are a torn tail too — a power cut on common filesystems leaves the
-unsynced end of a file zero-filled. Zeros followed by anything else are still
-corruption.
+:func:`split_frames` walks frame and block headers *without decompressing* and
+stops at the first position that does not hold a structurally complete frame:
+the file ends inside it (a torn append) or its bytes are no frame (bad magic,
+reserved bits, reserved block type). Whether the bytes from there on are a torn
+tail or damage is the reader's call, not the scanner's: it depends on whether an
+intact frame follows (``_reader.intact_frame_after``; docs/format.md §5.1).
+:func:`scan_frames` is the strict form, for callers that want an exception.
 """
 
 from __future__ import annotations
@@ -35,8 +30,9 @@ __all__ = [
     "compress_frame",
     "decompress_frame",
     "decompress_partial",
+    "frame_end",
     "scan_frames",
-    "zero_run_start",
+    "split_frames",
 ]
 
 #: Frame magic number 0xFD2FB528, little endian.
@@ -56,10 +52,16 @@ class FrameCorruption(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class FrameScan:
-    """Complete frames as ``(start, end)`` byte ranges, and where a torn frame starts."""
+    """Complete frames as ``(start, end)`` byte ranges, and where they stop.
+
+    ``torn_start`` is where the structurally complete frames stop (None: they run
+    to the end of the data); ``defect`` says why the bytes there are no frame when
+    they say enough to tell (None: the data ends inside the frame).
+    """
 
     frames: tuple[tuple[int, int], ...]
     torn_start: int | None
+    defect: FrameCorruption | None = None
 
 
 #: A ``ZstdCompressor`` must not be used by two threads at once, and batches are
@@ -87,7 +89,7 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     return decompressor
 
 
-def _frame_end(data: bytes | memoryview, start: int) -> int | None:
+def frame_end(data: bytes | memoryview, start: int) -> int | None:
     """End offset of the frame starting at ``start``; None when EOF falls inside it."""
     size = len(data)
     pos = start
@@ -139,25 +141,19 @@ def _frame_end(data: bytes | memoryview, start: int) -> int | None:
     return pos
 
 
-def scan_frames(data: bytes | memoryview) -> FrameScan:
-    """Split ``data`` into complete frames, stopping at a torn final frame.
+def split_frames(data: bytes | memoryview) -> FrameScan:
+    """Split ``data`` into structurally complete frames, up to the first position that is
+    not one (never raises: :attr:`FrameScan.defect` carries the reason).
 
-    Raises :class:`FrameCorruption` for structurally impossible bytes at a
-    complete position. Skippable frames are not part of the format and fail
-    the magic check.
+    Skippable frames are not part of the format and fail the magic check.
     """
     frames: list[tuple[int, int]] = []
     pos = 0
     while pos < len(data):
-        if data[pos] == 0 and zero_run_start(data) <= pos:
-            return FrameScan(tuple(frames), pos)  # D17: a zero-filled tail is torn
         try:
-            end = _frame_end(data, pos)
-        except FrameCorruption:
-            zeros = zero_run_start(data)
-            if pos < zeros < pos + 4 and bytes(data[pos:zeros]) == MAGIC[: zeros - pos]:
-                return FrameScan(tuple(frames), pos)  # D17: part of a magic, then zeros
-            raise
+            end = frame_end(data, pos)
+        except FrameCorruption as defect:
+            return FrameScan(tuple(frames), pos, defect)
         if end is None:
             return FrameScan(tuple(frames), pos)
         frames.append((pos, end))
@@ -165,19 +161,13 @@ def scan_frames(data: bytes | memoryview) -> FrameScan:
     return FrameScan(tuple(frames), None)
 
 
-def zero_run_start(data: bytes | memoryview) -> int:
-    """Where the run of zero bytes that ends the file begins (``len(data)`` if none)."""
-    end = len(data)
-    view = memoryview(data)
-    step = 4096
-    while end > 0:
-        start = max(0, end - step)
-        chunk = bytes(view[start:end])
-        stripped = chunk.rstrip(b"\x00")
-        if stripped:
-            return start + len(stripped)
-        end = start
-    return 0
+def scan_frames(data: bytes | memoryview) -> FrameScan:
+    """:func:`split_frames`, raising :class:`FrameCorruption` for structurally impossible
+    bytes where a frame should start; a file that ends inside a frame is not an error."""
+    scan = split_frames(data)
+    if scan.defect is not None:
+        raise scan.defect
+    return scan
 
 
 def decompress_frame(frame: bytes | memoryview) -> bytes:

@@ -17,6 +17,7 @@ write handle.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import errno
 import gc
@@ -50,8 +51,9 @@ from ._frames import (
     FrameCorruption,
     decompress_frame,
     decompress_partial,
+    frame_end,
     scan_frames,
-    zero_run_start,
+    split_frames,
 )
 from ._paths import CURRENT_VERSION, Compression
 
@@ -126,6 +128,8 @@ class LineScanner:
         self._fragment = bytearray()
         self._line = 0
         self.issue: _Refusal | None = None
+        #: The first bad line holds a NUL byte: a hole a power cut left (:meth:`_after_issue`).
+        self.hole = False
         #: Maps a plaintext offset to a file offset for error messages.
         self.locate: Callable[[int], int] = lambda offset: offset
 
@@ -185,6 +189,7 @@ class LineScanner:
                 raise issue from None
             if self.issue is None:
                 self.issue = issue
+                self.hole = b"\0" in line
             return
         if self.version == 3:
             try:
@@ -206,8 +211,7 @@ class LineScanner:
                 ) from None
         closes_turn = isinstance(row, dict) and row.get("type") == "turn/end"
         if self.issue is not None:
-            if closes_turn:
-                raise self.issue
+            self._after_issue(closes_turn)
             return
         try:
             decoded = self._decode(row)
@@ -236,14 +240,30 @@ class LineScanner:
         self.plain.extend([plain] * len(decoded))
         self.committed = line_end
 
+    def _after_issue(self, closes_turn: bool) -> None:
+        """A good line after a bad one: dropped with the tail, unless it proves the bad line
+        was committed data.
+
+        Raw lines carry no batch boundaries, so a complete line after damage proves
+        nothing by itself: a torn append is a whole batch, and its later lines can reach
+        the disk while an earlier part of it did not. DSH's proof is a ``turn/end`` (a
+        closed turn after the damage means committed data was lost). That proof fails
+        when the bad line holds a NUL byte: no writer writes one (JSON escapes it), so it
+        is a hole, bytes that never reached the disk; since bytes written before an fsync
+        are durable before any written after it, the hole and everything after it were
+        written after the last successful fsync — nothing there was ever durable,
+        ``turn/end`` included (docs/format.md §5.1).
+        """
+        if closes_turn and not self.hole and self.issue is not None:
+            raise self.issue
+
     def _admit_typed(self, event: SessionEvent, line_start: int, line_end: int) -> None:
         """The plain path's rules after decoding, for a row decoded straight to its event:
         it parsed and passed structural admission and the envelope, so only the damage
         already seen and the seq chain can still stop it (with the plain path's texts)."""
         closes_turn = event.type == "turn/end"
         if self.issue is not None:
-            if closes_turn:
-                raise self.issue
+            self._after_issue(closes_turn)
             return
         expected = len(self.events)
         if event.seq != expected:
@@ -330,46 +350,40 @@ def read_stable(path: str) -> tuple[bytes, os.stat_result]:
     return data, before
 
 
-def _check_later_frames(data: bytes, torn_start: int, path: str) -> None:
-    """Refuse a "torn" frame that is followed by an intact frame.
+def intact_frame_after(data: bytes, damage: int) -> int | None:
+    """Where the first complete, checksum-valid frame after ``damage`` starts, if any.
 
-    A crash can only tear the *last* append, and every append is one frame, so
-    a genuinely torn region holds a prefix of one frame and nothing else. If a
-    complete, checksum-valid frame starts later, the bytes at ``torn_start``
-    were damaged in place (e.g. an inflated block size), and treating them as a
-    crash tail would let a write handle truncate committed frames. DSH does not
-    make this check; it only ever refuses more.
+    This is the one test that tells a torn append from damage (docs/format.md §5.1):
+    a power cut can only disturb bytes written after the last successful fsync, and
+    the writer fsyncs each frame before it writes the next, so the disturbed bytes
+    hold a damaged copy of at most one frame and nothing after it. A complete frame
+    whose checksum verifies, starting after the damage, was therefore written *after*
+    the damaged bytes were durable — the damage is in committed data, not a tear.
+
+    Every frame starts with the 4-byte magic, so only the positions where the magic
+    occurs are candidates (``bytes.find``, one linear pass). Each candidate costs a walk
+    of its block headers and, when the frame is structurally complete within the file,
+    one decompression with its checksum. The bytes of an honest torn frame are
+    compressed data, where the magic appears only by chance (about once per 4 GiB; and
+    never in a raw or RLE block of JSON text, since ``0xFD`` is no UTF-8 byte), so the
+    search is a single scan of the tail; bytes crafted to hold many overlapping frames
+    cost at most one decompression per magic occurrence.
     """
-    position = data.find(MAGIC, torn_start + 1)
+    position = data.find(MAGIC, damage + 1)
     while position >= 0:
         try:
-            scan = scan_frames(memoryview(data)[position:])
+            end = frame_end(data, position)
         except FrameCorruption:
-            scan = None
-        if scan is not None and scan.frames:
-            start, end = scan.frames[0]
+            end = None
+        if end is not None:
             try:
-                decompress_frame(data[position + start : position + end])
+                decompress_frame(memoryview(data)[position:end])
             except Exception:
                 pass
             else:
-                raise _corrupt(
-                    path,
-                    f"corrupt Zstandard session log: frame at byte {torn_start} is damaged but "
-                    f"an intact frame follows at byte {position}",
-                    torn_start,
-                )
+                return position
         position = data.find(MAGIC, position + 1)
-
-
-def _zero_filled_from_inside(data: bytes, start: int, end: int) -> bool:
-    """True when the file ends in at least 4 zero bytes that begin inside ``[start, end)``.
-
-    Four bytes at least: the frame's whole checksum is zeros, which a writer
-    produces with probability 2**-32, so the frame was never fully written.
-    """
-    zeros = zero_run_start(data)
-    return start < zeros < end and len(data) - zeros >= 4
+    return None
 
 
 def read_artifact(
@@ -420,63 +434,76 @@ def _collector_paused() -> Iterator[None]:
 def _read_zstd(
     path: str, data: bytes, revision: str, version: int | None, typed: bool
 ) -> ArtifactRead:
-    try:
-        scan = scan_frames(data)
-    except FrameCorruption as error:
-        raise _corrupt(path, str(error), error.offset) from None
-    if not scan.frames:
-        raise _corrupt(path, "empty or header-less Zstandard session log", 0)
-    if scan.torn_start is not None:
-        _check_later_frames(data, scan.torn_start, path)
-    plaintexts: list[bytes] = []
-    frames = list(scan.frames)
-    torn_start = scan.torn_start
-    for index, (start, end) in enumerate(frames):
-        try:
-            plaintexts.append(decompress_frame(data[start:end]))
-        except Exception as error:
-            if (
-                index == len(frames) - 1
-                and index > 0
-                and _zero_filled_from_inside(data, start, end)
-            ):
-                # D17: the last frame was partly written, the rest of the file zero-filled
-                # (its checksum is zeros): a torn tail, not damage to a committed frame.
-                del frames[index]
-                torn_start = start
-                break
-            raise _corrupt(
-                path,
-                f"corrupt Zstandard session log: frame at byte {start} failed validation ({error})",
-                start,
-            ) from None
-    head = plaintexts[0]
-    if not head or head.find(b"\n") != len(head) - 1:
-        raise _corrupt(
-            path, "corrupt Zstandard session log: first frame is not exactly one header line", 0
-        )
-    header = decode_header_record(head, path, version)
-    file_version = header["version"]
-    scanner = LineScanner(file_version, "strict", path, len(head), typed=typed)
+    scan = split_frames(data)
+    frames: list[tuple[int, int]] = []
+    # Where the complete, checksum-valid frames stop, and why the bytes there are no
+    # such frame: the first structural defect, or the first frame that fails validation.
+    damage = scan.torn_start
+    why = (
+        str(scan.defect)
+        if scan.defect is not None
+        else f"Zstandard session log ends inside the frame at byte {damage}"
+    )
+    scanner: LineScanner | None = None
+    header: dict[str, Any] = {}
     frame_of_offset: list[tuple[int, int]] = []  # (plaintext start, file start)
-    offset = len(head)
-    for (start, _end), plaintext in zip(frames[1:], plaintexts[1:], strict=True):
-        frame_of_offset.append((offset, start))
-        offset += len(plaintext)
 
     def locate(plain: int) -> int:
-        file_offset = 0
-        for plain_start, frame_start in frame_of_offset:
-            if plain_start <= plain:
-                file_offset = frame_start
-        return file_offset
+        index = bisect.bisect_right(frame_of_offset, (plain, len(data))) - 1
+        return frame_of_offset[index][1] if index >= 0 else 0
 
-    scanner.locate = locate
+    # Frame by frame: each frame's plaintext is parsed and dropped before the next is
+    # decompressed, so a read never holds the whole log's plaintext beside its events.
+    offset = 0
     try:
-        for plaintext in plaintexts[1:]:
+        for start, end in scan.frames:
+            try:
+                plaintext = decompress_frame(memoryview(data)[start:end])
+            except Exception as error:
+                damage = start
+                why = (
+                    f"corrupt Zstandard session log: frame at byte {start} failed validation "
+                    f"({error})"
+                )
+                break
+            frames.append((start, end))
+            if scanner is None:
+                if not plaintext or plaintext.find(b"\n") != len(plaintext) - 1:
+                    raise _corrupt(
+                        path,
+                        "corrupt Zstandard session log: first frame is not exactly one header line",
+                        0,
+                    )
+                header = decode_header_record(plaintext, path, version)
+                scanner = LineScanner(
+                    header["version"], "strict", path, len(plaintext), typed=typed
+                )
+                scanner.locate = locate
+                offset = len(plaintext)
+                continue
+            frame_of_offset.append((offset, start))
+            offset += len(plaintext)
             scanner.feed(plaintext)
     except _Refusal as refusal:
         raise _corrupt(path, str(refusal), refusal.offset) from None
+    if scanner is None:
+        # The header frame is published whole (fsync'd before its name is linked): a
+        # file without a valid first frame was never a log a writer published.
+        if damage == 0 and (scan.defect is not None or scan.frames):
+            raise _corrupt(path, why, 0)
+        raise _corrupt(path, "empty or header-less Zstandard session log", 0)
+    torn_start: int | None = None
+    if damage is not None:
+        later = intact_frame_after(data, damage)
+        if later is not None:
+            raise _corrupt(
+                path,
+                f"{why}, and an intact frame follows at byte {later}: the damage is inside "
+                "the committed log, not a torn last append",
+                damage,
+            )
+        torn_start = damage
+    file_version = header["version"]
     if scanner.pending:
         last_start = frames[-1][0]
         raise _corrupt(

@@ -506,6 +506,40 @@ class PostgresStorage:
         row = await self._db(lambda conn: conn.execute(self._sql_count, (session_id,)).fetchone())
         return None if row is None else self.revision(int(row[0]))
 
+    async def held_by(self, session_id: str) -> str | None:
+        """Who holds the session's write lock now, or None when nobody does.
+
+        The writer's lock is a session-level advisory lock, so PostgreSQL itself lists its
+        holder in ``pg_locks`` (a 64-bit key is stored as ``classid`` = its high and
+        ``objid`` = its low 32 bits, ``objsubid`` 1). Reading that view takes no lock, so
+        asking never makes a writer's ``pg_try_advisory_lock`` fail, unlike trying the
+        lock. A writer whose process died holds it until the server notices the closed
+        connection (milliseconds); until then it is reported held, as it still is.
+        """
+        await self.ensure_schema()
+        key = self.lock_key(session_id) & 0xFFFF_FFFF_FFFF_FFFF
+
+        def holder(conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
+            return conn.execute(
+                "SELECT l.pid, a.application_name, a.client_addr::text FROM pg_locks l "
+                "LEFT JOIN pg_stat_activity a ON a.pid = l.pid "
+                "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+                "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                " AND l.classid::bigint = %s AND l.objid::bigint = %s",
+                (key >> 32, key & 0xFFFF_FFFF),
+            ).fetchone()
+
+        row = await self._db(holder)
+        if row is None:
+            return None
+        pid, application, client = row
+        who = f"PostgreSQL backend pid {pid}"
+        if application:
+            who += f", application {application!r}"
+        if client:
+            who += f", from {client}"
+        return f"held by a live writer ({who})"
+
     async def list(
         self, unreadable: builtins.list[UnreadableListing] | None
     ) -> builtins.list[SessionListing]:

@@ -107,6 +107,12 @@ def test_verify_exit_codes_on_reference_logs(
 
 def test_verify_corrupt_names_file_and_offset(tmp_path: Path) -> None:
     root = copy_fixture_root(tmp_path)
+    # The fixture's last frame fails its checksum; alone, that reads as a torn tail here
+    # (docs/format.md §5.1). An intact frame after it (a copy of the header frame) proves
+    # the damage is committed.
+    log = root / "--home-dev-project--" / "corrupt-checksum" / "session.v3.jsonl.zstd"
+    data = log.read_bytes()
+    log.write_bytes(data + data[:133])
     result = dsh("sessions", "verify", "corrupt-checksum", "--root", str(root), cwd=tmp_path)
     assert result.returncode == 2
     assert "session.v3.jsonl.zstd at byte 524" in result.stderr

@@ -20,6 +20,14 @@ Run as ``python child.py`` with ``DSH_CRASH_SPEC`` holding a JSON object:
 ``window``
     optional: the write-behind window in seconds instead of 200 ms (the test
     without the policy stretches it so the window cannot win the race).
+``record``
+    optional (JSONL): a file to which every ``os.write``, ``os.fsync``,
+    ``os.ftruncate`` and ``os.link`` under the store's root is appended as one JSON
+    line, in the order they ran, with each ``flushed`` report between them (the
+    power-cut suite replays it: :class:`Recorder`);
+``noise``
+    optional: bytes of random base64 each ``bash`` call prints, so that a batch
+    spans more than one disk page.
 
 Nothing here touches production code: the window is a default changed in
 *this* process, and every kill point is a wrapper installed in it around the
@@ -88,7 +96,79 @@ def die(point: str) -> None:
 
 def bash_call(note: str) -> dict[str, Any]:
     command = f'printf "%s\\n" "$DSH_CALL_ID" >> ledger && sleep {BODY_SLEEP}'
+    if SPEC.get("noise"):
+        command += f" && head -c {int(SPEC['noise'])} /dev/urandom | base64 -w 0"
     return {"name": "bash", "arguments": {"command": command, "description": note}}
+
+
+class Recorder:
+    """Appends the store's file operations to ``SPEC["record"]`` as they run (see above).
+
+    Each entry is written with the real ``os.write`` under one lock, so the file holds
+    them in the order the operations happened (writes run on worker threads); only
+    paths under the store's root are recorded.
+    """
+
+    def __init__(self, path: str, root: str) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.root = os.path.realpath(root)
+        self.lock = threading.Lock()
+        self.real_write = os.write
+
+    def entry(self, record: dict[str, Any]) -> None:
+        self.real_write(self.fd, (json.dumps(record) + "\n").encode())
+
+    def mine(self, fd: int) -> str | None:
+        try:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            return None
+        return path if path.startswith(self.root + os.sep) else None
+
+    def install(self) -> None:
+        real_write, real_fsync = os.write, os.fsync
+        real_truncate, real_link = os.ftruncate, os.link
+
+        def write(fd: int, data: Any) -> int:
+            path = self.mine(fd)
+            if path is None:
+                return real_write(fd, data)
+            with self.lock:
+                offset = os.lseek(fd, 0, os.SEEK_CUR)
+                written = real_write(fd, data)
+                chunk = bytes(data)[:written]
+                self.entry({"op": "write", "path": path, "offset": offset, "data": chunk.hex()})
+            return written
+
+        def fsync(fd: int) -> None:
+            path = self.mine(fd)
+            real_fsync(fd)
+            if path is not None:
+                with self.lock:
+                    self.entry({"op": "fsync", "path": path})
+
+        def ftruncate(fd: int, size: int) -> None:
+            path = self.mine(fd)
+            with self.lock:
+                real_truncate(fd, size)
+                if path is not None:
+                    self.entry({"op": "truncate", "path": path, "size": size})
+
+        def link(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+            with self.lock:
+                real_link(src, dst, *args, **kwargs)
+                self.entry({"op": "link", "src": os.path.realpath(src),
+                            "dst": os.path.realpath(dst)})
+
+        os.write, os.fsync = write, fsync
+        os.ftruncate, os.link = ftruncate, link
+
+    def flushed(self, seq: int) -> None:
+        with self.lock:
+            self.entry({"op": "flushed", "seq": seq})
+
+
+RECORDER: Recorder | None = None
 
 
 SCRIPT: list[dict[str, Any]] = [
@@ -296,6 +376,8 @@ class Killer:
             if phase == "after-flush":
                 die(self.describe())
             if last is not None:
+                if RECORDER is not None:
+                    RECORDER.flushed(last.seq)
                 say(f"flushed {last.seq} {last.type} {barrier}")
             return result
 
@@ -416,8 +498,14 @@ def _watch_ledger(call_id: str, label: str) -> None:
 
 
 async def main() -> None:
+    global RECORDER
     killer = Killer(SPEC.get("kill"))
     if PERSISTENCE["name"] == "session-persistence-jsonl":
+        if SPEC.get("record"):
+            root = PERSISTENCE["config"]["root"]
+            os.makedirs(root, exist_ok=True)
+            RECORDER = Recorder(SPEC["record"], root)
+            RECORDER.install()  # innermost: the killer's wrappers call through it
         killer.wrap_os()
     elif PERSISTENCE["name"] == "session-persistence-postgres":
         config = PERSISTENCE["config"]

@@ -118,8 +118,6 @@ async def test_a_partly_written_last_frame_then_zeros_is_torn_at_every_cut(
     for extra in (0, 9):
         for k in range(len(frame)):
             zeros = len(frame) - k + extra
-            if zeros < 4:
-                continue  # see test_a_last_frame_whose_final_bytes_are_zero_is_refused
             root = tmp_path / f"cut-{extra}-{k}"
             shutil.copytree(source, root)
             _put(
@@ -132,16 +130,20 @@ async def test_a_partly_written_last_frame_then_zeros_is_torn_at_every_cut(
             assert events == plain(EVENTS[: len(events)]), (extra, k)
 
 
-async def test_a_last_frame_whose_final_bytes_are_zero_is_refused(tmp_path: Path) -> None:
-    """1–3 zero bytes ending a complete frame that fails its checksum are not enough evidence
-    of a torn write (a real checksum ends in zeros 1 time in 256): refused, as DSH does."""
+async def test_a_last_frame_whose_final_bytes_are_zero_is_torn(tmp_path: Path) -> None:
+    """1–3 zero bytes ending a complete frame that fails its checksum: the end of the append
+    never reached the disk. Nothing follows, so it is a torn tail (issue 42), where DSH
+    refuses; a flipped byte in that frame reads the same way (docs/format.md §5.1)."""
     path = await _write(tmp_path, "zstd", BATCHES)
     good = path.read_bytes()
-    path.write_bytes(
-        good[:-2] + b"\x00\x00" if good[-2:] != b"\x00\x00" else good[:-2] + b"\x01\x01"
-    )
-    with pytest.raises(SessionPersistenceCorruptionError, match="failed validation"):
-        await _read(tmp_path, "zstd")
+    start, _end = scan_frames(good).frames[-1]
+    for tail in (b"\x00", b"\x00\x00", b"\x00\x00\x00"):
+        if good.endswith(tail):
+            continue
+        path.write_bytes(good[: -len(tail)] + tail)
+        events, torn = await _read(tmp_path, "zstd")
+        assert events == plain(EVENTS[:9])
+        assert torn is not None and torn.truncate_to == start
 
 
 async def test_raw_partial_line_then_zeros_is_torn(tmp_path: Path) -> None:
@@ -166,13 +168,23 @@ async def test_zeros_followed_by_an_intact_frame_are_refused(tmp_path: Path, zer
         await _read(tmp_path, "zstd")
 
 
-async def test_raw_zero_line_followed_by_a_turn_end_is_refused(tmp_path: Path) -> None:
+async def test_raw_damage_followed_by_a_turn_end_is_refused_unless_it_holds_a_nul(
+    tmp_path: Path,
+) -> None:
+    """DSH's raw rule: a bad line followed by a ``turn/end`` is committed damage. A NUL byte
+    in the bad line is a hole no writer writes (JSON escapes it), so everything from it on
+    was written after the last fsync: a torn tail, whatever follows (issue 42)."""
     path = await _write(tmp_path, "none", BATCHES)
     good = path.read_bytes()
     last_line_start = good.rstrip(b"\n").rfind(b"\n") + 1
-    path.write_bytes(good[:last_line_start] + b"\x00" * 8 + b"\n" + good[last_line_start:])
+    assert b'"turn/end"' in good[last_line_start:]
+    path.write_bytes(good[:last_line_start] + b"\xff" * 8 + b"\n" + good[last_line_start:])
     with pytest.raises(SessionPersistenceCorruptionError, match="unparsable"):
         await _read(tmp_path, "none")
+    path.write_bytes(good[:last_line_start] + b"\x00" * 8 + b"\n" + good[last_line_start:])
+    events, torn = await _read(tmp_path, "none")
+    assert events == plain(EVENTS[:-1])
+    assert torn is not None and torn.truncate_to == last_line_start
 
 
 # --------------------------------------------------------------------------- directory fsyncs

@@ -134,7 +134,8 @@ async def test_listing_reads_only_headers_and_skips_what_is_not_a_session(
     await _store(tmp_path, "big", agentPreset=big)
     path = await _store(tmp_path, "broken-body")
     data = path.read_bytes()
-    path.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))  # the event frame is corrupt
+    # the event frame is corrupt, and an intact frame after it proves it is no torn tail
+    path.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]) + compress_frame(b"{}\n"))
     project = tmp_path / "--home-dev-project--"
     for name, content in (
         ("empty", b""),

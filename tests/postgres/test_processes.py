@@ -4,6 +4,7 @@ and a harness killed inside a tool body then resumed by another process."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -213,3 +214,56 @@ async def test_harness_killed_in_a_tool_body_is_resumed_by_another_process(
     assert [e["seq"] for e in stored] == list(range(len(stored)))
     assert [e["type"] for e in stored].count("turn/end") == 2
     assert stored[: len(events)] == [plain(event_to_builtins(e)) for e in events]
+
+
+def _verify(dsn: str, schema: str, session_id: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``dsh sessions verify`` on the shipped PostgreSQL composition, in a process of its own."""
+    config = Path(__file__).resolve().parents[2] / "configs" / "postgres.yml"
+    env = {**os.environ, "DSH_POSTGRES_DSN": dsn, "DSH_POSTGRES_SCHEMA": schema}
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dsh_host",
+            "sessions",
+            "verify",
+            session_id,
+            "--config",
+            str(config),
+            "--json",
+        ],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+async def test_verify_of_a_session_another_process_writes_says_held(
+    pg_dsn: str, pg_schema: str, tmp_path: Path
+) -> None:
+    """Issue 42: with a live writer in another process, ``verify`` reports it held (exit 3),
+    like the JSONL backend, not "recoverable, run dsh resume" (exit 1) for its open turn."""
+    events = turn(0, 1, tools=1)[:4]  # an open turn: without a writer, resume would close it
+    await seeded(pg_dsn, pg_schema, "live", events)
+    holder = spawn("race", pg_dsn, pg_schema, "live")
+    try:
+        assert await line(holder) == "ready"
+        send(holder, "go")
+        won = await line(holder)
+        assert won.startswith("won "), won
+        pid = int(won.split()[1])
+        held = await anyio.to_thread.run_sync(_verify, pg_dsn, pg_schema, "live", tmp_path)
+        assert held.returncode == 3, (held.stdout, held.stderr)
+        report = json.loads(held.stdout)
+        assert report["heldBy"].startswith(f"held by a live writer (PostgreSQL backend pid {pid}")
+        await kill(holder)
+        await until_gone(pg_dsn, pid)
+    finally:
+        if holder.poll() is None:
+            await kill(holder)
+    free = await anyio.to_thread.run_sync(_verify, pg_dsn, pg_schema, "live", tmp_path)
+    assert free.returncode == 1, (free.stdout, free.stderr)  # now: interrupted, recoverable
+    assert json.loads(free.stdout)["heldBy"] is None

@@ -263,7 +263,7 @@ async def test_list_dir_shows_a_tree_with_ignores_links_and_a_depth_limit(boot: 
     assert escape.startswith("Error: ") and "outside the workspace" in escape
     assert deep == "Error: invalid depth: expected 1 to 10 levels, got 11"
     assert text_of(capped) == (
-        "./\n  .gitignore\n  .hidden.py\n  README.md\n"
+        "./\n  .gitignore\n  .hidden.py\n  README.md\n  … (5 more)\n"
         f"(14 more entries not shown. Full list_dir result stored at: {spilled}. Use read_file "
         "with offset/limit to page through it.)"
     )
@@ -273,6 +273,56 @@ async def test_list_dir_shows_a_tree_with_ignores_links_and_a_depth_limit(boot: 
         "3:   .hidden.py",
         "4:   README.md",
     ]  # the saved tree is the view, whole
+
+
+async def test_list_dir_shows_every_top_level_entry_beside_a_huge_directory(
+    boot: Boot, ws: Path
+) -> None:
+    """A directory of 3,000 files does not fill the budget before its siblings (issue 42): the
+    tree is cut breadth-first, each level shared fairly, and the cut says how much is left."""
+    big = ws / "aaa-data"
+    big.mkdir()
+    for k in range(3000):
+        (big / f"f{k:04}.csv").touch()
+    for name in ("zzz/tests/test_one.py", "zzz/tests/test_two.py", "zzz/pkg/mod.py"):
+        (ws / name).parent.mkdir(parents=True, exist_ok=True)
+        (ws / name).touch()
+    async with boot(maxSearchResults=40) as host:
+        with anyio.fail_after(GUARD_S):
+            result = await host.ctx.tools.execute(call(name="list_dir", arguments={"depth": 3}))
+    lines = text_of(result).splitlines()
+    top = [line for line in lines if line.startswith("  ") and not line.startswith("   ")]
+    assert top == [
+        "  .gitignore",
+        "  .hidden.py",
+        "  README.md",
+        "  a/",
+        "  a-b.py",
+        "  aaa-data/",
+        "  leak.py@",
+        "  linked@",
+        "  src/",
+        "  zzz/",
+    ]
+    # the huge directory is cut where its share ends, and says how much is left
+    data = lines.index("  aaa-data/")
+    shown = [line for line in lines[data + 1 :] if line.startswith("    f")]
+    assert 0 < len(shown) < 40 and lines[data + 1 + len(shown)] == (
+        f"    … ({3000 - len(shown)} more)"
+    )
+    # the small directories after it keep all their entries; the budget ran out at that
+    # level, so the next one down is cut, and says so
+    zzz = lines.index("  zzz/")
+    assert lines[zzz + 1 : zzz + 5] == [
+        "    pkg/",
+        "      … (1 more)",
+        "    tests/",
+        "      … (2 more)",
+    ]
+    src = lines.index("  src/")
+    assert lines[src + 1] == "    .gitignore" and "    pkg/" in lines[src + 1 : zzz]
+    assert sum(1 for line in lines if line.startswith("  ") and "… (" not in line) == 40
+    assert "more entries not shown. Full list_dir result stored at: " in lines[-1]
 
 
 async def test_a_file_name_that_is_not_utf8_is_shown_not_fatal(boot: Boot, ws: Path) -> None:
