@@ -127,6 +127,7 @@ from .errors import (
 )
 from .keys import (
     AGENT,
+    AGENT_CHUNK,
     AGENT_ERROR,
     AGENT_PRE_STEP,
     AGENT_REQUEST,
@@ -148,6 +149,7 @@ from .scheduler import execute_tool_calls
 from .types import (
     AgentErrorEvent,
     AgentOptions,
+    ChunkReceived,
     Enter,
     PreStepContext,
     PromptAssembly,
@@ -818,6 +820,7 @@ class Agent:
                 first_attempt = False
             request = self._build_request(config, prepared, assembly, signal)
             assembler = BlockAssembler()
+            emit = self._ctx.emit
             started = False
             try:
                 llm = self._ctx.service(LLM)
@@ -829,6 +832,10 @@ class Agent:
                         async for chunk in chunks:
                             signal.throw_if_aborted()
                             assembler.push(chunk, now_ms())
+                            emit(
+                                AGENT_CHUNK,
+                                ChunkReceived(agent=self, turn=turn, step=step, chunk=chunk),
+                            )
                 signal.throw_if_aborted()
             except Exception:
                 if started:

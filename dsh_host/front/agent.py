@@ -18,7 +18,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -28,14 +28,17 @@ import anyio
 import msgspec
 from msgspec import UNSET
 
-from dsh_host.agent import AgentError, PreStepContext, Reject, TurnStoppingContext
+from dsh_host.agent import AgentError, ChunkReceived, PreStepContext, Reject, TurnStoppingContext
 from dsh_host.agent import Retry as RetryAction
-from dsh_host.agent.keys import AGENT_PRE_STEP, AGENT_REQUEST_ERROR, AGENT_TURN_STOPPING
+from dsh_host.agent.keys import (
+    AGENT_CHUNK,
+    AGENT_PRE_STEP,
+    AGENT_REQUEST_ERROR,
+    AGENT_TURN_STOPPING,
+)
 from dsh_host.cancel import CancelToken
 from dsh_host.compositions import load_config
 from dsh_host.errors import ConfigError
-from dsh_host.llm.keys import LLM_STREAM
-from dsh_host.llm.types import LlmRequest
 from dsh_host.loader import PluginHost, Row, canonical_name, open_host
 from dsh_host.session.approvals import DeferredCall
 from dsh_host.session.events import (
@@ -48,7 +51,6 @@ from dsh_host.session.events import (
     AssistantMessageData,
     CompletedReason,
     SessionEvent,
-    StepStart,
     ToolCallData,
     ToolResultData,
     TurnEndReason,
@@ -60,7 +62,6 @@ from dsh_host.session.keys import SESSION_EVENT
 from dsh_host.session.messages import (
     PluginSource,
     ReasoningDeltaChunk,
-    StreamChunk,
     TextBlock,
     TextDeltaChunk,
     TokenUsage,
@@ -253,7 +254,6 @@ class Agent:
         self._forked: Session | None = None
         self._sink: MemoryObjectSendStream[Any] | None = None
         self._values: dict[str, Any] = {}
-        self._position = (0, 0)
         self._output: _OutputRun | None = None
         self._output_installed: Any = None
         self._unregister_output: Callable[[], None] | None = None
@@ -400,7 +400,7 @@ class Agent:
         for definition in self._definitions:
             ctx.tools.register(definition)
         ctx.on(SESSION_EVENT, self._on_event)
-        ctx.on(LLM_STREAM, self._relay)
+        ctx.on(AGENT_CHUNK, self._on_chunk)  # an observer: a failing one cannot cut the turn
         ctx.on(AGENT_REQUEST_ERROR, self._on_request_error, prepend=True)
         ctx.on(TOOLS_RESULT, self._on_tool_result)
         ctx.on(AGENT_PRE_STEP, self._on_pre_step)
@@ -720,11 +720,6 @@ class Agent:
     def _on_event(self, session: Any, event: SessionEvent) -> None:
         if not self._ours(session):
             return
-        data = event.data
-        if isinstance(data, StepStart):
-            self._position = (data.turn, data.step)
-        elif isinstance(data, TurnStart):
-            self._position = (data.turn, 0)
         sink = self._sink
         if sink is None:
             return
@@ -732,19 +727,15 @@ class Agent:
         if out is not None:
             sink.send_nowait(out)
 
-    async def _relay(
-        self, request: LlmRequest, next_: Callable[[], AsyncIterator[StreamChunk]]
-    ) -> AsyncIterator[StreamChunk]:
-        mine = self._ours(request.session)
-        async for chunk in next_():
-            sink = self._sink
-            if mine and sink is not None:
-                turn, step = self._position
-                if isinstance(chunk, TextDeltaChunk):
-                    sink.send_nowait(ev.TextDelta(chunk.text, turn, step))
-                elif isinstance(chunk, ReasoningDeltaChunk):
-                    sink.send_nowait(ev.ReasoningDelta(chunk.text, turn, step))
-            yield chunk
+    def _on_chunk(self, received: ChunkReceived) -> None:
+        sink = self._sink
+        if sink is None or received.agent is not self._core:
+            return
+        chunk, turn, step = received.chunk, received.turn, received.step
+        if isinstance(chunk, TextDeltaChunk):
+            sink.send_nowait(ev.TextDelta(chunk.text, turn, step))
+        elif isinstance(chunk, ReasoningDeltaChunk):
+            sink.send_nowait(ev.ReasoningDelta(chunk.text, turn, step))
 
     async def _on_request_error(
         self, context: RequestErrorContext, next_: Callable[[], Awaitable[Any]]
