@@ -112,3 +112,77 @@ def test_a_provider_that_sends_no_call_ids(tmp_path: Path) -> None:
     assert (workspace / "ledger").read_text().split() == sent_calls
     verify = dsh("sessions", "verify", session_id, "--root", str(root), cwd=tmp_path)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def rewrite_log(path: Path, edit: Any) -> None:
+    """Rewrite a stored zstd log as an older writer could have left it: ``edit`` gets the
+    event rows (dicts) and changes them in place; the header frame is kept as it was."""
+    import zstandard
+
+    plain = zstandard.ZstdDecompressor().decompressobj(read_across_frames=True)
+    lines = plain.decompress(path.read_bytes()).decode().splitlines()
+    header, rows = lines[0], [json.loads(line) for line in lines[1:]]
+    edit(rows)
+    squeeze = zstandard.ZstdCompressor(level=3, write_checksum=True, write_content_size=True)
+    body = "\n".join(json.dumps(row, separators=(",", ":")) for row in rows) + "\n"
+    path.write_bytes(squeeze.compress((header + "\n").encode()) + squeeze.compress(body.encode()))
+
+
+def verify_of(tmp_path: Path, root: Path, session_id: str) -> subprocess.CompletedProcess[str]:
+    return dsh("sessions", "verify", session_id, "--root", str(root), cwd=tmp_path)
+
+
+def test_verify_reports_calls_an_older_writer_left_unpaired(tmp_path: Path) -> None:
+    """Logs written before the harness owned call ids can hold two calls under one id, or a
+    call with an empty id whose result the log refused (its turn then ended without it).
+    ``verify`` said "intact" for both; it must say the calls cannot be paired (exit 2)."""
+    root, workspace = tmp_path / "sessions", tmp_path / "ws"
+    workspace.mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"responses": [
+        {"tool_calls": [bash("true"), bash("true")]},
+        {"text": "done"},
+    ]}))
+    run = dsh("run", "go", "--workspace", str(workspace), "--root", str(root), "--model",
+              f"scripted:{script}", "--json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    session_id = json.loads(run.stdout)["sessionId"]
+    [log] = root.rglob("session.v3.jsonl.zstd")
+    assert verify_of(tmp_path, root, session_id).returncode == 0
+    original = log.read_bytes()
+
+    def same_id(rows: list[dict[str, Any]]) -> None:
+        text = json.dumps(rows).replace('"call_1_2"', '"call_1_1"')
+        rows[:] = json.loads(text)
+
+    rewrite_log(log, same_id)
+    twice = verify_of(tmp_path, root, session_id)
+    assert twice.returncode == 2, twice.stdout + twice.stderr
+    assert "UNBALANCED CALLS" in twice.stderr and '"call_1_1" was already used' in twice.stderr
+    assert "Traceback" not in twice.stderr
+
+    log.write_bytes(original)
+
+    def empty_id_result_refused(rows: list[dict[str, Any]]) -> None:
+        for seq, row in enumerate(rows):
+            data = row["data"]
+            if row["type"] == "assistant/message":
+                for block in data["message"]["content"]:
+                    if block.get("id") == "call_1_2":
+                        block["id"] = ""
+            elif row["type"] == "tool/call" and data["callId"] == "call_1_2":
+                data["callId"] = ""
+            elif row["type"] == "tool/result" and data["message"]["source"]["callId"] == "call_1_2":
+                # What the log refused never reached it: an ignorable row keeps seqs contiguous.
+                rows[seq] = {"type": "x/refused", "seq": seq, "time": 0, "data": {},
+                             "ignorable": True}
+
+    rewrite_log(log, empty_id_result_refused)
+    empty = verify_of(tmp_path, root, session_id)
+    assert empty.returncode == 2, empty.stdout + empty.stderr
+    assert "has no id" in empty.stderr and "Traceback" not in empty.stderr
+    report = dsh("sessions", "verify", session_id, "--root", str(root), "--json", cwd=tmp_path)
+    assert report.returncode == 2
+    problems = json.loads(report.stdout)["callProblems"]
+    assert any("a tool call (bash) has no id" in p for p in problems)
+    assert any("a tool/call (bash) has no call id" in p for p in problems)
