@@ -28,7 +28,14 @@ import anyio
 import msgspec
 from msgspec import UNSET
 
-from dsh_host.agent import AgentError, ChunkReceived, PreStepContext, Reject, TurnStoppingContext
+from dsh_host.agent import (
+    AgentError,
+    ChunkReceived,
+    PreStepContext,
+    Reject,
+    TurnStoppingContext,
+    cancel_cause,
+)
 from dsh_host.agent import Retry as RetryAction
 from dsh_host.agent.keys import (
     AGENT_CHUNK,
@@ -551,9 +558,13 @@ class Agent:
     def stream(self, prompt: str, *, output_type: Any = None) -> EventStream:
         """Run one turn and iterate its typed events in log order (see :mod:`.events`).
 
-        Leaving the loop early cancels the turn (it ends ``aborted``); use
-        ``async with agent.stream(...) as events`` (or ``await events.aclose()``)
-        to wait for that. After the loop, ``events.result`` is the
+        Output never steers the turn: leaving the loop early -- a ``break``, or an
+        exception in the loop's body (a closed pipe, a failing terminal) -- stops
+        the events, not the turn, which runs to its end (the next run waits for it;
+        ``async with agent.stream(...) as events`` or ``await events.aclose()``
+        waits too). To stop the turn, say so: ``events.cancel()`` (it ends
+        ``aborted``). A slow loop never slows the turn: the events wait in an
+        unbounded buffer. After the loop, ``events.result`` is the
         :class:`RunResult`.
         """
         return EventStream(self, prompt, output_type)
@@ -785,10 +796,14 @@ class EventStream:
         event: ev.Event = item
         return event
 
+    def cancel(self, cause: object = None) -> None:
+        """Cancel the streamed turn (it ends ``aborted``, ``cause`` recorded; a user cancel by
+        default); the iteration then runs to the turn's end."""
+        self._token.abort(cancel_cause(cause) if cause is not None else UserCancel())
+
     async def aclose(self) -> None:
-        """Cancel the turn if it is still running and wait until it ended."""
-        if not self._finished:
-            self._token.abort(UserCancel())
+        """Stop the events and wait until the turn ended (it is not cancelled: see
+        :meth:`cancel`)."""
         done = self._done
         if done is not None:
             with anyio.CancelScope(shield=True):
@@ -801,11 +816,6 @@ class EventStream:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    def __del__(self) -> None:
-        # Leaving `async for` early drops the iterator: cancel its turn (a sync abort; the
-        # turn ends `aborted` in the agent's task group and the next call waits for it).
-        if not self._finished:
-            self._token.abort(UserCancel())
 
 
 # --------------------------------------------------------------------------- helpers
