@@ -108,9 +108,10 @@ def test_repeated_ids_within_a_step_across_steps_and_turns_run_each_call_once(
 
 
 def test_deferred_calls_with_one_provider_id_are_decided_and_run_separately(
-    tmp_path: Path,
+    deferred: Env,
 ) -> None:
-    env = make_env(tmp_path, "default.yml", {})
+    """On JSONL and on PostgreSQL (the ``deferred`` fixture)."""
+    env, tmp_path = deferred, deferred.tmp
     first = script(tmp_path / "defer.json", [{"tool_calls": [append("A"), append("B")]}])
     proc = env.dsh("run", "--workspace", str(env.workspace), "--model", f"scripted:{first}",
                    "--approval", "defer", "--json", "append twice")
