@@ -21,7 +21,12 @@ is not) awaited. Modes (DECISIONS D4):
 ``EMIT`` (:class:`Emit`)
     Notification. Listeners are plain sync callables, called in order; each
     listener's exception is contained and logged, so one broken observer never
-    starves the next.
+    starves the next -- and never reaches the code that emitted: this is the
+    one place observers are called, so it is where output is kept from steering
+    a turn (a transcript printer writing to a closed pipe, a follower that
+    failed). ``SystemExit`` is contained too, because printing libraries raise
+    it for a closed pipe (rich does); ``KeyboardInterrupt`` and cancellation
+    are not failures of the listener and propagate.
 ``PARALLEL`` (:class:`Parallel`)
     Async listeners all start, all are awaited. If any failed, the failure of
     the first-registered failing listener is raised after every listener
@@ -419,7 +424,7 @@ class EventBus:
         for listener in self._snapshot(event, EventMode.EMIT):
             try:
                 listener.fn(*args)
-            except Exception:
+            except (Exception, SystemExit):
                 log.warning(
                     "listener %s of %r raised; the error is contained and later listeners "
                     "still run",

@@ -1,10 +1,14 @@
-"""A side-effecting tool: the call id is the idempotency key, and each call needs approval.
+"""A side-effecting tool keyed on the call's idempotency key, and each call needs approval.
 
 ``python examples/idempotent_charge.py``. dsh records the ``tool/call`` durably before the body
-runs and hands the body that call's id (``ctx.call_id``). Forward it as the idempotency key of
-the side effect: here the payment service's first reply is lost after it charged, the client
-retries with the same key, and the customer is charged once. After a crash, ``dsh resume`` marks
-such a call ``TOOL_OUTCOME_UNKNOWN``; the key lets whoever retries find out what happened.
+runs and hands the body that call's idempotency key (``ctx.idempotency_key``: derived from the
+session id and the call id, so it is the same for this call in every process that runs it and
+different for every other call of every session). Forward it as the idempotency key of the side
+effect: here the payment service's first reply is lost after it charged, the client retries with
+the same key, and the customer is charged once. After a crash, ``dsh resume`` marks such a call
+``TOOL_OUTCOME_UNKNOWN``; the key lets whoever retries find out what happened. (``ctx.call_id``
+alone would not do: a model's call ids repeat across sessions -- this script's first call is
+``call_1_1`` every run -- so a second run's charge would be taken for the first.)
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ def charge(ctx: ToolContext, customer: str, cents: int) -> dict[str, Any]:
     """
     for attempt in range(3):  # the client retries a lost reply with the same key
         try:
-            return payments.charge(customer, cents, idempotency_key=ctx.call_id)
+            return payments.charge(customer, cents, idempotency_key=ctx.idempotency_key)
         except TimeoutError:
             if attempt == 2 or ctx.cancelled:
                 raise

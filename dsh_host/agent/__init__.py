@@ -18,6 +18,7 @@ from .errors import (
 )
 from .keys import (
     AGENT,
+    AGENT_CHUNK,
     AGENT_ERROR,
     AGENT_EVENTS,
     AGENT_PRE_STEP,
@@ -48,6 +49,7 @@ from .types import (
     AssembleContext,
     AssembledContext,
     AssembledSection,
+    ChunkReceived,
     Enter,
     PreStepContext,
     PreStepDecision,
@@ -66,6 +68,7 @@ from .types import (
 
 __all__ = [
     "AGENT",
+    "AGENT_CHUNK",
     "AGENT_ERROR",
     "AGENT_EVENTS",
     "AGENT_PRE_STEP",
@@ -97,6 +100,7 @@ __all__ = [
     "AssembleContext",
     "AssembledContext",
     "AssembledSection",
+    "ChunkReceived",
     "Enter",
     "PreStepContext",
     "PreStepDecision",

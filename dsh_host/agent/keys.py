@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .types import (
         AgentErrorEvent,
         AssembleContext,
+        ChunkReceived,
         PreStepContext,
         PreStepDecision,
         PromptAssembly,
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AGENT",
+    "AGENT_CHUNK",
     "AGENT_ERROR",
     "AGENT_EVENTS",
     "AGENT_PRE_STEP",
@@ -66,6 +68,11 @@ AGENT_TURN_END: Emit[[TurnEnded]] = Emit("agent/turn-end", 1, "(turn info)")
 AGENT_STEP_START: Emit[[StepStarted]] = Emit("agent/step-start", 1, "(step info)")
 AGENT_STEP_END: Emit[[StepEnded]] = Emit("agent/step-end", 1, "(step info)")
 AGENT_ERROR: Emit[[AgentErrorEvent]] = Emit("agent/error", 1, "(error) a turn failed")
+#: Each chunk of a turn's model stream, after the loop received it: how printers (the CLI
+#: transcript, ``agent.stream()``) see text as it arrives. An observer, not a stage of the
+#: stream: a listener that fails (a closed pipe) is contained where emits are dispatched and
+#: cannot cut the stream, as an ``llm/stream`` middleware would.
+AGENT_CHUNK: Emit[[ChunkReceived]] = Emit("agent/chunk", 1, "(chunk info) a model chunk arrived")
 SYSTEM_PROMPT_ASSEMBLE: Waterfall[AssembleContext, PromptAssembly] = Waterfall(
     "system-prompt/assemble", "(assemble context) -> PromptAssembly"
 )
@@ -78,6 +85,7 @@ AGENT_EVENTS: tuple[EventSpec, ...] = (
     AGENT_TURN_STOPPING,
     AGENT_TURN_START,
     AGENT_TURN_END,
+    AGENT_CHUNK,
     AGENT_STEP_START,
     AGENT_STEP_END,
     AGENT_ERROR,

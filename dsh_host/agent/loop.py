@@ -11,7 +11,8 @@ A turn appends, in this order (``session-and-persistence.md`` §2.7; DSH v3 shap
         request/header?          initial | resume | change
         request/context?         provider/model/context window, when changed
         ⟨llm/stream⟩
-        assistant/message        {message, usage?, stream}   (or assistant/attempt on failure)
+        assistant/message        {message, usage?, stream}   (or assistant/attempt on failure);
+                                 each tool call's id is the harness's from here (.call_ids)
         for each tool call, in model order:
           tool/call → ⟨tools pipeline⟩ → tool/result
       step/end                   always, even when the step failed
@@ -116,6 +117,7 @@ from dsh_host.session.repair import interrupted_turn_closers
 from dsh_host.session.request_header import canonical_header, headers_equal
 from dsh_host.tools.keys import TOOLS
 
+from .call_ids import CallIds
 from .errors import (
     AgentBusyError,
     AgentClosedError,
@@ -125,6 +127,7 @@ from .errors import (
 )
 from .keys import (
     AGENT,
+    AGENT_CHUNK,
     AGENT_ERROR,
     AGENT_PRE_STEP,
     AGENT_REQUEST,
@@ -146,6 +149,7 @@ from .scheduler import execute_tool_calls
 from .types import (
     AgentErrorEvent,
     AgentOptions,
+    ChunkReceived,
     Enter,
     PreStepContext,
     PromptAssembly,
@@ -341,6 +345,7 @@ class Agent:
         self._closed = False
         self._header_logged = False
         self._runtime_context = RuntimeContextProjection(session)
+        self._call_ids = CallIds(session)
         self._system_message = SystemMessageProjection(session)
         self._last_turn = 0
         self._awaiting: tuple[str, ...] = ()
@@ -815,6 +820,7 @@ class Agent:
                 first_attempt = False
             request = self._build_request(config, prepared, assembly, signal)
             assembler = BlockAssembler()
+            emit = self._ctx.emit
             started = False
             try:
                 llm = self._ctx.service(LLM)
@@ -826,6 +832,10 @@ class Agent:
                         async for chunk in chunks:
                             signal.throw_if_aborted()
                             assembler.push(chunk, now_ms())
+                            emit(
+                                AGENT_CHUNK,
+                                ChunkReceived(agent=self, turn=turn, step=step, chunk=chunk),
+                            )
                 signal.throw_if_aborted()
             except Exception:
                 if started:
@@ -857,7 +867,11 @@ class Agent:
                     raise _llm_error(finish.failure)
                 retries += 1
                 continue
-            reply = assembler.message(provider=request.provider, model=request.model)
+            # The one place a model's calls enter the log: from here on the harness owns
+            # their ids (unique and non-empty in the session; see .call_ids).
+            reply = self._call_ids.own(
+                assembler.message(provider=request.provider, model=request.model)
+            )
             usage = assembler.usage
             session.append(
                 "assistant/message",

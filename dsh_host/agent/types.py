@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from dsh_host.cancel import CancelToken
 from dsh_host.session.events import TurnEndReason
-from dsh_host.session.messages import LlmFailure, ToolSchema, UserMessage
+from dsh_host.session.messages import LlmFailure, StreamChunk, ToolSchema, UserMessage
 
 if TYPE_CHECKING:
     from dsh_host.llm.types import RetryPolicy
@@ -41,6 +41,7 @@ __all__ = [
     "AssembleContext",
     "AssembledContext",
     "AssembledSection",
+    "ChunkReceived",
     "Enter",
     "PreStepContext",
     "PreStepDecision",
@@ -180,6 +181,16 @@ class TurnEnded:
     agent: Agent
     turn: int
     reason: TurnEndReason
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChunkReceived:
+    """``agent/chunk``: one chunk of the step's model stream, as the loop received it."""
+
+    agent: Agent
+    turn: int
+    step: int
+    chunk: StreamChunk
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -15,24 +15,21 @@ import json
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..agent import Agent
+from ..agent import AGENT_CHUNK, Agent, ChunkReceived
 from ..errors import ConfigError
 from ..front.demo import DEMO_PROMPT, DEMO_WORKSPACE
 from ..front.models import ModelChoice
 from ..front.models import parse_model as parse_model_spec
-from ..llm.keys import LLM_STREAM
-from ..llm.types import LlmRequest
 from ..loader import LocatedRow, PluginHost, Row
 from ..session.approvals import pending_approvals
 from ..session.events import SessionEvent, to_builtins, turn_end_kind
 from ..session.header import SessionHeader, new_session_id
 from ..session.keys import SESSION_EVENT
-from ..session.messages import BlockEndChunk, StreamChunk, TextBlock, TextDeltaChunk, UserSource
+from ..session.messages import BlockEndChunk, TextBlock, TextDeltaChunk, UserSource
 from ..session.persistence import SessionNotFoundError
 from .answerer import install_terminal_answerer
 from .approvals_cmd import EXIT_AWAITING, apply_approval_flag, print_pending
@@ -217,30 +214,29 @@ class Transcript:
         console().print(terminal_safe(text, multiline=multiline), style=style, markup=False)
 
     def install(self, host: PluginHost) -> None:
-        host.ctx.on(LLM_STREAM, self._relay)
+        # Observers only (`agent/chunk`, `session/event`): the bus contains a printer that
+        # fails (a closed pipe), so printing can stop but never cut the turn.
+        host.ctx.on(AGENT_CHUNK, self._on_chunk)
         host.ctx.on(SESSION_EVENT, self._on_event)
         self._approval = host.ctx.get("approval")
         if _ACTIVITY.isEnabledFor(logging.INFO):  # `dsh -v`: every event as it is appended
             host.ctx.on(SESSION_EVENT, _log_event)
 
-    async def _relay(
-        self, request: LlmRequest, next_: Callable[[], AsyncIterator[StreamChunk]]
-    ) -> AsyncIterator[StreamChunk]:
-        # A maintenance request (a compaction summary, ...) is not the assistant speaking: its
-        # text reaches the log as its own events, not the live transcript.
-        quiet = self.quiet or request.purpose is not None
-        async for chunk in next_():
-            if not quiet:
-                if isinstance(chunk, TextDeltaChunk) and chunk.text:
-                    text = terminal_safe(chunk.text)
-                    text = gutter_stream(text, at_line_start=not self._mid_line)
-                    console().print(text, end="", markup=False, highlight=False)
-                    self._mid_line = not chunk.text.endswith("\n")
-                elif isinstance(chunk, BlockEndChunk) and isinstance(chunk.block, TextBlock):
-                    if self._mid_line:
-                        console().print()
-                        self._mid_line = False
-            yield chunk
+    def _on_chunk(self, received: ChunkReceived) -> None:
+        # Only the agent loop's steps emit `agent/chunk`: a maintenance request (a compaction
+        # summary, ...) is not the assistant speaking and is not printed live.
+        if self.quiet:
+            return
+        chunk = received.chunk
+        if isinstance(chunk, TextDeltaChunk) and chunk.text:
+            text = terminal_safe(chunk.text)
+            text = gutter_stream(text, at_line_start=not self._mid_line)
+            console().print(text, end="", markup=False, highlight=False)
+            self._mid_line = not chunk.text.endswith("\n")
+        elif isinstance(chunk, BlockEndChunk) and isinstance(chunk.block, TextBlock):
+            if self._mid_line:
+                console().print()
+                self._mid_line = False
 
     def _on_event(self, session: Any, event: SessionEvent) -> None:
         # Called for every append: do nothing (not even a conversion) unless it is shown.

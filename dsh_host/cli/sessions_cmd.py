@@ -17,6 +17,7 @@ from ..session.persistence import (
     SessionPersistenceCorruptionError,
     UnreadableListing,
 )
+from ..session.repair import call_identity_problems
 from ..session.session import Session, derive_messages_from_events
 from .common import (
     CliUsageError,
@@ -419,6 +420,7 @@ def run_verify(args: argparse.Namespace) -> int:
             "closers": [],
             "corrupt": None,
             "heldBy": None,
+            "callProblems": [],
         }
         try:
             load = await persistence(host).inspect(args.session_id)
@@ -435,6 +437,7 @@ def run_verify(args: argparse.Namespace) -> int:
                 "recovered": load.torn_tail.recovered,
             }
         report["closers"] = [event.type for event in load.closers]
+        report["callProblems"] = call_identity_problems(load.events)
         report["path"] = load.location.path if load.location is not None else None
         held_by = getattr(persistence(host), "held_by", None)  # a backend that can tell
         report["heldBy"] = await held_by(args.session_id) if held_by is not None else None
@@ -446,6 +449,8 @@ def run_verify(args: argparse.Namespace) -> int:
         code = 2
     elif report["heldBy"] is not None:
         code = 3
+    elif report["callProblems"]:
+        code = 2  # readable, but no repair can pair its calls again
     elif report["tornTail"] is not None or report["closers"]:
         code = 1
     else:
@@ -455,6 +460,14 @@ def run_verify(args: argparse.Namespace) -> int:
         print(json.dumps(report))
         return code
     out = console()
+    if code == 2 and report["corrupt"] is None:
+        problems = report["callProblems"]
+        more = f" (and {len(problems) - 1} more; --json lists them)" if len(problems) > 1 else ""
+        print(f"dsh: {args.session_id}: UNBALANCED CALLS: {problems[0]}{more}", file=sys.stderr)
+        print("  the log was not modified; its calls cannot be paired with their results, so "
+              "a model request from it would be refused or misread: continue from a fork made "
+              "before the first of these events", file=sys.stderr)
+        return code
     if code == 2:
         print(f"dsh: {args.session_id}: CORRUPT: {report['corrupt']}", file=sys.stderr)
         print("  the log was not modified; restore it from a backup or fork from an earlier "

@@ -18,7 +18,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -28,14 +28,24 @@ import anyio
 import msgspec
 from msgspec import UNSET
 
-from dsh_host.agent import AgentError, PreStepContext, Reject, TurnStoppingContext
+from dsh_host.agent import (
+    AgentError,
+    ChunkReceived,
+    PreStepContext,
+    Reject,
+    TurnStoppingContext,
+    cancel_cause,
+)
 from dsh_host.agent import Retry as RetryAction
-from dsh_host.agent.keys import AGENT_PRE_STEP, AGENT_REQUEST_ERROR, AGENT_TURN_STOPPING
+from dsh_host.agent.keys import (
+    AGENT_CHUNK,
+    AGENT_PRE_STEP,
+    AGENT_REQUEST_ERROR,
+    AGENT_TURN_STOPPING,
+)
 from dsh_host.cancel import CancelToken
 from dsh_host.compositions import load_config
 from dsh_host.errors import ConfigError
-from dsh_host.llm.keys import LLM_STREAM
-from dsh_host.llm.types import LlmRequest
 from dsh_host.loader import PluginHost, Row, canonical_name, open_host
 from dsh_host.session.approvals import DeferredCall
 from dsh_host.session.events import (
@@ -48,7 +58,6 @@ from dsh_host.session.events import (
     AssistantMessageData,
     CompletedReason,
     SessionEvent,
-    StepStart,
     ToolCallData,
     ToolResultData,
     TurnEndReason,
@@ -60,7 +69,6 @@ from dsh_host.session.keys import SESSION_EVENT
 from dsh_host.session.messages import (
     PluginSource,
     ReasoningDeltaChunk,
-    StreamChunk,
     TextBlock,
     TextDeltaChunk,
     TokenUsage,
@@ -253,7 +261,6 @@ class Agent:
         self._forked: Session | None = None
         self._sink: MemoryObjectSendStream[Any] | None = None
         self._values: dict[str, Any] = {}
-        self._position = (0, 0)
         self._output: _OutputRun | None = None
         self._output_installed: Any = None
         self._unregister_output: Callable[[], None] | None = None
@@ -400,7 +407,7 @@ class Agent:
         for definition in self._definitions:
             ctx.tools.register(definition)
         ctx.on(SESSION_EVENT, self._on_event)
-        ctx.on(LLM_STREAM, self._relay)
+        ctx.on(AGENT_CHUNK, self._on_chunk)  # an observer: a failing one cannot cut the turn
         ctx.on(AGENT_REQUEST_ERROR, self._on_request_error, prepend=True)
         ctx.on(TOOLS_RESULT, self._on_tool_result)
         ctx.on(AGENT_PRE_STEP, self._on_pre_step)
@@ -551,9 +558,13 @@ class Agent:
     def stream(self, prompt: str, *, output_type: Any = None) -> EventStream:
         """Run one turn and iterate its typed events in log order (see :mod:`.events`).
 
-        Leaving the loop early cancels the turn (it ends ``aborted``); use
-        ``async with agent.stream(...) as events`` (or ``await events.aclose()``)
-        to wait for that. After the loop, ``events.result`` is the
+        Output never steers the turn: leaving the loop early -- a ``break``, or an
+        exception in the loop's body (a closed pipe, a failing terminal) -- stops
+        the events, not the turn, which runs to its end (the next run waits for it;
+        ``async with agent.stream(...) as events`` or ``await events.aclose()``
+        waits too). To stop the turn, say so: ``events.cancel()`` (it ends
+        ``aborted``). A slow loop never slows the turn: the events wait in an
+        unbounded buffer. After the loop, ``events.result`` is the
         :class:`RunResult`.
         """
         return EventStream(self, prompt, output_type)
@@ -720,11 +731,6 @@ class Agent:
     def _on_event(self, session: Any, event: SessionEvent) -> None:
         if not self._ours(session):
             return
-        data = event.data
-        if isinstance(data, StepStart):
-            self._position = (data.turn, data.step)
-        elif isinstance(data, TurnStart):
-            self._position = (data.turn, 0)
         sink = self._sink
         if sink is None:
             return
@@ -732,19 +738,15 @@ class Agent:
         if out is not None:
             sink.send_nowait(out)
 
-    async def _relay(
-        self, request: LlmRequest, next_: Callable[[], AsyncIterator[StreamChunk]]
-    ) -> AsyncIterator[StreamChunk]:
-        mine = self._ours(request.session)
-        async for chunk in next_():
-            sink = self._sink
-            if mine and sink is not None:
-                turn, step = self._position
-                if isinstance(chunk, TextDeltaChunk):
-                    sink.send_nowait(ev.TextDelta(chunk.text, turn, step))
-                elif isinstance(chunk, ReasoningDeltaChunk):
-                    sink.send_nowait(ev.ReasoningDelta(chunk.text, turn, step))
-            yield chunk
+    def _on_chunk(self, received: ChunkReceived) -> None:
+        sink = self._sink
+        if sink is None or received.agent is not self._core:
+            return
+        chunk, turn, step = received.chunk, received.turn, received.step
+        if isinstance(chunk, TextDeltaChunk):
+            sink.send_nowait(ev.TextDelta(chunk.text, turn, step))
+        elif isinstance(chunk, ReasoningDeltaChunk):
+            sink.send_nowait(ev.ReasoningDelta(chunk.text, turn, step))
 
     async def _on_request_error(
         self, context: RequestErrorContext, next_: Callable[[], Awaitable[Any]]
@@ -794,10 +796,14 @@ class EventStream:
         event: ev.Event = item
         return event
 
+    def cancel(self, cause: object = None) -> None:
+        """Cancel the streamed turn (it ends ``aborted``, ``cause`` recorded; a user cancel by
+        default); the iteration then runs to the turn's end."""
+        self._token.abort(cancel_cause(cause) if cause is not None else UserCancel())
+
     async def aclose(self) -> None:
-        """Cancel the turn if it is still running and wait until it ended."""
-        if not self._finished:
-            self._token.abort(UserCancel())
+        """Stop the events and wait until the turn ended (it is not cancelled: see
+        :meth:`cancel`)."""
         done = self._done
         if done is not None:
             with anyio.CancelScope(shield=True):
@@ -810,11 +816,6 @@ class EventStream:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    def __del__(self) -> None:
-        # Leaving `async for` early drops the iterator: cancel its turn (a sync abort; the
-        # turn ends `aborted` in the agent's task group and the next call waits for it).
-        if not self._finished:
-            self._token.abort(UserCancel())
 
 
 # --------------------------------------------------------------------------- helpers

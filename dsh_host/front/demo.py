@@ -2,7 +2,7 @@
 
 A scripted model, so a fresh install shows the whole harness without network
 access: it reads the workspace, writes a file through the sandboxed ``bash``
-tool (using its call id as an idempotency key), shows that a write outside
+tool (using the call's idempotency key), shows that a write outside
 the workspace is refused, and finishes. Every call is recorded and made
 durable before it runs.
 """
@@ -29,19 +29,19 @@ DEMO_RESPONSES: Final[list[dict[str, Any]]] = [
         ],
     },
     {
-        "text": "I'll add a line to notes.txt, tagged with this session's and this call's ids "
+        "text": "I'll add a line to notes.txt, tagged with this call's idempotency key "
         "so a retry after a crash could tell whether it already happened.",
         "tool_calls": [
             {
                 "name": "bash",
                 "arguments": {
-                    # The key is session + call: call ids restart in every session (the demo's
-                    # are the same each run), so the call id alone would make a second demo
-                    # run skip its note as "already done".
-                    "command": 'key="$DSH_SESSION_ID/$DSH_CALL_ID"; '
+                    # The harness's key, not the call id: call ids restart in every session
+                    # (the demo's are the same each run), so the call id alone would make a
+                    # second demo run skip its note as "already done".
+                    "command": 'key="$DSH_IDEMPOTENCY_KEY"; '
                     'grep -qF "$key" notes.txt 2>/dev/null '
                     '|| echo "note from dsh ($key)" >> notes.txt; tail -n 3 notes.txt',
-                    "description": "Append a note keyed by the session and call ids",
+                    "description": "Append a note keyed by the call's idempotency key",
                 },
             }
         ],

@@ -84,18 +84,22 @@ _HINTS: Final = {
 class ToolContext:
     """What a tool body may know about its call; declare a parameter of this type to get it.
 
-    ``call_id`` is the call's durable id: forward it as the idempotency key of
-    any side effect (a crash after the effect and before the result is
-    recorded is resumed as ``TOOL_OUTCOME_UNKNOWN``, and a retry with the same
-    key is then safe). ``cancel`` aborts when the turn is cancelled: a long
-    body polls ``cancelled`` (a sync body runs in a worker thread and is
-    awaited, never abandoned). ``turn`` / ``step`` are None for a nested call
-    that has no ``tool/call`` of its own; ``workspace`` is the agent's
-    working directory (the session's ``cwd``).
+    ``idempotency_key`` is what to forward as the idempotency key of any side
+    effect: the same for this call in every process that runs it (a crash after
+    the effect and before the result is recorded is resumed as
+    ``TOOL_OUTCOME_UNKNOWN``, and a retry with the same key is then safe), and
+    different for every other call of every session. ``call_id`` is the call's
+    id in its session (unique there, minted by the harness when the model's
+    was empty or repeated); alone it is not unique across sessions. ``cancel``
+    aborts when the turn is cancelled: a long body polls ``cancelled`` (a sync
+    body runs in a worker thread and is awaited, never abandoned). ``turn`` /
+    ``step`` are None for a nested call that has no ``tool/call`` of its own;
+    ``workspace`` is the agent's working directory (the session's ``cwd``).
     """
 
     call_id: str
     session_id: str | None
+    idempotency_key: str
     turn: int | None
     step: int | None
     cancel: CancelToken
@@ -626,6 +630,7 @@ def _context(execution: ToolExecution) -> ToolContext:
     return ToolContext(
         call_id=execution.call_id,
         session_id=session.id if session is not None else None,
+        idempotency_key=execution.idempotency_key,
         turn=turn,
         step=step,
         cancel=execution.signal,

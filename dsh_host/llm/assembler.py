@@ -5,7 +5,9 @@ reads :meth:`BlockAssembler.message` when the stream ended, or
 :meth:`BlockAssembler.interrupted_message` when cancellation cut it short.
 Having exactly one assembly algorithm is what lets a log be replayed: the
 message in the log and the message rebuilt from the logged chunks are the
-same by construction.
+same by construction -- up to the tool-call ids the agent loop took over
+(an empty or repeated provider id is replaced when the message is logged and
+kept on the block as ``providerId``; see :mod:`dsh_host.agent.call_ids`).
 
 Rules (DSH ``BlockAssembler``):
 

@@ -153,6 +153,10 @@ class ToolCallBlock(Wire, frozen=True, kw_only=True, tag="tool-call", tag_field=
     id: str  #: the call id; pairs the call with its result
     name: str  #: the tool name as the model wrote it
     arguments: str  #: the model's raw JSON arguments string, never parsed here
+    #: The id the provider sent, kept only when the harness replaced it (empty, or already
+    #: used in the session): ``id`` is then a harness-minted one. ``providerId`` on the wire;
+    #: DSH reads the block by its own keys and keeps this one.
+    provider_id: str | UnsetType = UNSET
 
 
 class ToolResultBlock(Wire, frozen=True, kw_only=True, tag="tool-result", tag_field="type"):

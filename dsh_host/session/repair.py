@@ -53,6 +53,7 @@ __all__ = [
     "TOOL_NOT_STARTED_TEXT",
     "TOOL_OUTCOME_UNKNOWN",
     "TOOL_OUTCOME_UNKNOWN_TEXT",
+    "call_identity_problems",
     "interrupted_tool_result_id",
     "interrupted_turn_closers",
 ]
@@ -226,3 +227,54 @@ def interrupted_turn_closers(events: Sequence[SessionEvent]) -> list[SessionEven
         )
     )
     return closers
+
+
+def call_identity_problems(events: Sequence[SessionEvent]) -> list[str]:
+    """What in ``events`` breaks call pairing, which no repair can fix; ``[]`` when nothing does.
+
+    Everything pairs by call id, and the agent loop now makes every id non-empty and unique in
+    its session, but a log written before (or by another writer) may hold a model call with an
+    empty id (its result is refused by the log, so the call stays unanswered), two calls under
+    one id (a result, an approval or a decision then answers either), or a call left without a
+    result in a turn that ended (the next request to the model would be refused as unbalanced).
+    ``dsh sessions verify`` reports these; crash repair cannot, because it only closes the open
+    turn and pairs by the very ids that are ambiguous. ``events`` is a whole log as loaded.
+    """
+    problems: list[str] = []
+    first_seen: dict[str, int] = {}
+    answered: set[str] = set()
+    closed_unanswered: dict[str, int] = {}  # id -> seq of its assistant/message
+    turn_calls: dict[str, int] = {}
+    for event in events:
+        data = event.data
+        if isinstance(data, AssistantMessageData):
+            for block in data.message.content:
+                if not isinstance(block, ToolCallBlock):
+                    continue
+                if not block.id:
+                    problems.append(f"event {event.seq}: a tool call ({block.name}) has no id")
+                elif block.id in first_seen:
+                    problems.append(
+                        f'event {event.seq}: call id "{block.id}" was already used by event '
+                        f"{first_seen[block.id]}"
+                    )
+                else:
+                    first_seen[block.id] = event.seq
+                if block.id:
+                    turn_calls.setdefault(block.id, event.seq)
+        elif isinstance(data, ToolCallData) and not data.call_id:
+            problems.append(f"event {event.seq}: a tool/call ({data.name}) has no call id")
+        elif isinstance(data, ToolResultData):
+            answered.add(data.message.source.call_id)
+        elif isinstance(data, TurnEnd):
+            # Calls a turn ended awaiting approval for are pending, not lost: a later turn
+            # applies their decisions.
+            waiting = set(awaiting_call_ids(data.reason) or ())
+            for call_id, seq in turn_calls.items():
+                if call_id not in answered and call_id not in waiting:
+                    closed_unanswered.setdefault(call_id, seq)
+            turn_calls = {k: v for k, v in turn_calls.items() if k in waiting}
+    for call_id, seq in closed_unanswered.items():
+        if call_id not in answered:
+            problems.append(f'event {seq}: call "{call_id}" has no tool/result, but its turn ended')
+    return problems

@@ -17,6 +17,7 @@ reach the durable log; ``value`` stays in the process.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -354,6 +355,24 @@ class ToolExecution:
         if self._frozen:
             raise RuntimeError("conclude_turn() called after the tool call finished")
         object.__setattr__(self, "_concluded", True)
+
+    @property
+    def idempotency_key(self) -> str:
+        """The key to hand an external system so it applies this call's effect at most once.
+
+        ``dsh-`` and 32 hex digits of SHA-256 over the session id and the call id: both are
+        durable before the body runs (the ``tool/call`` is flushed first) and the call id is
+        unique in its session (the agent loop owns it), so the key is the same for this call
+        in every process that runs it -- a resume, a decision from ``dsh approvals decide``
+        -- and differs for every other call of any session. It is a digest, not the ids
+        joined, so its length and characters suit any API (a session id may hold ``/``). A
+        call outside a session is keyed on its call id alone.
+        """
+        agent = self.agent
+        session_id = getattr(agent.session, "id", None) if agent is not None else None
+        scope = session_id if isinstance(session_id, str) else ""
+        digest = hashlib.sha256(f"{len(scope)}:{scope}:{self.call_id}".encode())
+        return "dsh-" + digest.hexdigest()[:32]
 
     @property
     def finished(self) -> bool:

@@ -20,7 +20,10 @@ Flow of one call (``approval-and-sandbox.md`` §2.8-2.9):
    is no silent unconfined fallback, not even after a granted escalation;
 4. the child gets an allow-listed environment (:data:`DEFAULT_ENV_ALLOW`
    plus the row's ``envAllow``; never an inherited ``DSH_*``) plus
-   ``DSH_CALL_ID`` — the call id, usable as an idempotency key (D11) — and
+   ``DSH_IDEMPOTENCY_KEY`` — the key to hand an external system so the
+   call's effect applies at most once (D11; the same for this call in every
+   process that runs it, different for every other call of every session) —,
+   ``DSH_CALL_ID`` (the call's id, unique in its session only) and
    ``DSH_SESSION_ID`` when the call belongs to a session; stdin is
    ``/dev/null``; it runs in its own session (process group) with every
    other descriptor closed, because neither bubblewrap nor Landlock re-checks
@@ -95,8 +98,8 @@ _DRAIN_AFTER_EXIT_S: Final = 1.0
 BASH_DESCRIPTION: Final = (
     "Execute a bash command (`bash -c`) and return its stdout/stderr. Each call runs in a fresh "
     "shell: no state (cwd, variables, functions) persists between calls — pass `workdir` instead "
-    "of using `cd`. Non-zero exits are reported as `[exit code: N]`. The call id is exported as "
-    "`$DSH_CALL_ID`: pass it as an idempotency key to external systems that accept one. "
+    "of using `cd`. Non-zero exits are reported as `[exit code: N]`. This call's idempotency key "
+    "is exported as `$DSH_IDEMPOTENCY_KEY`: pass it to external systems that accept one. "
     "Commands may run under a file sandbox; a blocked file operation is reported as "
     "`[sandbox: file access denied under <mode> mode]` — a policy denial, not a bug in the "
     "command; do not retry another way. Long output keeps its first and its last lines with "
@@ -547,6 +550,7 @@ def _environment(exec: ToolExecution, allow: tuple[str, ...]) -> dict[str, str]:
     env.update(_FIXED_ENV)
     env["DSH_SHELL"] = "1"
     env["DSH_CALL_ID"] = exec.call_id
+    env["DSH_IDEMPOTENCY_KEY"] = exec.idempotency_key
     session = getattr(exec.agent, "session", None) if exec.agent is not None else None
     session_id = getattr(session, "id", None)
     if isinstance(session_id, str):

@@ -15,8 +15,9 @@ Lifecycle (one :class:`ServerBridge` per ``mcp-client`` row):
   fails keeps the previous generation, a registration conflict rolls the attempted one back
   (zero tools from this server, never a partial set). ``notifications/tools/list_changed``
   triggers one re-synchronization (coalesced while one runs).
-* A tool body sends ``tools/call`` with the raw MCP name and the call id as idempotency key in
-  ``_meta`` (``dsh/callId``, ``dsh/sessionId``) and maps the result (:mod:`.results`); MCP
+* A tool body sends ``tools/call`` with the raw MCP name and the call's idempotency key, id and
+  session in ``_meta`` (``dsh/idempotencyKey``, ``dsh/callId``, ``dsh/sessionId``) and maps the
+  result (:mod:`.results`); MCP
   ``isError`` becomes a tool error (``MCP_TOOL_ERROR``).
 """
 
@@ -64,7 +65,10 @@ __all__ = [
 ]
 
 _CLIENT_INFO: Final = mcp_types.Implementation(name="dsh", version="0.1.0")
-#: ``_meta`` keys carrying the call's identity to the server (an idempotency key, seed 000 §5.2).
+#: ``_meta`` keys carrying the call's identity to the server: its idempotency key (seed 000
+#: §5.2; the same for the call in every process that runs it, unique across sessions and calls),
+#: its id (unique in its session only) and its session.
+IDEMPOTENCY_KEY_META: Final = "dsh/idempotencyKey"
 CALL_ID_META: Final = "dsh/callId"
 SESSION_ID_META: Final = "dsh/sessionId"
 
@@ -431,7 +435,10 @@ class ServerBridge:
                 f'MCP server "{self._name}" is not connected (starting, or reconnecting after '
                 "it was lost); the call was not sent"
             )
-        meta: dict[str, Any] = {CALL_ID_META: exec.call_id}
+        meta: dict[str, Any] = {
+            IDEMPOTENCY_KEY_META: exec.idempotency_key,
+            CALL_ID_META: exec.call_id,
+        }
         session_id = _session_id(exec)
         if session_id is not None:
             meta[SESSION_ID_META] = session_id

@@ -13,6 +13,7 @@ from agent_helpers import (
     model_requests,
     register_tool,
     scripted_host,
+    tools_of,
 )
 from msgspec import UNSET
 from sse_server import (  # type: ignore[import-not-found,unused-ignore]
@@ -589,46 +590,36 @@ async def test_tools_are_sorted_in_the_request() -> None:
 
 
 async def test_scheduler_failure_ends_the_turn_without_fabricated_results() -> None:
-    from dsh_host.session.messages import (
-        BlockEndChunk,
-        BlockStartChunk,
-        FinishChunk,
-        ToolCallBlock,
-        ToolCallDeltaChunk,
-        ToolCallsFinish,
-    )
+    from dsh_host.tools import ToolDefinition, ToolOutput
 
-    async with scripted_host([{"text": "unused"}]) as host:
+    async with scripted_host([{"tool_calls": [{"name": "echo"}]}]) as host:
         ran: list[bool] = []
 
         async def body(args: Any, exec: ToolExecution) -> Any:
             ran.append(True)
             return "ok"
 
-        register_tool(host, "echo", body)
-
-        def bad_call(request: Any, next: Any) -> Any:
-            # A call id the log cannot carry in a tool/result (ids must be non-empty):
-            # committing the result fails inside the scheduler, not inside the tool.
-            async def chunks() -> Any:
-                yield BlockStartChunk(index=0, block_type="tool-call")
-                yield ToolCallDeltaChunk(index=0, id="", name="echo", arguments_delta="{}")
-                yield BlockEndChunk(
-                    index=0, block=ToolCallBlock(id="", name="echo", arguments="{}")
-                )
-                yield FinishChunk(reason=ToolCallsFinish())
-
-            return chunks()
-
-        host.ctx.on("llm/stream", bad_call)
+        # A result the log cannot carry (a text block whose text is not a string): committing
+        # it fails inside the scheduler, after the body ran, not inside the tool.
+        tools_of(host).register(
+            ToolDefinition(
+                name="echo",
+                description="the echo test tool",
+                parameters={"type": "object"},
+                execute=body,
+                output=ToolOutput(render=lambda _args, _value: (TextBlock(text=7),)),  # type: ignore[arg-type]
+            )
+        )
         agent = agent_service(host).create()
         reason = await agent.run_turn("go")
         kinds = live_types(agent.session)
+        results = [e.data for e in agent.session.events if e.type == "tool/result"]
     assert isinstance(reason, ErrorReason)
     assert reason.error.code == "INVALID_SESSION_EVENT"  # the failure's own code, not UNKNOWN
     assert ran == [True]  # the started body finished before the turn ended
-    assert "tool/call" in kinds and "tool/result" not in kinds
-    assert kinds[-2:] == ["step/end", "turn/end"]
+    # No fabricated success: the call is answered as crash repair would answer it.
+    assert [r.error.code for r in results] == ["TOOL_OUTCOME_UNKNOWN"]
+    assert kinds[-3:] == ["tool/result", "step/end", "turn/end"]
 
 
 async def test_an_agent_continues_a_forked_session() -> None:

@@ -3,6 +3,7 @@ JSON shape, and the bad inputs a user will type."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -11,6 +12,12 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import FIXTURES, REPO, copy_fixture_root, dsh, json_lines
+
+
+def key_of(session_id: str, call_id: str) -> str:
+    """``$DSH_IDEMPOTENCY_KEY``: a digest of the session id and the call id."""
+    scope = f"{len(session_id)}:{session_id}:{call_id}"
+    return "dsh-" + hashlib.sha256(scope.encode()).hexdigest()[:32]
 
 
 def test_demo_run_then_list_show_verify(tmp_path: Path) -> None:
@@ -22,7 +29,7 @@ def test_demo_run_then_list_show_verify(tmp_path: Path) -> None:
     session_id = result["sessionId"]
     # the demo wrote through the sandboxed bash, inside its workspace only
     notes = tmp_path / ".dsh" / "demo-workspace" / "notes.txt"
-    assert notes.read_text() == f"note from dsh ({session_id}/call_2_1)\n"
+    assert notes.read_text() == f"note from dsh ({key_of(session_id, 'call_2_1')})\n"
     assert "Traceback" not in run.stderr
     # A second demo run is another session: its note is its own (the call ids are the same
     # in every demo run, so keyed on the call id alone the second run skipped its note).
@@ -30,7 +37,8 @@ def test_demo_run_then_list_show_verify(tmp_path: Path) -> None:
     assert again.returncode == 0, again.stderr
     second = json.loads(again.stdout)["sessionId"]
     assert notes.read_text().splitlines() == [
-        f"note from dsh ({session_id}/call_2_1)", f"note from dsh ({second}/call_2_1)",
+        f"note from dsh ({key_of(session_id, 'call_2_1')})",
+        f"note from dsh ({key_of(second, 'call_2_1')})",
     ]
 
     listing = json_lines(dsh("sessions", "list", "--json", cwd=tmp_path).stdout)
@@ -65,6 +73,7 @@ def test_demo_run_then_list_show_verify(tmp_path: Path) -> None:
         "closers": [],
         "corrupt": None,
         "heldBy": None,
+        "callProblems": [],
     }
 
 

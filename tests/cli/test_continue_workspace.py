@@ -148,8 +148,9 @@ def test_model_flag_keeps_the_configured_openai_compatible_row(tmp_path: Path) -
 
 
 def test_the_shipped_prompt_names_the_workspace_tools_and_call_id(tmp_path: Path) -> None:
-    """A real model is told where it works, what its tools do there and how to key an effect on
-    the session and call ids (before: only the one-line harness identity)."""
+    """A real model is told where it works, what its tools do there and how to key an effect
+    (on the call's idempotency key; before: only the one-line harness identity, then a key built
+    from the call id, which providers repeat)."""
     root, workspace = tmp_path / "sessions", tmp_path / "ws"
     workspace.mkdir()
     session_id = first_session(tmp_path, workspace, root)
@@ -161,4 +162,4 @@ def test_the_shipped_prompt_names_the_workspace_tools_and_call_id(tmp_path: Path
     text = "".join(block["text"] for block in system["content"])
     assert f"You work in the workspace {workspace}." in text
     assert "read_file, write_file, edit_file, glob" in text
-    assert '"$DSH_SESSION_ID/$DSH_CALL_ID"' in text
+    assert "$DSH_IDEMPOTENCY_KEY" in text and "$DSH_CALL_ID" not in text

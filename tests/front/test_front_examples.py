@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -43,5 +44,8 @@ def test_idempotent_charge_example_charges_once(tmp_path: Path) -> None:
     out = run_example("idempotent_charge.py", tmp_path)
     assert "approval for charge" in out and ": no" in out
     ledger = [json.loads(line) for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]
-    assert ledger == [{"key": "call_1_1", "customer": "cus_42", "cents": 1999}]
+    session_id = out.split("session ", 1)[1].split(":", 1)[0]
+    scope = f"{len(session_id)}:{session_id}:call_1_1"  # the call's key: session + call id
+    key = "dsh-" + hashlib.sha256(scope.encode()).hexdigest()[:32]
+    assert ledger == [{"key": key, "customer": "cus_42", "cents": 1999}]
     assert len(list((tmp_path / ".dsh" / "sessions").rglob("session.v3.jsonl.zstd"))) == 1

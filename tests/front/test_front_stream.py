@@ -1,4 +1,4 @@
-"""``agent.stream(...)``: typed events in log order; leaving the loop cancels the turn."""
+"""``agent.stream(...)``: typed events in log order; leaving the loop stops the events, not the turn."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import pytest
 from front_helpers import events_of, script
+from msgspec import UNSET
 
 from dsh_host import Agent, ToolContext, tool
 from dsh_host.agent import RequestErrorContext, Retry
@@ -109,7 +110,7 @@ async def test_a_retried_request_shows_as_a_retry_event(tmp_path: Path) -> None:
 LONG = {"text": " ".join(f"word{i}" for i in range(200)), "chunk_delay_ms": 20}
 
 
-async def test_breaking_out_of_the_stream_cancels_the_turn(tmp_path: Path) -> None:
+async def test_breaking_out_of_the_stream_stops_the_events_not_the_turn(tmp_path: Path) -> None:
     model = script(tmp_path, [LONG, {"text": "next turn"}])
     async with Agent(model, store=tmp_path / "s") as agent:
         with anyio.fail_after(60):
@@ -117,25 +118,41 @@ async def test_breaking_out_of_the_stream_cancels_the_turn(tmp_path: Path) -> No
                 if isinstance(event, ev.TextDelta):
                     break
             gc.collect()  # a no-op on CPython (refcounting); keeps other interpreters honest
-            after = await agent.run("again")  # waits for the cancelled turn to end first
+            after = await agent.run("again")  # waits for the first turn to end first
         ends = [e.data for e in events_of(agent, "turn/end")]
-    assert ends[0].reason == AbortedReason(reason=UserCancel())
+    assert ends[0].reason == CompletedReason()  # printing stopped; the turn did not
     assert after.output == "next turn" and after.turn == 2
     (message,) = [e for e in events_of(agent, "assistant/message") if e.data.turn == 1]
-    assert message.data.interrupted is True  # the prefix that streamed is kept
+    assert message.data.interrupted is UNSET
+    assert "".join(b.text for b in message.data.message.content) == LONG["text"]
 
 
-async def test_async_with_waits_for_the_cancelled_turn(tmp_path: Path) -> None:
+async def test_a_consumer_that_fails_leaves_the_turn_whole(tmp_path: Path) -> None:
+    """The loop's body raises (a closed pipe): the error reaches the caller once the turn
+    ended, completed and logged whole (before: the turn was cancelled, ``aborted``)."""
+    model = script(tmp_path, [LONG])
+    async with Agent(model, store=None) as agent:
+        with anyio.fail_after(60), pytest.raises(BrokenPipeError):
+            async with agent.stream("talk") as events:
+                async for event in events:
+                    if isinstance(event, ev.TextDelta):
+                        raise BrokenPipeError(32, "Broken pipe")
+        assert agent.core.status == "idle"
+        (end,) = events_of(agent, "turn/end")
+    assert end.data.reason == CompletedReason()
+
+
+async def test_cancel_is_how_a_stream_stops_its_turn(tmp_path: Path) -> None:
     model = script(tmp_path, [LONG])
     async with Agent(model, store=None) as agent:
         with anyio.fail_after(60):
             async with agent.stream("talk") as events:
                 async for event in events:
                     if isinstance(event, ev.TextDelta):
-                        break
+                        events.cancel()
             assert agent.core.status == "idle"
         (end,) = events_of(agent, "turn/end")
-    assert isinstance(end.data.reason, AbortedReason)
+    assert end.data.reason == AbortedReason(reason=UserCancel())
 
 
 def test_turn_end_kind_is_the_logged_kind() -> None:

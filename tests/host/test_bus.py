@@ -96,6 +96,28 @@ async def test_emit_contains_failures_and_continues() -> None:
     assert seen == [7]
 
 
+async def test_emit_contains_a_printer_that_exits_on_a_closed_pipe() -> None:
+    """rich turns a write to a closed pipe into ``SystemExit(1)``: from an observer (the CLI
+    transcript) it must stop that observer, not the code that emitted (a turn)."""
+    bus = make_bus()
+    seen: list[int] = []
+
+    def printer(x: int) -> None:
+        raise SystemExit(1)
+
+    bus.add("t/emit", printer, None)
+    bus.add("t/emit", seen.append, None)
+    bus.emit("t/emit", 7)
+    assert seen == [7]
+
+    def interrupted(x: int) -> None:
+        raise KeyboardInterrupt
+
+    bus.add("t/emit", interrupted, None)
+    with pytest.raises(KeyboardInterrupt):  # not a listener's failure: it propagates
+        bus.emit("t/emit", 8)
+
+
 async def test_parallel_runs_all_and_raises_first_registered_failure() -> None:
     bus = make_bus()
     finished: list[str] = []

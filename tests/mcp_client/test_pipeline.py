@@ -1,9 +1,10 @@
-"""MCP calls go through the ordinary tool pipeline (issue 21): the call id reaches the server
-as the idempotency key, tool rules and approval apply to ``mcp__*`` names, annotations decide
+"""MCP calls go through the ordinary tool pipeline (issue 21): the call's idempotency key and id
+reach the server, tool rules and approval apply to ``mcp__*`` names, annotations decide
 concurrency and approval, and a whole ``dsh run`` drives a real server end to end."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sys
@@ -31,12 +32,20 @@ pytestmark = pytest.mark.both_backends
 REPO = Path(__file__).resolve().parents[2]
 
 
+def key_of(session_id: str, call_id: str) -> str:
+    """The call's idempotency key: a digest of its session id (empty outside one) and id."""
+    scope = f"{len(session_id)}:{session_id}:{call_id}"
+    return "dsh-" + hashlib.sha256(scope.encode()).hexdigest()[:32]
+
+
 async def test_call_id_reaches_the_server_in_meta(anyio_backend: str) -> None:
     async with mcp_host(fixture_stdio()) as host:
         first = await call(host, "mcp__fixture__whoami", {}, call_id="call-abc")
         second = await call(host, "mcp__fixture__whoami", {}, call_id="call-def")
-    assert json.loads(text_of(first))["meta"] == {"dsh/callId": "call-abc"}
-    assert json.loads(text_of(second))["meta"] == {"dsh/callId": "call-def"}
+    assert json.loads(text_of(first))["meta"] == {"dsh/callId": "call-abc",
+                                                  "dsh/idempotencyKey": key_of("", "call-abc")}
+    assert json.loads(text_of(second))["meta"] == {"dsh/callId": "call-def",
+                                                   "dsh/idempotencyKey": key_of("", "call-def")}
 
 
 async def test_tool_rules_apply_to_mcp_names(anyio_backend: str) -> None:
@@ -135,8 +144,11 @@ def test_dsh_run_calls_server_everything_end_to_end(tmp_path: Path) -> None:
     assert results["call_1_1"] == (None, "Echo: hello from the model")
     code, text = results["call_1_2"]
     assert code is None
-    assert json.loads(text)["meta"] == {"dsh/callId": "call_1_2",
-                                        "dsh/sessionId": summary["sessionId"]}
+    assert json.loads(text)["meta"] == {
+        "dsh/callId": "call_1_2",
+        "dsh/sessionId": summary["sessionId"],
+        "dsh/idempotencyKey": key_of(summary["sessionId"], "call_1_2"),
+    }
     # destructiveHint: asked (audited), and --approval never refuses it
     assert results["call_1_3"] == (None, 'Error: the user rejected tool "mcp__fixture__wipe"')
     asked = [e["data"] for e in events if e["type"] == "approval/asked"]

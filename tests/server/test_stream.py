@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from .harness import read_sse, running_server
@@ -67,3 +70,48 @@ async def test_a_stream_of_an_unknown_session_is_a_json_404(tmp_path: Path) -> N
         assert response.json()["error"]["code"] == "SESSION_NOT_FOUND"
         bad = await server.client.get("/sessions/nope/stream", headers={"Last-Event-ID": "x"})
         assert bad.status_code == 400 and bad.json()["error"]["code"] == "INVALID_REQUEST"
+
+
+#: A follower in its own process: copies the SSE stream to its stdout, line by line.
+FOLLOWER = """
+import sys, urllib.request
+with urllib.request.urlopen(sys.argv[1]) as stream:
+    for line in stream:
+        sys.stdout.write(line.decode()); sys.stdout.flush()
+"""
+LONG_TEXT = {"text": " ".join(f"word{i}" for i in range(60)), "chunk_delay_ms": 20}
+
+
+async def test_a_killed_follower_leaves_the_turn_and_the_log_whole(tmp_path: Path) -> None:
+    """A reader that dies mid-turn (SIGKILL: its socket closes under the server) stops only
+    its own stream: the turn ends ``completed``, every event is stored, ``verify`` says 0."""
+    async with running_server(tmp_path, [LONG_TEXT]) as server:
+        session_id = await server.create()
+        follower = subprocess.Popen(  # noqa: ASYNC220 - read from a thread, killed at once
+            [sys.executable, "-c", FOLLOWER, f"{server.url}/sessions/{session_id}/stream"],
+            stdout=subprocess.PIPE, text=True,
+        )
+        try:
+            assert follower.stdout is not None
+            first = await anyio.to_thread.run_sync(follower.stdout.readline)
+            assert first.startswith(": dsh event stream"), first
+            await server.turn(session_id, "count slowly")
+            line = "-"
+            # request/context is the last event before the model streams: the turn is running.
+            while line and not line.startswith("event: request/context"):
+                line = await anyio.to_thread.run_sync(follower.stdout.readline)
+            assert line, "the follower's stream ended before the model request"
+        finally:
+            follower.kill()
+            follower.wait()
+        ended = await server.wait_turn_end(session_id, 1)
+        assert ended["lastTurnEnd"]["kind"] == "completed", ended
+        stored = await server.events(session_id)
+        assert [e["seq"] for e in stored] == list(range(len(stored)))
+        assert stored[-1]["type"] == "turn/end"
+    verify = await anyio.run_process(
+        [sys.executable, "-m", "dsh_host", "sessions", "verify", session_id,
+         "--root", str(server.root)],
+        cwd=tmp_path, check=False,
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr

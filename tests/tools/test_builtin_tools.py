@@ -203,6 +203,7 @@ async def test_environment_is_an_allow_list(boot: Boot, monkeypatch: pytest.Monk
     assert f"PATH={os.environ['PATH']}" in text
     assert "DSH_SHELL=1" in text
     assert "DSH_CALL_ID=call-1" in text
+    assert "DSH_IDEMPOTENCY_KEY=dsh-" in text  # the key of a call outside a session, too
     assert "TERM=dumb" in text
 
 
