@@ -97,12 +97,17 @@ class SandboxPolicy(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     process must not modify (``.git``, virtualenvs, the harness's own config and state: code that
     runs later *outside* the sandbox). A provider that cannot hold them read-only says so in
     ``ConfinedArgv.not_covered``. Paths that do not exist are ignored.
+
+    ``hidden_paths`` are absolute host paths the confined process must not even read (the
+    harness's secrets: ``dsh serve``'s token file). A provider that cannot hide them refuses to
+    confine (``SandboxUnavailableError``) rather than run the call with the secret in view.
     """
 
     mode: SandboxMode
     workspace_root: str
     session_id: str | None = None
     read_only_paths: tuple[str, ...] = ()
+    hidden_paths: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.mode not in SANDBOX_MODES:
@@ -121,6 +126,11 @@ class SandboxPolicy(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
             if not isinstance(path, str) or not os.path.isabs(path) or "\0" in path:
                 raise InvalidSandboxRequestError(
                     f"sandbox policy: read_only_paths entries must be absolute paths, got {path!r}"
+                )
+        for path in self.hidden_paths:
+            if not isinstance(path, str) or not os.path.isabs(path) or "\0" in path:
+                raise InvalidSandboxRequestError(
+                    f"sandbox policy: hidden_paths entries must be absolute paths, got {path!r}"
                 )
 
 
