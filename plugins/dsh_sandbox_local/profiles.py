@@ -215,6 +215,9 @@ def landlock_grant_args(
     if policy.mode == "workspace-write":
         args += ["--rw", "/tmp", "--rw", policy.workspace_root]
         if isolate:
+            # private there (an empty tmpfs, as bubblewrap's): POSIX semaphores and shared
+            # memory (Python's multiprocessing) need it writable
+            args += ["--rw", "/dev/shm"]
             for path in policy.read_only_paths:
                 args += ["--protect", path]
     elif isolate and _under_any(policy.workspace_root, HIDDEN_ROOTS):

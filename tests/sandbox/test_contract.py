@@ -179,12 +179,13 @@ def test_landlock_argv_exact(network: str) -> None:
                        "--deny-unix", *limits(), "--", "bash", "-c", "echo hi")  # fmt: skip
     ww = provider.confine(["ls"], WW)
     assert ww.argv == (*LAUNCHER, "--isolate", "--ro", "/", "--rw", "/dev/null", "--rw", "/tmp",
-                       "--rw", WS, *deny, "--deny-unix", *limits(), "--", "ls")  # fmt: skip
+                       "--rw", WS, "--rw", "/dev/shm", *deny, "--deny-unix", *limits(), "--",
+                       "ls")  # fmt: skip
     protected = SandboxPolicy(mode="workspace-write", workspace_root=WS,
                               read_only_paths=(f"{WS}/.git",))  # fmt: skip
     assert provider.confine(["ls"], protected).argv == (
         *LAUNCHER, "--isolate", "--ro", "/", "--rw", "/dev/null", "--rw", "/tmp", "--rw", WS,
-        "--protect", f"{WS}/.git", *deny, "--deny-unix", *limits(), "--", "ls",
+        "--rw", "/dev/shm", "--protect", f"{WS}/.git", *deny, "--deny-unix", *limits(), "--", "ls",
     )  # fmt: skip
     for result in (ro, ww):
         assert result.backend == "landlock"
