@@ -134,6 +134,23 @@ class SandboxPolicy(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
                 )
 
 
+_harness_secrets: list[str] = []
+
+
+def hide_from_sandboxes(path: str) -> None:
+    """Register a host file of the harness that no confined call of this process may read (the
+    ``dsh serve`` token file). Every provider adds these to each policy's ``hidden_paths`` at
+    ``confine()``, the one place every confined spawn passes, so no consumer has to remember."""
+    real = os.path.realpath(path)
+    if real not in _harness_secrets:
+        _harness_secrets.append(real)
+
+
+def harness_secret_paths() -> tuple[str, ...]:
+    """The paths registered with :func:`hide_from_sandboxes`."""
+    return tuple(_harness_secrets)
+
+
 def writable_roots(policy: SandboxPolicy) -> tuple[str, ...]:
     """Writable roots of the path-fence consumers (fs tools, Seatbelt): spec §2.2.
 

@@ -36,6 +36,7 @@ from dsh_host.sandbox import (
     RunnerFailureRule,
     SandboxPolicy,
     SandboxUnavailableError,
+    harness_secret_paths,
 )
 
 from .landlock_run import cgroup_limits_supported
@@ -270,6 +271,10 @@ class LocalSandboxProvider:
             )
         if policy.mode == "workspace-write":
             _check_write_root(policy.workspace_root)
+        secrets = harness_secret_paths()
+        if secrets:
+            hidden = tuple(dict.fromkeys((*policy.hidden_paths, *secrets)))
+            policy = msgspec.structs.replace(policy, hidden_paths=hidden)
         verdict = self.probe()
         network = self.config.network
         deny_unix = self.config.unix_sockets == "deny"
