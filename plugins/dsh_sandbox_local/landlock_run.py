@@ -26,7 +26,13 @@ starts with ``landlock-run: ``):
 5. set no_new_privs, empty the capability bounding set (when we may), clear the ambient set, and
    set the effective/permitted/inheritable sets to zero — so a root caller does not carry
    ``CAP_SYS_ADMIN``, ``CAP_DAC_OVERRIDE``, ... into the command, and cannot regain them by exec;
+   then load the default-deny seccomp filter (the allow-list below);
 6. ``landlock_restrict_self``; then ``execvp`` the command with the environment unchanged.
+
+With ``--isolate`` (private mount, PID and IPC namespaces) the launcher re-enters its working
+directory by path after its mounts and runs as the namespace's confined PID 1; ``--hide PATH``
+covers a harness secret there. Inside bubblewrap (``--no-landlock --init``) it seals the host
+device nodes bwrap binds, then runs confined as the call's PID 1 (bwrap ``--as-pid-1``).
 
 After a successful exec, the command's exit status passes through unchanged (125 included), so
 an exit status alone never proves a launcher failure: the ``landlock-run: `` line does.
