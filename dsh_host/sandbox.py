@@ -99,12 +99,17 @@ class SandboxPolicy(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     process must not modify (``.git``, virtualenvs, the harness's own config and state: code that
     runs later *outside* the sandbox). A provider that cannot hold them read-only says so in
     ``ConfinedArgv.not_covered``. Paths that do not exist are ignored.
+
+    ``hidden_paths`` are absolute host paths the confined process must not even read (the
+    harness's secrets: ``dsh serve``'s token file). A provider that cannot hide them refuses to
+    confine (``SandboxUnavailableError``) rather than run the call with the secret in view.
     """
 
     mode: SandboxMode
     workspace_root: str
     session_id: str | None = None
     read_only_paths: tuple[str, ...] = ()
+    hidden_paths: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.mode not in SANDBOX_MODES:
@@ -124,6 +129,28 @@ class SandboxPolicy(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
                 raise InvalidSandboxRequestError(
                     f"sandbox policy: read_only_paths entries must be absolute paths, got {path!r}"
                 )
+        for path in self.hidden_paths:
+            if not isinstance(path, str) or not os.path.isabs(path) or "\0" in path:
+                raise InvalidSandboxRequestError(
+                    f"sandbox policy: hidden_paths entries must be absolute paths, got {path!r}"
+                )
+
+
+_harness_secrets: list[str] = []
+
+
+def hide_from_sandboxes(path: str) -> None:
+    """Register a host file of the harness that no confined call of this process may read (the
+    ``dsh serve`` token file). Every provider adds these to each policy's ``hidden_paths`` at
+    ``confine()``, the one place every confined spawn passes, so no consumer has to remember."""
+    real = os.path.realpath(path)
+    if real not in _harness_secrets:
+        _harness_secrets.append(real)
+
+
+def harness_secret_paths() -> tuple[str, ...]:
+    """The paths registered with :func:`hide_from_sandboxes`."""
+    return tuple(_harness_secrets)
 
 
 def writable_roots(policy: SandboxPolicy) -> tuple[str, ...]:

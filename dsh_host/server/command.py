@@ -9,6 +9,7 @@ through the API.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 from collections.abc import Sequence
@@ -177,8 +178,27 @@ def _token(args: argparse.Namespace) -> str | None:
             raise ServeUsageError(f"--token-file {args.token_file}: {exc.strerror}") from None
         if not token:
             raise ServeUsageError(f"--token-file {args.token_file}: the file is empty")
+        _hide_token_file(args.token_file)
         return token
     return os.environ.get(TOKEN_ENV) or None
+
+
+def _hide_token_file(path: str) -> None:
+    """No tool call may read the token (it approves gated calls): every confined call gets the
+    file hidden at ``confine()``; a host whose sandbox cannot hide a path refuses the option."""
+    from dsh_host.sandbox import hide_from_sandboxes
+
+    hide_from_sandboxes(path)
+    try:  # the host layer does not depend on the plugin; without it there is nothing to ask
+        plugin = importlib.import_module("dsh_sandbox_local")
+    except ImportError:
+        return
+    if not plugin.LocalSandboxProvider().can_hide_paths():
+        raise ServeUsageError(
+            f"--token-file {path}: this host's sandbox cannot hide the file from tool calls "
+            f"(bubblewrap unusable and Landlock without privileges); pass the token in "
+            f"${TOKEN_ENV} instead (tool calls never see the harness's environment)"
+        )
 
 
 def _queue_dsn(args: argparse.Namespace) -> str | None:

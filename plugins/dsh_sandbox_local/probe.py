@@ -64,10 +64,16 @@ def _cached(key: tuple[object, ...], run: Callable[[], ProbeResult]) -> ProbeRes
 
 
 def _trial(argv: Sequence[str], timeout: float) -> tuple[int | None, str, str]:
-    """Run ``argv`` to completion; (exit status or None on spawn error/timeout, stdout, why)."""
+    """Run ``argv`` to completion; (exit status or None on spawn error/timeout, stdout, why).
+
+    From ``/``: the launcher re-enters its working directory inside its private mounts, so a
+    harness started in a directory they hide (``/tmp/x``, ``/run/...``) must not make the probe
+    fail and the provider fall back to a weaker backend.
+    """
     try:
         done = subprocess.run(
             list(argv),
+            cwd="/",
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=timeout,

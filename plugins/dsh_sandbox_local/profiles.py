@@ -111,6 +111,7 @@ def bwrap_profile_args(
         "--unshare-ipc",
         "--proc", "/proc",
         "--ro-bind", "/proc/sys", "/proc/sys",
+        "--remount-ro", "/proc",
         "--tmpfs", "/tmp",
     ]  # fmt: skip
     for path in _hidden_run_dirs():
@@ -122,6 +123,12 @@ def bwrap_profile_args(
     for path in interpreter_paths():
         args += ["--ro-bind", path, path]
     args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if stage2 is not None:
+        # The seccomp stage is PID 1 (bwrap's own init would be the one unfiltered process of
+        # the call). It keeps CAP_SYS_ADMIN just long enough to seal the host device nodes bwrap
+        # binds into its /dev, and CAP_SETPCAP to empty the bounding set; it drops every
+        # capability before anything else runs.
+        args += ["--as-pid-1", "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP"]
     if network == "deny":
         args.append("--unshare-net")
     if policy.mode == "workspace-write":
@@ -133,7 +140,23 @@ def bwrap_profile_args(
             # A read-only workspace under a hidden directory stays visible (read-only).
             args += ["--ro-bind", policy.workspace_root, policy.workspace_root]
         args += ["--remount-ro", "/tmp"]
+    for path in hidden_targets(policy):
+        if os.path.isdir(path):
+            args += ["--tmpfs", path, "--remount-ro", path]
+        else:
+            args += ["--ro-bind", "/dev/null", path]
     return tuple(args)
+
+
+def hidden_targets(policy: SandboxPolicy) -> tuple[str, ...]:
+    """The policy's hidden paths that exist, by real path (a mount lands on the real object),
+    each once. Covered last, so no later bind can show them again."""
+    seen: list[str] = []
+    for path in policy.hidden_paths:
+        real = os.path.realpath(path)
+        if os.path.lexists(real) and real not in seen:
+            seen.append(real)
+    return tuple(seen)
 
 
 def interpreter_paths() -> tuple[str, ...]:
@@ -170,8 +193,10 @@ def bwrap_limits_relay(interpreter: str, script: str, limits: tuple[str, ...]) -
 
 
 def bwrap_stage2_argv(interpreter: str, *, deny_unix: bool) -> tuple[str, ...]:
-    """The seccomp stage run inside bubblewrap before the command (keyrings, AF_UNIX)."""
-    args = [interpreter, "-I", "-S", BWRAP_STAGE2_PATH, "--no-landlock"]
+    """The seccomp stage run inside bubblewrap: PID 1 of the call (``--init``), it seals the
+    host device nodes, drops every capability, loads the filter, then runs the command as its
+    child and reaps orphans."""
+    args = [interpreter, "-I", "-S", BWRAP_STAGE2_PATH, "--no-landlock", "--init"]
     if deny_unix:
         args.append("--deny-unix")
     return (*args, "--")
@@ -190,6 +215,9 @@ def landlock_grant_args(
     if policy.mode == "workspace-write":
         args += ["--rw", "/tmp", "--rw", policy.workspace_root]
         if isolate:
+            # private there (an empty tmpfs, as bubblewrap's): POSIX semaphores and shared
+            # memory (Python's multiprocessing) need it writable
+            args += ["--rw", "/dev/shm"]
             for path in policy.read_only_paths:
                 args += ["--protect", path]
     elif isolate and _under_any(policy.workspace_root, HIDDEN_ROOTS):
@@ -197,6 +225,8 @@ def landlock_grant_args(
     if isolate:
         for path in interpreter_paths():
             args += ["--show", path]
+        for path in hidden_targets(policy):
+            args += ["--hide", path]
     if deny_tcp:
         args.append("--deny-tcp")
     if deny_unix:

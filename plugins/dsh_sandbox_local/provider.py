@@ -36,6 +36,7 @@ from dsh_host.sandbox import (
     RunnerFailureRule,
     SandboxPolicy,
     SandboxUnavailableError,
+    harness_secret_paths,
 )
 
 from .landlock_run import cgroup_limits_supported
@@ -143,6 +144,13 @@ class Verdict:
     """Controllers (``memory``, ``pids``) a per-call cgroup can use here."""
     detail: str = ""
     """What the chosen backend's probe found (which binary, from where)."""
+
+
+NO_HIDING = (
+    "this Landlock sandbox cannot hide host paths from a call (no mount namespace without "
+    "privileges: a Landlock rule cannot take a file back from a readable root); run dsh as root "
+    "or install bubblewrap"
+)
 
 
 class LocalSandboxProvider:
@@ -263,6 +271,10 @@ class LocalSandboxProvider:
             )
         if policy.mode == "workspace-write":
             _check_write_root(policy.workspace_root)
+        secrets = harness_secret_paths()
+        if secrets:
+            hidden = tuple(dict.fromkeys((*policy.hidden_paths, *secrets)))
+            policy = msgspec.structs.replace(policy, hidden_paths=hidden)
         verdict = self.probe()
         network = self.config.network
         deny_unix = self.config.unix_sockets == "deny"
@@ -297,6 +309,8 @@ class LocalSandboxProvider:
                 runner_failure_rules=BWRAP_RULES,
             )
         if verdict.backend == "landlock":
+            if policy.hidden_paths and not verdict.isolated:
+                raise SandboxUnavailableError(policy.mode, NO_HIDING)
             deny_tcp = network == "deny" and verdict.abi >= 4
             not_covered = landlock_not_covered(
                 verdict.abi,
@@ -319,6 +333,18 @@ class LocalSandboxProvider:
                 runner_failure_rules=LANDLOCK_RULES,
             )
         raise SandboxUnavailableError(policy.mode, probe_failures=verdict.failures)
+
+    def can_hide_paths(self) -> bool:
+        """Whether this host's backend can hide ``SandboxPolicy.hidden_paths`` from a call.
+
+        bubblewrap covers them with its own mounts; Landlock only inside the launcher's mount
+        namespace (a root harness): a Landlock rule cannot take a subpath back from a granted
+        read root. ``dsh serve`` asks before it accepts a secret file.
+        """
+        verdict = self.probe()
+        return verdict.backend == "bubblewrap" or (
+            verdict.backend == "landlock" and verdict.isolated
+        )
 
     def writable_roots(self, policy: SandboxPolicy) -> tuple[str, ...]:
         """Host paths a call confined under ``policy`` can write, on the backend this host uses.

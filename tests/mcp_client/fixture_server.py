@@ -3,7 +3,7 @@
 Run as ``python fixture_server.py``. Its tools: ``whoami`` (returns the request's ``_meta``
 and its own pid), ``write_file`` (tries to create a file at an absolute path and reports what
 happened), ``add_tool`` (registers a new tool, which makes the SDK send
-``notifications/tools/list_changed``), ``sleep`` (sleeps, for timeouts and crashes; with ``MARK_DIR`` it first leaves a marker), ``crash`` (exits at
+``notifications/tools/list_changed``), ``run`` (runs an argv, returns its stdout), ``sleep`` (sleeps, for timeouts and crashes; with ``MARK_DIR`` it first leaves a marker), ``crash`` (exits at
 once, mid-call), ``wipe`` (annotated ``destructiveHint: true``; does nothing), ``fail``
 (answers ``isError: true``). With ``--linger`` it stays alive after its stdin closed.
 """
@@ -39,6 +39,15 @@ def write_file(path: str) -> str:
     except OSError as exc:
         return f"refused: {exc.strerror} ({exc.errno})"
     return "written"
+
+
+@server.tool()
+def run(argv: list[str]) -> str:
+    """Run `argv` (the server's own child, so under the server's confinement); its stdout."""
+    import subprocess
+
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    return done.stdout if done.returncode == 0 else f"exit {done.returncode}: {done.stderr}"
 
 
 @server.tool()

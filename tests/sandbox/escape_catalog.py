@@ -482,9 +482,9 @@ CATALOG: list[Attempt] = [
         "dev-shm",
         "#7",
         "write /dev/shm/<name>",
-        cells(PRIVATE, PRIVATE, DENIED, DENIED),
+        cells(PRIVATE, PRIVATE, DENIED, PRIVATE),
         _host_tmp("/dev/shm"),
-        note="bwrap: private /dev tmpfs",
+        note="bwrap: private /dev tmpfs; Landlock WW: the namespace's private tmpfs, granted",
     ),
     ModifyVictim(
         "symlink-file",

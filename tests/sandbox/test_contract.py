@@ -82,15 +82,19 @@ DFA = SandboxPolicy(mode="danger-full-access", workspace_root=WS)
 
 BWRAP_HEAD = (
     "--ro-bind", "/", "/", "--dev", "/dev", "--unshare-pid", "--unshare-ipc", "--proc", "/proc",
-    "--ro-bind", "/proc/sys", "/proc/sys", "--tmpfs", "/tmp",
+    "--ro-bind", "/proc/sys", "/proc/sys", "--remount-ro", "/proc", "--tmpfs", "/tmp",
 )  # fmt: skip
-BWRAP_TAIL = ("--die-with-parent", "--new-session", "--cap-drop", "ALL")
+BWRAP_BASE_TAIL = ("--die-with-parent", "--new-session", "--cap-drop", "ALL")
+#: With the seccomp stage: it is PID 1 and keeps two capabilities until it drops them all.
+BWRAP_TAIL = (*BWRAP_BASE_TAIL, "--as-pid-1", "--cap-add", "CAP_SYS_ADMIN", "--cap-add",
+              "CAP_SETPCAP")  # fmt: skip
 INTERPRETER, SCRIPT = (
     os.path.realpath(sys.executable),
     str(Path(dsh_sandbox_local.__file__).with_name("landlock_run.py").resolve()),
 )
 STAGE2_BIND = ("--ro-bind", SCRIPT, "/run/dsh/landlock_run.py")
-STAGE2 = (INTERPRETER, "-I", "-S", "/run/dsh/landlock_run.py", "--no-landlock", "--deny-unix", "--")
+STAGE2 = (INTERPRETER, "-I", "-S", "/run/dsh/landlock_run.py", "--no-landlock", "--init", "--deny-unix",
+          "--")  # fmt: skip
 LAUNCHER = (INTERPRETER, "-I", "-S", SCRIPT)
 
 
@@ -126,12 +130,12 @@ def test_bwrap_argv_exact(network: str) -> None:
     net = ("--unshare-net",) if network == "deny" else ()
     ro = provider.confine(["bash", "-c", "echo hi"], RO)
     assert ro.argv == (
-        *relay(), shutil.which("bwrap"), *BWRAP_HEAD, "--tmpfs", "/run", *STAGE2_BIND, "--remount-ro",
+        *relay(), provider.probe().runner[0], *BWRAP_HEAD, "--tmpfs", "/run", *STAGE2_BIND, "--remount-ro",
         "/run", *BWRAP_TAIL, *net, "--remount-ro", "/tmp", "--", *STAGE2, "bash", "-c", "echo hi",
     )  # fmt: skip
     ww = provider.confine(["ls", "-l"], WW)
     assert ww.argv == (
-        *relay(), shutil.which("bwrap"), *BWRAP_HEAD, "--tmpfs", "/run", *STAGE2_BIND, "--remount-ro",
+        *relay(), provider.probe().runner[0], *BWRAP_HEAD, "--tmpfs", "/run", *STAGE2_BIND, "--remount-ro",
         "/run", *BWRAP_TAIL, *net, "--bind", WS, WS, "--", *STAGE2, "ls", "-l",
     )  # fmt: skip
     protected = SandboxPolicy(
@@ -175,12 +179,13 @@ def test_landlock_argv_exact(network: str) -> None:
                        "--deny-unix", *limits(), "--", "bash", "-c", "echo hi")  # fmt: skip
     ww = provider.confine(["ls"], WW)
     assert ww.argv == (*LAUNCHER, "--isolate", "--ro", "/", "--rw", "/dev/null", "--rw", "/tmp",
-                       "--rw", WS, *deny, "--deny-unix", *limits(), "--", "ls")  # fmt: skip
+                       "--rw", WS, "--rw", "/dev/shm", *deny, "--deny-unix", *limits(), "--",
+                       "ls")  # fmt: skip
     protected = SandboxPolicy(mode="workspace-write", workspace_root=WS,
                               read_only_paths=(f"{WS}/.git",))  # fmt: skip
     assert provider.confine(["ls"], protected).argv == (
         *LAUNCHER, "--isolate", "--ro", "/", "--rw", "/dev/null", "--rw", "/tmp", "--rw", WS,
-        "--protect", f"{WS}/.git", *deny, "--deny-unix", *limits(), "--", "ls",
+        "--rw", "/dev/shm", "--protect", f"{WS}/.git", *deny, "--deny-unix", *limits(), "--", "ls",
     )  # fmt: skip
     for result in (ro, ww):
         assert result.backend == "landlock"
@@ -385,7 +390,7 @@ def test_runner_command_shape_without_probes(
     result = provider.confine(["true"], WW)
     assert result.argv == (
         "/opt/my-bwrap", "--extra", *BWRAP_HEAD, "--tmpfs", "/run", "--remount-ro", "/run",
-        *BWRAP_TAIL, "--unshare-net", "--bind", WS, WS, "--", "true",
+        *BWRAP_BASE_TAIL, "--unshare-net", "--bind", WS, WS, "--", "true",
     )  # fmt: skip
     assert result.enforcement == "full"
     assert result.denial_signatures == ("read-only file system", "permission denied")

@@ -41,7 +41,8 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
         (("--isolate", "--ro", "/", "--", "/nonexistent-dsh-cmd"),
          "landlock-run: exec failed: No such file or directory"),
         (("--ro", "/", "--protect", "/var", "--", "true"),
-         "landlock-run: usage error: --protect and --show need --isolate (a private mount namespace)"),
+         "landlock-run: usage error: --protect, --show and --hide need --isolate (a private mount "
+         "namespace)"),
         (("--no-landlock", "--ro", "/", "--", "true"),
          "landlock-run: usage error: --no-landlock takes no grants and no --isolate"),
         (("--pids-max", "0", "--isolate", "--ro", "/", "--", "true"),
