@@ -18,6 +18,7 @@ from .. import __version__
 from .errors import (
     CONTEXT_WINDOW_EXCEEDED_CODE,
     INVALID_CREDENTIAL_CODE,
+    MODEL_NOT_FOUND_CODE,
     QUOTA_EXCEEDED_CODE,
     LlmError,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "check_api_key",
     "http_error_code",
     "is_context_window_exceeded",
+    "is_model_not_found",
     "is_quota_exceeded",
     "parse_retry_after_ms",
     "request_id_of",
@@ -127,18 +129,37 @@ def is_quota_exceeded(detail: str) -> bool:
     return any(pattern.search(detail) for pattern in _QUOTA_PATTERNS)
 
 
+_MODEL_NOT_FOUND = re.compile(
+    r"\bmodel[\s_-]*not[\s_-]*(?:found|exists?)\b"
+    r"|\b(?:unknown|invalid|unsupported)[\s_-]+model\b"
+    r"|\bno[\s_-]+such[\s_-]+model\b"
+    r"|\bmodel\b[^.;\n]{0,80}\b(?:does[\s_-]+not[\s_-]+exist|not[\s_-]+found|is[\s_-]+not[\s_-]+"
+    r"(?:supported|available|a[\s_-]+valid[\s_-]+model))\b",
+    re.IGNORECASE,
+)
+
+
+def is_model_not_found(detail: str) -> bool:
+    """True for provider wording that says the requested model does not exist here
+    (``model_not_found``, ``The model `x` does not exist``, ``Model Not Exist``, ...)."""
+    return _MODEL_NOT_FOUND.search(detail) is not None
+
+
 def http_error_code(status: int, detail: str = "") -> str:
     """The stable code of a non-2xx provider answer.
 
     ``detail`` is the provider's error code, type and message joined by spaces.
-    401/403 ``AUTH``; 413 ``INVALID_REQUEST``; quota wording ``QUOTA``; 429
-    ``RATE_LIMIT``; 400 context overflow ``CONTEXT_WINDOW_EXCEEDED`` else
-    ``INVALID_REQUEST``; >=500 ``SERVER``; anything else ``HTTP_<status>``.
+    401/403 ``AUTH``; 413 ``INVALID_REQUEST``; 400/404 naming an unknown model
+    ``MODEL_NOT_FOUND``; quota wording ``QUOTA``; 429 ``RATE_LIMIT``; 400 context
+    overflow ``CONTEXT_WINDOW_EXCEEDED`` else ``INVALID_REQUEST``; >=500 ``SERVER``;
+    anything else ``HTTP_<status>``.
     """
     if status in (401, 403):
         return "AUTH"
     if status == 413:
         return "INVALID_REQUEST"
+    if status in (400, 404) and is_model_not_found(detail):
+        return MODEL_NOT_FOUND_CODE
     if is_quota_exceeded(detail):
         return QUOTA_EXCEEDED_CODE
     if status == 429:
