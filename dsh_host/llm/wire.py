@@ -11,8 +11,11 @@ from __future__ import annotations
 import email.utils
 import math
 import re
+import socket
+import ssl
 import time
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from .. import __version__
 from .errors import (
@@ -23,15 +26,21 @@ from .errors import (
     LlmError,
 )
 
+if TYPE_CHECKING:
+    from .types import RetryPolicy
+
 __all__ = [
     "PROJECT_URL",
     "check_api_key",
+    "declined_retry_after_note",
     "http_error_code",
     "is_context_window_exceeded",
     "is_model_not_found",
     "is_quota_exceeded",
     "parse_retry_after_ms",
     "request_id_of",
+    "retry_after_text",
+    "transport_cause",
     "user_agent",
 ]
 
@@ -199,9 +208,64 @@ def parse_retry_after_ms(value: str | None, now: float | None = None) -> float |
 
 
 def request_id_of(headers: Mapping[str, str]) -> str | None:
-    """The provider request id (``x-request-id``, else ``x-deepseek-request-id``)."""
-    for name in ("x-request-id", "x-deepseek-request-id"):
+    """The provider request id (``x-request-id``, else Anthropic's ``request-id``, else
+    ``x-deepseek-request-id``)."""
+    for name in ("x-request-id", "request-id", "x-deepseek-request-id"):
         value = headers.get(name)
         if value:
             return value
     return None
+
+
+def declined_retry_after_note(policy: RetryPolicy, error: LlmError) -> str | None:
+    """What to add to ``error``'s message when ``policy`` will not wait its ``Retry-After``.
+
+    A declined wait is otherwise invisible (the turn just ends with the provider's error);
+    the decision is :meth:`RetryPolicy.declines_retry_after`, the same one ``llm-retry`` makes.
+    """
+    if not policy.declines_retry_after(error.failure):
+        return None
+    return (
+        f"the server asked to wait {retry_after_text(error.provider_retry_after_ms)} before "
+        "retrying (Retry-After), longer than this route's retry_policy.backoff.max_delay_ms "
+        f"({policy.max_delay_ms:g}ms), so dsh does not retry: try again later, or raise "
+        f"max_delay_ms to at least {error.provider_retry_after_ms} to let llm-retry wait"
+    )
+
+
+def retry_after_text(delay_ms: float | None) -> str:
+    """A provider delay for people: ``30s``, ``2m 5s``, ``450ms``."""
+    if delay_ms is None:
+        return "an unknown time"
+    if delay_ms < 1000:
+        return f"{delay_ms:.0f}ms"
+    seconds = round(delay_ms / 1000)
+    minutes, seconds = divmod(seconds, 60)
+    return f"{minutes}m {seconds}s" if minutes else f"{seconds}s"
+
+
+def transport_cause(exc: BaseException) -> str:
+    """Why a connection failed, from the innermost OS error of the chain, with what to do."""
+    reason = str(exc) or type(exc).__name__
+    seen: set[int] = set()
+    pending: list[BaseException] = [exc]
+    while pending:
+        current = pending.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, ConnectionRefusedError):
+            return (
+                "connection refused (nothing listens there; start the server or fix the port "
+                "in base_url)"
+            )
+        if isinstance(current, socket.gaierror):
+            return f"the host name does not resolve ({current.strerror}); check base_url"
+        if isinstance(current, ssl.SSLError):
+            return f"TLS failed ({current.reason or current}); check the scheme and certificate"
+        if isinstance(current, OSError) and current.strerror:
+            reason = current.strerror
+        # the chain, and the members of a group (trio reports every failed address in one)
+        pending.extend(getattr(current, "exceptions", ()))
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return reason

@@ -33,8 +33,6 @@ one await and never around a ``yield``; an interrupted await becomes
 from __future__ import annotations
 
 import os
-import socket
-import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import AbstractContextManager, aclosing, nullcontext
 from dataclasses import dataclass, field
@@ -57,9 +55,11 @@ from dsh_host.llm import (
 )
 from dsh_host.llm.wire import (
     check_api_key,
+    declined_retry_after_note,
     http_error_code,
     parse_retry_after_ms,
     request_id_of,
+    transport_cause,
     user_agent,
 )
 from dsh_host.session import StreamChunk
@@ -402,13 +402,10 @@ class OpenAICompatibleAdapter(LlmAdapter):
             provider_retry_after_ms=retry_after,
             request_id=request_id_of(response.headers),
         )
-        if settings.retry_policy.declines_retry_after(failure.failure):
+        note = declined_retry_after_note(settings.retry_policy, failure)
+        if note is not None:
             failure = LlmError(
-                f"{message}; the server asked to wait {retry_after_text(retry_after)} before "
-                f"retrying (Retry-After), longer than this route's "
-                f"retry_policy.backoff.max_delay_ms ({settings.retry_policy.max_delay_ms:g}ms), "
-                "so dsh does not retry: try again later, or raise max_delay_ms to at least "
-                f"{failure.provider_retry_after_ms} to let llm-retry wait",
+                f"{message}; {note}",
                 code,
                 status=failure.status,
                 provider_retry_after_ms=retry_after,
@@ -456,41 +453,3 @@ class OpenAICompatibleAdapter(LlmAdapter):
                 f"{where}{said}; {hint}"
             )
         return message
-
-
-def retry_after_text(delay_ms: float | None) -> str:
-    """A provider delay for people: ``30s``, ``2m 5s``, ``450ms``."""
-    if delay_ms is None:
-        return "an unknown time"
-    if delay_ms < 1000:
-        return f"{delay_ms:.0f}ms"
-    seconds = round(delay_ms / 1000)
-    minutes, seconds = divmod(seconds, 60)
-    return f"{minutes}m {seconds}s" if minutes else f"{seconds}s"
-
-
-def transport_cause(exc: BaseException) -> str:
-    """Why a connection failed, from the innermost OS error of the chain, with what to do."""
-    reason = str(exc) or type(exc).__name__
-    seen: set[int] = set()
-    pending: list[BaseException] = [exc]
-    while pending:
-        current = pending.pop(0)
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, ConnectionRefusedError):
-            return (
-                "connection refused (nothing listens there; start the server or fix the port "
-                "in base_url)"
-            )
-        if isinstance(current, socket.gaierror):
-            return f"the host name does not resolve ({current.strerror}); check base_url"
-        if isinstance(current, ssl.SSLError):
-            return f"TLS failed ({current.reason or current}); check the scheme and certificate"
-        if isinstance(current, OSError) and current.strerror:
-            reason = current.strerror
-        # the chain, and the members of a group (trio reports every failed address in one)
-        pending.extend(getattr(current, "exceptions", ()))
-        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
-    return reason
