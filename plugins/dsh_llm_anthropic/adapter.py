@@ -288,6 +288,11 @@ class AnthropicAdapter(LlmAdapter):
                 f"{settings.display_name} API sent a response the SDK cannot read: {exc}",
                 "MALFORMED_RESPONSE",
             ) from exc
+        except ValueError as exc:  # an event whose data is not JSON (the SDK's json.loads)
+            raise LlmError(
+                f"{settings.display_name} API sent an event that is not JSON: {exc}",
+                "MALFORMED_RESPONSE",
+            ) from exc
         except (OSError, anthropic.AnthropicError) as exc:  # a body cut mid-transfer, say
             raise LlmError(
                 f"{settings.display_name} API stream from {settings.base_url} failed: "
