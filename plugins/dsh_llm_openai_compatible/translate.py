@@ -310,7 +310,8 @@ class ChunkTranslator:
             if self._reasoning is None:
                 self._reasoning = self._open("reasoning")
                 out.append(BlockStartChunk(index=self._reasoning.index, block_type="reasoning"))
-            reasoning = self._reasoning.text(reasoning, self._lenient)
+            if self._lenient or self._reasoning.pending:  # the common path skips the call
+                reasoning = self._reasoning.text(reasoning, self._lenient)
             if reasoning:
                 self._reasoning.parts.append(reasoning)
                 out.append(ReasoningDeltaChunk(index=self._reasoning.index, text=reasoning))
@@ -319,7 +320,8 @@ class ChunkTranslator:
             if self._text is None:
                 self._text = self._open("text")
                 out.append(BlockStartChunk(index=self._text.index, block_type="text"))
-            content = self._text.text(content, self._lenient)
+            if self._lenient or self._text.pending:
+                content = self._text.text(content, self._lenient)
             if content:
                 self._text.parts.append(content)
                 out.append(TextDeltaChunk(index=self._text.index, text=content))
