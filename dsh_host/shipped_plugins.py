@@ -86,6 +86,11 @@ SHIPPED_PLUGINS: Final[dict[str, DeclaredPlugin]] = {
     "llm-anthropic": DeclaredPlugin(
         "dsh_llm_anthropic:LlmAnthropic", inject=("llm",), model_route=("anthropic", "anthropic")
     ),
+    "llm-openai-responses": DeclaredPlugin(
+        "dsh_llm_openai_responses:LlmOpenAIResponses",
+        inject=("llm",),
+        model_route=("openai-responses", "openai"),
+    ),
     "llm-retry": DeclaredPlugin("dsh_llm_retry:LlmRetry", inject=("agent",)),
     "builtin-tools": DeclaredPlugin("dsh_builtin_tools:BuiltinTools", inject=("tools",)),
     "tool-rules": DeclaredPlugin("dsh_tool_rules:ToolRules"),

@@ -24,15 +24,25 @@ REPO = Path(__file__).resolve().parents[2]
 MODEL = "claude-sonnet-4-6"
 
 
-def test_the_spec_composes_the_declaring_plugins_row() -> None:
-    choice = parse_model(f"anthropic:{MODEL}")
+@pytest.mark.parametrize(
+    ("prefix", "plugin", "provider"),
+    [
+        ("anthropic", "llm-anthropic", "anthropic"),
+        ("openai-responses", "llm-openai-responses", "openai"),
+        ("openai-compatible", "llm-openai-compatible", "deepseek-official"),
+    ],
+)
+def test_the_spec_composes_the_declaring_plugins_row(
+    prefix: str, plugin: str, provider: str
+) -> None:
+    choice = parse_model(f"{prefix}:{MODEL}")
     assert (choice.row.name, choice.row.id, choice.row.config) == (
-        "llm-anthropic", "model", {"model": MODEL}
+        plugin, "model", {"model": MODEL}
     )
-    assert (choice.provider, choice.model) == ("anthropic", MODEL)
-    assert "anthropic:MODEL" in MODEL_SPECS and "openai-compatible:MODEL" in MODEL_SPECS
-    with pytest.raises(ConfigError, match="anthropic:MODEL"):
-        parse_model("anthropic:")
+    assert (choice.provider, choice.model) == (provider, MODEL)
+    assert f"{prefix}:MODEL" in MODEL_SPECS
+    with pytest.raises(ConfigError, match=f"{prefix}:MODEL"):
+        parse_model(f"{prefix}:")
 
 
 def test_cli_run_with_anthropic_retries_an_overload_through_llm_retry(

@@ -15,7 +15,7 @@ from typing import Any
 
 from sse_server import Behavior, http_error, reasoning_events, sse, text_events, tool_call_events
 
-__all__ = ["WIRES", "AnthropicWire", "OpenAIWire", "Wire"]
+__all__ = ["WIRES", "AnthropicWire", "OpenAIWire", "ResponsesWire", "Wire"]
 
 #: (name, arguments) of a tool call in a scenario; ids are the wire's own
 Call = tuple[str, str]
@@ -207,7 +207,92 @@ class AnthropicWire(Wire):
                                 b"event: content_block_delta\ndata: {this is not json\n\n"])
 
 
+class ResponsesWire(OpenAIWire):
+    """OpenAI Responses over SSE (``llm-openai-responses``): typed ``response.*`` events around
+    output items; HTTP errors are OpenAI's, as for chat completions."""
+
+    def _stream(self, items: list[tuple[str, dict[str, Any], list[str], dict[str, Any]]],
+                usage: tuple[int, int, int], *, end: bool = True,
+                status: str = "completed") -> list[bytes]:
+        """``items``: (delta event type, added item, deltas, done item) per output item."""
+        uncached, output, cached = usage
+        sequence = iter(range(10_000))
+
+        def event(kind: str, **fields: Any) -> bytes:
+            data = {"type": kind, "sequence_number": next(sequence), **fields}
+            return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+
+        response = {"id": "resp_contract", "object": "response", "model": self.model,
+                    "status": "in_progress", "output": []}
+        pieces = [event("response.created", response=response)]
+        for index, (delta_type, added, deltas, done) in enumerate(items):
+            pieces.append(event("response.output_item.added", output_index=index, item=added))
+            pieces += [event(delta_type, item_id=added["id"], output_index=index, delta=d,
+                             **({"content_index": 0} if "text" in delta_type else {}))
+                       for d in deltas]
+            if end:
+                pieces.append(event("response.output_item.done", output_index=index, item=done))
+        if end:
+            pieces.append(event(f"response.{status}", response={
+                **response, "status": status,
+                "incomplete_details": {"reason": "max_output_tokens"}
+                if status == "incomplete" else None,
+                "usage": {"input_tokens": uncached + cached, "output_tokens": output,
+                          "input_tokens_details": {"cached_tokens": cached},
+                          "output_tokens_details": {"reasoning_tokens": 0},
+                          "total_tokens": uncached + cached + output},
+            }))
+        return pieces
+
+    @staticmethod
+    def _message(n: int, parts: list[str]) -> tuple[str, dict[str, Any], list[str],
+                                                     dict[str, Any]]:
+        added = {"type": "message", "id": f"msg_{n}", "role": "assistant",
+                 "status": "in_progress", "content": []}
+        done = {**added, "status": "completed", "content": [
+            {"type": "output_text", "text": "".join(parts), "annotations": []}]}
+        return "response.output_text.delta", added, parts, done
+
+    def text(self, parts: list[str], *, usage: tuple[int, int, int]) -> Behavior:
+        return Behavior(pieces=self._stream([self._message(0, parts)], usage))
+
+    def tool_calls(self, calls: list[Call], *, fragment: int) -> Behavior:
+        items = []
+        for n, (name, args) in enumerate(calls):
+            added = {"type": "function_call", "id": f"fc_{n}", "call_id": f"call_{n}",
+                     "name": name, "arguments": "", "status": "in_progress"}
+            items.append(("response.function_call_arguments.delta", added,
+                          [args[k:k + fragment] for k in range(0, len(args), fragment)],
+                          {**added, "arguments": args, "status": "completed"}))
+        return Behavior(pieces=self._stream(items, (10, 5, 0)))
+
+    def reasoning(self, thinking: list[str], text: list[str]) -> Behavior:
+        added = {"type": "reasoning", "id": "rs_0", "summary": []}
+        done = {**added, "summary": [{"type": "summary_text", "text": "".join(thinking)}],
+                "encrypted_content": "gAAAA-contract"}
+        items = [("response.reasoning_summary_text.delta", added, thinking, done),
+                 self._message(1, text)]
+        return Behavior(pieces=self._stream(items, (20, 20, 30)))
+
+    def _partial_pieces(self, parts: list[str]) -> list[bytes]:
+        return self._stream([self._message(0, parts)], (1, 1, 0), end=False)
+
+    def cut(self, parts: list[str]) -> Behavior:
+        return Behavior(pieces=self._partial_pieces(parts), close_early=True)
+
+    def early_end(self, parts: list[str]) -> Behavior:
+        return Behavior(pieces=self._partial_pieces(parts))
+
+    def hang(self, parts: list[str]) -> Behavior:
+        return Behavior(pieces=self._partial_pieces(parts), hang=True)
+
+    def malformed(self) -> Behavior:
+        return Behavior(pieces=[*self._partial_pieces(["ok"]),
+                                b"event: response.output_text.delta\ndata: {this is not json\n\n"])
+
+
 WIRES: list[Wire] = [
     OpenAIWire("openai-compatible", "llm-openai-compatible", "deepseek-official", "deepseek-chat"),
     AnthropicWire("anthropic", "llm-anthropic", "anthropic", "claude-sonnet-4-5"),
+    ResponsesWire("openai-responses", "llm-openai-responses", "openai", "gpt-5-mini"),
 ]

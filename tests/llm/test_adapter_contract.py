@@ -1,7 +1,7 @@
 """The adapter contract: what every provider plugin must do, run against each of them.
 
-Parametrised over :data:`provider_wires.WIRES` (the OpenAI-compatible adapter and the
-Anthropic one), each over real HTTP on 127.0.0.1 and on both anyio backends: text, tool calls
+Parametrised over :data:`provider_wires.WIRES` (the OpenAI-compatible chat adapter, the
+Anthropic Messages one and the OpenAI Responses one), each over real HTTP on 127.0.0.1 and on both anyio backends: text, tool calls
 (single, parallel, arguments streamed in fragments), reasoning, usage, each error class with
 its stable code, a retry by ``llm-retry`` through the agent loop, and cancellation mid-stream.
 Two tests also run each adapter against LLMock, an independent implementation of both APIs.
