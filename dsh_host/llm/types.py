@@ -262,12 +262,11 @@ class RetryPolicy:
         if self.mode == "normal":
             if failure.code not in self._codes or retry > self.max_retries:
                 return None
+            if self.declines_retry_after(failure):
+                return None
         provider_delay = failure.provider_retry_after_ms
-        if isinstance(provider_delay, int) and provider_delay > 0:
-            if provider_delay <= self.max_delay_ms:
-                return float(provider_delay)
-            if self.mode == "normal":
-                return None  # see declines_retry_after
+        if isinstance(provider_delay, int) and 0 < provider_delay <= self.max_delay_ms:
+            return float(provider_delay)
         exponential = min(self.initial_delay_ms * 2.0 ** min(retry - 1, 64), self.max_delay_ms)
         jitter = 1 - self.jitter_ratio + 2 * self.jitter_ratio * random()
         return min(exponential * jitter, self.max_delay_ms)
