@@ -8,6 +8,8 @@ its row and route the agent to its provider without naming the plugin anywhere t
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -80,3 +82,28 @@ async def test_agent_with_an_anthropic_model(llmock: Any) -> None:
     assert result.output == "It is 5."
     assert result.turn_end == CompletedReason()
     assert llmock.last_request.path == "/anthropic/v1/messages"
+
+
+@pytest.mark.parametrize(("prefix", "package", "extra"), [
+    ("anthropic", "anthropic", "dsh[anthropic]"),
+    ("openai-responses", "openai", "dsh[openai]"),
+])
+def test_a_missing_sdk_is_one_clear_line(
+    prefix: str, package: str, extra: str, tmp_path: Path
+) -> None:
+    """Without the provider's SDK (an optional extra) the row refuses to load, naming the extra:
+    no traceback, no request."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    argv = ["run", "hi", "--model", f"{prefix}:m", "--root", str(tmp_path / "sessions"),
+            "--workspace", str(workspace)]
+    code = (
+        f"import sys; sys.modules[{package!r}] = None\n"  # importing the SDK now fails
+        f"from dsh_host.cli import main; sys.exit(main({argv!r}))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DSH_SESSION_ROOT"}
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert f"pip install '{extra}'" in result.stderr
