@@ -8,14 +8,17 @@ which is what lets a retry policy route on codes instead of parsing messages.
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import math
 import re
 import socket
 import ssl
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import anyio
 
 from .. import __version__
 from .errors import (
@@ -27,12 +30,15 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
+    from dsh_host.cancel import CancelToken
+
     from .types import RetryPolicy
 
 __all__ = [
     "PROJECT_URL",
     "check_api_key",
     "declined_retry_after_note",
+    "drain_tail",
     "http_error_code",
     "is_context_window_exceeded",
     "is_model_not_found",
@@ -269,3 +275,27 @@ def transport_cause(exc: BaseException) -> str:
         pending.extend(getattr(current, "exceptions", ()))
         pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
     return reason
+
+
+#: after the answer's last event an adapter reads on to the end of the body (normally only the
+#: chunked terminator, already on its way) so the kept-alive connection returns to the pool;
+#: a server that sends more than this many events, or not within this time, costs only the
+#: connection
+TAIL_EVENTS = 64
+TAIL_SECONDS = 5.0
+
+
+async def drain_tail(events: AsyncIterator[Any], signal: CancelToken | None) -> None:
+    """Read what follows a complete answer in an SDK's event stream, so the HTTP/1.1
+    connection can carry the next request instead of being closed with the stream.
+
+    The answer is complete: a failure, a timeout or an abort here only means the connection is
+    closed instead of reused, so none is reported.
+    """
+    scope = signal.linked_scope() if signal is not None else contextlib.nullcontext()
+    with anyio.move_on_after(TAIL_SECONDS), scope:
+        try:
+            for _ in range(TAIL_EVENTS):
+                await events.__anext__()
+        except Exception:  # StopAsyncIteration (the end: the goal), or a broken tail
+            return

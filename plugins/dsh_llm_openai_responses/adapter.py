@@ -35,6 +35,7 @@ from dsh_host.llm import (
 from dsh_host.llm.wire import (
     check_api_key,
     declined_retry_after_note,
+    drain_tail,
     http_error_code,
     parse_retry_after_ms,
     request_id_of,
@@ -211,7 +212,11 @@ class OpenAIResponsesAdapter(LlmAdapter):
                 event = await self._guarded(lambda: _next(iterator), signal)
                 if event is _END:
                     break
-                for chunk in translator.feed(event):
+                chunks = translator.feed(event)
+                if translator.done:
+                    # before the finish chunk: the runtime closes the stream after it
+                    await drain_tail(iterator, signal)
+                for chunk in chunks:
                     yield chunk
             if not translator.done:
                 raise LlmError(

@@ -284,3 +284,21 @@ async def test_llmock_truncated_stream_is_never_a_complete_answer(
     llmock.truncate(after_chunks=3)
     chunks = await run(wire, llmock_base(llmock, wire))
     assert terminal_failure(chunks)[1].code == "STREAM_CLOSED"
+
+
+async def test_one_connection_carries_consecutive_requests_and_unloading_closes_it(
+    wire: Wire,
+) -> None:
+    """One client per row, and each answer read to the end of its body: both requests ride
+    one kept-alive connection, which unloading the row closes."""
+    with SseServer([wire.text(["one"], usage=(1, 1, 0)), wire.text(["two"], usage=(1, 1, 0))]
+                   ) as server:
+        async with adapter(wire, server.url) as host:
+            for _ in range(2):
+                await collect(host.ctx.llm.stream(request(wire.provider, wire.model)))
+            first, second = (r.peer for r in server.requests)
+            assert first == second, "the second request opened a new connection"
+            await host.unload("model")
+            assert await anyio.to_thread.run_sync(server.wait_connection_ended, first), (
+                "unloading the adapter left its connection open"
+            )
