@@ -45,6 +45,21 @@ class NoConfig(msgspec.Struct, forbid_unknown_fields=True):
     """The config type of plugins that take no configuration."""
 
 
+class ModelRoute(msgspec.Struct, frozen=True):
+    """A model adapter's ``--model PREFIX:MODEL`` spelling, declared by its plugin.
+
+    ``dsh run --model anthropic:claude-sonnet-4-5``, ``Agent(model=...)`` and ``dsh serve
+    --model`` compose a row of the declaring plugin (row id ``model``) with ``{"model":
+    MODEL}`` and route the agent to ``provider`` (the route the row registers by default).
+    Declared by the plugin, so adding a provider needs no edit of the front doors.
+    """
+
+    #: the text before the colon (``anthropic``)
+    prefix: str
+    #: the provider route the row registers when its config names none
+    provider: str
+
+
 class PluginMeta(msgspec.Struct, frozen=True):
     name: str
     inject: tuple[str, ...] = ()
@@ -53,6 +68,8 @@ class PluginMeta(msgspec.Struct, frozen=True):
     #: config keys (snake_case; the camelCase spelling is matched too) that choose an
     #: executable or code to run; honoured only from trusted config (DECISIONS D16)
     executable_keys: tuple[str, ...] = ()
+    #: the ``--model PREFIX:MODEL`` spelling of a model adapter (None: not a model adapter)
+    model_route: ModelRoute | None = None
 
 
 class HookSpecs:
@@ -75,6 +92,7 @@ class Plugin:
     provides: ClassVar[tuple[str, ...]] = ()
     Config: ClassVar[type[msgspec.Struct]] = NoConfig
     executable_keys: ClassVar[tuple[str, ...]] = ()
+    model_route: ClassVar[ModelRoute | None] = None
 
     @hookimpl
     def dsh_plugin_meta(self) -> PluginMeta:
@@ -84,6 +102,7 @@ class Plugin:
             provides=tuple(self.provides),
             config_type=self.Config,
             executable_keys=tuple(self.executable_keys),
+            model_route=self.model_route,
         )
 
     @hookimpl

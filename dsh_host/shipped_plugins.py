@@ -31,6 +31,8 @@ class DeclaredPlugin:
     inject: tuple[str, ...] = ()
     #: config keys that choose an executable (DECISIONS D16), as the class declares them
     executable_keys: tuple[str, ...] = ()
+    #: ``(prefix, provider)`` of the class's ``model_route`` (``--model PREFIX:MODEL``)
+    model_route: tuple[str, str] | None = None
 
 
 _TIMEOUT_POLICY: Final = DeclaredPlugin("dsh_timeout_policy:TimeoutPolicy", inject=("tools",))
@@ -77,7 +79,17 @@ SHIPPED_PLUGINS: Final[dict[str, DeclaredPlugin]] = {
     ),
     "llm-scripted": DeclaredPlugin("dsh_llm_scripted:LlmScripted", inject=("llm",)),
     "llm-openai-compatible": DeclaredPlugin(
-        "dsh_llm_openai_compatible:LlmOpenAICompatible", inject=("llm",)
+        "dsh_llm_openai_compatible:LlmOpenAICompatible",
+        inject=("llm",),
+        model_route=("openai-compatible", "deepseek-official"),
+    ),
+    "llm-anthropic": DeclaredPlugin(
+        "dsh_llm_anthropic:LlmAnthropic", inject=("llm",), model_route=("anthropic", "anthropic")
+    ),
+    "llm-openai-responses": DeclaredPlugin(
+        "dsh_llm_openai_responses:LlmOpenAIResponses",
+        inject=("llm",),
+        model_route=("openai-responses", "openai"),
     ),
     "llm-retry": DeclaredPlugin("dsh_llm_retry:LlmRetry", inject=("agent",)),
     "builtin-tools": DeclaredPlugin("dsh_builtin_tools:BuiltinTools", inject=("tools",)),
@@ -106,3 +118,13 @@ SHIPPED_PLUGINS: Final[dict[str, DeclaredPlugin]] = {
     ),
     "telemetry-otel": DeclaredPlugin("dsh_telemetry_otel:TelemetryOtel", provides=("telemetry",)),
 }
+
+
+def declared_model_routes() -> dict[str, tuple[str, str]]:
+    """``prefix -> (plugin name, provider)`` of every shipped model adapter's ``model_route``,
+    known without importing one (``dsh run --help`` lists them)."""
+    return {
+        declared.model_route[0]: (name, declared.model_route[1])
+        for name, declared in SHIPPED_PLUGINS.items()
+        if declared.model_route is not None
+    }

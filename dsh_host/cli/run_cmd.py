@@ -31,6 +31,7 @@ from ..session.header import SessionHeader, new_session_id
 from ..session.keys import SESSION_EVENT
 from ..session.messages import BlockEndChunk, TextBlock, TextDeltaChunk, UserSource
 from ..session.persistence import SessionNotFoundError
+from ..shipped_plugins import declared_model_routes
 from .answerer import install_terminal_answerer
 from .approvals_cmd import EXIT_AWAITING, apply_approval_flag, print_pending
 from .common import (
@@ -99,16 +100,22 @@ def compose(
     return located, _tools_workspace(located)
 
 
+def _routed(choice: ModelChoice) -> bool:
+    """True for a ``PREFIX:MODEL`` spec (a plugin's declared route), not demo/scripted."""
+    return any(choice.row.name == plugin for plugin, _ in declared_model_routes().values())
+
+
 def _configured_choice(located: list[LocatedRow], choice: ModelChoice) -> ModelChoice:
-    """``--model openai-compatible:M`` on a composition that configures an
-    ``llm-openai-compatible`` row: that row as configured (endpoint, key, provider route),
-    with only its model name replaced by M. Otherwise the spec's own row."""
-    if choice.row.name != "llm-openai-compatible":
+    """``--model PREFIX:M`` on a composition that configures a row of that prefix's plugin
+    (``llm-openai-compatible``, ``llm-anthropic``): that row as configured (endpoint, key,
+    provider route), with only its model name replaced by M. Otherwise the spec's own row."""
+    if not _routed(choice):
         return choice
-    rows = [i for i in rows_of(located, "llm-openai-compatible") if not located[i].row.disabled]
+    plugin = choice.row.name
+    rows = [i for i in rows_of(located, plugin) if not located[i].row.disabled]
     if not rows:
         return choice
-    patch_config(located, ("llm-openai-compatible",), "model", choice.model, "--model")
+    patch_config(located, (plugin,), "model", choice.model, "--model")
     config = located[rows[0]].row.config or {}
     provider = config.get("provider", choice.provider)
     return ModelChoice(
@@ -185,8 +192,8 @@ def _with_agent_model(located: LocatedRow, choice: ModelChoice) -> LocatedRow:
         return located
     config = dict(located.row.config or {})
     config.setdefault("provider", choice.provider)
-    if choice.row.name == "llm-openai-compatible":
-        config["model"] = choice.model  # --model openai-compatible:M names the model: M
+    if _routed(choice):
+        config["model"] = choice.model  # --model PREFIX:M names the model: M
     else:
         config.setdefault("model", choice.model)
     row = Row(name="agent", id=located.row.id, config=config, disabled=located.row.disabled)

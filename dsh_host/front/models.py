@@ -1,8 +1,10 @@
-"""Model spec strings (``demo``, ``scripted:PATH``, ``openai-compatible:MODEL``) to rows.
+"""Model spec strings (``demo``, ``scripted:PATH``, ``PREFIX:MODEL``) to rows.
 
-One parser for the two front doors: ``dsh run --model SPEC`` and
+One parser for the front doors: ``dsh run --model SPEC``, ``dsh serve --model SPEC`` and
 ``Agent(model=SPEC)``. A spec names the model adapter row to compose and the
-``provider`` / ``model`` the agent row routes its requests to.
+``provider`` / ``model`` the agent row routes its requests to. ``PREFIX:MODEL`` specs are
+declared by the model adapters' plugins (``Plugin.model_route``: ``openai-compatible``,
+``anthropic``), read from the shipped plugins' table so parsing a spec imports no adapter.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from dsh_host.errors import ConfigError
+from dsh_host.shipped_plugins import declared_model_routes
 
 from .demo import DEMO_RESPONSES
 
@@ -20,7 +23,9 @@ if TYPE_CHECKING:
 
 __all__ = ["MODEL_SPECS", "ModelChoice", "parse_model"]
 
-MODEL_SPECS: Final = "demo | scripted:PATH | openai-compatible:MODEL"
+MODEL_SPECS: Final = " | ".join(
+    ["demo", "scripted:PATH", *(f"{prefix}:MODEL" for prefix in declared_model_routes())]
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +56,8 @@ def parse_model(spec: str, flag: str = "--model") -> ModelChoice:
         return ModelChoice(
             Row(id="model", name="llm-scripted", config={"path": str(path)}), "scripted", "scripted"
         )
-    if sep and kind == "openai-compatible" and value:
-        return ModelChoice(
-            Row(id="model", name="llm-openai-compatible", config={"model": value}),
-            "deepseek-official",
-            value,
-        )
+    route = declared_model_routes().get(kind) if sep and value else None
+    if route is not None:
+        plugin, provider = route
+        return ModelChoice(Row(id="model", name=plugin, config={"model": value}), provider, value)
     raise ConfigError(f"{flag} {spec!r} is not a model spec; use {MODEL_SPECS}")

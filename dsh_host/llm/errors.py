@@ -29,6 +29,7 @@ __all__ = [
     "CONTEXT_WINDOW_EXCEEDED_CODE",
     "EMPTY_RESPONSE_CODE",
     "INVALID_CREDENTIAL_CODE",
+    "MODEL_NOT_FOUND_CODE",
     "QUOTA_EXCEEDED_CODE",
     "UNKNOWN_CODE",
     "LlmError",
@@ -47,6 +48,8 @@ CONTEXT_WINDOW_EXCEEDED_CODE = "CONTEXT_WINDOW_EXCEEDED"
 QUOTA_EXCEEDED_CODE = "QUOTA"
 #: A completed response that carried no content block at all.
 EMPTY_RESPONSE_CODE = "EMPTY_RESPONSE"
+#: The endpoint does not serve the requested model (terminal: naming another model is the fix).
+MODEL_NOT_FOUND_CODE = "MODEL_NOT_FOUND"
 #: A credential was supplied but cannot be used (blank, or not a legal header value).
 INVALID_CREDENTIAL_CODE = "INVALID_CREDENTIAL"
 

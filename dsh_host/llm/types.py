@@ -227,6 +227,22 @@ class RetryPolicy:
             head.append(json.dumps(sorted(self.retryable_codes), separators=(",", ":")))
         return "[" + ",".join(head + backoff) + "]"
 
+    def declines_retry_after(self, failure: LlmFailure) -> bool:
+        """True when this policy would retry ``failure`` but for its ``Retry-After``: a normal
+        policy, a retryable code, and a provider delay beyond ``max_delay_ms``.
+
+        Adapters use it to say so in the failure's message (a declined wait is otherwise
+        invisible: the turn just ends with the provider's error).
+        """
+        delay = failure.provider_retry_after_ms
+        return (
+            self.mode == "normal"
+            and self.max_retries > 0
+            and failure.code in self._codes
+            and isinstance(delay, int)
+            and delay > self.max_delay_ms
+        )
+
     def delay_ms(
         self,
         retry: int,
@@ -246,12 +262,11 @@ class RetryPolicy:
         if self.mode == "normal":
             if failure.code not in self._codes or retry > self.max_retries:
                 return None
-        provider_delay = failure.provider_retry_after_ms
-        if isinstance(provider_delay, int) and provider_delay > 0:
-            if provider_delay <= self.max_delay_ms:
-                return float(provider_delay)
-            if self.mode == "normal":
+            if self.declines_retry_after(failure):
                 return None
+        provider_delay = failure.provider_retry_after_ms
+        if isinstance(provider_delay, int) and 0 < provider_delay <= self.max_delay_ms:
+            return float(provider_delay)
         exponential = min(self.initial_delay_ms * 2.0 ** min(retry - 1, 64), self.max_delay_ms)
         jitter = 1 - self.jitter_ratio + 2 * self.jitter_ratio * random()
         return min(exponential * jitter, self.max_delay_ms)

@@ -8,28 +8,45 @@ which is what lets a retry policy route on codes instead of parsing messages.
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import math
 import re
+import socket
+import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import anyio
 
 from .. import __version__
 from .errors import (
     CONTEXT_WINDOW_EXCEEDED_CODE,
     INVALID_CREDENTIAL_CODE,
+    MODEL_NOT_FOUND_CODE,
     QUOTA_EXCEEDED_CODE,
     LlmError,
 )
 
+if TYPE_CHECKING:
+    from dsh_host.cancel import CancelToken
+
+    from .types import RetryPolicy
+
 __all__ = [
     "PROJECT_URL",
     "check_api_key",
+    "declined_retry_after_note",
+    "drain_tail",
     "http_error_code",
     "is_context_window_exceeded",
+    "is_model_not_found",
     "is_quota_exceeded",
     "parse_retry_after_ms",
     "request_id_of",
+    "retry_after_text",
+    "transport_cause",
     "user_agent",
 ]
 
@@ -127,18 +144,37 @@ def is_quota_exceeded(detail: str) -> bool:
     return any(pattern.search(detail) for pattern in _QUOTA_PATTERNS)
 
 
+_MODEL_NOT_FOUND = re.compile(
+    r"\bmodel[\s_-]*not[\s_-]*(?:found|exists?)\b"
+    r"|\b(?:unknown|invalid|unsupported)[\s_-]+model\b"
+    r"|\bno[\s_-]+such[\s_-]+model\b"
+    r"|\bmodel\b[^.;\n]{0,80}\b(?:does[\s_-]+not[\s_-]+exist|not[\s_-]+found|is[\s_-]+not[\s_-]+"
+    r"(?:supported|available|a[\s_-]+valid[\s_-]+model))\b",
+    re.IGNORECASE,
+)
+
+
+def is_model_not_found(detail: str) -> bool:
+    """True for provider wording that says the requested model does not exist here
+    (``model_not_found``, ``The model `x` does not exist``, ``Model Not Exist``, ...)."""
+    return _MODEL_NOT_FOUND.search(detail) is not None
+
+
 def http_error_code(status: int, detail: str = "") -> str:
     """The stable code of a non-2xx provider answer.
 
     ``detail`` is the provider's error code, type and message joined by spaces.
-    401/403 ``AUTH``; 413 ``INVALID_REQUEST``; quota wording ``QUOTA``; 429
-    ``RATE_LIMIT``; 400 context overflow ``CONTEXT_WINDOW_EXCEEDED`` else
-    ``INVALID_REQUEST``; >=500 ``SERVER``; anything else ``HTTP_<status>``.
+    401/403 ``AUTH``; 413 ``INVALID_REQUEST``; 400/404 naming an unknown model
+    ``MODEL_NOT_FOUND``; quota wording ``QUOTA``; 429 ``RATE_LIMIT``; 400 context
+    overflow ``CONTEXT_WINDOW_EXCEEDED`` else ``INVALID_REQUEST``; >=500 ``SERVER``;
+    anything else ``HTTP_<status>``.
     """
     if status in (401, 403):
         return "AUTH"
     if status == 413:
         return "INVALID_REQUEST"
+    if status in (400, 404) and is_model_not_found(detail):
+        return MODEL_NOT_FOUND_CODE
     if is_quota_exceeded(detail):
         return QUOTA_EXCEEDED_CODE
     if status == 429:
@@ -178,9 +214,88 @@ def parse_retry_after_ms(value: str | None, now: float | None = None) -> float |
 
 
 def request_id_of(headers: Mapping[str, str]) -> str | None:
-    """The provider request id (``x-request-id``, else ``x-deepseek-request-id``)."""
-    for name in ("x-request-id", "x-deepseek-request-id"):
+    """The provider request id (``x-request-id``, else Anthropic's ``request-id``, else
+    ``x-deepseek-request-id``)."""
+    for name in ("x-request-id", "request-id", "x-deepseek-request-id"):
         value = headers.get(name)
         if value:
             return value
     return None
+
+
+def declined_retry_after_note(policy: RetryPolicy, error: LlmError) -> str | None:
+    """What to add to ``error``'s message when ``policy`` will not wait its ``Retry-After``.
+
+    A declined wait is otherwise invisible (the turn just ends with the provider's error);
+    the decision is :meth:`RetryPolicy.declines_retry_after`, the same one ``llm-retry`` makes.
+    """
+    if not policy.declines_retry_after(error.failure):
+        return None
+    return (
+        f"the server asked to wait {retry_after_text(error.provider_retry_after_ms)} before "
+        "retrying (Retry-After), longer than this route's retry_policy.backoff.max_delay_ms "
+        f"({policy.max_delay_ms:g}ms), so dsh does not retry: try again later, or raise "
+        f"max_delay_ms to at least {error.provider_retry_after_ms} to let llm-retry wait"
+    )
+
+
+def retry_after_text(delay_ms: float | None) -> str:
+    """A provider delay for people: ``30s``, ``2m 5s``, ``450ms``."""
+    if delay_ms is None:
+        return "an unknown time"
+    if delay_ms < 1000:
+        return f"{delay_ms:.0f}ms"
+    seconds = round(delay_ms / 1000)
+    minutes, seconds = divmod(seconds, 60)
+    return f"{minutes}m {seconds}s" if minutes else f"{seconds}s"
+
+
+def transport_cause(exc: BaseException) -> str:
+    """Why a connection failed, from the innermost OS error of the chain, with what to do."""
+    reason = str(exc) or type(exc).__name__
+    seen: set[int] = set()
+    pending: list[BaseException] = [exc]
+    while pending:
+        current = pending.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, ConnectionRefusedError):
+            return (
+                "connection refused (nothing listens there; start the server or fix the port "
+                "in base_url)"
+            )
+        if isinstance(current, socket.gaierror):
+            return f"the host name does not resolve ({current.strerror}); check base_url"
+        if isinstance(current, ssl.SSLError):
+            return f"TLS failed ({current.reason or current}); check the scheme and certificate"
+        if isinstance(current, OSError) and current.strerror:
+            reason = current.strerror
+        # the chain, and the members of a group (trio reports every failed address in one)
+        pending.extend(getattr(current, "exceptions", ()))
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return reason
+
+
+#: after the answer's last event an adapter reads on to the end of the body (normally only the
+#: chunked terminator, already on its way) so the kept-alive connection returns to the pool;
+#: a server that sends more than this many events, or not within this time, costs only the
+#: connection
+TAIL_EVENTS = 64
+TAIL_SECONDS = 5.0
+
+
+async def drain_tail(events: AsyncIterator[Any], signal: CancelToken | None) -> None:
+    """Read what follows a complete answer in an SDK's event stream, so the HTTP/1.1
+    connection can carry the next request instead of being closed with the stream.
+
+    The answer is complete: a failure, a timeout or an abort here only means the connection is
+    closed instead of reused, so none is reported.
+    """
+    scope = signal.linked_scope() if signal is not None else contextlib.nullcontext()
+    with anyio.move_on_after(TAIL_SECONDS), scope:
+        try:
+            for _ in range(TAIL_EVENTS):
+                await events.__anext__()
+        except Exception:  # StopAsyncIteration (the end: the goal), or a broken tail
+            return

@@ -18,7 +18,7 @@ from dsh_host.context import Context
 from dsh_host.errors import ConfigError
 from dsh_host.llm import RetryPolicyConfig
 from dsh_host.llm.keys import LLM
-from dsh_host.plugin import Plugin
+from dsh_host.plugin import ModelRoute, Plugin
 
 from .adapter import AdapterSettings, OpenAICompatibleAdapter
 from .serialize import REASONING_EFFORTS, serialize_messages, serialize_request
@@ -124,6 +124,7 @@ class LlmOpenAICompatible(Plugin):
     name = "llm-openai-compatible"
     inject = ("llm",)
     Config = LlmOpenAICompatibleConfig
+    model_route = ModelRoute(prefix="openai-compatible", provider="deepseek-official")
 
     def apply(self, ctx: Context, config: LlmOpenAICompatibleConfig) -> None:
         settings = settings_of(config)

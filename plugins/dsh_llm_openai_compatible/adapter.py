@@ -44,24 +44,44 @@ import msgspec
 
 from dsh_host.cancel import CancelToken
 from dsh_host.errors import AbortError
-from dsh_host.llm import LlmAdapter, LlmError, LlmRequest, ModelInfo, ProviderInfo, RetryPolicy
+from dsh_host.llm import (
+    MODEL_NOT_FOUND_CODE,
+    LlmAdapter,
+    LlmError,
+    LlmRequest,
+    ModelInfo,
+    ProviderInfo,
+    RetryPolicy,
+)
 from dsh_host.llm.wire import (
     check_api_key,
+    declined_retry_after_note,
     http_error_code,
     parse_retry_after_ms,
     request_id_of,
+    transport_cause,
     user_agent,
 )
 from dsh_host.session import StreamChunk
 
 from .serialize import REASONING_EFFORTS, Thinking, serialize_request
 from .sse import SseDecoder
-from .translate import ChunkTranslator
+from .translate import DONE, ChunkTranslator
 
 __all__ = ["AdapterSettings", "OpenAICompatibleAdapter"]
 
 #: The most of an error body read to find the provider's message.
 _ERROR_BODY_LIMIT = 64 * 1024
+#: The largest plain JSON completion accepted in place of an event stream.
+_JSON_ANSWER_LIMIT = 64 * 1024 * 1024
+#: How much of an unexpected body is quoted in the error.
+_SNIPPET_BYTES = 200
+#: Media types read as an event stream; a missing content-type is read as one (as before).
+_EVENT_STREAM_TYPES = frozenset({"text/event-stream", ""})
+
+
+def _media_type(response: httpx.Response) -> str:
+    return str(response.headers.get("content-type", "")).partition(";")[0].strip().lower()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -202,8 +222,13 @@ class OpenAICompatibleAdapter(LlmAdapter):
         try:
             if not response.is_success:
                 raise await self._http_error(response, signal)
-            decoder = SseDecoder()
+            media = _media_type(response)
             translator = ChunkTranslator()
+            if media not in _EVENT_STREAM_TYPES:
+                for chunk in await self._whole_answer(response, media, translator, signal):
+                    yield chunk
+                return
+            decoder = SseDecoder()
             async with aclosing(_body(response)) as body_bytes:
                 while not translator.done:
                     data = await self._read(body_bytes, signal)
@@ -220,10 +245,55 @@ class OpenAICompatibleAdapter(LlmAdapter):
                     if data is None:
                         break
             if not translator.done:
-                raise LlmError("SSE stream ended without [DONE]", "STREAM_CLOSED")
+                if not translator.finished:
+                    raise LlmError(
+                        f"{settings.display_name} SSE stream ended without [DONE] and before any "
+                        "finish_reason: the answer is incomplete",
+                        "STREAM_CLOSED",
+                    )
+                # finish_reason came, then a clean end of the body without [DONE]: complete
+                for chunk in translator.feed(DONE):
+                    yield chunk
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
+
+    async def _whole_answer(
+        self,
+        response: httpx.Response,
+        media: str,
+        translator: ChunkTranslator,
+        signal: CancelToken | None,
+    ) -> list[StreamChunk]:
+        """A 2xx answer that is not an event stream: a JSON completion is translated whole;
+        anything else (an HTML page from a proxy, say) is reported with what it was."""
+        settings = self.settings
+        is_json = media == "application/json" or media.endswith("+json")
+        limit = _JSON_ANSWER_LIMIT if is_json else _SNIPPET_BYTES
+        raw = bytearray()
+        async with aclosing(_body(response)) as body_bytes:
+            while len(raw) <= limit:
+                data = await self._read(body_bytes, signal)
+                if data is None:
+                    break
+                raw += data
+        if is_json and len(raw) <= limit:
+            return translator.completion(raw.decode("utf-8", errors="replace"))
+        shown = bytes(raw[:_SNIPPET_BYTES]).decode("utf-8", errors="replace")
+        what = (
+            f"a JSON body over {_JSON_ANSWER_LIMIT} bytes"
+            if is_json
+            else f"content-type {media or '(none)'}"
+        )
+        raise LlmError(
+            f"{settings.display_name} API answered POST {settings.endpoint} with HTTP "
+            f"{response.status_code} and {what} instead of an event stream "
+            f"(text/event-stream); the body begins {shown!r}. Check base_url: it must be the "
+            "API's base, not a web page or a proxy's login page",
+            "MALFORMED_RESPONSE",
+            status=response.status_code,
+            request_id=request_id_of(response.headers),
+        )
 
     async def _send(self, request: httpx.Request, signal: CancelToken | None) -> httpx.Response:
         """Connect, send, and wait for the response headers (cancellable)."""
@@ -246,7 +316,9 @@ class OpenAICompatibleAdapter(LlmAdapter):
             ) from exc
         except httpx.HTTPError as exc:
             raise LlmError(
-                f"{settings.display_name} API request to {settings.base_url} failed", "TRANSPORT"
+                f"{settings.display_name} API request to {settings.base_url} failed: "
+                f"{transport_cause(exc)}",
+                "TRANSPORT",
             ) from exc
         if response is None:  # the linked scope swallowed the cancellation
             assert signal is not None
@@ -299,7 +371,7 @@ class OpenAICompatibleAdapter(LlmAdapter):
         if signal is not None and signal.aborted:
             raise AbortError(signal.reason)
         message = f"{settings.display_name} API error (HTTP {status})"
-        detail = ""
+        detail = provider_code = ""
         try:
             parsed = msgspec.json.decode(raw) if raw else None
         except msgspec.DecodeError:
@@ -314,24 +386,70 @@ class OpenAICompatibleAdapter(LlmAdapter):
                 for key in ("code", "type", "message")
                 if isinstance(error.get(key), (str, int))
             )
+            provider_code = next(
+                (str(error[key]) for key in ("code", "type") if error.get(key) not in (None, "")),
+                "",
+            )
         elif isinstance(error, str) and error:
             message = detail = error
-        if status == 404:
-            # Nearly always a base URL without its API prefix: say where the request went.
-            reason = "" if message.endswith(f"(HTTP {status})") else f": {message}"
-            message = (
-                f"{settings.display_name} API answered HTTP 404 for POST {settings.endpoint}"
-                f"{reason}; check base_url (OpenAI-compatible servers usually serve the API "
-                "under /v1, e.g. http://127.0.0.1:8000/v1)"
-            )
+        code = http_error_code(status, detail)
+        message = self._explain(code, status, message, provider_code)
         retry_after = parse_retry_after_ms(response.headers.get("retry-after"))
         failure = LlmError(
             message,
-            http_error_code(status, detail),
+            code,
             status=status if 100 <= status <= 599 else None,
             provider_retry_after_ms=retry_after,
             request_id=request_id_of(response.headers),
         )
+        note = declined_retry_after_note(settings.retry_policy, failure)
+        if note is not None:
+            failure = LlmError(
+                f"{message}; {note}",
+                code,
+                status=failure.status,
+                provider_retry_after_ms=retry_after,
+                request_id=failure.request_id,
+            )
         body_text = raw.decode("utf-8", errors="replace")
         failure.__cause__ = RuntimeError(body_text or f"{settings.display_name} HTTP {status}")
         return failure
+
+    def _explain(self, code: str, status: int, message: str, provider_code: str) -> str:
+        """Say what was wrong, where, and what to do, for the answers whose fix is known."""
+        settings = self.settings
+        bare = message.endswith(f"(HTTP {status})")  # no provider message to quote
+        said = "" if bare else f": {message}"
+        where = f"POST {settings.endpoint}"
+        if code == MODEL_NOT_FOUND_CODE:
+            return (
+                f"{settings.display_name} API does not serve the requested model (HTTP {status} "
+                f"for {where}{said}); name a model this endpoint serves (--model "
+                "openai-compatible:MODEL, or the model of the request)"
+            )
+        if status == 404:
+            # Nearly always a base URL without its API prefix: say where the request went.
+            return (
+                f"{settings.display_name} API answered HTTP 404 for {where}{said}; check "
+                "base_url (OpenAI-compatible servers usually serve the API under /v1, e.g. "
+                "http://127.0.0.1:8000/v1)"
+            )
+        if code == "AUTH":
+            shown = f", {provider_code}" if provider_code else ""
+            env = settings.api_key_env
+            if env is None:
+                hint = (
+                    "the llm-openai-compatible row sends no key (api_key_env is null); set "
+                    "api_key_env to the variable that holds this endpoint's key"
+                )
+            else:
+                hint = (
+                    f"check that ${env} (the row's api_key_env) holds a key valid for "
+                    f"{settings.base_url}"
+                    + (" and allowed to use this model" if status == 403 else "")
+                )
+            return (
+                f"{settings.display_name} API refused the credential (HTTP {status}{shown}) for "
+                f"{where}{said}; {hint}"
+            )
+        return message

@@ -1,18 +1,41 @@
 """Chat-completions stream payloads -> dsh stream chunks.
 
 One block per content kind: the first non-empty ``reasoning_content`` opens
-a reasoning block, the first non-empty ``content`` a text block, and each
-``tool_calls[i]`` (by its wire ``index``) its own tool-call block; block indexes
-are assigned in first-open order. Deltas are emitted as they arrive.
-``block-end`` for every block, ``usage`` and ``finish`` are deferred to
-``[DONE]``: usage may come attached to the finish chunk or in a trailing
-usage-only chunk, and nothing may follow ``finish``.
+a reasoning block, the first non-empty ``content`` a text block, and each tool
+call its own tool-call block; block indexes are assigned in first-open order.
+Deltas are emitted as they arrive. ``block-end`` for every block, ``usage`` and
+``finish`` are deferred to the end of the answer (``[DONE]``, or a clean end of
+the body after a ``finish_reason``): usage may come attached to the finish
+chunk or in a trailing usage-only chunk, and nothing may follow ``finish``.
+
+Which call a ``tool_calls`` element continues is decided by :meth:`ChunkTranslator._call_block`.
+The wire ``index`` is the key, but real servers do not all send a usable one:
+some number every call ``0``, some send none. A new ``id`` under an index that
+already has a different id starts a new call (it is never glued onto the
+previous call's arguments); without an index the ``id`` is the key, and without
+either, an element continues the last call unless it comes second in the same
+delta. An element without an id that names a tool starts a new call when the
+call it would continue already names another tool, or names one but has no id
+(fragments that repeat their call's name next to its id still continue it). Ids are reported as the
+server sent them (missing ids stay ``""``, duplicates stay duplicates): the
+harness, not the adapter, owns call identity.
+
+Text is JSON-decoded one payload at a time, so a character outside the BMP whose
+UTF-16 surrogate pair the server split across two deltas (``"\\ud83d"`` then
+``"\\ude00"``) arrives as two halves. The fast decoder refuses a lone
+surrogate; such a payload is decoded again leniently and the halves are joined
+per block (a half that never finds its partner becomes U+FFFD), so no string
+with a lone surrogate ever reaches the log, which must stay valid UTF-8.
+
+``arguments`` sent as a JSON object instead of a string (some servers do) are
+re-encoded as the JSON text they denote.
 
 Like the SSE decoder this is synchronous: feed it one payload at a time.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -48,6 +71,37 @@ __all__ = ["DONE", "ChunkTranslator", "map_finish_reason", "map_usage"]
 DONE = "[DONE]"
 
 _decoder = msgspec.json.Decoder()
+_encoder = msgspec.json.Encoder()
+
+
+def _lenient_decode(payload: str) -> Any:
+    """Decode a payload the fast decoder refused, accepting lone UTF-16 surrogate escapes.
+
+    Only a payload that is valid JSON apart from unpaired surrogates is accepted; anything else
+    stays ``MALFORMED_RESPONSE``.
+    """
+    try:
+        return json.loads(payload)
+    except ValueError:
+        raise LlmError(f"malformed SSE payload: {payload[:120]}", "MALFORMED_RESPONSE") from None
+
+
+def _is_high_surrogate(char: str) -> bool:
+    return "\ud800" <= char <= "\udbff"
+
+
+def _pair_surrogates(text: str) -> str:
+    """Join adjacent surrogate halves into their character; a lone half becomes U+FFFD."""
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def _arguments_text(arguments: Any) -> str:
+    """A call's ``arguments`` as raw JSON text: a string as sent, an object re-encoded."""
+    if isinstance(arguments, str):
+        return arguments
+    if isinstance(arguments, dict | list):
+        return _encoder.encode(arguments).decode()
+    return ""
 
 
 def map_finish_reason(reason: str) -> FinishReason:
@@ -118,6 +172,22 @@ class _Block:
     parts: list[str] = field(default_factory=list)
     call_id: str | None = None
     name: str | None = None
+    #: a high surrogate held back until the next delta of this block brings its low half
+    pending: str = ""
+
+    def text(self, fragment: str, lenient: bool) -> str:
+        """``fragment`` with surrogate halves split across deltas joined (see the module doc).
+
+        Free on the fast path: only a payload the lenient decoder read, or a block holding a
+        half, is inspected.
+        """
+        if not lenient and not self.pending:
+            return fragment
+        fragment = self.pending + fragment
+        self.pending = ""
+        if fragment and _is_high_surrogate(fragment[-1]):
+            self.pending, fragment = fragment[-1], fragment[:-1]
+        return _pair_surrogates(fragment)
 
     def close(self) -> ContentBlock:
         text = "".join(self.parts)
@@ -135,10 +205,20 @@ class ChunkTranslator:
         self._order: list[_Block] = []
         self._text: _Block | None = None
         self._reasoning: _Block | None = None
-        self._tools: dict[int, _Block] = {}
+        #: the current call of each wire index, and of each id (calls sent without an index)
+        self._by_index: dict[int, _Block] = {}
+        self._by_id: dict[str, _Block] = {}
+        self._last_call: _Block | None = None
         self._finish: FinishReason | None = None
         self._usage: TokenUsage | None = None
+        self._lenient = False
         self.done = False
+
+    @property
+    def finished(self) -> bool:
+        """True once a choice carried a ``finish_reason``: the answer is complete, even if
+        the server then closes the body without ``[DONE]`` (the OpenAI SDK accepts that too)."""
+        return self._finish is not None
 
     def _open(self, kind: Literal["text", "reasoning", "tool-call"]) -> _Block:
         block = _Block(len(self._order), kind)
@@ -151,12 +231,47 @@ class ChunkTranslator:
             return []
         if payload == DONE:
             return self._finish_chunks()
-        try:
-            chunk = _decoder.decode(payload)
-        except msgspec.DecodeError:
+        return self.feed_object(self._decode(payload), payload)
+
+    def completion(self, body: str) -> list[StreamChunk]:
+        """A whole chat completion (``application/json``, not streamed) and the end of it.
+
+        Some servers answer a streaming request with the plain completion; it is translated
+        through the same path as a stream: each choice's ``message`` as one delta.
+        """
+        completion = self._decode(body)
+        if not isinstance(completion, dict) or not isinstance(completion.get("choices"), list):
+            if isinstance(completion, dict) and completion.get("error") is not None:
+                raise _stream_error(completion["error"])
             raise LlmError(
-                f"malformed SSE payload: {payload[:120]}", "MALFORMED_RESPONSE"
-            ) from None
+                f"malformed chat completion (no choices list): {body[:120]}", "MALFORMED_RESPONSE"
+            )
+        chunk: dict[str, Any] = {
+            "choices": [
+                {"delta": choice.get("message"), "finish_reason": choice.get("finish_reason")}
+                if isinstance(choice, dict)
+                else choice
+                for choice in completion["choices"]
+            ],
+            "usage": completion.get("usage"),
+        }
+        return self.feed_object(chunk, body) + self.feed(DONE)
+
+    def _decode(self, payload: str) -> Any:
+        try:
+            decoded = _decoder.decode(payload)
+            self._lenient = False
+        except msgspec.DecodeError:
+            decoded = _lenient_decode(payload)
+            self._lenient = True
+        return decoded
+
+    def feed_object(self, chunk: Any, payload: str = "") -> list[StreamChunk]:
+        """Translate one decoded chunk (``payload`` is its text, quoted in errors)."""
+        if self.done:
+            return []
+        if not payload:
+            payload = repr(chunk)
         if not isinstance(chunk, dict):
             raise LlmError(
                 f"malformed SSE payload (not a JSON object): {payload[:120]}",
@@ -195,15 +310,21 @@ class ChunkTranslator:
             if self._reasoning is None:
                 self._reasoning = self._open("reasoning")
                 out.append(BlockStartChunk(index=self._reasoning.index, block_type="reasoning"))
-            self._reasoning.parts.append(reasoning)
-            out.append(ReasoningDeltaChunk(index=self._reasoning.index, text=reasoning))
+            if self._lenient or self._reasoning.pending:  # the common path skips the call
+                reasoning = self._reasoning.text(reasoning, self._lenient)
+            if reasoning:
+                self._reasoning.parts.append(reasoning)
+                out.append(ReasoningDeltaChunk(index=self._reasoning.index, text=reasoning))
         content = delta.get("content")
         if isinstance(content, str) and content:
             if self._text is None:
                 self._text = self._open("text")
                 out.append(BlockStartChunk(index=self._text.index, block_type="text"))
-            self._text.parts.append(content)
-            out.append(TextDeltaChunk(index=self._text.index, text=content))
+            if self._lenient or self._text.pending:
+                content = self._text.text(content, self._lenient)
+            if content:
+                self._text.parts.append(content)
+                out.append(TextDeltaChunk(index=self._text.index, text=content))
         calls = delta.get("tool_calls")
         if calls is None:
             return
@@ -218,47 +339,80 @@ class ChunkTranslator:
                     f"malformed SSE payload (a tool call is not an object): {payload[:120]}",
                     "MALFORMED_RESPONSE",
                 )
-            wire_index = call.get("index")
-            key = wire_index if type(wire_index) is int else position
-            block = self._tools.get(key)
-            if block is None:
-                block = self._open("tool-call")
-                self._tools[key] = block
-                out.append(BlockStartChunk(index=block.index, block_type="tool-call"))
-            call_id = call.get("id")
-            if isinstance(call_id, str) and call_id:
-                block.call_id = call_id
             function = call.get("function")
-            fragment = ""
-            if isinstance(function, dict):
-                name = function.get("name")
-                if isinstance(name, str) and name:
-                    block.name = name
-                arguments = function.get("arguments")
-                if isinstance(arguments, str):
-                    fragment = arguments
+            if not isinstance(function, dict):
+                function = {}
+            call_id = call.get("id")
+            if not isinstance(call_id, str) or not call_id:
+                call_id = None
+            name = function.get("name")
+            if not isinstance(name, str) or not name:
+                name = None
+            block = self._call_block(call.get("index"), call_id, name, position, out)
+            if call_id is not None:
+                block.call_id = call_id
+            if name is not None:
+                block.name = name
+            fragment = block.text(_arguments_text(function.get("arguments")), self._lenient)
             block.parts.append(fragment)
-            if block.name is None:
-                out.append(
-                    ToolCallDeltaChunk(
-                        index=block.index, id=block.call_id or "", arguments_delta=fragment
-                    )
-                )
-            else:
-                out.append(
-                    ToolCallDeltaChunk(
-                        index=block.index,
-                        id=block.call_id or "",
-                        name=block.name,
-                        arguments_delta=fragment,
-                    )
-                )
+            out.append(self._call_delta(block, fragment))
+
+    def _call_block(
+        self,
+        wire_index: Any,
+        call_id: str | None,
+        name: str | None,
+        position: int,
+        out: list[StreamChunk],
+    ) -> _Block:
+        """The call a ``tool_calls`` element continues, or a new one (rules: module doc)."""
+        block: _Block | None
+        if type(wire_index) is int:
+            block = self._by_index.get(wire_index)
+            if block is not None and call_id is not None and block.call_id not in (None, call_id):
+                block = None  # a new id under a reused index: a new call, not more arguments
+        elif call_id is not None:
+            block = self._by_id.get(call_id)
+        else:
+            block = self._last_call if position == 0 else None
+        if block is not None and call_id is None and name is not None and block.name is not None:
+            if name != block.name or block.call_id is None:
+                block = None  # a header naming another tool, or repeated without ids: a new call
+        if block is None:
+            block = self._open("tool-call")
+            out.append(BlockStartChunk(index=block.index, block_type="tool-call"))
+        if type(wire_index) is int:
+            self._by_index[wire_index] = block
+        if call_id is not None:
+            self._by_id[call_id] = block
+        self._last_call = block
+        return block
+
+    @staticmethod
+    def _call_delta(block: _Block, fragment: str) -> ToolCallDeltaChunk:
+        if block.name is None:
+            return ToolCallDeltaChunk(
+                index=block.index, id=block.call_id or "", arguments_delta=fragment
+            )
+        return ToolCallDeltaChunk(
+            index=block.index, id=block.call_id or "", name=block.name, arguments_delta=fragment
+        )
 
     def _finish_chunks(self) -> list[StreamChunk]:
         self.done = True
-        out: list[StreamChunk] = [
-            BlockEndChunk(index=block.index, block=block.close()) for block in self._order
-        ]
+        out: list[StreamChunk] = []
+        for block in self._order:
+            if block.pending:  # a high surrogate whose low half never came
+                block.pending = ""
+                block.parts.append("\ufffd")
+                out.append(
+                    self._call_delta(block, "\ufffd")
+                    if block.kind == "tool-call"
+                    else TextDeltaChunk(index=block.index, text="\ufffd")
+                    if block.kind == "text"
+                    else ReasoningDeltaChunk(index=block.index, text="\ufffd")
+                )
+        out.extend(BlockEndChunk(index=block.index, block=block.close()) for block in self._order)
         if self._usage is not None:
             out.append(UsageChunk(usage=self._usage))
         reason = self._finish if self._finish is not None else StopFinish()

@@ -64,6 +64,8 @@ def test_each_line_says_what_its_plugin_declares(name: str) -> None:
         declared.inject,
         declared.executable_keys,
     )
+    route = meta.model_route
+    assert (None if route is None else (route.prefix, route.provider)) == declared.model_route
 
 
 def test_a_shipped_name_resolves_without_the_entry_point_scan(

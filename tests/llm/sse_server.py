@@ -254,6 +254,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _hang(self) -> None:
         """Hold the response open until the client disconnects or the server stops."""
         self.close_connection = True
+        self.server.owner.hanging.release()  # every piece is written: the stream is mid-way
         self.connection.settimeout(0.05)
         stop = self.server.owner.stopping
         while not stop.is_set():
@@ -296,6 +297,8 @@ class SseServer:
         self.stopping = threading.Event()
         #: released once per hanging response whose client went away
         self.disconnected = threading.Semaphore(0)
+        #: released once per response that has written its pieces and now hangs
+        self.hanging = threading.Semaphore(0)
         #: the peers whose connection has ended (the client closed it, or the server did)
         self.ended_peers: list[tuple[str, int]] = []
         self._ended = threading.Condition(self.lock)

@@ -129,14 +129,19 @@ async def test_tool_calls_split_across_many_deltas() -> None:
 
 
 async def test_stream_cut_before_done_is_stream_closed_after_the_delivered_deltas() -> None:
-    events = text_events("par", "tial", done=False)
+    events = text_events("par", "tial", done=False)[:-1]  # cut before the finish_reason
     with SseServer([sse(events)]) as server:
         async with adapter_host(server.url) as host:
             chunks = await collect(host.ctx.llm.stream(req()))
     assert [c.text for c in chunks if isinstance(c, TextDeltaChunk)] == ["par", "tial"]
     kind, failure = terminal_failure(chunks)
     assert (kind, failure) == (
-        "error", LlmFailure(message="SSE stream ended without [DONE]", code="STREAM_CLOSED")
+        "error",
+        LlmFailure(
+            message="127.0.0.1 SSE stream ended without [DONE] and before any finish_reason: "
+            "the answer is incomplete",
+            code="STREAM_CLOSED",
+        ),
     )
     assert finish_count(chunks) == 1
 
@@ -199,6 +204,13 @@ async def test_http_errors_are_classified(
         async with adapter_host(server.url) as host:
             chunks = await collect(host.ctx.llm.stream(req()))
     kind, failure = terminal_failure(chunks)
+    if code == "AUTH":  # the provider's message, where it went, and which variable to check
+        message = (
+            f"127.0.0.1 API refused the credential (HTTP {status}) for POST "
+            f"{server.url}/chat/completions: {message}; check that ${KEY_ENV} (the row's "
+            f"api_key_env) holds a key valid for {server.url}"
+            + (" and allowed to use this model" if status == 403 else "")
+        )
     assert (kind, failure) == ("error", LlmFailure(message=message, code=code, status=status))
 
 
@@ -211,7 +223,10 @@ async def test_connection_refused_is_transport() -> None:
         chunks = await collect(host.ctx.llm.stream(req()))
     kind, failure = terminal_failure(chunks)
     assert kind == "error" and failure.code == "TRANSPORT"
-    assert failure.message == f"127.0.0.1 API request to http://127.0.0.1:{port} failed"
+    assert failure.message == (
+        f"127.0.0.1 API request to http://127.0.0.1:{port} failed: connection refused (nothing "
+        "listens there; start the server or fix the port in base_url)"
+    )
 
 
 async def test_abort_mid_stream_is_aborted_and_the_connection_is_dropped() -> None:

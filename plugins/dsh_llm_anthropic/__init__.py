@@ -1,0 +1,117 @@
+"""``llm-anthropic``: Anthropic's Messages API, natively, through the official ``anthropic`` SDK.
+
+Registers one provider route (default ``anthropic``) with ``ctx.llm``; ``dsh run --model
+anthropic:claude-sonnet-4-5`` composes this row (the plugin declares that spelling with
+``model_route``). The request's model is sent as is; ``model`` in the config is only the
+route's default. Needs the SDK: ``pip install 'dsh-harness[anthropic]'``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Annotated, Literal
+from urllib.parse import urlsplit
+
+import msgspec
+
+from dsh_host.context import Context
+from dsh_host.errors import ConfigError, install_hint
+from dsh_host.llm import RetryPolicyConfig
+from dsh_host.llm.keys import LLM
+from dsh_host.plugin import ModelRoute, Plugin
+
+if TYPE_CHECKING:
+    from .adapter import AdapterSettings, AnthropicAdapter
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "LlmAnthropic",
+    "LlmAnthropicConfig",
+    "settings_of",
+]
+
+#: Anthropic's public API, the default endpoint.
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+#: The SDK's own variable for another endpoint, honoured when ``base_url`` is not set.
+BASE_URL_ENV = "ANTHROPIC_BASE_URL"
+
+_Name = Annotated[str, msgspec.Meta(min_length=1)]
+_Positive = Annotated[int, msgspec.Meta(gt=0)]
+
+
+class LlmAnthropicConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    #: endpoint base (the SDK appends /v1/messages). Unset: $ANTHROPIC_BASE_URL, else Anthropic
+    base_url: str | None = None
+    #: the route's default model (requests send their own model name)
+    model: _Name = "claude-sonnet-4-5"
+    #: environment variable holding the API key
+    api_key_env: _Name = "ANTHROPIC_API_KEY"
+    #: the provider route this row serves
+    provider: _Name = "anthropic"
+    #: name used in messages
+    display_name: _Name = "Anthropic"
+    #: effort materialized into requests that name none (null: no extended thinking)
+    reasoning_effort: Literal["off", "low", "medium", "high"] | None = None
+    #: max_tokens for requests that name none (the API requires one)
+    max_tokens: _Positive = 8_192
+    #: the model's context window, reported to the loop (null: unknown)
+    context_window: _Positive | None = 200_000
+    connect_timeout_ms: _Positive = 30_000
+    #: longest silence tolerated while waiting for the next event
+    stream_idle_timeout_ms: _Positive = 300_000
+    #: the route's retry policy, executed by the ``llm-retry`` row (the SDK's retries are off)
+    retry_policy: RetryPolicyConfig = msgspec.field(default_factory=RetryPolicyConfig)
+    #: extra request headers (e.g. ``anthropic-beta``); cannot replace User-Agent
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+def settings_of(config: LlmAnthropicConfig) -> AdapterSettings:
+    """Resolve a row's config into adapter settings (validating what msgspec cannot)."""
+    from .adapter import AdapterSettings
+
+    raw = config.base_url
+    if raw is None:
+        raw = os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+    url = raw.strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(
+            f"llm-anthropic: base_url {raw!r} is not an http(s) URL; write it like "
+            f"{DEFAULT_BASE_URL} (the SDK appends /v1/messages)"
+        )
+    return AdapterSettings(
+        base_url=url,
+        model=config.model,
+        api_key_env=config.api_key_env,
+        display_name=config.display_name,
+        reasoning_effort=config.reasoning_effort,
+        max_tokens=config.max_tokens,
+        context_window=config.context_window,
+        connect_timeout_ms=config.connect_timeout_ms,
+        stream_idle_timeout_ms=config.stream_idle_timeout_ms,
+        retry_policy=config.retry_policy.resolve(),
+        headers=dict(config.headers),
+    )
+
+
+class LlmAnthropic(Plugin):
+    name = "llm-anthropic"
+    inject = ("llm",)
+    Config = LlmAnthropicConfig
+    model_route = ModelRoute(prefix="anthropic", provider="anthropic")
+
+    adapter: AnthropicAdapter
+
+    def apply(self, ctx: Context, config: LlmAnthropicConfig) -> None:
+        try:
+            from .adapter import AnthropicAdapter, make_client
+        except ImportError as exc:
+            raise ConfigError(
+                "llm-anthropic needs Anthropic's SDK, which is not installed: "
+                f"{install_hint('anthropic')} (or pip install anthropic)"
+            ) from exc
+        settings = settings_of(config)
+        client = make_client(settings)
+        ctx.effect(client.close, "close the Anthropic client")
+        self.adapter = AnthropicAdapter(settings, client)
+        ctx.service(LLM).register_adapter([config.provider], self.adapter, owner=ctx)

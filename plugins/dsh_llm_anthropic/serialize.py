@@ -1,0 +1,225 @@
+"""dsh request -> Anthropic Messages API request (the keyword arguments of ``messages.create``).
+
+- ``system`` is one text block; ``tools`` are ``{name, description, input_schema}``;
+- a user message becomes a ``user`` turn: its ``tool_result`` blocks first (the API wants them
+  at the start of the turn that answers the calls), then its text;
+- an assistant message becomes an ``assistant`` turn of ``thinking`` / ``redacted_thinking``,
+  ``text`` and ``tool_use`` blocks, in stream order. Thinking goes back only with the
+  signature the API gave it (kept in the message's replay state, one entry per block): the API
+  verifies it, and a reasoning block without one (another provider's, or a stream cut short)
+  cannot be sent as thinking, so it is left out;
+- consecutive turns of one role are merged into one (the API alternates roles);
+- prompt caching: ``cache_control: {type: ephemeral}`` marks the end of the stable prefix in
+  two places, the system block (tools + system: the same on every request of a session) and
+  the last block of the last turn (so the next request, which repeats this whole conversation,
+  reads it from the cache). Two of the API's four breakpoints.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from dsh_host.jsonsafe import thaw_json
+from dsh_host.llm import LlmError, LlmRequest
+from dsh_host.session import (
+    AssistantMessage,
+    ContentBlock,
+    Message,
+    ReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+)
+from dsh_host.session.messages import ImageBlock, ToolResultBlock
+
+__all__ = [
+    "EFFORT_BUDGETS",
+    "REASONING_EFFORTS",
+    "serialize_messages",
+    "serialize_request",
+]
+
+#: Extended-thinking budget (``budget_tokens``) per effort; ``off`` sends no ``thinking``.
+EFFORT_BUDGETS: dict[str, int] = {"low": 2_048, "medium": 8_192, "high": 24_576}
+REASONING_EFFORTS: tuple[str, ...] = ("off", *EFFORT_BUDGETS)
+#: The smallest budget the API accepts, and what is kept for the answer after thinking.
+_MIN_BUDGET = 1_024
+
+_EPHEMERAL = {"type": "ephemeral"}
+
+
+def _text(blocks: Iterable[ContentBlock]) -> str:
+    return "".join(block.text for block in blocks if isinstance(block, TextBlock))
+
+
+def _refuse_images(blocks: Iterable[ContentBlock], role: str) -> None:
+    for block in blocks:
+        if isinstance(block, ImageBlock):
+            raise LlmError(
+                f"the anthropic adapter does not send image content yet (found in a {role} "
+                "message); remove the image or use a text description",
+                "UNSUPPORTED_CONTENT",
+            )
+        if isinstance(block, ToolResultBlock):
+            _refuse_images(block.content, "tool result")
+
+
+def _tool_input(arguments: str) -> dict[str, Any]:
+    """A call's raw arguments as the ``input`` object the API requires.
+
+    The log keeps what the model wrote; a string that is not a JSON object (a truncated or
+    broken call, already answered with an error result) goes back as ``{}``.
+    """
+    try:
+        value = json.loads(arguments) if arguments else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _replay_entries(message: AssistantMessage) -> Sequence[Any]:
+    """The per-block replay entries of one of our messages (empty when it has none)."""
+    state = message.source.replay_state
+    if state is msgspec.UNSET or not isinstance(state, Mapping):
+        return ()
+    entries = state.get("blocks")
+    if not isinstance(entries, Sequence) or len(entries) != len(message.content):
+        return ()
+    return entries
+
+
+def _assistant(message: AssistantMessage) -> list[dict[str, Any]]:
+    entries = _replay_entries(message)
+    out: list[dict[str, Any]] = []
+    for position, block in enumerate(message.content):
+        entry = entries[position] if entries else None
+        entry = entry if isinstance(entry, Mapping) else {}
+        if isinstance(block, ReasoningBlock):
+            redacted = entry.get("redacted_data")
+            signature = entry.get("signature")
+            if isinstance(redacted, str) and redacted:
+                out.append({"type": "redacted_thinking", "data": redacted})
+            elif isinstance(signature, str) and signature:
+                out.append({"type": "thinking", "thinking": block.text, "signature": signature})
+        elif isinstance(block, TextBlock):
+            if block.text:  # the API refuses an empty text block
+                out.append({"type": "text", "text": block.text})
+        elif isinstance(block, ToolCallBlock):
+            out.append(
+                {
+                    "type": "tool_use",
+                    "id": block.id,
+                    "name": block.name,
+                    "input": _tool_input(block.arguments),
+                }
+            )
+    return out
+
+
+def _user(message: Message) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for block in message.content:
+        if isinstance(block, ToolResultBlock):
+            result: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": block.tool_call_id,
+                "content": _text(block.content) or "(no output)",
+            }
+            if block.is_error is True:
+                result["is_error"] = True
+            out.append(result)
+    text = _text(message.content)
+    if text:
+        out.append({"type": "text", "text": text})
+    return out
+
+
+def serialize_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    """The conversation as alternating ``user`` / ``assistant`` turns of content blocks."""
+    turns: list[dict[str, Any]] = []
+    for message in messages:
+        _refuse_images(message.content, message.role)
+        if isinstance(message, AssistantMessage):
+            role, content = "assistant", _assistant(message)
+        else:  # user and system-surface messages speak as the user (system is top level)
+            role, content = "user", _user(message)
+        if not content:
+            continue
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(content)
+        else:
+            turns.append({"role": role, "content": content})
+    if turns:
+        last = turns[-1]["content"][-1]
+        last["cache_control"] = dict(_EPHEMERAL)
+    return turns
+
+
+def thinking_budget(effort: str | None, max_tokens: int) -> int | None:
+    """The ``budget_tokens`` of ``effort`` within ``max_tokens`` (None: no thinking)."""
+    if effort is None or effort == "off":
+        return None
+    budget = EFFORT_BUDGETS.get(effort)
+    if budget is None:
+        raise LlmError(
+            f'the anthropic adapter does not support reasoning effort "{effort}" '
+            f"(supported: {', '.join(REASONING_EFFORTS)})",
+            "UNSUPPORTED_REASONING_EFFORT",
+        )
+    if max_tokens < 2 * _MIN_BUDGET:
+        raise LlmError(
+            f'reasoning effort "{effort}" needs max_tokens of at least {2 * _MIN_BUDGET} '
+            f"(extended thinking takes at least {_MIN_BUDGET} of them), not {max_tokens}; "
+            'raise max_tokens or use effort "off"',
+            "UNSUPPORTED_REASONING_EFFORT",
+        )
+    return min(budget, max_tokens - _MIN_BUDGET)
+
+
+def serialize_request(
+    request: LlmRequest, *, default_max_tokens: int, default_effort: str | None = None
+) -> dict[str, Any]:
+    """The keyword arguments of one streaming ``messages.create`` call."""
+    config = request.config
+    max_tokens = config.max_tokens if config.max_tokens is not msgspec.UNSET else (
+        default_max_tokens
+    )
+    body: dict[str, Any] = {
+        "model": config.model,
+        "max_tokens": max_tokens,
+        "messages": serialize_messages(request.messages),
+    }
+    if request.system:
+        body["system"] = [{"type": "text", "text": request.system, "cache_control": _EPHEMERAL}]
+    if request.tools:
+        body["tools"] = [
+            {
+                "name": tool.name,
+                "description": tool.description,
+                "input_schema": thaw_json(tool.parameters),
+            }
+            for tool in request.tools
+        ]
+    effort = config.reasoning_effort if config.reasoning_effort is not msgspec.UNSET else (
+        default_effort
+    )
+    if request.purpose == "session-title":
+        effort = None
+    budget = thinking_budget(effort, max_tokens)
+    if budget is not None:
+        body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+        if config.temperature is not msgspec.UNSET and config.temperature != 1:
+            raise LlmError(
+                f"extended thinking runs at temperature 1; this request asks for "
+                f'{config.temperature} with reasoning effort "{effort}": drop the temperature '
+                'or use effort "off"',
+                "INVALID_REQUEST",
+            )
+    elif config.temperature is not msgspec.UNSET:
+        body["temperature"] = config.temperature
+    if config.stop is not msgspec.UNSET:
+        body["stop_sequences"] = list(config.stop)
+    return body
