@@ -44,7 +44,7 @@ async def _logs_read(server: Server) -> float:
 async def test_session_lifecycle_over_http(tmp_path: Path) -> None:
     async with running_server(tmp_path, [{"text": "Hello from the model."}]) as server:
         created = (await server.client.post("/sessions", json={})).json()
-        assert created["status"] == "idle" and created["events"] == 0
+        assert created["status"] == "idle" and created["events"] == 1  # its run/terms
         assert created["workspace"] == str(server.workspace.resolve())
         assert created["composition"] == "default"
         session_id = created["id"]
