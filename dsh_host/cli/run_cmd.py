@@ -105,8 +105,6 @@ def compose(
                 "script runs only for `dsh run` on a new session)"
             )
         spec = "demo"
-        note("no model is configured: running the built-in demo script (pass --model SPEC "
-             "or a composition with a model row for a real one)")
     if spec is not None:
         located = with_model(located, parse_model(spec), f"--model {spec}")
     demo = workspace is None and demo_workspace and spec == "demo"
@@ -122,6 +120,9 @@ def compose(
     if getattr(args, "sandbox", None) is not None:
         patch_config(located, ("builtin-tools",), "sandbox", args.sandbox, "--sandbox")
     cwd = _tools_workspace(located)
+    if spec == "demo" and args.model is None:  # said once every flag was accepted
+        note("no model is configured: running the built-in demo script (pass --model SPEC "
+             "or a composition with a model row for a real one)")
     own_row = spec is not None and parse_model(spec).row.id is not None
     terms = terms_of(
         located, composition=identity, spec=portable_spec(spec) if own_row and spec else None,

@@ -310,8 +310,18 @@ def test_resume_continues_a_stored_session_in_its_recorded_workspace(tmp_path: P
 
 
 def test_dsh_alone_opens_the_chat_on_a_terminal(tmp_path: Path) -> None:
-    """`dsh` with no subcommand on a terminal is the chat (off a terminal: help, exit 2)."""
+    """`dsh` with no subcommand on a terminal is the chat (off a terminal: help, exit 2). The
+    chat needs a model (the demo script runs only for a new `dsh run`): here the composition
+    names one."""
     config = compose(tmp_path)
+    config.write_text(
+        config.read_text().replace(
+            "- id: agent\n  name: agent\n  config:\n",
+            "- id: agent\n  name: agent\n  config:\n    provider: scripted\n"
+            "    model: scripted\n",
+        )
+        + "\n- id: model\n  name: llm-scripted\n  config:\n    responses: [{text: hi}]\n"
+    )
     env = {"DSH_CONFIG": str(config), "DSH_SESSION_ROOT": str(tmp_path / "sessions")}
     home = tmp_path / "home"
     home.mkdir()
