@@ -47,6 +47,7 @@ __all__ = [
     "composition_digest",
     "configured_route",
     "describe",
+    "differences",
     "plan_continuation",
     "terms_of",
     "with_model",
@@ -404,3 +405,38 @@ def _assumed(
         f"{describe(terms)}, and recording them"
     )
     return Plan(rows, terms, terms if runs_turn else None, (note,))
+
+
+def differences(recorded: RunTerms, current: RunTerms) -> list[str]:
+    """The terms ``current`` (what a composed host runs) would change, for people:
+    ``sandbox read-only (here: workspace-write)``; the composition is not compared."""
+    out: list[str] = []
+
+    def model(route: ModelRoute | None) -> str:
+        return "(none)" if route is None else _route_name(route)
+
+    def same_model(a: ModelRoute | None, b: ModelRoute | None) -> bool:
+        if a is None or b is None:
+            return a is b
+        specs = (a.spec, b.spec)
+        return (a.provider, a.model) == (b.provider, b.model) and (
+            UNSET in specs or specs[0] == specs[1]
+        )
+
+    if not same_model(recorded.model, current.model):
+        out.append(f"model {model(recorded.model)} (here: {model(current.model)})")
+    if recorded.workspace != current.workspace:
+        out.append(f"workspace {recorded.workspace} (here: {current.workspace})")
+    if recorded.sandbox != current.sandbox:
+        def sandbox(terms: SandboxTerms | None) -> str:
+            return "none" if terms is None else f"{terms.mode}, network {terms.network}"
+
+        out.append(f"sandbox {sandbox(recorded.sandbox)} (here: {sandbox(current.sandbox)})")
+    if recorded.approval != current.approval:
+        def approval(terms: ApprovalTerms | None) -> str:
+            return "none" if terms is None else f"{terms.policy}, unanswered {terms.unanswered}"
+
+        out.append(
+            f"approval {approval(recorded.approval)} (here: {approval(current.approval)})"
+        )
+    return out
