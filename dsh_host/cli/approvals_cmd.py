@@ -72,6 +72,12 @@ def print_pending(rows: Sequence[dict[str, Any]]) -> None:
             highlight=False,
         )
         out.print(f"  arguments: {_escape(row['arguments'])}", markup=False, highlight=False)
+        if row.get("sandboxMode") is not None:
+            out.print(
+                f"  asked under: sandbox {_escape(row['sandboxMode'])}, network "
+                f"{_escape(str(row.get('network')))}",
+                markup=False, highlight=False,
+            )
         out.print(
             f"  decide: dsh approvals decide {session} {call} allow|deny",
             style="dim",
@@ -214,7 +220,7 @@ def run_decide(args: argparse.Namespace) -> int:
     # `approvals` always did); one with terms continues under them, whatever they say.
     located, plan = continue_session(
         args, load, by=f"dsh approvals {'decide' if args.decision else 'continue'}",
-        runs_turn=not args.no_continue, legacy_approval="defer",
+        runs_turn=not args.no_continue, legacy_approval="defer", needs_tools=True,
     )
     transcript = Transcript(quiet=args.json)
     interrupts = Interrupts()
@@ -223,8 +229,7 @@ def run_decide(args: argparse.Namespace) -> int:
         transcript.install(host)
         agent: Agent = await host.ctx.agent.resume(args.session_id)
         try:
-            if not args.no_continue:
-                adopt(agent, plan)
+            adopt(agent, plan)  # a decision is made, and bound, under the terms in force
             if args.decision is not None:
                 await agent.decide(
                     args.call_id,

@@ -185,11 +185,14 @@ def continue_session(
     by: str,
     runs_turn: bool = True,
     legacy_approval: str | None = None,
+    needs_tools: bool = False,
 ) -> tuple[list[LocatedRow], Plan]:
     """The composition a stored session continues under: its recorded terms, with this
     command's explicit flags as logged overrides (:func:`~dsh_host.front.runner.plan_continuation`
     decides; a refusal is one ``dsh: error:`` line and nothing is written). ``legacy_approval``
-    is the approval flag a session without recorded terms is assumed to run under."""
+    is the approval flag a session without recorded terms is assumed to run under.
+    ``needs_tools``: boot the tools even when no turn runs (a decision binds the tool's
+    definition as registered here)."""
     _, located, identity = load_composition_terms(args)
     approval = getattr(args, "approval", None)
     recorded = recorded_terms(load.events)
@@ -214,7 +217,7 @@ def continue_session(
     except TermsRefused as exc:
         raise CliUsageError(str(exc)) from None
     rows = plan.rows
-    if not runs_turn:
+    if not runs_turn and not needs_tools:
         # A repair runs no tool: it needs the store and the agent, not the workspace (which
         # may be gone, or hold the store: `Agent(store=...)` inside its workspace).
         return rows_needed_for(rows, ("agent", "sessionPersistence", "approval")), plan

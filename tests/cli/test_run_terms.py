@@ -219,3 +219,66 @@ def test_a_session_without_terms_says_what_it_assumes(tmp_path: Path) -> None:
     assert "records no run terms (it predates them); assuming model scripted:" in proc.stderr
     (assumed,) = _terms(env.events("clean"))
     assert assumed["data"]["reason"] == "assumed" and assumed["ignorable"] is True
+
+
+def _deferred(env: Env) -> tuple[str, Path]:
+    first = env.script("first.json", [
+        {"tool_calls": [{"id": "call-touch", "name": "bash",
+                         "arguments": {"command": "touch made-here",
+                                       "description": "Create a file"}}]},
+        {"text": "never reached by the first process"},
+    ])
+    run = env.dsh("run", "--workspace", str(env.workspace), "--model", f"scripted:{first}",
+                  "--sandbox", "read-only", "--approval", "defer", "--json", "make a file",
+                  config=env.config)
+    assert run.returncode == 4, run.stdout + run.stderr
+    return json.loads(run.stdout.splitlines()[-1])["sessionId"], env.script(
+        "second.json", [{"text": "decided"}]
+    )
+
+
+def test_an_approval_is_bound_to_its_context(tmp_path: Path) -> None:
+    """The ask records its context; `approvals list` shows the mode; a decision under another
+    composition (named with --config, so the runner lets it continue) is refused, and a
+    decision recorded in the asked context is not applied in another one: the call is asked
+    again (here nobody can answer, so it fails closed) and does not run."""
+    env = Env(tmp_path)
+    session_id, second = _deferred(env)
+    (asked,) = [e for e in env.events(session_id) if e["type"] == "approval/asked"]
+    context = {k: asked["data"][k] for k in ("sandboxMode", "network", "toolDigest",
+                                             "compositionDigest")}
+    assert context["sandboxMode"] == "read-only" and context["network"] == "deny"
+    listing = env.dsh("approvals", "list", config=env.config)
+    assert "asked under: sandbox read-only, network deny" in listing.stdout
+
+    other = tmp_path / "other.yml"
+    other.write_text(env.config.read_text().replace(
+        "- id: repeat-tool-reminder\n  name: repeat-tool-reminder\n", ""))
+    before = env.events(session_id)
+    refused = env.dsh("approvals", "decide", session_id, "call-touch", "allow", "--model",
+                      f"scripted:{second}", config=other)
+    assert refused.returncode == 2
+    assert "the context changed since it was asked (the composition changed)" in (
+        _one_error_line(refused))
+    # refused after the session was opened for write and the explicit --config logged (the
+    # context is the terms in force): the resume marker DSH writes on every resume and the
+    # override, no decision, no result
+    after = env.events(session_id)
+    assert after[: len(before)] == before
+    assert [e["type"] for e in after[len(before):]] == ["session/end-seed", "run/terms"]
+
+    decided = env.dsh("approvals", "decide", session_id, "call-touch", "allow",
+                      "--no-continue", config=env.config)
+    assert decided.returncode == 0, decided.stderr
+    (decision,) = [e for e in env.events(session_id) if e["type"] == "approval/decided"]
+    assert {k: decision["data"][k] for k in context} == context
+    moved = env.dsh("approvals", "continue", session_id, "--model", f"scripted:{second}",
+                    config=other)
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    assert not (env.workspace / "made-here").exists()
+    events = env.events(session_id)
+    again = [e for e in events if e["type"] == "approval/asked"][-1]
+    assert again["seq"] > decision["seq"] and "the context changed" in again["data"]["reason"]
+    assert again["data"]["compositionDigest"] != context["compositionDigest"]
+    (result,) = [e for e in events if e["type"] == "tool/result"]
+    assert result["data"]["message"]["content"][0]["isError"] is True

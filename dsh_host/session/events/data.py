@@ -170,6 +170,13 @@ class ApprovalAsked(Wire, frozen=True, kw_only=True):
     #: beyond DSH: ``pre-execute`` when asked by the tools pipeline before the body could start
     #: (an undecided or refused ask of that stage proves the body never ran); absent otherwise
     stage: Literal["pre-execute"] | UnsetType = UNSET
+    #: beyond DSH, the context the call was asked in (a decision holds only in the same one):
+    #: the sandbox mode and network of the session's terms, the sha256 of the tool's definition
+    #: (name, description, parameters) and of the composition's rows
+    sandbox_mode: str | UnsetType = UNSET
+    network: str | UnsetType = UNSET
+    tool_digest: str | UnsetType = UNSET
+    composition_digest: str | UnsetType = UNSET
 
 
 class ApprovalDecided(Wire, frozen=True, kw_only=True):
@@ -184,6 +191,11 @@ class ApprovalDecided(Wire, frozen=True, kw_only=True):
     decided_by: str | UnsetType = UNSET
     #: and the person's optional reason
     reason: str | UnsetType = UNSET
+    #: beyond DSH, on a deferred decision: the context it was made in (as ``approval/asked``)
+    sandbox_mode: str | UnsetType = UNSET
+    network: str | UnsetType = UNSET
+    tool_digest: str | UnsetType = UNSET
+    composition_digest: str | UnsetType = UNSET
 
 
 class ModelRoute(Wire, frozen=True, kw_only=True):
