@@ -45,8 +45,8 @@ from dsh_host.front.runner import (
 from dsh_host.loader import LocatedRow, PluginHost, Row, canonical_name, open_host
 from dsh_host.session.approvals import pending_approvals
 from dsh_host.session.events import SessionEvent, TurnEndReason, turn_end_kind
-from dsh_host.session.events.data import CompositionTerms
-from dsh_host.session.header import new_session_id
+from dsh_host.session.events.data import CompositionTerms, RunTerms
+from dsh_host.session.header import SessionHeader, new_session_id
 from dsh_host.session.persistence import (
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
@@ -145,6 +145,8 @@ class StoredSummary:
     interrupted: bool
     #: the stored header, as JSON
     header: dict[str, Any]
+    #: the header and run terms every operation is admitted by (:meth:`ServerRuntime.admit`)
+    admission: tuple[SessionHeader, RunTerms | None] | None = None
 
     @classmethod
     def of(cls, load: SessionLoad) -> StoredSummary:
@@ -162,7 +164,8 @@ class StoredSummary:
             "usage": views.usage(events),
         }
         approvals = tuple(pending_approvals(events, load.id))
-        return cls(fields, approvals, bool(load.closers), header.to_json())
+        admission = (header, recorded_terms(events))
+        return cls(fields, approvals, bool(load.closers), header.to_json(), admission)
 
 
 @dataclass
@@ -490,43 +493,49 @@ class ServerRuntime:
         self._claimed.add(session_id)
 
     def _admit(self, load: SessionLoad) -> tuple[str, Plan]:
+        return self.admit(load.id, load.header, recorded_terms(load.events))
+
+    def refusal(self, session_id: str, stored: StoredSummary) -> dict[str, str] | None:
+        """Why operations on the session would be refused (``{code, message}``), or None: the
+        inspector offers no action for such a session."""
+        if stored.admission is None:
+            return None
+        try:
+            self.admit(session_id, *stored.admission)
+        except ApiError as exc:
+            return {"code": exc.code, "message": str(exc)}
+        return None
+
+    def admit(
+        self, session_id: str, header: SessionHeader, recorded: RunTerms | None
+    ) -> tuple[str, Plan]:
         """The one check every operation on a stored session passes (turns, decisions,
         continuations, queue jobs, cancel): its workspace must be one this server allows (400
         ``WORKSPACE_REFUSED``), and it continues under its recorded terms -- its composition
         patched back to them -- or not at all (409 ``TERMS_REFUSED``)."""
-        header = load.header
         name = header.agent_preset if isinstance(header.agent_preset, str) else None
         if name is not None and name not in self.options.compositions:
             raise ApiError(
                 409,
                 "UNKNOWN_COMPOSITION",
-                f'session "{load.id}" was created with composition {name!r}, which this server '
-                "does not run",
+                f'session "{session_id}" was created with composition {name!r}, which this '
+                "server does not run",
             )
         name = name or self.options.default_composition
-        recorded = recorded_terms(load.events)
         workspace = recorded.workspace if recorded is not None else None
         if workspace is None:
             workspace = header.cwd if isinstance(header.cwd, str) else None
-        path = self.check_workspace(workspace, session_id=load.id)
+        path = self.check_workspace(workspace, session_id=session_id)
         rows = _with_workspace(self.options.compositions[name], path)
         try:
             plan = plan_continuation(
-                rows, session_id=load.id, recorded=recorded,
+                rows, session_id=session_id, recorded=recorded,
                 composition=self.options.identity(name), overrides=Overrides(),
                 by="dsh serve",
             )
         except TermsRefused as exc:
             raise ApiError(409, "TERMS_REFUSED", str(exc)) from None
         return name, plan
-
-    def actionable(self, load: SessionLoad) -> bool:
-        """Whether operations on the session would be admitted (the inspector's buttons)."""
-        try:
-            self._admit(load)
-        except ApiError:
-            return False
-        return True
 
     async def _resume(self, load: SessionLoad) -> Agent:
         name, plan = self._admit(load)
