@@ -38,6 +38,7 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     │   ├── McpClientConfigError                         dsh_mcp_client.config
     │   ├── SandboxConfigError                           dsh_sandbox_local.provider
     │   ├── ScriptError                                  dsh_llm_scripted.script
+    │   ├── TermsRefused                                 dsh_host.front.runner
     │   ├── ToolRulesError                               dsh_tool_rules.plugin
     │   └── UnknownPluginError                           dsh_host.errors
     ├── EventBusError                                    dsh_host.errors
