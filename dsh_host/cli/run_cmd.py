@@ -213,6 +213,7 @@ def continue_session(
         plan = plan_continuation(
             located, session_id=load.id, recorded=recorded, composition=identity,
             overrides=overrides, by=by, runs_turn=runs_turn,
+            repair_only=not runs_turn and not needs_tools,
         )
     except TermsRefused as exc:
         raise CliUsageError(str(exc)) from None

@@ -254,16 +254,20 @@ def plan_continuation(
     overrides: Overrides,
     by: str,
     runs_turn: bool = True,
+    repair_only: bool = False,
 ) -> Plan:
     """The rows and terms ``session_id`` continues under (see the module docstring).
 
     ``located`` is the composition as loaded, without a model row of the command's and without
-    the command's flags. ``runs_turn`` False (a repair) needs no model: nothing is requested.
+    the command's flags. ``runs_turn`` False needs no model: nothing is requested;
+    ``repair_only`` (a repair: no tool, no decision) checks nothing at all.
     Raises :class:`TermsRefused` (a user's error: one line, nothing written).
     """
     rows = list(located)
     if recorded is None:
         return _assumed(rows, session_id, composition, overrides, by, runs_turn)
+    if repair_only:
+        return Plan(rows, recorded, None)  # nothing runs: no term is used, none is checked
     changed: list[str] = []
     if recorded.composition.digest != composition.digest:
         if not overrides.composition_named:

@@ -138,6 +138,9 @@ def test_a_route_that_is_not_configured_here_is_refused(tmp_path: Path) -> None:
     assert unnamed.returncode == 2
     assert "pass --config FILE" in _one_error_line(unnamed)
     assert env.log_bytes() == before
+    repair = env.dsh("resume", session_id, "--json")  # runs nothing: no term is checked
+    assert repair.returncode == 0, repair.stderr
+    assert json.loads(repair.stdout.splitlines()[-1])["closers"] == []
 
     again = env.dsh("resume", session_id, "again", "--json", config=own)
     assert again.returncode == 0, again.stderr
