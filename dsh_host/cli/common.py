@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from ..compositions import load_config
+from ..compositions import composition_digest, load_config
 from ..errors import ConfigError, DshError
 from ..loader import LocatedRow, PluginHost, Row, canonical_name, open_host, rows_needed_for
 from ..session.events.data import CompositionTerms
@@ -70,8 +70,6 @@ def load_composition_terms(
 ) -> tuple[Path, list[LocatedRow], CompositionTerms]:
     """The composition with ``--root`` applied, and its identity for the run terms (its file,
     and the digest of its rows as loaded: where sessions are stored is not a term)."""
-    from ..front.runner import composition_digest
-
     composition = load_config(getattr(args, "config", None))
     path, located = composition.path, composition.rows
     identity = CompositionTerms(

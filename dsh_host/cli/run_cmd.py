@@ -120,9 +120,6 @@ def compose(
     if getattr(args, "sandbox", None) is not None:
         patch_config(located, ("builtin-tools",), "sandbox", args.sandbox, "--sandbox")
     cwd = _tools_workspace(located)
-    if spec == "demo" and args.model is None:  # said once every flag was accepted
-        note("no model is configured: running the built-in demo script (pass --model SPEC "
-             "or a composition with a model row for a real one)")
     own_row = spec is not None and parse_model(spec).row.id is not None
     terms = terms_of(
         located, composition=identity, spec=portable_spec(spec) if own_row and spec else None,
@@ -481,6 +478,8 @@ def run_run(args: argparse.Namespace) -> int:
             closers = None
             agent = service.create(session_id=args.session or new_session_id(), cwd=cwd)
             record_terms(agent.session, terms)
+            if _is_demo(terms) and args.model is None:  # the demo says so, once it runs
+                transcript._print(DEMO_NOTICE, "dim")
         reason = await _interruptible_turn(agent, prompt, interrupts)
         result = await _finish(args, host, agent, reason, transcript)
         if closers is not None:
@@ -490,6 +489,12 @@ def run_run(args: argparse.Namespace) -> int:
 
     code = _report(args, run_with_host(located, body, interrupts=interrupts))
     return interrupts.exit_code if interrupts.exit_code is not None else code
+
+
+DEMO_NOTICE = (
+    "no model is configured: this is the built-in demo script (pass --model SPEC, or use a "
+    "composition with a model row, for a real model)"
+)
 
 
 def _is_demo(terms: RunTerms) -> bool:

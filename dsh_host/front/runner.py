@@ -19,8 +19,6 @@ the flag leaves a trace.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -28,6 +26,7 @@ from typing import Any
 
 from msgspec import UNSET
 
+from dsh_host.compositions import composition_digest
 from dsh_host.errors import ConfigError
 from dsh_host.loader import LocatedRow, Row, canonical_name
 from dsh_host.session.events.data import (
@@ -85,17 +84,6 @@ class Plan:
     record: RunTerms | None
     #: what the command should say (a session without recorded terms: what is assumed)
     notes: tuple[str, ...] = ()
-
-
-def composition_digest(rows: Sequence[LocatedRow]) -> str:
-    """SHA-256 of the rows as loaded (name, id, config, disabled; canonical JSON)."""
-    plain = [
-        {"name": r.row.name, "id": r.row.id, "config": r.row.config or {},
-         "disabled": bool(r.row.disabled)}
-        for r in rows
-    ]
-    text = json.dumps(plain, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 # -- reading terms off rows -------------------------------------------------------------------

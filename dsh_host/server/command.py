@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from dsh_host.compositions import load_config
+from dsh_host.compositions import composition_digest, load_config
 from dsh_host.errors import ConfigError, DshError
 from dsh_host.front.models import MODEL_SPECS, parse_model
 from dsh_host.loader import LocatedRow, Row, canonical_name
@@ -164,8 +164,6 @@ def composition_identities(
 ) -> dict[str, CompositionTerms]:
     """Each served composition's identity in the run terms, as ``dsh run`` records it: the file
     and the digest of its rows as loaded (so a session moves between the CLI and the server)."""
-    from dsh_host.front.runner import composition_digest
-
     files = {"default": config, **{s.partition("=")[0]: s.partition("=")[2] for s in extra}}
     out = {}
     for name, path in files.items():

@@ -307,6 +307,13 @@ def test_resume_continues_a_stored_session_in_its_recorded_workspace(tmp_path: P
         if e["type"] == "user/message" and e["data"]["source"]["kind"] == "user"
     ]
     assert prompts == ["first question", "where are you"]
+    # the chat's explicit flags changed the session's terms, and that is logged before the turn
+    created, override = [e["data"] for e in events if e["type"] == "run/terms"]
+    assert created["sandbox"]["mode"] == "workspace-write" and created["by"] == "dsh run"
+    assert override["reason"] == "override" and override["by"] == "dsh chat /resume"
+    assert override["changed"] == ["model", "sandbox"]
+    assert override["sandbox"]["mode"] == "danger-full-access"
+    assert override["workspace"] == str(first_ws)
 
 
 def test_dsh_alone_opens_the_chat_on_a_terminal(tmp_path: Path) -> None:

@@ -101,10 +101,11 @@ def test_a_demo_session_is_not_continued_by_the_demo_and_nothing_is_written(
     tmp_path: Path,
 ) -> None:
     env = Env(tmp_path)
-    run = env.dsh("run", "--workspace", str(env.workspace), "--json")  # the demo
+    run = env.dsh("run", "--workspace", str(env.workspace))  # the demo
     assert run.returncode == 0, run.stderr
-    assert "running the built-in demo script" in run.stderr
-    session_id = json.loads(run.stdout.splitlines()[-1])["sessionId"]
+    assert "no model is configured: this is the built-in demo script" in run.stdout
+    session_id = next(line.split()[1] for line in run.stdout.splitlines()
+                      if line.startswith("session "))
     before = env.log_bytes()
     for argv in (["resume", session_id, "again"], ["run", "--session", session_id, "again"]):
         proc = env.dsh(*argv)
