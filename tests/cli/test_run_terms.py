@@ -58,6 +58,20 @@ class Env:
         return {str(p): p.read_bytes() for p in sorted(self.root.rglob("session.v3.jsonl*"))}
 
 
+def _dsh_admits(events: list[dict[str, Any]]) -> None:
+    """DSH v3's admission, as far as these events go: an envelope of known keys, and a type DSH
+    knows or one marked ``ignorable: true`` (DSH keeps it uninterpreted); extra data keys on a
+    known type (the approval context) are not checked by DSH."""
+    from dsh_host.session import DSH_V3_KNOWN_EVENT_TYPES
+
+    for event in events:
+        assert set(event) <= {"type", "seq", "time", "data", "ignorable", "surfaceOp",
+                              "sourceEventSeqs"}, event
+        assert event["type"] in DSH_V3_KNOWN_EVENT_TYPES or event.get("ignorable") is True, event
+        if event["type"] == "run/terms":
+            assert "surfaceOp" not in event and "sourceEventSeqs" not in event
+
+
 def _terms(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in events if e["type"] == "run/terms"]
 
@@ -95,6 +109,7 @@ def test_continuing_without_model_uses_the_recorded_model_not_the_demo(tmp_path:
         assert json.loads(proc.stdout.splitlines()[-1])["finalText"] == "answer from A"
     assert not (env.workspace / "notes.txt").exists()  # the demo never ran
     assert len(_terms(env.events(session_id))) == 1  # nothing changed: nothing logged
+    _dsh_admits(env.events(session_id))
 
 
 def test_a_demo_session_is_not_continued_by_the_demo_and_nothing_is_written(
@@ -286,3 +301,4 @@ def test_an_approval_is_bound_to_its_context(tmp_path: Path) -> None:
     assert again["data"]["compositionDigest"] != context["compositionDigest"]
     (result,) = [e for e in events if e["type"] == "tool/result"]
     assert result["data"]["message"]["content"][0]["isError"] is True
+    _dsh_admits(events)
