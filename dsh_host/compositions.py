@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -77,6 +78,18 @@ def _decode(data: bytes, path: Path) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"config file {path} is not UTF-8 text: {exc}") from None
+
+
+def composition_digest(rows: Sequence[LocatedRow]) -> str:
+    """SHA-256 of a composition's rows as loaded (name, id, config, disabled; canonical JSON):
+    its identity in a session's run terms (where the file lies, or a comment in it, is not)."""
+    plain = [
+        {"name": r.row.name, "id": r.row.id, "config": r.row.config or {},
+         "disabled": bool(r.row.disabled)}
+        for r in rows
+    ]
+    text = json.dumps(plain, sort_keys=True, separators=(",", ":"), default=str)
+    return digest(text.encode("utf-8"))
 
 
 def digest(data: bytes) -> str:

@@ -73,6 +73,12 @@ def print_pending(rows: Sequence[dict[str, Any]]) -> None:
             highlight=False,
         )
         out.print(f"  arguments: {_escape(row['arguments'])}", markup=False, highlight=False)
+        if row.get("sandboxMode") is not None:
+            out.print(
+                f"  asked under: sandbox {_escape(row['sandboxMode'])}, network "
+                f"{_escape(str(row.get('network')))}",
+                markup=False, highlight=False,
+            )
         out.print(
             "  decide: "
             + command_hint(
@@ -150,8 +156,8 @@ def _continue_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         metavar="SPEC",
-        default="demo",
-        help="the model that continues the session (as for dsh run; default: demo)",
+        help="the model that continues the session (default: its recorded one); the change "
+        "is logged",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
 
@@ -207,17 +213,19 @@ def run_continue(args: argparse.Namespace) -> int:
 
 def run_decide(args: argparse.Namespace) -> int:
     """``decide`` (``args.decision`` set) and ``continue`` (None): see the module docstring."""
-    from .run_cmd import Transcript, compose, stored_header  # run_cmd hooks this module
+    from .run_cmd import Transcript, adopt, continue_session, stored_session
 
-    # The session's recorded workspace: read the header first (this also reports an unknown
-    # session, exit 2, before anything else is booted for it).
-    header = stored_header(args, args.session_id)
-    if header is None:
+    # The session's recorded terms: read it first (this also reports an unknown session,
+    # exit 2, before anything else is booted for it).
+    load = stored_session(args, args.session_id)
+    if load is None:
         raise SessionNotFoundError(f'session "{args.session_id}" not found')
-    cwd = header.cwd if isinstance(header.cwd, str) else None
-    args.approval = "defer"  # headless: a new ask in the continued turn waits again
-    args.sandbox = None
-    located, _ = compose(args, workspace=cwd, demo_workspace=False, recorded=True)
+    # Headless: a session without recorded terms is assumed to defer a new ask again (what
+    # `approvals` always did); one with terms continues under them, whatever they say.
+    located, plan = continue_session(
+        args, load, by=f"dsh approvals {'decide' if args.decision else 'continue'}",
+        runs_turn=not args.no_continue, legacy_approval="defer", needs_tools=True,
+    )
     transcript = Transcript(quiet=args.json)
     interrupts = Interrupts()
 
@@ -225,6 +233,7 @@ def run_decide(args: argparse.Namespace) -> int:
         transcript.install(host)
         agent: Agent = await host.ctx.agent.resume(args.session_id)
         try:
+            adopt(agent, plan)  # a decision is made, and bound, under the terms in force
             if args.decision is not None:
                 await agent.decide(
                     args.call_id,

@@ -30,15 +30,18 @@ from typing import Any, Final
 from ..agent import Agent
 from ..cancel import CancelToken
 from ..errors import DshError
-from ..loader import PluginHost
+from ..front.runner import Plan
+from ..loader import LocatedRow, PluginHost
 from ..session.compaction import (
     MANUAL_COMPACTION_TEXTS,
     CompactionEngine,
     ManualCompactionError,
     compacted_text,
 )
+from ..session.events.data import RunTerms
 from ..session.header import new_session_id
 from ..session.persistence import SessionNotFoundError
+from ..session.terms import record_terms
 from ..session.tokens import TokenMeter
 from ..userdirs import data_home
 from .answerer import install_terminal_answerer, is_interactive
@@ -50,10 +53,12 @@ from .render import terminal_safe, usage_lines, when
 from .run_args import add_tool_flags, model_flag
 from .run_cmd import (
     Transcript,
+    adopt,
     compose,
+    continue_session,
     print_closers,
-    recorded_workspace,
     repair_rows,
+    stored_session,
 )
 from .usage import logged_usage
 
@@ -97,10 +102,11 @@ def history_file() -> Path:
 
 @dataclass
 class _Switch:
-    """Leave this composition and resume ``session_id`` in ``workspace``."""
+    """Leave this composition and resume ``session_id`` under its own terms (``current``: the
+    session this chat was on, to come back to if that is refused)."""
 
     session_id: str
-    workspace: str
+    current: str | None
 
 
 def private_history() -> Path:
@@ -136,16 +142,23 @@ def run_chat(args: argparse.Namespace) -> int:
 
     prompt: PromptSession[str] = PromptSession(history=FileHistory(str(private_history())))
     resume_id: str | None = args.session
-    workspace_flag: str | None = args.workspace
+    fallback: str | None = None
     while True:
-        workspace = workspace_flag
-        recorded = resume_id is not None and workspace is None
-        if recorded and resume_id is not None:
-            workspace = recorded_workspace(args, resume_id)
-        located, cwd = compose(
-            args, workspace=workspace, demo_workspace=resume_id is None, recorded=recorded
-        )
-        chat = _Chat(args, prompt, cwd, resume_id)
+        try:
+            located, cwd, start = _compose_chat(args, resume_id)
+        except DshError as exc:
+            if resume_id is None or resume_id == args.session:
+                raise
+            # A /resume this chat cannot honour: say why, and go back to where it was.
+            console().print(f"dsh: error: {terminal_safe(str(exc))}", style="red", markup=False)
+            resume_id, fallback = fallback, None
+            continue
+        if resume_id is not None and resume_id != args.session:
+            console().print(
+                f"(session {resume_id} works in {cwd}; restarting the tools there)",
+                style="dim", markup=False,
+            )
+        chat = _Chat(args, prompt, cwd, resume_id, start)
         outcome = run_with_host(
             located,
             chat.run,
@@ -154,23 +167,40 @@ def run_chat(args: argparse.Namespace) -> int:
         )
         if outcome is None:
             return 0
-        resume_id = outcome.session_id
-        if workspace_flag is None:
-            console().print(
-                f"(session {outcome.session_id} works in {outcome.workspace}; "
-                "restarting the tools there)",
-                style="dim", markup=False,
-            )
+        fallback, resume_id = outcome.current, outcome.session_id
+
+
+def _compose_chat(
+    args: argparse.Namespace, resume_id: str | None
+) -> tuple[list[LocatedRow], str, RunTerms | Plan]:
+    """A new chat's rows and terms, or the plan of the stored session it resumes: a session
+    continues under its recorded terms (this command's flags are logged overrides)."""
+    if resume_id is None:
+        located, cwd, terms = compose(
+            args, workspace=args.workspace, demo_workspace=False, by="dsh chat"
+        )
+        return located, cwd, terms
+    load = stored_session(args, resume_id)
+    if load is None:
+        raise SessionNotFoundError(f'no stored session "{resume_id}" (see /sessions)')
+    located, plan = continue_session(args, load, by="dsh chat /resume")
+    return located, plan.terms.workspace or os.getcwd(), plan
 
 
 class _Chat:
     """One composition's share of a chat: the prompt loop on a booted host."""
 
     def __init__(
-        self, args: argparse.Namespace, prompt: Any, cwd: str, resume_id: str | None
+        self,
+        args: argparse.Namespace,
+        prompt: Any,
+        cwd: str,
+        resume_id: str | None,
+        start: RunTerms | Plan,
     ) -> None:
         self.args = args
         self.resume_id = resume_id
+        self.start = start
         self.prompt = prompt
         self.cwd = cwd
         self.interrupts = Interrupts()
@@ -188,7 +218,7 @@ class _Chat:
             host.ctx, on_interrupt=lambda: self.interrupts.deliver(signal.SIGINT)
         )
         self.say(
-            f"dsh chat · workspace {self.cwd} · model {self.args.model} · /help for commands, "
+            f"dsh chat · workspace {self.cwd} · model {self._model()} · /help for commands, "
             "Ctrl-D to exit"
         )
         try:
@@ -220,10 +250,22 @@ class _Chat:
             if self.agent is not None:
                 await self.agent.aclose()
 
+    def _model(self) -> str:
+        terms = self.start.terms if isinstance(self.start, Plan) else self.start
+        route = terms.model
+        if route is None:
+            return "(none)"
+        return route.spec if isinstance(route.spec, str) else f"{route.provider}:{route.model}"
+
     async def _turn(self, text: str) -> None:
         assert self.host is not None
         if self.agent is None:
+            if isinstance(self.start, Plan):  # the session it was booted for was left (/new)
+                self.say("a new session needs a new chat (this one was started for a stored "
+                         "session's terms): run `dsh chat`", "red")
+                return
             self.agent = self.host.ctx.agent.create(session_id=new_session_id(), cwd=self.cwd)
+            record_terms(self.agent.session, self.start)
             self.say(f"session {self.agent.id}")
         agent = self.agent
         self.interrupts.target(agent.cancel)
@@ -269,21 +311,16 @@ class _Chat:
         if self.agent is not None and self.agent.id == session_id:
             self.say(f"session {session_id} is the current one")
             return None
-        store = persistence(self.host)
-        # This composition was booted for `resume_id` in its recorded workspace: never switch
-        # again for it (whatever the path's spelling).
-        if self.args.workspace is None and session_id != self.resume_id:
-            listings = await store.list(unreadable=[])  # a damaged other log is no obstacle
-            header = next((s.header for s in listings if s.header.id == session_id), None)
-            if header is None:
-                raise SessionNotFoundError(f'no stored session "{session_id}" (see /sessions)')
-            recorded = header.cwd if isinstance(header.cwd, str) else None
-            if recorded is not None and recorded != self.cwd:
-                await self._close()
-                return _Switch(session_id, recorded)
+        if session_id != self.resume_id:
+            # Each session runs under its own recorded terms: boot a composition for them.
+            current = self.agent.id if self.agent is not None else self.resume_id
+            await self._close()
+            return _Switch(session_id, current)
         await self._close()
         self.agent = await self.host.ctx.agent.resume(session_id)
         print_closers(self.transcript, repair_rows(self.agent))
+        if isinstance(self.start, Plan):
+            adopt(self.agent, self.start)
         self.say(f"session {session_id} · turn {self.agent.last_turn} so far")
         return None
 

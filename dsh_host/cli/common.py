@@ -16,9 +16,10 @@ from typing import Any, TypeVar
 
 import anyio
 
-from ..compositions import load_config
+from ..compositions import composition_digest, load_config
 from ..errors import ConfigError, DshError
 from ..loader import LocatedRow, PluginHost, Row, canonical_name, open_host, rows_needed_for
+from ..session.events.data import CompositionTerms
 from .interrupts import Interrupts, exit_on_signals
 
 T = TypeVar("T")
@@ -60,8 +61,20 @@ def patch_config(
 
 
 def load_composition(args: argparse.Namespace) -> tuple[Path, list[LocatedRow]]:
+    path, located, _ = load_composition_terms(args)
+    return path, located
+
+
+def load_composition_terms(
+    args: argparse.Namespace,
+) -> tuple[Path, list[LocatedRow], CompositionTerms]:
+    """The composition with ``--root`` applied, and its identity for the run terms (its file,
+    and the digest of its rows as loaded: where sessions are stored is not a term)."""
     composition = load_config(getattr(args, "config", None))
     path, located = composition.path, composition.rows
+    identity = CompositionTerms(
+        name=str(path.resolve()), digest=composition_digest(located)
+    )
     root = getattr(args, "root", None)
     if root is not None:
         root_path = Path(root)
@@ -69,7 +82,7 @@ def load_composition(args: argparse.Namespace) -> tuple[Path, list[LocatedRow]]:
             raise CliUsageError(f"--root {root}: exists and is not a directory")
         file_stores = ("session-persistence-jsonl", "session-persistence-sqlite")
         patch_config(located, file_stores, "root", str(root_path), "--root")
-    return path, located
+    return path, located, identity
 
 
 def persistence_rows(located: Sequence[LocatedRow]) -> list[LocatedRow]:

@@ -129,8 +129,9 @@ def model_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         metavar="SPEC",
-        default="demo",
-        help=f"{MODEL_SPECS} (default: demo, a built-in scripted conversation)",
+        help=f"{MODEL_SPECS} (default: a continued session's recorded model, else the "
+        "composition's; a new `dsh run` with neither runs demo, a built-in scripted "
+        "conversation); on a stored session the change is logged",
     )
 
 

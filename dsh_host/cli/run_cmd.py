@@ -15,7 +15,8 @@ import json
 import logging
 import os
 import signal
-from dataclasses import dataclass, replace
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +25,31 @@ from ..errors import ConfigError
 from ..front.demo import DEMO_PROMPT, DEMO_WORKSPACE
 from ..front.models import ModelChoice
 from ..front.models import parse_model as parse_model_spec
-from ..loader import LocatedRow, PluginHost, Row
+from ..front.runner import (
+    Overrides,
+    Plan,
+    TermsRefused,
+    configured_route,
+    plan_continuation,
+    portable_spec,
+    terms_of,
+    with_model,
+)
+from ..loader import LocatedRow, PluginHost, rows_needed_for
 from ..session.approvals import pending_approvals
 from ..session.events import SessionEvent, to_builtins, turn_end_kind
+from ..session.events.data import RunTerms
 from ..session.header import SessionHeader, new_session_id
 from ..session.keys import SESSION_EVENT
 from ..session.messages import BlockEndChunk, TextBlock, TextDeltaChunk, UserSource
-from ..session.persistence import SessionNotFoundError
-from ..shipped_plugins import declared_model_routes
+from ..session.persistence import SessionLoad, SessionNotFoundError
+from ..session.terms import record_terms, recorded_terms
 from .answerer import install_terminal_answerer
 from .approvals_cmd import EXIT_AWAITING, apply_approval_flag, print_pending
 from .common import (
     CliUsageError,
     load_composition,
+    load_composition_terms,
     patch_config,
     persistence_rows,
     rows_of,
@@ -65,64 +78,54 @@ def parse_model(spec: str) -> ModelChoice:
         raise CliUsageError(str(exc)) from None
 
 
+def note(text: str) -> None:
+    """One ``dsh: note:`` line on stderr (stdout may carry ``--json``)."""
+    print(f"dsh: note: {terminal_safe(text)}", file=sys.stderr)
+
+
 def compose(
     args: argparse.Namespace,
     *,
     workspace: str | None,
     demo_workspace: bool,
-    recorded: bool = False,
-) -> tuple[list[LocatedRow], str]:
-    """The composition with the command line's overrides, and the workspace to record.
+    by: str = "dsh run",
+) -> tuple[list[LocatedRow], str, RunTerms]:
+    """The composition of a new session with the command line's flags, its workspace, and the
+    terms it is created under (recorded as its first ``run/terms`` event).
 
-    ``workspace`` is ``--workspace`` or, with ``recorded``, the one a continued session
-    recorded (then a composition without a tools row simply has no workspace to set).
+    The built-in demo script is the model only when ``demo_workspace`` (``dsh run`` on a new
+    session) and neither ``--model`` nor the composition names one; it says so on stderr.
     """
-    _, located = load_composition(args)
-    choice = _configured_choice(located, parse_model(args.model))
-    if choice.row.id is not None:  # a row of its own (else the composition's, patched)
-        located = [r for r in located if r.row.id != choice.row.id]
-        located.insert(0, LocatedRow(choice.row, f"--model {args.model}"))
-    demo = workspace is None and demo_workspace and args.model == "demo"
+    _, located, identity = load_composition_terms(args)
+    spec: str | None = args.model
+    if spec is None and configured_route(located) is None:
+        if not demo_workspace:
+            raise CliUsageError(
+                "no model: the composition names none; pass --model SPEC (the built-in demo "
+                "script runs only for `dsh run` on a new session)"
+            )
+        spec = "demo"
+    if spec is not None:
+        located = with_model(located, parse_model(spec), f"--model {spec}")
+    demo = workspace is None and demo_workspace and spec == "demo"
     if demo:
         workspace = DEMO_WORKSPACE
-    tools = any(not located[i].row.disabled for i in rows_of(located, "builtin-tools"))
-    if workspace is not None and (tools or not recorded):
-        flag = "--workspace" if not recorded else "the session's recorded workspace"
+    if workspace is not None:
         _prepare_workspace(
-            workspace, create=demo or getattr(args, "create_workspace", False), flag=flag
+            workspace, create=demo or getattr(args, "create_workspace", False)
         )
         patch_config(located, ("builtin-tools",), "workspace", workspace, "--workspace")
     if getattr(args, "approval", None) is not None:
         apply_approval_flag(located, args.approval)
     if getattr(args, "sandbox", None) is not None:
         patch_config(located, ("builtin-tools",), "sandbox", args.sandbox, "--sandbox")
-    located = [_with_agent_model(r, choice) for r in located]
-    return located, _tools_workspace(located)
-
-
-def _routed(choice: ModelChoice) -> bool:
-    """True for a ``PREFIX:MODEL`` spec (a plugin's declared route), not demo/scripted."""
-    return any(choice.row.name == plugin for plugin, _ in declared_model_routes().values())
-
-
-def _configured_choice(located: list[LocatedRow], choice: ModelChoice) -> ModelChoice:
-    """``--model PREFIX:M`` on a composition that configures a row of that prefix's plugin
-    (``llm-openai-compatible``, ``llm-anthropic``): that row as configured (endpoint, key,
-    provider route), with only its model name replaced by M. Otherwise the spec's own row."""
-    if not _routed(choice):
-        return choice
-    plugin = choice.row.name
-    rows = [i for i in rows_of(located, plugin) if not located[i].row.disabled]
-    if not rows:
-        return choice
-    patch_config(located, (plugin,), "model", choice.model, "--model")
-    config = located[rows[0]].row.config or {}
-    provider = config.get("provider", choice.provider)
-    return ModelChoice(
-        Row(name=choice.row.name, config=dict(config)),  # no id: nothing is added
-        provider if isinstance(provider, str) else choice.provider,
-        choice.model,
+    cwd = _tools_workspace(located)
+    own_row = spec is not None and parse_model(spec).row.id is not None
+    terms = terms_of(
+        located, composition=identity, spec=portable_spec(spec) if own_row and spec else None,
+        by=by,
     )
+    return located, cwd, terms
 
 
 def _tools_workspace(located: list[LocatedRow]) -> str:
@@ -137,34 +140,93 @@ def _tools_workspace(located: list[LocatedRow]) -> str:
     return os.getcwd()
 
 
-def stored_header(args: argparse.Namespace, session_id: str) -> SessionHeader | None:
-    """The header of the stored session ``session_id`` (None: not stored), read from the
+def stored_session(args: argparse.Namespace, session_id: str) -> SessionLoad | None:
+    """What the stored session ``session_id`` holds (None: not stored), read from the
     composition's store before the full composition boots (its tools need the workspace)."""
     rows = persistence_rows(load_composition(args)[1])
 
-    async def body(host: PluginHost) -> SessionHeader | None:
+    async def body(host: PluginHost) -> SessionLoad | None:
         store = host.ctx.get("sessionPersistence")
         if store is None:
             return None
-        for listing in await store.list(unreadable=[]):  # another damaged log is no obstacle
-            if listing.header.id == session_id:
-                header: SessionHeader = listing.header
-                return header
-        try:  # not listed: the store's own verdict on the id (malformed, too long, absent)
-            await store.inspect(session_id)
+        try:
+            load: SessionLoad = await store.inspect(session_id)
         except SessionNotFoundError:
             return None
-        return None
+        return load
 
     return run_with_host(rows, body)
 
 
+def stored_header(args: argparse.Namespace, session_id: str) -> SessionHeader | None:
+    """The header of the stored session ``session_id`` (None: not stored)."""
+    load = stored_session(args, session_id)
+    return load.header if load is not None else None
+
+
 def recorded_workspace(args: argparse.Namespace, session_id: str) -> str | None:
-    """The workspace ``session_id`` recorded (its header's ``cwd``), or None."""
-    header = stored_header(args, session_id)
-    if header is None or not isinstance(header.cwd, str):
+    """The workspace ``session_id`` recorded (its terms', else its header's ``cwd``), or None."""
+    load = stored_session(args, session_id)
+    if load is None:
         return None
-    return header.cwd
+    terms = recorded_terms(load.events)
+    if terms is not None and terms.workspace is not None:
+        return terms.workspace
+    return load.header.cwd if isinstance(load.header.cwd, str) else None
+
+
+def continue_session(
+    args: argparse.Namespace,
+    load: SessionLoad,
+    *,
+    by: str,
+    runs_turn: bool = True,
+    legacy_approval: str | None = None,
+    needs_tools: bool = False,
+) -> tuple[list[LocatedRow], Plan]:
+    """The composition a stored session continues under: its recorded terms, with this
+    command's explicit flags as logged overrides (:func:`~dsh_host.front.runner.plan_continuation`
+    decides; a refusal is one ``dsh: error:`` line and nothing is written). ``legacy_approval``
+    is the approval flag a session without recorded terms is assumed to run under.
+    ``needs_tools``: boot the tools even when no turn runs (a decision binds the tool's
+    definition as registered here)."""
+    _, located, identity = load_composition_terms(args)
+    approval = getattr(args, "approval", None)
+    recorded = recorded_terms(load.events)
+    if approval is None and recorded is None:
+        approval = legacy_approval
+    model = args.model
+    workspace = getattr(args, "workspace", None)
+    overrides = Overrides(
+        model=parse_model(model) if model is not None else None,
+        model_spec=model,
+        workspace=os.path.abspath(os.path.expanduser(workspace)) if workspace else None,
+        sandbox=getattr(args, "sandbox", None),
+        approval_policy="ask" if approval == "defer" else approval,
+        unanswered="defer" if approval == "defer" else None,
+        composition_named=getattr(args, "config", None) is not None,
+    )
+    try:
+        plan = plan_continuation(
+            located, session_id=load.id, recorded=recorded, composition=identity,
+            overrides=overrides, by=by, runs_turn=runs_turn,
+            repair_only=not runs_turn and not needs_tools,
+        )
+    except TermsRefused as exc:
+        raise CliUsageError(str(exc)) from None
+    rows = plan.rows
+    if not runs_turn and not needs_tools:
+        # A repair runs no tool: it needs the store and the agent, not the workspace (which
+        # may be gone, or hold the store: `Agent(store=...)` inside its workspace).
+        return rows_needed_for(rows, ("agent", "sessionPersistence", "approval")), plan
+    if plan.terms.workspace is not None and rows_of(rows, "builtin-tools"):
+        flag = "--workspace" if workspace else "the session's recorded workspace"
+        _prepare_workspace(
+            plan.terms.workspace, create=getattr(args, "create_workspace", False), flag=flag
+        )
+    for text in plan.notes:
+        note(text)
+    return rows, plan
 
 
 def _prepare_workspace(workspace: str, *, create: bool, flag: str = "--workspace") -> None:
@@ -185,19 +247,6 @@ def _prepare_workspace(workspace: str, *, create: bool, flag: str = "--workspace
         raise CliUsageError(
             f"{flag} {workspace}: cannot create it: {error.strerror or error}"
         ) from None
-
-
-def _with_agent_model(located: LocatedRow, choice: ModelChoice) -> LocatedRow:
-    if located.row.name != "agent":
-        return located
-    config = dict(located.row.config or {})
-    config.setdefault("provider", choice.provider)
-    if _routed(choice):
-        config["model"] = choice.model  # --model PREFIX:M names the model: M
-    else:
-        config.setdefault("model", choice.model)
-    row = Row(name="agent", id=located.row.id, config=config, disabled=located.row.disabled)
-    return replace(located, row=row)
 
 
 # -- live transcript ---------------------------------------------------------------------
@@ -391,24 +440,26 @@ def _report(args: argparse.Namespace, result: dict[str, Any]) -> int:
     return 0 if completed else 1
 
 
-def _continue_or_start(args: argparse.Namespace) -> tuple[list[LocatedRow], str, bool]:
-    """Compose ``dsh run``: with ``--session ID`` of a stored session, in its workspace."""
-    header = stored_header(args, args.session) if args.session else None
-    _check_new_flag(args, stored=header is not None)
-    recorded = header.cwd if header is not None and isinstance(header.cwd, str) else None
-    if args.workspace is None and recorded is not None:
-        located, cwd = compose(args, workspace=recorded, demo_workspace=False, recorded=True)
-    else:
-        located, cwd = compose(args, workspace=args.workspace, demo_workspace=header is None)
-    return located, cwd, header is not None
+def _continue_or_start(
+    args: argparse.Namespace,
+) -> tuple[list[LocatedRow], str, RunTerms | Plan]:
+    """Compose ``dsh run``: a new session's rows and terms, or (``--session ID`` of a stored
+    session) the plan it continues under."""
+    load = stored_session(args, args.session) if args.session else None
+    _check_new_flag(args, stored=load is not None)
+    if load is not None:
+        located, plan = continue_session(args, load, by="dsh run --session")
+        return located, plan.terms.workspace or os.getcwd(), plan
+    located, cwd, terms = compose(args, workspace=args.workspace, demo_workspace=True)
+    return located, cwd, terms
 
 
 def run_run(args: argparse.Namespace) -> int:
-    located, cwd, stored = _continue_or_start(args)
+    located, cwd, terms = _continue_or_start(args)
     prompt = args.prompt
     if prompt is None:
-        if args.model != "demo":
-            raise CliUsageError("PROMPT is required unless --model is demo")
+        if not (isinstance(terms, RunTerms) and _is_demo(terms)):
+            raise CliUsageError("PROMPT is required unless the model is the built-in demo")
         prompt = DEMO_PROMPT
     transcript = Transcript(quiet=args.json)
     interrupts = Interrupts()
@@ -417,14 +468,18 @@ def run_run(args: argparse.Namespace) -> int:
         transcript.install(host)
         _install_answerer(host, interrupts)
         service = host.ctx.agent
-        if stored:
+        if isinstance(terms, Plan):
             # Ownership first: a second writer is refused (exit 3) before any repair is shown.
             agent = await service.resume(args.session)
             closers: list[dict[str, Any]] | None = repair_rows(agent)
             print_closers(transcript, closers or [])
+            adopt(agent, terms)
         else:
             closers = None
             agent = service.create(session_id=args.session or new_session_id(), cwd=cwd)
+            record_terms(agent.session, terms)
+            if _is_demo(terms) and args.model is None:  # the demo says so, once it runs
+                transcript._print(DEMO_NOTICE, "dim")
         reason = await _interruptible_turn(agent, prompt, interrupts)
         result = await _finish(args, host, agent, reason, transcript)
         if closers is not None:
@@ -434,6 +489,22 @@ def run_run(args: argparse.Namespace) -> int:
 
     code = _report(args, run_with_host(located, body, interrupts=interrupts))
     return interrupts.exit_code if interrupts.exit_code is not None else code
+
+
+DEMO_NOTICE = (
+    "no model is configured: this is the built-in demo script (pass --model SPEC, or use a "
+    "composition with a model row, for a real model)"
+)
+
+
+def _is_demo(terms: RunTerms) -> bool:
+    return terms.model is not None and terms.model.spec == "demo"
+
+
+def adopt(agent: Agent, plan: Plan) -> None:
+    """Before anything runs: log the terms this command changed (or assumed)."""
+    if plan.record is not None:
+        record_terms(agent.session, plan.record)
 
 
 def _check_new_flag(args: argparse.Namespace, *, stored: bool) -> None:
@@ -497,13 +568,12 @@ def print_closers(transcript: Transcript, closers: list[dict[str, Any]]) -> None
 
 
 def run_resume(args: argparse.Namespace) -> int:
-    workspace = args.workspace
-    recorded = workspace is None
-    if recorded:
-        workspace = recorded_workspace(args, args.session_id)
-        if args.prompt is None and workspace is not None and not os.path.isdir(workspace):
-            workspace = None  # a repair runs no tool: a workspace gone since is no obstacle
-    located, _cwd = compose(args, workspace=workspace, demo_workspace=False, recorded=recorded)
+    load = stored_session(args, args.session_id)
+    if load is None:
+        raise SessionNotFoundError(f'session "{args.session_id}" not found')
+    located, plan = continue_session(
+        args, load, by="dsh resume", runs_turn=args.prompt is not None
+    )
     transcript = Transcript(quiet=args.json)
     interrupts = Interrupts()
 
@@ -515,6 +585,7 @@ def run_resume(args: argparse.Namespace) -> int:
         print_closers(transcript, closers)
         reason = None
         if args.prompt is not None:
+            adopt(agent, plan)
             reason = await _interruptible_turn(agent, args.prompt, interrupts)
         result = await _finish(args, host, agent, reason, transcript)
         result["closers"] = closers

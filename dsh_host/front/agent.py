@@ -46,7 +46,7 @@ from dsh_host.agent.keys import (
 from dsh_host.cancel import CancelToken
 from dsh_host.compositions import load_config
 from dsh_host.errors import ConfigError
-from dsh_host.loader import PluginHost, Row, canonical_name, open_host
+from dsh_host.loader import LocatedRow, PluginHost, Row, canonical_name, open_host
 from dsh_host.session.approvals import DeferredCall
 from dsh_host.session.events import (
     ApprovalAsked as ApprovalAskedData,
@@ -65,6 +65,7 @@ from dsh_host.session.events import (
     UserCancel,
 )
 from dsh_host.session.events import TurnEnd as TurnEndData
+from dsh_host.session.events.data import CompositionTerms, RunTerms
 from dsh_host.session.keys import SESSION_EVENT
 from dsh_host.session.messages import (
     PluginSource,
@@ -76,6 +77,7 @@ from dsh_host.session.messages import (
     UserMessage,
     new_message_id,
 )
+from dsh_host.session.terms import record_terms, recorded_terms
 from dsh_host.tools import (
     ApprovalRequest,
     ToolArgsError,
@@ -90,6 +92,7 @@ from dsh_host.tools.types import text_output
 from . import events as ev
 from .errors import OutputValidationError
 from .models import parse_model
+from .runner import TermsRefused, composition_digest, differences, portable_spec, terms_of
 from .tools import FunctionTool, thaw, type_schema
 
 if TYPE_CHECKING:
@@ -205,6 +208,7 @@ class Agent:
         composition: str | os.PathLike[str] | None = None,
     ) -> None:
         self._model = parse_model(model, "Agent(model=...)")
+        self._model_spec = model
         self._definitions: list[ToolDefinition] = []
         self._ask: list[str] = []
         for item in tools:
@@ -249,6 +253,7 @@ class Agent:
         # The CLI's choice and trust rules (D16): a named file, else $DSH_CONFIG, a trusted
         # ./dsh.yml, the user's config.yml, the shipped default.
         self._composition = load_config(os.fspath(composition) if composition is not None else None)
+        self._composition_named = composition is not None
         self._extra_rows = list(rows)
         self._overrides = {key: dict(value) for key, value in (config or {}).items()}
         self._rows = self._compose()
@@ -438,11 +443,27 @@ class Agent:
             raise AgentError("the Agent is not open; use `async with Agent(...) as agent:`")
         return self._host
 
+    def _terms(self, reason: str = "created", changed: Sequence[str] = ()) -> RunTerms:
+        """The run terms of this agent's host (recorded on the sessions it creates); its
+        composition is identified as ``dsh`` identifies it (the file and its rows' digest), so a
+        session moves between the library and the CLI."""
+        composition = CompositionTerms(
+            name=str(self._composition.path.resolve()),
+            digest=composition_digest(self._composition.rows),
+        )
+        own = self._model.row.id is not None
+        return terms_of(
+            [LocatedRow(row, "Agent(...)") for row in self._rows], composition=composition,
+            spec=portable_spec(self._model_spec) if own else None, by="Agent",
+            reason=reason, changed=changed,
+        )
+
     @property
     def core(self) -> CoreAgent:
         """The core agent driving the session (created on first use)."""
         if self._core is None:
             self._core = self.host.ctx.agent.create(cwd=self._workspace)
+            record_terms(self._core.session, self._terms())
         return self._core
 
     @property
@@ -458,12 +479,55 @@ class Agent:
         return self.core.id
 
     async def resume(self, session_id: str) -> Agent:
-        """Continue a stored session (repaired first if a crash interrupted it)."""
+        """Continue a stored session (repaired first if a crash interrupted it).
+
+        The session continues only under its recorded run terms: an agent composed with
+        another workspace, sandbox or approval policy raises :class:`TermsRefused` naming each
+        difference, before anything is written. ``model`` is always given explicitly, so another
+        model is an override, logged as one (``run/terms``, ``changed: [model]``); another
+        composition is refused unless it was named (``composition=``), then logged too. A
+        session that predates the terms is continued under this agent's, which are recorded
+        (``assumed``).
+        """
         await self._settle()
+        record = await self._check_terms(session_id)
         if self._core is not None:
             await self._release(self._core)
         self._core = await self.host.ctx.agent.resume(session_id)
+        if record is not None:
+            record_terms(self._core.session, record)
         return self
+
+    async def _check_terms(self, session_id: str) -> RunTerms | None:
+        """The terms record to append on resuming ``session_id``, or a refusal."""
+        store = self.host.ctx.get("sessionPersistence")
+        if store is None:
+            return None  # the core agent's resume says why it cannot
+        recorded = recorded_terms((await store.inspect(session_id)).events)
+        if recorded is None:
+            return self._terms("assumed")
+        current = self._terms()
+        # ``model`` is a required argument, so always an explicit choice: a different one is
+        # an override, logged; every other term must be the recorded one.
+        problems = [p for p in differences(recorded, current) if not p.startswith("model ")]
+        changed = [] if len(problems) == len(differences(recorded, current)) else ["model"]
+        other_composition = recorded.composition.digest != current.composition.digest
+        if other_composition:
+            changed.append("composition")
+        if other_composition and not self._composition_named:
+            problems.append(
+                f"composition {recorded.composition.name} ({recorded.composition.digest[:12]}; "
+                f"here: {current.composition.name}, {current.composition.digest[:12]}; name it "
+                "with composition= to continue under it)"
+            )
+        if problems:
+            raise TermsRefused(
+                f'session "{session_id}" runs under other terms than this Agent: '
+                + "; ".join(problems)
+                + ". Construct the Agent with the recorded values to continue it "
+                "(nothing was written)"
+            )
+        return self._terms("override", changed) if changed else None
 
     async def fork(self, boundary: int | None = None) -> str:
         """Continue on a copy of this session's log up to ``boundary`` (default: all of it).

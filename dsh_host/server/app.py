@@ -220,7 +220,7 @@ async def get_session(request: Request) -> Response:
       - {name: id, in: path, required: true, schema: {type: string}}
     responses:
       200:
-        description: The session's summary plus header, pendingApprovals, runningTurn
+        description: The session's summary plus header, pendingApprovals, runningTurn, refused
         content:
           application/json: {schema: {$ref: "#/components/schemas/Session"}}
       404: {description: "SESSION_NOT_FOUND"}
@@ -236,6 +236,9 @@ async def get_session(request: Request) -> Response:
         "header": stored.header,
         "pendingApprovals": list(stored.approvals),
         "runningTurn": running.turn if running is not None else None,
+        # why this server would refuse every operation on it (null: none); the inspector
+        # offers no action then
+        "refused": runtime.refusal(session_id, stored),
     })
 
 

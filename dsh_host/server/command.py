@@ -17,10 +17,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from dsh_host.compositions import load_config
+from dsh_host.compositions import composition_digest, load_config
 from dsh_host.errors import ConfigError, DshError, install_hint
 from dsh_host.front.models import MODEL_SPECS, parse_model
 from dsh_host.loader import LocatedRow, Row, canonical_name
+from dsh_host.session.events.data import CompositionTerms
 
 __all__ = ["QUEUE_DSN_ENV", "TOKEN_ENV", "ServeUsageError", "add_parser", "build_compositions"]
 
@@ -170,6 +171,21 @@ def build_compositions(
     return out
 
 
+def composition_identities(
+    config: str | None, extra: Sequence[str]
+) -> dict[str, CompositionTerms]:
+    """Each served composition's identity in the run terms, as ``dsh run`` records it: the file
+    and the digest of its rows as loaded (so a session moves between the CLI and the server)."""
+    files = {"default": config, **{s.partition("=")[0]: s.partition("=")[2] for s in extra}}
+    out = {}
+    for name, path in files.items():
+        loaded = load_config(path)
+        out[name] = CompositionTerms(
+            name=str(loaded.path.resolve()), digest=composition_digest(loaded.rows)
+        )
+    return out
+
+
 def _token(args: argparse.Namespace) -> str | None:
     if args.token_file is not None:
         try:
@@ -234,6 +250,8 @@ def run_serve(args: argparse.Namespace) -> int:
     roots = tuple(os.path.realpath(p) for p in args.allow_workspace)
     options = ServeOptions(
         compositions=build_compositions(args.config, args.composition, args.model, args.root),
+        identities=composition_identities(args.config, args.composition),
+        model_spec=args.model,
         default_workspace=workspace,
         workspace_roots=roots,
         token=token,

@@ -33,10 +33,20 @@ from anyio.streams.memory import MemoryObjectSendStream
 from dsh_host.agent.errors import ApprovalDecisionError
 from dsh_host.agent.loop import Agent
 from dsh_host.errors import DshError
+from dsh_host.front.runner import (
+    Overrides,
+    Plan,
+    TermsRefused,
+    composition_digest,
+    plan_continuation,
+    portable_spec,
+    terms_of,
+)
 from dsh_host.loader import LocatedRow, PluginHost, Row, canonical_name, open_host
 from dsh_host.session.approvals import pending_approvals
 from dsh_host.session.events import SessionEvent, TurnEndReason, turn_end_kind
-from dsh_host.session.header import new_session_id
+from dsh_host.session.events.data import CompositionTerms, RunTerms
+from dsh_host.session.header import SessionHeader, new_session_id
 from dsh_host.session.persistence import (
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
@@ -44,6 +54,7 @@ from dsh_host.session.persistence import (
     SessionLoad,
     SessionNotFoundError,
 )
+from dsh_host.session.terms import record_terms, recorded_terms
 
 from . import views
 from .metrics import ServerMetrics
@@ -104,10 +115,22 @@ class ServeOptions:
     #: turns one worker process runs at once, and when a silent worker counts as dead (seconds)
     queue_concurrency: int = 4
     stalled_after: float = 6.0
+    #: composition name -> its identity in the run terms (the file and the digest of its rows
+    #: as loaded, as ``dsh run`` records it); a composition missing here is identified by its
+    #: name and the digest of the rows it is served with
+    identities: Mapping[str, CompositionTerms] = field(default_factory=dict)
+    #: the ``--model`` spec the compositions were built with (recorded when it rebuilds alone)
+    model_spec: str | None = None
 
     @property
     def default_composition(self) -> str:
         return next(iter(self.compositions))
+
+    def identity(self, name: str) -> CompositionTerms:
+        found = self.identities.get(name)
+        if found is not None:
+            return found
+        return CompositionTerms(name=name, digest=composition_digest(self.compositions[name]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +145,8 @@ class StoredSummary:
     interrupted: bool
     #: the stored header, as JSON
     header: dict[str, Any]
+    #: the header and run terms every operation is admitted by (:meth:`ServerRuntime.admit`)
+    admission: tuple[SessionHeader, RunTerms | None] | None = None
 
     @classmethod
     def of(cls, load: SessionLoad) -> StoredSummary:
@@ -139,7 +164,8 @@ class StoredSummary:
             "usage": views.usage(events),
         }
         approvals = tuple(pending_approvals(events, load.id))
-        return cls(fields, approvals, bool(load.closers), header.to_json())
+        admission = (header, recorded_terms(events))
+        return cls(fields, approvals, bool(load.closers), header.to_json(), admission)
 
 
 @dataclass
@@ -228,9 +254,14 @@ class ServerRuntime:
             )
         return service
 
-    async def host(self, composition: str, workspace: str) -> PluginHost:
-        """The host of ``composition`` working in ``workspace``, booted on first use."""
-        key = (composition, workspace)
+    async def host(
+        self, composition: str, workspace: str, rows: Sequence[LocatedRow] | None = None
+    ) -> PluginHost:
+        """The host of ``composition`` working in ``workspace`` (or of exactly ``rows``: a
+        session's composition patched to its recorded terms), booted on first use."""
+        if rows is None:
+            rows = _with_workspace(self.options.compositions[composition], workspace)
+        key = (composition, composition_digest(rows))
         while key not in self._hosts:
             booting = self._booting.get(key)
             if booting is not None:
@@ -238,8 +269,7 @@ class ServerRuntime:
                 continue
             self._booting[key] = done = anyio.Event()
             try:
-                rows = _with_workspace(self.options.compositions[composition], workspace)
-                self._hosts[key] = await self._group.start(self._host_task, rows)
+                self._hosts[key] = await self._group.start(self._host_task, list(rows))
             finally:
                 del self._booting[key]
                 done.set()
@@ -392,17 +422,19 @@ class ServerRuntime:
         return out
 
     # ------------------------------------------------------------------ writes
-    def check_workspace(self, workspace: str | None) -> str:
-        """The absolute workspace a new session works in; refused outside the allowed roots."""
+    def check_workspace(self, workspace: str | None, *, session_id: str | None = None) -> str:
+        """The absolute workspace a session works in; refused outside the allowed roots, for a
+        new session and for every operation on a stored one (``session_id``)."""
         if workspace is None:
             return self.options.default_workspace
         path = os.path.realpath(workspace)
         roots = (self.options.default_workspace, *self.options.workspace_roots)
         if not any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots):
+            whose = f'session "{session_id}" works in ' if session_id is not None else ""
             raise ApiError(
                 400,
                 "WORKSPACE_REFUSED",
-                f"workspace {workspace!r} is outside the directories this server allows "
+                f"{whose}workspace {workspace!r} is outside the directories this server allows "
                 f"({', '.join(roots)}); start dsh serve with --allow-workspace DIR to add one",
             )
         if not os.path.isdir(path):
@@ -439,8 +471,15 @@ class ServerRuntime:
         session = sessions.create(
             session_id or new_session_id(), meta={"cwd": path, "agentPreset": name}
         )
+        rows = _with_workspace(self.options.compositions[name], path)
+        spec = self.options.model_spec
+        own = spec is not None and any(r.row.id == "model" for r in rows)
+        record_terms(session, terms_of(
+            rows, composition=self.options.identity(name),
+            spec=portable_spec(spec) if own and spec else None, by="dsh serve",
+        ))
         try:
-            await sessions.flush(session)  # an empty flush stores the header
+            await sessions.flush(session)  # stores the header and the terms
         finally:
             sessions.detach(session)
         return await self.inspect(session.id)
@@ -453,19 +492,57 @@ class ServerRuntime:
             )
         self._claimed.add(session_id)
 
-    async def _resume(self, load: SessionLoad) -> Agent:
-        header = load.header
+    def _admit(self, load: SessionLoad) -> tuple[str, Plan]:
+        return self.admit(load.id, load.header, recorded_terms(load.events))
+
+    def refusal(self, session_id: str, stored: StoredSummary) -> dict[str, str] | None:
+        """Why operations on the session would be refused (``{code, message}``), or None: the
+        inspector offers no action for such a session."""
+        if stored.admission is None:
+            return None
+        try:
+            self.admit(session_id, *stored.admission)
+        except ApiError as exc:
+            return {"code": exc.code, "message": str(exc)}
+        return None
+
+    def admit(
+        self, session_id: str, header: SessionHeader, recorded: RunTerms | None
+    ) -> tuple[str, Plan]:
+        """The one check every operation on a stored session passes (turns, decisions,
+        continuations, queue jobs, cancel): its workspace must be one this server allows (400
+        ``WORKSPACE_REFUSED``), and it continues under its recorded terms -- its composition
+        patched back to them -- or not at all (409 ``TERMS_REFUSED``)."""
         name = header.agent_preset if isinstance(header.agent_preset, str) else None
         if name is not None and name not in self.options.compositions:
             raise ApiError(
                 409,
                 "UNKNOWN_COMPOSITION",
-                f'session "{load.id}" was created with composition {name!r}, which this server '
-                "does not run",
+                f'session "{session_id}" was created with composition {name!r}, which this '
+                "server does not run",
             )
-        workspace = header.cwd if isinstance(header.cwd, str) else self.options.default_workspace
-        host = await self.host(name or self.options.default_composition, workspace)
+        name = name or self.options.default_composition
+        workspace = recorded.workspace if recorded is not None else None
+        if workspace is None:
+            workspace = header.cwd if isinstance(header.cwd, str) else None
+        path = self.check_workspace(workspace, session_id=session_id)
+        rows = _with_workspace(self.options.compositions[name], path)
+        try:
+            plan = plan_continuation(
+                rows, session_id=session_id, recorded=recorded,
+                composition=self.options.identity(name), overrides=Overrides(),
+                by="dsh serve",
+            )
+        except TermsRefused as exc:
+            raise ApiError(409, "TERMS_REFUSED", str(exc)) from None
+        return name, plan
+
+    async def _resume(self, load: SessionLoad) -> Agent:
+        name, plan = self._admit(load)
+        host = await self.host(name, plan.terms.workspace or "", plan.rows)
         agent: Agent = await host.ctx.agent.resume(load.id)
+        if plan.record is not None:  # a session that predates its terms: what is assumed
+            record_terms(agent.session, plan.record)
         return agent
 
     async def start_turn(self, session_id: str, prompt: str) -> int:
@@ -622,6 +699,7 @@ class ServerRuntime:
     async def cancel(self, session_id: str) -> int | None:
         """Cancel the session's running turn (on whichever worker runs it in queue mode), or
         in queue mode its turn still waiting for a worker (it never starts)."""
+        self._admit(await self.inspect(session_id))  # the same rule as every other operation
         running = self._running.get(session_id)
         if running is not None:
             running.agent.cancel()

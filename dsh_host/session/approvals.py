@@ -16,7 +16,7 @@ service (bind and record a decision) and by ``dsh approvals``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 __all__ = [
@@ -97,6 +97,9 @@ class DeferredCall:
     turn: int
     step: int
     decision: DeferredDecision | None
+    #: the context its ``approval/asked`` recorded (``sandboxMode``, ``network``,
+    #: ``toolDigest``, ``compositionDigest``; empty for an ask that recorded none)
+    asked_context: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def logged_digest(self) -> str:
@@ -191,9 +194,29 @@ def deferred_calls(events: Sequence[Any]) -> list[DeferredCall]:
                 turn=int(turn) if isinstance(turn, int) else 0,
                 step=int(_get(call, "step") or 1),
                 decision=decisions.get(ask_id),
+                asked_context=context_of_ask(ask.data),
             )
         )
     return result
+
+
+#: The context keys an ask records (wire names) and their Struct attributes.
+CONTEXT_KEYS: Final = (
+    ("sandboxMode", "sandbox_mode"),
+    ("network", "network"),
+    ("toolDigest", "tool_digest"),
+    ("compositionDigest", "composition_digest"),
+)
+
+
+def context_of_ask(data: Any) -> dict[str, str]:
+    """The context an ``approval/asked`` (or ``approval/decided``) recorded, by wire name."""
+    out: dict[str, str] = {}
+    for wire, attribute in CONTEXT_KEYS:
+        value = _get(data, attribute, wire)
+        if isinstance(value, str):
+            out[wire] = value
+    return out
 
 
 def _str_or_none(value: Any) -> str | None:
@@ -212,6 +235,8 @@ def pending_approvals(events: Sequence[Any], session_id: str) -> list[dict[str, 
             "arguments": call.arguments,
             "askedAt": call.asked_at,
             "turn": call.turn,
+            "sandboxMode": call.asked_context.get("sandboxMode"),
+            "network": call.asked_context.get("network"),
         }
         for call in deferred_calls(events)
         if call.decision is None

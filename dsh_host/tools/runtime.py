@@ -452,6 +452,13 @@ class ToolRuntime:
             approval_cancelled = False
             decision: PreToolDecision = gate
             recorded = call.approval_decision
+            changed = self._context_change(execution, gate, recorded)
+            if changed is not None:
+                # Allowed in another context (sandbox, network, tool, composition): that
+                # decision does not hold here; the call is asked again, in this context.
+                gate = Ask(f"the context changed since this call was allowed ({changed}); "
+                           "ask again")
+                recorded = None
             if recorded is not None and not isinstance(gate, Deny):
                 # A decision recorded for a deferred call: a denying rule wins (above), the
                 # user's "no" wins over a rule that now allows, the policy is re-checked.
@@ -473,6 +480,20 @@ class ToolRuntime:
             return Prepared("dispatch", execution)
         except Exception as exc:
             return Prepared("final-result", execution, error_result(exc))
+
+    def _context_change(
+        self, execution: ToolExecution, gate: PreToolDecision, recorded: str | None
+    ) -> str | None:
+        """What changed since a recorded "allowed-once" was asked (None: nothing, or nothing to
+        check: no recorded allow, a call that needs no approval now, no approval service)."""
+        if recorded != "allowed-once" or not isinstance(gate, Ask) or execution.agent is None:
+            return None
+        approval = self._ctx.get("approval")
+        check = getattr(approval, "recorded_decision_change", None)
+        if not callable(check):
+            return None
+        change = check(execution.agent.session, execution.call_id, execution.name)
+        return change if isinstance(change, str) else None
 
     def _apply_recorded(
         self, execution: ToolExecution, gate: PreToolDecision, recorded: str

@@ -44,14 +44,22 @@ fails closed (``unavailable``).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 import anyio
 
 from dsh_host.agent.errors import ApprovalDecisionError
-from dsh_host.session.approvals import AWAITING_APPROVAL, DeferredCall, deferred_calls
+from dsh_host.session.approvals import (
+    AWAITING_APPROVAL,
+    DeferredCall,
+    context_of_ask,
+    deferred_calls,
+)
 from dsh_host.session.messages import (
     PluginSource,
     TextBlock,
@@ -59,6 +67,7 @@ from dsh_host.session.messages import (
     Wire,
     new_message_id,
 )
+from dsh_host.session.terms import recorded_terms
 from dsh_host.tools.keys import APPROVAL_REQUEST
 
 from .errors import ApprovalOutsideTurnError, ApprovalRequestError, InvalidApprovalPolicyError
@@ -267,6 +276,7 @@ class ApprovalService:
                 asked["argsDigest"] = args_digest(raw)
         if getattr(req, "stage", None) == "pre-execute":
             asked["stage"] = "pre-execute"
+        asked.update(self.context(session, tool_name))
         session.append("approval/asked", asked)
         try:
             outcome = await self._decide(req, session)
@@ -336,6 +346,63 @@ class ApprovalService:
 
     # -- deferred decisions (D19) ---------------------------------------------------------
 
+    # -- context ----------------------------------------------------------------------------
+
+    def context(self, session: AppendableSession, tool_name: str) -> dict[str, str]:
+        """The context an ask is made in, and a decision holds in (wire names; absent parts are
+        left out): the sandbox mode and network of the session's run terms (the runner composes
+        every continuation to them), the sha256 of the tool's definition as registered here (name,
+        description, parameters) and of the composition's rows. A decision applied where any of
+        them differs is refused and the call asked again: what a person allowed was that call,
+        with that tool, under that sandbox."""
+        out: dict[str, str] = {}
+        terms = recorded_terms(session.events)
+        if terms is not None:
+            if terms.sandbox is not None:
+                out["sandboxMode"] = terms.sandbox.mode
+                out["network"] = terms.sandbox.network
+            out["compositionDigest"] = terms.composition.digest
+        tools = self._ctx.get("tools")
+        definition = tools.get(tool_name) if tools is not None else None
+        if definition is not None:
+            schema = {"name": definition.name, "description": definition.description,
+                      "parameters": definition.parameters}
+            out["toolDigest"] = hashlib.sha256(
+                json.dumps(schema, sort_keys=True, separators=(",", ":"), default=str).encode()
+            ).hexdigest()
+        return out
+
+    def context_change(
+        self, session: AppendableSession, tool_name: str, asked: Mapping[str, str]
+    ) -> str | None:
+        """What changed between the context ``asked`` (recorded by an ask) and now, for people;
+        None when nothing did (an ask that recorded no context binds none)."""
+        now = self.context(session, tool_name)
+        changed = [
+            f"{_CONTEXT_LABELS[key]} {value} -> {now.get(key, '(none)')}"
+            if key in ("sandboxMode", "network") else f"{_CONTEXT_LABELS[key]} changed"
+            for key, value in asked.items()
+            if key in _CONTEXT_LABELS and now.get(key) != value
+        ]
+        return "; ".join(changed) if changed else None
+
+    def recorded_decision_change(
+        self, session: AppendableSession, call_id: str, tool_name: str
+    ) -> str | None:
+        """For the tools pipeline applying a recorded decision: what changed since the deferred
+        call ``call_id`` was asked (None: nothing, or it is not a deferred call)."""
+        # The continued turn is open, so the call is found by its last pre-execute ask (the
+        # one its decision answers), not through deferred_calls (which lists between turns).
+        for event in reversed(session.events):
+            if event.type != "approval/asked":
+                continue
+            data = event.data
+            if getattr(data, "call_id", None) == call_id and getattr(data, "stage", None) == (
+                "pre-execute"
+            ):
+                return self.context_change(session, tool_name, context_of_ask(data))
+        return None
+
     def awaiting_reason(self, call_ids: tuple[str, ...]) -> AwaitingApprovalReason:
         """The turn-end reason of a turn whose step deferred ``call_ids``."""
         return AwaitingApprovalReason(call_ids=tuple(call_ids))
@@ -388,6 +455,13 @@ class ApprovalService:
                 f"the digest of its logged arguments ({call.asked_digest}); the call changed "
                 "since it was shown; list the pending approvals again"
             )
+        change = self.context_change(session, call.tool_name, call.asked_context)
+        if change is not None:
+            raise ApprovalDecisionError(
+                f'call "{call_id}" of session "{session.id}": the context changed since it was '
+                f"asked ({change}); a decision holds only in the context it was asked in: ask "
+                "again (continue the session under its recorded terms, or start a new turn)"
+            )
         data: dict[str, Any] = {
             "id": call.ask_id,
             "outcome": "allowed-once" if decision == "allow" else "rejected",
@@ -397,9 +471,18 @@ class ApprovalService:
         }
         if reason is not None:
             data["reason"] = reason
+        data.update(call.asked_context)
         session.append("approval/decided", data)
         decided = next(c for c in deferred_calls(session.events) if c.call_id == call_id)
         return decided
+
+
+_CONTEXT_LABELS: Final = {
+    "sandboxMode": "sandbox",
+    "network": "network",
+    "toolDigest": "the tool's definition",
+    "compositionDigest": "the composition",
+}
 
 
 def _append_contained(

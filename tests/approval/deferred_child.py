@@ -30,6 +30,7 @@ import msgspec
 
 from dsh_host import open_host
 from dsh_host.cli.run_cmd import compose
+from dsh_host.session.terms import record_terms
 
 
 def say(text: str) -> None:
@@ -42,7 +43,7 @@ async def main(spec: dict[str, Any]) -> None:
         config=spec["config"], root=spec["root"], model=f"scripted:{spec['script']}",
         workspace=spec["workspace"], approval="defer", sandbox=None,
     )
-    located, _ = compose(args, workspace=args.workspace, demo_workspace=False)
+    located, _, terms = compose(args, workspace=args.workspace, demo_workspace=False)
     mode = spec["mode"]
     async with open_host(located) as host:
         ctx = host.ctx
@@ -58,6 +59,7 @@ async def main(spec: dict[str, Any]) -> None:
 
             ctx.on("approval/request", answerer)
             agent = ctx.agent.create(session_id=spec["session"], cwd=spec["workspace"])
+            record_terms(agent.session, terms)  # as `dsh run` does: the CLI continues under them
             reason = await agent.run_turn("append to the ledger")
         else:
             agent = await ctx.agent.resume(spec["session"])

@@ -41,7 +41,8 @@ def test_defer_exit_4_then_allow_from_another_process_runs_it_exactly_once(defer
     assert [(r["sessionId"], r["callId"]) for r in rows] == [(session_id, CALL)]
     row = rows[0]
     assert set(row) == {"sessionId", "callId", "tool", "argsDigest", "arguments", "askedAt",
-                        "turn"}
+                        "turn", "sandboxMode", "network"}
+    assert (row["sandboxMode"], row["network"]) == ("workspace-write", "deny")
     assert "$DSH_CALL_ID" in row["arguments"]
 
     decide = deferred.dsh(

@@ -119,7 +119,7 @@ async def test_no_answerer_is_unavailable() -> None:
         assert text_of(result) == UNAVAILABLE
         assert probe.calls == []
         asked = assert_pair(agent.session, "unavailable")
-        assert set(asked) == {"id", "toolName", "callId", "argsDigest", "stage"}
+        assert set(asked) == {"id", "toolName", "callId", "argsDigest", "stage", "toolDigest"}
         assert asked["stage"] == "pre-execute"
 
 
@@ -505,9 +505,10 @@ async def test_minimal_request_omits_absent_fields_and_ids_are_fresh() -> None:
             ApprovalRequest(agent=agent, tool_name="probe", call_id="c9", reason="because")
         )
         first, _, second, _ = audit(agent.session)
-        assert set(first["data"]) == {"id", "toolName"}
+        # The context of a registered tool is its definition's digest (no run terms here).
+        assert set(first["data"]) == {"id", "toolName", "toolDigest"}
         # No tool/call logged for c9: no digest, but callId and reason are kept.
-        assert set(second["data"]) == {"id", "toolName", "callId", "reason"}
+        assert set(second["data"]) == {"id", "toolName", "callId", "reason", "toolDigest"}
         assert second["data"]["reason"] == "because"
         assert first["data"]["id"] != second["data"]["id"]
 
@@ -527,7 +528,7 @@ async def test_args_digest_binds_the_logged_arguments() -> None:
         agent = new_agent(host)
         await call_tool(host, agent, raw=raw)
         asked = assert_pair(agent.session, "allowed-once")
-        assert set(asked) == {"id", "toolName", "callId", "argsDigest", "stage"}
+        assert set(asked) == {"id", "toolName", "callId", "argsDigest", "stage", "toolDigest"}
         assert asked["stage"] == "pre-execute"
         assert asked["argsDigest"] == hashlib.sha256(raw.encode()).hexdigest()
         # A different call id in the same turn gets its own digest.

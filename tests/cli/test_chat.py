@@ -309,11 +309,28 @@ def test_resume_continues_a_stored_session_in_its_recorded_workspace(tmp_path: P
         if e["type"] == "user/message" and e["data"]["source"]["kind"] == "user"
     ]
     assert prompts == ["first question", "where are you"]
+    # the chat's explicit flags changed the session's terms, and that is logged before the turn
+    created, override = [e["data"] for e in events if e["type"] == "run/terms"]
+    assert created["sandbox"]["mode"] == "workspace-write" and created["by"] == "dsh run"
+    assert override["reason"] == "override" and override["by"] == "dsh chat /resume"
+    assert override["changed"] == ["model", "sandbox"]
+    assert override["sandbox"]["mode"] == "danger-full-access"
+    assert override["workspace"] == str(first_ws)
 
 
 def test_dsh_alone_opens_the_chat_on_a_terminal(tmp_path: Path) -> None:
-    """`dsh` with no subcommand on a terminal is the chat (off a terminal: help, exit 2)."""
+    """`dsh` with no subcommand on a terminal is the chat (off a terminal: help, exit 2). The
+    chat needs a model (the demo script runs only for a new `dsh run`): here the composition
+    names one."""
     config = compose(tmp_path)
+    config.write_text(
+        config.read_text().replace(
+            "- id: agent\n  name: agent\n  config:\n",
+            "- id: agent\n  name: agent\n  config:\n    provider: scripted\n"
+            "    model: scripted\n",
+        )
+        + "\n- id: model\n  name: llm-scripted\n  config:\n    responses: [{text: hi}]\n"
+    )
     env = {"DSH_CONFIG": str(config), "DSH_SESSION_ROOT": str(tmp_path / "sessions")}
     home = tmp_path / "home"
     home.mkdir()

@@ -115,7 +115,13 @@ def test_session_flag_continues_and_only_new_creates(tmp_path: Path) -> None:
     assert json.loads(made.stdout)["sessionId"] == "my-work"
     again = dsh("run", "--session", "my-work", "--new", *common, cwd=tmp_path)
     assert again.returncode == 2 and "already stored; drop --new" in again.stderr, again.stderr
-    continued = dsh("run", "--session", "my-work", *common, cwd=tmp_path)
+    # the demo never continues a session: continuing it names a model (logged as an override)
+    demo = dsh("run", "--session", "my-work", *common, cwd=tmp_path)
+    assert demo.returncode == 2 and "built-in demo script" in demo.stderr, demo.stderr
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"responses": [{"text": "continued"}]}))
+    continued = dsh("run", "--session", "my-work", "go on", "--model", f"scripted:{script}",
+                    *common, cwd=tmp_path)
     assert continued.returncode == 0, continued.stderr
     assert json.loads(continued.stdout)["events"] > json.loads(made.stdout)["events"]
 

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -44,7 +45,7 @@ async def _logs_read(server: Server) -> float:
 async def test_session_lifecycle_over_http(tmp_path: Path) -> None:
     async with running_server(tmp_path, [{"text": "Hello from the model."}]) as server:
         created = (await server.client.post("/sessions", json={})).json()
-        assert created["status"] == "idle" and created["events"] == 0
+        assert created["status"] == "idle" and created["events"] == 1  # its run/terms
         assert created["workspace"] == str(server.workspace.resolve())
         assert created["composition"] == "default"
         session_id = created["id"]
@@ -351,3 +352,37 @@ def test_a_composition_that_does_not_boot_fails_serve_in_one_line(tmp_path: Path
     assert proc.stdout == ""  # never announced as listening
     assert proc.stderr.startswith("dsh: error: ") and "unknown plugin 'no-such-plugin'" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+async def test_every_operation_on_a_session_outside_the_allowed_workspaces_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Before: the list was checked only at creation, so `POST /sessions/{id}/turns` on a
+    session stored by `dsh run --workspace /elsewhere` ran its tools there. Now turns and cancel
+    answer 400 WORKSPACE_REFUSED and the log is left as it was."""
+    from .harness import write_composition
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    script = tmp_path / "cli.json"
+    script.write_text('{"responses": [{"text": "made by the CLI"}]}')
+    config = write_composition(tmp_path)
+    made = await anyio.run_process(
+        [sys.executable, "-m", "dsh_host", "run", "--config", str(config), "--root",
+         str(tmp_path / "sessions"), "--workspace", str(elsewhere), "--model",
+         f"scripted:{script}", "--json", "hi"],
+        cwd=tmp_path, check=False, env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg")},
+    )
+    assert made.returncode == 0, made.stderr
+    session_id = made.stdout.decode().strip().splitlines()[-1].split('"sessionId": "')[1].split('"')[0]
+    logs = sorted((tmp_path / "sessions").rglob("session.v3.jsonl*"))
+    before = [p.read_bytes() for p in logs]
+    async with running_server(tmp_path, [ledger_call(), {"text": "x"}]) as server:
+        turn = await server.client.post(f"/sessions/{session_id}/turns", json={"prompt": "go"})
+        assert turn.status_code == 400, turn.text
+        assert turn.json()["error"]["code"] == "WORKSPACE_REFUSED"
+        assert str(elsewhere) in turn.json()["error"]["message"]
+        cancel = await server.client.post(f"/sessions/{session_id}/cancel")
+        assert cancel.status_code == 400 and cancel.json()["error"]["code"] == "WORKSPACE_REFUSED"
+    assert [p.read_bytes() for p in logs] == before
+    assert not (elsewhere / "ledger").exists()

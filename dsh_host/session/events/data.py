@@ -170,6 +170,13 @@ class ApprovalAsked(Wire, frozen=True, kw_only=True):
     #: beyond DSH: ``pre-execute`` when asked by the tools pipeline before the body could start
     #: (an undecided or refused ask of that stage proves the body never ran); absent otherwise
     stage: Literal["pre-execute"] | UnsetType = UNSET
+    #: beyond DSH, the context the call was asked in (a decision holds only in the same one):
+    #: the sandbox mode and network of the session's terms, the sha256 of the tool's definition
+    #: (name, description, parameters) and of the composition's rows
+    sandbox_mode: str | UnsetType = UNSET
+    network: str | UnsetType = UNSET
+    tool_digest: str | UnsetType = UNSET
+    composition_digest: str | UnsetType = UNSET
 
 
 class ApprovalDecided(Wire, frozen=True, kw_only=True):
@@ -184,6 +191,61 @@ class ApprovalDecided(Wire, frozen=True, kw_only=True):
     decided_by: str | UnsetType = UNSET
     #: and the person's optional reason
     reason: str | UnsetType = UNSET
+    #: beyond DSH, on a deferred decision: the context it was made in (as ``approval/asked``)
+    sandbox_mode: str | UnsetType = UNSET
+    network: str | UnsetType = UNSET
+    tool_digest: str | UnsetType = UNSET
+    composition_digest: str | UnsetType = UNSET
+
+
+class ModelRoute(Wire, frozen=True, kw_only=True):
+    """``run/terms``' model: the route the agent requests (never an endpoint or a key)."""
+
+    provider: str  #: the provider route (``deepseek-official``, ``scripted``, ``demo``, ...)
+    model: str  #: the model name on that route
+    #: the spec that builds the model on its own (``openai-compatible:M``,
+    #: ``scripted:/abs/path.yml``, ``demo``); absent when a composition's row configured it
+    spec: str | UnsetType = UNSET
+
+
+class SandboxTerms(Wire, frozen=True, kw_only=True):
+    """``run/terms``' sandbox: the tools' file-effect mode and the network policy."""
+
+    mode: str  #: ``read-only``, ``workspace-write`` or ``danger-full-access``
+    network: str  #: ``deny`` or ``allow``
+
+
+class ApprovalTerms(Wire, frozen=True, kw_only=True):
+    """``run/terms``' approval: the policy and what an unanswered ask becomes."""
+
+    policy: str  #: ``ask`` or ``never``
+    unanswered: str  #: ``fail`` or ``defer``
+
+
+class CompositionTerms(Wire, frozen=True, kw_only=True):
+    """``run/terms``' composition: its name and the SHA-256 of its rows (canonical JSON)."""
+
+    name: str  #: the file it came from, a server's composition name, or ``python``
+    digest: str  #: lowercase hex sha256 of the rows as loaded (before per-command flags)
+
+
+class RunTerms(Wire, frozen=True, kw_only=True):
+    """``run/terms`` (beyond DSH, written ``ignorable: true``): how the session runs.
+
+    Appended when a session is created (``reason: created``) and whenever a command
+    explicitly changes a term (``override``, with ``changed`` naming the terms) or a
+    session that predates the record is first continued (``assumed``). Each event holds
+    the whole terms; the last one is in force. ``by`` names the entry point.
+    """
+
+    reason: Literal["created", "override", "assumed"]  #: why this record was written
+    by: str  #: the entry point that wrote it (``dsh run``, ``dsh serve``, ``Agent``, ...)
+    model: ModelRoute | None  #: the model route (None: the session names no model)
+    workspace: str | None  #: where the tools work (None: no tools row)
+    sandbox: SandboxTerms | None  #: None: no tools row
+    approval: ApprovalTerms | None  #: None: no approval row
+    composition: CompositionTerms  #: the composition's identity
+    changed: tuple[str, ...] | UnsetType = UNSET  #: ``override``: the terms it changed
 
 
 class ApprovalPolicyChanged(Wire, frozen=True, kw_only=True):

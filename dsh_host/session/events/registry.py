@@ -24,6 +24,7 @@ from .data import (
     LlmRetryStartedData,
     RequestContextData,
     RequestHeaderData,
+    RunTerms,
     StepEnd,
     StepStart,
     SystemMessageData,
@@ -202,6 +203,8 @@ _CORE: tuple[tuple[str, type[msgspec.Struct] | None, bool], ...] = (
     ("approval/policy", ApprovalPolicyChanged, False),
     ("llm/retry", LlmRetryData, False),
     ("llm/retry-started", LlmRetryStartedData, False),
+    # beyond DSH, always written ignorable: true (DSH keeps it without interpreting it)
+    ("run/terms", RunTerms, False),
 )
 
 for _type, _data, _surface in _CORE:
