@@ -85,8 +85,8 @@ async def test_agent_with_an_anthropic_model(llmock: Any) -> None:
 
 
 @pytest.mark.parametrize(("prefix", "package", "extra"), [
-    ("anthropic", "anthropic", "dsh[anthropic]"),
-    ("openai-responses", "openai", "dsh[openai]"),
+    ("anthropic", "anthropic", "dsh-harness[anthropic]"),
+    ("openai-responses", "openai", "dsh-harness[openai]"),
 ])
 def test_a_missing_sdk_is_one_clear_line(
     prefix: str, package: str, extra: str, tmp_path: Path
