@@ -129,3 +129,31 @@ def test_serve_records_terms_the_cli_continues_under(served: tuple[Setup, str]) 
     shown = setup.dsh("sessions", "show", session_id, "--view", "events", "--json")
     kinds = [json.loads(line)["type"] for line in shown.stdout.splitlines()]
     assert kinds.count("run/terms") == 1
+
+
+def test_serve_refuses_a_session_of_another_composition_and_writes_nothing(
+    served: tuple[Setup, str],
+) -> None:
+    """Before: the server ran any stored session under its own composition."""
+    setup, url = served
+    other = setup.tmp / "other.yml"
+    other.write_text(setup.config.read_text().replace(
+        "- id: repeat-tool-reminder\n  name: repeat-tool-reminder\n", ""))
+    made = subprocess.run(
+        [sys.executable, "-m", "dsh_host", "run", "--config", str(other), "--root",
+         str(setup.root), "--workspace", str(setup.workspace), "--model",
+         f"scripted:{setup.script}", "--sandbox", "read-only", "--json", "hi"],
+        cwd=setup.tmp, env=setup.env, stdin=subprocess.DEVNULL, capture_output=True,
+        text=True, timeout=300, check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    session_id = json.loads(made.stdout.splitlines()[-1])["sessionId"]
+    logs = sorted(setup.root.rglob("session.v3.jsonl*"))
+    before = [p.read_bytes() for p in logs]
+    with httpx.Client(base_url=url, timeout=60) as client:
+        refused = client.get(f"/sessions/{session_id}").json()["refused"]
+        assert refused["code"] == "TERMS_REFUSED" and str(other) in refused["message"]
+        turn = client.post(f"/sessions/{session_id}/turns", json={"prompt": "go"})
+        assert turn.status_code == 409, turn.text
+        assert turn.json()["error"]["code"] == "TERMS_REFUSED"
+    assert [p.read_bytes() for p in logs] == before
