@@ -91,7 +91,8 @@ class Plan:
 
 def _enabled(located: Sequence[LocatedRow], plugin: str) -> list[int]:
     return [
-        i for i, r in enumerate(located)
+        i
+        for i, r in enumerate(located)
         if canonical_name(r.row.name) == plugin and not r.row.disabled
     ]
 
@@ -105,9 +106,12 @@ def _patch(located: list[LocatedRow], plugin: str, key: str, value: Any) -> None
     for index in _enabled(located, plugin):
         entry = located[index]
         config = {**(entry.row.config or {}), key: value}
-        located[index] = replace(entry, row=Row(
-            name=entry.row.name, id=entry.row.id, config=config, disabled=entry.row.disabled
-        ))
+        located[index] = replace(
+            entry,
+            row=Row(
+                name=entry.row.name, id=entry.row.id, config=config, disabled=entry.row.disabled
+            ),
+        )
 
 
 def configured_route(located: Sequence[LocatedRow]) -> tuple[str, str] | None:
@@ -174,9 +178,7 @@ def describe(terms: RunTerms) -> str:
     if terms.sandbox is not None:
         parts.append(f"sandbox {terms.sandbox.mode} (network {terms.sandbox.network})")
     if terms.approval is not None:
-        parts.append(
-            f"approval {terms.approval.policy} (unanswered: {terms.approval.unanswered})"
-        )
+        parts.append(f"approval {terms.approval.policy} (unanswered: {terms.approval.unanswered})")
     parts.append(f"composition {terms.composition.name} ({terms.composition.digest[:12]})")
     return ", ".join(parts)
 
@@ -215,9 +217,10 @@ def with_model(located: list[LocatedRow], choice: ModelChoice, origin: str) -> l
             else:
                 config.setdefault("provider", choice.provider)
                 config.setdefault("model", choice.model)
-            entry = replace(entry, row=Row(
-                name="agent", id=entry.row.id, config=config, disabled=entry.row.disabled
-            ))
+            entry = replace(
+                entry,
+                row=Row(name="agent", id=entry.row.id, config=config, disabled=entry.row.disabled),
+            )
         out.append(entry)
     return out
 
@@ -295,9 +298,14 @@ def plan_continuation(
     if policy is not None:
         _patch(rows, "user-approval", "policy", policy)
         _patch(rows, "user-approval", "unanswered", unanswered or "fail")
-    spec = _spec(overrides, recorded) if "model" in changed else (
-        recorded.model.spec if recorded.model is not None and isinstance(recorded.model.spec, str)
-        else None
+    spec = (
+        _spec(overrides, recorded)
+        if "model" in changed
+        else (
+            recorded.model.spec
+            if recorded.model is not None and isinstance(recorded.model.spec, str)
+            else None
+        )
     )
     if not changed:
         return Plan(rows, recorded, None)
@@ -420,15 +428,15 @@ def differences(recorded: RunTerms, current: RunTerms) -> list[str]:
     if recorded.workspace != current.workspace:
         out.append(f"workspace {recorded.workspace} (here: {current.workspace})")
     if recorded.sandbox != current.sandbox:
+
         def sandbox(terms: SandboxTerms | None) -> str:
             return "none" if terms is None else f"{terms.mode}, network {terms.network}"
 
         out.append(f"sandbox {sandbox(recorded.sandbox)} (here: {sandbox(current.sandbox)})")
     if recorded.approval != current.approval:
+
         def approval(terms: ApprovalTerms | None) -> str:
             return "none" if terms is None else f"{terms.policy}, unanswered {terms.unanswered}"
 
-        out.append(
-            f"approval {approval(recorded.approval)} (here: {approval(current.approval)})"
-        )
+        out.append(f"approval {approval(recorded.approval)} (here: {approval(current.approval)})")
     return out
