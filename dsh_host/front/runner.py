@@ -246,12 +246,14 @@ def plan_continuation(
     by: str,
     runs_turn: bool = True,
     repair_only: bool = False,
+    cwd: str | None = None,
 ) -> Plan:
     """The rows and terms ``session_id`` continues under (see the module docstring).
 
     ``located`` is the composition as loaded, without a model row of the command's and without
     the command's flags. ``runs_turn`` False needs no model: nothing is requested;
-    ``repair_only`` (a repair: no tool, no decision) checks nothing at all.
+    ``repair_only`` (a repair: no tool, no decision) checks nothing at all. ``cwd`` is the
+    session header's directory (the tools' directory when the terms name no workspace).
     Raises :class:`TermsRefused` (a user's error: one line, nothing written).
     """
     rows = list(located)
@@ -272,7 +274,9 @@ def plan_continuation(
     rows, route_changed = _continue_model(rows, session_id, recorded, overrides, runs_turn)
     if route_changed:
         changed.append("model")
-    workspace = recorded.workspace
+    # A session recorded without tools has no workspace term; tools a later composition adds
+    # work in its header's directory, never in wherever this command was started.
+    workspace = recorded.workspace if recorded.workspace is not None else cwd
     if overrides.workspace is not None and overrides.workspace != workspace:
         workspace = overrides.workspace
         changed.append("workspace")
