@@ -211,6 +211,7 @@ def continue_session(
             located, session_id=load.id, recorded=recorded, composition=identity,
             overrides=overrides, by=by, runs_turn=runs_turn,
             repair_only=not runs_turn and not needs_tools,
+            cwd=load.header.cwd if isinstance(load.header.cwd, str) else None,
         )
     except TermsRefused as exc:
         raise CliUsageError(str(exc)) from None

@@ -92,7 +92,8 @@ class Plan:
 
 def _enabled(located: Sequence[LocatedRow], plugin: str) -> list[int]:
     return [
-        i for i, r in enumerate(located)
+        i
+        for i, r in enumerate(located)
         if canonical_name(r.row.name) == plugin and not r.row.disabled
     ]
 
@@ -106,9 +107,12 @@ def _patch(located: list[LocatedRow], plugin: str, key: str, value: Any) -> None
     for index in _enabled(located, plugin):
         entry = located[index]
         config = {**(entry.row.config or {}), key: value}
-        located[index] = replace(entry, row=Row(
-            name=entry.row.name, id=entry.row.id, config=config, disabled=entry.row.disabled
-        ))
+        located[index] = replace(
+            entry,
+            row=Row(
+                name=entry.row.name, id=entry.row.id, config=config, disabled=entry.row.disabled
+            ),
+        )
 
 
 def configured_route(located: Sequence[LocatedRow]) -> tuple[str, str] | None:
@@ -175,9 +179,7 @@ def describe(terms: RunTerms) -> str:
     if terms.sandbox is not None:
         parts.append(f"sandbox {terms.sandbox.mode} (network {terms.sandbox.network})")
     if terms.approval is not None:
-        parts.append(
-            f"approval {terms.approval.policy} (unanswered: {terms.approval.unanswered})"
-        )
+        parts.append(f"approval {terms.approval.policy} (unanswered: {terms.approval.unanswered})")
     parts.append(f"composition {terms.composition.name} ({terms.composition.digest[:12]})")
     return ", ".join(parts)
 
@@ -223,9 +225,10 @@ def with_model(located: list[LocatedRow], choice: ModelChoice, origin: str) -> l
             else:
                 config.setdefault("provider", choice.provider)
                 config.setdefault("model", choice.model)
-            entry = replace(entry, row=Row(
-                name="agent", id=entry.row.id, config=config, disabled=entry.row.disabled
-            ))
+            entry = replace(
+                entry,
+                row=Row(name="agent", id=entry.row.id, config=config, disabled=entry.row.disabled),
+            )
         out.append(entry)
     return out
 
@@ -251,12 +254,14 @@ def plan_continuation(
     by: str,
     runs_turn: bool = True,
     repair_only: bool = False,
+    cwd: str | None = None,
 ) -> Plan:
     """The rows and terms ``session_id`` continues under (see the module docstring).
 
     ``located`` is the composition as loaded, without a model row of the command's and without
     the command's flags. ``runs_turn`` False needs no model: nothing is requested;
-    ``repair_only`` (a repair: no tool, no decision) checks nothing at all.
+    ``repair_only`` (a repair: no tool, no decision) checks nothing at all. ``cwd`` is the
+    session header's directory (the tools' directory when the terms name no workspace).
     Raises :class:`TermsRefused` (a user's error: one line, nothing written).
     """
     rows = list(located)
@@ -277,7 +282,9 @@ def plan_continuation(
     rows, route_changed = _continue_model(rows, session_id, recorded, overrides, runs_turn)
     if route_changed:
         changed.append("model")
-    workspace = recorded.workspace
+    # A session recorded without tools has no workspace term; tools a later composition adds
+    # work in its header's directory, never in wherever this command was started.
+    workspace = recorded.workspace if recorded.workspace is not None else cwd
     if overrides.workspace is not None and overrides.workspace != workspace:
         workspace = overrides.workspace
         changed.append("workspace")
@@ -303,9 +310,14 @@ def plan_continuation(
     if policy is not None:
         _patch(rows, "user-approval", "policy", policy)
         _patch(rows, "user-approval", "unanswered", unanswered or "fail")
-    spec = _spec(overrides, recorded) if "model" in changed else (
-        recorded.model.spec if recorded.model is not None and isinstance(recorded.model.spec, str)
-        else None
+    spec = (
+        _spec(overrides, recorded)
+        if "model" in changed
+        else (
+            recorded.model.spec
+            if recorded.model is not None and isinstance(recorded.model.spec, str)
+            else None
+        )
     )
     if not changed:
         return Plan(rows, recorded, None)
@@ -428,15 +440,15 @@ def differences(recorded: RunTerms, current: RunTerms) -> list[str]:
     if recorded.workspace != current.workspace:
         out.append(f"workspace {recorded.workspace} (here: {current.workspace})")
     if recorded.sandbox != current.sandbox:
+
         def sandbox(terms: SandboxTerms | None) -> str:
             return "none" if terms is None else f"{terms.mode}, network {terms.network}"
 
         out.append(f"sandbox {sandbox(recorded.sandbox)} (here: {sandbox(current.sandbox)})")
     if recorded.approval != current.approval:
+
         def approval(terms: ApprovalTerms | None) -> str:
             return "none" if terms is None else f"{terms.policy}, unanswered {terms.unanswered}"
 
-        out.append(
-            f"approval {approval(recorded.approval)} (here: {approval(current.approval)})"
-        )
+        out.append(f"approval {approval(recorded.approval)} (here: {approval(current.approval)})")
     return out

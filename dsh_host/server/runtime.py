@@ -530,7 +530,7 @@ class ServerRuntime:
         try:
             plan = plan_continuation(
                 rows, session_id=session_id, recorded=recorded,
-                composition=self.options.identity(name), overrides=Overrides(),
+                composition=self.options.identity(name), overrides=Overrides(), cwd=path,
                 by="dsh serve",
             )
         except TermsRefused as exc:

@@ -34,8 +34,10 @@ class Env:
         self.cwd.mkdir()
         self.config = tmp / "dsh.yml"
         self.config.write_text((REPO / "configs" / "default.yml").read_text() + RULES)
-        self.env = {"XDG_CONFIG_HOME": str(tmp / "xdg-config"),
-                    "XDG_CACHE_HOME": str(tmp / "xdg-cache")}
+        self.env = {
+            "XDG_CONFIG_HOME": str(tmp / "xdg-config"),
+            "XDG_CACHE_HOME": str(tmp / "xdg-cache"),
+        }
 
     def script(self, name: str, responses: list[Any]) -> Path:
         path = self.tmp / name
@@ -49,8 +51,9 @@ class Env:
         return dsh(*args, *flags, cwd=self.cwd, env=self.env, timeout=300)
 
     def events(self, session_id: str) -> list[dict[str, Any]]:
-        proc = self.dsh("sessions", "show", session_id, "--view", "events", "--json",
-                        config=self.config)
+        proc = self.dsh(
+            "sessions", "show", session_id, "--view", "events", "--json", config=self.config
+        )
         assert proc.returncode == 0, proc.stderr
         return json_lines(proc.stdout)
 
@@ -65,8 +68,15 @@ def _dsh_admits(events: list[dict[str, Any]]) -> None:
     from dsh_host.session import DSH_V3_KNOWN_EVENT_TYPES
 
     for event in events:
-        assert set(event) <= {"type", "seq", "time", "data", "ignorable", "surfaceOp",
-                              "sourceEventSeqs"}, event
+        assert set(event) <= {
+            "type",
+            "seq",
+            "time",
+            "data",
+            "ignorable",
+            "surfaceOp",
+            "sourceEventSeqs",
+        }, event
         assert event["type"] in DSH_V3_KNOWN_EVENT_TYPES or event.get("ignorable") is True, event
         if event["type"] == "run/terms":
             assert "surfaceOp" not in event and "sourceEventSeqs" not in event
@@ -88,16 +98,27 @@ def test_continuing_without_model_uses_the_recorded_model_not_the_demo(tmp_path:
     wrote notes.txt into the session's workspace, and reported `completed`."""
     env = Env(tmp_path)
     first = env.script("a.json", [{"text": "answer from A"}])
-    run = env.dsh("run", "--workspace", str(env.workspace), "--model", f"scripted:{first}",
-                  "--json", "hello", config=env.config)
+    run = env.dsh(
+        "run",
+        "--workspace",
+        str(env.workspace),
+        "--model",
+        f"scripted:{first}",
+        "--json",
+        "hello",
+        config=env.config,
+    )
     assert run.returncode == 0, run.stderr
     session_id = json.loads(run.stdout.splitlines()[-1])["sessionId"]
     (created,) = _terms(env.events(session_id))
     assert created["ignorable"] is True  # DSH keeps the record without interpreting it
     data = created["data"]
     assert data["reason"] == "created" and data["by"] == "dsh run"
-    assert data["model"] == {"provider": "scripted", "model": "scripted",
-                             "spec": f"scripted:{first}"}
+    assert data["model"] == {
+        "provider": "scripted",
+        "model": "scripted",
+        "spec": f"scripted:{first}",
+    }
     assert data["workspace"] == str(env.workspace)
     assert data["sandbox"] == {"mode": "workspace-write", "network": "deny"}
     assert data["approval"] == {"policy": "ask", "unanswered": "fail"}
@@ -119,8 +140,9 @@ def test_a_demo_session_is_not_continued_by_the_demo_and_nothing_is_written(
     run = env.dsh("run", "--workspace", str(env.workspace))  # the demo
     assert run.returncode == 0, run.stderr
     assert "no model is configured: this is the built-in demo script" in run.stdout
-    session_id = next(line.split()[1] for line in run.stdout.splitlines()
-                      if line.startswith("session "))
+    session_id = next(
+        line.split()[1] for line in run.stdout.splitlines() if line.startswith("session ")
+    )
     before = env.log_bytes()
     for argv in (["resume", session_id, "again"], ["run", "--session", session_id, "again"]):
         proc = env.dsh(*argv)
@@ -135,9 +157,10 @@ def test_a_route_that_is_not_configured_here_is_refused(tmp_path: Path) -> None:
     script = env.script("own.json", [{"text": "from the composition's model"}])
     own = tmp_path / "own.yml"
     own.write_text(
-        env.config.read_text().replace("- id: agent\n  name: agent\n  config:\n",
-                                       "- id: agent\n  name: agent\n  config:\n"
-                                       "    provider: house\n    model: house-model\n")
+        env.config.read_text().replace(
+            "- id: agent\n  name: agent\n  config:\n",
+            "- id: agent\n  name: agent\n  config:\n    provider: house\n    model: house-model\n",
+        )
         + f"\n- id: house\n  name: llm-scripted\n  config:\n    path: {script}\n"
         "    provider: house\n    model: house-model\n"
     )
@@ -167,21 +190,50 @@ def test_a_call_deferred_read_only_runs_read_only_after_decide(tmp_path: Path) -
     """Before: `approvals decide` (no --sandbox) ran the call under the composition's
     workspace-write, and the file the read-only run could not write appeared."""
     env = Env(tmp_path)
-    first = env.script("first.json", [
-        {"tool_calls": [{"id": "call-touch", "name": "bash",
-                         "arguments": {"command": "touch made-here",
-                                       "description": "Create a file"}}]},
-        {"text": "never reached by the first process"},
-    ])
+    first = env.script(
+        "first.json",
+        [
+            {
+                "tool_calls": [
+                    {
+                        "id": "call-touch",
+                        "name": "bash",
+                        "arguments": {"command": "touch made-here", "description": "Create a file"},
+                    }
+                ]
+            },
+            {"text": "never reached by the first process"},
+        ],
+    )
     second = env.script("second.json", [{"text": "decided"}])
-    run = env.dsh("run", "--workspace", str(env.workspace), "--model", f"scripted:{first}",
-                  "--sandbox", "read-only", "--approval", "defer", "--json", "make a file",
-                  config=env.config)
+    run = env.dsh(
+        "run",
+        "--workspace",
+        str(env.workspace),
+        "--model",
+        f"scripted:{first}",
+        "--sandbox",
+        "read-only",
+        "--approval",
+        "defer",
+        "--json",
+        "make a file",
+        config=env.config,
+    )
     assert run.returncode == 4, run.stdout + run.stderr
     session_id = json.loads(run.stdout.splitlines()[-1])["sessionId"]
 
-    decide = env.dsh("approvals", "decide", session_id, "call-touch", "allow", "--model",
-                     f"scripted:{second}", "--json", config=env.config)
+    decide = env.dsh(
+        "approvals",
+        "decide",
+        session_id,
+        "call-touch",
+        "allow",
+        "--model",
+        f"scripted:{second}",
+        "--json",
+        config=env.config,
+    )
     assert decide.returncode == 0, decide.stdout + decide.stderr
     assert not (env.workspace / "made-here").exists()  # still read-only
     events = env.events(session_id)
@@ -197,12 +249,23 @@ def test_a_call_deferred_read_only_runs_read_only_after_decide(tmp_path: Path) -
 def test_an_override_is_logged_and_holds_for_the_next_command(tmp_path: Path) -> None:
     env = Env(tmp_path)
     first = env.script("a.json", [{"text": "answer"}])
-    run = env.dsh("run", "--workspace", str(env.workspace), "--model", f"scripted:{first}",
-                  "--sandbox", "read-only", "--json", "hi", config=env.config)
+    run = env.dsh(
+        "run",
+        "--workspace",
+        str(env.workspace),
+        "--model",
+        f"scripted:{first}",
+        "--sandbox",
+        "read-only",
+        "--json",
+        "hi",
+        config=env.config,
+    )
     assert run.returncode == 0, run.stderr
     session_id = json.loads(run.stdout.splitlines()[-1])["sessionId"]
-    widened = env.dsh("resume", session_id, "again", "--sandbox", "workspace-write",
-                      config=env.config)
+    widened = env.dsh(
+        "resume", session_id, "again", "--sandbox", "workspace-write", config=env.config
+    )
     assert widened.returncode == 0, widened.stderr
     created, override = _terms(env.events(session_id))
     assert created["data"]["sandbox"]["mode"] == "read-only"
@@ -221,7 +284,6 @@ def test_a_session_without_terms_says_what_it_assumes(tmp_path: Path) -> None:
     explicit model, says what it assumes, and records it; without a model it is refused."""
     import shutil
 
-
     env = Env(tmp_path)
     shutil.copytree(FIXTURES / "root-zstd", env.root)
     workspace = Path("/home/dev/project")
@@ -232,8 +294,9 @@ def test_a_session_without_terms_says_what_it_assumes(tmp_path: Path) -> None:
     assert "records no run terms" in _one_error_line(refused)
     assert env.log_bytes() == before
     script = env.script("a.json", [{"text": "continued"}])
-    proc = env.dsh("resume", "clean", "again", "--model", f"scripted:{script}", *flags,
-                   config=env.config)
+    proc = env.dsh(
+        "resume", "clean", "again", "--model", f"scripted:{script}", *flags, config=env.config
+    )
     assert proc.returncode == 0, proc.stderr
     assert "records no run terms (it predates them); assuming model scripted:" in proc.stderr
     (assumed,) = _terms(env.events("clean"))
@@ -241,15 +304,35 @@ def test_a_session_without_terms_says_what_it_assumes(tmp_path: Path) -> None:
 
 
 def _deferred(env: Env) -> tuple[str, Path]:
-    first = env.script("first.json", [
-        {"tool_calls": [{"id": "call-touch", "name": "bash",
-                         "arguments": {"command": "touch made-here",
-                                       "description": "Create a file"}}]},
-        {"text": "never reached by the first process"},
-    ])
-    run = env.dsh("run", "--workspace", str(env.workspace), "--model", f"scripted:{first}",
-                  "--sandbox", "read-only", "--approval", "defer", "--json", "make a file",
-                  config=env.config)
+    first = env.script(
+        "first.json",
+        [
+            {
+                "tool_calls": [
+                    {
+                        "id": "call-touch",
+                        "name": "bash",
+                        "arguments": {"command": "touch made-here", "description": "Create a file"},
+                    }
+                ]
+            },
+            {"text": "never reached by the first process"},
+        ],
+    )
+    run = env.dsh(
+        "run",
+        "--workspace",
+        str(env.workspace),
+        "--model",
+        f"scripted:{first}",
+        "--sandbox",
+        "read-only",
+        "--approval",
+        "defer",
+        "--json",
+        "make a file",
+        config=env.config,
+    )
     assert run.returncode == 4, run.stdout + run.stderr
     return json.loads(run.stdout.splitlines()[-1])["sessionId"], env.script(
         "second.json", [{"text": "decided"}]
@@ -264,35 +347,50 @@ def test_an_approval_is_bound_to_its_context(tmp_path: Path) -> None:
     env = Env(tmp_path)
     session_id, second = _deferred(env)
     (asked,) = [e for e in env.events(session_id) if e["type"] == "approval/asked"]
-    context = {k: asked["data"][k] for k in ("sandboxMode", "network", "toolDigest",
-                                             "compositionDigest")}
+    context = {
+        k: asked["data"][k] for k in ("sandboxMode", "network", "toolDigest", "compositionDigest")
+    }
     assert context["sandboxMode"] == "read-only" and context["network"] == "deny"
     listing = env.dsh("approvals", "list", config=env.config)
     assert "asked under: sandbox read-only, network deny" in listing.stdout
 
     other = tmp_path / "other.yml"
-    other.write_text(env.config.read_text().replace(
-        "- id: repeat-tool-reminder\n  name: repeat-tool-reminder\n", ""))
+    other.write_text(
+        env.config.read_text().replace(
+            "- id: repeat-tool-reminder\n  name: repeat-tool-reminder\n", ""
+        )
+    )
     before = env.events(session_id)
-    refused = env.dsh("approvals", "decide", session_id, "call-touch", "allow", "--model",
-                      f"scripted:{second}", config=other)
+    refused = env.dsh(
+        "approvals",
+        "decide",
+        session_id,
+        "call-touch",
+        "allow",
+        "--model",
+        f"scripted:{second}",
+        config=other,
+    )
     assert refused.returncode == 2
     assert "the context changed since it was asked (the composition changed)" in (
-        _one_error_line(refused))
+        _one_error_line(refused)
+    )
     # refused after the session was opened for write and the explicit --config logged (the
     # context is the terms in force): the resume marker DSH writes on every resume and the
     # override, no decision, no result
     after = env.events(session_id)
     assert after[: len(before)] == before
-    assert [e["type"] for e in after[len(before):]] == ["session/end-seed", "run/terms"]
+    assert [e["type"] for e in after[len(before) :]] == ["session/end-seed", "run/terms"]
 
-    decided = env.dsh("approvals", "decide", session_id, "call-touch", "allow",
-                      "--no-continue", config=env.config)
+    decided = env.dsh(
+        "approvals", "decide", session_id, "call-touch", "allow", "--no-continue", config=env.config
+    )
     assert decided.returncode == 0, decided.stderr
     (decision,) = [e for e in env.events(session_id) if e["type"] == "approval/decided"]
     assert {k: decision["data"][k] for k in context} == context
-    moved = env.dsh("approvals", "continue", session_id, "--model", f"scripted:{second}",
-                    config=other)
+    moved = env.dsh(
+        "approvals", "continue", session_id, "--model", f"scripted:{second}", config=other
+    )
     assert moved.returncode == 0, moved.stdout + moved.stderr
     assert not (env.workspace / "made-here").exists()
     events = env.events(session_id)

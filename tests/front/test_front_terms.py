@@ -16,9 +16,18 @@ from dsh_host import Agent
 
 pytestmark = pytest.mark.both_backends
 
-TOUCH = [{"tool_calls": [{"id": "c-touch", "name": "bash",
-                          "arguments": {"command": "touch made-here", "description": "x"}}]},
-         {"text": "tried"}]
+TOUCH = [
+    {
+        "tool_calls": [
+            {
+                "id": "c-touch",
+                "name": "bash",
+                "arguments": {"command": "touch made-here", "description": "x"},
+            }
+        ]
+    },
+    {"text": "tried"},
+]
 
 
 def _logs(root: Path) -> dict[str, bytes]:
@@ -28,9 +37,16 @@ def _logs(root: Path) -> dict[str, bytes]:
 def _dsh(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "XDG_CONFIG_HOME": str(cwd / "xdg-config")}
     env.pop("DSH_SESSION_ROOT", None)
-    return subprocess.run([sys.executable, "-m", "dsh_host", *args], cwd=cwd, env=env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "dsh_host", *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 @pytest.mark.anyio
@@ -40,6 +56,7 @@ async def test_resume_under_another_sandbox_is_refused_before_anything_is_writte
     """Before: `Agent(sandbox="workspace-write").resume(id)` of a read-only session ran its
     calls under workspace-write."""
     from dsh_host.front.runner import TermsRefused
+
     root, workspace = tmp_path / "sessions", tmp_path / "ws"
     workspace.mkdir()
     kw = {"store": root, "workspace": workspace}
@@ -49,8 +66,9 @@ async def test_resume_under_another_sandbox_is_refused_before_anything_is_writte
         assert terms.ignorable is True and terms.data.sandbox.mode == "read-only"
         assert terms.data.by == "Agent" and terms.data.workspace == str(workspace)
     before = _logs(root)
-    async with Agent(script(tmp_path, TOUCH, "touch.json"), sandbox="workspace-write",
-                     **kw) as agent:
+    async with Agent(
+        script(tmp_path, TOUCH, "touch.json"), sandbox="workspace-write", **kw
+    ) as agent:
         with pytest.raises(TermsRefused, match="sandbox read-only, network deny"):
             await agent.resume(session_id)
     assert _logs(root) == before
@@ -66,12 +84,20 @@ async def test_resume_under_another_sandbox_is_refused_before_anything_is_writte
 async def test_dsh_continues_an_agent_session_under_its_terms(tmp_path: Path) -> None:
     root, workspace = tmp_path / "sessions", tmp_path / "ws"
     workspace.mkdir()
-    async with Agent(script(tmp_path, [{"text": "hi"}]), sandbox="read-only", store=root,
-                     workspace=workspace) as agent:
+    async with Agent(
+        script(tmp_path, [{"text": "hi"}]), sandbox="read-only", store=root, workspace=workspace
+    ) as agent:
         session_id = (await agent.run("hello")).session_id
     touch = script(tmp_path, TOUCH, "touch.json")
     proc = await _to_thread(
-        "resume", session_id, "make a file", "--model", touch, "--root", str(root), "--json",
+        "resume",
+        session_id,
+        "make a file",
+        "--model",
+        touch,
+        "--root",
+        str(root),
+        "--json",
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
@@ -92,8 +118,7 @@ async def test_dsh_resume_repairs_a_session_stored_inside_its_workspace(tmp_path
     workspace = tmp_path / "ws"
     workspace.mkdir()
     root = workspace / ".sessions"
-    async with Agent(script(tmp_path, [{"text": "hi"}]), store=root,
-                     workspace=workspace) as agent:
+    async with Agent(script(tmp_path, [{"text": "hi"}]), store=root, workspace=workspace) as agent:
         session_id = (await agent.run("hello")).session_id
     proc = await _to_thread("resume", session_id, "--root", str(root), "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

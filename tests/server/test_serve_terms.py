@@ -21,9 +21,18 @@ REPO = Path(__file__).resolve().parents[2]
 # slow: a server process and CLI processes
 pytestmark = pytest.mark.slow
 
-TOUCH = [{"tool_calls": [{"id": "c-touch", "name": "bash",
-                          "arguments": {"command": "touch made-here", "description": "x"}}]},
-         {"text": "tried"}]
+TOUCH = [
+    {
+        "tool_calls": [
+            {
+                "id": "c-touch",
+                "name": "bash",
+                "arguments": {"command": "touch made-here", "description": "x"},
+            }
+        ]
+    },
+    {"text": "tried"},
+]
 
 
 class Setup:
@@ -36,16 +45,32 @@ class Setup:
         self.config.write_text((REPO / "configs" / "default.yml").read_text())
         self.script = tmp / "script.json"
         self.script.write_text(json.dumps({"responses": TOUCH}))
-        self.env = {k: v for k, v in os.environ.items()
-                    if k not in ("DSH_SERVE_TOKEN", "DSH_SESSION_ROOT", "DSH_CONFIG")}
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("DSH_SERVE_TOKEN", "DSH_SESSION_ROOT", "DSH_CONFIG")
+        }
         self.env["XDG_CONFIG_HOME"] = str(tmp / "xdg-config")
 
     def dsh(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "dsh_host", *args, "--config", str(self.config),
-             "--root", str(self.root)],
-            cwd=self.tmp, env=self.env, stdin=subprocess.DEVNULL, capture_output=True,
-            text=True, timeout=300, check=False,
+            [
+                sys.executable,
+                "-m",
+                "dsh_host",
+                *args,
+                "--config",
+                str(self.config),
+                "--root",
+                str(self.root),
+            ],
+            cwd=self.tmp,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
         )
 
 
@@ -54,16 +79,34 @@ def served(tmp_path: Path) -> Iterator[tuple[Setup, str]]:
     setup = Setup(tmp_path)
     with open(tmp_path / "serve.stderr", "w") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "dsh_host", "serve", "--config", str(setup.config), "--root",
-             str(setup.root), "--model", f"scripted:{setup.script}", "--workspace",
-             str(setup.workspace), "--port", "0"],
-            cwd=tmp_path, env=setup.env, stdout=subprocess.PIPE, stderr=stderr, text=True,
+            [
+                sys.executable,
+                "-m",
+                "dsh_host",
+                "serve",
+                "--config",
+                str(setup.config),
+                "--root",
+                str(setup.root),
+                "--model",
+                f"scripted:{setup.script}",
+                "--workspace",
+                str(setup.workspace),
+                "--port",
+                "0",
+            ],
+            cwd=tmp_path,
+            env=setup.env,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
         )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert line.startswith("dsh serve: listening on "), (
-            line + (tmp_path / "serve.stderr").read_text())
+            line + (tmp_path / "serve.stderr").read_text()
+        )
         yield setup, line.split()[4].rstrip("/")
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -91,8 +134,17 @@ def test_serve_runs_a_cli_session_under_its_recorded_sandbox(
     setup, url = served
     first = setup.tmp / "first.json"
     first.write_text(json.dumps({"responses": [{"text": "made by the CLI"}]}))
-    made = setup.dsh("run", "--workspace", str(setup.workspace), "--model",
-                     f"scripted:{setup.script}", "--sandbox", "read-only", "--json", "hi")
+    made = setup.dsh(
+        "run",
+        "--workspace",
+        str(setup.workspace),
+        "--model",
+        f"scripted:{setup.script}",
+        "--sandbox",
+        "read-only",
+        "--json",
+        "hi",
+    )
     assert made.returncode == 0, made.stderr
     session_id = json.loads(made.stdout.splitlines()[-1])["sessionId"]
     with httpx.Client(base_url=url, timeout=60) as client:
@@ -100,8 +152,10 @@ def test_serve_runs_a_cli_session_under_its_recorded_sandbox(
         turn = client.post(f"/sessions/{session_id}/turns", json={"prompt": "make a file"})
         assert turn.status_code == 202, turn.text
         _wait_turn_end(client, session_id, turn.json()["turn"])
-        events = [json.loads(line) for line in
-                  client.get(f"/sessions/{session_id}/events").text.splitlines()]
+        events = [
+            json.loads(line)
+            for line in client.get(f"/sessions/{session_id}/events").text.splitlines()
+        ]
     assert not (setup.workspace / "made-here").exists()  # read-only, as recorded
     results = [e for e in events if e["type"] == "tool/result"]
     assert [r["data"]["message"]["source"]["callId"] for r in results[-1:]] == ["c-touch"]
@@ -113,8 +167,10 @@ def test_serve_records_terms_the_cli_continues_under(served: tuple[Setup, str]) 
     with httpx.Client(base_url=url, timeout=60) as client:
         created = client.post("/sessions", json={}).json()
         session_id = created["id"]
-        (terms,) = [json.loads(line) for line in
-                    client.get(f"/sessions/{session_id}/events").text.splitlines()]
+        (terms,) = [
+            json.loads(line)
+            for line in client.get(f"/sessions/{session_id}/events").text.splitlines()
+        ]
     assert terms["type"] == "run/terms" and terms["ignorable"] is True
     data = terms["data"]
     assert data["by"] == "dsh serve" and data["workspace"] == str(setup.workspace)
@@ -129,3 +185,54 @@ def test_serve_records_terms_the_cli_continues_under(served: tuple[Setup, str]) 
     shown = setup.dsh("sessions", "show", session_id, "--view", "events", "--json")
     kinds = [json.loads(line)["type"] for line in shown.stdout.splitlines()]
     assert kinds.count("run/terms") == 1
+
+
+def test_serve_refuses_a_session_of_another_composition_and_writes_nothing(
+    served: tuple[Setup, str],
+) -> None:
+    """Before: the server ran any stored session under its own composition."""
+    setup, url = served
+    other = setup.tmp / "other.yml"
+    other.write_text(
+        setup.config.read_text().replace(
+            "- id: repeat-tool-reminder\n  name: repeat-tool-reminder\n", ""
+        )
+    )
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dsh_host",
+            "run",
+            "--config",
+            str(other),
+            "--root",
+            str(setup.root),
+            "--workspace",
+            str(setup.workspace),
+            "--model",
+            f"scripted:{setup.script}",
+            "--sandbox",
+            "read-only",
+            "--json",
+            "hi",
+        ],
+        cwd=setup.tmp,
+        env=setup.env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    session_id = json.loads(made.stdout.splitlines()[-1])["sessionId"]
+    logs = sorted(setup.root.rglob("session.v3.jsonl*"))
+    before = [p.read_bytes() for p in logs]
+    with httpx.Client(base_url=url, timeout=60) as client:
+        refused = client.get(f"/sessions/{session_id}").json()["refused"]
+        assert refused["code"] == "TERMS_REFUSED" and str(other) in refused["message"]
+        turn = client.post(f"/sessions/{session_id}/turns", json={"prompt": "go"})
+        assert turn.status_code == 409, turn.text
+        assert turn.json()["error"]["code"] == "TERMS_REFUSED"
+    assert [p.read_bytes() for p in logs] == before
