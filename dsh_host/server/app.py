@@ -14,7 +14,8 @@ import hmac
 import socket
 from collections.abc import AsyncIterator
 from importlib import resources
-from typing import Any, Final, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar
+from urllib.parse import urlsplit
 
 import msgspec
 from starlette.applications import Starlette
@@ -25,6 +26,8 @@ from starlette.authentication import (
     SimpleUser,
     requires,
 )
+from starlette.convertors import Convertor, register_url_convertor
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
@@ -33,16 +36,13 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.schemas import SchemaGenerator
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dsh_host.errors import DshError
-from dsh_host.session.persistence import (
-    SessionAlreadyExistsError,
-    SessionAlreadyOwnedError,
-    SessionNotFoundError,
-)
+from dsh_host.session.persistence import SessionPersistenceError
 
 from .metrics import CONTENT_TYPE
-from .runtime import ApiError, ServerRuntime
+from .runtime import SESSION_ID_PATTERN, ApiError, ServerRuntime, is_store_outage
 from .views import event_json
 
 __all__ = ["STATUS_CODES", "create_app"]
@@ -60,6 +60,28 @@ STATUS_CODES: Final = {
     500: "INTERNAL",
 }
 
+#: The status of each error the session core or a store reports, by its stable ``code``: one
+#: table for every path, so one condition always gets one answer whichever class raised it
+#: (the session store's "live id" conflict and the persistence backend's "stored id"
+#: conflict are both ``SESSION_ALREADY_EXISTS``, both 409). A store outage
+#: (:data:`~.runtime.STORE_OUTAGE_CODES`) is 503. Other codes are a request the session's
+#: state refuses (409) when a persistence backend raised them, else a bad request (400).
+DSH_ERROR_STATUS: Final[dict[str, tuple[int, str]]] = {
+    "SESSION_NOT_FOUND": (404, "SESSION_NOT_FOUND"),
+    "SESSION_ALREADY_EXISTS": (409, "SESSION_ALREADY_EXISTS"),
+    "SESSION_ALREADY_OWNED": (409, "SESSION_HELD"),
+    "INVALID_SESSION_ID": (400, "INVALID_SESSION_ID"),
+}
+
+#: Seconds a client is asked to wait (``Retry-After``) after a 503 from a store outage.
+RETRY_AFTER_SECONDS: Final = 5
+
+#: The largest seq ``after`` / ``Last-Event-ID`` may name: JSON's exact integer range (2^53-1).
+MAX_SEQ: Final = (1 << 53) - 1
+
+#: Events encoded per chunk of a ``GET /events`` response.
+EVENTS_PER_CHUNK: Final = 256
+
 #: Seconds between keep-alive comments on an idle event stream.
 KEEPALIVE_SECONDS: Final = 15.0
 
@@ -67,8 +89,12 @@ KEEPALIVE_SECONDS: Final = 15.0
 # ---------------------------------------------------------------------------- bodies
 
 
+#: A path with no NUL byte (the OS refuses one; it is a bad request, not a server fault).
+_NO_NUL = msgspec.Meta(pattern="^[^\\x00]*$", description="a directory path (no NUL byte)")
+
+
 class CreateSession(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
-    workspace: str | None = None
+    workspace: Annotated[str, _NO_NUL] | None = None
     composition: str | None = None
     id: str | None = None
 
@@ -117,6 +143,9 @@ def _after(value: str | None, where: str) -> int:
         after = int(value)
     except ValueError:
         raise ApiError(400, "INVALID_REQUEST", f"{where} must be an integer seq") from None
+    if after >= MAX_SEQ:
+        raise ApiError(400, "INVALID_REQUEST",
+                       f"{where} {value} is past the largest seq a log can hold ({MAX_SEQ - 1})")
     return max(after, -1)
 
 
@@ -138,6 +167,67 @@ class BearerToken(AuthenticationBackend):
         if not hmac.compare_digest(credentials.strip().encode(), self._token):
             raise AuthenticationError("the bearer token is not this server's")
         return AuthCredentials(["authenticated"]), SimpleUser("bearer")
+
+
+#: Methods that change nothing; every other one is refused from a foreign ``Origin``.
+SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class HostOriginGuard:
+    """DNS rebinding and cross-site writes, refused before any route runs.
+
+    Without a token, loopback is the only protection, and a web page defeats it by DNS
+    rebinding: its own name starts resolving to 127.0.0.1, and the browser then sends the
+    page's requests here as same-origin, with ``Host: evil.example``. So with no token only
+    the bound loopback names are answered (``127.0.0.1``, ``localhost``, ``[::1]`` with the
+    port): any other ``Host`` is ``421 MISDIRECTED_REQUEST``. With a token the page cannot
+    authenticate, and a proxy may forward any name, so every ``Host`` is answered.
+
+    A browser names the page that sent a request in ``Origin``. Every state-changing request
+    (any method but GET, HEAD, OPTIONS) with an ``Origin`` must come from this server's own
+    origin (the inspector: the same scheme-less ``host:port`` as its ``Host``) or a
+    ``--cors-origin``: anything else is ``403 FOREIGN_ORIGIN``. Without ``Origin`` the
+    request is not a browser's cross-site one (curl, scripts) and goes on to the token check.
+    """
+
+    def __init__(self, app: ASGIApp, *, port: int, check_host: bool,
+                 origins: tuple[str, ...]) -> None:
+        self.app = app
+        hosts = ("127.0.0.1", "localhost", "[::1]")
+        self.hosts: frozenset[str] | None = frozenset(
+            [f"{h}:{port}" for h in hosts] + (list(hosts) if port == 80 else [])
+        ) if check_host else None
+        self.origins = frozenset(o.rstrip("/").lower() for o in origins)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        host = headers.get("host", "").strip().lower()
+        if self.hosts is not None and host not in self.hosts:
+            shown = host or "(none)"
+            refused = error_response(
+                421, "MISDIRECTED_REQUEST",
+                f"Host {shown!r} is not this server's: without a token it answers only "
+                f"{', '.join(sorted(self.hosts))} (a page on another name may be a DNS "
+                "rebinding attack); use one of those names, or configure a token",
+            )
+            await refused(scope, receive, send)
+            return
+        origin = headers.get("origin")
+        if scope["method"] not in SAFE_METHODS and origin is not None:
+            normal = origin.strip().rstrip("/").lower()
+            own = urlsplit(normal).netloc == host and normal.startswith(("http://", "https://"))
+            if not own and normal not in self.origins:
+                refused = error_response(
+                    403, "FOREIGN_ORIGIN",
+                    f"a {scope['method']} from the page at Origin {origin!r} is refused: only "
+                    "this server's own pages and the --cors-origin origins may change state",
+                )
+                await refused(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def _auth_error(conn: HTTPConnection, exc: Exception) -> Response:
@@ -258,8 +348,15 @@ async def session_events(request: Request) -> Response:
     session_id = request.path_params["id"]
     after = _after(request.query_params.get("after"), "after")
     events = await runtime.events_after(session_id, after)
-    body = b"".join(event_json(e) + b"\n" for e in events)
-    return Response(body, media_type="application/x-ndjson")
+
+    async def lines() -> AsyncIterator[bytes]:
+        # A few hundred lines at a time: a slow reader holds one chunk in the server, not the
+        # whole encoded log (Hypercorn sends a chunk before the next is asked for).
+        for start in range(0, len(events), EVENTS_PER_CHUNK):
+            chunk = events[start:start + EVENTS_PER_CHUNK]
+            yield b"".join(event_json(e) + b"\n" for e in chunk)
+
+    return StreamingResponse(lines(), media_type="application/x-ndjson")
 
 
 @authenticated
@@ -283,8 +380,10 @@ async def session_stream(request: Request) -> Response:
     resumed = request.headers.get("last-event-id")
     if resumed is not None:
         after = _after(resumed, "Last-Event-ID")
-    else:
-        after = _after(request.query_params.get("after"), "after")
+    elif "after" in request.query_params:
+        after = _after(request.query_params["after"], "after")
+    else:  # a new follower: what is stored now is history (GET /events), the stream is news
+        after = await runtime.stored_end(session_id)
     first = await runtime.events_after(session_id, after)  # a 404 before the stream starts
 
     async def frames() -> AsyncIterator[bytes]:
@@ -425,8 +524,18 @@ async def inspector(request: Request) -> Response:
 # ---------------------------------------------------------------------------- errors
 
 
+def _unavailable(message: str) -> Response:
+    """The store cannot take or give the data now (disk full, an immutable or unwritable
+    file, the database down): nothing the client sent is wrong, so 503 with Retry-After."""
+    response = error_response(503, "STORE_UNAVAILABLE", message)
+    response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
+
+
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
+    if exc.status == 503:
+        return _unavailable(str(exc))
     return error_response(exc.status, exc.code, str(exc))
 
 
@@ -440,17 +549,19 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _dsh_error(request: Request, exc: Exception) -> Response:
-    if isinstance(exc, SessionNotFoundError):
-        return error_response(404, "SESSION_NOT_FOUND", str(exc))
-    if isinstance(exc, SessionAlreadyOwnedError):
-        return error_response(409, "SESSION_HELD", str(exc))
-    if isinstance(exc, SessionAlreadyExistsError):
-        return error_response(409, "SESSION_ALREADY_EXISTS", str(exc))
-    code = getattr(exc, "code", "DSH_ERROR")
-    return error_response(409 if code.endswith("BUSY") else 400, code, str(exc))
+    if is_store_outage(exc):
+        return _unavailable(f"the session store is unavailable, retry later: {exc}")
+    code = str(getattr(exc, "code", "DSH_ERROR"))
+    status, shown = DSH_ERROR_STATUS.get(code, (0, code))
+    if status == 0:
+        status = 409 if code.endswith("BUSY") or isinstance(exc, SessionPersistenceError) else 400
+    return error_response(status, shown, str(exc))
 
 
 async def _internal(request: Request, exc: Exception) -> Response:
+    if is_store_outage(exc):
+        return _unavailable(f"the session store is unavailable, retry later: "
+                            f"{type(exc).__name__}: {exc}")
     return error_response(500, "INTERNAL", f"internal error: {type(exc).__name__}: {exc}")
 
 
@@ -465,8 +576,9 @@ _COMPONENTS: Final[dict[str, Any]] = {
                 "code": {"type": "string"}, "message": {"type": "string"}}}},
         },
         "CreateSession": {"type": "object", "additionalProperties": False, "properties": {
-            "workspace": {"type": "string"}, "composition": {"type": "string"},
-            "id": {"type": "string"}}},
+            "workspace": {"type": "string", "pattern": "^[^\\x00]*$"},
+            "composition": {"type": "string"},
+            "id": {"type": "string", "pattern": SESSION_ID_PATTERN}}},
         "StartTurn": {"type": "object", "required": ["prompt"], "additionalProperties": False,
                       "properties": {"prompt": {"type": "string"}}},
         "Decide": {"type": "object", "required": ["decision"], "additionalProperties": False,
@@ -488,6 +600,22 @@ _COMPONENTS: Final[dict[str, Any]] = {
 }
 
 
+class _PathId(Convertor[str]):
+    """A session or call id in a path: no control character (a NUL can name no file and no
+    row, so such a path is no route: 404), no ``/``."""
+
+    regex = "[^/\x00-\x1f\x7f]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("pathid", _PathId())
+
+
 def routes() -> list[Route]:
     return [
         Route("/healthz", healthz, methods=["GET"]),
@@ -495,13 +623,13 @@ def routes() -> list[Route]:
         Route("/openapi.json", openapi, methods=["GET"], include_in_schema=False),
         Route("/sessions", create_session, methods=["POST"]),
         Route("/sessions", list_sessions, methods=["GET"]),
-        Route("/sessions/{id}", get_session, methods=["GET"]),
-        Route("/sessions/{id}/events", session_events, methods=["GET"]),
-        Route("/sessions/{id}/stream", session_stream, methods=["GET"]),
-        Route("/sessions/{id}/turns", start_turn, methods=["POST"]),
-        Route("/sessions/{id}/cancel", cancel_turn, methods=["POST"]),
+        Route("/sessions/{id:pathid}", get_session, methods=["GET"]),
+        Route("/sessions/{id:pathid}/events", session_events, methods=["GET"]),
+        Route("/sessions/{id:pathid}/stream", session_stream, methods=["GET"]),
+        Route("/sessions/{id:pathid}/turns", start_turn, methods=["POST"]),
+        Route("/sessions/{id:pathid}/cancel", cancel_turn, methods=["POST"]),
         Route("/approvals", list_approvals, methods=["GET"]),
-        Route("/sessions/{id}/approvals/{callId}", decide, methods=["POST"]),
+        Route("/sessions/{id:pathid}/approvals/{callId:pathid}", decide, methods=["POST"]),
         Route("/", inspector, methods=["GET"]),
     ]
 
@@ -518,15 +646,17 @@ async def openapi(request: Request) -> Response:
     return JSONResponse(_SCHEMAS.get_schema(routes=request.app.routes))
 
 
-def create_app(runtime: ServerRuntime) -> Starlette:
-    """The application over a started runtime."""
+def create_app(runtime: ServerRuntime, *, port: int) -> Starlette:
+    """The application over a started runtime, listening on ``port`` (the ``Host`` check)."""
     options = runtime.options
     middleware = [
+        Middleware(HostOriginGuard, port=port, check_host=options.token is None,
+                   origins=options.cors_origins),
         Middleware(AuthenticationMiddleware, backend=BearerToken(options.token),
                    on_error=_auth_error),
     ]
     if options.cors_origins:
-        middleware.insert(0, Middleware(
+        middleware.insert(1, Middleware(
             CORSMiddleware, allow_origins=list(options.cors_origins),
             allow_methods=["GET", "POST"], allow_headers=["Authorization", "Content-Type",
                                                           "Last-Event-ID"],

@@ -91,7 +91,7 @@ async def serve(
             await shutdown()
 
     async with open_runtime(options) as runtime:
-        app = create_app(runtime)
+        app = create_app(runtime, port=sock.getsockname()[1])
         task_status.started()
         if on_ready is not None:
             on_ready()
