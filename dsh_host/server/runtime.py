@@ -592,11 +592,13 @@ class ServerRuntime:
         assert self._queue is not None
         # Released first: the job may start on this very process before defer() returns.
         self._claimed.discard(session_id)
-        if session_id in await self._queue.busy_sessions() or not await self._queue.defer(
-            session_id, kind, prompt, last + 1
-        ):
+        # PostgreSQL decides (unique indexes on the job table): no check here could, as two
+        # processes may both pass it before either inserts.
+        if not await self._queue.defer(session_id, kind, prompt, last + 1):
             raise ApiError(
-                409, "SESSION_BUSY", f'session "{session_id}" has a turn queued or running'
+                409, "SESSION_BUSY",
+                f'session "{session_id}" has a turn queued or running (or turn {last + 1} was '
+                "just taken); read the session and retry",
             )
         return last + 1
 
