@@ -287,7 +287,7 @@ async def create_session(request: Request) -> Response:
     load = await runtime.create_session(
         workspace=body.workspace, composition=body.composition, session_id=body.id
     )
-    return JSONResponse(runtime.summary(load), status_code=201)
+    return JSONResponse(await runtime.summary(load), status_code=201)
 
 
 @authenticated
@@ -322,7 +322,7 @@ async def get_session(request: Request) -> Response:
     running = runtime.running(session_id)
     return JSONResponse({
         **stored.fields,
-        "status": runtime.status(session_id, stored),
+        "status": await runtime.status(session_id, stored),
         "header": stored.header,
         "pendingApprovals": list(stored.approvals),
         "runningTurn": running.turn if running is not None else None,

@@ -353,8 +353,15 @@ class ServerRuntime:
     def running(self, session_id: str) -> RunningTurn | None:
         return self._running.get(session_id)
 
-    def status(self, session_id: str, stored: StoredSummary) -> str:
-        """``running`` here, ``awaiting-approval``, ``interrupted`` (needs a repair), ``idle``."""
+    async def status(self, session_id: str, stored: StoredSummary) -> str:
+        """``running`` (here, or held by another process), ``queued``, ``awaiting-approval``,
+        ``interrupted`` (needs a repair), ``idle``: from what runs here, the job queue, and
+        the stored log.
+
+        A log with an open turn is ``interrupted`` only when nobody holds the session: while
+        another process runs a turn, the open turn is that turn, not a crash's leftover
+        (only a storage that cannot tell who holds a session is taken at its log's word).
+        """
         if session_id in self._running or session_id in self._claimed:
             return "running"
         if session_id in self._busy_elsewhere:
@@ -362,6 +369,8 @@ class ServerRuntime:
         if stored.approvals:
             return "awaiting-approval"
         if stored.interrupted:
+            if await self.store.held_by(session_id) is not None:
+                return "running"
             return "interrupted"
         return "idle"
 
@@ -370,9 +379,9 @@ class ServerRuntime:
         if self._queue is not None:
             self._busy_elsewhere = await self._queue.busy_sessions()
 
-    def summary(self, load: SessionLoad) -> dict[str, Any]:
+    async def summary(self, load: SessionLoad) -> dict[str, Any]:
         stored = self._remember(load)
-        return {**stored.fields, "status": self.status(load.id, stored)}
+        return {**stored.fields, "status": await self.status(load.id, stored)}
 
     def _remember(self, load: SessionLoad) -> StoredSummary:
         """What ``load`` says of its session, kept under the revision it was read at."""
@@ -404,7 +413,8 @@ class ServerRuntime:
                 rows.append({"id": header.id, "status": "unreadable", "problem": str(stored),
                              "createdAt": header.created_at, "updatedAt": header.created_at})
             else:
-                rows.append({**stored.fields, "status": self.status(listing.header.id, stored)})
+                status = await self.status(listing.header.id, stored)
+                rows.append({**stored.fields, "status": status})
         rows.sort(key=lambda r: (r["updatedAt"], r["id"]), reverse=True)
         return rows
 

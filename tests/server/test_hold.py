@@ -269,3 +269,37 @@ async def test_a_new_follower_gets_news_and_a_cursor_gets_history(tmp_path: Path
         stored = await server.events(session_id)
         assert [data for _, _, data in everything] == stored
         assert json.loads(json.dumps(stored[: len(history)])) == history
+
+
+# ---------------------------------------------------------------------------- status
+
+
+async def test_an_open_turn_another_process_runs_is_running_not_interrupted(
+    tmp_path: Path,
+) -> None:
+    """``dsh run`` (another process) holds the session with its turn open in the log: the
+    server reads the same log as a crash would leave it, but the session is held, so its
+    status is ``running``. Once that process is SIGKILLed the open turn is a crash's
+    leftover: ``interrupted``."""
+    async with running_server(tmp_path, [{"text": "x"}]) as server:
+        session_id = await server.create()
+        script = tmp_path / "hang.json"
+        script.write_text(json.dumps({"responses": [{"text": "thinking", "hang": True}]}))
+        runner = await anyio.open_process(
+            [sys.executable, "-m", "dsh_host", "run", "--session", session_id, "--root",
+             str(server.root), "--config", str(tmp_path / "dsh.yml"), "--model",
+             f"scripted:{script}", "--workspace", str(server.workspace), "hold the session"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            opened = await server.wait(session_id, lambda s: s["lastTurn"] == 1)
+            assert opened["status"] == "running", opened
+            listed = (await server.client.get("/sessions")).json()["sessions"]
+            assert [s["status"] for s in listed] == ["running"]
+            busy = await server.client.post(f"/sessions/{session_id}/turns",
+                                            json={"prompt": "x"})
+            assert await _error(busy, 409) == "SESSION_HELD"
+        finally:
+            runner.kill()
+            await runner.wait()
+        left = (await server.client.get(f"/sessions/{session_id}")).json()
+        assert left["status"] == "interrupted", left
