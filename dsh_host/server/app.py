@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import getpass
 import hmac
+import logging
 import socket
+import sqlite3
 from collections.abc import AsyncIterator
 from importlib import resources
 from typing import Annotated, Any, Final, Literal, TypeVar
 from urllib.parse import urlsplit
 
+import anyio
 import msgspec
 from starlette.applications import Starlette
 from starlette.authentication import (
@@ -32,7 +35,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import HTTPConnection, Request
+from starlette.requests import ClientDisconnect, HTTPConnection, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.schemas import SchemaGenerator
@@ -48,6 +51,8 @@ from .views import event_json
 __all__ = ["STATUS_CODES", "create_app"]
 
 T = TypeVar("T")
+
+log = logging.getLogger("dsh.server")
 
 #: HTTP statuses Starlette raises itself, and the stable codes they are reported with.
 STATUS_CODES: Final = {
@@ -113,8 +118,16 @@ def error_response(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
-async def read_body(request: Request, kind: type[T], limit: int) -> T:
-    """The request's JSON body as ``kind``; too large, not JSON or the wrong shape is refused."""
+async def read_body(request: Request, kind: type[T]) -> T:
+    """The request's JSON body as ``kind``; too large, not JSON or the wrong shape is refused.
+
+    The whole body must arrive within the server's ``body_timeout`` (408 otherwise): a client
+    trickling a byte at a time would else hold a connection and a buffer for ever. (Hypercorn's
+    own read timeout cannot do it: it would also close every idle event stream.) A client that
+    goes away mid-body is one log line, not a traceback.
+    """
+    options = runtime_of(request).options
+    limit = options.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, "PAYLOAD_TOO_LARGE", f"the request body is over {limit} bytes")
@@ -123,11 +136,22 @@ async def read_body(request: Request, kind: type[T], limit: int) -> T:
         raise ApiError(415, "UNSUPPORTED_MEDIA_TYPE", "send the body as application/json")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, "PAYLOAD_TOO_LARGE", f"the request body is over {limit} bytes")
-        chunks.append(chunk)
+    try:
+        with anyio.fail_after(options.body_timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise ApiError(413, "PAYLOAD_TOO_LARGE",
+                                   f"the request body is over {limit} bytes")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ApiError(408, "REQUEST_TIMEOUT",
+                       f"the request body did not arrive within {options.body_timeout:g} s "
+                       f"({size} bytes came); send it at once") from None
+    except ClientDisconnect:
+        log.info("%s %s: the client went away after %d bytes of its body", request.method,
+                 request.url.path, size)
+        raise ApiError(400, "CLIENT_DISCONNECTED", "the client went away mid-body") from None
     try:
         return msgspec.json.decode(b"".join(chunks) or b"{}", type=kind)
     except msgspec.ValidationError as exc:
@@ -283,7 +307,7 @@ async def create_session(request: Request) -> Response:
       400: {description: "INVALID_REQUEST, WORKSPACE_REFUSED, UNKNOWN_COMPOSITION"}
     """
     runtime = runtime_of(request)
-    body = await read_body(request, CreateSession, runtime.options.max_body_bytes)
+    body = await read_body(request, CreateSession)
     load = await runtime.create_session(
         workspace=body.workspace, composition=body.composition, session_id=body.id
     )
@@ -430,7 +454,7 @@ async def start_turn(request: Request) -> Response:
       409: {description: "SESSION_BUSY, SESSION_HELD, AWAITING_APPROVAL"}
     """
     runtime = runtime_of(request)
-    body = await read_body(request, StartTurn, runtime.options.max_body_bytes)
+    body = await read_body(request, StartTurn)
     session_id = request.path_params["id"]
     turn = await runtime.start_turn(session_id, body.prompt)
     return JSONResponse({"sessionId": session_id, "turn": turn}, status_code=202)
@@ -487,7 +511,7 @@ async def decide(request: Request) -> Response:
       409: {description: "APPROVAL_NOT_PENDING, SESSION_BUSY, SESSION_HELD"}
     """
     runtime = runtime_of(request)
-    body = await read_body(request, Decide, runtime.options.max_body_bytes)
+    body = await read_body(request, Decide)
     session_id, call_id = request.path_params["id"], request.path_params["callId"]
     user = request.user.display_name if request.user.is_authenticated else "anonymous"
     turn = await runtime.decide(
@@ -558,11 +582,31 @@ async def _dsh_error(request: Request, exc: Exception) -> Response:
     return error_response(status, shown, str(exc))
 
 
+async def _outage(request: Request, exc: Exception) -> Response:
+    """An ``OSError`` or a database driver's error reached a handler: the disk or the database
+    under the store failed (one log line; a 503 for the client)."""
+    if not is_store_outage(exc):
+        return await _internal(request, exc)
+    log.error("%s %s: the session store is unavailable: %s: %s", request.method,
+              request.url.path, type(exc).__name__, exc)
+    return _unavailable(f"the session store is unavailable, retry later: "
+                        f"{type(exc).__name__}: {exc}")
+
+
 async def _internal(request: Request, exc: Exception) -> Response:
-    if is_store_outage(exc):
-        return _unavailable(f"the session store is unavailable, retry later: "
-                            f"{type(exc).__name__}: {exc}")
     return error_response(500, "INTERNAL", f"internal error: {type(exc).__name__}: {exc}")
+
+
+def _outage_classes() -> list[type[Exception]]:
+    """The exception classes a store outage arrives as (a driver not installed is left out)."""
+    classes: list[type[Exception]] = [OSError, sqlite3.OperationalError]
+    try:
+        import psycopg
+    except ImportError:
+        pass
+    else:
+        classes.append(psycopg.OperationalError)
+    return classes
 
 
 # ---------------------------------------------------------------------------- app
@@ -668,6 +712,7 @@ def create_app(runtime: ServerRuntime, *, port: int) -> Starlette:
             ApiError: _api_error,
             HTTPException: _http_error,
             DshError: _dsh_error,
+            **dict.fromkeys(_outage_classes(), _outage),
             Exception: _internal,
         },
     )

@@ -86,6 +86,9 @@ def add_parser(sub: Any) -> None:
                        help="allow browser requests from this origin (repeatable; default none)")
     serve.add_argument("--max-body-bytes", type=int, default=1 << 20, metavar="N",
                        help="largest request body accepted (default 1 MiB)")
+    serve.add_argument("--body-timeout", type=float, default=30.0, metavar="SECONDS",
+                       help="time a request body may take to arrive whole (default 30; "
+                       "408 after)")
     serve.add_argument("--backend", choices=("trio", "asyncio"),
                        help="event loop (default trio; asyncio with --queue)")
     queue = serve.add_argument_group(
@@ -208,6 +211,7 @@ def run_serve(args: argparse.Namespace) -> int:
         token=token,
         cors_origins=tuple(args.cors_origin),
         max_body_bytes=args.max_body_bytes,
+        body_timeout=args.body_timeout,
         after_repair=args.after_repair,
         queue_dsn=_queue_dsn(args),
         queue_schema=args.queue_schema,

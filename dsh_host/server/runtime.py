@@ -106,6 +106,8 @@ class ServeOptions:
     token: str | None = None
     cors_origins: tuple[str, ...] = ()
     max_body_bytes: int = 1 << 20
+    #: seconds a request body may take to arrive whole (408 after)
+    body_timeout: float = 30.0
     #: after repairing a turn a dead worker left open: stop there, or run a new turn
     after_repair: Literal["stop", "continue"] = "stop"
     #: how often a stream re-reads the store for events another process wrote (seconds)

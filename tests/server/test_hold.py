@@ -303,3 +303,50 @@ async def test_an_open_turn_another_process_runs_is_running_not_interrupted(
             await runner.wait()
         left = (await server.client.get(f"/sessions/{session_id}")).json()
         assert left["status"] == "interrupted", left
+
+
+# ---------------------------------------------------------------------------- slow clients
+
+
+async def _raw(server: Server, request: bytes) -> bytes:
+    """Send ``request`` on a raw connection; what the server answers before it closes."""
+    port = _port(server)
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(request)
+        received = b""
+        with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+            while b"\r\n\r\n" not in received or not received.endswith(b"}"):
+                received += await stream.receive()
+        return received
+
+
+async def test_a_body_that_never_arrives_whole_is_408(tmp_path: Path) -> None:
+    """A client declares a body and sends part of it, then nothing: the server answers 408
+    REQUEST_TIMEOUT once the body deadline passed (it does not wait for ever)."""
+    async with running_server(tmp_path, [{"text": "x"}], body_timeout=0.5) as server:
+        port = _port(server)
+        head = (f"POST /sessions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{").encode()
+        answer = await _raw(server, head)
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+        assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "REQUEST_TIMEOUT"
+        assert (await server.client.get("/sessions")).json() == {"sessions": []}
+
+
+async def test_a_client_gone_mid_body_is_one_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with running_server(tmp_path, [{"text": "x"}]) as server:
+        port = _port(server)
+        head = (f"POST /sessions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{").encode()
+        with caplog.at_level("INFO", logger="dsh.server"):
+            async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+                await stream.send(head)
+            await server.wait_logged(caplog, "")  # the server's first word on it
+            assert (await server.client.get("/healthz")).status_code == 200
+        server_records = [r for r in caplog.records if r.name.startswith(("dsh.server",
+                                                                          "hypercorn"))]
+        assert [r.exc_info for r in server_records] == [None] * len(server_records), [
+            r.getMessage() for r in server_records]
+        assert not any("Traceback" in r.getMessage() for r in server_records)
