@@ -5,18 +5,24 @@ small tmpfs mounted for the test), a real immutable file (``chattr +i``)."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import subprocess
 import sys
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
 import pytest
 
-from .harness import Server, read_sse, running_server
+from dsh_host.server.command import build_compositions
+from dsh_host.server.runtime import ServeOptions, open_runtime
+
+from .harness import Server, read_sse, running_server, write_composition
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
@@ -327,7 +333,8 @@ async def test_a_body_that_never_arrives_whole_is_408(tmp_path: Path) -> None:
         port = _port(server)
         head = (f"POST /sessions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
                 "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{").encode()
-        answer = await _raw(server, head)
+        with anyio.fail_after(120):  # not a timing: a server that never answers fails here
+            answer = await _raw(server, head)
         assert answer.startswith(b"HTTP/1.1 408"), answer
         assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "REQUEST_TIMEOUT"
         assert (await server.client.get("/sessions")).json() == {"sessions": []}
@@ -350,3 +357,39 @@ async def test_a_client_gone_mid_body_is_one_log_line(
         assert [r.exc_info for r in server_records] == [None] * len(server_records), [
             r.getMessage() for r in server_records]
         assert not any("Traceback" in r.getMessage() for r in server_records)
+
+
+# ---------------------------------------------------------------------------- memory
+
+
+async def test_a_session_whose_turn_ended_is_not_kept_in_memory(tmp_path: Path) -> None:
+    """After its turn, nothing of the server keeps the session's log in memory: the agent
+    host used to keep every closed agent (and so every session it ever ran, whole) for the
+    server's life. The scripted model's own request record (a test double's) is cleared, and
+    then the session object must be gone."""
+    (tmp_path / "ws").mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"responses": [{"text": "one"}, {"text": "two"}]}))
+    options = ServeOptions(
+        compositions=build_compositions(
+            str(write_composition(tmp_path)), [], f"scripted:{script}", str(tmp_path / "s")),
+        default_workspace=str((tmp_path / "ws").resolve()),
+    )
+    async with open_runtime(options) as runtime:
+        gone: list[weakref.ref[Any]] = []
+        for prompt in ("first", "second"):
+            session_id = (await runtime.create_session(
+                workspace=None, composition=None, session_id=None)).id
+            await runtime.start_turn(session_id, prompt)
+            running = runtime.running(session_id)
+            assert running is not None
+            gone.append(weakref.ref(running.agent.session))
+            del running
+            while True:  # the turn ends (the test's own timeout is the only deadline)
+                if runtime.running(session_id) is None:
+                    break
+                await anyio.sleep(0.05)
+        host = await runtime.host(options.default_composition, options.default_workspace)
+        host.ctx.llm.adapter_for("scripted").requests.clear()
+        gc.collect()
+        assert [ref() for ref in gone] == [None, None]
