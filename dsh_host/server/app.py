@@ -4,7 +4,8 @@ Every error is a JSON body ``{"error": {"code": "...", "message": "..."}}`` with
 ``code`` (the table is in :data:`STATUS_CODES` and docs/serve.md). With a token configured,
 every route but ``/healthz``, ``/openapi.json`` and the inspector's static page needs
 ``Authorization: Bearer TOKEN``. Request bodies are JSON, at most ``max_body_bytes``.
-The OpenAPI document (``GET /openapi.json``) is generated from the route docstrings.
+The router and the OpenAPI document (``GET /openapi.json``) are both made from one table,
+:data:`ENDPOINTS`: each route with the statuses it answers.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from __future__ import annotations
 import getpass
 import hmac
 import logging
+import re
 import socket
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from importlib import resources
 from typing import Annotated, Any, Final, Literal, TypeVar
 from urllib.parse import urlsplit
@@ -38,7 +41,6 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect, HTTPConnection, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.schemas import SchemaGenerator
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dsh_host.errors import DshError
@@ -270,21 +272,13 @@ def runtime_of(request: Request) -> ServerRuntime:
 
 
 async def healthz(request: Request) -> Response:
-    """
-    summary: Liveness
-    responses:
-      200: {description: "The process serves requests: {status: ok}"}
-    """
+    """Liveness."""
     return JSONResponse({"status": "ok"})
 
 
 @authenticated
 async def metrics(request: Request) -> Response:
-    """
-    summary: Prometheus metrics (text format)
-    responses:
-      200: {description: "turns, steps, flush latency, pending approvals"}
-    """
+    """Prometheus metrics (text format)."""
     runtime = runtime_of(request)
     await runtime.pending_approvals()
     runtime.metrics.turns_running.set(runtime.running_count())
@@ -293,19 +287,7 @@ async def metrics(request: Request) -> Response:
 
 @authenticated
 async def create_session(request: Request) -> Response:
-    """
-    summary: Create a session
-    requestBody:
-      content:
-        application/json:
-          schema: {$ref: "#/components/schemas/CreateSession"}
-    responses:
-      201:
-        description: The stored session
-        content:
-          application/json: {schema: {$ref: "#/components/schemas/Session"}}
-      400: {description: "INVALID_REQUEST, WORKSPACE_REFUSED, UNKNOWN_COMPOSITION"}
-    """
+    """Create a session."""
     runtime = runtime_of(request)
     body = await read_body(request, CreateSession)
     load = await runtime.create_session(
@@ -316,11 +298,7 @@ async def create_session(request: Request) -> Response:
 
 @authenticated
 async def list_sessions(request: Request) -> Response:
-    """
-    summary: Every stored session, most recently updated first
-    responses:
-      200: {description: "{sessions: [Session]}"}
-    """
+    """Every stored session, most recently updated first."""
     runtime = runtime_of(request)
     await runtime.refresh()
     return JSONResponse({"sessions": await runtime.summaries()})
@@ -328,17 +306,7 @@ async def list_sessions(request: Request) -> Response:
 
 @authenticated
 async def get_session(request: Request) -> Response:
-    """
-    summary: One session's header, status and usage
-    parameters:
-      - {name: id, in: path, required: true, schema: {type: string}}
-    responses:
-      200:
-        description: The session's summary plus header, pendingApprovals, runningTurn
-        content:
-          application/json: {schema: {$ref: "#/components/schemas/Session"}}
-      404: {description: "SESSION_NOT_FOUND"}
-    """
+    """One session's header, status and usage."""
     runtime = runtime_of(request)
     await runtime.refresh()
     session_id = request.path_params["id"]
@@ -355,19 +323,7 @@ async def get_session(request: Request) -> Response:
 
 @authenticated
 async def session_events(request: Request) -> Response:
-    """
-    summary: Stored events after a seq, as JSON lines (application/x-ndjson)
-    parameters:
-      - {name: id, in: path, required: true, schema: {type: string}}
-      - name: after
-        in: query
-        required: false
-        schema: {type: integer}
-        description: "only events with a larger seq (default: all)"
-    responses:
-      200: {description: "one event per line, in its stored wire form"}
-      404: {description: "SESSION_NOT_FOUND"}
-    """
+    """Stored events after a seq, as JSON lines (application/x-ndjson)."""
     runtime = runtime_of(request)
     session_id = request.path_params["id"]
     after = _after(request.query_params.get("after"), "after")
@@ -385,20 +341,9 @@ async def session_events(request: Request) -> Response:
 
 @authenticated
 async def session_stream(request: Request) -> Response:
-    """
-    summary: Server-sent events of the session's new events
-    description: >-
-      Each SSE event has id = the event's seq, event = its type and data = the event as
-      JSON. Resume with the Last-Event-ID header (or ?after=SEQ). Comment lines keep an idle
-      stream open.
-    parameters:
-      - {name: id, in: path, required: true, schema: {type: string}}
-      - {name: after, in: query, required: false, schema: {type: integer}}
-      - {name: Last-Event-ID, in: header, required: false, schema: {type: integer}}
-    responses:
-      200: {description: "text/event-stream"}
-      404: {description: "SESSION_NOT_FOUND"}
-    """
+    """Server-sent events of the session's new events. Each SSE event has id = the event's seq,
+    event = its type and data = the event as JSON. Resume with the Last-Event-ID header (or
+    ?after=SEQ). Comment lines keep an idle stream open."""
     runtime = runtime_of(request)
     session_id = request.path_params["id"]
     resumed = request.headers.get("last-event-id")
@@ -440,19 +385,7 @@ async def session_stream(request: Request) -> Response:
 
 @authenticated
 async def start_turn(request: Request) -> Response:
-    """
-    summary: Start a turn (runs in the background)
-    parameters:
-      - {name: id, in: path, required: true, schema: {type: string}}
-    requestBody:
-      content:
-        application/json:
-          schema: {$ref: "#/components/schemas/StartTurn"}
-    responses:
-      202: {description: "{sessionId, turn}: the turn's number; follow it with /stream"}
-      404: {description: "SESSION_NOT_FOUND"}
-      409: {description: "SESSION_BUSY, SESSION_HELD, AWAITING_APPROVAL"}
-    """
+    """Start a turn (runs in the background)."""
     runtime = runtime_of(request)
     body = await read_body(request, StartTurn)
     session_id = request.path_params["id"]
@@ -462,16 +395,8 @@ async def start_turn(request: Request) -> Response:
 
 @authenticated
 async def cancel_turn(request: Request) -> Response:
-    """
-    summary: >-
-      Cancel the session's turn: a running one ends aborted once started tool bodies return;
-      one still queued for a worker (--queue) never starts
-    parameters:
-      - {name: id, in: path, required: true, schema: {type: string}}
-    responses:
-      202: {description: "{sessionId, turn, cancelled: true}"}
-      409: {description: "NOT_RUNNING"}
-    """
+    """Cancel the session's turn: a running one ends aborted once started tool bodies return; one
+    still queued for a worker (--queue) never starts."""
     runtime = runtime_of(request)
     session_id = request.path_params["id"]
     turn = await runtime.cancel(session_id)
@@ -481,35 +406,16 @@ async def cancel_turn(request: Request) -> Response:
 
 @authenticated
 async def list_approvals(request: Request) -> Response:
-    """
-    summary: Pending approvals across sessions, oldest first
-    responses:
-      200:
-        description: >-
-          {approvals: [{sessionId, callId, tool, argsDigest, arguments, askedAt, turn}]}
-    """
+    """Pending approvals across sessions, oldest first. {approvals: [{sessionId, callId, tool,
+    argsDigest, arguments, askedAt, turn}]}."""
     return JSONResponse({"approvals": await runtime_of(request).pending_approvals()})
 
 
 @authenticated
 async def decide(request: Request) -> Response:
-    """
-    summary: Allow or deny a pending call (bound to its call id and argsDigest, one-shot)
-    description: >-
-      When no call of the session waits any more, the turn continues in the background:
-      allowed calls run once, denied ones get the rejection text, then the model.
-    parameters:
-      - {name: id, in: path, required: true, schema: {type: string}}
-      - {name: callId, in: path, required: true, schema: {type: string}}
-    requestBody:
-      content:
-        application/json:
-          schema: {$ref: "#/components/schemas/Decide"}
-    responses:
-      200: {description: "{sessionId, callId, decision, continued, turn}"}
-      404: {description: "SESSION_NOT_FOUND"}
-      409: {description: "APPROVAL_NOT_PENDING, SESSION_BUSY, SESSION_HELD"}
-    """
+    """Allow or deny a pending call (bound to its call id and argsDigest, one-shot). When no call
+    of the session waits any more, the turn continues in the background: allowed calls run
+    once, denied ones get the rejection text, then the model."""
     runtime = runtime_of(request)
     body = await read_body(request, Decide)
     session_id, call_id = request.path_params["id"], request.path_params["callId"]
@@ -530,11 +436,7 @@ def _os_user() -> str:
 
 
 async def inspector(request: Request) -> Response:
-    """
-    summary: The web inspector (HTML; it calls this API with the token given in the page)
-    responses:
-      200: {description: "text/html"}
-    """
+    """The web inspector (HTML; it calls this API with the token given in the page)."""
     page = resources.files("dsh_host.server").joinpath("inspector.html").read_text("utf-8")
     return HTMLResponse(page, headers={
         "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; "
@@ -634,7 +536,8 @@ _COMPONENTS: Final[dict[str, Any]] = {
             "status": {"enum": ["idle", "queued", "running", "awaiting-approval",
                                 "interrupted"]},
             "createdAt": {"type": "integer"}, "updatedAt": {"type": "integer"},
-            "workspace": {"type": "string"}, "composition": {"type": "string"},
+            "workspace": {"type": "string", "nullable": True},
+            "composition": {"type": "string", "nullable": True},
             "events": {"type": "integer"}, "lastTurn": {"type": "integer"},
             "lastTurnEnd": {"type": "object", "nullable": True},
             "usage": {"type": "object", "properties": {
@@ -660,34 +563,134 @@ class _PathId(Convertor[str]):
 register_url_convertor("pathid", _PathId())
 
 
-def routes() -> list[Route]:
-    return [
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
-        Route("/openapi.json", openapi, methods=["GET"], include_in_schema=False),
-        Route("/sessions", create_session, methods=["POST"]),
-        Route("/sessions", list_sessions, methods=["GET"]),
-        Route("/sessions/{id:pathid}", get_session, methods=["GET"]),
-        Route("/sessions/{id:pathid}/events", session_events, methods=["GET"]),
-        Route("/sessions/{id:pathid}/stream", session_stream, methods=["GET"]),
-        Route("/sessions/{id:pathid}/turns", start_turn, methods=["POST"]),
-        Route("/sessions/{id:pathid}/cancel", cancel_turn, methods=["POST"]),
-        Route("/approvals", list_approvals, methods=["GET"]),
-        Route("/sessions/{id:pathid}/approvals/{callId:pathid}", decide, methods=["POST"]),
-        Route("/", inspector, methods=["GET"]),
+@dataclass(frozen=True)
+class Endpoint:
+    """One route and what it answers: the router and the OpenAPI document are both made from
+    :data:`ENDPOINTS`, so the document cannot miss a route or a status the route returns."""
+
+    method: str
+    #: the OpenAPI path (``{id}``); the router's path adds the id convertor
+    path: str
+    handler: Callable[[Request], Awaitable[Response]]
+    #: the statuses this route's own code answers, with the codes: ``{202: "...", 409: "..."}``
+    responses: Mapping[int, str]
+    #: the request body's component schema
+    body: str | None = None
+    #: integer query parameters (``after``) and headers (``Last-Event-ID``)
+    query: tuple[str, ...] = ()
+    headers: tuple[str, ...] = ()
+    #: no token needed, and nothing stored is read
+    public: bool = False
+    #: the media type of a 2xx answer
+    media: str = "application/json"
+
+    def all_responses(self) -> dict[int, str]:
+        """:attr:`responses` plus what every route of its kind may answer (one place)."""
+        out = {421: "MISDIRECTED_REQUEST (no token: a Host that is not this server's)"}
+        if not self.public:
+            out[401] = "UNAUTHORIZED"
+            out[503] = "STORE_UNAVAILABLE (with Retry-After)"
+        if "{" in self.path:
+            out[404] = "SESSION_NOT_FOUND, NOT_FOUND (a control character in a path id)"
+        if self.method not in SAFE_METHODS:
+            out[403] = "FOREIGN_ORIGIN"
+        if self.body is not None:
+            out[400] = "INVALID_REQUEST, CLIENT_DISCONNECTED"
+            out.update({408: "REQUEST_TIMEOUT", 413: "PAYLOAD_TOO_LARGE",
+                        415: "UNSUPPORTED_MEDIA_TYPE"})
+        if self.query or self.headers:
+            out[400] = "INVALID_REQUEST (a bad seq)"
+        for status, codes in self.responses.items():
+            out[status] = f"{out[status]}, {codes}" if status in out else codes
+        return dict(sorted(out.items()))
+
+
+_SESSION = {"application/json": {"schema": {"$ref": "#/components/schemas/Session"}}}
+
+ENDPOINTS: Final[tuple[Endpoint, ...]] = (
+    Endpoint("GET", "/healthz", healthz, {200: "{status: ok}"}, public=True),
+    Endpoint("GET", "/metrics", metrics, {200: "Prometheus text"}, media=CONTENT_TYPE),
+    Endpoint("POST", "/sessions", create_session,
+             {201: "the stored session", 400: "INVALID_SESSION_ID, WORKSPACE_REFUSED, "
+              "UNKNOWN_COMPOSITION", 409: "SESSION_ALREADY_EXISTS"}, body="CreateSession"),
+    Endpoint("GET", "/sessions", list_sessions, {200: "{sessions: [Session]}"}),
+    Endpoint("GET", "/sessions/{id}", get_session,
+             {200: "the summary plus header, pendingApprovals, runningTurn"}),
+    Endpoint("GET", "/sessions/{id}/events", session_events,
+             {200: "one stored event per line"}, query=("after",),
+             media="application/x-ndjson"),
+    Endpoint("GET", "/sessions/{id}/stream", session_stream,
+             {200: "SSE: id = seq, event = type, data = the event"}, query=("after",),
+             headers=("Last-Event-ID",), media="text/event-stream"),
+    Endpoint("POST", "/sessions/{id}/turns", start_turn,
+             {202: "{sessionId, turn}: the turn's start is stored",
+              409: "SESSION_BUSY, SESSION_HELD, AWAITING_APPROVAL, UNKNOWN_COMPOSITION, "
+              "a store's code"}, body="StartTurn"),
+    Endpoint("POST", "/sessions/{id}/cancel", cancel_turn,
+             {202: "{sessionId, turn, cancelled: true}", 409: "NOT_RUNNING"}),
+    Endpoint("GET", "/approvals", list_approvals, {200: "{approvals: [...]}"}),
+    Endpoint("POST", "/sessions/{id}/approvals/{callId}", decide,
+             {200: "{sessionId, callId, decision, continued, turn}",
+              409: "APPROVAL_NOT_PENDING, SESSION_BUSY, SESSION_HELD, a store's code"},
+             body="Decide"),
+    Endpoint("GET", "/", inspector, {200: "the inspector page (text/html)"}, public=True,
+             media="text/html"),
+)
+
+
+def _operation(endpoint: Endpoint) -> dict[str, Any]:
+    doc = (endpoint.handler.__doc__ or "").strip()
+    summary, _, description = doc.partition(". ")
+    parameters: list[dict[str, Any]] = [
+        {"name": name[1:-1], "in": "path", "required": True,
+         "schema": {"type": "string", "pattern": "^[^/\\x00-\\x1f\\x7f]+$"}}
+        for name in re.findall(r"\{[^}]+\}", endpoint.path)
     ]
+    seq = {"type": "integer", "minimum": -1, "maximum": MAX_SEQ - 1}
+    parameters += [{"name": q, "in": "query", "required": False, "schema": seq}
+                   for q in endpoint.query]
+    parameters += [{"name": h, "in": "header", "required": False, "schema": seq}
+                   for h in endpoint.headers]
+    responses: dict[str, Any] = {}
+    for status, codes in endpoint.all_responses().items():
+        if status < 300:
+            media = _SESSION if status == 201 else {endpoint.media: {}}
+            responses[str(status)] = {"description": codes, "content": media}
+        else:
+            responses[str(status)] = {"description": codes, "content": {"application/json": {
+                "schema": {"$ref": "#/components/schemas/Error"}}}}
+    operation: dict[str, Any] = {"summary": summary.rstrip("."), "responses": responses}
+    if description:
+        operation["description"] = description
+    if parameters:
+        operation["parameters"] = parameters
+    if endpoint.body is not None:
+        operation["requestBody"] = {"required": True, "content": {"application/json": {
+            "schema": {"$ref": f"#/components/schemas/{endpoint.body}"}}}}
+    if endpoint.public:
+        operation["security"] = []
+    return operation
 
 
-_SCHEMAS = SchemaGenerator({
-    "openapi": "3.0.3",
-    "info": {"title": "dsh serve", "version": "1"},
-    "security": [{"bearer": []}],
-    "components": _COMPONENTS,
-})
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI 3 document of :data:`ENDPOINTS`."""
+    paths: dict[str, dict[str, Any]] = {}
+    for endpoint in ENDPOINTS:
+        paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = _operation(endpoint)
+    return {"openapi": "3.0.3", "info": {"title": "dsh serve", "version": "1"},
+            "security": [{"bearer": []}], "components": _COMPONENTS, "paths": paths}
 
 
 async def openapi(request: Request) -> Response:
-    return JSONResponse(_SCHEMAS.get_schema(routes=request.app.routes))
+    return JSONResponse(openapi_document())
+
+
+def routes() -> list[Route]:
+    """The router's table: :data:`ENDPOINTS` (ids through the ``pathid`` convertor), and the
+    document itself."""
+    table = [Route(e.path.replace("{id}", "{id:pathid}").replace("{callId}", "{callId:pathid}"),
+                   e.handler, methods=[e.method]) for e in ENDPOINTS]
+    return [Route("/openapi.json", openapi, methods=["GET"]), *table]
 
 
 def create_app(runtime: ServerRuntime, *, port: int) -> Starlette:
