@@ -8,6 +8,8 @@ import contextlib
 import gc
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import weakref
@@ -22,7 +24,7 @@ import pytest
 from dsh_host.server.command import build_compositions
 from dsh_host.server.runtime import ServeOptions, open_runtime
 
-from .harness import Server, read_sse, running_server, write_composition
+from .harness import REPO, Server, read_sse, running_server, write_composition
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
@@ -393,3 +395,42 @@ async def test_a_session_whose_turn_ended_is_not_kept_in_memory(tmp_path: Path) 
         host.ctx.llm.adapter_for("scripted").requests.clear()
         gc.collect()
         assert [ref() for ref in gone] == [None, None]
+
+
+# ---------------------------------------------------------------------------- store outages
+
+
+def test_an_unreachable_postgresql_is_one_line_and_a_503(tmp_path: Path) -> None:
+    """``dsh serve`` over a PostgreSQL nobody listens for (a closed loopback port): the
+    failing background schema check is one log line, not a traceback, and every read is 503
+    STORE_UNAVAILABLE with Retry-After (the client did nothing wrong)."""
+    pytest.importorskip("psycopg")
+    with socket.socket() as probe:  # a port nobody listens on: bound, never listening
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        env = {**{k: v for k, v in os.environ.items() if k != "DSH_SERVE_TOKEN"},
+               "DSH_POSTGRES_DSN": f"host=127.0.0.1 port={port} dbname=test connect_timeout=5"}
+        config = tmp_path / "dsh.yml"
+        config.write_text((REPO / "configs" / "postgres.yml").read_text())
+        (tmp_path / "ws").mkdir()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dsh_host", "serve", "--config", str(config), "--port", "0",
+             "--workspace", str(tmp_path / "ws")],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            assert line.startswith("dsh serve: listening on "), line
+            url = line.split()[4].rstrip("/")
+            for path in ("/sessions", "/approvals", "/sessions/x", "/sessions/x/events"):
+                response = httpx.get(f"{url}{path}", timeout=60)
+                assert response.status_code == 503, (path, response.text)
+                assert response.json()["error"]["code"] == "STORE_UNAVAILABLE"
+                assert int(response.headers["retry-after"]) > 0
+            created = httpx.post(f"{url}/sessions", json={}, timeout=60)
+            assert created.status_code == 503, created.text
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, stderr = proc.communicate(timeout=60)
+    assert "Traceback" not in stderr, stderr
+    assert "cannot reach PostgreSQL" in stderr
