@@ -9,8 +9,10 @@ through the API.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import signal
+import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -198,6 +200,12 @@ def run_serve(args: argparse.Namespace) -> int:
         raise ServeUsageError(
             f"dsh serve needs the serve extra ({exc.name} is missing): pip install 'dsh[serve]'"
         ) from None
+    # A fatal signal is said, not silent: SQLite maps its WAL index (the "-shm" file), and when
+    # that file is cut short under it (another process truncating it, a full tmpfs) the next
+    # access is SIGBUS, which no Python code can catch. The process dies either way; with the
+    # fault handler it says why and where on stderr (the store itself is intact: a restart
+    # rebuilds the index from the WAL).
+    faulthandler.enable(file=sys.stderr, all_threads=True)
     token = _token(args)
     check_bind(args.host, token)
     workspace = os.path.realpath(args.workspace or os.getcwd())

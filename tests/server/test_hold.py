@@ -434,3 +434,46 @@ def test_an_unreachable_postgresql_is_one_line_and_a_503(tmp_path: Path) -> None
             _, stderr = proc.communicate(timeout=60)
     assert "Traceback" not in stderr, stderr
     assert "cannot reach PostgreSQL" in stderr
+
+
+def test_a_damaged_sqlite_index_kills_serve_loudly_and_loses_nothing(tmp_path: Path) -> None:
+    """SQLite maps its WAL index (``-shm``): cut short under a running server, the next read
+    is SIGBUS, which nothing in Python can catch. The death is said on stderr (the fault
+    handler's "Bus error" and where), and a restarted server has every stored session."""
+    root, workspace = tmp_path / "root", tmp_path / "ws"
+    root.mkdir()
+    workspace.mkdir()
+    env = {**{k: v for k, v in os.environ.items() if k != "DSH_SERVE_TOKEN"},
+           "DSH_SESSION_ROOT": str(root)}
+
+    def start() -> tuple[subprocess.Popen[str], str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dsh_host", "serve", "--config",
+             str(REPO / "configs" / "sqlite.yml"), "--port", "0", "--workspace", str(workspace)],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("dsh serve: listening on "), line
+        return proc, line.split()[4].rstrip("/")
+
+    proc, url = start()
+    try:
+        created = httpx.post(f"{url}/sessions", json={"id": "kept"}, timeout=60)
+        assert created.status_code == 201, created.text
+        os.truncate(root / "sessions.sqlite3-shm", 0)
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.get(f"{url}/sessions", timeout=60)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGBUS, (proc.returncode, stderr)
+    assert "Fatal Python error: Bus error" in stderr, stderr
+    again, url = start()
+    try:
+        listed = httpx.get(f"{url}/sessions", timeout=60).json()["sessions"]
+        assert [s["id"] for s in listed] == ["kept"]
+    finally:
+        again.send_signal(signal.SIGTERM)
+        again.communicate(timeout=60)
