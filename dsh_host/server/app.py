@@ -342,8 +342,10 @@ async def session_events(request: Request) -> Response:
 @authenticated
 async def session_stream(request: Request) -> Response:
     """Server-sent events of the session's new events. Each SSE event has id = the event's seq,
-    event = its type and data = the event as JSON. Resume with the Last-Event-ID header (or
-    ?after=SEQ). Comment lines keep an idle stream open."""
+    event = its type and data = the event as JSON; only stored events are sent. Without a
+    cursor the stream starts after what is stored; with the Last-Event-ID header (or
+    ?after=SEQ, -1 for the whole history) every event after that seq comes first. Comment
+    lines keep an idle stream open."""
     runtime = runtime_of(request)
     session_id = request.path_params["id"]
     resumed = request.headers.get("last-event-id")
@@ -368,7 +370,15 @@ async def session_stream(request: Request) -> Response:
             idle = 0.0
             while True:
                 await runtime.wait_for_events(session_id, runtime.options.poll_interval)
-                pending = await runtime.events_after(session_id, last)
+                try:
+                    pending = await runtime.events_after(session_id, last)
+                except Exception as exc:
+                    if not is_store_outage(exc) and not isinstance(exc, DshError):
+                        raise
+                    # The stream ends (its client reconnects with Last-Event-ID): one line.
+                    log.warning("stream of session %s ended after seq %d: %s: %s", session_id,
+                                last, type(exc).__name__, exc)
+                    return
                 if pending:
                     break
                 idle += runtime.options.poll_interval
