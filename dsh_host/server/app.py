@@ -16,7 +16,7 @@ import logging
 import re
 import socket
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Annotated, Any, Final, Literal, TypeVar
@@ -44,6 +44,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dsh_host.errors import DshError
+from dsh_host.session.events import SessionEvent
 from dsh_host.session.persistence import SessionPersistenceError
 
 from .metrics import CONTENT_TYPE
@@ -351,11 +352,15 @@ async def session_stream(request: Request) -> Response:
     resumed = request.headers.get("last-event-id")
     if resumed is not None:
         after = _after(resumed, "Last-Event-ID")
-    elif "after" in request.query_params:
-        after = _after(request.query_params["after"], "after")
-    else:  # a new follower: what is stored now is history (GET /events), the stream is news
+    else:
+        after = _after(request.query_params.get("after"), "after")
+    first: Sequence[SessionEvent] = ()
+    if resumed is None and "after" not in request.query_params:
+        # A new follower: what is stored now is history (GET /events), the stream is news. The
+        # end is known without reading the events (404 for an unknown session).
         after = await runtime.stored_end(session_id)
-    first = await runtime.events_after(session_id, after)  # a 404 before the stream starts
+    else:
+        first = await runtime.events_after(session_id, after)  # a 404 before the stream starts
 
     async def frames() -> AsyncIterator[bytes]:
         last = after
