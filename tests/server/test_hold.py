@@ -477,3 +477,21 @@ def test_a_damaged_sqlite_index_kills_serve_loudly_and_loses_nothing(tmp_path: P
     finally:
         again.send_signal(signal.SIGTERM)
         again.communicate(timeout=60)
+
+
+async def test_a_202_means_the_prompt_is_stored(tmp_path: Path) -> None:
+    """Right after ``202`` the session's page shows the turn: its prompt is in the log (the
+    page read ``idle, 0 events`` while the turn had not stored anything yet)."""
+    async with running_server(tmp_path, [{"text": "thinking", "hang": True}]) as server:
+        session_id = await server.create()
+        assert await server.turn(session_id, "remember me") == 1
+        page = (await server.client.get(f"/sessions/{session_id}")).json()
+        assert (page["status"], page["lastTurn"], page["title"]) == (
+            "running", 1, "remember me"), page
+        assert page["events"] > 0
+        stored = await server.events(session_id)
+        assert any(e["type"] == "user/message" for e in stored)
+        cancelled = await server.client.post(f"/sessions/{session_id}/cancel")
+        assert cancelled.status_code == 202, cancelled.text
+        ended = await server.wait_turn_end(session_id, 1)
+        assert ended["lastTurnEnd"]["kind"] == "aborted"
