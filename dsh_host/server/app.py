@@ -10,12 +10,14 @@ The router and the OpenAPI document (``GET /openapi.json``) are both made from o
 
 from __future__ import annotations
 
+import collections
 import getpass
 import hmac
 import logging
 import re
 import socket
 import sqlite3
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -329,13 +331,19 @@ async def session_events(request: Request) -> Response:
     session_id = request.path_params["id"]
     after = _after(request.query_params.get("after"), "after")
     events = await runtime.events_after(session_id, after)
+    # Encoded at once, a few hundred lines a chunk, and the decoded events let go: a store read
+    # decodes the log into objects about twice the size of its JSON, and a slow reader would
+    # keep them for as long as it reads. Each chunk is dropped once sent (Hypercorn asks for
+    # the next one only then), so what a reader holds shrinks as it reads.
+    chunks = collections.deque(
+        b"".join(event_json(e) + b"\n" for e in events[start:start + EVENTS_PER_CHUNK])
+        for start in range(0, len(events), EVENTS_PER_CHUNK)
+    )
+    del events
 
     async def lines() -> AsyncIterator[bytes]:
-        # A few hundred lines at a time: a slow reader holds one chunk in the server, not the
-        # whole encoded log (Hypercorn sends a chunk before the next is asked for).
-        for start in range(0, len(events), EVENTS_PER_CHUNK):
-            chunk = events[start:start + EVENTS_PER_CHUNK]
-            yield b"".join(event_json(e) + b"\n" for e in chunk)
+        while chunks:
+            yield chunks.popleft()
 
     return StreamingResponse(lines(), media_type="application/x-ndjson")
 
@@ -515,13 +523,12 @@ async def _internal(request: Request, exc: Exception) -> Response:
 
 
 def _outage_classes() -> list[type[Exception]]:
-    """The exception classes a store outage arrives as (a driver not installed is left out)."""
+    """The exception classes a store outage arrives as. psycopg's only when a row loaded it
+    (the app is made after the hosts booted): importing it for a JSONL server would cost
+    ~10 MB of RSS for nothing."""
     classes: list[type[Exception]] = [OSError, sqlite3.OperationalError]
-    try:
-        import psycopg
-    except ImportError:
-        pass
-    else:
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None:
         classes.append(psycopg.OperationalError)
     return classes
 
