@@ -495,3 +495,41 @@ async def test_a_202_means_the_prompt_is_stored(tmp_path: Path) -> None:
         assert cancelled.status_code == 202, cancelled.text
         ended = await server.wait_turn_end(session_id, 1)
         assert ended["lastTurnEnd"]["kind"] == "aborted"
+
+
+def test_a_sqlite_write_failure_is_503_and_loses_nothing(tmp_path: Path) -> None:
+    """SQLite cannot write (its files made immutable under the running server): a create is
+    503 STORE_UNAVAILABLE with Retry-After (it was 400, as if the client were wrong); once the
+    files are writable again the same request is 201 and the earlier session is intact."""
+    root, workspace = tmp_path / "root", tmp_path / "ws"
+    root.mkdir()
+    workspace.mkdir()
+    env = {**{k: v for k, v in os.environ.items() if k != "DSH_SERVE_TOKEN"},
+           "DSH_SESSION_ROOT": str(root)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dsh_host", "serve", "--config",
+         str(REPO / "configs" / "sqlite.yml"), "--port", "0", "--workspace", str(workspace)],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("dsh serve: listening on "), line
+        url = line.split()[4].rstrip("/")
+        assert httpx.post(f"{url}/sessions", json={"id": "first"}, timeout=60).status_code == 201
+        files = sorted(root.glob("sessions.sqlite3*"))
+        files = [f for f in files if f.is_file()]
+        with contextlib.ExitStack() as stack:
+            for path in files:
+                stack.enter_context(_immutable(path))
+            refused = httpx.post(f"{url}/sessions", json={"id": "second"}, timeout=60)
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["error"]["code"] == "STORE_UNAVAILABLE"
+            assert int(refused.headers["retry-after"]) > 0
+        again = httpx.post(f"{url}/sessions", json={"id": "second"}, timeout=60)
+        assert again.status_code == 201, again.text
+        listed = httpx.get(f"{url}/sessions", timeout=60).json()["sessions"]
+        assert sorted(s["id"] for s in listed) == ["first", "second"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    assert "Traceback" not in stderr, stderr
