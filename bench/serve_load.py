@@ -16,6 +16,17 @@ Figures, per configuration:
 - the floor: ``/healthz`` round trip p50 on the same server (the HTTP stack alone), and the
   ratio ``delivery p50 / healthz p50``.
 
+The battery around it (issue 42): ``--followers`` more streams per session (each from
+``?after=-1``: history, then news), ``--dropped`` clients that go away mid-request (half
+mid-body, half with a stream open), and unique prompts. After the run it checks the
+invariants and reports them beside the figures:
+
+- ``verified``: ``dsh sessions verify`` of every session exits 0;
+- ``prompts``: every accepted prompt is in its session's log exactly once, and nothing else;
+- ``followers``: every follower saw exactly the stored log;
+- ``fds`` / ``rss_mb`` of every server process: after a warm-up (``baseline``) and after the
+  run once every client is gone (``after``).
+
 Configurations: ``jsonl-1`` (one process, JSONL store, turns in-process, streams woken at
 once), ``queue-1`` and ``queue-3`` (``--queue``: PostgreSQL store and procrastinate jobs, one or
 three worker processes; a stream on a worker that does not run the turn follows the table by
@@ -26,6 +37,7 @@ dropped afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -35,6 +47,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +66,43 @@ def _script(path: Path, requests: int) -> Path:
     return path
 
 
+@dataclass
+class Served:
+    """The server processes of one configuration and how to verify their sessions."""
+
+    urls: list[str]
+    pids: list[int]
+    verify: list[str]
+    env: dict[str, str]
+
+
+def _fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _fd_kinds(pid: int) -> dict[str, int]:
+    """The process's open descriptors by kind (``socket``, ``pipe``, a file's directory)."""
+    kinds: dict[str, int] = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            kind = target.split(":")[0] if ":" in target else os.path.dirname(target)
+            kinds[kind] = kinds.get(kind, 0) + 1
+    return kinds
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
 @contextmanager
 def servers(scratch: Path, name: str, count: int, queue: bool, requests: int,
-            ) -> Iterator[list[str]]:
-    """``count`` ``dsh serve`` processes of one configuration; their URLs."""
+            ) -> Iterator[Served]:
+    """``count`` ``dsh serve`` processes of one configuration."""
     base = scratch / name
     (base / "ws").mkdir(parents=True)
     config = base / "dsh.yml"
@@ -92,7 +138,8 @@ def servers(scratch: Path, name: str, count: int, queue: bool, requests: int,
                 problem = (work / "stderr").read_text()
                 raise SystemExit(f"{name}: dsh serve did not start: {problem}")
             urls.append(line.split()[4].rstrip("/"))
-        yield urls
+        verify = ["--config", str(config)] + ([] if queue else ["--root", str(base / "sessions")])
+        yield Served(urls, [p.pid for p in procs], verify, env)
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
@@ -117,10 +164,55 @@ def _drop_schemas(prefix: str) -> None:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
-async def drive(urls: list[str], sessions: int, turns: int) -> dict[str, Any]:
+async def _drop(url: str, index: int) -> None:
+    """A client that goes away mid-request: half mid-body, half with a stream open."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    async with await anyio.connect_tcp(host, int(port)) as stream:
+        if index % 2:
+            await stream.send(f"POST /sessions HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                              "Content-Type: application/json\r\nContent-Length: 64\r\n\r\n"
+                              "{".encode())
+        else:
+            await stream.send(f"GET /sessions/x/stream HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                              "\r\n".encode())
+            await stream.receive()
+
+
+async def _warm_up(client: httpx.AsyncClient, urls: list[str]) -> None:
+    """One session, one turn on each server: hosts booted, pools warm (the baseline)."""
+    for url in urls:
+        created = (await client.post(f"{url}/sessions", json={"id": f"warm-{uuid.uuid4().hex}"}))
+        created.raise_for_status()
+        session_id = created.json()["id"]
+        while True:
+            posted = await client.post(f"{url}/sessions/{session_id}/turns",
+                                       json={"prompt": "warm up"})
+            if posted.status_code != 409:
+                break
+            await anyio.sleep(0.05)
+        while True:
+            session = (await client.get(f"{url}/sessions/{session_id}")).json()
+            if session["lastTurnEnd"] is not None and session["status"] == "idle":
+                break
+            await anyio.sleep(0.05)
+
+
+async def drive(served: Served, sessions: int, turns: int, followers: int = 0,
+                dropped: int = 0) -> dict[str, Any]:
+    urls = served.urls
     delivery_ms: list[float] = []
     turn_ms: list[float] = []
-    limits = httpx.Limits(max_connections=4 * sessions, max_keepalive_connections=4 * sessions)
+    accepted: dict[str, list[str]] = {}
+    seen: dict[str, list[list[int]]] = {}
+    conns = 4 * sessions * (1 + followers)
+    limits = httpx.Limits(max_connections=conns, max_keepalive_connections=conns)
+    async with httpx.AsyncClient(timeout=600) as warm:
+        await _warm_up(warm, urls)
+    # The warm-up's connections are closed, and past the server's keep-alive timeout (5 s).
+    await anyio.sleep(6.0)
+    baseline = {"fds": [_fds(p) for p in served.pids],
+                "kinds": [_fd_kinds(p) for p in served.pids],
+                "rss_mb": [_rss_mb(p) for p in served.pids]}
     async with httpx.AsyncClient(timeout=600, limits=limits) as client:
         # The floor: the HTTP stack alone, on the same server.
         healthz: list[float] = []
@@ -137,41 +229,67 @@ async def drive(urls: list[str], sessions: int, turns: int) -> dict[str, Any]:
 
         async def one(index: int) -> None:
             session_id = ids[index]
-            stream_url = urls[index % len(urls)]
             post_url = urls[(index + 1) % len(urls)]
             ended: dict[int, anyio.Event] = {n: anyio.Event() for n in range(1, turns + 1)}
+            accepted[session_id] = []
+            seen[session_id] = []
 
-            async def follow() -> None:
-                async with client.stream("GET", f"{stream_url}/sessions/{session_id}/stream") as r:
+            async def follow(k: int) -> None:
+                url = urls[(index + k) % len(urls)]
+                seqs: list[int] = []
+                seen[session_id].append(seqs)
+                path = f"{url}/sessions/{session_id}/stream?after=-1"  # history, then news
+                async with client.stream("GET", path) as r:
                     async for line in r.aiter_lines():
                         if not line.startswith("data: "):
                             continue
                         received = time.time() * 1000
                         event = json.loads(line[6:])
-                        delivery_ms.append(received - event["time"])
+                        seqs.append(event["seq"])
+                        if k == 0:
+                            delivery_ms.append(received - event["time"])
                         if event["type"] == "turn/end":
-                            ended[event["data"]["turn"]].set()
+                            if k == 0:
+                                ended[event["data"]["turn"]].set()
                             if event["data"]["turn"] == turns:
                                 return
 
             async with anyio.create_task_group() as group:
-                group.start_soon(follow)
+                for k in range(1 + followers):
+                    group.start_soon(follow, k)
                 for turn in range(1, turns + 1):
                     started = time.perf_counter()
+                    prompt = f"session {index} turn {turn}"
                     while True:  # the previous turn's job may still be releasing the session
                         response = await client.post(
-                            f"{post_url}/sessions/{session_id}/turns", json={"prompt": "go"})
+                            f"{post_url}/sessions/{session_id}/turns", json={"prompt": prompt})
                         if response.status_code != 409:
                             break
                         await anyio.sleep(0.05)
                     response.raise_for_status()
+                    accepted[session_id].append(prompt)
                     await ended[turn].wait()
                     turn_ms.append((time.perf_counter() - started) * 1000)
 
+        async def drops() -> None:
+            for index in range(dropped):
+                with contextlib.suppress(OSError, anyio.EndOfStream, anyio.BrokenResourceError):
+                    await _drop(urls[index % len(urls)], index)
+
         async with anyio.create_task_group() as group:
+            group.start_soon(drops)
             for index in range(sessions):
                 group.start_soon(one, index)
         wall = time.perf_counter() - wall_start
+        invariants = await _invariants(client, served, accepted, seen)
+    # Every client connection is closed; the server lets go of idle ones after its keep-alive
+    # timeout (5 s).
+    await anyio.sleep(6.0)
+    invariants["fds"] = {"baseline": baseline["fds"], "after": [_fds(p) for p in served.pids],
+                         "kinds_after": [_fd_kinds(p) for p in served.pids]}
+    invariants["fds"]["kinds_baseline"] = baseline["kinds"]
+    invariants["rss_mb"] = {"baseline": baseline["rss_mb"],
+                            "after": [_rss_mb(p) for p in served.pids]}
     floor = c.median(healthz)
     delivery_p50 = c.percentile(delivery_ms, 50)
     return {
@@ -186,16 +304,51 @@ async def drive(urls: list[str], sessions: int, turns: int) -> dict[str, Any]:
                     "p99": round(c.percentile(turn_ms, 99), 1)},
         "healthz_ms_p50": round(floor, 3),
         "delivery_p50_over_healthz": round(c.ratio(delivery_p50, floor), 1),
+        "followers": followers,
+        "dropped": dropped,
+        "invariants": invariants,
     }
+
+
+async def _invariants(client: httpx.AsyncClient, served: Served,
+                      accepted: dict[str, list[str]],
+                      seen: dict[str, list[list[int]]]) -> dict[str, Any]:
+    """What must hold after the run (see the module docstring), as counts of violations."""
+    unverified: list[str] = []
+    wrong_prompts: list[str] = []
+    wrong_streams: list[str] = []
+    for session_id, prompts in accepted.items():
+        response = await client.get(f"{served.urls[-1]}/sessions/{session_id}/events")
+        events = [json.loads(line) for line in response.text.splitlines()]
+        stored = [e["data"]["content"][0]["text"] for e in events
+                  if e["type"] == "user/message" and e["data"]["source"]["kind"] == "user"]
+        if sorted(stored) != sorted(prompts):
+            wrong_prompts.append(session_id)
+        seqs = [e["seq"] for e in events]
+        if any(got != seqs for got in seen[session_id]):
+            wrong_streams.append(session_id)
+        done = await anyio.run_process(
+            [sys.executable, "-m", "dsh_host", "sessions", "verify", *served.verify, session_id],
+            check=False, env=served.env)
+        if done.returncode != 0:
+            unverified.append(session_id)
+    return {"sessions": len(accepted), "unverified": unverified, "wrong_prompts": wrong_prompts,
+            "wrong_streams": wrong_streams,
+            "prompts": sum(len(p) for p in accepted.values())}
 
 
 def main() -> int:
     parser = c.parser(__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=50)
     parser.add_argument("--turns", type=int, default=3, help="turns per session")
+    parser.add_argument("--followers", type=int, default=3,
+                        help="more streams per session, each from ?after=-1 (default 3)")
+    parser.add_argument("--dropped", type=int, default=200,
+                        help="clients that go away mid-request (default 200)")
     parser.add_argument("--only", nargs="*", default=None, help="configurations to run")
     args = parser.parse_args()
     sessions, turns = (6, 1) if args.small else (args.sessions, args.turns)
+    followers, dropped = (1, 20) if args.small else (args.followers, args.dropped)
     configurations = [("jsonl-1", 1, False), ("queue-1", 1, True), ("queue-3", 3, True)]
     if args.only:
         configurations = [conf for conf in configurations if conf[0] in args.only]
@@ -203,8 +356,9 @@ def main() -> int:
     with c.scratch_dir(args.scratch, "serve_load") as scratch:
         for name, count, queue in configurations:
             print(f"{name}: {count} worker(s), {sessions} sessions x {turns} turns", flush=True)
-            with servers(scratch, name, count, queue, requests=sessions * turns + 10) as urls:
-                results[name] = anyio.run(drive, urls, sessions, turns, backend=args.backend)
+            with servers(scratch, name, count, queue, requests=sessions * turns + 10) as served:
+                results[name] = anyio.run(drive, served, sessions, turns, followers, dropped,
+                                          backend=args.backend)
         machine = c.machine_info(scratch)
     rows = [
         [name, r["turns"], r["turns_per_s"], r["delivery_ms"]["p50"], r["delivery_ms"]["p99"],
@@ -218,7 +372,19 @@ def main() -> int:
          "turn p99 ms", "healthz ms", "deliv/healthz"],
         rows,
     )
+    c.print_table(
+        "invariants (violations; fds and RSS per server process: baseline -> after)",
+        ["config", "sessions", "prompts", "unverified", "wrong prompts", "wrong streams",
+         "fds", "rss MB"],
+        [[name, r["invariants"]["sessions"], r["invariants"]["prompts"],
+          len(r["invariants"]["unverified"]), len(r["invariants"]["wrong_prompts"]),
+          len(r["invariants"]["wrong_streams"]),
+          f"{r['invariants']['fds']['baseline']} -> {r['invariants']['fds']['after']}",
+          f"{r['invariants']['rss_mb']['baseline']} -> {r['invariants']['rss_mb']['after']}"]
+         for name, r in results.items()],
+    )
     c.write_result("serve_load", {"small": args.small, "sessions": sessions, "turns": turns,
+                                  "followers": followers, "dropped": dropped,
                                   "results": results, "machine": machine}, args.results_dir)
     return 0
 

@@ -38,6 +38,7 @@ from .bus import (
     Waterfall,
 )
 from .errors import (
+    DshError,
     InactiveContextError,
     ServiceConflictError,
     ServiceUnavailableError,
@@ -357,6 +358,11 @@ class Context:
                     fiber.scopes.add(scope)
                 try:
                     await fn(*args)
+                except DshError as exc:
+                    # A user-facing condition (a database that cannot be reached, say): its
+                    # message names it and says what to do; a traceback would bury it.
+                    log.error("background task %s of %s failed: %s", name or fn,
+                              fiber and fiber.id, exc)
                 except Exception:
                     log.exception("background task %s of %s failed", name or fn, fiber and fiber.id)
                 finally:

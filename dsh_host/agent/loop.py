@@ -428,16 +428,22 @@ class Agent:
         self.cancel(DisposedCancel())
         with anyio.CancelScope(shield=True):
             await self.wait_idle()
-        if self._owns_session:
-            store = self._ctx.get("sessions")
-            if store is not None and store.is_live(self._session):
-                with anyio.CancelScope(shield=True):
-                    try:
-                        # Make the log durable before letting go of it: a write error
-                        # surfaces here, to the owner, instead of in a background drain.
-                        await store.flush(self._session)
-                    finally:
-                        store.detach(self._session)
+        try:
+            if self._owns_session:
+                store = self._ctx.get("sessions")
+                if store is not None and store.is_live(self._session):
+                    with anyio.CancelScope(shield=True):
+                        try:
+                            # Make the log durable before letting go of it: a write error
+                            # surfaces here, to the owner, instead of in a background drain.
+                            await store.flush(self._session)
+                        finally:
+                            store.detach(self._session)
+        finally:
+            service = self._ctx.get("agent")
+            forget = getattr(service, "forget", None)
+            if callable(forget):
+                forget(self)  # the host keeps no closed agent (and so no closed session's log)
 
     async def run_turn(
         self, prompt: Prompt | None, *, signal: CancelToken | None = None

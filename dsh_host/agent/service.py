@@ -169,6 +169,16 @@ class AgentService:
         self._agents[agent.id] = agent
         return agent
 
+    def forget(self, agent: Agent) -> None:
+        """Stop tracking ``agent`` (its ``aclose`` calls this once it let go of its session).
+
+        A closed agent is never returned again (``get``, ``list``), but it holds its session's
+        whole log: kept, every session a long-lived host (``dsh serve``) ever ran would stay in
+        memory for the host's life.
+        """
+        if self._agents.get(agent.id) is agent:
+            del self._agents[agent.id]
+
     # ------------------------------------------------------------------ queries
     def get(self, agent_id: str) -> Agent | None:
         agent = self._agents.get(agent_id)

@@ -4,18 +4,27 @@ Every error is a JSON body ``{"error": {"code": "...", "message": "..."}}`` with
 ``code`` (the table is in :data:`STATUS_CODES` and docs/serve.md). With a token configured,
 every route but ``/healthz``, ``/openapi.json`` and the inspector's static page needs
 ``Authorization: Bearer TOKEN``. Request bodies are JSON, at most ``max_body_bytes``.
-The OpenAPI document (``GET /openapi.json``) is generated from the route docstrings.
+The router and the OpenAPI document (``GET /openapi.json``) are both made from one table,
+:data:`ENDPOINTS`: each route with the statuses it answers.
 """
 
 from __future__ import annotations
 
+import collections
 import getpass
 import hmac
+import logging
+import re
 import socket
-from collections.abc import AsyncIterator
+import sqlite3
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Final, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar
+from urllib.parse import urlsplit
 
+import anyio
 import msgspec
 from starlette.applications import Starlette
 from starlette.authentication import (
@@ -25,29 +34,30 @@ from starlette.authentication import (
     SimpleUser,
     requires,
 )
+from starlette.convertors import Convertor, register_url_convertor
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import HTTPConnection, Request
+from starlette.requests import ClientDisconnect, HTTPConnection, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.schemas import SchemaGenerator
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dsh_host.errors import DshError
-from dsh_host.session.persistence import (
-    SessionAlreadyExistsError,
-    SessionAlreadyOwnedError,
-    SessionNotFoundError,
-)
+from dsh_host.session.events import SessionEvent
+from dsh_host.session.persistence import SessionPersistenceError
 
 from .metrics import CONTENT_TYPE
-from .runtime import ApiError, ServerRuntime
+from .runtime import SESSION_ID_PATTERN, ApiError, ServerRuntime, is_store_outage
 from .views import event_json
 
 __all__ = ["STATUS_CODES", "create_app"]
 
 T = TypeVar("T")
+
+log = logging.getLogger("dsh.server")
 
 #: HTTP statuses Starlette raises itself, and the stable codes they are reported with.
 STATUS_CODES: Final = {
@@ -60,6 +70,28 @@ STATUS_CODES: Final = {
     500: "INTERNAL",
 }
 
+#: The status of each error the session core or a store reports, by its stable ``code``: one
+#: table for every path, so one condition always gets one answer whichever class raised it
+#: (the session store's "live id" conflict and the persistence backend's "stored id"
+#: conflict are both ``SESSION_ALREADY_EXISTS``, both 409). A store outage
+#: (:data:`~.runtime.STORE_OUTAGE_CODES`) is 503. Other codes are a request the session's
+#: state refuses (409) when a persistence backend raised them, else a bad request (400).
+DSH_ERROR_STATUS: Final[dict[str, tuple[int, str]]] = {
+    "SESSION_NOT_FOUND": (404, "SESSION_NOT_FOUND"),
+    "SESSION_ALREADY_EXISTS": (409, "SESSION_ALREADY_EXISTS"),
+    "SESSION_ALREADY_OWNED": (409, "SESSION_HELD"),
+    "INVALID_SESSION_ID": (400, "INVALID_SESSION_ID"),
+}
+
+#: Seconds a client is asked to wait (``Retry-After``) after a 503 from a store outage.
+RETRY_AFTER_SECONDS: Final = 5
+
+#: The largest seq ``after`` / ``Last-Event-ID`` may name: JSON's exact integer range (2^53-1).
+MAX_SEQ: Final = (1 << 53) - 1
+
+#: Events encoded per chunk of a ``GET /events`` response.
+EVENTS_PER_CHUNK: Final = 256
+
 #: Seconds between keep-alive comments on an idle event stream.
 KEEPALIVE_SECONDS: Final = 15.0
 
@@ -67,8 +99,12 @@ KEEPALIVE_SECONDS: Final = 15.0
 # ---------------------------------------------------------------------------- bodies
 
 
+#: A path with no NUL byte (the OS refuses one; it is a bad request, not a server fault).
+_NO_NUL = msgspec.Meta(pattern="^[^\\x00]*$", description="a directory path (no NUL byte)")
+
+
 class CreateSession(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
-    workspace: str | None = None
+    workspace: Annotated[str, _NO_NUL] | None = None
     composition: str | None = None
     id: str | None = None
 
@@ -87,8 +123,16 @@ def error_response(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
-async def read_body(request: Request, kind: type[T], limit: int) -> T:
-    """The request's JSON body as ``kind``; too large, not JSON or the wrong shape is refused."""
+async def read_body(request: Request, kind: type[T]) -> T:
+    """The request's JSON body as ``kind``; too large, not JSON or the wrong shape is refused.
+
+    The whole body must arrive within the server's ``body_timeout`` (408 otherwise): a client
+    trickling a byte at a time would else hold a connection and a buffer for ever. (Hypercorn's
+    own read timeout cannot do it: it would also close every idle event stream.) A client that
+    goes away mid-body is one log line, not a traceback.
+    """
+    options = runtime_of(request).options
+    limit = options.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, "PAYLOAD_TOO_LARGE", f"the request body is over {limit} bytes")
@@ -97,11 +141,22 @@ async def read_body(request: Request, kind: type[T], limit: int) -> T:
         raise ApiError(415, "UNSUPPORTED_MEDIA_TYPE", "send the body as application/json")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, "PAYLOAD_TOO_LARGE", f"the request body is over {limit} bytes")
-        chunks.append(chunk)
+    try:
+        with anyio.fail_after(options.body_timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise ApiError(413, "PAYLOAD_TOO_LARGE",
+                                   f"the request body is over {limit} bytes")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ApiError(408, "REQUEST_TIMEOUT",
+                       f"the request body did not arrive within {options.body_timeout:g} s "
+                       f"({size} bytes came); send it at once") from None
+    except ClientDisconnect:
+        log.info("%s %s: the client went away after %d bytes of its body", request.method,
+                 request.url.path, size)
+        raise ApiError(400, "CLIENT_DISCONNECTED", "the client went away mid-body") from None
     try:
         return msgspec.json.decode(b"".join(chunks) or b"{}", type=kind)
     except msgspec.ValidationError as exc:
@@ -117,6 +172,9 @@ def _after(value: str | None, where: str) -> int:
         after = int(value)
     except ValueError:
         raise ApiError(400, "INVALID_REQUEST", f"{where} must be an integer seq") from None
+    if after >= MAX_SEQ:
+        raise ApiError(400, "INVALID_REQUEST",
+                       f"{where} {value} is past the largest seq a log can hold ({MAX_SEQ - 1})")
     return max(after, -1)
 
 
@@ -140,6 +198,67 @@ class BearerToken(AuthenticationBackend):
         return AuthCredentials(["authenticated"]), SimpleUser("bearer")
 
 
+#: Methods that change nothing; every other one is refused from a foreign ``Origin``.
+SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class HostOriginGuard:
+    """DNS rebinding and cross-site writes, refused before any route runs.
+
+    Without a token, loopback is the only protection, and a web page defeats it by DNS
+    rebinding: its own name starts resolving to 127.0.0.1, and the browser then sends the
+    page's requests here as same-origin, with ``Host: evil.example``. So with no token only
+    the bound loopback names are answered (``127.0.0.1``, ``localhost``, ``[::1]`` with the
+    port): any other ``Host`` is ``421 MISDIRECTED_REQUEST``. With a token the page cannot
+    authenticate, and a proxy may forward any name, so every ``Host`` is answered.
+
+    A browser names the page that sent a request in ``Origin``. Every state-changing request
+    (any method but GET, HEAD, OPTIONS) with an ``Origin`` must come from this server's own
+    origin (the inspector: the same scheme-less ``host:port`` as its ``Host``) or a
+    ``--cors-origin``: anything else is ``403 FOREIGN_ORIGIN``. Without ``Origin`` the
+    request is not a browser's cross-site one (curl, scripts) and goes on to the token check.
+    """
+
+    def __init__(self, app: ASGIApp, *, port: int, check_host: bool,
+                 origins: tuple[str, ...]) -> None:
+        self.app = app
+        hosts = ("127.0.0.1", "localhost", "[::1]")
+        self.hosts: frozenset[str] | None = frozenset(
+            [f"{h}:{port}" for h in hosts] + (list(hosts) if port == 80 else [])
+        ) if check_host else None
+        self.origins = frozenset(o.rstrip("/").lower() for o in origins)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        host = headers.get("host", "").strip().lower()
+        if self.hosts is not None and host not in self.hosts:
+            shown = host or "(none)"
+            refused = error_response(
+                421, "MISDIRECTED_REQUEST",
+                f"Host {shown!r} is not this server's: without a token it answers only "
+                f"{', '.join(sorted(self.hosts))} (a page on another name may be a DNS "
+                "rebinding attack); use one of those names, or configure a token",
+            )
+            await refused(scope, receive, send)
+            return
+        origin = headers.get("origin")
+        if scope["method"] not in SAFE_METHODS and origin is not None:
+            normal = origin.strip().rstrip("/").lower()
+            own = urlsplit(normal).netloc == host and normal.startswith(("http://", "https://"))
+            if not own and normal not in self.origins:
+                refused = error_response(
+                    403, "FOREIGN_ORIGIN",
+                    f"a {scope['method']} from the page at Origin {origin!r} is refused: only "
+                    "this server's own pages and the --cors-origin origins may change state",
+                )
+                await refused(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def _auth_error(conn: HTTPConnection, exc: Exception) -> Response:
     return error_response(401, "UNAUTHORIZED", str(exc))
 
@@ -156,21 +275,13 @@ def runtime_of(request: Request) -> ServerRuntime:
 
 
 async def healthz(request: Request) -> Response:
-    """
-    summary: Liveness
-    responses:
-      200: {description: "The process serves requests: {status: ok}"}
-    """
+    """Liveness."""
     return JSONResponse({"status": "ok"})
 
 
 @authenticated
 async def metrics(request: Request) -> Response:
-    """
-    summary: Prometheus metrics (text format)
-    responses:
-      200: {description: "turns, steps, flush latency, pending approvals"}
-    """
+    """Prometheus metrics (text format)."""
     runtime = runtime_of(request)
     await runtime.pending_approvals()
     runtime.metrics.turns_running.set(runtime.running_count())
@@ -179,34 +290,18 @@ async def metrics(request: Request) -> Response:
 
 @authenticated
 async def create_session(request: Request) -> Response:
-    """
-    summary: Create a session
-    requestBody:
-      content:
-        application/json:
-          schema: {$ref: "#/components/schemas/CreateSession"}
-    responses:
-      201:
-        description: The stored session
-        content:
-          application/json: {schema: {$ref: "#/components/schemas/Session"}}
-      400: {description: "INVALID_REQUEST, WORKSPACE_REFUSED, UNKNOWN_COMPOSITION"}
-    """
+    """Create a session."""
     runtime = runtime_of(request)
-    body = await read_body(request, CreateSession, runtime.options.max_body_bytes)
+    body = await read_body(request, CreateSession)
     load = await runtime.create_session(
         workspace=body.workspace, composition=body.composition, session_id=body.id
     )
-    return JSONResponse(runtime.summary(load), status_code=201)
+    return JSONResponse(await runtime.summary(load), status_code=201)
 
 
 @authenticated
 async def list_sessions(request: Request) -> Response:
-    """
-    summary: Every stored session, most recently updated first
-    responses:
-      200: {description: "{sessions: [Session]}"}
-    """
+    """Every stored session, most recently updated first."""
     runtime = runtime_of(request)
     await runtime.refresh()
     return JSONResponse({"sessions": await runtime.summaries()})
@@ -214,17 +309,7 @@ async def list_sessions(request: Request) -> Response:
 
 @authenticated
 async def get_session(request: Request) -> Response:
-    """
-    summary: One session's header, status and usage
-    parameters:
-      - {name: id, in: path, required: true, schema: {type: string}}
-    responses:
-      200:
-        description: The session's summary plus header, pendingApprovals, runningTurn, refused
-        content:
-          application/json: {schema: {$ref: "#/components/schemas/Session"}}
-      404: {description: "SESSION_NOT_FOUND"}
-    """
+    """One session's header, status and usage."""
     runtime = runtime_of(request)
     await runtime.refresh()
     session_id = request.path_params["id"]
@@ -232,7 +317,7 @@ async def get_session(request: Request) -> Response:
     running = runtime.running(session_id)
     return JSONResponse({
         **stored.fields,
-        "status": runtime.status(session_id, stored),
+        "status": await runtime.status(session_id, stored),
         "header": stored.header,
         "pendingApprovals": list(stored.approvals),
         "runningTurn": running.turn if running is not None else None,
@@ -244,43 +329,35 @@ async def get_session(request: Request) -> Response:
 
 @authenticated
 async def session_events(request: Request) -> Response:
-    """
-    summary: Stored events after a seq, as JSON lines (application/x-ndjson)
-    parameters:
-      - {name: id, in: path, required: true, schema: {type: string}}
-      - name: after
-        in: query
-        required: false
-        schema: {type: integer}
-        description: "only events with a larger seq (default: all)"
-    responses:
-      200: {description: "one event per line, in its stored wire form"}
-      404: {description: "SESSION_NOT_FOUND"}
-    """
+    """Stored events after a seq, as JSON lines (application/x-ndjson)."""
     runtime = runtime_of(request)
     session_id = request.path_params["id"]
     after = _after(request.query_params.get("after"), "after")
     events = await runtime.events_after(session_id, after)
-    body = b"".join(event_json(e) + b"\n" for e in events)
-    return Response(body, media_type="application/x-ndjson")
+    # Encoded at once, a few hundred lines a chunk, and the decoded events let go: a store read
+    # decodes the log into objects about twice the size of its JSON, and a slow reader would
+    # keep them for as long as it reads. Each chunk is dropped once sent (Hypercorn asks for
+    # the next one only then), so what a reader holds shrinks as it reads.
+    chunks = collections.deque(
+        b"".join(event_json(e) + b"\n" for e in events[start:start + EVENTS_PER_CHUNK])
+        for start in range(0, len(events), EVENTS_PER_CHUNK)
+    )
+    del events
+
+    async def lines() -> AsyncIterator[bytes]:
+        while chunks:
+            yield chunks.popleft()
+
+    return StreamingResponse(lines(), media_type="application/x-ndjson")
 
 
 @authenticated
 async def session_stream(request: Request) -> Response:
-    """
-    summary: Server-sent events of the session's new events
-    description: >-
-      Each SSE event has id = the event's seq, event = its type and data = the event as
-      JSON. Resume with the Last-Event-ID header (or ?after=SEQ). Comment lines keep an idle
-      stream open.
-    parameters:
-      - {name: id, in: path, required: true, schema: {type: string}}
-      - {name: after, in: query, required: false, schema: {type: integer}}
-      - {name: Last-Event-ID, in: header, required: false, schema: {type: integer}}
-    responses:
-      200: {description: "text/event-stream"}
-      404: {description: "SESSION_NOT_FOUND"}
-    """
+    """Server-sent events of the session's new events. Each SSE event has id = the event's seq,
+    event = its type and data = the event as JSON; only stored events are sent. Without a
+    cursor the stream starts after what is stored; with the Last-Event-ID header (or
+    ?after=SEQ, -1 for the whole history) every event after that seq comes first. Comment
+    lines keep an idle stream open."""
     runtime = runtime_of(request)
     session_id = request.path_params["id"]
     resumed = request.headers.get("last-event-id")
@@ -288,7 +365,13 @@ async def session_stream(request: Request) -> Response:
         after = _after(resumed, "Last-Event-ID")
     else:
         after = _after(request.query_params.get("after"), "after")
-    first = await runtime.events_after(session_id, after)  # a 404 before the stream starts
+    first: Sequence[SessionEvent] = ()
+    if resumed is None and "after" not in request.query_params:
+        # A new follower: what is stored now is history (GET /events), the stream is news. The
+        # end is known without reading the events (404 for an unknown session).
+        after = await runtime.stored_end(session_id)
+    else:
+        first = await runtime.events_after(session_id, after)  # a 404 before the stream starts
 
     async def frames() -> AsyncIterator[bytes]:
         last = after
@@ -303,7 +386,15 @@ async def session_stream(request: Request) -> Response:
             idle = 0.0
             while True:
                 await runtime.wait_for_events(session_id, runtime.options.poll_interval)
-                pending = await runtime.events_after(session_id, last)
+                try:
+                    pending = await runtime.events_after(session_id, last)
+                except Exception as exc:
+                    if not is_store_outage(exc) and not isinstance(exc, DshError):
+                        raise
+                    # The stream ends (its client reconnects with Last-Event-ID): one line.
+                    log.warning("stream of session %s ended after seq %d: %s: %s", session_id,
+                                last, type(exc).__name__, exc)
+                    return
                 if pending:
                     break
                 idle += runtime.options.poll_interval
@@ -320,21 +411,9 @@ async def session_stream(request: Request) -> Response:
 
 @authenticated
 async def start_turn(request: Request) -> Response:
-    """
-    summary: Start a turn (runs in the background)
-    parameters:
-      - {name: id, in: path, required: true, schema: {type: string}}
-    requestBody:
-      content:
-        application/json:
-          schema: {$ref: "#/components/schemas/StartTurn"}
-    responses:
-      202: {description: "{sessionId, turn}: the turn's number; follow it with /stream"}
-      404: {description: "SESSION_NOT_FOUND"}
-      409: {description: "SESSION_BUSY, SESSION_HELD, AWAITING_APPROVAL"}
-    """
+    """Start a turn (runs in the background)."""
     runtime = runtime_of(request)
-    body = await read_body(request, StartTurn, runtime.options.max_body_bytes)
+    body = await read_body(request, StartTurn)
     session_id = request.path_params["id"]
     turn = await runtime.start_turn(session_id, body.prompt)
     return JSONResponse({"sessionId": session_id, "turn": turn}, status_code=202)
@@ -342,16 +421,8 @@ async def start_turn(request: Request) -> Response:
 
 @authenticated
 async def cancel_turn(request: Request) -> Response:
-    """
-    summary: >-
-      Cancel the session's turn: a running one ends aborted once started tool bodies return;
-      one still queued for a worker (--queue) never starts
-    parameters:
-      - {name: id, in: path, required: true, schema: {type: string}}
-    responses:
-      202: {description: "{sessionId, turn, cancelled: true}"}
-      409: {description: "NOT_RUNNING"}
-    """
+    """Cancel the session's turn: a running one ends aborted once started tool bodies return; one
+    still queued for a worker (--queue) never starts."""
     runtime = runtime_of(request)
     session_id = request.path_params["id"]
     turn = await runtime.cancel(session_id)
@@ -361,37 +432,18 @@ async def cancel_turn(request: Request) -> Response:
 
 @authenticated
 async def list_approvals(request: Request) -> Response:
-    """
-    summary: Pending approvals across sessions, oldest first
-    responses:
-      200:
-        description: >-
-          {approvals: [{sessionId, callId, tool, argsDigest, arguments, askedAt, turn}]}
-    """
+    """Pending approvals across sessions, oldest first. {approvals: [{sessionId, callId, tool,
+    argsDigest, arguments, askedAt, turn}]}."""
     return JSONResponse({"approvals": await runtime_of(request).pending_approvals()})
 
 
 @authenticated
 async def decide(request: Request) -> Response:
-    """
-    summary: Allow or deny a pending call (bound to its call id and argsDigest, one-shot)
-    description: >-
-      When no call of the session waits any more, the turn continues in the background:
-      allowed calls run once, denied ones get the rejection text, then the model.
-    parameters:
-      - {name: id, in: path, required: true, schema: {type: string}}
-      - {name: callId, in: path, required: true, schema: {type: string}}
-    requestBody:
-      content:
-        application/json:
-          schema: {$ref: "#/components/schemas/Decide"}
-    responses:
-      200: {description: "{sessionId, callId, decision, continued, turn}"}
-      404: {description: "SESSION_NOT_FOUND"}
-      409: {description: "APPROVAL_NOT_PENDING, SESSION_BUSY, SESSION_HELD"}
-    """
+    """Allow or deny a pending call (bound to its call id and argsDigest, one-shot). When no call
+    of the session waits any more, the turn continues in the background: allowed calls run
+    once, denied ones get the rejection text, then the model."""
     runtime = runtime_of(request)
-    body = await read_body(request, Decide, runtime.options.max_body_bytes)
+    body = await read_body(request, Decide)
     session_id, call_id = request.path_params["id"], request.path_params["callId"]
     user = request.user.display_name if request.user.is_authenticated else "anonymous"
     turn = await runtime.decide(
@@ -410,11 +462,7 @@ def _os_user() -> str:
 
 
 async def inspector(request: Request) -> Response:
-    """
-    summary: The web inspector (HTML; it calls this API with the token given in the page)
-    responses:
-      200: {description: "text/html"}
-    """
+    """The web inspector (HTML; it calls this API with the token given in the page)."""
     page = resources.files("dsh_host.server").joinpath("inspector.html").read_text("utf-8")
     return HTMLResponse(page, headers={
         "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; "
@@ -428,8 +476,18 @@ async def inspector(request: Request) -> Response:
 # ---------------------------------------------------------------------------- errors
 
 
+def _unavailable(message: str) -> Response:
+    """The store cannot take or give the data now (disk full, an immutable or unwritable
+    file, the database down): nothing the client sent is wrong, so 503 with Retry-After."""
+    response = error_response(503, "STORE_UNAVAILABLE", message)
+    response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
+
+
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
+    if exc.status == 503:
+        return _unavailable(str(exc))
     return error_response(exc.status, exc.code, str(exc))
 
 
@@ -443,18 +501,39 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _dsh_error(request: Request, exc: Exception) -> Response:
-    if isinstance(exc, SessionNotFoundError):
-        return error_response(404, "SESSION_NOT_FOUND", str(exc))
-    if isinstance(exc, SessionAlreadyOwnedError):
-        return error_response(409, "SESSION_HELD", str(exc))
-    if isinstance(exc, SessionAlreadyExistsError):
-        return error_response(409, "SESSION_ALREADY_EXISTS", str(exc))
-    code = getattr(exc, "code", "DSH_ERROR")
-    return error_response(409 if code.endswith("BUSY") else 400, code, str(exc))
+    if is_store_outage(exc):
+        return _unavailable(f"the session store is unavailable, retry later: {exc}")
+    code = str(getattr(exc, "code", "DSH_ERROR"))
+    status, shown = DSH_ERROR_STATUS.get(code, (0, code))
+    if status == 0:
+        status = 409 if code.endswith("BUSY") or isinstance(exc, SessionPersistenceError) else 400
+    return error_response(status, shown, str(exc))
+
+
+async def _outage(request: Request, exc: Exception) -> Response:
+    """An ``OSError`` or a database driver's error reached a handler: the disk or the database
+    under the store failed (one log line; a 503 for the client)."""
+    if not is_store_outage(exc):
+        return await _internal(request, exc)
+    log.error("%s %s: the session store is unavailable: %s: %s", request.method,
+              request.url.path, type(exc).__name__, exc)
+    return _unavailable(f"the session store is unavailable, retry later: "
+                        f"{type(exc).__name__}: {exc}")
 
 
 async def _internal(request: Request, exc: Exception) -> Response:
     return error_response(500, "INTERNAL", f"internal error: {type(exc).__name__}: {exc}")
+
+
+def _outage_classes() -> list[type[Exception]]:
+    """The exception classes a store outage arrives as. psycopg's only when a row loaded it
+    (the app is made after the hosts booted): importing it for a JSONL server would cost
+    ~10 MB of RSS for nothing."""
+    classes: list[type[Exception]] = [OSError, sqlite3.OperationalError]
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None:
+        classes.append(psycopg.OperationalError)
+    return classes
 
 
 # ---------------------------------------------------------------------------- app
@@ -468,8 +547,9 @@ _COMPONENTS: Final[dict[str, Any]] = {
                 "code": {"type": "string"}, "message": {"type": "string"}}}},
         },
         "CreateSession": {"type": "object", "additionalProperties": False, "properties": {
-            "workspace": {"type": "string"}, "composition": {"type": "string"},
-            "id": {"type": "string"}}},
+            "workspace": {"type": "string", "pattern": "^[^\\x00]*$"},
+            "composition": {"type": "string"},
+            "id": {"type": "string", "pattern": SESSION_ID_PATTERN}}},
         "StartTurn": {"type": "object", "required": ["prompt"], "additionalProperties": False,
                       "properties": {"prompt": {"type": "string"}}},
         "Decide": {"type": "object", "required": ["decision"], "additionalProperties": False,
@@ -481,7 +561,8 @@ _COMPONENTS: Final[dict[str, Any]] = {
             "status": {"enum": ["idle", "queued", "running", "awaiting-approval",
                                 "interrupted"]},
             "createdAt": {"type": "integer"}, "updatedAt": {"type": "integer"},
-            "workspace": {"type": "string"}, "composition": {"type": "string"},
+            "workspace": {"type": "string", "nullable": True},
+            "composition": {"type": "string", "nullable": True},
             "events": {"type": "integer"}, "lastTurn": {"type": "integer"},
             "lastTurnEnd": {"type": "object", "nullable": True},
             "usage": {"type": "object", "properties": {
@@ -491,45 +572,163 @@ _COMPONENTS: Final[dict[str, Any]] = {
 }
 
 
-def routes() -> list[Route]:
-    return [
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
-        Route("/openapi.json", openapi, methods=["GET"], include_in_schema=False),
-        Route("/sessions", create_session, methods=["POST"]),
-        Route("/sessions", list_sessions, methods=["GET"]),
-        Route("/sessions/{id}", get_session, methods=["GET"]),
-        Route("/sessions/{id}/events", session_events, methods=["GET"]),
-        Route("/sessions/{id}/stream", session_stream, methods=["GET"]),
-        Route("/sessions/{id}/turns", start_turn, methods=["POST"]),
-        Route("/sessions/{id}/cancel", cancel_turn, methods=["POST"]),
-        Route("/approvals", list_approvals, methods=["GET"]),
-        Route("/sessions/{id}/approvals/{callId}", decide, methods=["POST"]),
-        Route("/", inspector, methods=["GET"]),
+class _PathId(Convertor[str]):
+    """A session or call id in a path: no control character (a NUL can name no file and no
+    row, so such a path is no route: 404), no ``/``."""
+
+    regex = "[^/\x00-\x1f\x7f]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("pathid", _PathId())
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One route and what it answers: the router and the OpenAPI document are both made from
+    :data:`ENDPOINTS`, so the document cannot miss a route or a status the route returns."""
+
+    method: str
+    #: the OpenAPI path (``{id}``); the router's path adds the id convertor
+    path: str
+    handler: Callable[[Request], Awaitable[Response]]
+    #: the statuses this route's own code answers, with the codes: ``{202: "...", 409: "..."}``
+    responses: Mapping[int, str]
+    #: the request body's component schema
+    body: str | None = None
+    #: integer query parameters (``after``) and headers (``Last-Event-ID``)
+    query: tuple[str, ...] = ()
+    headers: tuple[str, ...] = ()
+    #: no token needed, and nothing stored is read
+    public: bool = False
+    #: the media type of a 2xx answer
+    media: str = "application/json"
+
+    def all_responses(self) -> dict[int, str]:
+        """:attr:`responses` plus what every route of its kind may answer (one place)."""
+        out = {421: "MISDIRECTED_REQUEST (no token: a Host that is not this server's)"}
+        if not self.public:
+            out[401] = "UNAUTHORIZED"
+            out[503] = "STORE_UNAVAILABLE (with Retry-After)"
+        if "{" in self.path:
+            out[404] = "SESSION_NOT_FOUND, NOT_FOUND (a control character in a path id)"
+        if self.method not in SAFE_METHODS:
+            out[403] = "FOREIGN_ORIGIN"
+        if self.body is not None:
+            out[400] = "INVALID_REQUEST, CLIENT_DISCONNECTED"
+            out.update({408: "REQUEST_TIMEOUT", 413: "PAYLOAD_TOO_LARGE",
+                        415: "UNSUPPORTED_MEDIA_TYPE"})
+        if self.query or self.headers:
+            out[400] = "INVALID_REQUEST (a bad seq)"
+        for status, codes in self.responses.items():
+            out[status] = f"{out[status]}, {codes}" if status in out else codes
+        return dict(sorted(out.items()))
+
+
+_SESSION = {"application/json": {"schema": {"$ref": "#/components/schemas/Session"}}}
+
+ENDPOINTS: Final[tuple[Endpoint, ...]] = (
+    Endpoint("GET", "/healthz", healthz, {200: "{status: ok}"}, public=True),
+    Endpoint("GET", "/metrics", metrics, {200: "Prometheus text"}, media=CONTENT_TYPE),
+    Endpoint("POST", "/sessions", create_session,
+             {201: "the stored session", 400: "INVALID_SESSION_ID, WORKSPACE_REFUSED, "
+              "UNKNOWN_COMPOSITION", 409: "SESSION_ALREADY_EXISTS"}, body="CreateSession"),
+    Endpoint("GET", "/sessions", list_sessions, {200: "{sessions: [Session]}"}),
+    Endpoint("GET", "/sessions/{id}", get_session,
+             {200: "the summary plus header, pendingApprovals, runningTurn"}),
+    Endpoint("GET", "/sessions/{id}/events", session_events,
+             {200: "one stored event per line"}, query=("after",),
+             media="application/x-ndjson"),
+    Endpoint("GET", "/sessions/{id}/stream", session_stream,
+             {200: "SSE: id = seq, event = type, data = the event"}, query=("after",),
+             headers=("Last-Event-ID",), media="text/event-stream"),
+    Endpoint("POST", "/sessions/{id}/turns", start_turn,
+             {202: "{sessionId, turn}: the turn's start is stored",
+              409: "SESSION_BUSY, SESSION_HELD, AWAITING_APPROVAL, UNKNOWN_COMPOSITION, "
+              "a store's code"}, body="StartTurn"),
+    Endpoint("POST", "/sessions/{id}/cancel", cancel_turn,
+             {202: "{sessionId, turn, cancelled: true}", 409: "NOT_RUNNING"}),
+    Endpoint("GET", "/approvals", list_approvals, {200: "{approvals: [...]}"}),
+    Endpoint("POST", "/sessions/{id}/approvals/{callId}", decide,
+             {200: "{sessionId, callId, decision, continued, turn}",
+              409: "APPROVAL_NOT_PENDING, SESSION_BUSY, SESSION_HELD, a store's code"},
+             body="Decide"),
+    Endpoint("GET", "/", inspector, {200: "the inspector page (text/html)"}, public=True,
+             media="text/html"),
+)
+
+
+def _operation(endpoint: Endpoint) -> dict[str, Any]:
+    doc = (endpoint.handler.__doc__ or "").strip()
+    summary, _, description = doc.partition(". ")
+    parameters: list[dict[str, Any]] = [
+        {"name": name[1:-1], "in": "path", "required": True,
+         "schema": {"type": "string", "pattern": "^[^/\\x00-\\x1f\\x7f]+$"}}
+        for name in re.findall(r"\{[^}]+\}", endpoint.path)
     ]
+    seq = {"type": "integer", "minimum": -1, "maximum": MAX_SEQ - 1}
+    parameters += [{"name": q, "in": "query", "required": False, "schema": seq}
+                   for q in endpoint.query]
+    parameters += [{"name": h, "in": "header", "required": False, "schema": seq}
+                   for h in endpoint.headers]
+    responses: dict[str, Any] = {}
+    for status, codes in endpoint.all_responses().items():
+        if status < 300:
+            media = _SESSION if status == 201 else {endpoint.media: {}}
+            responses[str(status)] = {"description": codes, "content": media}
+        else:
+            responses[str(status)] = {"description": codes, "content": {"application/json": {
+                "schema": {"$ref": "#/components/schemas/Error"}}}}
+    operation: dict[str, Any] = {"summary": summary.rstrip("."), "responses": responses}
+    if description:
+        operation["description"] = description
+    if parameters:
+        operation["parameters"] = parameters
+    if endpoint.body is not None:
+        operation["requestBody"] = {"required": True, "content": {"application/json": {
+            "schema": {"$ref": f"#/components/schemas/{endpoint.body}"}}}}
+    if endpoint.public:
+        operation["security"] = []
+    return operation
 
 
-_SCHEMAS = SchemaGenerator({
-    "openapi": "3.0.3",
-    "info": {"title": "dsh serve", "version": "1"},
-    "security": [{"bearer": []}],
-    "components": _COMPONENTS,
-})
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI 3 document of :data:`ENDPOINTS`."""
+    paths: dict[str, dict[str, Any]] = {}
+    for endpoint in ENDPOINTS:
+        paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = _operation(endpoint)
+    return {"openapi": "3.0.3", "info": {"title": "dsh serve", "version": "1"},
+            "security": [{"bearer": []}], "components": _COMPONENTS, "paths": paths}
 
 
 async def openapi(request: Request) -> Response:
-    return JSONResponse(_SCHEMAS.get_schema(routes=request.app.routes))
+    return JSONResponse(openapi_document())
 
 
-def create_app(runtime: ServerRuntime) -> Starlette:
-    """The application over a started runtime."""
+def routes() -> list[Route]:
+    """The router's table: :data:`ENDPOINTS` (ids through the ``pathid`` convertor), and the
+    document itself."""
+    table = [Route(e.path.replace("{id}", "{id:pathid}").replace("{callId}", "{callId:pathid}"),
+                   e.handler, methods=[e.method]) for e in ENDPOINTS]
+    return [Route("/openapi.json", openapi, methods=["GET"]), *table]
+
+
+def create_app(runtime: ServerRuntime, *, port: int) -> Starlette:
+    """The application over a started runtime, listening on ``port`` (the ``Host`` check)."""
     options = runtime.options
     middleware = [
+        Middleware(HostOriginGuard, port=port, check_host=options.token is None,
+                   origins=options.cors_origins),
         Middleware(AuthenticationMiddleware, backend=BearerToken(options.token),
                    on_error=_auth_error),
     ]
     if options.cors_origins:
-        middleware.insert(0, Middleware(
+        middleware.insert(1, Middleware(
             CORSMiddleware, allow_origins=list(options.cors_origins),
             allow_methods=["GET", "POST"], allow_headers=["Authorization", "Content-Type",
                                                           "Last-Event-ID"],
@@ -541,6 +740,7 @@ def create_app(runtime: ServerRuntime) -> Starlette:
             ApiError: _api_error,
             HTTPException: _http_error,
             DshError: _dsh_error,
+            **dict.fromkeys(_outage_classes(), _outage),
             Exception: _internal,
         },
     )

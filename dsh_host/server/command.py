@@ -9,9 +9,11 @@ through the API.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import os
 import signal
+import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -99,6 +101,9 @@ def add_parser(sub: Any) -> None:
                        help="allow browser requests from this origin (repeatable; default none)")
     serve.add_argument("--max-body-bytes", type=int, default=1 << 20, metavar="N",
                        help="largest request body accepted (default 1 MiB)")
+    serve.add_argument("--body-timeout", type=float, default=30.0, metavar="SECONDS",
+                       help="time a request body may take to arrive whole (default 30; "
+                       "408 after)")
     serve.add_argument("--backend", choices=("trio", "asyncio"),
                        help="event loop (default trio; asyncio with --queue)")
     queue = serve.add_argument_group(
@@ -242,6 +247,12 @@ def run_serve(args: argparse.Namespace) -> int:
         raise ServeUsageError(
             f"dsh serve needs the serve extra ({exc.name} is missing): {install_hint('serve')}"
         ) from None
+    # A fatal signal is said, not silent: SQLite maps its WAL index (the "-shm" file), and when
+    # that file is cut short under it (another process truncating it, a full tmpfs) the next
+    # access is SIGBUS, which no Python code can catch. The process dies either way; with the
+    # fault handler it says why and where on stderr (the store itself is intact: a restart
+    # rebuilds the index from the WAL).
+    faulthandler.enable(file=sys.stderr, all_threads=True)
     token = _token(args)
     check_bind(args.host, token)
     workspace = os.path.realpath(args.workspace or os.getcwd())
@@ -257,6 +268,7 @@ def run_serve(args: argparse.Namespace) -> int:
         token=token,
         cors_origins=tuple(args.cors_origin),
         max_body_bytes=args.max_body_bytes,
+        body_timeout=args.body_timeout,
         after_repair=args.after_repair,
         queue_dsn=_queue_dsn(args),
         queue_schema=args.queue_schema,

@@ -29,16 +29,33 @@ from typing import Any, Final
 import anyio
 import procrastinate
 import psycopg
-from procrastinate.exceptions import AlreadyEnqueued
+from procrastinate.exceptions import AlreadyEnqueued, UniqueViolation
 from psycopg import sql
 
 from dsh_host.session.persistence import SessionAlreadyOwnedError
 
-__all__ = ["TURN_TASK", "TurnQueue"]
+__all__ = ["ONE_TURN_AT_A_TIME", "TURN_INDEXES", "TURN_TASK", "TurnQueue"]
 
 log = logging.getLogger("dsh.server.queue")
 
 TURN_TASK: Final = "dsh.turn"
+
+#: The unique indexes through which PostgreSQL, not a process, decides which ``POST /turns``
+#: of a session is accepted: the insert of the job is the decision, in the same statement.
+#: procrastinate's ``queueing_lock`` allows one *queued* job per session, but a second one
+#: may be queued as soon as the first is running, and both would carry the same turn number
+#: (read from the log before either ran): two 202s for one turn, the second prompt never run.
+#: So: at most one job per session queued *or running*, and each turn number of a session
+#: is taken by one job only (a cancelled or failed job frees its number: its turn never ran
+#: or is repaired by the next resume; a succeeded one keeps it).
+TURN_INDEXES: Final = ("dsh_turn_one_active_per_session", "dsh_turn_one_job_per_turn")
+ONE_TURN_AT_A_TIME: Final = (
+    f"CREATE UNIQUE INDEX IF NOT EXISTS {TURN_INDEXES[0]} ON procrastinate_jobs (lock) "
+    f"WHERE task_name = '{TURN_TASK}' AND status IN ('todo', 'doing')",
+    f"CREATE UNIQUE INDEX IF NOT EXISTS {TURN_INDEXES[1]} ON procrastinate_jobs "
+    f"(lock, (args->>'turn')) WHERE task_name = '{TURN_TASK}' "
+    "AND status IN ('todo', 'doing', 'succeeded')",
+)
 
 
 class TurnQueue:
@@ -105,23 +122,31 @@ class TurnQueue:
                 found = await (await conn.execute(
                     "SELECT to_regclass(%s)", (f"{self.schema}.procrastinate_jobs",)
                 )).fetchone()
+                await conn.execute(
+                    sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema))
+                )
                 if found is None or found[0] is None:
-                    await conn.execute(
-                        sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema))
-                    )
                     await conn.execute(self.app.schema_manager.get_schema())
+                for statement in ONE_TURN_AT_A_TIME:
+                    await conn.execute(sql.SQL(statement))
             finally:
                 await conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
 
     # ------------------------------------------------------------------ API side
     async def defer(self, session_id: str, kind: str, prompt: str | None, turn: int) -> bool:
-        """Queue one job for the session; False when one is queued already."""
+        """Queue one job for the session's turn ``turn``; False when PostgreSQL refuses it: the
+        session has a job queued or running, or turn ``turn`` was taken by another job (the
+        insert is the decision: see :data:`ONE_TURN_AT_A_TIME`)."""
         try:
             await self._task.configure(lock=session_id, queueing_lock=session_id).defer_async(
                 session_id=session_id, kind=kind, prompt=prompt, turn=turn
             )
         except AlreadyEnqueued:
             return False
+        except UniqueViolation as exc:
+            if exc.constraint_name in TURN_INDEXES:
+                return False
+            raise
         return True
 
     async def busy_sessions(self) -> dict[str, str]:

@@ -16,9 +16,11 @@ The composition a session was created with is recorded in its header as
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -64,10 +66,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AFTER_REPAIR_PROMPT",
+    "SESSION_ID_PATTERN",
+    "STORE_OUTAGE_CODES",
     "ApiError",
     "RunningTurn",
     "ServeOptions",
     "ServerRuntime",
+    "is_store_outage",
     "open_runtime",
 ]
 
@@ -81,6 +86,13 @@ AFTER_REPAIR_PROMPT: Final = (
     "a call whose outcome is unknown may or may not have taken effect. Check before repeating "
     "anything, then continue the task."
 )
+
+
+#: Session ids a client may choose (``POST /sessions {id}``): a letter or digit, then letters,
+#: digits, ``.``, ``_``, ``-``; at most 128 characters. Every such id is one URL path segment
+#: and one file name as it is, so what was created can always be addressed again (an id with
+#: ``/`` could be stored but never reached through ``/sessions/{id}``). Generated ids fit.
+SESSION_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 
 class ApiError(DshError):
@@ -105,6 +117,8 @@ class ServeOptions:
     token: str | None = None
     cors_origins: tuple[str, ...] = ()
     max_body_bytes: int = 1 << 20
+    #: seconds a request body may take to arrive whole (408 after)
+    body_timeout: float = 30.0
     #: after repairing a turn a dead worker left open: stop there, or run a new turn
     after_repair: Literal["stop", "continue"] = "stop"
     #: how often a stream re-reads the store for events another process wrote (seconds)
@@ -174,7 +188,20 @@ class RunningTurn:
 
     agent: Agent
     turn: int
+    #: the ``sessionPersistence`` service of the host running it (it holds the write handle)
+    store: Any
     started: float = field(default_factory=time.monotonic)
+    #: the store's end when the turn was registered; set once it moved, or the turn ended
+    start_end: int = 0
+    stored: anyio.Event = field(default_factory=anyio.Event)
+    #: why the turn failed (an exception its body raised), once it ended
+    failure: BaseException | None = None
+
+    def durable_end(self) -> int | None:
+        """The seq after the last event the store holds (the write handle's durable cursor);
+        None once the handle is released (the store then has everything)."""
+        handle = self.store.owner(self.agent.id)
+        return None if handle is None else int(handle.durable_seq)
 
 
 def _with_workspace(rows: Sequence[LocatedRow], workspace: str) -> list[LocatedRow]:
@@ -279,7 +306,6 @@ class ServerRuntime:
         self, rows: list[LocatedRow], *, task_status: TaskStatus[PluginHost]
     ) -> None:
         async with open_host(rows) as host:
-            host.ctx.on("session/event", self._on_event)
             host.ctx.on("agent/step-end", lambda _step: self.metrics.steps.inc())
             self.metrics.time_flushes(host.ctx.sessions, self._flushed)
             task_status.started(host)
@@ -290,22 +316,26 @@ class ServerRuntime:
         self._closing.set()
 
     # ------------------------------------------------------------------ wake-ups
-    def _on_event(self, session: Any, event: SessionEvent | None) -> None:
-        self._wake(session.id)
-
     def _wake(self, session_id: str) -> None:
         waiting = self._wakeups.pop(session_id, None)
         if waiting is not None:
             waiting.set()
 
     def _flushed(self, session: Any) -> None:
-        """Queue mode: tell the other workers' streams that the table has new events."""
+        """A flush succeeded: streams wake (they show only what the store holds, so an append
+        alone is nothing to show yet); in queue mode the other workers' streams are told that
+        the table has new events."""
+        running = self._running.get(session.id)
+        if running is not None and (running.durable_end() or 0) > running.start_end:
+            running.stored.set()
+        self._wake(session.id)
         if self._flushes is not None:
             with contextlib.suppress(anyio.WouldBlock):  # a burst: the poll catches up
                 self._flushes.send_nowait(session.id)
 
     async def wait_for_events(self, session_id: str, at_most: float) -> None:
-        """Return when this process appends to the session, or after ``at_most`` seconds."""
+        """Return when this process stores events of the session, or after ``at_most``
+        seconds."""
         wakeup = self._wakeups.setdefault(session_id, anyio.Event())
         with anyio.move_on_after(at_most):
             await wakeup.wait()
@@ -318,21 +348,52 @@ class ServerRuntime:
             raise ApiError(404, "SESSION_NOT_FOUND", f'no stored session "{session_id}"') from None
         return load
 
-    async def events_after(self, session_id: str, after: int) -> list[SessionEvent]:
-        """The events with ``seq > after``: from memory while a turn runs here, else the store."""
+    async def events_after(self, session_id: str, after: int) -> Sequence[SessionEvent]:
+        """The stored events with ``seq > after``, and only those: nothing is shown that the
+        store may not hold (a write that fails, on a full disk say, is rolled back, and the
+        repair may store other events under the same seqs).
+
+        While a turn runs here the events come from memory, but only up to the write handle's
+        durable cursor: the same events the store holds, without reading the log (a follower
+        of a 100k-event session costs a slice, not a read). Otherwise they are read from the
+        store (a store that can tell its revision answers an idle follower without a read).
+        """
         running = self._running.get(session_id)
-        if running is not None:
-            return [e for e in running.agent.session.events if e.seq > after]
+        end = running.durable_end() if running is not None else None
+        if running is not None and end is not None:
+            events = running.agent.session.events
+            start = bisect.bisect_right(events, after, key=lambda e: e.seq)
+            stop = bisect.bisect_left(events, end, lo=start, key=lambda e: e.seq)
+            return events[start:stop]
         try:
-            return list(await self.store.read_from(session_id, after + 1))
+            found: Sequence[SessionEvent] = await self.store.read_from(session_id, after + 1)
         except SessionNotFoundError:
             raise ApiError(404, "SESSION_NOT_FOUND", f'no stored session "{session_id}"') from None
+        return found
+
+    async def stored_end(self, session_id: str) -> int:
+        """The seq of the last event the store holds (-1: none yet): where a new follower
+        starts. A turn running here answers from its write handle; otherwise the session's
+        summary, read again only when its revision changed. 404 for an unknown session."""
+        running = self._running.get(session_id)
+        end = running.durable_end() if running is not None else None
+        if end is not None:
+            return end - 1
+        stored = await self.stored_summary(session_id)
+        return int(stored.fields["events"]) - 1
 
     def running(self, session_id: str) -> RunningTurn | None:
         return self._running.get(session_id)
 
-    def status(self, session_id: str, stored: StoredSummary) -> str:
-        """``running`` here, ``awaiting-approval``, ``interrupted`` (needs a repair), ``idle``."""
+    async def status(self, session_id: str, stored: StoredSummary) -> str:
+        """``running`` (here, or held by another process), ``queued``, ``awaiting-approval``,
+        ``interrupted`` (needs a repair), ``idle``: from what runs here, the job queue, and
+        the stored log.
+
+        A log with an open turn is ``interrupted`` only when nobody holds the session: while
+        another process runs a turn, the open turn is that turn, not a crash's leftover
+        (only a storage that cannot tell who holds a session is taken at its log's word).
+        """
         if session_id in self._running or session_id in self._claimed:
             return "running"
         if session_id in self._busy_elsewhere:
@@ -340,6 +401,8 @@ class ServerRuntime:
         if stored.approvals:
             return "awaiting-approval"
         if stored.interrupted:
+            if await self.store.held_by(session_id) is not None:
+                return "running"
             return "interrupted"
         return "idle"
 
@@ -348,9 +411,9 @@ class ServerRuntime:
         if self._queue is not None:
             self._busy_elsewhere = await self._queue.busy_sessions()
 
-    def summary(self, load: SessionLoad) -> dict[str, Any]:
+    async def summary(self, load: SessionLoad) -> dict[str, Any]:
         stored = self._remember(load)
-        return {**stored.fields, "status": self.status(load.id, stored)}
+        return {**stored.fields, "status": await self.status(load.id, stored)}
 
     def _remember(self, load: SessionLoad) -> StoredSummary:
         """What ``load`` says of its session, kept under the revision it was read at."""
@@ -382,7 +445,8 @@ class ServerRuntime:
                 rows.append({"id": header.id, "status": "unreadable", "problem": str(stored),
                              "createdAt": header.created_at, "updatedAt": header.created_at})
             else:
-                rows.append({**stored.fields, "status": self.status(listing.header.id, stored)})
+                status = await self.status(listing.header.id, stored)
+                rows.append({**stored.fields, "status": status})
         rows.sort(key=lambda r: (r["updatedAt"], r["id"]), reverse=True)
         return rows
 
@@ -457,6 +521,13 @@ class ServerRuntime:
         self, *, workspace: str | None, composition: str | None, session_id: str | None
     ) -> SessionLoad:
         """Create and store an empty session (its header), ready for its first turn."""
+        if session_id is not None and re.fullmatch(SESSION_ID_PATTERN, session_id) is None:
+            raise ApiError(
+                400,
+                "INVALID_SESSION_ID",
+                f"session id {session_id!r} is not allowed: use 1-128 letters, digits, '.', '_' "
+                "or '-', starting with a letter or digit (or send no id to get one)",
+            )
         name = self.check_composition(composition)
         path = self.check_workspace(workspace)
         host = await self.host(name, path)
@@ -537,13 +608,15 @@ class ServerRuntime:
             raise ApiError(409, "TERMS_REFUSED", str(exc)) from None
         return name, plan
 
-    async def _resume(self, load: SessionLoad) -> Agent:
+    async def _resume(self, load: SessionLoad) -> tuple[Agent, Any]:
+        """The session resumed for write under its recorded terms, and the persistence service
+        holding its handle."""
         name, plan = self._admit(load)
         host = await self.host(name, plan.terms.workspace or "", plan.rows)
         agent: Agent = await host.ctx.agent.resume(load.id)
         if plan.record is not None:  # a session that predates its terms: what is assumed
             record_terms(agent.session, plan.record)
-        return agent
+        return agent, host.ctx.get("sessionPersistence")
 
     async def start_turn(self, session_id: str, prompt: str) -> int:
         """Start a turn in the background; return its number once the session is held.
@@ -562,11 +635,11 @@ class ServerRuntime:
                 )
             if self._queue is not None:
                 return await self._enqueue(session_id, "turn", prompt, views.last_turn(load.events))
-            agent = await self._resume(load)
+            agent, store = await self._resume(load)
         except BaseException:
             self._claimed.discard(session_id)
             raise
-        return self._launch(agent, lambda: agent.run_turn(prompt))
+        return await self._launch(agent, store, lambda: agent.run_turn(prompt))
 
     async def decide(
         self,
@@ -584,7 +657,7 @@ class ServerRuntime:
         """
         self._claim(session_id)
         try:
-            agent = await self._resume(await self.inspect(session_id))
+            agent, store = await self._resume(await self.inspect(session_id))
             try:
                 await agent.decide(
                     call_id, decision, reason=reason, decided_by=decided_by,
@@ -602,18 +675,20 @@ class ServerRuntime:
         except BaseException:
             self._claimed.discard(session_id)
             raise
-        return self._launch(agent, agent.continue_turn)
+        return await self._launch(agent, store, agent.continue_turn)
 
     async def _enqueue(self, session_id: str, kind: str, prompt: str | None, last: int) -> int:
         """Queue the session's next turn (number ``last + 1``) as a job; release the claim."""
         assert self._queue is not None
         # Released first: the job may start on this very process before defer() returns.
         self._claimed.discard(session_id)
-        if session_id in await self._queue.busy_sessions() or not await self._queue.defer(
-            session_id, kind, prompt, last + 1
-        ):
+        # PostgreSQL decides (unique indexes on the job table): no check here could, as two
+        # processes may both pass it before either inserts.
+        if not await self._queue.defer(session_id, kind, prompt, last + 1):
             raise ApiError(
-                409, "SESSION_BUSY", f'session "{session_id}" has a turn queued or running'
+                409, "SESSION_BUSY",
+                f'session "{session_id}" has a turn queued or running (or turn {last + 1} was '
+                "just taken); read the session and retry",
             )
         return last + 1
 
@@ -636,7 +711,7 @@ class ServerRuntime:
             raise SessionAlreadyOwnedError(str(exc)) from None
         try:
             load = await self.inspect(session_id)
-            agent = await self._resume(load)
+            agent, store = await self._resume(load)
         except BaseException:
             self._claimed.discard(session_id)
             raise
@@ -657,7 +732,7 @@ class ServerRuntime:
             self._claimed.discard(session_id)
             await agent.aclose()
             return
-        self._register(agent)
+        self._register(agent, store)
         await self._drive(agent, body)
 
     def cancel_here(self, session_id: str) -> None:
@@ -666,35 +741,57 @@ class ServerRuntime:
         if running is not None:
             running.agent.cancel()
 
-    def _register(self, agent: Agent) -> int:
+    def _register(self, agent: Agent, store: Any) -> int:
         turn = agent.last_turn + 1
-        self._running[agent.id] = RunningTurn(agent, turn)
+        running = RunningTurn(agent, turn, store)
+        running.start_end = running.durable_end() or 0
+        self._running[agent.id] = running
         self._claimed.discard(agent.id)
         self.metrics.turns_started.inc()
         return turn
 
-    def _launch(self, agent: Agent, body: Callable[[], Awaitable[TurnEndReason]]) -> int:
-        turn = self._register(agent)
+    async def _launch(
+        self, agent: Agent, store: Any, body: Callable[[], Awaitable[TurnEndReason]]
+    ) -> int:
+        """Run the turn in the background; return its number once the store holds its start.
+
+        A 202 so means the prompt is in the log: a read right after it sees the turn, and a
+        store that cannot take it (a full disk, an immutable log) is this request's 503, not a
+        turn that silently stored nothing.
+        """
+        turn = self._register(agent, store)
+        running = self._running[agent.id]
         self._group.start_soon(self._drive, agent, body)
+        await running.stored.wait()
+        end = running.durable_end()
+        if end is None or end <= running.start_end:  # the turn ended and stored nothing
+            if running.failure is not None:
+                raise running.failure
+            raise ApiError(503, "STORE_UNAVAILABLE",
+                           f'session "{agent.id}": the store took nothing of the turn')
         return turn
 
     async def _drive(self, agent: Agent, body: Callable[[], Awaitable[TurnEndReason]]) -> None:
         kind = "error"
+        running = self._running[agent.id]
         try:
             reason = await body()
             kind = turn_end_kind(reason)
-        except Exception:
-            log.exception("turn of session %s failed", agent.id)
+        except Exception as exc:
+            running.failure = exc
+            _log_failure(f"turn of session {agent.id} failed", exc)
         finally:
             try:
                 with anyio.CancelScope(shield=True):
                     await agent.aclose()  # flush, then release the session
-            except Exception:
-                log.exception("closing session %s failed", agent.id)
+            except Exception as exc:
+                running.failure = running.failure or exc
+                _log_failure(f"closing session {agent.id} failed", exc)
             finally:
                 self._running.pop(agent.id, None)
+                running.stored.set()
                 self.metrics.turns_ended.labels(kind=kind).inc()
-                self._on_event(agent.session, None)  # wake streams: the store has it all
+                self._wake(agent.id)  # streams read the store now: it has it all
 
     async def cancel(self, session_id: str) -> int | None:
         """Cancel the session's running turn (on whichever worker runs it in queue mode), or
@@ -711,6 +808,36 @@ class ServerRuntime:
     # ------------------------------------------------------------------ metrics
     def running_count(self) -> int:
         return len(self._running)
+
+
+def _log_failure(what: str, exc: BaseException) -> None:
+    """One line for a store outage (the disk or the database, named by the error), the
+    traceback for anything else (a bug)."""
+    if is_store_outage(exc):
+        log.error("%s: %s: %s", what, type(exc).__name__, exc)
+    else:
+        log.error("%s", what, exc_info=exc)
+
+
+#: Error codes of a store that cannot take or give data now (the disk or the database).
+STORE_OUTAGE_CODES: Final = frozenset({
+    "SESSION_PERSISTENCE", "SESSION_STORE_UNAVAILABLE", "SESSION_WRITE_FAILED",
+    "SESSION_ROLLBACK_FAILED", "SESSION_HANDLE_POISONED", "SESSION_OWNERSHIP_LOST",
+})
+
+
+def is_store_outage(exc: BaseException) -> bool:
+    """An error of the disk or the database under the store, not of a request: a persistence
+    error with an outage code, an ``OSError`` (disk full, an immutable or unwritable log, an
+    I/O error), or a database driver's operational error (PostgreSQL unreachable, SQLite
+    unable to write)."""
+    if isinstance(exc, DshError):
+        return getattr(exc, "code", None) in STORE_OUTAGE_CODES
+    if isinstance(exc, OSError):
+        return True
+    kind = type(exc)
+    return kind.__name__ == "OperationalError" and kind.__module__.split(".")[0] in (
+        "psycopg", "sqlite3", "procrastinate")
 
 
 @asynccontextmanager

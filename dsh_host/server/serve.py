@@ -21,9 +21,12 @@ from .app import create_app
 from .command import ServeUsageError
 from .runtime import ServeOptions, open_runtime
 
-__all__ = ["bind_socket", "check_bind", "serve"]
+__all__ = ["KEEP_ALIVE_SECONDS", "bind_socket", "check_bind", "serve"]
 
 log = logging.getLogger("dsh.server")
+
+#: Seconds an idle keep-alive connection stays open (see :func:`serve`).
+KEEP_ALIVE_SECONDS = 5.0
 
 
 def _is_loopback(host: str) -> bool:
@@ -81,7 +84,10 @@ async def serve(
     config.accesslog = None
     config.errorlog = log
     config.graceful_timeout = 2.0
-    config.keep_alive_timeout = 30.0
+    # An idle keep-alive connection is closed after this long: Hypercorn keeps the descriptor
+    # of a connection its client already closed until then (measured: every finished request
+    # of a client that went away held one socket for the whole timeout).
+    config.keep_alive_timeout = KEEP_ALIVE_SECONDS
     stop = anyio.Event()
 
     async def trigger() -> None:
@@ -91,7 +97,7 @@ async def serve(
             await shutdown()
 
     async with open_runtime(options) as runtime:
-        app = create_app(runtime)
+        app = create_app(runtime, port=sock.getsockname()[1])
         task_status.started()
         if on_ready is not None:
             on_ready()

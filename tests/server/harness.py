@@ -73,6 +73,15 @@ class Server:
                 return dict(session)
             await anyio.sleep(0.05)
 
+    async def wait_logged(self, caplog: Any, text: str) -> None:
+        """Poll until a captured record of the server's loggers contains ``text``; no deadline
+        but the test's."""
+        while True:
+            if any(text in r.getMessage() for r in caplog.records
+                   if r.name.startswith(("dsh.server", "hypercorn"))):
+                return
+            await anyio.sleep(0.05)
+
     async def wait_turn_end(self, session_id: str, turn: int) -> dict[str, Any]:
         def ended(session: dict[str, Any]) -> bool:
             end = session["lastTurnEnd"]
@@ -97,6 +106,7 @@ async def running_server(
     max_body_bytes: int = 1 << 20,
     allow: tuple[str, ...] = (),
     cors: tuple[str, ...] = (),
+    body_timeout: float = 30.0,
 ) -> AsyncIterator[Server]:
     workspace, root = tmp / "ws", tmp / "sessions"
     workspace.mkdir(exist_ok=True)
@@ -111,6 +121,7 @@ async def running_server(
         token=token,
         cors_origins=cors,
         max_body_bytes=max_body_bytes,
+        body_timeout=body_timeout,
     )
     sock = bind_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]

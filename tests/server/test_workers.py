@@ -16,8 +16,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -265,3 +267,74 @@ def test_cancel_of_a_queued_turn_keeps_every_worker_from_taking_it(
     answers = [b["text"] for e in stored if e["type"] == "assistant/message"
                for b in e["data"]["message"]["content"] if b["type"] == "text"]
     assert (prompts, answers) == (["now"], ["answered"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("count", [2, 3])
+@pytest.mark.parametrize("workers", ["stop"], indirect=True)
+def test_concurrent_turns_on_one_session_are_decided_by_postgresql(
+    workers: Workers, pg_dsn: str, count: int
+) -> None:
+    """``count`` workers, 50 waves: each wave, two ``POST /turns`` on one session go out at
+    once, to two different workers. PostgreSQL decides (the job insert hits a unique index):
+    exactly one is accepted (202), the other is 409 SESSION_BUSY. The accepted turn waits on
+    the model (so the two requests really compete for one turn) until its prompt is stored,
+    then it is cancelled. Every accepted prompt is in the log exactly once, under the turn
+    number its 202 gave; no job and no session is left running."""
+    urls = [workers.start([{"text": "thinking", "hang": True}] * 60) for _ in range(count)]
+    session_id = httpx.post(f"{urls[0]}/sessions", json={}, timeout=30).json()["id"]
+    accepted: dict[str, int] = {}
+    waves = 50
+
+    def stored_prompts() -> list[str]:
+        response = httpx.get(f"{urls[-1]}/sessions/{session_id}/events", timeout=60)
+        events = [json.loads(line) for line in response.text.splitlines()]
+        return [e["data"]["content"][0]["text"] for e in events
+                if e["type"] == "user/message" and e["data"]["source"]["kind"] == "user"]
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for wave in range(waves):
+            barrier = threading.Barrier(2)
+
+            def post(url: str, prompt: str, barrier: threading.Barrier = barrier) -> Any:
+                barrier.wait()
+                return httpx.post(f"{url}/sessions/{session_id}/turns",
+                                  json={"prompt": prompt}, timeout=60)
+
+            targets = [(urls[(wave + k) % count], f"wave {wave} via {k}") for k in range(2)]
+            answers = list(pool.map(lambda target: post(*target), targets))
+            won = [(prompt, r) for (_, prompt), r in zip(targets, answers, strict=True)
+                   if r.status_code == 202]
+            lost = [r for r in answers if r.status_code != 202]
+            assert len(won) == 1, [(r.status_code, r.text) for r in answers]
+            assert [(r.status_code, r.json()["error"]["code"]) for r in lost] == [
+                (409, "SESSION_BUSY")], [r.text for r in lost]
+            prompt, response = won[0]
+            turn = response.json()["turn"]
+            accepted[prompt] = turn
+            _poll(lambda prompt=prompt: prompt in stored_prompts())
+            cancel = httpx.post(f"{urls[wave % count]}/sessions/{session_id}/cancel", timeout=30)
+            assert cancel.status_code == 202, cancel.text
+
+            def ended(turn: int = turn) -> bool:
+                session = httpx.get(f"{urls[0]}/sessions/{session_id}", timeout=30).json()
+                end = session["lastTurnEnd"]
+                return bool(end and end["turn"] == turn and session["status"] == "idle")
+
+            _poll(ended)
+    response = httpx.get(f"{urls[-1]}/sessions/{session_id}/events", timeout=60)
+    events = [json.loads(line) for line in response.text.splitlines()]
+    assert sorted(stored_prompts()) == sorted(accepted)  # each accepted prompt once, no other
+    turns = [e["data"]["turn"] for e in events if e["type"] == "turn/start"]
+    assert turns == list(range(1, waves + 1)) == sorted(accepted.values())
+    ends = [e["data"]["reason"]["kind"] for e in events if e["type"] == "turn/end"]
+    assert ends == ["aborted"] * waves
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute(sql.SQL(
+            "SELECT status FROM {}.procrastinate_jobs"
+        ).format(sql.Identifier(workers.queue_schema))).fetchall()
+    assert not [row for row in rows if row[0] in ("todo", "doing")], rows
+    assert len(rows) == waves, rows
+    for url in urls:
+        session = httpx.get(f"{url}/sessions/{session_id}", timeout=30).json()
+        assert session["status"] == "idle" and session["lastTurn"] == waves
