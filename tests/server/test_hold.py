@@ -82,7 +82,8 @@ async def test_a_foreign_origin_cannot_change_state(tmp_path: Path) -> None:
                 response = await server.client.request(method, path, json=body, headers=headers)
                 assert await _error(response, 403) == "FOREIGN_ORIGIN", (origin, path)
         listed = (await server.client.get("/sessions")).json()["sessions"]
-        assert [(s["id"], s["events"]) for s in listed] == [(session_id, 0)]  # nothing changed
+        # nothing changed: the one event is the run terms the creation recorded
+        assert [(s["id"], s["events"]) for s in listed] == [(session_id, 1)]
         for origin in (f"http://127.0.0.1:{port}", "http://ui.example"):
             created = await server.client.post("/sessions", json={}, headers={"Origin": origin})
             assert created.status_code == 201, created.text
@@ -305,7 +306,9 @@ async def test_an_open_turn_another_process_runs_is_running_not_interrupted(
             assert [s["status"] for s in listed] == ["running"]
             busy = await server.client.post(f"/sessions/{session_id}/turns",
                                             json={"prompt": "x"})
-            assert await _error(busy, 409) == "SESSION_HELD"
+            # The other process's --model is a logged override of the session's terms that this
+            # server cannot build, and the terms are checked before the hold: refused all the same.
+            assert await _error(busy, 409) == "TERMS_REFUSED"
         finally:
             runner.kill()
             await runner.wait()

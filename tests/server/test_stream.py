@@ -31,10 +31,12 @@ async def test_a_stream_follows_a_turn_live_and_ids_are_seqs(tmp_path: Path) -> 
             started=lambda: server.turn(session_id, "count slowly"),
         )
         seqs = [seq for seq, _, _ in frames]
-        assert seqs == list(range(len(frames)))
+        # a new stream shows new events: all of the turn's, after the creation's run terms (seq 0)
+        assert seqs == list(range(1, len(frames) + 1))
         assert all(event == data["type"] and seq == data["seq"] for seq, event, data in frames)
         stored = await server.events(session_id)
-        assert [e["seq"] for e in stored] == seqs  # nothing missed, nothing twice
+        assert [e["type"] for e in stored[:1]] == ["run/terms"]
+        assert [e["seq"] for e in stored[1:]] == seqs  # nothing missed, nothing twice
         await server.wait_turn_end(session_id, 1)  # turn/end is streamed before the release
         # The next turn, from where the client left off (Last-Event-ID = the last seq seen).
         resumed = await read_sse(
