@@ -41,7 +41,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from dsh_host.llm import EMPTY_RESPONSE_CODE, LlmError
+from dsh_host.llm import LlmError
+from dsh_host.llm.convert import completed_reason
 from dsh_host.llm.wire import http_error_code
 from dsh_host.session import (
     BlockEndChunk,
@@ -137,9 +138,7 @@ def map_usage(usage: Any) -> TokenUsage:
     ``completion_tokens_details.reasoning_tokens``.
     """
     if not isinstance(usage, dict):
-        raise LlmError(
-            f"malformed usage in model response: {usage!r}", "MALFORMED_RESPONSE"
-        )
+        raise LlmError(f"malformed usage in model response: {usage!r}", "MALFORMED_RESPONSE")
     prompt = _count(usage.get("prompt_tokens"), "prompt_tokens") or 0
     completion = _count(usage.get("completion_tokens"), "completion_tokens") or 0
     details = usage.get("prompt_tokens_details")
@@ -416,14 +415,7 @@ class ChunkTranslator:
         if self._usage is not None:
             out.append(UsageChunk(usage=self._usage))
         reason = self._finish if self._finish is not None else StopFinish()
-        if isinstance(reason, StopFinish) and not self._order:
-            reason = ErrorFinish(
-                failure=LlmFailure(
-                    message="model returned a completed response with no content",
-                    code=EMPTY_RESPONSE_CODE,
-                )
-            )
-        out.append(FinishChunk(reason=reason))
+        out.append(FinishChunk(reason=completed_reason(reason, bool(self._order))))
         return out
 
 
