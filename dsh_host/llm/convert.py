@@ -53,9 +53,11 @@ __all__ = [
     "EventBlock",
     "answer_end",
     "completed_reason",
+    "disjoint_usage",
     "or_default",
     "refuse_images",
     "replay_entries",
+    "stopped",
     "text_of",
     "token_count",
     "tool_result_text",
@@ -155,6 +157,29 @@ class EventBlock:
     def replay(self) -> dict[str, str] | None:
         """This block's entry in the replay envelope (None: nothing to send back)."""
         return None
+
+
+def disjoint_usage(
+    total_input: int, output: int, cached: int | None, reasoning: int | None
+) -> TokenUsage:
+    """Usage from a wire whose input count includes the cached prompt tokens (OpenAI's
+    convention): dsh's counts are disjoint, so the cached part is taken out of the input."""
+    extra: dict[str, int] = {}
+    if cached is not None:
+        extra["cache_read_tokens"] = cached
+    if reasoning is not None:
+        extra["reasoning_tokens"] = reasoning
+    return TokenUsage(
+        input_tokens=max(total_input - (cached or 0), 0), output_tokens=output, **extra
+    )
+
+
+def stopped(reason: str) -> ErrorFinish:
+    """The finish of a stop reason dsh has no name for (a content filter, say): an error
+    finish naming it, its code the reason upper-cased."""
+    return ErrorFinish(
+        failure=LlmFailure(message=f"model stopped: {reason}", code=reason.upper() or "UNKNOWN")
+    )
 
 
 def completed_reason(reason: FinishReason, has_blocks: bool) -> FinishReason:

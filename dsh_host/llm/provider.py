@@ -18,6 +18,7 @@ retry inside the SDK would be invisible to the log and would multiply the policy
 
 from __future__ import annotations
 
+import abc
 import os
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
@@ -197,16 +198,10 @@ def missing_sdk(row: str, vendor: str, package: str) -> ConfigError:
     )
 
 
-def register_adapter(
-    ctx: Context,
-    provider: str,
-    adapter: LlmAdapter,
-    close: Callable[[], Awaitable[None]],
-    closing: str,
-) -> None:
-    """Close the row's client when the row is disposed, and serve ``provider`` with
-    ``adapter`` (one client per row: one connection pool)."""
-    ctx.effect(close, closing)
+def register_adapter(ctx: Context, provider: str, adapter: ProviderAdapter[Any, Any]) -> None:
+    """Serve ``provider`` with ``adapter``, and close its client when the row is disposed
+    (one client per row: one connection pool)."""
+    ctx.effect(adapter.close, adapter.closing)
     ctx.service(LLM).register_adapter([provider], adapter, owner=ctx)
 
 
@@ -268,10 +263,16 @@ class ProviderAdapter(LlmAdapter, Generic[S, C]):
 
     #: the plugin's name, in messages that tell the user which row to fix
     row: ClassVar[str]
+    #: what closing the client is called when the row is disposed
+    closing: ClassVar[str]
 
     def __init__(self, settings: S, client: C) -> None:
         self.settings = settings
         self._client = client
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Close the row's client (its connection pool)."""
 
     def provider_info(self, provider: str) -> ProviderInfo:
         return ProviderInfo(
@@ -364,6 +365,9 @@ class SdkAdapter(ProviderAdapter[S, Any]):
     errors: ClassVar[SdkErrors]
     #: the event that completes an answer, named when the body ends before it
     end_event: ClassVar[str]
+
+    async def close(self) -> None:
+        await self._client.close()
 
     def _serialize(self, request: LlmRequest) -> dict[str, Any]:
         raise NotImplementedError

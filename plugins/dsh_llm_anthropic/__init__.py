@@ -90,8 +90,5 @@ class LlmAnthropic(Plugin):
         except ImportError as exc:
             raise missing_sdk("llm-anthropic", "Anthropic", "anthropic") from exc
         settings = settings_of(config)
-        client = make_client(settings)
-        self.adapter = AnthropicAdapter(settings, client)
-        register_adapter(
-            ctx, config.provider, self.adapter, client.close, "close the Anthropic client"
-        )
+        self.adapter = AnthropicAdapter(settings, make_client(settings))
+        register_adapter(ctx, config.provider, self.adapter)

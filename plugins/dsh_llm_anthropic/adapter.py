@@ -141,6 +141,7 @@ class AnthropicAdapter(SdkAdapter[AdapterSettings]):
 
     row = "llm-anthropic"
     errors = SdkErrors.of(anthropic, base=anthropic.AnthropicError)
+    closing = "close the Anthropic client"
     end_event = "message_stop"
 
     def reasoning_efforts(self) -> tuple[str, ...]:

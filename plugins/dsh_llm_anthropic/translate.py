@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsh_host.llm import LlmError
-from dsh_host.llm.convert import EventBlock, answer_end, token_count
+from dsh_host.llm.convert import EventBlock, answer_end, stopped, token_count
 from dsh_host.session import (
     BlockEndChunk,
     BlockStartChunk,
@@ -68,9 +68,7 @@ def map_stop_reason(reason: str | None) -> FinishReason:
                 message="the model declined to answer (stop_reason refusal)", code="REFUSAL"
             )
         )
-    return ErrorFinish(
-        failure=LlmFailure(message=f"model stopped: {reason}", code=reason.upper() or "UNKNOWN")
-    )
+    return stopped(reason)
 
 
 @dataclass(slots=True)

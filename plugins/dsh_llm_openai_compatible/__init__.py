@@ -110,4 +110,4 @@ class LlmOpenAICompatible(Plugin):
         settings = settings_of(config)
         client = httpx.AsyncClient(timeout=settings.timeout(), follow_redirects=False)
         self.adapter = OpenAICompatibleAdapter(settings, client)
-        register_adapter(ctx, config.provider, self.adapter, client.aclose, "close the HTTP client")
+        register_adapter(ctx, config.provider, self.adapter)

@@ -126,6 +126,10 @@ class OpenAICompatibleAdapter(ProviderAdapter[AdapterSettings, httpx.AsyncClient
     """Streams chat completions from an OpenAI-compatible endpoint (DeepSeek by default)."""
 
     row = "llm-openai-compatible"
+    closing = "close the HTTP client"
+
+    async def close(self) -> None:
+        await self._client.aclose()
 
     def reasoning_efforts(self) -> tuple[str, ...]:
         return ("off",) if self.settings.thinking == "disabled" else REASONING_EFFORTS

@@ -42,16 +42,14 @@ from typing import Any, Literal
 import msgspec
 
 from dsh_host.llm import LlmError
-from dsh_host.llm.convert import completed_reason
+from dsh_host.llm.convert import completed_reason, disjoint_usage, stopped
 from dsh_host.llm.wire import http_error_code
 from dsh_host.session import (
     BlockEndChunk,
     BlockStartChunk,
     ContentBlock,
-    ErrorFinish,
     FinishChunk,
     FinishReason,
-    LlmFailure,
     MaxTokensFinish,
     ReasoningBlock,
     ReasoningDeltaChunk,
@@ -114,9 +112,7 @@ def map_finish_reason(reason: str) -> FinishReason:
         return ToolCallsFinish()
     if reason == "length":
         return MaxTokensFinish()
-    return ErrorFinish(
-        failure=LlmFailure(message=f"model stopped: {reason}", code=reason.upper() or "UNKNOWN")
-    )
+    return stopped(reason)
 
 
 def _count(value: Any, what: str) -> int | None:
@@ -154,14 +150,7 @@ def map_usage(usage: Any) -> TokenUsage:
             completion_details.get("reasoning_tokens"),
             "completion_tokens_details.reasoning_tokens",
         )
-    extra: dict[str, int] = {}
-    if cached is not None:
-        extra["cache_read_tokens"] = cached
-    if reasoning is not None:
-        extra["reasoning_tokens"] = reasoning
-    return TokenUsage(
-        input_tokens=max(prompt - (cached or 0), 0), output_tokens=completion, **extra
-    )
+    return disjoint_usage(prompt, completion, cached, reasoning)
 
 
 @dataclass(slots=True)

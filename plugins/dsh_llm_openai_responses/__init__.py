@@ -85,8 +85,5 @@ class LlmOpenAIResponses(Plugin):
         except ImportError as exc:
             raise missing_sdk("llm-openai-responses", "OpenAI", "openai") from exc
         settings = settings_of(config)
-        client = make_client(settings)
-        self.adapter = OpenAIResponsesAdapter(settings, client)
-        register_adapter(
-            ctx, config.provider, self.adapter, client.close, "close the OpenAI client"
-        )
+        self.adapter = OpenAIResponsesAdapter(settings, make_client(settings))
+        register_adapter(ctx, config.provider, self.adapter)

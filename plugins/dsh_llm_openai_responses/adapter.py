@@ -91,6 +91,7 @@ class OpenAIResponsesAdapter(SdkAdapter[AdapterSettings]):
 
     row = "llm-openai-responses"
     errors = SdkErrors.of(openai, base=openai.OpenAIError)
+    closing = "close the OpenAI client"
     end_event = "response.completed"
 
     def reasoning_efforts(self) -> tuple[str, ...]:

@@ -29,14 +29,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsh_host.llm import LlmError
-from dsh_host.llm.convert import BlockKind, EventBlock, answer_end, token_count
+from dsh_host.llm.convert import (
+    BlockKind,
+    EventBlock,
+    answer_end,
+    disjoint_usage,
+    stopped,
+    token_count,
+)
 from dsh_host.llm.wire import http_error_code
 from dsh_host.session import (
     BlockEndChunk,
     BlockStartChunk,
-    ErrorFinish,
     FinishReason,
-    LlmFailure,
     MaxTokensFinish,
     ReasoningDeltaChunk,
     StopFinish,
@@ -192,14 +197,7 @@ class EventTranslator:
         output = token_count(_get(usage, "output_tokens")) or 0
         cached = token_count(_get(_get(usage, "input_tokens_details"), "cached_tokens"))
         reasoning = token_count(_get(_get(usage, "output_tokens_details"), "reasoning_tokens"))
-        extra: dict[str, int] = {}
-        if cached is not None:
-            extra["cache_read_tokens"] = cached
-        if reasoning is not None:
-            extra["reasoning_tokens"] = reasoning
-        return TokenUsage(
-            input_tokens=max(total_input - (cached or 0), 0), output_tokens=output, **extra
-        )
+        return disjoint_usage(total_input, output, cached, reasoning)
 
     def _reason(self, response: Any) -> FinishReason:
         status = _get(response, "status")
@@ -207,9 +205,7 @@ class EventTranslator:
             why = _get(_get(response, "incomplete_details"), "reason")
             if why in (None, "max_output_tokens"):
                 return MaxTokensFinish()
-            return ErrorFinish(
-                failure=LlmFailure(message=f"model stopped: {why}", code=str(why).upper())
-            )
+            return stopped(str(why))
         if any(block.kind == "tool-call" for block in self._blocks):
             return ToolCallsFinish()
         return StopFinish()  # with no block, ``answer_end`` makes it EMPTY_RESPONSE
