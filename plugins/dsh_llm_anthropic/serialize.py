@@ -18,22 +18,29 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
 
 from dsh_host.jsonsafe import thaw_json
 from dsh_host.llm import LlmError, LlmRequest
+from dsh_host.llm.convert import (
+    or_default,
+    refuse_images,
+    replay_entries,
+    text_of,
+    tool_result_text,
+    unsupported_effort,
+)
 from dsh_host.session import (
     AssistantMessage,
-    ContentBlock,
     Message,
     ReasoningBlock,
     TextBlock,
     ToolCallBlock,
 )
-from dsh_host.session.messages import ImageBlock, ToolResultBlock
+from dsh_host.session.messages import ToolResultBlock
 
 __all__ = [
     "EFFORT_BUDGETS",
@@ -51,22 +58,6 @@ _MIN_BUDGET = 1_024
 _EPHEMERAL = {"type": "ephemeral"}
 
 
-def _text(blocks: Iterable[ContentBlock]) -> str:
-    return "".join(block.text for block in blocks if isinstance(block, TextBlock))
-
-
-def _refuse_images(blocks: Iterable[ContentBlock], role: str) -> None:
-    for block in blocks:
-        if isinstance(block, ImageBlock):
-            raise LlmError(
-                f"the anthropic adapter does not send image content yet (found in a {role} "
-                "message); remove the image or use a text description",
-                "UNSUPPORTED_CONTENT",
-            )
-        if isinstance(block, ToolResultBlock):
-            _refuse_images(block.content, "tool result")
-
-
 def _tool_input(arguments: str) -> dict[str, Any]:
     """A call's raw arguments as the ``input`` object the API requires.
 
@@ -80,19 +71,8 @@ def _tool_input(arguments: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _replay_entries(message: AssistantMessage) -> Sequence[Any]:
-    """The per-block replay entries of one of our messages (empty when it has none)."""
-    state = message.source.replay_state
-    if state is msgspec.UNSET or not isinstance(state, Mapping):
-        return ()
-    entries = state.get("blocks")
-    if not isinstance(entries, Sequence) or len(entries) != len(message.content):
-        return ()
-    return entries
-
-
 def _assistant(message: AssistantMessage) -> list[dict[str, Any]]:
-    entries = _replay_entries(message)
+    entries = replay_entries(message)
     out: list[dict[str, Any]] = []
     for position, block in enumerate(message.content):
         entry = entries[position] if entries else None
@@ -126,12 +106,12 @@ def _user(message: Message) -> list[dict[str, Any]]:
             result: dict[str, Any] = {
                 "type": "tool_result",
                 "tool_use_id": block.tool_call_id,
-                "content": _text(block.content) or "(no output)",
+                "content": tool_result_text(block),
             }
             if block.is_error is True:
                 result["is_error"] = True
             out.append(result)
-    text = _text(message.content)
+    text = text_of(message.content)
     if text:
         out.append({"type": "text", "text": text})
     return out
@@ -141,7 +121,7 @@ def serialize_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
     """The conversation as alternating ``user`` / ``assistant`` turns of content blocks."""
     turns: list[dict[str, Any]] = []
     for message in messages:
-        _refuse_images(message.content, message.role)
+        refuse_images(message.content, message.role, "anthropic")
         if isinstance(message, AssistantMessage):
             role, content = "assistant", _assistant(message)
         else:  # user and system-surface messages speak as the user (system is top level)
@@ -164,11 +144,7 @@ def thinking_budget(effort: str | None, max_tokens: int) -> int | None:
         return None
     budget = EFFORT_BUDGETS.get(effort)
     if budget is None:
-        raise LlmError(
-            f'the anthropic adapter does not support reasoning effort "{effort}" '
-            f"(supported: {', '.join(REASONING_EFFORTS)})",
-            "UNSUPPORTED_REASONING_EFFORT",
-        )
+        raise unsupported_effort("anthropic", effort, REASONING_EFFORTS)
     if max_tokens < 2 * _MIN_BUDGET:
         raise LlmError(
             f'reasoning effort "{effort}" needs max_tokens of at least {2 * _MIN_BUDGET} '
@@ -184,9 +160,7 @@ def serialize_request(
 ) -> dict[str, Any]:
     """The keyword arguments of one streaming ``messages.create`` call."""
     config = request.config
-    max_tokens = config.max_tokens if config.max_tokens is not msgspec.UNSET else (
-        default_max_tokens
-    )
+    max_tokens = or_default(config.max_tokens, default_max_tokens)
     body: dict[str, Any] = {
         "model": config.model,
         "max_tokens": max_tokens,
@@ -203,9 +177,7 @@ def serialize_request(
             }
             for tool in request.tools
         ]
-    effort = config.reasoning_effort if config.reasoning_effort is not msgspec.UNSET else (
-        default_effort
-    )
+    effort = or_default(config.reasoning_effort, default_effort)
     if request.purpose == "session-title":
         effort = None
     budget = thinking_budget(effort, max_tokens)

@@ -28,31 +28,25 @@ already excludes cached tokens, which is dsh's disjoint convention.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
-from dsh_host.jsonsafe import freeze_json
-from dsh_host.llm import EMPTY_RESPONSE_CODE, LlmError
+from dsh_host.llm import LlmError
+from dsh_host.llm.convert import EventBlock, answer_end, stopped, token_count
 from dsh_host.session import (
     BlockEndChunk,
     BlockStartChunk,
-    ContentBlock,
     ErrorFinish,
-    FinishChunk,
     FinishReason,
     LlmFailure,
     MaxTokensFinish,
-    ReasoningBlock,
     ReasoningDeltaChunk,
     StopFinish,
     StreamChunk,
-    TextBlock,
     TextDeltaChunk,
     TokenUsage,
-    ToolCallBlock,
     ToolCallDeltaChunk,
     ToolCallsFinish,
-    UsageChunk,
 )
 
 __all__ = ["EventTranslator", "map_stop_reason"]
@@ -74,34 +68,13 @@ def map_stop_reason(reason: str | None) -> FinishReason:
                 message="the model declined to answer (stop_reason refusal)", code="REFUSAL"
             )
         )
-    return ErrorFinish(
-        failure=LlmFailure(message=f"model stopped: {reason}", code=reason.upper() or "UNKNOWN")
-    )
-
-
-def _count(value: Any) -> int | None:
-    return value if type(value) is int and value >= 0 else None
+    return stopped(reason)
 
 
 @dataclass(slots=True)
-class _Block:
-    index: int
-    kind: Literal["text", "reasoning", "tool-call"]
-    parts: list[str] = field(default_factory=list)
-    call_id: str = ""
-    name: str = ""
+class _Block(EventBlock):
     signature: str | None = None
     redacted: str | None = None
-    closed: bool = False
-
-    def close(self) -> ContentBlock:
-        text = "".join(self.parts)
-        if self.kind == "text":
-            return TextBlock(text=text)
-        if self.kind == "reasoning":
-            return ReasoningBlock(text=text)
-        # a tool without parameters streams no JSON at all: its input is the empty object
-        return ToolCallBlock(id=self.call_id, name=self.name, arguments=text or "{}")
 
     def replay(self) -> dict[str, str] | None:
         if self.redacted is not None:
@@ -237,7 +210,7 @@ class EventTranslator:
             ("cache_read_input_tokens", "cache_read_tokens"),
             ("cache_creation_input_tokens", "cache_write_tokens"),
         ):
-            value = _count(getattr(usage, wire, None))
+            value = token_count(getattr(usage, wire, None))
             if value is not None:
                 self._usage[ours] = value
 
@@ -254,26 +227,6 @@ class EventTranslator:
 
     def _finish(self) -> list[StreamChunk]:
         self.done = True
-        out: list[StreamChunk] = [
-            BlockEndChunk(index=block.index, block=block.close())
-            for block in self._blocks
-            if not block.closed
-        ]
-        usage = self.usage
-        if usage is not None:
-            out.append(UsageChunk(usage=usage))
-        reason = map_stop_reason(self._stop_reason)
-        if isinstance(reason, StopFinish) and not self._blocks:
-            reason = ErrorFinish(
-                failure=LlmFailure(
-                    message="model returned a completed response with no content",
-                    code=EMPTY_RESPONSE_CODE,
-                )
-            )
-        entries = [block.replay() for block in self._blocks]
-        if any(entry is not None for entry in entries):
-            replay = {"response": {"id": self._message_id}, "blocks": entries}
-            out.append(FinishChunk(reason=reason, replay_state=freeze_json(replay, "replay")))
-        else:
-            out.append(FinishChunk(reason=reason))
-        return out
+        return answer_end(
+            self._blocks, self.usage, map_stop_reason(self._stop_reason), self._message_id
+        )

@@ -7,7 +7,6 @@ route's default (what a caller gets when it names none).
 
 from __future__ import annotations
 
-import os
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
@@ -17,7 +16,7 @@ import msgspec
 from dsh_host.context import Context
 from dsh_host.errors import ConfigError
 from dsh_host.llm import RetryPolicyConfig
-from dsh_host.llm.keys import LLM
+from dsh_host.llm.provider import register_adapter, resolve_base_url
 from dsh_host.plugin import ModelRoute, Plugin
 
 from .adapter import AdapterSettings, OpenAICompatibleAdapter
@@ -80,23 +79,15 @@ class LlmOpenAICompatibleConfig(msgspec.Struct, forbid_unknown_fields=True, kw_o
     headers: dict[str, str] = msgspec.field(default_factory=dict)
 
 
-def _base_url(config: LlmOpenAICompatibleConfig) -> str:
-    raw = config.base_url
-    if raw is None:
-        raw = os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
-    url = raw.strip().rstrip("/")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(
-            f"llm-openai-compatible: base_url {raw!r} is not an http(s) URL; write it like "
-            f"{DEFAULT_BASE_URL} (the adapter appends /chat/completions)"
-        )
-    return url
-
-
 def settings_of(config: LlmOpenAICompatibleConfig) -> AdapterSettings:
     """Resolve a row's config into adapter settings (validating what msgspec cannot)."""
-    base_url = _base_url(config)
+    base_url = resolve_base_url(
+        config.base_url,
+        env=BASE_URL_ENV,
+        default=DEFAULT_BASE_URL,
+        row="llm-openai-compatible",
+        appends="the adapter appends /chat/completions",
+    )
     if config.thinking == "disabled" and config.reasoning_effort not in (None, "off"):
         raise ConfigError(
             f"llm-openai-compatible: reasoning_effort {config.reasoning_effort!r} needs "
@@ -104,19 +95,8 @@ def settings_of(config: LlmOpenAICompatibleConfig) -> AdapterSettings:
         )
     host = urlsplit(base_url).hostname or base_url
     display = config.display_name or ("DeepSeek" if host.endswith("deepseek.com") else host)
-    return AdapterSettings(
-        base_url=base_url,
-        model=config.model,
-        api_key_env=config.api_key_env,
-        display_name=display,
-        thinking=config.thinking,
-        reasoning_effort=config.reasoning_effort,
-        max_tokens=config.max_tokens,
-        context_window=config.context_window,
-        connect_timeout_ms=config.connect_timeout_ms,
-        stream_idle_timeout_ms=config.stream_idle_timeout_ms,
-        retry_policy=config.retry_policy.resolve(),
-        headers=dict(config.headers),
+    return AdapterSettings.of(
+        config, base_url=base_url, display_name=display, thinking=config.thinking
     )
 
 
@@ -129,6 +109,5 @@ class LlmOpenAICompatible(Plugin):
     def apply(self, ctx: Context, config: LlmOpenAICompatibleConfig) -> None:
         settings = settings_of(config)
         client = httpx.AsyncClient(timeout=settings.timeout(), follow_redirects=False)
-        ctx.effect(client.aclose, "close the HTTP client")
         self.adapter = OpenAICompatibleAdapter(settings, client)
-        ctx.service(LLM).register_adapter([config.provider], self.adapter, owner=ctx)
+        register_adapter(ctx, config.provider, self.adapter)

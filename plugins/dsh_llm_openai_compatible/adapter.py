@@ -32,11 +32,10 @@ one await and never around a ``yield``; an interrupted await becomes
 
 from __future__ import annotations
 
-import os
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from contextlib import AbstractContextManager, aclosing, nullcontext
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import ClassVar
 
 import anyio
 import httpx
@@ -44,24 +43,15 @@ import msgspec
 
 from dsh_host.cancel import CancelToken
 from dsh_host.errors import AbortError
-from dsh_host.llm import (
-    MODEL_NOT_FOUND_CODE,
-    LlmAdapter,
-    LlmError,
-    LlmRequest,
-    ModelInfo,
-    ProviderInfo,
-    RetryPolicy,
+from dsh_host.llm import MODEL_NOT_FOUND_CODE, LlmError, LlmRequest
+from dsh_host.llm.provider import (
+    ProviderAdapter,
+    ProviderSettings,
+    linked,
+    request_headers,
+    status_failure,
 )
-from dsh_host.llm.wire import (
-    check_api_key,
-    declined_retry_after_note,
-    http_error_code,
-    parse_retry_after_ms,
-    request_id_of,
-    transport_cause,
-    user_agent,
-)
+from dsh_host.llm.wire import http_error_code, request_id_of, transport_cause
 from dsh_host.session import StreamChunk
 
 from .serialize import REASONING_EFFORTS, Thinking, serialize_request
@@ -85,31 +75,15 @@ def _media_type(response: httpx.Response) -> str:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AdapterSettings:
+class AdapterSettings(ProviderSettings):
     """Resolved connection facts of one adapter (built from the plugin config)."""
 
-    base_url: str
-    model: str
-    api_key_env: str | None
-    display_name: str
-    thinking: Thinking | None = None
-    reasoning_effort: str | None = None
-    max_tokens: int | None = None
-    context_window: int | None = None
-    connect_timeout_ms: int = 30_000
-    stream_idle_timeout_ms: int = 300_000
-    retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
-    headers: Mapping[str, str] = field(default_factory=dict)
+    endpoint_path: ClassVar[str] = "/chat/completions"
 
-    @property
-    def endpoint(self) -> str:
-        return f"{self.base_url}/chat/completions"
+    thinking: Thinking | None = None
 
     def timeout(self) -> httpx.Timeout:
-        connect = self.connect_timeout_ms / 1000
-        return httpx.Timeout(
-            connect=connect, read=self.stream_idle_timeout_ms / 1000, write=connect, pool=connect
-        )
+        return httpx.Timeout(**self.timeouts())
 
 
 async def _body(response: httpx.Response) -> AsyncGenerator[bytes, None]:
@@ -138,7 +112,7 @@ async def _finish_body(body: AsyncIterator[bytes], signal: CancelToken | None) -
     instead of reused, so neither is reported.
     """
     left = _TAIL_BYTES
-    with anyio.move_on_after(_TAIL_SECONDS), _scope(signal):
+    with anyio.move_on_after(_TAIL_SECONDS), linked(signal):
         try:
             async for part in body:
                 left -= len(part)
@@ -148,61 +122,24 @@ async def _finish_body(body: AsyncIterator[bytes], signal: CancelToken | None) -
             return
 
 
-def _scope(signal: CancelToken | None) -> AbstractContextManager[Any]:
-    return signal.linked_scope() if signal is not None else nullcontext()
-
-
-class OpenAICompatibleAdapter(LlmAdapter):
+class OpenAICompatibleAdapter(ProviderAdapter[AdapterSettings, httpx.AsyncClient]):
     """Streams chat completions from an OpenAI-compatible endpoint (DeepSeek by default)."""
 
-    def __init__(self, settings: AdapterSettings, client: httpx.AsyncClient) -> None:
-        self.settings = settings
-        self._client = client
+    row = "llm-openai-compatible"
+    closing = "close the HTTP client"
 
-    # -- metadata ------------------------------------------------------------------
-    def provider_info(self, provider: str) -> ProviderInfo:
-        return ProviderInfo(
-            id=provider, name=self.settings.display_name, default_model=self.settings.model
-        )
+    async def close(self) -> None:
+        await self._client.aclose()
 
-    def retry_policy(self, provider: str) -> RetryPolicy:
-        return self.settings.retry_policy
-
-    async def resolve_model(
-        self, provider: str, model: str, signal: CancelToken | None = None
-    ) -> ModelInfo:
-        settings = self.settings
-        efforts = ("off",) if settings.thinking == "disabled" else REASONING_EFFORTS
-        return ModelInfo(
-            provider=provider,
-            id=model,
-            name=model,
-            context_window=settings.context_window,
-            default_max_tokens=settings.max_tokens,
-            reasoning_efforts=efforts,
-            default_effort=settings.reasoning_effort,
-        )
+    def reasoning_efforts(self) -> tuple[str, ...]:
+        return ("off",) if self.settings.thinking == "disabled" else REASONING_EFFORTS
 
     # -- streaming -----------------------------------------------------------------
-    def _api_key(self) -> str | None:
-        env = self.settings.api_key_env
-        if env is None:
-            return None
-        raw = os.environ.get(env)
-        if raw is None:
-            raise LlmError(
-                f"{env} is not set: export the API key for {self.settings.base_url} as {env} "
-                "(the variable name comes from the llm-openai-compatible row's `api_key_env`)",
-                "MISSING_CREDENTIAL",
-            )
-        return check_api_key(raw, env)
-
     def _headers(self, api_key: str | None) -> dict[str, str]:
         headers = {
             "content-type": "application/json",
             "accept": "text/event-stream",
-            **{name.lower(): value for name, value in self.settings.headers.items()},
-            "user-agent": user_agent(),
+            **request_headers(self.settings.headers),
         }
         if api_key is not None:
             headers["authorization"] = f"Bearer {api_key}"
@@ -300,7 +237,7 @@ class OpenAICompatibleAdapter(LlmAdapter):
         settings = self.settings
         response: httpx.Response | None = None
         try:
-            with _scope(signal):
+            with linked(signal):
                 response = await self._client.send(request, stream=True)
         except (httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             raise LlmError(
@@ -325,15 +262,13 @@ class OpenAICompatibleAdapter(LlmAdapter):
             raise AbortError(signal.reason)
         return response
 
-    async def _read(
-        self, body: AsyncIterator[bytes], signal: CancelToken | None
-    ) -> bytes | None:
+    async def _read(self, body: AsyncIterator[bytes], signal: CancelToken | None) -> bytes | None:
         """The next body bytes (None at the end), cancellable, with errors classified."""
         settings = self.settings
         finished = False
         data: bytes | None = None
         try:
-            with _scope(signal):
+            with linked(signal):
                 try:
                     data = await anext(body)
                 except StopAsyncIteration:
@@ -361,7 +296,7 @@ class OpenAICompatibleAdapter(LlmAdapter):
         status = response.status_code
         raw = b""
         try:
-            with _scope(signal):
+            with linked(signal):
                 async for part in response.aiter_bytes():
                     raw += part
                     if len(raw) >= _ERROR_BODY_LIMIT:
@@ -394,23 +329,14 @@ class OpenAICompatibleAdapter(LlmAdapter):
             message = detail = error
         code = http_error_code(status, detail)
         message = self._explain(code, status, message, provider_code)
-        retry_after = parse_retry_after_ms(response.headers.get("retry-after"))
-        failure = LlmError(
+        failure = status_failure(
             message,
             code,
             status=status if 100 <= status <= 599 else None,
-            provider_retry_after_ms=retry_after,
-            request_id=request_id_of(response.headers),
+            headers=response.headers,
+            request_id=None,
+            policy=settings.retry_policy,
         )
-        note = declined_retry_after_note(settings.retry_policy, failure)
-        if note is not None:
-            failure = LlmError(
-                f"{message}; {note}",
-                code,
-                status=failure.status,
-                provider_retry_after_ms=retry_after,
-                request_id=failure.request_id,
-            )
         body_text = raw.decode("utf-8", errors="replace")
         failure.__cause__ = RuntimeError(body_text or f"{settings.display_name} HTTP {status}")
         return failure

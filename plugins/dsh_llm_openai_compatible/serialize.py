@@ -20,15 +20,14 @@ import msgspec
 
 from dsh_host.jsonsafe import thaw_json
 from dsh_host.llm import LlmError, LlmRequest
+from dsh_host.llm.convert import refuse_images, text_of, tool_result_text, unsupported_effort
 from dsh_host.session import (
     AssistantMessage,
-    ContentBlock,
     Message,
     ReasoningBlock,
-    TextBlock,
     ToolCallBlock,
 )
-from dsh_host.session.messages import ImageBlock, SystemMessage, ToolResultBlock
+from dsh_host.session.messages import SystemMessage, ToolResultBlock
 
 __all__ = ["REASONING_EFFORTS", "Thinking", "serialize_messages", "serialize_request"]
 
@@ -37,24 +36,8 @@ REASONING_EFFORTS: tuple[str, ...] = ("off", "low", "high", "max")
 Thinking = Literal["enabled", "disabled"]
 
 
-def _text(blocks: Iterable[ContentBlock]) -> str:
-    return "".join(block.text for block in blocks if isinstance(block, TextBlock))
-
-
-def _refuse_images(blocks: Iterable[ContentBlock], role: str) -> None:
-    for block in blocks:
-        if isinstance(block, ImageBlock):
-            raise LlmError(
-                f"the openai-compatible adapter does not send image content (found in a {role} "
-                "message); image input is not supported in this version",
-                "UNSUPPORTED_CONTENT",
-            )
-        if isinstance(block, ToolResultBlock):
-            _refuse_images(block.content, "tool result")
-
-
 def _assistant(message: AssistantMessage) -> dict[str, Any]:
-    wire: dict[str, Any] = {"role": "assistant", "content": _text(message.content)}
+    wire: dict[str, Any] = {"role": "assistant", "content": text_of(message.content)}
     reasoning = "".join(b.text for b in message.content if isinstance(b, ReasoningBlock))
     if reasoning:
         wire["reasoning_content"] = reasoning
@@ -76,15 +59,15 @@ def serialize_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
     """The conversation in wire form; each tool result becomes its own ``tool`` message."""
     wire: list[dict[str, Any]] = []
     for message in messages:
-        _refuse_images(message.content, message.role)
+        refuse_images(message.content, message.role, "openai-compatible")
         if isinstance(message, SystemMessage):
-            wire.append({"role": "system", "content": _text(message.content)})
+            wire.append({"role": "system", "content": text_of(message.content)})
             continue
         if isinstance(message, AssistantMessage):
             wire.append(_assistant(message))
             continue
         results = [block for block in message.content if isinstance(block, ToolResultBlock)]
-        text = _text(message.content)
+        text = text_of(message.content)
         if text or not results:
             wire.append({"role": "user", "content": text})
         for result in results:
@@ -92,15 +75,13 @@ def serialize_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
                 {
                     "role": "tool",
                     "tool_call_id": result.tool_call_id,
-                    "content": _text(result.content) or "(no output)",
+                    "content": tool_result_text(result),
                 }
             )
     return wire
 
 
-def _thinking(
-    request: LlmRequest, thinking: Thinking | None
-) -> tuple[Thinking | None, str | None]:
+def _thinking(request: LlmRequest, thinking: Thinking | None) -> tuple[Thinking | None, str | None]:
     """The (thinking type, wire effort) pair; ``off`` is never sent as an effort."""
     if request.purpose == "session-title":
         return "disabled", None
@@ -108,11 +89,7 @@ def _thinking(
     if effort is msgspec.UNSET:
         return thinking, None
     if effort not in REASONING_EFFORTS:
-        raise LlmError(
-            f'the openai-compatible adapter does not support reasoning effort "{effort}" '
-            f"(supported: {', '.join(REASONING_EFFORTS)})",
-            "UNSUPPORTED_REASONING_EFFORT",
-        )
+        raise unsupported_effort("openai-compatible", effort, REASONING_EFFORTS)
     if effort == "off":
         return "disabled", None
     if thinking == "disabled":
@@ -124,9 +101,7 @@ def _thinking(
     return "enabled", effort
 
 
-def serialize_request(
-    request: LlmRequest, *, thinking: Thinking | None = None
-) -> dict[str, Any]:
+def serialize_request(request: LlmRequest, *, thinking: Thinking | None = None) -> dict[str, Any]:
     """The full streaming request body for ``POST <base_url>/chat/completions``."""
     config = request.config
     messages: list[dict[str, Any]] = []

@@ -41,16 +41,15 @@ from typing import Any, Literal
 
 import msgspec
 
-from dsh_host.llm import EMPTY_RESPONSE_CODE, LlmError
+from dsh_host.llm import LlmError
+from dsh_host.llm.convert import completed_reason, disjoint_usage, stopped
 from dsh_host.llm.wire import http_error_code
 from dsh_host.session import (
     BlockEndChunk,
     BlockStartChunk,
     ContentBlock,
-    ErrorFinish,
     FinishChunk,
     FinishReason,
-    LlmFailure,
     MaxTokensFinish,
     ReasoningBlock,
     ReasoningDeltaChunk,
@@ -113,9 +112,7 @@ def map_finish_reason(reason: str) -> FinishReason:
         return ToolCallsFinish()
     if reason == "length":
         return MaxTokensFinish()
-    return ErrorFinish(
-        failure=LlmFailure(message=f"model stopped: {reason}", code=reason.upper() or "UNKNOWN")
-    )
+    return stopped(reason)
 
 
 def _count(value: Any, what: str) -> int | None:
@@ -137,9 +134,7 @@ def map_usage(usage: Any) -> TokenUsage:
     ``completion_tokens_details.reasoning_tokens``.
     """
     if not isinstance(usage, dict):
-        raise LlmError(
-            f"malformed usage in model response: {usage!r}", "MALFORMED_RESPONSE"
-        )
+        raise LlmError(f"malformed usage in model response: {usage!r}", "MALFORMED_RESPONSE")
     prompt = _count(usage.get("prompt_tokens"), "prompt_tokens") or 0
     completion = _count(usage.get("completion_tokens"), "completion_tokens") or 0
     details = usage.get("prompt_tokens_details")
@@ -155,14 +150,7 @@ def map_usage(usage: Any) -> TokenUsage:
             completion_details.get("reasoning_tokens"),
             "completion_tokens_details.reasoning_tokens",
         )
-    extra: dict[str, int] = {}
-    if cached is not None:
-        extra["cache_read_tokens"] = cached
-    if reasoning is not None:
-        extra["reasoning_tokens"] = reasoning
-    return TokenUsage(
-        input_tokens=max(prompt - (cached or 0), 0), output_tokens=completion, **extra
-    )
+    return disjoint_usage(prompt, completion, cached, reasoning)
 
 
 @dataclass(slots=True)
@@ -416,14 +404,7 @@ class ChunkTranslator:
         if self._usage is not None:
             out.append(UsageChunk(usage=self._usage))
         reason = self._finish if self._finish is not None else StopFinish()
-        if isinstance(reason, StopFinish) and not self._order:
-            reason = ErrorFinish(
-                failure=LlmFailure(
-                    message="model returned a completed response with no content",
-                    code=EMPTY_RESPONSE_CODE,
-                )
-            )
-        out.append(FinishChunk(reason=reason))
+        out.append(FinishChunk(reason=completed_reason(reason, bool(self._order))))
         return out
 
 

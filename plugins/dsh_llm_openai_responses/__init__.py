@@ -8,16 +8,13 @@ default. Needs the SDK: ``pip install 'dsh-harness[openai]'``.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Annotated, Literal
-from urllib.parse import urlsplit
 
 import msgspec
 
 from dsh_host.context import Context
-from dsh_host.errors import ConfigError, install_hint
 from dsh_host.llm import RetryPolicyConfig
-from dsh_host.llm.keys import LLM
+from dsh_host.llm.provider import missing_sdk, register_adapter, resolve_base_url
 from dsh_host.plugin import ModelRoute, Plugin
 
 if TYPE_CHECKING:
@@ -64,29 +61,14 @@ def settings_of(config: LlmOpenAIResponsesConfig) -> AdapterSettings:
     """Resolve a row's config into adapter settings (validating what msgspec cannot)."""
     from .adapter import AdapterSettings
 
-    raw = config.base_url
-    if raw is None:
-        raw = os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
-    url = raw.strip().rstrip("/")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(
-            f"llm-openai-responses: base_url {raw!r} is not an http(s) URL; write it like "
-            f"{DEFAULT_BASE_URL} (the SDK appends /responses)"
-        )
-    return AdapterSettings(
-        base_url=url,
-        model=config.model,
-        api_key_env=config.api_key_env,
-        display_name=config.display_name,
-        reasoning_effort=config.reasoning_effort,
-        max_tokens=config.max_tokens,
-        context_window=config.context_window,
-        connect_timeout_ms=config.connect_timeout_ms,
-        stream_idle_timeout_ms=config.stream_idle_timeout_ms,
-        retry_policy=config.retry_policy.resolve(),
-        headers=dict(config.headers),
+    base_url = resolve_base_url(
+        config.base_url,
+        env=BASE_URL_ENV,
+        default=DEFAULT_BASE_URL,
+        row="llm-openai-responses",
+        appends="the SDK appends /responses",
     )
+    return AdapterSettings.of(config, base_url=base_url)
 
 
 class LlmOpenAIResponses(Plugin):
@@ -101,12 +83,7 @@ class LlmOpenAIResponses(Plugin):
         try:
             from .adapter import OpenAIResponsesAdapter, make_client
         except ImportError as exc:
-            raise ConfigError(
-                "llm-openai-responses needs OpenAI's SDK, which is not installed: "
-                f"{install_hint('openai')} (or pip install openai)"
-            ) from exc
+            raise missing_sdk("llm-openai-responses", "OpenAI", "openai") from exc
         settings = settings_of(config)
-        client = make_client(settings)
-        ctx.effect(client.close, "close the OpenAI client")
-        self.adapter = OpenAIResponsesAdapter(settings, client)
-        ctx.service(LLM).register_adapter([config.provider], self.adapter, owner=ctx)
+        self.adapter = OpenAIResponsesAdapter(settings, make_client(settings))
+        register_adapter(ctx, config.provider, self.adapter)

@@ -16,22 +16,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
 
 from dsh_host.jsonsafe import thaw_json
 from dsh_host.llm import LlmError, LlmRequest
+from dsh_host.llm.convert import (
+    or_default,
+    refuse_images,
+    replay_entries,
+    text_of,
+    tool_result_text,
+    unsupported_effort,
+)
 from dsh_host.session import (
     AssistantMessage,
-    ContentBlock,
     Message,
     ReasoningBlock,
     TextBlock,
     ToolCallBlock,
 )
-from dsh_host.session.messages import ImageBlock, ToolResultBlock
+from dsh_host.session.messages import ToolResultBlock
 
 __all__ = ["REASONING_EFFORTS", "serialize_input", "serialize_request"]
 
@@ -39,34 +46,8 @@ __all__ = ["REASONING_EFFORTS", "serialize_input", "serialize_request"]
 REASONING_EFFORTS: tuple[str, ...] = ("off", "minimal", "low", "medium", "high")
 
 
-def _text(blocks: Iterable[ContentBlock]) -> str:
-    return "".join(block.text for block in blocks if isinstance(block, TextBlock))
-
-
-def _refuse_images(blocks: Iterable[ContentBlock], role: str) -> None:
-    for block in blocks:
-        if isinstance(block, ImageBlock):
-            raise LlmError(
-                f"the openai-responses adapter does not send image content yet (found in a "
-                f"{role} message); remove the image or use a text description",
-                "UNSUPPORTED_CONTENT",
-            )
-        if isinstance(block, ToolResultBlock):
-            _refuse_images(block.content, "tool result")
-
-
-def _replay_entries(message: AssistantMessage) -> Sequence[Any]:
-    state = message.source.replay_state
-    if state is msgspec.UNSET or not isinstance(state, Mapping):
-        return ()
-    entries = state.get("blocks")
-    if not isinstance(entries, Sequence) or len(entries) != len(message.content):
-        return ()
-    return entries
-
-
 def _assistant(message: AssistantMessage) -> list[dict[str, Any]]:
-    entries = _replay_entries(message)
+    entries = replay_entries(message)
     items: list[dict[str, Any]] = []
     for position, block in enumerate(message.content):
         entry = entries[position] if entries else None
@@ -75,15 +56,28 @@ def _assistant(message: AssistantMessage) -> list[dict[str, Any]]:
             item_id, encrypted = entry.get("id"), entry.get("encrypted_content")
             if isinstance(item_id, str) and isinstance(encrypted, str) and encrypted:
                 summary = [{"type": "summary_text", "text": block.text}] if block.text else []
-                items.append({"type": "reasoning", "id": item_id, "summary": summary,
-                              "encrypted_content": encrypted})
+                items.append(
+                    {
+                        "type": "reasoning",
+                        "id": item_id,
+                        "summary": summary,
+                        "encrypted_content": encrypted,
+                    }
+                )
         elif isinstance(block, TextBlock):
             if block.text:
-                items.append({"role": "assistant", "content": [
-                    {"type": "output_text", "text": block.text}]})
+                items.append(
+                    {"role": "assistant", "content": [{"type": "output_text", "text": block.text}]}
+                )
         elif isinstance(block, ToolCallBlock):
-            items.append({"type": "function_call", "call_id": block.id, "name": block.name,
-                          "arguments": block.arguments})
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": block.id,
+                    "name": block.name,
+                    "arguments": block.arguments,
+                }
+            )
     return items
 
 
@@ -91,15 +85,20 @@ def serialize_input(messages: Iterable[Message]) -> list[dict[str, Any]]:
     """The conversation as Responses ``input`` items."""
     items: list[dict[str, Any]] = []
     for message in messages:
-        _refuse_images(message.content, message.role)
+        refuse_images(message.content, message.role, "openai-responses")
         if isinstance(message, AssistantMessage):
             items.extend(_assistant(message))
             continue
         for block in message.content:
             if isinstance(block, ToolResultBlock):
-                items.append({"type": "function_call_output", "call_id": block.tool_call_id,
-                              "output": _text(block.content) or "(no output)"})
-        text = _text(message.content)
+                items.append(
+                    {
+                        "type": "function_call_output",
+                        "call_id": block.tool_call_id,
+                        "output": tool_result_text(block),
+                    }
+                )
+        text = text_of(message.content)
         if text:
             items.append({"role": "user", "content": [{"type": "input_text", "text": text}]})
     return items
@@ -119,25 +118,22 @@ def serialize_request(
         body["instructions"] = request.system
     if request.tools:
         body["tools"] = [
-            {"type": "function", "name": tool.name, "description": tool.description,
-             "parameters": thaw_json(tool.parameters), "strict": False}
+            {
+                "type": "function",
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": thaw_json(tool.parameters),
+                "strict": False,
+            }
             for tool in request.tools
         ]
-    effort = config.reasoning_effort if config.reasoning_effort is not msgspec.UNSET else (
-        default_effort
-    )
+    effort = or_default(config.reasoning_effort, default_effort)
     if effort is not None and effort not in REASONING_EFFORTS:
-        raise LlmError(
-            f'the openai-responses adapter does not support reasoning effort "{effort}" '
-            f"(supported: {', '.join(REASONING_EFFORTS)})",
-            "UNSUPPORTED_REASONING_EFFORT",
-        )
+        raise unsupported_effort("openai-responses", effort, REASONING_EFFORTS)
     if effort not in (None, "off") and request.purpose != "session-title":
         body["reasoning"] = {"effort": effort, "summary": "auto"}
         body["include"] = ["reasoning.encrypted_content"]
-    max_tokens = config.max_tokens if config.max_tokens is not msgspec.UNSET else (
-        default_max_tokens
-    )
+    max_tokens = or_default(config.max_tokens, default_max_tokens)
     if max_tokens is not None:
         body["max_output_tokens"] = max_tokens
     if config.temperature is not msgspec.UNSET:

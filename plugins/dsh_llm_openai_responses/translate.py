@@ -25,32 +25,31 @@ cached part (``input_tokens_details.cached_tokens``) is taken out of it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
-from dsh_host.jsonsafe import freeze_json
-from dsh_host.llm import EMPTY_RESPONSE_CODE, LlmError
+from dsh_host.llm import LlmError
+from dsh_host.llm.convert import (
+    BlockKind,
+    EventBlock,
+    answer_end,
+    disjoint_usage,
+    stopped,
+    token_count,
+)
 from dsh_host.llm.wire import http_error_code
 from dsh_host.session import (
     BlockEndChunk,
     BlockStartChunk,
-    ContentBlock,
-    ErrorFinish,
-    FinishChunk,
     FinishReason,
-    LlmFailure,
     MaxTokensFinish,
-    ReasoningBlock,
     ReasoningDeltaChunk,
     StopFinish,
     StreamChunk,
-    TextBlock,
     TextDeltaChunk,
     TokenUsage,
-    ToolCallBlock,
     ToolCallDeltaChunk,
     ToolCallsFinish,
-    UsageChunk,
 )
 
 __all__ = ["EventTranslator"]
@@ -63,28 +62,10 @@ def _get(value: Any, name: str) -> Any:
     return getattr(value, name, None)
 
 
-def _count(value: Any) -> int | None:
-    return value if type(value) is int and value >= 0 else None
-
-
 @dataclass(slots=True)
-class _Block:
-    index: int
-    kind: Literal["text", "reasoning", "tool-call"]
-    parts: list[str] = field(default_factory=list)
-    call_id: str = ""
-    name: str = ""
+class _Block(EventBlock):
     item_id: str | None = None
     encrypted: str | None = None
-    closed: bool = False
-
-    def close(self) -> ContentBlock:
-        text = "".join(self.parts)
-        if self.kind == "text":
-            return TextBlock(text=text)
-        if self.kind == "reasoning":
-            return ReasoningBlock(text=text)
-        return ToolCallBlock(id=self.call_id, name=self.name, arguments=text or "{}")
 
     def replay(self) -> dict[str, str] | None:
         if self.kind == "reasoning" and self.item_id and self.encrypted:
@@ -120,8 +101,12 @@ class EventTranslator:
 
     def feed(self, event: Any) -> list[StreamChunk]:
         kind = _get(event, "type")
-        if kind in ("response.output_text.delta", "response.function_call_arguments.delta",
-                    "response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+        if kind in (
+            "response.output_text.delta",
+            "response.function_call_arguments.delta",
+            "response.reasoning_summary_text.delta",
+            "response.reasoning_text.delta",
+        ):
             return self._delta(event, kind)
         if kind == "response.output_item.added":
             return self._added(event)
@@ -144,10 +129,13 @@ class EventTranslator:
         item = _get(event, "item")
         item_type = _get(item, "type")
         if type(output_index) is not int:
-            raise LlmError(f"malformed Responses event without output_index: {event!r}",
-                           "MALFORMED_RESPONSE")
-        kinds: dict[str, Literal["text", "reasoning", "tool-call"]] = {
-            "message": "text", "reasoning": "reasoning", "function_call": "tool-call",
+            raise LlmError(
+                f"malformed Responses event without output_index: {event!r}", "MALFORMED_RESPONSE"
+            )
+        kinds: dict[str, BlockKind] = {
+            "message": "text",
+            "reasoning": "reasoning",
+            "function_call": "tool-call",
         }
         if item_type not in kinds:
             return []
@@ -172,8 +160,11 @@ class EventTranslator:
             return [TextDeltaChunk(index=block.index, text=delta)]
         if block.kind == "reasoning":
             return [ReasoningDeltaChunk(index=block.index, text=delta)]
-        return [ToolCallDeltaChunk(index=block.index, id=block.call_id, name=block.name,
-                                   arguments_delta=delta)]
+        return [
+            ToolCallDeltaChunk(
+                index=block.index, id=block.call_id, name=block.name, arguments_delta=delta
+            )
+        ]
 
     def _item_done(self, event: Any) -> list[StreamChunk]:
         block = self._by_output.get(_get(event, "output_index"))
@@ -181,8 +172,11 @@ class EventTranslator:
             return []
         item = _get(event, "item")
         if block.kind == "text":
-            texts = [_get(part, "text") for part in (_get(item, "content") or ())
-                     if _get(part, "type") == "output_text"]
+            texts = [
+                _get(part, "text")
+                for part in (_get(item, "content") or ())
+                if _get(part, "type") == "output_text"
+            ]
             if texts and all(isinstance(t, str) for t in texts):
                 block.parts = ["".join(texts)]
         elif block.kind == "tool-call":
@@ -199,17 +193,11 @@ class EventTranslator:
         usage = _get(response, "usage")
         if usage is None:
             return None
-        total_input = _count(_get(usage, "input_tokens")) or 0
-        output = _count(_get(usage, "output_tokens")) or 0
-        cached = _count(_get(_get(usage, "input_tokens_details"), "cached_tokens"))
-        reasoning = _count(_get(_get(usage, "output_tokens_details"), "reasoning_tokens"))
-        extra: dict[str, int] = {}
-        if cached is not None:
-            extra["cache_read_tokens"] = cached
-        if reasoning is not None:
-            extra["reasoning_tokens"] = reasoning
-        return TokenUsage(input_tokens=max(total_input - (cached or 0), 0),
-                          output_tokens=output, **extra)
+        total_input = token_count(_get(usage, "input_tokens")) or 0
+        output = token_count(_get(usage, "output_tokens")) or 0
+        cached = token_count(_get(_get(usage, "input_tokens_details"), "cached_tokens"))
+        reasoning = token_count(_get(_get(usage, "output_tokens_details"), "reasoning_tokens"))
+        return disjoint_usage(total_input, output, cached, reasoning)
 
     def _reason(self, response: Any) -> FinishReason:
         status = _get(response, "status")
@@ -217,28 +205,13 @@ class EventTranslator:
             why = _get(_get(response, "incomplete_details"), "reason")
             if why in (None, "max_output_tokens"):
                 return MaxTokensFinish()
-            return ErrorFinish(failure=LlmFailure(message=f"model stopped: {why}",
-                                                  code=str(why).upper()))
+            return stopped(str(why))
         if any(block.kind == "tool-call" for block in self._blocks):
             return ToolCallsFinish()
-        if not self._blocks:
-            return ErrorFinish(failure=LlmFailure(
-                message="model returned a completed response with no content",
-                code=EMPTY_RESPONSE_CODE))
-        return StopFinish()
+        return StopFinish()  # with no block, ``answer_end`` makes it EMPTY_RESPONSE
 
     def _finish(self, response: Any) -> list[StreamChunk]:
         self.done = True
-        out: list[StreamChunk] = [BlockEndChunk(index=block.index, block=block.close())
-                                  for block in self._blocks if not block.closed]
-        usage = self._usage(response)
-        if usage is not None:
-            out.append(UsageChunk(usage=usage))
-        reason = self._reason(response)
-        entries = [block.replay() for block in self._blocks]
-        if any(entry is not None for entry in entries):
-            envelope = {"response": {"id": self._response_id}, "blocks": entries}
-            out.append(FinishChunk(reason=reason, replay_state=freeze_json(envelope, "replay")))
-        else:
-            out.append(FinishChunk(reason=reason))
-        return out
+        return answer_end(
+            self._blocks, self._usage(response), self._reason(response), self._response_id
+        )

@@ -50,6 +50,10 @@ class Wire:
         """The provider's own HTTP answer for the dsh ``code``."""
         raise NotImplementedError
 
+    def empty(self) -> Behavior:
+        """A complete, normally stopped answer without any content block."""
+        raise NotImplementedError
+
     def cut(self, parts: list[str]) -> Behavior:
         """Some text, then the connection drops mid-body."""
         raise NotImplementedError
@@ -95,6 +99,9 @@ class OpenAIWire(Wire):
         headers = {"retry-after": retry_after} if retry_after else {}
         return http_error(status, {"error": {"message": message, "type": kind, "code": kind}},
                           headers=headers)
+
+    def empty(self) -> Behavior:
+        return sse(text_events())  # a role chunk, an empty content, stop, [DONE]
 
     def _partial(self, parts: list[str]) -> list[str]:
         return text_events(*parts, done=False)[:-1]  # no finish_reason, no [DONE]
@@ -189,6 +196,9 @@ class AnthropicWire(Wire):
         return http_error(status, {"type": "error", "error": {"type": kind, "message": message}},
                           headers=headers)
 
+    def empty(self) -> Behavior:
+        return Behavior(pieces=self._message([], "end_turn", (1, 1, 0)))
+
     def _partial(self, parts: list[str]) -> list[bytes]:
         return self._message([self._text_block(0, parts, close=False)], "end_turn", (1, 1, 0),
                              end=False)
@@ -273,6 +283,9 @@ class ResponsesWire(OpenAIWire):
         items = [("response.reasoning_summary_text.delta", added, thinking, done),
                  self._message(1, text)]
         return Behavior(pieces=self._stream(items, (20, 20, 30)))
+
+    def empty(self) -> Behavior:
+        return Behavior(pieces=self._stream([], (1, 1, 0)))
 
     def _partial_pieces(self, parts: list[str]) -> list[bytes]:
         return self._stream([self._message(0, parts)], (1, 1, 0), end=False)

@@ -161,6 +161,28 @@ async def test_each_provider_error_has_its_stable_code(
     assert (policy.delay_ms(1, failure) is not None) == retryable
 
 
+async def test_a_retry_after_beyond_the_policy_cap_is_kept_and_explained(wire: Wire) -> None:
+    """Every adapter's status errors end in one place that keeps the provider's Retry-After
+    and says why dsh will not wait that long (the default cap is 10 s)."""
+    with SseServer([wire.error("RATE_LIMIT", "the provider's words", "30")]) as server:
+        chunks = await run(wire, server.url)
+    _, failure = terminal_failure(chunks)
+    assert (failure.code, failure.provider_retry_after_ms) == ("RATE_LIMIT", 30_000)
+    assert "the provider's words" in failure.message
+    assert "longer than this route's retry_policy.backoff.max_delay_ms" in failure.message
+
+
+async def test_a_completed_answer_without_content_is_empty_response(wire: Wire) -> None:
+    """A normal stop with no block is no answer: ``EMPTY_RESPONSE``, which the route retries."""
+    with SseServer([wire.empty()]) as server:
+        async with adapter(wire, server.url) as host:
+            chunks = await collect(host.ctx.llm.stream(request(wire.provider, wire.model)))
+            policy = host.ctx.llm.retry_policy(wire.provider)
+    kind, failure = terminal_failure(chunks)
+    assert (kind, failure.code) == ("error", "EMPTY_RESPONSE")
+    assert policy.delay_ms(1, failure) is not None
+
+
 async def test_refused_connection_is_transport_and_names_the_cause(wire: Wire) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
