@@ -82,6 +82,7 @@ from ._storage import (
     truncate_durable,
     write_durable,
 )
+from ._v4 import V4_VERSION, lift_row
 
 __all__ = [
     "LIVE_WRITE_BATCH_MAX_DELAY",
@@ -156,6 +157,26 @@ def _encode_line(wire: Mapping[str, Any]) -> bytes:
     return _json.dumps_bytes(encode_event_row(wire))
 
 
+#: The formats a root can write new sessions in (``format: v3 | v4`` of the JSONL row).
+WRITABLE_VERSIONS: Final = (CURRENT_VERSION, V4_VERSION)
+
+
+def _stored_lines(version: int, lines: Sequence[bytes]) -> list[bytes]:
+    """The lines as a ``version`` log stores them: the core encodes v3 rows, and a v4 log
+    gets each one lifted (:func:`~._v4.lift_row`). Every write of a log — a new session's
+    first batch, an append, a torn tail's re-append — passes here, so no v3 row reaches a
+    v4 file. Only a row naming a plugin source or a tool result changes in v4, so the rest
+    keep the core's bytes unparsed."""
+    if version != V4_VERSION:
+        return list(lines)
+    return [
+        _json.dumps_bytes(lift_row(_json.loads(line)))
+        if b'"plugin"' in line or b'"tool/result"' in line
+        else line
+        for line in lines
+    ]
+
+
 def _frame_or_lines(lines: Sequence[bytes], compression: Compression) -> bytes:
     text = b"\n".join(lines) + b"\n"
     return compress_frame(text) if compression == "zstd" else text
@@ -177,6 +198,7 @@ class JsonlLease:
         "session_id",
         "size",
         "truncate_to",
+        "version",
     )
 
     def __init__(
@@ -189,6 +211,7 @@ class JsonlLease:
         *,
         truncate_to: int | None = None,
         rewrite: list[bytes] | None = None,
+        version: int = CURRENT_VERSION,
     ) -> None:
         self.session_id = session_id
         self.session_dir = session_dir
@@ -200,6 +223,8 @@ class JsonlLease:
         self.fd: int | None = None
         self.truncate_to = truncate_to
         self.rewrite: list[bytes] = rewrite or []
+        #: The format of the log this lease writes (a session continues in the format it has).
+        self.version = version
 
     def log_fd(self) -> int:
         if self.fd is None:
@@ -232,9 +257,16 @@ class JsonlStorage:
         compression: Compression = "zstd",
         *,
         inline_barrier: float = offload.DEFAULT_INLINE_BUDGET,
+        write_version: int = CURRENT_VERSION,
     ) -> None:
         if compression not in ("zstd", "none"):
             raise ValueError(f'compression must be "zstd" or "none", got {compression!r}')
+        if write_version not in WRITABLE_VERSIONS:
+            raise ValueError(
+                f"write_version must be {CURRENT_VERSION} or {V4_VERSION}, got {write_version!r}"
+            )
+        #: The format new sessions are written in; an existing one keeps its own.
+        self.write_version = write_version
         #: Where each batch's compress + write + fsync runs (``inline_barrier``: its budget in
         #: seconds for running on the event loop; 0 = always a worker thread).
         self.lane = offload.BarrierLane(inline_barrier)
@@ -250,14 +282,14 @@ class JsonlStorage:
         return os.path.join(self.root, project_dir_name(cwd), _session_segment(session_id))
 
     def locate(self, header: SessionHeader | Mapping[str, Any]) -> ArtifactLocation:
-        """The current-generation path for ``header`` (no I/O)."""
+        """The path a new session of ``header`` is written at (no I/O; the root's format)."""
         if isinstance(header, SessionHeader):
             cwd = header.to_json().get("cwd")
             sid = header.id
         else:
             cwd, sid = header.get("cwd"), str(header["id"])
         path = os.path.join(
-            self.session_dir(cwd, sid), generation_filename(CURRENT_VERSION, self.compression)
+            self.session_dir(cwd, sid), generation_filename(self.write_version, self.compression)
         )
         return ArtifactLocation("jsonl", path)
 
@@ -401,6 +433,8 @@ class JsonlStorage:
         self._check_identity(session_id, artifact, session_dir)
         if artifact.version == CURRENT_VERSION:
             return artifact, dict(artifact.header), artifact.events
+        if artifact.version == V4_VERSION:  # rows lowered by the reader; the core's v3 view
+            return artifact, {**artifact.header, "version": CURRENT_VERSION}, artifact.events
         return (artifact, *migrate_to_current(artifact))
 
     def _check_identity(self, session_id: str, artifact: ArtifactRead, session_dir: str) -> None:
@@ -501,7 +535,9 @@ class JsonlStorage:
     def _materialize_sync(self, record: dict[str, Any], lines: list[bytes]) -> JsonlLease:
         sid = str(record["id"])
         session_dir = self.session_dir(record.get("cwd"), sid)
-        path = os.path.join(session_dir, generation_filename(CURRENT_VERSION, self.compression))
+        version = self.write_version
+        path = os.path.join(session_dir, generation_filename(version, self.compression))
+        lines = _stored_lines(version, lines)
         self.generations(session_dir)  # P1: refuses the other encoding
         try:
             make_dirs_durable(self.dir_chain(session_dir))
@@ -517,7 +553,7 @@ class JsonlStorage:
                     f'refusing to materialize "{sid}": a log already exists on disk '
                     f"(load/resume it instead): {existing[-1][1]}"
                 )
-            header = header_json_bytes(record)
+            header = header_json_bytes({**record, "version": version})
             if self.compression == "zstd":
                 content = compress_frame(header)
                 if lines:
@@ -538,7 +574,7 @@ class JsonlStorage:
         except BaseException:
             lock.release()
             raise
-        return JsonlLease(sid, session_dir, path, lock, len(content))
+        return JsonlLease(sid, session_dir, path, lock, len(content), version=version)
 
     # -- the storage seam: owned sessions
 
@@ -560,9 +596,11 @@ class JsonlStorage:
                     f'("{session_dir}") before writing: {error}'
                 ) from error
             artifact, header, wire_events = self._read_sync(session_id)
-            path = os.path.join(session_dir, generation_filename(CURRENT_VERSION, self.compression))
+            # A v3 or v4 log continues in its own format; an older one is published as v3.
+            version = V4_VERSION if artifact.version == V4_VERSION else CURRENT_VERSION
+            path = os.path.join(session_dir, generation_filename(version, self.compression))
             load = self._load(artifact, header, wire_events)
-            if artifact.version != CURRENT_VERSION:
+            if artifact.version not in WRITABLE_VERSIONS:
                 size = publish_generation(
                     self, artifact, header, plain_rows(list(wire_events)), session_dir
                 )
@@ -579,6 +617,7 @@ class JsonlStorage:
                 artifact.size,
                 truncate_to=torn.truncate_to if torn is not None else None,
                 rewrite=[_encode_line(e) for e in artifact.recovered] if torn else None,
+                version=version,
             )
             return lease, load
         except BaseException:
@@ -627,7 +666,7 @@ class JsonlStorage:
     def _prepare(self, lease: JsonlLease, lines: list[bytes]) -> bytes:
         """Check the lock and the log's length, put the offset at its end; the frame."""
         lease.lock.check()
-        data = _frame_or_lines(lines, self.compression)
+        data = _frame_or_lines(_stored_lines(lease.version, lines), self.compression)
         try:
             seek_end(lease.log_fd(), lease.path, lease.size)
         except RuntimeError as error:
@@ -783,9 +822,12 @@ class JsonlSessionPersistence(PersistenceService[JsonlLease]):
         spawn: Spawn | None = None,
         logger: logging.Logger | None = None,
         inline_barrier: float = offload.DEFAULT_INLINE_BUDGET,
+        write_version: int = CURRENT_VERSION,
     ) -> None:
         super().__init__(
-            JsonlStorage(root, compression, inline_barrier=inline_barrier),
+            JsonlStorage(
+                root, compression, inline_barrier=inline_barrier, write_version=write_version
+            ),
             spawn=spawn,
             logger=logger or _log,
         )
@@ -800,7 +842,8 @@ def _listed_id(segment: str) -> str:
 
 
 def _listing_header(record: Mapping[str, Any]) -> dict[str, Any]:
-    """A pre-v3 header shown as v3 for listing (``seedLength`` → ``isSeeded``)."""
+    """A pre-v3 or v4 header shown as the core's v3 for listing (``seedLength`` →
+    ``isSeeded``; v4's header has v3's fields)."""
     out = {k: v for k, v in record.items() if k != "seedLength"}
     out["version"] = CURRENT_VERSION
     if "isSeeded" not in out:
