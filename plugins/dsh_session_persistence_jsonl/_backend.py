@@ -267,6 +267,9 @@ class JsonlStorage:
             )
         #: The format new sessions are written in; an existing one keeps its own.
         self.write_version = write_version
+        #: The format of each session this storage acquired in another format than
+        #: ``write_version`` (a v3 session in a v4 root, or the reverse), for :meth:`locate`.
+        self._kept_versions: dict[str, int] = {}
         #: Where each batch's compress + write + fsync runs (``inline_barrier``: its budget in
         #: seconds for running on the event loop; 0 = always a worker thread).
         self.lane = offload.BarrierLane(inline_barrier)
@@ -282,14 +285,16 @@ class JsonlStorage:
         return os.path.join(self.root, project_dir_name(cwd), _session_segment(session_id))
 
     def locate(self, header: SessionHeader | Mapping[str, Any]) -> ArtifactLocation:
-        """The path a new session of ``header`` is written at (no I/O; the root's format)."""
+        """The path ``header``'s session is written at (no I/O): the root's format, or the
+        format a session acquired here kept."""
         if isinstance(header, SessionHeader):
             cwd = header.to_json().get("cwd")
             sid = header.id
         else:
             cwd, sid = header.get("cwd"), str(header["id"])
+        version = self._kept_versions.get(sid, self.write_version)
         path = os.path.join(
-            self.session_dir(cwd, sid), generation_filename(self.write_version, self.compression)
+            self.session_dir(cwd, sid), generation_filename(version, self.compression)
         )
         return ArtifactLocation("jsonl", path)
 
@@ -599,6 +604,8 @@ class JsonlStorage:
             # A v3 or v4 log continues in its own format; an older one is published as v3.
             version = V4_VERSION if artifact.version == V4_VERSION else CURRENT_VERSION
             path = os.path.join(session_dir, generation_filename(version, self.compression))
+            if version != self.write_version:
+                self._kept_versions[session_id] = version
             load = self._load(artifact, header, wire_events)
             if artifact.version not in WRITABLE_VERSIONS:
                 size = publish_generation(
