@@ -1,0 +1,275 @@
+"""DSH format v4 (DSH 0.1.7 and later): read, continued, written, refused, round-tripped.
+
+The fixtures (tests/fixtures/dsh-v4, README there) are the v3 reference fixtures rewritten
+by DSH's v4 writer rules in a script of their own, so each v4 file must read as exactly
+its v3 source does, and what this build writes into a v4 log must be the script's bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from dsh_session_persistence_jsonl import JsonlSessionPersistence
+from dsh_session_persistence_jsonl._plugin import JsonlConfig
+
+from dsh_host.session.events import event_to_builtins
+from dsh_host.session.persistence import SessionPersistenceCorruptionError
+
+from .helpers import header, log, plain
+
+pytestmark = pytest.mark.anyio
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+V4 = FIXTURES / "dsh-v4"
+EXPECTED: dict[str, Any] = json.loads((V4 / "expected.json").read_text())
+CASES = sorted(EXPECTED.items())
+IDS = [rel.split("/")[2] for rel, _ in CASES]
+
+
+def wire(events: Any) -> list[Any]:
+    return [plain(event_to_builtins(e)) for e in events]
+
+
+def _split(rel: str) -> tuple[str, str, str]:
+    root, _project, sid, _name = rel.split("/")
+    return root, sid, "zstd" if rel.endswith(".zstd") else "none"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_fixture_set_is_present() -> None:
+    assert len(CASES) == 11
+
+
+@pytest.mark.parametrize("write_version", [3, 4])
+@pytest.mark.parametrize(("rel", "want"), CASES, ids=IDS)
+async def test_v4_file_reads_as_its_v3_source(
+    rel: str, want: dict[str, Any], write_version: int
+) -> None:
+    """Every v4 fixture gives the events, header, torn tail and closers its v3 source gives,
+    whatever format the root writes new sessions in; a read never changes the file."""
+    root, sid, compression = _split(rel)
+    path = V4 / rel
+    assert path.stat().st_size == want["bytes"]
+    before = _digest(path)
+    source_root = FIXTURES / want["fromV3"].split("/")[0] / root
+    v3 = JsonlSessionPersistence(str(source_root), compression)  # type: ignore[arg-type]
+    v4 = JsonlSessionPersistence(
+        str(V4 / root),
+        compression,  # type: ignore[arg-type]
+        write_version=write_version,
+    )
+    got = await (await v4.open(sid, "read")).read()
+    ref = await (await v3.open(sid, "read")).read()
+    assert got.source_version == 4
+    assert got.location.path == str(path)
+    assert got.header == ref.header
+    assert wire(got.events) == wire(ref.events)
+    if want["tornTruncateTo"] is None and not want["readerMustRefuse"]:
+        assert got.torn_tail is None
+    else:
+        assert got.torn_tail is not None and ref.torn_tail is not None
+        assert got.torn_tail.recovered == ref.torn_tail.recovered
+        if want["tornTruncateTo"] is not None:
+            assert got.torn_tail.truncate_to == want["tornTruncateTo"]
+    assert wire((await v4.inspect(sid)).closers) == wire((await v3.inspect(sid)).closers)
+    listed = {s.header.id: s for s in await v4.list()}
+    assert listed[sid].source_version == 4
+    assert _digest(path) == before
+
+
+@pytest.mark.parametrize(
+    ("rel", "want"),
+    [c for c in CASES if c[1]["closersV4Lines"]],
+    ids=[i for i, c in zip(IDS, CASES, strict=True) if c[1]["closersV4Lines"]],
+)
+async def test_resume_continues_a_v4_log_in_v4(
+    rel: str, want: dict[str, Any], tmp_path: Path
+) -> None:
+    """A v3-configured root resumes a v4 session in v4: the closers land in session.v4 as
+    DSH's v4 rows (tool-role results), byte for byte in raw mode, and no v3 file appears."""
+    from dsh_host.session.repair import interrupted_turn_closers
+
+    root, sid, compression = _split(rel)
+    shutil.copytree(V4 / root, tmp_path / root)
+    path = tmp_path / rel
+    backend = JsonlSessionPersistence(str(tmp_path / root), compression)  # type: ignore[arg-type]
+    handle = await backend.open(sid, "write")
+    load = await handle.read()
+    assert load.location.path == str(path)
+    start = load.torn_tail.truncate_to if load.torn_tail is not None else path.stat().st_size
+    closers = interrupted_turn_closers(load.events)
+    handle.append(closers)
+    await handle.close()
+    assert sorted(p.name for p in path.parent.iterdir()) == ["session.lock", path.name]
+    after = await (await backend.open(sid, "read")).read()
+    assert after.torn_tail is None and after.source_version == 4
+    assert wire(after.events[len(load.events) :]) == wire(closers)
+    results = [json.loads(line) for line in want["closersV4Lines"]]
+    results = [r for r in results if r["type"] == "tool/result"]
+    assert all(r["data"]["message"]["role"] == "tool" for r in results)
+    if compression == "none":
+        tail = path.read_bytes()[start:].decode().splitlines()
+        if load.torn_tail is not None:
+            tail = tail[-len(want["closersV4Lines"]) :]
+        assert tail == want["closersV4Lines"]
+
+
+async def test_v3_v4_round_trip_is_byte_identical(tmp_path: Path) -> None:
+    """The compacted session (tool results, a system-prompt source, compaction checkpoints):
+    its v3 events written into a v4 root give the v4 fixture's bytes, and read back from
+    there and written into a v3 root give the v3 fixture's bytes."""
+    rel = "root-none/--home-dev-project--/compacted-session/session.v4.jsonl"
+    v4_bytes = (V4 / rel).read_bytes()
+    v3_bytes = (FIXTURES / EXPECTED[rel]["fromV3"]).read_bytes()
+    source = JsonlSessionPersistence(str(FIXTURES / "dsh-compacted-session" / "root-none"), "none")
+    load = await (await source.open("compacted-session", "read")).read()
+
+    async def write(root: Path, version: int, events: Any) -> str:
+        backend = JsonlSessionPersistence(str(root), "none", write_version=version)
+        handle = await backend.create(load.header)
+        handle.append(list(events))
+        await handle.close()
+        return backend.locate(load.header).path
+
+    def read(path: str) -> bytes:
+        return Path(path).read_bytes()
+
+    assert read(await write(tmp_path / "v4", 4, load.events)) == v4_bytes
+    back = JsonlSessionPersistence(str(tmp_path / "v4"), "none")
+    again = await (await back.open("compacted-session", "read")).read()
+    assert wire(again.events) == wire(load.events)
+    assert read(await write(tmp_path / "v3", 3, again.events)) == v3_bytes
+
+
+def _v4_log(tmp_path: Path, rows: list[dict[str, Any]]) -> Path:
+    directory = tmp_path / "--home-dev-project--" / "bad"
+    directory.mkdir(parents=True)
+    head = {
+        "type": "session",
+        "version": 4,
+        "id": "bad",
+        "createdAt": 1789200000000,
+        "cwd": "/home/dev/project",
+        "isSeeded": False,
+        "delegationDepth": 0,
+    }
+    text = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in [head, *rows])
+    path = directory / "session.v4.jsonl"
+    path.write_text(text)
+    return path
+
+
+def _v3_rows() -> list[dict[str, Any]]:
+    """One closed turn with a tool call, as the core's v3 rows."""
+    return [plain(e) for e in log(1, tools=1)]
+
+
+def _v4_result(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    (result,) = [r for r in rows if r["type"] == "tool/result"]
+    return result
+
+
+def _lift(result: dict[str, Any]) -> dict[str, Any]:
+    message = result["data"]["message"]
+    (wrapper,) = message["content"]
+    lifted = {
+        "role": "tool",
+        "source": message["source"],
+        "toolCallId": wrapper["toolCallId"],
+        "content": wrapper["content"],
+        "id": message["id"],
+    }
+    return {**result, "data": {**result["data"], "message": lifted}}
+
+
+def _refused_case(name: str) -> list[dict[str, Any]]:
+    rows = _v3_rows()
+    index = next(i for i, r in enumerate(rows) if r["type"] == "tool/result")
+    lifted = _lift(rows[index])
+    message = lifted["data"]["message"]
+    if name == "v3-wrapper-result":
+        return rows  # the tool result left in v3's user-role wrapper shape
+    if name == "plugin-source":
+        user = next(i for i, r in enumerate(rows) if r["type"] == "user/message")
+        rows[user] = {
+            **rows[user],
+            "data": {**rows[user]["data"], "source": {"kind": "plugin", "plugin": "goal"}},
+        }
+    elif name == "call-id-mismatch":
+        message["toolCallId"] = "call-other"
+    elif name == "wrapper-inside-tool-message":
+        message["content"] = [{"type": "tool-result", "toolCallId": "x", "content": []}]
+    elif name == "error-without-isError":
+        lifted["data"]["error"] = {"name": "Boom", "code": "TOOL_FAILED"}
+    elif name == "isError-not-boolean":
+        message["isError"] = "yes"
+    rows[index] = lifted
+    return rows
+
+
+REFUSALS = {
+    "v3-wrapper-result": "needs a tool-role message",
+    "plugin-source": "retired plugin source wrapper",
+    "call-id-mismatch": "needs toolCallId matching its tool source",
+    "wrapper-inside-tool-message": "holds a retired tool-result wrapper block",
+    "error-without-isError": "error metadata for a non-error result",
+    "isError-not-boolean": "isError must be a boolean",
+}
+
+
+@pytest.mark.parametrize(("name", "text"), sorted(REFUSALS.items()))
+async def test_v4_row_admission_refuses_the_whole_log(name: str, text: str, tmp_path: Path) -> None:
+    """DSH's native v4 rules (tool-role.ts, message-sources.ts) refuse the file, naming the
+    row; nothing is cut as a torn tail (the row is a v4 writer's impossibility), nothing
+    changes on disk — for the read and the write handle alike."""
+    rows = _refused_case(name)
+    path = _v4_log(tmp_path, rows)
+    before = path.read_bytes()
+    backend = JsonlSessionPersistence(str(tmp_path), "none")
+    for mode in ("read", "write"):
+        with pytest.raises(SessionPersistenceCorruptionError, match=text) as refused:
+            await backend.open("bad", mode)  # type: ignore[arg-type]
+        assert refused.value.path == str(path)
+        assert "never dropped as a tail" in str(refused.value)
+    assert path.read_bytes() == before
+
+
+async def test_the_same_rows_lifted_are_admitted(tmp_path: Path) -> None:
+    """The control of the refusals above: the unbroken v4 rows read as the v3 rows."""
+    rows = _v3_rows()
+    index = next(i for i, r in enumerate(rows) if r["type"] == "tool/result")
+    v4_rows = [*rows]
+    v4_rows[index] = _lift(rows[index])
+    _v4_log(tmp_path, v4_rows)
+    load = await (await JsonlSessionPersistence(str(tmp_path), "none").open("bad", "read")).read()
+    assert wire(load.events) == rows
+
+
+def test_format_is_a_per_root_choice_defaulting_to_v3() -> None:
+    assert JsonlConfig().format == "v3"
+    assert msgspec.convert({"format": "v4"}, JsonlConfig).format == "v4"
+    with pytest.raises(msgspec.ValidationError, match=r"format"):
+        msgspec.convert({"format": "v5"}, JsonlConfig)
+
+
+async def test_a_v4_root_writes_new_sessions_as_v4(tmp_path: Path) -> None:
+    backend = JsonlSessionPersistence(str(tmp_path), "zstd", write_version=4)
+    handle = await backend.create(header("fresh"))
+    handle.append(log(1, tools=1))
+    await handle.close()
+    path = Path(backend.locate(header("fresh")).path)
+    assert path.name == "session.v4.jsonl.zstd"
+    load = await (await JsonlSessionPersistence(str(tmp_path)).open("fresh", "read")).read()
+    assert load.source_version == 4
+    assert wire(load.events) == [plain(e) for e in log(1, tools=1)]
+    with pytest.raises(ValueError, match="write_version must be 3 or 4"):
+        JsonlSessionPersistence(str(tmp_path), write_version=5)
