@@ -240,7 +240,7 @@ class JsonlLease:
 
 
 class JsonlStorage:
-    """Session logs as ``<root>/--<project>--/<id>/session.v3.jsonl[.zstd]``.
+    """Session logs as ``<root>/--<project>--/<id>/session.v3.jsonl[.zstd]`` (or ``.v4.``).
 
     A :class:`~dsh_host.session.storage.SessionStorage`: a batch is one frame
     (or run of lines) written and fsynced on a worker thread, or on the event loop

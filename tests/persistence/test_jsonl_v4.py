@@ -273,3 +273,35 @@ async def test_a_v4_root_writes_new_sessions_as_v4(tmp_path: Path) -> None:
     assert wire(load.events) == [plain(e) for e in log(1, tools=1)]
     with pytest.raises(ValueError, match="write_version must be 3 or 4"):
         JsonlSessionPersistence(str(tmp_path), write_version=5)
+
+
+async def test_a_v4_event_type_without_a_v3_counterpart_is_refused_not_dropped(
+    tmp_path: Path,
+) -> None:
+    """``developer/message`` (DSH 0.2's tool additions/removals) is not modelled here: a v4 log
+    holding one is refused naming it, never read without it (docs/format.md §10.1 row 9)."""
+    from dsh_host.session.persistence import SessionFormatUnsupportedError
+
+    rows = _v3_rows()[:3]
+    rows.append(
+        {
+            "type": "developer/message",
+            "seq": 3,
+            "time": 1789200000004,
+            "data": {
+                "turn": 1,
+                "step": 1,
+                "message": {
+                    "id": "developer-3",
+                    "role": "developer",
+                    "content": [],
+                    "source": {"kind": "tool-cordis"},
+                },
+            },
+            "surfaceOp": "append",
+        }
+    )
+    _v4_log(tmp_path, rows)
+    backend = JsonlSessionPersistence(str(tmp_path), "none")
+    with pytest.raises(SessionFormatUnsupportedError, match=r'"developer/message" \(seq 3\)'):
+        await backend.open("bad", "read")
