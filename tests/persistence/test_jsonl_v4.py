@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
+from dsh_session_persistence_jsonl._frames import decompress_frame, scan_frames
 from dsh_session_persistence_jsonl._plugin import JsonlConfig
 
 from dsh_host.session.events import event_to_builtins
@@ -305,3 +309,79 @@ async def test_a_v4_event_type_without_a_v3_counterpart_is_refused_not_dropped(
     backend = JsonlSessionPersistence(str(tmp_path), "none")
     with pytest.raises(SessionFormatUnsupportedError, match=r'"developer/message" \(seq 3\)'):
         await backend.open("bad", "read")
+
+
+def _dsh(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("DSH_SESSION_ROOT", None)
+    env.pop("DSH_CONFIG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "dsh_host", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    data = path.read_bytes()
+    if path.name.endswith(".zstd"):
+        data = b"".join(decompress_frame(data[s:e]) for s, e in scan_frames(data).frames)
+    return [json.loads(line) for line in data.splitlines()]
+
+
+def _v4_shaped(rows: list[dict[str, Any]]) -> None:
+    assert rows[0]["version"] == 4
+    results = [r for r in rows if r["type"] == "tool/result"]
+    assert results, "the run called tools"
+    assert all(r["data"]["message"]["role"] == "tool" for r in results)
+    assert '"kind":"plugin"' not in json.dumps(rows, separators=(",", ":"))
+
+
+@pytest.mark.slow
+def test_cli_resumes_repairs_and_continues_a_v4_session(tmp_path: Path) -> None:
+    """``dsh resume`` repairs a v4 log (closers as v4 rows), runs a new turn with tools in it,
+    ``dsh sessions verify`` finds it intact, and no v3 file ever appears."""
+    root = tmp_path / "root-zstd"
+    shutil.copytree(V4 / "root-zstd", root)
+    work = tmp_path / "work"
+    for sid in ("tool-missing-result", "clean"):
+        resumed = _dsh(
+            "resume", sid, "do it", "--model", "demo", "--root", str(root),
+            "--workspace", str(work), "--create-workspace", cwd=tmp_path,
+        )  # fmt: skip
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        verify = _dsh("sessions", "verify", sid, "--root", str(root), cwd=tmp_path)
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        assert "intact and balanced" in verify.stdout
+        directory = root / "--home-dev-project--" / sid
+        assert sorted(p.name for p in directory.iterdir()) == [
+            "session.lock",
+            "session.v4.jsonl.zstd",
+        ]
+        _v4_shaped(_rows(directory / "session.v4.jsonl.zstd"))
+    listed = _dsh("sessions", "list", "--root", str(root), cwd=tmp_path)
+    assert listed.returncode == 0 and "tool-missing-result" in listed.stdout
+
+
+@pytest.mark.slow
+def test_cli_run_in_a_v4_root_writes_v4(tmp_path: Path) -> None:
+    """A composition whose JSONL row says ``format: v4`` stores a new session as v4."""
+    shipped = (Path(__file__).resolve().parents[2] / "configs" / "default.yml").read_text()
+    row = "  name: session-persistence-jsonl\n"
+    assert row in shipped
+    config = tmp_path / "v4.yml"
+    config.write_text(shipped.replace(row, row + "  config:\n    format: v4\n", 1))
+    root = tmp_path / "root"
+    ran = _dsh(
+        "run", "do it", "--config", str(config), "--model", "demo", "--root", str(root),
+        "--workspace", str(tmp_path / "work"), "--create-workspace", cwd=tmp_path,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    (log_file,) = root.glob("*/*/session.v*.jsonl.zstd")
+    assert log_file.name == "session.v4.jsonl.zstd"
+    _v4_shaped(_rows(log_file))
+    verify = _dsh("sessions", "verify", log_file.parent.name, "--root", str(root), cwd=tmp_path)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
