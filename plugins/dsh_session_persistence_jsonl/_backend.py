@@ -53,7 +53,7 @@ from ._codec import (
 )
 from ._frames import compress_frame
 from ._lock import LOCK_NAME, SessionLock, held_by_text, lock_holder
-from ._migrate import migrate_to_current, publish_generation
+from ._migrate import migrate_to_current, publish_generation, publish_v4
 from ._paths import (
     CURRENT_VERSION,
     Compression,
@@ -631,6 +631,47 @@ class JsonlStorage:
             lock.release()
             raise
 
+    # -- v3 -> v4
+
+    def _children_of(self, session_id: str) -> list[str]:
+        """Ids of the subagent sessions whose header names ``session_id`` as parent."""
+        children: list[str] = []
+        for project, entries in self._projects():
+            for name in entries:
+                generations = self.generations(os.path.join(project, name))
+                if not generations:
+                    continue
+                try:
+                    listed = read_header(generations[-1][1], self.compression)
+                except SessionPersistenceError:
+                    continue
+                if listed is None:
+                    continue
+                record = listed[0]
+                if record.get("parentSession") == session_id and record.get("origin") == "subagent":
+                    children.append(str(record.get("id")))
+        return children
+
+    def migrate_to_v4_sync(self, session_id: str) -> str:
+        """Publish a v3 session's v4 successor beside it, under the session's write lock
+        (so never while a writer holds it); the path of the v4 file. A v4 session is
+        left as it is. See :func:`~._migrate.publish_v4` for what is refused."""
+        found = self.find(session_id)
+        if found is None:
+            raise SessionNotFoundError(f'session "{session_id}" not found')
+        session_dir, generations = found
+        version, path = generations[-1]
+        if version == V4_VERSION:
+            return path
+        lock = SessionLock.acquire(session_dir, session_id)
+        try:
+            artifact = read_artifact(path, self.compression, version)
+            self._check_identity(session_id, artifact, session_dir)
+            publish_v4(self, artifact, session_dir, self._children_of(session_id))
+        finally:
+            lock.release()
+        return os.path.join(session_dir, generation_filename(V4_VERSION, self.compression))
+
     async def append(self, lease: JsonlLease, batch: Sequence[Pending]) -> None:
         """One batch as one frame; a torn tail left by a crash is repaired first."""
         if lease.tail_to_repair:
@@ -838,6 +879,15 @@ class JsonlSessionPersistence(PersistenceService[JsonlLease]):
             spawn=spawn,
             logger=logger or _log,
         )
+
+    async def migrate_to_v4(self, session_id: str) -> str:
+        """Migrate a stored v3 session to DSH's format v4 (docs/format.md §10.3): its
+        ``session.v4.jsonl[.zstd]`` is published beside the untouched v3 file, which later
+        reads and writes leave behind. Returns the v4 file's path; raises
+        ``SessionFormatUnsupportedError`` naming what DSH's migration would do that this
+        build does not, ``SessionAlreadyOwnedError`` while a writer holds the session, and
+        ``SessionGenerationSourceChangedError`` when the v3 file changed meanwhile."""
+        return await anyio.to_thread.run_sync(self.storage.migrate_to_v4_sync, session_id)
 
 
 def _listed_id(segment: str) -> str:

@@ -385,3 +385,178 @@ def test_cli_run_in_a_v4_root_writes_v4(tmp_path: Path) -> None:
     _v4_shaped(_rows(log_file))
     verify = _dsh("sessions", "verify", log_file.parent.name, "--root", str(root), cwd=tmp_path)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+# --------------------------------------------------------------------------- v3 -> v4 migration
+
+V3_SOURCES = sorted({want["fromV3"] for _, want in CASES})
+
+
+def _plain_text(path: Path) -> bytes:
+    data = path.read_bytes()
+    if path.name.endswith(".zstd"):
+        return b"".join(decompress_frame(data[s:e]) for s, e in scan_frames(data).frames)
+    return data
+
+
+@pytest.mark.parametrize("source_rel", V3_SOURCES, ids=[s.split("/")[3] for s in V3_SOURCES])
+async def test_every_v3_fixture_migrates_to_v4_or_is_refused(
+    source_rel: str, tmp_path: Path
+) -> None:
+    """Each v3 fixture: published as a v4 sibling holding the script's v4 rows (the same
+    plaintext as its dsh-v4 twin) that reads back as the v3 events, the source byte-identical;
+    or, torn or damaged, refused with nothing published."""
+    from dsh_host.session.persistence import SessionFormatUnsupportedError
+
+    fixture_set, root, _project, sid, name = source_rel.split("/")
+    compression = "zstd" if name.endswith(".zstd") else "none"
+    shutil.copytree(FIXTURES / fixture_set / root, tmp_path / root)
+    source = tmp_path / root / _project / sid / name
+    before = source.read_bytes()
+    backend = JsonlSessionPersistence(str(tmp_path / root), compression)  # type: ignore[arg-type]
+    twin_rel = f"{root}/{_project}/{sid}/{name.replace('.v3.', '.v4.')}"
+    twin = EXPECTED[twin_rel]
+    if twin["tornTruncateTo"] is not None or twin["readerMustRefuse"]:
+        with pytest.raises(SessionFormatUnsupportedError, match="torn tail"):
+            await backend.migrate_to_v4(sid)
+        assert sorted(p.name for p in source.parent.iterdir()) == ["session.lock", name]
+        assert source.read_bytes() == before
+        return
+    ref = await (await backend.open(sid, "read")).read()
+    published = Path(await backend.migrate_to_v4(sid))
+    assert published == source.parent / name.replace(".v3.", ".v4.")
+    assert source.read_bytes() == before, "the v3 source stays byte-identical"
+    assert sorted(p.name for p in source.parent.iterdir()) == sorted(
+        ["session.lock", name, published.name]
+    ), "no migration temp is left behind"
+    assert _plain_text(published) == _plain_text(V4 / twin_rel)
+    got = await (await backend.open(sid, "read")).read()
+    assert got.source_version == 4 and wire(got.events) == wire(ref.events)
+    assert await backend.migrate_to_v4(sid) == str(published), "a v4 session stays as it is"
+
+
+async def test_a_migrated_session_continues_in_v4(tmp_path: Path) -> None:
+    root = tmp_path / "root-none"
+    shutil.copytree(FIXTURES / "dsh-reference" / "root-none", root)
+    backend = JsonlSessionPersistence(str(root), "none")
+    source = root / "--home-dev-project--" / "raw-tool-missing-result" / "session.v3.jsonl"
+    before = source.read_bytes()
+    await backend.migrate_to_v4("raw-tool-missing-result")
+    from dsh_host.session.repair import interrupted_turn_closers
+
+    handle = await backend.open("raw-tool-missing-result", "write")
+    load = await handle.read()
+    handle.append(interrupted_turn_closers(load.events))
+    await handle.close()
+    want = EXPECTED["root-none/--home-dev-project--/raw-tool-missing-result/session.v4.jsonl"]
+    v4_file = source.with_name("session.v4.jsonl")
+    assert v4_file.read_text().splitlines()[-4:] == want["closersV4Lines"]
+    assert source.read_bytes() == before
+
+
+async def test_source_drift_refuses_the_v4_publication(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dsh_session_persistence_jsonl import _migrate as migrate_module
+
+    from dsh_host.session.persistence import SessionGenerationSourceChangedError
+
+    root = tmp_path / "root-none"
+    shutil.copytree(FIXTURES / "dsh-reference" / "root-none", root)
+    source = root / "--home-dev-project--" / "raw-clean" / "session.v3.jsonl"
+    real_verify = migrate_module._verify
+
+    def verify_then_drift(*args: Any) -> None:
+        real_verify(*args)
+        with open(source, "ab") as log_file:  # a DSH 0.1.5 writer appended meanwhile
+            log_file.write(
+                b'{"type":"turn/start","seq":6,"time":1789200000007,"data":{"turn":2}}\n'
+            )
+
+    monkeypatch.setattr(migrate_module, "_verify", verify_then_drift)
+    backend = JsonlSessionPersistence(str(root), "none")
+    with pytest.raises(SessionGenerationSourceChangedError, match="changed while it was being"):
+        await backend.migrate_to_v4("raw-clean")
+    assert sorted(p.name for p in source.parent.iterdir()) == ["session.lock", source.name]
+    monkeypatch.undo()
+    await backend.migrate_to_v4("raw-clean")  # the lock was released; a retry publishes
+    load = await (await backend.open("raw-clean", "read")).read()
+    assert load.source_version == 4 and load.last_seq == 6
+
+
+async def test_no_migration_while_a_writer_holds_the_session(tmp_path: Path) -> None:
+    from dsh_host.session.persistence import SessionAlreadyOwnedError
+
+    root = tmp_path / "root-none"
+    shutil.copytree(FIXTURES / "dsh-reference" / "root-none", root)
+    backend = JsonlSessionPersistence(str(root), "none")
+    handle = await backend.open("raw-clean", "write")
+    other = JsonlSessionPersistence(str(root), "none")
+    with pytest.raises(SessionAlreadyOwnedError):
+        await other.migrate_to_v4("raw-clean")
+    await handle.close()
+    assert not (root / "--home-dev-project--" / "raw-clean" / "session.v4.jsonl").exists()
+
+
+def _v3_log(tmp_path: Path, sid: str, rows: list[dict[str, Any]], **head: Any) -> Path:
+    directory = tmp_path / "--home-dev-project--" / sid
+    directory.mkdir(parents=True)
+    record = {
+        "type": "session",
+        "version": 3,
+        "id": sid,
+        "createdAt": 1789200000000,
+        "cwd": "/home/dev/project",
+        "isSeeded": False,
+        "delegationDepth": 0,
+        **head,
+    }
+    path = directory / "session.v3.jsonl"
+    path.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in [record, *rows]))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("case", "text"),
+    [
+        ("reopened-turn", "starts a turn while one is open"),
+        ("ignorable", "is renamed by DSH's migration"),
+        ("children", r"subagent children \(kid\)"),
+    ],
+)
+async def test_what_dshs_migration_would_rewrite_is_refused(
+    case: str, text: str, tmp_path: Path
+) -> None:
+    """DSH's edge does more than lift rows in these cases (turn closing, namespacing,
+    catalog facts); rather than publish a v4 DSH would read differently, nothing is
+    published and the v3 session stays as it is. The control: the same log without the
+    case migrates."""
+    from dsh_host.session.persistence import SessionFormatUnsupportedError
+
+    rows = _v3_rows()
+    if case == "reopened-turn":
+        reopen = {"type": "turn/start", "seq": 2, "time": 1789200000003, "data": {"turn": 2}}
+        rows = [*rows[:2], reopen]
+    elif case == "ignorable":
+        rows.append(
+            {
+                "type": "acme/note",
+                "seq": len(rows),
+                "time": 1789200000099,
+                "data": {},
+                "ignorable": True,
+            }
+        )
+    else:
+        _v3_log(tmp_path, "kid", [], parentSession="s", origin="subagent", delegationDepth=1)
+    source = _v3_log(tmp_path, "s", rows)
+    before = source.read_bytes()
+    backend = JsonlSessionPersistence(str(tmp_path), "none")
+    with pytest.raises(SessionFormatUnsupportedError, match=text) as refused:
+        await backend.migrate_to_v4("s")
+    assert "it stays v3" in str(refused.value)
+    assert sorted(p.name for p in source.parent.iterdir()) == ["session.lock", source.name]
+    assert source.read_bytes() == before
+    control = tmp_path / "control"
+    _v3_log(control, "s", _v3_rows())
+    await JsonlSessionPersistence(str(control), "none").migrate_to_v4("s")
