@@ -14,6 +14,8 @@ one *next to* the source (seed 000 §4.3):
    the directory, remove the temp.
 
 The source stays byte-identical and is never deleted; compression is kept.
+The same publication makes a v3 log's DSH format v4 successor, on request only
+(:func:`publish_v4`, docs/format.md §10.3).
 
 What the upgrades do, in brief (docs/format.md has the list):
 
