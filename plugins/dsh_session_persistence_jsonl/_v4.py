@@ -284,6 +284,41 @@ def _check_no_wrapper(message: dict[str, Any], seq: object) -> None:
         )
 
 
+def _is_wrapper(block: object) -> bool:
+    return isinstance(block, dict) and block.get("type") == "tool-result"
+
+
+def _check_other_positions(row: dict[str, Any], seq: object) -> None:
+    """The retired wrapper outside message slots: the positions DSH's ``retired-syntax.ts``
+    inspects (direct block tags only; tool arguments and nested JSON stay opaque)."""
+    kind = row.get("type")
+    data = row.get("data")
+    if not isinstance(data, dict):
+        return
+    lists: list[object] = []
+    if kind == "team/message/queued" and isinstance(data.get("message"), dict):
+        lists.append(data["message"].get("content"))
+    elif kind == "compaction/summary":
+        lists += [data.get("summary"), data.get("rawOutput")]
+    elif kind == "tool/ptc-dispatch":
+        lists.append(data.get("content"))
+    elif kind in ("assistant/message", "assistant/attempt"):
+        stream = data.get("stream")
+        for record in stream if isinstance(stream, list) else []:
+            chunk = record.get("chunk") if isinstance(record, dict) else None
+            if not isinstance(chunk, dict) or record.get("type") != "chunk":
+                continue
+            if (chunk.get("type") == "block-start" and chunk.get("blockType") == "tool-result") or (
+                chunk.get("type") == "block-end" and _is_wrapper(chunk.get("block"))
+            ):
+                raise V4RowError(
+                    f"format v4 {kind} at seq {seq} streams a retired tool-result block"
+                )
+    for blocks in lists:
+        if isinstance(blocks, list) and any(_is_wrapper(b) for b in blocks):
+            raise V4RowError(f"format v4 {kind} at seq {seq} holds a retired tool-result block")
+
+
 def _check_tool_result(data: object, seq: object) -> None:
     subject = f"format v4 tool/result at seq {seq}"
     if not isinstance(data, dict) or not isinstance(data.get("message"), dict):
@@ -328,6 +363,7 @@ def admit_v4_row(row: object) -> None:
 
     probe = dict(row)
     _map_messages(probe, check)
+    _check_other_positions(row, seq)
     if row.get("type") == "tool/result":
         _check_tool_result(row.get("data"), seq)
         _check_no_wrapper(row["data"]["message"], seq)

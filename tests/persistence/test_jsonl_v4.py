@@ -216,6 +216,16 @@ def _refused_case(name: str) -> list[dict[str, Any]]:
         lifted["data"]["error"] = {"name": "Boom", "code": "TOOL_FAILED"}
     elif name == "isError-not-boolean":
         message["isError"] = "yes"
+    elif name == "wrapper-streamed":
+        assistant = next(i for i, r in enumerate(rows) if r["type"] == "assistant/message")
+        stream = rows[assistant]["data"]["stream"]
+        stream.append(
+            {
+                "type": "chunk",
+                "time": stream[-1]["time"],
+                "chunk": {"type": "block-start", "index": 9, "blockType": "tool-result"},
+            }
+        )
     rows[index] = lifted
     return rows
 
@@ -227,6 +237,7 @@ REFUSALS = {
     "wrapper-inside-tool-message": "holds a retired tool-result wrapper block",
     "error-without-isError": "error metadata for a non-error result",
     "isError-not-boolean": "isError must be a boolean",
+    "wrapper-streamed": "streams a retired tool-result block",
 }
 
 
