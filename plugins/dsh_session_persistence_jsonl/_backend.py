@@ -53,7 +53,7 @@ from ._codec import (
 )
 from ._frames import compress_frame
 from ._lock import LOCK_NAME, SessionLock, held_by_text, lock_holder
-from ._migrate import migrate_to_current, publish_generation
+from ._migrate import migrate_to_current, publish_generation, publish_v4
 from ._paths import (
     CURRENT_VERSION,
     Compression,
@@ -82,6 +82,7 @@ from ._storage import (
     truncate_durable,
     write_durable,
 )
+from ._v4 import V4_VERSION, lift_row
 
 __all__ = [
     "LIVE_WRITE_BATCH_MAX_DELAY",
@@ -156,6 +157,26 @@ def _encode_line(wire: Mapping[str, Any]) -> bytes:
     return _json.dumps_bytes(encode_event_row(wire))
 
 
+#: The formats a root can write new sessions in (``format: v3 | v4`` of the JSONL row).
+WRITABLE_VERSIONS: Final = (CURRENT_VERSION, V4_VERSION)
+
+
+def _stored_lines(version: int, lines: Sequence[bytes]) -> list[bytes]:
+    """The lines as a ``version`` log stores them: the core encodes v3 rows, and a v4 log
+    gets each one lifted (:func:`~._v4.lift_row`). Every write of a log — a new session's
+    first batch, an append, a torn tail's re-append — passes here, so no v3 row reaches a
+    v4 file. Only a row naming a plugin source or a tool result changes in v4, so the rest
+    keep the core's bytes unparsed."""
+    if version != V4_VERSION:
+        return list(lines)
+    return [
+        _json.dumps_bytes(lift_row(_json.loads(line)))
+        if b'"plugin"' in line or b'"tool/result"' in line
+        else line
+        for line in lines
+    ]
+
+
 def _frame_or_lines(lines: Sequence[bytes], compression: Compression) -> bytes:
     text = b"\n".join(lines) + b"\n"
     return compress_frame(text) if compression == "zstd" else text
@@ -177,6 +198,7 @@ class JsonlLease:
         "session_id",
         "size",
         "truncate_to",
+        "version",
     )
 
     def __init__(
@@ -189,6 +211,7 @@ class JsonlLease:
         *,
         truncate_to: int | None = None,
         rewrite: list[bytes] | None = None,
+        version: int = CURRENT_VERSION,
     ) -> None:
         self.session_id = session_id
         self.session_dir = session_dir
@@ -200,6 +223,8 @@ class JsonlLease:
         self.fd: int | None = None
         self.truncate_to = truncate_to
         self.rewrite: list[bytes] = rewrite or []
+        #: The format of the log this lease writes (a session continues in the format it has).
+        self.version = version
 
     def log_fd(self) -> int:
         if self.fd is None:
@@ -215,7 +240,7 @@ class JsonlLease:
 
 
 class JsonlStorage:
-    """Session logs as ``<root>/--<project>--/<id>/session.v3.jsonl[.zstd]``.
+    """Session logs as ``<root>/--<project>--/<id>/session.v3.jsonl[.zstd]`` (or ``.v4.``).
 
     A :class:`~dsh_host.session.storage.SessionStorage`: a batch is one frame
     (or run of lines) written and fsynced on a worker thread, or on the event loop
@@ -232,9 +257,19 @@ class JsonlStorage:
         compression: Compression = "zstd",
         *,
         inline_barrier: float = offload.DEFAULT_INLINE_BUDGET,
+        write_version: int = CURRENT_VERSION,
     ) -> None:
         if compression not in ("zstd", "none"):
             raise ValueError(f'compression must be "zstd" or "none", got {compression!r}')
+        if write_version not in WRITABLE_VERSIONS:
+            raise ValueError(
+                f"write_version must be {CURRENT_VERSION} or {V4_VERSION}, got {write_version!r}"
+            )
+        #: The format new sessions are written in; an existing one keeps its own.
+        self.write_version = write_version
+        #: The format of each session this storage acquired in another format than
+        #: ``write_version`` (a v3 session in a v4 root, or the reverse), for :meth:`locate`.
+        self._kept_versions: dict[str, int] = {}
         #: Where each batch's compress + write + fsync runs (``inline_barrier``: its budget in
         #: seconds for running on the event loop; 0 = always a worker thread).
         self.lane = offload.BarrierLane(inline_barrier)
@@ -250,14 +285,16 @@ class JsonlStorage:
         return os.path.join(self.root, project_dir_name(cwd), _session_segment(session_id))
 
     def locate(self, header: SessionHeader | Mapping[str, Any]) -> ArtifactLocation:
-        """The current-generation path for ``header`` (no I/O)."""
+        """The path ``header``'s session is written at (no I/O): the root's format, or the
+        format a session acquired here kept."""
         if isinstance(header, SessionHeader):
             cwd = header.to_json().get("cwd")
             sid = header.id
         else:
             cwd, sid = header.get("cwd"), str(header["id"])
+        version = self._kept_versions.get(sid, self.write_version)
         path = os.path.join(
-            self.session_dir(cwd, sid), generation_filename(CURRENT_VERSION, self.compression)
+            self.session_dir(cwd, sid), generation_filename(version, self.compression)
         )
         return ArtifactLocation("jsonl", path)
 
@@ -401,6 +438,8 @@ class JsonlStorage:
         self._check_identity(session_id, artifact, session_dir)
         if artifact.version == CURRENT_VERSION:
             return artifact, dict(artifact.header), artifact.events
+        if artifact.version == V4_VERSION:  # rows lowered by the reader; the core's v3 view
+            return artifact, {**artifact.header, "version": CURRENT_VERSION}, artifact.events
         return (artifact, *migrate_to_current(artifact))
 
     def _check_identity(self, session_id: str, artifact: ArtifactRead, session_dir: str) -> None:
@@ -501,7 +540,9 @@ class JsonlStorage:
     def _materialize_sync(self, record: dict[str, Any], lines: list[bytes]) -> JsonlLease:
         sid = str(record["id"])
         session_dir = self.session_dir(record.get("cwd"), sid)
-        path = os.path.join(session_dir, generation_filename(CURRENT_VERSION, self.compression))
+        version = self.write_version
+        path = os.path.join(session_dir, generation_filename(version, self.compression))
+        lines = _stored_lines(version, lines)
         self.generations(session_dir)  # P1: refuses the other encoding
         try:
             make_dirs_durable(self.dir_chain(session_dir))
@@ -517,7 +558,7 @@ class JsonlStorage:
                     f'refusing to materialize "{sid}": a log already exists on disk '
                     f"(load/resume it instead): {existing[-1][1]}"
                 )
-            header = header_json_bytes(record)
+            header = header_json_bytes({**record, "version": version})
             if self.compression == "zstd":
                 content = compress_frame(header)
                 if lines:
@@ -538,7 +579,7 @@ class JsonlStorage:
         except BaseException:
             lock.release()
             raise
-        return JsonlLease(sid, session_dir, path, lock, len(content))
+        return JsonlLease(sid, session_dir, path, lock, len(content), version=version)
 
     # -- the storage seam: owned sessions
 
@@ -560,9 +601,13 @@ class JsonlStorage:
                     f'("{session_dir}") before writing: {error}'
                 ) from error
             artifact, header, wire_events = self._read_sync(session_id)
-            path = os.path.join(session_dir, generation_filename(CURRENT_VERSION, self.compression))
+            # A v3 or v4 log continues in its own format; an older one is published as v3.
+            version = V4_VERSION if artifact.version == V4_VERSION else CURRENT_VERSION
+            path = os.path.join(session_dir, generation_filename(version, self.compression))
+            if version != self.write_version:
+                self._kept_versions[session_id] = version
             load = self._load(artifact, header, wire_events)
-            if artifact.version != CURRENT_VERSION:
+            if artifact.version not in WRITABLE_VERSIONS:
                 size = publish_generation(
                     self, artifact, header, plain_rows(list(wire_events)), session_dir
                 )
@@ -579,11 +624,53 @@ class JsonlStorage:
                 artifact.size,
                 truncate_to=torn.truncate_to if torn is not None else None,
                 rewrite=[_encode_line(e) for e in artifact.recovered] if torn else None,
+                version=version,
             )
             return lease, load
         except BaseException:
             lock.release()
             raise
+
+    # -- v3 -> v4
+
+    def _children_of(self, session_id: str) -> list[str]:
+        """Ids of the subagent sessions whose header names ``session_id`` as parent."""
+        children: list[str] = []
+        for project, entries in self._projects():
+            for name in entries:
+                generations = self.generations(os.path.join(project, name))
+                if not generations:
+                    continue
+                try:
+                    listed = read_header(generations[-1][1], self.compression)
+                except SessionPersistenceError:
+                    continue
+                if listed is None:
+                    continue
+                record = listed[0]
+                if record.get("parentSession") == session_id and record.get("origin") == "subagent":
+                    children.append(str(record.get("id")))
+        return children
+
+    def migrate_to_v4_sync(self, session_id: str) -> str:
+        """Publish a v3 session's v4 successor beside it, under the session's write lock
+        (so never while a writer holds it); the path of the v4 file. A v4 session is
+        left as it is. See :func:`~._migrate.publish_v4` for what is refused."""
+        found = self.find(session_id)
+        if found is None:
+            raise SessionNotFoundError(f'session "{session_id}" not found')
+        session_dir, generations = found
+        version, path = generations[-1]
+        if version == V4_VERSION:
+            return path
+        lock = SessionLock.acquire(session_dir, session_id)
+        try:
+            artifact = read_artifact(path, self.compression, version)
+            self._check_identity(session_id, artifact, session_dir)
+            publish_v4(self, artifact, session_dir, self._children_of(session_id))
+        finally:
+            lock.release()
+        return os.path.join(session_dir, generation_filename(V4_VERSION, self.compression))
 
     async def append(self, lease: JsonlLease, batch: Sequence[Pending]) -> None:
         """One batch as one frame; a torn tail left by a crash is repaired first."""
@@ -627,7 +714,7 @@ class JsonlStorage:
     def _prepare(self, lease: JsonlLease, lines: list[bytes]) -> bytes:
         """Check the lock and the log's length, put the offset at its end; the frame."""
         lease.lock.check()
-        data = _frame_or_lines(lines, self.compression)
+        data = _frame_or_lines(_stored_lines(lease.version, lines), self.compression)
         try:
             seek_end(lease.log_fd(), lease.path, lease.size)
         except RuntimeError as error:
@@ -783,12 +870,24 @@ class JsonlSessionPersistence(PersistenceService[JsonlLease]):
         spawn: Spawn | None = None,
         logger: logging.Logger | None = None,
         inline_barrier: float = offload.DEFAULT_INLINE_BUDGET,
+        write_version: int = CURRENT_VERSION,
     ) -> None:
         super().__init__(
-            JsonlStorage(root, compression, inline_barrier=inline_barrier),
+            JsonlStorage(
+                root, compression, inline_barrier=inline_barrier, write_version=write_version
+            ),
             spawn=spawn,
             logger=logger or _log,
         )
+
+    async def migrate_to_v4(self, session_id: str) -> str:
+        """Migrate a stored v3 session to DSH's format v4 (docs/format.md §10.3): its
+        ``session.v4.jsonl[.zstd]`` is published beside the untouched v3 file, which later
+        reads and writes leave behind. Returns the v4 file's path; raises
+        ``SessionFormatUnsupportedError`` naming what DSH's migration would do that this
+        build does not, ``SessionAlreadyOwnedError`` while a writer holds the session, and
+        ``SessionGenerationSourceChangedError`` when the v3 file changed meanwhile."""
+        return await anyio.to_thread.run_sync(self.storage.migrate_to_v4_sync, session_id)
 
 
 def _listed_id(segment: str) -> str:
@@ -800,7 +899,8 @@ def _listed_id(segment: str) -> str:
 
 
 def _listing_header(record: Mapping[str, Any]) -> dict[str, Any]:
-    """A pre-v3 header shown as v3 for listing (``seedLength`` → ``isSeeded``)."""
+    """A pre-v3 or v4 header shown as the core's v3 for listing (``seedLength`` →
+    ``isSeeded``; v4's header has v3's fields)."""
     out = {k: v for k, v in record.items() if k != "seedLength"}
     out["version"] = CURRENT_VERSION
     if "isSeeded" not in out:

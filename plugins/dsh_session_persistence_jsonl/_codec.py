@@ -36,6 +36,7 @@ from dsh_host.session.persistence import (
 )
 
 from ._paths import CURRENT_VERSION, is_absolute_cwd
+from ._v4 import V4_VERSION
 
 __all__ = [
     "ADMISSION_TYPES_V3",
@@ -160,26 +161,13 @@ def encode_header_record(header: Mapping[str, Any]) -> dict[str, Any]:
     return {key: header[key] for key in HEADER_KEYS_V3 if key in header}
 
 
-#: The format DSH 0.1.7-alpha.1 introduced (``session.v4.jsonl[.zstd]``, header version 4).
-DSH_V4: Final = 4
-
-
 def version_refusal(sid: str, version: object, path: str) -> SessionFormatUnsupportedError:
     """The "upgrade" / "no upgrade path" refusal for a header version this build can't read."""
     suffix = f" (raw log: {path})"
-    if type(version) is int and version == DSH_V4:
+    if type(version) is int and version > V4_VERSION:
         return SessionFormatUnsupportedError(
-            f'session "{sid}" was written by a newer DSH (format v4): DSH 0.1.7 and later '
-            f"write format v4, and this harness reads DSH's logs up to format v{CURRENT_VERSION} "
-            "(DSH 0.1.5-alpha.1 to 0.1.6-alpha.2) and never converts back — open it with DSH "
-            "0.1.7 or later; a session.v3 file DSH kept beside it lacks what DSH wrote since, "
-            f"so it is not read instead{suffix}",
-            location=path,
-        )
-    if type(version) is int and version > CURRENT_VERSION:
-        return SessionFormatUnsupportedError(
-            f'session "{sid}" uses log format v{version}, but this harness reads only '
-            f"v{CURRENT_VERSION}: the log was written by a newer harness — upgrade the "
+            f'session "{sid}" uses log format v{version}, but this harness reads DSH\'s logs '
+            f"up to format v{V4_VERSION}: the log was written by a newer harness — upgrade the "
             f"harness to open it{suffix}",
             location=path,
         )
@@ -190,8 +178,8 @@ def version_refusal(sid: str, version: object, path: str) -> SessionFormatUnsupp
     )
 
 
-#: Versions whose codec this build has (v0/v1 shape, v2/v3 shape).
-READABLE_VERSIONS: Final = frozenset({0, 1, 2, 3})
+#: Versions whose codec this build has (v0/v1 shape, v2/v3 shape, v4 as v3 rows lifted).
+READABLE_VERSIONS: Final = frozenset({0, 1, 2, 3, V4_VERSION})
 
 
 def decode_header_record(

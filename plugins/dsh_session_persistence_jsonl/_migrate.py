@@ -14,6 +14,8 @@ one *next to* the source (seed 000 §4.3):
    the directory, remove the temp.
 
 The source stays byte-identical and is never deleted; compression is kept.
+The same publication makes a v3 log's DSH format v4 successor, on request only
+(:func:`publish_v4`, docs/format.md §10.3).
 
 What the upgrades do, in brief (docs/format.md has the list):
 
@@ -56,6 +58,7 @@ from ._frames import compress_frame
 from ._paths import CURRENT_VERSION, generation_filename
 from ._reader import ArtifactRead, plain_rows, read_artifact, revision_of
 from ._storage import fsync_dir
+from ._v4 import V4_VERSION, lift_row
 
 if TYPE_CHECKING:
     from ._backend import JsonlStorage
@@ -549,9 +552,14 @@ def _v2_to_v3(header: dict[str, Any], events: list[Event]) -> tuple[dict[str, An
 # --------------------------------------------------------------------------- publication
 
 
-def _encode(header: Mapping[str, Any], events: list[Event], compression: str) -> bytes:
-    head = header_json_bytes(encode_header_record(header))
-    body = b"".join(_json.dumps_bytes(encode_event_row(e)) + b"\n" for e in events)
+def _encode(
+    header: Mapping[str, Any], events: list[Event], compression: str, version: int
+) -> bytes:
+    head = header_json_bytes({**encode_header_record(header), "version": version})
+    rows = [encode_event_row(e) for e in events]
+    if version == V4_VERSION:
+        rows = [lift_row(row) for row in rows]
+    body = b"".join(_json.dumps_bytes(row) + b"\n" for row in rows)
     if compression == "zstd":
         return compress_frame(head) + (compress_frame(body) if body else b"")
     return head + body
@@ -563,16 +571,19 @@ def publish_generation(
     header: dict[str, Any],
     events: list[Event],
     session_dir: str,
+    version: int = CURRENT_VERSION,
 ) -> int:
-    """Publish the migrated log as the current generation (caller holds the lock).
+    """Publish the migrated log as generation ``version`` (v3, or v4 for
+    :func:`publish_v4`; caller holds the lock). ``header`` and ``events`` are in the
+    core's v3 shapes; a v4 file gets them lifted.
 
     Returns the size of the published file. See the module docstring.
     """
     compression = backend.compression
-    final = os.path.join(session_dir, generation_filename(CURRENT_VERSION, compression))
+    final = os.path.join(session_dir, generation_filename(version, compression))
     suffix = ".jsonl.zstd" if compression == "zstd" else ".jsonl"
     temp = os.path.join(session_dir, f"session.migration.{os.urandom(8).hex()}{suffix}.tmp")
-    content = _encode(header, events, compression)
+    content = _encode(header, events, compression, version)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
         try:
@@ -582,7 +593,7 @@ def publish_generation(
             os.fsync(fd)
         finally:
             os.close(fd)
-        _verify(temp, compression, header, events)
+        _verify(temp, compression, header, events, version)
         if revision_of(os.stat(artifact.path)) != artifact.revision:
             raise SessionGenerationSourceChangedError(
                 f'session "{header["id"]}": "{artifact.path}" changed while it was being '
@@ -599,14 +610,21 @@ def publish_generation(
     return os.stat(final).st_size
 
 
-def _verify(temp: str, compression: str, header: Mapping[str, Any], events: list[Event]) -> None:
-    """Read the staged file back strictly and compare it with what was meant to be written."""
-    staged = read_artifact(temp, "zstd" if compression == "zstd" else "none", CURRENT_VERSION)
+def _verify(
+    temp: str,
+    compression: str,
+    header: Mapping[str, Any],
+    events: list[Event],
+    version: int = CURRENT_VERSION,
+) -> None:
+    """Read the staged file back strictly and compare it with what was meant to be written
+    (a v4 stage reads back lowered, so it compares with the v3 events it was made from)."""
+    staged = read_artifact(temp, "zstd" if compression == "zstd" else "none", version)
     if staged.torn is not None:
         raise SessionPersistenceCorruptionError(
             f'migration stage "{temp}" reads back with a torn tail', path=temp
         )
-    if encode_header_record(staged.header) != encode_header_record(header):
+    if encode_header_record(staged.header) != {**encode_header_record(header), "version": version}:
         raise SessionPersistenceCorruptionError(
             f'migration stage "{temp}" header does not read back as written', path=temp
         )
@@ -632,3 +650,98 @@ def _accept_existing(final: str, content: bytes) -> None:
             f'"{final}" already exists with different content; refusing to overwrite it — '
             "open the session again to use it"
         )
+
+
+# --------------------------------------------------------------------------- v3 -> v4
+
+#: Content block types a v3 message slot may hold that v4 keeps under the same name (DSH's
+#: v3 -> v4 edge renames any other tag ``plugin:<tag>``, which this build does not do).
+_V4_KEPT_BLOCKS: Final = frozenset({"text", "reasoning", "image", "tool-call", "tool-result"})
+_MESSAGE_SLOTS: Final = {
+    "user/message": None,
+    "system/message": "message",
+    "assistant/message": "message",
+    "tool/result": "message",
+}
+
+
+def v4_migration_problem(events: list[Event], children: list[str]) -> str | None:
+    """Why DSH's v3 -> v4 edge would do more to this log than lift its rows, or None.
+
+    DSH's edge (``session-format-v3-to-v4``) also closes an interrupted turn that a
+    next-turn inbox splice proves, appends ``subagent/catalog`` facts for the session's
+    subagent children, renames unknown content tags and ignorable event types
+    ``plugin:<name>``, refuses a ``deferLoading`` tool definition and audits delivery
+    markers. This build does none of that, so a log that would need any of it is not
+    migrated (publishing a successor DSH would read differently is worse than none).
+    """
+    if children:
+        named = ", ".join(sorted(children))
+        return f"it has subagent children ({named}) whose catalog facts DSH appends"
+    open_turn = False
+    for event in events:
+        kind = event.get("type")
+        seq = event.get("seq")
+        data = event.get("data")
+        if event.get("ignorable") is True:
+            return f'the ignorable event "{kind}" at seq {seq} is renamed by DSH\'s migration'
+        if kind == "turn/start":
+            if open_turn:
+                return f"turn/start at seq {seq} starts a turn while one is open"
+            open_turn = True
+        elif kind == "turn/end":
+            open_turn = False
+        elif str(kind).startswith(("subagent/", "session-log-deepseek/")):
+            return f'"{kind}" at seq {seq} is audited by DSH\'s migration'
+        elif kind == "request/header" and isinstance(data, dict):
+            tools = (
+                data.get("header", {}).get("tools")
+                if isinstance(data.get("header"), dict)
+                else None
+            )
+            if isinstance(tools, list) and any(
+                isinstance(t, dict) and "deferLoading" in t for t in tools
+            ):
+                return f"request/header at seq {seq} defines a tool with deferLoading"
+        slot = _MESSAGE_SLOTS.get(str(kind), "-")
+        if slot != "-" and isinstance(data, dict):
+            message = data if slot is None else data.get(slot)
+            content = message.get("content") if isinstance(message, dict) else None
+            for block in content if isinstance(content, list) else []:
+                tag = block.get("type") if isinstance(block, dict) else None
+                if tag not in _V4_KEPT_BLOCKS:
+                    return f'content block "{tag}" at seq {seq} is renamed by DSH\'s migration'
+    return None
+
+
+def publish_v4(
+    backend: JsonlStorage, artifact: ArtifactRead, session_dir: str, children: list[str]
+) -> int:
+    """Publish a v3 log as its v4 successor ``session.v4.jsonl[.zstd]`` beside it (caller
+    holds the lock): the same steps as the v0/v2 -> v3 publication — staged, read back and
+    compared, the source's revision re-checked, linked without overwriting — so the source
+    stays byte-identical and a source that changed meanwhile refuses publication."""
+    sid = artifact.header.get("id")
+    if artifact.version != CURRENT_VERSION:
+        raise SessionFormatUnsupportedError(
+            f'session "{sid}" is format v{artifact.version}; only a v3 log is migrated to v4 '
+            f"(open it for write once to upgrade it to v3) (raw log: {artifact.path})",
+            location=artifact.path,
+        )
+    if artifact.torn is not None:
+        raise SessionFormatUnsupportedError(
+            f'session "{sid}" has a torn tail; resume it (which repairs the tail) before '
+            f"migrating it to v4 (raw log: {artifact.path})",
+            location=artifact.path,
+        )
+    events = plain_rows(artifact.events)
+    problem = v4_migration_problem(events, children)
+    if problem is not None:
+        raise SessionFormatUnsupportedError(
+            f'session "{sid}" cannot be migrated to v4 by this build: {problem}; it stays v3, '
+            f"which DSH 0.2 reads and migrates itself (raw log: {artifact.path})",
+            location=artifact.path,
+        )
+    return publish_generation(
+        backend, artifact, dict(artifact.header), events, session_dir, V4_VERSION
+    )

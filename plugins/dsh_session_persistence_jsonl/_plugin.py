@@ -41,6 +41,9 @@ class JsonlConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: worker thread when no other task is ready to run and recent barriers took at most this
     #: many milliseconds (a thread hop costs ~0.1 ms; a fast disk's fsync 0.15-0.6 ms). 0: always
     #: on a worker thread.
+    #: The format new sessions are written in: ``v3`` (default; DSH 0.1.5-0.1.6 read it) or
+    #: ``v4`` (DSH 0.1.7 and later). A session on disk keeps its own format (README).
+    format: Literal["v3", "v4"] = "v3"
     inline_barrier_ms: Annotated[float, msgspec.Meta(ge=0, le=1000)] = (
         offload.DEFAULT_INLINE_BUDGET * 1000
     )
@@ -62,6 +65,7 @@ class SessionPersistenceJsonl(Plugin):
             spawn=host_spawn(ctx, f"{self.name} write window"),
             logger=ctx.logger,
             inline_barrier=config.inline_barrier_ms / 1000,
+            write_version=4 if config.format == "v4" else 3,
         )
         ctx.provide("sessionPersistence", backend)
         bind_live_sessions(ctx, backend)

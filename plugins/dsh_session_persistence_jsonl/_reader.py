@@ -56,6 +56,7 @@ from ._frames import (
     split_frames,
 )
 from ._paths import CURRENT_VERSION, Compression
+from ._v4 import V4_VERSION, V4RowError, admit_v4_row, lower_row
 
 __all__ = [
     "ArtifactRead",
@@ -191,7 +192,19 @@ class LineScanner:
                 self.issue = issue
                 self.hole = b"\0" in line
             return
-        if self.version == 3:
+        if self.version == V4_VERSION:
+            try:
+                admit_v4_row(row)
+            except V4RowError as refusal:
+                raise _corrupt(
+                    self.path,
+                    f"corrupt session log: {refusal} at line {self._line} (DSH refuses such a "
+                    "row before its torn-tail rule, so it is never dropped as a tail)",
+                    self.locate(line_start),
+                ) from None
+            if isinstance(row, dict):
+                row = lower_row(row)
+        if self.version >= 3:
             try:
                 admit_v3_row(row)
             except StructuralRefusal as refusal:

@@ -133,13 +133,16 @@ async def _read(root: Path, compression: str) -> list[Any]:
     return [event_to_builtins(event) for event in load.events]
 
 
+@pytest.mark.parametrize("log_format", ["v3", "v4"])
 @pytest.mark.parametrize("compression", ["zstd", "none"])
 def test_every_power_cut_of_a_real_run_keeps_every_flushed_event(
-    tmp_path: Path, sandbox: str, compression: str
+    tmp_path: Path, sandbox: str, compression: str, log_format: str
 ) -> None:
+    """On a v3 root and on a v4 one (``format: v4``: DSH 0.2's rows, the same protocol)."""
     factory = JsonlStore(tmp_path)
     spec = new_spec(tmp_path / "run", factory, sandbox=sandbox)
     spec["persistence"]["config"]["compression"] = compression
+    spec["persistence"]["config"]["format"] = log_format
     spec["record"] = str(tmp_path / "trace.jsonl")
     spec["noise"] = 6000
     run = run_child(f"power cut, {compression}", spec, factory)
@@ -148,6 +151,7 @@ def test_every_power_cut_of_a_real_run_keeps_every_flushed_event(
     reference = anyio.run(_read, root, compression)
     log, cuts = replay(Path(spec["record"]))
     assert run.flushed and cuts, run.describe()
+    assert os.path.basename(log).startswith(f"session.{log_format}.jsonl"), log
     copy = tmp_path / "cut"
     shutil.copytree(root, copy)
     target = copy / Path(log).relative_to(root.resolve())
@@ -165,7 +169,7 @@ def test_every_power_cut_of_a_real_run_keeps_every_flushed_event(
             )
         elif events != reference[: len(events)]:
             violations.append(f"after op {cut.after}: read events that were never written")
-    print(f"{compression}: {len(cuts)} power-cut images, {len(violations)} violations")
+    print(f"{log_format} {compression}: {len(cuts)} power-cut images, {len(violations)} violations")
     assert len({cut.after for cut in cuts}) > 10 and max(len(c.image) for c in cuts) > 2 * PAGE
     assert not violations, f"{len(violations)} of {len(cuts)} images:\n" + "\n".join(
         violations[:20]

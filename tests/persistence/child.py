@@ -21,6 +21,7 @@ Every line is flushed at once; the parent reads them as they come.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 from typing import Any
@@ -48,7 +49,7 @@ def _is_temp(fd: int) -> bool:
 
 
 def _is_log(fd: int) -> bool:
-    return os.path.basename(_path_of(fd)).startswith("session.v3.jsonl")
+    return re.match(r"session\.v[0-9]+\.jsonl", os.path.basename(_path_of(fd))) is not None
 
 
 def arm_failpoint(step: str) -> None:

@@ -43,11 +43,13 @@ def wire(events: Any) -> list[Any]:
     return [plain(event_to_builtins(e)) for e in events]
 
 
-def run_child(root: Path, compression: str, step: str, sid: str) -> str:
+def run_child(root: Path, compression: str, step: str, sid: str, version: int = 3) -> str:
+    """Run the child to its death at ``step``; a new session it creates is a ``version`` log."""
     source = (
         "from dsh_session_persistence_jsonl import JsonlSessionPersistence\n"
         "def make_backend(spawn):\n"
-        f"    return JsonlSessionPersistence({str(root)!r}, {compression!r}, spawn=spawn)\n"
+        f"    return JsonlSessionPersistence({str(root)!r}, {compression!r}, spawn=spawn,\n"
+        f"        write_version={version})\n"
     )
     proc = subprocess.run(
         [sys.executable, str(CHILD), "step", sid, step],
@@ -105,11 +107,17 @@ LATER = {
 }
 
 
+@pytest.mark.parametrize("version", [3, 4])
 @pytest.mark.parametrize("compression", ["zstd", "none"])
 @pytest.mark.parametrize("step", [*PUBLICATION, *LATER])
-async def test_crash_while_writing(tmp_path: Path, step: str, compression: str) -> None:
+async def test_crash_while_writing(
+    tmp_path: Path, step: str, compression: str, version: int
+) -> None:
+    """Every step, on a v3 and on a DSH 0.2 v4 log (the same protocol, v4 rows)."""
     expected, expected_torn = {**PUBLICATION, **LATER}[step]
-    run_child(tmp_path, compression, step, "s")
+    run_child(tmp_path, compression, step, "s", version)
+    logs = [name for name in tree(tmp_path) if ".tmp" not in name and ".jsonl" in name]
+    assert all(f"/session.v{version}." in name for name in logs), logs
     before = tree(tmp_path)
     events, torn = await read(tmp_path, compression, "s")
     assert tree(tmp_path) == before, "a read never changes a byte"
@@ -124,7 +132,11 @@ async def test_crash_while_writing(tmp_path: Path, step: str, compression: str) 
     assert (torn is not None) == expected_torn
     if expected is None:
         # Nothing was published: the id is free again, whatever temp the crash left.
-        backend = JsonlSessionPersistence(str(tmp_path), compression)  # type: ignore[arg-type]
+        backend = JsonlSessionPersistence(
+            str(tmp_path),
+            compression,  # type: ignore[arg-type]
+            write_version=version,
+        )
         handle = await backend.create(header("s"))
         handle.append(FIRST)
         await handle.close()
@@ -133,9 +145,10 @@ async def test_crash_while_writing(tmp_path: Path, step: str, compression: str) 
         assert await repair(tmp_path, compression, "s") == expected
 
 
+@pytest.mark.parametrize("version", [3, 4])
 @pytest.mark.parametrize("step", ["R1", "R2"])
-async def test_crash_while_repairing_a_torn_tail(tmp_path: Path, step: str) -> None:
-    backend = JsonlSessionPersistence(str(tmp_path))
+async def test_crash_while_repairing_a_torn_tail(tmp_path: Path, step: str, version: int) -> None:
+    backend = JsonlSessionPersistence(str(tmp_path), write_version=version)
     handle = await backend.create(header("s"))
     handle.append(FIRST)
     await handle.flush()

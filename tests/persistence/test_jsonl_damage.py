@@ -34,14 +34,23 @@ def wire(events: Any) -> list[Any]:
     return [plain(event_to_builtins(e)) for e in events]
 
 
-async def _write(root: Path, compression: str, batches: list[list[dict[str, Any]]]) -> Path:
-    backend = JsonlSessionPersistence(str(root), compression)  # type: ignore[arg-type]
+async def _write(
+    root: Path, compression: str, batches: list[list[dict[str, Any]]], version: int
+) -> Path:
+    """The batches as a ``version`` log (v3, or DSH 0.2's v4: the sweeps run on both)."""
+    backend = JsonlSessionPersistence(
+        str(root),
+        compression,  # type: ignore[arg-type]
+        write_version=version,
+    )
     handle = await backend.create(header(SID))
     for batch in batches:
         handle.append(batch)
         await handle.flush()
     await handle.close()
-    return Path(backend.locate(header(SID)).path)
+    path = Path(backend.locate(header(SID)).path)
+    assert path.name.startswith(f"session.v{version}.jsonl")
+    return path
 
 
 def _batches() -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]]]:
@@ -72,10 +81,13 @@ def _batch_ends(batches: list[list[dict[str, Any]]]) -> list[int]:
     return ends
 
 
+@pytest.mark.parametrize("version", [3, 4])
 @pytest.mark.parametrize("anyio_backend", ["trio"])
-async def test_zstd_truncation_at_every_offset_of_the_last_frame(tmp_path: Path) -> None:
+async def test_zstd_truncation_at_every_offset_of_the_last_frame(
+    tmp_path: Path, version: int
+) -> None:
     events, batches = _batches()
-    path = await _write(tmp_path / "src", "zstd", batches)
+    path = await _write(tmp_path / "src", "zstd", batches, version)
     data = path.read_bytes()
     frames = scan_frames(data).frames
     last_start, last_end = frames[-1]
@@ -116,10 +128,13 @@ async def test_zstd_truncation_at_every_offset_of_the_last_frame(tmp_path: Path)
         shutil.rmtree(root)
 
 
+@pytest.mark.parametrize("version", [3, 4])
 @pytest.mark.parametrize("anyio_backend", ["trio"])
-async def test_zstd_truncation_anywhere_recovers_a_prefix_or_refuses(tmp_path: Path) -> None:
+async def test_zstd_truncation_anywhere_recovers_a_prefix_or_refuses(
+    tmp_path: Path, version: int
+) -> None:
     events, batches = _batches()
-    path = await _write(tmp_path / "src", "zstd", batches)
+    path = await _write(tmp_path / "src", "zstd", batches, version)
     data = path.read_bytes()
     header_end = scan_frames(data).frames[0][1]
     expected = plain(events)
@@ -144,10 +159,13 @@ def _complete_events(frame_ends: list[int], data: bytes, batches: list[list[Any]
     return sum(len(b) for b in batches[:batch_frames])
 
 
+@pytest.mark.parametrize("version", [3, 4])
 @pytest.mark.parametrize("anyio_backend", ["trio"])
-async def test_raw_truncation_at_every_offset_of_the_last_batch(tmp_path: Path) -> None:
+async def test_raw_truncation_at_every_offset_of_the_last_batch(
+    tmp_path: Path, version: int
+) -> None:
     events, batches = _batches()
-    path = await _write(tmp_path / "src", "none", batches)
+    path = await _write(tmp_path / "src", "none", batches, version)
     data = path.read_bytes()
     lines = data.split(b"\n")[:-1]
     line_ends = []
@@ -182,10 +200,13 @@ async def test_raw_truncation_at_every_offset_of_the_last_batch(tmp_path: Path) 
         shutil.rmtree(root)
 
 
+@pytest.mark.parametrize("version", [3, 4])
 @pytest.mark.parametrize("anyio_backend", ["trio"])
-async def test_zstd_every_single_byte_flip_is_refused_or_a_torn_prefix(tmp_path: Path) -> None:
+async def test_zstd_every_single_byte_flip_is_refused_or_a_torn_prefix(
+    tmp_path: Path, version: int
+) -> None:
     events, batches = _batches()
-    path = await _write(tmp_path / "src", "zstd", batches)
+    path = await _write(tmp_path / "src", "zstd", batches, version)
     data = path.read_bytes()
     last_start = scan_frames(data).frames[-1][0]
     before_last = _batch_ends(batches)[-2]
