@@ -51,6 +51,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "cli.approvals_cmd",
         "list and decide approvals that wait (dsh run --approval defer)",
     ),
+    "audit": (
+        "cli.audit_cmd",
+        "check an attested session export offline (`dsh sessions export ID --attest`)",
+    ),
     "serve": (
         "server.command",
         "serve sessions over HTTP (API, event streams, approvals, web inspector)",
