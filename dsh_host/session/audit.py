@@ -33,8 +33,10 @@ reader can check without trusting the exporter's code:
   before any result of that call, after the ask, with the same ``argsDigest`` and the same
   context (sandbox mode, network, tool and composition digests) where both recorded one; and the
   asked digest is the SHA-256 of the arguments the call's ``tool/call`` logged;
-* after a decision that was not ``allowed-once``, nothing of that call ran: no ``tool/call`` of
-  it follows, and its result is an error;
+* after a decision that was not ``allowed-once``, nothing of that call ran: its result is an
+  error (the rejection). The turn that applies a deferred rejection logs the call's
+  ``tool/call`` again before it records the rejection as its result, so a ``tool/call`` alone
+  is no evidence of a run; a successful result is;
 * seqs start at 0 and climb by one (a dropped event shows even in a re-chained file).
 
 Each problem names the record index and the event's seq. The semantic checks run on the
@@ -522,11 +524,6 @@ def _check_promises(
             call_id = data.get("callId")
             if not isinstance(call_id, str):
                 continue
-            if call_id in refused:
-                at, outcome = refused[call_id]
-                problem(line, seq, "ran-after-denial",
-                        f"call {call_id} was recorded as started after its approval was "
-                        f"decided {outcome!r} at record {at}")
             for ask in asks_of_call.get(call_id, ()):
                 arguments = data.get("arguments")
                 if ask.decided is not None and isinstance(arguments, str) and (

@@ -208,11 +208,8 @@ def test_a_call_run_after_a_denial_is_named(exported: dict[str, Any]) -> None:
         if event["type"] == "approval/decided":
             event["data"]["outcome"] = "rejected"
     forged = attest(exported["session"], header_of(data), events, Ed25519PrivateKey.generate())
-    found = kinds(verify_export(forged))
-    second_call = index_of(forged, "tool/call", 1)
     result = index_of(forged, "tool/result")
-    assert (second_call, second_call - 1, "ran-after-denial") in found
-    assert (result, result - 1, "ran-after-denial") in found
+    assert kinds(verify_export(forged)) == [(result, result - 1, "ran-after-denial")]
 
 
 def test_changed_arguments_after_the_decision_are_named(exported: dict[str, Any]) -> None:
@@ -223,6 +220,51 @@ def test_changed_arguments_after_the_decision_are_named(exported: dict[str, Any]
     forged = attest(exported["session"], header_of(data), events, Ed25519PrivateKey.generate())
     second_call = index_of(forged, "tool/call", 1)
     assert (second_call, second_call - 1, "arguments-changed") in kinds(verify_export(forged))
+
+
+def test_a_digest_or_context_that_changed_between_ask_and_decision_is_named(
+    exported: dict[str, Any],
+) -> None:
+    data = exported["file"].read_bytes()
+    events = events_of(data)
+    (asked,) = [e for e in events if e["type"] == "approval/asked"]
+    asked["data"]["argsDigest"] = "0" * 64  # not the digest of the call's logged arguments
+    forged = attest(exported["session"], header_of(data), events, Ed25519PrivateKey.generate())
+    found = kinds(verify_export(forged))
+    at, decided = index_of(forged, "approval/asked"), index_of(forged, "approval/decided")
+    assert (at, at - 1, "digest-mismatch") in found
+    assert (decided, decided - 1, "decision-mismatch") in found
+    events = events_of(data)
+    (decision,) = [e for e in events if e["type"] == "approval/decided"]
+    decision["data"]["sandboxMode"] = "danger-full-access"
+    forged = attest(exported["session"], header_of(data), events, Ed25519PrivateKey.generate())
+    report = verify_export(forged)
+    assert kinds(report) == [(decided, decided - 1, "decision-mismatch")]
+    assert "decided under sandboxMode 'danger-full-access'" in report.problems[0].message
+
+
+def test_a_denied_session_verifies_and_a_forged_success_after_it_is_named(
+    tmp_path: Path,
+) -> None:
+    env = make_env(tmp_path, "default.yml", {"XDG_CONFIG_HOME": str(tmp_path / "config")})
+    _, summary = env.run_deferred()
+    session_id = summary["sessionId"]
+    deny = env.dsh("approvals", "decide", session_id, CALL, "deny",
+                   "--model", f"scripted:{env.second}")
+    assert deny.returncode == 0, deny.stdout + deny.stderr
+    assert env.ledger_lines() == []
+    proc = env.dsh("sessions", "export", session_id, "--attest")
+    assert proc.returncode == 0, proc.stderr
+    data = proc.stdout.encode()
+    report = verify_export(data)
+    assert report.ok, [str(p) for p in report.problems]
+    # The rejection result turned into a success: the call "ran" after a denial.
+    events = events_of(data)
+    (result,) = [e for e in events if e["type"] == "tool/result"]
+    result["data"]["message"]["content"][0]["isError"] = False
+    forged = attest(session_id, header_of(data), events, Ed25519PrivateKey.generate())
+    at = index_of(forged, "tool/result")
+    assert kinds(verify_export(forged)) == [(at, at - 1, "ran-after-denial")]
 
 
 def test_bad_input_gets_a_clear_error(exported: dict[str, Any], tmp_path: Path) -> None:
