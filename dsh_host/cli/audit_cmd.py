@@ -18,7 +18,10 @@ from .common import CliUsageError
 
 
 def add_parser(sub: Any) -> None:
-    audit = sub.add_parser("audit", help="check attested session exports offline")
+    audit = sub.add_parser(
+        "audit",
+        help="check an attested session export offline (`dsh sessions export ID --attest`)",
+    )
     commands = audit.add_subparsers(dest="audit_command", metavar="SUBCOMMAND")
     audit.set_defaults(handler=lambda args: (audit.print_help(), 2)[1])
 
@@ -29,7 +32,8 @@ def add_parser(sub: Any) -> None:
     )
     verify.add_argument("file", metavar="FILE", help="the export (`-` reads stdin)")
     verify.add_argument(
-        "--public-key", metavar="KEY",
+        "--public-key",
+        metavar="KEY",
         help="the signer's public key you trust (base64 of 32 bytes as `dsh audit keygen` "
         "prints, a PEM file, or a file holding the base64); without it the embedded key is used "
         "and the report says which key that was",
@@ -41,7 +45,8 @@ def add_parser(sub: Any) -> None:
         "keygen", help="make the signing key (0600) if there is none, and print its public key"
     )
     keygen.add_argument(
-        "--key", metavar="FILE",
+        "--key",
+        metavar="FILE",
         help="where (default: ~/.config/dsh/audit-ed25519.pem)",
     )
     keygen.set_defaults(handler=run_keygen)
@@ -72,13 +77,19 @@ def run_verify(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_json()))
         return 0 if report.ok else 1
     if report.ok:
-        who = "the trusted key" if report.signed_by_trusted_key else (
-            f"the key embedded in the file, {report.public_key} (pass --public-key to require "
-            "yours)"
+        who = (
+            "the trusted key"
+            if report.signed_by_trusted_key
+            else (
+                f"the key embedded in the file, {report.public_key} (pass --public-key to require "
+                "yours)"
+            )
         )
-        print(f"{args.file}: valid: {report.events} events of session {report.session_id}; "
-              f"chain intact, signed by {who}; every result has its call, every approval its "
-              "decision, nothing ran after a denial")
+        print(
+            f"{args.file}: valid: {report.events} events of session {report.session_id}; "
+            f"chain intact, signed by {who}; every result has its call, every approval its "
+            "decision, nothing ran after a denial"
+        )
         return 0
     print(f"dsh: {args.file}: NOT VALID: {len(report.problems)} problem(s)", file=sys.stderr)
     for problem in report.problems:
@@ -93,6 +104,8 @@ def run_keygen(args: argparse.Namespace) -> int:
     existed = path.exists()
     key = load_or_create_key(path)
     print(public_key_text(key))
-    print(f"dsh: {'kept the existing' if existed else 'made a new'} signing key {path}",
-          file=sys.stderr)
+    print(
+        f"dsh: {'kept the existing' if existed else 'made a new'} signing key {path}",
+        file=sys.stderr,
+    )
     return 0

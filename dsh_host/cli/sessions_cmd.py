@@ -45,7 +45,7 @@ from .usage import logged_usage, usage_line
 
 
 def add_parser(sub: Any) -> None:
-    sessions = sub.add_parser("sessions", help="list, show and verify stored sessions")
+    sessions = sub.add_parser("sessions", help="list, show, verify and export stored sessions")
     commands = sessions.add_subparsers(dest="sessions_command", metavar="SUBCOMMAND")
     sessions.set_defaults(handler=lambda args: _usage(sessions))
 

@@ -142,8 +142,7 @@ def _record_hash(record: Mapping[str, Any]) -> str:
 
 def _signed_message(session_id: Any, events: Any, final_hash: Any) -> bytes:
     return canonical_json(
-        {"format": AUDIT_FORMAT, "sessionId": session_id, "events": events,
-         "finalHash": final_hash}
+        {"format": AUDIT_FORMAT, "sessionId": session_id, "events": events, "finalHash": final_hash}
     )
 
 
@@ -246,8 +245,12 @@ def attest(
     lines: list[bytes] = []
     prev = GENESIS
     records: list[dict[str, Any]] = [
-        {"record": "header", "format": AUDIT_FORMAT, "sessionId": session_id,
-         "header": dict(header)},
+        {
+            "record": "header",
+            "format": AUDIT_FORMAT,
+            "sessionId": session_id,
+            "header": dict(header),
+        },
         *({"record": "event", "event": dict(event)} for event in events),
     ]
     for index, record in enumerate(records):
@@ -257,12 +260,19 @@ def attest(
         lines.append(canonical_json(record))
     signature = key.sign(_signed_message(session_id, len(events), prev))
     lines.append(
-        canonical_json({
-            "record": "signature", "index": len(records), "format": AUDIT_FORMAT,
-            "sessionId": session_id, "events": len(events), "finalHash": prev,
-            "algorithm": "ed25519", "publicKey": public_key_text(key),
-            "signature": base64.b64encode(signature).decode("ascii"),
-        })
+        canonical_json(
+            {
+                "record": "signature",
+                "index": len(records),
+                "format": AUDIT_FORMAT,
+                "sessionId": session_id,
+                "events": len(events),
+                "finalHash": prev,
+                "algorithm": "ed25519",
+                "publicKey": public_key_text(key),
+                "signature": base64.b64encode(signature).decode("ascii"),
+            }
+        )
     )
     return b"\n".join(lines) + b"\n"
 
@@ -303,8 +313,11 @@ class AuditReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "ok": self.ok, "sessionId": self.session_id, "events": self.events,
-            "publicKey": self.public_key, "trustedKey": self.signed_by_trusted_key,
+            "ok": self.ok,
+            "sessionId": self.session_id,
+            "events": self.events,
+            "publicKey": self.public_key,
+            "trustedKey": self.signed_by_trusted_key,
             "problems": [p.to_json() for p in self.problems],
         }
 
@@ -326,8 +339,11 @@ def verify_export(data: bytes, *, public_key: str | None = None) -> AuditReport:
             problems.append(AuditProblem(0, None, "format", "the file holds no record"))
         return report
     _check_chain(records, report)
-    events = [(i, r["event"]) for i, r in records if r.get("record") == "event"
-              and isinstance(r.get("event"), Mapping)]
+    events = [
+        (i, r["event"])
+        for i, r in records
+        if r.get("record") == "event" and isinstance(r.get("event"), Mapping)
+    ]
     report.events = len(events)
     _check_seqs(events, problems)
     _check_promises(events, problems)
@@ -356,10 +372,14 @@ def _parse_lines(data: bytes, problems: list[AuditProblem]) -> list[tuple[int, d
             problems.append(AuditProblem(index, None, "unreadable", str(exc)))
             continue
         if canonical != line:
-            problems.append(AuditProblem(
-                index, _seq_of(value), "not-canonical",
-                "the line is not in canonical form (its bytes were edited)",
-            ))
+            problems.append(
+                AuditProblem(
+                    index,
+                    _seq_of(value),
+                    "not-canonical",
+                    "the line is not in canonical form (its bytes were edited)",
+                )
+            )
         records.append((index, value))
     return records
 
@@ -378,10 +398,14 @@ def _check_chain(records: list[tuple[int, dict[str, Any]]], report: AuditReport)
             AuditProblem(first_index, None, "format", "the first record is not the header")
         )
     elif first.get("format") != AUDIT_FORMAT:
-        problems.append(AuditProblem(
-            0, None, "format",
-            f"format {first.get('format')!r}, this verifier reads {AUDIT_FORMAT!r}",
-        ))
+        problems.append(
+            AuditProblem(
+                0,
+                None,
+                "format",
+                f"format {first.get('format')!r}, this verifier reads {AUDIT_FORMAT!r}",
+            )
+        )
     session_id = first.get("sessionId")
     report.session_id = session_id if isinstance(session_id, str) else None
     prev = GENESIS
@@ -390,22 +414,35 @@ def _check_chain(records: list[tuple[int, dict[str, Any]]], report: AuditReport)
             continue
         seq = _seq_of(record)
         if record.get("index") != line:
-            problems.append(AuditProblem(
-                line, seq, "chain",
-                f"the record says it is record {record.get('index')!r} but stands at line {line} "
-                "(a record was dropped, added or moved)",
-            ))
+            problems.append(
+                AuditProblem(
+                    line,
+                    seq,
+                    "chain",
+                    f"the record says it is record {record.get('index')!r} but stands at line "
+                    f"{line} (a record was dropped, added or moved)",
+                )
+            )
         if record.get("prev") != prev:
-            problems.append(AuditProblem(
-                line, seq, "chain",
-                "prev is not the hash of the record before it (a record before it was dropped, "
-                "added, moved or changed)",
-            ))
+            problems.append(
+                AuditProblem(
+                    line,
+                    seq,
+                    "chain",
+                    "prev is not the hash of the record before it (a record before it was dropped, "
+                    "added, moved or changed)",
+                )
+            )
         computed = _record_hash(record)
         if record.get("hash") != computed:
-            problems.append(AuditProblem(
-                line, seq, "chain", "the record's content does not match its hash (it was changed)"
-            ))
+            problems.append(
+                AuditProblem(
+                    line,
+                    seq,
+                    "chain",
+                    "the record's content does not match its hash (it was changed)",
+                )
+            )
         # The next record must name the hash this one *claims*: a changed record is named once
         # (here), a dropped or moved one where the chain breaks.
         stored = record.get("hash")
@@ -420,23 +457,34 @@ def _check_signature(
     problems = report.problems
     line, last = records[-1]
     if last.get("record") != "signature":
-        problems.append(AuditProblem(
-            line, _seq_of(last), "signature", "the file does not end with its signature record "
-            "(it was cut short)",
-        ))
+        problems.append(
+            AuditProblem(
+                line,
+                _seq_of(last),
+                "signature",
+                "the file does not end with its signature record (it was cut short)",
+            )
+        )
         return
     chained = [r for _, r in records if r.get("record") in ("header", "event")]
     final = _record_hash(chained[-1]) if chained else GENESIS
     if last.get("finalHash") != final:
-        problems.append(AuditProblem(
-            line, None, "signature", "finalHash is not the hash of the last record before it"
-        ))
+        problems.append(
+            AuditProblem(
+                line, None, "signature", "finalHash is not the hash of the last record before it"
+            )
+        )
     if last.get("events") != report.events or last.get("sessionId") != report.session_id:
-        problems.append(AuditProblem(
-            line, None, "signature",
-            f"the signature covers {last.get('events')!r} events of session "
-            f"{last.get('sessionId')!r}; the file holds {report.events} of {report.session_id!r}",
-        ))
+        problems.append(
+            AuditProblem(
+                line,
+                None,
+                "signature",
+                f"the signature covers {last.get('events')!r} events of session "
+                f"{last.get('sessionId')!r}; the file holds {report.events} of "
+                f"{report.session_id!r}",
+            )
+        )
     from cryptography.exceptions import InvalidSignature
 
     embedded_text = last.get("publicKey")
@@ -448,19 +496,29 @@ def _check_signature(
     key = trusted if trusted is not None else embedded
     report.public_key = public_key_text(key)
     if trusted is not None and public_key_text(trusted) != public_key_text(embedded):
-        problems.append(AuditProblem(
-            line, None, "signature",
-            f"signed with key {embedded_text}, not with the trusted --public-key",
-        ))
+        problems.append(
+            AuditProblem(
+                line,
+                None,
+                "signature",
+                f"signed with key {embedded_text}, not with the trusted --public-key",
+            )
+        )
     try:
         signature = base64.b64decode(str(last.get("signature")), validate=True)
-        key.verify(signature, _signed_message(last.get("sessionId"), last.get("events"),
-                                              last.get("finalHash")))
+        key.verify(
+            signature,
+            _signed_message(last.get("sessionId"), last.get("events"), last.get("finalHash")),
+        )
     except (InvalidSignature, ValueError, TypeError):  # also: a signature that is not base64
-        problems.append(AuditProblem(
-            line, None, "signature", "the Ed25519 signature does not verify with key "
-            f"{report.public_key}",
-        ))
+        problems.append(
+            AuditProblem(
+                line,
+                None,
+                "signature",
+                f"the Ed25519 signature does not verify with key {report.public_key}",
+            )
+        )
         return
     report.signed_by_trusted_key = trusted is not None
 
@@ -470,10 +528,14 @@ def _check_seqs(events: list[tuple[int, Mapping[str, Any]]], problems: list[Audi
     for line, event in events:
         seq = event.get("seq")
         if seq != expected:
-            problems.append(AuditProblem(
-                line, seq if isinstance(seq, int) else None, "seq",
-                f"seq {seq!r} where {expected} was next (an event was dropped, added or moved)",
-            ))
+            problems.append(
+                AuditProblem(
+                    line,
+                    seq if isinstance(seq, int) else None,
+                    "seq",
+                    f"seq {seq!r} where {expected} was next (an event was dropped, added or moved)",
+                )
+            )
         expected = (seq if isinstance(seq, int) else expected) + 1
 
 
@@ -526,56 +588,97 @@ def _check_promises(
                 continue
             for ask in asks_of_call.get(call_id, ()):
                 arguments = data.get("arguments")
-                if ask.decided is not None and isinstance(arguments, str) and (
-                    args_digest(arguments) != ask.digest
+                if (
+                    ask.decided is not None
+                    and isinstance(arguments, str)
+                    and (args_digest(arguments) != ask.digest)
                 ):
-                    problem(line, seq, "arguments-changed",
-                            f"call {call_id} runs with arguments whose digest is not the "
-                            f"argsDigest its approval (record {ask.line}) was decided for")
+                    problem(
+                        line,
+                        seq,
+                        "arguments-changed",
+                        f"call {call_id} runs with arguments whose digest is not the "
+                        f"argsDigest its approval (record {ask.line}) was decided for",
+                    )
             calls[call_id] = (line, data.get("arguments"))
         elif kind == "approval/asked":
             call_id, ask_id = data.get("callId"), data.get("id")
             if not isinstance(call_id, str) or not isinstance(ask_id, str):
                 continue  # an ask bound to no call binds no result
-            ask = _Ask(line, seq if isinstance(seq, int) else None, call_id,
-                       data.get("argsDigest"), {k: data.get(k) for k in _CONTEXT_KEYS})
+            ask = _Ask(
+                line,
+                seq if isinstance(seq, int) else None,
+                call_id,
+                data.get("argsDigest"),
+                {k: data.get(k) for k in _CONTEXT_KEYS},
+            )
             asks[ask_id] = ask
             asks_of_call.setdefault(call_id, []).append(ask)
             recorded = calls.get(call_id)
-            if ask.digest is not None and recorded is not None and isinstance(recorded[1], str) \
-                    and args_digest(recorded[1]) != ask.digest:
-                problem(line, seq, "digest-mismatch",
-                        f"the ask's argsDigest is not the digest of call {call_id}'s logged "
-                        f"arguments (record {recorded[0]})")
+            if (
+                ask.digest is not None
+                and recorded is not None
+                and isinstance(recorded[1], str)
+                and args_digest(recorded[1]) != ask.digest
+            ):
+                problem(
+                    line,
+                    seq,
+                    "digest-mismatch",
+                    f"the ask's argsDigest is not the digest of call {call_id}'s logged "
+                    f"arguments (record {recorded[0]})",
+                )
         elif kind == "approval/decided":
             ask_id = data.get("id")
             decided_ask = asks.get(ask_id) if isinstance(ask_id, str) else None
             if decided_ask is None:
-                problem(line, seq, "decision-without-ask",
-                        f"approval/decided for ask {ask_id!r}, which no earlier approval/asked "
-                        "made (a decision moved before its ask, or an ask dropped)")
+                problem(
+                    line,
+                    seq,
+                    "decision-without-ask",
+                    f"approval/decided for ask {ask_id!r}, which no earlier approval/asked "
+                    "made (a decision moved before its ask, or an ask dropped)",
+                )
                 continue
             ask = decided_ask
             if ask.decided is not None:
-                problem(line, seq, "decided-twice",
-                        f"ask {ask_id} was already decided at record {ask.decided[0]}")
+                problem(
+                    line,
+                    seq,
+                    "decided-twice",
+                    f"ask {ask_id} was already decided at record {ask.decided[0]}",
+                )
                 continue
             ask.decided = (line, seq if isinstance(seq, int) else None, data)
             if data.get("callId") not in (None, ask.call_id):
-                problem(line, seq, "decision-mismatch",
-                        f"the decision binds call {data.get('callId')!r}, its ask call "
-                        f"{ask.call_id!r}")
+                problem(
+                    line,
+                    seq,
+                    "decision-mismatch",
+                    f"the decision binds call {data.get('callId')!r}, its ask call {ask.call_id!r}",
+                )
             decided_digest = data.get("argsDigest")
             if decided_digest is not None and decided_digest != ask.digest:
-                problem(line, seq, "decision-mismatch",
-                        f"the decision's argsDigest is not the one asked at record {ask.line}")
+                problem(
+                    line,
+                    seq,
+                    "decision-mismatch",
+                    f"the decision's argsDigest is not the one asked at record {ask.line}",
+                )
             for name in _CONTEXT_KEYS:
                 value = data.get(name)
-                if value is not None and ask.context[name] is not None \
-                        and value != ask.context[name]:
-                    problem(line, seq, "decision-mismatch",
-                            f"decided under {name} {value!r}, asked under {ask.context[name]!r} "
-                            f"(record {ask.line})")
+                if (
+                    value is not None
+                    and ask.context[name] is not None
+                    and value != ask.context[name]
+                ):
+                    problem(
+                        line,
+                        seq,
+                        "decision-mismatch",
+                        f"decided under {name} {value!r}, asked under {ask.context[name]!r} "
+                        f"(record {ask.line})",
+                    )
             decision = data.get("outcome")
             if decision != "allowed-once":
                 refused[ask.call_id] = (line, str(decision))
@@ -587,16 +690,28 @@ def _check_promises(
             error = data.get("error")
             not_started = isinstance(error, Mapping) and error.get("code") == TOOL_NOT_STARTED
             if call_id not in calls and not (not_started and _result_is_error(data)):
-                problem(line, seq, "result-without-call",
-                        f"tool/result for call {call_id}, which no earlier tool/call recorded "
-                        "as started")
+                problem(
+                    line,
+                    seq,
+                    "result-without-call",
+                    f"tool/result for call {call_id}, which no earlier tool/call recorded "
+                    "as started",
+                )
             for ask in asks_of_call.get(call_id, ()):
                 if ask.decided is None:
-                    problem(line, seq, "undecided-approval",
-                            f"tool/result for call {call_id} before its approval (asked at "
-                            f"record {ask.line}) was decided")
+                    problem(
+                        line,
+                        seq,
+                        "undecided-approval",
+                        f"tool/result for call {call_id} before its approval (asked at "
+                        f"record {ask.line}) was decided",
+                    )
             if call_id in refused and not _result_is_error(data):
                 at, outcome = refused[call_id]
-                problem(line, seq, "ran-after-denial",
-                        f"call {call_id} has a successful result after its approval was "
-                        f"decided {outcome!r} at record {at}")
+                problem(
+                    line,
+                    seq,
+                    "ran-after-denial",
+                    f"call {call_id} has a successful result after its approval was "
+                    f"decided {outcome!r} at record {at}",
+                )

@@ -26,8 +26,11 @@ pytestmark = pytest.mark.slow
 
 
 def bash(call_id: str, command: str) -> dict[str, object]:
-    return {"id": call_id, "name": "bash",
-            "arguments": {"command": command, "description": call_id}}
+    return {
+        "id": call_id,
+        "name": "bash",
+        "arguments": {"command": command, "description": call_id},
+    }
 
 
 def test_a_killed_and_repaired_session_verifies(tmp_path: Path) -> None:
@@ -35,18 +38,40 @@ def test_a_killed_and_repaired_session_verifies(tmp_path: Path) -> None:
     workspace.mkdir()
     config = tmp_path / "dsh.yml"
     config.write_text((REPO / "configs" / "default.yml").read_text())
-    model = script(tmp_path / "model.json", [
-        {"tool_calls": [bash("call-slow", "touch started; sleep 600"),
-                        bash("call-next", "touch second")]},
-        {"text": "never reached"},
-    ])
+    model = script(
+        tmp_path / "model.json",
+        [
+            {
+                "tool_calls": [
+                    bash("call-slow", "touch started; sleep 600"),
+                    bash("call-next", "touch second"),
+                ]
+            },
+            {"text": "never reached"},
+        ],
+    )
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")}
     common = ["--config", str(config), "--root", str(tmp_path / "sessions")]
     run = subprocess.Popen(
-        [*DSH, "run", "--workspace", str(workspace), "--model", f"scripted:{model}",
-         "--approval", "never", "--json", "go", *common],
-        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, start_new_session=True,
+        [
+            *DSH,
+            "run",
+            "--workspace",
+            str(workspace),
+            "--model",
+            f"scripted:{model}",
+            "--approval",
+            "never",
+            "--json",
+            "go",
+            *common,
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
     )
     try:
         # Wait for the first body to run (no timing asserted: the wait ends on the file).
@@ -57,19 +82,42 @@ def test_a_killed_and_repaired_session_verifies(tmp_path: Path) -> None:
         os.killpg(run.pid, signal.SIGKILL)
         run.communicate()
     assert not (workspace / "second").exists()
-    listing = subprocess.run([*DSH, "sessions", "list", "--json", *common], cwd=tmp_path,
-                             env=env, capture_output=True, text=True, timeout=120, check=True)
+    listing = subprocess.run(
+        [*DSH, "sessions", "list", "--json", *common],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     (session_id,) = [json.loads(line)["sessionId"] for line in listing.stdout.splitlines()]
-    resume = subprocess.run([*DSH, "resume", session_id, *common], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=120, check=False)
+    resume = subprocess.run(
+        [*DSH, "resume", session_id, *common],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert resume.returncode == 0, resume.stdout + resume.stderr
-    export = subprocess.run([*DSH, "sessions", "export", session_id, "--attest", *common],
-                            cwd=tmp_path, env=env, capture_output=True, timeout=120, check=False)
+    export = subprocess.run(
+        [*DSH, "sessions", "export", session_id, "--attest", *common],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
     assert export.returncode == 0, export.stderr
     data = export.stdout
     events = [json.loads(line)["event"] for line in data.splitlines()[1:-1]]
-    codes = {e["data"]["message"]["source"]["callId"]: e["data"]["error"]["code"]
-             for e in events if e["type"] == "tool/result"}
+    codes = {
+        e["data"]["message"]["source"]["callId"]: e["data"]["error"]["code"]
+        for e in events
+        if e["type"] == "tool/result"
+    }
     assert codes == {"call-slow": "TOOL_OUTCOME_UNKNOWN", "call-next": "TOOL_NOT_STARTED"}
     assert [e["data"]["callId"] for e in events if e["type"] == "tool/call"] == ["call-slow"]
     report = verify_export(data)

@@ -39,8 +39,9 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     env = make_env(tmp, "default.yml", {"XDG_CONFIG_HOME": str(tmp / "config")})
     _, summary = env.run_deferred()
     session_id = summary["sessionId"]
-    decide = env.dsh("approvals", "decide", session_id, CALL, "allow",
-                     "--model", f"scripted:{env.second}")
+    decide = env.dsh(
+        "approvals", "decide", session_id, CALL, "allow", "--model", f"scripted:{env.second}"
+    )
     assert decide.returncode == 0, decide.stdout + decide.stderr
     assert env.ledger_lines() == [CALL]
     out = tmp / "export.jsonl"
@@ -58,8 +59,14 @@ def verify_cli(tmp: Path, data: bytes, *extra: str) -> subprocess.CompletedProce
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_", "XDG_"))}
     env["HOME"] = str(fresh)
     return subprocess.run(
-        [*DSH, "audit", "verify", str(path), *extra], cwd=fresh, env=env,
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=False,
+        [*DSH, "audit", "verify", str(path), *extra],
+        cwd=fresh,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
@@ -77,8 +84,11 @@ def header_of(data: bytes) -> dict[str, Any]:
 
 
 def index_of(data: bytes, kind: str, nth: int = 0) -> int:
-    return [i for i, r in enumerate(records(data))
-            if r["record"] == "event" and r["event"]["type"] == kind][nth]
+    return [
+        i
+        for i, r in enumerate(records(data))
+        if r["record"] == "event" and r["event"]["type"] == kind
+    ][nth]
 
 
 def kinds(report: Any) -> list[tuple[int, int | None, str]]:
@@ -113,8 +123,10 @@ def test_a_flipped_byte_is_named(exported: dict[str, Any], tmp_path: Path) -> No
     proc = verify_cli(tmp_path, b"\n".join(lines))
     assert proc.returncode == 1
     seq = records(data)[at]["event"]["seq"]
-    assert f"record {at} (seq {seq}): chain: the record's content does not match its hash" \
+    assert (
+        f"record {at} (seq {seq}): chain: the record's content does not match its hash"
         in proc.stderr
+    )
     assert "Traceback" not in proc.stderr
 
 
@@ -158,8 +170,9 @@ def test_a_reordered_approval_is_named(exported: dict[str, Any], tmp_path: Path)
     asked = index_of(data, "approval/asked")
     events.insert(asked - 1, events.pop(decided - 1))
     forged = attest(exported["session"], header_of(data), events, Ed25519PrivateKey.generate())
-    assert any(k == "decision-without-ask" and i == asked
-               for i, _, k in kinds(verify_export(forged)))
+    assert any(
+        k == "decision-without-ask" and i == asked for i, _, k in kinds(verify_export(forged))
+    )
 
 
 def test_a_result_without_a_call_is_named(exported: dict[str, Any], tmp_path: Path) -> None:
@@ -174,8 +187,10 @@ def test_a_result_without_a_call_is_named(exported: dict[str, Any], tmp_path: Pa
     proc = verify_cli(tmp_path, forged, "--public-key", public_key_text(key))
     assert proc.returncode == 1
     at = index_of(forged, "tool/result")
-    assert f"record {at} (seq {at - 1}): result-without-call: tool/result for call {CALL}" \
+    assert (
+        f"record {at} (seq {at - 1}): result-without-call: tool/result for call {CALL}"
         in proc.stderr
+    )
     # The chain and the signature hold (the forger signed it): only the promise caught it.
     assert "chain:" not in proc.stderr and "signature:" not in proc.stderr
 
@@ -190,12 +205,14 @@ def test_a_changed_signature_is_named(exported: dict[str, Any], tmp_path: Path) 
     lines[-1] = json.dumps(last, sort_keys=True, separators=(",", ":")).encode()
     proc = verify_cli(tmp_path, b"\n".join(lines) + b"\n")
     assert proc.returncode == 1
-    assert f"record {len(lines) - 1}: signature: the Ed25519 signature does not verify" \
-        in proc.stderr
+    assert (
+        f"record {len(lines) - 1}: signature: the Ed25519 signature does not verify" in proc.stderr
+    )
     # A whole file re-signed by another key verifies on its own, but not against the trusted key.
     public = exported["stderr"].rsplit(" ", 1)[-1].strip()
-    other = attest(exported["session"], header_of(data), events_of(data),
-                   Ed25519PrivateKey.generate())
+    other = attest(
+        exported["session"], header_of(data), events_of(data), Ed25519PrivateKey.generate()
+    )
     assert verify_export(other).ok
     proc = verify_cli(tmp_path, other, "--public-key", public)
     assert proc.returncode == 1 and "not with the trusted --public-key" in proc.stderr
@@ -249,8 +266,9 @@ def test_a_denied_session_verifies_and_a_forged_success_after_it_is_named(
     env = make_env(tmp_path, "default.yml", {"XDG_CONFIG_HOME": str(tmp_path / "config")})
     _, summary = env.run_deferred()
     session_id = summary["sessionId"]
-    deny = env.dsh("approvals", "decide", session_id, CALL, "deny",
-                   "--model", f"scripted:{env.second}")
+    deny = env.dsh(
+        "approvals", "decide", session_id, CALL, "deny", "--model", f"scripted:{env.second}"
+    )
     assert deny.returncode == 0, deny.stdout + deny.stderr
     assert env.ledger_lines() == []
     proc = env.dsh("sessions", "export", session_id, "--attest")
@@ -275,8 +293,13 @@ def test_bad_input_gets_a_clear_error(exported: dict[str, Any], tmp_path: Path) 
     assert nothing.returncode == 1 and "the file holds no record" in nothing.stderr
     junk = verify_cli(tmp_path, b"hello\n")
     assert junk.returncode == 1 and "record 0: unreadable: not JSON" in junk.stderr
-    no_file = subprocess.run([*DSH, "audit", "verify", str(tmp_path / "nope")],
-                             capture_output=True, text=True, timeout=60, check=False)
+    no_file = subprocess.run(
+        [*DSH, "audit", "verify", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert no_file.returncode == 2 and "cannot read it" in no_file.stderr
     key = env.tmp / "config" / "dsh" / "audit-ed25519.pem"
     loose = env.tmp / "loose.pem"

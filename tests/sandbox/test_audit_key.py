@@ -38,7 +38,10 @@ def _cat(backend: str, scene: Scene, mode: str, path: Path) -> subprocess.Comple
 
 @pytest.mark.parametrize(("backend", "mode"), CELLS)
 def test_the_default_audit_key_cannot_be_read_by_a_confined_call(
-    scene: Scene, backend: str, mode: str, monkeypatch: pytest.MonkeyPatch,
+    scene: Scene,
+    backend: str,
+    mode: str,
+    monkeypatch: pytest.MonkeyPatch,
     no_registered_secrets: None,
 ) -> None:
     config = scene.out / "config"
