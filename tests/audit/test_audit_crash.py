@@ -1,11 +1,12 @@
-"""A session a real SIGKILL interrupted, repaired by ``dsh resume``, exports and verifies.
+"""A session a real SIGKILL interrupted, repaired by ``dsh resume``: export, verify, effects.
 
 Crash repair's closers are the one place a ``tool/result`` may answer a call with no durable
 ``tool/call`` (``TOOL_NOT_STARTED``): the verifier must accept that honest answer and still
 refuse a result that claims success without a recorded call. The model asks for two ``bash``
 calls; the first writes a marker and sleeps, the test kills ``dsh run`` (its whole process
 group) once the marker exists, so the first call is left ``TOOL_OUTCOME_UNKNOWN`` and the second
-``TOOL_NOT_STARTED``.
+``TOOL_NOT_STARTED``. The effects ledger of that branch says the same, with the idempotency key
+the killed body was given (it wrote ``$DSH_IDEMPOTENCY_KEY`` to the marker).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from approval.deferred_env import DSH, REPO, script
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from dsh_host.session.audit import attest, verify_export
+from dsh_host.session.effects import effects_after
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +45,10 @@ def test_a_killed_and_repaired_session_verifies(tmp_path: Path) -> None:
         [
             {
                 "tool_calls": [
-                    bash("call-slow", "touch started; sleep 600"),
+                    bash(
+                        "call-slow",
+                        'printf %s "$DSH_IDEMPOTENCY_KEY" > key.tmp; mv key.tmp started; sleep 600',
+                    ),
                     bash("call-next", "touch second"),
                 ]
             },
@@ -122,6 +127,16 @@ def test_a_killed_and_repaired_session_verifies(tmp_path: Path) -> None:
     assert [e["data"]["callId"] for e in events if e["type"] == "tool/call"] == ["call-slow"]
     report = verify_export(data)
     assert report.ok, [str(p) for p in report.problems]
+    # The effects ledger of a fork made before the first step: the killed call may have run
+    # (and its key is the one its body saw), the second never started.
+    (start,) = [e["seq"] for e in events if e["type"] == "turn/start"]
+    ledger = effects_after(session_id, events, start)
+    assert [(e.call_id, e.status, e.tool) for e in ledger] == [
+        ("call-slow", "unknown", "bash"), ("call-next", "not-started", "bash"),
+    ]  # fmt: skip
+    assert ledger[0].idempotency_key == (workspace / "started").read_text()
+    assert ledger[1].call_seq is None and ledger[0].call_seq is not None
+    assert effects_after(session_id, events, events[-1]["seq"]) == []
     # The same closer claiming success is a result without a call.
     for event in events:
         if event["type"] == "tool/result" and event["data"]["error"]["code"] == "TOOL_NOT_STARTED":

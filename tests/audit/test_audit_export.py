@@ -27,6 +27,7 @@ from approval.deferred_env import CALL, DSH, Env, make_env
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from dsh_host.session.audit import attest, public_key_text, verify_export
+from dsh_host.session.effects import effects_after
 
 # slow: several real dsh processes
 pytestmark = pytest.mark.slow
@@ -313,3 +314,15 @@ def test_bad_input_gets_a_clear_error(exported: dict[str, Any], tmp_path: Path) 
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-n", "0"]))
+
+
+def test_the_effects_ledger_lists_the_call_that_ran(exported: dict[str, Any]) -> None:
+    """A fork at the first turn's start abandons the approved call, which ran: ``done``."""
+    events = events_of(exported["file"].read_bytes())
+    start = next(e["seq"] for e in events if e["type"] == "turn/start")
+    (effect,) = effects_after(exported["session"], events, start)
+    assert (effect.call_id, effect.tool, effect.status, effect.is_error) == (
+        CALL, "bash", "done", False,
+    )  # fmt: skip
+    assert effect.call_seq is not None and effect.result_seq is not None
+    assert effect.idempotency_key.startswith("dsh-") and len(effect.idempotency_key) == 36
