@@ -129,6 +129,11 @@ def test_a_flipped_byte_is_named(exported: dict[str, Any], tmp_path: Path) -> No
         in proc.stderr
     )
     assert "Traceback" not in proc.stderr
+    as_json = verify_cli(tmp_path, b"\n".join(lines), "--json")
+    assert as_json.returncode == 1
+    report = json.loads(as_json.stdout)
+    assert report["ok"] is False and report["sessionId"] == exported["session"]
+    assert [(p["index"], p["seq"], p["kind"]) for p in report["problems"]] == [(at, seq, "chain")]
 
 
 def test_a_dropped_event_is_named(exported: dict[str, Any], tmp_path: Path) -> None:
