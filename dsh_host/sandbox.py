@@ -28,7 +28,7 @@ from typing import ClassVar, Final, Literal, Protocol, runtime_checkable
 import msgspec
 
 from dsh_host.errors import DshError
-from dsh_host.userdirs import user_config_file
+from dsh_host.userdirs import config_home, user_config_file
 
 SandboxMode = Literal["read-only", "workspace-write", "danger-full-access"]
 ConfinedSandboxMode = Literal["read-only", "workspace-write"]
@@ -148,8 +148,19 @@ def hide_from_sandboxes(path: str) -> None:
         _harness_secrets.append(real)
 
 
+#: File name of the default audit signing key, in ``$XDG_CONFIG_HOME/dsh/``
+#: (:func:`dsh_host.session.audit.default_key_file`).
+AUDIT_KEY_NAME: Final = "audit-ed25519.pem"
+
+
 def harness_secret_paths() -> tuple[str, ...]:
-    """The paths registered with :func:`hide_from_sandboxes`."""
+    """The paths registered with :func:`hide_from_sandboxes`, and the default audit signing key
+    when it exists: an export signed with it proves what the log holds only while no tool could
+    read it, and tools run in processes that never load the audit code, so it is named here,
+    where every confined spawn asks, rather than registered by whoever signs."""
+    key = os.path.realpath(config_home() / "dsh" / AUDIT_KEY_NAME)
+    if os.path.lexists(key) and key not in _harness_secrets:
+        return (*_harness_secrets, key)
     return tuple(_harness_secrets)
 
 

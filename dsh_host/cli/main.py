@@ -42,7 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "cli.plugins_cmd",
         "show each row of a composition: plugin, entry point, services, hooks, state",
     ),
-    "sessions": ("cli.sessions_cmd", "list, show and verify stored sessions"),
+    "sessions": ("cli.sessions_cmd", "list, show, verify and export stored sessions"),
     "trust": (
         "cli.trust_cmd",
         "let dsh load ./dsh.yml (or FILE) from its directory while it is unchanged",
@@ -50,6 +50,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "approvals": (
         "cli.approvals_cmd",
         "list and decide approvals that wait (dsh run --approval defer)",
+    ),
+    "audit": (
+        "cli.audit_cmd",
+        "check an attested session export offline (`dsh sessions export ID --attest`)",
     ),
     "serve": (
         "server.command",

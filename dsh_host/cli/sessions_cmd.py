@@ -1,4 +1,4 @@
-"""``dsh sessions list | show | verify``: read stored sessions without writing a byte."""
+"""``dsh sessions list | show | verify | export``: read stored sessions without writing a byte."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ from .usage import logged_usage, usage_line
 
 
 def add_parser(sub: Any) -> None:
-    sessions = sub.add_parser("sessions", help="list, show and verify stored sessions")
+    sessions = sub.add_parser("sessions", help="list, show, verify and export stored sessions")
     commands = sessions.add_subparsers(dest="sessions_command", metavar="SUBCOMMAND")
     sessions.set_defaults(handler=lambda args: _usage(sessions))
 
@@ -90,6 +90,30 @@ def add_parser(sub: Any) -> None:
     add_root_flag(verify)
     verify.add_argument("--json", action="store_true", help="print one JSON object")
     verify.set_defaults(handler=run_verify)
+
+    export = commands.add_parser(
+        "export",
+        help="write one session's events as an attested export (hash chain + Ed25519 "
+        "signature) that `dsh audit verify` checks offline",
+    )
+    export.add_argument("session_id", metavar="ID")
+    add_config_flag(export)
+    add_root_flag(export)
+    export.add_argument(
+        "--attest", action="store_true", required=True,
+        help="chain every record with SHA-256 and sign the last hash with Ed25519 (required: "
+        "the only export form so far)",
+    )
+    export.add_argument(
+        "--key", metavar="FILE",
+        help="Ed25519 signing key, PKCS#8 PEM (default: ~/.config/dsh/audit-ed25519.pem, "
+        "created 0600 on first use)",
+    )
+    export.add_argument(
+        "--output", "-o", metavar="FILE",
+        help="write the export here (default: stdout); the public key goes to stderr",
+    )
+    export.set_defaults(handler=run_export)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -505,3 +529,54 @@ def run_verify(args: argparse.Namespace) -> int:
         )
     out.print(f"run `{command_hint('dsh', 'resume', args.session_id)}` to repair it", markup=False)
     return code
+
+
+# -- export -----------------------------------------------------------------------------
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """``dsh sessions export ID --attest``: the log as read, chained and signed.
+
+    Reads like ``show`` (no lock taken, nothing written to the store); the file is written
+    whole to a temporary name and renamed, so a reader never sees half an export.
+    """
+    from pathlib import Path
+
+    from ..session.audit import attest, load_or_create_key, public_key_text
+
+    rows = persistence_rows(load_composition(args)[1])
+    key = load_or_create_key(Path(args.key).expanduser() if args.key else None)
+
+    async def body(host: PluginHost) -> SessionLoad:
+        return await _read(host, args.session_id)
+
+    load = run_with_host(rows, body)
+    data = attest(
+        load.id,
+        to_builtins(load.header),
+        [event_to_builtins(event) for event in load.events],
+        key,
+    )
+    if args.output is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    else:
+        target = Path(args.output)
+        partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+        try:
+            with open(partial, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(partial, target)
+        except OSError as exc:
+            partial.unlink(missing_ok=True)
+            raise CliUsageError(
+                f"--output {args.output}: cannot write it ({exc.strerror})"
+            ) from None
+    print(
+        f"dsh: exported {len(load.events)} events of {load.id}, signed by Ed25519 key "
+        f"{public_key_text(key)}",
+        file=sys.stderr,
+    )
+    return 0

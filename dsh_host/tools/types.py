@@ -17,7 +17,6 @@ reach the durable log; ``value`` stays in the process.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ import msgspec
 from msgspec import UNSET
 
 from dsh_host.jsonsafe import freeze_json, to_json_builtins
+from dsh_host.session.effects import idempotency_key
 from dsh_host.session.messages import ContentBlock, TextBlock, ToolSchema, UserMessage
 from dsh_host.session.repair import TOOL_OUTCOME_UNKNOWN
 
@@ -370,9 +370,7 @@ class ToolExecution:
         """
         agent = self.agent
         session_id = getattr(agent.session, "id", None) if agent is not None else None
-        scope = session_id if isinstance(session_id, str) else ""
-        digest = hashlib.sha256(f"{len(scope)}:{scope}:{self.call_id}".encode())
-        return "dsh-" + digest.hexdigest()[:32]
+        return idempotency_key(session_id if isinstance(session_id, str) else "", self.call_id)
 
     @property
     def finished(self) -> bool:
