@@ -117,6 +117,7 @@ SHIPPED_PLUGINS: Final[dict[str, DeclaredPlugin]] = {
         executable_keys=("command", "args", "env", "cwd"),
     ),
     "telemetry-otel": DeclaredPlugin("dsh_telemetry_otel:TelemetryOtel", provides=("telemetry",)),
+    "skills": DeclaredPlugin("dsh_skills:Skills", inject=("tools",)),
 }
 
 
