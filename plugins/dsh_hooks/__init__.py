@@ -41,6 +41,7 @@ import json
 import os
 import re
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -547,10 +548,16 @@ class Hooks(Plugin):
                 return downstream
             return Enter(messages=(*downstream.messages, *added))
 
+        #: agent -> the turn a Stop hook already continued: the next Stop payload says
+        #: ``stop_hook_active: true`` (Claude Code's guard against a hook that never lets go)
+        continued: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
         async def turn_stopping(stopping: TurnStoppingContext) -> None:
-            verdicts = await run_point("Stop", stopping.agent, None, {"stop_hook_active": False})
+            active = continued.get(stopping.agent) == stopping.turn
+            verdicts = await run_point("Stop", stopping.agent, None, {"stop_hook_active": active})
             for v in verdicts:
                 if v.kind == "deny":
+                    continued[stopping.agent] = stopping.turn
                     stopping.agent.steer(v.reason or "continue: blocked by Stop hook")
 
         if by_point["PreToolUse"]:

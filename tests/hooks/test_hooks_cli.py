@@ -54,6 +54,7 @@ def run(
     *,
     row: str = HOOKS_ROW,
     returncode: int = 0,
+    extra_texts: tuple[str, ...] | list[str] = (),
 ) -> tuple[str, str]:
     config = tmp_path / "composition.yml"
     config.write_text(DEFAULT + row)
@@ -70,7 +71,11 @@ def run(
         }
         for i, c in enumerate(commands)
     ]
-    script.write_text(json.dumps({"responses": [*responses, {"text": "done"}]}))
+    script.write_text(
+        json.dumps(
+            {"responses": [*responses, {"text": "done"}, *({"text": t} for t in extra_texts)]}
+        )
+    )
     result = dsh(
         "run",
         "clean up",
@@ -281,3 +286,19 @@ def test_hooks_run_confined(scratch: Path, tmp_path: Path, backend: str, mode: s
     # control: the same command, unconfined, writes the target
     subprocess.run(["bash", "-c", command], check=True)
     assert target.read_text() == "escaped\n"
+
+
+def test_a_stop_hook_continues_the_turn_once(project: Path, tmp_path: Path) -> None:
+    """The Stop hook blocks unless Claude Code's stop_hook_active says it already did: the
+    model gets the reason as steering and one more step, then the turn ends."""
+    stop = (
+        'case "$(cat)" in *\'"stop_hook_active": true\'*) exit 0;; esac; '
+        "echo 'write the summary to the ledger first' >&2; exit 2"
+    )
+    hooks_file(user_hooks(), "Stop", stop)
+    session_id, _ = run(project, tmp_path, [], extra_texts=["now summarized"])
+    log = events(project, session_id)
+    decisions = [e["data"]["decision"] for e in log if e["type"] == "hook/result"]
+    assert decisions == ["deny", "pass"]
+    assert "write the summary to the ledger first" in model_view(project, session_id)
+    assert len([e for e in log if e["type"] == "assistant/message"]) == 2
