@@ -7,6 +7,7 @@ would append to the ledger; the guardrail writes the session id to the ready fil
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -29,7 +30,8 @@ async def main(root: str, model: str, ledger: str, ready: str) -> None:
 
     @tool_guardrail
     def slow_review(call: ToolCallData) -> bool:
-        Path(ready).write_text(holder[0].session_id)
+        Path(ready + ".tmp").write_text(holder[0].session_id)
+        os.replace(ready + ".tmp", ready)  # whole or absent: the parent kills once it exists
         time.sleep(600)  # the parent kills the process here, inside the guardrail
         return False
 
