@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -148,15 +148,20 @@ def _write_trusted(files: dict[str, str]) -> Path:
     return store
 
 
-def trust(path: Path) -> tuple[Path, str]:
+def trust(path: Path, check: Callable[[bytes, Path], None] | None = None) -> tuple[Path, str]:
     """Record ``path`` (canonical) with the SHA-256 of its current bytes.
 
     The file must load as a trusted project file would (its plugins resolve, their configs
     validate, no row imports code or chooses an executable): trusting a file that would be
     refused at every run helps nobody, so the refusal comes now, with the same message.
+    ``check`` replaces that composition check for another kind of project file a plugin reads
+    only when trusted (the ``hooks`` plugin's ``.claude/hooks.json``); it raises to refuse.
     """
     data = _read(path)
-    check_rows(parse_rows(_decode(data, path), str(path), restricted=restriction(path)))
+    if check is not None:
+        check(data, path)
+    else:
+        check_rows(parse_rows(_decode(data, path), str(path), restricted=restriction(path)))
     canonical = Path(os.path.realpath(path))
     files = _trusted()
     files[str(canonical)] = digest(data)

@@ -36,6 +36,7 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     ├── ConfigError                                      dsh_host.errors
     │   ├── BuiltinToolsConfigError                      dsh_builtin_tools.config
     │   ├── DuplicateRowIdError                          dsh_host.errors
+    │   ├── HookFileError                                dsh_hooks
     │   ├── McpClientConfigError                         dsh_mcp_client.config
     │   ├── MissingExtraError                            dsh_host.errors
     │   ├── SandboxConfigError                           dsh_sandbox_local.provider
@@ -47,6 +48,7 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     │   ├── EventModeConflictError                       dsh_host.errors
     │   ├── HandlerKindError                             dsh_host.errors
     │   └── UndeclaredEventError                         dsh_host.errors
+    ├── GuardrailTripwireTriggered                       dsh_host.front.guardrails
     ├── InactiveContextError                             dsh_host.errors
     ├── InvalidSandboxRequestError                       dsh_host.sandbox
     ├── LlmError                                         dsh_host.llm.errors
@@ -101,6 +103,7 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
         ├── PatternError                                 dsh_builtin_tools.patterns
         ├── ProtectedPathError                           dsh_builtin_tools.files
         ├── SandboxEscalationError                       dsh_host.tools.escalation
+        ├── SkillError                                   dsh_skills
         ├── ToolArgsError                                dsh_host.tools.errors
         ├── ToolNotFoundError                            dsh_host.tools.errors
         ├── ToolOutputError                              dsh_host.tools.errors

@@ -36,6 +36,7 @@ class DeclaredPlugin:
 
 
 _TIMEOUT_POLICY: Final = DeclaredPlugin("dsh_timeout_policy:TimeoutPolicy", inject=("tools",))
+_HOOKS: Final = DeclaredPlugin("dsh_hooks:Hooks", executable_keys=("config_path",))
 
 #: Entry-point name -> what its plugin declares.
 SHIPPED_PLUGINS: Final[dict[str, DeclaredPlugin]] = {
@@ -117,6 +118,9 @@ SHIPPED_PLUGINS: Final[dict[str, DeclaredPlugin]] = {
         executable_keys=("command", "args", "env", "cwd"),
     ),
     "telemetry-otel": DeclaredPlugin("dsh_telemetry_otel:TelemetryOtel", provides=("telemetry",)),
+    "skills": DeclaredPlugin("dsh_skills:Skills", inject=("tools",)),
+    "hooks": _HOOKS,
+    "hooks-claude-code": _HOOKS,
 }
 
 

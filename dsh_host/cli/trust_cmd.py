@@ -13,13 +13,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from ..compositions import PROJECT_FILE, revoke, trust, trusted_files
+from ..loader import resolve_plugin
 from ..userdirs import trust_store_file
 from .common import CliUsageError
 from .output import console
+
+#: Project files a plugin reads only when trusted (the plugin's ``check_trusted_file`` checks
+#: them here): the ``hooks`` plugin's Claude Code hook files, which name commands to run.
+PLUGIN_PROJECT_FILES: dict[str, str] = {
+    ".claude/hooks.json": "hooks",
+    ".claude/settings.json": "hooks",
+}
+
+
+def _plugin_reading(path: Path) -> str | None:
+    """The plugin that reads ``path`` as a trusted project file, by its last two components."""
+    tail = "/".join(Path(os.path.abspath(path)).parts[-2:])
+    return PLUGIN_PROJECT_FILES.get(tail)
 
 
 def add_parser(sub: Any) -> None:
@@ -62,12 +77,18 @@ def run(args: argparse.Namespace) -> int:
         else:
             out.print(f"no longer trusted: {path}", markup=False)
         return 0
-    if path.name != PROJECT_FILE:
+    plugin = _plugin_reading(path)
+    if path.name != PROJECT_FILE and plugin is None:
         raise CliUsageError(
-            f"{path}: only a directory's {PROJECT_FILE} is loaded by trust; name other "
+            f"{path}: only a directory's {PROJECT_FILE} (or a project hooks file: "
+            f"{', '.join(PLUGIN_PROJECT_FILES)}) is loaded by trust; name other "
             "compositions with --config FILE or $DSH_CONFIG"
         )
-    canonical, sha = trust(path)
+    if plugin is not None:
+        factory, _ = resolve_plugin(plugin, str(path))
+        canonical, sha = trust(path, check=factory.check_trusted_file)
+    else:
+        canonical, sha = trust(path)
     if args.json:
         print(json.dumps({"trusted": str(canonical), "sha256": sha}))
     else:

@@ -16,6 +16,15 @@ if TYPE_CHECKING:
     from . import events
     from .agent import CLI_DEFAULT, FINAL_RESULT, Agent, Answerer, EventStream, RunResult
     from .errors import OutputValidationError
+    from .guardrails import (
+        Guardrail,
+        GuardrailFunctionOutput,
+        GuardrailTripwireTriggered,
+        ToolCallData,
+        input_guardrail,
+        output_guardrail,
+        tool_guardrail,
+    )
     from .models import MODEL_SPECS, ModelChoice, parse_model
     from .tools import FunctionTool, ToolContext, tool
 
@@ -25,6 +34,18 @@ _DEFINED_IN = {
         ("CLI_DEFAULT", "FINAL_RESULT", "Agent", "Answerer", "EventStream", "RunResult"), "agent"
     ),
     "OutputValidationError": "errors",
+    **dict.fromkeys(
+        (
+            "Guardrail",
+            "GuardrailFunctionOutput",
+            "GuardrailTripwireTriggered",
+            "ToolCallData",
+            "input_guardrail",
+            "output_guardrail",
+            "tool_guardrail",
+        ),
+        "guardrails",
+    ),
     **dict.fromkeys(("MODEL_SPECS", "ModelChoice", "parse_model"), "models"),
     **dict.fromkeys(("FunctionTool", "ToolContext", "tool"), "tools"),
 }
@@ -41,11 +62,18 @@ __all__ = [
     "Answerer",
     "EventStream",
     "FunctionTool",
+    "Guardrail",
+    "GuardrailFunctionOutput",
+    "GuardrailTripwireTriggered",
     "ModelChoice",
     "OutputValidationError",
     "RunResult",
+    "ToolCallData",
     "ToolContext",
     "events",
+    "input_guardrail",
+    "output_guardrail",
     "parse_model",
     "tool",
+    "tool_guardrail",
 ]

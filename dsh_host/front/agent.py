@@ -91,6 +91,7 @@ from dsh_host.tools.types import text_output
 
 from . import events as ev
 from .errors import OutputValidationError
+from .guardrails import Guardrail, Guardrails, GuardrailTripwireTriggered
 from .models import parse_model
 from .runner import TermsRefused, composition_digest, differences, portable_spec, terms_of
 from .tools import FunctionTool, thaw, type_schema
@@ -206,8 +207,10 @@ class Agent:
         rows: Sequence[Row] = (),
         config: Mapping[str, Mapping[str, Any]] | None = None,
         composition: str | os.PathLike[str] | None = None,
+        guardrails: Sequence[Guardrail] = (),
     ) -> None:
         self._model = parse_model(model, "Agent(model=...)")
+        self._guardrails = Guardrails(tuple(guardrails))
         self._model_spec = model
         self._definitions: list[ToolDefinition] = []
         self._ask: list[str] = []
@@ -417,6 +420,7 @@ class Agent:
         ctx.on(TOOLS_RESULT, self._on_tool_result)
         ctx.on(AGENT_PRE_STEP, self._on_pre_step)
         ctx.on(AGENT_TURN_STOPPING, self._on_turn_stopping)
+        self._guardrails.install(ctx, lambda agent: agent is not None and agent is self._core)
         approval = self._approval
         if callable(approval):
             answerer = approval
@@ -679,6 +683,11 @@ class Agent:
         await self.host.ctx.sessions.flush(core.session)
         turn = core.last_turn
         text, usage = _turn_answer(core.session, turn)
+        tripped = self._guardrails.take(core, turn)
+        if tripped is not None:  # the log (flushed above) holds the verdict; the caller hears it
+            guardrail, output = tripped
+            result = RunResult(text, core.id, turn, reason, usage)
+            raise GuardrailTripwireTriggered(guardrail.kind, guardrail.name, output, result)
         if state is None:
             return RunResult(text, core.id, turn, reason, usage)
         if state.value is UNSET:

@@ -1,0 +1,69 @@
+"""SIGKILL during a slow tool guardrail, then resume: nothing claims the call ran.
+
+A tool guardrail runs in ``tools/pre-execute``, before the ``tools/execute`` chain where the
+checkpoint policy flushes the log and the body runs. So a process killed while a guardrail
+deliberates has not run the body (the ledger is empty), and the log on disk holds no durable
+``tool/call``: the model's answer of that step had not reached a barrier yet. Resume closes the
+interrupted turn without a ``tool/call`` or a ``tool/result`` for it: the call is, in the log
+as in the world, not started, and asking the model again is safe.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from front_helpers import events_of, script
+
+from dsh_host import Agent
+
+pytestmark = pytest.mark.anyio
+
+CHILD = Path(__file__).with_name("guardrail_crash_child.py")
+
+
+def kill_in_guardrail(tmp_path: Path, root: Path, model: str, ledger: Path) -> str:
+    """Run the child until its guardrail is deliberating, SIGKILL it; the session id."""
+    ready = tmp_path / "ready"
+    child = subprocess.Popen(
+        [sys.executable, str(CHILD), str(root), model, str(ledger), str(ready)],
+        cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60  # a hang guard, not a timing assertion
+        while not ready.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert ready.exists(), child.communicate(timeout=60)[1]
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        if child.poll() is None:
+            child.wait(timeout=60)
+        assert child.stderr is not None
+        child.stderr.close()
+    assert child.returncode == -signal.SIGKILL
+    return ready.read_text()
+
+
+async def test_a_kill_inside_a_tool_guardrail_resumes_as_not_started(tmp_path: Path) -> None:
+    root, ledger = tmp_path / "sessions", tmp_path / "ledger.txt"
+    model = script(tmp_path, [
+        {"tool_calls": [{"id": "charge-1", "name": "charge",
+                         "arguments": {"customer": "cus_1", "cents": 500}}]},
+        {"text": "never reached"},
+    ])  # fmt: skip
+    session_id = kill_in_guardrail(tmp_path, root, model, ledger)
+    after = script(tmp_path, [{"text": "retrying is safe"}], "after.json")
+    async with Agent(after, store=root, approval="never") as agent:
+        await agent.resume(session_id)
+        calls = events_of(agent, "tool/call", "tool/result", "guardrail/verdict")
+        ended = events_of(agent, "turn/end")
+        resumed = await agent.run("try again")
+    assert not ledger.exists()  # the body never ran
+    assert calls == []  # and the log does not claim it started
+    assert len(ended) == 1  # the interrupted turn is closed
+    assert resumed.completed and resumed.output == "retrying is safe"
