@@ -61,8 +61,9 @@ OUTSIDE: list[tuple[str, re.Pattern[str]]] = [
     ("an outside checklist", re.compile(r"\bchecklist\s+(?:items?\s+)?\d|§\s*\d+, item \d")),
 ]
 
-#: ``NAME.md`` before a section sign: the page the section belongs to.
-MARKDOWN_NAME = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.md)\b")
+#: ``NAME.md`` right before a section sign (``docs/format.md §5.1``, or at the end of the line
+#: before it): the page the section belongs to. A bare sign is the file's own section.
+PAGE_BEFORE = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.md)[`\s]*$")
 #: A section sign with its number: ``§5.1``, ``§ 2``.
 SECTION = re.compile(r"§\s*(\d+(?:\.\d+)*)")
 #: A numbered heading: ``## 5. Reading``, ``### 5.1 A torn tail``.
@@ -134,7 +135,9 @@ def scan(files: dict[str, str], decisions: set[int]) -> list[Finding]:
             for match in DECISION.finditer(line):
                 if int(match.group(1)) not in decisions:
                     findings.append(
-                        Finding(path, number, f"D{match.group(1)} is not in docs/decisions.md", line)
+                        Finding(
+                            path, number, f"D{match.group(1)} is not in docs/decisions.md", line
+                        )
                     )
             for what, pattern in OUTSIDE:
                 if pattern.search(line):
@@ -155,11 +158,11 @@ def _sections(
     out: list[Finding] = []
     for match in SECTION.finditer(line):
         before = line[: match.start()]
-        named = MARKDOWN_NAME.findall(before)
-        if not named and number > 1 and not before.strip(" `(*,;—-"):
-            named = MARKDOWN_NAME.findall(lines[number - 2])
-        if named:
-            page = Path(named[-1]).name
+        named = PAGE_BEFORE.search(before)
+        if named is None and number > 1 and not before.strip(" `(*,;—-#:"):
+            named = PAGE_BEFORE.search(lines[number - 2])
+        if named is not None:
+            page = Path(named.group(1)).name
             if page in sections and match.group(1) not in sections[page]:
                 out.append(Finding(path, number, f"{page} has no section {match.group(1)}", line))
             continue
@@ -175,7 +178,7 @@ def test_the_patterns_find_what_they_must_and_nothing_else() -> None:
     files = {
         "a.py": "\n".join(
             [
-                '"""See D16, D1 and DECISIONS D16."""',  # 2: the file name
+                '"""See D16, D1 and DECISIONS D16."""',  # the outside file name
                 "x = 1  # (D99) and D16, D40",  # 2: unknown numbers
                 "def parse_model(spec: str) -> None: ...",  # a variable
                 "#: the spec that rebuilds the model (openai-compatible:M)",  # a model spec
