@@ -3,7 +3,7 @@
 It lives in the host layer so consumers (the ``bash`` tool) and providers (``sandbox-local``,
 or a third-party container provider) share one vocabulary without importing each other.
 
-Two boundaries are kept apart (D9, and ``user-approval``'s README): approval answers "did a
+Two boundaries are kept apart (``user-approval``'s README says why): approval answers "did a
 person agree to this occurrence?", the sandbox answers "what may the process touch while it
 runs?". Nothing here asks anybody anything; the policy rides each call and a provider keeps no
 mode of its own.

@@ -8,6 +8,7 @@ follow it, so this test reads every tracked text file and fails, naming file and
 * a pointer at a text that is not in the tree: the design notes and behavioural specifications
   dsh was written from (their file names, "spec §", "the spec's text"), the seed documents
   (``seed 000``), their checklist numbers, the outside style guide, a test named by a code;
+* a relative Markdown link that leaves the tree or names a missing file;
 * a section sign that resolves nowhere: ``format.md §9.9`` without such a heading, or a bare
   ``§1.9`` on a line that names no page of the tree (unless the file has that numbered section
   itself).
@@ -18,6 +19,7 @@ an event spec, ``parse_model(spec)``), and those must not match.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from dataclasses import dataclass
@@ -64,6 +66,8 @@ OUTSIDE: list[tuple[str, re.Pattern[str]]] = [
 #: ``NAME.md`` right before a section sign (``docs/format.md §5.1``, or at the end of the line
 #: before it): the page the section belongs to. A bare sign is the file's own section.
 PAGE_BEFORE = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.md)[`\s]*$")
+#: A Markdown link's target, without its anchor: ``[format.md](format.md#5-reading)``.
+LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
 #: A section sign with its number: ``§5.1``, ``§ 2``.
 SECTION = re.compile(r"§\s*(\d+(?:\.\d+)*)")
 #: A numbered heading: ``## 5. Reading``, ``### 5.1 A torn tail``.
@@ -125,6 +129,7 @@ def sections_of(text: str) -> set[str]:
 def scan(files: dict[str, str], decisions: set[int]) -> list[Finding]:
     """Every unresolved citation in ``files`` (path -> text), given the decision numbers."""
     sections = {Path(p).name: sections_of(t) for p, t in files.items() if p.endswith(".md")}
+    known = set(files) | {str(parent) for p in files for parent in Path(p).parents}
     findings: list[Finding] = []
     for path, text in files.items():
         own = sections.get(Path(path).name, set()) if path.endswith(".md") else set()
@@ -143,7 +148,22 @@ def scan(files: dict[str, str], decisions: set[int]) -> list[Finding]:
                 if pattern.search(line):
                     findings.append(Finding(path, number, f"cites {what}", line))
             findings.extend(_sections(path, number, line, lines, own, sections))
+            if path.endswith(".md"):
+                findings.extend(_links(path, number, line, known))
     return findings
+
+
+def _links(path: str, number: int, line: str, known: set[str]) -> list[Finding]:
+    """A relative Markdown link must land on a file or folder of the tree."""
+    out: list[Finding] = []
+    for match in LINK.finditer(line):
+        target = match.group(1)
+        if re.match(r"[a-z]+:", target):
+            continue  # https:, mailto:
+        resolved = os.path.normpath(os.path.join(os.path.dirname(path), target))
+        if resolved not in known:
+            out.append(Finding(path, number, f"link {target} leaves the tree or is missing", line))
+    return out
 
 
 def _sections(
@@ -193,6 +213,7 @@ def test_the_patterns_find_what_they_must_and_nothing_else() -> None:
             ]
         ),
         "docs/format.md": "# F\n## 5. R\n### 5.1 T\nAs §5 says, and §3 does not.\n",
+        "docs/links.md": "[a](format.md#5-r) [b](../a.py) [c](https://x.org/y.md)\n[d](../../spec/x.md)\n",
     }
     found = [(f.path, f.line) for f in scan(files, decision_numbers(page))]
     assert found.count(("a.py", 1)) == 1
@@ -205,6 +226,8 @@ def test_the_patterns_find_what_they_must_and_nothing_else() -> None:
     assert found.count(("a.py", 10)) == 1
     assert found.count(("a.py", 11)) == 1 and ("a.py", 12) not in found
     assert found.count(("docs/format.md", 4)) == 1  # §3 is not a heading of the page
+    assert ("docs/links.md", 1) not in found  # in the tree, or not a path
+    assert found.count(("docs/links.md", 2)) == 1  # outside the tree
 
 
 def test_every_citation_resolves_inside_the_repository() -> None:
