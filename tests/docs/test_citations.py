@@ -213,7 +213,9 @@ def test_the_patterns_find_what_they_must_and_nothing_else() -> None:
             ]
         ),
         "docs/format.md": "# F\n## 5. R\n### 5.1 T\nAs §5 says, and §3 does not.\n",
-        "docs/links.md": "[a](format.md#5-r) [b](../a.py) [c](https://x.org/y.md)\n[d](../../spec/x.md)\n",
+        "docs/links.md": (
+            "[a](format.md#5-r) [b](../a.py) [c](https://x.org/y.md)\n[d](../../spec/x.md)\n"
+        ),
     }
     found = [(f.path, f.line) for f in scan(files, decision_numbers(page))]
     assert found.count(("a.py", 1)) == 1
