@@ -16,7 +16,7 @@ says everything the bus checks); one registered by a name not declared yet waits
 unchecked and never called, until the owner declares it, and is checked then (a wrong
 kind is dropped and logged against its row). Dispatching by an undeclared name is an
 error. A listener of the wrong kind is refused rather than misbehaving when it is (or
-is not) awaited. Modes (DECISIONS D4):
+is not) awaited. Modes (D4 in docs/decisions.md):
 
 ``EMIT`` (:class:`Emit`)
     Notification. Listeners are plain sync callables, called in order; each

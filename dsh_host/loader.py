@@ -11,7 +11,7 @@ under the row id, so one plugin can serve two rows with two configs.
 Rows mount sequentially in YAML order (a row whose injected services are not
 live yet waits and mounts when they appear). Listener order, and therefore
 around-chain nesting, is deterministic: an earlier row's hook is the outer one.
-DSH mounts rows concurrently; this is a deliberate tightening (DECISIONS D3).
+DSH mounts rows concurrently; this is a deliberate tightening (D3 in docs/decisions.md).
 
 The only custom YAML tag is ``!env NAME`` / ``!env [NAME, default]``; nothing
 in a composition can evaluate code.
@@ -70,7 +70,7 @@ class LocatedRow:
     where: str
     #: ``None``: the row may import code (``module:Attr``) and set config keys that choose
     #: executables (user-level, explicitly named or programmatic config). Otherwise why it may
-    #: not, with the fix: such a row is refused at mount (DECISIONS D16).
+    #: not, with the fix: such a row is refused at mount (D16).
     restricted: str | None = None
 
 
@@ -236,7 +236,7 @@ _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
 def accept_camel_keys(data: Any, config_type: Any, prefix: str = "config") -> Any:
-    """DECISIONS D21: DSH's camelCase spelling of a snake_case config key is an alias of it.
+    """D21: DSH's camelCase spelling of a snake_case config key is an alias of it.
 
     Walks ``data`` along ``config_type`` (a msgspec Struct, nested Structs,
     lists and dicts of them) and renames ``apiKeyEnv`` to ``api_key_env``

@@ -66,7 +66,7 @@ class PluginMeta(msgspec.Struct, frozen=True):
     provides: tuple[str, ...] = ()
     config_type: type[msgspec.Struct] = NoConfig
     #: config keys (snake_case; the camelCase spelling is matched too) that choose an
-    #: executable or code to run; honoured only from trusted config (DECISIONS D16)
+    #: executable or code to run; honoured only from trusted config (D16)
     executable_keys: tuple[str, ...] = ()
     #: the ``--model PREFIX:MODEL`` spelling of a model adapter (None: not a model adapter)
     model_route: ModelRoute | None = None

@@ -3,7 +3,7 @@
 It lives in the host layer so consumers (the ``bash`` tool) and providers (``sandbox-local``,
 or a third-party container provider) share one vocabulary without importing each other.
 
-Two boundaries are kept apart (spec ``approval-and-sandbox.md`` §0): approval answers "did a
+Two boundaries are kept apart (``user-approval``'s README says why): approval answers "did a
 person agree to this occurrence?", the sandbox answers "what may the process touch while it
 runs?". Nothing here asks anybody anything; the policy rides each call and a provider keeps no
 mode of its own.
@@ -44,7 +44,7 @@ UNAVAILABLE_MESSAGE = (
     "(Linux), ensure sandbox-exec is usable (macOS), or ensure the ACL restricted-token runner "
     "can start (Windows) — otherwise switch the consumer to danger-full-access."
 )
-"""Exact text of :class:`SandboxUnavailableError` (spec §2.1); ``{mode}`` is the confined mode."""
+"""Exact text of :class:`SandboxUnavailableError` (DSH's); ``{mode}`` is the confined mode."""
 
 
 class SandboxUnavailableError(DshError):
@@ -88,7 +88,7 @@ class InvalidSandboxRequestError(DshError, ValueError):
 
 
 class SandboxPolicy(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """The complete per-call policy (spec's ``SandboxExecutionPolicy``).
+    """The complete per-call policy (DSH's ``SandboxExecutionPolicy``).
 
     ``workspace_root`` is an absolute host directory, canonical as the policy service resolved
     it; it is carried even when the mode does not use it. A provider only ever confines the two
@@ -165,7 +165,7 @@ def harness_secret_paths() -> tuple[str, ...]:
 
 
 def writable_roots(policy: SandboxPolicy) -> tuple[str, ...]:
-    """Writable roots of the path-fence consumers (fs tools, Seatbelt): spec §2.2.
+    """Writable roots of the path-fence consumers (fs tools, Seatbelt).
 
     Empty for ``read-only``; ``workspace-write`` gets the workspace, ``/tmp`` and the OS temp
     dir, canonical and de-duplicated. The bubblewrap and Landlock profiles spell their own temp
@@ -405,7 +405,7 @@ def harness_state_conflict(
 
 
 class RunnerFailureRule(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """Recognises that the runner failed before the command ran (spec §2.3, §2.8).
+    """Recognises that the runner failed before the command ran.
 
     ``allowed_exit_codes`` gates the rule (``None`` = any non-zero status); lines equal
     (case-insensitively, whole line) to an informational line are skipped; the first remaining

@@ -29,7 +29,7 @@ class DeclaredPlugin:
     entry_point: str
     provides: tuple[str, ...] = ()
     inject: tuple[str, ...] = ()
-    #: config keys that choose an executable (DECISIONS D16), as the class declares them
+    #: config keys that choose an executable (D16), as the class declares them
     executable_keys: tuple[str, ...] = ()
     #: ``(prefix, provider)`` of the class's ``model_route`` (``--model PREFIX:MODEL``)
     model_route: tuple[str, str] | None = None

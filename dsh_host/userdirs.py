@@ -1,4 +1,4 @@
-"""Where dsh keeps the user's own files (XDG base directories, DECISIONS D15/D16).
+"""Where dsh keeps the user's own files (XDG base directories, D15/D16).
 
 * ``$XDG_CONFIG_HOME/dsh/`` (``~/.config/dsh``): ``config.yml``, the user's own composition,
   and ``trusted.json``, the project files the user trusted with ``dsh trust``;

@@ -1,6 +1,6 @@
 """Shared test configuration: which anyio backends an async test runs on, private user dirs.
 
-anyio backends (DECISIONS D2: the code runs on trio and on asyncio):
+anyio backends (D2: the code runs on trio and on asyncio):
 
 - An async test marked ``@pytest.mark.both_backends`` (on the test, or a module's
   ``pytestmark``) runs once per backend, ids ``[trio]`` and ``[asyncio]``. Mark the tests
@@ -79,7 +79,7 @@ def _private_user_dirs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     summaries ``dsh sessions list`` remembers) move to a fresh directory per test, removed
     afterwards. It is under ``/var/tmp``, not ``/tmp``, like a real home: a test's workspace is
     often under ``/tmp``, and Landlock's workspace-write grants the host ``/tmp``, while a
-    session root or dsh config directory a tool could write is refused at boot (DECISIONS D15,
+    session root or dsh config directory a tool could write is refused at boot (D15,
     D16). Subprocesses inherit the variables.
     """
     base = Path(tempfile.mkdtemp(prefix="dsh-test-home-", dir="/var/tmp"))

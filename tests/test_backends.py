@@ -1,7 +1,7 @@
 """Guard of the anyio-backend rule in tests/conftest.py.
 
 Pure-logic async tests run once (on trio); the core paths, whose behaviour differs per event
-loop, must keep running on trio *and* asyncio (DECISIONS D2). This collects the core modules in
+loop, must keep running on trio *and* asyncio (D2). This collects the core modules in
 a fresh pytest process and checks each async test there is collected once per backend, and
 that an unmarked module's tests are collected once.
 """

@@ -1,4 +1,4 @@
-"""The exception tree drawn in ``dsh_host/errors.py`` is the real one (STYLE.md: one error tree).
+"""The exception tree drawn in ``dsh_host/errors.py`` is the real one (one error tree).
 
 Every ``DshError`` subclass in ``dsh_host`` and the shipped plugins appears exactly once in the
 drawing, under its real parent, with the module that defines it.

@@ -1,4 +1,4 @@
-"""Layers point down (STYLE.md): host → session → llm | tools → agent → front → server → cli.
+"""Layers point down: host → session → llm | tools → agent → front → server → cli.
 
 An import of a higher layer (or of a peer: llm and tools do not know each other) is named here
 with the file and line, so the offending edge is obvious. Plugins import only ``dsh_host`` and

@@ -1,4 +1,4 @@
-"""Every plugin README has DSH's shape (STYLE.md §11).
+"""Every plugin README has DSH's shape.
 
 The one README-shape test of the suite (it replaces per-directory copies):
 

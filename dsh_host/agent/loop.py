@@ -1,6 +1,6 @@
 """The agent loop: one :class:`Agent` drives one session through turns and steps.
 
-A turn appends, in this order (``session-and-persistence.md`` §2.7; DSH v3 shapes)::
+A turn appends, in this order (DSH v3 shapes, in DSH's order)::
 
     turn/start
       agent/pre-step (waterfall; may reject → turn/end {blocked}, no step)

@@ -1,4 +1,4 @@
-"""Tool-call scheduling for one assistant step (``host-tools-loop.md`` §5.6).
+"""Tool-call scheduling for one assistant step, as DSH schedules them.
 
 The model's calls run in model order, grouped: a call whose tool is not
 concurrency-safe is a group of one (a barrier); a parallel-safe call opens a

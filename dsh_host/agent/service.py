@@ -6,7 +6,7 @@ Embedding in three lines::
     reason = await agent.run_turn("list the files", signal=token)
     await agent.aclose()
 
-Resume (``session-and-persistence.md`` §6.2, seed 002): the stored log is
+Resume (D7: storage never repairs, the resumer does): the stored log is
 opened **for write** through ``ctx.sessionPersistence`` (exclusive ownership:
 another writer, in this process or another, is refused at once), the closers
 an interrupted turn needs are computed with

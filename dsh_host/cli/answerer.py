@@ -1,6 +1,6 @@
 """The terminal approval answerer: ``allow once? [y/N]`` on an interactive TTY.
 
-The ``user-approval`` plugin ships no answerer (DECISIONS D8); a front end
+The ``user-approval`` plugin ships no answerer (D8); a front end
 supplies one. This is the ``dsh`` command line's: an ``approval/request``
 listener that shows the person at the terminal what is being asked — tool
 name, call id, reason, and the call's arguments *as the session logged them*
@@ -62,7 +62,7 @@ __all__ = [
     "render_request",
 ]
 
-#: The question, exactly (DECISIONS D8).
+#: The question, exactly (D8).
 PROMPT: Final = "allow once? [y/N] "
 #: At most this many characters of the arguments are shown; a longer call is refused unasked.
 MAX_SHOWN_ARGUMENTS: Final = 4000

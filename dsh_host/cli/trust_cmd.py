@@ -1,6 +1,6 @@
 """``dsh trust [FILE]``: let ``dsh`` load a project's ``dsh.yml`` while it stays as reviewed.
 
-A composition in the current directory could have been written by a tool (DECISIONS D16), so it
+A composition in the current directory could have been written by a tool (D16), so it
 is loaded only when named or trusted. ``dsh trust`` records the file's canonical path and the
 SHA-256 of its bytes in ``$XDG_CONFIG_HOME/dsh/trusted.json``; any later change (by anyone)
 makes ``dsh`` skip the file again until it is trusted anew. The file is checked first as a

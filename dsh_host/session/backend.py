@@ -250,7 +250,7 @@ class PersistenceService(Generic[L]):
     def root(self) -> str | None:
         """The directory a file storage keeps its logs under (its optional ``root``).
 
-        The host refuses to boot a composition whose tools could write it (DECISIONS D15).
+        The host refuses to boot a composition whose tools could write it (D15).
         """
         root = getattr(self.storage, "root", None)
         return root if isinstance(root, str) else None

@@ -11,7 +11,7 @@ this key order with absent optionals omitted::
 unset; that is the backend's framing, not part of this value.)
 
 Validation is strict: unknown keys are refused (a key we do not understand may
-change what the header means), and every field error uses the spec's text.
+change what the header means), and every field error uses DSH's text, word for word.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ session and hands it back as a *physically valid, contiguous* prefix. It never
 invents events: crash closers are computed by the reader (:attr:`SessionLoad.closers`
 in memory for inspection; the resumer appends them through its write handle).
 
-The two halves of durability are separate on purpose (seed 002):
+The two halves of durability are separate on purpose (D7):
 
 * :meth:`SessionWriteHandle.append` — the batch is *accepted, ordered and
   visible* to reads through this backend instance. It is **not durable**: the

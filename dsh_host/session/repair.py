@@ -2,7 +2,7 @@
 
 A crash leaves a log that ends inside a turn. Storage never trims it (the turn
 may hold much durable work) and never invents events; the *reader* computes
-what is missing and whoever holds the write handle appends it (seed 002):
+what is missing and whoever holds the write handle appends it (D7):
 
 1. a ``tool/result`` for every call the model requested in the open turn that
    has no result — ``TOOL_OUTCOME_UNKNOWN`` if a ``tool/call`` was durably

@@ -1,11 +1,11 @@
 """``Session``: the append-only, in-memory log that is the single source of truth.
 
 The model's message history is *derived* from this log (:meth:`Session.derive_messages`),
-never stored beside it; replay is re-derivation from the same events (seed 004).
+never stored beside it; replay is re-derivation from the same events.
 
 ``append`` commits synchronously to memory and then notifies observers. It is
 **not durable**: persistence listens and writes behind; only a resolved
-``SessionStore.flush`` is a durability barrier (seed 002).
+``SessionStore.flush`` is a durability barrier (D7).
 
 A Session does not know the plugin host. It has a plain observer list; the
 store (``dsh_host.session.store``) wires one observer to ``ctx.emit("session/event", ...)``

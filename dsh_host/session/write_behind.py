@@ -10,7 +10,7 @@ composes any storage with the admission checks, the queue, poisoning and the
 lifecycle, so a backend writes no handle of its own.
 
 :class:`WriteBehind` decides *when* batches are written
-(session-and-persistence.md §7.3):
+(D7; docs/storage.md):
 
 * **Window.** The first event admitted into an empty queue arms a fixed 200 ms
   window. Later events join it without moving the deadline: bounded coalescing,
@@ -80,14 +80,14 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: The fixed coalescing window (seconds). Seed 000 §4.1: "no longer configurable".
+#: The fixed coalescing window (seconds). Fixed, not configurable (D7).
 WINDOW_SECONDS: Final = 0.2
 
 #: Starts a background task running ``fn()`` (a host's ``ctx.start_soon`` or a task
 #: group's ``start_soon``; both accept a zero-argument async callable).
 Spawn = Callable[[Callable[[], Coroutine[Any, Any, Any]]], object]
 
-#: Event types DSH retired before v3: they never enter a log (spec §7.4 step 2).
+#: Event types DSH retired before v3: they never enter a log (docs/storage.md).
 RETIRED_EVENT_TYPES: Final = frozenset({"request/header-delta", "mode/set"})
 
 
@@ -101,7 +101,7 @@ async def window_sleep_until(deadline: float) -> None:
 
 
 def reject_retired(session_id: str, kind: object, seq: object, data: object) -> None:
-    """Refuse the shapes DSH retired (exact texts of spec §7.4 step 2, plus v3's ``system``).
+    """Refuse the shapes DSH retired (DSH's exact texts, plus v3's ``system``).
 
     ``data`` is the event's typed payload or its wire mapping. The session core
     refuses these shapes at ``Session.append`` already; this check covers events

@@ -3,7 +3,7 @@
 In-process file tools run in the harness, outside the sandbox, while a confined command (or a
 child it left behind) may be rewriting the same tree. A path that was checked and then opened by
 name can be redirected between the two steps: swap ``ws/d`` for a symlink to ``/etc`` and a
-write to ``d/x`` lands in ``/etc`` (DECISIONS D20). Everything here resolves from a descriptor of
+write to ``d/x`` lands in ``/etc`` (D20). Everything here resolves from a descriptor of
 the root directory and never follows a symbolic link:
 
 * :func:`open_beneath` uses ``openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |

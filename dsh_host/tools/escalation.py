@@ -1,4 +1,4 @@
-"""Sandbox escalation through approval: one wider mode for exactly one call (spec §1.9).
+"""Sandbox escalation through approval: one wider mode for exactly one call.
 
 A confining tool (``bash``; later a filesystem tool) may be asked by the model to retry a denied
 command under a *strictly wider* sandbox mode (``sandbox_permissions`` + ``justification``).
@@ -6,7 +6,7 @@ Approval only chooses that mode for this one call: the call still runs under the
 confinement (unless the grant is ``danger-full-access``, which is no sandbox). Nothing is
 persisted; the next call is back at its session's own mode.
 
-Why this lives in the host's tools layer: the spec gives escalation to the *sandbox contract*,
+Why this lives in the host's tools layer: DSH gives escalation to the *sandbox contract*,
 shared by every tool family that enforces it, so the families cannot drift apart in ordering or
 texts. Plugins never import each other, so the shared home has to be below them all. It knows the
 sandbox vocabulary (:mod:`dsh_host.sandbox`) and the approval request shape

@@ -1,7 +1,7 @@
 """The tools runtime (service ``tools``): registration and the non-bypassable call pipeline.
 
 Every call, whoever makes it, goes through the same stages in the same order
-(``host-tools-loop.md`` §4.3; seed 000 §1.2):
+(DSH's stages and order; no path skips one):
 
 1. **Create.** Snapshot the arguments once into frozen JSON and capture the
    tool's ``finalize_content``. Arguments that are not lossless JSON end the

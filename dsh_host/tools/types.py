@@ -70,7 +70,7 @@ __all__ = [
     "text_output",
 ]
 
-#: An approval service's answer (``approval-and-sandbox.md`` §1.1).
+#: An approval service's answer (``user-approval``'s README, "request(req) step by step").
 ApprovalOutcome: TypeAlias = Literal["allowed-once", "rejected", "cancelled", "unavailable"]
 
 
@@ -273,7 +273,7 @@ class ToolExecution:
     message that the loop appends after the result (in the next step), and
     :meth:`conclude_turn` ends the turn after this result batch if the call
     succeeds. Side-effecting bodies should forward :attr:`call_id` as an
-    idempotency key (seed 000, §5.2).
+    idempotency key (D11).
     """
 
     __slots__ = (

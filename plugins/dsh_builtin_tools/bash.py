@@ -1,11 +1,11 @@
 """The ``bash`` tool: one confined ``bash -c`` per call.
 
-Flow of one call (``approval-and-sandbox.md`` §2.8-2.9):
+Flow of one call (the plugin README's ``bash`` section):
 
 1. validate the arguments (DSH's texts: ``invalid command: expected a
    non-empty string`` ..., then the ``sandbox_permissions`` / ``justification``
    pairing);
-2. escalation (spec §1.9), only when the model sent ``sandbox_permissions``:
+2. escalation (:mod:`dsh_host.tools.escalation`), only when the model sent ``sandbox_permissions``:
    the composition guard (a row in ``danger-full-access`` has nothing to
    widen), then :func:`~dsh_host.tools.escalation.approve_escalation` — strict
    widening of the row's mode, an approval service, an agent, and an
@@ -570,7 +570,7 @@ def _validate(args: Mapping[str, Any]) -> None:
 
 
 def _runner_attributable(error: OSError, runner: str, workdir: str) -> bool:
-    """A spawn failure that names the sandbox runner, with a usable workdir (spec §2.8).
+    """A spawn failure that names the sandbox runner, with a usable workdir.
 
     A missing or non-executable runner means the sandbox cannot run, which is
     ``SANDBOX_UNAVAILABLE``; a bad workdir raises the same errno and stays an
@@ -645,7 +645,7 @@ def bash_tool(
         return confined
 
     async def call_mode_of(args: Any, exec: ToolExecution) -> SandboxMode:
-        """The mode this one call runs under: the row's, or an approved wider one (§1.9)."""
+        """The mode this one call runs under: the row's, or an approved wider one (escalation)."""
         requested = args.get("sandbox_permissions")
         if requested is None:
             return mode

@@ -1,7 +1,7 @@
 """``read_file`` and ``write_file`` (and the helpers ``edit_file`` shares): in-process file
 tools fenced to the workspace root.
 
-The fence is descriptor-based (DECISIONS D20): the row holds a descriptor of
+The fence is descriptor-based (D20): the row holds a descriptor of
 the workspace directory and every path is opened beneath it with
 :mod:`dsh_host.tools.beneath` (``openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)``,
 or an ``O_NOFOLLOW`` walk where the kernel lacks it). No symbolic link is

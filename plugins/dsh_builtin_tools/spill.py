@@ -72,7 +72,7 @@ def spill_base(config: BuiltinToolsConfig, workspace: str) -> str | None:
     """The directory a row's private spill area is created in, outside every writable root.
 
     A confined command may write the workspace and (Landlock) the host's temporary
-    directories, so a spill file there could be pre-planted as a symlink (DECISIONS D20). An
+    directories, so a spill file there could be pre-planted as a symlink (D20). An
     explicit ``spillDir`` inside one of those is a config error; by default the first of
     ``$XDG_RUNTIME_DIR/dsh``, ``$XDG_CACHE_HOME/dsh`` (``~/.cache/dsh``) and ``/var/tmp`` that is
     outside them is used. None: no candidate qualifies, so nothing is spilled.

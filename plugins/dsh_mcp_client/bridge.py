@@ -65,8 +65,8 @@ __all__ = [
 ]
 
 _CLIENT_INFO: Final = mcp_types.Implementation(name="dsh", version="0.1.0")
-#: ``_meta`` keys carrying the call's identity to the server: its idempotency key (seed 000
-#: §5.2; the same for the call in every process that runs it, unique across sessions and calls),
+#: ``_meta`` keys carrying the call's identity to the server: its idempotency key (D11;
+#: the same for the call in every process that runs it, unique across sessions and calls),
 #: its id (unique in its session only) and its session.
 IDEMPOTENCY_KEY_META: Final = "dsh/idempotencyKey"
 CALL_ID_META: Final = "dsh/callId"

@@ -95,7 +95,7 @@ def _hidden_run_dirs() -> tuple[str, ...]:
 def bwrap_profile_args(
     policy: SandboxPolicy, network: NetworkPolicy, *, stage2: str | None = None
 ) -> tuple[str, ...]:
-    """The bubblewrap arguments between ``bwrap`` and ``--`` (spec §2.4, hardened per D9/D20).
+    """The bubblewrap arguments between ``bwrap`` and ``--`` (DSH's profile, hardened per D9/D20).
 
     Order matters where mounts stack: ``/proc/sys`` is re-bound read-only after ``/proc`` is
     mounted (bwrap skips its own cover for root); every mode gets an empty private ``/tmp`` and
@@ -205,7 +205,7 @@ def bwrap_stage2_argv(interpreter: str, *, deny_unix: bool) -> tuple[str, ...]:
 def landlock_grant_args(
     policy: SandboxPolicy, *, deny_tcp: bool, isolate: bool = False, deny_unix: bool = False
 ) -> tuple[str, ...]:
-    """Launcher grants (spec §2.5): read everything, write ``/dev/null`` (the file, never
+    """Launcher grants: read everything, write ``/dev/null`` (the file, never
     ``/dev``: that would expose the host's ``/dev/shm``), plus ``/tmp`` and the workspace under
     ``workspace-write``. With ``isolate`` the launcher runs the call in private mount, PID and
     IPC namespaces, where ``/tmp`` is a private tmpfs and the policy's read-only paths are

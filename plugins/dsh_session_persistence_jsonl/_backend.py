@@ -91,7 +91,7 @@ __all__ = [
     "JsonlStorage",
 ]
 
-#: The fixed coalescing window for buffered events (seconds); not configurable (seed 000 §4.1).
+#: The fixed coalescing window for buffered events (seconds); not configurable (D7).
 LIVE_WRITE_BATCH_MAX_DELAY: Final = WINDOW_SECONDS
 #: Bytes of lines up to which a batch is framed on the event loop before its write + fsync
 #: hop; a larger one is framed on the lane too (zstd takes ~2-3 µs a KiB: a big batch would
@@ -689,7 +689,7 @@ class JsonlStorage:
         lease.size = await self.lane.run(self._write_sync, lease, data)
 
     def _repair_tail_sync(self, lease: JsonlLease) -> None:
-        """Cut torn bytes, then re-append recovered records as their own frame (seed 000 §4.2)."""
+        """Cut torn bytes, then re-append recovered records as their own frame (format.md §4.3)."""
         if lease.truncate_to is not None:
             target = lease.truncate_to
             lease.lock.check()

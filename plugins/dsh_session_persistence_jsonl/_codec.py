@@ -99,7 +99,7 @@ def header_from_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
 
     Accepts the session core's header (``isSeeded`` or the older ``seedLength``)
     and fills ``delegationDepth`` with 0 when absent. Raises ``ValueError``
-    with the spec's texts (the caller wraps it).
+    with DSH's texts (the caller wraps it).
     """
     if not isinstance(meta, Mapping):
         raise ValueError("session header is not a plain JSON record")

@@ -16,7 +16,7 @@ is no expiry: the kernel drops the lock when the holder's process dies, and a
 live but wedged holder keeps excluding writers.
 
 The lock is opened ``O_NOFOLLOW | O_NONBLOCK`` and must be a regular file
-(DECISIONS D20): a ``session.lock`` planted as a symlink would otherwise make
+(D20): a ``session.lock`` planted as a symlink would otherwise make
 the harness create (``O_CREAT``) or lock any file the symlink names, and a FIFO
 would block the open. Either is refused with :class:`SessionLockUnsafeError`.
 """

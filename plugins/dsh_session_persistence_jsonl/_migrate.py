@@ -3,7 +3,7 @@
 Reading never writes: ``open(id, "read")`` on a v0 / v1 / v2 log decodes it,
 walks the adjacent upgrades (v0→v1→v2→v3) over JSON values, and returns v3
 events. Writing needs a current-format file, so ``open(id, "write")`` publishes
-one *next to* the source (seed 000 §4.3):
+one *next to* the source (D1; docs/format.md §4.5):
 
 1. encode the migrated log into a same-directory temp file, fsync it;
 2. verify it by reading it back strictly (no torn tail) and comparing the

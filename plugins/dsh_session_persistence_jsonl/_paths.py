@@ -31,7 +31,7 @@ __all__ = [
 
 Compression = Literal["zstd", "none"]
 
-#: The log format version this build writes (DSH 0.1.6-alpha.2, seed 000 §4).
+#: The log format version this build writes (DSH 0.1.6-alpha.2, D1).
 CURRENT_VERSION: Final = 3
 
 _SAFE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")

@@ -32,7 +32,7 @@ class JsonlConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
     #: Root directory of all session logs (``~`` expanded, a relative path resolved against the
     #: process cwd at load). Unset: ``$DSH_SESSION_ROOT``, else ``$XDG_DATA_HOME/dsh/sessions``
-    #: (``~/.local/share/dsh/sessions``): outside every workspace (DECISIONS D15).
+    #: (``~/.local/share/dsh/sessions``): outside every workspace (D15).
     root: str | None = None
     #: ``zstd`` (default): one checksummed Zstandard frame per durable batch;
     #: ``none``: raw JSONL lines. One root holds one encoding.

@@ -328,7 +328,7 @@ def _corrupt(path: str, message: str, offset: int | None) -> SessionPersistenceC
 def open_log(path: str) -> BinaryIO:
     """Open a stored log for reading: not through a symlink, never blocking, regular files only.
 
-    A FIFO or a symlink where a log should be is not ours (DECISIONS D20): refused as
+    A FIFO or a symlink where a log should be is not ours (D20): refused as
     corruption rather than followed or waited on.
     """
     try:

@@ -142,7 +142,7 @@ def open_for_append(path: str) -> int:
     """A descriptor for appending to ``path``; the handle keeps it for its whole life.
 
     ``O_NOFOLLOW``: the log was published by us as a regular file; a symlink in its place is
-    somebody else's, and the harness must not write through it (DECISIONS D20).
+    somebody else's, and the harness must not write through it (D20).
     """
     return os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
 

@@ -1,6 +1,6 @@
 """``session-persistence-postgres``: session logs in PostgreSQL, shared by many machines.
 
-The same persistence seam as ``session-persistence-jsonl`` (DECISIONS D7, D12):
+The same persistence seam as ``session-persistence-jsonl`` (D7, D12):
 lazy materialization, a 200 ms write-behind window, ``flush`` as the durability
 barrier (one ``synchronous_commit = on`` transaction), contiguity enforced by
 the database, and single-writer ownership through a session-level advisory lock

@@ -1,6 +1,6 @@
 """The PostgreSQL session storage (:class:`PostgresStorage`) and its ``sessionPersistence``.
 
-Same seam and semantics as the JSONL backend (DECISIONS D7, D12); the write
+Same seam and semantics as the JSONL backend (D7, D12); the write
 handle, admission, the 200 ms window and the serialized drain are the session
 layer's (:mod:`dsh_host.session.storage` is the interface implemented here).
 What differs is where the guarantees come from:

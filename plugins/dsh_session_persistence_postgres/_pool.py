@@ -2,7 +2,7 @@
 
 Why not ``psycopg.AsyncConnection``? It is built on asyncio and fails under trio
 (``RuntimeError: no running event loop``), and the host runs on trio by default
-and must also run on asyncio (DECISIONS D2). So every database call here is a
+and must also run on asyncio (D2). So every database call here is a
 plain synchronous psycopg call made on an anyio worker thread
 (``anyio.to_thread.run_sync``), which behaves the same on both backends. One
 connection is used by one thread at a time: the pool hands a connection to one

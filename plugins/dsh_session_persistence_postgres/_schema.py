@@ -23,7 +23,7 @@ Why the database itself enforces the log's shape:
 The event column is ``text`` holding exactly the JSON the session core
 encoded, not ``jsonb``. ``jsonb`` is not lossless for this log: it refuses
 lone surrogates and ``\\u0000`` inside strings (both valid in a session log,
-spec §1) and does not keep key order; it is also slower to insert and to read
+as JSON allows) and does not keep key order; it is also slower to insert and to read
 back (bench/postgres_vs_jsonl.py measures it: see the plugin README).
 
 Migration runs on first use, in one transaction holding a transaction-level

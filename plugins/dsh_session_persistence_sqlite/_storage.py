@@ -120,7 +120,7 @@ class SqliteStorage:
                 f"journal_mode must be wal, delete, truncate or persist, got {journal_mode!r}"
             )
         self.path = os.path.abspath(os.path.expanduser(path))
-        #: The directory holding the database and its lock files (DECISIONS D15 checks it).
+        #: The directory holding the database and its lock files (D15 checks it).
         self.root = os.path.dirname(self.path)
         self.lock_dir = f"{self.path}.locks"
         self.journal_mode = journal_mode

@@ -29,7 +29,7 @@ class SqliteConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
     #: The directory holding the database, ``<root>/sessions.sqlite3`` (``~`` expanded; what
     #: ``--root`` sets). Unset: ``$DSH_SESSION_ROOT``, else ``$XDG_DATA_HOME/dsh/sessions``
-    #: (outside every workspace, DECISIONS D15).
+    #: (outside every workspace, D15).
     root: str | None = None
     #: The database file itself (DSH's key), instead of ``root``; set at most one of the two.
     path: str | None = None

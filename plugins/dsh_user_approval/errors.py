@@ -12,12 +12,12 @@ outside the vocabulary and also derive from the matching builtin
         └── ApprovalInvariantError                       an audit event breaks the pairing rules
 
 The *escalation* error is not here: escalation belongs to the sandbox contract
-and is shared by every confining tool family (spec §1.9), so
+and is shared by every confining tool family, so
 ``SandboxEscalationError`` (an operational ``ToolError``, code
 ``SANDBOX_ESCALATION``) lives in :mod:`dsh_host.tools.escalation` and is only
 re-exported from this module for callers that imported it from here.
 
-Every message is the DSH text (approval-and-sandbox.md §1.3, §1.4, §1.6),
+Every message is DSH's text, word for word,
 because tests and logs are compared across the two harnesses.
 """
 
@@ -40,14 +40,14 @@ __all__ = [
     "SandboxEscalationError",
 ]
 
-#: Exact text of :class:`ApprovalOutsideTurnError` (spec §1.4 step 1).
+#: Exact text of :class:`ApprovalOutsideTurnError` (DSH's, word for word).
 OUT_OF_TURN_MESSAGE: Final = (
     "approval.request() outside an open turn: the approval/asked + approval/decided audit pair "
     "must be turn-enclosed (a bare event between turns is crash-tail garbage on reload). "
     "Ask from inside the turn that needs the decision."
 )
 
-#: Exact text of :class:`InvalidApprovalPolicyError` (spec §1.3, write path A).
+#: Exact text of :class:`InvalidApprovalPolicyError` (DSH's, word for word).
 POLICY_VALUE_MESSAGE: Final = 'approval policy must be one of "ask" or "never"'
 
 
@@ -87,7 +87,7 @@ class InvalidApprovalPolicyError(ApprovalError, TypeError):
 
 
 class ApprovalInvariantError(ApprovalError):
-    """An approval audit event breaks the pairing rules (spec §1.6); ``seq`` locates it."""
+    """An approval audit event breaks the pairing rules (``invariants``); ``seq`` locates it."""
 
     code = "APPROVAL_INVARIANT"
 

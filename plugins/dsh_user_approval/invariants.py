@@ -1,4 +1,4 @@
-"""The approval audit invariants (spec §1.6), checkable over any log.
+"""The approval audit invariants, checkable over any log.
 
 The reference runs these as a pre-commit validator; this host's ``Session``
 has no pre-commit hook yet, so here they are a replay check: feed a log (live

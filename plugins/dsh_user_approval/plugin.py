@@ -30,7 +30,7 @@ class UserApprovalConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
 class UserApproval(Plugin):
     """Service ``approval``: ``await ctx.approval.request(req)`` → one of four outcomes.
 
-    Ships no answerer (DECISIONS D8): answerers are ``approval/request``
+    Ships no answerer (D8): answerers are ``approval/request``
     listeners registered by a front end (the ``dsh`` CLI registers a terminal
     one on an interactive TTY). Without one every ask resolves ``unavailable``
     (``fail``) or is deferred (``defer``).

@@ -1,8 +1,8 @@
 """The approval vocabulary and the pure folds over a session log.
 
 The effective policy and the open-turn test are folds over ``session.events``, so a
-resumed session needs no catch-up machinery — replaying the log *is* the state (spec
-§1.3). Both are read often (the policy on every step, for the runtime context), so each
+resumed session needs no catch-up machinery — replaying the log *is* the state.
+Both are read often (the policy on every step, for the runtime context), so each
 is a :class:`~dsh_host.session.folds.LogFold`: kept per session and extended by the
 events appended since the last read, never a rescan of the whole log. The plain
 functions fold a given sequence from the start.
@@ -51,7 +51,7 @@ APPROVAL_OUTCOMES: Final[tuple[ApprovalOutcome, ...]] = (
 #: Every policy, in DSH's order (for option lists and validating untrusted strings).
 APPROVAL_POLICIES: Final[tuple[ApprovalPolicy, ...]] = ("ask", "never")
 
-#: Runtime-context statement under ``ask`` (spec §1.7, exact).
+#: Runtime-context statement under ``ask`` (DSH's, exact).
 ASK_POLICY_SENTENCE: Final = (
     "Approval policy: ask. Operations that require approval may ask through the configured "
     "answerers; without an available answerer, the request fails closed."
@@ -62,7 +62,7 @@ DEFER_POLICY_SENTENCE: Final = (
     "answerers; without an available answerer, the call waits for a person's later decision "
     "and the turn pauses until it is decided."
 )
-#: Runtime-context statement under ``never`` (spec §1.7, exact).
+#: Runtime-context statement under ``never`` (DSH's, exact).
 NEVER_POLICY_SENTENCE: Final = (
     "Approval prompts are disabled in this session: actions that require approval are rejected "
     "automatically — do not request sandbox escalation (do not set `sandbox_permissions`)."
@@ -150,7 +150,7 @@ def set_approval_policy(session: AppendableSession, policy: str) -> None:
 
 
 def policy_changed_notice(previous: ApprovalPolicy, policy: ApprovalPolicy) -> str:
-    """The exact live-switch notice text (spec §1.3, write path B)."""
+    """The exact live-switch notice text (DSH's)."""
     return f'The approval policy changed from "{previous}" to "{policy}" (changed by the user).'
 
 

@@ -1,4 +1,4 @@
-"""The ``approval`` service: one-shot, audited, fail-closed decisions (spec §1.3–§1.5).
+"""The ``approval`` service: one-shot, audited, fail-closed decisions (D8, D19).
 
 ``request(req)`` follows the reference algorithm step by step:
 
@@ -25,7 +25,7 @@
 So a grant is only ever returned after both halves of its audit pair are in
 the log. Cancellation of the *calling task* (an anyio cancel scope rather than
 the request's token) is recorded as ``cancelled`` before it propagates, so the
-pair is closed even then (spec §5 open question 6, decided this way).
+pair is closed even then (a question DSH leaves open, D14).
 
 Beyond DSH: ``approval/asked`` also records ``argsDigest``, the SHA-256 of the
 raw argument string of the call's ``tool/call`` event (found by ``callId`` in
@@ -107,7 +107,7 @@ class AwaitingApprovalReason(
 
     call_ids: tuple[str, ...]  #: the pending calls, in model order
 
-#: The plugin name the live-switch notice is sourced to (spec §1.3).
+#: The plugin name the live-switch notice is sourced to (as DSH does).
 NOTICE_PLUGIN: Final = "user-approval"
 
 log = logging.getLogger("dsh.approval")

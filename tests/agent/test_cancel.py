@@ -1,4 +1,4 @@
-"""Cancellation ends a turn ``aborted`` with honest tool results (D2, D6; spec §5.6, §9 45-48)."""
+"""Cancellation ends a turn ``aborted`` with honest tool results (D2, D6)."""
 
 from __future__ import annotations
 

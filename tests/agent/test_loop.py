@@ -1,4 +1,4 @@
-"""The agent loop's event order and turn endings (spec §2.7, §5.4-5.7, §5.10; D6)."""
+"""The agent loop's event order and turn endings (dsh_host/agent/loop.py's docstring; D6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Resume: open the stored log for write, append the closers durably, continue (seed 002, §6.2)."""
+"""Resume: open the stored log for write, append the closers durably, continue (D7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Sandbox escalation in the built-in ``bash`` tool (spec §1.9, §2.8, §3 "Escalation").
+"""Sandbox escalation in the built-in ``bash`` tool (its builtin-tools README section).
 
 Real composition: ``sessions``, ``tools``, ``sandbox-local`` (bubblewrap or Landlock),
 ``builtin-tools`` and ``user-approval`` booted through the loader; real ``bash`` processes; the
@@ -8,7 +8,7 @@ model-visible text, the audit pair in the session log (or its absence), and the 
 
 The "outside" directory is under ``/var/tmp``, not ``/tmp``: bubblewrap's workspace-write mounts
 a private ``/tmp`` and Landlock grants the host's, so a ``/tmp`` target would prove nothing about
-the workspace boundary (spec §4).
+the workspace boundary.
 """
 
 from __future__ import annotations

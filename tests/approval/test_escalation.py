@@ -1,4 +1,4 @@
-"""Sandbox escalation through approval (spec §1.9): ladder, pairing, and the ordered sequence.
+"""Sandbox escalation through approval: ladder, pairing, and the ordered sequence.
 
 The sequence lives in the host (``dsh_host.tools.escalation``, shared by every confining tool),
 which calls it with ``ctx.get("approval")`` as the approver. The ``bash``

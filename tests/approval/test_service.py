@@ -324,7 +324,7 @@ async def test_decided_append_failure_raises_and_no_unlogged_grant() -> None:
         assert result.is_error
         assert text_of(result) == "Error: injected append failure for approval/decided"
         assert probe.calls == []  # the grant was never returned
-        # The reference accepts the unmatched ask this leaves (spec §5, open question 7).
+        # The reference accepts the unmatched ask this leaves (a point DSH leaves open; D14).
         assert [p["type"] for p in audit(agent.session)] == ["approval/asked"]
         assert len(check_approval_invariants(agent.session.events)) == 1
 

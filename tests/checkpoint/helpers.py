@@ -38,7 +38,7 @@ POLICY_ROW = "session-checkpoints"
 
 
 class DiskUnavailableError(DshError):
-    """The failure a rejecting flush probe raises (the spec's example text)."""
+    """The failure a rejecting flush probe raises (an example text)."""
 
     code = "DISK_UNAVAILABLE"
 

@@ -134,7 +134,7 @@ def test_verify_corrupt_names_file_and_offset(tmp_path: Path) -> None:
 
 def workdir(tmp_path: Path) -> Path:
     """A cwd (the default workspace) beside the copied session root, not around it: a root
-    inside the workspace is refused at boot (DECISIONS D15)."""
+    inside the workspace is refused at boot (D15)."""
     work = tmp_path / "work"
     work.mkdir()
     return work

@@ -1,4 +1,4 @@
-"""Issue 15 class 2 / DECISIONS D16: a composition planted by the model is not trusted.
+"""Issue 15 class 2 / D16: a composition planted by the model is not trusted.
 
 The attack, end to end with the real ``dsh``: a scripted model's ``bash`` call (workspace-write,
 the default) writes a ``dsh.yml`` into its workspace -- the current directory -- whose

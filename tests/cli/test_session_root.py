@@ -1,4 +1,4 @@
-"""Issue 15 class 8 / DECISIONS D15: the session log lives outside every writable root.
+"""Issue 15 class 8 / D15: the session log lives outside every writable root.
 
 With the old default (``./.dsh/sessions`` and workspace ``.``) a workspace-write ``bash`` call
 could rewrite the log that records it. Now the default root is the user's data directory,

@@ -438,7 +438,7 @@ def check_crash(run: ChildRun, events: Sequence[SessionEvent] | None) -> list[st
 
 
 def expected_closers(events: Sequence[SessionEvent]) -> list[str]:
-    """What resume must append, derived from the durable log alone (spec §6.1).
+    """What resume must append, derived from the durable log alone (D7).
 
     ``UNKNOWN <id>`` / ``NOT_STARTED <id>`` for unanswered calls of the open
     step in transcript order, ``step/end`` for an open step, then

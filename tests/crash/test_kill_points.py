@@ -99,7 +99,7 @@ FIRST_BODY_RUNNING = ["UNKNOWN call_1_1", "NOT_STARTED call_1_2", *STEP_CLOSED]
 #: Barriers killed at every phase: (barrier, n, the repair if its batch is lost,
 #: the repair if its batch is stored).
 #: - The request checkpoint before the first model call: "at request dispatch"
-#:   the request envelope is durable and repair closes the step (spec §10, item 51).
+#:   the request envelope is durable and repair closes the step.
 #: - The tool checkpoint: before it nothing of the reply is durable; after it the
 #:   call is on record although the body never ran.
 #: - The step boundary after the first tool batch.

@@ -232,7 +232,7 @@ async def test_disabled_rows_are_not_loaded(tmp_path: Path) -> None:
 @pytest.mark.parametrize("key", ["runnerCommand", "runner_command"])
 async def test_restricted_rows_may_not_set_executable_keys(key: str) -> None:
     """Both spellings of a plugin's ``executable_keys`` are refused from a restricted file
-    (DECISIONS D16), with the file, row, key and the caller's fix; unrestricted, it loads."""
+    (D16), with the file, row, key and the caller's fix; unrestricted, it loads."""
     text = (
         "- name: sandbox-local\n"
         f"  config: {{{key}: [/bin/sh], runnerFailureSignatures: [x]}}\n"

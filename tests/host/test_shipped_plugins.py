@@ -172,7 +172,7 @@ def restricted(rows: list[LocatedRow]) -> list[LocatedRow]:
     return [replace(located, restricted="a trusted project file may not") for located in rows]
 
 
-def test_d16_refusals_hold_for_rows_a_reader_does_not_boot() -> None:
+def test_trusted_config_refusals_hold_for_rows_a_reader_does_not_boot() -> None:
     """A trusted project file's sandbox row that chooses the runner, or a row that imports
     code: refused by the reader too, with the boot's message, though it boots neither."""
     runner = {"network": "deny", "runnerCommand": ["/bin/sh"]}

@@ -1,4 +1,4 @@
-"""llm-openai-compatible against what real servers send, not what the spec says they send.
+"""llm-openai-compatible against what real servers send, not what the API reference says they send.
 
 Each quirk is served over real HTTP on 127.0.0.1: by the suite's loopback SSE server for the
 byte-exact ones, and by LLMock (an independent mock of the providers' APIs, with a journal of

@@ -618,7 +618,7 @@ async def test_concurrent_closes_drain_once_and_release_once(
 
 
 async def test_retired_shapes_never_enter_a_log(backend_factory: BackendFactory) -> None:
-    """DSH's retired shapes are refused at append, typed or plain (spec §7.4 step 2), and so is
+    """DSH's retired shapes are refused at append, typed or plain (docs/storage.md), and so is
     v3's retired ``request/header`` ``header.system`` — a v3 reader refuses a log holding it."""
     config = {"provider": "mock", "model": "m"}
     retired = [

@@ -1,4 +1,4 @@
-"""Byte-level vectors of the v3 format (jsonl-v3-format.md §12) and the scanners' rules."""
+"""Byte-level vectors of the v3 format (docs/format.md §3) and the scanners' rules."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The shared write-behind controller (spec §7.3, checklist 35–39), driven by a manual clock.
+"""The shared write-behind controller (D7), driven by a manual clock.
 
 The controller takes its clock and its sleep as parameters; here both come from
 :class:`ManualClock`, so "200 ms" is an explicit ``advance`` and no test

@@ -1,4 +1,4 @@
-"""The escape attempts of spec §4, as data: what to try, how to see it on the host, what to expect.
+"""The escape attempts, as data: what to try, how to see it on the host, what to expect.
 
 Each :class:`Attempt` prepares host state, gives the shell script to run *inside* the sandbox,
 and decides from the **host** view afterwards whether the effect happened (file created, content,
@@ -12,7 +12,7 @@ exit status alone. ``expect`` maps (backend, mode) to one outcome:
 * ``gap(text)`` — the effect happened *and* the backend says so: ``enforcement == "partial"``
   with ``text`` in ``not_covered``.
 
-The expectations are the spec's table tightened by decision D9 (root-proof bubblewrap, Landlock
+The expectations are DSH's behaviour tightened by decision D9 (root-proof bubblewrap, Landlock
 with capabilities dropped, ABI 6 scoping, ``network: deny``).
 """
 
@@ -136,7 +136,7 @@ class Attempt:
     network: str = "deny"
     unix_sockets: str = "deny"
     denial_dialect: bool = False
-    """The blocked file write must print this backend's denial signature (spec §2.3)."""
+    """The blocked file write must print this backend's denial signature."""
     note: str = ""
     state: dict[str, Any] = field(default_factory=dict)
 

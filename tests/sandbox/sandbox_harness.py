@@ -2,7 +2,7 @@
 
 The workspace and every "outside" target live on a persistent filesystem that is **not** /tmp:
 bubblewrap's /tmp is a private tmpfs and Landlock grants all of host /tmp under
-``workspace-write``, so a /tmp target would prove nothing (spec §4). The base directory is
+``workspace-write``, so a /tmp target would prove nothing. The base directory is
 ``$DSH_SANDBOX_TEST_ROOT`` or /var/tmp.
 
 A backend that cannot be used on this machine FAILS the tests that need it (the suite exists to

@@ -421,7 +421,7 @@ def test_provider_satisfies_the_protocol() -> None:
     assert isinstance(LocalSandboxProvider(), SandboxProvider)
 
 
-# -- runner-failure rules and denial classification (spec §2.8 / §3) -------------------------
+# -- runner-failure rules and denial classification ---------------------------------------
 
 BWRAP = ConfinedArgv(
     argv=("bwrap", "--", "x"), mode="read-only", backend="bubblewrap", enforcement="full",
@@ -478,7 +478,7 @@ def test_blank_signatures_are_ignored() -> None:
     assert rule.match(1, "x\nBOOM here") == "BOOM here"
 
 
-# -- real runner failures and their classification (spec §4 rows 31, 33) ----------------------
+# -- real runner failures and their classification -------------------------------------------
 
 
 @linux_only

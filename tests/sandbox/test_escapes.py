@@ -1,4 +1,4 @@
-"""The escape suite: every attempt of spec §4 × backend × mode, on real processes, as root.
+"""The escape suite: every attempt of the catalog × backend × mode, on real processes, as root.
 
 Each case runs the argv ``confine()`` returns and then judges from the host: file absent,
 content/mode/mtime/xattrs unchanged, host process alive, no connection accepted, no datagram

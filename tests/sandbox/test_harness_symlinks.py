@@ -1,7 +1,7 @@
 """Issue 15 class 1: files the harness itself opens must not be redirected by planted symlinks.
 
 The harness runs as root, unconfined. Any file it creates on a path a tool (or a local user)
-could have touched is a write primitive if it follows a planted symlink (DECISIONS D20):
+could have touched is a write primitive if it follows a planted symlink (D20):
 
 * ``bash`` output past ``maxOutputBytes`` used to be spilled to the predictable
   ``$TMPDIR/dsh-bash-output/<call id>-<harness pid>.stdout`` with ``open(..., "wb")``; under

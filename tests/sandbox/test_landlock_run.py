@@ -1,4 +1,4 @@
-"""The Landlock launcher's CLI contract, run as a real process (spec §2.5, D9)."""
+"""The Landlock launcher's CLI contract, run as a real process (D9)."""
 
 from __future__ import annotations
 

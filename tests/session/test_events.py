@@ -230,7 +230,7 @@ def test_surface_marker_shape_errors(surface_op: Any, message: str) -> None:
 
 
 def test_dsh_startseq_endseq_spelling_is_read_as_the_spec_spelling_and_kept_on_the_wire() -> None:
-    """The typed marker is the spec's ``ReplaceOp``; the record re-encodes as it was read
+    """The typed marker is DSH's ``ReplaceOp``; the record re-encodes as it was read
     (DSH v3 spells the range startSeq/endSeq), so a copy is byte-faithful (issue 16 item 4)."""
     data = {"id": "u", "role": "user", "content": [], "source": {"kind": "user"}}
     event = decode_event(

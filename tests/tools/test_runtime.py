@@ -1,4 +1,4 @@
-"""The tools pipeline, stage by stage (host-tools-loop.md §4.3, checklist items 17-33)."""
+"""The tools pipeline, stage by stage (dsh_host/tools/runtime.py's docstring)."""
 
 from __future__ import annotations
 

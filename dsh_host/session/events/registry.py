@@ -48,7 +48,7 @@ class EventTypeSpec(NamedTuple):
 
 _REGISTRY: dict[str, EventTypeSpec] = {}
 
-#: The three core surface types of the spec (DSH v3's ``system/message`` is also eligible).
+#: The three core surface types (DSH v3's ``system/message`` is also eligible).
 CORE_SURFACE_TYPES: Final = frozenset({"user/message", "assistant/message", "tool/result"})
 
 #: Exactly DSH v3's known-type list (0.1.5-rc.2 / 0.1.6-alpha.2 ``KNOWN_SESSION_EVENT_TYPES``,
