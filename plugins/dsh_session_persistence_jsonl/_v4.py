@@ -193,7 +193,7 @@ def _lift_tool_message(message: dict[str, Any], seq: object) -> dict[str, Any]:
 
 def lift_row(row: Mapping[str, Any]) -> dict[str, Any]:
     """The v4 row of one v3 event row (DSH's v3 → v4 representation, without the
-    corpus-level steps of its migration: see docs/format.md §9.3)."""
+    corpus-level steps of its migration: see docs/format.md §10.3)."""
     out = dict(row)
     _map_messages(out, _lift_source)
     if out.get("type") == "tool/result":
