@@ -274,6 +274,7 @@ class _Chat:
         finally:
             self.interrupts.target(None)
             self.interrupts.reset()  # the cancelled turn has stopped: the next Ctrl-C is new
+            self.transcript.finish()
         await self.host.ctx.sessions.flush(agent.session)
 
     async def _command(self, line: str) -> _Switch | None:
