@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import dsh
 
 TMUX = shutil.which("tmux")
