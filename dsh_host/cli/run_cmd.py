@@ -273,6 +273,8 @@ class Transcript:
     """
 
     quiet: bool
+    #: Print the person's prompt as ``you: ...`` (not in the chat, where they just typed it).
+    echo_prompt: bool = True
     _mid_line: bool = False
     _approval: Any = None
     _answer: list[str] = field(default_factory=list)
@@ -350,7 +352,8 @@ class Transcript:
             return
         if kind == "user/message":
             message = event.data  # a user/message's data is the message itself
-            if isinstance(message.source, UserSource):  # not plugin notices or context
+            # The person's prompt, not plugin notices or context.
+            if isinstance(message.source, UserSource) and self.echo_prompt:
                 said = continued(terminal_safe(f"you: {blocks_text(message.content)}"))
                 self._print(said, "bold", multiline=True)
             return
