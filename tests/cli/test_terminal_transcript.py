@@ -69,12 +69,22 @@ class Pane:
         return lines
 
 
-@pytest.fixture
-def pane(tmp_path: Path) -> Iterator[tuple[Pane, Path]]:
+@pytest.fixture(params=[False])
+def pane(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Pane, Path]]:
+    """``dsh run`` in a tmux pane; ``request.param``: bash asks for approval."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
+    args = _args(tmp_path, workspace)
+    if request.param:
+        config = tmp_path / "dsh.yml"
+        config.write_text(
+            (REPO / "configs" / "default.yml").read_text()
+            + "\n- id: rules\n  name: tool-rules\n  config:\n    rules:\n"
+            "      - {tool: bash, decision: ask, reason: shell commands need a human}\n"
+        )
+        args += ["--config", str(config)]
     command = " ".join(shlex.quote(part) for part in [
-        sys.executable, "-m", "dsh_host", *_args(tmp_path, workspace)])  # fmt: skip
+        sys.executable, "-m", "dsh_host", *args])  # fmt: skip
     socket = str(tmp_path / "tmux")
     assert TMUX is not None
     subprocess.run([TMUX, "-S", socket, "new-session", "-d", "-x", "90", "-y", "50",
@@ -122,6 +132,39 @@ def test_a_terminal_gets_rendered_markdown_short_ids_and_a_status_line(
     assert any(line.startswith("⚙ bash […01234567]") for line in ended), shown
     assert any(line.startswith("  ⎿ result […01234567]") for line in ended), shown
     assert CALL_ID not in shown, shown
+
+
+@needs_tmux
+@pytest.mark.parametrize("pane", [True], indirect=True)
+def test_the_status_line_never_draws_over_the_approval_prompt(
+    pane: tuple[Pane, Path],
+) -> None:
+    """While the question is open the status line (which was showing the call) stays away:
+    the prompt line is the last line on screen in every sample, nothing drawn after it."""
+    screen, workspace = pane
+
+    def asking(lines: list[str]) -> bool:
+        shown = [line for line in lines if line.strip()]
+        return bool(shown) and shown[-1].startswith("allow once? [y/N]")
+
+    screen.until(asking)
+    # An observation window, not a timing assertion: the status line redraws every 0.1 s, so
+    # without the pause it replaces the prompt line in the first samples (checked).
+    for _ in range(20):
+        lines = screen.lines()
+        assert asking(lines), "\n".join(lines)
+        assert not any(" · " in line and line.rstrip().endswith(" s") for line in lines)
+        time.sleep(0.15)
+    assert TMUX is not None
+    subprocess.run([TMUX, "-S", screen.socket, "send-keys", "y", "Enter"], check=True, timeout=30)
+    screen.until(lambda lines: any("bash: wait for the go file · " in line for line in lines))
+    (workspace / "go").touch()
+    ended = screen.until(_ended)
+    shown = "\n".join(ended)
+    assert ended[-1] == "EXITED 0", shown
+    assert "wait for the go file · " not in shown, shown
+    assert any(line.startswith("allow once? [y/N] y") for line in ended), shown
+    assert any("(allowed once)" in line for line in ended), shown
 
 
 def test_a_pipe_gets_raw_text_and_no_status_line(tmp_path: Path) -> None:
