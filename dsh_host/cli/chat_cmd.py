@@ -40,6 +40,7 @@ from ..session.compaction import (
 )
 from ..session.events.data import RunTerms
 from ..session.header import new_session_id
+from ..session.messages import UserSource
 from ..session.persistence import SessionNotFoundError
 from ..session.terms import record_terms
 from ..session.tokens import TokenMeter
@@ -345,7 +346,13 @@ class _Chat:
         first = max(1, last - RECAP_TURNS + 1)
         if first > 1:
             self.say(f"recap: turns {first}-{last} (dsh sessions show {self.agent.id} has all)")
-        events = list(self.agent.session.events)
+        # What was said and done; the system prompt and runtime-context snapshots are
+        # left out (`dsh sessions show` prints them).
+        events = [
+            event for event in self.agent.session.events
+            if event.type != "system/message"
+            and not (event.type == "user/message" and not isinstance(event.data.source, UserSource))
+        ]
         for turn in range(first, last + 1):
             for style, text in transcript_lines(events, turn=turn):
                 console().print(text, style=style or None, markup=False)
