@@ -185,6 +185,8 @@ class StatusLine:
             sys.stdout.flush()
 
     def _run(self) -> None:
+        from rich.cells import cell_len, set_cell_size
+
         frame = 0
         while True:
             time.sleep(self.TICK)
@@ -194,8 +196,10 @@ class StatusLine:
                 width = shutil.get_terminal_size().columns
                 seconds = int(time.monotonic() - self._since)
                 text = f"{self.FRAMES[frame % len(self.FRAMES)]} {self._label} · {seconds} s"
-                if len(text) > width - 1:
-                    text = text[: max(width - 2, 0)] + "…"
+                # Cut to the terminal's width in cells (a wide character takes two): a line
+                # that wrapped would leave its first row behind at every redraw.
+                if cell_len(text) > width - 1:
+                    text = set_cell_size(text, max(width - 2, 0)).rstrip() + "…"
                 self._write(f"\r\x1b[2K\x1b[2m{text}\x1b[0m")
                 self._drawn = True
                 frame += 1
