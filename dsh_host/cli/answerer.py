@@ -50,6 +50,7 @@ import anyio
 from dsh_host.tools.keys import APPROVAL_REQUEST
 
 from ..context import Context
+from .output import status_line
 from .render import terminal_safe
 
 __all__ = [
@@ -215,7 +216,8 @@ class TerminalAnswerer:
 
     async def __call__(self, req: Any, next_: Callable[[], Awaitable[str]]) -> str:
         async with self._lock:
-            return await self._ask(req)
+            with status_line().paused():  # the live status line never draws over a question
+                return await self._ask(req)
 
     def _write(self, text: str) -> None:
         out = self.output

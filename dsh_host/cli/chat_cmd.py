@@ -40,6 +40,7 @@ from ..session.compaction import (
 )
 from ..session.events.data import RunTerms
 from ..session.header import new_session_id
+from ..session.messages import UserSource
 from ..session.persistence import SessionNotFoundError
 from ..session.terms import record_terms
 from ..session.tokens import TokenMeter
@@ -48,8 +49,9 @@ from .answerer import install_terminal_answerer, is_interactive
 from .common import CliUsageError, persistence, run_with_host
 from .flags import add_config_flag, add_root_flag
 from .interrupts import Interrupts
+from .list_cache import ListCache
 from .output import console
-from .render import terminal_safe, usage_lines, when
+from .render import terminal_safe, transcript_lines, usage_lines, when
 from .run_args import add_tool_flags, model_flag
 from .run_cmd import (
     Transcript,
@@ -60,6 +62,7 @@ from .run_cmd import (
     repair_rows,
     stored_session,
 )
+from .sessions_cmd import listing_summary
 from .usage import logged_usage
 
 PROMPT: Final = "dsh> "
@@ -187,6 +190,12 @@ def _compose_chat(
     return located, plan.terms.workspace or os.getcwd(), plan
 
 
+#: Turns of a resumed session shown as its recap.
+RECAP_TURNS: Final = 2
+#: Sessions `/sessions` lists.
+SESSIONS_SHOWN: Final = 20
+
+
 class _Chat:
     """One composition's share of a chat: the prompt loop on a booted host."""
 
@@ -204,7 +213,8 @@ class _Chat:
         self.prompt = prompt
         self.cwd = cwd
         self.interrupts = Interrupts()
-        self.transcript = Transcript(quiet=False)
+        # The person's prompt is on the screen already (they typed it after `dsh>`).
+        self.transcript = Transcript(quiet=False, echo_prompt=False)
         self.host: PluginHost | None = None
         self.agent: Agent | None = None
 
@@ -274,6 +284,7 @@ class _Chat:
         finally:
             self.interrupts.target(None)
             self.interrupts.reset()  # the cancelled turn has stopped: the next Ctrl-C is new
+            self.transcript.finish()
         await self.host.ctx.sessions.flush(agent.session)
 
     async def _command(self, line: str) -> _Switch | None:
@@ -322,23 +333,62 @@ class _Chat:
         if isinstance(self.start, Plan):
             adopt(self.agent, self.start)
         self.say(f"session {session_id} · turn {self.agent.last_turn} so far")
+        self._recap()
         return None
+
+    def _recap(self) -> None:
+        """The resumed session's last :data:`RECAP_TURNS` turns, as ``dsh sessions show``
+        prints them (tool output clipped), so the person sees where the conversation stands."""
+        assert self.agent is not None
+        last = self.agent.last_turn
+        if not last:
+            return
+        first = max(1, last - RECAP_TURNS + 1)
+        if first > 1:
+            self.say(f"recap: turns {first}-{last} (dsh sessions show {self.agent.id} has all)")
+        # What was said and done; the system prompt and runtime-context snapshots are
+        # left out (`dsh sessions show` prints them).
+        events = [
+            event for event in self.agent.session.events
+            if event.type != "system/message"
+            and not (event.type == "user/message" and not isinstance(event.data.source, UserSource))
+        ]
+        for turn in range(first, last + 1):
+            for style, text in transcript_lines(events, turn=turn):
+                console().print(text, style=style or None, markup=False)
 
     async def _sessions(self) -> None:
         assert self.host is not None
-        listings = await persistence(self.host).list(unreadable=[])
+        store = persistence(self.host)
+        listings = await store.list(unreadable=[])
         if not listings:
             self.say("no stored sessions", None)
             return
+        # This project's sessions (started in this workspace) first, each group newest first.
         listings.sort(key=lambda s: s.header.created_at, reverse=True)
+        listings.sort(key=lambda s: s.header.cwd != self.cwd)
         current = self.agent.id if self.agent is not None else None
-        for listing in listings[:20]:
+        remembered = ListCache.load()
+        shown = listings[:SESSIONS_SHOWN]
+        here = sum(1 for listing in shown if listing.header.cwd == self.cwd)
+        for index, listing in enumerate(shown):
+            if index == 0:
+                self.say(f"this workspace ({self.cwd}):" if here else "no session of this "
+                         f"workspace ({self.cwd}); others:")
+            elif index == here:
+                self.say("other workspaces:")
             header = listing.header
+            try:
+                title = (await listing_summary(store, listing, remembered)).get("title")
+            except Exception as exc:  # one unreadable log must not hide the others
+                title = f"(unreadable: {exc})"
             mark = "*" if header.id == current else " "
-            cwd = header.cwd if isinstance(header.cwd, str) else "-"
-            self.say(f"{mark} {header.id}  {when(header.created_at)}  {cwd}", None)
-        if len(listings) > 20:
-            self.say(f"  ... {len(listings) - 20} older (dsh sessions list shows all)")
+            cwd = "" if header.cwd == self.cwd else f"  {header.cwd}"
+            self.say(f"{mark} {header.id}  {when(header.created_at)}  {title or '-'}{cwd}", None)
+        remembered.save()
+        if len(listings) > SESSIONS_SHOWN:
+            more = len(listings) - SESSIONS_SHOWN
+            self.say(f"  ... {more} more (dsh sessions list shows all)")
 
     def _usage(self) -> None:
         assert self.host is not None

@@ -152,7 +152,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser(words).parse_args(words)
         handler = args.handler
     try:
-        code: int = handler(args)
+        try:
+            code: int = handler(args)
+        finally:
+            _no_status_line()
         return code
     except KeyboardInterrupt:
         print("dsh: interrupted", file=sys.stderr)
@@ -166,6 +169,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except Exception as exc:
         return _failed(exc, verbose=args.verbose)
+
+
+def _no_status_line() -> None:
+    """The command is over, however it ended: a live status line it left is erased before
+    any error line is printed (a line on top of a spinner reads as garbage)."""
+    from .output import status_line
+
+    if status_line.cache_info().currsize:  # only if the command ever had one
+        status_line().hide()
 
 
 def _failed(exc: Exception, *, verbose: bool) -> int:

@@ -7,10 +7,13 @@ import functools
 import json
 import os
 import re
+import shutil
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -109,3 +112,100 @@ def json_line(value: object) -> str:
     if _LONE_SURROGATE.search(text):
         text = _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     return text
+
+
+class StatusLine:
+    """One live line at the bottom of a terminal run: a spinner, what runs, and for how long
+    (``⠹ bash: run the tests · 12 s``), redrawn by a daemon thread while the model streams
+    nothing or a tool runs, so a long wait does not look like a hang.
+
+    It exists only when standard output is a terminal: into a pipe or a file it never writes
+    a byte. Every other printer goes through :meth:`clear` (a context manager holding the
+    same lock as the redraw), which erases the line first, so output never lands on or after
+    it; and a prompt that reads from the person (the approval question) runs inside
+    :meth:`paused`, where nothing is drawn at all. The line is redrawn only by the thread, on
+    its next tick, and only while a label is set and nothing has paused it.
+    """
+
+    FRAMES: Final = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+    TICK: Final = 0.1
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._label: str | None = None
+        self._since = 0.0
+        self._drawn = False
+        self._paused = 0
+        self._thread: threading.Thread | None = None
+        self.enabled = sys.stdout.isatty()
+
+    def show(self, label: str) -> None:
+        """Show ``label`` (already :func:`~dsh_host.cli.render.terminal_safe`, one line)."""
+        if not self.enabled:
+            return
+        with self._lock:
+            if label != self._label:
+                self._label, self._since = label, time.monotonic()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="dsh-status", daemon=True)
+                self._thread.start()
+
+    def hide(self) -> None:
+        with self._lock:
+            self._label = None
+            self._erase()
+
+    @contextmanager
+    def clear(self) -> Iterator[None]:
+        """Around any other output: the status line is erased first and redrawn after."""
+        with self._lock:
+            self._erase()
+            yield
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Around a prompt: nothing is drawn until it is answered."""
+        with self._lock:
+            self._paused += 1
+            self._erase()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._paused -= 1
+
+    def _erase(self) -> None:
+        if self._drawn:
+            self._drawn = False
+            self._write("\r\x1b[2K")
+
+    def _write(self, text: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+    def _run(self) -> None:
+        from rich.cells import cell_len, set_cell_size
+
+        frame = 0
+        while True:
+            time.sleep(self.TICK)
+            with self._lock:
+                if self._label is None or self._paused:
+                    continue
+                width = shutil.get_terminal_size().columns
+                seconds = int(time.monotonic() - self._since)
+                text = f"{self.FRAMES[frame % len(self.FRAMES)]} {self._label} · {seconds} s"
+                # Cut to the terminal's width in cells (a wide character takes two): a line
+                # that wrapped would leave its first row behind at every redraw.
+                if cell_len(text) > width - 1:
+                    text = set_cell_size(text, max(width - 2, 0)).rstrip() + "…"
+                self._write(f"\r\x1b[2K\x1b[2m{text}\x1b[0m")
+                self._drawn = True
+                frame += 1
+
+
+@functools.cache
+def status_line() -> StatusLine:
+    """The process's one status line (a no-op unless standard output is a terminal)."""
+    return StatusLine()

@@ -35,6 +35,8 @@ from ..session.messages import (
 )
 
 if TYPE_CHECKING:
+    from rich.console import Console, ConsoleOptions, RenderResult
+
     from ..session.tokens import ContextPressure, UsageTotals
 
 MAX_TOOL_OUTPUT_LINES = 20
@@ -88,6 +90,37 @@ def gutter_stream(text: str, *, at_line_start: bool) -> str:
     return "\n".join([head, *(f"{GUTTER}{line}" if line else "" for line in lines[1:])])
 
 
+class MarkdownAnswer:
+    """Model text rendered as markdown (headings, lists, code blocks, emphasis) for a terminal,
+    every rendered line behind the :data:`GUTTER`.
+
+    The text is made :func:`terminal_safe` *before* rich parses it, so what reaches the
+    terminal is rich's own styling around inert characters; links are shown as ``text (url)``
+    rather than as terminal hyperlinks, whose target a reader cannot see. Each line of the
+    rendering starts with the gutter, so a heading, a rule or a code block cannot pass for a
+    harness line however the model shapes it. A pipe never gets this: it gets the raw text.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = terminal_safe(text)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich.markdown import Markdown
+        from rich.segment import Segment
+        from rich.style import Style
+
+        width = max(options.max_width - len(GUTTER), 20)
+        document = Markdown(self.text, hyperlinks=False)
+        lines = console.render_lines(document, options.update_width(width), pad=False)
+        while lines and not "".join(segment.text for segment in lines[-1]).strip():
+            lines.pop()  # rich ends blocks with a blank line; the transcript's next line follows
+        gutter = Segment(GUTTER, Style(dim=True))
+        for line in lines:
+            yield gutter
+            yield from line
+            yield Segment.line()
+
+
 def when(ms: int) -> str:
     return _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -123,7 +156,7 @@ def message_lines(message: Any) -> list[tuple[str, str]]:
             if isinstance(block, ToolResultBlock):
                 style = "red" if block.is_error is True else "dim"
                 label = "error" if block.is_error is True else "result"
-                out.append((style, f"  ⎿ {label} [{_one_line(block.tool_call_id)}]\n"
+                out.append((style, f"  ⎿ {label} [{short_id(block.tool_call_id)}]\n"
                             + _indent(terminal_safe(blocks_text(block.content)))))
         return out
     if isinstance(message, AssistantMessage):
@@ -134,7 +167,8 @@ def message_lines(message: Any) -> list[tuple[str, str]]:
             elif isinstance(block, TextBlock):
                 out.append(("", f"assistant: {continued(terminal_safe(block.text))}"))
             elif isinstance(block, ToolCallBlock):
-                out.append(("cyan", _one_line(f"  ⚙ {block.name} [{block.id}] {block.arguments}")))
+                out.append(("cyan", _one_line(
+                    f"  ⚙ {block.name} [{short_id(block.id)}] {block.arguments}")))
         return out
     if isinstance(message, UserMessage):
         kind = source_kind(message.source)
@@ -148,6 +182,24 @@ def message_lines(message: Any) -> list[tuple[str, str]]:
         return out
     out.append(("dim", _one_line(repr(message))))
     return out
+
+
+#: Call ids longer than this are shown by their last :data:`SHORT_ID_CHARS` characters.
+SHORT_ID_LIMIT: Final = 12
+SHORT_ID_CHARS: Final = 8
+
+
+def short_id(call_id: object) -> str:
+    """A call id as the transcript shows it: ``…`` and its last 8 characters when it is long.
+
+    A minted id is ``call_`` and 24 hex digits, the same 29 characters on every line, which
+    buried the line's content; its last 8 hex digits tell a session's calls apart (a provider
+    id the harness kept is unique in its session and usually short, so shown whole). The full
+    id stays where it is needed: ``--json``, ``dsh sessions show --view events``, the
+    approval commands.
+    """
+    text = _one_line(str(call_id))
+    return text if len(text) <= SHORT_ID_LIMIT else "…" + text[-SHORT_ID_CHARS:]
 
 
 def _one_line(text: str) -> str:
@@ -279,7 +331,7 @@ def tool_result_lines(data: Any, *, full: bool = False) -> list[Line]:
     lines = terminal_safe(blocks_text(block.content)).splitlines()
     shown = lines if full else lines[:MAX_TOOL_OUTPUT_LINES]
     out: list[Line] = [("red" if failed else "dim",
-                        f"  ⎿ {label} [{_one_line(block.tool_call_id)}]")]
+                        f"  ⎿ {label} [{short_id(block.tool_call_id)}]")]
     if not lines:
         out.append(("dim", "    (empty)"))
     if shown:
@@ -293,8 +345,9 @@ def approval_lines(kind: str, data: dict[str, Any]) -> list[Line]:
     """``approval/asked`` and ``approval/decided`` (wire-form data) as the audit trail reads."""
     if kind == "approval/asked":
         reason = f": {data['reason']}" if data.get("reason") else ""
-        return [("yellow", _one_line(
-            f"? approval asked for {data.get('toolName')} [{data.get('callId')}]{reason}"))]
+        call = short_id(data.get("callId"))
+        asked = f"? approval asked for {data.get('toolName')} [{call}]{reason}"
+        return [("yellow", _one_line(asked))]
     by = f" by {data['decidedBy']}" if data.get("decidedBy") else ""
     why = f" ({data['reason']})" if data.get("reason") else ""
     return [("yellow", _one_line(f"? approval {data.get('outcome')}{by}{why}"))]

@@ -16,7 +16,7 @@ import logging
 import os
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,14 @@ from ..session.events import SessionEvent, to_builtins, turn_end_kind
 from ..session.events.data import RunTerms
 from ..session.header import SessionHeader, new_session_id
 from ..session.keys import SESSION_EVENT
-from ..session.messages import BlockEndChunk, TextBlock, TextDeltaChunk, UserSource
+from ..session.messages import (
+    BlockEndChunk,
+    ReasoningDeltaChunk,
+    TextBlock,
+    TextDeltaChunk,
+    ToolCallDeltaChunk,
+    UserSource,
+)
 from ..session.persistence import SessionLoad, SessionNotFoundError
 from ..session.terms import record_terms, recorded_terms
 from .answerer import install_terminal_answerer
@@ -57,13 +64,15 @@ from .common import (
 )
 from .hints import command_hint
 from .interrupts import Interrupts
-from .output import console
+from .output import console, status_line
 from .render import (
+    MarkdownAnswer,
     approval_lines,
     blocks_text,
     continued,
     gutter_stream,
     retry_summary,
+    short_id,
     terminal_safe,
     tool_result_lines,
     turn_end_line,
@@ -255,20 +264,46 @@ def _prepare_workspace(workspace: str, *, create: bool, flag: str = "--workspace
 
 @dataclass
 class Transcript:
-    """Prints a run as it happens; silent under --json (stdout carries one object)."""
+    """Prints a run as it happens; silent under --json (stdout carries one object).
+
+    On a terminal the model's text is gathered while it streams and printed at the end of
+    its block as rendered markdown (:class:`~dsh_host.cli.render.MarkdownAnswer`, behind the
+    gutter), and the :func:`~dsh_host.cli.output.status_line` says what runs meanwhile
+    ("model thinking…", "model writing…", "bash: <description>"). Into a pipe the text
+    streams raw as it arrives and no status line exists.
+    """
 
     quiet: bool
+    #: Print the person's prompt as ``you: ...`` (not in the chat, where they just typed it).
+    echo_prompt: bool = True
     _mid_line: bool = False
     _approval: Any = None
+    _answer: list[str] = field(default_factory=list)
+
+    @property
+    def _rich(self) -> bool:
+        return console().is_terminal
 
     def _print(self, text: str, style: str | None = None, *, multiline: bool = False) -> None:
         """Print one transcript line; control characters in it are shown escaped, never sent."""
         if self.quiet:
             return
+        with status_line().clear():
+            self._end_answer()
+            console().print(terminal_safe(text, multiline=multiline), style=style, markup=False)
+
+    def _end_answer(self) -> None:
+        """Close the model text in progress: the rendered answer, or the raw stream's line."""
+        if self._answer:
+            text, self._answer = "".join(self._answer), []
+            console().print(MarkdownAnswer(text))
         if self._mid_line:
             console().print()
             self._mid_line = False
-        console().print(terminal_safe(text, multiline=multiline), style=style, markup=False)
+
+    def _status(self, label: str) -> None:
+        if not self.quiet:
+            status_line().show(terminal_safe(label, multiline=False))
 
     def install(self, host: PluginHost) -> None:
         # Observers only (`agent/chunk`, `session/event`): the bus contains a printer that
@@ -279,6 +314,13 @@ class Transcript:
         if _ACTIVITY.isEnabledFor(logging.INFO):  # `dsh -v`: every event as it is appended
             host.ctx.on(SESSION_EVENT, _log_event)
 
+    def finish(self) -> None:
+        """The run is over: the answer in progress is printed and the status line is gone."""
+        if not self.quiet:
+            with status_line().clear():
+                self._end_answer()
+            status_line().hide()
+
     def _on_chunk(self, received: ChunkReceived) -> None:
         # Only the agent loop's steps emit `agent/chunk`: a maintenance request (a compaction
         # summary, ...) is not the assistant speaking and is not printed live.
@@ -286,14 +328,23 @@ class Transcript:
             return
         chunk = received.chunk
         if isinstance(chunk, TextDeltaChunk) and chunk.text:
+            if self._rich:
+                self._answer.append(chunk.text)
+                self._status("model writing…")
+                return
             text = terminal_safe(chunk.text)
             text = gutter_stream(text, at_line_start=not self._mid_line)
             console().print(text, end="", markup=False, highlight=False)
             self._mid_line = not chunk.text.endswith("\n")
+        elif isinstance(chunk, ReasoningDeltaChunk):
+            self._status("model reasoning…")
+        elif isinstance(chunk, ToolCallDeltaChunk):
+            self._status("model writing a tool call…")
         elif isinstance(chunk, BlockEndChunk) and isinstance(chunk.block, TextBlock):
-            if self._mid_line:
-                console().print()
-                self._mid_line = False
+            if self._answer or self._mid_line:
+                with status_line().clear():
+                    self._end_answer()
+                self._status("model thinking…")
 
     def _on_event(self, session: Any, event: SessionEvent) -> None:
         # Called for every append: do nothing (not even a conversion) unless it is shown.
@@ -302,18 +353,24 @@ class Transcript:
             return
         if kind == "user/message":
             message = event.data  # a user/message's data is the message itself
-            if isinstance(message.source, UserSource):  # not plugin notices or context
+            # The person's prompt, not plugin notices or context.
+            if isinstance(message.source, UserSource) and self.echo_prompt:
                 said = continued(terminal_safe(f"you: {blocks_text(message.content)}"))
                 self._print(said, "bold", multiline=True)
+            return
+        if kind == "step/start":
+            self._status("model thinking…")
             return
         if kind == "tool/result":
             for style, text in tool_result_lines(event.data):
                 self._print(text, style)
+            self._status("model thinking…")
             return
         data = to_builtins(event.data)
         if kind == "tool/call":
-            self._print(f"⚙ {data.get('name')} [{data.get('callId')}] {data.get('arguments', '')}",
-                        "cyan")
+            name, arguments = data.get("name"), data.get("arguments", "")
+            self._print(f"⚙ {name} [{short_id(data.get('callId'))}] {arguments}", "cyan")
+            self._status(f"{name}: {_described(arguments) or 'running'}")
         elif kind in ("approval/asked", "approval/decided"):
             [(style, text)] = approval_lines(kind, data)
             if kind == "approval/decided":
@@ -324,6 +381,7 @@ class Transcript:
         elif kind == "turn/end":
             style, text = turn_end_line(data)
             self._print(text, style)
+            status_line().hide()
 
     def _decided_by(self, session: Any, data: dict[str, Any]) -> str:
         """Who rejected: under policy ``never`` nobody was asked, the policy refused."""
@@ -331,6 +389,16 @@ class Transcript:
         if data.get("outcome") != "rejected" or policy is None or policy(session) != "never":
             return ""
         return " by the approval policy never (no one was asked)"
+
+
+def _described(arguments: Any) -> str:
+    """A call's ``description`` argument (``bash`` asks for one), else ""."""
+    try:
+        parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        return ""
+    found = parsed.get("description") if isinstance(parsed, dict) else None
+    return found if isinstance(found, str) else ""
 
 
 _ACTIVITY = logging.getLogger("dsh.session")
@@ -343,6 +411,7 @@ def _log_event(session: Any, event: SessionEvent) -> None:
 _SHOWN_EVENTS = frozenset(
     {
         "user/message",
+        "step/start",
         "tool/call",
         "tool/result",
         "approval/asked",
@@ -361,6 +430,7 @@ async def _finish(args: argparse.Namespace, host: PluginHost, agent: Agent, reas
     # The turn's closing events are made durable before the run reports anything: a
     # "completed" printed here is on disk, not in a write-behind buffer.
     await host.ctx.sessions.flush(agent.session)
+    transcript.finish()
     kind = turn_end_kind(reason) if reason is not None else None
     store = host.ctx.get("sessionPersistence")
     where = store.locate(agent.session.header).path if store is not None else None

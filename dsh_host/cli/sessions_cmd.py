@@ -165,21 +165,10 @@ def run_list(args: argparse.Namespace) -> int:
                     "title": None,
                     "usage": None,
                 }
-                key = listing_key(listing.location)
-                summary = None if key is None else remembered.get(key, listing.revision)
-                if summary is None:
-                    try:
-                        load = await store.inspect(listing.header.id)
-                        summary = _summary(load)
-                    except Exception as exc:  # one bad log must not hide the others
-                        entry["problem"] = str(exc)
-                        if key is not None:
-                            remembered.forget(key)
-                    else:
-                        if key is not None:
-                            remembered.put(key, load.revision, summary)
-                if summary is not None:
-                    entry.update(summary)
+                try:
+                    entry.update(await listing_summary(store, listing, remembered))
+                except Exception as exc:  # one bad log must not hide the others
+                    entry["problem"] = str(exc)
                 rows_out.append(entry)
                 advance()
         # Newest first; rows whose header could not be read (no creation time) last.
@@ -300,6 +289,25 @@ def _table_lines(entries: list[dict[str, Any]], width: int) -> list[str]:
 
 
 _TITLE_CHARS = 60
+
+
+async def listing_summary(store: Any, listing: Any, remembered: ListCache) -> dict[str, Any]:
+    """A listed session's summary (:func:`_summary`): from the list cache while the log is
+    unchanged, else read from the log and remembered. Raises what reading the log raised."""
+    key = listing_key(listing.location)
+    summary = None if key is None else remembered.get(key, listing.revision)
+    if summary is not None:
+        return summary
+    try:
+        load = await store.inspect(listing.header.id)
+    except Exception:
+        if key is not None:
+            remembered.forget(key)
+        raise
+    summary = _summary(load)
+    if key is not None:
+        remembered.put(key, load.revision, summary)
+    return summary
 
 
 def _summary(load: SessionLoad) -> dict[str, Any]:

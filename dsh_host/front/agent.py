@@ -172,12 +172,13 @@ class Agent:
     ``dsh run --model``). ``tools``: ``@tool`` functions or
     :class:`~dsh_host.tools.ToolDefinition` objects. ``instructions``: the
     deployment persona of the system prompt (``{{model}}`` and ``{{cwd}}``
-    are interpolated). ``output_type``: a msgspec Struct, a dataclass or a
-    TypedDict; the model answers through a ``final_result`` tool whose
-    arguments are validated, and an invalid answer is sent back with the
-    validation error up to ``output_retries`` times. ``store``: a directory
-    (JSONL logs), a ``postgresql://`` DSN, None (memory only) or, by
-    default, the CLI's store. ``workspace``: the session's working directory
+    are interpolated; given, they replace the harness's identity line).
+    ``output_type``: a msgspec Struct, a dataclass or a TypedDict; the
+    model answers through a ``final_result`` tool whose arguments are
+    validated, and an invalid answer is sent back with the validation error
+    up to ``output_retries`` times. ``store``: a directory (JSONL logs), a
+    ``postgresql://`` DSN, None (memory only) or, by default, the CLI's
+    store. ``workspace``: the session's working directory
     (default: the current one). ``sandbox``: None (no built-in tools) or a
     mode of the built-in ``bash`` / file tools, confined by ``sandbox-local``.
     ``approval``: ``"ask"`` (calls that need approval fail closed unless an
@@ -344,7 +345,11 @@ class Agent:
             "model": self._model.model,
         }
         if self._instructions:
+            # The caller's instructions say who the agent is: the harness's own identity line
+            # ("You are an AI agent powered by DeepSeek Harness.") would be written above them
+            # and contradict them, so it is left out. Without instructions it stays.
             agent_config["persona"] = self._instructions
+            agent_config["include_harness_identity"] = False
         rows.append(_patched(agent_row, "agent", agent_config))
         ids = {row.id for row in rows if row.id is not None}
         for key in self._overrides:

@@ -151,7 +151,10 @@ PARAMETERS: Final[dict[str, Any]] = {
             ),
         },
     },
-    "required": ["command", "description"],
+    # `description` is optional: it only labels the call for people (the transcript's status
+    # line, the approval prompt), so a call without one runs; refusing it cost a model a
+    # whole round trip for a UI string.
+    "required": ["command"],
 }
 
 #: The two escalation properties, advertised only when the row's mode confines.
@@ -561,8 +564,6 @@ def _environment(exec: ToolExecution, allow: tuple[str, ...]) -> dict[str, str]:
 def _validate(args: Mapping[str, Any]) -> None:
     if not str(args["command"]).strip():
         raise ValueError("invalid command: expected a non-empty string")
-    if not str(args["description"]).strip():
-        raise ValueError("invalid description: expected a non-empty string")
     timeout = args.get("timeoutMs")
     if timeout is not None and (not math.isfinite(timeout) or timeout <= 0):
         raise ValueError(f"invalid timeoutMs: expected a positive number, got {timeout!r}")

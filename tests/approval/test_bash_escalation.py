@@ -168,7 +168,7 @@ async def test_schema_advertises_escalation_only_when_the_row_confines(boot: Boo
             "exact command needs the wider access."
         ),
     }
-    assert confining.parameters["required"] == ["command", "description"]
+    assert confining.parameters["required"] == ["command"]
     assert "sandbox_permissions" in confining.description
     assert "sandbox_permissions" not in unconfined.parameters["properties"]
     assert "justification" not in unconfined.parameters["properties"]

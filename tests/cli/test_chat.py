@@ -248,7 +248,7 @@ def test_ctrl_c_at_the_prompt_clears_the_line(tmp_path: Path) -> None:
     """Ctrl-C with no turn running does not exit; what was typed is dropped."""
     config = compose(tmp_path)
     script = write_script(tmp_path / "script.json", [{"text": "Only answer."}])
-    term, _root = chat(tmp_path, config, script)
+    term, root = chat(tmp_path, config, script)
     term.expect(PROMPT)
     term.type(b"half a thought")
     term.expect(b"half a thought")
@@ -259,8 +259,12 @@ def test_ctrl_c_at_the_prompt_clears_the_line(tmp_path: Path) -> None:
     term.expect(PROMPT)
     term.type(b"\x04")
     assert term.close() == 0, term.text
-    assert "you: hello" in term.text
-    assert "you: half a thought" not in term.text
+    [session_id] = session_ids(term.text)
+    prompts = [
+        e["data"]["content"][0]["text"] for e in events_of(config, root, session_id)
+        if e["type"] == "user/message" and e["data"]["source"]["kind"] == "user"
+    ]
+    assert prompts == ["hello"]  # the dropped line was never sent
 
 
 def test_resume_continues_a_stored_session_in_its_recorded_workspace(tmp_path: Path) -> None:
@@ -423,3 +427,51 @@ def test_compact_and_usage_use_the_composed_plugins(tmp_path: Path) -> None:
     assert term.close() == 0, term.text
     # The summary request is maintenance, not the assistant speaking: not streamed live.
     assert "The user listed items" not in term.text
+
+
+def test_sessions_lists_this_workspace_first_with_titles_and_resume_recaps(
+    tmp_path: Path,
+) -> None:
+    """/sessions puts this workspace's sessions first, each with its title (first prompt);
+    /resume prints a recap of the last turns; a typed prompt is shown once (as typed), not
+    echoed again as ``you: ...``."""
+    config = compose(tmp_path)
+    root = tmp_path / "sessions"
+    ids = {}
+    for name in ("here", "there"):  # "there" is newer: only the workspace puts "here" first
+        (tmp_path / name).mkdir()
+        script = write_script(tmp_path / f"{name}.json", [{"text": f"Answer in {name}."}])
+        run = subprocess.run(
+            [*DSH, "run", "--config", str(config), "--root", str(root), "--workspace",
+             str(tmp_path / name), "--model", f"scripted:{script}", "--json",
+             f"question from {name}"],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300, check=False,
+        )
+        assert run.returncode == 0, run.stderr
+        ids[name] = json.loads(run.stdout.splitlines()[-1])["sessionId"]
+    script = write_script(tmp_path / "chat.json", [{"text": "Resumed answer."}])
+    term, _ = chat(tmp_path, config, script, "--workspace", str(tmp_path / "here"))
+    term.expect(PROMPT)
+    term.type(b"/sessions\r")
+    term.expect(b"other workspaces:")
+    term.expect(PROMPT)
+    listed = term.text.splitlines()
+    rows = [line for line in listed if ids["here"] in line or ids["there"] in line]
+    assert len(rows) == 2 and ids["here"] in rows[0], term.text
+    assert "question from here" in rows[0] and "question from there" in rows[1], term.text
+    assert any(line.startswith("this workspace (") for line in listed), term.text
+    term.type(f"/resume {ids['here']}\r".encode())
+    term.expect(f"session {ids['here']} · turn 1 so far".encode())
+    term.expect(b"you: question from here")
+    term.expect(b"Answer in here.")
+    term.expect(b"turn 1 ended: completed")
+    term.expect(PROMPT)
+    term.type(b"once only\r")
+    term.expect(b"Resumed answer.")
+    term.expect(PROMPT)
+    term.type(b"\x04")
+    assert term.close() == 0, term.text
+    assert term.text.count("once only") == 1, term.text
+    # The recap is the conversation, not the system prompt or runtime-context snapshots.
+    assert "system:" not in term.text and "dsh-system-prompt" not in term.text, term.text
+    assert "you: once only" not in term.text, term.text

@@ -204,6 +204,18 @@ async def test_instructions_are_the_system_prompts_persona(tmp_path: Path) -> No
         (system,) = events_of(agent, "system/message")
     text = "".join(block.text for block in system.data.message.content)
     assert "You are terse. Model: scripted." in text
+    # The caller's instructions are the agent's identity: no harness identity line above them.
+    assert "DeepSeek Harness" not in text, text
+
+
+@pytest.mark.anyio
+async def test_without_instructions_the_harness_identity_stays(tmp_path: Path) -> None:
+    model = script(tmp_path, [{"text": "ok"}])
+    async with Agent(model, store=None) as agent:
+        await agent.run("hi")
+        (system,) = events_of(agent, "system/message")
+    text = "".join(block.text for block in system.data.message.content)
+    assert text.startswith("You are an AI agent powered by DeepSeek Harness."), text
 
 
 @pytest.mark.anyio

@@ -285,12 +285,11 @@ async def test_spill_dir_inside_a_writable_root_is_refused(boot: Boot, tmp_path:
 async def test_invalid_bash_arguments(boot: Boot) -> None:
     async with boot(sandbox="danger-full-access") as host:
         blank = await run(host, bash("   "))
-        no_description = await run(host, {"command": "ls"})
+        no_description = await run(host, {"command": "echo ran without a description"})
         bad_timeout = await run(host, bash("ls", timeoutMs=-5))
     assert text_of(blank) == "Error: invalid command: expected a non-empty string"
-    assert text_of(no_description) == (
-        'Error: invalid arguments: missing required property "description"'
-    )
+    # `description` only labels the call for people: a call without one runs.
+    assert text_of(no_description).startswith("ran without a description"), text_of(no_description)
     assert text_of(bad_timeout) == "Error: invalid timeoutMs: expected a positive number, got -5"
 
 
