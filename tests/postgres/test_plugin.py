@@ -155,6 +155,8 @@ def test_the_cli_runs_lists_and_resumes_on_postgres(
         config,
         "--session",
         session_id,
+        "--model",  # a demo session continues only with a model named (the change is logged)
+        "demo",
         "--json",
         cwd=tmp_path,
         env=env,

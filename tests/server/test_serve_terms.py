@@ -158,7 +158,17 @@ def test_serve_runs_a_cli_session_under_its_recorded_sandbox(
         ]
     assert not (setup.workspace / "made-here").exists()  # read-only, as recorded
     results = [e for e in events if e["type"] == "tool/result"]
-    assert [r["data"]["message"]["source"]["callId"] for r in results[-1:]] == ["c-touch"]
+    calls = [
+        block
+        for e in events
+        if e["type"] == "assistant/message"
+        for block in e["data"]["message"]["content"]
+        if block.get("type") == "tool-call"
+    ]
+    # the script's id was used by the CLI's turn already: the harness minted a new one and kept
+    # the provider's as providerId
+    assert calls[-1].get("providerId", calls[-1]["id"]) == "c-touch"
+    assert [r["data"]["message"]["source"]["callId"] for r in results[-1:]] == [calls[-1]["id"]]
     assert len([e for e in events if e["type"] == "run/terms"]) == 1  # nothing overridden
 
 
