@@ -12,6 +12,10 @@ log only (the vocabulary lives in the core so compaction plugins can share it):
   (disjoint uncached-input, output, cache-read and cache-write buckets; reasoning is a part of
   output and is not added again). Failed attempts that reported usage count too: they were
   billed.
+- Every call that reported usage is priced in US dollars (:mod:`dsh_host.session.prices`):
+  :meth:`TokenMeter.requests` lists each one (a reply, a failed attempt or a compaction
+  summary) with its cost, and the totals carry the sum. A call whose model has no known price
+  is counted as unpriced, so a total is only a known cost when no call was unpriced.
 - :meth:`TokenMeter.pressure` is the context pressure of the current surface against the
   routed model's context window (the newest ``request/context`` record, which the loop writes
   from the adapter's model metadata).
@@ -23,8 +27,9 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Final, Literal
 
 import msgspec
@@ -51,6 +56,7 @@ from dsh_host.session.messages import (
     ToolResultBlock,
     UsageChunk,
 )
+from dsh_host.session.prices import PriceTable
 from dsh_host.session.request_header import canonical_header, headers_equal
 from dsh_host.session.session import LogView, Session, derive_event_message
 
@@ -59,6 +65,7 @@ __all__ = [
     "CHARS_PER_TOKEN",
     "ROLE_OVERHEAD",
     "ContextPressure",
+    "RequestCost",
     "TokenMeasurement",
     "TokenMeter",
     "TokenSurfaceNode",
@@ -164,15 +171,31 @@ class UsageTotals:
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0  #: part of output, shown, never added again
     requests: int = 0  #: model calls that reported usage
+    #: dollars of the priced calls (exact; see :attr:`cost_usd` for the total's meaning)
+    priced_cost_usd: Decimal = Decimal(0)
+    #: calls whose model has no known price (their cost is not in ``priced_cost_usd``)
+    unpriced_requests: int = 0
+    unpriced_models: tuple[str, ...] = ()  #: those calls' models, first seen first
 
     @property
     def total_tokens(self) -> int:
         return (
-            self.input_tokens + self.output_tokens + self.cache_read_tokens
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_read_tokens
             + self.cache_write_tokens
         )
 
-    def add(self, usage: TokenUsage) -> UsageTotals:
+    @property
+    def cost_usd(self) -> Decimal | None:
+        """The dollars spent, or None when some call is unpriced (unknown, never 0)."""
+        return self.priced_cost_usd if self.unpriced_requests == 0 else None
+
+    def add(self, usage: TokenUsage, cost: Decimal | None = None, model: str = "") -> UsageTotals:
+        """These totals plus one call (``cost`` None: the call is unpriced)."""
+        unpriced = self.unpriced_models
+        if cost is None and model not in unpriced:
+            unpriced = (*unpriced, model)
         return UsageTotals(
             input_tokens=self.input_tokens + usage.input_tokens,
             output_tokens=self.output_tokens + usage.output_tokens,
@@ -180,7 +203,38 @@ class UsageTotals:
             cache_write_tokens=self.cache_write_tokens + (usage.cache_write_tokens or 0),
             reasoning_tokens=self.reasoning_tokens + (usage.reasoning_tokens or 0),
             requests=self.requests + 1,
+            priced_cost_usd=self.priced_cost_usd + (cost if cost is not None else 0),
+            unpriced_requests=self.unpriced_requests + (cost is None),
+            unpriced_models=unpriced,
         )
+
+    def to_json(self) -> dict[str, Any]:
+        """The wire shape of ``--json`` outputs and ``RunResult.usage`` (cost as a float)."""
+        cost = self.cost_usd
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+            "total_tokens": self.total_tokens,
+            "requests": self.requests,
+            "cost_usd": float(cost) if cost is not None else None,
+            "unpriced_models": list(self.unpriced_models),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RequestCost:
+    """One billed model call: what it used and what it cost."""
+
+    seq: int  #: the event that logged the usage
+    turn: int | None  #: None for a compaction outside a turn
+    kind: Literal["reply", "attempt", "compaction"]  #: a reply, a failed attempt, a summary
+    provider: str | None
+    model: str | None
+    usage: TokenUsage
+    cost_usd: Decimal | None  #: None: the model has no known price
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +280,8 @@ class _State:
     by_turn: dict[int, UsageTotals] = field(default_factory=dict)
     last_usage: TokenUsage | None = None
     context: RequestContextData | None = None
+    requests: list[RequestCost] = field(default_factory=list)
+    compaction_turn: int | None = None  #: the turn of the open compaction
 
 
 def _attempt_usage(data: AssistantAttemptData) -> TokenUsage | None:
@@ -239,8 +295,14 @@ def _attempt_usage(data: AssistantAttemptData) -> TokenUsage | None:
 class TokenMeter:
     """The ``tokenMeter`` service: per-session replay folds over the durable log."""
 
-    def __init__(self) -> None:
+    def __init__(self, prices: PriceTable | None = None) -> None:
         self._states: weakref.WeakKeyDictionary[Session, _State] = weakref.WeakKeyDictionary()
+        self._prices = prices if prices is not None else PriceTable()
+
+    @property
+    def prices(self) -> PriceTable:
+        """The table every call is priced with."""
+        return self._prices
 
     # -- public -----------------------------------------------------------------------
     def estimate_message(self, message: Message) -> int:
@@ -285,6 +347,10 @@ class TokenMeter:
         """Provider usage per turn number (turns that reported none are absent)."""
         return dict(self._sync(session).by_turn)
 
+    def requests(self, session: Session) -> list[RequestCost]:
+        """Every billed call in log order, each with its usage and cost."""
+        return list(self._sync(session).requests)
+
     def pressure(self, session: Session) -> ContextPressure:
         """Context pressure of the current surface against the routed model's window."""
         state = self._sync(session)
@@ -327,7 +393,34 @@ class TokenMeter:
         if kind == "assistant/attempt" and isinstance(data, AssistantAttemptData):
             usage = _attempt_usage(data)
             if usage is not None:
-                self._count(state, data.turn, usage)
+                context = state.context
+                self._count(
+                    state,
+                    event.seq,
+                    data.turn,
+                    "attempt",
+                    usage,
+                    context.provider if context is not None else None,
+                    context.model if context is not None else None,
+                )
+            return
+        if kind == "compaction/start" and isinstance(data, Mapping):
+            turn = data.get("turn")
+            state.compaction_turn = turn if isinstance(turn, int) else None
+            return
+        if kind == "compaction/summary" and isinstance(data, Mapping):
+            summary_usage = _plain_usage(data.get("usage"))
+            if summary_usage is not None:
+                provider, model = data.get("provider"), data.get("model")
+                self._count(
+                    state,
+                    event.seq,
+                    state.compaction_turn,
+                    "compaction",
+                    summary_usage,
+                    provider if isinstance(provider, str) else None,
+                    model if isinstance(model, str) else None,
+                )
             return
         op = event.surface_op
         if op is UNSET:
@@ -359,7 +452,10 @@ class TokenMeter:
             estimated = estimate_header(state.header) + anchor_surface
             usage = data.usage if data.usage is not UNSET else None
             if usage is not None:
-                self._count(state, data.turn, usage)
+                source = data.message.source
+                self._count(
+                    state, event.seq, data.turn, "reply", usage, source.provider, source.model
+                )
                 state.last_usage = usage
                 provider_tokens = usage_total(usage)
                 if provider_tokens >= estimated:
@@ -367,10 +463,34 @@ class TokenMeter:
                     return
             state.anchor = _Anchor(state.header, anchor_surface, "estimated", estimated)
 
-    @staticmethod
-    def _count(state: _State, turn: int, usage: TokenUsage) -> None:
-        state.usage = state.usage.add(usage)
-        state.by_turn[turn] = state.by_turn.get(turn, UsageTotals()).add(usage)
+    def _count(
+        self,
+        state: _State,
+        seq: int,
+        turn: int | None,
+        kind: Literal["reply", "attempt", "compaction"],
+        usage: TokenUsage,
+        provider: str | None,
+        model: str | None,
+    ) -> None:
+        cost = self._prices.cost(provider, model, usage)
+        state.requests.append(RequestCost(seq, turn, kind, provider, model, usage, cost))
+        name = model or "(no model)"
+        state.usage = state.usage.add(usage, cost, name)
+        if turn is not None:
+            state.by_turn[turn] = state.by_turn.get(turn, UsageTotals()).add(usage, cost, name)
+
+
+def _plain_usage(raw: object) -> TokenUsage | None:
+    """A ``compaction/summary`` record's usage (plain wire JSON), or None when absent or bad."""
+    if isinstance(raw, TokenUsage):
+        return raw
+    if not isinstance(raw, Mapping):
+        return None
+    try:
+        return msgspec.convert(raw, TokenUsage)
+    except msgspec.ValidationError:
+        return None
 
 
 def _optional_equal(left: EpochHeader | None, right: EpochHeader | None) -> bool:
