@@ -33,6 +33,9 @@ How a turn ends (``TurnEndReason``, D6; every match needs a default branch):
   other exception (``code: "UNKNOWN"``, message = the error chain);
 - ``interrupted`` and ``forked`` are never written by the loop (crash repair
   and fork seeds write them);
+- ``budget-exceeded {scope, limit, max, spent, message}`` (added by the
+  ``agent`` row): a spend limit of :attr:`AgentOptions.budget` was reached
+  before a model request (:mod:`.budget`); no request was made;
 - ``awaiting-approval {callIds}`` (added by the ``user-approval`` plugin, D19):
   some call's approval was deferred. The step settled every other call and
   closed; the deferred calls have a ``tool/call`` and an ``approval/asked``
@@ -115,8 +118,10 @@ from dsh_host.session.messages import (
 )
 from dsh_host.session.repair import interrupted_turn_closers
 from dsh_host.session.request_header import canonical_header, headers_equal
+from dsh_host.session.tokens import TokenMeter
 from dsh_host.tools.keys import TOOLS
 
+from .budget import BudgetExceededReason, check_budget
 from .call_ids import CallIds
 from .errors import (
     AgentBusyError,
@@ -180,6 +185,14 @@ __all__ = ["Agent", "Prompt", "cancel_cause", "check_options", "error_chain"]
 Prompt = str | UserMessage | Sequence[ContentBlock]
 
 _StepEnd = Literal["completed", "max-tokens", "awaiting"] | None
+
+
+class _BudgetStop(Exception):
+    """Raised before a model request when a spend limit is reached; ends the turn with it."""
+
+    def __init__(self, reason: BudgetExceededReason) -> None:
+        super().__init__(reason.message)
+        self.reason = reason
 _CANCEL_KINDS: dict[str, TurnEndCancelCause] = {
     "user": UserCancel(),
     "parent": ParentCancel(),
@@ -349,6 +362,7 @@ class Agent:
         self._system_message = SystemMessageProjection(session)
         self._last_turn = 0
         self._awaiting: tuple[str, ...] = ()
+        self._meter: TokenMeter | None = None
         #: The closers ``ctx.agent.resume`` appended to repair an interrupted turn (durable
         #: before the agent was returned); empty for a created agent or a balanced log.
         self.repairs: tuple[SessionEvent, ...] = ()
@@ -687,6 +701,8 @@ class Agent:
                     reason = MaxTurnRequestsReason(limit=self._options.max_steps_per_turn)
                     break
                 claimed, self._pending = self._pending, []
+        except _BudgetStop as stop:
+            reason = cast("TurnEndReason", stop.reason)
         except Exception as error:
             if signal.aborted:
                 reason = AbortedReason(reason=cancel_cause(signal.reason))
@@ -819,6 +835,7 @@ class Agent:
                     session.append("user/message", entered, surface_op="append")
                 first_attempt = False
             request = self._build_request(config, prepared, assembly, signal)
+            self._check_budget(turn)
             assembler = BlockAssembler()
             emit = self._ctx.emit
             started = False
@@ -910,6 +927,21 @@ class Agent:
                 self._awaiting = tuple(deferred)
                 return "awaiting"
             return "completed" if concluded else None
+
+    def _check_budget(self, turn: int) -> None:
+        """The spend-limit gate every model request of the loop crosses (retries included)."""
+        budget = self._options.budget
+        if budget is None or not budget.active:
+            return
+        meter = self._ctx.get("tokenMeter")
+        if not isinstance(meter, TokenMeter):
+            # No token-meter row: a private meter (catalogue prices only) still reads the log.
+            if self._meter is None:
+                self._meter = TokenMeter()
+            meter = self._meter
+        stop = check_budget(budget, meter, self._session, turn)
+        if stop is not None:
+            raise _BudgetStop(stop)
 
     def _settle_interrupted(
         self,
