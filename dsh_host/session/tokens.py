@@ -73,6 +73,7 @@ __all__ = [
     "estimate_content",
     "estimate_header",
     "estimate_message",
+    "turn_usage",
     "usage_total",
 ]
 
@@ -497,3 +498,11 @@ def _optional_equal(left: EpochHeader | None, right: EpochHeader | None) -> bool
     if left is None or right is None:
         return left is right
     return headers_equal(left, right)
+
+
+def turn_usage(meter: object, session: Session, turn: int) -> UsageTotals | None:
+    """One turn's usage and cost from ``meter`` (the host's ``tokenMeter``, or a fresh one with
+    the catalogue's prices when none is composed); None when no call of the turn reported any.
+    """
+    chosen = meter if isinstance(meter, TokenMeter) else TokenMeter()
+    return chosen.turn_usage(session).get(turn)
