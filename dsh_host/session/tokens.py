@@ -69,6 +69,7 @@ __all__ = [
     "TokenMeasurement",
     "TokenMeter",
     "TokenSurfaceNode",
+    "UsageLedger",
     "UsageTotals",
     "estimate_content",
     "estimate_header",
@@ -269,6 +270,78 @@ class _Anchor:
     tokens: int
 
 
+class UsageLedger:
+    """Counts and prices every billed call of a log, event by event (the one place that does).
+
+    A reply's usage (``assistant/message``), a failed attempt's (``assistant/attempt``: the
+    last usage its stream reported, priced at the route of the newest ``request/context``) and
+    a compaction summary's (``compaction/summary``, in the turn of its ``compaction/start``).
+    The token meter folds a session through one; a listing folds stored events through one
+    without building the surface.
+    """
+
+    def __init__(self, prices: PriceTable) -> None:
+        self.prices = prices
+        self.usage = UsageTotals()
+        self.by_turn: dict[int, UsageTotals] = {}
+        self.requests: list[RequestCost] = []
+        self._context: tuple[str, str] | None = None
+        self._compaction_turn: int | None = None
+
+    def feed(self, event: SessionEvent) -> bool:
+        """Count ``event`` if it is billed; True when it is nothing else for the meter."""
+        kind, data = event.type, event.data
+        if kind == "assistant/message" and isinstance(data, AssistantMessageData):
+            if data.usage is not UNSET:
+                source = data.message.source
+                self._count(event.seq, data.turn, "reply", data.usage, source.provider,
+                            source.model)  # fmt: skip
+            return False  # a surface append too
+        if kind == "request/context" and isinstance(data, RequestContextData):
+            self._context = (data.provider, data.model)
+            return False  # the meter keeps the route's window
+        if kind == "assistant/attempt" and isinstance(data, AssistantAttemptData):
+            usage = _attempt_usage(data)
+            if usage is not None:
+                provider, model = self._context if self._context is not None else (None, None)
+                self._count(event.seq, data.turn, "attempt", usage, provider, model)
+            return True
+        if kind == "compaction/start" and isinstance(data, Mapping):
+            turn = data.get("turn")
+            self._compaction_turn = turn if isinstance(turn, int) else None
+            return True
+        if kind == "compaction/summary" and isinstance(data, Mapping):
+            usage = _plain_usage(data.get("usage"))
+            if usage is not None:
+                provider, model = data.get("provider"), data.get("model")
+                self._count(
+                    event.seq,
+                    self._compaction_turn,
+                    "compaction",
+                    usage,
+                    provider if isinstance(provider, str) else None,
+                    model if isinstance(model, str) else None,
+                )
+            return True
+        return False
+
+    def _count(
+        self,
+        seq: int,
+        turn: int | None,
+        kind: Literal["reply", "attempt", "compaction"],
+        usage: TokenUsage,
+        provider: str | None,
+        model: str | None,
+    ) -> None:
+        cost = self.prices.cost(provider, model, usage)
+        self.requests.append(RequestCost(seq, turn, kind, provider, model, usage, cost))
+        name = model or "(no model)"
+        self.usage = self.usage.add(usage, cost, name)
+        if turn is not None:
+            self.by_turn[turn] = self.by_turn.get(turn, UsageTotals()).add(usage, cost, name)
+
+
 @dataclass(slots=True)
 class _State:
     consumed: int = 0
@@ -277,12 +350,9 @@ class _State:
     #: builds a new list (measurements hold views of it)
     surface_tokens: int = 0
     anchor: _Anchor | None = None
-    usage: UsageTotals = field(default_factory=UsageTotals)
-    by_turn: dict[int, UsageTotals] = field(default_factory=dict)
+    ledger: UsageLedger = field(default_factory=lambda: UsageLedger(PriceTable()))
     last_usage: TokenUsage | None = None
     context: RequestContextData | None = None
-    requests: list[RequestCost] = field(default_factory=list)
-    compaction_turn: int | None = None  #: the turn of the open compaction
 
 
 def _attempt_usage(data: AssistantAttemptData) -> TokenUsage | None:
@@ -342,15 +412,15 @@ class TokenMeter:
 
     def usage(self, session: Session) -> UsageTotals:
         """Provider usage summed over the whole log."""
-        return self._sync(session).usage
+        return self._sync(session).ledger.usage
 
     def turn_usage(self, session: Session) -> dict[int, UsageTotals]:
         """Provider usage per turn number (turns that reported none are absent)."""
-        return dict(self._sync(session).by_turn)
+        return dict(self._sync(session).ledger.by_turn)
 
     def requests(self, session: Session) -> list[RequestCost]:
         """Every billed call in log order, each with its usage and cost."""
-        return list(self._sync(session).requests)
+        return list(self._sync(session).ledger.requests)
 
     def pressure(self, session: Session) -> ContextPressure:
         """Context pressure of the current surface against the routed model's window."""
@@ -374,7 +444,7 @@ class TokenMeter:
     def _sync(self, session: Session) -> _State:
         state = self._states.get(session)
         if state is None:
-            state = _State()
+            state = _State(ledger=UsageLedger(self._prices))
             self._states[session] = state
         events = session.events
         while state.consumed < len(events):
@@ -383,6 +453,8 @@ class TokenMeter:
         return state
 
     def _fold(self, state: _State, event: SessionEvent) -> None:
+        if state.ledger.feed(event):
+            return
         kind = event.type
         data = event.data
         if kind == "request/header" and isinstance(data, RequestHeaderData):
@@ -390,38 +462,6 @@ class TokenMeter:
             return
         if kind == "request/context" and isinstance(data, RequestContextData):
             state.context = data
-            return
-        if kind == "assistant/attempt" and isinstance(data, AssistantAttemptData):
-            usage = _attempt_usage(data)
-            if usage is not None:
-                context = state.context
-                self._count(
-                    state,
-                    event.seq,
-                    data.turn,
-                    "attempt",
-                    usage,
-                    context.provider if context is not None else None,
-                    context.model if context is not None else None,
-                )
-            return
-        if kind == "compaction/start" and isinstance(data, Mapping):
-            turn = data.get("turn")
-            state.compaction_turn = turn if isinstance(turn, int) else None
-            return
-        if kind == "compaction/summary" and isinstance(data, Mapping):
-            summary_usage = _plain_usage(data.get("usage"))
-            if summary_usage is not None:
-                provider, model = data.get("provider"), data.get("model")
-                self._count(
-                    state,
-                    event.seq,
-                    state.compaction_turn,
-                    "compaction",
-                    summary_usage,
-                    provider if isinstance(provider, str) else None,
-                    model if isinstance(model, str) else None,
-                )
             return
         op = event.surface_op
         if op is UNSET:
@@ -452,34 +492,13 @@ class TokenMeter:
             anchor_surface = before + tokens
             estimated = estimate_header(state.header) + anchor_surface
             usage = data.usage if data.usage is not UNSET else None
-            if usage is not None:
-                source = data.message.source
-                self._count(
-                    state, event.seq, data.turn, "reply", usage, source.provider, source.model
-                )
+            if usage is not None:  # counted by the ledger
                 state.last_usage = usage
                 provider_tokens = usage_total(usage)
                 if provider_tokens >= estimated:
                     state.anchor = _Anchor(state.header, anchor_surface, "usage", provider_tokens)
                     return
             state.anchor = _Anchor(state.header, anchor_surface, "estimated", estimated)
-
-    def _count(
-        self,
-        state: _State,
-        seq: int,
-        turn: int | None,
-        kind: Literal["reply", "attempt", "compaction"],
-        usage: TokenUsage,
-        provider: str | None,
-        model: str | None,
-    ) -> None:
-        cost = self._prices.cost(provider, model, usage)
-        state.requests.append(RequestCost(seq, turn, kind, provider, model, usage, cost))
-        name = model or "(no model)"
-        state.usage = state.usage.add(usage, cost, name)
-        if turn is not None:
-            state.by_turn[turn] = state.by_turn.get(turn, UsageTotals()).add(usage, cost, name)
 
 
 def _plain_usage(raw: object) -> TokenUsage | None:

@@ -140,3 +140,54 @@ async def test_a_bad_price_entry_is_refused_naming_it(prices: dict[str, Any], me
         async with open_host(base([{"text": "a"}], {"prices": prices})):
             pass
     assert message in str(caught.value)
+
+
+async def test_a_compaction_summary_is_billed_in_its_turn() -> None:
+    from dsh_host.tools import ToolDefinition, ToolExecution, text_output
+
+    # Each step emits ~600 tokens of tool output into a 4000-token window: compaction-basic
+    # summarizes before a later step; the summary request reports 3000 in / 200 out, priced
+    # 3000*2 + 200*8 = 7600 micro-dollars, counted in turn 1 beside the replies.
+    steps = [
+        {
+            "tool_calls": [{"name": "emit", "arguments": {"text": f"chunk {i} " + "z" * 2400}}],
+            "usage": {"input_tokens": 10, "output_tokens": 10},
+        }
+        for i in range(12)
+    ]
+    summary = {
+        "text": "## Primary Request and Intent\n- emit chunks\n## Current Work\n- chunks",
+        "usage": {"input_tokens": 3000, "output_tokens": 200},
+    }
+    model = {
+        "responses": [*steps, {"text": "done", "usage": {"input_tokens": 10, "output_tokens": 10}}],
+        "context_window": 4000,
+        "compaction_responses": [summary] * 6,
+    }
+    rows = base([], {"prices": {"scripted": RATES}})
+    rows[3] = Row(id="model", name="llm-scripted", config=model)
+    rows.append(Row(name="compaction-basic"))
+    async with open_host(rows) as host:
+
+        async def body(args: Any, exec: ToolExecution) -> Any:
+            return str(args.get("text", ""))
+
+        host.ctx.tools.register(
+            ToolDefinition(
+                name="emit",
+                description="returns its text",
+                parameters={"type": "object", "properties": {"text": {"type": "string"}}},
+                execute=body,
+                output=text_output(),
+            )
+        )
+        agent = new_agent(host)
+        await agent.run_turn("emit twelve chunks")
+        meter: TokenMeter = host.ctx.tokenMeter
+        summaries = [r for r in meter.requests(agent.session) if r.kind == "compaction"]
+        assert summaries, "the fixture must compact"
+        assert all(r.turn == 1 and r.cost_usd == Decimal("0.0076") for r in summaries)
+        replies = [r for r in meter.requests(agent.session) if r.kind == "reply"]
+        # every reply: 10*2 + 10*8 = 100 micro-dollars
+        expected = Decimal("0.0076") * len(summaries) + Decimal("0.0001") * len(replies)
+        assert meter.turn_usage(agent.session)[1].cost_usd == expected
