@@ -60,7 +60,6 @@ from .run_cmd import (
     repair_rows,
     stored_session,
 )
-from .usage import logged_usage
 
 PROMPT: Final = "dsh> "
 #: Shown by ``/compact`` when no row provides the ``compaction`` service.
@@ -346,17 +345,11 @@ class _Chat:
             self.say("no session yet: usage starts with the first prompt")
             return
         meter = self.host.ctx.get("tokenMeter")
-        if isinstance(meter, TokenMeter):
-            session = self.agent.session
-            for line in usage_lines(meter.usage(session), meter.pressure(session)):
-                self.say(line, None)
-            return
-        total_usage = logged_usage(self.agent.session.events)
-        self.say(
-            "logged usage: "
-            + ", ".join(f"{key} {count}" for key, count in total_usage.items()),
-            None,
-        )
+        if not isinstance(meter, TokenMeter):
+            meter = TokenMeter()  # no token-meter row: the same count, catalogue prices only
+        session = self.agent.session
+        for line in usage_lines(meter.usage(session), meter.pressure(session)):
+            self.say(line, None)
 
     async def _compact(self) -> None:
         assert self.host is not None

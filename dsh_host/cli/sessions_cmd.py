@@ -17,6 +17,7 @@ from ..session.persistence import (
     SessionPersistenceCorruptionError,
     UnreadableListing,
 )
+from ..session.prices import PriceTable
 from ..session.repair import call_identity_problems
 from ..session.session import Session, derive_messages_from_events
 from .common import (
@@ -41,7 +42,7 @@ from .render import (
     usage_lines,
     when,
 )
-from .usage import logged_usage, usage_line
+from .usage import logged_usage, price_table, usage_line
 
 
 def add_parser(sub: Any) -> None:
@@ -120,7 +121,10 @@ def _last_turn_end(events: Any) -> str | None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    rows = persistence_rows(load_composition(args)[1])
+    located = load_composition(args)[1]
+    rows = persistence_rows(located)
+    prices = price_table(located)
+    priced_with = prices.fingerprint()
     remembered = ListCache.load(fresh=args.fresh)
 
     async def body(host: PluginHost) -> list[dict[str, Any]]:
@@ -143,10 +147,12 @@ def run_list(args: argparse.Namespace) -> int:
                 }
                 key = listing_key(listing.location)
                 summary = None if key is None else remembered.get(key, listing.revision)
+                if summary is not None and summary["pricedWith"] != priced_with:
+                    summary = None  # priced with other prices: the cost is computed again
                 if summary is None:
                     try:
                         load = await store.inspect(listing.header.id)
-                        summary = _summary(load)
+                        summary = _summary(load, prices, priced_with)
                     except Exception as exc:  # one bad log must not hide the others
                         entry["problem"] = str(exc)
                         if key is not None:
@@ -155,7 +161,7 @@ def run_list(args: argparse.Namespace) -> int:
                         if key is not None:
                             remembered.put(key, load.revision, summary)
                 if summary is not None:
-                    entry.update(summary)
+                    entry.update({k: v for k, v in summary.items() if k != "pricedWith"})
                 rows_out.append(entry)
                 advance()
         # Newest first; rows whose header could not be read (no creation time) last.
@@ -278,13 +284,14 @@ def _table_lines(entries: list[dict[str, Any]], width: int) -> list[str]:
 _TITLE_CHARS = 60
 
 
-def _summary(load: SessionLoad) -> dict[str, Any]:
+def _summary(load: SessionLoad, prices: PriceTable, priced_with: str) -> dict[str, Any]:
     """The listing's fields read from the events (:data:`list_cache.SUMMARY_KEYS`)."""
     return {
         "events": len(load.events),
         "lastTurnEnd": _last_turn_end(load.balanced),
         "title": _title(load.events),
-        "usage": logged_usage(load.events),
+        "usage": logged_usage(load.events, prices=prices),
+        "pricedWith": priced_with,
     }
 
 
@@ -352,7 +359,9 @@ async def _read(host: PluginHost, session_id: str) -> SessionLoad:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    rows = persistence_rows(load_composition(args)[1])
+    located = load_composition(args)[1]
+    rows = persistence_rows(located)
+    prices = price_table(located)
 
     async def body(host: PluginHost) -> SessionLoad:
         return await _read(host, args.session_id)
@@ -392,7 +401,7 @@ def run_show(args: argparse.Namespace) -> int:
     if not args.json:
         from ..session.tokens import TokenMeter  # `show` only: a listing needs no meter
 
-        meter = TokenMeter()
+        meter = TokenMeter(prices)
         for line in usage_lines(meter.usage(session), meter.pressure(session)):
             out.print(line, style="dim", markup=False)
     if not args.json and load.torn_tail is not None:

@@ -20,6 +20,8 @@ of output, already in ``output_tokens``, never charged twice.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -133,6 +135,24 @@ class PriceTable:
     @property
     def overrides(self) -> Mapping[str, ModelPrice]:
         return self._overrides
+
+    def fingerprint(self) -> str:
+        """Names these prices: the overrides, the catalogue switch and the catalogue's version.
+
+        A cost remembered under another fingerprint (the listing cache) is computed again.
+        """
+        catalogue = "off"
+        if self._catalogue:
+            try:
+                catalogue = importlib.metadata.version("genai-prices")
+            except importlib.metadata.PackageNotFoundError:
+                catalogue = "missing"
+        overrides = sorted(
+            (key, str(p.input), str(p.output), str(p.cache_read), str(p.cache_write))
+            for key, p in self._overrides.items()
+        )
+        digest = hashlib.sha256(repr((catalogue, overrides)).encode()).hexdigest()
+        return digest[:16]
 
     def cost(self, provider: str | None, model: str | None, usage: TokenUsage) -> Decimal | None:
         """Dollars one call cost, or None when the model has no known price."""
