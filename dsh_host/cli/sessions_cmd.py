@@ -9,7 +9,10 @@ import sys
 import time
 from typing import Any
 
-from ..loader import PluginHost
+import msgspec
+
+from ..errors import install_hint
+from ..loader import PluginHost, canonical_name
 from ..session.events import event_to_builtins, to_builtins
 from ..session.messages import UserSource
 from ..session.persistence import (
@@ -91,6 +94,20 @@ def add_parser(sub: Any) -> None:
     add_root_flag(verify)
     verify.add_argument("--json", action="store_true", help="print one JSON object")
     verify.set_defaults(handler=run_verify)
+
+    export = commands.add_parser(
+        "export-otel",
+        help="send a stored session as an OpenTelemetry trace (OTLP/HTTP, configured by the "
+        "standard OTEL_EXPORTER_OTLP_* variables); needs the otel extra",
+    )
+    export.add_argument("session_id", metavar="ID")
+    add_config_flag(export)
+    add_root_flag(export)
+    export.add_argument(
+        "--stdout", action="store_true",
+        help="print the spans as JSON lines instead of sending them",
+    )  # fmt: skip
+    export.set_defaults(handler=run_export_otel)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -411,6 +428,56 @@ def run_show(args: argparse.Namespace) -> int:
             style="yellow",
             markup=False,
         )
+    return 0
+
+
+# -- export-otel --------------------------------------------------------------------------
+
+
+def run_export_otel(args: argparse.Namespace) -> int:
+    """Replay a stored session's events through the ``telemetry-otel`` span builder.
+
+    The plugin (and OpenTelemetry) is imported here only: nothing else of the CLI pays for it,
+    and without the ``otel`` extra the command says how to install it. The composition's
+    ``telemetry-otel`` row, when there is one, gives the agent name, service name and whether
+    content is captured, so a replayed trace looks like the live one.
+    """
+    located = load_composition(args)[1]
+    try:
+        from dsh_telemetry_otel import TelemetryConfig, export_session, otlp_exporter
+    except ImportError:
+        raise CliUsageError(
+            "dsh sessions export-otel needs OpenTelemetry, which is not installed: "
+            + install_hint("otel")
+        ) from None
+    config = TelemetryConfig()
+    for entry in located:
+        row = entry.row
+        if not row.disabled and canonical_name(row.name) == "telemetry-otel":
+            try:
+                config = msgspec.convert(row.config or {}, TelemetryConfig)
+            except (msgspec.ValidationError, ValueError) as error:
+                raise CliUsageError(f"row {row.id or row.name!r}: config: {error}") from None
+            break
+    rows = persistence_rows(located)
+
+    async def body(host: PluginHost) -> SessionLoad:
+        return await _read(host, args.session_id)
+
+    load = run_with_host(rows, body)
+    events = [event_to_builtins(event) for event in load.events]
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
+
+    exporter: SpanExporter
+    if args.stdout:
+        exporter = ConsoleSpanExporter(
+            out=sys.stdout, formatter=lambda span: span.to_json(indent=None) + "\n"
+        )
+    else:
+        exporter = otlp_exporter()
+    counts = export_session(load.id, events, exporter, config=config)
+    summary = ", ".join(f"{count} {name}" for name, count in sorted(counts.items()))
+    print(f"exported session {load.id}: {summary or 'no spans'}", file=sys.stderr)
     return 0
 
 
