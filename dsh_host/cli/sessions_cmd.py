@@ -475,7 +475,7 @@ def run_export_otel(args: argparse.Namespace) -> int:
         )
     else:
         exporter = otlp_exporter()
-    counts = export_session(load.id, events, exporter, config=config)
+    counts = export_session(load.id, events, exporter, config=config, prices=price_table(located))
     summary = ", ".join(f"{count} {name}" for name, count in sorted(counts.items()))
     print(f"exported session {load.id}: {summary or 'no spans'}", file=sys.stderr)
     return 0

@@ -63,13 +63,35 @@ def test_export_otel_sends_the_stored_turn_to_an_otlp_receiver(
     assert all(s.parent == root.span_id for s in receiver.spans if s is not root)
 
 
-def test_export_otel_stdout_prints_one_json_span_per_line(tmp_path: Path) -> None:
+def test_export_otel_stdout_prints_one_json_span_per_line_with_the_cost(tmp_path: Path) -> None:
     session_id = _session(tmp_path)
-    printed = _run(tmp_path, "sessions", "export-otel", session_id, "--stdout")
+    # The composition's token-meter row prices the scripted model: $1M per million tokens, so
+    # each chat span's dsh.cost.usd is its token count in dollars (10 input + the output).
+    config = tmp_path / "priced.yml"
+    config.write_text(
+        (REPO / "configs" / "default.yml")
+        .read_text()
+        .replace(
+            "- id: token-meter\n  name: token-meter\n",
+            "- id: token-meter\n  name: token-meter\n  config:\n    prices:\n"
+            "      scripted: {input: 1000000, output: 1000000}\n",
+        )
+    )
+    assert "scripted: {input" in config.read_text()
+    printed = _run(
+        tmp_path, "sessions", "export-otel", session_id, "--stdout", "--config", str(config)
+    )
     assert printed.returncode == 0, printed.stderr
     spans: list[dict[str, Any]] = [json.loads(line) for line in printed.stdout.splitlines()]
     assert sorted(s["name"] for s in spans) == [
         "chat scripted", "chat scripted", "execute_tool bash", "invoke_agent dsh"]  # fmt: skip
+    for span in spans:
+        if span["name"] == "chat scripted":
+            attributes = span["attributes"]
+            tokens = (
+                attributes["gen_ai.usage.input_tokens"] + attributes["gen_ai.usage.output_tokens"]
+            )
+            assert attributes["dsh.cost.usd"] == pytest.approx(tokens)
 
 
 def test_export_otel_without_opentelemetry_names_the_extra(tmp_path: Path) -> None:
