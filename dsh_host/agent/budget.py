@@ -10,7 +10,8 @@ A limit stops the turn with ``turn/end {kind: "budget-exceeded", scope, limit, m
 kind this harness adds (registered by the ``agent`` row; a reader that does not know it, DSH
 included, keeps it as an unknown kind). A cost limit fails closed: when some call of the scope
 has no known price, what was spent is unknown, and the turn stops saying so (``spent`` null)
-rather than spend on.
+rather than spend on. The model reads the reason too: the next turn opens with a ``user/message``
+(plugin source ``budget``) that says it.
 """
 
 from __future__ import annotations
@@ -25,10 +26,19 @@ if TYPE_CHECKING:
     from dsh_host.session.session import Session
     from dsh_host.session.tokens import TokenMeter, UsageTotals
 
-__all__ = ["BUDGET_EXCEEDED", "Budget", "BudgetExceededReason", "check_budget"]
+__all__ = [
+    "BUDGET_EXCEEDED",
+    "BUDGET_NOTICE_SOURCE",
+    "Budget",
+    "BudgetExceededReason",
+    "check_budget",
+]
 
 #: The turn-end kind of a stop at a spend limit.
 BUDGET_EXCEEDED = "budget-exceeded"
+#: The plugin source of the notice the next turn opens with, so the model reads why the last
+#: turn stopped (the ``turn/end`` reason is for people and programs; the model never sees it).
+BUDGET_NOTICE_SOURCE = "budget"
 
 
 class BudgetExceededReason(Wire, frozen=True, kw_only=True, tag=BUDGET_EXCEEDED, tag_field="kind"):
@@ -39,6 +49,10 @@ class BudgetExceededReason(Wire, frozen=True, kw_only=True, tag=BUDGET_EXCEEDED,
     max: float | int  #: the configured limit
     spent: float | int | None  #: what the log shows was spent (None: a cost not known)
     message: str  #: for people (and a model shown the reason)
+
+    @property
+    def kind_name(self) -> str:
+        return BUDGET_EXCEEDED
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

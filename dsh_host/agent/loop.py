@@ -110,6 +110,7 @@ from dsh_host.session.messages import (
     LlmCallConfig,
     LlmFailure,
     MaxTokensFinish,
+    PluginSource,
     TextBlock,
     ToolCallBlock,
     UserMessage,
@@ -121,7 +122,7 @@ from dsh_host.session.request_header import canonical_header, headers_equal
 from dsh_host.session.tokens import TokenMeter
 from dsh_host.tools.keys import TOOLS
 
-from .budget import BudgetExceededReason, check_budget
+from .budget import BUDGET_NOTICE_SOURCE, BudgetExceededReason, check_budget
 from .call_ids import CallIds
 from .errors import (
     AgentBusyError,
@@ -703,6 +704,7 @@ class Agent:
                 claimed, self._pending = self._pending, []
         except _BudgetStop as stop:
             reason = cast("TurnEndReason", stop.reason)
+            self._queue_budget_notice(stop.reason)
         except Exception as error:
             if signal.aborted:
                 reason = AbortedReason(reason=cancel_cause(signal.reason))
@@ -927,6 +929,21 @@ class Agent:
                 self._awaiting = tuple(deferred)
                 return "awaiting"
             return "completed" if concluded else None
+
+    def _queue_budget_notice(self, reason: BudgetExceededReason) -> None:
+        """Tell the model, at the start of the next turn, why the last one stopped (once)."""
+        if any(
+            isinstance(m.source, PluginSource) and m.source.plugin == BUDGET_NOTICE_SOURCE
+            for m in self._pending
+        ):
+            return
+        self._pending.append(
+            UserMessage(
+                id=new_message_id(),
+                content=(TextBlock(text=f"[{reason.kind_name}] {reason.message}"),),
+                source=PluginSource(plugin=BUDGET_NOTICE_SOURCE),
+            )
+        )
 
     def _check_budget(self, turn: int) -> None:
         """The spend-limit gate every model request of the loop crosses (retries included)."""

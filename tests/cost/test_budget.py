@@ -123,3 +123,31 @@ async def test_an_unpriced_model_fails_a_cost_budget_closed() -> None:
         assert isinstance(reason, BudgetExceededReason)
         assert reason.spent is None and "no price is known for model(s) scripted" in reason.message
         assert requests_made(host) == 1
+
+
+async def test_the_model_reads_why_the_last_turn_stopped() -> None:
+    # A 500-token turn budget: the first request spends 600, so the turn stops before its
+    # second; the next turn (a budget of its own) opens with a notice the model reads.
+    script = [
+        {
+            "tool_calls": [{"name": "noop", "arguments": {}}],
+            "usage": {"input_tokens": 600, "output_tokens": 0},
+        },  # fmt: skip
+        {"text": "after", "usage": {"input_tokens": 10, "output_tokens": 0}},
+    ]
+    async with open_host(rows(script, {"budget": {"turn": {"max_tokens": 500}}})) as host:
+        register_noop(host)
+        agent: Agent = host.ctx.agent.create()
+        stopped = await agent.run_turn("one")
+        assert isinstance(stopped, BudgetExceededReason)
+        assert requests_made(host) == 1
+        assert turn_end_kind(await agent.run_turn("two")) == "completed"
+        last = next(f for f in host.fibers if f.id == "model").instance.adapter.requests[-1]
+        texts = [
+            block.text
+            for message in last.messages
+            for block in message.content
+            if hasattr(block, "text")
+        ]
+        notice = [t for t in texts if t.startswith("[budget-exceeded]")]
+        assert len(notice) == 1 and "turn token budget is spent" in notice[0]
