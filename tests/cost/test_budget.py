@@ -132,7 +132,7 @@ async def test_the_model_reads_why_the_last_turn_stopped() -> None:
         {
             "tool_calls": [{"name": "noop", "arguments": {}}],
             "usage": {"input_tokens": 600, "output_tokens": 0},
-        },  # fmt: skip
+        },
         {"text": "after", "usage": {"input_tokens": 10, "output_tokens": 0}},
     ]
     async with open_host(rows(script, {"budget": {"turn": {"max_tokens": 500}}})) as host:
