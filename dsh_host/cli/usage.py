@@ -54,17 +54,7 @@ def logged_usage(
 
 def usage_summary(totals: UsageTotals) -> dict[str, Any]:
     """The camelCase ``usage`` object of ``--json`` outputs; ``costUsd`` null when unknown."""
-    cost = totals.cost_usd
-    return {
-        "inputTokens": totals.input_tokens,
-        "outputTokens": totals.output_tokens,
-        "cacheReadTokens": totals.cache_read_tokens,
-        "cacheWriteTokens": totals.cache_write_tokens,
-        "reasoningTokens": totals.reasoning_tokens,
-        "requests": totals.requests,
-        "costUsd": float(cost) if cost is not None else None,
-        "unpricedModels": list(totals.unpriced_models),
-    }
+    return totals.to_wire()
 
 
 def usage_line(usage: dict[str, Any]) -> str:

@@ -210,6 +210,21 @@ class UsageTotals:
             unpriced_models=unpriced,
         )
 
+    def to_wire(self) -> dict[str, Any]:
+        """The camelCase ``usage`` object of the CLI's and the server's JSON (``costUsd`` null
+        when unknown)."""
+        cost = self.cost_usd
+        return {
+            "inputTokens": self.input_tokens,
+            "outputTokens": self.output_tokens,
+            "cacheReadTokens": self.cache_read_tokens,
+            "cacheWriteTokens": self.cache_write_tokens,
+            "reasoningTokens": self.reasoning_tokens,
+            "requests": self.requests,
+            "costUsd": float(cost) if cost is not None else None,
+            "unpricedModels": list(self.unpriced_models),
+        }
+
     def to_json(self) -> dict[str, Any]:
         """The wire shape of ``--json`` outputs and ``RunResult.usage`` (cost as a float)."""
         cost = self.cost_usd
