@@ -7,7 +7,7 @@ from typing import Any, Final
 
 from ..loader import LocatedRow, canonical_name
 from ..session.prices import PriceTable, parse_prices
-from ..session.tokens import UsageLedger, UsageTotals
+from ..session.usage import UsageLedger, UsageTotals
 from .common import CliUsageError
 
 #: Token counts of a usage summary (uncached input, output, cache reads and writes, reasoning as a

@@ -14,7 +14,7 @@ import msgspec
 from dsh_host.session.events import SessionEvent, event_to_builtins, to_builtins
 from dsh_host.session.messages import TextBlock, UserSource
 from dsh_host.session.prices import PriceTable
-from dsh_host.session.tokens import UsageLedger
+from dsh_host.session.usage import UsageLedger
 
 __all__ = [
     "TITLE_CHARS",

@@ -21,7 +21,8 @@ of output, already in ``output_tokens``, never charged twice.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
+import importlib.util
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -143,10 +144,17 @@ class PriceTable:
         """
         catalogue = "off"
         if self._catalogue:
-            try:
-                catalogue = importlib.metadata.version("genai-prices")
-            except importlib.metadata.PackageNotFoundError:
-                catalogue = "missing"
+            # The installed catalogue's file, by size and time: no import of it (a large
+            # module) and no distribution metadata scan (slow) just to name it.
+            spec = importlib.util.find_spec("genai_prices")
+            catalogue = "missing"
+            if spec is not None and spec.origin:
+                data = os.path.join(os.path.dirname(spec.origin), "data.py")
+                try:
+                    st = os.stat(data)
+                    catalogue = f"{st.st_size}:{st.st_mtime_ns}"
+                except OSError:
+                    catalogue = spec.origin
         overrides = sorted(
             (key, str(p.input), str(p.output), str(p.cache_read), str(p.cache_write))
             for key, p in self._overrides.items()
