@@ -122,7 +122,7 @@ from dsh_host.session.request_header import canonical_header, headers_equal
 from dsh_host.session.tokens import TokenMeter
 from dsh_host.tools.keys import TOOLS
 
-from .budget import BUDGET_NOTICE_SOURCE, BudgetExceededReason, check_budget
+from .budget import BUDGET_NOTICE_SOURCE, Budget, BudgetExceededReason, check_budget
 from .call_ids import CallIds
 from .errors import (
     AgentBusyError,
@@ -215,6 +215,15 @@ def check_options(options: AgentOptions) -> AgentOptions:
     limit = options.max_steps_per_turn
     if type(limit) is not int or limit < 1:
         raise AgentConfigError("agent maxStepsPerTurn must be a positive integer")
+    budget = options.budget
+    if budget is not None:
+        if not isinstance(budget, Budget):
+            raise AgentConfigError(f"agent budget must be a Budget, got {budget!r}")
+        for name in ("turn_max_cost_usd", "turn_max_tokens", "session_max_cost_usd",
+                     "session_max_tokens"):  # fmt: skip
+            limit = getattr(budget, name)
+            if limit is not None and (isinstance(limit, bool) or not limit > 0):
+                raise AgentConfigError(f"agent budget {name} must be positive, got {limit!r}")
     for name in ("provider", "model", "reasoning_effort"):
         value = getattr(options, name)
         if value is not None and (not isinstance(value, str) or not value):

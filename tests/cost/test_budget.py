@@ -151,3 +151,11 @@ async def test_the_model_reads_why_the_last_turn_stopped() -> None:
         ]
         notice = [t for t in texts if t.startswith("[budget-exceeded]")]
         assert len(notice) == 1 and "turn token budget is spent" in notice[0]
+
+
+async def test_a_non_positive_limit_is_refused_at_creation() -> None:
+    from dsh_host.agent import AgentConfigError
+
+    async with open_host(rows([{"text": "a"}])) as host:
+        with pytest.raises(AgentConfigError, match="turn_max_tokens must be positive, got 0"):
+            host.ctx.agent.create(budget=Budget(turn_max_tokens=0))
