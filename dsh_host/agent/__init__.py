@@ -6,6 +6,7 @@ Public entry points: ``ctx.agent`` (:class:`AgentService`: ``create``,
 how each turn-end reason is produced.
 """
 
+from .budget import BUDGET_EXCEEDED, Budget, BudgetExceededReason
 from .errors import (
     AgentBusyError,
     AgentClosedError,
@@ -79,6 +80,7 @@ __all__ = [
     "AGENT_TURN_END",
     "AGENT_TURN_START",
     "AGENT_TURN_STOPPING",
+    "BUDGET_EXCEEDED",
     "CONTEXT_CLEARED",
     "CONTEXT_HEADER",
     "HARNESS_IDENTITY",
@@ -100,6 +102,8 @@ __all__ = [
     "AssembleContext",
     "AssembledContext",
     "AssembledSection",
+    "Budget",
+    "BudgetExceededReason",
     "ChunkReceived",
     "Enter",
     "PreStepContext",

@@ -33,6 +33,9 @@ How a turn ends (``TurnEndReason``, D6; every match needs a default branch):
   other exception (``code: "UNKNOWN"``, message = the error chain);
 - ``interrupted`` and ``forked`` are never written by the loop (crash repair
   and fork seeds write them);
+- ``budget-exceeded {scope, limit, max, spent, message}`` (added by the
+  ``agent`` row): a spend limit of :attr:`AgentOptions.budget` was reached
+  before a model request (:mod:`.budget`); no request was made;
 - ``awaiting-approval {callIds}`` (added by the ``user-approval`` plugin, D19):
   some call's approval was deferred. The step settled every other call and
   closed; the deferred calls have a ``tool/call`` and an ``approval/asked``
@@ -107,6 +110,7 @@ from dsh_host.session.messages import (
     LlmCallConfig,
     LlmFailure,
     MaxTokensFinish,
+    PluginSource,
     TextBlock,
     ToolCallBlock,
     UserMessage,
@@ -115,8 +119,10 @@ from dsh_host.session.messages import (
 )
 from dsh_host.session.repair import interrupted_turn_closers
 from dsh_host.session.request_header import canonical_header, headers_equal
+from dsh_host.session.tokens import TokenMeter
 from dsh_host.tools.keys import TOOLS
 
+from .budget import BUDGET_NOTICE_SOURCE, Budget, BudgetExceededReason, check_budget
 from .call_ids import CallIds
 from .errors import (
     AgentBusyError,
@@ -180,6 +186,14 @@ __all__ = ["Agent", "Prompt", "cancel_cause", "check_options", "error_chain"]
 Prompt = str | UserMessage | Sequence[ContentBlock]
 
 _StepEnd = Literal["completed", "max-tokens", "awaiting"] | None
+
+
+class _BudgetStop(Exception):
+    """Raised before a model request when a spend limit is reached; ends the turn with it."""
+
+    def __init__(self, reason: BudgetExceededReason) -> None:
+        super().__init__(reason.message)
+        self.reason = reason
 _CANCEL_KINDS: dict[str, TurnEndCancelCause] = {
     "user": UserCancel(),
     "parent": ParentCancel(),
@@ -201,6 +215,15 @@ def check_options(options: AgentOptions) -> AgentOptions:
     limit = options.max_steps_per_turn
     if type(limit) is not int or limit < 1:
         raise AgentConfigError("agent maxStepsPerTurn must be a positive integer")
+    budget = options.budget
+    if budget is not None:
+        if not isinstance(budget, Budget):
+            raise AgentConfigError(f"agent budget must be a Budget, got {budget!r}")
+        for name in ("turn_max_cost_usd", "turn_max_tokens", "session_max_cost_usd",
+                     "session_max_tokens"):  # fmt: skip
+            limit = getattr(budget, name)
+            if limit is not None and (isinstance(limit, bool) or not limit > 0):
+                raise AgentConfigError(f"agent budget {name} must be positive, got {limit!r}")
     for name in ("provider", "model", "reasoning_effort"):
         value = getattr(options, name)
         if value is not None and (not isinstance(value, str) or not value):
@@ -349,6 +372,7 @@ class Agent:
         self._system_message = SystemMessageProjection(session)
         self._last_turn = 0
         self._awaiting: tuple[str, ...] = ()
+        self._meter: TokenMeter | None = None
         #: The closers ``ctx.agent.resume`` appended to repair an interrupted turn (durable
         #: before the agent was returned); empty for a created agent or a balanced log.
         self.repairs: tuple[SessionEvent, ...] = ()
@@ -693,6 +717,9 @@ class Agent:
                     reason = MaxTurnRequestsReason(limit=self._options.max_steps_per_turn)
                     break
                 claimed, self._pending = self._pending, []
+        except _BudgetStop as stop:
+            reason = cast("TurnEndReason", stop.reason)
+            self._queue_budget_notice(stop.reason)
         except Exception as error:
             if signal.aborted:
                 reason = AbortedReason(reason=cancel_cause(signal.reason))
@@ -825,6 +852,7 @@ class Agent:
                     session.append("user/message", entered, surface_op="append")
                 first_attempt = False
             request = self._build_request(config, prepared, assembly, signal)
+            self._check_budget(turn)
             assembler = BlockAssembler()
             emit = self._ctx.emit
             started = False
@@ -916,6 +944,36 @@ class Agent:
                 self._awaiting = tuple(deferred)
                 return "awaiting"
             return "completed" if concluded else None
+
+    def _queue_budget_notice(self, reason: BudgetExceededReason) -> None:
+        """Tell the model, at the start of the next turn, why the last one stopped (once)."""
+        if any(
+            isinstance(m.source, PluginSource) and m.source.plugin == BUDGET_NOTICE_SOURCE
+            for m in self._pending
+        ):
+            return
+        self._pending.append(
+            UserMessage(
+                id=new_message_id(),
+                content=(TextBlock(text=f"[{reason.kind_name}] {reason.message}"),),
+                source=PluginSource(plugin=BUDGET_NOTICE_SOURCE),
+            )
+        )
+
+    def _check_budget(self, turn: int) -> None:
+        """The spend-limit gate every model request of the loop crosses (retries included)."""
+        budget = self._options.budget
+        if budget is None or not budget.active:
+            return
+        meter = self._ctx.get("tokenMeter")
+        if not isinstance(meter, TokenMeter):
+            # No token-meter row: a private meter (catalogue prices only) still reads the log.
+            if self._meter is None:
+                self._meter = TokenMeter()
+            meter = self._meter
+        stop = check_budget(budget, meter, self._session, turn)
+        if stop is not None:
+            raise _BudgetStop(stop)
 
     def _settle_interrupted(
         self,

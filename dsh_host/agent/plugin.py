@@ -2,21 +2,56 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Annotated
 
 import msgspec
 
 from dsh_host.context import Context
 from dsh_host.plugin import Plugin
+from dsh_host.session.events import register_turn_end_reason
 
+from .budget import Budget, BudgetExceededReason
 from .keys import AGENT, AGENT_EVENTS
 from .prompt import SystemPrompt
 from .service import AgentService
 from .types import AgentOptions
 
-__all__ = ["AgentConfig", "AgentPlugin"]
+__all__ = ["AgentConfig", "AgentPlugin", "BudgetConfig", "BudgetLimits"]
 
 _Name = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+_Dollars = Annotated[float, msgspec.Meta(gt=0)]
+_Tokens = Annotated[int, msgspec.Meta(gt=0)]
+
+
+class BudgetLimits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One scope's limits (``budget.turn`` or ``budget.session``)."""
+
+    max_cost_usd: _Dollars | None = None
+    max_tokens: _Tokens | None = None
+
+
+class BudgetConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The ``budget:`` key of the ``agent`` row."""
+
+    turn: BudgetLimits | None = None
+    session: BudgetLimits | None = None
+
+    def to_budget(self) -> Budget:
+        turn = self.turn or BudgetLimits()
+        session = self.session or BudgetLimits()
+        return Budget(
+            turn_max_cost_usd=_dollars(turn.max_cost_usd),
+            turn_max_tokens=turn.max_tokens,
+            session_max_cost_usd=_dollars(session.max_cost_usd),
+            session_max_tokens=session.max_tokens,
+        )
+
+
+def _dollars(value: float | None) -> Decimal | None:
+    return Decimal(str(value)) if value is not None else None
 
 
 class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -44,6 +79,7 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     persona: str = ""
     include_harness_identity: bool = True
     include_runtime_context: bool = True
+    budget: BudgetConfig | None = None
 
 
 class AgentPlugin(Plugin):
@@ -62,6 +98,7 @@ class AgentPlugin(Plugin):
     def apply(self, ctx: Context, config: AgentConfig) -> None:
         for event in AGENT_EVENTS:
             ctx.declare_event(event)
+        ctx.effect(register_turn_end_reason(BudgetExceededReason), "budget-exceeded kind")
         prompt = SystemPrompt(
             ctx,
             identity=config.include_harness_identity,
@@ -75,6 +112,7 @@ class AgentPlugin(Plugin):
             reasoning_effort=config.reasoning_effort,
             max_parallel_tool_calls=config.max_parallel_tool_calls,
             max_steps_per_turn=config.max_steps_per_turn,
+            budget=config.budget.to_budget() if config.budget is not None else None,
         )
         service = AgentService(ctx, defaults, prompt)
         ctx.provide(AGENT, service)

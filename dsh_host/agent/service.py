@@ -27,6 +27,7 @@ from dsh_host.session.keys import SESSIONS
 from dsh_host.session.repair import interrupted_turn_closers
 from dsh_host.session.session import Session
 
+from .budget import Budget
 from .errors import ResumeError
 from .loop import Agent, check_options
 from .prompt import SystemPrompt
@@ -82,6 +83,7 @@ class AgentService:
         reasoning_effort: str | None = None,
         max_parallel_tool_calls: int | None = None,
         max_steps_per_turn: int | None = None,
+        budget: Budget | None = None,
     ) -> Agent:
         """A new agent, on ``session`` (live in ``ctx.sessions``) or on a new one.
 
@@ -98,6 +100,7 @@ class AgentService:
                 "reasoning_effort": reasoning_effort,
                 "max_parallel_tool_calls": max_parallel_tool_calls,
                 "max_steps_per_turn": max_steps_per_turn,
+                "budget": budget,
             }
         )
         store = self._ctx.service(SESSIONS)
@@ -122,6 +125,7 @@ class AgentService:
         reasoning_effort: str | None = None,
         max_parallel_tool_calls: int | None = None,
         max_steps_per_turn: int | None = None,
+        budget: Budget | None = None,
     ) -> Agent:
         """Reopen a stored session: repair an interrupted turn durably, then return its agent.
 
@@ -138,6 +142,7 @@ class AgentService:
                 "reasoning_effort": reasoning_effort,
                 "max_parallel_tool_calls": max_parallel_tool_calls,
                 "max_steps_per_turn": max_steps_per_turn,
+                "budget": budget,
             }
         )
         persistence = self._ctx.get("sessionPersistence")

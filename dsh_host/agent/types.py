@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
+from dsh_host.agent.budget import Budget
 from dsh_host.cancel import CancelToken
 from dsh_host.session.events import TurnEndReason
 from dsh_host.session.messages import LlmFailure, StreamChunk, ToolSchema, UserMessage
@@ -72,7 +73,8 @@ class AgentOptions:
     caps overlapping tool bodies of one parallel group (1 = serial).
     ``max_steps_per_turn`` caps the steps (model calls with their tool
     calls) of one turn: a turn that would open one more ends
-    ``max-turn-requests {limit}``.
+    ``max-turn-requests {limit}``. ``budget``: spend limits checked before
+    every model request (see :mod:`dsh_host.agent.budget`).
     """
 
     provider: str | None = None
@@ -81,6 +83,7 @@ class AgentOptions:
     reasoning_effort: str | None = None
     max_parallel_tool_calls: int = 10
     max_steps_per_turn: int = 200
+    budget: Budget | None = None
 
 
 # --------------------------------------------------------------------------- pre-step

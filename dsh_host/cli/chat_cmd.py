@@ -42,6 +42,7 @@ from ..session.events.data import RunTerms
 from ..session.header import new_session_id
 from ..session.messages import UserSource
 from ..session.persistence import SessionNotFoundError
+from ..session.prices import PriceTable
 from ..session.terms import record_terms
 from ..session.tokens import TokenMeter
 from ..userdirs import data_home
@@ -63,7 +64,6 @@ from .run_cmd import (
     stored_session,
 )
 from .sessions_cmd import listing_summary
-from .usage import logged_usage
 
 PROMPT: Final = "dsh> "
 #: Shown by ``/compact`` when no row provides the ``compaction`` service.
@@ -369,6 +369,9 @@ class _Chat:
         listings.sort(key=lambda s: s.header.cwd != self.cwd)
         current = self.agent.id if self.agent is not None else None
         remembered = ListCache.load()
+        meter = self.host.ctx.get("tokenMeter") if self.host is not None else None
+        # the composition's prices, so the list cache keeps what `dsh sessions list` would
+        prices = meter.prices if isinstance(meter, TokenMeter) else PriceTable()
         shown = listings[:SESSIONS_SHOWN]
         here = sum(1 for listing in shown if listing.header.cwd == self.cwd)
         for index, listing in enumerate(shown):
@@ -379,7 +382,7 @@ class _Chat:
                 self.say("other workspaces:")
             header = listing.header
             try:
-                title = (await listing_summary(store, listing, remembered)).get("title")
+                title = (await listing_summary(store, listing, remembered, prices)).get("title")
             except Exception as exc:  # one unreadable log must not hide the others
                 title = f"(unreadable: {exc})"
             mark = "*" if header.id == current else " "
@@ -396,17 +399,11 @@ class _Chat:
             self.say("no session yet: usage starts with the first prompt")
             return
         meter = self.host.ctx.get("tokenMeter")
-        if isinstance(meter, TokenMeter):
-            session = self.agent.session
-            for line in usage_lines(meter.usage(session), meter.pressure(session)):
-                self.say(line, None)
-            return
-        total_usage = logged_usage(self.agent.session.events)
-        self.say(
-            "logged usage: "
-            + ", ".join(f"{key} {count}" for key, count in total_usage.items()),
-            None,
-        )
+        if not isinstance(meter, TokenMeter):
+            meter = TokenMeter()  # no token-meter row: the same count, catalogue prices only
+        session = self.agent.session
+        for line in usage_lines(meter.usage(session), meter.pressure(session)):
+            self.say(line, None)
 
     async def _compact(self) -> None:
         assert self.host is not None

@@ -42,7 +42,8 @@ __all__ = ["SUMMARY_KEYS", "ListCache", "cache_file", "listing_key"]
 #: The layout of the file; a file of another layout (or of another dsh version) is ignored.
 FORMAT: Final = 1
 #: What a remembered summary holds: the listing's fields that are read from the events.
-SUMMARY_KEYS: Final = ("events", "lastTurnEnd", "title", "usage")
+#: (``pricedWith`` names the prices the usage's cost was computed with.)
+SUMMARY_KEYS: Final = ("events", "lastTurnEnd", "title", "usage", "pricedWith")
 #: A file larger than this is not read (and is replaced): ~100,000 sessions' summaries.
 MAX_BYTES: Final = 32 << 20
 #: At most this many summaries are kept; those not listed this time go first.
@@ -122,7 +123,11 @@ class ListCache:
 
 
 def _copy(value: Any) -> Any:
-    return dict(value) if isinstance(value, dict) else value
+    if isinstance(value, dict):
+        return {key: _copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copy(item) for item in value]
+    return value
 
 
 def _read(path: Path) -> dict[str, dict[str, Any]]:
@@ -162,9 +167,13 @@ def _well_formed(entry: object) -> bool:
         and not isinstance(events, bool)
         and events >= 0
         and all(isinstance(entry[name], str | None) for name in ("lastTurnEnd", "title"))
+        and isinstance(entry["pricedWith"], str)
         and isinstance(usage, dict)
-        and set(usage) == set(USAGE_KEYS)
-        and all(type(count) is int for count in usage.values())
+        and set(usage) == {*USAGE_KEYS, "costUsd", "unpricedModels"}
+        and all(type(usage[key]) is int for key in USAGE_KEYS)
+        and (usage["costUsd"] is None or type(usage["costUsd"]) in (int, float))
+        and isinstance(usage["unpricedModels"], list)
+        and all(isinstance(model, str) for model in usage["unpricedModels"])
     )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as _dt
 import unicodedata
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
 from ..session.events import ReplaceOp, SessionEvent, event_to_builtins
@@ -286,6 +287,12 @@ def compaction_mark(event: SessionEvent) -> str | None:
     return None
 
 
+def dollars(amount: Decimal) -> str:
+    """``$0.01692``: up to six decimals, trailing zeros dropped (``$0`` for nothing)."""
+    text = f"{amount:.6f}".rstrip("0").rstrip(".")
+    return f"${text}"
+
+
 def usage_lines(usage: UsageTotals, pressure: ContextPressure) -> list[str]:
     """``usage: ...`` and ``context: ...`` lines from a token meter's totals and pressure."""
     out = []
@@ -299,6 +306,18 @@ def usage_lines(usage: UsageTotals, pressure: ContextPressure) -> list[str]:
             f"usage: {usage.input_tokens} input{cache}, {usage.output_tokens} output tokens "
             f"over {usage.requests} request(s)"
         )
+        cost = usage.cost_usd
+        if cost is not None:
+            out.append(f"cost: {dollars(cost)}")
+        else:
+            models = ", ".join(usage.unpriced_models)
+            priced = ""
+            if usage.unpriced_requests < usage.requests:
+                priced = f"; {dollars(usage.priced_cost_usd)} for the priced ones"
+            out.append(
+                f"cost: unknown: no price for {models} ({usage.unpriced_requests} request(s))"
+                f"{priced}; add it to the token-meter row's prices:"
+            )
     estimate = " (local estimate)" if pressure.estimated else ""
     if pressure.context_window:
         out.append(

@@ -51,6 +51,7 @@ from ..session.messages import (
 )
 from ..session.persistence import SessionLoad, SessionNotFoundError
 from ..session.terms import record_terms, recorded_terms
+from ..session.tokens import TokenMeter, UsageTotals
 from .answerer import install_terminal_answerer
 from .approvals_cmd import EXIT_AWAITING, apply_approval_flag, print_pending
 from .common import (
@@ -77,7 +78,7 @@ from .render import (
     tool_result_lines,
     turn_end_line,
 )
-from .usage import logged_usage
+from .usage import usage_summary
 
 
 def parse_model(spec: str) -> ModelChoice:
@@ -441,7 +442,7 @@ async def _finish(args: argparse.Namespace, host: PluginHost, agent: Agent, reas
         "events": len(agent.session.events),
         "where": where,
         "pendingApprovals": pending_approvals(agent.session.events, agent.session.id),
-        "usage": _usage(agent.session.events, turn),
+        "usage": _usage(host, agent, turn),
         "finalText": _final_text(agent.session.events, turn),
     }
 
@@ -464,12 +465,17 @@ def _turn_end(kind: str | None, reason: Any) -> dict[str, Any] | None:
     return out
 
 
-def _usage(events: Any, turn: int | None) -> dict[str, dict[str, int] | None]:
-    """Token counts of the model's answers: this turn's (None without a turn) and the session's."""
-    events = list(events)
+def _usage(host: PluginHost, agent: Agent, turn: int | None) -> dict[str, Any]:
+    """Usage and cost of every billed call: this turn's (None without a turn) and the session's,
+    priced by the composed token meter (its ``prices:``), else by the catalogue alone."""
+    meter = host.ctx.get("tokenMeter")
+    if not isinstance(meter, TokenMeter):
+        meter = TokenMeter()
+    session = agent.session
+    turn_totals = meter.turn_usage(session).get(turn, UsageTotals()) if turn is not None else None
     return {
-        "turn": logged_usage(events, turn) if turn is not None else None,
-        "total": logged_usage(events),
+        "turn": usage_summary(turn_totals) if turn_totals is not None else None,
+        "total": usage_summary(meter.usage(session)),
     }
 
 

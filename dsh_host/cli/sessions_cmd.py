@@ -9,7 +9,10 @@ import sys
 import time
 from typing import Any
 
-from ..loader import PluginHost
+import msgspec
+
+from ..errors import install_hint
+from ..loader import PluginHost, canonical_name
 from ..session.events import event_to_builtins, to_builtins
 from ..session.messages import UserSource
 from ..session.persistence import (
@@ -17,6 +20,7 @@ from ..session.persistence import (
     SessionPersistenceCorruptionError,
     UnreadableListing,
 )
+from ..session.prices import PriceTable
 from ..session.repair import call_identity_problems
 from ..session.session import Session, derive_messages_from_events
 from .common import (
@@ -41,7 +45,7 @@ from .render import (
     usage_lines,
     when,
 )
-from .usage import logged_usage, usage_line
+from .usage import logged_usage, price_table, usage_line
 
 
 def add_parser(sub: Any) -> None:
@@ -115,6 +119,20 @@ def add_parser(sub: Any) -> None:
     )
     export.set_defaults(handler=run_export)
 
+    otel = commands.add_parser(
+        "export-otel",
+        help="send a stored session as an OpenTelemetry trace (OTLP/HTTP, configured by the "
+        "standard OTEL_EXPORTER_OTLP_* variables); needs the otel extra",
+    )
+    otel.add_argument("session_id", metavar="ID")
+    add_config_flag(otel)
+    add_root_flag(otel)
+    otel.add_argument(
+        "--stdout", action="store_true",
+        help="print the spans as JSON lines instead of sending them",
+    )  # fmt: skip
+    otel.set_defaults(handler=run_export_otel)
+
 
 def _usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help()
@@ -144,7 +162,9 @@ def _last_turn_end(events: Any) -> str | None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    rows = persistence_rows(load_composition(args)[1])
+    located = load_composition(args)[1]
+    rows = persistence_rows(located)
+    prices = price_table(located)
     remembered = ListCache.load(fresh=args.fresh)
 
     async def body(host: PluginHost) -> list[dict[str, Any]]:
@@ -166,7 +186,7 @@ def run_list(args: argparse.Namespace) -> int:
                     "usage": None,
                 }
                 try:
-                    entry.update(await listing_summary(store, listing, remembered))
+                    entry.update(await listing_summary(store, listing, remembered, prices))
                 except Exception as exc:  # one bad log must not hide the others
                     entry["problem"] = str(exc)
                 rows_out.append(entry)
@@ -291,32 +311,36 @@ def _table_lines(entries: list[dict[str, Any]], width: int) -> list[str]:
 _TITLE_CHARS = 60
 
 
-async def listing_summary(store: Any, listing: Any, remembered: ListCache) -> dict[str, Any]:
+async def listing_summary(
+    store: Any, listing: Any, remembered: ListCache, prices: PriceTable
+) -> dict[str, Any]:
     """A listed session's summary (:func:`_summary`): from the list cache while the log is
-    unchanged, else read from the log and remembered. Raises what reading the log raised."""
+    unchanged and was priced with these prices, else read from the log and remembered. Raises
+    what reading the log raised."""
+    priced_with = prices.fingerprint()
     key = listing_key(listing.location)
     summary = None if key is None else remembered.get(key, listing.revision)
-    if summary is not None:
-        return summary
-    try:
-        load = await store.inspect(listing.header.id)
-    except Exception:
+    if summary is None or summary.get("pricedWith") != priced_with:  # other prices: again
+        try:
+            load = await store.inspect(listing.header.id)
+        except Exception:
+            if key is not None:
+                remembered.forget(key)
+            raise
+        summary = _summary(load, prices, priced_with)
         if key is not None:
-            remembered.forget(key)
-        raise
-    summary = _summary(load)
-    if key is not None:
-        remembered.put(key, load.revision, summary)
-    return summary
+            remembered.put(key, load.revision, summary)
+    return {k: v for k, v in summary.items() if k != "pricedWith"}
 
 
-def _summary(load: SessionLoad) -> dict[str, Any]:
+def _summary(load: SessionLoad, prices: PriceTable, priced_with: str) -> dict[str, Any]:
     """The listing's fields read from the events (:data:`list_cache.SUMMARY_KEYS`)."""
     return {
         "events": len(load.events),
         "lastTurnEnd": _last_turn_end(load.balanced),
         "title": _title(load.events),
-        "usage": logged_usage(load.events),
+        "usage": logged_usage(load.events, prices=prices),
+        "pricedWith": priced_with,
     }
 
 
@@ -384,7 +408,9 @@ async def _read(host: PluginHost, session_id: str) -> SessionLoad:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    rows = persistence_rows(load_composition(args)[1])
+    located = load_composition(args)[1]
+    rows = persistence_rows(located)
+    prices = price_table(located)
 
     async def body(host: PluginHost) -> SessionLoad:
         return await _read(host, args.session_id)
@@ -424,7 +450,7 @@ def run_show(args: argparse.Namespace) -> int:
     if not args.json:
         from ..session.tokens import TokenMeter  # `show` only: a listing needs no meter
 
-        meter = TokenMeter()
+        meter = TokenMeter(prices)
         for line in usage_lines(meter.usage(session), meter.pressure(session)):
             out.print(line, style="dim", markup=False)
     if not args.json and load.torn_tail is not None:
@@ -434,6 +460,56 @@ def run_show(args: argparse.Namespace) -> int:
             style="yellow",
             markup=False,
         )
+    return 0
+
+
+# -- export-otel --------------------------------------------------------------------------
+
+
+def run_export_otel(args: argparse.Namespace) -> int:
+    """Replay a stored session's events through the ``telemetry-otel`` span builder.
+
+    The plugin (and OpenTelemetry) is imported here only: nothing else of the CLI pays for it,
+    and without the ``otel`` extra the command says how to install it. The composition's
+    ``telemetry-otel`` row, when there is one, gives the agent name, service name and whether
+    content is captured, so a replayed trace looks like the live one.
+    """
+    located = load_composition(args)[1]
+    try:
+        from dsh_telemetry_otel import TelemetryConfig, export_session, otlp_exporter
+    except ImportError:
+        raise CliUsageError(
+            "dsh sessions export-otel needs OpenTelemetry, which is not installed: "
+            + install_hint("otel")
+        ) from None
+    config = TelemetryConfig()
+    for entry in located:
+        row = entry.row
+        if not row.disabled and canonical_name(row.name) == "telemetry-otel":
+            try:
+                config = msgspec.convert(row.config or {}, TelemetryConfig)
+            except (msgspec.ValidationError, ValueError) as error:
+                raise CliUsageError(f"row {row.id or row.name!r}: config: {error}") from None
+            break
+    rows = persistence_rows(located)
+
+    async def body(host: PluginHost) -> SessionLoad:
+        return await _read(host, args.session_id)
+
+    load = run_with_host(rows, body)
+    events = [event_to_builtins(event) for event in load.events]
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
+
+    exporter: SpanExporter
+    if args.stdout:
+        exporter = ConsoleSpanExporter(
+            out=sys.stdout, formatter=lambda span: span.to_json(indent=None) + "\n"
+        )
+    else:
+        exporter = otlp_exporter()
+    counts = export_session(load.id, events, exporter, config=config, prices=price_table(located))
+    summary = ", ".join(f"{count} {name}" for name, count in sorted(counts.items()))
+    print(f"exported session {load.id}: {summary or 'no spans'}", file=sys.stderr)
     return 0
 
 

@@ -1,33 +1,64 @@
-"""Token usage as the session logged it: the ``usage`` of each ``assistant/message``, summed."""
+"""Usage and cost as the session logged them, for the CLI (counted by the token meter's ledger)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-from ..session.events import to_builtins
+from ..loader import LocatedRow, canonical_name
+from ..session.prices import PriceTable, parse_prices
+from ..session.usage import UsageLedger, UsageTotals
+from .common import CliUsageError
 
-#: Stored usage names (uncached input, output, input served from cache), kept as they are.
-USAGE_KEYS: Final = ("inputTokens", "outputTokens", "cacheReadTokens")
+#: Token counts of a usage summary (uncached input, output, cache reads and writes, reasoning as a
+#: part of output, billed calls).
+USAGE_KEYS: Final = (
+    "inputTokens",
+    "outputTokens",
+    "cacheReadTokens",
+    "cacheWriteTokens",
+    "reasoningTokens",
+    "requests",
+)
 
 
-def logged_usage(events: Iterable[Any], turn: int | None = None) -> dict[str, int]:
-    """Token counts of the model's answers: every turn's, or only turn ``turn``'s."""
-    total = dict.fromkeys(USAGE_KEYS, 0)
+def price_table(located: Sequence[LocatedRow]) -> PriceTable:
+    """The prices of the composition's ``token-meter`` row (catalogue only without one).
+
+    A bad ``prices:`` entry is the user's mistake: a :class:`CliUsageError` naming it.
+    """
+    for entry in located:
+        row = entry.row
+        if row.disabled or canonical_name(row.name) != "token-meter":
+            continue
+        config = row.config or {}
+        try:
+            table = parse_prices(config.get("prices"), f"row {row.id or row.name!r}: prices")
+        except ValueError as error:
+            raise CliUsageError(str(error)) from None
+        return PriceTable(table, catalogue=config.get("catalogue", True) is not False)
+    return PriceTable()
+
+
+def logged_usage(
+    events: Iterable[Any], turn: int | None = None, prices: PriceTable | None = None
+) -> dict[str, Any]:
+    """Usage and cost of every billed call (replies, failed attempts, compaction summaries),
+    or only turn ``turn``'s, as the token meter counts them (:class:`UsageLedger`)."""
+    ledger = UsageLedger(prices if prices is not None else PriceTable())
     for event in events:
-        if event.type != "assistant/message":
-            continue
-        data = to_builtins(event.data)
-        usage = data.get("usage") if isinstance(data, dict) else None
-        if not isinstance(usage, dict) or (turn is not None and data.get("turn") != turn):
-            continue
-        for key in USAGE_KEYS:
-            count = usage.get(key)
-            if isinstance(count, int):
-                total[key] += count
-    return total
+        ledger.feed(event)
+    totals = ledger.usage if turn is None else ledger.by_turn.get(turn, UsageTotals())
+    return usage_summary(totals)
 
 
-def usage_line(usage: dict[str, int]) -> str:
-    """``1234 in, 56 out`` (input counts what was served from the cache too)."""
-    return f"{usage['inputTokens'] + usage['cacheReadTokens']} in, {usage['outputTokens']} out"
+def usage_summary(totals: UsageTotals) -> dict[str, Any]:
+    """The camelCase ``usage`` object of ``--json`` outputs; ``costUsd`` null when unknown."""
+    return totals.to_wire()
+
+
+def usage_line(usage: dict[str, Any]) -> str:
+    """``1234 in, 56 out`` (input counts cache reads and writes too; the cost is in ``--json``
+    and ``dsh sessions show``, a listing's columns stay as they were)."""
+    inputs = usage["inputTokens"] + usage["cacheReadTokens"] + usage["cacheWriteTokens"]
+    return f"{inputs} in, {usage['outputTokens']} out"

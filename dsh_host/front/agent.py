@@ -72,12 +72,12 @@ from dsh_host.session.messages import (
     ReasoningDeltaChunk,
     TextBlock,
     TextDeltaChunk,
-    TokenUsage,
     ToolResultBlock,
     UserMessage,
     new_message_id,
 )
 from dsh_host.session.terms import record_terms, recorded_terms
+from dsh_host.session.tokens import UsageTotals, turn_usage
 from dsh_host.tools import (
     ApprovalRequest,
     ToolArgsError,
@@ -136,8 +136,10 @@ class RunResult:
     session_id: str
     turn: int
     turn_end: TurnEndReason
-    #: token usage summed over the turn's model calls (None when no call reported any)
-    usage: TokenUsage | None
+    #: the turn's usage and cost, as the token meter reads them from the log: every billed
+    #: call (failed attempts and compaction summaries included); ``usage.cost_usd`` is None
+    #: when some call's model has no known price. None when no call reported any usage.
+    usage: UsageTotals | None
 
     @property
     def completed(self) -> bool:
@@ -209,9 +211,15 @@ class Agent:
         config: Mapping[str, Mapping[str, Any]] | None = None,
         composition: str | os.PathLike[str] | None = None,
         guardrails: Sequence[Guardrail] = (),
+        budget: Mapping[str, Mapping[str, float | int]] | None = None,
+        prices: Mapping[str, Mapping[str, float | int]] | None = None,
     ) -> None:
         self._model = parse_model(model, "Agent(model=...)")
         self._guardrails = Guardrails(tuple(guardrails))
+        # Plain data, checked by the rows they configure (the agent row's `budget:`, the
+        # token-meter row's `prices:`), so a mistake is reported once, the same way as in YAML.
+        self._budget = dict(budget) if budget is not None else None
+        self._prices = dict(prices) if prices is not None else None
         self._model_spec = model
         self._definitions: list[ToolDefinition] = []
         self._ask: list[str] = []
@@ -350,6 +358,12 @@ class Agent:
             # and contradict them, so it is left out. Without instructions it stays.
             agent_config["persona"] = self._instructions
             agent_config["include_harness_identity"] = False
+        if self._budget is not None:
+            agent_config["budget"] = self._budget
+        if self._prices is not None:
+            if not _has(rows, "token-meter"):
+                rows.append(Row(id="token-meter", name="token-meter"))
+            rows = [_patched(r, "token-meter", {"prices": self._prices}) for r in rows]
         rows.append(_patched(agent_row, "agent", agent_config))
         ids = {row.id for row in rows if row.id is not None}
         for key in self._overrides:
@@ -687,7 +701,8 @@ class Agent:
     ) -> RunResult:
         await self.host.ctx.sessions.flush(core.session)
         turn = core.last_turn
-        text, usage = _turn_answer(core.session, turn)
+        text = _turn_answer(core.session, turn)
+        usage = turn_usage(self.host.ctx.get("tokenMeter"), core.session, turn)
         tripped = self._guardrails.take(core, turn)
         if tripped is not None:  # the log (flushed above) holds the verdict; the caller hears it
             guardrail, output = tripped
@@ -977,26 +992,17 @@ def _is_error(data: ToolResultData) -> bool:
     )
 
 
-def _turn_answer(session: Session, turn: int) -> tuple[str, TokenUsage | None]:
-    """The last assistant text of ``turn`` and the usage summed over its model calls."""
-    text: str | None = None
-    totals: dict[str, int] = {}
+def _turn_answer(session: Session, turn: int) -> str:
+    """The last assistant text of ``turn``."""
     for event in reversed(session.events):
         data = event.data
         if isinstance(data, TurnStart) and data.turn == turn:
             break
         if isinstance(data, AssistantMessageData) and data.turn == turn:
-            if text is None:
-                text = "".join(
-                    block.text for block in data.message.content if isinstance(block, TextBlock)
-                )
-            if data.usage is not UNSET:
-                for field in data.usage.__struct_fields__:
-                    value = getattr(data.usage, field)
-                    if value is not UNSET:
-                        totals[field] = totals.get(field, 0) + value
-    usage = TokenUsage(**totals) if "input_tokens" in totals else None
-    return text or "", usage
+            return "".join(
+                block.text for block in data.message.content if isinstance(block, TextBlock)
+            )
+    return ""
 
 
 def _type_label(output_type: Any) -> str:

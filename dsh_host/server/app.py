@@ -567,7 +567,10 @@ _COMPONENTS: Final[dict[str, Any]] = {
             "lastTurnEnd": {"type": "object", "nullable": True},
             "usage": {"type": "object", "properties": {
                 "inputTokens": {"type": "integer"}, "outputTokens": {"type": "integer"},
-                "cacheReadTokens": {"type": "integer"}}}}},
+                "cacheReadTokens": {"type": "integer"}, "cacheWriteTokens": {"type": "integer"},
+                "reasoningTokens": {"type": "integer"}, "requests": {"type": "integer"},
+                "costUsd": {"type": "number", "nullable": True},
+                "unpricedModels": {"type": "array", "items": {"type": "string"}}}}}},
     },
 }
 

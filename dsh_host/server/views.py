@@ -13,6 +13,8 @@ import msgspec
 
 from dsh_host.session.events import SessionEvent, event_to_builtins, to_builtins
 from dsh_host.session.messages import TextBlock, UserSource
+from dsh_host.session.prices import PriceTable
+from dsh_host.session.usage import UsageLedger
 
 __all__ = [
     "TITLE_CHARS",
@@ -25,7 +27,14 @@ __all__ = [
 ]
 
 #: Stored usage names (uncached input, output, input served from cache), kept as they are.
-USAGE_KEYS: Final = ("inputTokens", "outputTokens", "cacheReadTokens")
+USAGE_KEYS: Final = (
+    "inputTokens",
+    "outputTokens",
+    "cacheReadTokens",
+    "cacheWriteTokens",
+    "reasoningTokens",
+    "requests",
+)
 TITLE_CHARS: Final = 80
 
 
@@ -40,20 +49,12 @@ def title(events: Sequence[SessionEvent]) -> str | None:
     return None
 
 
-def usage(events: Sequence[SessionEvent]) -> dict[str, int]:
-    """The token counts of every model answer in the session."""
-    total = dict.fromkeys(USAGE_KEYS, 0)
+def usage(events: Sequence[SessionEvent], prices: PriceTable | None = None) -> dict[str, Any]:
+    """Usage and cost of every billed call of the session (the token meter's ledger)."""
+    ledger = UsageLedger(prices if prices is not None else PriceTable())
     for event in events:
-        if event.type != "assistant/message":
-            continue
-        found = to_builtins(event.data).get("usage")
-        if not isinstance(found, dict):
-            continue
-        for key in USAGE_KEYS:
-            count = found.get(key)
-            if isinstance(count, int):
-                total[key] += count
-    return total
+        ledger.feed(event)
+    return ledger.usage.to_wire()
 
 
 def last_turn(events: Sequence[SessionEvent]) -> int:

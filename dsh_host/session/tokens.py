@@ -12,6 +12,10 @@ log only (the vocabulary lives in the core so compaction plugins can share it):
   (disjoint uncached-input, output, cache-read and cache-write buckets; reasoning is a part of
   output and is not added again). Failed attempts that reported usage count too: they were
   billed.
+- Every call that reported usage is priced in US dollars (:mod:`dsh_host.session.prices`):
+  :meth:`TokenMeter.requests` lists each one (a reply, a failed attempt or a compaction
+  summary) with its cost, and the totals carry the sum. A call whose model has no known price
+  is counted as unpriced, so a total is only a known cost when no call was unpriced.
 - :meth:`TokenMeter.pressure` is the context pressure of the current surface against the
   routed model's context window (the newest ``request/context`` record, which the loop writes
   from the adapter's model metadata).
@@ -32,7 +36,6 @@ from msgspec import UNSET
 
 from dsh_host.jsonsafe import json_enc_hook
 from dsh_host.session.events import (
-    AssistantAttemptData,
     AssistantMessageData,
     ReplaceOp,
     RequestContextData,
@@ -40,7 +43,6 @@ from dsh_host.session.events import (
     SessionEvent,
 )
 from dsh_host.session.messages import (
-    ChunkRecord,
     ContentBlock,
     EpochHeader,
     Message,
@@ -49,23 +51,27 @@ from dsh_host.session.messages import (
     TokenUsage,
     ToolCallBlock,
     ToolResultBlock,
-    UsageChunk,
 )
+from dsh_host.session.prices import PriceTable
 from dsh_host.session.request_header import canonical_header, headers_equal
 from dsh_host.session.session import LogView, Session, derive_event_message
+from dsh_host.session.usage import RequestCost, UsageLedger, UsageTotals
 
 __all__ = [
     "BLOCK_OVERHEAD",
     "CHARS_PER_TOKEN",
     "ROLE_OVERHEAD",
     "ContextPressure",
+    "RequestCost",
     "TokenMeasurement",
     "TokenMeter",
     "TokenSurfaceNode",
+    "UsageLedger",
     "UsageTotals",
     "estimate_content",
     "estimate_header",
     "estimate_message",
+    "turn_usage",
     "usage_total",
 ]
 
@@ -155,35 +161,6 @@ class TokenMeasurement:
 
 
 @dataclass(frozen=True, slots=True)
-class UsageTotals:
-    """Summed provider usage (disjoint buckets; reasoning is part of output)."""
-
-    input_tokens: int = 0  #: uncached input
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    reasoning_tokens: int = 0  #: part of output, shown, never added again
-    requests: int = 0  #: model calls that reported usage
-
-    @property
-    def total_tokens(self) -> int:
-        return (
-            self.input_tokens + self.output_tokens + self.cache_read_tokens
-            + self.cache_write_tokens
-        )
-
-    def add(self, usage: TokenUsage) -> UsageTotals:
-        return UsageTotals(
-            input_tokens=self.input_tokens + usage.input_tokens,
-            output_tokens=self.output_tokens + usage.output_tokens,
-            cache_read_tokens=self.cache_read_tokens + (usage.cache_read_tokens or 0),
-            cache_write_tokens=self.cache_write_tokens + (usage.cache_write_tokens or 0),
-            reasoning_tokens=self.reasoning_tokens + (usage.reasoning_tokens or 0),
-            requests=self.requests + 1,
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class ContextPressure:
     """How full the next request is, against the routed model's context window."""
 
@@ -222,25 +199,22 @@ class _State:
     #: builds a new list (measurements hold views of it)
     surface_tokens: int = 0
     anchor: _Anchor | None = None
-    usage: UsageTotals = field(default_factory=UsageTotals)
-    by_turn: dict[int, UsageTotals] = field(default_factory=dict)
+    ledger: UsageLedger = field(default_factory=lambda: UsageLedger(PriceTable()))
     last_usage: TokenUsage | None = None
     context: RequestContextData | None = None
-
-
-def _attempt_usage(data: AssistantAttemptData) -> TokenUsage | None:
-    """The last usage a failed attempt's stream reported (it was billed), or None."""
-    for record in reversed(data.stream):
-        if isinstance(record, ChunkRecord) and isinstance(record.chunk, UsageChunk):
-            return record.chunk.usage
-    return None
 
 
 class TokenMeter:
     """The ``tokenMeter`` service: per-session replay folds over the durable log."""
 
-    def __init__(self) -> None:
+    def __init__(self, prices: PriceTable | None = None) -> None:
         self._states: weakref.WeakKeyDictionary[Session, _State] = weakref.WeakKeyDictionary()
+        self._prices = prices if prices is not None else PriceTable()
+
+    @property
+    def prices(self) -> PriceTable:
+        """The table every call is priced with."""
+        return self._prices
 
     # -- public -----------------------------------------------------------------------
     def estimate_message(self, message: Message) -> int:
@@ -279,11 +253,15 @@ class TokenMeter:
 
     def usage(self, session: Session) -> UsageTotals:
         """Provider usage summed over the whole log."""
-        return self._sync(session).usage
+        return self._sync(session).ledger.usage
 
     def turn_usage(self, session: Session) -> dict[int, UsageTotals]:
         """Provider usage per turn number (turns that reported none are absent)."""
-        return dict(self._sync(session).by_turn)
+        return dict(self._sync(session).ledger.by_turn)
+
+    def requests(self, session: Session) -> list[RequestCost]:
+        """Every billed call in log order, each with its usage and cost."""
+        return list(self._sync(session).ledger.requests)
 
     def pressure(self, session: Session) -> ContextPressure:
         """Context pressure of the current surface against the routed model's window."""
@@ -307,7 +285,7 @@ class TokenMeter:
     def _sync(self, session: Session) -> _State:
         state = self._states.get(session)
         if state is None:
-            state = _State()
+            state = _State(ledger=UsageLedger(self._prices))
             self._states[session] = state
         events = session.events
         while state.consumed < len(events):
@@ -316,6 +294,8 @@ class TokenMeter:
         return state
 
     def _fold(self, state: _State, event: SessionEvent) -> None:
+        if state.ledger.feed(event):
+            return
         kind = event.type
         data = event.data
         if kind == "request/header" and isinstance(data, RequestHeaderData):
@@ -323,11 +303,6 @@ class TokenMeter:
             return
         if kind == "request/context" and isinstance(data, RequestContextData):
             state.context = data
-            return
-        if kind == "assistant/attempt" and isinstance(data, AssistantAttemptData):
-            usage = _attempt_usage(data)
-            if usage is not None:
-                self._count(state, data.turn, usage)
             return
         op = event.surface_op
         if op is UNSET:
@@ -358,8 +333,7 @@ class TokenMeter:
             anchor_surface = before + tokens
             estimated = estimate_header(state.header) + anchor_surface
             usage = data.usage if data.usage is not UNSET else None
-            if usage is not None:
-                self._count(state, data.turn, usage)
+            if usage is not None:  # counted by the ledger
                 state.last_usage = usage
                 provider_tokens = usage_total(usage)
                 if provider_tokens >= estimated:
@@ -367,13 +341,16 @@ class TokenMeter:
                     return
             state.anchor = _Anchor(state.header, anchor_surface, "estimated", estimated)
 
-    @staticmethod
-    def _count(state: _State, turn: int, usage: TokenUsage) -> None:
-        state.usage = state.usage.add(usage)
-        state.by_turn[turn] = state.by_turn.get(turn, UsageTotals()).add(usage)
-
 
 def _optional_equal(left: EpochHeader | None, right: EpochHeader | None) -> bool:
     if left is None or right is None:
         return left is right
     return headers_equal(left, right)
+
+
+def turn_usage(meter: object, session: Session, turn: int) -> UsageTotals | None:
+    """One turn's usage and cost from ``meter`` (the host's ``tokenMeter``, or a fresh one with
+    the catalogue's prices when none is composed); None when no call of the turn reported any.
+    """
+    chosen = meter if isinstance(meter, TokenMeter) else TokenMeter()
+    return chosen.turn_usage(session).get(turn)

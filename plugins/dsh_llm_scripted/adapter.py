@@ -119,6 +119,8 @@ def _usage(response: ScriptedResponse, produced: int) -> TokenUsage:
     extra: dict[str, Any] = {}
     if usage.cache_read_tokens is not None:
         extra["cache_read_tokens"] = usage.cache_read_tokens
+    if usage.cache_write_tokens is not None:
+        extra["cache_write_tokens"] = usage.cache_write_tokens
     if usage.reasoning_tokens is not None:
         extra["reasoning_tokens"] = usage.reasoning_tokens
     return TokenUsage(
@@ -237,6 +239,8 @@ class ScriptedAdapter(LlmAdapter):
             raise AbortError(signal.reason)
         if response.error is not None:
             _check(signal)
+            if response.usage is not None:  # a billed failure: its usage, then the error
+                yield UsageChunk(usage=_usage(response, 0))
             error = response.error
             raise LlmError(
                 error.message,

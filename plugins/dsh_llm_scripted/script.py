@@ -64,6 +64,7 @@ class ScriptedUsage(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, fr
     input_tokens: _NonNegative
     output_tokens: _NonNegative
     cache_read_tokens: _NonNegative | None = None
+    cache_write_tokens: _NonNegative | None = None
     reasoning_tokens: _NonNegative | None = None
 
 

@@ -33,11 +33,16 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Final
 
+import msgspec
 from opentelemetry import trace
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+
+from dsh_host.session.messages import TokenUsage
+from dsh_host.session.prices import PriceTable
 
 __all__ = ["FINISH_REASONS", "LogIds", "SessionTracer"]
 
@@ -106,8 +111,12 @@ class SessionTracer:
         *,
         agent_name: str = "dsh",
         capture_content: bool = False,
+        prices: PriceTable | None = None,
     ) -> None:
         self._tracer = tracer
+        #: prices each answer's usage as ``dsh.cost.usd`` (the GenAI conventions define no cost
+        #: attribute); an unpriced model gets none, never a 0
+        self._prices = prices
         self._ids = ids
         self._session_id = session_id
         self._agent_name = agent_name
@@ -245,6 +254,19 @@ class SessionTracer:
         if self._capture and isinstance(header, Mapping) and header.get("tools") is not None:
             span.set_attribute("gen_ai.tool.definitions", json.dumps(header["tools"]))
 
+    def _cost(self, source: object, usage: Mapping[str, Any]) -> Decimal | None:
+        if self._prices is None:
+            return None
+        provider, model = self._provider, self._model
+        if isinstance(source, Mapping):
+            provider = str(source.get("provider") or provider or "") or None
+            model = str(source.get("model") or model or "") or None
+        try:
+            typed = msgspec.convert(usage, TokenUsage)
+        except msgspec.ValidationError:
+            return None
+        return self._prices.cost(provider, model, typed)
+
     def _answer(self, event: Mapping[str, Any], data: Mapping[str, Any]) -> None:
         turn = self._turn
         if turn is None or turn.chat is None:
@@ -271,6 +293,9 @@ class SessionTracer:
                 span.set_attribute(
                     "gen_ai.usage.reasoning.output_tokens", int(usage["reasoningTokens"])
                 )
+            cost = self._cost(source, usage)
+            if cost is not None:
+                span.set_attribute("dsh.cost.usd", float(cost))
         finish = _finish_kind(data.get("stream"))
         if finish is not None:
             span.set_attribute(

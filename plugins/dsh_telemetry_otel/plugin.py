@@ -14,6 +14,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from dsh_host import Context, Plugin
 from dsh_host.session.events import event_to_builtins
 from dsh_host.session.keys import SESSION_EVENT
+from dsh_host.session.prices import PriceTable
+from dsh_host.session.tokens import TokenMeter
 
 from ._tracer import LogIds, SessionTracer
 
@@ -62,6 +64,7 @@ class Telemetry:
         self._tracer = self.provider.get_tracer(SCOPE)
         self._sessions: dict[str, SessionTracer] = {}
         self._caught_up: set[str] = set()
+        self.prices = PriceTable()  #: prices the chat spans' ``dsh.cost.usd``
 
     def add_span_processor(self, processor: SpanProcessor) -> None:
         """Send the spans somewhere else too (a test's in-memory exporter, a second backend)."""
@@ -76,6 +79,7 @@ class Telemetry:
                 session_id,
                 agent_name=self.config.agent_name,
                 capture_content=self.config.capture_content,
+                prices=self.prices,
             )
             self._sessions[session_id] = tracer
         return tracer
@@ -119,6 +123,8 @@ class TelemetryOtel(Plugin):
 
     def apply(self, ctx: Context, config: TelemetryConfig) -> None:
         telemetry = Telemetry(config)
+        meter = ctx.get("tokenMeter")  # the composition's prices, when a token-meter row is on
+        telemetry.prices = meter.prices if isinstance(meter, TokenMeter) else PriceTable()
         if config.exporter == "otlp":
             telemetry.add_span_processor(BatchSpanProcessor(otlp_exporter()))
         ctx.on(SESSION_EVENT, telemetry.on_event)
@@ -150,6 +156,7 @@ def export_session(
     exporter: SpanExporter,
     *,
     config: TelemetryConfig | None = None,
+    prices: PriceTable | None = None,
 ) -> dict[str, int]:
     """Export a stored session's events as a trace, after the fact; returns the span counts.
 
@@ -167,6 +174,7 @@ def export_session(
         session_id,
         agent_name=config.agent_name,
         capture_content=config.capture_content,
+        prices=prices if prices is not None else PriceTable(),
     )
     last = None
     for event in events:

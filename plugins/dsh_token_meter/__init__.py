@@ -6,9 +6,15 @@ The measurement itself (the fold, the fixed heuristic, the result types) is
 
 from __future__ import annotations
 
-from dsh_host import Context, NoConfig, Plugin
+from typing import Any
+
+import msgspec
+
+from dsh_host import Context, Plugin
+from dsh_host.session.prices import ModelPrice, PriceTable, parse_prices
 from dsh_host.session.tokens import (
     ContextPressure,
+    RequestCost,
     TokenMeasurement,
     TokenMeter,
     TokenSurfaceNode,
@@ -20,8 +26,12 @@ from dsh_host.session.tokens import (
 
 __all__ = [
     "ContextPressure",
+    "ModelPrice",
+    "PriceTable",
+    "RequestCost",
     "TokenMeasurement",
     "TokenMeter",
+    "TokenMeterConfig",
     "TokenMeterPlugin",
     "TokenSurfaceNode",
     "UsageTotals",
@@ -31,15 +41,33 @@ __all__ = [
 ]
 
 
+class TokenMeterConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """YAML ``config:`` of a ``token-meter`` row: only prices (the estimator is fixed).
+
+    ``prices``: ``{model: {input, output, cache_read?, cache_write?}}`` in US dollars per
+    million tokens; a ``provider:model`` key prices one route only. They override the
+    ``genai-prices`` catalogue, which prices every other model it knows.
+    """
+
+    prices: dict[str, Any] = msgspec.field(default_factory=dict)
+    #: False: price from ``prices`` only (every other model's cost is unknown)
+    catalogue: bool = True
+
+    def __post_init__(self) -> None:
+        parse_prices(self.prices)  # refuse a bad entry at composition, naming it
+
+
 class TokenMeterPlugin(Plugin):
     """Entry point ``token-meter`` (DSH ``@deepseek-ai/dsh-token-meter``); provides ``tokenMeter``.
 
-    No settings: DSH's meter rejects every key, and so does this row.
+    DSH's meter takes no settings; this row adds ``prices`` and ``catalogue`` (cost in money,
+    which DSH does not report) and rejects every other key.
     """
 
     name = "token-meter"
     provides = ("tokenMeter",)
-    Config = NoConfig
+    Config = TokenMeterConfig
 
-    def apply(self, ctx: Context, config: NoConfig) -> None:
-        ctx.provide("tokenMeter", TokenMeter())
+    def apply(self, ctx: Context, config: TokenMeterConfig) -> None:
+        table = PriceTable(parse_prices(config.prices), catalogue=config.catalogue)
+        ctx.provide("tokenMeter", TokenMeter(table))

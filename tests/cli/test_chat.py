@@ -180,7 +180,7 @@ def test_a_turn_with_an_approval_asked_inline_then_ctrl_d(tmp_path: Path) -> Non
     term.expect(b"turn 1 ended: completed")
     term.expect(PROMPT)
     term.type(b"/usage\r")
-    term.expect(b"logged usage: inputTokens")
+    term.expect(b"cost: unknown: no price for scripted")
     term.expect(PROMPT)
     term.type(b"/compact\r")
     term.expect(b"no compaction plugin is loaded; add compaction-basic to the composition")

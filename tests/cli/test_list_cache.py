@@ -174,8 +174,10 @@ def test_a_cache_directory_that_cannot_be_made_leaves_the_listing_as_it_was(
 
 
 def _summary(title: str) -> dict[str, Any]:
-    return {"events": 3, "lastTurnEnd": "completed", "title": title,
-            "usage": {"inputTokens": 1, "outputTokens": 2, "cacheReadTokens": 0}}
+    return {"events": 3, "lastTurnEnd": "completed", "title": title, "pricedWith": "p1",
+            "usage": {"inputTokens": 1, "outputTokens": 2, "cacheReadTokens": 0,
+                      "cacheWriteTokens": 0, "reasoningTokens": 0, "requests": 1,
+                      "costUsd": None, "unpricedModels": ["scripted"]}}
 
 
 def test_a_summary_is_used_only_under_its_revision(tmp_path: Path) -> None:

@@ -18,7 +18,6 @@ from psycopg import sql
 from dsh_host import Agent, RunResult, tool
 from dsh_host.errors import ConfigError
 from dsh_host.session.events import CompletedReason
-from dsh_host.session.messages import TokenUsage
 from dsh_host.tools import ToolRegistrationError
 
 # both backends: the agent loop through the front door
@@ -54,7 +53,9 @@ async def test_run_returns_the_answer_the_turn_end_and_the_summed_usage(tmp_path
     assert result.output == "It is 5."
     assert result.session_id == session_id and result.turn == 1
     assert result.turn_end == CompletedReason() and result.completed
-    assert result.usage == TokenUsage(input_tokens=18, output_tokens=7)
+    assert result.usage is not None
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (18, 7)
+    assert result.usage.requests == 2
     (path,) = stored(root)
     assert session_id in str(path)
 

@@ -54,6 +54,8 @@ async def test_session_lifecycle_over_http(tmp_path: Path) -> None:
         assert session["lastTurnEnd"]["kind"] == "completed"
         assert session["title"] == "say hello"
         assert session["usage"]["outputTokens"] > 0
+        # the scripted model has no list price: its cost is unknown, never 0
+        assert session["usage"]["requests"] == 1 and session["usage"]["costUsd"] is None
         assert session["header"]["id"] == session_id and session["pendingApprovals"] == []
         listed = (await server.client.get("/sessions")).json()["sessions"]
         assert [s["id"] for s in listed] == [session_id]

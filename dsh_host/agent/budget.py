@@ -1,0 +1,139 @@
+"""Spend limits: ``max_cost_usd`` / ``max_tokens`` per turn and per session.
+
+The loop asks :func:`check_budget` right before every model request (a retry included), so no
+request starts once a limit is reached. What was spent is read from the durable log through the
+token meter (replies, billed failed attempts, compaction summaries), never from a counter in
+memory: a session continued by another process (``dsh resume``, ``dsh approvals continue``)
+keeps counting from what its log holds.
+
+A limit stops the turn with ``turn/end {kind: "budget-exceeded", scope, limit, max, spent}``, a
+kind this harness adds (registered by the ``agent`` row; a reader that does not know it, DSH
+included, keeps it as an unknown kind). A cost limit fails closed: when some call of the scope
+has no known price, what was spent is unknown, and the turn stops saying so (``spent`` null)
+rather than spend on. The model reads the reason too: the next turn opens with a ``user/message``
+(plugin source ``budget``) that says it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING, Literal
+
+from dsh_host.session.messages import Wire
+
+if TYPE_CHECKING:
+    from dsh_host.session.session import Session
+    from dsh_host.session.tokens import TokenMeter, UsageTotals
+
+__all__ = [
+    "BUDGET_EXCEEDED",
+    "BUDGET_NOTICE_SOURCE",
+    "Budget",
+    "BudgetExceededReason",
+    "check_budget",
+]
+
+#: The turn-end kind of a stop at a spend limit.
+BUDGET_EXCEEDED = "budget-exceeded"
+#: The plugin source of the notice the next turn opens with, so the model reads why the last
+#: turn stopped (the ``turn/end`` reason is for people and programs; the model never sees it).
+BUDGET_NOTICE_SOURCE = "budget"
+
+
+class BudgetExceededReason(Wire, frozen=True, kw_only=True, tag=BUDGET_EXCEEDED, tag_field="kind"):
+    """``turn/end {kind: "budget-exceeded"}``: a spend limit stopped the turn before a request."""
+
+    scope: Literal["turn", "session"]  #: which limit
+    limit: Literal["cost", "tokens"]  #: dollars or tokens
+    max: float | int  #: the configured limit
+    spent: float | int | None  #: what the log shows was spent (None: a cost not known)
+    message: str  #: for people (and a model shown the reason)
+
+    @property
+    def kind_name(self) -> str:
+        return BUDGET_EXCEEDED
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Budget:
+    """Limits of one agent; None: no limit. Dollars are compared exactly (``Decimal``)."""
+
+    turn_max_cost_usd: Decimal | None = None
+    turn_max_tokens: int | None = None
+    session_max_cost_usd: Decimal | None = None
+    session_max_tokens: int | None = None
+
+    @property
+    def active(self) -> bool:
+        return any(
+            limit is not None
+            for limit in (
+                self.turn_max_cost_usd,
+                self.turn_max_tokens,
+                self.session_max_cost_usd,
+                self.session_max_tokens,
+            )
+        )
+
+
+def _over(
+    scope: Literal["turn", "session"],
+    spent: UsageTotals,
+    max_cost: Decimal | None,
+    max_tokens: int | None,
+) -> BudgetExceededReason | None:
+    if max_tokens is not None and spent.total_tokens >= max_tokens:
+        return BudgetExceededReason(
+            scope=scope,
+            limit="tokens",
+            max=max_tokens,
+            spent=spent.total_tokens,
+            message=(
+                f"the {scope} token budget is spent: {spent.total_tokens} tokens used of "
+                f"max_tokens {max_tokens}; no further model request was made"
+            ),
+        )
+    if max_cost is None:
+        return None
+    cost = spent.cost_usd
+    if cost is None:
+        models = ", ".join(spent.unpriced_models)
+        return BudgetExceededReason(
+            scope=scope,
+            limit="cost",
+            max=float(max_cost),
+            spent=None,
+            message=(
+                f"the {scope} cost budget cannot be checked: no price is known for model(s) "
+                f"{models}; add them to the token-meter row's prices: map"
+            ),
+        )
+    if cost >= max_cost:
+        return BudgetExceededReason(
+            scope=scope,
+            limit="cost",
+            max=float(max_cost),
+            spent=float(cost),
+            message=(
+                f"the {scope} cost budget is spent: ${cost} of max_cost_usd ${max_cost}; "
+                "no further model request was made"
+            ),
+        )
+    return None
+
+
+def check_budget(
+    budget: Budget, meter: TokenMeter, session: Session, turn: int
+) -> BudgetExceededReason | None:
+    """The reason to stop before the next model request of ``turn``, or None to go on."""
+    if not budget.active:
+        return None
+    spent_turn = meter.turn_usage(session).get(turn)
+    if spent_turn is not None:
+        stop = _over("turn", spent_turn, budget.turn_max_cost_usd, budget.turn_max_tokens)
+        if stop is not None:
+            return stop
+    return _over(
+        "session", meter.usage(session), budget.session_max_cost_usd, budget.session_max_tokens
+    )
