@@ -36,9 +36,11 @@ from _common import (
 )
 from dsh_builtin_tools.config import BuiltinToolsConfig
 from dsh_builtin_tools.files import WorkspaceRoot
-from dsh_builtin_tools.search import glob_tool, list_files, ripgrep_binary
+from dsh_builtin_tools.search import Ripgrep, glob_tool, list_files, ripgrep_binary
 from dsh_builtin_tools.spill import SpillArea
+from dsh_sandbox_local import LocalSandboxProvider, SandboxLocalConfig
 
+from dsh_host.sandbox import SandboxPolicy
 from dsh_host.tools import ToolExecution
 
 GLOB_ARGS = {"pattern": "*.py"}
@@ -89,14 +91,31 @@ class _Exec:
 EXEC = cast(ToolExecution, _Exec())
 
 
-async def measure(ws: Path, repeats: int, rg: str) -> dict[str, list[int]]:
+def confined_ripgrep(ws: Path, binary: str) -> Ripgrep:
+    """ripgrep as the glob/grep tools run it: confined by sandbox-local under a read-only policy
+    (the sandbox's start is part of what a listing costs)."""
+    provider = LocalSandboxProvider(SandboxLocalConfig())
+    policy = SandboxPolicy(mode="read-only", workspace_root=str(ws))
+    return Ripgrep(binary, lambda argv: list(provider.confine(argv, policy).argv), 20.0)
+
+
+async def measure(ws: Path, repeats: int, binary: str) -> dict[str, list[int]]:
     holder = WorkspaceRoot(str(ws))
     spill = SpillArea(None, 1)  # nothing is spilled: the capped footer says it was not saved
+    rg = confined_ripgrep(ws, binary)
+
+    def helper_for(on: bool) -> Any:
+        async def helper(exec: ToolExecution) -> Ripgrep | None:
+            return rg if on else None
+
+        return helper
+
     globs = {
         rg_on: glob_tool(
             BuiltinToolsConfig(workspace=str(ws), max_search_results=10, ripgrep=rg_on),
             holder,
             spill,
+            helper_for(rg_on),
         )
         for rg_on in (True, False)
     }

@@ -185,6 +185,11 @@ def recorded_workspace(args: argparse.Namespace, session_id: str) -> str | None:
     return load.header.cwd if isinstance(load.header.cwd, str) else None
 
 
+#: What a repair boots: the agent and its store, the approval row (its events are evidence), and
+#: the services that follow every append (``telemetry``): a repair's closers reach them.
+REPAIR_SERVICES: tuple[str, ...] = ("agent", "sessionPersistence", "approval", "telemetry")
+
+
 def continue_session(
     args: argparse.Namespace,
     load: SessionLoad,
@@ -228,8 +233,9 @@ def continue_session(
     rows = plan.rows
     if not runs_turn and not needs_tools:
         # A repair runs no tool: it needs the store and the agent, not the workspace (which
-        # may be gone, or hold the store: `Agent(store=...)` inside its workspace).
-        return rows_needed_for(rows, ("agent", "sessionPersistence", "approval")), plan
+        # may be gone, or hold the store: `Agent(store=...)` inside its workspace), and the
+        # rows that follow the log (a trace exporter), which its closers must reach.
+        return rows_needed_for(rows, REPAIR_SERVICES), plan
     if plan.terms.workspace is not None and rows_of(rows, "builtin-tools"):
         flag = "--workspace" if workspace else "the session's recorded workspace"
         _prepare_workspace(
