@@ -58,6 +58,8 @@ ATTACKER_SEQUENCES = [b"\x1b[2J", b"\x1b[H", b"\x1b[1;3r", b"\x1b]0;", b"\xc2\x9
                       b"\x1b[8m", b"\x1b[5A", b"\x1b[5m", "\u202e".encode(), "\u2066".encode(),
                       b"\x07", b"\x7f"]  # fmt: skip
 #: rich's own styling: SGR codes (not the attacker's conceal, 8).
+#: One frame of the status line (dsh_host.cli.output.StatusLine): erase, then a dimmed label.
+STATUS_FRAME = re.compile(rb"\r\x1b\[2K(?:\x1b\[2m[^\x1b\r\n]*\x1b\[0m)?")
 RICH_SGR = re.compile(rb"\x1b\[(?:[0-79]|[1-9][0-9]|[0-9];[0-9;]*)?m")
 
 
@@ -137,9 +139,12 @@ def test_tool_output_and_model_text_cannot_draw_a_fake_prompt(scene: Scene) -> N
     # No attacker sequence reached the terminal raw.
     for sequence in ATTACKER_SEQUENCES:
         assert sequence not in seen, f"{sequence!r} reached the terminal: {seen!r}"
-    residue = RICH_SGR.sub(b"", seen.replace(TERMINAL_RESET.encode(), b""))
+    # The live status line is the harness's own: erase the line, then draw its (escaped) label
+    # dimmed. Taken out before the residue is judged; the label went through terminal_safe.
+    drawn = STATUS_FRAME.sub(b"", seen)
+    residue = RICH_SGR.sub(b"", drawn.replace(TERMINAL_RESET.encode(), b""))
     assert b"\x1b" not in residue, residue
-    assert b"\r" not in seen.replace(b"\r\n", b""), "a bare carriage return reached the terminal"
+    assert b"\r" not in drawn.replace(b"\r\n", b""), "a bare carriage return reached the terminal"
 
     # The real prompt: reset first, then the real call in full.
     start = seen.index(TERMINAL_RESET.encode())
