@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from .. import __version__
+from ..session.usage import USAGE_KEYS
 from ..userdirs import cache_home
-from .usage import USAGE_KEYS
 
 if TYPE_CHECKING:
     from ..session.persistence import ArtifactLocation

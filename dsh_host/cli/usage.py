@@ -3,23 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Final
+from typing import Any
 
 from ..loader import LocatedRow, canonical_name
 from ..session.prices import PriceTable, parse_prices
 from ..session.usage import UsageLedger, UsageTotals
 from .common import CliUsageError
-
-#: Token counts of a usage summary (uncached input, output, cache reads and writes, reasoning as a
-#: part of output, billed calls).
-USAGE_KEYS: Final = (
-    "inputTokens",
-    "outputTokens",
-    "cacheReadTokens",
-    "cacheWriteTokens",
-    "reasoningTokens",
-    "requests",
-)
 
 
 def price_table(located: Sequence[LocatedRow]) -> PriceTable:

@@ -14,7 +14,7 @@ import msgspec
 from dsh_host.session.events import SessionEvent, event_to_builtins, to_builtins
 from dsh_host.session.messages import TextBlock, UserSource
 from dsh_host.session.prices import PriceTable
-from dsh_host.session.usage import UsageLedger
+from dsh_host.session.usage import USAGE_KEYS, UsageLedger
 
 __all__ = [
     "TITLE_CHARS",
@@ -26,15 +26,6 @@ __all__ = [
     "usage",
 ]
 
-#: Stored usage names (uncached input, output, input served from cache), kept as they are.
-USAGE_KEYS: Final = (
-    "inputTokens",
-    "outputTokens",
-    "cacheReadTokens",
-    "cacheWriteTokens",
-    "reasoningTokens",
-    "requests",
-)
 TITLE_CHARS: Final = 80
 
 
