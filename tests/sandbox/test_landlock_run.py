@@ -18,9 +18,11 @@ LAUNCHER = list(default_landlock_launcher())
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    # From "/", as the provider starts it: the launcher re-enters its cwd by path after its
+    # mounts, and a checkout under /tmp (a fresh CI clone) is not there inside a private /tmp.
     return subprocess.run(
         [*LAUNCHER, *args], capture_output=True, text=True, check=False, timeout=60, env=env,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL, cwd="/",
     )  # fmt: skip
 
 

@@ -210,9 +210,9 @@ def test_landlock_probe_really_runs_the_launcher(tmp_path: Path) -> None:
     expected = "landlock: fully enforced" if abi >= 5 else (
         "landlock: partially enforced (older ABI)")  # fmt: skip
     for extra, suffix in (((), ""), (("--isolate",), "; isolated (mount, PID and IPC namespaces)")):
-        done = subprocess.run(
-            [*default_landlock_launcher(), "--probe", *extra],
-            capture_output=True, text=True, check=False,
+        done = subprocess.run(  # from "/", as the provider probes (a private /tmp hides a
+            [*default_landlock_launcher(), "--probe", *extra],  # checkout under /tmp)
+            capture_output=True, text=True, check=False, cwd="/",
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         assert done.stdout == expected + suffix + "\n"
