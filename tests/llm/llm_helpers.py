@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from contextlib import aclosing
+from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
+from dsh_host import PluginHost, Row, open_host
 from dsh_host.llm import LlmRequest
 from dsh_host.session import (
     AbortedFinish,
@@ -17,6 +18,20 @@ from dsh_host.session import (
     TextBlock,
 )
 from dsh_host.session.messages import UserMessage, UserSource, new_message_id
+
+#: The key variable and the provider route of the llm-openai-compatible tests' row.
+KEY_ENV = "DSH_TEST_OPENAI_KEY"
+PROVIDER = "deepseek-official"
+
+
+@asynccontextmanager
+async def adapter_host(base_url: str, **config: Any) -> AsyncIterator[PluginHost]:
+    """A host with one llm-openai-compatible row pointed at ``base_url``."""
+    row_config = {"base_url": base_url, "api_key_env": KEY_ENV, **config}
+    async with open_host(
+        [Row(name="llm"), Row(id="model", name="llm-openai-compatible", config=row_config)]
+    ) as host:
+        yield host
 
 
 async def collect(stream: AsyncIterator[StreamChunk]) -> list[StreamChunk]:

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import AsyncIterator
-from contextlib import aclosing, asynccontextmanager
+from contextlib import aclosing
 from typing import Any
 
 import anyio
 import pytest
-from llm_helpers import collect, finish_count, request, terminal_failure, user
+from llm_helpers import (
+    KEY_ENV,
+    PROVIDER,
+    adapter_host,
+    collect,
+    finish_count,
+    request,
+    terminal_failure,
+    user,
+)
 from sse_server import (
     SseServer,
     http_error,
@@ -21,7 +29,6 @@ from sse_server import (
     tool_call_events,
 )
 
-from dsh_host import PluginHost, Row, open_host
 from dsh_host.cancel import CancelToken
 from dsh_host.llm import BlockAssembler, assemble
 from dsh_host.session import (
@@ -39,8 +46,6 @@ from dsh_host.session import (
 # both backends: HTTP over real sockets, timeouts, aborts
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
-KEY_ENV = "DSH_TEST_OPENAI_KEY"
-PROVIDER = "deepseek-official"
 
 
 @pytest.fixture(autouse=True)
@@ -48,13 +53,6 @@ def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(KEY_ENV, " sk-test-123 ")
 
 
-@asynccontextmanager
-async def adapter_host(base_url: str, **config: Any) -> AsyncIterator[PluginHost]:
-    row_config = {"base_url": base_url, "api_key_env": KEY_ENV, **config}
-    async with open_host(
-        [Row(name="llm"), Row(id="model", name="llm-openai-compatible", config=row_config)]
-    ) as host:
-        yield host
 
 
 def req(**kwargs: Any) -> Any:

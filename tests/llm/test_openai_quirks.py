@@ -8,16 +8,21 @@ every request) for the error answers it can produce itself.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from llm_helpers import collect, finish_count, request, terminal_failure
+from llm_helpers import (
+    KEY_ENV,
+    PROVIDER,
+    adapter_host,
+    collect,
+    finish_count,
+    request,
+    terminal_failure,
+)
 from llmock.scenarios import Fail
 from sse_server import SseServer, http_error, sse, text_events
 
-from dsh_host import PluginHost, Row, open_host
 from dsh_host.llm import BlockAssembler
 from dsh_host.session import (
     StopFinish,
@@ -31,8 +36,6 @@ from dsh_host.session import (
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
-KEY_ENV = "DSH_TEST_OPENAI_KEY"
-PROVIDER = "deepseek-official"
 
 
 @pytest.fixture(autouse=True)
@@ -40,13 +43,6 @@ def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(KEY_ENV, "sk-test-123")
 
 
-@asynccontextmanager
-async def adapter_host(base_url: str, **config: Any) -> AsyncIterator[PluginHost]:
-    row_config = {"base_url": base_url, "api_key_env": KEY_ENV, **config}
-    async with open_host(
-        [Row(name="llm"), Row(id="model", name="llm-openai-compatible", config=row_config)]
-    ) as host:
-        yield host
 
 
 async def run(base_url: str, model: str = "deepseek-chat") -> list[StreamChunk]:
