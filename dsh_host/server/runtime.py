@@ -193,15 +193,33 @@ class RunningTurn:
     started: float = field(default_factory=time.monotonic)
     #: the store's end when the turn was registered; set once it moved, or the turn ended
     start_end: int = 0
+    #: set when the store holds the turn's start, or the turn ended (``start_stored`` tells)
     stored: anyio.Event = field(default_factory=anyio.Event)
+    start_stored: bool = False
     #: why the turn failed (an exception its body raised), once it ended
     failure: BaseException | None = None
+    #: the event type whose storing makes the start stored (``user/message`` for a turn with
+    #: a prompt: a flush that holds only ``turn/start`` is not yet the prompt stored)
+    start_type: str | None = None
 
     def durable_end(self) -> int | None:
         """The seq after the last event the store holds (the write handle's durable cursor);
         None once the handle is released (the store then has everything)."""
         handle = self.store.owner(self.agent.id)
         return None if handle is None else int(handle.durable_seq)
+
+    def start_is_stored(self) -> bool:
+        """The store holds the turn's start: events past ``start_end`` and, when the turn has
+        a prompt, its ``user/message`` among them (a slice of this turn's events, not the log)."""
+        end = self.durable_end() or 0
+        if end <= self.start_end:
+            return False
+        if self.start_type is None:
+            return True
+        events = self.agent.session.events
+        first = bisect.bisect_left(events, self.start_end, key=lambda e: e.seq)
+        last = bisect.bisect_left(events, end, lo=first, key=lambda e: e.seq)
+        return any(e.type == self.start_type for e in events[first:last])
 
 
 def _with_workspace(rows: Sequence[LocatedRow], workspace: str) -> list[LocatedRow]:
@@ -326,7 +344,8 @@ class ServerRuntime:
         alone is nothing to show yet); in queue mode the other workers' streams are told that
         the table has new events."""
         running = self._running.get(session.id)
-        if running is not None and (running.durable_end() or 0) > running.start_end:
+        if running is not None and not running.start_stored and running.start_is_stored():
+            running.start_stored = True
             running.stored.set()
         self._wake(session.id)
         if self._flushes is not None:
@@ -639,7 +658,7 @@ class ServerRuntime:
         except BaseException:
             self._claimed.discard(session_id)
             raise
-        return await self._launch(agent, store, lambda: agent.run_turn(prompt))
+        return await self._launch(agent, store, lambda: agent.run_turn(prompt), "user/message")
 
     async def decide(
         self,
@@ -741,9 +760,9 @@ class ServerRuntime:
         if running is not None:
             running.agent.cancel()
 
-    def _register(self, agent: Agent, store: Any) -> int:
+    def _register(self, agent: Agent, store: Any, start_type: str | None = None) -> int:
         turn = agent.last_turn + 1
-        running = RunningTurn(agent, turn, store)
+        running = RunningTurn(agent, turn, store, start_type=start_type)
         running.start_end = running.durable_end() or 0
         self._running[agent.id] = running
         self._claimed.discard(agent.id)
@@ -751,7 +770,11 @@ class ServerRuntime:
         return turn
 
     async def _launch(
-        self, agent: Agent, store: Any, body: Callable[[], Awaitable[TurnEndReason]]
+        self,
+        agent: Agent,
+        store: Any,
+        body: Callable[[], Awaitable[TurnEndReason]],
+        start_type: str | None = None,
     ) -> int:
         """Run the turn in the background; return its number once the store holds its start.
 
@@ -759,16 +782,15 @@ class ServerRuntime:
         store that cannot take it (a full disk, an immutable log) is this request's 503, not a
         turn that silently stored nothing.
         """
-        turn = self._register(agent, store)
+        turn = self._register(agent, store, start_type)
         running = self._running[agent.id]
         self._group.start_soon(self._drive, agent, body)
         await running.stored.wait()
-        end = running.durable_end()
-        if end is None or end <= running.start_end:  # the turn ended and stored nothing
+        if not running.start_stored:  # the turn ended before the store held its start
             if running.failure is not None:
                 raise running.failure
             raise ApiError(503, "STORE_UNAVAILABLE",
-                           f'session "{agent.id}": the store took nothing of the turn')
+                           f'session "{agent.id}": the store did not take the turn\'s start')
         return turn
 
     async def _drive(self, agent: Agent, body: Callable[[], Awaitable[TurnEndReason]]) -> None:
