@@ -27,7 +27,10 @@ PUBLIC_PACKAGES = (
     "dsh_host.front",
     "dsh_host.cli",
 )
-FRONT_DOOR = {"Agent", "FunctionTool", "OutputValidationError", "RunResult", "ToolContext", "tool"}
+FRONT_DOOR = {
+    "Agent", "FunctionTool", "OutputValidationError", "RunResult", "ToolContext",
+    "TurnFailedError", "tool",
+}
 
 DSH_HOST = {
     # plugins
