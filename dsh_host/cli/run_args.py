@@ -15,6 +15,7 @@ from typing import Any
 
 from ..front.demo import DEMO_WORKSPACE
 from ..front.models import MODEL_SPECS
+from ..sandbox import SANDBOX_MODES
 from .flags import add_config_flag, add_root_flag
 
 
@@ -164,6 +165,6 @@ def add_tool_flags(parser: argparse.ArgumentParser, *, approvals: tuple[str, ...
     )
     parser.add_argument(
         "--sandbox",
-        choices=("read-only", "workspace-write", "danger-full-access"),
+        choices=SANDBOX_MODES,
         help="file-effect mode of bash (danger-full-access is not a sandbox)",
     )

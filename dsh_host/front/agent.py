@@ -47,6 +47,7 @@ from dsh_host.cancel import CancelToken
 from dsh_host.compositions import load_config
 from dsh_host.errors import ConfigError
 from dsh_host.loader import LocatedRow, PluginHost, Row, canonical_name, open_host
+from dsh_host.sandbox import SANDBOX_MODES, SandboxMode
 from dsh_host.session.approvals import DeferredCall
 from dsh_host.session.events import (
     ApprovalAsked as ApprovalAskedData,
@@ -111,7 +112,6 @@ __all__ = ["FINAL_RESULT", "Agent", "Answerer", "EventStream", "RunResult"]
 #: The name of the tool through which the model gives a structured answer (``output_type=``).
 FINAL_RESULT: Final = "final_result"
 FRONT_DOOR_SOURCE: Final = "dsh-front-door"
-SANDBOX_MODES: Final = ("read-only", "workspace-write", "danger-full-access")
 
 #: ``approval=`` callable: given the request, answer True (allow once), False (reject) or an
 #: approval outcome string; sync or async.
@@ -206,7 +206,7 @@ class Agent:
         output_retries: int = 3,
         store: str | os.PathLike[str] | _CliDefault | None = CLI_DEFAULT,
         workspace: str | os.PathLike[str] | None = None,
-        sandbox: Literal["read-only", "workspace-write", "danger-full-access"] | None = None,
+        sandbox: SandboxMode | None = None,
         approval: Literal["ask", "never", "defer"] | Answerer = "ask",
         rows: Sequence[Row] = (),
         config: Mapping[str, Mapping[str, Any]] | None = None,
