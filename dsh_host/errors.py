@@ -19,7 +19,8 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     │   ├── ApprovalPendingError                         dsh_host.agent.errors
     │   ├── OutputValidationError                        dsh_host.front.errors
     │   ├── PromptError                                  dsh_host.agent.errors
-    │   └── ResumeError                                  dsh_host.agent.errors
+    │   ├── ResumeError                                  dsh_host.agent.errors
+    │   └── TurnFailedError                              dsh_host.front.errors
     ├── ApiError                                         dsh_host.server.runtime
     ├── ApprovalError                                    dsh_user_approval.errors
     │   ├── ApprovalInvariantError                       dsh_user_approval.errors

@@ -191,7 +191,7 @@ class StatusLine:
     def _erase(self) -> None:
         if self._drawn:
             # The line, then each tail row above it; the cursor ends where the tail began.
-            self._write("\r\x1b[2K" + "\x1b[1A\x1b[2K" * (self._drawn - 1))
+            self._write("\r\x1b[2K" + "\x1b[1A\r\x1b[2K" * (self._drawn - 1))
             self._drawn = 0
 
     def _write(self, text: str) -> None:
@@ -218,7 +218,7 @@ class StatusLine:
                     if cell_len(row) > width - 1:
                         rows[i] = set_cell_size(row, max(width - 2, 0)).rstrip() + "…"
                 self._erase()
-                self._write("\r\x1b[2m" + "\x1b[0m\r\n\x1b[2m".join(rows) + "\x1b[0m")
+                self._write("\n".join(f"\r\x1b[2K\x1b[2m{row}\x1b[0m" for row in rows))
                 self._drawn = len(rows)
                 frame += 1
 

@@ -59,7 +59,9 @@ ATTACKER_SEQUENCES = [b"\x1b[2J", b"\x1b[H", b"\x1b[1;3r", b"\x1b]0;", b"\xc2\x9
                       b"\x07", b"\x7f"]  # fmt: skip
 #: rich's own styling: SGR codes (not the attacker's conceal, 8).
 #: One frame of the status line (dsh_host.cli.output.StatusLine): erase, then a dimmed label.
-STATUS_FRAME = re.compile(rb"\r\x1b\[2K(?:\x1b\[2m[^\x1b\r\n]*\x1b\[0m)?")
+#: The status line's own drawing: erase its rows (the line, then each live-output row above
+#: it: up one, erase), then a dimmed escaped label or output row.
+STATUS_FRAME = re.compile(rb"\r\x1b\[2K(?:\x1b\[1A\r\x1b\[2K)*(?:\x1b\[2m[^\x1b\r\n]*\x1b\[0m)?")
 RICH_SGR = re.compile(rb"\x1b\[(?:[0-79]|[1-9][0-9]|[0-9];[0-9;]*)?m")
 
 
