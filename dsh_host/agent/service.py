@@ -14,7 +14,9 @@ an interrupted turn needs are computed with
 that same write handle and **flushed**, so the repair is durable before the
 next model request. Then the live session is rebuilt from the stored events
 plus the closers and published; the persistence backend adopts the handle it
-already opened. Turn numbers continue from the log.
+already opened. Turn numbers continue from the log. Then every call the repair closed
+``TOOL_OUTCOME_UNKNOWN`` whose tool declares ``reconcile`` is reconciled
+(:mod:`dsh_host.agent.reconcile`, D22).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from .budget import Budget
 from .errors import ResumeError
 from .loop import Agent, check_options
 from .prompt import SystemPrompt
+from .reconcile import reconcile_unknown_calls
 from .types import AgentOptions, AssembleContext
 
 if TYPE_CHECKING:
@@ -168,7 +171,11 @@ class AgentService:
             raise
         agent = Agent(self._ctx, session, options, owns_session=True)
         agent.repairs = tuple(closers)
-        return self._register(agent)
+        self._register(agent)
+        # After the honest closers are durable: calls whose tool can find out what happened
+        # are reconciled through the tools pipeline (D22 in docs/decisions.md).
+        agent.reconciled = tuple(await reconcile_unknown_calls(self._ctx, agent, closers))
+        return agent
 
     def _register(self, agent: Agent) -> Agent:
         self._agents[agent.id] = agent
