@@ -28,9 +28,11 @@ from typing import TYPE_CHECKING, Any
 from dsh_host.session.keys import SESSIONS
 from dsh_host.session.repair import interrupted_turn_closers
 from dsh_host.session.session import Session
+from dsh_host.tools import TOOLS_PRE_EXECUTE
 
 from .budget import Budget
 from .errors import ResumeError
+from .ledger import LEDGER_CONTEXT, ledger_context, ledger_gate
 from .loop import Agent, check_options
 from .prompt import SystemPrompt
 from .reconcile import reconcile_unknown_calls
@@ -60,6 +62,9 @@ class AgentService:
         # `approval:policy`); it is read at each assembly, so mounting or unmounting the
         # approval row later is reflected at the next step.
         system_prompt.context("approval:policy", 115, self._approval_policy)
+        # A fork's effects ledger: told to the model, and no recorded effect runs twice (D23).
+        system_prompt.context(LEDGER_CONTEXT, 116, ledger_context)
+        ctx.on(TOOLS_PRE_EXECUTE, ledger_gate(ctx))
 
     def _approval_policy(self, context: AssembleContext) -> str:
         approval = self._ctx.get("approval")

@@ -148,6 +148,7 @@ def tool(
     concurrency_safe: bool = False,
     timeout_s: float | None = None,
     reconcile: Callable[..., Any] | None = None,
+    read_only: bool = False,
 ) -> Callable[[F], FunctionTool]: ...
 
 
@@ -161,6 +162,7 @@ def tool(
     concurrency_safe: bool = False,
     timeout_s: float | None = None,
     reconcile: Callable[..., Any] | None = None,
+    read_only: bool = False,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a typed function (sync or async) into a tool; see the module docstring.
 
@@ -174,12 +176,16 @@ def tool(
     of the tool's parameters by name (and a :class:`ToolContext`, whose ``idempotency_key``
     is the crashed call's) and returns ``Done(value)``, ``NotDone()`` or ``Unknown(reason)``;
     it runs through the same pipeline as the tool (rules, approval, sandbox wrappers). Raises
+    ``read_only=True`` declares that the tool changes nothing (a fork's effects ledger and
+    ``dsh replay`` let it run again, D23). Raises
     :class:`~dsh_host.tools.ToolRegistrationError` for anything that cannot be described or
     enforced.
     """
 
     def decorate(fn: Callable[..., Any]) -> FunctionTool:
-        return _build(fn, name, description, approval, concurrency_safe, timeout_s, reconcile)
+        return _build(
+            fn, name, description, approval, concurrency_safe, timeout_s, reconcile, read_only
+        )
 
     return decorate(function) if function is not None else decorate
 
@@ -195,6 +201,7 @@ def _build(
     concurrency_safe: bool,
     timeout_s: float | None,
     reconcile: Callable[..., Any] | None = None,
+    read_only: bool = False,
 ) -> FunctionTool:
     if not callable(fn):
         raise ToolRegistrationError(f"@tool decorates a function, not {fn!r}")
@@ -259,6 +266,7 @@ def _build(
         reconcile=_reconciler(reconcile, label, tool_name, hints)
         if reconcile is not None
         else None,
+        read_only=read_only is True,
     )
     return FunctionTool(
         function=fn, definition=definition, approval="ask" if approval == "ask" else None

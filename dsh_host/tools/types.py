@@ -255,6 +255,9 @@ class ToolDefinition:
     is_concurrency_safe: Callable[[Any], bool] | None = None
     timeout_ms: int | float | None = None
     reconcile: Reconciler | None = None
+    #: the tool changes nothing outside the call (reads only): running it again is safe, so a
+    #: fork's effects ledger and ``dsh replay`` let it run (D23 in docs/decisions.md)
+    read_only: bool = False
 
     def schema(self) -> ToolSchema:
         """The model-facing projection: name, description, parameters only (a deep copy)."""
