@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from dsh_host.session.fork import FORK_EFFECTS_EVENT, ledger_entries
+from dsh_host.session.fork import FORK_EFFECTS_EVENT, ledger_entries, replay_origin
 from dsh_host.tools import Deny, PreToolDecision, ToolExecution
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LEDGER_CONTEXT",
     "canonical_arguments",
+    "is_replay",
     "ledger_context",
     "ledger_decision",
     "ledger_gate",
@@ -44,21 +45,31 @@ __all__ = [
 #: The runtime-context section that lists the ledger (order 116: after approval:policy).
 LEDGER_CONTEXT: Final = "effects:ledger"
 
-_cache: weakref.WeakKeyDictionary[Any, tuple[int, list[dict[str, Any]]]] = (
+_cache: weakref.WeakKeyDictionary[Any, tuple[int, list[dict[str, Any]], bool]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def session_ledger(session: Session) -> list[dict[str, Any]]:
-    """The ledger entries of ``session``'s log (cached; only new events are scanned)."""
+def _ledger_state(session: Session) -> tuple[list[dict[str, Any]], bool]:
     events = session.events
-    scanned, entries = _cache.get(session, (0, []))
+    scanned, entries, replay = _cache.get(session, (0, [], False))
     if scanned < len(events):
         fresh = [e for e in events[scanned:] if e.type == FORK_EFFECTS_EVENT]
         if fresh:
             entries = [*entries, *ledger_entries(fresh)]
-        _cache[session] = (len(events), entries)
-    return entries
+            replay = replay or replay_origin(fresh)
+        _cache[session] = (len(events), entries, replay)
+    return entries, replay
+
+
+def session_ledger(session: Session) -> list[dict[str, Any]]:
+    """The ledger entries of ``session``'s log (cached; only new events are scanned)."""
+    return _ledger_state(session)[0]
+
+
+def is_replay(session: Session) -> bool:
+    """Whether ``session`` is a ``dsh replay`` child (D24)."""
+    return _ledger_state(session)[1]
 
 
 def canonical_arguments(raw: Any) -> str:
@@ -84,10 +95,14 @@ def _plain(value: Any) -> Any:
 
 
 def ledger_decision(
-    name: str, arguments: Any, entries: Sequence[Mapping[str, Any]]
+    name: str, arguments: Any, entries: Sequence[Mapping[str, Any]], *, replay: bool = False
 ) -> Deny | None:
-    """The refusal a call of ``name`` with ``arguments`` gets from ``entries``, or None."""
-    if not entries:
+    """The refusal a call of ``name`` with ``arguments`` gets from ``entries``, or None.
+
+    ``replay`` (a ``dsh replay`` child, D24): no call reaching here executes; one with no
+    done or unknown match is refused as ``unmatched``, naming the nearest recorded call.
+    """
+    if not entries and not replay:
         return None
     key = canonical_arguments(arguments)
     for entry in entries:
@@ -107,6 +122,16 @@ def ledger_decision(
                 f"fork (its outcome is unknown; idempotency key {ikey}); verify the external "
                 "state, or ask the user, before doing it again"
             )
+    if replay:
+        same_tool = [e for e in entries if e.get("tool") == name]
+        near = same_tool or list(entries)
+        shown = (f"{near[0].get('tool')} {near[0].get('arguments')} ({near[0].get('status')})"
+                 if near else "none")  # fmt: skip
+        return Deny(
+            "not run: this is a replay, and a tool with side effects runs only from the "
+            f"record; this call has no recorded match (unmatched call; nearest recorded call: "
+            f"{shown})"
+        )
     return None
 
 
@@ -117,13 +142,14 @@ def ledger_gate(ctx: Context) -> Callable[[ToolExecution, Any], Awaitable[PreToo
         agent = execution.agent
         if agent is not None and execution.parent is None and not execution.reconciling:
             session = agent.session
-            entries = session_ledger(session) if session is not None else []
+            entries, replay = _ledger_state(session) if session is not None else ([], False)
             tools = ctx.get("tools")
             definition = tools.get(execution.name) if tools is not None else None
-            if entries and not (definition is not None and definition.read_only):
+            if (entries or replay) and not (definition is not None and definition.read_only):
                 raw = execution.raw_arguments
                 refusal = ledger_decision(
-                    execution.name, raw if raw is not None else execution.arguments, entries
+                    execution.name, raw if raw is not None else execution.arguments, entries,
+                    replay=replay,
                 )
                 if refusal is not None:
                     return refusal

@@ -48,6 +48,7 @@ __all__ = [
     "fork_effects",
     "fork_stored",
     "ledger_entries",
+    "replay_origin",
 ]
 
 #: The event that carries the effects ledger into a fork (``ignorable: true``).
@@ -90,13 +91,25 @@ def _turn_boundaries(events: Sequence[SessionEvent]) -> list[tuple[int, int | No
 
 def fork_boundary(
     session_id: str, events: Sequence[SessionEvent], *, at: int | None = None,
-    turn: int | None = None,
+    turn: int | None = None, before_turn: int | None = None,
 ) -> int:  # fmt: skip
     """The last seq a fork of ``events`` keeps (see the module docstring); raises
-    :class:`SessionForkError` (``INVALID_BOUNDARY``, ``NOT_A_TURN_BOUNDARY``) naming why."""
-    if at is not None and turn is not None:
+    :class:`SessionForkError` (``INVALID_BOUNDARY``, ``NOT_A_TURN_BOUNDARY``) naming why.
+
+    ``before_turn=N`` (``dsh replay``) cuts just before turn N starts: -1 (nothing copied)
+    when no boundary precedes it.
+    """
+    if sum(x is not None for x in (at, turn, before_turn)) > 1:
         raise SessionForkError("give --at SEQ or --turn N, not both", "INVALID_BOUNDARY")
     boundaries = _turn_boundaries(events)
+    if before_turn is not None:
+        starts = [e.seq for e in events
+                  if isinstance(e.data, TurnStart) and e.data.turn == before_turn]  # fmt: skip
+        if not starts:
+            raise SessionForkError(
+                f'session "{session_id}" has no turn {before_turn}', "INVALID_BOUNDARY"
+            )
+        return max((seq for seq, _ in boundaries if seq < starts[0]), default=-1)
     if not boundaries:
         raise SessionForkError(
             f'session "{session_id}" has no turn boundary to fork at (it is empty or its first '
@@ -185,6 +198,18 @@ def ledger_entries(events: Sequence[Any]) -> list[dict[str, Any]]:
     return out
 
 
+def replay_origin(events: Sequence[Any]) -> bool:
+    """Whether a ``fork/effects`` event of ``events`` marks the log as a replay (``dsh
+    replay``: nothing with side effects executes in it, D24)."""
+    for raw in events:
+        event = raw if isinstance(raw, Mapping) else event_to_builtins(raw)
+        if event.get("type") == FORK_EFFECTS_EVENT:
+            data = event.get("data")
+            if isinstance(data, Mapping) and data.get("origin") == "replay":
+                return True
+    return False
+
+
 def build_fork(
     source_header: SessionHeader, events: Sequence[SessionEvent], boundary: int, child_id: str,
     *, origin_note: Mapping[str, Any] | None = None,
@@ -210,7 +235,7 @@ def build_fork(
 
 async def fork_stored(
     persistence: SessionPersistence, source_id: str, *, at: int | None = None,
-    turn: int | None = None, child_id: str | None = None,
+    turn: int | None = None, before_turn: int | None = None, child_id: str | None = None,
     origin_note: Mapping[str, Any] | None = None,
 ) -> ForkResult:  # fmt: skip
     """Fork the stored session ``source_id`` (read only) into a new stored session.
@@ -222,7 +247,7 @@ async def fork_stored(
     """
     load = await persistence.inspect(source_id)
     events = list(load.events)
-    boundary = fork_boundary(source_id, events, at=at, turn=turn)
+    boundary = fork_boundary(source_id, events, at=at, turn=turn, before_turn=before_turn)
     sid = child_id if child_id is not None else new_session_id()
     child, effects = build_fork(load.header, events, boundary, sid, origin_note=origin_note)
     handle = await persistence.create(child.header)
