@@ -543,7 +543,9 @@ class ToolRuntime:
                 call_id=execution.call_id,
                 reason=ask.reason,
                 signal=execution.signal,
-                stage="pre-execute",
+                # a reconciler's ask is not a gate before the body (that may have run): crash
+                # repair must not read it as one (D22)
+                stage=None if execution.reconciling else "pre-execute",
                 deferrable=deferrable and execution.parent is None,
             )
         )

@@ -30,6 +30,7 @@ from dsh_host.agent.reconcile import (
     RECONCILED_EVENT,
     RECONCILED_NOT_DONE_TEXT,
 )
+from dsh_host.session.approvals import pending_approvals
 from dsh_host.session.effects import effects_after, idempotency_key
 from dsh_host.session.events import SessionEvent, event_to_builtins
 from dsh_host.session.repair import TOOL_OUTCOME_UNKNOWN, TOOL_OUTCOME_UNKNOWN_TEXT
@@ -113,30 +114,32 @@ async def test_a_call_that_took_effect_is_reconciled_done(tmp_path: Path, store:
         (verdict,) = agent.reconciled
         assert (verdict.call_id, verdict.verdict, verdict.detail) == ("pay-1", "done", None)
         events = agent.session.events
-        closer = next(e for e in events if e.type == "tool/result")
-        marker, replacement = events[verdict.event_seq], events[verdict.result_seq or 0]
+        call = next(e for e in events if e.type == "tool/call")
+        marker, result = events[verdict.event_seq], events[verdict.result_seq or 0]
         await agent.run_turn("did it go through?")
         requests = model_requests(host)
         await agent.aclose()
-    # the honest closer stays in the log; the reconciled result replaces it for the model
-    assert texts(closer) == [TOOL_OUTCOME_UNKNOWN_TEXT]
     assert marker.type == RECONCILED_EVENT and marker.ignorable is True
     assert event_to_builtins(marker)["data"] == {
         "callId": "pay-1", "tool": "transfer", "verdict": "done", "idempotencyKey": key,
-        "closerSeq": closer.seq,
+        "callSeq": call.seq,
     }  # fmt: skip
-    assert texts(replacement) == [RECONCILED_DONE_TEXT, "transferred 500 cents to bob"]
-    assert event_to_builtins(replacement)["surfaceOp"] == {
-        "op": "replace", "startSeq": closer.seq, "endSeq": closer.seq,
-    }  # fmt: skip
+    # the call's one result is the one the reconciler found, a success, citing its tool/call
+    assert result.seq == marker.seq + 1 and texts(result) == [
+        RECONCILED_DONE_TEXT, "transferred 500 cents to bob",
+    ]  # fmt: skip
+    plain_result = event_to_builtins(result)
+    assert plain_result["sourceEventSeqs"] == [call.seq] and "error" not in plain_result["data"]
+    assert plain_result["data"]["message"]["content"][0].get("isError") is not True
     last_request = msgspec.json.encode(list(requests[-1].messages)).decode()
     assert RECONCILED_DONE_TEXT in last_request and TOOL_OUTCOME_UNKNOWN_TEXT not in last_request
     assert ledger.read_text() == f"{key} bob 500\n"  # nothing re-ran the body
     on_disk = await stored(store, root)
-    assert [e["type"] for e in on_disk[closer.seq :]][:3] == [
-        "tool/result", "step/end", "turn/end",
+    assert [e["type"] for e in on_disk[marker.seq :]][:4] == [
+        RECONCILED_EVENT, "tool/result", "step/end", "turn/end",
     ]  # fmt: skip
     assert on_disk[verdict.event_seq] == event_to_builtins(marker)  # durable
+    assert sum(e["type"] == "tool/result" for e in on_disk) == 1
     (effect,) = effects_after(SESSION, on_disk, 0)
     assert (effect.status, effect.reconciled) == ("done", "done")
 
@@ -151,10 +154,11 @@ async def test_a_call_that_did_not_take_effect_is_reconciled_not_done(
         host.ctx.tools.register(make_transfer(str(ledger)).definition)
         agent = await host.ctx.agent.resume(SESSION)
         (verdict,) = agent.reconciled
-        replacement = agent.session.events[verdict.result_seq or 0]
+        result = agent.session.events[verdict.result_seq or 0]
         await agent.aclose()
     assert verdict.verdict == "not-done"
-    assert texts(replacement) == [RECONCILED_NOT_DONE_TEXT]
+    assert texts(result) == [RECONCILED_NOT_DONE_TEXT]
+    assert event_to_builtins(result)["data"]["error"]["code"] == "TOOL_NOT_STARTED"
     (effect,) = effects_after(SESSION, await stored(store, root), 0)
     assert (effect.status, effect.reconciled) == ("not-started", "not-done")
 
@@ -205,3 +209,47 @@ async def test_a_tool_without_a_reconciler_is_left_alone(tmp_path: Path) -> None
         await agent.aclose()
     assert agent.reconciled == ()
     assert not any(e.type == RECONCILED_EVENT for e in agent.session.events)
+
+
+@pytest.mark.parametrize(("answer", "verdict"), [("allowed-once", "done"), ("rejected", "unknown")])
+async def test_the_reconciler_asks_the_approval_the_tool_asks(
+    tmp_path: Path, answer: str, verdict: str
+) -> None:
+    """A tool whose calls need approval has its reconciler asked about too: through the same
+    approval service, for the same call; a refusal leaves the call unknown, and the audit pair
+    leaves nothing pending."""
+    root, ledger = crash_in_body(tmp_path, "jsonl", effect=True)
+    asked: list[tuple[str | None, str]] = []
+
+    async def answerer(request: Any, next_: Any) -> str:
+        asked.append((request.call_id, request.tool_name))
+        return answer
+
+    extra = [
+        Row(name="user-approval"),
+        Row(name="tool-rules", config={"rules": [{"tool": "transfer", "decision": "ask"}]}),
+    ]
+    async with open_host([*rows("jsonl", root, [{"text": "ok"}]), *extra]) as host:
+        host.ctx.tools.register(make_transfer(str(ledger)).definition)
+        host.ctx.on("approval/request", answerer)
+        agent = await host.ctx.agent.resume(SESSION)
+        (found,) = agent.reconciled
+        raw = list(agent.session.events)
+        await agent.aclose()
+    events = plain(raw)
+    assert asked == [("pay-1", "transfer")]
+    assert found.verdict == verdict
+    results = [e for e in events if e["type"] == "tool/result"]
+    assert len(results) == 1
+    if verdict == "unknown":
+        assert found.detail == 'the user rejected tool "transfer"'
+        # a refused reconciler says nothing about the body, which may have run: still unknown
+        assert results[0]["data"]["error"]["code"] == TOOL_OUTCOME_UNKNOWN
+    decided = [e for e in events if e["type"] == "approval/decided"]
+    assert [e["data"]["outcome"] for e in decided] == [answer]
+    assert pending_approvals(raw, SESSION) == []
+    # the pair is inside the interrupted turn, before its closers, and gates no body
+    asked = [e for e in events if e["type"] == "approval/asked"]
+    assert len(asked) == 1 and "stage" not in asked[0]["data"]
+    end = next(e["seq"] for e in events if e["type"] == "turn/end")
+    assert asked[0]["seq"] < decided[0]["seq"] < end

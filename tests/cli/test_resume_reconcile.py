@@ -96,9 +96,8 @@ def test_dsh_resume_reports_and_records_the_reconciled_verdict(
                   env={"TRANSFER_LEDGER": str(ledger), "PYTHONPATH": env["PYTHONPATH"]})  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
     payload = json.loads(resumed.stdout)
-    assert [c["code"] for c in payload["closers"] if c["type"] == "tool/result"] == [
-        "TOOL_OUTCOME_UNKNOWN"
-    ]
+    # the call is answered by what the reconciler found; repair closes only the turn
+    assert [c["type"] for c in payload["closers"]] == ["step/end", "turn/end"]
     assert payload["reconciled"] == [
         {"callId": "pay-1", "tool": "transfer", "verdict": "done", "detail": None}
     ]
@@ -108,4 +107,6 @@ def test_dsh_resume_reports_and_records_the_reconciled_verdict(
     events = json_lines(shown.stdout)
     (marker,) = [e for e in events if e["type"] == "tool/reconciled"]
     assert marker["data"]["verdict"] == "done" and marker["ignorable"] is True
+    (result,) = [e for e in events if e["type"] == "tool/result"]
+    assert "error" not in result["data"] and result["seq"] == marker["seq"] + 1
     assert len(ledger.read_text().splitlines()) == 1  # nothing ran the body again
