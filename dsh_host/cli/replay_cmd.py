@@ -17,8 +17,7 @@ from .flags import add_config_flag, add_root_flag
 def add_parser(sub: Any) -> None:
     replay = sub.add_parser(
         "replay",
-        help="re-run a stored session's prompts against another model in a new forked session "
-        "(no side effect runs again) and compare the turns",
+        help="re-run a stored session's prompts against another model, without new effects",
         description="Fork ID before its first turn, run each recorded prompt with --model in "
         "the child (read-only tools run; other tools are answered from the record or refused), "
         "then compare tool calls, final answers, ends, tokens and cost turn by turn. Exit 0 "

@@ -50,7 +50,9 @@ from .usage import logged_usage, price_table, usage_line
 
 
 def add_parser(sub: Any) -> None:
-    sessions = sub.add_parser("sessions", help="list, show, verify and export stored sessions")
+    sessions = sub.add_parser(
+        "sessions", help="list, show, verify, export and fork stored sessions"
+    )
     commands = sessions.add_subparsers(dest="sessions_command", metavar="SUBCOMMAND")
     sessions.set_defaults(handler=lambda args: _usage(sessions))
 
