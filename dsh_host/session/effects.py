@@ -19,8 +19,9 @@ A reconciler's verdict (a ``tool/reconciled`` event, D22 in docs/decisions.md) s
 ``unknown`` call: ``done`` makes it ``done``, ``not-done`` makes it ``not-started``; the
 effect's ``reconciled`` names the verdict.
 
-The log cannot tell a read-only tool from one with effects (a tool declares no such thing
-yet), so every call is listed; a reader that knows its tools filters by ``tool``.
+The log does not say which tools are read-only (a tool declares it, ``ToolDefinition.read_only``,
+in the process that runs it), so every call is listed; a reader that knows its tools filters by
+``tool`` (the agent's ledger gate does, D23 in docs/decisions.md).
 """
 
 from __future__ import annotations
