@@ -185,22 +185,25 @@ def compare(
 
 
 async def replay_stored(
-    ctx: Context, source_id: str, *, child_id: str | None = None,
+    ctx: Context, source_id: str, *, child_id: str | None = None, from_turn: int = 1,
     prepare: Any = None,
 ) -> ReplayReport:  # fmt: skip
     """Replay the stored session ``source_id`` in a new child with the host's model.
 
-    ``prepare(agent)``, when given, runs on the child's agent before its first turn (the CLI
-    records the run terms it changed there). Raises what the fork and the resume raise.
+    ``from_turn``: the child keeps the turns before it as they are and replays the rest (the
+    ledger then holds the calls of the replayed turns). ``prepare(agent)``, when given, runs
+    on the child's agent before its first turn (the CLI records the run terms it changed
+    there). Raises what the fork and the resume raise.
     """
     persistence = ctx.sessionPersistence
     load = await persistence.inspect(source_id)
-    recorded = turn_records(load.events)
+    recorded = [t for t in turn_records(load.events) if t.turn >= from_turn]
     if not recorded:
         from dsh_host.session.errors import SessionForkError
 
         raise SessionForkError(
-            f'session "{source_id}" has no turn to replay', "INVALID_BOUNDARY"
+            f'session "{source_id}" has no turn {from_turn} or later to replay',
+            "INVALID_BOUNDARY",
         )
     fork = await fork_stored(
         persistence, source_id, before_turn=recorded[0].turn, child_id=child_id,

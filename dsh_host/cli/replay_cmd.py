@@ -29,6 +29,9 @@ def add_parser(sub: Any) -> None:
     add_root_flag(replay)
     replay.add_argument("--model", metavar="SPEC", required=True,
                         help="the model to replay with (as for `dsh run --model`)")  # fmt: skip
+    replay.add_argument("--from", dest="from_turn", type=int, default=1, metavar="TURN",
+                        help="keep the turns before TURN as recorded and replay from it "
+                        "(default: 1)")  # fmt: skip
     replay.add_argument("--id", dest="child_id", metavar="CHILD",
                         help="the replay session's id (default: a fresh one)")  # fmt: skip
     replay.add_argument("--fail-on-divergence", action="store_true",
@@ -41,9 +44,11 @@ def run_replay(args: argparse.Namespace) -> int:
     from ..agent.replay import ReplayReport, replay_stored
     from ..loader import PluginHost
     from ..session.persistence import SessionNotFoundError
-    from .common import run_with_host
+    from .common import CliUsageError, run_with_host
     from .run_cmd import adopt, continue_session, stored_session
 
+    if args.from_turn < 1:
+        raise CliUsageError(f"--from {args.from_turn}: turns are numbered from 1")
     load = stored_session(args, args.session_id)
     if load is None:
         raise SessionNotFoundError(f'session "{args.session_id}" not found')
@@ -51,7 +56,7 @@ def run_replay(args: argparse.Namespace) -> int:
 
     async def body(host: PluginHost) -> ReplayReport:
         return await replay_stored(
-            host.ctx, args.session_id, child_id=args.child_id,
+            host.ctx, args.session_id, child_id=args.child_id, from_turn=args.from_turn,
             prepare=lambda agent: adopt(agent, plan),
         )  # fmt: skip
 

@@ -87,3 +87,21 @@ def test_replay_of_an_unknown_session_is_one_error_line(tmp_path: Path) -> None:
     done = replay(store, SAME)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert 'session "src" not found' in done.stderr
+
+
+def test_replay_from_a_later_turn_keeps_the_earlier_ones(tmp_path: Path) -> None:
+    store = Store(tmp_path, "jsonl")
+    two_turns(store)
+    source = store.events("src")
+    done = replay(store, [WRITE_B_READ_A, {"text": "wrote b"}], "--from", "2", "--id", "later")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [row["turn"] for row in report["turns"]] == [2]
+    assert report["firstDivergence"] is None
+    child = store.events("later")
+    turn_one_end = next(e["seq"] for e in source if e["type"] == "turn/end")
+    assert child[: turn_one_end + 1] == source[: turn_one_end + 1]  # turn 1 kept as recorded
+    (ledger,) = [e for e in child if e["type"] == "fork/effects"]
+    assert [e["tool"] for e in ledger["data"]["effects"]] == ["write_file", "read_file"]
+    bad = replay(store, SAME, "--from", "0")
+    assert bad.returncode == 2 and "--from 0: turns are numbered from 1" in bad.stderr
