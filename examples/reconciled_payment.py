@@ -7,7 +7,7 @@ idempotency key, the API takes the payment, and the process is SIGKILLed before 
 recorded. Crash repair alone could only say ``TOOL_OUTCOME_UNKNOWN``. The tool declares a
 reconciler, so on resume dsh asks the API by the same key (through the same pipeline as the
 tool) and records what it found: the call is answered with the real payment, the model is told,
-and nothing is paid twice (D22 in docs/decisions.md).
+and nothing is paid twice (D26 in docs/decisions.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The effects ledger in a forked session: the model is told, and no effect runs twice (D23).
+"""The effects ledger in a forked session: the model is told, and no effect runs twice (D27).
 
 A fork's log carries ``fork/effects`` events (:mod:`dsh_host.session.fork`): the calls of the
 abandoned branch, with what the log proves about each. Two things read them, both here:
@@ -68,7 +68,7 @@ def session_ledger(session: Session) -> list[dict[str, Any]]:
 
 
 def is_replay(session: Session) -> bool:
-    """Whether ``session`` is a ``dsh replay`` child (D24)."""
+    """Whether ``session`` is a ``dsh replay`` child (D28)."""
     return _ledger_state(session)[1]
 
 
@@ -99,7 +99,7 @@ def ledger_decision(
 ) -> Deny | None:
     """The refusal a call of ``name`` with ``arguments`` gets from ``entries``, or None.
 
-    ``replay`` (a ``dsh replay`` child, D24): no call reaching here executes; one with no
+    ``replay`` (a ``dsh replay`` child, D28): no call reaching here executes; one with no
     done or unknown match is refused as ``unmatched``, naming the nearest recorded call.
     """
     if not entries and not replay:

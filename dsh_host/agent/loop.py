@@ -378,7 +378,7 @@ class Agent:
         #: The closers ``ctx.agent.resume`` appended to repair an interrupted turn (durable
         #: before the agent was returned); empty for a created agent or a balanced log.
         self.repairs: tuple[SessionEvent, ...] = ()
-        #: what a resume's reconcilers found (D22); set by ``ctx.agent.resume``
+        #: what a resume's reconcilers found (D26); set by ``ctx.agent.resume``
         self.reconciled: tuple[Reconciliation, ...] = ()
         for event in reversed(session.events):
             if event.type == "turn/start" and isinstance(event.data, TurnStart):

@@ -1,4 +1,4 @@
-"""Reconciling calls a crash left outcome-unknown (D22 in docs/decisions.md).
+"""Reconciling calls a crash left outcome-unknown (D26 in docs/decisions.md).
 
 Crash repair can only say what the log proves: a call with a durable ``tool/call`` and no
 result *may* have run. A tool that can find out declares ``reconcile``. On resume, while the

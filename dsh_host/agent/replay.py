@@ -1,4 +1,4 @@
-"""``dsh replay``: a recorded session's prompts against another model, without new effects (D24).
+"""``dsh replay``: a recorded session's prompts against another model, without new effects (D28).
 
 :func:`replay_stored` forks the stored source just before its first turn (the child's header
 links to it as any fork's does; its ``fork/effects`` record carries ``origin: "replay"`` and the

@@ -16,7 +16,7 @@ next model request. Then the live session is rebuilt from the stored events
 plus the closers and published; the persistence backend adopts the handle it
 already opened. Turn numbers continue from the log. When a call repair would close
 ``TOOL_OUTCOME_UNKNOWN`` has a tool that declares ``reconcile``, the session is published with
-its turn still open, the reconcilers run inside it (:mod:`dsh_host.agent.reconcile`, D22), and
+its turn still open, the reconcilers run inside it (:mod:`dsh_host.agent.reconcile`, D26), and
 the closers of what is left are appended and flushed together before the agent is returned.
 """
 
@@ -66,7 +66,7 @@ class AgentService:
         # `approval:policy`); it is read at each assembly, so mounting or unmounting the
         # approval row later is reflected at the next step.
         system_prompt.context("approval:policy", 115, self._approval_policy)
-        # A fork's effects ledger: told to the model, and no recorded effect runs twice (D23).
+        # A fork's effects ledger: told to the model, and no recorded effect runs twice (D27).
         system_prompt.context(LEDGER_CONTEXT, 116, ledger_context)
         ctx.on(TOOLS_PRE_EXECUTE, ledger_gate(ctx))
 
@@ -172,7 +172,7 @@ class AgentService:
             closers = interrupted_turn_closers(load.events)
             pending = reconcilable_calls(self._ctx, load.events, closers)
             if pending:
-                # The turn stays open while reconcilers look (D22): their verdicts and any
+                # The turn stays open while reconcilers look (D26): their verdicts and any
                 # approval they need are recorded inside it, then the closers close the rest.
                 session = Session.restore(load.header, list(load.events), mark_seed_end=False)
                 store.attach(session)

@@ -1,4 +1,4 @@
-"""``dsh replay ID --model SPEC``: re-run a session's prompts against another model (D24).
+"""``dsh replay ID --model SPEC``: re-run a session's prompts against another model (D28).
 
 The replay is a new session forked from ID before its first turn (the source is only read);
 tools with side effects never execute in it (they are served from the record or refused, see

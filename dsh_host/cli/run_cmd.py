@@ -640,7 +640,7 @@ def repair_rows(agent: Agent) -> list[dict[str, Any]]:
 
 
 def reconciled_rows(agent: Agent) -> list[dict[str, Any]]:
-    """What the resume's reconcilers found (``agent.reconciled``, D22), one row each."""
+    """What the resume's reconcilers found (``agent.reconciled``, D26), one row each."""
     return [
         {"callId": r.call_id, "tool": r.tool, "verdict": r.verdict, "detail": r.detail}
         for r in agent.reconciled
@@ -673,7 +673,7 @@ def print_closers(transcript: Transcript, closers: list[dict[str, Any]]) -> None
 
 def _may_reconcile(load: SessionLoad) -> bool:
     """A repair-only resume boots the whole composition (its tools, whose reconcilers may know
-    what happened, D22) when the repair leaves a call outcome-unknown and the session's recorded
+    what happened, D26) when the repair leaves a call outcome-unknown and the session's recorded
     workspace is still there; otherwise only the store and the agent, as before."""
     unknown = any(
         c.type == "tool/result" and getattr(getattr(c.data, "error", None), "code", None)

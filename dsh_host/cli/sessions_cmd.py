@@ -690,7 +690,7 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def run_fork(args: argparse.Namespace) -> int:
-    """``dsh sessions fork ID [--at SEQ | --turn N]``: a new stored session (D23)."""
+    """``dsh sessions fork ID [--at SEQ | --turn N]``: a new stored session (D27)."""
     from ..session.fork import ForkResult, fork_stored
 
     rows = persistence_rows(load_composition(args)[1])

@@ -172,12 +172,12 @@ def tool(
     calls of this tool overlap with other safe calls of the same step;
     ``timeout_s`` is recorded as the definition's ``timeout_ms`` for a timeout
     policy to enforce. ``reconcile`` (sync or async) finds out, on resume, whether a call a
-    crash left ``TOOL_OUTCOME_UNKNOWN`` took effect (D22 in docs/decisions.md): it takes any
+    crash left ``TOOL_OUTCOME_UNKNOWN`` took effect (D26 in docs/decisions.md): it takes any
     of the tool's parameters by name (and a :class:`ToolContext`, whose ``idempotency_key``
     is the crashed call's) and returns ``Done(value)``, ``NotDone()`` or ``Unknown(reason)``;
     it runs through the same pipeline as the tool (rules, approval, sandbox wrappers). Raises
     ``read_only=True`` declares that the tool changes nothing (a fork's effects ledger and
-    ``dsh replay`` let it run again, D23). Raises
+    ``dsh replay`` let it run again, D27). Raises
     :class:`~dsh_host.tools.ToolRegistrationError` for anything that cannot be described or
     enforced.
     """

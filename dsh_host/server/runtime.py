@@ -578,7 +578,7 @@ class ServerRuntime:
         self, source_id: str, *, at: int | None, turn: int | None, child_id: str | None
     ) -> tuple[SessionLoad, dict[str, Any]]:
         """Fork a stored session at a turn boundary into a new stored one (the source is only
-        read); the child and the fork record (boundary, effects ledger; D23)."""
+        read); the child and the fork record (boundary, effects ledger; D27)."""
         from dsh_host.session.fork import fork_stored
 
         if child_id is not None and re.fullmatch(SESSION_ID_PATTERN, child_id) is None:

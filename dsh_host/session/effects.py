@@ -15,13 +15,13 @@ Status per call, from the same evidence crash repair uses:
   ``TOOL_OUTCOME_UNKNOWN``): it may have run;
 * ``not-started``: no durable ``tool/call`` (or repair's ``TOOL_NOT_STARTED``): it never ran.
 
-A reconciler's verdict (a ``tool/reconciled`` event, D22 in docs/decisions.md) settles an
+A reconciler's verdict (a ``tool/reconciled`` event, D26 in docs/decisions.md) settles an
 ``unknown`` call: ``done`` makes it ``done``, ``not-done`` makes it ``not-started``; the
 effect's ``reconciled`` names the verdict.
 
 The log does not say which tools are read-only (a tool declares it, ``ToolDefinition.read_only``,
 in the process that runs it), so every call is listed; a reader that knows its tools filters by
-``tool`` (the agent's ledger gate does, D23 in docs/decisions.md).
+``tool`` (the agent's ledger gate does, D27 in docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class Effect:
     call_seq: int | None  #: its durable ``tool/call`` (None: never recorded as started)
     result_seq: int | None  #: its ``tool/result`` (None: no result)
     is_error: bool | None  #: the result's ``isError`` (None: no result)
-    reconciled: str | None = None  #: a reconciler's verdict on an unknown call (D22)
+    reconciled: str | None = None  #: a reconciler's verdict on an unknown call (D26)
 
     def to_json(self) -> dict[str, Any]:
         return {

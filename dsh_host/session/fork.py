@@ -11,7 +11,7 @@ calls already acted on the world. The child therefore starts with a ``fork/effec
 abandoned branch with its status, idempotency key and recorded result
 (:func:`~dsh_host.session.effects.effects_after`). The agent layer reads every ``fork/effects``
 event of a log (a fork of a fork inherits its parent's in the copied prefix) to tell the model
-and to keep a side-effecting call from running again (D23 in docs/decisions.md).
+and to keep a side-effecting call from running again (D27 in docs/decisions.md).
 
 Boundaries: ``turn=N`` cuts after turn N's ``turn/end``; ``at=SEQ`` keeps events ``0..SEQ``
 and SEQ must be a turn boundary (no turn open after it); neither cuts at the last turn
@@ -200,7 +200,7 @@ def ledger_entries(events: Sequence[Any]) -> list[dict[str, Any]]:
 
 def replay_origin(events: Sequence[Any]) -> bool:
     """Whether a ``fork/effects`` event of ``events`` marks the log as a replay (``dsh
-    replay``: nothing with side effects executes in it, D24)."""
+    replay``: nothing with side effects executes in it, D28)."""
     for raw in events:
         event = raw if isinstance(raw, Mapping) else event_to_builtins(raw)
         if event.get("type") == FORK_EFFECTS_EVENT:

@@ -544,7 +544,7 @@ class ToolRuntime:
                 reason=ask.reason,
                 signal=execution.signal,
                 # a reconciler's ask is not a gate before the body (that may have run): crash
-                # repair must not read it as one (D22)
+                # repair must not read it as one (D26)
                 stage=None if execution.reconciling else "pre-execute",
                 deferrable=deferrable and execution.parent is None,
             )
@@ -625,7 +625,7 @@ class ToolRuntime:
     async def _reconcile(
         self, execution: ToolExecution, tool: ToolDefinition
     ) -> ToolExecutionResult:
-        """The reconciler in the body's place (D22): ``Done`` is a success whose value meets
+        """The reconciler in the body's place (D26): ``Done`` is a success whose value meets
         the tool's output contract; ``NotDone`` / ``Unknown`` are failures with their codes."""
         if tool.reconcile is None:
             raise ToolRegistrationError(f'tool "{tool.name}" declares no reconcile')

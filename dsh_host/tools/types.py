@@ -188,11 +188,11 @@ class Unknown:
     kind: Literal["unknown"] = "unknown"
 
 
-#: What a reconciler finds out about a call whose outcome the log does not know (D22).
+#: What a reconciler finds out about a call whose outcome the log does not know (D26).
 ReconcileVerdict: TypeAlias = Done | NotDone | Unknown
 #: ``await reconcile(args, exec) -> verdict``: runs through the same pipeline as the body
 #: (pre-execute rules, approval, guards, ``tools/execute`` wrappers), with the call's own id
-#: and therefore its idempotency key (D22 in docs/decisions.md).
+#: and therefore its idempotency key (D26 in docs/decisions.md).
 Reconciler: TypeAlias = Callable[[Any, "ToolExecution"], Awaitable[ReconcileVerdict]]
 
 
@@ -243,7 +243,7 @@ class ToolDefinition:
     declarative (never sent to the model): the ``timeout-policy`` plugin, when
     composed, aborts the body's token after it and records ``TOOL_TIMEOUT``;
     declare it only for a body that stops when its token aborts. ``reconcile`` finds out
-    whether a call left ``TOOL_OUTCOME_UNKNOWN`` by a crash took effect (D22).
+    whether a call left ``TOOL_OUTCOME_UNKNOWN`` by a crash took effect (D26).
     """
 
     name: str
@@ -256,7 +256,7 @@ class ToolDefinition:
     timeout_ms: int | float | None = None
     reconcile: Reconciler | None = None
     #: the tool changes nothing outside the call (reads only): running it again is safe, so a
-    #: fork's effects ledger and ``dsh replay`` let it run (D23 in docs/decisions.md)
+    #: fork's effects ledger and ``dsh replay`` let it run (D27 in docs/decisions.md)
     read_only: bool = False
 
     def schema(self) -> ToolSchema:
@@ -297,7 +297,7 @@ class ToolExecutionInput:
     #: after the current ``tools/pre-execute`` rules and approval policy (a denial wins)
     approval_decision: Literal["allowed-once", "rejected"] | None = None
     #: run the tool's ``reconcile`` instead of its body, for the (crashed) call ``call_id``
-    #: (D22): every other stage of the pipeline is the body's
+    #: (D26): every other stage of the pipeline is the body's
     reconcile: bool = False
 
 
@@ -346,7 +346,7 @@ class ToolExecution:
     agent: ToolAgent | None
     parent: ToolExecutionToken | None
     raw_arguments: str | None
-    reconciling: bool  #: the tool's reconciler runs instead of its body (D22)
+    reconciling: bool  #: the tool's reconciler runs instead of its body (D26)
     token: ToolExecutionToken
     _signal: CancelToken
     _dispatching: bool

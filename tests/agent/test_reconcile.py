@@ -1,4 +1,4 @@
-"""Reconcilers (D22): SIGKILL inside a tool body, resume, the reconciler's verdict is recorded.
+"""Reconcilers (D26): SIGKILL inside a tool body, resume, the reconciler's verdict is recorded.
 
 A real child process runs a turn whose ``transfer`` body does its effect (or not) and blocks;
 the parent SIGKILLs it. The resume runs in this process over the same store (JSONL files or a

@@ -1,4 +1,4 @@
-"""``dsh replay``'s comparison (D24) over recorded logs: every divergence kind is named where it
+"""``dsh replay``'s comparison (D28) over recorded logs: every divergence kind is named where it
 is planted and nowhere else. The logs are real: written by the agent loop with a scripted model
 through a real host, then folded by ``turn_records`` and compared."""
 

@@ -1,5 +1,5 @@
 """``dsh sessions fork``: a child at a turn boundary, linked to its source, with the effects
-ledger of the turns it leaves out; a continued child never repeats a recorded effect (D23).
+ledger of the turns it leaves out; a continued child never repeats a recorded effect (D27).
 
 Real ``dsh`` processes, scripted models, the built-in tools in a real workspace, over the
 JSONL store and over SQLite (configs/sqlite.yml).

@@ -1,6 +1,6 @@
 """``dsh replay``: a recorded session's prompts against another (scripted) model in a new forked
 session; nothing with side effects runs again; divergences are found where planted and only
-there (D24). Real ``dsh`` processes over the JSONL store and SQLite.
+there (D28). Real ``dsh`` processes over the JSONL store and SQLite.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``dsh resume`` reconciles a call a SIGKILL left outcome-unknown (D22), end to end: a plugin
+"""``dsh resume`` reconciles a call a SIGKILL left outcome-unknown (D26), end to end: a plugin
 named in the composition registers a ``@tool(reconcile=...)``; ``dsh run`` is killed inside its
 body after the effect; ``dsh resume --json`` reports the reconciler's verdict and the log records
 it. Real processes, the JSONL store and SQLite (configs/sqlite.yml)."""

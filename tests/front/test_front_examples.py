@@ -53,7 +53,7 @@ def test_idempotent_charge_example_charges_once(tmp_path: Path) -> None:
 
 def test_reconciled_payment_example_pays_once_and_reconciles(tmp_path: Path) -> None:
     """A real child process is SIGKILLed after the loopback API took the payment; the resume's
-    reconciler finds it by the idempotency key, and nothing is paid twice (D22)."""
+    reconciler finds it by the idempotency key, and nothing is paid twice (D26)."""
     out = run_example("reconciled_payment.py", tmp_path)
     assert out.splitlines() == [
         "the agent process died: signal 9",

@@ -1,6 +1,6 @@
 """``POST /sessions/{id}/fork`` over real HTTP on loopback: the child at a turn boundary, linked
 to its source, with the effects ledger; a turn in the child does not repeat a recorded effect
-(D23)."""
+(D27)."""
 
 from __future__ import annotations
 
