@@ -176,6 +176,8 @@ if TYPE_CHECKING:
     from dsh_host.llm.runtime import PreparedCall
     from dsh_host.session.session import Session
 
+    from .reconcile import Reconciliation
+
 _log = logging.getLogger("dsh.agent")
 
 _R = TypeVar("_R")
@@ -376,6 +378,8 @@ class Agent:
         #: The closers ``ctx.agent.resume`` appended to repair an interrupted turn (durable
         #: before the agent was returned); empty for a created agent or a balanced log.
         self.repairs: tuple[SessionEvent, ...] = ()
+        #: what a resume's reconcilers found (D26); set by ``ctx.agent.resume``
+        self.reconciled: tuple[Reconciliation, ...] = ()
         for event in reversed(session.events):
             if event.type == "turn/start" and isinstance(event.data, TurnStart):
                 self._last_turn = event.data.turn

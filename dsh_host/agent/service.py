@@ -14,7 +14,10 @@ an interrupted turn needs are computed with
 that same write handle and **flushed**, so the repair is durable before the
 next model request. Then the live session is rebuilt from the stored events
 plus the closers and published; the persistence backend adopts the handle it
-already opened. Turn numbers continue from the log.
+already opened. Turn numbers continue from the log. When a call repair would close
+``TOOL_OUTCOME_UNKNOWN`` has a tool that declares ``reconcile``, the session is published with
+its turn still open, the reconcilers run inside it (:mod:`dsh_host.agent.reconcile`, D26), and
+the closers of what is left are appended and flushed together before the agent is returned.
 """
 
 from __future__ import annotations
@@ -23,14 +26,20 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING, Any
 
+from msgspec import UNSET
+
+from dsh_host.session.events import SessionEvent
 from dsh_host.session.keys import SESSIONS
 from dsh_host.session.repair import interrupted_turn_closers
 from dsh_host.session.session import Session
+from dsh_host.tools import TOOLS_PRE_EXECUTE
 
 from .budget import Budget
 from .errors import ResumeError
+from .ledger import LEDGER_CONTEXT, ledger_context, ledger_gate
 from .loop import Agent, check_options
 from .prompt import SystemPrompt
+from .reconcile import reconcilable_calls, reconcile_calls
 from .types import AgentOptions, AssembleContext
 
 if TYPE_CHECKING:
@@ -57,6 +66,9 @@ class AgentService:
         # `approval:policy`); it is read at each assembly, so mounting or unmounting the
         # approval row later is reflected at the next step.
         system_prompt.context("approval:policy", 115, self._approval_policy)
+        # A fork's effects ledger: told to the model, and no recorded effect runs twice (D27).
+        system_prompt.context(LEDGER_CONTEXT, 116, ledger_context)
+        ctx.on(TOOLS_PRE_EXECUTE, ledger_gate(ctx))
 
     def _approval_policy(self, context: AssembleContext) -> str:
         approval = self._ctx.get("approval")
@@ -158,17 +170,33 @@ class AgentService:
         try:
             load = await handle.read()
             closers = interrupted_turn_closers(load.events)
-            if closers:
-                handle.append(closers)
-            await handle.flush()  # the repair is durable before anything else happens
-            session = Session.restore(load.header, [*load.events, *closers])
-            store.attach(session, appended=session.events[len(load.events) :])
+            pending = reconcilable_calls(self._ctx, load.events, closers)
+            if pending:
+                # The turn stays open while reconcilers look (D26): their verdicts and any
+                # approval they need are recorded inside it, then the closers close the rest.
+                session = Session.restore(load.header, list(load.events), mark_seed_end=False)
+                store.attach(session)
+            else:
+                if closers:
+                    handle.append(closers)
+                await handle.flush()  # the repair is durable before anything else happens
+                session = Session.restore(load.header, [*load.events, *closers])
+                store.attach(session, appended=session.events[len(load.events) :])
         except BaseException:
             await handle.close()
             raise
         agent = Agent(self._ctx, session, options, owns_session=True)
+        self._register(agent)
+        if pending:
+            try:
+                agent.reconciled = tuple(await reconcile_calls(self._ctx, agent, pending))
+                closers = _close_turn(session)
+                await store.flush(session)  # the verdicts and the repair, durable at once
+            except BaseException:
+                await agent.aclose()
+                raise
         agent.repairs = tuple(closers)
-        return self._register(agent)
+        return agent
 
     def _register(self, agent: Agent) -> Agent:
         self._agents[agent.id] = agent
@@ -197,6 +225,21 @@ class AgentService:
         for agent in reversed(list(self._agents.values())):
             await agent.aclose()
         self._agents.clear()
+
+
+def _close_turn(session: Session) -> list[SessionEvent]:
+    """Append the closers the live ``session`` still needs (after reconciliation) and the seed
+    marker a restore adds; returns the closers as appended."""
+    appended: list[SessionEvent] = []
+    for closer in interrupted_turn_closers(session.events):
+        cited = closer.source_event_seqs
+        appended.append(session.append(
+            closer.type, closer.data,
+            surface_op="append" if closer.surface_op is not UNSET else None,
+            source_event_seqs=cited if isinstance(cited, tuple) else None,
+        ))  # fmt: skip
+    session._mark_seed_end(inherited=False)
+    return appended
 
 
 def _model_variable(context: AssembleContext) -> str | None:

@@ -42,7 +42,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "cli.plugins_cmd",
         "show each row of a composition: plugin, entry point, services, hooks, state",
     ),
-    "sessions": ("cli.sessions_cmd", "list, show, verify and export stored sessions"),
+    "sessions": ("cli.sessions_cmd", "list, show, verify, export and fork stored sessions"),
+    "replay": (
+        "cli.replay_cmd",
+        "re-run a stored session's prompts against another model, without new effects",
+    ),
     "trust": (
         "cli.trust_cmd",
         "let dsh load ./dsh.yml (or FILE) from its directory while it is unchanged",

@@ -51,6 +51,7 @@ from ..session.messages import (
     UserSource,
 )
 from ..session.persistence import SessionLoad, SessionNotFoundError
+from ..session.repair import TOOL_OUTCOME_UNKNOWN, interrupted_turn_closers
 from ..session.terms import record_terms, recorded_terms
 from ..session.tokens import TokenMeter, UsageTotals
 from ..tools import TOOLS_PROGRESS, ToolProgress
@@ -537,6 +538,8 @@ def _report(args: argparse.Namespace, result: dict[str, Any]) -> int:
         }
         if "closers" in result:
             payload["closers"] = result["closers"]
+        if "reconciled" in result:
+            payload["reconciled"] = result["reconciled"]
         if result.get("pendingApprovals"):
             payload["pendingApprovals"] = result["pendingApprovals"]
         print(json.dumps(payload))
@@ -587,6 +590,7 @@ def run_run(args: argparse.Namespace) -> int:
             agent = await service.resume(args.session)
             closers: list[dict[str, Any]] | None = repair_rows(agent)
             print_closers(transcript, closers or [])
+            print_reconciled(transcript, reconciled_rows(agent))
             adopt(agent, terms)
         else:
             closers = None
@@ -666,6 +670,23 @@ def repair_rows(agent: Agent) -> list[dict[str, Any]]:
     return closers
 
 
+def reconciled_rows(agent: Agent) -> list[dict[str, Any]]:
+    """What the resume's reconcilers found (``agent.reconciled``, D26), one row each."""
+    return [
+        {"callId": r.call_id, "tool": r.tool, "verdict": r.verdict, "detail": r.detail}
+        for r in agent.reconciled
+    ]
+
+
+def print_reconciled(transcript: Transcript, rows: list[dict[str, Any]]) -> None:
+    for row in rows:
+        detail = f" ({row['detail']})" if row["detail"] else ""
+        transcript._print(
+            f"reconciled: {row['callId']} {row['tool']} {row['verdict']}{detail}",
+            "yellow" if row["verdict"] == "unknown" else "dim",
+        )
+
+
 def print_closers(transcript: Transcript, closers: list[dict[str, Any]]) -> None:
     if not closers:
         transcript._print("session is balanced; nothing to repair", "dim")
@@ -681,13 +702,32 @@ def print_closers(transcript: Transcript, closers: list[dict[str, Any]]) -> None
             transcript._print(f"repair: {closer['type']}", "yellow")
 
 
+def _may_reconcile(load: SessionLoad) -> bool:
+    """A repair-only resume boots the whole composition (its tools, whose reconcilers may know
+    what happened, D26) when the repair leaves a call outcome-unknown and the session's recorded
+    workspace is still there; otherwise only the store and the agent, as before."""
+    unknown = any(
+        c.type == "tool/result" and getattr(getattr(c.data, "error", None), "code", None)
+        == TOOL_OUTCOME_UNKNOWN
+        for c in interrupted_turn_closers(load.events)
+    )
+    if not unknown:
+        return False
+    terms = recorded_terms(load.events)
+    workspace = terms.workspace if terms is not None else None
+    if workspace is None and isinstance(load.header.cwd, str):
+        workspace = load.header.cwd
+    return workspace is not None and os.path.isdir(workspace)
+
+
 def run_resume(args: argparse.Namespace) -> int:
     load = stored_session(args, args.session_id)
     if load is None:
         raise SessionNotFoundError(f'session "{args.session_id}" not found')
     located, plan = continue_session(
-        args, load, by="dsh resume", runs_turn=args.prompt is not None
-    )
+        args, load, by="dsh resume", runs_turn=args.prompt is not None,
+        needs_tools=_may_reconcile(load),
+    )  # fmt: skip
     transcript = Transcript(quiet=args.json)
     interrupts = Interrupts()
 
@@ -697,12 +737,16 @@ def run_resume(args: argparse.Namespace) -> int:
         agent = await host.ctx.agent.resume(args.session_id)  # SessionNotFoundError: exit 2
         closers = repair_rows(agent)  # what this resume appended, not a second read's guess
         print_closers(transcript, closers)
+        reconciled = reconciled_rows(agent)
+        print_reconciled(transcript, reconciled)
         reason = None
         if args.prompt is not None:
             adopt(agent, plan)
             reason = await _interruptible_turn(agent, args.prompt, interrupts)
         result = await _finish(args, host, agent, reason, transcript)
         result["closers"] = closers
+        if reconciled:
+            result["reconciled"] = reconciled
         await agent.aclose()
         return result
 

@@ -1,4 +1,5 @@
-"""``dsh sessions list | show | verify | export``: read stored sessions without writing a byte."""
+"""``dsh sessions list | show | verify | export | fork``: read stored sessions without writing a
+byte to them (``fork`` writes only the new child session)."""
 
 from __future__ import annotations
 
@@ -50,7 +51,9 @@ from .usage import logged_usage, price_table, usage_line
 
 
 def add_parser(sub: Any) -> None:
-    sessions = sub.add_parser("sessions", help="list, show, verify and export stored sessions")
+    sessions = sub.add_parser(
+        "sessions", help="list, show, verify, export and fork stored sessions"
+    )
     commands = sessions.add_subparsers(dest="sessions_command", metavar="SUBCOMMAND")
     sessions.set_defaults(handler=lambda args: _usage(sessions))
 
@@ -119,6 +122,23 @@ def add_parser(sub: Any) -> None:
         help="write the export here (default: stdout); the public key goes to stderr",
     )
     export.set_defaults(handler=run_export)
+
+    fork = commands.add_parser(
+        "fork",
+        help="copy a session up to a turn boundary into a new session (the source is not "
+        "changed); the child carries the effects ledger of the turns it leaves out",
+    )
+    fork.add_argument("session_id", metavar="ID")
+    add_config_flag(fork)
+    add_root_flag(fork)
+    point = fork.add_mutually_exclusive_group()
+    point.add_argument("--at", type=int, metavar="SEQ",
+                       help="keep events 0..SEQ (SEQ must be a turn boundary)")
+    point.add_argument("--turn", type=int, metavar="N", help="keep turns 1..N")
+    fork.add_argument("--id", dest="child_id", metavar="CHILD",
+                      help="the new session's id (default: a fresh one)")
+    fork.add_argument("--json", action="store_true", help="print one JSON object")
+    fork.set_defaults(handler=run_fork)
 
     otel = commands.add_parser(
         "export-otel",
@@ -677,4 +697,43 @@ def run_export(args: argparse.Namespace) -> int:
         f"{public_key_text(key)}",
         file=sys.stderr,
     )
+    return 0
+
+
+# -- fork -------------------------------------------------------------------------------
+
+
+def run_fork(args: argparse.Namespace) -> int:
+    """``dsh sessions fork ID [--at SEQ | --turn N]``: a new stored session (D27)."""
+    from ..session.fork import ForkResult, fork_stored
+
+    rows = persistence_rows(load_composition(args)[1])
+
+    async def body(host: PluginHost) -> ForkResult:
+        return await fork_stored(
+            persistence(host), args.session_id, at=args.at, turn=args.turn,
+            child_id=args.child_id,
+        )  # fmt: skip
+
+    result = run_with_host(rows, body)
+    if args.json:
+        print(json_line(result.to_json()))
+        return 0
+    out = console()
+    out.print(
+        f"forked {result.parent_session} at seq {result.boundary} -> {result.session_id}",
+        markup=False,
+    )
+    effects = [e for e in result.effects if e["status"] != "not-started"]
+    if effects:
+        out.print(f"effects ledger ({len(effects)} call(s) of the abandoned branch):",
+                  markup=False)  # fmt: skip
+        for effect in effects:
+            out.print(
+                terminal_safe(f"  {effect['tool']} {effect['arguments']}: {effect['status']} "
+                              f"({effect['idempotencyKey']})"),
+                markup=False,
+            )  # fmt: skip
+    out.print(f"continue it with: {command_hint('dsh', 'resume', result.session_id)}",
+              style="dim", markup=False)  # fmt: skip
     return 0

@@ -43,7 +43,14 @@ from dsh_host.tools import (
     UnsupportedSchemaError,
     check_object_schema,
 )
-from dsh_host.tools.types import json_output
+from dsh_host.tools.types import (
+    Done,
+    NotDone,
+    Reconciler,
+    ReconcileVerdict,
+    Unknown,
+    json_output,
+)
 
 __all__ = [
     "FunctionTool",
@@ -140,6 +147,8 @@ def tool(
     approval: Literal["ask"] | None = None,
     concurrency_safe: bool = False,
     timeout_s: float | None = None,
+    reconcile: Callable[..., Any] | None = None,
+    read_only: bool = False,
 ) -> Callable[[F], FunctionTool]: ...
 
 
@@ -152,6 +161,8 @@ def tool(
     approval: Literal["ask"] | None = None,
     concurrency_safe: bool = False,
     timeout_s: float | None = None,
+    reconcile: Callable[..., Any] | None = None,
+    read_only: bool = False,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a typed function (sync or async) into a tool; see the module docstring.
 
@@ -160,12 +171,21 @@ def tool(
     every call wait for a one-shot approval; ``concurrency_safe=True`` lets
     calls of this tool overlap with other safe calls of the same step;
     ``timeout_s`` is recorded as the definition's ``timeout_ms`` for a timeout
-    policy to enforce. Raises :class:`~dsh_host.tools.ToolRegistrationError`
-    for anything that cannot be described or enforced.
+    policy to enforce. ``reconcile`` (sync or async) finds out, on resume, whether a call a
+    crash left ``TOOL_OUTCOME_UNKNOWN`` took effect (D26 in docs/decisions.md): it takes any
+    of the tool's parameters by name (and a :class:`ToolContext`, whose ``idempotency_key``
+    is the crashed call's) and returns ``Done(value)``, ``NotDone()`` or ``Unknown(reason)``;
+    it runs through the same pipeline as the tool (rules, approval, sandbox wrappers). Raises
+    ``read_only=True`` declares that the tool changes nothing (a fork's effects ledger and
+    ``dsh replay`` let it run again, D27). Raises
+    :class:`~dsh_host.tools.ToolRegistrationError` for anything that cannot be described or
+    enforced.
     """
 
     def decorate(fn: Callable[..., Any]) -> FunctionTool:
-        return _build(fn, name, description, approval, concurrency_safe, timeout_s)
+        return _build(
+            fn, name, description, approval, concurrency_safe, timeout_s, reconcile, read_only
+        )
 
     return decorate(function) if function is not None else decorate
 
@@ -180,6 +200,8 @@ def _build(
     approval: str | None,
     concurrency_safe: bool,
     timeout_s: float | None,
+    reconcile: Callable[..., Any] | None = None,
+    read_only: bool = False,
 ) -> FunctionTool:
     if not callable(fn):
         raise ToolRegistrationError(f"@tool decorates a function, not {fn!r}")
@@ -241,10 +263,55 @@ def _build(
         output=json_output(),
         is_concurrency_safe=_always_safe if concurrency_safe is True else None,
         timeout_ms=timeout_ms,
+        reconcile=_reconciler(reconcile, label, tool_name, hints)
+        if reconcile is not None
+        else None,
+        read_only=read_only is True,
     )
     return FunctionTool(
         function=fn, definition=definition, approval="ask" if approval == "ask" else None
     )
+
+
+def _reconciler(
+    fn: Callable[..., Any], label: str, tool_name: str, hints: Mapping[str, Any]
+) -> Reconciler:
+    """The definition's ``reconcile`` for ``@tool(reconcile=fn)``: ``fn`` takes tool parameters
+    by name (checked here, at decoration) and a ToolContext; its verdict is checked at run time.
+    """
+    if not callable(fn):
+        raise ToolRegistrationError(f"{label}: reconcile must be a function, not {fn!r}")
+    where = f"{label}: reconcile {getattr(fn, '__qualname__', repr(fn))}"
+    params = _parameters(fn, where)
+    context_param = next((p.name for p in params if p.is_context), None)
+    wanted: dict[str, Any] = {}
+    for param in params:
+        if param.is_context:
+            continue
+        if param.name not in hints:
+            raise ToolRegistrationError(
+                f'{where}: parameter "{param.name}" is not a parameter of the tool; a '
+                "reconciler takes the tool's parameters by name and a ToolContext"
+            )
+        wanted[param.name] = hints[param.name]
+    is_async = inspect.iscoroutinefunction(inspect.unwrap(fn))
+
+    async def run(arguments: Any, execution: ToolExecution) -> ReconcileVerdict:
+        kwargs = _convert_arguments(arguments, wanted)
+        if context_param is not None:
+            kwargs[context_param] = _context(execution)
+        call = functools.partial(fn, **kwargs)
+        verdict = await call() if is_async else await anyio.to_thread.run_sync(call)
+        if isinstance(verdict, Done):
+            return Done(_to_json(tool_name, verdict.value))
+        if isinstance(verdict, NotDone | Unknown):
+            return verdict
+        raise TypeError(
+            f"{where} returned {verdict!r}; return Done(value), NotDone() or Unknown(reason) "
+            "(from dsh_host.tools)"
+        )
+
+    return run
 
 
 def _always_safe(_arguments: Any) -> bool:

@@ -110,6 +110,12 @@ class CreateSession(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     id: str | None = None
 
 
+class ForkSession(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+    at: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    turn: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    id: str | None = None
+
+
 class StartTurn(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     prompt: str
 
@@ -421,6 +427,20 @@ async def session_stream(request: Request) -> Response:
 
 
 @authenticated
+async def fork_session(request: Request) -> Response:
+    """Fork a session at a turn boundary. A new stored session copies the source's events up to
+    the boundary (``at`` a seq, ``turn`` a turn number, neither: the last turn boundary), links
+    to it (``parentSession``) and carries the effects ledger of the turns it leaves out; the
+    source is not changed."""
+    runtime = runtime_of(request)
+    body = await read_body(request, ForkSession)
+    load, fork = await runtime.fork_session(
+        request.path_params["id"], at=body.at, turn=body.turn, child_id=body.id
+    )
+    return JSONResponse({**await runtime.summary(load), "fork": fork}, status_code=201)
+
+
+@authenticated
 async def start_turn(request: Request) -> Response:
     """Start a turn (runs in the background)."""
     runtime = runtime_of(request)
@@ -561,6 +581,10 @@ _COMPONENTS: Final[dict[str, Any]] = {
             "workspace": {"type": "string", "pattern": "^[^\\x00]*$"},
             "composition": {"type": "string"},
             "id": {"type": "string", "pattern": SESSION_ID_PATTERN}}},
+        "ForkSession": {"type": "object", "additionalProperties": False, "properties": {
+            "at": {"type": "integer", "minimum": 0},
+            "turn": {"type": "integer", "minimum": 1},
+            "id": {"type": "string", "pattern": SESSION_ID_PATTERN}}},
         "StartTurn": {"type": "object", "required": ["prompt"], "additionalProperties": False,
                       "properties": {"prompt": {"type": "string"}}},
         "Decide": {"type": "object", "required": ["decision"], "additionalProperties": False,
@@ -667,6 +691,10 @@ ENDPOINTS: Final[tuple[Endpoint, ...]] = (
              {202: "{sessionId, turn}: the turn's start is stored",
               409: "SESSION_BUSY, SESSION_HELD, AWAITING_APPROVAL, UNKNOWN_COMPOSITION, "
               "a store's code"}, body="StartTurn"),
+    Endpoint("POST", "/sessions/{id}/fork", fork_session,
+             {201: "the child session, with fork: {sessionId, parentSession, boundary, effects}",
+              400: "INVALID_SESSION_ID, INVALID_BOUNDARY, NOT_A_TURN_BOUNDARY",
+              409: "SESSION_ALREADY_EXISTS"}, body="ForkSession"),
     Endpoint("POST", "/sessions/{id}/cancel", cancel_turn,
              {202: "{sessionId, turn, cancelled: true}", 409: "NOT_RUNNING"}),
     Endpoint("GET", "/approvals", list_approvals, {200: "{approvals: [...]}"}),

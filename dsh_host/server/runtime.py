@@ -574,6 +574,24 @@ class ServerRuntime:
             sessions.detach(session)
         return await self.inspect(session.id)
 
+    async def fork_session(
+        self, source_id: str, *, at: int | None, turn: int | None, child_id: str | None
+    ) -> tuple[SessionLoad, dict[str, Any]]:
+        """Fork a stored session at a turn boundary into a new stored one (the source is only
+        read); the child and the fork record (boundary, effects ledger; D27)."""
+        from dsh_host.session.fork import fork_stored
+
+        if child_id is not None and re.fullmatch(SESSION_ID_PATTERN, child_id) is None:
+            raise ApiError(
+                400,
+                "INVALID_SESSION_ID",
+                f"session id {child_id!r} is not allowed: use 1-128 letters, digits, '.', '_' "
+                "or '-', starting with a letter or digit (or send no id to get one)",
+            )
+        await self.inspect(source_id)  # 404 when there is no such session
+        result = await fork_stored(self.store, source_id, at=at, turn=turn, child_id=child_id)
+        return await self.inspect(result.session_id), result.to_json()
+
     def _claim(self, session_id: str) -> None:
         """Reserve the session for one turn in this process (no await between check and set)."""
         if session_id in self._claimed or session_id in self._running:

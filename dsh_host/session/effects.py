@@ -15,8 +15,13 @@ Status per call, from the same evidence crash repair uses:
   ``TOOL_OUTCOME_UNKNOWN``): it may have run;
 * ``not-started``: no durable ``tool/call`` (or repair's ``TOOL_NOT_STARTED``): it never ran.
 
-The log cannot tell a read-only tool from one with effects (a tool declares no such thing
-yet), so every call is listed; a reader that knows its tools filters by ``tool``.
+A reconciler's verdict (a ``tool/reconciled`` event, D26 in docs/decisions.md) settles an
+``unknown`` call: ``done`` makes it ``done``, ``not-done`` makes it ``not-started``; the
+effect's ``reconciled`` names the verdict.
+
+The log does not say which tools are read-only (a tool declares it, ``ToolDefinition.read_only``,
+in the process that runs it), so every call is listed; a reader that knows its tools filters by
+``tool`` (the agent's ledger gate does, D27 in docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ class Effect:
     call_seq: int | None  #: its durable ``tool/call`` (None: never recorded as started)
     result_seq: int | None  #: its ``tool/result`` (None: no result)
     is_error: bool | None  #: the result's ``isError`` (None: no result)
+    reconciled: str | None = None  #: a reconciler's verdict on an unknown call (D26)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -71,6 +77,7 @@ class Effect:
             "status": self.status, "idempotencyKey": self.idempotency_key,
             "requestedSeq": self.requested_seq, "callSeq": self.call_seq,
             "resultSeq": self.result_seq, "isError": self.is_error,
+            "reconciled": self.reconciled,
         }  # fmt: skip
 
 
@@ -84,6 +91,7 @@ def effects_after(session_id: str, events: Sequence[Any], boundary: int) -> list
     asked: dict[str, tuple[str, str, int]] = {}
     calls: dict[str, int] = {}
     results: dict[str, tuple[int, bool, str | None]] = {}
+    verdicts: dict[str, str] = {}
     for raw in events:
         event = raw if isinstance(raw, Mapping) else event_to_builtins(raw)
         seq, kind, data = event.get("seq"), event.get("type"), event.get("data")
@@ -101,6 +109,10 @@ def effects_after(session_id: str, events: Sequence[Any], boundary: int) -> list
                             str(block.get("arguments", "")),
                             seq,
                         )
+        elif kind == "tool/reconciled" and isinstance(data.get("callId"), str):
+            verdict = data.get("verdict")
+            if isinstance(verdict, str):
+                verdicts[data["callId"]] = verdict
         elif kind == "tool/call" and isinstance(data.get("callId"), str):
             calls.setdefault(data["callId"], seq)
         elif kind == "tool/result":
@@ -125,10 +137,15 @@ def effects_after(session_id: str, events: Sequence[Any], boundary: int) -> list
             status = "done"
         else:
             status = "unknown" if call_seq is not None else "not-started"
+        verdict = verdicts.get(call_id)
+        if status == "unknown" and verdict == "done":
+            status = "done"
+        elif status == "unknown" and verdict == "not-done":
+            status = "not-started"
         ledger.append(Effect(
             call_id=call_id, tool=tool, arguments=arguments, status=status,
             idempotency_key=idempotency_key(session_id, call_id), requested_seq=requested,
             call_seq=call_seq, result_seq=result[0] if result else None,
-            is_error=result[1] if result else None,
+            is_error=result[1] if result else None, reconciled=verdict,
         ))  # fmt: skip
     return ledger

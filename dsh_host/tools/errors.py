@@ -35,6 +35,8 @@ __all__ = [
     "ABORTED_BEFORE_DISPATCH",
     "INVALID_ARGS",
     "INVALID_TOOL_OUTPUT",
+    "RECONCILED_NOT_DONE",
+    "RECONCILED_UNKNOWN",
     "UNKNOWN_TOOL",
     "ToolArgsError",
     "ToolError",
@@ -51,6 +53,10 @@ ABORTED_BEFORE_DISPATCH: Final = "ABORTED_BEFORE_DISPATCH"
 UNKNOWN_TOOL: Final = "UNKNOWN_TOOL"
 INVALID_ARGS: Final = "INVALID_ARGS"
 INVALID_TOOL_OUTPUT: Final = "INVALID_TOOL_OUTPUT"
+#: A reconciler found that the crashed call did not take effect (D26; never logged as a code).
+RECONCILED_NOT_DONE: Final = "RECONCILED_NOT_DONE"
+#: A reconciler could not tell whether the crashed call took effect (D26).
+RECONCILED_UNKNOWN: Final = "RECONCILED_UNKNOWN"
 
 
 class ToolError(DshError):

@@ -70,6 +70,8 @@ from dsh_host.session.messages import (
 from dsh_host.session.repair import TOOL_OUTCOME_UNKNOWN
 
 from .errors import (
+    RECONCILED_NOT_DONE,
+    RECONCILED_UNKNOWN,
     ToolArgsError,
     ToolNotFoundError,
     ToolOutputError,
@@ -93,7 +95,9 @@ from .types import (
     Block,
     ContentFinalizer,
     Deny,
+    Done,
     ExecutionMode,
+    NotDone,
     PostExecuteContext,
     PostToolDecision,
     PreToolDecision,
@@ -106,6 +110,7 @@ from .types import (
     ToolOutput,
     ToolProgress,
     ToolResultEvent,
+    Unknown,
     aborted_before_dispatch_result,
     aborted_result,
     approval_refusal,
@@ -352,6 +357,8 @@ class ToolRuntime:
             raise ToolRegistrationError(f'tool "{name}" timeoutMs must be a positive finite number')
         if not callable(definition.execute):
             raise ToolRegistrationError(f'tool "{name}" execute must be an async callable')
+        if definition.reconcile is not None and not callable(definition.reconcile):
+            raise ToolRegistrationError(f'tool "{name}" reconcile must be an async callable')
         check_object_schema(definition.parameters, f'tool "{name}" parameters')
         check_schema(output.schema, f'tool "{name}" output.schema')
         try:
@@ -541,7 +548,9 @@ class ToolRuntime:
                 call_id=execution.call_id,
                 reason=ask.reason,
                 signal=execution.signal,
-                stage="pre-execute",
+                # a reconciler's ask is not a gate before the body (that may have run): crash
+                # repair must not read it as one (D26)
+                stage=None if execution.reconciling else "pre-execute",
                 deferrable=deferrable and execution.parent is None,
             )
         )
@@ -606,14 +615,42 @@ class ToolRuntime:
             if violations:
                 raise ToolArgsError(violations)
             state.body_started = True
-            returned = await tool.execute(execution.arguments, execution)
-            result = self._success(execution, tool, returned)
+            if execution.reconciling:
+                result = await self._reconcile(execution, tool)
+            else:
+                returned = await tool.execute(execution.arguments, execution)
+                result = self._success(execution, tool, returned)
             return stopped_result(result) if fused.aborted else result
         except Exception as exc:
             return error_result(exc)
         finally:
             dispose()
             object.__setattr__(execution, "_signal", wrapper_signal)
+
+    async def _reconcile(
+        self, execution: ToolExecution, tool: ToolDefinition
+    ) -> ToolExecutionResult:
+        """The reconciler in the body's place (D26): ``Done`` is a success whose value meets
+        the tool's output contract; ``NotDone`` / ``Unknown`` are failures with their codes."""
+        if tool.reconcile is None:
+            raise ToolRegistrationError(f'tool "{tool.name}" declares no reconcile')
+        verdict = await tool.reconcile(execution.arguments, execution)
+        if isinstance(verdict, Done):
+            return self._success(execution, tool, verdict.value)
+        if isinstance(verdict, NotDone):
+            return ToolExecutionResult.failure(
+                "the reconciler found the call did not take effect",
+                info=ToolErrorInfo("ReconciledNotDone", RECONCILED_NOT_DONE),
+            )
+        if isinstance(verdict, Unknown):
+            return ToolExecutionResult.failure(
+                verdict.reason or "the reconciler could not tell whether the call took effect",
+                info=ToolErrorInfo("ReconciledUnknown", RECONCILED_UNKNOWN),
+            )
+        raise TypeError(
+            f'tool "{tool.name}" reconcile returned {verdict!r}; return Done(value), NotDone() '
+            "or Unknown(reason)"
+        )
 
     def _success(
         self, execution: ToolExecution, tool: ToolDefinition, candidate: object

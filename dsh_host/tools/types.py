@@ -45,10 +45,14 @@ __all__ = [
     "Ask",
     "Block",
     "Deny",
+    "Done",
     "ExecutionMode",
+    "NotDone",
     "PostExecuteContext",
     "PostToolDecision",
     "PreToolDecision",
+    "ReconcileVerdict",
+    "Reconciler",
     "ToolAgent",
     "ToolDefinition",
     "ToolErrorInfo",
@@ -61,6 +65,7 @@ __all__ = [
     "ToolOutput",
     "ToolProgress",
     "ToolResultEvent",
+    "Unknown",
     "aborted_before_dispatch_result",
     "aborted_result",
     "approval_refusal",
@@ -160,6 +165,38 @@ ContentFinalizer: TypeAlias = Callable[
 ToolGuard: TypeAlias = Callable[["ToolExecution"], str | None]
 
 
+@dataclass(frozen=True, slots=True)
+class Done:
+    """A reconciler's verdict: the call did take effect; ``value`` is its result (the tool's
+    output contract applies to it, as to a body's value)."""
+
+    value: Any
+    kind: Literal["done"] = "done"
+
+
+@dataclass(frozen=True, slots=True)
+class NotDone:
+    """A reconciler's verdict: the call did not take effect (the model may retry it)."""
+
+    kind: Literal["not-done"] = "not-done"
+
+
+@dataclass(frozen=True, slots=True)
+class Unknown:
+    """A reconciler's verdict: it cannot tell; the call stays ``TOOL_OUTCOME_UNKNOWN``."""
+
+    reason: str | None = None
+    kind: Literal["unknown"] = "unknown"
+
+
+#: What a reconciler finds out about a call whose outcome the log does not know (D26).
+ReconcileVerdict: TypeAlias = Done | NotDone | Unknown
+#: ``await reconcile(args, exec) -> verdict``: runs through the same pipeline as the body
+#: (pre-execute rules, approval, guards, ``tools/execute`` wrappers), with the call's own id
+#: and therefore its idempotency key (D26 in docs/decisions.md).
+Reconciler: TypeAlias = Callable[[Any, "ToolExecution"], Awaitable[ReconcileVerdict]]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ToolOutput:
     """The canonical output contract: what a successful body value may be and how it reads.
@@ -206,7 +243,8 @@ class ToolDefinition:
     a parallel group only by returning exactly ``True``. ``timeout_ms`` is
     declarative (never sent to the model): the ``timeout-policy`` plugin, when
     composed, aborts the body's token after it and records ``TOOL_TIMEOUT``;
-    declare it only for a body that stops when its token aborts.
+    declare it only for a body that stops when its token aborts. ``reconcile`` finds out
+    whether a call left ``TOOL_OUTCOME_UNKNOWN`` by a crash took effect (D26).
     """
 
     name: str
@@ -217,6 +255,10 @@ class ToolDefinition:
     finalize_content: ContentFinalizer | None = None
     is_concurrency_safe: Callable[[Any], bool] | None = None
     timeout_ms: int | float | None = None
+    reconcile: Reconciler | None = None
+    #: the tool changes nothing outside the call (reads only): running it again is safe, so a
+    #: fork's effects ledger and ``dsh replay`` let it run (D27 in docs/decisions.md)
+    read_only: bool = False
 
     def schema(self) -> ToolSchema:
         """The model-facing projection: name, description, parameters only (a deep copy)."""
@@ -255,6 +297,9 @@ class ToolExecutionInput:
     #: a decision recorded for this (deferred) call earlier; applied instead of asking again,
     #: after the current ``tools/pre-execute`` rules and approval policy (a denial wins)
     approval_decision: Literal["allowed-once", "rejected"] | None = None
+    #: run the tool's ``reconcile`` instead of its body, for the (crashed) call ``call_id``
+    #: (D26): every other stage of the pipeline is the body's
+    reconcile: bool = False
 
 
 class ToolExecution:
@@ -291,6 +336,7 @@ class ToolExecution:
         "name",
         "parent",
         "raw_arguments",
+        "reconciling",
         "root_call_id",
         "token",
     )
@@ -302,6 +348,7 @@ class ToolExecution:
     agent: ToolAgent | None
     parent: ToolExecutionToken | None
     raw_arguments: str | None
+    reconciling: bool  #: the tool's reconciler runs instead of its body (D26)
     token: ToolExecutionToken
     _signal: CancelToken
     _dispatching: bool
@@ -325,6 +372,7 @@ class ToolExecution:
         set_(self, "parent", source.parent)
         raw = source.raw_arguments
         set_(self, "raw_arguments", raw if isinstance(raw, str) else None)
+        set_(self, "reconciling", source.reconcile is True)
         set_(self, "token", ToolExecutionToken())
         set_(self, "_signal", source.signal)
         set_(self, "_dispatching", False)

@@ -234,4 +234,5 @@ def list_dir_tool(
         execute=execute,
         output=text_output(),
         is_concurrency_safe=lambda args: True,
+        read_only=True,  # D27: a fork ledger or a replay may run it again
     )

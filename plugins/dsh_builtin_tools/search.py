@@ -467,6 +467,7 @@ def glob_tool(
         execute=execute,
         output=text_output(),
         is_concurrency_safe=lambda args: True,
+        read_only=True,  # D27: a fork ledger or a replay may run it again
     )
 
 
@@ -585,4 +586,5 @@ def grep_tool(
         execute=execute,
         output=text_output(),
         is_concurrency_safe=lambda args: True,
+        read_only=True,  # D27: a fork ledger or a replay may run it again
     )

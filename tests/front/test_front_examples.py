@@ -1,4 +1,4 @@
-"""The three examples in ``examples/`` run as written (scripted model, fresh directory)."""
+"""The examples in ``examples/`` run as written (scripted model, fresh directory)."""
 
 from __future__ import annotations
 
@@ -49,3 +49,16 @@ def test_idempotent_charge_example_charges_once(tmp_path: Path) -> None:
     key = "dsh-" + hashlib.sha256(scope.encode()).hexdigest()[:32]
     assert ledger == [{"key": key, "customer": "cus_42", "cents": 1999}]
     assert len(list((tmp_path / ".dsh" / "sessions").rglob("session.v3.jsonl.zstd"))) == 1
+
+
+def test_reconciled_payment_example_pays_once_and_reconciles(tmp_path: Path) -> None:
+    """A real child process is SIGKILLed after the loopback API took the payment; the resume's
+    reconciler finds it by the idempotency key, and nothing is paid twice (D26)."""
+    out = run_example("reconciled_payment.py", tmp_path)
+    assert out.splitlines() == [
+        "the agent process died: signal 9",
+        "payments taken: 1",
+        "reconciled call_1_1 (pay): done",
+        "The payment of $42.00 to acme went through once; nothing to retry.",
+        "payments taken: 1",
+    ]

@@ -1,0 +1,107 @@
+"""``dsh replay ID --model SPEC``: re-run a session's prompts against another model (D28).
+
+The replay is a new session forked from ID before its first turn (the source is only read);
+tools with side effects never execute in it (they are served from the record or refused, see
+:mod:`dsh_host.agent.replay`); the comparison is printed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from .flags import add_config_flag, add_root_flag
+
+
+def add_parser(sub: Any) -> None:
+    replay = sub.add_parser(
+        "replay",
+        help="re-run a stored session's prompts against another model, without new effects",
+        description="Fork ID before its first turn, run each recorded prompt with --model in "
+        "the child (read-only tools run; other tools are answered from the record or refused), "
+        "then compare tool calls, final answers, ends, tokens and cost turn by turn. Exit 0 "
+        "when the replay ran (whether or not it diverged); --fail-on-divergence exits 1 on a "
+        "divergence.",
+    )
+    replay.add_argument("session_id", metavar="ID")
+    add_config_flag(replay)
+    add_root_flag(replay)
+    replay.add_argument("--model", metavar="SPEC", required=True,
+                        help="the model to replay with (as for `dsh run --model`)")  # fmt: skip
+    replay.add_argument("--from", dest="from_turn", type=int, default=1, metavar="TURN",
+                        help="keep the turns before TURN as recorded and replay from it "
+                        "(default: 1)")  # fmt: skip
+    replay.add_argument("--id", dest="child_id", metavar="CHILD",
+                        help="the replay session's id (default: a fresh one)")  # fmt: skip
+    replay.add_argument("--fail-on-divergence", action="store_true",
+                        help="exit 1 when the replay diverged from the source")  # fmt: skip
+    replay.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    replay.set_defaults(handler=run_replay)
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    from ..agent.replay import ReplayReport, replay_stored
+    from ..loader import PluginHost
+    from ..session.persistence import SessionNotFoundError
+    from .common import CliUsageError, run_with_host
+    from .run_cmd import adopt, continue_session, stored_session
+
+    if args.from_turn < 1:
+        raise CliUsageError(f"--from {args.from_turn}: turns are numbered from 1")
+    load = stored_session(args, args.session_id)
+    if load is None:
+        raise SessionNotFoundError(f'session "{args.session_id}" not found')
+    located, plan = continue_session(args, load, by="dsh replay")
+
+    async def body(host: PluginHost) -> ReplayReport:
+        return await replay_stored(
+            host.ctx, args.session_id, child_id=args.child_id, from_turn=args.from_turn,
+            prepare=lambda agent: adopt(agent, plan),
+        )  # fmt: skip
+
+    report = run_with_host(located, body)
+    if args.json:
+        print(json.dumps(report.to_json()))
+    else:
+        _print(report, args.model)
+    return 1 if args.fail_on_divergence and report.diverged else 0
+
+
+def _calls(side: dict[str, Any] | None) -> str:
+    if side is None:
+        return "-"
+    calls = side["calls"]
+    return f"{len(calls)} tool call(s)" + (
+        " [" + ", ".join(c["tool"] for c in calls) + "]" if calls else ""
+    )
+
+
+def _print(report: Any, model: str) -> None:
+    from .output import console
+    from .render import terminal_safe
+
+    out = console()
+
+    def line(text: str, style: str | None = None) -> None:
+        out.print(terminal_safe(text), style=style, markup=False)
+
+    line(f"replay of {report.source} with {model} -> {report.replay}")
+    for row in report.turns:
+        source, replay = row["source"], row["replay"]
+        state = "same" if row["divergence"] is None else f"diverged: {row['divergence']['kind']}"
+        line(f"turn {row['turn']}: {state}", None if row["divergence"] is None else "yellow")
+        line(f"  source: {_calls(source)}; ended {source['end']}")
+        line(f"  replay: {_calls(replay)}; ended {replay['end'] if replay else '-'}")
+        if replay is not None:
+            line(f"  tokens: input {row['inputTokensDelta']:+d}, output "
+                 f"{row['outputTokensDelta']:+d}", "dim")  # fmt: skip
+        diff = row.get("finalTextDiff")
+        if diff:
+            for text in diff.splitlines():
+                line(f"  {text}", "dim")
+    first = report.first_divergence
+    if first is None:
+        line("no divergence: every turn made the same calls and gave the same answer")
+    else:
+        line(f"first divergence: turn {first['turn']}, {first['kind']}", "yellow")
