@@ -571,3 +571,34 @@ async def test_what_dshs_migration_would_rewrite_is_refused(
     control = tmp_path / "control"
     _v3_log(control, "s", _v3_rows())
     await JsonlSessionPersistence(str(control), "none").migrate_to_v4("s")
+
+
+@pytest.mark.parametrize("write_version", [3, 4])
+async def test_a_write_handle_reports_the_format_of_the_log_it_writes(
+    write_version: int, tmp_path: Path
+) -> None:
+    """A write handle's read says what its log is: a v4 log continued in either root is 4,
+    a v3 log is 3, a new session is the root's format before and after its first flush (a
+    write handle used to report 3 for every log)."""
+    for root in ("root-none",):
+        shutil.copytree(V4 / root, tmp_path / "v4" / root)
+        shutil.copytree(FIXTURES / "dsh-reference" / root, tmp_path / "v3" / root)
+    v4 = JsonlSessionPersistence(
+        str(tmp_path / "v4" / "root-none"), "none", write_version=write_version
+    )
+    v3 = JsonlSessionPersistence(
+        str(tmp_path / "v3" / "root-none"), "none", write_version=write_version
+    )
+    for backend, want in ((v4, 4), (v3, 3)):
+        handle = await backend.open("raw-clean", "write")
+        assert (await handle.read()).source_version == want
+        reader = await (await backend.open("raw-clean", "read")).read()
+        assert reader.source_version == want
+        await handle.close()
+    fresh = await v4.create(header("fresh"))
+    assert (await fresh.read()).source_version == write_version
+    fresh.append(log(1))
+    await fresh.flush()
+    assert (await fresh.read()).source_version == write_version
+    await fresh.close()
+    assert (await (await v4.open("fresh", "read")).read()).source_version == write_version
