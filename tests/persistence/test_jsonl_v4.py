@@ -749,3 +749,47 @@ async def test_a_write_handle_reports_the_format_of_the_log_it_writes(
     assert (await fresh.read()).source_version == write_version
     await fresh.close()
     assert (await (await v4.open("fresh", "read")).read()).source_version == write_version
+
+
+@pytest.mark.slow
+def test_cli_migrates_a_v3_session_to_v4_and_refuses_clearly(tmp_path: Path) -> None:
+    """``dsh sessions migrate --to v4 ID`` publishes session.v4 beside the v3 log, which
+    stays byte-identical (the backup); the session then reads and verifies as v4, and a
+    second migration says so and writes nothing. A torn v3 log, an unknown id and a bad
+    ``--to`` are refused in one line (no traceback) and write nothing."""
+    root = tmp_path / "root-zstd"
+    shutil.copytree(FIXTURES / "dsh-reference" / "root-zstd", root)
+    directory = root / "--home-dev-project--" / "clean"
+    source = directory / "session.v3.jsonl.zstd"
+    before = source.read_bytes()
+    ran = _dsh("sessions", "migrate", "--to", "v4", "clean", "--root", str(root),
+               "--json", cwd=tmp_path)  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    report = json.loads(ran.stdout)
+    assert report["path"] == str(directory / "session.v4.jsonl.zstd")
+    assert report["kept"] == str(source)
+    assert source.read_bytes() == before
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "session.lock",
+        "session.v3.jsonl.zstd",
+        "session.v4.jsonl.zstd",
+    ]
+    migrated = _rows(directory / "session.v4.jsonl.zstd")
+    assert migrated[0]["version"] == 4 and len(migrated) == len(_rows(source))
+    verify = _dsh("sessions", "verify", "clean", "--root", str(root), cwd=tmp_path)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    again = _dsh("sessions", "migrate", "--to", "v4", "clean", "--root", str(root), cwd=tmp_path)
+    assert again.returncode == 0 and "already format v4" in again.stdout, again.stderr
+    refusals = {
+        "torn-midframe": "torn",
+        "no-such-session": "not found",
+    }
+    for sid, text in refusals.items():
+        snapshot = sorted(str(p) for p in root.rglob("*"))
+        again = _dsh("sessions", "migrate", "--to", "v4", sid, "--root", str(root), cwd=tmp_path)
+        assert again.returncode != 0, sid
+        assert text in again.stderr, again.stderr
+        assert "Traceback" not in again.stderr
+        assert sorted(str(p) for p in root.rglob("*")) == snapshot
+    bad = _dsh("sessions", "migrate", "--to", "v5", "clean", "--root", str(root), cwd=tmp_path)
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
