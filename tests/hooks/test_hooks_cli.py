@@ -21,8 +21,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
 from cli_helpers import REPO, dsh, json_lines
 
-DEFAULT = (REPO / "configs" / "default.yml").read_text()
 HOOKS_ROW = "\n- id: hooks\n  name: hooks\n"
+SHIPPED = (REPO / "configs" / "default.yml").read_text()
+assert HOOKS_ROW in SHIPPED  # the shipped default composes hooks (inert until trusted)
+#: The default without its hooks row: each test appends the row it configures.
+DEFAULT = SHIPPED.replace(HOOKS_ROW, "\n", 1)
 DENY_RM = (
     "input=$(cat); case \"$input\" in *'rm -rf'*) "
     "echo 'destructive command refused: rm -rf is not allowed here' >&2; exit 2;; esac; exit 0"
