@@ -793,3 +793,20 @@ def test_cli_migrates_a_v3_session_to_v4_and_refuses_clearly(tmp_path: Path) -> 
         assert sorted(str(p) for p in root.rglob("*")) == snapshot
     bad = _dsh("sessions", "migrate", "--to", "v5", "clean", "--root", str(root), cwd=tmp_path)
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
+async def test_sessions_show_renders_the_v4_only_events(tmp_path: Path) -> None:
+    """What ``dsh sessions show`` prints of a v4 log: the transcript shows the developer
+    message's tool changes as the model reads them and the subagent catalog entry; the
+    events view summarizes the catalog entry (its renderers, on the events as read)."""
+    from dsh_host.cli.render import event_summary, transcript_lines
+
+    _v4_log(tmp_path, _with_v4_events())
+    backend = JsonlSessionPersistence(str(tmp_path), "none")
+    load = await (await backend.open("bad", "read")).read()
+    text = "\n".join(line for _, line in transcript_lines(load.events))
+    assert "developer: [tool enabled: read]" in text and "[tool disabled: old]" in text
+    assert "subagent child-1 (mode unknown)" in text
+    catalog = next(e for e in load.events if e.type == "subagent/catalog")
+    assert "subagent/catalog" in event_summary(catalog)
+    assert "subagent child-1 (mode unknown)" in event_summary(catalog)
