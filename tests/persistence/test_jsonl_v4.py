@@ -810,3 +810,30 @@ async def test_sessions_show_renders_the_v4_only_events(tmp_path: Path) -> None:
     catalog = next(e for e in load.events if e.type == "subagent/catalog")
     assert "subagent/catalog" in event_summary(catalog)
     assert "subagent child-1 (mode unknown)" in event_summary(catalog)
+
+
+async def test_a_v4_session_with_developer_history_resumes_and_continues(tmp_path: Path) -> None:
+    """The library end to end: a v4 session holding a developer message and a catalog entry is
+    resumed by a front-door Agent, runs a turn (the developer node is on the surface it
+    builds the request from), and stays one v4 file."""
+    from dsh_host import Agent
+
+    _v4_log(tmp_path / "raw", _with_v4_events())
+    load = await (
+        await JsonlSessionPersistence(str(tmp_path / "raw"), "none").open("bad", "read")
+    ).read()
+    store = JsonlSessionPersistence(str(tmp_path / "root"), "zstd", write_version=4)
+    handle = await store.create(load.header)
+    handle.append(load.events)
+    await handle.close()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"responses": [{"text": "continued"}]}))
+    async with Agent(f"scripted:{script}", store=tmp_path / "root", approval="never") as agent:
+        await agent.resume("bad")
+        result = await agent.run("go on")
+    assert result.completed and result.output == "continued"
+    (log_file,) = (tmp_path / "root").rglob("session.v*.jsonl*")
+    assert log_file.name == "session.v4.jsonl.zstd"
+    again = await (await JsonlSessionPersistence(str(tmp_path / "root")).open("bad", "read")).read()
+    assert wire(again.events[: len(load.events)]) == wire(load.events)
+    assert again.events[-1].type == "turn/end" and again.source_version == 4
