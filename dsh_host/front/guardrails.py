@@ -11,7 +11,7 @@ maps onto one chain every path crosses, so no second copy of a check exists:
   crosses before the ``tools/execute`` chain (where the checkpoint policy makes the call durable
   and the body runs): a tripped call is denied with the guardrail's reason, its body never runs.
   Before the guardrails deliberate, a ``guardrail/asked`` gate is appended and the log flushed,
-  so a crash inside a slow guardrail resumes as ``TOOL_NOT_STARTED`` (D22);
+  so a crash inside a slow guardrail resumes as ``TOOL_NOT_STARTED`` (D23);
 - an **output** guardrail runs on the turn's final text at ``agent/turn-stopping``: the text
   has been produced and logged (the log never pretends otherwise), the tripwire is recorded.
 
@@ -194,7 +194,7 @@ class Guardrails:
         return None
 
     async def _gate(self, ctx: Context, agent: Any, turn: int, call_id: str) -> None:
-        """Make the call and its guardrail gate durable before a guardrail deliberates (D22
+        """Make the call and its guardrail gate durable before a guardrail deliberates (D23
         in docs/decisions.md): a process killed inside a slow guardrail leaves a durable
         ``tool/call`` and a ``guardrail/asked`` no verdict passed, so resume closes the call
         ``TOOL_NOT_STARTED`` instead of knowing nothing of it."""

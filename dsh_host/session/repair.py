@@ -12,7 +12,7 @@ what is missing and whoever holds the write handle appends it (D7):
    {allowed-once}`` cannot have run (the checkpoint policy makes the decision
    durable before the body), so it is ``TOOL_NOT_STARTED`` although its
    ``tool/call`` is durable; so is a call whose durable ``guardrail/asked`` gate has not
-   durably passed every guardrail it names (D22). Calls a turn ended ``awaiting-approval`` with are
+   durably passed every guardrail it names (D23). Calls a turn ended ``awaiting-approval`` with are
    pending, not crashed: nothing closes them while no turn is open; the turn
    that applies their decisions carries them, and there only a new
    ``tool/call`` (written just before the body is dispatched) counts as
@@ -85,7 +85,7 @@ def interrupted_tool_result_id(call_id: str, seq: int) -> str:
     return f"interrupted-tool-result-{call_id}-{seq}"
 
 
-#: A front-door tool guardrail's gate (D22 in docs/decisions.md): appended (``ignorable``) and
+#: A front-door tool guardrail's gate (D23 in docs/decisions.md): appended (``ignorable``) and
 #: made durable after a call's ``tool/call`` and before its guardrails run; ``data`` is
 #: ``{turn, callId, guardrails: [names]}``.
 GUARDRAIL_GATE_EVENT: Final = "guardrail/asked"
@@ -102,13 +102,13 @@ class _Pending:
         self.carried = carried  # left pending by an awaiting-approval turn
         self.gate: str | None = None  # id of the pre-execute approval/asked after the tool/call
         self.allowed = False  # that ask was decided allowed-once
-        #: guardrails gating the call that have not durably passed it (D22)
+        #: guardrails gating the call that have not durably passed it (D23)
         self.guards: set[str] = set()
 
     @property
     def started(self) -> bool:
         """May the body have started? Only with a durable tool/call, no refused approval
-        gate and no guardrail gate still deliberating or tripped (D19, D22)."""
+        gate and no guardrail gate still deliberating or tripped (D19, D23)."""
         return (
             self.call_seq is not None
             and (self.gate is None or self.allowed)

@@ -2,7 +2,7 @@
 
 A tool guardrail runs in ``tools/pre-execute``, before the ``tools/execute`` chain where the
 checkpoint policy flushes the log and the body runs. Before it deliberates, the front door
-appends a ``guardrail/asked`` gate and flushes (D22 in docs/decisions.md), so a process killed
+appends a ``guardrail/asked`` gate and flushes (D23 in docs/decisions.md), so a process killed
 while a guardrail deliberates leaves a durable ``tool/call`` and a gate no verdict passed, and has
 not run the body (the ledger is empty). Resume closes the call ``TOOL_NOT_STARTED``: in the log
 as in the world it never started, and asking the model again is safe.

@@ -244,7 +244,7 @@ def test_an_ask_without_the_pre_execute_stage_is_no_evidence() -> None:
     assert _codes(interrupted_turn_closers(list(session.events))) == {"c1": TOOL_OUTCOME_UNKNOWN}
 
 
-# --- a front-door tool guardrail's gate as evidence (D22) ------------------------------------
+# --- a front-door tool guardrail's gate as evidence (D23) ------------------------------------
 
 
 def _guarded(session: Session, call_id: str, *names: str) -> None:
@@ -271,7 +271,7 @@ def test_a_guardrail_gate_says_whether_the_body_may_have_started(
     verdicts: tuple[tuple[str, bool], ...], code: str
 ) -> None:
     """tool/call and guardrail/asked durable: the body may have started only once every
-    guardrail the gate names durably passed it (D22)."""
+    guardrail the gate names durably passed it (D23)."""
     session = new_session()
     _open_step(session, "c1")
     _guarded(session, "c1", "a", "b")
