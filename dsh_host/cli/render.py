@@ -34,6 +34,7 @@ from ..session.messages import (
     block_type,
     source_kind,
 )
+from ..session.session import developer_as_system
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
@@ -252,11 +253,22 @@ def event_summary(event: SessionEvent) -> str:
             summary = f"[{source.get('callId')}]" + (f" error {error.get('code')}" if error else "")
         elif event.type in ("llm/retry", "llm/retry-started"):
             summary = retry_summary(data)
+        elif event.type == "subagent/catalog":
+            summary = catalog_summary(data)
         elif event.type.startswith("approval/"):
             summary = " ".join(f"{k}={v}" for k, v in data.items())
     if len(summary) > 120:
         summary = summary[:117] + "..."
     return _one_line(f"{event.seq:>6}  {event.type:<22} {summary}")
+
+
+def catalog_summary(data: Any) -> str:
+    """One line for a ``subagent/catalog`` fact (DSH: a parent's record of a child session)."""
+    if not isinstance(data, Mapping):
+        return "subagent catalog entry"
+    label = data.get("label")
+    named = f" {label!r}" if isinstance(label, str) else ""
+    return f"subagent {data.get('childId')}{named} (mode {data.get('mode')})"
 
 
 def compaction_mark(event: SessionEvent) -> str | None:
@@ -418,6 +430,13 @@ def transcript_lines(
         elif kind in ("user/message", "system/message"):
             message = event.data if kind == "user/message" else event.data.message
             out.extend(message_lines(message))
+        elif kind == "developer/message":  # DSH format v4: tool changes, as the model sees them
+            projected = developer_as_system(event.data.message)
+            if projected is not None:
+                text = terminal_safe(blocks_text(projected.content))
+                out.append(("dim", f"developer: {continued(text)}"))
+        elif kind == "subagent/catalog":
+            out.append(("dim", _one_line(f"  {catalog_summary(event_to_builtins(event)['data'])}")))
         elif kind == "assistant/message":
             out.extend(message_lines(event.data.message))
             usage = to_usage(event.data)

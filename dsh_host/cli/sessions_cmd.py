@@ -88,6 +88,20 @@ def add_parser(sub: Any) -> None:
     show.add_argument("--turn", type=int, metavar="N", help="transcript: only turn N")
     show.set_defaults(handler=run_show)
 
+    migrate = commands.add_parser(
+        "migrate",
+        help="publish a v3 JSONL session as DSH's format v4 (session.v4.jsonl beside the "
+        "untouched v3 file, which stays as the backup)",
+    )
+    migrate.add_argument("session_id", metavar="ID")
+    migrate.add_argument(
+        "--to", required=True, choices=("v4",), help="the format to migrate to (only v4)"
+    )
+    add_config_flag(migrate)
+    add_root_flag(migrate)
+    migrate.add_argument("--json", action="store_true", help="print one JSON object")
+    migrate.set_defaults(handler=run_migrate)
+
     verify = commands.add_parser(
         "verify",
         help="check a stored log without writing: 0 intact, 1 recoverable, 2 corrupt, 3 held "
@@ -548,6 +562,43 @@ def run_export_otel(args: argparse.Namespace) -> int:
 
 
 # -- verify -----------------------------------------------------------------------------
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    """``dsh sessions migrate --to v4 ID``: the JSONL plugin's ``migrate_to_v4`` (docs/format.md
+    §10.3: staged, verified, linked without overwriting; the v3 log stays byte-identical).
+    A session already in v4, a torn or held one, or one DSH's own migration would rewrite
+    is refused with the plugin's reason and nothing is written."""
+    rows = persistence_rows(load_composition(args)[1])
+
+    async def body(host: PluginHost) -> dict[str, Any]:
+        service = persistence(host)
+        migrate = getattr(service, "migrate_to_v4", None)
+        if migrate is None:
+            raise CliUsageError(
+                f"the composition's session store ({type(service).__name__}) has no DSH "
+                "format versions; only session-persistence-jsonl logs migrate to v4"
+            )
+        before = await _read(host, args.session_id)
+        source = before.location.path if before.location is not None else None
+        if before.source_version == 4:
+            return {"sessionId": args.session_id, "to": 4, "path": source, "already": True}
+        target = await migrate(args.session_id)
+        return {"sessionId": args.session_id, "to": 4, "path": target, "kept": source}
+
+    report = run_with_host(rows, body)
+    if args.json:
+        print(json_line(report))
+    elif report.get("already"):
+        console().print(
+            f"{report['sessionId']} is already format v4 ({report['path']}); nothing written",
+            markup=False,
+        )
+    else:
+        out = console()
+        out.print(f"migrated {report['sessionId']} to format v4: {report['path']}", markup=False)
+        out.print(f"the v3 log is kept unchanged: {report['kept']}", style="dim", markup=False)
+    return 0
 
 
 def run_verify(args: argparse.Namespace) -> int:

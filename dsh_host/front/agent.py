@@ -168,6 +168,11 @@ class _Finished:
     error: BaseException | None
 
 
+
+#: Composed rows the front door keeps only with ``sandbox=``: the built-in tools and their
+#: sandbox, skills (a skill's scripts run through ``bash``) and command hooks (run confined).
+_SANDBOXED_ROWS: Final = frozenset({"builtin-tools", "sandbox-local", "skills", "hooks"})
+
 class Agent:
     """An agent on one session of a plugin host composed from these arguments.
 
@@ -192,8 +197,8 @@ class Agent:
     composition to start from (default: the one ``dsh`` uses here: ``$DSH_CONFIG``,
     a trusted ``./dsh.yml``, the user's ``config.yml`` or the shipped default), so
     policies composed there (retries, timeouts ...) apply to the library too; its
-    model, built-in tools (unless ``sandbox``) and, when ``store`` is given,
-    persistence rows are replaced by these arguments.
+    model, built-in tools, skills and hooks (kept only with ``sandbox``) and, when ``store``
+    is given, persistence rows are replaced by these arguments.
     """
 
     def __init__(
@@ -305,8 +310,11 @@ class Agent:
             if name.startswith("session-persistence-") or name == "session-checkpoint-policy":
                 if not isinstance(self._store, _CliDefault):
                     continue  # replaced below
-            if name in ("builtin-tools", "sandbox-local") and self._sandbox is None:
-                continue  # no built-in tools unless a sandbox mode is asked for
+            if name in _SANDBOXED_ROWS and self._sandbox is None:
+                # No built-in tools unless a sandbox mode is asked for; nor skills (their
+                # scripts run through bash) or command hooks (they run confined: without a
+                # sandbox every gate would deny).
+                continue
             if name == "agent":
                 continue  # added last, with this agent's route
             rows.append(row)

@@ -9,7 +9,9 @@ maps onto one chain every path crosses, so no second copy of a check exists:
   the step, so the model is never asked and the turn ends ``blocked``;
 - a **tool** guardrail runs on each call at ``tools/pre-execute``, which the tools runtime
   crosses before the ``tools/execute`` chain (where the checkpoint policy makes the call durable
-  and the body runs): a tripped call is denied with the guardrail's reason, its body never runs;
+  and the body runs): a tripped call is denied with the guardrail's reason, its body never runs.
+  Before the guardrails deliberate, a ``guardrail/asked`` gate is appended and the log flushed,
+  so a crash inside a slow guardrail resumes as ``TOOL_NOT_STARTED`` (D23);
 - an **output** guardrail runs on the turn's final text at ``agent/turn-stopping``: the text
   has been produced and logged (the log never pretends otherwise), the tripwire is recorded.
 
@@ -33,7 +35,9 @@ from dsh_host.agent.types import PreStepContext, PreStepDecision, Reject, TurnSt
 from dsh_host.context import Context
 from dsh_host.errors import ConfigError, DshError
 from dsh_host.session.events.data import AssistantMessageData
+from dsh_host.session.keys import SESSIONS
 from dsh_host.session.messages import TextBlock
+from dsh_host.session.repair import GUARDRAIL_GATE_EVENT, GUARDRAIL_VERDICT_EVENT
 from dsh_host.tools.keys import TOOLS_PRE_EXECUTE
 from dsh_host.tools.types import Deny, PreToolDecision, ToolExecution
 
@@ -49,7 +53,7 @@ __all__ = [
 ]
 
 #: The log event of one verdict (not a DSH type: written ``ignorable``).
-GUARDRAIL_EVENT = "guardrail/verdict"
+GUARDRAIL_EVENT = GUARDRAIL_VERDICT_EVENT
 
 Kind: TypeAlias = Literal["input", "output", "tool"]
 
@@ -189,6 +193,21 @@ class Guardrails:
                 return guardrail, output
         return None
 
+    async def _gate(self, ctx: Context, agent: Any, turn: int, call_id: str) -> None:
+        """Make the call and its guardrail gate durable before a guardrail deliberates (D23
+        in docs/decisions.md): a process killed inside a slow guardrail leaves a durable
+        ``tool/call`` and a ``guardrail/asked`` no verdict passed, so resume closes the call
+        ``TOOL_NOT_STARTED`` instead of knowing nothing of it."""
+        session = getattr(agent, "session", None)
+        if session is None:
+            return
+        names = [g.name for g in self.of("tool")]
+        gate = {"turn": turn, "callId": call_id, "guardrails": names}
+        session.append(GUARDRAIL_GATE_EVENT, gate, ignorable=True)
+        sessions = ctx.get(SESSIONS)
+        if sessions is not None:
+            await sessions.flush(session)
+
     def take(self, agent: Any, turn: int) -> tuple[Guardrail, GuardrailFunctionOutput] | None:
         """The tripped verdict of ``agent``'s ``turn`` (forgotten once taken)."""
         entry = self.tripped.pop(agent, None)
@@ -224,6 +243,7 @@ class Guardrails:
                 if ours(agent):
                     call = ToolCallData(execution.name, execution.arguments, execution.call_id)
                     turn = int(getattr(agent, "last_turn", 0) or 0)
+                    await self._gate(ctx, agent, turn, execution.call_id)
                     hit = await self._run("tool", agent, turn, call, execution.call_id)
                     if hit is not None:
                         guardrail, output = hit

@@ -49,6 +49,7 @@ __all__ = [
     "BlockStartChunk",
     "ChunkRecord",
     "ContentBlock",
+    "DeveloperMessage",
     "EpochHeader",
     "ErrorFinish",
     "FinishChunk",
@@ -321,6 +322,22 @@ class SystemMessage(Wire, frozen=True, kw_only=True):
     role: Literal["system"] = "system"  #: always "system"
     content: tuple[ContentBlock, ...]  #: the prompt text blocks
     source: MessageSource  #: usually a plugin source
+
+
+class DeveloperMessage(Wire, frozen=True, kw_only=True):
+    """A developer-role message (DSH format v4 ``developer/message`` data ``message``).
+
+    DSH 0.1.7+ records tool additions and removals as ``tool-addition`` /
+    ``tool-removal`` blocks (opaque here, ``toolName`` inside) of a developer message.
+    It is not a :data:`Message`: the surface projects it as a :class:`SystemMessage`
+    (``derive_event_message``), as DSH's text routes do.
+    """
+
+    id: _NonEmpty  #: message identity
+    role: Literal["developer"] = "developer"  #: always "developer"
+    content: tuple[ContentBlock, ...]  #: text and tool-change blocks
+    #: the producer's source (a v4 producer kind; an unknown kind is opaque)
+    source: _OpenUserSource
 
 
 #: Any message the surface can project.

@@ -11,7 +11,8 @@ what is missing and whoever holds the write handle appends it (D7):
    whose pre-execute ``approval/asked`` has no ``approval/decided
    {allowed-once}`` cannot have run (the checkpoint policy makes the decision
    durable before the body), so it is ``TOOL_NOT_STARTED`` although its
-   ``tool/call`` is durable. Calls a turn ended ``awaiting-approval`` with are
+   ``tool/call`` is durable; so is a call whose durable ``guardrail/asked`` gate has not
+   durably passed every guardrail it names (D23). Calls a turn ended ``awaiting-approval`` with are
    pending, not crashed: nothing closes them while no turn is open; the turn
    that applies their decisions carries them, and there only a new
    ``tool/call`` (written just before the body is dispatched) counts as
@@ -29,7 +30,7 @@ event's time, never a future one). It never retries a tool.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from dsh_host.session.approvals import PRE_EXECUTE_STAGE, awaiting_call_ids
@@ -49,6 +50,8 @@ from dsh_host.session.events import (
 from dsh_host.session.messages import ToolCallBlock
 
 __all__ = [
+    "GUARDRAIL_GATE_EVENT",
+    "GUARDRAIL_VERDICT_EVENT",
     "TOOL_NOT_STARTED",
     "TOOL_NOT_STARTED_TEXT",
     "TOOL_OUTCOME_UNKNOWN",
@@ -82,8 +85,16 @@ def interrupted_tool_result_id(call_id: str, seq: int) -> str:
     return f"interrupted-tool-result-{call_id}-{seq}"
 
 
+#: A front-door tool guardrail's gate (D23 in docs/decisions.md): appended (``ignorable``) and
+#: made durable after a call's ``tool/call`` and before its guardrails run; ``data`` is
+#: ``{turn, callId, guardrails: [names]}``.
+GUARDRAIL_GATE_EVENT: Final = "guardrail/asked"
+#: One guardrail's verdict (``ignorable``): ``{turn, kind, name, tripwireTriggered, callId?}``.
+GUARDRAIL_VERDICT_EVENT: Final = "guardrail/verdict"
+
+
 class _Pending:
-    __slots__ = ("allowed", "call_seq", "carried", "gate", "step")
+    __slots__ = ("allowed", "call_seq", "carried", "gate", "guards", "step")
 
     def __init__(self, step: int, *, carried: bool = False) -> None:
         self.step = step
@@ -91,11 +102,18 @@ class _Pending:
         self.carried = carried  # left pending by an awaiting-approval turn
         self.gate: str | None = None  # id of the pre-execute approval/asked after the tool/call
         self.allowed = False  # that ask was decided allowed-once
+        #: guardrails gating the call that have not durably passed it (D23)
+        self.guards: set[str] = set()
 
     @property
     def started(self) -> bool:
-        """May the body have started? Only with a durable tool/call and no refused gate."""
-        return self.call_seq is not None and (self.gate is None or self.allowed)
+        """May the body have started? Only with a durable tool/call, no refused approval
+        gate and no guardrail gate still deliberating or tripped (D19, D23)."""
+        return (
+            self.call_seq is not None
+            and (self.gate is None or self.allowed)
+            and not self.guards
+        )
 
 
 def interrupted_turn_closers(events: Sequence[SessionEvent]) -> list[SessionEvent]:
@@ -158,6 +176,15 @@ def interrupted_turn_closers(events: Sequence[SessionEvent]) -> list[SessionEven
             for gated in pending.values():
                 if gated.gate == data.id:
                     gated.allowed = data.outcome == "allowed-once"
+        elif kind == GUARDRAIL_GATE_EVENT and isinstance(data, Mapping):
+            entry = pending.get(data.get("callId"))  # type: ignore[arg-type]
+            names = data.get("guardrails")
+            if entry is not None and entry.call_seq is not None and isinstance(names, Sequence):
+                entry.guards = {str(n) for n in names}
+        elif kind == GUARDRAIL_VERDICT_EVENT and isinstance(data, Mapping):
+            entry = pending.get(data.get("callId"))  # type: ignore[arg-type]
+            if entry is not None and data.get("tripwireTriggered") is False:
+                entry.guards.discard(str(data.get("name")))
         elif kind == "tool/result" and isinstance(data, ToolResultData):
             pending.pop(data.message.source.call_id, None)
     if open_turn is None:

@@ -37,6 +37,7 @@ from dsh_host.session.errors import (
 )
 from dsh_host.session.events import (
     AssistantMessageData,
+    DeveloperMessageData,
     EndSeedData,
     ReplaceOp,
     RequestContextData,
@@ -58,7 +59,18 @@ from dsh_host.session.header import (
     now_ms,
     parse_session_header,
 )
-from dsh_host.session.messages import AssistantMessage, EpochHeader, Message, UserMessage
+from dsh_host.session.messages import (
+    AssistantMessage,
+    ContentBlock,
+    DeveloperMessage,
+    EpochHeader,
+    Message,
+    PluginSource,
+    SystemMessage,
+    TextBlock,
+    UserMessage,
+    source_kind,
+)
 from dsh_host.session.request_header import canonical_header
 from dsh_host.session.surface import SurfaceState
 
@@ -86,8 +98,9 @@ def derive_event_message(event: SessionEvent) -> Message | None:
 
     ``user/message`` → its data; ``assistant/message`` → its message unless the
     content is empty (a max-tokens step that only hosts usage); ``tool/result``
-    → its message; ``system/message`` → its message unless empty; anything else
-    → None. Content is verbatim: no framing is added here.
+    → its message; ``system/message`` → its message unless empty; ``developer/message``
+    (DSH format v4) → a system message (:func:`developer_as_system`) unless it renders
+    empty; anything else → None. Content is verbatim: no framing is added here.
     """
     data = event.data
     kind = event.type
@@ -103,6 +116,10 @@ def derive_event_message(event: SessionEvent) -> Message | None:
         if isinstance(data, SystemMessageData) and data.message.content:
             return data.message
         return None
+    if kind == "developer/message":
+        if isinstance(data, DeveloperMessageData):
+            return developer_as_system(data.message)
+        return None
     # A plugin-registered surface type projects its data (if a message) or data.message.
     spec = event_type_spec(kind)
     if spec is not None and spec.surface:
@@ -112,6 +129,34 @@ def derive_event_message(event: SessionEvent) -> Message | None:
         if message is not None and getattr(message, "content", None):
             return message  # type: ignore[no-any-return]
     return None
+
+
+def _developer_block(block: ContentBlock) -> ContentBlock | None:
+    if isinstance(block, TextBlock):
+        return block
+    if isinstance(block, Mapping):
+        name = block.get("toolName")
+        if block.get("type") == "tool-addition" and isinstance(name, str):
+            return TextBlock(text=f"[tool enabled: {name}]")
+        if block.get("type") == "tool-removal" and isinstance(name, str):
+            return TextBlock(text=f"[tool disabled: {name}]")
+    return None
+
+
+def developer_as_system(message: DeveloperMessage) -> SystemMessage | None:
+    """What the model sees of a DSH v4 developer message: a system message with its text
+    blocks and one line per tool change (``[tool enabled: NAME]`` / ``[tool disabled:
+    NAME]``, DSH's text rendering of those blocks), other blocks left out; None when
+    nothing remains (DSH: an empty developer node keeps its surface place and projects no
+    message). Same id; the source is kept when this build models its kind, else it is a
+    plugin source named by that kind."""
+    blocks = tuple(b for b in map(_developer_block, message.content) if b is not None)
+    if not blocks:
+        return None
+    source = message.source
+    if isinstance(source, Mapping):
+        source = PluginSource(plugin=source_kind(source))
+    return SystemMessage(id=message.id, content=blocks, source=source)
 
 
 def derive_messages_from_events(events: Sequence[SessionEvent]) -> list[Message]:

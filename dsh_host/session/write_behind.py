@@ -716,7 +716,18 @@ class WriteHandle(Generic[L]):
             revision=f"written:{self._cursor}" if self._lease is not None else "unmaterialized",
             location=self._storage.locate(self._header),
             torn_tail=self._torn,
+            source_version=self._format_version(),
         )
+
+    def _format_version(self) -> int:
+        """The format version of the log this handle writes: its lease's ``version`` when the
+        storage keeps one per session (JSONL: a v4 log continues in v4 whatever the root
+        writes), else the storage's ``write_version`` for a session not stored yet, else 3
+        (the core's format). ``read`` reports it, so a write handle and a read handle of the
+        same log agree on what it is."""
+        owner = self._lease if self._lease is not None else self._storage
+        version = getattr(owner, "version" if self._lease is not None else "write_version", None)
+        return version if type(version) is int else 3
 
     # -- lifecycle
 

@@ -239,6 +239,8 @@ def hook_sources(config: HooksConfig, cwd: str) -> list[HookCommand]:
             if not path.is_file():
                 continue
             data = path.read_bytes()
+            if not _declares_hooks(data):
+                continue  # e.g. a Claude Code settings.json holding only permissions
             recorded = _trusted_digest(str(path))
             if recorded is None:
                 _note(
@@ -254,6 +256,17 @@ def hook_sources(config: HooksConfig, cwd: str) -> list[HookCommand]:
                 continue
             hooks += _decode_file(data, str(path))  # the very bytes that were hashed
     return hooks
+
+
+def _declares_hooks(data: bytes) -> bool:
+    """Whether a project file may declare hooks: a JSON object with a non-empty ``hooks``, or
+    anything that is not JSON (then it is not ours to judge, and the trust rules apply). A
+    ``settings.json`` without hooks is skipped silently rather than noted on every run."""
+    try:
+        parsed = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return True
+    return not isinstance(parsed, dict) or bool(parsed.get("hooks"))
 
 
 @dataclass(frozen=True, slots=True)

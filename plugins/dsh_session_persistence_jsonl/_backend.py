@@ -24,7 +24,7 @@ import anyio
 from dsh_host.session import offload
 from dsh_host.session.backend import PersistenceService
 from dsh_host.session.errors import InvalidSessionIdError
-from dsh_host.session.events import SessionEvent, encode_event
+from dsh_host.session.events import DSH_V4_ONLY_EVENT_TYPES, SessionEvent, encode_event
 from dsh_host.session.header import SessionHeader, check_session_id, parse_session_header
 from dsh_host.session.persistence import (
     ArtifactLocation,
@@ -163,11 +163,21 @@ WRITABLE_VERSIONS: Final = (CURRENT_VERSION, V4_VERSION)
 
 def _stored_lines(version: int, lines: Sequence[bytes]) -> list[bytes]:
     """The lines as a ``version`` log stores them: the core encodes v3 rows, and a v4 log
-    gets each one lifted (:func:`~._v4.lift_row`). Every write of a log — a new session's
-    first batch, an append, a torn tail's re-append — passes here, so no v3 row reaches a
-    v4 file. Only a row naming a plugin source or a tool result changes in v4, so the rest
-    keep the core's bytes unparsed."""
+    gets each one lifted (:func:`~._v4.lift_row`); a v4-only event
+    (``developer/message``...) is refused for a v3 log, which DSH 0.1.5 would refuse whole.
+    Every write of a log — a new session's first batch, an append, a torn tail's
+    re-append — passes here, so no v3 row reaches a v4 file. Only a row naming a plugin
+    source or a tool result changes in v4, so the rest keep the core's bytes unparsed."""
     if version != V4_VERSION:
+        for line in lines:
+            if any(b'"' + t.encode() + b'"' in line for t in DSH_V4_ONLY_EVENT_TYPES):
+                row = _json.loads(line)
+                if row.get("type") in DSH_V4_ONLY_EVENT_TYPES and row.get("ignorable") is not True:
+                    raise SessionWriteError(
+                        f'refusing to write a "{row["type"]}" event (seq {row.get("seq")!r}) '
+                        f"into a format v{version} log: DSH reads it only in a v4 log; migrate "
+                        "the session to v4 first (dsh sessions migrate --to v4 ID)"
+                    )
         return list(lines)
     return [
         _json.dumps_bytes(lift_row(_json.loads(line)))

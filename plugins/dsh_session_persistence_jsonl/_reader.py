@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Final, Literal, TypeAlias
 
 from dsh_host.jsonsafe import may_hold_unsafe_int
-from dsh_host.session.events import SessionEvent, decode_event_line
+from dsh_host.session.events import DSH_V4_ONLY_EVENT_TYPES, SessionEvent, decode_event_line
 from dsh_host.session.persistence import (
     SessionFormatUnsupportedError,
     SessionPersistenceCorruptionError,
@@ -175,6 +175,7 @@ class LineScanner:
             if (
                 typed is not None
                 and typed.type not in ADMISSION_TYPES_V3
+                and typed.type not in DSH_V4_ONLY_EVENT_TYPES
                 and source_seqs_admissible(typed.source_event_seqs, typed.seq)
             ):
                 self._admit_typed(typed, line_start, line_end)
@@ -222,6 +223,19 @@ class LineScanner:
                     "row before its torn-tail rule, so it is never dropped as a tail)",
                     offset,
                 ) from None
+        if (
+            self.version < V4_VERSION
+            and isinstance(row, dict)
+            and row.get("type") in DSH_V4_ONLY_EVENT_TYPES
+            and row.get("ignorable") is not True
+        ):
+            raise SessionFormatUnsupportedError(
+                f'session log "{self.path}": format v{self.version} holds the format v4 event '
+                f'type "{row["type"]}" (seq {row.get("seq")!r}, line {self._line}); DSH writes '
+                "it only in a v4 log (session.v4.jsonl), so this log is refused whole rather "
+                "than cut",
+                location=self.path,
+            )
         closes_turn = isinstance(row, dict) and row.get("type") == "turn/end"
         if self.issue is not None:
             self._after_issue(closes_turn)

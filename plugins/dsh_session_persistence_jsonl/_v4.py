@@ -343,9 +343,145 @@ def _check_tool_result(data: object, seq: object) -> None:
         raise V4RowError(f"{subject} carries error metadata for a non-error result")
 
 
+_TOOL_CHANGES: Final = frozenset({"tool-addition", "tool-removal"})
+_MAX_SAFE: Final = 2**53 - 1
+
+
+def _is_count(value: object) -> bool:
+    return type(value) is int and 0 <= value <= _MAX_SAFE
+
+
+def _check_tool_changes(blocks: object, seq: object, *, developer: bool) -> None:
+    """DSH's ``assertToolChange`` (``developer.ts``) on each block of one content list."""
+    for block in blocks if isinstance(blocks, list) else []:
+        if not isinstance(block, dict) or block.get("type") not in _TOOL_CHANGES:
+            continue
+        tag = block["type"]
+        if not developer:
+            raise V4RowError(f"format v4 {tag} at seq {seq} requires developer role")
+        name = block.get("toolName")
+        if type(name) is not str or not name:
+            raise V4RowError(f"format v4 {tag} at seq {seq} requires a nonempty toolName")
+        if tag == "tool-addition" and "tool" in block:
+            raise V4RowError(
+                f"format v4 tool-addition at seq {seq} must omit inline tool definitions"
+            )
+
+
+def _check_ordinary(message: dict[str, Any], seq: object) -> None:
+    if message.get("role") == "developer":
+        raise V4RowError(
+            f"format v4 message at seq {seq}: developer/message and developer role must "
+            "occur together"
+        )
+    _check_tool_changes(message.get("content"), seq, developer=False)
+
+
+def _check_developer(data: object, seq: object) -> None:
+    """DSH's native ``developer/message`` rules (``assertV4DeveloperData``)."""
+    subject = f"format v4 developer/message at seq {seq}"
+    if not isinstance(data, dict):
+        raise V4RowError(f"{subject}: data must be an object")
+    message = data.get("message")
+    if not isinstance(message, dict) or message.get("role") != "developer":
+        raise V4RowError(f"{subject} requires turn, step, and a developer message")
+    for field in ("turn", "step"):
+        if not _is_count(data.get(field)) or data[field] == 0:
+            raise V4RowError(f"{subject}: {field} must be a positive integer")
+    content = message.get("content")
+    _check_tool_changes(content, seq, developer=True)
+    source = message.get("source")
+    kind = source.get("kind") if isinstance(source, dict) else None
+    msg_id = message.get("id")
+    if (
+        type(msg_id) is not str
+        or not msg_id
+        or not isinstance(content, list)
+        or type(kind) is not str
+        or not kind
+        or kind == "plugin"
+    ):
+        raise V4RowError(f"{subject} requires id, role, content, and a producer-owned source")
+    additions = any(isinstance(b, dict) and b.get("type") == "tool-addition" for b in content)
+    if additions and not _is_count(data.get("headerSeq")):
+        raise V4RowError(f"{subject}: headerSeq must be a non-negative integer with additions")
+    if not additions and "headerSeq" in data:
+        raise V4RowError(f"{subject} must omit headerSeq without tool additions")
+
+
+_CATALOG_MODES: Final = {0: ("continuable", "one-shot"), 1: ("continuable", "one-shot", "unknown")}
+
+
+def _check_catalog(data: object, seq: object) -> None:
+    """DSH's native ``subagent/catalog`` payload rules (v3-to-v4 README, "Parent catalog
+    prerequisites"): version 0 or 1, string ``childId``, a count ``childCreatedAt``, a mode
+    of the version, a string label for a continuable child (and any present label)."""
+    subject = f"format v4 subagent/catalog at seq {seq}"
+    if not isinstance(data, dict):
+        raise V4RowError(f"{subject}: data must be an object")
+    version = data.get("version")
+    modes = _CATALOG_MODES.get(version) if type(version) is int else None
+    if modes is None:
+        raise V4RowError(f"{subject}: version must be 0 or 1, got {version!r}")
+    if type(data.get("childId")) is not str:
+        raise V4RowError(f"{subject}: childId must be a string")
+    if not _is_count(data.get("childCreatedAt")):
+        raise V4RowError(f"{subject}: childCreatedAt must be a non-negative integer")
+    mode = data.get("mode")
+    if mode not in modes:
+        raise V4RowError(f"{subject}: mode must be one of {', '.join(modes)}, got {mode!r}")
+    if "label" in data and type(data["label"]) is not str:
+        raise V4RowError(f"{subject}: a present label must be a string")
+    if mode == "continuable" and "label" not in data:
+        raise V4RowError(f"{subject}: a continuable child needs a string label")
+
+
+def _check_v4_only(row: dict[str, Any], seq: object) -> None:
+    """The rows and blocks v4 added: developer messages and their tool-change blocks
+    (nowhere else), ``deferLoading`` of request tools, ``subagent/catalog`` payloads."""
+    kind = row.get("type")
+    data = row.get("data")
+    if kind == "developer/message":
+        _check_developer(data, seq)
+        return
+    if kind == "subagent/catalog" and row.get("ignorable") is not True:
+        _check_catalog(data, seq)
+        return
+    if not isinstance(data, dict):
+        return
+    if kind == "compaction/summary":
+        _check_tool_changes(data.get("summary"), seq, developer=False)
+        _check_tool_changes(data.get("rawOutput"), seq, developer=False)
+    elif kind in ("assistant/message", "assistant/attempt"):
+        stream = data.get("stream")
+        for record in stream if isinstance(stream, list) else []:
+            chunk = record.get("chunk") if isinstance(record, dict) else None
+            if not isinstance(chunk, dict) or record.get("type") != "chunk":
+                continue
+            if chunk.get("type") == "block-end" and isinstance(chunk.get("block"), dict):
+                _check_tool_changes([chunk["block"]], seq, developer=False)
+            if chunk.get("type") == "block-start" and chunk.get("blockType") in _TOOL_CHANGES:
+                raise V4RowError(
+                    f"format v4 tool-change blocks at seq {seq} require developer role"
+                )
+    elif kind == "request/header" and isinstance(data.get("header"), dict):
+        tools = data["header"].get("tools")
+        for tool in tools if isinstance(tools, list) else []:
+            if (
+                isinstance(tool, dict)
+                and "deferLoading" in tool
+                and tool["deferLoading"] is not True
+            ):
+                raise V4RowError(
+                    f"format v4 request/header at seq {seq}: tool deferLoading must be true "
+                    "when present"
+                )
+
+
 def admit_v4_row(row: object) -> None:
     """DSH's native v4 row rules this build checks (``tool-role.ts``,
-    ``message-sources.ts``, ``retired-syntax.ts``); raises :class:`V4RowError`.
+    ``message-sources.ts``, ``retired-syntax.ts``, ``developer.ts``, the catalog rules of
+    the v3-to-v4 README); raises :class:`V4RowError`.
 
     Like DSH, these run before the torn-tail rule: a v4 writer never writes such a
     row, so it is refused, never dropped as a tail. A row that is not an object is
@@ -359,11 +495,14 @@ def admit_v4_row(row: object) -> None:
         _check_source(message, seq)
         if row.get("type") != "tool/result":
             _check_no_wrapper(message, seq)
+        if row.get("type") != "developer/message":
+            _check_ordinary(message, seq)
         return message
 
     probe = dict(row)
     _map_messages(probe, check)
     _check_other_positions(row, seq)
+    _check_v4_only(row, seq)
     if row.get("type") == "tool/result":
         _check_tool_result(row.get("data"), seq)
         _check_no_wrapper(row["data"]["message"], seq)

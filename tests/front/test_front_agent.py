@@ -32,7 +32,7 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-ADDING = [
+ADDING: list[dict[str, Any]] = [
     {"tool_calls": [{"name": "add", "arguments": {"a": 2, "b": 3}}],
      "usage": {"input_tokens": 7, "output_tokens": 3}},
     {"text": "It is 5.", "usage": {"input_tokens": 11, "output_tokens": 4}},
@@ -115,6 +115,10 @@ async def test_store_none_keeps_everything_in_memory(
     assert {"sessions", "llm", "tools", "user-approval"} <= set(names)
     assert not any(n.startswith("session-persistence") for n in names)
     assert "builtin-tools" not in names and "sandbox-local" not in names
+    # skills' scripts need bash and hooks run confined: kept only with a sandbox mode
+    assert "skills" not in names and "hooks" not in names
+    sandboxed = [row.name for row in Agent("demo", store=None, sandbox="read-only").rows()]
+    assert {"builtin-tools", "sandbox-local", "skills", "hooks"} <= set(sandboxed)
 
 
 @pytest.mark.anyio

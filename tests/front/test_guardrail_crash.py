@@ -1,11 +1,11 @@
 """SIGKILL during a slow tool guardrail, then resume: nothing claims the call ran.
 
 A tool guardrail runs in ``tools/pre-execute``, before the ``tools/execute`` chain where the
-checkpoint policy flushes the log and the body runs. So a process killed while a guardrail
-deliberates has not run the body (the ledger is empty), and the log on disk holds no durable
-``tool/call``: the model's answer of that step had not reached a barrier yet. Resume closes the
-interrupted turn without a ``tool/call`` or a ``tool/result`` for it: the call is, in the log
-as in the world, not started, and asking the model again is safe.
+checkpoint policy flushes the log and the body runs. Before it deliberates, the front door
+appends a ``guardrail/asked`` gate and flushes (D23 in docs/decisions.md), so a process killed
+while a guardrail deliberates leaves a durable ``tool/call`` and a gate no verdict passed, and has
+not run the body (the ledger is empty). Resume closes the call ``TOOL_NOT_STARTED``: in the log
+as in the world it never started, and asking the model again is safe.
 """
 
 from __future__ import annotations
@@ -62,8 +62,14 @@ async def test_a_kill_inside_a_tool_guardrail_resumes_as_not_started(tmp_path: P
         await agent.resume(session_id)
         calls = events_of(agent, "tool/call", "tool/result", "guardrail/verdict")
         ended = events_of(agent, "turn/end")
+        gates = len(events_of(agent, "guardrail/asked"))
         resumed = await agent.run("try again")
     assert not ledger.exists()  # the body never ran
-    assert calls == []  # and the log does not claim it started
+    # the call and its gate were durable; resume says it never started (not unknown)
+    assert [c.type for c in calls] == ["tool/call", "tool/result"]
+    result = calls[1].data
+    assert result.error is not None and result.error.code == "TOOL_NOT_STARTED"
+    assert result.message.source.call_id == "charge-1"
+    assert gates == 1
     assert len(ended) == 1  # the interrupted turn is closed
     assert resumed.completed and resumed.output == "retrying is safe"

@@ -21,8 +21,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
 from cli_helpers import REPO, dsh, json_lines
 
-DEFAULT = (REPO / "configs" / "default.yml").read_text()
 HOOKS_ROW = "\n- id: hooks\n  name: hooks\n"
+SHIPPED = (REPO / "configs" / "default.yml").read_text()
+assert HOOKS_ROW in SHIPPED  # the shipped default composes hooks (inert until trusted)
+#: The default without its hooks row: each test appends the row it configures.
+DEFAULT = SHIPPED.replace(HOOKS_ROW, "\n", 1)
 DENY_RM = (
     "input=$(cat); case \"$input\" in *'rm -rf'*) "
     "echo 'destructive command refused: rm -rf is not allowed here' >&2; exit 2;; esac; exit 0"
@@ -302,3 +305,21 @@ def test_a_stop_hook_continues_the_turn_once(project: Path, tmp_path: Path) -> N
     assert decisions == ["deny", "pass"]
     assert "write the summary to the ledger first" in model_view(project, session_id)
     assert len([e for e in log if e["type"] == "assistant/message"]) == 2
+
+
+def test_a_claude_settings_file_without_hooks_is_skipped_silently(
+    project: Path, tmp_path: Path
+) -> None:
+    """The shipped default composes hooks, and many projects carry a Claude Code
+    ``.claude/settings.json`` holding only permissions: no note on every run for it. The same
+    file once it declares hooks is untrusted and noted (not run)."""
+    settings = project / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(json.dumps({"permissions": {"allow": ["Bash(ls)"]}}))
+    _, stderr = run(project, tmp_path, ["echo ran >> ledger"])
+    assert "was not loaded" not in stderr
+    assert (project / "ledger").read_text() == "ran\n"
+    hooks_file(settings, "PreToolUse", "echo planted >&2; exit 2")
+    _, stderr = run(project, tmp_path, ["echo again >> ledger"])
+    assert ".claude/settings.json was not loaded: project hooks run only when trusted" in stderr
+    assert (project / "ledger").read_text() == "ran\nagain\n"

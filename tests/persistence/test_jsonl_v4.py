@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import msgspec
 import pytest
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
@@ -25,7 +26,7 @@ from dsh_session_persistence_jsonl._plugin import JsonlConfig
 from dsh_host.session.events import event_to_builtins
 from dsh_host.session.persistence import SessionPersistenceCorruptionError
 
-from .helpers import header, log, plain
+from .helpers import header, log, plain, turn
 
 pytestmark = pytest.mark.anyio
 
@@ -43,6 +44,10 @@ def wire(events: Any) -> list[Any]:
 def _split(rel: str) -> tuple[str, str, str]:
     root, _project, sid, _name = rel.split("/")
     return root, sid, "zstd" if rel.endswith(".zstd") else "none"
+
+
+def _file_bytes(path: str) -> bytes:
+    return Path(path).read_bytes()
 
 
 def _digest(path: Path) -> str:
@@ -74,7 +79,7 @@ async def test_v4_file_reads_as_its_v3_source(
     got = await (await v4.open(sid, "read")).read()
     ref = await (await v3.open(sid, "read")).read()
     assert got.source_version == 4
-    assert got.location.path == str(path)
+    assert got.location is not None and got.location.path == str(path)
     assert got.header == ref.header
     assert wire(got.events) == wire(ref.events)
     if want["tornTruncateTo"] is None and not want["readerMustRefuse"]:
@@ -108,7 +113,7 @@ async def test_resume_continues_a_v4_log_in_v4(
     backend = JsonlSessionPersistence(str(tmp_path / root), compression)  # type: ignore[arg-type]
     handle = await backend.open(sid, "write")
     load = await handle.read()
-    assert load.location.path == str(path)
+    assert load.location is not None and load.location.path == str(path)
     start = load.torn_tail.truncate_to if load.torn_tail is not None else path.stat().st_size
     closers = interrupted_turn_closers(load.events)
     handle.append(closers)
@@ -252,7 +257,7 @@ async def test_v4_row_admission_refuses_the_whole_log(name: str, text: str, tmp_
     backend = JsonlSessionPersistence(str(tmp_path), "none")
     for mode in ("read", "write"):
         with pytest.raises(SessionPersistenceCorruptionError, match=text) as refused:
-            await backend.open("bad", mode)  # type: ignore[arg-type]
+            await backend.open("bad", mode)
         assert refused.value.path == str(path)
         assert "never dropped as a tail" in str(refused.value)
     assert path.read_bytes() == before
@@ -290,36 +295,178 @@ async def test_a_v4_root_writes_new_sessions_as_v4(tmp_path: Path) -> None:
         JsonlSessionPersistence(str(tmp_path), write_version=5)
 
 
-async def test_a_v4_event_type_without_a_v3_counterpart_is_refused_not_dropped(
-    tmp_path: Path,
-) -> None:
-    """``developer/message`` (DSH 0.2's tool additions/removals) is not modelled here: a v4 log
-    holding one is refused naming it, never read without it (docs/format.md §10.1 row 9)."""
-    from dsh_host.session.persistence import SessionFormatUnsupportedError
+def _developer(seq: int, content: list[Any], **data: Any) -> dict[str, Any]:
+    """A DSH 0.2 ``developer/message`` row, in the key order ``createDeveloperMessage``
+    gives (the producer's input, then role and id)."""
+    message = {"content": content, "source": {"kind": "tool-registry"}}
+    message.update(role="developer", id=f"developer-{seq}")
+    return {
+        "type": "developer/message",
+        "seq": seq,
+        "time": 1789200000002,
+        "data": {"turn": 1, "step": 1, **data, "message": message},
+        "surfaceOp": "append",
+    }
 
-    rows = _v3_rows()[:3]
-    rows.append(
-        {
-            "type": "developer/message",
-            "seq": 3,
-            "time": 1789200000004,
-            "data": {
-                "turn": 1,
-                "step": 1,
-                "message": {
-                    "id": "developer-3",
-                    "role": "developer",
-                    "content": [],
-                    "source": {"kind": "tool-cordis"},
-                },
-            },
-            "surfaceOp": "append",
-        }
+
+_CATALOG = {"version": 1, "childId": "child-1", "childCreatedAt": 5, "mode": "unknown"}
+
+
+def _with_v4_events(dev: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One closed turn (no tools) holding a developer message after its step/start, and a
+    subagent/catalog and workspace/changes after it (DSH 0.2's v4-only or newly read rows)."""
+    rows = [plain(e) for e in log(1, tools=0)]
+    at = next(i for i, r in enumerate(rows) if r["type"] == "step/start") + 1
+    additions = [{"type": "tool-addition", "toolName": "read"}]
+    rows.insert(
+        at,
+        dev
+        or _developer(at, [*additions, {"type": "tool-removal", "toolName": "old"}], headerSeq=0),
     )
-    _v4_log(tmp_path, rows)
+    for seq, row in enumerate(rows):
+        row["seq"] = seq
+    rows.append(
+        {"type": "subagent/catalog", "seq": len(rows), "time": 1789200000009, "data": _CATALOG}
+    )
+    rows.append(
+        {"type": "workspace/changes", "seq": len(rows), "time": 1789200000009, "data": {"turn": 1}}
+    )
+    return rows
+
+
+async def test_v4_only_events_are_read_typed_projected_and_round_trip(tmp_path: Path) -> None:
+    """DSH 0.2's ``developer/message`` is read as a typed surface event and the model sees it
+    as a system message ("[tool enabled: read]", DSH's text rendering); ``subagent/catalog``
+    and ``workspace/changes`` are kept as data; the log written back into a v4 root is the
+    same bytes, and a write handle continues it (docs/format.md §10.1 rows 9, 11)."""
+    from dsh_host.session.events import DeveloperMessageData
+    from dsh_host.session.messages import SystemMessage, TextBlock
+    from dsh_host.session.session import derive_messages_from_events
+
+    path = _v4_log(tmp_path / "in", _with_v4_events())
+    backend = JsonlSessionPersistence(str(tmp_path / "in"), "none")
+    load = await (await backend.open("bad", "read")).read()
+    (dev,) = [e for e in load.events if e.type == "developer/message"]
+    assert isinstance(dev.data, DeveloperMessageData) and dev.data.header_seq == 0
+    (system,) = [m for m in derive_messages_from_events(load.events) if m.role == "system"]
+    assert isinstance(system, SystemMessage) and system.id == dev.data.message.id
+    assert system.content == (
+        TextBlock(text="[tool enabled: read]"),
+        TextBlock(text="[tool disabled: old]"),
+    )
+    catalog = next(e for e in load.events if e.type == "subagent/catalog")
+    assert dict(catalog.data) == _CATALOG
+    out = JsonlSessionPersistence(str(tmp_path / "out"), "none", write_version=4)
+    handle = await out.create(load.header)
+    handle.append(load.events)
+    await handle.close()
+    written = _file_bytes(out.locate(load.header).path)
+    assert written == _file_bytes(str(path))
+    writer = await backend.open("bad", "write")
+    writer.append(turn(len(load.events), 2, closed=True, tools=0))
+    await writer.close()
+    again = await (await backend.open("bad", "read")).read()
+    assert wire(again.events[: len(load.events)]) == wire(load.events)
+    assert _file_bytes(str(path)).startswith(written)
+
+
+def _catalog(**change: Any) -> dict[str, Any]:
+    return {**_CATALOG, **change}
+
+
+V4_ONLY_REFUSALS: dict[str, tuple[dict[str, Any], str]] = {
+    "developer-role-elsewhere": ({"role": "developer"}, "developer role must occur together"),
+    "addition-without-headerSeq": ({"headerSeq": None}, "headerSeq must be a non-negative"),
+    "headerSeq-without-additions": ({"content": []}, "must omit headerSeq"),
+    "inline-tool-definition": ({"inline": True}, "must omit inline tool definitions"),
+    "empty-toolName": ({"toolName": ""}, "requires a nonempty toolName"),
+    "plugin-source": ({"source": {"kind": "plugin", "plugin": "x"}}, "retired plugin source"),
+    "tool-change-in-user-message": ({"user": True}, "requires developer role"),
+    "catalog-version": ({"catalog": _catalog(version=2)}, "version must be 0 or 1"),
+    "catalog-unknown-mode-v0": ({"catalog": _catalog(version=0)}, "mode must be one of"),
+    "catalog-continuable-unlabelled": (
+        {"catalog": _catalog(mode="continuable")},
+        "needs a string label",
+    ),
+    "deferLoading-false": ({"defer": False}, "deferLoading must be true"),
+}
+
+
+def _broken(change: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = _with_v4_events()
+    dev = next(r for r in rows if r["type"] == "developer/message")
+    message = dev["data"]["message"]
+    if change.get("role"):
+        user = next(r for r in rows if r["type"] == "user/message")
+        user["data"]["role"] = "developer"
+    if "headerSeq" in change:
+        del dev["data"]["headerSeq"]
+    if "content" in change:
+        message["content"] = change["content"]
+    if change.get("inline"):
+        message["content"][0]["tool"] = {"name": "read"}
+    if "toolName" in change:
+        message["content"][1]["toolName"] = change["toolName"]
+    if "source" in change:
+        message["source"] = change["source"]
+    if change.get("user"):
+        user = next(r for r in rows if r["type"] == "user/message")
+        user["data"]["content"].append({"type": "tool-removal", "toolName": "bash"})
+    if "catalog" in change:
+        next(r for r in rows if r["type"] == "subagent/catalog")["data"] = change["catalog"]
+    if "defer" in change:
+        request = {
+            "turn": 1,
+            "header": {"tools": [{"name": "read", "deferLoading": change["defer"]}]},
+        }
+        rows.append({"type": "request/header", "seq": len(rows), "time": 1, "data": request})
+    return rows
+
+
+@pytest.mark.parametrize(("name", "case"), sorted(V4_ONLY_REFUSALS.items()))
+async def test_v4_only_rules_refuse_the_whole_log(
+    name: str, case: tuple[dict[str, Any], str], tmp_path: Path
+) -> None:
+    """DSH's native rules for the v4-only rows (``developer.ts``; the catalog rules of the
+    v3-to-v4 README) refuse the file naming the row, never cut it as a tail; the unbroken
+    rows (the test above) are admitted."""
+    change, text = case
+    path = _v4_log(tmp_path, _broken(change))
     backend = JsonlSessionPersistence(str(tmp_path), "none")
-    with pytest.raises(SessionFormatUnsupportedError, match=r'"developer/message" \(seq 3\)'):
+    with pytest.raises(SessionPersistenceCorruptionError, match=text) as refused:
         await backend.open("bad", "read")
+    assert "never dropped as a tail" in str(refused.value) and refused.value.path == str(path)
+
+
+async def test_a_v3_log_never_holds_a_v4_only_event(tmp_path: Path) -> None:
+    """DSH 0.1.5 refuses a v3 log holding ``developer/message``: so does the reader (the
+    whole log, naming it), and the writer refuses to put one into a v3 log."""
+    from dsh_host.session.persistence import SessionFormatUnsupportedError, SessionWriteError
+
+    rows = [r for r in _with_v4_events() if r["type"] != "subagent/catalog"]
+    path = _v4_log(tmp_path / "v3", rows)
+    v3_path = path.with_name("session.v3.jsonl")
+    head, *rest = path.read_text().splitlines(keepends=True)
+    v3_path.write_text(head.replace('"version":4', '"version":3') + "".join(rest))
+    path.unlink()
+    backend = JsonlSessionPersistence(str(tmp_path / "v3"), "none")
+    with pytest.raises(
+        SessionFormatUnsupportedError, match=r'format v4 event type "developer/message"'
+    ):
+        await backend.open("bad", "read")
+    source = _v4_log(tmp_path / "v4", rows)
+    load = await (
+        await JsonlSessionPersistence(str(tmp_path / "v4"), "none").open("bad", "read")
+    ).read()
+    assert source.exists()
+    out = JsonlSessionPersistence(str(tmp_path / "out"), "none")
+    handle = await out.create(load.header)
+    handle.append(load.events)
+    with pytest.raises(SessionWriteError, match="into a format v3 log"):
+        await handle.flush()
+    with pytest.raises(SessionWriteError):  # the handle stays failed: nothing was stored
+        await handle.close()
+    assert not await anyio.Path(out.locate(load.header).path).exists()
 
 
 def _dsh(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -571,3 +718,122 @@ async def test_what_dshs_migration_would_rewrite_is_refused(
     control = tmp_path / "control"
     _v3_log(control, "s", _v3_rows())
     await JsonlSessionPersistence(str(control), "none").migrate_to_v4("s")
+
+
+@pytest.mark.parametrize("write_version", [3, 4])
+async def test_a_write_handle_reports_the_format_of_the_log_it_writes(
+    write_version: int, tmp_path: Path
+) -> None:
+    """A write handle's read says what its log is: a v4 log continued in either root is 4,
+    a v3 log is 3, a new session is the root's format before and after its first flush (a
+    write handle used to report 3 for every log)."""
+    for root in ("root-none",):
+        shutil.copytree(V4 / root, tmp_path / "v4" / root)
+        shutil.copytree(FIXTURES / "dsh-reference" / root, tmp_path / "v3" / root)
+    v4 = JsonlSessionPersistence(
+        str(tmp_path / "v4" / "root-none"), "none", write_version=write_version
+    )
+    v3 = JsonlSessionPersistence(
+        str(tmp_path / "v3" / "root-none"), "none", write_version=write_version
+    )
+    for backend, want in ((v4, 4), (v3, 3)):
+        handle = await backend.open("raw-clean", "write")
+        assert (await handle.read()).source_version == want
+        reader = await (await backend.open("raw-clean", "read")).read()
+        assert reader.source_version == want
+        await handle.close()
+    fresh = await v4.create(header("fresh"))
+    assert (await fresh.read()).source_version == write_version
+    fresh.append(log(1))
+    await fresh.flush()
+    assert (await fresh.read()).source_version == write_version
+    await fresh.close()
+    assert (await (await v4.open("fresh", "read")).read()).source_version == write_version
+
+
+@pytest.mark.slow
+def test_cli_migrates_a_v3_session_to_v4_and_refuses_clearly(tmp_path: Path) -> None:
+    """``dsh sessions migrate --to v4 ID`` publishes session.v4 beside the v3 log, which
+    stays byte-identical (the backup); the session then reads and verifies as v4, and a
+    second migration says so and writes nothing. A torn v3 log, an unknown id and a bad
+    ``--to`` are refused in one line (no traceback) and write nothing."""
+    root = tmp_path / "root-zstd"
+    shutil.copytree(FIXTURES / "dsh-reference" / "root-zstd", root)
+    directory = root / "--home-dev-project--" / "clean"
+    source = directory / "session.v3.jsonl.zstd"
+    before = source.read_bytes()
+    ran = _dsh("sessions", "migrate", "--to", "v4", "clean", "--root", str(root),
+               "--json", cwd=tmp_path)  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    report = json.loads(ran.stdout)
+    assert report["path"] == str(directory / "session.v4.jsonl.zstd")
+    assert report["kept"] == str(source)
+    assert source.read_bytes() == before
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "session.lock",
+        "session.v3.jsonl.zstd",
+        "session.v4.jsonl.zstd",
+    ]
+    migrated = _rows(directory / "session.v4.jsonl.zstd")
+    assert migrated[0]["version"] == 4 and len(migrated) == len(_rows(source))
+    verify = _dsh("sessions", "verify", "clean", "--root", str(root), cwd=tmp_path)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    again = _dsh("sessions", "migrate", "--to", "v4", "clean", "--root", str(root), cwd=tmp_path)
+    assert again.returncode == 0 and "already format v4" in again.stdout, again.stderr
+    refusals = {
+        "torn-midframe": "torn",
+        "no-such-session": "not found",
+    }
+    for sid, text in refusals.items():
+        snapshot = sorted(str(p) for p in root.rglob("*"))
+        again = _dsh("sessions", "migrate", "--to", "v4", sid, "--root", str(root), cwd=tmp_path)
+        assert again.returncode != 0, sid
+        assert text in again.stderr, again.stderr
+        assert "Traceback" not in again.stderr
+        assert sorted(str(p) for p in root.rglob("*")) == snapshot
+    bad = _dsh("sessions", "migrate", "--to", "v5", "clean", "--root", str(root), cwd=tmp_path)
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
+async def test_sessions_show_renders_the_v4_only_events(tmp_path: Path) -> None:
+    """What ``dsh sessions show`` prints of a v4 log: the transcript shows the developer
+    message's tool changes as the model reads them and the subagent catalog entry; the
+    events view summarizes the catalog entry (its renderers, on the events as read)."""
+    from dsh_host.cli.render import event_summary, transcript_lines
+
+    _v4_log(tmp_path, _with_v4_events())
+    backend = JsonlSessionPersistence(str(tmp_path), "none")
+    load = await (await backend.open("bad", "read")).read()
+    text = "\n".join(line for _, line in transcript_lines(load.events))
+    assert "developer: [tool enabled: read]" in text and "[tool disabled: old]" in text
+    assert "subagent child-1 (mode unknown)" in text
+    catalog = next(e for e in load.events if e.type == "subagent/catalog")
+    assert "subagent/catalog" in event_summary(catalog)
+    assert "subagent child-1 (mode unknown)" in event_summary(catalog)
+
+
+async def test_a_v4_session_with_developer_history_resumes_and_continues(tmp_path: Path) -> None:
+    """The library end to end: a v4 session holding a developer message and a catalog entry is
+    resumed by a front-door Agent, runs a turn (the developer node is on the surface it
+    builds the request from), and stays one v4 file."""
+    from dsh_host import Agent
+
+    _v4_log(tmp_path / "raw", _with_v4_events())
+    load = await (
+        await JsonlSessionPersistence(str(tmp_path / "raw"), "none").open("bad", "read")
+    ).read()
+    store = JsonlSessionPersistence(str(tmp_path / "root"), "zstd", write_version=4)
+    handle = await store.create(load.header)
+    handle.append(load.events)
+    await handle.close()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"responses": [{"text": "continued"}]}))
+    async with Agent(f"scripted:{script}", store=tmp_path / "root", approval="never") as agent:
+        await agent.resume("bad")
+        result = await agent.run("go on")
+    assert result.completed and result.output == "continued"
+    (log_file,) = (tmp_path / "root").rglob("session.v*.jsonl*")
+    assert log_file.name == "session.v4.jsonl.zstd"
+    again = await (await JsonlSessionPersistence(str(tmp_path / "root")).open("bad", "read")).read()
+    assert wire(again.events[: len(load.events)]) == wire(load.events)
+    assert again.events[-1].type == "turn/end" and again.source_version == 4

@@ -244,6 +244,54 @@ def test_an_ask_without_the_pre_execute_stage_is_no_evidence() -> None:
     assert _codes(interrupted_turn_closers(list(session.events))) == {"c1": TOOL_OUTCOME_UNKNOWN}
 
 
+# --- a front-door tool guardrail's gate as evidence (D23) ------------------------------------
+
+
+def _guarded(session: Session, call_id: str, *names: str) -> None:
+    session.append("tool/call", tool_call(1, 1, call_id))
+    gate = {"turn": 1, "callId": call_id, "guardrails": list(names)}
+    session.append("guardrail/asked", gate, ignorable=True)
+
+
+def _verdict(session: Session, call_id: str, name: str, *, tripped: bool) -> None:
+    verdict = {"turn": 1, "kind": "tool", "name": name, "tripwireTriggered": tripped}
+    session.append("guardrail/verdict", {**verdict, "callId": call_id}, ignorable=True)
+
+
+@pytest.mark.parametrize(
+    ("verdicts", "code"),
+    [
+        ((), TOOL_NOT_STARTED),  # killed while the first guardrail deliberated
+        ((("a", False),), TOOL_NOT_STARTED),  # the second had not passed it
+        ((("a", True),), TOOL_NOT_STARTED),  # tripped: denied, the body never runs
+        ((("a", False), ("b", False)), TOOL_OUTCOME_UNKNOWN),  # all passed: it may have run
+    ],
+)
+def test_a_guardrail_gate_says_whether_the_body_may_have_started(
+    verdicts: tuple[tuple[str, bool], ...], code: str
+) -> None:
+    """tool/call and guardrail/asked durable: the body may have started only once every
+    guardrail the gate names durably passed it (D23)."""
+    session = new_session()
+    _open_step(session, "c1")
+    _guarded(session, "c1", "a", "b")
+    for name, tripped in verdicts:
+        _verdict(session, "c1", name, tripped=tripped)
+    assert _codes(interrupted_turn_closers(list(session.events))) == {"c1": code}
+
+
+def test_a_verdict_for_another_call_is_no_evidence() -> None:
+    session = new_session()
+    _open_step(session, "c1", "c2")
+    _guarded(session, "c1", "a")
+    _verdict(session, "c2", "a", tripped=False)
+    session.append("tool/call", tool_call(1, 1, "c2"))
+    assert _codes(interrupted_turn_closers(list(session.events))) == {
+        "c1": TOOL_NOT_STARTED,
+        "c2": TOOL_OUTCOME_UNKNOWN,
+    }
+
+
 def _awaiting(session: Session, *call_ids: str) -> list[str]:
     """Turn 1 defers ``call_ids`` and ends awaiting-approval; returns their ask ids."""
     _open_step(session, *call_ids)

@@ -53,6 +53,7 @@ from .data import (
     AssistantAttemptData,
     AssistantChunkData,
     AssistantMessageData,
+    DeveloperMessageData,
     EndSeedData,
     LlmRetryData,
     LlmRetryStartedData,
@@ -98,6 +99,7 @@ from .reasons import (
 from .registry import (
     CORE_SURFACE_TYPES,
     DSH_V3_KNOWN_EVENT_TYPES,
+    DSH_V4_ONLY_EVENT_TYPES,
     EventTypeSpec,
     event_type_spec,
     is_known_event_type,
@@ -109,6 +111,7 @@ from .registry import (
 __all__ = [
     "CORE_SURFACE_TYPES",
     "DSH_V3_KNOWN_EVENT_TYPES",
+    "DSH_V4_ONLY_EVENT_TYPES",
     "AbortedReason",
     "AgentCancelCause",
     "ApprovalAsked",
@@ -119,6 +122,7 @@ __all__ = [
     "AssistantMessageData",
     "BlockedReason",
     "CompletedReason",
+    "DeveloperMessageData",
     "DisposedCancel",
     "EndSeedData",
     "ErrorReason",

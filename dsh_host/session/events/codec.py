@@ -269,13 +269,19 @@ def decode_event(
     )
 
 
+#: Types whose key order is the producer's, kept as read: DSH builds a developer message by
+#: spreading its producer's input (``createDeveloperMessage``), so no one order is DSH's and
+#: a v4 log must re-encode to its own bytes (docs/format.md §10.1).
+_PRODUCER_ORDERED: Final = frozenset({"developer/message"})
+
+
 def _keep_wire(event: SessionEvent, record: Any, exact: bool) -> SessionEvent:
     """``event``, carrying ``record`` as its wire form when the typed fields would lose it."""
     typed = encode_event(event)
     wire = _json_bytes(record)
     if wire == typed:
         return event  # the common case: the record is what this build writes
-    if not exact:
+    if not exact and event.type not in _PRODUCER_ORDERED:
         try:
             same = msgspec.json.decode(typed) == record
         except msgspec.DecodeError:  # an escaped lone surrogate

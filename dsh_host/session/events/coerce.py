@@ -38,6 +38,7 @@ _MESSAGE_ROLES: Final = {
     "assistant/message": "assistant",
     "tool/result": "user",
     "system/message": "system",
+    "developer/message": "developer",
 }
 
 

@@ -13,6 +13,7 @@ from dsh_host.jsonsafe import (
 from dsh_host.session.messages import (
     AssistantMessage,
     AssistantStreamRecord,
+    DeveloperMessage,
     EpochHeader,
     LlmFailure,
     NonNegativeInt,
@@ -93,6 +94,20 @@ class SystemMessageData(Wire, frozen=True, kw_only=True):
     turn: PositiveInt  #: the turn number
     step: PositiveInt  #: the step number
     message: SystemMessage  #: the prompt (empty content projects nothing)
+
+
+class DeveloperMessageData(Wire, frozen=True, kw_only=True):
+    """``developer/message`` (DSH format v4 only): a developer node on the surface.
+
+    ``header_seq`` (``headerSeq``) names the ``request/header`` whose tool definitions the
+    message's ``tool-addition`` blocks refer to; DSH requires it exactly when there are
+    additions (checked at the JSONL v4 boundary, docs/format.md §10.1).
+    """
+
+    turn: PositiveInt  #: the turn number
+    step: PositiveInt  #: the step number
+    header_seq: NonNegativeInt | UnsetType = UNSET  #: the request header of the additions
+    message: DeveloperMessage  #: the developer message (empty content projects nothing)
 
 
 class ToolCallData(Wire, frozen=True, kw_only=True):

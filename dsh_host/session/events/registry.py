@@ -19,6 +19,7 @@ from .data import (
     ApprovalPolicyChanged,
     AssistantAttemptData,
     AssistantMessageData,
+    DeveloperMessageData,
     EndSeedData,
     LlmRetryData,
     LlmRetryStartedData,
@@ -116,6 +117,14 @@ DSH_V3_KNOWN_EVENT_TYPES: Final = frozenset(
     }
 )
 
+#: The event types DSH's format v4 knows beyond v3's list (DSH 0.1.7 / 0.2
+#: ``KNOWN_SESSION_EVENT_TYPES``: 59 names, v3's 56 plus these). A v3 log never holds one
+#: without ``ignorable: true`` (DSH 0.1.5 refuses it, so the JSONL plugin neither reads nor
+#: writes one there); a v4 log may (docs/format.md §10.1).
+DSH_V4_ONLY_EVENT_TYPES: Final = frozenset(
+    {"developer/message", "image/offload", "workspace/changes"}
+)
+
 _TYPE_RE: Final = re.compile(r"^[a-z0-9][a-z0-9._-]*(/[a-z0-9][a-z0-9._-]*)+$")
 
 
@@ -192,6 +201,8 @@ _CORE: tuple[tuple[str, type[msgspec.Struct] | None, bool], ...] = (
     ("assistant/message", AssistantMessageData, True),
     ("tool/result", ToolResultData, True),
     ("system/message", SystemMessageData, True),
+    # DSH format v4 only (read and continued in a v4 log; the agent loop never writes it)
+    ("developer/message", DeveloperMessageData, True),
     ("assistant/attempt", AssistantAttemptData, False),
     ("tool/call", ToolCallData, False),
     ("todo/write", TodoWrite, False),
@@ -209,6 +220,6 @@ _CORE: tuple[tuple[str, type[msgspec.Struct] | None, bool], ...] = (
 
 for _type, _data, _surface in _CORE:
     register_event_type(_type, _data, surface=_surface)
-for _type in sorted(DSH_V3_KNOWN_EVENT_TYPES):
+for _type in sorted(DSH_V3_KNOWN_EVENT_TYPES | DSH_V4_ONLY_EVENT_TYPES):
     if _type not in _REGISTRY:
         register_event_type(_type, None)
