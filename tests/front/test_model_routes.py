@@ -32,6 +32,7 @@ MODEL = "claude-sonnet-4-6"
         ("anthropic", "llm-anthropic", "anthropic"),
         ("openai-responses", "llm-openai-responses", "openai"),
         ("openai-compatible", "llm-openai-compatible", "deepseek-official"),
+        ("litellm", "llm-litellm", "litellm"),
     ],
 )
 def test_the_spec_composes_the_declaring_plugins_row(
@@ -87,6 +88,7 @@ async def test_agent_with_an_anthropic_model(llmock: Any) -> None:
 @pytest.mark.parametrize(("prefix", "package", "extra"), [
     ("anthropic", "anthropic", "dsh-harness[anthropic]"),
     ("openai-responses", "openai", "dsh-harness[openai]"),
+    ("litellm", "litellm", "dsh-harness[litellm]"),
 ])
 def test_a_missing_sdk_is_one_clear_line(
     prefix: str, package: str, extra: str, tmp_path: Path
