@@ -105,6 +105,13 @@ def add_parsers(sub: Any) -> None:
     )
     model_flag(run)
     add_tool_flags(run, approvals=("ask", "never", "defer"))
+    run.add_argument(
+        "--attach",
+        action="append",
+        metavar="FILE",
+        help="send an image (PNG, JPEG, GIF, WebP; at most 5 MiB) or a PDF (at most 10 MiB) "
+        "with PROMPT; repeatable (20 MiB together)",
+    )
     run.add_argument("--json", action="store_true", help="print one JSON object at the end")
     run.set_defaults(handler=_in_run_cmd("run_run"))
 

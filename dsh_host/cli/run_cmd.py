@@ -35,6 +35,7 @@ from ..front.runner import (
     terms_of,
     with_model,
 )
+from ..llm.attachments import attachment_blocks
 from ..loader import LocatedRow, PluginHost, rows_needed_for
 from ..session.approvals import pending_approvals
 from ..session.events import SessionEvent, to_builtins, turn_end_kind
@@ -43,6 +44,7 @@ from ..session.header import SessionHeader, new_session_id
 from ..session.keys import SESSION_EVENT
 from ..session.messages import (
     BlockEndChunk,
+    ContentBlock,
     ReasoningDeltaChunk,
     TextBlock,
     TextDeltaChunk,
@@ -538,12 +540,18 @@ def _continue_or_start(
 
 
 def run_run(args: argparse.Namespace) -> int:
+    if args.attach and args.prompt is None:
+        raise CliUsageError("--attach needs a PROMPT to send the files with")
+    attachments = attachment_blocks(args.attach or ())  # a bad file fails before anything
     located, cwd, terms = _continue_or_start(args)
-    prompt = args.prompt
-    if prompt is None:
+    text: str | None = args.prompt
+    if text is None:
         if not (isinstance(terms, RunTerms) and _is_demo(terms)):
             raise CliUsageError("PROMPT is required unless the model is the built-in demo")
-        prompt = DEMO_PROMPT
+        text = DEMO_PROMPT
+    prompt: str | list[ContentBlock] = (
+        [TextBlock(text=text), *attachments] if attachments else text
+    )
     transcript = Transcript(quiet=args.json)
     interrupts = Interrupts()
 
@@ -612,7 +620,9 @@ def _install_answerer(host: PluginHost, interrupts: Interrupts) -> None:
     install_terminal_answerer(host.ctx, on_interrupt=lambda: interrupts.deliver(signal.SIGINT))
 
 
-async def _interruptible_turn(agent: Agent, prompt: str, interrupts: Interrupts) -> Any:
+async def _interruptible_turn(
+    agent: Agent, prompt: str | list[ContentBlock], interrupts: Interrupts
+) -> Any:
     """One turn that the first SIGINT / SIGTERM / SIGHUP cancels cooperatively (D18)."""
     interrupts.target(agent.cancel)
     try:

@@ -6,7 +6,8 @@ Messages: an assistant message sends ``content`` = its concatenated text (``""``
 some gateways reject null, and a null in a logged message would break every later request of
 that session), ``reasoning_content`` when it carried reasoning, and ``tool_calls`` with the raw
 argument strings; a user message sends its text as ``{role: "user"}`` when it has text or no
-tool results, then each ``tool-result`` block becomes its own ``{role: "tool", tool_call_id,
+tool results (with its images as ``image_url`` data URIs and PDFs as ``file`` parts, the
+text first), then each ``tool-result`` block becomes its own ``{role: "tool", tool_call_id,
 content}`` (``(no output)`` when empty).
 
 Chunks:
@@ -53,6 +54,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from dsh_host.llm.attachments import Attachment, attached
 from dsh_host.llm.convert import (
     completed_reason,
     disjoint_usage,
@@ -471,11 +473,21 @@ def _assistant(message: AssistantMessage) -> dict[str, Any]:
     return wire
 
 
+def _part(attachment: Attachment) -> dict[str, Any]:
+    """An image as an ``image_url`` part (a data URI), a PDF as a ``file`` part."""
+    if attachment.kind == "image":
+        return {"type": "image_url", "image_url": {"url": attachment.data_uri}}
+    return {
+        "type": "file",
+        "file": {"filename": attachment.name, "file_data": attachment.data_uri},
+    }
+
+
 def serialize_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
     """The conversation in wire form; each tool result becomes its own ``tool`` message."""
     wire: list[dict[str, Any]] = []
     for message in messages:
-        refuse_images(message.content, message.role, "openai-compatible")
+        refuse_images(message.content, message.role, "chat-completions", attachments=True)
         if isinstance(message, SystemMessage):
             wire.append({"role": "system", "content": text_of(message.content)})
             continue
@@ -484,7 +496,11 @@ def serialize_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
             continue
         results = [block for block in message.content if isinstance(block, ToolResultBlock)]
         text = text_of(message.content)
-        if text or not results:
+        parts = attached(message.content)
+        if parts:
+            content = [{"type": "text", "text": text}] if text else []
+            wire.append({"role": "user", "content": content + [_part(a) for a in parts]})
+        elif text or not results:
             wire.append({"role": "user", "content": text})
         for result in results:
             wire.append(
