@@ -86,7 +86,7 @@ class LlmLiteLLM(Plugin):
         try:
             from .adapter import LiteLLMAdapter, start_runner
         except ImportError as exc:
-            raise missing_sdk("llm-litellm", "the LiteLLM", "litellm") from exc
+            raise missing_sdk("llm-litellm", "LiteLLM", "litellm") from exc
         settings = settings_of(config)
         self.adapter = LiteLLMAdapter(settings, start_runner(settings))
         register_adapter(ctx, config.provider, self.adapter)
