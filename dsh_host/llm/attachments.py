@@ -34,6 +34,7 @@ __all__ = [
     "AttachmentError",
     "attachment_block",
     "attachment_blocks",
+    "attachment_from_bytes",
     "attachment_of",
     "data_uri",
 ]
@@ -106,17 +107,24 @@ def attachment_block(path: str | PathLike[str]) -> ContentBlock:
         raise AttachmentError(
             f"cannot attach {str(where)!r}: {exc.strerror or exc}"
         ) from None
+    return attachment_from_bytes(raw, where.name, shown=str(where))
+
+
+def attachment_from_bytes(raw: bytes, name: str, *, shown: str | None = None) -> ContentBlock:
+    """The content block of ``raw`` named ``name`` (an upload); ``shown`` names it in errors
+    (default: the name)."""
+    where = shown if shown is not None else name
     media = _media_type(raw)
     if media is None:
         raise AttachmentError(
-            f"cannot attach {str(where)!r}: not an accepted type ({_ACCEPTED}, recognised by "
+            f"cannot attach {where!r}: not an accepted type ({_ACCEPTED}, recognised by "
             "their content); paste text into the prompt instead"
         )
     document = media == "application/pdf"
     limit = MAX_DOCUMENT_BYTES if document else MAX_IMAGE_BYTES
     if len(raw) > limit:
         raise AttachmentError(
-            f"cannot attach {str(where)!r}: {_size(len(raw))} is over the "
+            f"cannot attach {where!r}: {_size(len(raw))} is over the "
             f"{_size(limit)} limit for {'a PDF' if document else 'an image'}; "
             + ("split it or attach the pages needed" if document else "scale it down")
         )
@@ -124,7 +132,7 @@ def attachment_block(path: str | PathLike[str]) -> ContentBlock:
         "attachmentId": "sha256-" + hashlib.sha256(raw).hexdigest(),
         "mediaType": media,
         "bytes": len(raw),
-        "name": where.name,
+        "name": name,
         "data": base64.b64encode(raw).decode("ascii"),
     }
     if document:
