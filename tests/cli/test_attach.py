@@ -3,6 +3,7 @@ file is one error line naming it, before any session or request exists."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -10,7 +11,8 @@ from pathlib import Path
 from cli_helpers import REPO, dsh, json_lines
 
 sys.path.insert(0, str(REPO / "tests" / "llm"))
-from sse_server import SseServer, sse, text_events  # type: ignore[import-not-found]
+_server = importlib.import_module("sse_server")  # tests/llm's loopback model server
+SseServer, sse, text_events = _server.SseServer, _server.sse, _server.text_events
 
 PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00"
        b"\x00\x90wS\xde\x00\x00\x00\x0cIDATx\x9cc\xf8\xcf\xc0\x00\x00\x03\x01\x01\x00\xc9\xfe"
