@@ -8,7 +8,7 @@ naming the file, so no adapter sees a type or a size it would have to refuse.
 The blocks have DSH's shapes: ``{type: "image", attachment: {attachmentId, mediaType, bytes,
 name}}`` and ``{type: "file", attachment: {attachmentId, name, bytes, mediaType}}``. The bytes
 travel in the attachment record itself (``data``, base64): the log alone reproduces every
-request, on every store, after a crash too (D22 in docs/decisions.md).
+request, on every store, after a crash too (D29 in docs/decisions.md).
 """
 
 from __future__ import annotations
