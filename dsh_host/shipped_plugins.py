@@ -92,6 +92,9 @@ SHIPPED_PLUGINS: Final[dict[str, DeclaredPlugin]] = {
         inject=("llm",),
         model_route=("openai-responses", "openai"),
     ),
+    "llm-litellm": DeclaredPlugin(
+        "dsh_llm_litellm:LlmLiteLLM", inject=("llm",), model_route=("litellm", "litellm")
+    ),
     "llm-retry": DeclaredPlugin("dsh_llm_retry:LlmRetry", inject=("agent",)),
     "builtin-tools": DeclaredPlugin("dsh_builtin_tools:BuiltinTools", inject=("tools",)),
     "tool-rules": DeclaredPlugin("dsh_tool_rules:ToolRules"),

@@ -106,6 +106,21 @@ def add_parsers(sub: Any) -> None:
     )
     model_flag(run)
     add_tool_flags(run, approvals=("ask", "never", "defer"))
+    run.add_argument(
+        "--attach",
+        action="append",
+        metavar="FILE",
+        help="send an image (PNG, JPEG, GIF, WebP; at most 5 MiB) or a PDF (at most 10 MiB) "
+        "with PROMPT; repeatable (20 MiB together)",
+    )
+    run.add_argument(
+        "--reasoning",
+        choices=("summary", "full", "off"),
+        default="summary",
+        help="how the model's reasoning is shown once it is done (while it streams, a terminal "
+        "shows its latest words in the status line): summary (default) one dim line, full all "
+        "of it, off nothing; the log keeps it either way",
+    )
     run.add_argument("--json", action="store_true", help="print one JSON object at the end")
     run.set_defaults(handler=_in_run_cmd("run_run"))
 

@@ -19,7 +19,7 @@ import sys
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from ..agent import AGENT_CHUNK, Agent, ChunkReceived
 from ..errors import ConfigError
@@ -36,6 +36,7 @@ from ..front.runner import (
     terms_of,
     with_model,
 )
+from ..llm.attachments import attachment_blocks
 from ..loader import LocatedRow, PluginHost, rows_needed_for
 from ..session.approvals import pending_approvals
 from ..session.events import SessionEvent, to_builtins, turn_end_kind
@@ -44,6 +45,8 @@ from ..session.header import SessionHeader, new_session_id
 from ..session.keys import SESSION_EVENT
 from ..session.messages import (
     BlockEndChunk,
+    ContentBlock,
+    ReasoningBlock,
     ReasoningDeltaChunk,
     TextBlock,
     TextDeltaChunk,
@@ -285,17 +288,25 @@ class Transcript:
     gutter), and the :func:`~dsh_host.cli.output.status_line` says what runs meanwhile
     ("model thinking…", "model writing…", "bash: <description>"). Into a pipe the text
     streams raw as it arrives and no status line exists.
+
+    The model's reasoning is shown as it streams, never kept from the turn nor changing it
+    (the same observers): on a terminal its latest words in the status line; once the model
+    moves on (text, a tool call, the end of the answer) one dim line, by ``reasoning``:
+    ``summary`` (default) its first line and length, ``full`` all of it, ``off`` nothing.
     """
 
     quiet: bool
     #: Print the person's prompt as ``you: ...`` (not in the chat, where they just typed it).
     echo_prompt: bool = True
+    #: how the model's reasoning is shown once it is done: ``summary``, ``full`` or ``off``
+    reasoning: Literal["summary", "full", "off"] = "summary"
     _mid_line: bool = False
     _approval: Any = None
     _answer: list[str] = field(default_factory=list)
     #: the running tools' live output: its last whole lines and the line still being written
     _live: deque[str] = field(default_factory=lambda: deque(maxlen=StatusLine.TAIL_ROWS))
     _live_partial: str = ""
+    _thinking: list[str] = field(default_factory=list)
 
     @property
     def _rich(self) -> bool:
@@ -309,8 +320,32 @@ class Transcript:
             self._end_answer()
             console().print(terminal_safe(text, multiline=multiline), style=style, markup=False)
 
+    def _end_reasoning(self) -> None:
+        """Close the reasoning in progress: one dim line (or all of it), then nothing more."""
+        if not self._thinking:
+            return
+        text, self._thinking = "".join(self._thinking).strip(), []
+        if not text or self.reasoning == "off":
+            return
+        if self._mid_line:
+            console().print()
+            self._mid_line = False
+        if self.reasoning == "full":
+            shown = continued(terminal_safe(f"✻ thought: {text}", multiline=True))
+        else:
+            first = text.split("\n", 1)[0].strip()
+            if len(first) > _THOUGHT_CHARS:
+                first = first[: _THOUGHT_CHARS - 1].rstrip() + "…"
+            elif first != text:
+                first += " …"
+            shown = terminal_safe(
+                f"✻ thought: {first} ({len(text.split())} words)", multiline=False
+            )
+        console().print(shown, style="dim", markup=False, highlight=False)
+
     def _end_answer(self) -> None:
         """Close the model text in progress: the rendered answer, or the raw stream's line."""
+        self._end_reasoning()
         if self._answer:
             text, self._answer = "".join(self._answer), []
             console().print(MarkdownAnswer(text))
@@ -345,6 +380,10 @@ class Transcript:
         if self.quiet:
             return
         chunk = received.chunk
+        if self._thinking and not isinstance(chunk, ReasoningDeltaChunk):
+            if not isinstance(chunk, BlockEndChunk) or isinstance(chunk.block, ReasoningBlock):
+                with status_line().clear():
+                    self._end_reasoning()
         if isinstance(chunk, TextDeltaChunk) and chunk.text:
             if self._rich:
                 self._answer.append(chunk.text)
@@ -355,7 +394,9 @@ class Transcript:
             console().print(text, end="", markup=False, highlight=False)
             self._mid_line = not chunk.text.endswith("\n")
         elif isinstance(chunk, ReasoningDeltaChunk):
-            self._status("model reasoning…")
+            self._thinking.append(chunk.text)
+            tail = " ".join("".join(self._thinking[-40:]).split())[-_THOUGHT_TAIL:]
+            self._status(f"thinking: {tail}" if tail else "model reasoning…")
         elif isinstance(chunk, ToolCallDeltaChunk):
             self._status("model writing a tool call…")
         elif isinstance(chunk, BlockEndChunk) and isinstance(chunk.block, TextBlock):
@@ -439,6 +480,11 @@ def _described(arguments: Any) -> str:
     found = parsed.get("description") if isinstance(parsed, dict) else None
     return found if isinstance(found, str) else ""
 
+
+#: the first line of a reasoning summary is cut to this many characters
+_THOUGHT_CHARS = 100
+#: the status line shows the reasoning's last this-many characters while it streams
+_THOUGHT_TAIL = 60
 
 _ACTIVITY = logging.getLogger("dsh.session")
 
@@ -572,13 +618,19 @@ def _continue_or_start(
 
 
 def run_run(args: argparse.Namespace) -> int:
+    if args.attach and args.prompt is None:
+        raise CliUsageError("--attach needs a PROMPT to send the files with")
+    attachments = attachment_blocks(args.attach or ())  # a bad file fails before anything
     located, cwd, terms = _continue_or_start(args)
-    prompt = args.prompt
-    if prompt is None:
+    text: str | None = args.prompt
+    if text is None:
         if not (isinstance(terms, RunTerms) and _is_demo(terms)):
             raise CliUsageError("PROMPT is required unless the model is the built-in demo")
-        prompt = DEMO_PROMPT
-    transcript = Transcript(quiet=args.json)
+        text = DEMO_PROMPT
+    prompt: str | list[ContentBlock] = (
+        [TextBlock(text=text), *attachments] if attachments else text
+    )
+    transcript = Transcript(quiet=args.json, reasoning=args.reasoning)
     interrupts = Interrupts()
 
     async def body(host: PluginHost) -> dict[str, Any]:
@@ -647,7 +699,9 @@ def _install_answerer(host: PluginHost, interrupts: Interrupts) -> None:
     install_terminal_answerer(host.ctx, on_interrupt=lambda: interrupts.deliver(signal.SIGINT))
 
 
-async def _interruptible_turn(agent: Agent, prompt: str, interrupts: Interrupts) -> Any:
+async def _interruptible_turn(
+    agent: Agent, prompt: str | list[ContentBlock], interrupts: Interrupts
+) -> Any:
     """One turn that the first SIGINT / SIGTERM / SIGHUP cancels cooperatively (D18)."""
     interrupts.target(agent.cancel)
     try:

@@ -312,7 +312,7 @@ def _table_lines(entries: list[dict[str, Any]], width: int) -> list[str]:
             "cwd": terminal_safe(entry["cwd"] or "-", multiline=False),
             "title": terminal_safe(entry["title"] or "-", multiline=False),
         })  # fmt: skip
-    caps = {"last turn": 18, "tokens": 22, "cwd": 32}
+    caps = {"last turn": 18, "tokens": 32, "cwd": 32}  # tokens: "12345 in, 678 out, $0.0123"
 
     def column_width(name: str) -> int:
         widest = max([cell_len(name), *(cell_len(row[name]) for row in rows)])

@@ -47,7 +47,19 @@ def usage_summary(totals: UsageTotals) -> dict[str, Any]:
 
 
 def usage_line(usage: dict[str, Any]) -> str:
-    """``1234 in, 56 out`` (input counts cache reads and writes too; the cost is in ``--json``
-    and ``dsh sessions show``, a listing's columns stay as they were)."""
+    """``1234 in, 56 out`` (input counts cache reads and writes too), then ``, $0.0123`` when
+    every billed model of it has a price (an unknown or partial cost is left out: ``dsh
+    sessions show`` says which model lacks one)."""
     inputs = usage["inputTokens"] + usage["cacheReadTokens"] + usage["cacheWriteTokens"]
-    return f"{inputs} in, {usage['outputTokens']} out"
+    line = f"{inputs} in, {usage['outputTokens']} out"
+    cost = usage.get("costUsd")
+    if isinstance(cost, int | float) and not usage.get("unpricedModels"):
+        line += ", " + money(cost)
+    return line
+
+
+def money(usd: float) -> str:
+    """``$0.0123``; ``<$0.0001`` for a cost that rounds to nothing but is not zero."""
+    if 0 < usd < 0.0001:
+        return "<$0.0001"
+    return f"${usd:.4f}"

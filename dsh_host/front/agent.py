@@ -46,6 +46,7 @@ from dsh_host.agent.keys import (
 from dsh_host.cancel import CancelToken
 from dsh_host.compositions import load_config
 from dsh_host.errors import ConfigError
+from dsh_host.llm.attachments import attachment_blocks
 from dsh_host.loader import LocatedRow, PluginHost, Row, canonical_name, open_host
 from dsh_host.sandbox import SANDBOX_MODES, SandboxMode
 from dsh_host.session.approvals import DeferredCall
@@ -70,6 +71,7 @@ from dsh_host.session.events import TurnEnd as TurnEndData
 from dsh_host.session.events.data import CompositionTerms, RunTerms
 from dsh_host.session.keys import SESSION_EVENT
 from dsh_host.session.messages import (
+    ContentBlock,
     PluginSource,
     ReasoningDeltaChunk,
     TextBlock,
@@ -597,16 +599,28 @@ class Agent:
                         store.detach(forked)
 
     # ------------------------------------------------------------------ running
-    async def run(self, prompt: str, *, output_type: Any = None) -> RunResult:
+    async def run(
+        self,
+        prompt: str,
+        *,
+        output_type: Any = None,
+        attachments: Sequence[str | os.PathLike[str]] = (),
+    ) -> RunResult:
         """Run one turn to its end; the log is flushed before this returns.
 
         With an ``output_type`` (here or on the agent), ``result.output`` is
         the validated value, or :class:`OutputValidationError` is raised.
+        ``attachments`` are image (PNG, JPEG, GIF, WebP) and PDF files sent with the
+        prompt; a missing, unsupported or too large file raises
+        :class:`~dsh_host.llm.attachments.AttachmentError` before anything is logged.
         """
+        turn_prompt: str | list[ContentBlock] = prompt
+        if attachments:
+            turn_prompt = [TextBlock(text=prompt), *attachment_blocks(attachments)]
         await self._settle()
         core = self.core
         with self._output_for(output_type) as state:
-            reason = await core.run_turn(prompt)
+            reason = await core.run_turn(turn_prompt)
         return await self._finish(core, reason, state)
 
     # ------------------------------------------------------------------ approvals that wait

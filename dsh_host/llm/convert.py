@@ -44,8 +44,9 @@ from dsh_host.session import (
     ToolCallBlock,
     UsageChunk,
 )
-from dsh_host.session.messages import ImageBlock, ToolResultBlock
+from dsh_host.session.messages import ToolResultBlock
 
+from .attachments import is_attachment, unsendable
 from .errors import EMPTY_RESPONSE_CODE, LlmError
 
 __all__ = [
@@ -81,15 +82,27 @@ def tool_result_text(result: ToolResultBlock) -> str:
     return text_of(result.content) or "(no output)"
 
 
-def refuse_images(blocks: Iterable[ContentBlock], role: str, adapter: str) -> None:
-    """Refuse image content anywhere in ``blocks`` (tool results included), before any
-    request: no adapter sends images yet, and dropping one silently would change what the
-    model is asked."""
+def refuse_images(
+    blocks: Iterable[ContentBlock], role: str, adapter: str, *, attachments: bool = False
+) -> None:
+    """Refuse image and file content the adapter cannot send, before any request: dropping
+    one silently would change what the model is asked. With ``attachments``, a user
+    message's own images and documents pass (the adapter sends them, read with
+    :func:`~dsh_host.llm.attachments.attachment_of`) when the log holds their bytes; images
+    inside tool results are refused still."""
     for block in blocks:
-        if isinstance(block, ImageBlock):
+        if is_attachment(block):
+            if attachments and role == "user":
+                reason = unsendable(block)
+                if reason is None:
+                    continue
+                raise LlmError(
+                    f"the {adapter} adapter cannot send a user message's {reason}",
+                    "UNSUPPORTED_CONTENT",
+                )
             raise LlmError(
-                f"the {adapter} adapter does not send image content yet (found in a {role} "
-                "message); remove the image or use a text description",
+                f"the {adapter} adapter does not send image or file content in a {role} "
+                "message yet; remove it or use a text description",
                 "UNSUPPORTED_CONTENT",
             )
         if isinstance(block, ToolResultBlock):

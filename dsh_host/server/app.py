@@ -10,6 +10,7 @@ The router and the OpenAPI document (``GET /openapi.json``) are both made from o
 
 from __future__ import annotations
 
+import base64
 import collections
 import getpass
 import hmac
@@ -46,7 +47,13 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dsh_host.errors import DshError
+from dsh_host.llm.attachments import (
+    MAX_PROMPT_ATTACHMENT_BYTES,
+    AttachmentError,
+    attachment_from_bytes,
+)
 from dsh_host.session.events import SessionEvent, to_builtins
+from dsh_host.session.messages import ContentBlock, TextBlock
 from dsh_host.session.persistence import SessionPersistenceError
 from dsh_host.session.session import derive_messages_from_events
 
@@ -116,8 +123,17 @@ class ForkSession(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     id: str | None = None
 
 
+class Upload(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+    """A file sent with a prompt: its name and its bytes in base64."""
+
+    name: Annotated[str, msgspec.Meta(min_length=1)]
+    data: str
+
+
 class StartTurn(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     prompt: str
+    #: images and PDFs sent with the prompt (the limits of ``dsh run --attach``)
+    attachments: list[Upload] = msgspec.field(default_factory=list)
 
 
 class Decide(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
@@ -426,6 +442,29 @@ async def session_stream(request: Request) -> Response:
     )
 
 
+def _uploaded(uploads: list[Upload]) -> list[ContentBlock]:
+    """The blocks of a turn's uploads; a file that is not base64, not an accepted type or too
+    large is refused (400) naming it, before anything is logged."""
+    blocks: list[ContentBlock] = []
+    total = 0
+    for upload in uploads:
+        try:
+            raw = base64.b64decode(upload.data, validate=True)
+        except ValueError:
+            raise ApiError(400, "INVALID_ATTACHMENT",
+                           f"attachment {upload.name!r}: data is not base64") from None
+        total += len(raw)
+        try:
+            blocks.append(attachment_from_bytes(raw, upload.name))
+        except AttachmentError as exc:
+            raise ApiError(400, "INVALID_ATTACHMENT", str(exc)) from None
+    if total > MAX_PROMPT_ATTACHMENT_BYTES:
+        raise ApiError(400, "INVALID_ATTACHMENT",
+                       f"{len(uploads)} attachments of {total} bytes together are over the "
+                       f"{MAX_PROMPT_ATTACHMENT_BYTES} bytes allowed for one prompt")
+    return blocks
+
+
 @authenticated
 async def fork_session(request: Request) -> Response:
     """Fork a session at a turn boundary. A new stored session copies the source's events up to
@@ -446,7 +485,10 @@ async def start_turn(request: Request) -> Response:
     runtime = runtime_of(request)
     body = await read_body(request, StartTurn)
     session_id = request.path_params["id"]
-    turn = await runtime.start_turn(session_id, body.prompt)
+    prompt: str | list[ContentBlock] = body.prompt
+    if body.attachments:
+        prompt = [TextBlock(text=body.prompt), *_uploaded(body.attachments)]
+    turn = await runtime.start_turn(session_id, prompt)
     return JSONResponse({"sessionId": session_id, "turn": turn}, status_code=202)
 
 
@@ -586,7 +628,13 @@ _COMPONENTS: Final[dict[str, Any]] = {
             "turn": {"type": "integer", "minimum": 1},
             "id": {"type": "string", "pattern": SESSION_ID_PATTERN}}},
         "StartTurn": {"type": "object", "required": ["prompt"], "additionalProperties": False,
-                      "properties": {"prompt": {"type": "string"}}},
+                      "properties": {"prompt": {"type": "string"}, "attachments": {
+                          "type": "array", "items": {
+                              "type": "object", "required": ["name", "data"],
+                              "additionalProperties": False,
+                              "properties": {"name": {"type": "string", "minLength": 1},
+                                             "data": {"type": "string",
+                                                      "format": "byte"}}}}}},
         "Decide": {"type": "object", "required": ["decision"], "additionalProperties": False,
                    "properties": {"decision": {"enum": ["allow", "deny"]},
                                   "reason": {"type": "string"},

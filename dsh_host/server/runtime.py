@@ -49,6 +49,7 @@ from dsh_host.session.approvals import pending_approvals
 from dsh_host.session.events import SessionEvent, TurnEndReason, turn_end_kind
 from dsh_host.session.events.data import CompositionTerms, RunTerms
 from dsh_host.session.header import SessionHeader, new_session_id
+from dsh_host.session.messages import ContentBlock
 from dsh_host.session.persistence import (
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
@@ -655,11 +656,18 @@ class ServerRuntime:
             record_terms(agent.session, plan.record)
         return agent, host.ctx.get("sessionPersistence")
 
-    async def start_turn(self, session_id: str, prompt: str) -> int:
+    async def start_turn(self, session_id: str, prompt: str | list[ContentBlock]) -> int:
         """Start a turn in the background; return its number once the session is held.
 
-        In queue mode the turn becomes a job that exactly one worker takes.
+        In queue mode the turn becomes a job that exactly one worker takes (a prompt with
+        attachments is refused there: a job carries its prompt as text only).
         """
+        if self._queue is not None and not isinstance(prompt, str):
+            raise ApiError(
+                400, "ATTACHMENTS_NOT_QUEUED",
+                "dsh serve --queue does not take attachments yet (a queued job carries its "
+                "prompt as text); send the prompt without them, or serve without --queue",
+            )
         self._claim(session_id)
         try:
             load = await self.inspect(session_id)
@@ -671,6 +679,7 @@ class ServerRuntime:
                     "(POST /sessions/{id}/approvals/{callId}) before a new turn",
                 )
             if self._queue is not None:
+                assert isinstance(prompt, str)  # refused above
                 return await self._enqueue(session_id, "turn", prompt, views.last_turn(load.events))
             agent, store = await self._resume(load)
         except BaseException:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -45,6 +45,7 @@ from dsh_host.session.events import (
 from dsh_host.session.messages import (
     ContentBlock,
     EpochHeader,
+    ImageBlock,
     Message,
     ReasoningBlock,
     TextBlock,
@@ -81,6 +82,13 @@ CHARS_PER_TOKEN: Final = 4
 BLOCK_OVERHEAD: Final = 4
 #: Role-field framing added to every priced message.
 ROLE_OVERHEAD: Final = 4
+#: An image, whatever its encoded size: providers price images by pixels (Anthropic about
+#: 1,600 tokens for a full-size one), not by the base64 the log carries (a 1 MB PNG would
+#: otherwise count 350k tokens and trigger compaction at once).
+IMAGE_TOKENS: Final = 1_600
+#: A document (PDF) per KiB of file: providers price pages (text plus a page image, some
+#: 1,500-3,000 tokens each); a heuristic until the provider's measured usage arrives.
+DOCUMENT_TOKENS_PER_KIB: Final = 20
 
 
 def _chars(n: int) -> int:
@@ -101,9 +109,20 @@ def estimate_content(blocks: Sequence[ContentBlock]) -> int:
             tokens += _chars(len(block.name)) + _chars(len(block.arguments)) + BLOCK_OVERHEAD
         elif isinstance(block, ToolResultBlock):
             tokens += estimate_content(block.content) + BLOCK_OVERHEAD
-        else:  # an image or an opaque block: its structural JSON price
+        elif isinstance(block, ImageBlock):
+            tokens += IMAGE_TOKENS + BLOCK_OVERHEAD
+        elif isinstance(block, Mapping) and block.get("type") == "file":
+            tokens += _document_tokens(block.get("attachment")) + BLOCK_OVERHEAD
+        else:  # an opaque block: its structural JSON price
             tokens += BLOCK_OVERHEAD + _chars(_json_len(block))
     return tokens
+
+
+def _document_tokens(attachment: Any) -> int:
+    size = attachment.get("bytes") if isinstance(attachment, Mapping) else None
+    if not isinstance(size, int) or size < 0:
+        return DOCUMENT_TOKENS_PER_KIB
+    return max(1, math.ceil(size / 1024)) * DOCUMENT_TOKENS_PER_KIB
 
 
 def estimate_message(message: Message) -> int:

@@ -25,6 +25,7 @@ import msgspec
 
 from dsh_host.jsonsafe import thaw_json
 from dsh_host.llm import LlmError, LlmRequest
+from dsh_host.llm.attachments import attached
 from dsh_host.llm.convert import (
     or_default,
     refuse_images,
@@ -111,6 +112,10 @@ def _user(message: Message) -> list[dict[str, Any]]:
             if block.is_error is True:
                 result["is_error"] = True
             out.append(result)
+    for attachment in attached(message.content):  # before the text, as Anthropic advises
+        kind = "image" if attachment.kind == "image" else "document"
+        source = {"type": "base64", "media_type": attachment.media_type, "data": attachment.data}
+        out.append({"type": kind, "source": source})
     text = text_of(message.content)
     if text:
         out.append({"type": "text", "text": text})
@@ -121,7 +126,7 @@ def serialize_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
     """The conversation as alternating ``user`` / ``assistant`` turns of content blocks."""
     turns: list[dict[str, Any]] = []
     for message in messages:
-        refuse_images(message.content, message.role, "anthropic")
+        refuse_images(message.content, message.role, "anthropic", attachments=True)
         if isinstance(message, AssistantMessage):
             role, content = "assistant", _assistant(message)
         else:  # user and system-surface messages speak as the user (system is top level)

@@ -16,13 +16,19 @@ import msgspec
 from dsh_host.context import Context
 from dsh_host.errors import ConfigError
 from dsh_host.llm import RetryPolicyConfig
+from dsh_host.llm.chat import (
+    DONE,
+    ChunkTranslator,
+    map_finish_reason,
+    map_usage,
+    serialize_messages,
+)
 from dsh_host.llm.provider import register_adapter, resolve_base_url
 from dsh_host.plugin import ModelRoute, Plugin
 
 from .adapter import AdapterSettings, OpenAICompatibleAdapter
-from .serialize import REASONING_EFFORTS, serialize_messages, serialize_request
+from .serialize import REASONING_EFFORTS, serialize_request
 from .sse import SseDecoder
-from .translate import DONE, ChunkTranslator, map_finish_reason, map_usage
 
 __all__ = [
     "DEFAULT_BASE_URL",

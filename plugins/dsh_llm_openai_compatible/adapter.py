@@ -44,6 +44,7 @@ import msgspec
 from dsh_host.cancel import CancelToken
 from dsh_host.errors import AbortError
 from dsh_host.llm import MODEL_NOT_FOUND_CODE, LlmError, LlmRequest
+from dsh_host.llm.chat import DONE, ChunkTranslator
 from dsh_host.llm.provider import (
     ProviderAdapter,
     ProviderSettings,
@@ -56,7 +57,6 @@ from dsh_host.session import StreamChunk
 
 from .serialize import REASONING_EFFORTS, Thinking, serialize_request
 from .sse import SseDecoder
-from .translate import DONE, ChunkTranslator
 
 __all__ = ["AdapterSettings", "OpenAICompatibleAdapter"]
 

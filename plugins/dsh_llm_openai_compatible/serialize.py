@@ -13,72 +13,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any, Literal
 
 import msgspec
 
 from dsh_host.jsonsafe import thaw_json
 from dsh_host.llm import LlmError, LlmRequest
-from dsh_host.llm.convert import refuse_images, text_of, tool_result_text, unsupported_effort
-from dsh_host.session import (
-    AssistantMessage,
-    Message,
-    ReasoningBlock,
-    ToolCallBlock,
-)
-from dsh_host.session.messages import SystemMessage, ToolResultBlock
+from dsh_host.llm.chat import serialize_messages
+from dsh_host.llm.convert import unsupported_effort
 
 __all__ = ["REASONING_EFFORTS", "Thinking", "serialize_messages", "serialize_request"]
 
 #: Efforts the DeepSeek wire understands; ``off`` disables thinking.
 REASONING_EFFORTS: tuple[str, ...] = ("off", "low", "high", "max")
 Thinking = Literal["enabled", "disabled"]
-
-
-def _assistant(message: AssistantMessage) -> dict[str, Any]:
-    wire: dict[str, Any] = {"role": "assistant", "content": text_of(message.content)}
-    reasoning = "".join(b.text for b in message.content if isinstance(b, ReasoningBlock))
-    if reasoning:
-        wire["reasoning_content"] = reasoning
-    calls = [
-        {
-            "id": block.id,
-            "type": "function",
-            "function": {"name": block.name, "arguments": block.arguments},
-        }
-        for block in message.content
-        if isinstance(block, ToolCallBlock)
-    ]
-    if calls:
-        wire["tool_calls"] = calls
-    return wire
-
-
-def serialize_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
-    """The conversation in wire form; each tool result becomes its own ``tool`` message."""
-    wire: list[dict[str, Any]] = []
-    for message in messages:
-        refuse_images(message.content, message.role, "openai-compatible")
-        if isinstance(message, SystemMessage):
-            wire.append({"role": "system", "content": text_of(message.content)})
-            continue
-        if isinstance(message, AssistantMessage):
-            wire.append(_assistant(message))
-            continue
-        results = [block for block in message.content if isinstance(block, ToolResultBlock)]
-        text = text_of(message.content)
-        if text or not results:
-            wire.append({"role": "user", "content": text})
-        for result in results:
-            wire.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": result.tool_call_id,
-                    "content": tool_result_text(result),
-                }
-            )
-    return wire
 
 
 def _thinking(request: LlmRequest, thinking: Thinking | None) -> tuple[Thinking | None, str | None]:

@@ -23,6 +23,7 @@ import msgspec
 
 from dsh_host.jsonsafe import thaw_json
 from dsh_host.llm import LlmError, LlmRequest
+from dsh_host.llm.attachments import attached
 from dsh_host.llm.convert import (
     or_default,
     refuse_images,
@@ -85,7 +86,7 @@ def serialize_input(messages: Iterable[Message]) -> list[dict[str, Any]]:
     """The conversation as Responses ``input`` items."""
     items: list[dict[str, Any]] = []
     for message in messages:
-        refuse_images(message.content, message.role, "openai-responses")
+        refuse_images(message.content, message.role, "openai-responses", attachments=True)
         if isinstance(message, AssistantMessage):
             items.extend(_assistant(message))
             continue
@@ -99,8 +100,20 @@ def serialize_input(messages: Iterable[Message]) -> list[dict[str, Any]]:
                     }
                 )
         text = text_of(message.content)
-        if text:
-            items.append({"role": "user", "content": [{"type": "input_text", "text": text}]})
+        content: list[dict[str, Any]] = [{"type": "input_text", "text": text}] if text else []
+        for attachment in attached(message.content):
+            if attachment.kind == "image":
+                content.append({"type": "input_image", "image_url": attachment.data_uri})
+            else:
+                content.append(
+                    {
+                        "type": "input_file",
+                        "filename": attachment.name,
+                        "file_data": attachment.data_uri,
+                    }
+                )
+        if content:
+            items.append({"role": "user", "content": content})
     return items
 
 

@@ -4,7 +4,14 @@ from dsh_host.errors import require_extra
 
 with require_extra("otel"):
     from ._tracer import FINISH_REASONS, LogIds, SessionTracer
-    from .plugin import Telemetry, TelemetryConfig, TelemetryOtel, export_session, otlp_exporter
+    from .plugin import (
+        Telemetry,
+        TelemetryConfig,
+        TelemetryOtel,
+        export_session,
+        otlp_exporter,
+        otlp_metric_reader,
+    )
 
 __all__ = [
     "FINISH_REASONS",
@@ -15,4 +22,5 @@ __all__ = [
     "TelemetryOtel",
     "export_session",
     "otlp_exporter",
+    "otlp_metric_reader",
 ]

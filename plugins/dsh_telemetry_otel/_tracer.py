@@ -10,7 +10,15 @@ OpenTelemetry spans at the events' own times:
   become span events of the request they retry;
 - ``execute_tool`` for each call (``tool/call`` .. ``tool/result``), with its outcome, the
   approval trail and, for a result the crash repair wrote, ``error.type``
-  ``TOOL_OUTCOME_UNKNOWN`` or ``TOOL_NOT_STARTED``.
+  ``TOOL_OUTCOME_UNKNOWN`` or ``TOOL_NOT_STARTED``;
+- ``compaction`` for each compaction (``compaction/start`` .. ``compaction/end``), with the
+  summary request's route, usage and cost and the tokens it shadowed: a child of its turn's
+  span when automatic, the root of a trace of its own when manual (``/compact``: no turn).
+
+With a meter (the OpenTelemetry metrics API), each ended ``chat``, ``execute_tool`` and
+``compaction`` span also records ``gen_ai.client.operation.duration`` (s), each priced answer
+``gen_ai.client.token.usage`` (by ``gen_ai.token.type``) and ``dsh.cost.usd``: the GenAI
+client metrics, from the same events, so a crash-repaired turn counts what the log says.
 
 A turn the process never closed (no ``turn/end`` yet) stays open until its closers arrive:
 ``dsh resume`` appends them, and they are exported then, so the trace shows what the log says
@@ -37,7 +45,7 @@ from decimal import Decimal
 from typing import Any, Final
 
 import msgspec
-from opentelemetry import trace
+from opentelemetry import metrics, trace
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
@@ -78,7 +86,7 @@ class LogIds(IdGenerator):
     def _digest(*parts: str) -> bytes:
         return hashlib.sha256("\0".join(parts).encode()).digest()
 
-    def next(self, session_id: str, turn: int, opened_by: str) -> None:
+    def next(self, session_id: str, turn: int | str, opened_by: str) -> None:
         self._trace = int.from_bytes(self._digest(session_id, str(turn))[:16], "big") or 1
         self._span = int.from_bytes(self._digest(session_id, opened_by)[:8], "big") or 1
 
@@ -100,6 +108,31 @@ class _Turn:
     tools: dict[str, Span] = field(default_factory=dict)
 
 
+@dataclass
+class _Compaction:
+    span: Span
+    start_ms: int
+    #: the turn it belongs to (None: a manual compaction, its own trace)
+    turn: int | None
+
+
+class _Instruments:
+    """The GenAI client metrics (semantic conventions' names and units) and dsh's cost."""
+
+    def __init__(self, meter: metrics.Meter) -> None:
+        self.duration = meter.create_histogram(
+            "gen_ai.client.operation.duration", unit="s",
+            description="GenAI operation duration",
+        )
+        self.tokens = meter.create_histogram(
+            "gen_ai.client.token.usage", unit="{token}",
+            description="Measures number of input and output tokens used",
+        )
+        self.cost = meter.create_counter(
+            "dsh.cost.usd", unit="USD", description="Model spend priced from the session log",
+        )
+
+
 class SessionTracer:
     """The spans of one session, built as its events arrive (see the module docstring)."""
 
@@ -112,8 +145,13 @@ class SessionTracer:
         agent_name: str = "dsh",
         capture_content: bool = False,
         prices: PriceTable | None = None,
+        meter: metrics.Meter | None = None,
     ) -> None:
         self._tracer = tracer
+        self._metrics = None if meter is None else _Instruments(meter)
+        #: start time (ms) of each open span, for its duration metric
+        self._started: dict[int, int] = {}
+        self._compaction: _Compaction | None = None
         #: prices each answer's usage as ``dsh.cost.usd`` (the GenAI conventions define no cost
         #: attribute); an unpriced model gets none, never a 0
         self._prices = prices
@@ -126,7 +164,9 @@ class SessionTracer:
         self._provider: str | None = None
         self._model: str | None = None
         #: spans ended so far, by operation (what a caller reports: "3 invoke_agent ...")
-        self.counts: dict[str, int] = {"invoke_agent": 0, "chat": 0, "execute_tool": 0}
+        self.counts: dict[str, int] = {
+            "invoke_agent": 0, "chat": 0, "execute_tool": 0, "compaction": 0,
+        }
 
     @property
     def in_turn(self) -> bool:
@@ -147,17 +187,23 @@ class SessionTracer:
     def close(self, time_ms: int | None = None) -> None:
         """End what is still open (a turn still running when the exporter stops): the spans
         are marked ``dsh.open`` so a reader knows the log had not closed them yet."""
+        end = None if time_ms is None else _ns(time_ms)
+        compaction, self._compaction = self._compaction, None
+        if compaction is not None:
+            compaction.span.set_attribute("dsh.open", True)
+            compaction.span.end(end_time=end)
         turn = self._turn
         if turn is None:
             return
-        end = None if time_ms is None else _ns(time_ms)
         for span in [*turn.tools.values(), *([turn.chat] if turn.chat else []), turn.span]:
             span.set_attribute("dsh.open", True)
             span.end(end_time=end)
         self._turn = None
 
     # -- spans ------------------------------------------------------------------------
-    def _start(self, name: str, event: Mapping[str, Any], turn: int, **attributes: Any) -> Span:
+    def _start(
+        self, name: str, event: Mapping[str, Any], turn: int | str, **attributes: Any
+    ) -> Span:
         self._ids.next(self._session_id, turn, f"seq:{event.get('seq')}")
         parent = None if self._turn is None else trace.set_span_in_context(self._turn.span)
         span: Span = self._tracer.start_span(
@@ -171,12 +217,50 @@ class SessionTracer:
                 **{k: v for k, v in attributes.items() if v is not None},
             },
         )
+        self._started[id(span)] = int(event.get("time", 0))
         return span
 
     def _end(self, operation: str, span: Span, event: Mapping[str, Any]) -> None:
         span.set_attribute("dsh.end_seq", int(event.get("seq", -1)))
-        span.end(end_time=_ns(event.get("time", 0)))
+        end_ms = int(event.get("time", 0))
+        span.end(end_time=_ns(end_ms))
         self.counts[operation] += 1
+        started = self._started.pop(id(span), None)
+        if self._metrics is not None and started is not None and operation != "invoke_agent":
+            attributes: dict[str, str] = {"gen_ai.operation.name": operation}
+            if operation != "execute_tool":
+                attributes.update(self._route())
+            error = getattr(span, "attributes", {}).get("error.type")
+            if error is not None:
+                attributes["error.type"] = str(error)
+            self._metrics.duration.record(max(0, end_ms - started) / 1000, attributes)
+
+    def _route(self, source: object = None) -> dict[str, str]:
+        provider, model = self._provider, self._model
+        if isinstance(source, Mapping):
+            provider = str(source.get("provider") or provider or "") or None
+            model = str(source.get("model") or model or "") or None
+        route = {}
+        if provider:
+            route["gen_ai.provider.name"] = provider
+        if model:
+            route["gen_ai.request.model"] = model
+        return route
+
+    def _record_usage(
+        self, operation: str, source: object, usage: Mapping[str, Any], cost: Decimal | None
+    ) -> None:
+        if self._metrics is None:
+            return
+        attributes = {"gen_ai.operation.name": operation, **self._route(source)}
+        cached = int(usage.get("cacheReadTokens", 0)) + int(usage.get("cacheWriteTokens", 0))
+        inputs = int(usage.get("inputTokens", 0)) + cached
+        self._metrics.tokens.record(inputs, {**attributes, "gen_ai.token.type": "input"})
+        self._metrics.tokens.record(
+            int(usage.get("outputTokens", 0)), {**attributes, "gen_ai.token.type": "output"}
+        )
+        if cost is not None:
+            self._metrics.cost.add(float(cost), attributes)
 
     def _turn_start(self, event: Mapping[str, Any], data: Mapping[str, Any]) -> None:
         if self._turn is not None:  # a turn/start without the previous turn/end: close it
@@ -202,6 +286,14 @@ class SessionTracer:
         reason = data.get("reason")
         kind = str(reason.get("kind")) if isinstance(reason, Mapping) else "unknown"
         # spans the turn left open (a crash): the closers end them here, as the log does
+        compaction = self._compaction
+        if compaction is not None and compaction.turn == turn.number:
+            self._compaction = None
+            compaction.span.set_status(
+                Status(StatusCode.ERROR, f"the turn ended {kind} before it did")
+            )
+            compaction.span.set_attribute("error.type", kind)
+            self._end("compaction", compaction.span, event)
         for span in [*turn.tools.values(), *([turn.chat] if turn.chat else [])]:
             span.set_status(Status(StatusCode.ERROR, f"the turn ended {kind} before it did"))
             span.set_attribute("error.type", kind)
@@ -296,6 +388,7 @@ class SessionTracer:
             cost = self._cost(source, usage)
             if cost is not None:
                 span.set_attribute("dsh.cost.usd", float(cost))
+            self._record_usage("chat", source, usage, cost)
         finish = _finish_kind(data.get("stream"))
         if finish is not None:
             span.set_attribute(
@@ -385,7 +478,74 @@ class SessionTracer:
             span.set_attribute("gen_ai.tool.call.result", json.dumps(blocks))
         self._end("execute_tool", span, event)
 
+    def _compaction_start(self, event: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+        turn = self._turn
+        number = data.get("turn")
+        automatic = isinstance(number, int) and turn is not None and turn.number == number
+        if self._compaction is not None:  # a start without the previous end: close it open
+            self._compaction.span.set_attribute("dsh.open", True)
+            self._end("compaction", self._compaction.span, event)
+            self._compaction = None
+        compaction_id = str(data.get("compactionId", ""))
+        outer = self._turn
+        if not automatic:
+            self._turn = None  # a manual compaction is the root of its own trace
+        try:
+            span = self._start(
+                "compaction",
+                event,
+                number if automatic and isinstance(number, int) else f"compaction:{compaction_id}",
+                **{
+                    "gen_ai.operation.name": "compaction",
+                    "dsh.compaction.id": compaction_id,
+                    "dsh.compaction.trigger": "automatic" if automatic else "manual",
+                    "dsh.turn": number if automatic else None,
+                },
+            )
+        finally:
+            self._turn = outer
+        self._compaction = _Compaction(
+            span, int(event.get("time", 0)), number if automatic else None
+        )
+
+    def _compaction_summary(self, event: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+        compaction = self._compaction
+        if compaction is None:
+            return
+        span = compaction.span
+        source = {"provider": data.get("provider"), "model": data.get("model")}
+        for key, attribute in (("provider", "gen_ai.provider.name"),
+                               ("model", "gen_ai.request.model")):
+            if data.get(key):
+                span.set_attribute(attribute, str(data[key]))
+        if isinstance(data.get("shadowedTokenCount"), int):
+            span.set_attribute("dsh.compaction.shadowed_tokens", int(data["shadowedTokenCount"]))
+        usage = data.get("usage")
+        if isinstance(usage, Mapping):
+            cached = int(usage.get("cacheReadTokens", 0))
+            span.set_attribute(
+                "gen_ai.usage.input_tokens", int(usage.get("inputTokens", 0)) + cached
+            )
+            span.set_attribute("gen_ai.usage.output_tokens", int(usage.get("outputTokens", 0)))
+            cost = self._cost(source, usage)
+            if cost is not None:
+                span.set_attribute("dsh.cost.usd", float(cost))
+            self._record_usage("compaction", source, usage, cost)
+
+    def _compaction_end(self, event: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+        compaction, self._compaction = self._compaction, None
+        if compaction is None:
+            return
+        error = data.get("error")
+        if error:
+            compaction.span.set_attribute("error.type", "compaction_failed")
+            compaction.span.set_status(Status(StatusCode.ERROR, str(error)))
+        self._end("compaction", compaction.span, event)
+
     _HANDLERS: Final = {
+        "compaction/start": _compaction_start,
+        "compaction/summary": _compaction_summary,
+        "compaction/end": _compaction_end,
         "turn/start": _turn_start,
         "turn/end": _turn_end,
         "step/start": _step,

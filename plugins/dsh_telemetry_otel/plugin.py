@@ -7,6 +7,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 import msgspec
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
@@ -19,7 +22,14 @@ from dsh_host.session.tokens import TokenMeter
 
 from ._tracer import LogIds, SessionTracer
 
-__all__ = ["Telemetry", "TelemetryConfig", "TelemetryOtel", "export_session", "otlp_exporter"]
+__all__ = [
+    "Telemetry",
+    "TelemetryConfig",
+    "TelemetryOtel",
+    "export_session",
+    "otlp_exporter",
+    "otlp_metric_reader",
+]
 
 PLUGIN_NAME = "telemetry-otel"
 #: What the spans say made them (instrumentation scope).
@@ -40,6 +50,9 @@ class TelemetryConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: record prompts, answers, tool arguments and results on the spans (off: they may hold
     #: secrets and personal data; the log keeps them either way)
     capture_content: bool = False
+    #: also export the GenAI client metrics (operation duration, token usage) and
+    #: ``dsh.cost.usd`` through the OpenTelemetry metrics API, with the row's exporter
+    metrics: bool = True
 
 
 def otlp_exporter() -> SpanExporter:
@@ -49,19 +62,43 @@ def otlp_exporter() -> SpanExporter:
     return OTLPSpanExporter()
 
 
-def _provider(service_name: str, ids: LogIds) -> TracerProvider:
+def otlp_metric_reader() -> MetricReader:
+    """Periodic OTLP/HTTP metric export, configured from the standard environment variables
+    (``OTEL_EXPORTER_OTLP_*``, ``OTEL_METRIC_EXPORT_INTERVAL``)."""
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    return PeriodicExportingMetricReader(OTLPMetricExporter())
+
+
+def _resource(service_name: str) -> Resource:
     attributes = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": service_name}
-    return TracerProvider(resource=Resource.create(attributes), id_generator=ids)
+    return Resource.create(attributes)
+
+
+def _provider(service_name: str, ids: LogIds) -> TracerProvider:
+    return TracerProvider(resource=_resource(service_name), id_generator=ids)
 
 
 class Telemetry:
     """The ``telemetry`` service: the row's tracer provider and what it has exported."""
 
-    def __init__(self, config: TelemetryConfig) -> None:
+    def __init__(
+        self, config: TelemetryConfig, metric_readers: Iterable[MetricReader] = ()
+    ) -> None:
         self.config = config
         self.ids = LogIds()
         self.provider = _provider(config.service_name, self.ids)
         self._tracer = self.provider.get_tracer(SCOPE)
+        readers = list(metric_readers)
+        #: the row's meter provider (None: metrics off, or nowhere to send them)
+        self.meter_provider = (
+            MeterProvider(resource=_resource(config.service_name), metric_readers=readers)
+            if config.metrics and readers
+            else None
+        )
+        self._meter: metrics.Meter | None = (
+            None if self.meter_provider is None else self.meter_provider.get_meter(SCOPE)
+        )
         self._sessions: dict[str, SessionTracer] = {}
         self._caught_up: set[str] = set()
         self.prices = PriceTable()  #: prices the chat spans' ``dsh.cost.usd``
@@ -80,6 +117,7 @@ class Telemetry:
                 agent_name=self.config.agent_name,
                 capture_content=self.config.capture_content,
                 prices=self.prices,
+                meter=self._meter,
             )
             self._sessions[session_id] = tracer
         return tracer
@@ -112,6 +150,8 @@ class Telemetry:
             tracer.close()
         self._sessions.clear()
         self.provider.shutdown()
+        if self.meter_provider is not None:
+            self.meter_provider.shutdown()
 
 
 class TelemetryOtel(Plugin):
@@ -122,7 +162,8 @@ class TelemetryOtel(Plugin):
     Config = TelemetryConfig
 
     def apply(self, ctx: Context, config: TelemetryConfig) -> None:
-        telemetry = Telemetry(config)
+        readers = [otlp_metric_reader()] if config.exporter == "otlp" and config.metrics else []
+        telemetry = Telemetry(config, readers)
         meter = ctx.get("tokenMeter")  # the composition's prices, when a token-meter row is on
         telemetry.prices = meter.prices if isinstance(meter, TokenMeter) else PriceTable()
         if config.exporter == "otlp":
@@ -157,6 +198,7 @@ def export_session(
     *,
     config: TelemetryConfig | None = None,
     prices: PriceTable | None = None,
+    meter: metrics.Meter | None = None,
 ) -> dict[str, int]:
     """Export a stored session's events as a trace, after the fact; returns the span counts.
 
@@ -175,6 +217,7 @@ def export_session(
         agent_name=config.agent_name,
         capture_content=config.capture_content,
         prices=prices if prices is not None else PriceTable(),
+        meter=meter,
     )
     last = None
     for event in events:

@@ -450,3 +450,19 @@ def test_sqlite_vs_jsonl(tmp_path: Path, backend: str) -> None:
     for figures in data["flush"].values():
         assert figures["one_event"]["n"] == 30 and figures["one_turn_12_events"]["n"] == 10
     assert all(value > 0 for value in data["ratio_sqlite_over_jsonl"].values())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_telemetry_overhead(tmp_path: Path, backend: str) -> None:
+    """Both variants ran every step; the row really exported spans (one turn, a chat and a
+    tool span per tool step, the closing chat), and the tracer was timed with and without
+    metrics."""
+    data = run_bench("telemetry_overhead", tmp_path, "--backend", backend)
+    assert data["backend"] == backend
+    steps = data["steps"]
+    runs = data["repeats"] * (steps - 1)  # step 1 of each turn is left out
+    assert data["step_without_row_us"]["n"] == data["step_with_row_us"]["n"] == runs
+    assert data["spans_per_turn"] == 1 + 2 * steps + 1
+    assert data["tracer_per_step_us"]["spans"]["n"] > 0
+    assert data["tracer_per_step_us"]["spans_and_metrics"]["n"] > 0
+

@@ -238,3 +238,41 @@ def test_the_full_call_id_stays_in_json_and_the_events_view(tmp_path: Path) -> N
     shown = dsh("sessions", "show", session, *root, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert f"[…{CALL_ID[-8:]}]" in shown.stdout and CALL_ID not in shown.stdout, shown.stdout
+
+
+@needs_tmux
+def test_reasoning_streams_in_the_status_line_then_leaves_one_dim_line(tmp_path: Path) -> None:
+    """While the model reasons its latest words are in the status line; the model then hangs
+    (the stream stays open) until ctrl-c, and what remains is one summary line, no status."""
+    script = tmp_path / "think.json"
+    script.write_text(json.dumps({"responses": [{
+        "reasoning": "First I compare the two totals. Then I check the rounding rule.",
+        "hang": True,
+    }]}))  # fmt: skip
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    command = " ".join(shlex.quote(part) for part in [
+        sys.executable, "-m", "dsh_host", "run", "go", "--model", f"scripted:{script}",
+        "--workspace", str(workspace), "--root", str(tmp_path / "sessions")])  # fmt: skip
+    socket = str(tmp_path / "tmux")
+    assert TMUX is not None
+    subprocess.run([TMUX, "-S", socket, "new-session", "-d", "-x", "90", "-y", "50",
+                    f"env -u COLUMNS -u LINES {command}; echo EXITED $?; sleep 120"],
+                   check=True, timeout=30)  # fmt: skip
+    try:
+        screen = Pane(socket)
+        thinking = screen.until(lambda lines: any(
+            "thinking: " in line and "check the rounding rule." in line for line in lines))
+        assert not any("✻ thought" in line for line in thinking), "\n".join(thinking)
+        subprocess.run([TMUX, "-S", socket, "send-keys", "C-c"], check=True, timeout=30)
+        ended = screen.until(_ended)
+        shown = "\n".join(ended)
+        [summary] = [line for line in ended if "✻ thought:" in line]
+        assert summary.startswith("✻ thought: First I compare the two totals."), shown
+        assert summary.rstrip().endswith("(12 words)"), shown
+        # the status line is gone from every line after the ctrl-c (the SIGINT notice is
+        # written over the status line's row without erasing it first: not this test's subject)
+        after = ended[ended.index(summary):]
+        assert not any("thinking: " in line for line in after), shown
+    finally:
+        subprocess.run([TMUX, "-S", socket, "kill-server"], timeout=30, check=False)

@@ -32,6 +32,7 @@ MODEL = "claude-sonnet-4-6"
         ("anthropic", "llm-anthropic", "anthropic"),
         ("openai-responses", "llm-openai-responses", "openai"),
         ("openai-compatible", "llm-openai-compatible", "deepseek-official"),
+        ("litellm", "llm-litellm", "litellm"),
     ],
 )
 def test_the_spec_composes_the_declaring_plugins_row(
@@ -87,6 +88,7 @@ async def test_agent_with_an_anthropic_model(llmock: Any) -> None:
 @pytest.mark.parametrize(("prefix", "package", "extra"), [
     ("anthropic", "anthropic", "dsh-harness[anthropic]"),
     ("openai-responses", "openai", "dsh-harness[openai]"),
+    ("litellm", "litellm", "dsh-harness[litellm]"),
 ])
 def test_a_missing_sdk_is_one_clear_line(
     prefix: str, package: str, extra: str, tmp_path: Path
@@ -107,3 +109,17 @@ def test_a_missing_sdk_is_one_clear_line(
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert f"pip install '{extra}'" in result.stderr
+
+
+@pytest.mark.anyio
+async def test_agent_with_a_litellm_model(llmock: Any) -> None:
+    """``litellm:openai/MODEL``: LiteLLM's OpenAI route, its endpoint from OPENAI_BASE_URL
+    (LLMock's), the key LiteLLM reads itself (the row's api_key_env unset)."""
+    llmock.reply("Routed by LiteLLM.")
+    async with Agent("litellm:openai/gpt-4o-mini", store=None) as agent:
+        result = await agent.run("hi")
+    assert result.output == "Routed by LiteLLM."
+    assert result.turn_end == CompletedReason()
+    assert (llmock.last_request.model, llmock.last_request.path) == (
+        "gpt-4o-mini", "/v1/chat/completions"
+    )

@@ -15,7 +15,7 @@ from typing import Any
 
 from sse_server import Behavior, http_error, reasoning_events, sse, text_events, tool_call_events
 
-__all__ = ["WIRES", "AnthropicWire", "OpenAIWire", "ResponsesWire", "Wire"]
+__all__ = ["WIRES", "AnthropicWire", "LiteLLMWire", "OpenAIWire", "ResponsesWire", "Wire"]
 
 #: (name, arguments) of a tool call in a scenario; ids are the wire's own
 Call = tuple[str, str]
@@ -304,8 +304,14 @@ class ResponsesWire(OpenAIWire):
                                 b"event: response.output_text.delta\ndata: {this is not json\n\n"])
 
 
+class LiteLLMWire(OpenAIWire):
+    """``llm-litellm``: LiteLLM's ``openai/`` provider in front of a chat-completions server, so
+    the scenarios are the chat wire's; what is LiteLLM's is the adapter in between."""
+
+
 WIRES: list[Wire] = [
     OpenAIWire("openai-compatible", "llm-openai-compatible", "deepseek-official", "deepseek-chat"),
     AnthropicWire("anthropic", "llm-anthropic", "anthropic", "claude-sonnet-4-5"),
     ResponsesWire("openai-responses", "llm-openai-responses", "openai", "gpt-5-mini"),
+    LiteLLMWire("litellm", "llm-litellm", "litellm", "openai/gpt-4o-mini"),
 ]

@@ -32,6 +32,8 @@ ENDPOINT_ENV = {
     "openai-compatible": ("DEEPSEEK_BASE_URL", "DEEPSEEK_API_KEY"),
     "anthropic": ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"),
     "openai-responses": ("OPENAI_BASE_URL", "OPENAI_API_KEY"),
+    # LiteLLM's openai/ route: the row's OpenAI client reads the same two variables
+    "litellm": ("OPENAI_BASE_URL", "OPENAI_API_KEY"),
 }
 
 

@@ -167,7 +167,7 @@ def test_a_turn_is_one_trace_with_a_span_per_request_and_call(
     events = [json.loads(line) for line in shown.stdout.splitlines() if line.strip()]
     memory = InMemorySpanExporter()
     counts = export_session(session_id, events, memory)
-    assert counts == {"invoke_agent": 1, "chat": 2, "execute_tool": 1}
+    assert counts == {"invoke_agent": 1, "chat": 2, "execute_tool": 1, "compaction": 0}
     again = {(s.name, format(s.context.span_id, "016x")) for s in memory.get_finished_spans()}
     assert again == {(s.name, s.span_id) for s in receiver.spans}
 

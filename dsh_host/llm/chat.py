@@ -1,4 +1,16 @@
-"""Chat-completions stream payloads -> dsh stream chunks.
+"""The chat-completions wire shared by ``llm-openai-compatible`` and ``llm-litellm`` (LiteLLM
+normalises every provider to it): the conversation as chat messages
+(:func:`serialize_messages`) and stream payloads -> dsh stream chunks (:class:`ChunkTranslator`).
+
+Messages: an assistant message sends ``content`` = its concatenated text (``""``, never null:
+some gateways reject null, and a null in a logged message would break every later request of
+that session), ``reasoning_content`` when it carried reasoning, and ``tool_calls`` with the raw
+argument strings; a user message sends its text as ``{role: "user"}`` when it has text or no
+tool results (with its images as ``image_url`` data URIs and PDFs as ``file`` parts, the
+text first), then each ``tool-result`` block becomes its own ``{role: "tool", tool_call_id,
+content}`` (``(no output)`` when empty).
+
+Chunks:
 
 One block per content kind: the first non-empty ``reasoning_content`` opens
 a reasoning block, the first non-empty ``content`` a text block, and each tool
@@ -36,21 +48,32 @@ Like the SSE decoder this is synchronous: feed it one payload at a time.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import msgspec
 
-from dsh_host.llm import LlmError
-from dsh_host.llm.convert import completed_reason, disjoint_usage, stopped
+from dsh_host.llm.attachments import Attachment, attached
+from dsh_host.llm.convert import (
+    completed_reason,
+    disjoint_usage,
+    refuse_images,
+    stopped,
+    text_of,
+    tool_result_text,
+)
+from dsh_host.llm.errors import LlmError
 from dsh_host.llm.wire import http_error_code
 from dsh_host.session import (
+    AssistantMessage,
     BlockEndChunk,
     BlockStartChunk,
     ContentBlock,
     FinishChunk,
     FinishReason,
     MaxTokensFinish,
+    Message,
     ReasoningBlock,
     ReasoningDeltaChunk,
     StopFinish,
@@ -63,8 +86,9 @@ from dsh_host.session import (
     ToolCallsFinish,
     UsageChunk,
 )
+from dsh_host.session.messages import SystemMessage, ToolResultBlock
 
-__all__ = ["DONE", "ChunkTranslator", "map_finish_reason", "map_usage"]
+__all__ = ["DONE", "ChunkTranslator", "map_finish_reason", "map_usage", "serialize_messages"]
 
 #: The sentinel payload that ends a chat-completions stream.
 DONE = "[DONE]"
@@ -427,3 +451,63 @@ def _stream_error(error: Any) -> LlmError:
         detail = error
     code_name = http_error_code(status, detail) if status is not None else "SERVER"
     return LlmError(message, code_name, status=status)
+
+
+# -- the request side ---------------------------------------------------------------------
+def _assistant(message: AssistantMessage) -> dict[str, Any]:
+    wire: dict[str, Any] = {"role": "assistant", "content": text_of(message.content)}
+    reasoning = "".join(b.text for b in message.content if isinstance(b, ReasoningBlock))
+    if reasoning:
+        wire["reasoning_content"] = reasoning
+    calls = [
+        {
+            "id": block.id,
+            "type": "function",
+            "function": {"name": block.name, "arguments": block.arguments},
+        }
+        for block in message.content
+        if isinstance(block, ToolCallBlock)
+    ]
+    if calls:
+        wire["tool_calls"] = calls
+    return wire
+
+
+def _part(attachment: Attachment) -> dict[str, Any]:
+    """An image as an ``image_url`` part (a data URI), a PDF as a ``file`` part."""
+    if attachment.kind == "image":
+        return {"type": "image_url", "image_url": {"url": attachment.data_uri}}
+    return {
+        "type": "file",
+        "file": {"filename": attachment.name, "file_data": attachment.data_uri},
+    }
+
+
+def serialize_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    """The conversation in wire form; each tool result becomes its own ``tool`` message."""
+    wire: list[dict[str, Any]] = []
+    for message in messages:
+        refuse_images(message.content, message.role, "chat-completions", attachments=True)
+        if isinstance(message, SystemMessage):
+            wire.append({"role": "system", "content": text_of(message.content)})
+            continue
+        if isinstance(message, AssistantMessage):
+            wire.append(_assistant(message))
+            continue
+        results = [block for block in message.content if isinstance(block, ToolResultBlock)]
+        text = text_of(message.content)
+        parts = attached(message.content)
+        if parts:
+            content = [{"type": "text", "text": text}] if text else []
+            wire.append({"role": "user", "content": content + [_part(a) for a in parts]})
+        elif text or not results:
+            wire.append({"role": "user", "content": text})
+        for result in results:
+            wire.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": result.tool_call_id,
+                    "content": tool_result_text(result),
+                }
+            )
+    return wire
