@@ -314,9 +314,8 @@ class Transcript:
 
     def install(self, host: PluginHost) -> None:
         # Observers only (`agent/chunk`, `session/event`): the bus contains a printer that
-        # fails (a closed pipe), so printing can stop but never cut the turn; and from here
-        # to finish() printing only queues (a slow reader never holds the turn up).
-        decouple_stdout()
+        # fails (a closed pipe), so printing can stop but never cut the turn; and from a
+        # turn's start to finish() printing only queues (a slow reader never holds it up).
         host.ctx.on(AGENT_CHUNK, self._on_chunk)
         host.ctx.on(SESSION_EVENT, self._on_event)
         self._approval = host.ctx.get("approval")
@@ -372,7 +371,7 @@ class Transcript:
         if kind == "step/start":
             self._status("model thinking…")
             return
-        if kind == "turn/start":  # the chat's next turn, after finish() settled the last one
+        if kind == "turn/start":  # until finish(), after the turn's log is flushed
             decouple_stdout()
             return
         if kind == "tool/result":
