@@ -131,6 +131,41 @@ def test_a_stdout_nobody_reads_does_not_hold_the_turn_up(tmp_path: Path) -> None
     assert lines[-1].startswith("  inspect: ")
 
 
+def test_dsh_run_piped_into_head_completes_the_turn(tmp_path: Path) -> None:
+    """The shell's ``dsh run ... | head -1``: the reader reads one line and goes away while the
+    turn streams; dsh says so once, exits 0 with no traceback, and the log on disk is the whole
+    turn (its tool ran, it ended completed, verify passes)."""
+    root, workspace = tmp_path / "sessions", tmp_path / "ws"
+    workspace.mkdir()
+    long_text = ("y" * 999 + " ") * 300
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"responses": [
+        {"text": long_text, "tool_calls": [bash("touch body-ran")]},
+        {"text": long_text},
+    ]}))
+    command = (
+        f"{sys.executable} -m dsh_host run 'go on' --workspace {workspace} --root {root} "
+        f"--model scripted:{script} 2>{tmp_path / 'stderr'} | head -1; "
+        'echo "${PIPESTATUS[0]}" > ' + str(tmp_path / "status")
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("DSH_SESSION_ROOT", "DSH_CONFIG")}
+    shell = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env,
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=300, check=False)
+    assert len(shell.stdout.splitlines()) == 1, shell.stdout[:200]
+    stderr = (tmp_path / "stderr").read_text()
+    assert (tmp_path / "status").read_text().strip() == "0", stderr
+    assert "Traceback" not in stderr
+    assert stderr.count("standard output is gone") == 1, stderr
+    assert (workspace / "body-ran").exists()
+    ended = _stored_turn_end(tmp_path, root)
+    assert ended is not None and ended["data"]["reason"] == {"kind": "completed"}
+    listing = dsh("sessions", "list", "--root", str(root), "--json", cwd=tmp_path)
+    [session_id] = [json.loads(line)["sessionId"] for line in listing.stdout.splitlines()]
+    verify = dsh("sessions", "verify", session_id, "--root", str(root), cwd=tmp_path)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
 def test_a_provider_that_sends_no_call_ids(tmp_path: Path) -> None:
     root, workspace = tmp_path / "sessions", tmp_path / "ws"
     workspace.mkdir()
