@@ -659,10 +659,15 @@ class Agent:
         try:
             if settle:
                 step = 1
-                if await self._settle(turn, settle, signal):
+                settled = await self._settle(turn, settle, signal)
+                if settled == "awaiting":
+                    # A decision made in another context is not used: its call waits again
+                    # (D22 in docs/decisions.md), and no model request is made without it.
+                    reason = self._awaiting_reason()
+                elif settled == "completed":
                     reason = CompletedReason()
                 signal.throw_if_aborted()
-            while True:
+            while awaiting_call_ids(reason) is None:
                 # A schedule point per step: the loop may otherwise run a whole turn without
                 # yielding (a scripted model, in-process tools), starving background work such
                 # as the persistence backend's write-behind and session binding.
@@ -739,10 +744,11 @@ class Agent:
 
     async def _settle(
         self, turn: int, calls: tuple[DeferredCall, ...], signal: CancelToken
-    ) -> bool:
+    ) -> Literal["completed", "awaiting"] | None:
         """Step 1 of a continued turn: apply each recorded decision (see :meth:`continue_turn`).
 
-        Returns True when a result concluded the turn.
+        Returns ``completed`` when a result concluded the turn, ``awaiting`` when a call whose
+        decision was made in another context was deferred again (D22), else None.
         """
         session = self._session
         session.append("step/start", StepStart(turn=turn, step=1))
@@ -757,9 +763,10 @@ class Agent:
             else "rejected"
             for call in calls
         }
+        deferred: list[str] = []
         try:
             tools = self._ctx.service(TOOLS)
-            return await execute_tool_calls(
+            concluded = await execute_tool_calls(
                 self,
                 tools,
                 turn,
@@ -768,8 +775,16 @@ class Agent:
                 signal,
                 self._pending.append,
                 max_parallel=self._options.max_parallel_tool_calls,
+                deferred=deferred,
                 decisions=decisions,
             )
+            if deferred:
+                if signal.aborted:
+                    self._close_unanswered_calls()  # the turn ends aborted (D18)
+                    return None
+                self._awaiting = tuple(deferred)
+                return "awaiting"
+            return "completed" if concluded else None
         except BaseException:
             self._close_unanswered_calls()
             raise

@@ -250,6 +250,7 @@ def run_decide(args: argparse.Namespace) -> int:
                 finally:
                     interrupts.target(None)
             await host.ctx.sessions.flush(agent.session)
+            transcript.finish()  # flushed: now the printing may wait for the reader
             return {
                 "sessionId": agent.session.id,
                 "callId": args.call_id,

@@ -178,10 +178,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _no_status_line() -> None:
     """The command is over, however it ended: a live status line it left is erased before
     any error line is printed (a line on top of a spinner reads as garbage)."""
-    from .output import status_line
+    from .output import settle_stdout, status_line, stdout_writer
 
     if status_line.cache_info().currsize:  # only if the command ever had one
         status_line().hide()
+    if stdout_writer.cache_info().currsize:  # whatever is still queued, in order, before it
+        settle_stdout()
 
 
 def _failed(exc: Exception, *, verbose: bool) -> int:

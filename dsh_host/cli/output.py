@@ -27,40 +27,168 @@ def console(stderr: bool = False) -> Console:
 
     if stderr:
         return Console(stderr=True, highlight=False, soft_wrap=True)
-    return Console(file=_Stdout(), highlight=False, soft_wrap=True)  # type: ignore[arg-type]
+    return Console(file=stdout_writer(), highlight=False, soft_wrap=True)  # type: ignore[arg-type]
+
+
+@functools.cache
+def stdout_writer() -> _Stdout:
+    """The process's one printer of standard output (the transcript, the status line, reports)."""
+    return _Stdout()
+
+
+def decouple_stdout() -> None:
+    """From now until :func:`settle_stdout`, printing never waits for the reader (a turn runs)."""
+    stdout_writer().decouple()
+
+
+def settle_stdout() -> None:
+    """Write out everything still queued (waiting for the reader: the turn is over) and print
+    synchronously again; says what was dropped. A no-op when nothing was decoupled."""
+    stdout_writer().settle()
 
 
 class _Stdout:
-    """Standard output as the printers see it: a reader that went away stops the printing.
+    """Standard output as the printers see it: neither a slow nor a vanished reader changes a run.
 
-    ``dsh run ... | head -1`` closes the pipe while the turn runs. The transcript prints
-    from observers, which the bus already keeps from failing the turn; this is what makes
-    the printing *stop* there, quietly: the first failed write (``EPIPE``, or ``EIO`` from
-    a terminal that went away) prints one notice on stderr, points descriptor 1 at
-    ``/dev/null`` (so neither a later print nor the interpreter's final flush fails again)
+    **A slow reader** (``dsh run ... | slow-consumer``, a pipe nobody reads, a terminal paused
+    with Ctrl-S): while a turn runs (:func:`decouple_stdout`), a write only queues the text; a
+    writer thread hands it to the reader at the reader's pace. The queue is bounded
+    (:attr:`LIMIT` characters): past it, the transcript's text is dropped, counted, and replaced
+    by one marker line when the reader catches up (the session log has every byte of it). So a
+    model request, a tool body or a flush never waits on the printer. When the turn is over and
+    its log flushed, :func:`settle_stdout` waits for the reader: the final report (the session
+    line, ``--json``'s object) is written whole, after everything queued before it.
+
+    **A reader that went away** (``dsh run ... | head -1``): the first failed write (``EPIPE``,
+    or ``EIO`` from a terminal that went away) prints one notice on stderr, points descriptor 1
+    at ``/dev/null`` (so neither a later print nor the interpreter's final flush fails again)
     and drops everything after it. rich would otherwise turn the broken pipe into
     ``SystemExit(1)`` in the middle of the turn.
     """
 
+    #: characters queued for a slow reader before the transcript's text is dropped
+    LIMIT: Final = 1 << 18
+
     def __init__(self) -> None:
         self.closed_by_reader = False
+        self._cond = threading.Condition()
+        self._queue: list[str] = []
+        self._queued = 0  # characters queued or being written
+        self._dropped = 0
+        self._decoupled = False
+        self._keep = 0
+        self._thread: threading.Thread | None = None
+
+    # -- the printers' side ----------------------------------------------------------------
 
     def write(self, text: str) -> int:
-        if not self.closed_by_reader:
-            try:
-                return sys.stdout.write(text)
-            except OSError as exc:
-                self._stop(exc)
+        if self.closed_by_reader or not text:
+            return len(text)
+        with self._cond:
+            if self._decoupled or self._queued:
+                self._enqueue(text, droppable=self._decoupled and not self._keep)
+                return len(text)
+        try:
+            return sys.stdout.write(text)
+        except OSError as exc:
+            self._stop(exc)
         return len(text)
 
     def flush(self) -> None:
-        if not self.closed_by_reader:
+        if self.closed_by_reader:
+            return
+        with self._cond:
+            if self._decoupled or self._queued:
+                return  # the writer thread flushes after every batch
+        try:
+            sys.stdout.flush()
+        except OSError as exc:
+            self._stop(exc)
+
+    @contextmanager
+    def kept(self) -> Iterator[None]:
+        """Around a line that is never dropped, however slow the reader (how a turn ended):
+        it is queued past the limit (a few lines; the limit bounds the streamed text)."""
+        with self._cond:
+            self._keep += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._keep -= 1
+
+    def decouple(self) -> None:
+        with self._cond:
+            self._decoupled = True
+
+    def settle(self) -> None:
+        with self._cond:
+            self._decoupled = False
+            if self._dropped:
+                self._enqueue(self._marker(), droppable=False)
+            while self._queued and not self.closed_by_reader:
+                # Waits for the reader (the run is over; nothing else is held up). A timeout
+                # only so that a signal (Ctrl-C) is handled while waiting.
+                self._cond.wait(0.5)
+
+    def wait_written(self) -> None:
+        """Wait until everything queued is written (before a question on the same terminal)."""
+        with self._cond:
+            while self._queued and not self.closed_by_reader:
+                self._cond.wait(0.5)
+
+    # -- the writer thread -----------------------------------------------------------------
+
+    def _enqueue(self, text: str, *, droppable: bool) -> None:
+        """Queue ``text`` (the condition is held); over the limit a droppable text is counted
+        and dropped, and the marker goes first once there is room again."""
+        if droppable and self._queued + len(text) > self.LIMIT:
+            self._dropped += len(text)
+            return
+        if self._dropped:
+            marker, self._dropped = self._marker(), 0
+            self._queue.append(marker)
+            self._queued += len(marker)
+        self._queue.append(text)
+        self._queued += len(text)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._drain, name="dsh-stdout", daemon=True)
+            self._thread.start()
+        self._cond.notify_all()
+
+    def _marker(self) -> str:
+        dropped, self._dropped = self._dropped, 0
+        erase = "\r\x1b[2K" if self.isatty() else ""
+        return (
+            f"{erase}\n[dsh: {dropped} characters of output dropped here: standard output was "
+            "read slower than the run wrote it; the session log has all of it (dsh sessions "
+            "show)]\n"
+        )
+
+    def _drain(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue:
+                    self._cond.wait()
+                batch, self._queue = "".join(self._queue), []
             try:
-                sys.stdout.flush()
-            except OSError as exc:
-                self._stop(exc)
+                if not self.closed_by_reader:
+                    sys.stdout.write(batch)
+                    sys.stdout.flush()
+            except (OSError, ValueError) as exc:
+                if isinstance(exc, OSError):
+                    self._stop(exc)
+                else:
+                    self.closed_by_reader = True
+            with self._cond:
+                self._queued -= len(batch)
+                if self.closed_by_reader:
+                    self._queue, self._queued, self._dropped = [], 0, 0
+                self._cond.notify_all()
 
     def _stop(self, exc: OSError) -> None:
+        if self.closed_by_reader:
+            return
         self.closed_by_reader = True
         with contextlib.suppress(OSError, ValueError):
             devnull = os.open(os.devnull, os.O_WRONLY)
@@ -182,6 +310,8 @@ class StatusLine:
         with self._lock:
             self._paused += 1
             self._erase()
+        if self.enabled:  # the question comes after everything printed before it
+            stdout_writer().wait_written()
         try:
             yield
         finally:
@@ -195,9 +325,11 @@ class StatusLine:
             self._drawn = 0
 
     def _write(self, text: str) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            sys.stdout.write(text)
-            sys.stdout.flush()
+        # Through the one printer: in order with the transcript, and never waiting on the
+        # terminal while a turn runs.
+        out = stdout_writer()
+        out.write(text)
+        out.flush()
 
     def _run(self) -> None:
         from rich.cells import cell_len, set_cell_size

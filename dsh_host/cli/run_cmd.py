@@ -71,7 +71,14 @@ from .common import (
 )
 from .hints import command_hint
 from .interrupts import Interrupts
-from .output import StatusLine, console, status_line
+from .output import (
+    StatusLine,
+    console,
+    decouple_stdout,
+    settle_stdout,
+    status_line,
+    stdout_writer,
+)
 from .render import (
     MarkdownAnswer,
     approval_lines,
@@ -359,7 +366,8 @@ class Transcript:
 
     def install(self, host: PluginHost) -> None:
         # Observers only (`agent/chunk`, `session/event`): the bus contains a printer that
-        # fails (a closed pipe), so printing can stop but never cut the turn.
+        # fails (a closed pipe), so printing can stop but never cut the turn; and from a
+        # turn's start to finish() printing only queues (a slow reader never holds it up).
         host.ctx.on(AGENT_CHUNK, self._on_chunk)
         host.ctx.on(SESSION_EVENT, self._on_event)
         host.ctx.on(TOOLS_PROGRESS, self._on_progress)
@@ -368,11 +376,13 @@ class Transcript:
             host.ctx.on(SESSION_EVENT, _log_event)
 
     def finish(self) -> None:
-        """The run is over: the answer in progress is printed and the status line is gone."""
+        """The run is over (its log flushed): the answer in progress is printed, the status
+        line is gone, and everything queued is written out, waiting for the reader."""
         if not self.quiet:
             with status_line().clear():
                 self._end_answer()
             status_line().hide()
+        settle_stdout()
 
     def _on_chunk(self, received: ChunkReceived) -> None:
         # Only the agent loop's steps emit `agent/chunk`: a maintenance request (a compaction
@@ -439,6 +449,9 @@ class Transcript:
         if kind == "step/start":
             self._status("model thinking…")
             return
+        if kind == "turn/start":  # until finish(), after the turn's log is flushed
+            decouple_stdout()
+            return
         if kind == "tool/result":
             self._end_live()
             for style, text in tool_result_lines(event.data):
@@ -460,7 +473,8 @@ class Transcript:
         elif kind == "turn/end":
             self._end_live()
             style, text = turn_end_line(data)
-            self._print(text, style)
+            with stdout_writer().kept():  # how the turn ended is never dropped
+                self._print(text, style)
             status_line().hide()
 
     def _decided_by(self, session: Any, data: dict[str, Any]) -> str:
@@ -497,6 +511,7 @@ _SHOWN_EVENTS = frozenset(
     {
         "user/message",
         "step/start",
+        "turn/start",
         "tool/call",
         "tool/result",
         "approval/asked",

@@ -723,7 +723,8 @@ ENDPOINTS: Final[tuple[Endpoint, ...]] = (
     Endpoint("GET", "/metrics", metrics, {200: "Prometheus text"}, media=CONTENT_TYPE),
     Endpoint("POST", "/sessions", create_session,
              {201: "the stored session", 400: "INVALID_SESSION_ID, WORKSPACE_REFUSED, "
-              "UNKNOWN_COMPOSITION", 409: "SESSION_ALREADY_EXISTS"}, body="CreateSession"),
+              "UNKNOWN_COMPOSITION, NO_MODEL", 409: "SESSION_ALREADY_EXISTS"},
+             body="CreateSession"),
     Endpoint("GET", "/sessions", list_sessions, {200: "{sessions: [Session]}"}),
     Endpoint("GET", "/sessions/{id}", get_session,
              {200: "the summary plus header, pendingApprovals, runningTurn"}),

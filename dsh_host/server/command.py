@@ -22,6 +22,7 @@ from typing import Any
 from dsh_host.compositions import composition_digest, load_config
 from dsh_host.errors import ConfigError, DshError, install_hint
 from dsh_host.front.models import MODEL_SPECS, parse_model
+from dsh_host.front.runner import with_model
 from dsh_host.loader import LocatedRow, Row, canonical_name
 from dsh_host.session.events.data import CompositionTerms
 
@@ -73,7 +74,11 @@ def add_parser(sub: Any) -> None:
     )
     serve.add_argument("--root", metavar="DIR", help="session store root of the JSONL backend")
     serve.add_argument(
-        "--model", metavar="SPEC", default="demo", help=f"{MODEL_SPECS} (default: demo)"
+        "--model",
+        metavar="SPEC",
+        help=f"{MODEL_SPECS}: the model of new sessions (default: the composition's; a "
+        "composition that names none cannot create sessions, and the built-in demo script "
+        "runs only when named)",
     )
     serve.add_argument(
         "--workspace",
@@ -142,27 +147,25 @@ def _patched(rows: list[LocatedRow], plugin: str, values: dict[str, Any]) -> boo
     return hit
 
 
-def _composition(path: str | None, model: str, root: str | None) -> list[LocatedRow]:
-    try:
-        choice = parse_model(model)
-    except ConfigError as exc:
-        raise ServeUsageError(str(exc)) from None
-    rows = [r for r in load_config(path).rows if r.row.id != choice.row.id]
-    rows.insert(0, LocatedRow(choice.row, f"--model {model}"))
+def _composition(path: str | None, model: str | None, root: str | None) -> list[LocatedRow]:
+    """The rows of one served composition: ``--model`` routed in by the runner's
+    :func:`~dsh_host.front.runner.with_model` (as ``dsh run`` does), else the composition's own
+    model row (none: the server refuses to create sessions on it, D22 in docs/decisions.md)."""
+    rows = list(load_config(path).rows)
+    if model is not None:
+        try:
+            choice = parse_model(model)
+        except ConfigError as exc:
+            raise ServeUsageError(str(exc)) from None
+        rows = with_model(rows, choice, f"--model {model}")
     if root is not None and not _patched(rows, "session-persistence-jsonl", {"root": root}):
         raise ServeUsageError("--root needs a session-persistence-jsonl row in the composition")
     _patched(rows, "user-approval", {"policy": "ask", "unanswered": "defer"})
-    for index, located in enumerate(rows):
-        if located.row.name == "agent":
-            config = {"provider": choice.provider, "model": choice.model,
-                      **(located.row.config or {})}
-            rows[index] = replace(located, row=Row(name="agent", id=located.row.id,
-                                                   config=config, disabled=located.row.disabled))
     return rows
 
 
 def build_compositions(
-    config: str | None, extra: Sequence[str], model: str, root: str | None
+    config: str | None, extra: Sequence[str], model: str | None, root: str | None
 ) -> dict[str, list[LocatedRow]]:
     """``default`` (``--config``) first, then every ``--composition NAME=FILE``."""
     out = {"default": _composition(config, model, root)}

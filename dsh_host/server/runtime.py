@@ -40,6 +40,7 @@ from dsh_host.front.runner import (
     Plan,
     TermsRefused,
     composition_digest,
+    configured_route,
     plan_continuation,
     portable_spec,
     terms_of,
@@ -550,6 +551,15 @@ class ServerRuntime:
             )
         name = self.check_composition(composition)
         path = self.check_workspace(workspace)
+        rows = _with_workspace(self.options.compositions[name], path)
+        if configured_route(rows) is None:  # no demo in its place (D22 in docs/decisions.md)
+            raise ApiError(
+                400,
+                "NO_MODEL",
+                f"composition {name!r} names no model and this server was started without "
+                "--model; restart dsh serve with --model SPEC (or a composition whose agent "
+                "row names one) to create sessions",
+            )
         host = await self.host(name, path)
         if session_id is not None:
             try:
@@ -562,7 +572,6 @@ class ServerRuntime:
         session = sessions.create(
             session_id or new_session_id(), meta={"cwd": path, "agentPreset": name}
         )
-        rows = _with_workspace(self.options.compositions[name], path)
         spec = self.options.model_spec
         own = spec is not None and any(r.row.id == "model" for r in rows)
         record_terms(session, terms_of(

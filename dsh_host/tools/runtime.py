@@ -467,16 +467,25 @@ class ToolRuntime:
             changed = self._context_change(execution, gate, recorded)
             if changed is not None:
                 # Allowed in another context (sandbox, network, tool, composition): that
-                # decision does not hold here; the call is asked again, in this context.
+                # decision does not hold here. The one place every continuation crosses (CLI,
+                # chat, Agent.continue_turn, serve): the call is deferred again, never asked
+                # inline and never run (D22 in docs/decisions.md).
                 gate = Ask(f"the context changed since this call was allowed ({changed}); "
-                           "ask again")
+                           "decide it again")
                 recorded = None
             if recorded is not None and not isinstance(gate, Deny):
                 # A decision recorded for a deferred call: a denying rule wins (above), the
                 # user's "no" wins over a rule that now allows, the policy is re-checked.
                 decision = self._apply_recorded(execution, gate, recorded)
+            elif isinstance(gate, Ask) and changed is not None and not (
+                call.deferrable and execution.parent is None
+            ):
+                decision = Deny(f'tool "{execution.name}": {gate.reason}; it cannot wait for a '
+                                "decision here, so it did not run")
             elif isinstance(gate, Ask):
-                asked = await self._ask(execution, gate, deferrable=call.deferrable)
+                asked = await self._ask(
+                    execution, gate, deferrable=call.deferrable, reask=changed is not None
+                )
                 if asked is None:
                     return Prepared("deferred", execution)
                 decision, approval_cancelled = asked
@@ -526,7 +535,7 @@ class ToolRuntime:
         return Allow()
 
     async def _ask(
-        self, execution: ToolExecution, ask: Ask, *, deferrable: bool = False
+        self, execution: ToolExecution, ask: Ask, *, deferrable: bool = False, reask: bool = False
     ) -> tuple[PreToolDecision, bool] | None:
         """Resolve ``ask`` through the approval seam; fail closed without one.
 
@@ -552,10 +561,15 @@ class ToolRuntime:
                 # repair must not read it as one (D26)
                 stage=None if execution.reconciling else "pre-execute",
                 deferrable=deferrable and execution.parent is None,
+                reask=reask,
             )
         )
         if outcome == "deferred" and deferrable and execution.parent is None:
             return None
+        if reask and outcome == "allowed-once":
+            # An approval service that asked anyway (a decision made inline, without the log's
+            # deferral): not the re-decision D22 asks for; fail closed.
+            return Deny(approval_refusal("unavailable", subject)), False
         if outcome == "allowed-once":
             return Allow(), False
         return Deny(approval_refusal(outcome, subject)), outcome == "cancelled"

@@ -700,3 +700,7 @@ class ApprovalRequest:
     #: ``deferred`` instead of failing closed (D19; only the pipeline's pre-execute ask of a
     #: top-level model call can, never an ask from inside a running body)
     deferrable: bool = False
+    #: True when a decision recorded for this call no longer holds (it was made in another
+    #: context: sandbox, network, tool definition, composition): nobody is asked, the call is
+    #: deferred again for a person to decide in this context (D22; needs ``deferrable``)
+    reask: bool = False

@@ -297,6 +297,10 @@ class ApprovalService:
             return "cancelled"
         if self.effective_policy(session) == "never":
             return "rejected"
+        if getattr(req, "reask", False) is True and getattr(req, "deferrable", False) is True:
+            # A decision made in another context (D22 in docs/decisions.md): deferred again for
+            # a person to decide in this one, whatever the unanswered mode; no answerer is asked.
+            return DEFERRED
         if signal is None:
             return await self._ask_answerers(req)
         outcome: ApprovalOutcome | Literal["deferred"] = "cancelled"

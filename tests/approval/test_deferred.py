@@ -165,7 +165,7 @@ async def test_decisions_are_bound_to_call_and_digest() -> None:
         with pytest.raises(ApprovalDecisionError, match="argsDigest"):
             await agent.decide("c-ask", "allow", args_digest="0" * 64)
         with pytest.raises(ApprovalDecisionError, match="allow"):
-            await agent.decide("c-ask", "maybe")  # type: ignore[arg-type]
+            await agent.decide("c-ask", "maybe")
         assert len(agent.session.events) == before  # nothing recorded by a refusal
         assert ran == ["c-free"]
 
@@ -231,3 +231,56 @@ async def test_the_model_is_told_that_unanswered_asks_wait() -> None:
     async with open_host(rows([{"text": "hi"}], unanswered="fail")) as host:
         agent = host.ctx.agent.create(session_id="ctx-2")
         assert host.ctx.approval.policy_context(agent) == ASK_POLICY_SENTENCE
+
+
+async def test_an_allow_decided_in_another_context_waits_again_and_nobody_is_asked() -> None:
+    """D22: a decision holds only in the context it was asked in (here: the tool's definition
+    changed between the decision and the continuation). Before, ``continue_turn`` asked the
+    answerer inline, which allowed, and the call ran; now the call is deferred again (the turn
+    ends awaiting-approval, no model request), nobody is asked, and a decision made in the new
+    context runs it once."""
+    ran: list[str] = []
+    asked: list[str | None] = []
+
+    async def allow(req: Any, next_: Any) -> Any:
+        asked.append(req.call_id)
+        return "allowed-once"
+
+    async def body(args: Any, exec_: ToolExecution) -> str:
+        ran.append(exec_.call_id)
+        return f"ran {exec_.name}"
+
+    def tool(name: str, description: str) -> ToolDefinition:
+        return ToolDefinition(
+            name=name, description=description, parameters={"type": "object"}, execute=body,
+            output=text_output(),
+        )
+
+    async with open_host(rows([TWO_CALLS, {"text": "after"}])) as host:
+        host.ctx.tools.register(tool("free", "free"))
+        unregister = host.ctx.tools.register(tool("probe", "probe"))
+        agent = host.ctx.agent.create(session_id="context-1")
+        assert awaiting_call_ids(await agent.run_turn("go")) == ("c-ask",)
+        await agent.decide("c-ask", "allow", decided_by="test")
+        host.ctx.on("approval/request", allow)  # an answerer that would allow, if asked
+        unregister()
+        host.ctx.tools.register(
+tool("probe", "probe, now deleting things"))
+        requests = len([e for e in agent.session.events if e.type == "assistant/message"])
+        reason = await agent.continue_turn()
+        assert awaiting_call_ids(reason) == ("c-ask",), reason
+        assert asked == [] and ran == ["c-free"]
+        events = list(agent.session.events)
+        assert "c-ask" not in results(events)
+        assert len([e for e in events if e.type == "assistant/message"]) == requests
+        again = [e for e in events if e.type == "approval/asked"][-1]
+        assert "the context changed" in again.data.reason and "tool's definition" in (
+            again.data.reason
+        )
+        (pending,) = agent.pending_approvals()
+        assert pending.call_id == "c-ask" and pending.decision is None
+        check_approval_invariants(events)
+        await agent.decide("c-ask", "allow", decided_by="test")
+        assert isinstance(await agent.continue_turn(), CompletedReason)
+        assert asked == [] and ran == ["c-free", "c-ask"]
+        assert results(agent.session.events)["c-ask"] == "ran probe"

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,99 @@ def test_a_closed_stdout_stops_the_printing_not_the_turn(tmp_path: Path) -> None
     assert events[-1]["data"]["reason"] == {"kind": "completed"}
     [result] = [e for e in events if e["type"] == "tool/result"]
     assert "error" not in result["data"]
+    verify = dsh("sessions", "verify", session_id, "--root", str(root), cwd=tmp_path)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def _stored_turn_end(tmp_path: Path, root: Path) -> dict[str, Any] | None:
+    """The last ``turn/end`` of the one stored session, read from disk by another ``dsh``
+    process (None: no session or no turn end stored yet)."""
+    listing = dsh("sessions", "list", "--root", str(root), "--json", cwd=tmp_path)
+    ids = [json.loads(line)["sessionId"] for line in listing.stdout.splitlines() if line.strip()]
+    if not ids:
+        return None
+    ends = [e for e in stored_events(tmp_path, root, ids[0]) if e["type"] == "turn/end"]
+    return ends[-1] if ends else None
+
+
+def test_a_stdout_nobody_reads_does_not_hold_the_turn_up(tmp_path: Path) -> None:
+    """`dsh run ... | slow-consumer`: the transcript used to be written inside the turn, so once
+    the pipe's buffer was full (64 KiB) the turn stopped where it stood -- no tool body, no
+    model request, no turn/end -- until the reader read. Now printing only queues while the
+    turn runs: with a pipe nobody reads, the turn runs to its end and is on disk; the streamed
+    text past the queue's bound is dropped with a marker, and the final report is complete
+    once the reader reads."""
+    root, workspace = tmp_path / "sessions", tmp_path / "ws"
+    workspace.mkdir()
+    long_text = ("z" * 1999 + " ") * 200  # 400 kB in 200 deltas (the script streams words)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"responses": [
+        {"text": long_text, "tool_calls": [bash("touch body-ran")]},
+        {"text": long_text},
+    ]}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dsh_host", "run", "talk a lot", "--workspace", str(workspace),
+         "--root", str(root), "--model", f"scripted:{script}"],
+        cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={k: v for k, v in os.environ.items() if k not in ("DSH_SESSION_ROOT", "DSH_CONFIG")},
+    )
+    try:
+        # Nobody reads stdout while the turn runs: judged from the log on disk. The only
+        # deadline is a generous one for a stuck turn (it takes seconds when it is not).
+        deadline = time.monotonic() + 240
+        ended = _stored_turn_end(tmp_path, root)
+        while ended is None and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+            ended = _stored_turn_end(tmp_path, root)
+        assert ended is not None, "the turn did not end while nobody read stdout"
+        assert ended["data"]["reason"] == {"kind": "completed"}
+        assert (workspace / "body-ran").exists()  # the tool body ran meanwhile
+        out, err = proc.communicate(timeout=240)  # now the reader reads: the rest comes
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    stdout, stderr = out.decode(), err.decode()
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    assert "characters of output dropped here" in stdout  # said, not silently cut
+    assert len(stdout) < len(long_text) * 2  # bounded: the queue did not hold everything
+    lines = stdout.rstrip("\n").splitlines()
+    assert lines[-2].startswith("session ") and " events · " in lines[-2], lines[-3:]
+    assert lines[-1].startswith("  inspect: ")
+
+
+def test_dsh_run_piped_into_head_completes_the_turn(tmp_path: Path) -> None:
+    """The shell's ``dsh run ... | head -1``: the reader reads one line and goes away while the
+    turn streams; dsh says so once, exits 0 with no traceback, and the log on disk is the whole
+    turn (its tool ran, it ended completed, verify passes)."""
+    root, workspace = tmp_path / "sessions", tmp_path / "ws"
+    workspace.mkdir()
+    long_text = ("y" * 999 + " ") * 300
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"responses": [
+        {"text": long_text, "tool_calls": [bash("touch body-ran")]},
+        {"text": long_text},
+    ]}))
+    command = (
+        f"{sys.executable} -m dsh_host run 'go on' --workspace {workspace} --root {root} "
+        f"--model scripted:{script} 2>{tmp_path / 'stderr'} | head -1; "
+        'echo "${PIPESTATUS[0]}" > ' + str(tmp_path / "status")
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("DSH_SESSION_ROOT", "DSH_CONFIG")}
+    shell = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env,
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=300, check=False)
+    assert len(shell.stdout.splitlines()) == 1, shell.stdout[:200]
+    stderr = (tmp_path / "stderr").read_text()
+    assert (tmp_path / "status").read_text().strip() == "0", stderr
+    assert "Traceback" not in stderr
+    assert stderr.count("standard output is gone") == 1, stderr
+    assert (workspace / "body-ran").exists()
+    ended = _stored_turn_end(tmp_path, root)
+    assert ended is not None and ended["data"]["reason"] == {"kind": "completed"}
+    listing = dsh("sessions", "list", "--root", str(root), "--json", cwd=tmp_path)
+    [session_id] = [json.loads(line)["sessionId"] for line in listing.stdout.splitlines()]
     verify = dsh("sessions", "verify", session_id, "--root", str(root), cwd=tmp_path)
     assert verify.returncode == 0, verify.stdout + verify.stderr
 

@@ -391,12 +391,28 @@ def test_an_approval_is_bound_to_its_context(tmp_path: Path) -> None:
     moved = env.dsh(
         "approvals", "continue", session_id, "--model", f"scripted:{second}", config=other
     )
-    assert moved.returncode == 0, moved.stdout + moved.stderr
+    # Before: the call was asked again inline (and, nobody answering, failed closed with a
+    # result). Now it waits again, for a person to decide in the new context (D22).
+    assert moved.returncode == 4, moved.stdout + moved.stderr
     assert not (env.workspace / "made-here").exists()
     events = env.events(session_id)
     again = [e for e in events if e["type"] == "approval/asked"][-1]
     assert again["seq"] > decision["seq"] and "the context changed" in again["data"]["reason"]
     assert again["data"]["compositionDigest"] != context["compositionDigest"]
+    assert [e for e in events if e["type"] == "tool/result"] == []  # it did not run
+    assert [e for e in events if e["type"] == "approval/decided"] == [decision]  # nobody asked
+    assert not [e for e in events[events.index(decision) :] if e["type"] == "assistant/message"]
+    (end,) = [e for e in events if e["type"] == "turn/end"][-1:]
+    assert end["data"]["reason"]["kind"] == "awaiting-approval"
+    listing = env.dsh("approvals", "list", config=other)
+    assert listing.returncode == 0 and again["data"]["callId"] in listing.stdout, listing.stdout
+    decided_again = env.dsh(
+        "approvals", "decide", session_id, again["data"]["callId"], "allow", config=other
+    )
+    assert decided_again.returncode == 0, decided_again.stdout + decided_again.stderr
+    events = env.events(session_id)
     (result,) = [e for e in events if e["type"] == "tool/result"]
-    assert result["data"]["message"]["content"][0]["isError"] is True
+    # run once, under the recorded read-only sandbox: the file could not be made
+    assert "Read-only file system" in json.dumps(result["data"]["message"]["content"]), result
+    assert not (env.workspace / "made-here").exists()
     _dsh_admits(events)

@@ -418,7 +418,7 @@ def test_an_unreachable_postgresql_is_one_line_and_a_503(tmp_path: Path) -> None
         (tmp_path / "ws").mkdir()
         proc = subprocess.Popen(
             [sys.executable, "-m", "dsh_host", "serve", "--config", str(config), "--port", "0",
-             "--workspace", str(tmp_path / "ws")],
+             "--workspace", str(tmp_path / "ws"), "--model", "demo"],
             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             assert proc.stdout is not None
@@ -452,7 +452,8 @@ def test_a_damaged_sqlite_index_kills_serve_loudly_and_loses_nothing(tmp_path: P
     def start() -> tuple[subprocess.Popen[str], str]:
         proc = subprocess.Popen(
             [sys.executable, "-m", "dsh_host", "serve", "--config",
-             str(REPO / "configs" / "sqlite.yml"), "--port", "0", "--workspace", str(workspace)],
+             str(REPO / "configs" / "sqlite.yml"), "--port", "0", "--workspace", str(workspace),
+             "--model", "demo"],
             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -511,7 +512,8 @@ def test_a_sqlite_write_failure_is_503_and_loses_nothing(tmp_path: Path) -> None
            "DSH_SESSION_ROOT": str(root)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "dsh_host", "serve", "--config",
-         str(REPO / "configs" / "sqlite.yml"), "--port", "0", "--workspace", str(workspace)],
+         str(REPO / "configs" / "sqlite.yml"), "--port", "0", "--workspace", str(workspace),
+         "--model", "demo"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None

@@ -3,6 +3,7 @@ that creates the session, a `dsh serve` that runs the next turn over HTTP on loo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -74,28 +75,25 @@ class Setup:
         )
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[Setup, str]]:
-    setup = Setup(tmp_path)
-    with open(tmp_path / "serve.stderr", "w") as stderr:
+@contextlib.contextmanager
+def _serve(setup: Setup, *flags: str, name: str = "serve") -> Iterator[str]:
+    """A ``dsh serve`` process on the setup's store and workspace; its URL."""
+    with open(setup.tmp / f"{name}.stderr", "w") as stderr:
         proc = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
                 "dsh_host",
                 "serve",
-                "--config",
-                str(setup.config),
                 "--root",
                 str(setup.root),
-                "--model",
-                f"scripted:{setup.script}",
                 "--workspace",
                 str(setup.workspace),
                 "--port",
                 "0",
+                *flags,
             ],
-            cwd=tmp_path,
+            cwd=setup.tmp,
             env=setup.env,
             stdout=subprocess.PIPE,
             stderr=stderr,
@@ -105,9 +103,9 @@ def served(tmp_path: Path) -> Iterator[tuple[Setup, str]]:
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert line.startswith("dsh serve: listening on "), (
-            line + (tmp_path / "serve.stderr").read_text()
+            line + (setup.tmp / f"{name}.stderr").read_text()
         )
-        yield setup, line.split()[4].rstrip("/")
+        yield line.split()[4].rstrip("/")
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -115,6 +113,13 @@ def served(tmp_path: Path) -> Iterator[tuple[Setup, str]]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[Setup, str]]:
+    setup = Setup(tmp_path)
+    with _serve(setup, "--config", str(setup.config), "--model", f"scripted:{setup.script}") as url:
+        yield setup, url
 
 
 def _wait_turn_end(client: httpx.Client, session_id: str, turn: int) -> dict[str, Any]:
@@ -246,3 +251,52 @@ def test_serve_refuses_a_session_of_another_composition_and_writes_nothing(
         assert turn.status_code == 409, turn.text
         assert turn.json()["error"]["code"] == "TERMS_REFUSED"
     assert [p.read_bytes() for p in logs] == before
+
+
+def test_serve_without_model_takes_the_compositions_model_or_refuses(tmp_path: Path) -> None:
+    """Before: `dsh serve` without --model created every new session on the built-in demo
+    script (whose bash calls then ran in the served workspace). Now a new session takes the
+    composition's model; a composition that names none refuses to create one (400 NO_MODEL,
+    nothing stored), and the demo runs only when named."""
+    setup = Setup(tmp_path)
+    named = tmp_path / "named.yml"
+    named.write_text(
+        f"- id: model\n  name: llm-scripted\n  config:\n    path: {setup.script}\n"
+        + setup.config.read_text().replace(
+            "- id: agent\n  name: agent\n  config:\n",
+            "- id: agent\n  name: agent\n  config:\n    provider: scripted\n"
+            "    model: scripted\n",
+        )
+    )
+    with _serve(
+        setup, "--config", str(setup.config), "--composition", f"named={named}"
+    ) as url, httpx.Client(base_url=url, timeout=60) as client:
+        refused = client.post("/sessions", json={"id": "no-model"})
+        assert refused.status_code == 400, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "NO_MODEL" and "--model" in error["message"], error
+        assert client.get("/sessions/no-model").status_code == 404
+        created = client.post("/sessions", json={"composition": "named"})
+        assert created.status_code == 201, created.text
+        session_id = created.json()["id"]
+        (terms,) = [
+            json.loads(line)
+            for line in client.get(f"/sessions/{session_id}/events").text.splitlines()
+        ]
+        assert terms["data"]["model"]["provider"] == "scripted", terms
+        turn = client.post(f"/sessions/{session_id}/turns", json={"prompt": "make a file"})
+        assert turn.status_code == 202, turn.text
+        ended = _wait_turn_end(client, session_id, turn.json()["turn"])
+    assert ended["lastTurnEnd"]["kind"] == "completed", ended
+    # the composition's script ran (its call made the file), not the demo (which writes notes)
+    assert sorted(p.name for p in setup.workspace.iterdir()) == ["made-here"]
+    with _serve(
+        setup, "--config", str(setup.config), "--model", "demo", name="demo"
+    ) as url, httpx.Client(base_url=url, timeout=60) as client:
+        created = client.post("/sessions", json={})
+        assert created.status_code == 201, created.text
+        (terms,) = [
+            json.loads(line)
+            for line in client.get(f"/sessions/{created.json()['id']}/events").text.splitlines()
+        ]
+    assert terms["data"]["model"]["spec"] == "demo"  # named: it runs, and it is recorded
