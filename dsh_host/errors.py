@@ -27,6 +27,7 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     │   ├── ApprovalOutsideTurnError                     dsh_user_approval.errors
     │   ├── ApprovalRequestError                         dsh_user_approval.errors
     │   └── InvalidApprovalPolicyError                   dsh_user_approval.errors
+    ├── AttachmentError                                  dsh_host.llm.attachments
     ├── AuditError                                       dsh_host.session.audit
     ├── BootError                                        dsh_host.errors
     ├── CliUsageError                                    dsh_host.cli.common
