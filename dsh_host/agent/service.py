@@ -23,9 +23,10 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING, Any
 
-from dsh_host.session.keys import SESSIONS
+from dsh_host.session.keys import SESSION_PERSISTENCE, SESSIONS
 from dsh_host.session.repair import interrupted_turn_closers
 from dsh_host.session.session import Session
+from dsh_host.tools.keys import APPROVAL
 
 from .budget import Budget
 from .errors import ResumeError
@@ -59,7 +60,7 @@ class AgentService:
         system_prompt.context("approval:policy", 115, self._approval_policy)
 
     def _approval_policy(self, context: AssembleContext) -> str:
-        approval = self._ctx.get("approval")
+        approval = self._ctx.get(APPROVAL)
         describe = getattr(approval, "policy_context", None)
         if approval is None or not callable(describe):
             return ""
@@ -145,7 +146,7 @@ class AgentService:
                 "budget": budget,
             }
         )
-        persistence = self._ctx.get("sessionPersistence")
+        persistence = self._ctx.get(SESSION_PERSISTENCE)
         if persistence is None:
             raise ResumeError(RESUME_WITHOUT_PERSISTENCE)
         store = self._ctx.service(SESSIONS)

@@ -20,6 +20,7 @@ from ..compositions import composition_digest, load_config
 from ..errors import ConfigError, DshError
 from ..loader import LocatedRow, PluginHost, Row, canonical_name, open_host, rows_needed_for
 from ..session.events.data import CompositionTerms
+from ..session.keys import SESSION_PERSISTENCE
 from .interrupts import Interrupts, exit_on_signals
 
 T = TypeVar("T")
@@ -159,7 +160,7 @@ def run_with_host(
 
 
 def persistence(host: PluginHost) -> Any:
-    service = host.ctx.get("sessionPersistence")
+    service = host.ctx.get(SESSION_PERSISTENCE)
     if service is None:
         raise ConfigError(
             "this composition stores no sessions (no row provides sessionPersistence); "

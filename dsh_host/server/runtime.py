@@ -33,6 +33,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectSendStream
 
 from dsh_host.agent.errors import ApprovalDecisionError
+from dsh_host.agent.keys import AGENT
 from dsh_host.agent.loop import Agent
 from dsh_host.errors import DshError
 from dsh_host.front.runner import (
@@ -49,6 +50,7 @@ from dsh_host.session.approvals import pending_approvals
 from dsh_host.session.events import SessionEvent, TurnEndReason, turn_end_kind
 from dsh_host.session.events.data import CompositionTerms, RunTerms
 from dsh_host.session.header import SessionHeader, new_session_id
+from dsh_host.session.keys import SESSION_PERSISTENCE, SESSIONS
 from dsh_host.session.persistence import (
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
@@ -289,7 +291,7 @@ class ServerRuntime:
     def store(self) -> Any:
         """The ``sessionPersistence`` service every read goes through."""
         assert self._reader is not None, "start() first"
-        service = self._reader.ctx.get("sessionPersistence")
+        service = self._reader.ctx.get(SESSION_PERSISTENCE)
         if service is None:
             raise ApiError(
                 500,
@@ -325,7 +327,7 @@ class ServerRuntime:
     ) -> None:
         async with open_host(rows) as host:
             host.ctx.on("agent/step-end", lambda _step: self.metrics.steps.inc())
-            self.metrics.time_flushes(host.ctx.sessions, self._flushed)
+            self.metrics.time_flushes(host.ctx.service(SESSIONS), self._flushed)
             task_status.started(host)
             await self._closing.wait()
 
@@ -557,7 +559,7 @@ class ServerRuntime:
                 pass
             else:
                 raise SessionAlreadyExistsError(f'a session "{session_id}" is already stored')
-        sessions = host.ctx.sessions
+        sessions = host.ctx.service(SESSIONS)
         session = sessions.create(
             session_id or new_session_id(), meta={"cwd": path, "agentPreset": name}
         )
@@ -632,10 +634,10 @@ class ServerRuntime:
         holding its handle."""
         name, plan = self._admit(load)
         host = await self.host(name, plan.terms.workspace or "", plan.rows)
-        agent: Agent = await host.ctx.agent.resume(load.id)
+        agent: Agent = await host.ctx.service(AGENT).resume(load.id)
         if plan.record is not None:  # a session that predates its terms: what is assumed
             record_terms(agent.session, plan.record)
-        return agent, host.ctx.get("sessionPersistence")
+        return agent, host.ctx.get(SESSION_PERSISTENCE)
 
     async def start_turn(self, session_id: str, prompt: str) -> int:
         """Start a turn in the background; return its number once the session is held.

@@ -38,6 +38,7 @@ import anyio
 from dsh_host.context import Context
 from dsh_host.session.backend import PersistenceService
 from dsh_host.session.events import SessionEvent
+from dsh_host.session.keys import SESSIONS
 from dsh_host.session.persistence import SessionAlreadyExistsError
 from dsh_host.session.session import Session
 from dsh_host.session.write_behind import Once, Spawn, WriteHandle
@@ -222,6 +223,6 @@ def bind_live_sessions(ctx: Context, backend: PersistenceService[Any]) -> LiveBi
     ctx.on("session/flush", binder.on_flush)
     ctx.on("session/disposed", binder.on_disposed)
     ctx.effect(binder.close, "drain session logs")
-    for session in ctx.sessions.list():
+    for session in ctx.service(SESSIONS).list():
         binder.on_created(session)
     return binder

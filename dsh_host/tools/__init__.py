@@ -18,6 +18,7 @@ from .errors import (
     UnsupportedSchemaError,
 )
 from .keys import (
+    APPROVAL,
     APPROVAL_REQUEST,
     TOOLS,
     TOOLS_CHANGE,
@@ -33,6 +34,7 @@ from .types import (
     Accept,
     Allow,
     ApprovalOutcome,
+    ApprovalProvider,
     ApprovalRequest,
     Ask,
     Block,
@@ -63,6 +65,7 @@ from .types import (
 __all__ = [
     "ABORTED",
     "ABORTED_BEFORE_DISPATCH",
+    "APPROVAL",
     "APPROVAL_REQUEST",
     "INVALID_ARGS",
     "INVALID_TOOL_OUTPUT",
@@ -77,6 +80,7 @@ __all__ = [
     "Accept",
     "Allow",
     "ApprovalOutcome",
+    "ApprovalProvider",
     "ApprovalRequest",
     "Ask",
     "Block",
