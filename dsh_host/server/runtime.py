@@ -58,6 +58,7 @@ from dsh_host.session.persistence import (
     SessionLoad,
     SessionNotFoundError,
 )
+from dsh_host.session.storage import SupportsCurrentRevision
 from dsh_host.session.terms import record_terms, recorded_terms
 
 from . import views
@@ -447,9 +448,9 @@ class ServerRuntime:
         process last read it (the inspector's session page polls it); a store that cannot tell
         a revision without reading is read every time. 404 for an unknown session."""
         remembered = self._stored.get(session_id)
-        revision = getattr(self.store, "current_revision", None)
-        if remembered is not None and revision is not None:
-            if await revision(session_id) == remembered[0]:
+        store = self.store
+        if remembered is not None and isinstance(store, SupportsCurrentRevision):
+            if await store.current_revision(session_id) == remembered[0]:
                 return remembered[1]
         self.metrics.logs_read.inc()
         return self._remember(await self.inspect(session_id))
