@@ -53,25 +53,29 @@ from typing import Any, Final
 
 import anyio
 
-from dsh_host.cancel import CancelToken
-from dsh_host.context import Context
-from dsh_host.errors import AbortError
-from dsh_host.jsonsafe import js_number
-from dsh_host.sandbox import (
+from dsh_host.sdk import (
     DEFAULT_ENV_ALLOW,
+    ESCALATION_TARGETS,
+    AbortError,
+    CancelToken,
     ConfinedArgv,
+    ContentBlock,
+    Context,
+    FdReceiveStream,
     SandboxMode,
     SandboxUnavailableError,
+    SpawnedProcess,
+    TextBlock,
+    ToolDefinition,
+    ToolError,
+    ToolExecution,
+    ToolOutput,
     allowed_environment,
-)
-from dsh_host.session.messages import ContentBlock, TextBlock
-from dsh_host.spawn import FdReceiveStream, SpawnedProcess, open_process
-from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, ToolOutput
-from dsh_host.tools.escalation import (
-    ESCALATION_TARGETS,
     approve_escalation,
     check_escalation_available,
     escalation_hint_marker,
+    js_number,
+    open_process,
     sandbox_denial_marker,
     validate_escalation_args,
 )

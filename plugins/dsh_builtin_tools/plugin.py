@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import os
 
-from dsh_host.context import Context
-from dsh_host.plugin import Plugin
-from dsh_host.sandbox import SandboxPolicy, confined_writable_roots, harness_state_conflict
-from dsh_host.tools import ToolExecution
-from dsh_host.tools.keys import TOOLS
+from dsh_host.sdk import (
+    TOOLS,
+    Context,
+    Plugin,
+    SandboxPolicy,
+    ToolExecution,
+    confined_writable_roots,
+    harness_state_conflict,
+)
 
 from .bash import bash_tool
 from .config import BuiltinToolsConfig, BuiltinToolsConfigError, canonical_workspace

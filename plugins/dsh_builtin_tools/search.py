@@ -42,11 +42,17 @@ from typing import Any, Final, TypeAlias
 
 import anyio.to_thread
 
-from dsh_host.cancel import CancelToken
-from dsh_host.context import Context
-from dsh_host.sandbox import SandboxUnavailableError
-from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, text_output
-from dsh_host.tools.beneath import open_beneath, open_dirs_beneath
+from dsh_host.sdk import (
+    CancelToken,
+    Context,
+    SandboxUnavailableError,
+    ToolDefinition,
+    ToolError,
+    ToolExecution,
+    open_beneath,
+    open_dirs_beneath,
+    text_output,
+)
 
 from .config import BuiltinToolsConfig
 from .files import (

@@ -19,21 +19,26 @@ import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from dsh_host import Context, Plugin
-from dsh_host.agent.errors import AgentBusyError
-from dsh_host.agent.types import PreStepContext, PreStepDecision, RequestErrorContext, Retry
-from dsh_host.cancel import CancelToken
-from dsh_host.errors import AbortError
-from dsh_host.llm.errors import CONTEXT_WINDOW_EXCEEDED_CODE, LlmError
-from dsh_host.session.compaction import (
+from dsh_host.sdk import (
+    CONTEXT_WINDOW_EXCEEDED_CODE,
+    AbortError,
+    AgentBusyError,
+    CancelToken,
     CompactionEngine,
     CompactionResult,
     CompactionTrigger,
+    Context,
+    LlmError,
     ManualCompactionError,
+    Message,
+    Plugin,
+    PreStepContext,
+    PreStepDecision,
+    RequestErrorContext,
+    Retry,
+    Session,
+    TokenMeter,
 )
-from dsh_host.session.messages import Message
-from dsh_host.session.session import Session
-from dsh_host.session.tokens import TokenMeter
 
 from .config import (
     BasicCompactionConfig,

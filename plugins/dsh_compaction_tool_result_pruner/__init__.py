@@ -19,11 +19,17 @@ from typing import Final
 
 import msgspec
 
-from dsh_host import Context, Plugin
-from dsh_host.session.events import ReplaceOp, ToolResultData
-from dsh_host.session.messages import ContentBlock, TextBlock, ToolResultBlock
-from dsh_host.session.session import Session
-from dsh_host.session.tokens import TokenMeter
+from dsh_host.sdk import (
+    ContentBlock,
+    Context,
+    Plugin,
+    ReplaceOp,
+    Session,
+    TextBlock,
+    TokenMeter,
+    ToolResultBlock,
+    ToolResultData,
+)
 
 __all__ = [
     "PRUNE_MARKER",

@@ -13,11 +13,15 @@ from urllib.parse import urlsplit
 import httpx
 import msgspec
 
-from dsh_host.context import Context
-from dsh_host.errors import ConfigError
-from dsh_host.llm import RetryPolicyConfig
-from dsh_host.llm.provider import register_adapter, resolve_base_url
-from dsh_host.plugin import ModelRoute, Plugin
+from dsh_host.sdk import (
+    ConfigError,
+    Context,
+    ModelRoute,
+    Plugin,
+    RetryPolicyConfig,
+    register_adapter,
+    resolve_base_url,
+)
 
 from .adapter import AdapterSettings, OpenAICompatibleAdapter
 from .serialize import REASONING_EFFORTS, serialize_messages, serialize_request

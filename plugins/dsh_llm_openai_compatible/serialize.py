@@ -18,16 +18,21 @@ from typing import Any, Literal
 
 import msgspec
 
-from dsh_host.jsonsafe import thaw_json
-from dsh_host.llm import LlmError, LlmRequest
-from dsh_host.llm.convert import refuse_images, text_of, tool_result_text, unsupported_effort
-from dsh_host.session import (
+from dsh_host.sdk import (
     AssistantMessage,
+    LlmError,
+    LlmRequest,
     Message,
     ReasoningBlock,
+    SystemMessage,
     ToolCallBlock,
+    ToolResultBlock,
+    refuse_images,
+    text_of,
+    thaw_json,
+    tool_result_text,
+    unsupported_effort,
 )
-from dsh_host.session.messages import SystemMessage, ToolResultBlock
 
 __all__ = ["REASONING_EFFORTS", "Thinking", "serialize_messages", "serialize_request"]
 

@@ -41,15 +41,13 @@ from typing import Any, Literal
 
 import msgspec
 
-from dsh_host.llm import LlmError
-from dsh_host.llm.convert import completed_reason, disjoint_usage, stopped
-from dsh_host.llm.wire import http_error_code
-from dsh_host.session import (
+from dsh_host.sdk import (
     BlockEndChunk,
     BlockStartChunk,
     ContentBlock,
     FinishChunk,
     FinishReason,
+    LlmError,
     MaxTokensFinish,
     ReasoningBlock,
     ReasoningDeltaChunk,
@@ -62,6 +60,10 @@ from dsh_host.session import (
     ToolCallDeltaChunk,
     ToolCallsFinish,
     UsageChunk,
+    completed_reason,
+    disjoint_usage,
+    http_error_code,
+    stopped,
 )
 
 __all__ = ["DONE", "ChunkTranslator", "map_finish_reason", "map_usage"]

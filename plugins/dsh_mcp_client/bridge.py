@@ -35,18 +35,22 @@ import mcp_types
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 
-from dsh_host.context import Context
-from dsh_host.errors import AbortError, DshError
-from dsh_host.jsonsafe import to_json_builtins
-from dsh_host.sandbox import (
+from dsh_host.sdk import (
     DEFAULT_ENV_ALLOW,
+    TOOL_OUTCOME_UNKNOWN,
+    AbortError,
+    Context,
+    DshError,
     SandboxUnavailableError,
+    TextBlock,
+    ToolDefinition,
+    ToolError,
+    ToolExecution,
+    ToolOutput,
     allowed_environment,
     call_policy,
+    to_json_builtins,
 )
-from dsh_host.session.messages import TextBlock
-from dsh_host.session.repair import TOOL_OUTCOME_UNKNOWN
-from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, ToolOutput
 
 from .config import McpClientConfig
 from .naming import public_tool_name

@@ -7,10 +7,18 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from dsh_host.context import Context, Host
-from dsh_host.plugin import Plugin
-from dsh_host.sandbox import SandboxPolicy, confined_writable_roots, harness_state_conflict
-from dsh_host.tools.types import Ask, Deny, PreToolDecision, ToolExecution
+from dsh_host.sdk import (
+    Ask,
+    Context,
+    Deny,
+    Host,
+    Plugin,
+    PreToolDecision,
+    SandboxPolicy,
+    ToolExecution,
+    confined_writable_roots,
+    harness_state_conflict,
+)
 
 from .bridge import ServerBridge
 from .config import McpClientConfig, McpClientConfigError

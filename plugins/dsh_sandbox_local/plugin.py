@@ -6,7 +6,7 @@ import logging
 
 import anyio.to_thread
 
-from dsh_host import Context, Plugin
+from dsh_host.sdk import Context, Plugin
 
 from .provider import LocalSandboxProvider, SandboxLocalConfig
 

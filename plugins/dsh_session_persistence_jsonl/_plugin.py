@@ -16,11 +16,14 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from dsh_host.context import Context
-from dsh_host.plugin import Plugin
-from dsh_host.session import offload
-from dsh_host.session.binding import bind_live_sessions, host_spawn
-from dsh_host.userdirs import default_session_root
+from dsh_host.sdk import (
+    Context,
+    Plugin,
+    bind_live_sessions,
+    default_session_root,
+    host_spawn,
+    offload,
+)
 
 from ._backend import JsonlSessionPersistence
 

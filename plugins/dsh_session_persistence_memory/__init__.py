@@ -14,10 +14,14 @@ from typing import Annotated
 
 import msgspec
 
-from dsh_host import Context, Plugin
-from dsh_host.session.backend import PersistenceService
-from dsh_host.session.binding import bind_live_sessions, host_spawn
-from dsh_host.session.storage import MemoryStorage
+from dsh_host.sdk import (
+    Context,
+    MemoryStorage,
+    PersistenceService,
+    Plugin,
+    bind_live_sessions,
+    host_spawn,
+)
 
 __all__ = ["MemoryConfig", "SessionPersistenceMemory", "shared_store"]
 

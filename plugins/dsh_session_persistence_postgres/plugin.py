@@ -21,9 +21,7 @@ from typing import Annotated
 
 import msgspec
 
-from dsh_host import Context, Plugin
-from dsh_host.errors import ConfigError
-from dsh_host.session.binding import bind_live_sessions, host_spawn
+from dsh_host.sdk import ConfigError, Context, Plugin, bind_live_sessions, host_spawn
 
 from ._backend import PostgresSessionPersistence
 

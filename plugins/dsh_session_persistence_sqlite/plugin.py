@@ -9,12 +9,16 @@ from typing import Annotated
 
 import msgspec
 
-from dsh_host import Context, Plugin
-from dsh_host.errors import ConfigError
-from dsh_host.session.backend import PersistenceService
-from dsh_host.session.binding import bind_live_sessions, host_spawn
-from dsh_host.session.write_behind import Spawn
-from dsh_host.userdirs import default_session_root
+from dsh_host.sdk import (
+    ConfigError,
+    Context,
+    PersistenceService,
+    Plugin,
+    Spawn,
+    bind_live_sessions,
+    default_session_root,
+    host_spawn,
+)
 
 from ._storage import JournalMode, SqliteLease, SqliteStorage
 

@@ -41,8 +41,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
-from dsh_host.session.messages import TokenUsage
-from dsh_host.session.prices import PriceTable
+from dsh_host.sdk import PriceTable, TokenUsage
 
 __all__ = ["FINISH_REASONS", "LogIds", "SessionTracer"]
 

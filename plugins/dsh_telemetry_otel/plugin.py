@@ -11,11 +11,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
 
-from dsh_host import Context, Plugin
-from dsh_host.session.events import event_to_builtins
-from dsh_host.session.keys import SESSION_EVENT
-from dsh_host.session.prices import PriceTable
-from dsh_host.session.tokens import TokenMeter
+from dsh_host.sdk import SESSION_EVENT, Context, Plugin, PriceTable, TokenMeter, event_to_builtins
 
 from ._tracer import LogIds, SessionTracer
 

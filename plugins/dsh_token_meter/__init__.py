@@ -10,10 +10,12 @@ from typing import Any
 
 import msgspec
 
-from dsh_host import Context, Plugin
-from dsh_host.session.prices import ModelPrice, PriceTable, parse_prices
-from dsh_host.session.tokens import (
+from dsh_host.sdk import (
+    Context,
     ContextPressure,
+    ModelPrice,
+    Plugin,
+    PriceTable,
     RequestCost,
     TokenMeasurement,
     TokenMeter,
@@ -22,6 +24,7 @@ from dsh_host.session.tokens import (
     estimate_content,
     estimate_header,
     estimate_message,
+    parse_prices,
 )
 
 __all__ = [

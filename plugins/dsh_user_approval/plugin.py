@@ -6,9 +6,7 @@ from typing import Literal
 
 import msgspec
 
-from dsh_host import Context, Plugin
-from dsh_host.session import register_turn_end_reason
-from dsh_host.tools import APPROVAL_REQUEST
+from dsh_host.sdk import APPROVAL_REQUEST, Context, Plugin, register_turn_end_reason
 
 from .service import ApprovalService, AwaitingApprovalReason
 

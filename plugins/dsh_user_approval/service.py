@@ -53,22 +53,20 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 import anyio
 
-from dsh_host.agent.errors import ApprovalDecisionError
-from dsh_host.session.approvals import (
+from dsh_host.sdk import (
+    APPROVAL_REQUEST,
     AWAITING_APPROVAL,
+    ApprovalDecisionError,
     DeferredCall,
-    context_of_ask,
-    deferred_calls,
-)
-from dsh_host.session.messages import (
     PluginSource,
     TextBlock,
     UserMessage,
     Wire,
+    context_of_ask,
+    deferred_calls,
     new_message_id,
+    recorded_terms,
 )
-from dsh_host.session.terms import recorded_terms
-from dsh_host.tools.keys import APPROVAL_REQUEST
 
 from .errors import ApprovalOutsideTurnError, ApprovalRequestError, InvalidApprovalPolicyError
 from .policy import (
@@ -89,8 +87,7 @@ from .policy import (
 )
 
 if TYPE_CHECKING:
-    from dsh_host.cancel import CancelToken
-    from dsh_host.context import Context
+    from dsh_host.sdk import CancelToken, Context
 
 __all__ = ["ApprovalAgent", "ApprovalRequestLike", "ApprovalService", "AwaitingApprovalReason"]
 
