@@ -178,3 +178,34 @@ def test_the_sdk_is_imported_by_no_host_module() -> None:
             if target == "dsh_host.sdk" or target.startswith("dsh_host.sdk."):
                 problems.append(f"{path.relative_to(REPO)}:{line}: imports {target}")
     assert problems == []
+
+
+def service_names() -> set[str]:
+    from dsh_host.shipped_plugins import SHIPPED_PLUGINS
+
+    return {service for declared in SHIPPED_PLUGINS.values() for service in declared.provides}
+
+
+def test_host_and_plugin_code_reach_services_by_typed_key() -> None:
+    """``ctx.get(APPROVAL)`` is an ``ApprovalProvider | None`` to mypy; ``ctx.get("approval")``
+    and ``ctx.approval`` are ``Any``. Code (not tests) uses the keys, so a renamed or retyped
+    service is a type error, not a runtime surprise."""
+    services = service_names()
+    problems = []
+    sources = [*sorted(HOST.rglob("*.py")), *sorted((REPO / "plugins").rglob("*.py"))]
+    for path in sources:
+        if "tests" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            receiver: ast.expr | None = None
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                first = node.args[0] if node.args else None
+                by_name = isinstance(first, ast.Constant) and first.value in services
+                if node.func.attr in ("get", "service", "provide") and by_name:
+                    receiver = node.func.value
+            elif isinstance(node, ast.Attribute) and node.attr in services:
+                receiver = node.value
+            if receiver is not None and ast.unparse(receiver).endswith("ctx"):
+                where = f"{path.relative_to(REPO)}:{receiver.lineno}"
+                problems.append(f"{where}: {ast.unparse(node)}")
+    assert problems == [], "use the service's ServiceKey (dsh_host.sdk exports them all)"

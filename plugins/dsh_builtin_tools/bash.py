@@ -54,8 +54,10 @@ from typing import Any, Final
 import anyio
 
 from dsh_host.sdk import (
+    APPROVAL,
     DEFAULT_ENV_ALLOW,
     ESCALATION_TARGETS,
+    SANDBOX,
     AbortError,
     CancelToken,
     ConfinedArgv,
@@ -642,7 +644,7 @@ def bash_tool(
     ) -> ConfinedArgv | None:
         if call_mode == "danger-full-access":
             return None
-        sandbox = ctx.get("sandbox")
+        sandbox = ctx.get(SANDBOX)
         if sandbox is None:
             raise SandboxUnavailableError(call_mode)
         policy = await tool_policy(config, workspace, call_mode, exec)
@@ -656,7 +658,7 @@ def bash_tool(
             return mode
         check_escalation_available(escalation)
         return await approve_escalation(
-            ctx.get("approval"),
+            ctx.get(APPROVAL),
             requested_mode=str(requested),
             justification=str(args["justification"]),
             effective_mode=mode,

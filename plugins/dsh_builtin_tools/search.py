@@ -43,6 +43,7 @@ from typing import Any, Final, TypeAlias
 import anyio.to_thread
 
 from dsh_host.sdk import (
+    SANDBOX,
     CancelToken,
     Context,
     SandboxUnavailableError,
@@ -396,12 +397,12 @@ def ripgrep_for(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> Rip
     binary = ripgrep_binary() if config.ripgrep else None
 
     async def helper(exec: ToolExecution) -> Ripgrep | None:
-        if binary is None or ctx.get("sandbox") is None:
+        if binary is None or ctx.get(SANDBOX) is None:
             return None
         policy = await tool_policy(config, workspace, "read-only", exec)
 
         def confine(argv: list[str]) -> list[str] | None:
-            sandbox = ctx.get("sandbox")
+            sandbox = ctx.get(SANDBOX)
             if sandbox is None:
                 return None
             try:

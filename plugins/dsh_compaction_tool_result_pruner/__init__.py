@@ -20,6 +20,8 @@ from typing import Final
 import msgspec
 
 from dsh_host.sdk import (
+    TOKEN_METER,
+    TOOL_RESULT_PRUNER,
     ContentBlock,
     Context,
     Plugin,
@@ -199,4 +201,4 @@ class ToolResultPrunerPlugin(Plugin):
     Config = ToolResultPruneConfig
 
     def apply(self, ctx: Context, config: ToolResultPruneConfig) -> None:
-        ctx.provide("toolResultPruner", ToolResultPruner(config, ctx.tokenMeter))
+        ctx.provide(TOOL_RESULT_PRUNER, ToolResultPruner(config, ctx.service(TOKEN_METER)))

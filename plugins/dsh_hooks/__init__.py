@@ -53,6 +53,7 @@ import msgspec
 from dsh_host.sdk import (
     AGENT_PRE_STEP,
     AGENT_TURN_STOPPING,
+    SANDBOX,
     TOOLS_POST_EXECUTE,
     TOOLS_PRE_EXECUTE,
     Accept,
@@ -391,7 +392,7 @@ class Hooks(Plugin):
             by_point[hook.point].append(hook)
 
         async def run_one(hook: HookCommand, payload: Mapping[str, Any], cwd: str) -> HookRun:
-            sandbox = ctx.get("sandbox")
+            sandbox = ctx.get(SANDBOX)
             if sandbox is None:
                 return HookRun(None, "", "", "no sandbox service is composed to confine it")
             root = await anyio.to_thread.run_sync(os.path.realpath, cwd)

@@ -37,7 +37,9 @@ from mcp.shared.exceptions import MCPError
 
 from dsh_host.sdk import (
     DEFAULT_ENV_ALLOW,
+    SANDBOX,
     TOOL_OUTCOME_UNKNOWN,
+    TOOLS,
     AbortError,
     Context,
     DshError,
@@ -310,7 +312,7 @@ class ServerBridge:
         env.update(config.env)
         cwd = os.path.join(self._workspace, config.cwd) if config.cwd else self._workspace
         if config.sandbox != "danger-full-access":
-            sandbox = self._ctx.get("sandbox")
+            sandbox = self._ctx.get(SANDBOX)
             if sandbox is None:
                 raise SandboxUnavailableError(config.sandbox)
             # The same view as every builtin tool: one policy builder (protected paths,
@@ -378,7 +380,7 @@ class ServerBridge:
             if annotations is not None and annotations.destructive_hint is True:
                 destructive.add(public)
         self._unregister()
-        tools = self._ctx.tools
+        tools = self._ctx.service(TOOLS)
         registered: dict[str, Callable[[], None]] = {}
         try:
             for public, definition in definitions.items():

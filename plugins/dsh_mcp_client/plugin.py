@@ -8,6 +8,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from dsh_host.sdk import (
+    SANDBOX,
+    SESSION_PERSISTENCE,
     Ask,
     Context,
     Deny,
@@ -97,7 +99,7 @@ def refuse_writable_harness_state(ctx: Context, config: McpClientConfig, workspa
     if config.transport != "stdio" or config.sandbox != "workspace-write":
         return
     writable = [(workspace, f"the workspace of mcp-client row {ctx.row_id!r}")]
-    sandbox = ctx.get("sandbox")
+    sandbox = ctx.get(SANDBOX)
     if sandbox is not None:
         policy = SandboxPolicy(mode="workspace-write", workspace_root=workspace)
         writable += [
@@ -105,7 +107,7 @@ def refuse_writable_harness_state(ctx: Context, config: McpClientConfig, workspa
             for path in confined_writable_roots(sandbox, policy)
             if os.path.isdir(path)
         ]
-    store = ctx.get("sessionPersistence")
+    store = ctx.get(SESSION_PERSISTENCE)
     root = getattr(store, "root", None)
     problem = harness_state_conflict(
         root if isinstance(root, str) else None,

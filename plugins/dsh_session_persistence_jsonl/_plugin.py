@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from dsh_host.sdk import (
+    SESSION_PERSISTENCE,
     Context,
     Plugin,
     bind_live_sessions,
@@ -70,5 +71,5 @@ class SessionPersistenceJsonl(Plugin):
             inline_barrier=config.inline_barrier_ms / 1000,
             write_version=4 if config.format == "v4" else 3,
         )
-        ctx.provide("sessionPersistence", backend)
+        ctx.provide(SESSION_PERSISTENCE, backend)
         bind_live_sessions(ctx, backend)

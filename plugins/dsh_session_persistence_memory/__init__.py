@@ -15,6 +15,7 @@ from typing import Annotated
 import msgspec
 
 from dsh_host.sdk import (
+    SESSION_PERSISTENCE,
     Context,
     MemoryStorage,
     PersistenceService,
@@ -59,5 +60,5 @@ class SessionPersistenceMemory(Plugin):
             spawn=host_spawn(ctx, f"{self.name} write window"),
             logger=ctx.logger,
         )
-        ctx.provide("sessionPersistence", backend)
+        ctx.provide(SESSION_PERSISTENCE, backend)
         bind_live_sessions(ctx, backend)

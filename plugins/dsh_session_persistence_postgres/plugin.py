@@ -21,7 +21,14 @@ from typing import Annotated
 
 import msgspec
 
-from dsh_host.sdk import ConfigError, Context, Plugin, bind_live_sessions, host_spawn
+from dsh_host.sdk import (
+    SESSION_PERSISTENCE,
+    ConfigError,
+    Context,
+    Plugin,
+    bind_live_sessions,
+    host_spawn,
+)
 
 from ._backend import PostgresSessionPersistence
 
@@ -82,7 +89,7 @@ class SessionPersistencePostgres(Plugin):
             spawn=host_spawn(ctx, f"{self.name} write window"),
             logger=ctx.logger,
         )
-        ctx.provide("sessionPersistence", backend)
+        ctx.provide(SESSION_PERSISTENCE, backend)
         # Create or check the schema now, so a bad DSN or an unreachable server is logged
         # at boot rather than at the first session (which would raise it again).
         ctx.start_soon(backend.ensure_schema, name="session-persistence-postgres schema")

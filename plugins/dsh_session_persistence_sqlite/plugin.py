@@ -10,6 +10,7 @@ from typing import Annotated
 import msgspec
 
 from dsh_host.sdk import (
+    SESSION_PERSISTENCE,
     ConfigError,
     Context,
     PersistenceService,
@@ -83,5 +84,5 @@ class SessionPersistenceSqlite(Plugin):
             spawn=host_spawn(ctx, f"{self.name} write window"),
             logger=ctx.logger,
         )
-        ctx.provide("sessionPersistence", backend)
+        ctx.provide(SESSION_PERSISTENCE, backend)
         bind_live_sessions(ctx, backend)

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from dsh_host.sdk import (
+    TOKEN_METER,
     Context,
     ContextPressure,
     ModelPrice,
@@ -73,4 +74,4 @@ class TokenMeterPlugin(Plugin):
 
     def apply(self, ctx: Context, config: TokenMeterConfig) -> None:
         table = PriceTable(parse_prices(config.prices), catalogue=config.catalogue)
-        ctx.provide("tokenMeter", TokenMeter(table))
+        ctx.provide(TOKEN_METER, TokenMeter(table))

@@ -56,6 +56,7 @@ import anyio
 from dsh_host.sdk import (
     APPROVAL_REQUEST,
     AWAITING_APPROVAL,
+    TOOLS,
     ApprovalDecisionError,
     DeferredCall,
     PluginSource,
@@ -359,7 +360,7 @@ class ApprovalService:
                 out["sandboxMode"] = terms.sandbox.mode
                 out["network"] = terms.sandbox.network
             out["compositionDigest"] = terms.composition.digest
-        tools = self._ctx.get("tools")
+        tools = self._ctx.get(TOOLS)
         definition = tools.get(tool_name) if tools is not None else None
         if definition is not None:
             schema = {"name": definition.name, "description": definition.description,
