@@ -2,7 +2,7 @@
 
 Everything a shipped plugin uses of the host is re-exported here, grouped by seam, and the
 plugins import nothing else of ``dsh_host`` (``tests/test_layers.py`` enforces it), so the
-modules behind these names can move without breaking a plugin:
+modules behind these names can move without breaking a plugin (D22 in docs/decisions.md):
 
 - **plugins and services**: :class:`Plugin` (metadata as class attributes, ``Config`` a
   ``msgspec.Struct``, ``apply(ctx, config)``), :class:`Context`, and a typed
@@ -254,8 +254,6 @@ if TYPE_CHECKING:
         PersistenceService as PersistenceService,
     )
     from dsh_host.session.binding import (
-        bind_live_sessions as bind_live_sessions,
-        host_spawn as host_spawn,
         wire_storage as wire_storage,
     )
     from dsh_host.session.write_behind import (
@@ -507,7 +505,7 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
         "decode_stored_event", "decode_stored_header", "decode_stored_rows",
     ),
     "dsh_host.session.backend": ("PersistenceService",),
-    "dsh_host.session.binding": ("bind_live_sessions", "host_spawn", "wire_storage"),
+    "dsh_host.session.binding": ("wire_storage",),
     "dsh_host.session.write_behind": ("WINDOW_SECONDS", "Spawn", "header_meta"),
     # -- The model-adapter seam
     "dsh_host.llm.assembler": ("BlockAssembler",),

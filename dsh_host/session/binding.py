@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import anyio
 
@@ -48,6 +48,7 @@ from dsh_host.session.write_behind import Once, Spawn, WriteHandle
 __all__ = ["LiveBinder", "bind_live_sessions", "host_spawn", "wire_storage"]
 
 L = TypeVar("L")
+S = TypeVar("S", bound=PersistenceService[Any])
 
 
 def host_spawn(ctx: Context, label: str) -> Spawn:
@@ -232,13 +233,21 @@ def bind_live_sessions(ctx: Context, backend: PersistenceService[Any]) -> LiveBi
     return binder
 
 
+@overload
+def wire_storage(
+    ctx: Context, storage: SessionStorage[L], *, name: str
+) -> PersistenceService[L]: ...
+@overload
+def wire_storage(
+    ctx: Context, *, name: str, service: Callable[[Spawn, logging.Logger], S]
+) -> S: ...
 def wire_storage(
     ctx: Context,
-    storage: SessionStorage[L] | None = None,
+    storage: SessionStorage[Any] | None = None,
     *,
     name: str,
-    service: Callable[[Spawn, logging.Logger], PersistenceService[L]] | None = None,
-) -> PersistenceService[L]:
+    service: Callable[[Spawn, logging.Logger], PersistenceService[Any]] | None = None,
+) -> PersistenceService[Any]:
     """The one call a storage plugin's ``apply`` makes: compose, provide, bind.
 
     Pass the plugin's ``storage`` (composed into a :class:`PersistenceService`), or, for a
@@ -254,7 +263,7 @@ def wire_storage(
         backend = service(spawn, ctx.logger)
     else:
         assert storage is not None
-        backend = PersistenceService(storage, spawn=spawn, logger=ctx.logger)
+        backend = PersistenceService[Any](storage, spawn=spawn, logger=ctx.logger)
     ctx.provide(SESSION_PERSISTENCE, backend)
     bind_live_sessions(ctx, backend)
     return backend

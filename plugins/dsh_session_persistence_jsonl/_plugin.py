@@ -12,18 +12,18 @@ handle. A binding failure is raised by the session's next flush (fail closed).
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any, Literal
 
 import msgspec
 
 from dsh_host.sdk import (
-    SESSION_PERSISTENCE,
     Context,
     Plugin,
-    bind_live_sessions,
+    Spawn,
     default_session_root,
-    host_spawn,
     offload,
+    wire_storage,
 )
 
 from ._backend import JsonlSessionPersistence
@@ -63,13 +63,15 @@ class SessionPersistenceJsonl(Plugin):
 
     def apply(self, ctx: Context, config: Any) -> None:
         assert isinstance(config, JsonlConfig)
-        backend = JsonlSessionPersistence(
-            default_session_root() if config.root is None else config.root,
-            config.compression,
-            spawn=host_spawn(ctx, f"{self.name} write window"),
-            logger=ctx.logger,
-            inline_barrier=config.inline_barrier_ms / 1000,
-            write_version=4 if config.format == "v4" else 3,
-        )
-        ctx.provide(SESSION_PERSISTENCE, backend)
-        bind_live_sessions(ctx, backend)
+
+        def service(spawn: Spawn, logger: logging.Logger) -> JsonlSessionPersistence:
+            return JsonlSessionPersistence(
+                default_session_root() if config.root is None else config.root,
+                config.compression,
+                spawn=spawn,
+                logger=logger,
+                inline_barrier=config.inline_barrier_ms / 1000,
+                write_version=4 if config.format == "v4" else 3,
+            )
+
+        wire_storage(ctx, name=self.name, service=service)

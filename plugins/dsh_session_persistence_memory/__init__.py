@@ -15,13 +15,10 @@ from typing import Annotated
 import msgspec
 
 from dsh_host.sdk import (
-    SESSION_PERSISTENCE,
     Context,
     MemoryStorage,
-    PersistenceService,
     Plugin,
-    bind_live_sessions,
-    host_spawn,
+    wire_storage,
 )
 
 __all__ = ["MemoryConfig", "SessionPersistenceMemory", "shared_store"]
@@ -55,10 +52,4 @@ class SessionPersistenceMemory(Plugin):
     Config = MemoryConfig
 
     def apply(self, ctx: Context, config: MemoryConfig) -> None:
-        backend = PersistenceService(
-            shared_store(config.store),
-            spawn=host_spawn(ctx, f"{self.name} write window"),
-            logger=ctx.logger,
-        )
-        ctx.provide(SESSION_PERSISTENCE, backend)
-        bind_live_sessions(ctx, backend)
+        wire_storage(ctx, shared_store(config.store), name=self.name)

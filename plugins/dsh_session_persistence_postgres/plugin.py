@@ -16,18 +16,18 @@ every handle first, so an orderly shutdown loses nothing that was appended.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Annotated
 
 import msgspec
 
 from dsh_host.sdk import (
-    SESSION_PERSISTENCE,
     ConfigError,
     Context,
     Plugin,
-    bind_live_sessions,
-    host_spawn,
+    Spawn,
+    wire_storage,
 )
 
 from ._backend import PostgresSessionPersistence
@@ -81,16 +81,20 @@ class SessionPersistencePostgres(Plugin):
     Config = PostgresConfig
 
     def apply(self, ctx: Context, config: PostgresConfig) -> None:
-        backend = PostgresSessionPersistence(
-            resolve_dsn(config),
-            schema=config.schema,
-            pool_size=config.pool_size,
-            connect_timeout=config.connect_timeout,
-            spawn=host_spawn(ctx, f"{self.name} write window"),
-            logger=ctx.logger,
-        )
-        ctx.provide(SESSION_PERSISTENCE, backend)
+        dsn = resolve_dsn(config)
+
+        def service(spawn: Spawn, logger: logging.Logger) -> PostgresSessionPersistence:
+            return PostgresSessionPersistence(
+                dsn,
+                schema=config.schema,
+                pool_size=config.pool_size,
+                connect_timeout=config.connect_timeout,
+                spawn=spawn,
+                logger=logger,
+            )
+
+        backend = wire_storage(ctx, name=self.name, service=service)
         # Create or check the schema now, so a bad DSN or an unreachable server is logged
-        # at boot rather than at the first session (which would raise it again).
+        # at boot rather than at the first session (which would raise it again; it is
+        # idempotent and locked, so binding the live sessions first changes nothing).
         ctx.start_soon(backend.ensure_schema, name="session-persistence-postgres schema")
-        bind_live_sessions(ctx, backend)

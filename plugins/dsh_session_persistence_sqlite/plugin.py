@@ -10,15 +10,13 @@ from typing import Annotated
 import msgspec
 
 from dsh_host.sdk import (
-    SESSION_PERSISTENCE,
     ConfigError,
     Context,
     PersistenceService,
     Plugin,
     Spawn,
-    bind_live_sessions,
     default_session_root,
-    host_spawn,
+    wire_storage,
 )
 
 from ._storage import JournalMode, SqliteLease, SqliteStorage
@@ -77,12 +75,13 @@ class SessionPersistenceSqlite(Plugin):
                 f"{DEFAULT_FILE}) or config.path (the database file), not both"
             )
         path = config.path or os.path.join(config.root or default_session_root(), DEFAULT_FILE)
-        backend = SqliteSessionPersistence(
-            path,
-            journal_mode=config.journal_mode,
-            busy_timeout_ms=config.busy_timeout_ms,
-            spawn=host_spawn(ctx, f"{self.name} write window"),
-            logger=ctx.logger,
-        )
-        ctx.provide(SESSION_PERSISTENCE, backend)
-        bind_live_sessions(ctx, backend)
+        def service(spawn: Spawn, logger: logging.Logger) -> SqliteSessionPersistence:
+            return SqliteSessionPersistence(
+                path,
+                journal_mode=config.journal_mode,
+                busy_timeout_ms=config.busy_timeout_ms,
+                spawn=spawn,
+                logger=logger,
+            )
+
+        wire_storage(ctx, name=self.name, service=service)
