@@ -70,6 +70,8 @@ class PluginMeta(msgspec.Struct, frozen=True):
     executable_keys: tuple[str, ...] = ()
     #: the ``--model PREFIX:MODEL`` spelling of a model adapter (None: not a model adapter)
     model_route: ModelRoute | None = None
+    #: a file store's config key for its directory: ``--root DIR`` sets it (None: not one)
+    root_key: str | None = None
 
 
 class HookSpecs:
@@ -93,6 +95,9 @@ class Plugin:
     Config: ClassVar[type[msgspec.Struct]] = NoConfig
     executable_keys: ClassVar[tuple[str, ...]] = ()
     model_route: ClassVar[ModelRoute | None] = None
+    #: a session store that keeps its logs under a directory names the config key for it;
+    #: ``dsh run/chat/sessions --root DIR`` sets that key on the row (no host edit per store)
+    root_key: ClassVar[str | None] = None
 
     @hookimpl
     def dsh_plugin_meta(self) -> PluginMeta:
@@ -103,6 +108,7 @@ class Plugin:
             config_type=self.Config,
             executable_keys=tuple(self.executable_keys),
             model_route=self.model_route,
+            root_key=self.root_key,
         )
 
     @hookimpl

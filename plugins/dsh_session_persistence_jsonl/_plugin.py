@@ -59,6 +59,7 @@ class SessionPersistenceJsonl(Plugin):
     name = "session-persistence-jsonl"
     provides = ("sessionPersistence",)
     inject = ("sessions",)
+    root_key = "root"
     Config = JsonlConfig
 
     def apply(self, ctx: Context, config: Any) -> None:

@@ -66,6 +66,7 @@ class SessionPersistenceSqlite(Plugin):
     name = "session-persistence-sqlite"
     provides = ("sessionPersistence",)
     inject = ("sessions",)
+    root_key = "root"
     Config = SqliteConfig
 
     def apply(self, ctx: Context, config: SqliteConfig) -> None:
