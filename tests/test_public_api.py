@@ -5,7 +5,9 @@
   the session layer's wire types are not re-exported by ``dsh_host.llm``);
 - no class or function is exported by two packages, except the front door that ``dsh_host``
   re-exports from ``dsh_host.front`` on purpose;
-- one class per concept: one ``ToolError`` (the exception), one cancellation error.
+- one class per concept: one ``ToolError`` (the exception), one cancellation error;
+- ``dsh_host.sdk`` defines nothing: it re-exports, for plugin authors, what plugins use (so it is
+  not one of the "homes" above), with a typed key for every service.
 """
 
 from __future__ import annotations
