@@ -70,6 +70,7 @@ if TYPE_CHECKING:
         SESSION_CREATED as SESSION_CREATED,
         SESSION_DISPOSED as SESSION_DISPOSED,
         SESSION_EVENT as SESSION_EVENT,
+        SESSION_EVENTS as SESSION_EVENTS,
         SESSION_FLUSH as SESSION_FLUSH,
         SESSION_PERSISTENCE as SESSION_PERSISTENCE,
         TELEMETRY as TELEMETRY,
@@ -85,6 +86,7 @@ if TYPE_CHECKING:
         APPROVAL_REQUEST as APPROVAL_REQUEST,
         TOOLS as TOOLS,
         TOOLS_CHANGE as TOOLS_CHANGE,
+        TOOLS_EVENTS as TOOLS_EVENTS,
         TOOLS_EXECUTE as TOOLS_EXECUTE,
         TOOLS_POST_EXECUTE as TOOLS_POST_EXECUTE,
         TOOLS_PRE_EXECUTE as TOOLS_PRE_EXECUTE,
@@ -92,9 +94,18 @@ if TYPE_CHECKING:
     )
     from dsh_host.agent.keys import (
         AGENT as AGENT,
+        AGENT_CHUNK as AGENT_CHUNK,
+        AGENT_ERROR as AGENT_ERROR,
+        AGENT_EVENTS as AGENT_EVENTS,
         AGENT_PRE_STEP as AGENT_PRE_STEP,
+        AGENT_REQUEST as AGENT_REQUEST,
         AGENT_REQUEST_ERROR as AGENT_REQUEST_ERROR,
+        AGENT_STEP_END as AGENT_STEP_END,
+        AGENT_STEP_START as AGENT_STEP_START,
+        AGENT_TURN_END as AGENT_TURN_END,
+        AGENT_TURN_START as AGENT_TURN_START,
         AGENT_TURN_STOPPING as AGENT_TURN_STOPPING,
+        SYSTEM_PROMPT_ASSEMBLE as SYSTEM_PROMPT_ASSEMBLE,
     )
 
     # -- The session log: sessions, messages, events
@@ -300,6 +311,9 @@ if TYPE_CHECKING:
         sdk_client_options as sdk_client_options,
         status_failure as status_failure,
     )
+    from dsh_host.llm.runtime import (
+        LlmRuntime as LlmRuntime,
+    )
     from dsh_host.llm.types import (
         LlmAdapter as LlmAdapter,
         LlmRequest as LlmRequest,
@@ -339,6 +353,9 @@ if TYPE_CHECKING:
         SCHEMA_TYPES as SCHEMA_TYPES,
         check_object_schema as check_object_schema,
     )
+    from dsh_host.tools.runtime import (
+        ToolRuntime as ToolRuntime,
+    )
     from dsh_host.tools.types import (
         Accept as Accept,
         ApprovalProvider as ApprovalProvider,
@@ -355,6 +372,7 @@ if TYPE_CHECKING:
         ToolExecution as ToolExecution,
         ToolExecutionResult as ToolExecutionResult,
         ToolOutput as ToolOutput,
+        ToolResultEvent as ToolResultEvent,
         aborted_before_dispatch_result as aborted_before_dispatch_result,
         text_output as text_output,
     )
@@ -368,8 +386,12 @@ if TYPE_CHECKING:
         error_chain as error_chain,
     )
     from dsh_host.agent.types import (
+        AgentErrorEvent as AgentErrorEvent,
+        AgentOptions as AgentOptions,
         AssembleContext as AssembleContext,
         AssembledContext as AssembledContext,
+        AssembledSection as AssembledSection,
+        ChunkReceived as ChunkReceived,
         Enter as Enter,
         PreStepContext as PreStepContext,
         PreStepDecision as PreStepDecision,
@@ -377,9 +399,19 @@ if TYPE_CHECKING:
         Reject as Reject,
         RequestErrorAction as RequestErrorAction,
         RequestErrorContext as RequestErrorContext,
+        RequestProposal as RequestProposal,
         Retry as Retry,
+        StepEnded as StepEnded,
+        StepStarted as StepStarted,
+        TextProvider as TextProvider,
+        TurnEnded as TurnEnded,
+        TurnStarted as TurnStarted,
         TurnStoppingContext as TurnStoppingContext,
+        pre_step_decision as pre_step_decision,
         request_error_action as request_error_action,
+    )
+    from dsh_host.agent.service import (
+        AgentService as AgentService,
     )
 
     # -- Sandbox, processes, JSON, directories
@@ -440,15 +472,18 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
     # -- Service and event keys
     "dsh_host.session.keys": (
         "COMPACTION", "SESSIONS", "SESSION_CREATED", "SESSION_DISPOSED", "SESSION_EVENT",
-        "SESSION_FLUSH", "SESSION_PERSISTENCE", "TELEMETRY", "TOKEN_METER", "TOOL_RESULT_PRUNER",
+        "SESSION_EVENTS", "SESSION_FLUSH", "SESSION_PERSISTENCE", "TELEMETRY", "TOKEN_METER",
+        "TOOL_RESULT_PRUNER",
     ),
     "dsh_host.llm.keys": ("LLM", "LLM_STREAM"),
     "dsh_host.tools.keys": (
-        "APPROVAL", "APPROVAL_REQUEST", "TOOLS", "TOOLS_CHANGE", "TOOLS_EXECUTE",
+        "APPROVAL", "APPROVAL_REQUEST", "TOOLS", "TOOLS_CHANGE", "TOOLS_EVENTS", "TOOLS_EXECUTE",
         "TOOLS_POST_EXECUTE", "TOOLS_PRE_EXECUTE", "TOOLS_RESULT",
     ),
     "dsh_host.agent.keys": (
-        "AGENT", "AGENT_PRE_STEP", "AGENT_REQUEST_ERROR", "AGENT_TURN_STOPPING",
+        "AGENT", "AGENT_CHUNK", "AGENT_ERROR", "AGENT_EVENTS", "AGENT_PRE_STEP", "AGENT_REQUEST",
+        "AGENT_REQUEST_ERROR", "AGENT_STEP_END", "AGENT_STEP_START", "AGENT_TURN_END",
+        "AGENT_TURN_START", "AGENT_TURN_STOPPING", "SYSTEM_PROMPT_ASSEMBLE",
     ),
     # -- The session log: sessions, messages, events
     "dsh_host.session.approvals": (
@@ -522,6 +557,7 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
         "register_adapter", "request_headers", "resolve_base_url", "sdk_client_options",
         "status_failure",
     ),
+    "dsh_host.llm.runtime": ("LlmRuntime",),
     "dsh_host.llm.types": (
         "LlmAdapter", "LlmRequest", "ModelInfo", "ProviderInfo", "RetryPolicy", "RetryPolicyConfig",
     ),
@@ -539,20 +575,24 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
         "validate_escalation_args",
     ),
     "dsh_host.tools.schema": ("SCHEMA_TYPES", "check_object_schema"),
+    "dsh_host.tools.runtime": ("ToolRuntime",),
     "dsh_host.tools.types": (
         "Accept", "ApprovalProvider", "ApprovalRequest", "Ask", "Block", "Deny",
         "PostExecuteContext", "PostToolDecision", "PreToolDecision", "ToolAgent", "ToolDefinition",
-        "ToolErrorInfo", "ToolExecution", "ToolExecutionResult", "ToolOutput",
+        "ToolErrorInfo", "ToolExecution", "ToolExecutionResult", "ToolOutput", "ToolResultEvent",
         "aborted_before_dispatch_result", "text_output",
     ),
     # -- The agent's extension points
     "dsh_host.agent.errors": ("AgentBusyError", "ApprovalDecisionError"),
     "dsh_host.agent.loop": ("error_chain",),
     "dsh_host.agent.types": (
-        "AssembleContext", "AssembledContext", "Enter", "PreStepContext", "PreStepDecision",
-        "PromptAssembly", "Reject", "RequestErrorAction", "RequestErrorContext", "Retry",
-        "TurnStoppingContext", "request_error_action",
+        "AgentErrorEvent", "AgentOptions", "AssembleContext", "AssembledContext",
+        "AssembledSection", "ChunkReceived", "Enter", "PreStepContext", "PreStepDecision",
+        "PromptAssembly", "Reject", "RequestErrorAction", "RequestErrorContext", "RequestProposal",
+        "Retry", "StepEnded", "StepStarted", "TextProvider", "TurnEnded", "TurnStarted",
+        "TurnStoppingContext", "pre_step_decision", "request_error_action",
     ),
+    "dsh_host.agent.service": ("AgentService",),
     # -- Sandbox, processes, JSON, directories
     "dsh_host.sandbox": (
         "CONFINED_SANDBOX_MODES", "DEFAULT_ENV_ALLOW", "DEFAULT_PROTECTED_NAMES", "SANDBOX",
