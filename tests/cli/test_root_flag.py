@@ -1,5 +1,6 @@
-"""``--root DIR`` goes to the file stores, which say so themselves (``Plugin.root_key``): the
-CLI names no store, so a file store is a plugin declaration, not a host edit."""
+"""``--root DIR`` (``dsh run/chat/sessions`` and ``dsh serve``) goes to the file stores, which
+say so themselves (``Plugin.root_key``): neither command names a store, so a file store is a
+plugin declaration, not a host edit."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from dsh_host.cli.common import CliUsageError, load_composition_terms
+from dsh_host.server.command import ServeUsageError, build_compositions
 from dsh_host.shipped_plugins import declared_root_keys
 
 
@@ -41,4 +43,20 @@ def test_root_without_a_file_store_names_the_stores_that_take_it(tmp_path: Path)
     assert str(refused.value) == (
         "--root needs a row running session-persistence-jsonl or session-persistence-sqlite "
         "in the composition, and it has none; add one or drop the flag"
+    )
+
+
+def test_serve_root_goes_to_the_file_store_of_the_composition(tmp_path: Path) -> None:
+    root = str(tmp_path / "r")
+    sqlite = composition(tmp_path, "session-persistence-sqlite")
+    rows = build_compositions(str(sqlite), [], "demo", root)["default"]
+    stores = [e.row for e in rows if e.row.name == "session-persistence-sqlite"]
+    assert [row.config for row in stores] == [{"root": root}]  # was refused: "needs jsonl"
+
+    postgres = composition(tmp_path, "session-persistence-postgres")
+    with pytest.raises(ServeUsageError) as refused:
+        build_compositions(str(postgres), [], "demo", root)
+    assert str(refused.value) == (
+        "--root needs a row running session-persistence-jsonl or session-persistence-sqlite "
+        "in the composition"
     )
