@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         ModelRoute as ModelRoute,
         NoConfig as NoConfig,
         Plugin as Plugin,
+        StoreUrl as StoreUrl,
     )
     from dsh_host.context import (
         Context as Context,
@@ -461,7 +462,7 @@ if TYPE_CHECKING:
 #: Where each name is defined (the module it is imported from on first use).
 _DEFINED_IN: dict[str, tuple[str, ...]] = {
     # -- Plugins, services, events, cancellation
-    "dsh_host.plugin": ("ModelRoute", "NoConfig", "Plugin"),
+    "dsh_host.plugin": ("ModelRoute", "NoConfig", "Plugin", "StoreUrl"),
     "dsh_host.context": ("Context", "Host", "ServiceKey"),
     "dsh_host.bus": (
         "Emit", "EventMode", "Next", "Parallel", "Serial", "StreamNext", "StreamWaterfall",

@@ -35,6 +35,8 @@ class DeclaredPlugin:
     model_route: tuple[str, str] | None = None
     #: the class's ``root_key`` (the config key ``--root`` sets on a file store's row)
     root_key: str | None = None
+    #: ``(schemes, key)`` of the class's ``store_url`` (``Agent(store="postgresql://...")``)
+    store_url: tuple[tuple[str, ...], str] | None = None
 
 
 _TIMEOUT_POLICY: Final = DeclaredPlugin("dsh_timeout_policy:TimeoutPolicy", inject=("tools",))
@@ -70,6 +72,7 @@ SHIPPED_PLUGINS: Final[dict[str, DeclaredPlugin]] = {
         "dsh_session_persistence_postgres:SessionPersistencePostgres",
         provides=("sessionPersistence",),
         inject=("sessions",),
+        store_url=(("postgresql", "postgres"), "dsn"),
     ),
     "session-persistence-sqlite": DeclaredPlugin(
         "dsh_session_persistence_sqlite:SessionPersistenceSqlite",
@@ -145,4 +148,15 @@ def declared_root_keys() -> dict[str, str]:
         name: declared.root_key
         for name, declared in SHIPPED_PLUGINS.items()
         if declared.root_key is not None
+    }
+
+
+def declared_store_urls() -> dict[str, tuple[str, str]]:
+    """``URL scheme -> (plugin name, config key)`` of every shipped store's ``store_url``, known
+    without importing one."""
+    return {
+        scheme: (name, declared.store_url[1])
+        for name, declared in SHIPPED_PLUGINS.items()
+        if declared.store_url is not None
+        for scheme in declared.store_url[0]
     }

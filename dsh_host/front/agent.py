@@ -79,6 +79,7 @@ from dsh_host.session.messages import (
 )
 from dsh_host.session.terms import record_terms, recorded_terms
 from dsh_host.session.tokens import UsageTotals, turn_usage
+from dsh_host.shipped_plugins import declared_store_urls
 from dsh_host.tools import (
     ApprovalRequest,
     ToolArgsError,
@@ -918,12 +919,14 @@ class EventStream:
 
 
 def _store_row(store: str | os.PathLike[str]) -> Row:
-    """The persistence row of ``store=``: a ``postgresql://`` DSN, else a JSONL root."""
+    """The persistence row of ``store=``: a URL whose scheme a store declares (``StoreUrl``:
+    ``postgresql://`` is PostgreSQL's DSN), else a JSONL root."""
     text = os.fspath(store)
-    if text.startswith(("postgresql://", "postgres://")):
-        return Row(
-            id="session-persistence", name="session-persistence-postgres", config={"dsn": text}
-        )
+    scheme, sep, _rest = text.partition("://")
+    declared = declared_store_urls().get(scheme) if sep else None
+    if declared is not None:
+        plugin, key = declared
+        return Row(id="session-persistence", name=plugin, config={key: text})
     return Row(id="session-persistence", name="session-persistence-jsonl", config={"root": text})
 
 

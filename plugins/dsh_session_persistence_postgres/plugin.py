@@ -27,6 +27,7 @@ from dsh_host.sdk import (
     Context,
     Plugin,
     Spawn,
+    StoreUrl,
     wire_storage,
 )
 
@@ -77,6 +78,7 @@ class SessionPersistencePostgres(Plugin):
 
     name = "session-persistence-postgres"
     provides = ("sessionPersistence",)
+    store_url = StoreUrl(schemes=("postgresql", "postgres"), key="dsn")
     inject = ("sessions",)
     Config = PostgresConfig
 
