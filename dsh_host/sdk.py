@@ -2,7 +2,7 @@
 
 Everything a shipped plugin uses of the host is re-exported here, grouped by seam, and the
 plugins import nothing else of ``dsh_host`` (``tests/test_layers.py`` enforces it), so the
-modules behind these names can move without breaking a plugin (D22 in docs/decisions.md):
+modules behind these names can move without breaking a plugin (D25 in docs/decisions.md):
 
 - **plugins and services**: :class:`Plugin` (metadata as class attributes, ``Config`` a
   ``msgspec.Struct``, ``apply(ctx, config)``), :class:`Context`, and a typed
