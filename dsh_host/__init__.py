@@ -4,7 +4,8 @@ The host layer (this package's top level) is a small Cordis-style plugin host:
 a :class:`Context` per plugin row, services with typed keys (:class:`ServiceKey`),
 events with typed keys (:class:`Emit`, :class:`Waterfall`...; each layer's keys are
 exported by its subpackage, e.g. ``dsh_host.tools.TOOLS_EXECUTE``), and a YAML loader
-over the ``dsh.plugins`` entry-point group.
+over the ``dsh.plugins`` entry-point group. A plugin imports all of it, and every service and
+event key, from one module: :mod:`dsh_host.sdk`.
 
 Every name is re-exported lazily (the front door ``Agent``, ``tool``,
 ``ToolContext``, ``RunResult`` from :mod:`dsh_host.front` too): importing

@@ -60,6 +60,21 @@ class ModelRoute(msgspec.Struct, frozen=True):
     provider: str
 
 
+class StoreUrl(msgspec.Struct, frozen=True):
+    """A session store addressed by URL, declared by its plugin.
+
+    ``Agent(store="postgresql://...")`` composes a row of the declaring plugin (row id
+    ``session-persistence``) with ``{key: URL}`` when the URL's scheme is one of ``schemes``;
+    any other ``store=`` is a directory for the default file store. Declared by the plugin, so
+    adding a URL-addressed store needs no edit of the front door.
+    """
+
+    #: the URL schemes it takes (``postgresql`` for ``postgresql://...``)
+    schemes: tuple[str, ...]
+    #: the config key the URL goes in (``dsn``)
+    key: str
+
+
 class PluginMeta(msgspec.Struct, frozen=True):
     name: str
     inject: tuple[str, ...] = ()
@@ -70,6 +85,10 @@ class PluginMeta(msgspec.Struct, frozen=True):
     executable_keys: tuple[str, ...] = ()
     #: the ``--model PREFIX:MODEL`` spelling of a model adapter (None: not a model adapter)
     model_route: ModelRoute | None = None
+    #: a file store's config key for its directory: ``--root DIR`` sets it (None: not one)
+    root_key: str | None = None
+    #: how ``Agent(store=URL)`` addresses a session store (None: not by URL)
+    store_url: StoreUrl | None = None
 
 
 class HookSpecs:
@@ -93,6 +112,11 @@ class Plugin:
     Config: ClassVar[type[msgspec.Struct]] = NoConfig
     executable_keys: ClassVar[tuple[str, ...]] = ()
     model_route: ClassVar[ModelRoute | None] = None
+    #: a session store that keeps its logs under a directory names the config key for it;
+    #: ``dsh run/chat/sessions --root DIR`` sets that key on the row (no host edit per store)
+    root_key: ClassVar[str | None] = None
+    #: a session store addressed by URL (``store="postgresql://..."``) says how
+    store_url: ClassVar[StoreUrl | None] = None
 
     @hookimpl
     def dsh_plugin_meta(self) -> PluginMeta:
@@ -103,6 +127,8 @@ class Plugin:
             config_type=self.Config,
             executable_keys=tuple(self.executable_keys),
             model_route=self.model_route,
+            root_key=self.root_key,
+            store_url=self.store_url,
         )
 
     @hookimpl

@@ -27,6 +27,7 @@ from typing import ClassVar, Final, Literal, Protocol, runtime_checkable
 
 import msgspec
 
+from dsh_host.context import ServiceKey
 from dsh_host.errors import DshError
 from dsh_host.userdirs import config_home, user_config_file
 
@@ -482,6 +483,10 @@ class SandboxProvider(Protocol):
     """
 
     def confine(self, argv: Sequence[str], policy: SandboxPolicy) -> ConfinedArgv: ...
+
+
+#: The ``sandbox`` service (``sandbox-local`` provides it); absent, confined tools fail closed.
+SANDBOX: ServiceKey[SandboxProvider] = ServiceKey("sandbox")
 
 
 def confined_writable_roots(provider: object, policy: SandboxPolicy) -> tuple[str, ...]:

@@ -33,6 +33,10 @@ class DeclaredPlugin:
     executable_keys: tuple[str, ...] = ()
     #: ``(prefix, provider)`` of the class's ``model_route`` (``--model PREFIX:MODEL``)
     model_route: tuple[str, str] | None = None
+    #: the class's ``root_key`` (the config key ``--root`` sets on a file store's row)
+    root_key: str | None = None
+    #: ``(schemes, key)`` of the class's ``store_url`` (``Agent(store="postgresql://...")``)
+    store_url: tuple[tuple[str, ...], str] | None = None
 
 
 _TIMEOUT_POLICY: Final = DeclaredPlugin("dsh_timeout_policy:TimeoutPolicy", inject=("tools",))
@@ -52,6 +56,7 @@ SHIPPED_PLUGINS: Final[dict[str, DeclaredPlugin]] = {
         "dsh_session_persistence_jsonl:SessionPersistenceJsonl",
         provides=("sessionPersistence",),
         inject=("sessions",),
+        root_key="root",
     ),
     "session-checkpoint-policy": DeclaredPlugin(
         "dsh_session_checkpoint_policy:SessionCheckpointPolicy",
@@ -67,11 +72,13 @@ SHIPPED_PLUGINS: Final[dict[str, DeclaredPlugin]] = {
         "dsh_session_persistence_postgres:SessionPersistencePostgres",
         provides=("sessionPersistence",),
         inject=("sessions",),
+        store_url=(("postgresql", "postgres"), "dsn"),
     ),
     "session-persistence-sqlite": DeclaredPlugin(
         "dsh_session_persistence_sqlite:SessionPersistenceSqlite",
         provides=("sessionPersistence",),
         inject=("sessions",),
+        root_key="root",
     ),
     "session-persistence-memory": DeclaredPlugin(
         "dsh_session_persistence_memory:SessionPersistenceMemory",
@@ -134,4 +141,25 @@ def declared_model_routes() -> dict[str, tuple[str, str]]:
         declared.model_route[0]: (name, declared.model_route[1])
         for name, declared in SHIPPED_PLUGINS.items()
         if declared.model_route is not None
+    }
+
+
+def declared_root_keys() -> dict[str, str]:
+    """``plugin name -> config key`` of every shipped file store's ``root_key`` (what ``--root``
+    sets), known without importing one."""
+    return {
+        name: declared.root_key
+        for name, declared in SHIPPED_PLUGINS.items()
+        if declared.root_key is not None
+    }
+
+
+def declared_store_urls() -> dict[str, tuple[str, str]]:
+    """``URL scheme -> (plugin name, config key)`` of every shipped store's ``store_url``, known
+    without importing one."""
+    return {
+        scheme: (name, declared.store_url[1])
+        for name, declared in SHIPPED_PLUGINS.items()
+        if declared.store_url is not None
+        for scheme in declared.store_url[0]
     }

@@ -1,8 +1,9 @@
-"""Layers point down: host → session → llm | tools → agent → front → server → cli.
+"""Layers point down: host → session → llm | tools → agent → sdk → front → server → cli.
 
 An import of a higher layer (or of a peer: llm and tools do not know each other) is named here
-with the file and line, so the offending edge is obvious. Plugins import only ``dsh_host`` and
-themselves: they meet other plugins through services, never by import.
+with the file and line, so the offending edge is obvious. Plugins import only ``dsh_host.sdk``
+and themselves: they meet other plugins through services, never by import, and the host modules
+behind the sdk can move without breaking one.
 
 One deliberate exception: the package ``dsh_host/__init__.py`` (host layer) re-exports the front
 door (``Agent``, ``tool``, ``ToolContext`` from ``dsh_host.front``) *lazily*, from a module
@@ -23,7 +24,19 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 HOST = REPO / "dsh_host"
 
-LAYERS = {"host": 0, "session": 1, "llm": 2, "tools": 2, "agent": 3, "front": 4, "server": 5, "cli": 6}
+#: ``sdk`` (the plugin author's surface, :mod:`dsh_host.sdk`) re-exports from every layer below
+#: the front door, so it sits above the agent; nothing in ``dsh_host`` imports it.
+LAYERS = {
+    "host": 0,
+    "session": 1,
+    "llm": 2,
+    "tools": 2,
+    "agent": 3,
+    "sdk": 4,
+    "front": 5,
+    "server": 6,
+    "cli": 7,
+}
 
 
 def layer_of_module(module: str) -> str | None:
@@ -126,3 +139,73 @@ def test_importing_dsh_host_does_not_load_the_front_door() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO
     )
     assert result.returncode == 0, result.stderr
+
+
+#: What a shipped plugin may import of ``dsh_host``: the plugin author's surface, nothing else
+#: (issue 33: the plugins reached 49 host modules before).
+PLUGIN_SURFACE = {"dsh_host.sdk"}
+
+
+def is_plugin_code(path: Path) -> bool:
+    """A plugin's own modules; its tests (if it ships any) are not plugin code."""
+    return "tests" not in path.parts and not path.name.startswith("test_")
+
+
+@pytest.mark.parametrize(
+    "plugin", sorted(p.name for p in (REPO / "plugins").iterdir() if (p / "__init__.py").exists())
+)
+def test_plugins_import_only_the_sdk_of_the_host(plugin: str) -> None:
+    root = REPO / "plugins"
+    problems = []
+    for path in sorted((root / plugin).rglob("*.py")):
+        if not is_plugin_code(path):
+            continue
+        _name, package = module_name(path, root)
+        for line, target in imported_modules(path, package):
+            if target.split(".")[0] == "dsh_host" and target not in PLUGIN_SURFACE:
+                problems.append(f"{path.relative_to(REPO)}:{line}: imports {target}")
+    assert problems == [], "import these names from dsh_host.sdk instead"
+
+
+def test_the_sdk_is_imported_by_no_host_module() -> None:
+    """The sdk is for plugins; a host module importing it would import every layer."""
+    problems = []
+    for path in sorted(HOST.rglob("*.py")):
+        if path == HOST / "sdk.py":
+            continue
+        _name, package = module_name(path, REPO)
+        for line, target in imported_modules(path, package):
+            if target == "dsh_host.sdk" or target.startswith("dsh_host.sdk."):
+                problems.append(f"{path.relative_to(REPO)}:{line}: imports {target}")
+    assert problems == []
+
+
+def service_names() -> set[str]:
+    from dsh_host.shipped_plugins import SHIPPED_PLUGINS
+
+    return {service for declared in SHIPPED_PLUGINS.values() for service in declared.provides}
+
+
+def test_host_and_plugin_code_reach_services_by_typed_key() -> None:
+    """``ctx.get(APPROVAL)`` is an ``ApprovalProvider | None`` to mypy; ``ctx.get("approval")``
+    and ``ctx.approval`` are ``Any``. Code (not tests) uses the keys, so a renamed or retyped
+    service is a type error, not a runtime surprise."""
+    services = service_names()
+    problems = []
+    sources = [*sorted(HOST.rglob("*.py")), *sorted((REPO / "plugins").rglob("*.py"))]
+    for path in sources:
+        if "tests" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            receiver: ast.expr | None = None
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                first = node.args[0] if node.args else None
+                by_name = isinstance(first, ast.Constant) and first.value in services
+                if node.func.attr in ("get", "service", "provide") and by_name:
+                    receiver = node.func.value
+            elif isinstance(node, ast.Attribute) and node.attr in services:
+                receiver = node.value
+            if receiver is not None and ast.unparse(receiver).endswith("ctx"):
+                where = f"{path.relative_to(REPO)}:{receiver.lineno}"
+                problems.append(f"{where}: {ast.unparse(node)}")
+    assert problems == [], "use the service's ServiceKey (dsh_host.sdk exports them all)"

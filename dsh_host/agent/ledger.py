@@ -25,6 +25,7 @@ import msgspec
 
 from dsh_host.session.fork import FORK_EFFECTS_EVENT, ledger_entries, replay_origin
 from dsh_host.tools import Deny, PreToolDecision, ToolExecution
+from dsh_host.tools.keys import TOOLS
 
 if TYPE_CHECKING:
     from dsh_host.context import Context
@@ -143,7 +144,7 @@ def ledger_gate(ctx: Context) -> Callable[[ToolExecution, Any], Awaitable[PreToo
         if agent is not None and execution.parent is None and not execution.reconciling:
             session = agent.session
             entries, replay = _ledger_state(session) if session is not None else ([], False)
-            tools = ctx.get("tools")
+            tools = ctx.get(TOOLS)
             definition = tools.get(execution.name) if tools is not None else None
             if (entries or replay) and not (definition is not None and definition.read_only):
                 raw = execution.raw_arguments

@@ -102,6 +102,7 @@ from dsh_host.session.events import (
     UserCancel,
 )
 from dsh_host.session.header import now_ms
+from dsh_host.session.keys import SESSIONS, TOKEN_METER
 from dsh_host.session.messages import (
     AbortedFinish,
     ContentBlock,
@@ -120,7 +121,7 @@ from dsh_host.session.messages import (
 from dsh_host.session.repair import interrupted_turn_closers
 from dsh_host.session.request_header import canonical_header, headers_equal
 from dsh_host.session.tokens import TokenMeter
-from dsh_host.tools.keys import TOOLS
+from dsh_host.tools.keys import APPROVAL, TOOLS
 
 from .budget import BUDGET_NOTICE_SOURCE, Budget, BudgetExceededReason, check_budget
 from .call_ids import CallIds
@@ -458,7 +459,7 @@ class Agent:
             await self.wait_idle()
         try:
             if self._owns_session:
-                store = self._ctx.get("sessions")
+                store = self._ctx.get(SESSIONS)
                 if store is not None and store.is_live(self._session):
                     with anyio.CancelScope(shield=True):
                         try:
@@ -468,7 +469,7 @@ class Agent:
                         finally:
                             store.detach(self._session)
         finally:
-            service = self._ctx.get("agent")
+            service = self._ctx.get(AGENT)
             forget = getattr(service, "forget", None)
             if callable(forget):
                 forget(self)  # the host keeps no closed agent (and so no closed session's log)
@@ -553,7 +554,7 @@ class Agent:
         flushes it; nothing runs until :meth:`continue_turn`.
         """
         self._check_idle()
-        approval = self._ctx.get("approval")
+        approval = self._ctx.get(APPROVAL)
         if approval is None:
             raise ApprovalDecisionError(
                 f'cannot decide call "{call_id}": this composition has no approval service '
@@ -613,7 +614,7 @@ class Agent:
             )
 
     async def _flush(self) -> None:
-        store = self._ctx.get("sessions")
+        store = self._ctx.get(SESSIONS)
         if store is not None and store.is_live(self._session):
             await store.flush(self._session)
 
@@ -795,7 +796,7 @@ class Agent:
     def _awaiting_reason(self) -> TurnEndReason:
         """The plugin's ``awaiting-approval`` reason for the calls the last step deferred."""
         ids, self._awaiting = self._awaiting, ()
-        return cast("TurnEndReason", self._ctx.approval.awaiting_reason(ids))
+        return cast("TurnEndReason", self._ctx.service(APPROVAL).awaiting_reason(ids))
 
     def _close_unanswered_calls(self) -> None:
         """Answer every requested call of the open turn that has no ``tool/result``.
@@ -984,7 +985,7 @@ class Agent:
         budget = self._options.budget
         if budget is None or not budget.active:
             return
-        meter = self._ctx.get("tokenMeter")
+        meter = self._ctx.get(TOKEN_METER)
         if not isinstance(meter, TokenMeter):
             # No token-meter row: a private meter (catalogue prices only) still reads the log.
             if self._meter is None:

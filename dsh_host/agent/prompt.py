@@ -45,6 +45,7 @@ from dsh_host.session.messages import (
     UserMessage,
     new_message_id,
 )
+from dsh_host.tools.keys import TOOLS
 
 from .errors import PromptError
 from .keys import SYSTEM_PROMPT_ASSEMBLE
@@ -233,7 +234,7 @@ class SystemPrompt:
             if value is not None and not isinstance(value, str):
                 raise PromptError(f'prompt variable "{name}" provider returned {value!r}')
             variables[name] = value
-        tools = self._ctx.get("tools")
+        tools = self._ctx.get(TOOLS)
         schemas = list(tools.schemas()) if tools is not None else []
         return PromptAssembly(
             sections=sections, contexts=contexts, tools=schemas, variables=variables

@@ -44,6 +44,7 @@ from dsh_host.tools import (
     ToolExecutionResult,
     error_message,
 )
+from dsh_host.tools.keys import TOOLS
 
 from .scheduler import append_tool_result
 
@@ -109,7 +110,7 @@ def reconcilable_calls(
 ) -> list[Reconcilable]:
     """The outcome-unknown closers among ``closers`` (computed for ``events``) whose tool is
     registered here with a reconciler, in order."""
-    tools = ctx.get("tools")
+    tools = ctx.get(TOOLS)
     if tools is None:
         return []
     out: list[Reconcilable] = []
@@ -169,7 +170,7 @@ async def _ask(
     except msgspec.DecodeError as exc:
         return "unknown", f"the recorded arguments are not JSON: {exc}", None
     try:
-        found = await ctx.tools.execute(
+        found = await ctx.service(TOOLS).execute(
             ToolExecutionInput(
                 call_id=call.call_id,
                 name=call.tool,

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dsh_host.agent.keys import AGENT
 from dsh_host.session.events import (
     AssistantMessageData,
     SessionEvent,
@@ -31,6 +32,7 @@ from dsh_host.session.events import (
     to_builtins,
 )
 from dsh_host.session.fork import fork_stored
+from dsh_host.session.keys import SESSION_PERSISTENCE, SESSIONS
 from dsh_host.session.messages import TextBlock, ToolCallBlock, UserMessage, UserSource
 from dsh_host.session.prices import PriceTable
 from dsh_host.session.usage import UsageLedger
@@ -195,7 +197,7 @@ async def replay_stored(
     on the child's agent before its first turn (the CLI records the run terms it changed
     there). Raises what the fork and the resume raise.
     """
-    persistence = ctx.sessionPersistence
+    persistence = ctx.service(SESSION_PERSISTENCE)
     load = await persistence.inspect(source_id)
     recorded = [t for t in turn_records(load.events) if t.turn >= from_turn]
     if not recorded:
@@ -209,14 +211,14 @@ async def replay_stored(
         persistence, source_id, before_turn=recorded[0].turn, child_id=child_id,
         origin_note={"origin": "replay"},
     )  # fmt: skip
-    agent: Agent = await ctx.agent.resume(fork.session_id)
+    agent: Agent = await ctx.service(AGENT).resume(fork.session_id)
     try:
         if prepare is not None:
             prepare(agent)
         start = agent.session.events[-1].seq
         for turn in recorded:
             await agent.run_turn(turn.prompt)
-        await ctx.sessions.flush(agent.session)
+        await ctx.service(SESSIONS).flush(agent.session)
         events = list(agent.session.events)
     finally:
         await agent.aclose()

@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING, Any
 from msgspec import UNSET
 
 from dsh_host.session.events import SessionEvent
-from dsh_host.session.keys import SESSIONS
+from dsh_host.session.keys import SESSION_PERSISTENCE, SESSIONS
 from dsh_host.session.repair import interrupted_turn_closers
 from dsh_host.session.session import Session
 from dsh_host.tools import TOOLS_PRE_EXECUTE
+from dsh_host.tools.keys import APPROVAL
 
 from .budget import Budget
 from .errors import ResumeError
@@ -71,7 +72,7 @@ class AgentService:
         ctx.on(TOOLS_PRE_EXECUTE, ledger_gate(ctx))
 
     def _approval_policy(self, context: AssembleContext) -> str:
-        approval = self._ctx.get("approval")
+        approval = self._ctx.get(APPROVAL)
         describe = getattr(approval, "policy_context", None)
         if approval is None or not callable(describe):
             return ""
@@ -157,7 +158,7 @@ class AgentService:
                 "budget": budget,
             }
         )
-        persistence = self._ctx.get("sessionPersistence")
+        persistence = self._ctx.get(SESSION_PERSISTENCE)
         if persistence is None:
             raise ResumeError(RESUME_WITHOUT_PERSISTENCE)
         store = self._ctx.service(SESSIONS)

@@ -25,9 +25,10 @@ from typing import Any, Final
 
 import msgspec
 
-from ..agent import Agent
+from ..agent import AGENT, Agent
 from ..loader import LocatedRow, PluginHost
 from ..session.approvals import AWAITING_APPROVAL, pending_approvals
+from ..session.keys import SESSIONS
 from ..session.persistence import SessionNotFoundError
 from .answerer import _escape
 from .common import (
@@ -231,7 +232,7 @@ def run_decide(args: argparse.Namespace) -> int:
 
     async def body(host: PluginHost) -> dict[str, Any]:
         transcript.install(host)
-        agent: Agent = await host.ctx.agent.resume(args.session_id)
+        agent: Agent = await host.ctx.service(AGENT).resume(args.session_id)
         try:
             adopt(agent, plan)  # a decision is made, and bound, under the terms in force
             if args.decision is not None:
@@ -249,7 +250,7 @@ def run_decide(args: argparse.Namespace) -> int:
                     reason = await agent.continue_turn()
                 finally:
                     interrupts.target(None)
-            await host.ctx.sessions.flush(agent.session)
+            await host.ctx.service(SESSIONS).flush(agent.session)
             transcript.finish()  # flushed: now the printing may wait for the reader
             return {
                 "sessionId": agent.session.id,

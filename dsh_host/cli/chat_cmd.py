@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from ..agent import Agent
+from ..agent import AGENT, Agent
 from ..cancel import CancelToken
 from ..errors import DshError
 from ..front.runner import Plan
@@ -40,6 +40,7 @@ from ..session.compaction import (
 )
 from ..session.events.data import RunTerms
 from ..session.header import new_session_id
+from ..session.keys import COMPACTION, SESSIONS, TOKEN_METER
 from ..session.messages import UserSource
 from ..session.persistence import SessionNotFoundError
 from ..session.prices import PriceTable
@@ -274,7 +275,8 @@ class _Chat:
                 self.say("a new session needs a new chat (this one was started for a stored "
                          "session's terms): run `dsh chat`", "red")
                 return
-            self.agent = self.host.ctx.agent.create(session_id=new_session_id(), cwd=self.cwd)
+            agents = self.host.ctx.service(AGENT)
+            self.agent = agents.create(session_id=new_session_id(), cwd=self.cwd)
             record_terms(self.agent.session, self.start)
             self.say(f"session {self.agent.id}")
         agent = self.agent
@@ -285,7 +287,7 @@ class _Chat:
             self.interrupts.target(None)
             self.interrupts.reset()  # the cancelled turn has stopped: the next Ctrl-C is new
             self.transcript.finish()
-        await self.host.ctx.sessions.flush(agent.session)
+        await self.host.ctx.service(SESSIONS).flush(agent.session)
 
     async def _command(self, line: str) -> _Switch | None:
         name, _, rest = line.partition(" ")
@@ -328,7 +330,7 @@ class _Chat:
             await self._close()
             return _Switch(session_id, current)
         await self._close()
-        self.agent = await self.host.ctx.agent.resume(session_id)
+        self.agent = await self.host.ctx.service(AGENT).resume(session_id)
         print_closers(self.transcript, repair_rows(self.agent))
         if isinstance(self.start, Plan):
             adopt(self.agent, self.start)
@@ -369,7 +371,7 @@ class _Chat:
         listings.sort(key=lambda s: s.header.cwd != self.cwd)
         current = self.agent.id if self.agent is not None else None
         remembered = ListCache.load()
-        meter = self.host.ctx.get("tokenMeter") if self.host is not None else None
+        meter = self.host.ctx.get(TOKEN_METER) if self.host is not None else None
         # the composition's prices, so the list cache keeps what `dsh sessions list` would
         prices = meter.prices if isinstance(meter, TokenMeter) else PriceTable()
         shown = listings[:SESSIONS_SHOWN]
@@ -398,7 +400,7 @@ class _Chat:
         if self.agent is None:
             self.say("no session yet: usage starts with the first prompt")
             return
-        meter = self.host.ctx.get("tokenMeter")
+        meter = self.host.ctx.get(TOKEN_METER)
         if not isinstance(meter, TokenMeter):
             meter = TokenMeter()  # no token-meter row: the same count, catalogue prices only
         session = self.agent.session
@@ -407,7 +409,7 @@ class _Chat:
 
     async def _compact(self) -> None:
         assert self.host is not None
-        service = self.host.ctx.get("compaction")
+        service = self.host.ctx.get(COMPACTION)
         if not isinstance(service, CompactionEngine):
             self.say(NO_COMPACTION, "yellow")
             return

@@ -9,7 +9,7 @@ row the composition lacks.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,6 +20,8 @@ from ..compositions import composition_digest, load_config
 from ..errors import ConfigError, DshError
 from ..loader import LocatedRow, PluginHost, Row, canonical_name, open_host, rows_needed_for
 from ..session.events.data import CompositionTerms
+from ..session.keys import SESSION_PERSISTENCE
+from ..shipped_plugins import declared_root_keys
 from .interrupts import Interrupts, exit_on_signals
 
 T = TypeVar("T")
@@ -40,18 +42,25 @@ def patch_config(
     located: list[LocatedRow], plugins: Sequence[str], key: str, value: Any, flag: str
 ) -> None:
     """Set ``config[key] = value`` on every enabled row running one of ``plugins``."""
+    patch_config_keys(located, dict.fromkeys(plugins, key), value, flag)
+
+
+def patch_config_keys(
+    located: list[LocatedRow], keys: Mapping[str, str], value: Any, flag: str
+) -> None:
+    """Set ``config[keys[plugin]] = value`` on every enabled row running a plugin of ``keys``."""
     hits = [
-        i
-        for plugin in plugins
+        (i, key)
+        for plugin, key in keys.items()
         for i in rows_of(located, plugin)
         if not located[i].row.disabled
     ]
     if not hits:
         raise CliUsageError(
-            f"{flag} needs a row running {' or '.join(plugins)} in the composition, and it has "
+            f"{flag} needs a row running {' or '.join(keys)} in the composition, and it has "
             "none; add one or drop the flag"
         )
-    for index in hits:
+    for index, key in hits:
         entry = located[index]
         config = dict(entry.row.config or {})
         config[key] = value
@@ -80,8 +89,8 @@ def load_composition_terms(
         root_path = Path(root)
         if root_path.exists() and not root_path.is_dir():
             raise CliUsageError(f"--root {root}: exists and is not a directory")
-        file_stores = ("session-persistence-jsonl", "session-persistence-sqlite")
-        patch_config(located, file_stores, "root", str(root_path), "--root")
+        # the file stores say which config key holds their directory (Plugin.root_key)
+        patch_config_keys(located, declared_root_keys(), str(root_path), "--root")
     return path, located, identity
 
 
@@ -159,7 +168,7 @@ def run_with_host(
 
 
 def persistence(host: PluginHost) -> Any:
-    service = host.ctx.get("sessionPersistence")
+    service = host.ctx.get(SESSION_PERSISTENCE)
     if service is None:
         raise ConfigError(
             "this composition stores no sessions (no row provides sessionPersistence); "

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from ..agent import AGENT_CHUNK, Agent, ChunkReceived
+from ..agent import AGENT, AGENT_CHUNK, Agent, ChunkReceived
 from ..errors import ConfigError
 from ..front.demo import DEMO_PROMPT, DEMO_WORKSPACE
 from ..front.models import ModelChoice
@@ -42,7 +42,7 @@ from ..session.approvals import pending_approvals
 from ..session.events import SessionEvent, to_builtins, turn_end_kind
 from ..session.events.data import RunTerms
 from ..session.header import SessionHeader, new_session_id
-from ..session.keys import SESSION_EVENT
+from ..session.keys import SESSION_EVENT, SESSION_PERSISTENCE, SESSIONS, TOKEN_METER
 from ..session.messages import (
     BlockEndChunk,
     ContentBlock,
@@ -58,6 +58,7 @@ from ..session.repair import TOOL_OUTCOME_UNKNOWN, interrupted_turn_closers
 from ..session.terms import record_terms, recorded_terms
 from ..session.tokens import TokenMeter, UsageTotals
 from ..tools import TOOLS_PROGRESS, ToolProgress
+from ..tools.keys import APPROVAL
 from .answerer import install_terminal_answerer
 from .approvals_cmd import EXIT_AWAITING, apply_approval_flag, print_pending
 from .common import (
@@ -169,7 +170,7 @@ def stored_session(args: argparse.Namespace, session_id: str) -> SessionLoad | N
     rows = persistence_rows(load_composition(args)[1])
 
     async def body(host: PluginHost) -> SessionLoad | None:
-        store = host.ctx.get("sessionPersistence")
+        store = host.ctx.get(SESSION_PERSISTENCE)
         if store is None:
             return None
         try:
@@ -371,7 +372,7 @@ class Transcript:
         host.ctx.on(AGENT_CHUNK, self._on_chunk)
         host.ctx.on(SESSION_EVENT, self._on_event)
         host.ctx.on(TOOLS_PROGRESS, self._on_progress)
-        self._approval = host.ctx.get("approval")
+        self._approval = host.ctx.get(APPROVAL)
         if _ACTIVITY.isEnabledFor(logging.INFO):  # `dsh -v`: every event as it is appended
             host.ctx.on(SESSION_EVENT, _log_event)
 
@@ -529,10 +530,10 @@ async def _finish(args: argparse.Namespace, host: PluginHost, agent: Agent, reas
                   transcript: Transcript) -> dict[str, Any]:
     # The turn's closing events are made durable before the run reports anything: a
     # "completed" printed here is on disk, not in a write-behind buffer.
-    await host.ctx.sessions.flush(agent.session)
+    await host.ctx.service(SESSIONS).flush(agent.session)
     transcript.finish()
     kind = turn_end_kind(reason) if reason is not None else None
-    store = host.ctx.get("sessionPersistence")
+    store = host.ctx.get(SESSION_PERSISTENCE)
     where = store.locate(agent.session.header).path if store is not None else None
     turn = agent.last_turn if reason is not None else None
     return {
@@ -567,7 +568,7 @@ def _turn_end(kind: str | None, reason: Any) -> dict[str, Any] | None:
 def _usage(host: PluginHost, agent: Agent, turn: int | None) -> dict[str, Any]:
     """Usage and cost of every billed call: this turn's (None without a turn) and the session's,
     priced by the composed token meter (its ``prices:``), else by the catalogue alone."""
-    meter = host.ctx.get("tokenMeter")
+    meter = host.ctx.get(TOKEN_METER)
     if not isinstance(meter, TokenMeter):
         meter = TokenMeter()
     session = agent.session
@@ -651,7 +652,7 @@ def run_run(args: argparse.Namespace) -> int:
     async def body(host: PluginHost) -> dict[str, Any]:
         transcript.install(host)
         _install_answerer(host, interrupts)
-        service = host.ctx.agent
+        service = host.ctx.service(AGENT)
         if isinstance(terms, Plan):
             # Ownership first: a second writer is refused (exit 3) before any repair is shown.
             agent = await service.resume(args.session)
@@ -803,7 +804,8 @@ def run_resume(args: argparse.Namespace) -> int:
     async def body(host: PluginHost) -> dict[str, Any]:
         transcript.install(host)
         _install_answerer(host, interrupts)
-        agent = await host.ctx.agent.resume(args.session_id)  # SessionNotFoundError: exit 2
+        # SessionNotFoundError: exit 2
+        agent = await host.ctx.service(AGENT).resume(args.session_id)
         closers = repair_rows(agent)  # what this resume appended, not a second read's guess
         print_closers(transcript, closers)
         reconciled = reconciled_rows(agent)

@@ -38,6 +38,7 @@ from dsh_host.agent import (
 )
 from dsh_host.agent import Retry as RetryAction
 from dsh_host.agent.keys import (
+    AGENT,
     AGENT_CHUNK,
     AGENT_PRE_STEP,
     AGENT_REQUEST_ERROR,
@@ -69,7 +70,7 @@ from dsh_host.session.events import (
 )
 from dsh_host.session.events import TurnEnd as TurnEndData
 from dsh_host.session.events.data import CompositionTerms, RunTerms
-from dsh_host.session.keys import SESSION_EVENT
+from dsh_host.session.keys import SESSION_EVENT, SESSION_PERSISTENCE, SESSIONS, TOKEN_METER
 from dsh_host.session.messages import (
     ContentBlock,
     PluginSource,
@@ -82,6 +83,7 @@ from dsh_host.session.messages import (
 )
 from dsh_host.session.terms import record_terms, recorded_terms
 from dsh_host.session.tokens import UsageTotals, turn_usage
+from dsh_host.shipped_plugins import declared_store_urls
 from dsh_host.tools import (
     ApprovalRequest,
     ToolArgsError,
@@ -90,7 +92,7 @@ from dsh_host.tools import (
     ToolRegistrationError,
     ToolResultEvent,
 )
-from dsh_host.tools.keys import APPROVAL_REQUEST, TOOLS_RESULT
+from dsh_host.tools.keys import APPROVAL_REQUEST, TOOLS, TOOLS_RESULT
 from dsh_host.tools.types import text_output
 
 from . import events as ev
@@ -443,7 +445,7 @@ class Agent:
     def _install(self, host: PluginHost) -> None:
         ctx = host.ctx
         for definition in self._definitions:
-            ctx.tools.register(definition)
+            ctx.service(TOOLS).register(definition)
         ctx.on(SESSION_EVENT, self._on_event)
         ctx.on(AGENT_CHUNK, self._on_chunk)  # an observer: a failing one cannot cut the turn
         ctx.on(AGENT_REQUEST_ERROR, self._on_request_error, prepend=True)
@@ -496,7 +498,7 @@ class Agent:
     def core(self) -> CoreAgent:
         """The core agent driving the session (created on first use)."""
         if self._core is None:
-            self._core = self.host.ctx.agent.create(cwd=self._workspace)
+            self._core = self.host.ctx.service(AGENT).create(cwd=self._workspace)
             record_terms(self._core.session, self._terms())
         return self._core
 
@@ -527,14 +529,14 @@ class Agent:
         record = await self._check_terms(session_id)
         if self._core is not None:
             await self._release(self._core)
-        self._core = await self.host.ctx.agent.resume(session_id)
+        self._core = await self.host.ctx.service(AGENT).resume(session_id)
         if record is not None:
             record_terms(self._core.session, record)
         return self
 
     async def _check_terms(self, session_id: str) -> RunTerms | None:
         """The terms record to append on resuming ``session_id``, or a refusal."""
-        store = self.host.ctx.get("sessionPersistence")
+        store = self.host.ctx.get(SESSION_PERSISTENCE)
         if store is None:
             return None  # the core agent's resume says why it cannot
         recorded = recorded_terms((await store.inspect(session_id)).events)
@@ -571,7 +573,7 @@ class Agent:
         A boundary inside an open step is refused (``SessionForkError``).
         """
         await self._settle()
-        store: SessionStore = self.host.ctx.sessions
+        store: SessionStore = self.host.ctx.service(SESSIONS)
         parent = self.core
         child = store.fork(parent.session, boundary)
         try:
@@ -579,7 +581,7 @@ class Agent:
         except BaseException:
             store.detach(child)
             raise
-        self._core = self.host.ctx.agent.create(session=child)
+        self._core = self.host.ctx.service(AGENT).create(session=child)
         self._forked = child
         return child.id
 
@@ -590,7 +592,7 @@ class Agent:
         await core.aclose()
         forked, self._forked = self._forked, None
         if forked is not None and forked is core.session:
-            store = self.host.ctx.sessions
+            store = self.host.ctx.service(SESSIONS)
             if store.is_live(forked):
                 with anyio.CancelScope(shield=True):
                     try:
@@ -657,7 +659,8 @@ class Agent:
 
         async def main() -> RunResult:
             async with self:
-                if self._last_session is not None and self.host.ctx.get("sessionPersistence"):
+                persistence = self.host.ctx.get(SESSION_PERSISTENCE)
+                if self._last_session is not None and persistence is not None:
                     await self.resume(self._last_session)
                 result = await self.run(prompt, output_type=output_type)
                 self._last_session = result.session_id
@@ -722,10 +725,11 @@ class Agent:
     async def _finish(
         self, core: CoreAgent, reason: TurnEndReason, state: _OutputRun | None
     ) -> RunResult:
-        await self.host.ctx.sessions.flush(core.session)
+        await self.host.ctx.service(SESSIONS).flush(core.session)
         turn = core.last_turn
         text = _turn_answer(core.session, turn)
-        usage = turn_usage(self.host.ctx.get("tokenMeter"), core.session, turn)
+        meter = self.host.ctx.get(TOKEN_METER)
+        usage = turn_usage(meter, core.session, turn)
         tripped = self._guardrails.take(core, turn)
         if tripped is not None:  # the log (flushed above) holds the verdict; the caller hears it
             guardrail, output = tripped
@@ -783,7 +787,7 @@ class Agent:
             "arguments; a plain text reply is not accepted as the answer."
             + (f" The answer: {doc}" if doc else "")
         )
-        self._unregister_output = self.host.ctx.tools.register(
+        self._unregister_output = self.host.ctx.service(TOOLS).register(
             ToolDefinition(
                 name=FINAL_RESULT,
                 description=description,
@@ -946,12 +950,14 @@ class EventStream:
 
 
 def _store_row(store: str | os.PathLike[str]) -> Row:
-    """The persistence row of ``store=``: a ``postgresql://`` DSN, else a JSONL root."""
+    """The persistence row of ``store=``: a URL whose scheme a store declares (``StoreUrl``:
+    ``postgresql://`` is PostgreSQL's DSN), else a JSONL root."""
     text = os.fspath(store)
-    if text.startswith(("postgresql://", "postgres://")):
-        return Row(
-            id="session-persistence", name="session-persistence-postgres", config={"dsn": text}
-        )
+    scheme, sep, _rest = text.partition("://")
+    declared = declared_store_urls().get(scheme) if sep else None
+    if declared is not None:
+        plugin, key = declared
+        return Row(id="session-persistence", name=plugin, config={key: text})
     return Row(id="session-persistence", name="session-persistence-jsonl", config={"root": text})
 
 

@@ -1,9 +1,9 @@
 """``dsh serve``: the argument parser and the handler (the web stack is imported on use only).
 
 The composition is built the way ``dsh run`` builds it: the ``--model`` row first, the
-``--root`` override on a JSONL persistence row, and approvals deferred (``policy: ask,
-unanswered: defer``): nobody sits at the server's terminal, so an ask waits for a decision
-through the API.
+``--root`` override on the file store's row (JSONL or SQLite), and approvals deferred
+(``policy: ask, unanswered: defer``): nobody sits at the server's terminal, so an ask waits
+for a decision through the API.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from dsh_host.front.models import MODEL_SPECS, parse_model
 from dsh_host.front.runner import with_model
 from dsh_host.loader import LocatedRow, Row, canonical_name
 from dsh_host.session.events.data import CompositionTerms
+from dsh_host.shipped_plugins import declared_root_keys
 
 __all__ = ["QUEUE_DSN_ENV", "TOKEN_ENV", "ServeUsageError", "add_parser", "build_compositions"]
 
@@ -72,7 +73,9 @@ def add_parser(sub: Any) -> None:
         help="an extra named composition that POST /sessions may choose (repeatable); it must "
         "store sessions where the default one does",
     )
-    serve.add_argument("--root", metavar="DIR", help="session store root of the JSONL backend")
+    serve.add_argument(
+        "--root", metavar="DIR", help="the directory of the composition's file session store"
+    )
     serve.add_argument(
         "--model",
         metavar="SPEC",
@@ -158,8 +161,14 @@ def _composition(path: str | None, model: str | None, root: str | None) -> list[
         except ConfigError as exc:
             raise ServeUsageError(str(exc)) from None
         rows = with_model(rows, choice, f"--model {model}")
-    if root is not None and not _patched(rows, "session-persistence-jsonl", {"root": root}):
-        raise ServeUsageError("--root needs a session-persistence-jsonl row in the composition")
+    if root is not None:
+        # the file stores say which config key holds their directory (Plugin.root_key)
+        stores = declared_root_keys()
+        patched = [_patched(rows, store, {key: root}) for store, key in stores.items()]
+        if not any(patched):
+            raise ServeUsageError(
+                f"--root needs a row running {' or '.join(stores)} in the composition"
+            )
     _patched(rows, "user-approval", {"policy": "ask", "unanswered": "defer"})
     return rows
 

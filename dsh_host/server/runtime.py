@@ -33,6 +33,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectSendStream
 
 from dsh_host.agent.errors import ApprovalDecisionError
+from dsh_host.agent.keys import AGENT
 from dsh_host.agent.loop import Agent
 from dsh_host.errors import DshError
 from dsh_host.front.runner import (
@@ -50,6 +51,7 @@ from dsh_host.session.approvals import pending_approvals
 from dsh_host.session.events import SessionEvent, TurnEndReason, turn_end_kind
 from dsh_host.session.events.data import CompositionTerms, RunTerms
 from dsh_host.session.header import SessionHeader, new_session_id
+from dsh_host.session.keys import SESSION_PERSISTENCE, SESSIONS
 from dsh_host.session.messages import ContentBlock
 from dsh_host.session.persistence import (
     SessionAlreadyExistsError,
@@ -58,6 +60,7 @@ from dsh_host.session.persistence import (
     SessionLoad,
     SessionNotFoundError,
 )
+from dsh_host.session.storage import SupportsCurrentRevision
 from dsh_host.session.terms import record_terms, recorded_terms
 
 from . import views
@@ -291,7 +294,7 @@ class ServerRuntime:
     def store(self) -> Any:
         """The ``sessionPersistence`` service every read goes through."""
         assert self._reader is not None, "start() first"
-        service = self._reader.ctx.get("sessionPersistence")
+        service = self._reader.ctx.get(SESSION_PERSISTENCE)
         if service is None:
             raise ApiError(
                 500,
@@ -327,7 +330,7 @@ class ServerRuntime:
     ) -> None:
         async with open_host(rows) as host:
             host.ctx.on("agent/step-end", lambda _step: self.metrics.steps.inc())
-            self.metrics.time_flushes(host.ctx.sessions, self._flushed)
+            self.metrics.time_flushes(host.ctx.service(SESSIONS), self._flushed)
             task_status.started(host)
             await self._closing.wait()
 
@@ -447,9 +450,9 @@ class ServerRuntime:
         process last read it (the inspector's session page polls it); a store that cannot tell
         a revision without reading is read every time. 404 for an unknown session."""
         remembered = self._stored.get(session_id)
-        revision = getattr(self.store, "current_revision", None)
-        if remembered is not None and revision is not None:
-            if await revision(session_id) == remembered[0]:
+        store = self.store
+        if remembered is not None and isinstance(store, SupportsCurrentRevision):
+            if await store.current_revision(session_id) == remembered[0]:
                 return remembered[1]
         self.metrics.logs_read.inc()
         return self._remember(await self.inspect(session_id))
@@ -568,7 +571,7 @@ class ServerRuntime:
                 pass
             else:
                 raise SessionAlreadyExistsError(f'a session "{session_id}" is already stored')
-        sessions = host.ctx.sessions
+        sessions = host.ctx.service(SESSIONS)
         session = sessions.create(
             session_id or new_session_id(), meta={"cwd": path, "agentPreset": name}
         )
@@ -660,10 +663,10 @@ class ServerRuntime:
         holding its handle."""
         name, plan = self._admit(load)
         host = await self.host(name, plan.terms.workspace or "", plan.rows)
-        agent: Agent = await host.ctx.agent.resume(load.id)
+        agent: Agent = await host.ctx.service(AGENT).resume(load.id)
         if plan.record is not None:  # a session that predates its terms: what is assumed
             record_terms(agent.session, plan.record)
-        return agent, host.ctx.get("sessionPersistence")
+        return agent, host.ctx.get(SESSION_PERSISTENCE)
 
     async def start_turn(self, session_id: str, prompt: str | list[ContentBlock]) -> int:
         """Start a turn in the background; return its number once the session is held.

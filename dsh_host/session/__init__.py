@@ -98,6 +98,7 @@ from dsh_host.session.header import (
     parse_session_header,
 )
 from dsh_host.session.keys import (
+    COMPACTION,
     SESSION_CREATED,
     SESSION_DISPOSED,
     SESSION_EVENT,
@@ -105,6 +106,9 @@ from dsh_host.session.keys import (
     SESSION_FLUSH,
     SESSION_PERSISTENCE,
     SESSIONS,
+    TELEMETRY,
+    TOKEN_METER,
+    TOOL_RESULT_PRUNER,
 )
 from dsh_host.session.messages import (
     AbortedFinish,
@@ -194,6 +198,7 @@ from dsh_host.session.surface import (
 )
 
 __all__ = [
+    "COMPACTION",
     "CORE_SURFACE_TYPES",
     "DSH_V3_KNOWN_EVENT_TYPES",
     "HEADER_KEYS",
@@ -206,10 +211,13 @@ __all__ = [
     "SESSION_FLUSH",
     "SESSION_FORMAT_VERSION",
     "SESSION_PERSISTENCE",
+    "TELEMETRY",
+    "TOKEN_METER",
     "TOOL_NOT_STARTED",
     "TOOL_NOT_STARTED_TEXT",
     "TOOL_OUTCOME_UNKNOWN",
     "TOOL_OUTCOME_UNKNOWN_TEXT",
+    "TOOL_RESULT_PRUNER",
     "AbortedFinish",
     "AbortedReason",
     "AdapterDefaults",

@@ -34,7 +34,14 @@ from dsh_host.session.persistence import (
     check_from_seq,
     with_closers,
 )
-from dsh_host.session.storage import L, SessionStorage
+from dsh_host.session.storage import (
+    L,
+    SessionStorage,
+    SupportsCurrentRevision,
+    SupportsHeldBy,
+    SupportsReadFrom,
+    SupportsRoot,
+)
 from dsh_host.session.write_behind import Spawn, WriteHandle, header_meta
 
 if TYPE_CHECKING:
@@ -212,8 +219,8 @@ class PersistenceService(Generic[L]):
         a second) then costs that look-up, not a decode of the whole log.
         """
         check_from_seq(from_seq)
-        partial = getattr(self.storage, "read_from", None)
-        if partial is None:
+        storage = self.storage
+        if not isinstance(storage, SupportsReadFrom):
             known = self._read_ends.get(session_id)
             if known is not None and from_seq >= known[1]:
                 if await self.current_revision(session_id) == known[0]:
@@ -223,7 +230,7 @@ class PersistenceService(Generic[L]):
             return load.events[from_seq:]
         if token is not None:
             token.throw_if_aborted()
-        events: tuple[SessionEvent, ...] = await partial(session_id, from_seq)
+        events = await storage.read_from(session_id, from_seq)
         if token is not None:
             token.throw_if_aborted()
         return events
@@ -252,8 +259,10 @@ class PersistenceService(Generic[L]):
 
         The host refuses to boot a composition whose tools could write it (D15).
         """
-        root = getattr(self.storage, "root", None)
-        return root if isinstance(root, str) else None
+        storage = self.storage
+        if not isinstance(storage, SupportsRoot):
+            return None
+        return storage.root if isinstance(storage.root, str) else None
 
     def locate(self, header: SessionHeader | Mapping[str, Any]) -> ArtifactLocation:
         """Where this session's log lives (or will). Performs no I/O."""
@@ -261,15 +270,17 @@ class PersistenceService(Generic[L]):
 
     async def held_by(self, session_id: str) -> str | None:
         """Who holds the session's write lock now, when the storage can tell (else None)."""
-        held_by = getattr(self.storage, "held_by", None)
-        return None if held_by is None else await held_by(session_id)
+        storage = self.storage
+        return await storage.held_by(session_id) if isinstance(storage, SupportsHeldBy) else None
 
     async def current_revision(self, session_id: str) -> str | None:
         """The revision a read of the session would report now, without reading its events,
         when the storage can tell cheaply (else None, and so for a session it does not find):
         a caller that kept what it read under a revision learns whether to read again."""
-        revision = getattr(self.storage, "current_revision", None)
-        return None if revision is None else await revision(session_id)
+        storage = self.storage
+        if not isinstance(storage, SupportsCurrentRevision):
+            return None
+        return await storage.current_revision(session_id)
 
     # -- tracking and teardown
 

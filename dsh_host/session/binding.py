@@ -30,19 +30,25 @@ effect); it never fails the append that triggered it.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import anyio
 
 from dsh_host.context import Context
 from dsh_host.session.backend import PersistenceService
 from dsh_host.session.events import SessionEvent
+from dsh_host.session.keys import SESSION_PERSISTENCE, SESSIONS
 from dsh_host.session.persistence import SessionAlreadyExistsError
 from dsh_host.session.session import Session
+from dsh_host.session.storage import SessionStorage
 from dsh_host.session.write_behind import Once, Spawn, WriteHandle
 
-__all__ = ["LiveBinder", "bind_live_sessions", "host_spawn"]
+__all__ = ["LiveBinder", "bind_live_sessions", "host_spawn", "wire_storage"]
+
+L = TypeVar("L")
+S = TypeVar("S", bound=PersistenceService[Any])
 
 
 def host_spawn(ctx: Context, label: str) -> Spawn:
@@ -222,6 +228,42 @@ def bind_live_sessions(ctx: Context, backend: PersistenceService[Any]) -> LiveBi
     ctx.on("session/flush", binder.on_flush)
     ctx.on("session/disposed", binder.on_disposed)
     ctx.effect(binder.close, "drain session logs")
-    for session in ctx.sessions.list():
+    for session in ctx.service(SESSIONS).list():
         binder.on_created(session)
     return binder
+
+
+@overload
+def wire_storage(
+    ctx: Context, storage: SessionStorage[L], *, name: str
+) -> PersistenceService[L]: ...
+@overload
+def wire_storage(
+    ctx: Context, *, name: str, service: Callable[[Spawn, logging.Logger], S]
+) -> S: ...
+def wire_storage(
+    ctx: Context,
+    storage: SessionStorage[Any] | None = None,
+    *,
+    name: str,
+    service: Callable[[Spawn, logging.Logger], PersistenceService[Any]] | None = None,
+) -> PersistenceService[Any]:
+    """The one call a storage plugin's ``apply`` makes: compose, provide, bind.
+
+    Pass the plugin's ``storage`` (composed into a :class:`PersistenceService`), or, for a
+    plugin with its own service class, ``service``: a factory called with the write window's
+    spawner and the row's logger. The service is provided as ``sessionPersistence`` and the
+    live sessions are bound to it (:func:`bind_live_sessions`); ``name`` (the plugin's) labels
+    its background write windows. Returns the service.
+    """
+    if (storage is None) == (service is None):
+        raise TypeError(f"{name}: wire_storage() takes a storage or a service factory, one of them")
+    spawn = host_spawn(ctx, f"{name} write window")
+    if service is not None:
+        backend = service(spawn, ctx.logger)
+    else:
+        assert storage is not None
+        backend = PersistenceService[Any](storage, spawn=spawn, logger=ctx.logger)
+    ctx.provide(SESSION_PERSISTENCE, backend)
+    bind_live_sessions(ctx, backend)
+    return backend

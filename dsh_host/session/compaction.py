@@ -18,7 +18,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from dsh_host.cancel import CancelToken
 from dsh_host.errors import DshError
@@ -44,6 +44,7 @@ __all__ = [
     "CompactionTrigger",
     "ManualCompactionCode",
     "ManualCompactionError",
+    "ResultPruner",
     "balanced_cuts",
     "compact_checkpoint_source",
     "compacted_text",
@@ -103,6 +104,17 @@ class CompactionResult:
     shadowed_seqs: tuple[int, ...]  #: every shadowed node, in surface order
     shadowed_token_count: int  #: heuristic price of the shadowed content
     source_command_id: str | None = None
+
+
+class ResultPruner(Protocol):
+    """The optional ``toolResultPruner`` service (``ctx.get(TOOL_RESULT_PRUNER)``).
+
+    A compaction engine lets it shrink oversized, already-answered tool results of ``session``
+    before summarizing (``compaction-tool-result-pruner`` implements it); what it returns is
+    its own record of what it pruned.
+    """
+
+    def prune_session(self, session: Session) -> object: ...
 
 
 class CompactionEngine(abc.ABC):

@@ -12,12 +12,15 @@ from dsh_host.bus import Emit, EventSpec, Parallel
 from dsh_host.context import ServiceKey
 
 if TYPE_CHECKING:
+    from .compaction import CompactionEngine, ResultPruner
     from .events import SessionEvent
     from .persistence import SessionPersistence
     from .session import Session
     from .store import SessionStore
+    from .tokens import TokenMeter
 
 __all__ = [
+    "COMPACTION",
     "SESSIONS",
     "SESSION_CREATED",
     "SESSION_DISPOSED",
@@ -25,12 +28,23 @@ __all__ = [
     "SESSION_EVENTS",
     "SESSION_FLUSH",
     "SESSION_PERSISTENCE",
+    "TELEMETRY",
+    "TOKEN_METER",
+    "TOOL_RESULT_PRUNER",
 ]
 
 #: The ``sessions`` service (the ``sessions`` plugin's store).
 SESSIONS: ServiceKey[SessionStore] = ServiceKey("sessions")
 #: The ``sessionPersistence`` service (a persistence plugin's backend).
 SESSION_PERSISTENCE: ServiceKey[SessionPersistence] = ServiceKey("sessionPersistence")
+#: prices and measures requests (``token-meter``); absent, readers build a catalogue-only meter
+TOKEN_METER: ServiceKey[TokenMeter] = ServiceKey("tokenMeter")
+#: the compaction backend (``compaction-basic``)
+COMPACTION: ServiceKey[CompactionEngine] = ServiceKey("compaction")
+#: the optional tool-result pruner a compaction engine consults
+TOOL_RESULT_PRUNER: ServiceKey[ResultPruner] = ServiceKey("toolResultPruner")
+#: a trace exporter (``telemetry-otel``); nothing in the host calls it, so it is opaque here
+TELEMETRY: ServiceKey[object] = ServiceKey("telemetry")
 
 SESSION_EVENT: Emit[[Session, SessionEvent]] = Emit(
     "session/event", 2, "(session, event) after every append"

@@ -43,7 +43,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import msgspec
 
@@ -61,7 +61,17 @@ from dsh_host.session.persistence import (
     UnreadableListing,
 )
 
-__all__ = ["L", "MemoryStorage", "Pending", "SessionStorage", "encode_json"]
+__all__ = [
+    "L",
+    "MemoryStorage",
+    "Pending",
+    "SessionStorage",
+    "SupportsCurrentRevision",
+    "SupportsHeldBy",
+    "SupportsReadFrom",
+    "SupportsRoot",
+    "encode_json",
+]
 
 #: A storage's lease: its own state for one owned session (lock, descriptor, connection).
 L = TypeVar("L")
@@ -131,6 +141,44 @@ class SessionStorage(Protocol[L]):
     async def close(self) -> None:
         """Free shared resources (pools). Leases are released before. Idempotent."""
         ...
+
+
+# -- optional capabilities: a storage implements any of them by having the method; the host
+#    checks with isinstance (these are runtime-checkable) where it would otherwise do without.
+
+
+@runtime_checkable
+class SupportsReadFrom(Protocol):
+    """Reads only the stored events with ``seq >= from_seq`` (a follower's poll).
+
+    Without it the host reads the log whole (and skips even that when
+    :class:`SupportsCurrentRevision` says nothing changed)."""
+
+    async def read_from(self, session_id: str, from_seq: int) -> tuple[SessionEvent, ...]: ...
+
+
+@runtime_checkable
+class SupportsCurrentRevision(Protocol):
+    """The revision a read of the session would report now, without reading its events
+    (None for a session it does not find): lets readers skip re-reading an unchanged log."""
+
+    async def current_revision(self, session_id: str) -> str | None: ...
+
+
+@runtime_checkable
+class SupportsHeldBy(Protocol):
+    """Who holds the session's write lock now (None: nobody, as far as it can tell)."""
+
+    async def held_by(self, session_id: str) -> str | None: ...
+
+
+@runtime_checkable
+class SupportsRoot(Protocol):
+    """A file storage's directory: the host refuses a composition whose tools could write it
+    (D15)."""
+
+    @property
+    def root(self) -> str: ...
 
 
 def encode_json(event: SessionEvent) -> bytes:

@@ -20,6 +20,7 @@ from .errors import (
     UnsupportedSchemaError,
 )
 from .keys import (
+    APPROVAL,
     APPROVAL_REQUEST,
     TOOLS,
     TOOLS_CHANGE,
@@ -36,6 +37,7 @@ from .types import (
     Accept,
     Allow,
     ApprovalOutcome,
+    ApprovalProvider,
     ApprovalRequest,
     Ask,
     Block,
@@ -72,6 +74,7 @@ from .types import (
 __all__ = [
     "ABORTED",
     "ABORTED_BEFORE_DISPATCH",
+    "APPROVAL",
     "APPROVAL_REQUEST",
     "INVALID_ARGS",
     "INVALID_TOOL_OUTPUT",
@@ -89,6 +92,7 @@ __all__ = [
     "Accept",
     "Allow",
     "ApprovalOutcome",
+    "ApprovalProvider",
     "ApprovalRequest",
     "Ask",
     "Block",

@@ -15,6 +15,7 @@ from dsh_host.context import ServiceKey
 if TYPE_CHECKING:
     from .runtime import ToolRuntime
     from .types import (
+        ApprovalProvider,
         ApprovalRequest,
         PostExecuteContext,
         PostToolDecision,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "APPROVAL",
     "APPROVAL_REQUEST",
     "TOOLS",
     "TOOLS_CHANGE",
@@ -39,6 +41,8 @@ __all__ = [
 
 #: The ``tools`` service.
 TOOLS: ServiceKey[ToolRuntime] = ServiceKey("tools")
+#: the approval seam (``user-approval`` provides it); absent, every ask fails closed
+APPROVAL: ServiceKey[ApprovalProvider] = ServiceKey("approval")
 
 TOOLS_PRE_EXECUTE: Waterfall[ToolExecution, PreToolDecision] = Waterfall(
     "tools/pre-execute", "(exec) -> PreToolDecision"

@@ -78,6 +78,7 @@ from .errors import (
     ToolRegistrationError,
 )
 from .keys import (
+    APPROVAL,
     TOOLS_CHANGE,
     TOOLS_EXECUTE,
     TOOLS_POST_EXECUTE,
@@ -509,7 +510,7 @@ class ToolRuntime:
         check: no recorded allow, a call that needs no approval now, no approval service)."""
         if recorded != "allowed-once" or not isinstance(gate, Ask) or execution.agent is None:
             return None
-        approval = self._ctx.get("approval")
+        approval = self._ctx.get(APPROVAL)
         check = getattr(approval, "recorded_decision_change", None)
         if not callable(check):
             return None
@@ -524,7 +525,7 @@ class ToolRuntime:
         if recorded != "allowed-once":
             return Deny(f'the user rejected tool "{name}"')
         if isinstance(gate, Ask):
-            approval = self._ctx.get("approval")
+            approval = self._ctx.get(APPROVAL)
             if approval is None:
                 return Deny(
                     f'tool "{name}" requires approval, but no approval channel is available'
@@ -542,7 +543,7 @@ class ToolRuntime:
         None: the service deferred the decision (only when ``deferrable``).
         """
         name = execution.name
-        approval = self._ctx.get("approval")
+        approval = self._ctx.get(APPROVAL)
         if approval is None:
             return Deny(ask.reason or f'tool "{name}" requires approval (not yet supported)'), False
         subject = ApprovalSubject(

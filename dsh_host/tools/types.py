@@ -40,6 +40,7 @@ __all__ = [
     "Accept",
     "Allow",
     "ApprovalOutcome",
+    "ApprovalProvider",
     "ApprovalRequest",
     "ApprovalSubject",
     "Ask",
@@ -679,6 +680,36 @@ class ToolResultEvent:
 
     exec: ToolExecution
     result: ToolExecutionResult
+
+
+class ApprovalProvider(Protocol):
+    """The ``approval`` service (``ctx.get(APPROVAL)``): what the host calls of it.
+
+    ``user-approval`` implements it; the host never imports a plugin, so this is structural.
+    ``request`` answers one ask (an outcome such as ``allowed-once``, ``rejected``,
+    ``unavailable``, or ``deferred`` for a deferrable request); ``decide`` records a decision for
+    a deferred call; ``awaiting_reason`` is the ``turn/end`` reason of a turn that deferred calls.
+    Two methods are optional and probed where they are used: ``policy_context(agent) -> str``
+    (the prompt's ``approval:policy`` text) and ``recorded_decision_change(session, call_id,
+    tool_name) -> str | None`` (what changed since a deferred call was asked, D19).
+    """
+
+    async def request(self, req: ApprovalRequest) -> str: ...
+
+    def effective_policy(self, session: Any) -> str: ...
+
+    def decide(
+        self,
+        agent: Any,
+        call_id: str,
+        decision: str,
+        *,
+        reason: str | None = None,
+        decided_by: str | None = None,
+        args_digest: str | None = None,
+    ) -> object: ...
+
+    def awaiting_reason(self, call_ids: tuple[str, ...]) -> object: ...
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

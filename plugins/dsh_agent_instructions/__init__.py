@@ -33,9 +33,14 @@ from typing import Any, Final
 import anyio.to_thread
 import msgspec
 
-from dsh_host import Context, Plugin
-from dsh_host.agent.types import AssembleContext, AssembledContext, PromptAssembly
-from dsh_host.bus import EventMode
+from dsh_host.sdk import (
+    AssembleContext,
+    AssembledContext,
+    Context,
+    EventMode,
+    Plugin,
+    PromptAssembly,
+)
 
 __all__ = [
     "CONTEXT_NAME",

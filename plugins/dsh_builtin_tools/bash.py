@@ -54,25 +54,31 @@ from typing import Any, Final, Literal
 
 import anyio
 
-from dsh_host.cancel import CancelToken
-from dsh_host.context import Context
-from dsh_host.errors import AbortError
-from dsh_host.jsonsafe import js_number
-from dsh_host.sandbox import (
+from dsh_host.sdk import (
+    APPROVAL,
     DEFAULT_ENV_ALLOW,
+    ESCALATION_TARGETS,
+    SANDBOX,
+    AbortError,
+    CancelToken,
     ConfinedArgv,
+    ContentBlock,
+    Context,
+    FdReceiveStream,
     SandboxMode,
     SandboxUnavailableError,
+    SpawnedProcess,
+    TextBlock,
+    ToolDefinition,
+    ToolError,
+    ToolExecution,
+    ToolOutput,
     allowed_environment,
-)
-from dsh_host.session.messages import ContentBlock, TextBlock
-from dsh_host.spawn import FdReceiveStream, SpawnedProcess, open_process
-from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, ToolOutput
-from dsh_host.tools.escalation import (
-    ESCALATION_TARGETS,
     approve_escalation,
     check_escalation_available,
     escalation_hint_marker,
+    js_number,
+    open_process,
     sandbox_denial_marker,
     validate_escalation_args,
 )
@@ -649,7 +655,7 @@ def bash_tool(
     ) -> ConfinedArgv | None:
         if call_mode == "danger-full-access":
             return None
-        sandbox = ctx.get("sandbox")
+        sandbox = ctx.get(SANDBOX)
         if sandbox is None:
             raise SandboxUnavailableError(call_mode)
         policy = await tool_policy(config, workspace, call_mode, exec)
@@ -663,7 +669,7 @@ def bash_tool(
             return mode
         check_escalation_available(escalation)
         return await approve_escalation(
-            ctx.get("approval"),
+            ctx.get(APPROVAL),
             requested_mode=str(requested),
             justification=str(args["justification"]),
             effective_mode=mode,

@@ -6,8 +6,7 @@ import os
 
 import msgspec
 
-from dsh_host.errors import ConfigError
-from dsh_host.sandbox import DEFAULT_PROTECTED_NAMES, SandboxMode
+from dsh_host.sdk import DEFAULT_PROTECTED_NAMES, ConfigError, SandboxMode
 
 __all__ = ["BuiltinToolsConfig", "BuiltinToolsConfigError", "canonical_workspace"]
 

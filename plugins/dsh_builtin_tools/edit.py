@@ -20,9 +20,15 @@ from typing import Any, Final
 
 import anyio.to_thread
 
-from dsh_host.sandbox import SandboxPolicy
-from dsh_host.session.messages import ContentBlock, TextBlock
-from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, ToolOutput
+from dsh_host.sdk import (
+    ContentBlock,
+    SandboxPolicy,
+    TextBlock,
+    ToolDefinition,
+    ToolError,
+    ToolExecution,
+    ToolOutput,
+)
 
 from .config import BuiltinToolsConfig
 from .files import (

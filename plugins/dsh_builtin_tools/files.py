@@ -43,15 +43,21 @@ from typing import Any, Final, TypeAlias
 
 import anyio.to_thread
 
-from dsh_host.context import Context
-from dsh_host.sandbox import SandboxPolicy, read_only_cover
-from dsh_host.session.messages import ContentBlock, TextBlock
-from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, ToolOutput, text_output
-from dsh_host.tools.beneath import (
+from dsh_host.sdk import (
     BeneathPathError,
+    ContentBlock,
+    Context,
+    SandboxPolicy,
+    TextBlock,
+    ToolDefinition,
+    ToolError,
+    ToolExecution,
+    ToolOutput,
     beneath_parts,
     open_beneath,
     open_dirs_beneath,
+    read_only_cover,
+    text_output,
 )
 
 from .bash import denial_marker

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import anyio.to_thread
 
-from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, text_output
+from dsh_host.sdk import ToolDefinition, ToolError, ToolExecution, text_output
 
 from .config import BuiltinToolsConfig
 from .files import WorkspaceRoot, display_parts, workspace_parts

@@ -24,7 +24,7 @@ from typing import Any, Final
 import pathspec
 import re2
 
-from dsh_host.tools import ToolError
+from dsh_host.sdk import ToolError
 
 __all__ = ["MAX_IGNORE_LINE", "Globs", "LineRegex", "PatternError", "glob_pattern", "line_regex"]
 

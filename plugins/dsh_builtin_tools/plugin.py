@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import os
 
-from dsh_host.context import Context
-from dsh_host.plugin import Plugin
-from dsh_host.sandbox import SandboxPolicy, confined_writable_roots, harness_state_conflict
-from dsh_host.tools import ToolExecution
-from dsh_host.tools.keys import TOOLS
+from dsh_host.sdk import (
+    SANDBOX,
+    SESSION_PERSISTENCE,
+    TOOLS,
+    Context,
+    Plugin,
+    SandboxPolicy,
+    ToolExecution,
+    confined_writable_roots,
+    harness_state_conflict,
+)
 
 from .bash import bash_tool
 from .config import BuiltinToolsConfig, BuiltinToolsConfigError, canonical_workspace
@@ -72,7 +78,7 @@ def tool_writable_paths(
     sandbox lets a ``workspace-write`` call write. ``danger-full-access`` is no sandbox: only the
     workspace is listed, as the in-process file tools' fence."""
     writable = [(workspace, f"the workspace of row {ctx.row_id!r}")]
-    sandbox = ctx.get("sandbox")
+    sandbox = ctx.get(SANDBOX)
     if config.sandbox != "danger-full-access" and sandbox is not None:
         policy = SandboxPolicy(mode="workspace-write", workspace_root=workspace)
         for path in confined_writable_roots(sandbox, policy):
@@ -86,7 +92,7 @@ def tool_writable_paths(
 def refuse_writable_harness_state(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> None:
     """Raise when this row's tools could write the session log or the user's dsh configuration
     (see :class:`BuiltinTools`)."""
-    store = ctx.get("sessionPersistence")
+    store = ctx.get(SESSION_PERSISTENCE)
     root = getattr(store, "root", None)
     problem = harness_state_conflict(
         root if isinstance(root, str) else None,

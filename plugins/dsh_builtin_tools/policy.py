@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import anyio.to_thread
 
-from dsh_host.sandbox import SandboxMode, SandboxPolicy, call_policy
-from dsh_host.tools import ToolExecution
+from dsh_host.sdk import SandboxMode, SandboxPolicy, ToolExecution, call_policy
 
 from .config import BuiltinToolsConfig
 

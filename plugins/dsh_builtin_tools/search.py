@@ -42,11 +42,18 @@ from typing import Any, Final, TypeAlias
 
 import anyio.to_thread
 
-from dsh_host.cancel import CancelToken
-from dsh_host.context import Context
-from dsh_host.sandbox import SandboxUnavailableError
-from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, text_output
-from dsh_host.tools.beneath import open_beneath, open_dirs_beneath
+from dsh_host.sdk import (
+    SANDBOX,
+    CancelToken,
+    Context,
+    SandboxUnavailableError,
+    ToolDefinition,
+    ToolError,
+    ToolExecution,
+    open_beneath,
+    open_dirs_beneath,
+    text_output,
+)
 
 from .config import BuiltinToolsConfig
 from .files import (
@@ -390,12 +397,12 @@ def ripgrep_for(ctx: Context, config: BuiltinToolsConfig, workspace: str) -> Rip
     binary = ripgrep_binary() if config.ripgrep else None
 
     async def helper(exec: ToolExecution) -> Ripgrep | None:
-        if binary is None or ctx.get("sandbox") is None:
+        if binary is None or ctx.get(SANDBOX) is None:
             return None
         policy = await tool_policy(config, workspace, "read-only", exec)
 
         def confine(argv: list[str]) -> list[str] | None:
-            sandbox = ctx.get("sandbox")
+            sandbox = ctx.get(SANDBOX)
             if sandbox is None:
                 return None
             try:

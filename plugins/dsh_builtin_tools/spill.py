@@ -33,10 +33,15 @@ from typing import Final
 import anyio.to_thread
 from msgspec import UNSET
 
-from dsh_host.context import Context
-from dsh_host.sandbox import SandboxPolicy, writable_roots
-from dsh_host.session.messages import TextBlock
-from dsh_host.tools import Accept, PostExecuteContext, PostToolDecision
+from dsh_host.sdk import (
+    Accept,
+    Context,
+    PostExecuteContext,
+    PostToolDecision,
+    SandboxPolicy,
+    TextBlock,
+    writable_roots,
+)
 
 from .config import BuiltinToolsConfig, BuiltinToolsConfigError
 

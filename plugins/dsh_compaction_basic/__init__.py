@@ -19,21 +19,31 @@ import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from dsh_host import Context, Plugin
-from dsh_host.agent.errors import AgentBusyError
-from dsh_host.agent.types import PreStepContext, PreStepDecision, RequestErrorContext, Retry
-from dsh_host.cancel import CancelToken
-from dsh_host.errors import AbortError
-from dsh_host.llm.errors import CONTEXT_WINDOW_EXCEEDED_CODE, LlmError
-from dsh_host.session.compaction import (
+from dsh_host.sdk import (
+    COMPACTION,
+    CONTEXT_WINDOW_EXCEEDED_CODE,
+    LLM,
+    SESSIONS,
+    TOKEN_METER,
+    TOOL_RESULT_PRUNER,
+    AbortError,
+    AgentBusyError,
+    CancelToken,
     CompactionEngine,
     CompactionResult,
     CompactionTrigger,
+    Context,
+    LlmError,
     ManualCompactionError,
+    Message,
+    Plugin,
+    PreStepContext,
+    PreStepDecision,
+    RequestErrorContext,
+    Retry,
+    Session,
+    TokenMeter,
 )
-from dsh_host.session.messages import Message
-from dsh_host.session.session import Session
-from dsh_host.session.tokens import TokenMeter
 
 from .config import (
     BasicCompactionConfig,
@@ -98,7 +108,7 @@ class BasicCompactionEngine(CompactionEngine):
 
     @property
     def _meter(self) -> TokenMeter:
-        meter: TokenMeter = self._ctx.tokenMeter
+        meter: TokenMeter = self._ctx.service(TOKEN_METER)
         return meter
 
     def policy_for(self, provider: str, model: str) -> TargetPolicy:
@@ -128,7 +138,7 @@ class BasicCompactionEngine(CompactionEngine):
                 "summarization fields, route one request, or set both agent provider and model",
             )
         return await summarize_with_llm(
-            self._ctx.llm,
+            self._ctx.service(LLM),
             provider=target[0],
             model=target[1],
             max_tokens=policy.max_tokens,
@@ -160,7 +170,7 @@ class BasicCompactionEngine(CompactionEngine):
             return None
         policy = self.policy_for(*routed)
         meter = self._meter
-        pruner = self._ctx.get("toolResultPruner")
+        pruner = self._ctx.get(TOOL_RESULT_PRUNER)
         if trigger == "context-overflow":
             if pruner is not None:
                 pruner.prune_session(session)
@@ -250,13 +260,13 @@ class BasicCompactionEngine(CompactionEngine):
 
     # -- helpers --------------------------------------------------------------------------
     async def _flush(self, session: Session) -> None:
-        store = self._ctx.get("sessions")
+        store = self._ctx.get(SESSIONS)
         if store is not None and store.is_live(session):
             await store.flush(session)
 
     async def _context_window(self, policy: TargetPolicy, signal: CancelToken) -> int:
         try:
-            info = await self._ctx.llm.resolve_model(policy.provider, policy.model, signal)
+            info = await self._ctx.service(LLM).resolve_model(policy.provider, policy.model, signal)
         except LlmError as error:
             raise TargetPressureConfigError(
                 policy.key, f"compaction-basic: no context capacity for {policy.key}: {error}"
@@ -361,7 +371,7 @@ class BasicCompaction(Plugin):
 
     def apply(self, ctx: Context, config: BasicCompactionConfig) -> None:
         engine = BasicCompactionEngine(ctx, config)
-        ctx.provide("compaction", engine)
+        ctx.provide(COMPACTION, engine)
         if config.auto:
             ctx.on("agent/pre-step", engine.before_step)
             ctx.on("agent/request-error", engine.on_request_error)

@@ -8,7 +8,7 @@ from typing import TypeVar
 
 import msgspec
 
-from dsh_host.session.compaction import CompactionError
+from dsh_host.sdk import CompactionError
 
 __all__ = [
     "BasicCompactionConfig",

@@ -17,21 +17,26 @@ from typing import Any, Final, Literal, NoReturn
 
 import msgspec
 
-from dsh_host.agent.loop import error_chain
-from dsh_host.errors import AbortError
-from dsh_host.jsonsafe import json_enc_hook
-from dsh_host.session.compaction import (
+from dsh_host.sdk import (
+    AbortError,
     CompactionResult,
+    LogFold,
     ManualCompactionError,
+    ReplaceOp,
+    Session,
+    SessionEvent,
+    TokenMeasurement,
+    TokenMeter,
+    TurnStart,
+    UserMessage,
     balanced_cuts,
     compact_checkpoint_source,
+    derive_event_message,
+    error_chain,
     is_compact_checkpoint_source,
+    json_enc_hook,
+    new_message_id,
 )
-from dsh_host.session.events import ReplaceOp, SessionEvent, TurnStart
-from dsh_host.session.folds import LogFold
-from dsh_host.session.messages import UserMessage, new_message_id
-from dsh_host.session.session import Session, derive_event_message
-from dsh_host.session.tokens import TokenMeasurement, TokenMeter
 
 from .summarizer import SummaryResult, frame_summary
 

@@ -9,16 +9,16 @@ from typing import Any, Final
 
 from msgspec import UNSET
 
-from dsh_host.cancel import CancelToken
-from dsh_host.llm.assembler import BlockAssembler
-from dsh_host.llm.errors import LlmError
-from dsh_host.llm.types import LlmRequest
-from dsh_host.session.messages import (
+from dsh_host.sdk import (
     AbortedFinish,
+    BlockAssembler,
+    CancelToken,
     ContentBlock,
     ErrorFinish,
     ImageBlock,
     LlmCallConfig,
+    LlmError,
+    LlmRequest,
     MaxTokensFinish,
     Message,
     PluginSource,

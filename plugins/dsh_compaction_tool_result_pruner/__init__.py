@@ -19,11 +19,19 @@ from typing import Final
 
 import msgspec
 
-from dsh_host import Context, Plugin
-from dsh_host.session.events import ReplaceOp, ToolResultData
-from dsh_host.session.messages import ContentBlock, TextBlock, ToolResultBlock
-from dsh_host.session.session import Session
-from dsh_host.session.tokens import TokenMeter
+from dsh_host.sdk import (
+    TOKEN_METER,
+    TOOL_RESULT_PRUNER,
+    ContentBlock,
+    Context,
+    Plugin,
+    ReplaceOp,
+    Session,
+    TextBlock,
+    TokenMeter,
+    ToolResultBlock,
+    ToolResultData,
+)
 
 __all__ = [
     "PRUNE_MARKER",
@@ -193,4 +201,4 @@ class ToolResultPrunerPlugin(Plugin):
     Config = ToolResultPruneConfig
 
     def apply(self, ctx: Context, config: ToolResultPruneConfig) -> None:
-        ctx.provide("toolResultPruner", ToolResultPruner(config, ctx.tokenMeter))
+        ctx.provide(TOOL_RESULT_PRUNER, ToolResultPruner(config, ctx.service(TOKEN_METER)))

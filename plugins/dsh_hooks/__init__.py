@@ -50,24 +50,37 @@ from typing import Any, ClassVar, Final, Literal
 import anyio
 import msgspec
 
-from dsh_host import Context, Plugin
-from dsh_host.agent.keys import AGENT_PRE_STEP, AGENT_TURN_STOPPING
-from dsh_host.agent.types import Enter, PreStepContext, PreStepDecision, Reject, TurnStoppingContext
-from dsh_host.errors import ConfigError
-from dsh_host.sandbox import allowed_environment, call_policy
-from dsh_host.session.messages import PluginSource, TextBlock, UserMessage, new_message_id
-from dsh_host.tools.keys import TOOLS_POST_EXECUTE, TOOLS_PRE_EXECUTE
-from dsh_host.tools.types import (
+from dsh_host.sdk import (
+    AGENT_PRE_STEP,
+    AGENT_TURN_STOPPING,
+    SANDBOX,
+    TOOLS_POST_EXECUTE,
+    TOOLS_PRE_EXECUTE,
     Accept,
     Ask,
     Block,
+    ConfigError,
+    Context,
     Deny,
+    Enter,
+    Plugin,
+    PluginSource,
     PostExecuteContext,
     PostToolDecision,
+    PreStepContext,
+    PreStepDecision,
     PreToolDecision,
+    Reject,
+    TextBlock,
     ToolExecution,
+    TurnStoppingContext,
+    UserMessage,
+    allowed_environment,
+    call_policy,
+    config_home,
+    new_message_id,
+    trust_store_file,
 )
-from dsh_host.userdirs import config_home, trust_store_file
 
 __all__ = [
     "POINTS",
@@ -392,7 +405,7 @@ class Hooks(Plugin):
             by_point[hook.point].append(hook)
 
         async def run_one(hook: HookCommand, payload: Mapping[str, Any], cwd: str) -> HookRun:
-            sandbox = ctx.get("sandbox")
+            sandbox = ctx.get(SANDBOX)
             if sandbox is None:
                 return HookRun(None, "", "", "no sandbox service is composed to confine it")
             root = await anyio.to_thread.run_sync(os.path.realpath, cwd)

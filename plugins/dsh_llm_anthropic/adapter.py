@@ -23,21 +23,20 @@ from typing import Any, ClassVar
 
 import anthropic
 
-from dsh_host.llm import (
+from dsh_host.sdk import (
     CONTEXT_WINDOW_EXCEEDED_CODE,
     MODEL_NOT_FOUND_CODE,
     QUOTA_EXCEEDED_CODE,
     LlmError,
     LlmRequest,
-)
-from dsh_host.llm.provider import (
     ProviderSettings,
     SdkAdapter,
     SdkErrors,
+    http_error_code,
+    is_context_window_exceeded,
     sdk_client_options,
     status_failure,
 )
-from dsh_host.llm.wire import http_error_code, is_context_window_exceeded
 
 from .serialize import REASONING_EFFORTS, serialize_request
 from .translate import EventTranslator

@@ -23,25 +23,24 @@ from typing import Any
 
 import msgspec
 
-from dsh_host.jsonsafe import thaw_json
-from dsh_host.llm import LlmError, LlmRequest
-from dsh_host.llm.attachments import attached
-from dsh_host.llm.convert import (
-    or_default,
-    refuse_images,
-    replay_entries,
-    text_of,
-    tool_result_text,
-    unsupported_effort,
-)
-from dsh_host.session import (
+from dsh_host.sdk import (
     AssistantMessage,
+    LlmError,
+    LlmRequest,
     Message,
     ReasoningBlock,
     TextBlock,
     ToolCallBlock,
+    ToolResultBlock,
+    attached,
+    or_default,
+    refuse_images,
+    replay_entries,
+    text_of,
+    thaw_json,
+    tool_result_text,
+    unsupported_effort,
 )
-from dsh_host.session.messages import ToolResultBlock
 
 __all__ = [
     "EFFORT_BUDGETS",

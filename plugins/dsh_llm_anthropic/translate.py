@@ -31,13 +31,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dsh_host.llm import LlmError
-from dsh_host.llm.convert import EventBlock, answer_end, stopped, token_count
-from dsh_host.session import (
+from dsh_host.sdk import (
     BlockEndChunk,
     BlockStartChunk,
     ErrorFinish,
+    EventBlock,
     FinishReason,
+    LlmError,
     LlmFailure,
     MaxTokensFinish,
     ReasoningDeltaChunk,
@@ -47,6 +47,9 @@ from dsh_host.session import (
     TokenUsage,
     ToolCallDeltaChunk,
     ToolCallsFinish,
+    answer_end,
+    stopped,
+    token_count,
 )
 
 __all__ = ["EventTranslator", "map_stop_reason"]

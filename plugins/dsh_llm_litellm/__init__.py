@@ -13,10 +13,15 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
 
-from dsh_host.context import Context
-from dsh_host.llm import RetryPolicyConfig
-from dsh_host.llm.provider import missing_sdk, register_adapter, resolve_base_url
-from dsh_host.plugin import ModelRoute, Plugin
+from dsh_host.sdk import (
+    Context,
+    ModelRoute,
+    Plugin,
+    RetryPolicyConfig,
+    missing_sdk,
+    register_adapter,
+    resolve_base_url,
+)
 
 if TYPE_CHECKING:
     from .adapter import AdapterSettings, LiteLLMAdapter

@@ -46,21 +46,26 @@ import msgspec
 import openai
 from anyio.streams.memory import MemoryObjectSendStream
 
-from dsh_host.cancel import CancelToken
-from dsh_host.errors import AbortError
-from dsh_host.jsonsafe import thaw_json
-from dsh_host.llm import MODEL_NOT_FOUND_CODE, LlmError, LlmRequest
-from dsh_host.llm.chat import DONE, ChunkTranslator, serialize_messages
-from dsh_host.llm.convert import unsupported_effort
-from dsh_host.llm.provider import (
+from dsh_host.sdk import (
+    DONE,
+    MODEL_NOT_FOUND_CODE,
+    AbortError,
+    CancelToken,
+    ChunkTranslator,
+    LlmError,
+    LlmRequest,
     ProviderAdapter,
     ProviderSettings,
+    StreamChunk,
+    http_error_code,
     linked,
     request_headers,
+    serialize_messages,
     status_failure,
+    thaw_json,
+    transport_cause,
+    unsupported_effort,
 )
-from dsh_host.llm.wire import http_error_code, transport_cause
-from dsh_host.session import StreamChunk
 
 __all__ = ["AdapterSettings", "LiteLLMAdapter", "LoopRunner", "error_of", "start_runner"]
 

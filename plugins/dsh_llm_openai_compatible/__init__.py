@@ -13,18 +13,20 @@ from urllib.parse import urlsplit
 import httpx
 import msgspec
 
-from dsh_host.context import Context
-from dsh_host.errors import ConfigError
-from dsh_host.llm import RetryPolicyConfig
-from dsh_host.llm.chat import (
+from dsh_host.sdk import (
     DONE,
     ChunkTranslator,
+    ConfigError,
+    Context,
+    ModelRoute,
+    Plugin,
+    RetryPolicyConfig,
     map_finish_reason,
     map_usage,
+    register_adapter,
+    resolve_base_url,
     serialize_messages,
 )
-from dsh_host.llm.provider import register_adapter, resolve_base_url
-from dsh_host.plugin import ModelRoute, Plugin
 
 from .adapter import AdapterSettings, OpenAICompatibleAdapter
 from .serialize import REASONING_EFFORTS, serialize_request

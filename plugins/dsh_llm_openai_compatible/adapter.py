@@ -41,19 +41,24 @@ import anyio
 import httpx
 import msgspec
 
-from dsh_host.cancel import CancelToken
-from dsh_host.errors import AbortError
-from dsh_host.llm import MODEL_NOT_FOUND_CODE, LlmError, LlmRequest
-from dsh_host.llm.chat import DONE, ChunkTranslator
-from dsh_host.llm.provider import (
+from dsh_host.sdk import (
+    DONE,
+    MODEL_NOT_FOUND_CODE,
+    AbortError,
+    CancelToken,
+    ChunkTranslator,
+    LlmError,
+    LlmRequest,
     ProviderAdapter,
     ProviderSettings,
+    StreamChunk,
+    http_error_code,
     linked,
     request_headers,
+    request_id_of,
     status_failure,
+    transport_cause,
 )
-from dsh_host.llm.wire import http_error_code, request_id_of, transport_cause
-from dsh_host.session import StreamChunk
 
 from .serialize import REASONING_EFFORTS, Thinking, serialize_request
 from .sse import SseDecoder

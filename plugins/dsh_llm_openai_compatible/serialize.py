@@ -17,10 +17,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from dsh_host.jsonsafe import thaw_json
-from dsh_host.llm import LlmError, LlmRequest
-from dsh_host.llm.chat import serialize_messages
-from dsh_host.llm.convert import unsupported_effort
+from dsh_host.sdk import LlmError, LlmRequest, serialize_messages, thaw_json, unsupported_effort
 
 __all__ = ["REASONING_EFFORTS", "Thinking", "serialize_messages", "serialize_request"]
 

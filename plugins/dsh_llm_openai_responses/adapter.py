@@ -17,15 +17,17 @@ from typing import Any, ClassVar
 
 import openai
 
-from dsh_host.llm import MODEL_NOT_FOUND_CODE, LlmError, LlmRequest
-from dsh_host.llm.provider import (
+from dsh_host.sdk import (
+    MODEL_NOT_FOUND_CODE,
+    LlmError,
+    LlmRequest,
     ProviderSettings,
     SdkAdapter,
     SdkErrors,
+    http_error_code,
     sdk_client_options,
     status_failure,
 )
-from dsh_host.llm.wire import http_error_code
 
 from .serialize import REASONING_EFFORTS, serialize_request
 from .translate import EventTranslator, failure_error

@@ -28,20 +28,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dsh_host.llm import LlmError
-from dsh_host.llm.convert import (
-    BlockKind,
-    EventBlock,
-    answer_end,
-    disjoint_usage,
-    stopped,
-    token_count,
-)
-from dsh_host.llm.wire import http_error_code
-from dsh_host.session import (
+from dsh_host.sdk import (
     BlockEndChunk,
+    BlockKind,
     BlockStartChunk,
+    EventBlock,
     FinishReason,
+    LlmError,
     MaxTokensFinish,
     ReasoningDeltaChunk,
     StopFinish,
@@ -50,6 +43,11 @@ from dsh_host.session import (
     TokenUsage,
     ToolCallDeltaChunk,
     ToolCallsFinish,
+    answer_end,
+    disjoint_usage,
+    http_error_code,
+    stopped,
+    token_count,
 )
 
 __all__ = ["EventTranslator"]

@@ -28,17 +28,21 @@ import anyio
 import msgspec
 from msgspec import UNSET
 
-from dsh_host import Context, Plugin
-from dsh_host.agent.keys import AGENT_REQUEST_ERROR
-from dsh_host.agent.types import (
+from dsh_host.sdk import (
+    AGENT_REQUEST_ERROR,
+    CancelToken,
+    Context,
+    LlmFailure,
+    LlmRetryData,
+    LlmRetryStartedData,
+    Plugin,
     RequestErrorAction,
     RequestErrorContext,
     Retry,
+    RetryPolicy,
+    Session,
     request_error_action,
 )
-from dsh_host.cancel import CancelToken
-from dsh_host.llm import RetryPolicy
-from dsh_host.session import LlmFailure, LlmRetryData, LlmRetryStartedData, Session
 
 __all__ = ["LlmRetry", "LlmRetryConfig", "last_retry"]
 

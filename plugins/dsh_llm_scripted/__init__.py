@@ -11,9 +11,7 @@ from typing import Annotated
 
 import msgspec
 
-from dsh_host.context import Context
-from dsh_host.llm.keys import LLM
-from dsh_host.plugin import Plugin
+from dsh_host.sdk import LLM, Context, Plugin
 
 from .adapter import ScriptedAdapter, response_chunks, split_text, tool_call_id
 from .script import (

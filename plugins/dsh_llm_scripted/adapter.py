@@ -18,15 +18,19 @@ from typing import Any
 import anyio
 import msgspec
 
-from dsh_host.cancel import CancelToken
-from dsh_host.errors import AbortError
-from dsh_host.llm import LlmAdapter, LlmError, LlmRequest, ModelInfo, ProviderInfo
-from dsh_host.session import (
+from dsh_host.sdk import (
+    AbortError,
     BlockEndChunk,
     BlockStartChunk,
+    CancelToken,
     FinishChunk,
     FinishReason,
+    LlmAdapter,
+    LlmError,
+    LlmRequest,
     MaxTokensFinish,
+    ModelInfo,
+    ProviderInfo,
     ReasoningBlock,
     ReasoningDeltaChunk,
     StopFinish,

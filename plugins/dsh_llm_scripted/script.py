@@ -31,7 +31,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from dsh_host.errors import ConfigError
+from dsh_host.sdk import ConfigError
 
 __all__ = [
     "Script",

@@ -1,6 +1,6 @@
 """``mcp-client``: bridge one Model Context Protocol server's tools into the harness."""
 
-from dsh_host.errors import require_extra
+from dsh_host.sdk import require_extra
 
 with require_extra("mcp"):
     from .bridge import (

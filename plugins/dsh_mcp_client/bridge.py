@@ -37,18 +37,24 @@ import mcp_types
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 
-from dsh_host.context import Context
-from dsh_host.errors import AbortError, DshError
-from dsh_host.jsonsafe import to_json_builtins
-from dsh_host.sandbox import (
+from dsh_host.sdk import (
     DEFAULT_ENV_ALLOW,
+    SANDBOX,
+    TOOL_OUTCOME_UNKNOWN,
+    TOOLS,
+    AbortError,
+    Context,
+    DshError,
     SandboxUnavailableError,
+    TextBlock,
+    ToolDefinition,
+    ToolError,
+    ToolExecution,
+    ToolOutput,
     allowed_environment,
     call_policy,
+    to_json_builtins,
 )
-from dsh_host.session.messages import TextBlock
-from dsh_host.session.repair import TOOL_OUTCOME_UNKNOWN
-from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, ToolOutput
 
 from .config import McpClientConfig, McpClientConfigError
 from .naming import public_tool_name
@@ -356,7 +362,7 @@ class ServerBridge:
         env = server_environment(config)
         cwd = server_cwd(config, self._workspace)
         if config.sandbox != "danger-full-access":
-            sandbox = self._ctx.get("sandbox")
+            sandbox = self._ctx.get(SANDBOX)
             if sandbox is None:
                 raise SandboxUnavailableError(config.sandbox)
             # The same view as every builtin tool: one policy builder (protected paths,
@@ -424,7 +430,7 @@ class ServerBridge:
             if annotations is not None and annotations.destructive_hint is True:
                 destructive.add(public)
         self._unregister()
-        tools = self._ctx.tools
+        tools = self._ctx.service(TOOLS)
         registered: dict[str, Callable[[], None]] = {}
         try:
             for public, definition in definitions.items():

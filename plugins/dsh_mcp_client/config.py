@@ -7,8 +7,7 @@ from typing import Literal
 
 import msgspec
 
-from dsh_host.errors import ConfigError
-from dsh_host.sandbox import SandboxMode
+from dsh_host.sdk import ConfigError, SandboxMode
 
 __all__ = ["McpClientConfig", "McpClientConfigError", "ReconnectConfig"]
 

@@ -7,10 +7,20 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from dsh_host.context import Context, Host
-from dsh_host.plugin import Plugin
-from dsh_host.sandbox import SandboxPolicy, confined_writable_roots, harness_state_conflict
-from dsh_host.tools.types import Ask, Deny, PreToolDecision, ToolExecution
+from dsh_host.sdk import (
+    SANDBOX,
+    SESSION_PERSISTENCE,
+    Ask,
+    Context,
+    Deny,
+    Host,
+    Plugin,
+    PreToolDecision,
+    SandboxPolicy,
+    ToolExecution,
+    confined_writable_roots,
+    harness_state_conflict,
+)
 
 from .bridge import ServerBridge, check_command
 from .config import McpClientConfig, McpClientConfigError
@@ -91,7 +101,7 @@ def refuse_writable_harness_state(ctx: Context, config: McpClientConfig, workspa
     if config.transport != "stdio" or config.sandbox != "workspace-write":
         return
     writable = [(workspace, f"the workspace of mcp-client row {ctx.row_id!r}")]
-    sandbox = ctx.get("sandbox")
+    sandbox = ctx.get(SANDBOX)
     if sandbox is not None:
         policy = SandboxPolicy(mode="workspace-write", workspace_root=workspace)
         writable += [
@@ -99,7 +109,7 @@ def refuse_writable_harness_state(ctx: Context, config: McpClientConfig, workspa
             for path in confined_writable_roots(sandbox, policy)
             if os.path.isdir(path)
         ]
-    store = ctx.get("sessionPersistence")
+    store = ctx.get(SESSION_PERSISTENCE)
     root = getattr(store, "root", None)
     problem = harness_state_conflict(
         root if isinstance(root, str) else None,

@@ -15,8 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from dsh_host.tools import ToolError
-from dsh_host.tools.schema import SCHEMA_TYPES, check_object_schema
+from dsh_host.sdk import SCHEMA_TYPES, ToolError, check_object_schema
 
 __all__ = ["lower_input_schema"]
 

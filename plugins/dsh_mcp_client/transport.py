@@ -29,7 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.message import SessionMessage
 
-from dsh_host.spawn import SpawnedProcess, open_process
+from dsh_host.sdk import SpawnedProcess, open_process
 
 __all__ = ["Link", "StderrTail", "http_transport", "stdio_transport"]
 

@@ -33,25 +33,25 @@ from typing import Any, Final
 
 import msgspec
 
-from dsh_host import Context, Plugin
-from dsh_host.agent.keys import AGENT_PRE_STEP
-from dsh_host.agent.types import PreStepContext, PreStepDecision
-from dsh_host.jsonsafe import json_enc_hook
-from dsh_host.session.messages import (
-    PluginSource,
-    TextBlock,
-    UserMessage,
-    UserSource,
-    new_message_id,
-)
-from dsh_host.tools.keys import TOOLS_POST_EXECUTE
-from dsh_host.tools.types import (
+from dsh_host.sdk import (
+    AGENT_PRE_STEP,
+    TOOLS_POST_EXECUTE,
     Accept,
     Block,
+    Context,
+    Plugin,
+    PluginSource,
     PostExecuteContext,
     PostToolDecision,
+    PreStepContext,
+    PreStepDecision,
+    TextBlock,
     ToolAgent,
     ToolExecution,
+    UserMessage,
+    UserSource,
+    json_enc_hook,
+    new_message_id,
 )
 
 __all__ = [

@@ -5,7 +5,7 @@ The contract types (:mod:`dsh_host.sandbox`) are re-exported here for convenienc
 provider for it.
 """
 
-from dsh_host.sandbox import (
+from dsh_host.sdk import (
     CONFINED_SANDBOX_MODES,
     SANDBOX_MODES,
     ConfinedArgv,

@@ -6,7 +6,11 @@ import logging
 
 import anyio.to_thread
 
-from dsh_host import Context, Plugin
+from dsh_host.sdk import (
+    SANDBOX,
+    Context,
+    Plugin,
+)
 
 from .provider import LocalSandboxProvider, SandboxLocalConfig
 
@@ -28,7 +32,7 @@ class SandboxLocal(Plugin):
 
     def apply(self, ctx: Context, config: SandboxLocalConfig) -> None:
         provider = LocalSandboxProvider(config)
-        ctx.provide("sandbox", provider)
+        ctx.provide(SANDBOX, provider)
 
         async def warm_up() -> None:
             try:

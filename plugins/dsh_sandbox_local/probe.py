@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dsh_host.sandbox import SandboxPolicy
+from dsh_host.sdk import SandboxPolicy
 
 from . import landlock_run
 from .profiles import (

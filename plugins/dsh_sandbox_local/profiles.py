@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Literal
 
-from dsh_host.sandbox import RunnerFailureRule, SandboxPolicy
+from dsh_host.sdk import RunnerFailureRule, SandboxPolicy
 
 from . import landlock_run
 

@@ -29,8 +29,8 @@ from typing import Literal
 
 import msgspec
 
-from dsh_host.errors import ConfigError
-from dsh_host.sandbox import (
+from dsh_host.sdk import (
+    ConfigError,
     ConfinedArgv,
     InvalidSandboxRequestError,
     RunnerFailureRule,

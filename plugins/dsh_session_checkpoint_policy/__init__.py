@@ -23,12 +23,29 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from dsh_host import Context, Next, NoConfig, Plugin, StreamNext
-from dsh_host.agent import AGENT_PRE_STEP, PreStepContext, PreStepDecision
-from dsh_host.llm import LLM, LLM_STREAM, LlmRequest
-from dsh_host.session import SESSION_PERSISTENCE, SESSIONS, Session, SessionStore, StreamChunk
-from dsh_host.tools import TOOLS, TOOLS_EXECUTE, ToolExecution, ToolExecutionResult
-from dsh_host.tools.types import aborted_before_dispatch_result
+from dsh_host.sdk import (
+    AGENT_PRE_STEP,
+    LLM,
+    LLM_STREAM,
+    SESSION_PERSISTENCE,
+    SESSIONS,
+    TOOLS,
+    TOOLS_EXECUTE,
+    Context,
+    LlmRequest,
+    Next,
+    NoConfig,
+    Plugin,
+    PreStepContext,
+    PreStepDecision,
+    Session,
+    SessionStore,
+    StreamChunk,
+    StreamNext,
+    ToolExecution,
+    ToolExecutionResult,
+    aborted_before_dispatch_result,
+)
 
 __all__ = ["SessionCheckpointPolicy"]
 

@@ -21,16 +21,18 @@ from typing import Any, Final
 
 import anyio
 
-from dsh_host.session import offload
-from dsh_host.session.backend import PersistenceService
-from dsh_host.session.errors import InvalidSessionIdError
-from dsh_host.session.events import DSH_V4_ONLY_EVENT_TYPES, SessionEvent, encode_event
-from dsh_host.session.header import SessionHeader, check_session_id, parse_session_header
-from dsh_host.session.persistence import (
+from dsh_host.sdk import (
+    DSH_V4_ONLY_EVENT_TYPES,
+    WINDOW_SECONDS,
     ArtifactLocation,
+    InvalidSessionIdError,
+    Pending,
+    PersistenceService,
     SessionAlreadyExistsError,
     SessionAppendRejectedError,
+    SessionEvent,
     SessionFormatUnsupportedError,
+    SessionHeader,
     SessionListing,
     SessionLoad,
     SessionNotFoundError,
@@ -38,11 +40,15 @@ from dsh_host.session.persistence import (
     SessionPersistenceError,
     SessionRollbackError,
     SessionWriteError,
+    Spawn,
     UnreadableListing,
+    check_session_id,
     decode_stored_event,
+    encode_event,
+    header_meta,
+    offload,
+    parse_session_header,
 )
-from dsh_host.session.storage import Pending
-from dsh_host.session.write_behind import WINDOW_SECONDS, Spawn, header_meta
 
 from . import _json
 from ._codec import (

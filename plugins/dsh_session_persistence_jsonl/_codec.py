@@ -27,12 +27,13 @@ from typing import Any, Final
 
 from msgspec import UnsetType
 
-from dsh_host.jsonsafe import MAX_SAFE_INTEGER, is_safe_int
-from dsh_host.session.events import system_message_problem
-from dsh_host.session.header import HEADER_KEYS
-from dsh_host.session.persistence import (
+from dsh_host.sdk import (
+    HEADER_KEYS,
+    MAX_SAFE_INTEGER,
     SessionFormatUnsupportedError,
     SessionPersistenceCorruptionError,
+    is_safe_int,
+    system_message_problem,
 )
 
 from ._paths import CURRENT_VERSION, is_absolute_cwd

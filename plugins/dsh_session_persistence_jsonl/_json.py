@@ -26,7 +26,7 @@ from typing import Any, Final
 
 import msgspec
 
-from dsh_host.jsonsafe import MAX_SAFE_INTEGER, parse_js_float
+from dsh_host.sdk import MAX_SAFE_INTEGER, parse_js_float
 
 __all__ = ["dumps", "dumps_bytes", "js_number", "loads"]
 

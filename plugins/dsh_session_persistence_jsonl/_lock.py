@@ -29,7 +29,7 @@ import os
 import stat
 from typing import TYPE_CHECKING, Final
 
-from dsh_host.session.persistence import (
+from dsh_host.sdk import (
     SessionAlreadyOwnedError,
     SessionOwnershipLostError,
     SessionPersistenceError,

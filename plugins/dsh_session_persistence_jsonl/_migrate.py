@@ -39,7 +39,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from dsh_host.session.persistence import (
+from dsh_host.sdk import (
     SessionFormatUnsupportedError,
     SessionGenerationConflictError,
     SessionGenerationSourceChangedError,

@@ -12,15 +12,19 @@ handle. A binding failure is raised by the session's next flush (fail closed).
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any, Literal
 
 import msgspec
 
-from dsh_host.context import Context
-from dsh_host.plugin import Plugin
-from dsh_host.session import offload
-from dsh_host.session.binding import bind_live_sessions, host_spawn
-from dsh_host.userdirs import default_session_root
+from dsh_host.sdk import (
+    Context,
+    Plugin,
+    Spawn,
+    default_session_root,
+    offload,
+    wire_storage,
+)
 
 from ._backend import JsonlSessionPersistence
 
@@ -55,17 +59,20 @@ class SessionPersistenceJsonl(Plugin):
     name = "session-persistence-jsonl"
     provides = ("sessionPersistence",)
     inject = ("sessions",)
+    root_key = "root"
     Config = JsonlConfig
 
     def apply(self, ctx: Context, config: Any) -> None:
         assert isinstance(config, JsonlConfig)
-        backend = JsonlSessionPersistence(
-            default_session_root() if config.root is None else config.root,
-            config.compression,
-            spawn=host_spawn(ctx, f"{self.name} write window"),
-            logger=ctx.logger,
-            inline_barrier=config.inline_barrier_ms / 1000,
-            write_version=4 if config.format == "v4" else 3,
-        )
-        ctx.provide("sessionPersistence", backend)
-        bind_live_sessions(ctx, backend)
+
+        def service(spawn: Spawn, logger: logging.Logger) -> JsonlSessionPersistence:
+            return JsonlSessionPersistence(
+                default_session_root() if config.root is None else config.root,
+                config.compression,
+                spawn=spawn,
+                logger=logger,
+                inline_barrier=config.inline_barrier_ms / 1000,
+                write_version=4 if config.format == "v4" else 3,
+            )
+
+        wire_storage(ctx, name=self.name, service=service)

@@ -27,12 +27,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Final, Literal, TypeAlias
 
-from dsh_host.jsonsafe import may_hold_unsafe_int
-from dsh_host.session.events import DSH_V4_ONLY_EVENT_TYPES, SessionEvent, decode_event_line
-from dsh_host.session.persistence import (
+from dsh_host.sdk import (
+    DSH_V4_ONLY_EVENT_TYPES,
+    SessionEvent,
     SessionFormatUnsupportedError,
     SessionPersistenceCorruptionError,
     TornTail,
+    decode_event_line,
+    may_hold_unsafe_int,
 )
 
 from . import _json

@@ -14,10 +14,12 @@ from typing import Annotated
 
 import msgspec
 
-from dsh_host import Context, Plugin
-from dsh_host.session.backend import PersistenceService
-from dsh_host.session.binding import bind_live_sessions, host_spawn
-from dsh_host.session.storage import MemoryStorage
+from dsh_host.sdk import (
+    Context,
+    MemoryStorage,
+    Plugin,
+    wire_storage,
+)
 
 __all__ = ["MemoryConfig", "SessionPersistenceMemory", "shared_store"]
 
@@ -50,10 +52,4 @@ class SessionPersistenceMemory(Plugin):
     Config = MemoryConfig
 
     def apply(self, ctx: Context, config: MemoryConfig) -> None:
-        backend = PersistenceService(
-            shared_store(config.store),
-            spawn=host_spawn(ctx, f"{self.name} write window"),
-            logger=ctx.logger,
-        )
-        ctx.provide("sessionPersistence", backend)
-        bind_live_sessions(ctx, backend)
+        wire_storage(ctx, shared_store(config.store), name=self.name)

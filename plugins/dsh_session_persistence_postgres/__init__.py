@@ -7,7 +7,7 @@ the database, and single-writer ownership through a session-level advisory lock
 held by the writer's own connection. See README.md.
 """
 
-from dsh_host.errors import require_extra
+from dsh_host.sdk import require_extra
 
 with require_extra("postgres"):
     from ._backend import (

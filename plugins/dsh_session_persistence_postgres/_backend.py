@@ -43,14 +43,15 @@ import msgspec
 import psycopg
 from psycopg import sql
 
-from dsh_host.session.backend import PersistenceService
-from dsh_host.session.events import SessionEvent
-from dsh_host.session.header import SessionHeader
-from dsh_host.session.persistence import (
+from dsh_host.sdk import (
     ArtifactLocation,
+    Pending,
+    PersistenceService,
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
+    SessionEvent,
     SessionHandleClosedError,
+    SessionHeader,
     SessionListing,
     SessionLoad,
     SessionNotFoundError,
@@ -58,12 +59,12 @@ from dsh_host.session.persistence import (
     SessionPersistenceCorruptionError,
     SessionPersistenceError,
     SessionWriteError,
+    Spawn,
     UnreadableListing,
     decode_stored_header,
     decode_stored_rows,
+    encode_json,
 )
-from dsh_host.session.storage import Pending, encode_json
-from dsh_host.session.write_behind import Spawn
 
 from ._pool import ConnectionPool, connect, describe_dsn, usable, writer_conninfo
 from ._schema import EventStorage, SchemaInfo, advisory_key, ensure_schema

@@ -42,7 +42,7 @@ from typing import Any, Final, Literal
 import psycopg
 from psycopg import sql
 
-from dsh_host.session.persistence import SessionFormatUnsupportedError
+from dsh_host.sdk import SessionFormatUnsupportedError
 
 __all__ = [
     "SCHEMA_VERSION",

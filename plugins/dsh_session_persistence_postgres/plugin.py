@@ -16,14 +16,20 @@ every handle first, so an orderly shutdown loses nothing that was appended.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Annotated
 
 import msgspec
 
-from dsh_host import Context, Plugin
-from dsh_host.errors import ConfigError
-from dsh_host.session.binding import bind_live_sessions, host_spawn
+from dsh_host.sdk import (
+    ConfigError,
+    Context,
+    Plugin,
+    Spawn,
+    StoreUrl,
+    wire_storage,
+)
 
 from ._backend import PostgresSessionPersistence
 
@@ -72,20 +78,25 @@ class SessionPersistencePostgres(Plugin):
 
     name = "session-persistence-postgres"
     provides = ("sessionPersistence",)
+    store_url = StoreUrl(schemes=("postgresql", "postgres"), key="dsn")
     inject = ("sessions",)
     Config = PostgresConfig
 
     def apply(self, ctx: Context, config: PostgresConfig) -> None:
-        backend = PostgresSessionPersistence(
-            resolve_dsn(config),
-            schema=config.schema,
-            pool_size=config.pool_size,
-            connect_timeout=config.connect_timeout,
-            spawn=host_spawn(ctx, f"{self.name} write window"),
-            logger=ctx.logger,
-        )
-        ctx.provide("sessionPersistence", backend)
+        dsn = resolve_dsn(config)
+
+        def service(spawn: Spawn, logger: logging.Logger) -> PostgresSessionPersistence:
+            return PostgresSessionPersistence(
+                dsn,
+                schema=config.schema,
+                pool_size=config.pool_size,
+                connect_timeout=config.connect_timeout,
+                spawn=spawn,
+                logger=logger,
+            )
+
+        backend = wire_storage(ctx, name=self.name, service=service)
         # Create or check the schema now, so a bad DSN or an unreachable server is logged
-        # at boot rather than at the first session (which would raise it again).
+        # at boot rather than at the first session (which would raise it again; it is
+        # idempotent and locked, so binding the live sessions first changes nothing).
         ctx.start_soon(backend.ensure_schema, name="session-persistence-postgres schema")
-        bind_live_sessions(ctx, backend)

@@ -44,14 +44,15 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from dsh_host.session.events import SessionEvent
-from dsh_host.session.header import SessionHeader
-from dsh_host.session.persistence import (
+from dsh_host.sdk import (
     ArtifactLocation,
+    Pending,
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
+    SessionEvent,
     SessionFormatUnsupportedError,
     SessionHandleClosedError,
+    SessionHeader,
     SessionListing,
     SessionLoad,
     SessionNotFoundError,
@@ -61,8 +62,8 @@ from dsh_host.session.persistence import (
     UnreadableListing,
     decode_stored_header,
     decode_stored_rows,
+    encode_json,
 )
-from dsh_host.session.storage import Pending, encode_json
 
 __all__ = ["SCHEMA_VERSION", "JournalMode", "SqliteLease", "SqliteStorage"]
 

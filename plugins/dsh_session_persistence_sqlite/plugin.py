@@ -9,12 +9,15 @@ from typing import Annotated
 
 import msgspec
 
-from dsh_host import Context, Plugin
-from dsh_host.errors import ConfigError
-from dsh_host.session.backend import PersistenceService
-from dsh_host.session.binding import bind_live_sessions, host_spawn
-from dsh_host.session.write_behind import Spawn
-from dsh_host.userdirs import default_session_root
+from dsh_host.sdk import (
+    ConfigError,
+    Context,
+    PersistenceService,
+    Plugin,
+    Spawn,
+    default_session_root,
+    wire_storage,
+)
 
 from ._storage import JournalMode, SqliteLease, SqliteStorage
 
@@ -63,6 +66,7 @@ class SessionPersistenceSqlite(Plugin):
     name = "session-persistence-sqlite"
     provides = ("sessionPersistence",)
     inject = ("sessions",)
+    root_key = "root"
     Config = SqliteConfig
 
     def apply(self, ctx: Context, config: SqliteConfig) -> None:
@@ -72,12 +76,13 @@ class SessionPersistenceSqlite(Plugin):
                 f"{DEFAULT_FILE}) or config.path (the database file), not both"
             )
         path = config.path or os.path.join(config.root or default_session_root(), DEFAULT_FILE)
-        backend = SqliteSessionPersistence(
-            path,
-            journal_mode=config.journal_mode,
-            busy_timeout_ms=config.busy_timeout_ms,
-            spawn=host_spawn(ctx, f"{self.name} write window"),
-            logger=ctx.logger,
-        )
-        ctx.provide("sessionPersistence", backend)
-        bind_live_sessions(ctx, backend)
+        def service(spawn: Spawn, logger: logging.Logger) -> SqliteSessionPersistence:
+            return SqliteSessionPersistence(
+                path,
+                journal_mode=config.journal_mode,
+                busy_timeout_ms=config.busy_timeout_ms,
+                spawn=spawn,
+                logger=logger,
+            )
+
+        wire_storage(ctx, name=self.name, service=service)

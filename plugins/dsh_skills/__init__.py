@@ -32,14 +32,20 @@ import anyio.to_thread
 import msgspec
 import yaml
 
-from dsh_host import Context, Plugin
-from dsh_host.agent.types import AssembleContext, AssembledContext, PromptAssembly
-from dsh_host.bus import EventMode
-from dsh_host.tools import ToolExecution
-from dsh_host.tools.errors import ToolError
-from dsh_host.tools.keys import TOOLS
-from dsh_host.tools.types import ToolDefinition, text_output
-from dsh_host.userdirs import config_home
+from dsh_host.sdk import (
+    TOOLS,
+    AssembleContext,
+    AssembledContext,
+    Context,
+    EventMode,
+    Plugin,
+    PromptAssembly,
+    ToolDefinition,
+    ToolError,
+    ToolExecution,
+    config_home,
+    text_output,
+)
 
 __all__ = [
     "CONTEXT_NAME",

@@ -1,6 +1,6 @@
 """``telemetry-otel``: OpenTelemetry GenAI traces derived from the session log (see README.md)."""
 
-from dsh_host.errors import require_extra
+from dsh_host.sdk import require_extra
 
 with require_extra("otel"):
     from ._tracer import FINISH_REASONS, LogIds, SessionTracer

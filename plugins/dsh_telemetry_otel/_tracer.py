@@ -49,8 +49,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
-from dsh_host.session.messages import TokenUsage
-from dsh_host.session.prices import PriceTable
+from dsh_host.sdk import PriceTable, TokenUsage
 
 __all__ = ["FINISH_REASONS", "LogIds", "SessionTracer"]
 

@@ -14,11 +14,16 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
 
-from dsh_host import Context, Plugin
-from dsh_host.session.events import event_to_builtins
-from dsh_host.session.keys import SESSION_EVENT
-from dsh_host.session.prices import PriceTable
-from dsh_host.session.tokens import TokenMeter
+from dsh_host.sdk import (
+    SESSION_EVENT,
+    TELEMETRY,
+    TOKEN_METER,
+    Context,
+    Plugin,
+    PriceTable,
+    TokenMeter,
+    event_to_builtins,
+)
 
 from ._tracer import LogIds, SessionTracer
 
@@ -164,7 +169,7 @@ class TelemetryOtel(Plugin):
     def apply(self, ctx: Context, config: TelemetryConfig) -> None:
         readers = [otlp_metric_reader()] if config.exporter == "otlp" and config.metrics else []
         telemetry = Telemetry(config, readers)
-        meter = ctx.get("tokenMeter")  # the composition's prices, when a token-meter row is on
+        meter = ctx.get(TOKEN_METER)  # the composition's prices, when a token-meter row is on
         telemetry.prices = meter.prices if isinstance(meter, TokenMeter) else PriceTable()
         if config.exporter == "otlp":
             telemetry.add_span_processor(BatchSpanProcessor(otlp_exporter()))
@@ -177,7 +182,7 @@ class TelemetryOtel(Plugin):
             await anyio.to_thread.run_sync(telemetry.shutdown)  # the exporter may block on I/O
 
         ctx.effect(shutdown, "flush the trace exporter")
-        ctx.provide("telemetry", telemetry)
+        ctx.provide(TELEMETRY, telemetry)
 
 
 def _open_turn(events: Any, before: int) -> list[Any]:

@@ -32,11 +32,18 @@ from typing import Annotated, Final
 import anyio
 import msgspec
 
-from dsh_host import CancelToken, Context, Plugin
-from dsh_host.cancel import fuse
-from dsh_host.session.messages import TextBlock
-from dsh_host.tools.keys import TOOLS, TOOLS_EXECUTE
-from dsh_host.tools.types import ToolErrorInfo, ToolExecution, ToolExecutionResult
+from dsh_host.sdk import (
+    TOOLS,
+    TOOLS_EXECUTE,
+    CancelToken,
+    Context,
+    Plugin,
+    TextBlock,
+    ToolErrorInfo,
+    ToolExecution,
+    ToolExecutionResult,
+    fuse,
+)
 
 __all__ = [
     "TOOL_TIMEOUT",

@@ -10,10 +10,13 @@ from typing import Any
 
 import msgspec
 
-from dsh_host import Context, Plugin
-from dsh_host.session.prices import ModelPrice, PriceTable, parse_prices
-from dsh_host.session.tokens import (
+from dsh_host.sdk import (
+    TOKEN_METER,
+    Context,
     ContextPressure,
+    ModelPrice,
+    Plugin,
+    PriceTable,
     RequestCost,
     TokenMeasurement,
     TokenMeter,
@@ -22,6 +25,7 @@ from dsh_host.session.tokens import (
     estimate_content,
     estimate_header,
     estimate_message,
+    parse_prices,
 )
 
 __all__ = [
@@ -70,4 +74,4 @@ class TokenMeterPlugin(Plugin):
 
     def apply(self, ctx: Context, config: TokenMeterConfig) -> None:
         table = PriceTable(parse_prices(config.prices), catalogue=config.catalogue)
-        ctx.provide("tokenMeter", TokenMeter(table))
+        ctx.provide(TOKEN_METER, TokenMeter(table))

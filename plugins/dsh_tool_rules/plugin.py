@@ -30,10 +30,16 @@ from typing import Literal
 
 import msgspec
 
-from dsh_host import Context, Plugin
-from dsh_host.errors import ConfigError
-from dsh_host.tools.keys import TOOLS_PRE_EXECUTE
-from dsh_host.tools.types import Ask, Deny, PreToolDecision, ToolExecution
+from dsh_host.sdk import (
+    TOOLS_PRE_EXECUTE,
+    Ask,
+    ConfigError,
+    Context,
+    Deny,
+    Plugin,
+    PreToolDecision,
+    ToolExecution,
+)
 
 __all__ = ["Rule", "ToolRules", "ToolRulesConfig", "ToolRulesError", "default_deny_reason"]
 

@@ -25,8 +25,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Final
 
-from dsh_host.errors import DshError
-from dsh_host.tools.escalation import EscalationFailure, SandboxEscalationError
+from dsh_host.sdk import DshError, EscalationFailure, SandboxEscalationError
 
 __all__ = [
     "OUT_OF_TURN_MESSAGE",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from dsh_host.session.approvals import awaiting_call_ids
+from dsh_host.sdk import awaiting_call_ids
 
 from .errors import ApprovalInvariantError
 from .policy import APPROVAL_OUTCOMES, APPROVAL_POLICIES

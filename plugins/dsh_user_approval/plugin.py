@@ -6,9 +6,13 @@ from typing import Literal
 
 import msgspec
 
-from dsh_host import Context, Plugin
-from dsh_host.session import register_turn_end_reason
-from dsh_host.tools import APPROVAL_REQUEST
+from dsh_host.sdk import (
+    APPROVAL,
+    APPROVAL_REQUEST,
+    Context,
+    Plugin,
+    register_turn_end_reason,
+)
 
 from .service import ApprovalService, AwaitingApprovalReason
 
@@ -44,4 +48,4 @@ class UserApproval(Plugin):
         ctx.declare_event(APPROVAL_REQUEST)
         ctx.effect(register_turn_end_reason(AwaitingApprovalReason), "awaiting-approval kind")
         service = ApprovalService(ctx, config.policy, unanswered=config.unanswered)
-        ctx.provide("approval", service)
+        ctx.provide(APPROVAL, service)

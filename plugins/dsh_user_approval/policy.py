@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal, Protocol, TypeAlias, TypeGuard
 
-from dsh_host.session.approvals import args_digest
-from dsh_host.session.folds import LogFold
+from dsh_host.sdk import LogFold, args_digest
 
 from .errors import InvalidApprovalPolicyError
 

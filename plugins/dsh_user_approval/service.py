@@ -53,22 +53,21 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 import anyio
 
-from dsh_host.agent.errors import ApprovalDecisionError
-from dsh_host.session.approvals import (
+from dsh_host.sdk import (
+    APPROVAL_REQUEST,
     AWAITING_APPROVAL,
+    TOOLS,
+    ApprovalDecisionError,
     DeferredCall,
-    context_of_ask,
-    deferred_calls,
-)
-from dsh_host.session.messages import (
     PluginSource,
     TextBlock,
     UserMessage,
     Wire,
+    context_of_ask,
+    deferred_calls,
     new_message_id,
+    recorded_terms,
 )
-from dsh_host.session.terms import recorded_terms
-from dsh_host.tools.keys import APPROVAL_REQUEST
 
 from .errors import ApprovalOutsideTurnError, ApprovalRequestError, InvalidApprovalPolicyError
 from .policy import (
@@ -89,8 +88,7 @@ from .policy import (
 )
 
 if TYPE_CHECKING:
-    from dsh_host.cancel import CancelToken
-    from dsh_host.context import Context
+    from dsh_host.sdk import CancelToken, Context
 
 __all__ = ["ApprovalAgent", "ApprovalRequestLike", "ApprovalService", "AwaitingApprovalReason"]
 
@@ -366,7 +364,7 @@ class ApprovalService:
                 out["sandboxMode"] = terms.sandbox.mode
                 out["network"] = terms.sandbox.network
             out["compositionDigest"] = terms.composition.digest
-        tools = self._ctx.get("tools")
+        tools = self._ctx.get(TOOLS)
         definition = tools.get(tool_name) if tools is not None else None
         if definition is not None:
             schema = {"name": definition.name, "description": definition.description,

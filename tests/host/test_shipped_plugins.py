@@ -66,6 +66,9 @@ def test_each_line_says_what_its_plugin_declares(name: str) -> None:
     )
     route = meta.model_route
     assert (None if route is None else (route.prefix, route.provider)) == declared.model_route
+    assert meta.root_key == declared.root_key
+    url = meta.store_url
+    assert (None if url is None else (url.schemes, url.key)) == declared.store_url
 
 
 def test_a_shipped_name_resolves_without_the_entry_point_scan(
@@ -110,7 +113,9 @@ def default_rows(**patches: dict[str, Any]) -> list[LocatedRow]:
 
 
 def replace_row(row: Row, **changes: Any) -> Row:
-    fields = {"name": row.name, "id": row.id, "config": row.config, "disabled": row.disabled}
+    fields: dict[str, Any] = {
+        "name": row.name, "id": row.id, "config": row.config, "disabled": row.disabled
+    }
     fields.update(changes)
     return Row(**fields)
 
