@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import inspect
 import logging
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
@@ -201,9 +202,16 @@ class PersistenceService(Generic[L]):
         return with_closers(await self._load(session_id, token))
 
     async def read_from(
-        self, session_id: str, from_seq: int, *, token: CancelToken | None = None
+        self,
+        session_id: str,
+        from_seq: int,
+        *,
+        limit: int | None = None,
+        token: CancelToken | None = None,
     ) -> tuple[SessionEvent, ...]:
-        """Stored events with ``seq >= from_seq`` (no closers, nothing written).
+        """Stored events with ``seq >= from_seq`` (no closers, nothing written); with
+        ``limit``, at most that many (a page: a reader that walks a long log page by page holds
+        one page at a time; a storage whose ``read_from`` takes ``limit`` reads only the page).
 
         A storage with its own ``read_from(session_id, from_seq)`` reads only those. Any other
         reads the log whole, except when nothing can be new: the storage's
@@ -220,10 +228,16 @@ class PersistenceService(Generic[L]):
                     return ()
             load = await self._load(session_id, token)
             self._read_ends[session_id] = (load.revision, load.next_seq)
-            return load.events[from_seq:]
+            return load.events[from_seq : None if limit is None else from_seq + limit]
         if token is not None:
             token.throw_if_aborted()
-        events: tuple[SessionEvent, ...] = await partial(session_id, from_seq)
+        events: tuple[SessionEvent, ...]
+        if limit is None:
+            events = await partial(session_id, from_seq)
+        elif "limit" in inspect.signature(partial).parameters:
+            events = await partial(session_id, from_seq, limit=limit)
+        else:
+            events = (await partial(session_id, from_seq))[:limit]
         if token is not None:
             token.throw_if_aborted()
         return events

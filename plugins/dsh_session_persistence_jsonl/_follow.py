@@ -1,0 +1,309 @@
+"""Reading a log from where the last read stopped: :meth:`JsonlStorage.read_from`.
+
+A follower (``dsh serve``'s event stream and ``GET /events`` pages, a CLI reading a log in
+pages) asks again and again for the events after a seq. Reading the file whole each time
+costs the whole log per change; this reader keeps, per session, a **cursor**: the file (its
+path, device and inode), the byte offset just past the last complete record it read (a line,
+or a whole zstd frame), the seq that starts there, the 32 bytes before that offset, and a
+sparse list of ``(seq, offset)`` record boundaries (one every 256 KiB) to seek to an earlier
+seq. A read then costs the bytes appended since (and, to start at an earlier seq, at most
+256 KiB more), not the file.
+
+**The cursor is trusted only at a validated point** (docs/format.md §5.3). Before it is used,
+the file must still be the same file (same path, device, inode: a migration publishes a new
+generation under another name), at least as long as the offset, and hold the same 32 bytes
+before it. A truncation below it (a rolled-back write, a repair), a replaced file, or other
+bytes there (a rewrite) fail the check, and the read starts again from the header.
+
+**Only the quiet case is decided here.** Whole records that parse, continue the seq chain
+and pass the same per-row checks as a full read (:class:`~._reader.LineScanner`, strict), up
+to the first incomplete trailing record (a line without its newline, a frame the file ends
+inside: an append in progress or a torn tail), which is not read and not shown. Anything
+else — a damaged line, a frame that fails its checksum, a header of an older format — raises
+:class:`Fallback`, and the caller reads the log whole, where the full rules (the tail rule of
+§5.1, migration, the error texts with their offsets) decide.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from typing import Final
+
+from dsh_host.session.events import SessionEvent
+from dsh_host.session.persistence import SessionPersistenceError, decode_stored_event
+
+from ._codec import decode_header_record
+from ._frames import decompress_frame, frame_end, split_frames
+from ._paths import CURRENT_VERSION, Compression
+from ._reader import LineScanner, StoredRow, _Refusal, open_log
+from ._v4 import V4_VERSION
+
+__all__ = ["CHUNK_BYTES", "MARK_EVERY_BYTES", "Cursor", "Fallback", "LogFollower"]
+
+#: Bytes read per ``pread``.
+CHUNK_BYTES: Final = 256 * 1024
+#: Bytes of log between two seek marks of a cursor.
+MARK_EVERY_BYTES: Final = 256 * 1024
+#: Bytes before the cursor's offset that must be unchanged for the cursor to be used.
+CHECK_BYTES: Final = 32
+#: Sessions whose cursors are kept (least recently read dropped first).
+MAX_CURSORS: Final = 1024
+
+
+class Fallback(Exception):
+    """The quick path cannot decide this read: read the log whole (the full rules apply)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """Where a session's log was last read to (see the module docstring)."""
+
+    path: str
+    dev: int
+    ino: int
+    version: int
+    #: file offset just past the last complete record read
+    offset: int
+    #: the seq of the record that starts at ``offset``
+    next_seq: int
+    #: the bytes ``[offset - len(check), offset)``
+    check: bytes
+    #: ``(seq, offset)`` of record boundaries, ascending; the first is just past the header
+    marks: tuple[tuple[int, int], ...]
+
+
+class LogFollower:
+    """The cursors of one storage, and the reads that use them (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._cursors: OrderedDict[str, Cursor] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def forget(self, session_id: str) -> None:
+        with self._lock:
+            self._cursors.pop(session_id, None)
+
+    def _get(self, session_id: str) -> Cursor | None:
+        with self._lock:
+            cursor = self._cursors.get(session_id)
+            if cursor is not None:
+                self._cursors.move_to_end(session_id)
+            return cursor
+
+    def _put(self, session_id: str, cursor: Cursor) -> None:
+        with self._lock:
+            known = self._cursors.get(session_id)
+            if known is None or known.path != cursor.path or cursor.offset >= known.offset:
+                self._cursors[session_id] = cursor
+                self._cursors.move_to_end(session_id)
+            while len(self._cursors) > MAX_CURSORS:
+                self._cursors.popitem(last=False)
+
+    def read(
+        self,
+        session_id: str,
+        path: str,
+        compression: Compression,
+        from_seq: int,
+        limit: int | None,
+    ) -> list[SessionEvent]:
+        """The stored events with ``seq >= from_seq`` (at most ``limit``), from the cursor.
+
+        Raises :class:`Fallback` when the full read must decide.
+        """
+        with open_log(path) as handle:
+            fd = handle.fileno()
+            st = os.fstat(fd)
+            cursor = self._get(session_id)
+            if cursor is not None and not _still_valid(cursor, path, st, fd):
+                cursor = None
+            if cursor is None:
+                cursor = _start(session_id, path, fd, st.st_size, compression, st)
+            if from_seq >= cursor.next_seq:
+                if cursor.offset >= st.st_size:
+                    self._put(session_id, cursor)
+                    return []  # nothing appended: one stat and a 32-byte check
+                seq, offset = cursor.next_seq, cursor.offset
+            else:
+                index = bisect.bisect_right(cursor.marks, (from_seq, st.st_size + 1)) - 1
+                seq, offset = cursor.marks[max(index, 0)]
+            scan = _Scan(session_id, path, fd, st.st_size, compression, cursor, seq, offset)
+            events, cursor = scan.run(from_seq, limit)
+            self._put(session_id, cursor)
+            return events
+
+
+def _still_valid(cursor: Cursor, path: str, st: os.stat_result, fd: int) -> bool:
+    if (cursor.path, cursor.dev, cursor.ino) != (path, st.st_dev, st.st_ino):
+        return False
+    if st.st_size < cursor.offset:
+        return False
+    start = cursor.offset - len(cursor.check)
+    return os.pread(fd, len(cursor.check), start) == cursor.check
+
+
+def _start(
+    session_id: str, path: str, fd: int, size: int, compression: Compression, st: os.stat_result
+) -> Cursor:
+    """A cursor just past the header (read and checked here; any doubt is a fallback)."""
+    data = b""
+    while True:
+        chunk = os.pread(fd, CHUNK_BYTES, len(data))
+        data += chunk
+        if compression == "zstd":
+            try:
+                end = frame_end(data, 0)
+            except ValueError:
+                raise Fallback from None
+            if end is not None:
+                try:
+                    record = decompress_frame(memoryview(data)[:end])
+                except Exception:
+                    raise Fallback from None
+                break
+        else:
+            newline = data.find(b"\n")
+            if newline >= 0:
+                end = newline + 1
+                record = data[:end]
+                break
+        if not chunk:
+            raise Fallback  # no complete header yet: the full read says what this is
+    try:
+        header = decode_header_record(record, path)
+    except SessionPersistenceError:
+        raise Fallback from None
+    version = header.get("version")
+    if version not in (CURRENT_VERSION, V4_VERSION) or header.get("id") != session_id:
+        raise Fallback
+    check = data[max(0, end - CHECK_BYTES) : end]
+    return Cursor(path, st.st_dev, st.st_ino, int(version), end, 0, check, ((0, end),))
+
+
+class _Scan:
+    """One forward read from a record boundary."""
+
+    def __init__(
+        self,
+        session_id: str,
+        path: str,
+        fd: int,
+        size: int,
+        compression: Compression,
+        cursor: Cursor,
+        seq: int,
+        offset: int,
+    ) -> None:
+        self.session_id = session_id
+        self.path = path
+        self.fd = fd
+        self.size = size
+        self.compression = compression
+        self.cursor = cursor
+        self.scanner = LineScanner(cursor.version, "strict", path, offset, typed=True)
+        self.scanner.first_seq = seq
+        self.marks = list(cursor.marks)
+        #: the last record boundary reached and the seq that starts there
+        self.seq = seq
+        self.offset = offset
+        self.out: list[SessionEvent] = []
+
+    def _take(self, from_seq: int, limit: int | None) -> None:
+        """Move the scanner's decoded rows out (the ones wanted, decoded to events)."""
+        scanner = self.scanner
+        rows, plain = scanner.events, scanner.plain
+        current = scanner.version == CURRENT_VERSION
+        for k, row in enumerate(rows):
+            seq = scanner.first_seq + k
+            if seq < from_seq or (limit is not None and len(self.out) >= limit):
+                continue
+            self.out.append(self._event(row, seq, current and plain[k]))
+        scanner.first_seq += len(rows)
+        scanner.events = []
+        scanner.plain = []
+
+    def _event(self, row: StoredRow, seq: int, parsed_plain: bool) -> SessionEvent:
+        if isinstance(row, SessionEvent):
+            return row
+        try:
+            return decode_stored_event(
+                row, session_id=self.session_id, seq=seq, where=self.path,
+                parsed_plain=parsed_plain,
+            )
+        except SessionPersistenceError:
+            raise Fallback from None
+
+    def _boundary(self, offset: int) -> None:
+        """A record boundary at file ``offset``, after every row fed so far."""
+        self.seq, self.offset = self.scanner.first_seq + len(self.scanner.events), offset
+        if offset > self.marks[-1][1] + MARK_EVERY_BYTES:
+            self.marks.append((self.seq, offset))
+
+    def run(self, from_seq: int, limit: int | None) -> tuple[list[SessionEvent], Cursor]:
+        try:
+            if self.compression == "zstd":
+                self._frames(from_seq, limit)
+            else:
+                self._lines(from_seq, limit)
+        except (_Refusal, SessionPersistenceError):
+            raise Fallback from None
+        cursor = self.cursor
+        if self.offset > cursor.offset:
+            start = max(0, self.offset - CHECK_BYTES)
+            check = os.pread(self.fd, self.offset - start, start)
+            cursor = replace(
+                cursor, offset=self.offset, next_seq=self.seq, check=check,
+                marks=tuple(self.marks),
+            )
+        return self.out, cursor
+
+    def _full(self, limit: int | None) -> bool:
+        return limit is not None and len(self.out) >= limit
+
+    def _lines(self, from_seq: int, limit: int | None) -> None:
+        position = self.offset
+        while position < self.size and not self._full(limit):
+            chunk = os.pread(self.fd, min(CHUNK_BYTES, self.size - position), position)
+            if not chunk:
+                break
+            position += len(chunk)
+            self.scanner.feed(chunk)
+            if self.scanner.issue is not None:
+                raise Fallback
+            self._boundary(self.scanner.committed)
+            self._take(from_seq, limit)
+
+    def _frames(self, from_seq: int, limit: int | None) -> None:
+        base = self.offset  # the file offset of ``pending[0]``
+        pending = b""
+        position = base
+        while position < self.size and not self._full(limit):
+            chunk = os.pread(self.fd, min(CHUNK_BYTES, self.size - position), position)
+            if not chunk:
+                break
+            position += len(chunk)
+            pending += chunk
+            scan = split_frames(pending)
+            if scan.defect is not None:
+                raise Fallback
+            view = memoryview(pending)
+            for start, end in scan.frames:
+                try:
+                    plaintext = decompress_frame(view[start:end])
+                except Exception:
+                    raise Fallback from None
+                self.scanner.feed(plaintext)
+                if self.scanner.pending:
+                    raise Fallback  # a complete frame ends inside a record: damage
+                self._boundary(base + end)
+                self._take(from_seq, limit)
+                if self._full(limit):
+                    break
+            view.release()
+            consumed = self.offset - base
+            pending = pending[consumed:]
+            base = self.offset
