@@ -367,10 +367,12 @@ class ServerRuntime:
             raise ApiError(404, "SESSION_NOT_FOUND", f'no stored session "{session_id}"') from None
         return load
 
-    async def events_after(self, session_id: str, after: int) -> Sequence[SessionEvent]:
-        """The stored events with ``seq > after``, and only those: nothing is shown that the
-        store may not hold (a write that fails, on a full disk say, is rolled back, and the
-        repair may store other events under the same seqs).
+    async def events_after(
+        self, session_id: str, after: int, limit: int | None = None
+    ) -> Sequence[SessionEvent]:
+        """The stored events with ``seq > after`` (at most ``limit``: a page), and only those:
+        nothing is shown that the store may not hold (a write that fails, on a full disk say,
+        is rolled back, and the repair may store other events under the same seqs).
 
         While a turn runs here the events come from memory, but only up to the write handle's
         durable cursor: the same events the store holds, without reading the log (a follower
@@ -383,9 +385,13 @@ class ServerRuntime:
             events = running.agent.session.events
             start = bisect.bisect_right(events, after, key=lambda e: e.seq)
             stop = bisect.bisect_left(events, end, lo=start, key=lambda e: e.seq)
+            if limit is not None:
+                stop = min(stop, start + limit)
             return events[start:stop]
         try:
-            found: Sequence[SessionEvent] = await self.store.read_from(session_id, after + 1)
+            found: Sequence[SessionEvent] = await self.store.read_from(
+                session_id, after + 1, limit=limit
+            )
         except SessionNotFoundError:
             raise ApiError(404, "SESSION_NOT_FOUND", f'no stored session "{session_id}"') from None
         return found

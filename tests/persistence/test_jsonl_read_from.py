@@ -20,7 +20,7 @@ from dsh_session_persistence_jsonl._follow import CHUNK_BYTES, MARK_EVERY_BYTES
 from dsh_host.session.persistence import SessionPersistenceCorruptionError
 
 from .contract import wire
-from .helpers import header, log, plain
+from .helpers import header, log, noisy, plain
 
 pytestmark = pytest.mark.anyio
 
@@ -44,18 +44,6 @@ def log_path(root: Path, session_id: str) -> Path:
     return found
 
 
-def noisy(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``events`` with each user prompt replaced by 4 KB of random hex (zstd cannot shrink it
-    below ~2 KB, so the logs are megabytes either way)."""
-    out = []
-    for event in events:
-        if event["type"] == "user/message":
-            message = {**event["data"], "content": [{"type": "text", "text": os.urandom(2048).hex()}]}
-            event = {**event, "data": message}
-        out.append(event)
-    return out
-
-
 @asynccontextmanager
 async def persistence(root: Path, compression: Compression) -> AsyncIterator[Any]:
     async with anyio.create_task_group() as group:
@@ -71,7 +59,7 @@ async def persistence(root: Path, compression: Compression) -> AsyncIterator[Any
 async def test_a_follower_reads_only_what_was_appended(
     tmp_path: Path, compression: Compression
 ) -> None:
-    events = noisy(log(600, tools=1))
+    events = noisy(log(600, tools=1), 2048)
     first, rest = events[: len(events) - 40], events[len(events) - 40 :]
     root = tmp_path / "root"
     async with persistence(root, compression) as writer, persistence(root, compression) as reader:
