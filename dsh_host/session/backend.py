@@ -15,7 +15,7 @@ import builtins
 import contextlib
 import inspect
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from dsh_host.session.errors import InvalidSessionHeaderError
@@ -241,6 +241,30 @@ class PersistenceService(Generic[L]):
         if token is not None:
             token.throw_if_aborted()
         return events
+
+    async def walk(
+        self, session_id: str, *, page: int = 1024, token: CancelToken | None = None
+    ) -> AsyncIterator[tuple[SessionEvent, ...]]:
+        """The stored log from seq 0, ``page`` events at a time (:meth:`read_from` with a
+        limit): a reader of a long log holds one page, not the log."""
+        seq = 0
+        while True:
+            events = await self.read_from(session_id, seq, limit=page, token=token)
+            if events:
+                yield events
+            if len(events) < page:
+                return
+            seq = events[-1].seq + 1
+
+    async def walked_tail(self, session_id: str) -> tuple[int | None, ArtifactLocation | None]:
+        """After a :meth:`walk` to the end: the bytes stored past the last complete record it
+        read (0: none; None: unknown, or a storage that cannot tell) and where the log is.
+        Only a storage with byte-level tails (JSONL) answers; others say ``(None, None)``."""
+        probe = getattr(self.storage, "walked_tail", None)
+        if probe is None:
+            return None, None
+        found: tuple[int | None, ArtifactLocation | None] = await probe(session_id)
+        return found
 
     async def list(
         self,

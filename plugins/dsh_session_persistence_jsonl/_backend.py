@@ -530,6 +530,24 @@ class JsonlStorage:
         stop = None if limit is None else from_seq + limit
         return self._load(artifact, header, events[from_seq:stop]).events
 
+    async def walked_tail(self, session_id: str) -> tuple[int | None, ArtifactLocation | None]:
+        """After a walk of the log with :meth:`read_from` to its end: how many bytes follow the
+        last complete record it read (0: none, the log ends at a record; more: an append in
+        progress or a torn tail, which only a full read classifies; None: unknown) and where
+        the log is. ``dsh sessions verify`` reads a whole log this way, in pages."""
+        return await anyio.to_thread.run_sync(self._walked_tail_sync, session_id)
+
+    def _walked_tail_sync(self, session_id: str) -> tuple[int | None, ArtifactLocation | None]:
+        found = self.find(session_id)
+        if found is None:
+            return None, None
+        path = found[1][-1][1]
+        try:
+            trailing = self._follower.trailing(session_id, path)
+        except FileNotFoundError:
+            trailing = None
+        return trailing, ArtifactLocation("jsonl", path)
+
     async def current_revision(self, session_id: str) -> str | None:
         """The revision of the session's newest generation now (None: no log): a look-up and
         a ``stat``, no read (``read_from`` of the service answers an idle follower with it)."""

@@ -52,6 +52,9 @@ MARK_EVERY_BYTES: Final = 256 * 1024
 CHECK_BYTES: Final = 32
 #: Sessions whose cursors are kept (least recently read dropped first).
 MAX_CURSORS: Final = 1024
+#: Sessions whose carried rows (:class:`_Carry`) are kept: only readers walking in pages
+#: leave any, and each holds at most one chunk or frame of rows.
+MAX_CARRIES: Final = 16
 
 
 class Fallback(Exception):
@@ -76,16 +79,46 @@ class Cursor:
     marks: tuple[tuple[int, int], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class _Carry:
+    """Rows a page decoded past its ``limit`` (the rest of its last chunk or frame), kept for
+    the read that asks for the next seq: a log walked in pages decodes each record once."""
+
+    cursor: Cursor
+    first_seq: int
+    rows: list[StoredRow]
+    plain: list[bool]
+    #: the record boundary just after ``rows``, and its seq
+    resume_offset: int
+    resume_seq: int
+    #: zstd: the bytes read past ``resume_offset`` and not parsed yet (at most a chunk)
+    raw: bytes = b""
+
+
 class LogFollower:
     """The cursors of one storage, and the reads that use them (thread-safe)."""
 
     def __init__(self) -> None:
         self._cursors: OrderedDict[str, Cursor] = OrderedDict()
+        self._carries: OrderedDict[str, _Carry] = OrderedDict()
         self._lock = threading.Lock()
 
     def forget(self, session_id: str) -> None:
         with self._lock:
             self._cursors.pop(session_id, None)
+            self._carries.pop(session_id, None)
+
+    def _take_carry(self, session_id: str) -> _Carry | None:
+        with self._lock:
+            return self._carries.pop(session_id, None)
+
+    def _keep_carry(self, session_id: str, carry: _Carry | None) -> None:
+        if carry is None:
+            return
+        with self._lock:
+            self._carries[session_id] = carry
+            while len(self._carries) > MAX_CARRIES:
+                self._carries.popitem(last=False)
 
     def _get(self, session_id: str) -> Cursor | None:
         with self._lock:
@@ -103,6 +136,19 @@ class LogFollower:
             while len(self._cursors) > MAX_CURSORS:
                 self._cursors.popitem(last=False)
 
+    def trailing(self, session_id: str, path: str) -> int | None:
+        """Bytes of ``path`` after the last complete record the cursor reached (0: the log ends
+        there), or None when there is no valid cursor for that file (nothing read yet, or the
+        file changed under it)."""
+        cursor = self._get(session_id)
+        if cursor is None:
+            return None
+        with open_log(path) as handle:
+            st = os.fstat(handle.fileno())
+            if not _still_valid(cursor, path, st, handle.fileno()):
+                return None
+            return st.st_size - cursor.offset
+
     def read(
         self,
         session_id: str,
@@ -119,22 +165,82 @@ class LogFollower:
             fd = handle.fileno()
             st = os.fstat(fd)
             cursor = self._get(session_id)
+            carry = self._take_carry(session_id)
             if cursor is not None and not _still_valid(cursor, path, st, fd):
                 cursor = None
             if cursor is None:
                 cursor = _start(session_id, path, fd, st.st_size, compression, st)
+            out: list[SessionEvent] = []
+            if carry is not None and _carry_fits(carry, cursor, from_seq, fd, st.st_size):
+                # The rows (and the bytes) after the previous page, read and decoded then.
+                skip = from_seq - carry.first_seq
+                rows = carry.rows
+                stop = len(rows) if limit is None else min(len(rows), skip + limit)
+                current = cursor.version == CURRENT_VERSION
+                for k in range(skip, stop):
+                    seq = carry.first_seq + k
+                    out.append(_event(session_id, path, rows[k], seq, current and carry.plain[k]))
+                if stop < len(rows):
+                    self._keep_carry(session_id, replace(
+                        carry, first_seq=carry.first_seq + stop, rows=rows[stop:],
+                        plain=carry.plain[stop:],
+                    ))
+                    self._put(session_id, cursor)
+                    return out
+                if limit is not None:
+                    limit -= len(out)
+                scan = _Scan(session_id, path, fd, st.st_size, compression, cursor,
+                             carry.resume_seq, carry.resume_offset, carry.raw)
+                events, cursor, left = scan.run(carry.resume_seq, limit)
+                self._put(session_id, cursor)
+                self._keep_carry(session_id, left)
+                return out + events
             if from_seq >= cursor.next_seq:
                 if cursor.offset >= st.st_size:
                     self._put(session_id, cursor)
-                    return []  # nothing appended: one stat and a 32-byte check
+                    return out  # nothing appended: one stat and a 32-byte check
                 seq, offset = cursor.next_seq, cursor.offset
             else:
                 index = bisect.bisect_right(cursor.marks, (from_seq, st.st_size + 1)) - 1
                 seq, offset = cursor.marks[max(index, 0)]
             scan = _Scan(session_id, path, fd, st.st_size, compression, cursor, seq, offset)
-            events, cursor = scan.run(from_seq, limit)
+            events, cursor, left = scan.run(from_seq, limit)
             self._put(session_id, cursor)
-            return events
+            self._keep_carry(session_id, left)
+            return out + events
+
+
+def _carry_fits(carry: _Carry, cursor: Cursor, from_seq: int, fd: int, size: int) -> bool:
+    """Whether ``carry`` continues at ``from_seq`` in the file ``cursor`` (just validated)
+    is on: the same file, rows before the validated offset, and its unparsed bytes still there
+    (their last 32 bytes unchanged, as for the cursor)."""
+    if (carry.cursor.path, carry.cursor.dev, carry.cursor.ino) != (
+        cursor.path, cursor.dev, cursor.ino
+    ):
+        return False
+    if carry.resume_offset > cursor.offset or not (
+        carry.first_seq <= from_seq <= carry.resume_seq
+    ):
+        return False
+    end = carry.resume_offset + len(carry.raw)
+    if end > size:
+        return False
+    tail = carry.raw[-CHECK_BYTES:]
+    return not tail or os.pread(fd, len(tail), end - len(tail)) == tail
+
+
+def _event(
+    session_id: str, path: str, row: StoredRow, seq: int, parsed_plain: bool
+) -> SessionEvent:
+    """A scanned row as its event (a typed row is one already)."""
+    if isinstance(row, SessionEvent):
+        return row
+    try:
+        return decode_stored_event(
+            row, session_id=session_id, seq=seq, where=path, parsed_plain=parsed_plain
+        )
+    except SessionPersistenceError:
+        raise Fallback from None
 
 
 def _still_valid(cursor: Cursor, path: str, st: os.stat_result, fd: int) -> bool:
@@ -197,6 +303,7 @@ class _Scan:
         cursor: Cursor,
         seq: int,
         offset: int,
+        prefix: bytes = b"",
     ) -> None:
         self.session_id = session_id
         self.path = path
@@ -211,6 +318,13 @@ class _Scan:
         self.seq = seq
         self.offset = offset
         self.out: list[SessionEvent] = []
+        #: rows decoded past the limit (the rest of the last chunk or frame), from ``over_seq``
+        self.over_seq: int | None = None
+        self.over_rows: list[StoredRow] = []
+        self.over_plain: list[bool] = []
+        #: zstd: bytes from ``offset`` on already read (a carry's); at the end, the bytes read
+        #: past ``offset`` and not parsed
+        self.pending = prefix
 
     def _take(self, from_seq: int, limit: int | None) -> None:
         """Move the scanner's decoded rows out (the ones wanted, decoded to events)."""
@@ -219,23 +333,18 @@ class _Scan:
         current = scanner.version == CURRENT_VERSION
         for k, row in enumerate(rows):
             seq = scanner.first_seq + k
-            if seq < from_seq or (limit is not None and len(self.out) >= limit):
+            if seq < from_seq:
                 continue
-            self.out.append(self._event(row, seq, current and plain[k]))
+            if limit is not None and len(self.out) >= limit:
+                if self.over_seq is None:
+                    self.over_seq = seq
+                self.over_rows.append(row)
+                self.over_plain.append(plain[k])
+                continue
+            self.out.append(_event(self.session_id, self.path, row, seq, current and plain[k]))
         scanner.first_seq += len(rows)
         scanner.events = []
         scanner.plain = []
-
-    def _event(self, row: StoredRow, seq: int, parsed_plain: bool) -> SessionEvent:
-        if isinstance(row, SessionEvent):
-            return row
-        try:
-            return decode_stored_event(
-                row, session_id=self.session_id, seq=seq, where=self.path,
-                parsed_plain=parsed_plain,
-            )
-        except SessionPersistenceError:
-            raise Fallback from None
 
     def _boundary(self, offset: int) -> None:
         """A record boundary at file ``offset``, after every row fed so far."""
@@ -243,7 +352,9 @@ class _Scan:
         if offset > self.marks[-1][1] + MARK_EVERY_BYTES:
             self.marks.append((self.seq, offset))
 
-    def run(self, from_seq: int, limit: int | None) -> tuple[list[SessionEvent], Cursor]:
+    def run(
+        self, from_seq: int, limit: int | None
+    ) -> tuple[list[SessionEvent], Cursor, _Carry | None]:
         try:
             if self.compression == "zstd":
                 self._frames(from_seq, limit)
@@ -259,7 +370,12 @@ class _Scan:
                 cursor, offset=self.offset, next_seq=self.seq, check=check,
                 marks=tuple(self.marks),
             )
-        return self.out, cursor
+        carry = None
+        if self.over_seq is not None or (self.pending and limit is not None):
+            first = self.seq if self.over_seq is None else self.over_seq
+            carry = _Carry(cursor, first, self.over_rows, self.over_plain,
+                           self.offset, self.seq, bytes(self.pending))
+        return self.out, cursor, carry
 
     def _full(self, limit: int | None) -> bool:
         return limit is not None and len(self.out) >= limit
@@ -279,31 +395,37 @@ class _Scan:
 
     def _frames(self, from_seq: int, limit: int | None) -> None:
         base = self.offset  # the file offset of ``pending[0]``
-        pending = b""
-        position = base
-        while position < self.size and not self._full(limit):
-            chunk = os.pread(self.fd, min(CHUNK_BYTES, self.size - position), position)
-            if not chunk:
-                break
-            position += len(chunk)
-            pending += chunk
+        pending = self.pending
+        position = base + len(pending)
+        while not self._full(limit):
             scan = split_frames(pending)
-            if scan.defect is not None:
-                raise Fallback
+            if not scan.frames:
+                if scan.defect is not None:
+                    raise Fallback
+                if position >= self.size:
+                    break  # nothing, or a frame the file ends inside: not read yet
+                chunk = os.pread(self.fd, min(CHUNK_BYTES, self.size - position), position)
+                if not chunk:
+                    break
+                position += len(chunk)
+                pending += chunk
+                continue
             view = memoryview(pending)
             for start, end in scan.frames:
                 try:
                     plaintext = decompress_frame(view[start:end])
                 except Exception:
+                    view.release()
                     raise Fallback from None
                 self.scanner.feed(plaintext)
                 if self.scanner.pending:
+                    view.release()
                     raise Fallback  # a complete frame ends inside a record: damage
                 self._boundary(base + end)
                 self._take(from_seq, limit)
                 if self._full(limit):
                     break
             view.release()
-            consumed = self.offset - base
-            pending = pending[consumed:]
+            pending = pending[self.offset - base :]
             base = self.offset
+        self.pending = pending
