@@ -21,7 +21,7 @@ to the first incomplete trailing record (a line without its newline, a frame the
 inside: an append in progress or a torn tail), which is not read and not shown. Anything
 else — a damaged line, a frame that fails its checksum, a header of an older format — raises
 :class:`Fallback`, and the caller reads the log whole, where the full rules (the tail rule of
-§5.1, migration, the error texts with their offsets) decide.
+docs/format.md §5.1, migration, the error texts with their offsets) decide.
 """
 
 from __future__ import annotations
