@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -109,13 +110,22 @@ def test_stalled_readers_hold_a_page_each_and_stall_nobody(tmp_path: Path, route
         sockets = [stalled_reader(url, f"/sessions/big/{route}") for _ in range(STALLED)]
         try:
             # Nobody is stalled by them: another session's answer, the whole big one again,
-            # and the health check all come back whole.
+            # and the health check all come back whole...
             small = client.get("/sessions/small/events", timeout=120)
             assert small.status_code == 200 and len(small.text.splitlines()) == 40
             again = client.get("/sessions/big/events", timeout=120)
             assert len(again.content) == size
             assert client.get("/healthz", timeout=60).status_code == 200
             grown = rss(pid) - baseline
+            # ... and a turn on another session runs to its end (after the measurement: a first
+            # turn warms up the agent's own machinery).
+            created = client.post("/sessions", json={}, timeout=120)
+            assert created.status_code == 201, created.text
+            other = created.json()["id"]
+            started = client.post(f"/sessions/{other}/turns", json={"prompt": "hi"}, timeout=120)
+            assert started.status_code == 202, started.text
+            while client.get(f"/sessions/{other}", timeout=60).json()["lastTurnEnd"] is None:
+                time.sleep(0.05)  # no deadline but the test's own
         finally:
             for sock in sockets:
                 sock.close()
