@@ -398,12 +398,24 @@ class ServerRuntime:
 
     async def stored_end(self, session_id: str) -> int:
         """The seq of the last event the store holds (-1: none yet): where a new follower
-        starts. A turn running here answers from its write handle; otherwise the session's
-        summary, read again only when its revision changed. 404 for an unknown session."""
+        starts. A turn running here answers from its write handle; otherwise a store that can
+        tell it from what it read last (JSONL: its cursor, reading only the bytes appended
+        since), else the session's summary, read again only when its revision changed. 404 for
+        an unknown session."""
         running = self._running.get(session_id)
         end = running.durable_end() if running is not None else None
         if end is not None:
             return end - 1
+        next_seq = getattr(self.store, "stored_next_seq", None)
+        if next_seq is not None:
+            try:
+                stored_end: int | None = await next_seq(session_id)
+            except SessionNotFoundError:
+                raise ApiError(
+                    404, "SESSION_NOT_FOUND", f'no stored session "{session_id}"'
+                ) from None
+            if stored_end is not None:
+                return stored_end - 1
         stored = await self.stored_summary(session_id)
         return int(stored.fields["events"]) - 1
 

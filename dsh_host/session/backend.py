@@ -256,6 +256,16 @@ class PersistenceService(Generic[L]):
                 return
             seq = events[-1].seq + 1
 
+    async def stored_next_seq(self, session_id: str) -> int | None:
+        """The seq after the last stored event (where a new follower starts), from a storage
+        with its own ``next_seq`` (JSONL: its cursor, reading only what was appended since its
+        last read); None from any other (the caller has its own way, e.g. a summary)."""
+        probe = getattr(self.storage, "next_seq", None)
+        if probe is None:
+            return None
+        found: int = await probe(session_id)
+        return found
+
     async def walked_tail(self, session_id: str) -> tuple[int | None, ArtifactLocation | None]:
         """After a :meth:`walk` to the end: the bytes stored past the last complete record it
         read (0: none; None: unknown, or a storage that cannot tell) and where the log is.

@@ -530,6 +530,23 @@ class JsonlStorage:
         stop = None if limit is None else from_seq + limit
         return self._load(artifact, header, events[from_seq:stop]).events
 
+    async def next_seq(self, session_id: str) -> int:
+        """The seq after the last complete stored event (a new follower's start), from the
+        cursor: only the bytes appended since the last read are read."""
+        return await anyio.to_thread.run_sync(self._next_seq_sync, session_id)
+
+    def _next_seq_sync(self, session_id: str) -> int:
+        found = self.find(session_id)
+        if found is None:
+            self._follower.forget(session_id)
+            raise SessionNotFoundError(f'session "{session_id}" not found')
+        try:
+            return self._follower.next_seq(session_id, found[1][-1][1], self.compression)
+        except (Fallback, FileNotFoundError):
+            self._follower.forget(session_id)
+        artifact, _header, events = self._read_sync(session_id)
+        return len(events) - (artifact.torn.recovered if artifact.torn is not None else 0)
+
     async def walked_tail(self, session_id: str) -> tuple[int | None, ArtifactLocation | None]:
         """After a walk of the log with :meth:`read_from` to its end: how many bytes follow the
         last complete record it read (0: none, the log ends at a record; more: an append in

@@ -149,6 +149,15 @@ class LogFollower:
                 return None
             return st.st_size - cursor.offset
 
+    def next_seq(self, session_id: str, path: str, compression: Compression) -> int:
+        """The seq after the last complete record stored (what a new follower starts after):
+        the cursor moved to the end, reading only what was appended since."""
+        self.read(session_id, path, compression, 1 << 62, None)
+        cursor = self._get(session_id)
+        if cursor is None or cursor.path != path:
+            raise Fallback
+        return cursor.next_seq
+
     def read(
         self,
         session_id: str,
