@@ -117,7 +117,7 @@ def spill_base(config: BuiltinToolsConfig, workspace: str) -> str | None:
 def spill_owner(exec: ToolExecution) -> str | None:
     """The session a call's spill files belong to (its agent's session id), or None for a
     call made outside a session (its files then live as long as the row)."""
-    agent = exec.agent
+    agent = getattr(exec, "agent", None)  # bench/search.py drives the bodies with a stand-in
     session_id = getattr(getattr(agent, "session", None), "id", None) if agent else None
     return session_id if isinstance(session_id, str) else None
 
