@@ -90,6 +90,7 @@ def stalled_reader(url: str, path: str) -> socket.socket:
     return sock
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("route", ["events", "stream?after=-1"])
 def test_stalled_readers_hold_a_page_each_and_stall_nobody(tmp_path: Path, route: str) -> None:
     root, workspace = tmp_path / "root", tmp_path / "ws"
