@@ -4,17 +4,22 @@ byte to them (``fork`` writes only the new child session)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
+import anyio
+import anyio.from_thread
 import msgspec
 
 from ..errors import install_hint
 from ..loader import PluginHost, canonical_name
-from ..session.events import event_to_builtins, to_builtins
+from ..session.events import SessionEvent, event_to_builtins, to_builtins
 from ..session.messages import UserSource
 from ..session.persistence import (
     SessionLoad,
@@ -22,7 +27,7 @@ from ..session.persistence import (
     UnreadableListing,
 )
 from ..session.prices import PriceTable
-from ..session.repair import call_identity_problems
+from ..session.repair import call_identity_problems, interrupted_turn_closers
 from ..session.session import Session, derive_messages_from_events
 from .common import (
     CliUsageError,
@@ -447,18 +452,25 @@ def run_show(args: argparse.Namespace) -> int:
     rows = persistence_rows(located)
     prices = price_table(located)
 
+    out = console()
+    if args.view == "events":
+        # Page by page: a 100k-event log is printed holding one page, not the log.
+
+        async def events(host: PluginHost) -> None:
+            async for page in persistence(host).walk(args.session_id):
+                for event in page:
+                    if args.json:
+                        print(json_line(event_to_builtins(event)))
+                    else:
+                        out.print(event_summary(event), markup=False)
+
+        run_with_host(rows, events)
+        return 0
+
     async def body(host: PluginHost) -> SessionLoad:
         return await _read(host, args.session_id)
 
     load = run_with_host(rows, body)
-    out = console()
-    if args.view == "events":
-        for event in load.events:
-            if args.json:
-                print(json_line(event_to_builtins(event)))
-            else:
-                out.print(event_summary(event), markup=False)
-        return 0
     if args.turn is not None and not any(
         e.type == "turn/start" and e.data.turn == args.turn for e in load.events
     ):
@@ -601,6 +613,61 @@ def run_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Events per page when ``verify`` walks a log.
+VERIFY_PAGE = 1024
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Checks:
+    events: int
+    last_seq: int | None
+    closers: list[str]
+    problems: list[str]
+    path: str | None
+
+
+async def _walk_checks(store: Any, session_id: str) -> _Checks | None:
+    """``verify``'s checks on a log read page by page (``read_from`` with a limit), so a
+    100k-event log costs a page of memory, not the log: the call-pairing check and the
+    closers a resume would append are each one pass over the pages (on a worker thread, which
+    asks the event loop for each page). None when the store cannot say that the log it walked
+    ends at a complete record (:meth:`~dsh_host.session.backend.PersistenceService.walked_tail`):
+    the caller then reads it whole, where the torn-tail rules decide."""
+    walked_tail = getattr(store, "walked_tail", None)
+    if walked_tail is None:
+        return None
+
+    def pages() -> Iterator[SessionEvent]:
+        seq = 0
+        while True:
+            page = anyio.from_thread.run(
+                functools.partial(store.read_from, session_id, seq, limit=VERIFY_PAGE)
+            )
+            yield from page
+            if len(page) < VERIFY_PAGE:
+                return
+            seq = page[-1].seq + 1
+
+    def check() -> tuple[int, int | None, list[str], list[str]]:
+        count, last = 0, None
+
+        def counted() -> Iterator[SessionEvent]:
+            nonlocal count, last
+            for event in pages():
+                count, last = count + 1, event.seq
+                yield event
+
+        problems = call_identity_problems(counted())
+        closers = [event.type for event in interrupted_turn_closers(pages())]
+        return count, last, closers, problems
+
+    count, last, closers, problems = await anyio.to_thread.run_sync(check)
+    trailing, location = await walked_tail(session_id)
+    if trailing != 0:
+        return None
+    return _Checks(count, last, closers, problems, location.path if location else None)
+
+
 def run_verify(args: argparse.Namespace) -> int:
     rows = persistence_rows(load_composition(args)[1])
 
@@ -615,23 +682,33 @@ def run_verify(args: argparse.Namespace) -> int:
             "heldBy": None,
             "callProblems": [],
         }
+        store = persistence(host)
         try:
-            load = await persistence(host).inspect(args.session_id)
+            walked = await _walk_checks(store, args.session_id)
+            if walked is None:
+                # A log that does not end at a complete record (a torn tail, or an append in
+                # progress), or a store that cannot tell: the full read classifies it.
+                load = await store.inspect(args.session_id)
+                walked = _Checks(
+                    len(load.events), load.last_seq, [e.type for e in load.closers],
+                    call_identity_problems(load.events),
+                    load.location.path if load.location is not None else None,
+                )
+                if load.torn_tail is not None:
+                    report["tornTail"] = {
+                        "truncateTo": load.torn_tail.truncate_to,
+                        "recovered": load.torn_tail.recovered,
+                    }
         except SessionPersistenceCorruptionError as exc:
             where = exc.path or "?"
             at = f" at byte {exc.offset}" if exc.offset is not None else ""
             report["corrupt"] = f"{where}{at}: {exc}"
             return report
-        report["events"] = len(load.events)
-        report["lastSeq"] = load.last_seq
-        if load.torn_tail is not None:
-            report["tornTail"] = {
-                "truncateTo": load.torn_tail.truncate_to,
-                "recovered": load.torn_tail.recovered,
-            }
-        report["closers"] = [event.type for event in load.closers]
-        report["callProblems"] = call_identity_problems(load.events)
-        report["path"] = load.location.path if load.location is not None else None
+        report["events"] = walked.events
+        report["lastSeq"] = walked.last_seq
+        report["closers"] = walked.closers
+        report["callProblems"] = walked.problems
+        report["path"] = walked.path
         held_by = getattr(persistence(host), "held_by", None)  # a backend that can tell
         report["heldBy"] = await held_by(args.session_id) if held_by is not None else None
         return report

@@ -11,7 +11,6 @@ The router and the OpenAPI document (``GET /openapi.json``) are both made from o
 from __future__ import annotations
 
 import base64
-import collections
 import getpass
 import hmac
 import logging
@@ -99,6 +98,10 @@ MAX_SEQ: Final = (1 << 53) - 1
 
 #: Events encoded per chunk of a ``GET /events`` response.
 EVENTS_PER_CHUNK: Final = 256
+
+#: Events read from the store per page of ``GET /events`` and of an event stream: what one
+#: response holds at most, however slowly its client reads (docs/serve.md "Memory").
+EVENTS_PER_PAGE: Final = 1024
 
 #: Seconds between keep-alive comments on an idle event stream.
 KEEPALIVE_SECONDS: Final = 15.0
@@ -362,26 +365,47 @@ async def session_model_view(request: Request) -> Response:
 
 @authenticated
 async def session_events(request: Request) -> Response:
-    """Stored events after a seq, as JSON lines (application/x-ndjson)."""
+    """Stored events after a seq, as JSON lines (application/x-ndjson).
+
+    Read from the store a page at a time (``EVENTS_PER_PAGE``), each page encoded and sent
+    before the next is read: Hypercorn's send waits while the client's socket is full, so a
+    client that stops reading holds one page, never the whole answer (docs/serve.md)."""
     runtime = runtime_of(request)
     session_id = request.path_params["id"]
     after = _after(request.query_params.get("after"), "after")
-    events = await runtime.events_after(session_id, after)
-    # Encoded at once, a few hundred lines a chunk, and the decoded events let go: a store read
-    # decodes the log into objects about twice the size of its JSON, and a slow reader would
-    # keep them for as long as it reads. Each chunk is dropped once sent (Hypercorn asks for
-    # the next one only then), so what a reader holds shrinks as it reads.
-    chunks = collections.deque(
-        b"".join(event_json(e) + b"\n" for e in events[start:start + EVENTS_PER_CHUNK])
-        for start in range(0, len(events), EVENTS_PER_CHUNK)
-    )
-    del events
+    first = await runtime.events_after(session_id, after, EVENTS_PER_PAGE)  # 404 before 200
 
     async def lines() -> AsyncIterator[bytes]:
-        while chunks:
-            yield chunks.popleft()
+        page: Sequence[SessionEvent] = first
+        while page:
+            last = page[-1].seq
+            full = len(page) >= EVENTS_PER_PAGE
+            for start in range(0, len(page), EVENTS_PER_CHUNK):
+                yield b"".join(
+                    event_json(e) + b"\n" for e in page[start:start + EVENTS_PER_CHUNK]
+                )
+            if not full:
+                return
+            page = ()
+            page = await _next_page(runtime, session_id, last) or ()
 
     return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+async def _next_page(
+    runtime: ServerRuntime, session_id: str, last: int
+) -> Sequence[SessionEvent] | None:
+    """The next page of a response already under way; None when the store fails now, which
+    ends the response (one log line; the client has the events up to ``last`` and asks again
+    from there)."""
+    try:
+        return await runtime.events_after(session_id, last, EVENTS_PER_PAGE)
+    except Exception as exc:
+        if not is_store_outage(exc) and not isinstance(exc, DshError):
+            raise
+        log.warning("events of session %s ended after seq %d: %s: %s", session_id, last,
+                    type(exc).__name__, exc)
+        return None
 
 
 @authenticated
@@ -403,8 +427,8 @@ async def session_stream(request: Request) -> Response:
         # A new follower: what is stored now is history (GET /events), the stream is news. The
         # end is known without reading the events (404 for an unknown session).
         after = await runtime.stored_end(session_id)
-    else:
-        first = await runtime.events_after(session_id, after)  # a 404 before the stream starts
+    else:  # a 404 before the stream starts
+        first = await runtime.events_after(session_id, after, EVENTS_PER_PAGE)
 
     async def frames() -> AsyncIterator[bytes]:
         last = after
@@ -416,11 +440,19 @@ async def session_stream(request: Request) -> Response:
                     event.seq, event.type.encode(), event_json(event)
                 )
                 last = event.seq
+            if len(pending) >= EVENTS_PER_PAGE:  # a page of history: the next one at once
+                page = await _next_page(runtime, session_id, last)
+                if page is None:
+                    return
+                if page:
+                    pending = page
+                    continue
+            pending = ()
             idle = 0.0
             while True:
                 await runtime.wait_for_events(session_id, runtime.options.poll_interval)
                 try:
-                    pending = await runtime.events_after(session_id, last)
+                    pending = await runtime.events_after(session_id, last, EVENTS_PER_PAGE)
                 except Exception as exc:
                     if not is_store_outage(exc) and not isinstance(exc, DshError):
                         raise

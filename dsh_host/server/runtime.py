@@ -372,10 +372,12 @@ class ServerRuntime:
             raise ApiError(404, "SESSION_NOT_FOUND", f'no stored session "{session_id}"') from None
         return load
 
-    async def events_after(self, session_id: str, after: int) -> Sequence[SessionEvent]:
-        """The stored events with ``seq > after``, and only those: nothing is shown that the
-        store may not hold (a write that fails, on a full disk say, is rolled back, and the
-        repair may store other events under the same seqs).
+    async def events_after(
+        self, session_id: str, after: int, limit: int | None = None
+    ) -> Sequence[SessionEvent]:
+        """The stored events with ``seq > after`` (at most ``limit``: a page), and only those:
+        nothing is shown that the store may not hold (a write that fails, on a full disk say,
+        is rolled back, and the repair may store other events under the same seqs).
 
         While a turn runs here the events come from memory, but only up to the write handle's
         durable cursor: the same events the store holds, without reading the log (a follower
@@ -388,21 +390,37 @@ class ServerRuntime:
             events = running.agent.session.events
             start = bisect.bisect_right(events, after, key=lambda e: e.seq)
             stop = bisect.bisect_left(events, end, lo=start, key=lambda e: e.seq)
+            if limit is not None:
+                stop = min(stop, start + limit)
             return events[start:stop]
         try:
-            found: Sequence[SessionEvent] = await self.store.read_from(session_id, after + 1)
+            found: Sequence[SessionEvent] = await self.store.read_from(
+                session_id, after + 1, limit=limit
+            )
         except SessionNotFoundError:
             raise ApiError(404, "SESSION_NOT_FOUND", f'no stored session "{session_id}"') from None
         return found
 
     async def stored_end(self, session_id: str) -> int:
         """The seq of the last event the store holds (-1: none yet): where a new follower
-        starts. A turn running here answers from its write handle; otherwise the session's
-        summary, read again only when its revision changed. 404 for an unknown session."""
+        starts. A turn running here answers from its write handle; otherwise a store that can
+        tell it from what it read last (JSONL: its cursor, reading only the bytes appended
+        since), else the session's summary, read again only when its revision changed. 404 for
+        an unknown session."""
         running = self._running.get(session_id)
         end = running.durable_end() if running is not None else None
         if end is not None:
             return end - 1
+        next_seq = getattr(self.store, "stored_next_seq", None)
+        if next_seq is not None:
+            try:
+                stored_end: int | None = await next_seq(session_id)
+            except SessionNotFoundError:
+                raise ApiError(
+                    404, "SESSION_NOT_FOUND", f'no stored session "{session_id}"'
+                ) from None
+            if stored_end is not None:
+                return stored_end - 1
         stored = await self.stored_summary(session_id)
         return int(stored.fields["events"]) - 1
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import inspect
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from dsh_host.session.errors import InvalidSessionHeaderError
@@ -208,9 +209,16 @@ class PersistenceService(Generic[L]):
         return with_closers(await self._load(session_id, token))
 
     async def read_from(
-        self, session_id: str, from_seq: int, *, token: CancelToken | None = None
+        self,
+        session_id: str,
+        from_seq: int,
+        *,
+        limit: int | None = None,
+        token: CancelToken | None = None,
     ) -> tuple[SessionEvent, ...]:
-        """Stored events with ``seq >= from_seq`` (no closers, nothing written).
+        """Stored events with ``seq >= from_seq`` (no closers, nothing written); with
+        ``limit``, at most that many (a page: a reader that walks a long log page by page holds
+        one page at a time; a storage whose ``read_from`` takes ``limit`` reads only the page).
 
         A storage with its own ``read_from(session_id, from_seq)`` reads only those. Any other
         reads the log whole, except when nothing can be new: the storage's
@@ -227,13 +235,54 @@ class PersistenceService(Generic[L]):
                     return ()
             load = await self._load(session_id, token)
             self._read_ends[session_id] = (load.revision, load.next_seq)
-            return load.events[from_seq:]
+            return load.events[from_seq : None if limit is None else from_seq + limit]
         if token is not None:
             token.throw_if_aborted()
-        events = await storage.read_from(session_id, from_seq)
+        read_from: Any = storage.read_from  # a third-party storage's may not take ``limit``
+        events: tuple[SessionEvent, ...]
+        if limit is None:
+            events = await read_from(session_id, from_seq)
+        elif "limit" in inspect.signature(read_from).parameters:
+            events = await read_from(session_id, from_seq, limit=limit)
+        else:
+            events = (await read_from(session_id, from_seq))[:limit]
         if token is not None:
             token.throw_if_aborted()
         return events
+
+    async def walk(
+        self, session_id: str, *, page: int = 1024, token: CancelToken | None = None
+    ) -> AsyncIterator[tuple[SessionEvent, ...]]:
+        """The stored log from seq 0, ``page`` events at a time (:meth:`read_from` with a
+        limit): a reader of a long log holds one page, not the log."""
+        seq = 0
+        while True:
+            events = await self.read_from(session_id, seq, limit=page, token=token)
+            if events:
+                yield events
+            if len(events) < page:
+                return
+            seq = events[-1].seq + 1
+
+    async def stored_next_seq(self, session_id: str) -> int | None:
+        """The seq after the last stored event (where a new follower starts), from a storage
+        with its own ``next_seq`` (JSONL: its cursor, reading only what was appended since its
+        last read); None from any other (the caller has its own way, e.g. a summary)."""
+        probe = getattr(self.storage, "next_seq", None)
+        if probe is None:
+            return None
+        found: int = await probe(session_id)
+        return found
+
+    async def walked_tail(self, session_id: str) -> tuple[int | None, ArtifactLocation | None]:
+        """After a :meth:`walk` to the end: the bytes stored past the last complete record it
+        read (0: none; None: unknown, or a storage that cannot tell) and where the log is.
+        Only a storage with byte-level tails (JSONL) answers; others say ``(None, None)``."""
+        probe = getattr(self.storage, "walked_tail", None)
+        if probe is None:
+            return None, None
+        found: tuple[int | None, ArtifactLocation | None] = await probe(session_id)
+        return found
 
     async def list(
         self,

@@ -480,9 +480,15 @@ class SessionPersistence(Protocol):
         ...
 
     async def read_from(
-        self, session_id: str, from_seq: int, *, token: CancelToken | None = None
+        self,
+        session_id: str,
+        from_seq: int,
+        *,
+        limit: int | None = None,
+        token: CancelToken | None = None,
     ) -> tuple[StoredEvent, ...]:
-        """Stored events with ``seq >= from_seq`` (no closers; ``()`` at or past the end)."""
+        """Stored events with ``seq >= from_seq`` (no closers; ``()`` at or past the end); at
+        most ``limit`` of them (a page) when it is given."""
         ...
 
     def locate(self, header: SessionHeader | Mapping[str, Any]) -> ArtifactLocation:

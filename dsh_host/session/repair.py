@@ -30,7 +30,7 @@ event's time, never a future one). It never retries a tool.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from dsh_host.session.approvals import PRE_EXECUTE_STAGE, awaiting_call_ids
@@ -116,20 +116,21 @@ class _Pending:
         )
 
 
-def interrupted_turn_closers(events: Sequence[SessionEvent]) -> list[SessionEvent]:
+def interrupted_turn_closers(events: Iterable[SessionEvent]) -> list[SessionEvent]:
     """The events that close the open turn at the end of ``events``; ``[]`` if none is open.
 
-    ``events`` must be a contiguous log (``events[i].seq == i`` as loaded).
+    ``events`` must be a contiguous log (``events[i].seq == i`` as loaded), walked once: an
+    iterator over a log read page by page will do (``dsh sessions verify``).
     Only the last, open turn is repaired; within it, every unanswered call is
     closed, whether or not its step is still open.
     """
-    if not events:
-        return []
+    last: SessionEvent | None = None
     open_turn: int | None = None
     open_step: int | None = None
     pending: dict[str, _Pending] = {}  # insertion order = transcript order
     carried: dict[str, _Pending] = {}  # what the last awaiting-approval turn left pending
     for event in events:
+        last = event
         kind = event.type
         data = event.data
         if kind == "turn/start" and isinstance(data, TurnStart):
@@ -187,9 +188,8 @@ def interrupted_turn_closers(events: Sequence[SessionEvent]) -> list[SessionEven
                 entry.guards.discard(str(data.get("name")))
         elif kind == "tool/result" and isinstance(data, ToolResultData):
             pending.pop(data.message.source.call_id, None)
-    if open_turn is None:
+    if open_turn is None or last is None:
         return []
-    last = events[-1]
     seq = last.seq + 1
     time = last.time
     closers: list[SessionEvent] = []
@@ -256,7 +256,7 @@ def interrupted_turn_closers(events: Sequence[SessionEvent]) -> list[SessionEven
     return closers
 
 
-def call_identity_problems(events: Sequence[SessionEvent]) -> list[str]:
+def call_identity_problems(events: Iterable[SessionEvent]) -> list[str]:
     """What in ``events`` breaks call pairing, which no repair can fix; ``[]`` when nothing does.
 
     Everything pairs by call id, and the agent loop now makes every id non-empty and unique in
@@ -265,7 +265,7 @@ def call_identity_problems(events: Sequence[SessionEvent]) -> list[str]:
     one id (a result, an approval or a decision then answers either), or a call left without a
     result in a turn that ended (the next request to the model would be refused as unbalanced).
     ``dsh sessions verify`` reports these; crash repair cannot, because it only closes the open
-    turn and pairs by the very ids that are ambiguous. ``events`` is a whole log as loaded.
+    turn and pairs by the very ids that are ambiguous. ``events`` is a whole log, walked once.
     """
     problems: list[str] = []
     first_seen: dict[str, int] = {}

@@ -85,7 +85,7 @@ from dsh_host.sdk import (
 
 from .config import BuiltinToolsConfig
 from .policy import tool_policy
-from .spill import SPILL_BUDGET_MARKER, SPILL_CAPPED_MARKER, SpillArea
+from .spill import SPILL_BUDGET_MARKER, SPILL_CAPPED_MARKER, SpillArea, spill_owner
 
 __all__ = [
     "BASH_DESCRIPTION",
@@ -334,6 +334,8 @@ class _Capture:
     area: SpillArea | None
     call_id: str
     stream: str
+    #: the session the spill file belongs to (:func:`~.spill.spill_owner`)
+    owner: str | None = None
     head: bytearray = field(default_factory=bytearray)
     tail: bytearray = field(default_factory=bytearray)
     total: int = 0
@@ -374,7 +376,7 @@ class _Capture:
             self.budget_spent = True
             return
         try:
-            opened = self.area.open(self.call_id, self.stream)
+            opened = self.area.open(self.call_id, self.stream, self.owner)
         except OSError:
             opened = None
         if opened is None:
@@ -513,12 +515,13 @@ async def _run(
     spill: SpillArea | None,
     call_id: str,
     report: Callable[[str, Literal["stdout", "stderr"]], None] | None = None,
+    owner: str | None = None,
 ) -> _RunOutcome:
     # Spawned from the one long-lived spawner thread: the sandbox's parent-death signal is tied
     # to the forking thread, so a retired worker thread must never be the parent (issue 14).
     process = await open_process(argv, cwd=cwd, env=env)
-    stdout = _Capture(capture_limit, spill, call_id, "stdout")
-    stderr = _Capture(capture_limit, spill, call_id, "stderr")
+    stdout = _Capture(capture_limit, spill, call_id, "stdout", owner)
+    stderr = _Capture(capture_limit, spill, call_id, "stderr", owner)
     timed_out = False
     try:
         async with anyio.create_task_group() as pumps:
@@ -710,6 +713,7 @@ def bash_tool(
                 spill=spill,
                 call_id=exec.call_id,
                 report=exec.report_progress,
+                owner=spill_owner(exec),
             )
         except (FileNotFoundError, PermissionError) as exc:
             if exec.signal.aborted:

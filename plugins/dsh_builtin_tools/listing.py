@@ -37,7 +37,7 @@ from .search import (
     shown_path,
     with_ignore,
 )
-from .spill import SpillArea
+from .spill import SpillArea, spill_owner
 
 __all__ = ["DEFAULT_DEPTH", "MAX_DEPTH", "list_dir_tool"]
 
@@ -176,7 +176,7 @@ def list_dir_tool(
     holder, workspace = root, root.path
     cap = config.max_search_results
 
-    def list_sync(parts: tuple[str, ...], depth: int, call_id: str) -> str:
+    def list_sync(parts: tuple[str, ...], depth: int, call_id: str, owner: str | None) -> str:
         specs = ancestor_specs(holder.fd(), parts)
         top = open_search_dir(holder, parts)
         try:
@@ -195,7 +195,7 @@ def list_dir_tool(
             "entries",
             "list_dir",
             "list a narrower path or a smaller depth",
-            lambda: spill.save_text(call_id, "list_dir.txt", "\n".join(tree) + "\n"),
+            lambda: spill.save_text(call_id, "list_dir.txt", "\n".join(tree) + "\n", owner),
         )
         return "\n".join([head, *(f"{_INDENT}{line}" for line in view)]) + footer
 
@@ -204,7 +204,9 @@ def list_dir_tool(
         depth = args.get("depth", DEFAULT_DEPTH)
         if not 1 <= depth <= MAX_DEPTH:
             raise ToolError(f"invalid depth: expected 1 to {MAX_DEPTH} levels, got {depth}")
-        return await anyio.to_thread.run_sync(list_sync, parts, int(depth), exec.call_id)
+        return await anyio.to_thread.run_sync(
+            list_sync, parts, int(depth), exec.call_id, spill_owner(exec)
+        )
 
     return ToolDefinition(
         name="list_dir",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from dsh_host.sdk import (
     SANDBOX,
@@ -52,6 +53,12 @@ class BuiltinTools(Plugin):
             spill_base(config, workspace), config.max_spill_bytes, config.spill_budget_bytes
         )
         ctx.effect(spill.dispose, "builtin-tools spill area")
+        # A session's spill files go when it leaves the process: the one event every path
+        # crosses (the end of `dsh run`, a `dsh chat`, each `dsh serve` turn).
+        def release(session: Any) -> None:
+            spill.release(session.id)
+
+        ctx.on("session/disposed", release)
         tools = ctx.service(TOOLS)
         tools.register(bash_tool(ctx, config, workspace, spill), owner=ctx)
         root = workspace_root(ctx, workspace)

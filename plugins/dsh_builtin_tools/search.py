@@ -66,7 +66,7 @@ from .files import (
 )
 from .patterns import Globs, LineRegex, glob_pattern, ignore_rules, line_regex
 from .policy import tool_policy
-from .spill import RETRIEVAL_HINT, SpillArea
+from .spill import RETRIEVAL_HINT, SpillArea, spill_owner
 
 __all__ = [
     "HelperFailed",
@@ -425,7 +425,9 @@ def glob_tool(
     """Build ``glob``: the workspace files matching a gitignore-style pattern, sorted."""
     holder, workspace = root, root.path
 
-    def glob_sync(parts: tuple[str, ...], pattern: str, call_id: str, rg: Ripgrep | None) -> str:
+    def glob_sync(
+        parts: tuple[str, ...], pattern: str, call_id: str, owner: str | None, rg: Ripgrep | None
+    ) -> str:
         spec = glob_pattern(pattern)
         found: list[str] = []
         for path in list_files(holder, parts, rg):
@@ -443,7 +445,7 @@ def glob_tool(
             "files",
             "glob",
             "narrow the pattern or the path",
-            lambda: spill.save_text(call_id, "glob.txt", "\n".join(found) + "\n"),
+            lambda: spill.save_text(call_id, "glob.txt", "\n".join(found) + "\n", owner),
         )
         return "\n".join(found[:cap]) + footer
 
@@ -453,7 +455,9 @@ def glob_tool(
         if not pattern.strip():
             raise ToolError("pattern must be a non-empty string")
         rg = await helper(exec)
-        return await anyio.to_thread.run_sync(glob_sync, parts, pattern, exec.call_id, rg)
+        return await anyio.to_thread.run_sync(
+            glob_sync, parts, pattern, exec.call_id, spill_owner(exec), rg
+        )
 
     return ToolDefinition(
         name="glob",
@@ -509,6 +513,7 @@ def grep_tool(
         regex: LineRegex,
         files: Globs | None,
         call_id: str,
+        owner: str | None,
         rg: Ripgrep | None,
     ) -> str:
         hits: list[str] = []
@@ -549,7 +554,7 @@ def grep_tool(
             "matching lines",
             "grep",
             "narrow the pattern or the path",
-            lambda: spill.save_text(call_id, "grep.txt", "\n".join(hits) + "\n" + unkept),
+            lambda: spill.save_text(call_id, "grep.txt", "\n".join(hits) + "\n" + unkept, owner),
         )
         return "\n".join(hits[:cap]) + footer + note
 
@@ -562,7 +567,9 @@ def grep_tool(
         glob = args.get("glob")
         files = glob_pattern(glob, "glob") if glob else None
         rg = await helper(exec)
-        return await anyio.to_thread.run_sync(grep_sync, parts, regex, files, exec.call_id, rg)
+        return await anyio.to_thread.run_sync(
+            grep_sync, parts, regex, files, exec.call_id, spill_owner(exec), rg
+        )
 
     return ToolDefinition(
         name="grep",

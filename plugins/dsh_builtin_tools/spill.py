@@ -6,7 +6,10 @@ Follows DSH's split (``spill-local`` stores, ``output-retention`` keeps, ``spill
   can write (``spill_base``), created ``mkdtemp`` (0700) on first use; each file is created
   ``O_CREAT | O_EXCL | O_NOFOLLOW`` with mode 0600 relative to the directory's descriptor, under
   a name no other process chooses, so a planted file or symlink makes the spill fail instead of
-  being written through. It is deleted with the row (the end of the run).
+  being written through. Each file belongs to the session whose call wrote it
+  (:func:`spill_owner`) and is deleted when that session leaves the process
+  (``session/disposed``: the end of ``dsh run``, of a ``dsh chat``, of each ``dsh serve`` turn);
+  the directory is deleted with the row (the end of the run).
 * ``bash`` spills each output stream there at acquisition time (it keeps the tail);
   ``glob`` and ``grep`` spill their complete result list when it is capped;
   :func:`bound_results` bounds every other tool's final plain-text result: past
@@ -40,6 +43,7 @@ from dsh_host.sdk import (
     PostToolDecision,
     SandboxPolicy,
     TextBlock,
+    ToolExecution,
     writable_roots,
 )
 
@@ -55,6 +59,7 @@ __all__ = [
     "head_tail",
     "spill_base",
     "spill_notice",
+    "spill_owner",
     "unsaved_notice",
 ]
 
@@ -115,6 +120,14 @@ def spill_base(config: BuiltinToolsConfig, workspace: str) -> str | None:
     return None
 
 
+def spill_owner(exec: ToolExecution) -> str | None:
+    """The session a call's spill files belong to (its agent's session id), or None for a
+    call made outside a session (its files then live as long as the row)."""
+    agent = getattr(exec, "agent", None)  # bench/search.py drives the bodies with a stand-in
+    session_id = getattr(getattr(agent, "session", None), "id", None) if agent else None
+    return session_id if isinstance(session_id, str) else None
+
+
 class SpillArea:
     """One row's private spill directory (``mkdtemp``, 0700), created on first use.
 
@@ -128,6 +141,11 @@ class SpillArea:
     files of the row together (``spillBudgetBytes``): every writer takes its bytes through
     :meth:`reserve` first, so a run of noisy calls cannot fill the disk (without it, a dozen
     read-only calls wrote ~350 MiB). What the budget refuses is discarded and the file says so.
+
+    Every file is recorded under its owner (a session id, :func:`spill_owner`); :meth:`release`
+    deletes one owner's files and gives their bytes back to the budget. The row calls it on
+    ``session/disposed``, the one event every session crosses when it leaves the process, so a
+    long-lived row (``dsh serve``) keeps only the files of the sessions it is running.
     """
 
     def __init__(self, base: str | None, cap: int, budget: int | None = None) -> None:
@@ -139,6 +157,8 @@ class SpillArea:
         self._dir_fd: int | None = None
         self._count = itertools.count(1)
         self._lock = threading.Lock()
+        #: owner (a session id; None: no session) -> the names of its files in the directory
+        self._owned: dict[str | None, list[str]] = {}
 
     def reserve(self, size: int) -> int:
         """Take up to ``size`` bytes of the row's spill budget; returns how many were granted
@@ -153,8 +173,11 @@ class SpillArea:
         with self._lock:
             return self.budget is not None and self.spent >= self.budget
 
-    def open(self, call_id: str, label: str) -> tuple[int, str] | None:
-        """A new spill file for one output of one call: (descriptor, path), or None."""
+    def open(
+        self, call_id: str, label: str, owner: str | None = None
+    ) -> tuple[int, str] | None:
+        """A new spill file for one output of one call of ``owner``'s session: (descriptor,
+        path), or None."""
         if self.base is None:
             return None
         with self._lock:
@@ -169,9 +192,36 @@ class SpillArea:
         name = f"{number}-{safe_id}.{label}"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
+        with self._lock:
+            if self._dir_fd == dir_fd:
+                self._owned.setdefault(owner, []).append(name)
         return fd, os.path.join(directory, name)
 
-    def save_text(self, call_id: str, label: str, text: str) -> str | None:
+    def release(self, owner: str | None) -> int:
+        """Delete the files of ``owner`` and give their bytes back to the budget; returns how
+        many were deleted. Idempotent; a file already gone is skipped."""
+        with self._lock:
+            names = self._owned.pop(owner, [])
+            dir_fd = self._dir_fd
+        if dir_fd is None:
+            return 0
+        removed = 0
+        freed = 0
+        for name in names:
+            try:
+                size = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_size
+                os.unlink(name, dir_fd=dir_fd)
+            except OSError:
+                continue
+            removed += 1
+            freed += size
+        with self._lock:
+            self.spent = max(0, self.spent - freed)
+        return removed
+
+    def save_text(
+        self, call_id: str, label: str, text: str, owner: str | None = None
+    ) -> str | None:
         """Write ``text`` to a new spill file (up to ``maxSpillBytes``, then the capped marker;
         past the row's budget, the budget marker) and return its path; None when nothing could
         be saved (no area, a spent budget, a refused create, a full disk: saving is best-effort,
@@ -179,7 +229,7 @@ class SpillArea:
         if self.exhausted():
             return None
         try:
-            opened = self.open(call_id, label)
+            opened = self.open(call_id, label, owner)
         except OSError:
             return None
         if opened is None:
@@ -227,6 +277,7 @@ class SpillArea:
             shutil.rmtree(path, ignore_errors=True)
         with self._lock:
             self.spent = 0
+            self._owned.clear()
 
 
 def _cut_head(data: bytes, size: int) -> bytes:
@@ -318,7 +369,7 @@ def bound_results(ctx: Context, area: SpillArea, cap: int) -> None:
             return decision  # fits (a UTF-8 character is at most 4 bytes): nothing to save
 
         def save(full: str) -> str | None:
-            return area.save_text(execution.call_id, "result.txt", full)
+            return area.save_text(execution.call_id, "result.txt", full, spill_owner(execution))
 
         def unsaved(omitted: int) -> str:
             return unsaved_notice(omitted, area.budget)

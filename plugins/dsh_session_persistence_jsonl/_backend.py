@@ -57,6 +57,7 @@ from ._codec import (
     header_json_bytes,
     pack_source_seqs,
 )
+from ._follow import Fallback, LogFollower
 from ._frames import compress_frame
 from ._lock import LOCK_NAME, SessionLock, held_by_text, lock_holder
 from ._migrate import migrate_to_current, publish_generation, publish_v4
@@ -294,6 +295,8 @@ class JsonlStorage:
             raise NotADirectoryError(f'session root "{self.root}" exists and is not a directory')
         self.compression: Compression = compression
         self._root_checked = False
+        #: Per-session cursors of :meth:`read_from` (reads only what was appended).
+        self._follower = LogFollower()
 
     # -- paths
 
@@ -516,6 +519,67 @@ class JsonlStorage:
     async def load(self, session_id: str) -> SessionLoad:
         artifact, header, events = await anyio.to_thread.run_sync(self._read_sync, session_id)
         return self._load(artifact, header, events)
+
+    async def read_from(
+        self, session_id: str, from_seq: int, limit: int | None = None
+    ) -> tuple[SessionEvent, ...]:
+        """The stored events with ``seq >= from_seq`` (at most ``limit``), reading only the
+        bytes appended since this storage last read the log (:mod:`._follow`); a log the
+        quick path cannot decide (damage, a torn tail, an older format) is read whole."""
+        return await anyio.to_thread.run_sync(self._read_from_sync, session_id, from_seq, limit)
+
+    def _read_from_sync(
+        self, session_id: str, from_seq: int, limit: int | None
+    ) -> tuple[SessionEvent, ...]:
+        found = self.find(session_id)
+        if found is None:
+            self._follower.forget(session_id)
+            raise SessionNotFoundError(f'session "{session_id}" not found')
+        path = found[1][-1][1]
+        try:
+            return tuple(
+                self._follower.read(session_id, path, self.compression, from_seq, limit)
+            )
+        except (Fallback, FileNotFoundError):
+            self._follower.forget(session_id)
+        artifact, header, events = self._read_sync(session_id)
+        stop = None if limit is None else from_seq + limit
+        return self._load(artifact, header, events[from_seq:stop]).events
+
+    async def next_seq(self, session_id: str) -> int:
+        """The seq after the last complete stored event (a new follower's start), from the
+        cursor: only the bytes appended since the last read are read."""
+        return await anyio.to_thread.run_sync(self._next_seq_sync, session_id)
+
+    def _next_seq_sync(self, session_id: str) -> int:
+        found = self.find(session_id)
+        if found is None:
+            self._follower.forget(session_id)
+            raise SessionNotFoundError(f'session "{session_id}" not found')
+        try:
+            return self._follower.next_seq(session_id, found[1][-1][1], self.compression)
+        except (Fallback, FileNotFoundError):
+            self._follower.forget(session_id)
+        artifact, _header, events = self._read_sync(session_id)
+        return len(events) - (artifact.torn.recovered if artifact.torn is not None else 0)
+
+    async def walked_tail(self, session_id: str) -> tuple[int | None, ArtifactLocation | None]:
+        """After a walk of the log with :meth:`read_from` to its end: how many bytes follow the
+        last complete record it read (0: none, the log ends at a record; more: an append in
+        progress or a torn tail, which only a full read classifies; None: unknown) and where
+        the log is. ``dsh sessions verify`` reads a whole log this way, in pages."""
+        return await anyio.to_thread.run_sync(self._walked_tail_sync, session_id)
+
+    def _walked_tail_sync(self, session_id: str) -> tuple[int | None, ArtifactLocation | None]:
+        found = self.find(session_id)
+        if found is None:
+            return None, None
+        path = found[1][-1][1]
+        try:
+            trailing = self._follower.trailing(session_id, path)
+        except FileNotFoundError:
+            trailing = None
+        return trailing, ArtifactLocation("jsonl", path)
 
     async def current_revision(self, session_id: str) -> str | None:
         """The revision of the session's newest generation now (None: no log): a look-up and

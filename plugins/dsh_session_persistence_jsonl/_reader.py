@@ -121,6 +121,9 @@ class LineScanner:
         self.path = path
         self.typed = typed and version == CURRENT_VERSION
         self.events: list[StoredRow] = []
+        #: The seq of ``events[0]``: 0 for a read from the header; a follower that drains
+        #: ``events`` as it goes (``_follow``) advances it by what it took.
+        self.first_seq = 0
         #: Parallel to ``events``: True when the event's row came straight from the
         #: parser and holds no long digit run, so its ``data`` needs no lossless-JSON
         #: walk (``decode_event(parsed_plain=True)``); v0 expansions are never marked.
@@ -253,7 +256,7 @@ class LineScanner:
                 raise issue from None
             self.issue = issue
             return
-        expected = len(self.events)
+        expected = self.first_seq + len(self.events)
         for k, event in enumerate(decoded):
             if event["seq"] != expected + k:
                 issue = self._problem(
@@ -294,7 +297,7 @@ class LineScanner:
         if self.issue is not None:
             self._after_issue(closes_turn)
             return
-        expected = len(self.events)
+        expected = self.first_seq + len(self.events)
         if event.seq != expected:
             issue = self._problem(
                 f"corrupt session log: seq gap in committed region at line {self._line} "

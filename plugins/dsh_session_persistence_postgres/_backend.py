@@ -181,7 +181,7 @@ class PostgresStorage:
         self._sql_header = sql.SQL("SELECT header FROM {s}.sessions WHERE id = %s").format(s=s)
         self._sql_events = sql.SQL(
             "SELECT seq, event::text FROM {s}.events WHERE session_id = %s AND seq >= %s "
-            "ORDER BY seq"
+            "ORDER BY seq LIMIT %s"  # LIMIT NULL: all of them
         ).format(s=s)
         self._sql_exists = sql.SQL("SELECT 1 FROM {s}.sessions WHERE id = %s").format(s=s)
         self._sql_list = sql.SQL(
@@ -342,13 +342,19 @@ class PostgresStorage:
     # -- reading
 
     def _fetch_sync(
-        self, conn: psycopg.Connection[Any], session_id: str, from_seq: int = 0
+        self,
+        conn: psycopg.Connection[Any],
+        session_id: str,
+        from_seq: int = 0,
+        limit: int | None = None,
     ) -> tuple[SessionHeader, list[SessionEvent]]:
         row = conn.execute(self._sql_header, (session_id,)).fetchone()
         if row is None:
             raise SessionNotFoundError(f'session "{session_id}" not found')
         header = self._decode_header(session_id, row[0])
-        rows = conn.execute(self._sql_events, (session_id, from_seq), prepare=True).fetchall()
+        rows = conn.execute(
+            self._sql_events, (session_id, from_seq, limit), prepare=True
+        ).fetchall()
         return header, self._decode_events(session_id, rows, from_seq)
 
     def _load(self, header: SessionHeader, events: list[SessionEvent]) -> SessionLoad:
@@ -495,10 +501,15 @@ class PostgresStorage:
         header, events = await self._db(lambda conn: self._fetch_sync(conn, session_id))
         return self._load(header, events)
 
-    async def read_from(self, session_id: str, from_seq: int) -> tuple[SessionEvent, ...]:
-        """Stored events with ``seq >= from_seq`` (only those rows are fetched)."""
+    async def read_from(
+        self, session_id: str, from_seq: int, limit: int | None = None
+    ) -> tuple[SessionEvent, ...]:
+        """Stored events with ``seq >= from_seq``, at most ``limit`` (only those rows are
+        fetched)."""
         await self.ensure_schema()
-        _header, events = await self._db(lambda conn: self._fetch_sync(conn, session_id, from_seq))
+        _header, events = await self._db(
+            lambda conn: self._fetch_sync(conn, session_id, from_seq, limit)
+        )
         return tuple(events)
 
     async def current_revision(self, session_id: str) -> str | None:

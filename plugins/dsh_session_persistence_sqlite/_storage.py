@@ -468,7 +468,8 @@ class SqliteStorage:
     # -- reads
 
     def _read_sync(
-        self, conn: sqlite3.Connection, session_id: str, from_seq: int = 0
+        self, conn: sqlite3.Connection, session_id: str, from_seq: int = 0,
+        limit: int | None = None,
     ) -> SessionLoad:
         where = self.where(session_id)
         conn.execute("BEGIN")  # one snapshot for the header and the events
@@ -477,8 +478,9 @@ class SqliteStorage:
             if row is None:
                 raise SessionNotFoundError(f'session "{session_id}" not found')
             rows = conn.execute(
-                "SELECT seq, event FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq",
-                (session_id, from_seq),
+                "SELECT seq, event FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq "
+                "LIMIT ?",  # -1: all of them
+                (session_id, from_seq, -1 if limit is None else limit),
             ).fetchall()
         finally:
             conn.execute("COMMIT")
@@ -494,9 +496,13 @@ class SqliteStorage:
     async def load(self, session_id: str) -> SessionLoad:
         return await self._run("reader", lambda conn: self._read_sync(conn, session_id))
 
-    async def read_from(self, session_id: str, from_seq: int) -> tuple[SessionEvent, ...]:
-        """Only the rows from ``from_seq`` on are read."""
-        load = await self._run("reader", lambda conn: self._read_sync(conn, session_id, from_seq))
+    async def read_from(
+        self, session_id: str, from_seq: int, limit: int | None = None
+    ) -> tuple[SessionEvent, ...]:
+        """Only the rows from ``from_seq`` on are read (at most ``limit`` of them)."""
+        load = await self._run(
+            "reader", lambda conn: self._read_sync(conn, session_id, from_seq, limit)
+        )
         return load.events
 
     async def current_revision(self, session_id: str) -> str | None:

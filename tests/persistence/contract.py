@@ -142,6 +142,9 @@ async def test_read_from_gives_the_suffix_and_follows_appends(
         async with backend_of(backend_factory) as follower:
             assert wire(await follower.read_from("follow", 0)) == plain(events[:5])
             assert wire(await follower.read_from("follow", 3)) == plain(events[3:5])
+            # A page: at most ``limit`` events (a reader walking a long log holds one page).
+            assert wire(await follower.read_from("follow", 1, limit=2)) == plain(events[1:3])
+            assert wire(await follower.read_from("follow", 4, limit=9)) == plain(events[4:5])
             for _ in range(2):
                 assert await follower.read_from("follow", 5) == ()
             assert await follower.read_from("follow", 10_000) == ()

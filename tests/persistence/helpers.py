@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 T0 = 1_789_200_000_000
@@ -138,3 +139,16 @@ def log(turns: int, *, tools: int = 1, last_closed: bool = True) -> list[dict[st
 def plain(value: Any) -> Any:
     """A JSON round trip: tuples become lists, so wire values compare with ``==``."""
     return json.loads(json.dumps(value))
+
+
+def noisy(events: list[dict[str, Any]], size: int) -> list[dict[str, Any]]:
+    """``events`` with each user prompt replaced by ``2 * size`` characters of random hex
+    (zstd cannot shrink it below about half, so a log of a few hundred turns is megabytes
+    either way)."""
+    out = []
+    for event in events:
+        if event["type"] == "user/message":
+            text = os.urandom(size).hex()
+            event = {**event, "data": {**event["data"], "content": [{"type": "text", "text": text}]}}
+        out.append(event)
+    return out

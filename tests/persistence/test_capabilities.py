@@ -40,6 +40,7 @@ def capabilities(storage: object) -> set[str]:
 def test_the_shipped_storages_declare_what_they_can_do(tmp_path: Path) -> None:
     assert capabilities(MemoryStorage()) == set()
     assert capabilities(JsonlStorage(str(tmp_path / "jsonl"))) == {
+        "SupportsReadFrom",  # reads only the appended bytes (docs/format.md §5.3)
         "SupportsCurrentRevision",
         "SupportsHeldBy",
         "SupportsRoot",

@@ -19,6 +19,7 @@ from dsh_llm_openai_compatible.serialize import serialize_messages
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
 from dsh_session_persistence_jsonl._frames import decompress_frame, scan_frames
 
+from dsh_host.llm import LlmError
 from dsh_host.session import persistence as persistence_errors
 from dsh_host.session.events import event_to_builtins
 from dsh_host.session.session import derive_messages_from_events
@@ -75,7 +76,15 @@ async def test_an_open_shape_reads_back_losslessly_and_projects_as_dsh_does(
     load = await (await backend.open(sid, "read")).read()
     assert [plain(event_to_builtins(e)) for e in load.events] == expected["events"]
     assert load.torn_tail is None and load.closers == ()
-    assert serialize_messages(derive_messages_from_events(load.events)) == expected["model"]
+    messages = derive_messages_from_events(load.events)
+    if sid == "content-file-block":
+        # DSH's chat projection drops a file it stored elsewhere (a reference without bytes);
+        # dsh refuses to send a prompt without its attachment (D29 in docs/decisions.md).
+        with pytest.raises(LlmError, match="has no bytes in the log") as refused:
+            serialize_messages(messages)
+        assert refused.value.code == "UNSUPPORTED_CONTENT"
+    else:
+        assert serialize_messages(messages) == expected["model"]
     # a write handle opens it too (DSH's rules accept it), and appending keeps it readable
     handle = await backend.open(sid, "write")
     await handle.close()
