@@ -193,6 +193,18 @@ class Context:
         self._fiber = fiber
 
     # -- services ---------------------------------------------------------
+    def row_configs(self, *plugin_names: str) -> list[Any]:
+        """The validated configs of this host's rows of ``plugin_names``, in mount order.
+
+        Only rows mounted so far are listed (rows mount in composition order). A plugin
+        that must not be wider than another row reads that row's config here (D22).
+        """
+        return [
+            fiber.config
+            for fiber in self._host.fibers
+            if fiber.plugin_name in plugin_names and fiber.config is not None
+        ]
+
     @overload
     def provide(self, key: ServiceKey[T], value: T) -> Disposer: ...
     @overload
@@ -270,9 +282,7 @@ class Context:
     @overload
     def on(self, event: EventKey[L], handler: L, *, prepend: bool = False) -> Disposer: ...
     @overload
-    def on(
-        self, event: str, handler: Callable[..., Any], *, prepend: bool = False
-    ) -> Disposer: ...
+    def on(self, event: str, handler: Callable[..., Any], *, prepend: bool = False) -> Disposer: ...
     def on(self, event: EventSpec | str, handler: Any, *, prepend: bool = False) -> Disposer:
         """Listen to ``event``; the listener is removed when this plugin is disposed."""
         fiber = self._fiber
@@ -361,8 +371,9 @@ class Context:
                 except DshError as exc:
                     # A user-facing condition (a database that cannot be reached, say): its
                     # message names it and says what to do; a traceback would bury it.
-                    log.error("background task %s of %s failed: %s", name or fn,
-                              fiber and fiber.id, exc)
+                    log.error(
+                        "background task %s of %s failed: %s", name or fn, fiber and fiber.id, exc
+                    )
                 except Exception:
                     log.exception("background task %s of %s failed", name or fn, fiber and fiber.id)
                 finally:
@@ -490,8 +501,11 @@ class Host:
         fiber.state = FiberState.ACTIVE
         self._activation_order.append(fiber)
         log.info(
-            "row %r (%s) active; provides: %s; hooks: %s", fiber.id, fiber.plugin_name,
-            ", ".join(fiber.provides) or "-", ", ".join(sorted(set(fiber.hooks))) or "-",
+            "row %r (%s) active; provides: %s; hooks: %s",
+            fiber.id,
+            fiber.plugin_name,
+            ", ".join(fiber.provides) or "-",
+            ", ".join(sorted(set(fiber.hooks))) or "-",
         )
 
     def _call_apply(self, fiber: Fiber) -> None:

@@ -121,6 +121,7 @@ SHIPPED_PLUGINS: Final[dict[str, DeclaredPlugin]] = {
     "skills": DeclaredPlugin("dsh_skills:Skills", inject=("tools",)),
     "hooks": _HOOKS,
     "hooks-claude-code": _HOOKS,
+    "subagents": DeclaredPlugin("dsh_subagents:Subagents", inject=("sessions", "tools", "agent")),
 }
 
 

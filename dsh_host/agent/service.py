@@ -15,14 +15,22 @@ that same write handle and **flushed**, so the repair is durable before the
 next model request. Then the live session is rebuilt from the stored events
 plus the closers and published; the persistence backend adopts the handle it
 already opened. Turn numbers continue from the log.
+
+A plugin that knows more about a call than the log alone says (a delegating call whose child
+session holds its answer, D22 in docs/decisions.md) refines the closers with
+:meth:`AgentService.repair_refiner`; the refined closers are checked here, the one place every
+resume crosses, so a refiner can only replace a ``tool/result`` closer by another result for the
+same call at the same seq, never add, drop or reorder one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
+from dsh_host.session.events import SessionEvent, ToolResultData
 from dsh_host.session.keys import SESSIONS
 from dsh_host.session.repair import interrupted_turn_closers
 from dsh_host.session.session import Session
@@ -36,7 +44,12 @@ from .types import AgentOptions, AssembleContext
 if TYPE_CHECKING:
     from dsh_host.context import Context
 
-__all__ = ["AgentService"]
+__all__ = ["AgentService", "RepairRefiner"]
+
+#: ``refiner(session_id, events, closers) -> closers``: a resume's repair, refined (D22).
+RepairRefiner: TypeAlias = Callable[
+    [str, Sequence[SessionEvent], list[SessionEvent]], Awaitable[list[SessionEvent]]
+]
 
 RESUME_WITHOUT_PERSISTENCE = (
     "cannot resume: session persistence is not configured (load a dsh-session-persistence backend)"
@@ -51,6 +64,7 @@ class AgentService:
         self._defaults = defaults
         self.system_prompt = system_prompt
         self._agents: dict[str, Agent] = {}
+        self._refiners: list[RepairRefiner] = []
         system_prompt.variable("model", _model_variable)
         system_prompt.variable("cwd", _cwd_variable)
         # The approval service states its policy in the runtime context (order 115, DSH's
@@ -65,6 +79,37 @@ class AgentService:
             return ""
         text = describe(context.agent)
         return text if isinstance(text, str) else ""
+
+    # ------------------------------------------------------------------ repair
+    def repair_refiner(
+        self, refiner: RepairRefiner, *, owner: Context | None = None
+    ) -> Callable[[], None]:
+        """Let ``refiner`` refine the closers of every resume (D22); returns a disposer.
+
+        The refiner may do its own durable work first (repair a child session it owns) and
+        returns the closers to append: the same list, or one in which a ``tool/result``
+        closer is replaced by another ``tool/result`` for the same call at the same seq.
+        Anything else is refused by :meth:`resume` before a byte is written.
+        """
+        self._refiners.append(refiner)
+
+        def remove() -> None:
+            if refiner in self._refiners:
+                self._refiners.remove(refiner)
+
+        if owner is not None:
+            owner.effect(remove, "agent repair refiner")
+        return remove
+
+    async def refine_closers(
+        self, session_id: str, events: Sequence[SessionEvent], closers: list[SessionEvent]
+    ) -> list[SessionEvent]:
+        """``closers`` after every registered refiner, each result checked (D22)."""
+        for refiner in list(self._refiners):
+            refined = await refiner(session_id, events, list(closers))
+            _check_refined(session_id, closers, refined)
+            closers = list(refined)
+        return closers
 
     # ------------------------------------------------------------------ creation
     def _options(self, overrides: dict[str, Any]) -> AgentOptions:
@@ -157,7 +202,9 @@ class AgentService:
         handle = await persistence.open(session_id, "write")
         try:
             load = await handle.read()
-            closers = interrupted_turn_closers(load.events)
+            closers = await self.refine_closers(
+                session_id, load.events, interrupted_turn_closers(load.events)
+            )
             if closers:
                 handle.append(closers)
             await handle.flush()  # the repair is durable before anything else happens
@@ -197,6 +244,37 @@ class AgentService:
         for agent in reversed(list(self._agents.values())):
             await agent.aclose()
         self._agents.clear()
+
+
+def _result_call(event: SessionEvent) -> str | None:
+    data = event.data
+    return data.message.source.call_id if isinstance(data, ToolResultData) else None
+
+
+def _check_refined(session_id: str, closers: Sequence[SessionEvent], refined: object) -> None:
+    """Refuse a refinement that is not a position-preserving replacement of results."""
+    where = f'repair of session "{session_id}"'
+    if not isinstance(refined, list) or not all(isinstance(e, SessionEvent) for e in refined):
+        raise ResumeError(f"{where}: a repair refiner must return a list of SessionEvent")
+    if len(refined) != len(closers):
+        raise ResumeError(
+            f"{where}: a repair refiner returned {len(refined)} closers for {len(closers)}; "
+            "it may replace a tool/result closer, never add or drop one"
+        )
+    for before, after in zip(closers, refined, strict=True):
+        if after is before:
+            continue
+        if (
+            before.type != "tool/result"
+            or after.type != "tool/result"
+            or after.seq != before.seq
+            or _result_call(after) != _result_call(before)
+        ):
+            raise ResumeError(
+                f"{where}: a repair refiner changed closer seq {before.seq} "
+                f"({before.type}); only a tool/result closer may be replaced, by a "
+                "tool/result for the same call at the same seq"
+            )
 
 
 def _model_variable(context: AssembleContext) -> str | None:
