@@ -282,7 +282,9 @@ class Context:
     @overload
     def on(self, event: EventKey[L], handler: L, *, prepend: bool = False) -> Disposer: ...
     @overload
-    def on(self, event: str, handler: Callable[..., Any], *, prepend: bool = False) -> Disposer: ...
+    def on(
+        self, event: str, handler: Callable[..., Any], *, prepend: bool = False
+    ) -> Disposer: ...
     def on(self, event: EventSpec | str, handler: Any, *, prepend: bool = False) -> Disposer:
         """Listen to ``event``; the listener is removed when this plugin is disposed."""
         fiber = self._fiber
@@ -371,9 +373,8 @@ class Context:
                 except DshError as exc:
                     # A user-facing condition (a database that cannot be reached, say): its
                     # message names it and says what to do; a traceback would bury it.
-                    log.error(
-                        "background task %s of %s failed: %s", name or fn, fiber and fiber.id, exc
-                    )
+                    log.error("background task %s of %s failed: %s", name or fn,
+                              fiber and fiber.id, exc)
                 except Exception:
                     log.exception("background task %s of %s failed", name or fn, fiber and fiber.id)
                 finally:
@@ -501,11 +502,8 @@ class Host:
         fiber.state = FiberState.ACTIVE
         self._activation_order.append(fiber)
         log.info(
-            "row %r (%s) active; provides: %s; hooks: %s",
-            fiber.id,
-            fiber.plugin_name,
-            ", ".join(fiber.provides) or "-",
-            ", ".join(sorted(set(fiber.hooks))) or "-",
+            "row %r (%s) active; provides: %s; hooks: %s", fiber.id, fiber.plugin_name,
+            ", ".join(fiber.provides) or "-", ", ".join(sorted(set(fiber.hooks))) or "-",
         )
 
     def _call_apply(self, fiber: Fiber) -> None:
