@@ -244,6 +244,9 @@ class Subagents(Plugin):
     """Entry point ``subagents``: the ``subagent`` tool and its crash repair (D22)."""
 
     name = "subagents"
+    #: ``ctx.subagents`` is this plugin; a repair-only boot (``dsh resume`` without a prompt)
+    #: keeps the rows that provide it, so the child is repaired there too.
+    provides = ("subagents",)
     inject = ("sessions", "tools", "agent")
     Config = SubagentsConfig
 
@@ -261,6 +264,7 @@ class Subagents(Plugin):
         tools.guard(self._guard, owner=ctx)
         ctx.on(SYSTEM_PROMPT_ASSEMBLE, self._assemble)
         ctx.service(AGENT).repair_refiner(self._refine, owner=ctx)
+        ctx.provide("subagents", self)
 
     # -- model-facing tool ----------------------------------------------------------------
     def _tool(self) -> ToolDefinition:

@@ -1,0 +1,250 @@
+"""Sub-agents across a SIGKILL: real ``dsh run`` processes, real stores, real ``dsh resume``.
+
+A parent delegates to two children in parallel (``alpha`` and ``beta``, each on its own scripted
+model route). The process kills itself (``crashpoints.py``) before the first child exists, inside
+a child's tool body, or after ``alpha`` finished but before the parent logged its result. Then
+``dsh resume`` of the parent, and both logs are read back with ``dsh sessions show --json``:
+every call in every log has exactly one result, every turn is closed, a completed child's answer
+is the parent's result, an interrupted child is reported with its id and what it did, and a child
+that never stored a turn is ``TOOL_NOT_STARTED``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+HERE = Path(__file__).resolve().parent
+DSH = [sys.executable, "-m", "dsh_host"]
+PARENT = "p1"
+
+PARENT_SCRIPT = {
+    "responses": [
+        {
+            "tool_calls": [
+                {
+                    "name": "subagent",
+                    "id": "d1",
+                    "arguments": {"agent": "alpha", "description": "first", "prompt": "do A"},
+                },
+                {
+                    "name": "subagent",
+                    "id": "d2",
+                    "arguments": {"agent": "beta", "description": "second", "prompt": "do B"},
+                },
+            ]
+        },
+        {"text": "parent done"},
+    ]
+}
+
+
+def _child_script(point: str, name: str) -> dict[str, Any]:
+    if name == "alpha" and point == "child-tool":
+        return {"responses": [{"tool_calls": [{"name": "crash", "id": "a1"}]}, {"text": "x"}]}
+    return {"responses": [{"text": f"answer {name[0].upper()}"}]}
+
+
+def _persistence(backend: str, root: Path) -> dict[str, Any]:
+    if backend == "jsonl":
+        return {
+            "id": "session-persistence",
+            "name": "session-persistence-jsonl",
+            "config": {"root": str(root)},
+        }
+    return {
+        "id": "session-persistence",
+        "name": "session-persistence-sqlite",
+        "config": {"root": str(root)},
+    }
+
+
+def _compose(tmp: Path, backend: str, point: str | None) -> Path:
+    scripts = {"parent": PARENT_SCRIPT}
+    for name in ("alpha", "beta"):
+        scripts[name] = _child_script(point or "", name)
+    for name, script in scripts.items():
+        (tmp / f"{name}.yml").write_text(yaml.safe_dump(script))
+    rows = [
+        {"id": "sessions", "name": "sessions"},
+        _persistence(backend, tmp / "store"),
+        {"id": "session-checkpoints", "name": "session-checkpoint-policy"},
+        {"id": "llm", "name": "llm"},
+        {
+            "id": "model-a",
+            "name": "llm-scripted",
+            "config": {"provider": "scripted-a", "path": str(tmp / "alpha.yml")},
+        },
+        {
+            "id": "model-b",
+            "name": "llm-scripted",
+            "config": {"provider": "scripted-b", "path": str(tmp / "beta.yml")},
+        },
+        {"id": "tools", "name": "tools"},
+        {
+            "id": "crash-points",
+            "name": "tests.subagents.crashpoints:CrashPoints",
+            "config": {"kill": point},
+        },
+        {
+            "id": "subagents",
+            "name": "subagents",
+            "config": {
+                "agents": [
+                    {
+                        "name": "alpha",
+                        "description": "does A",
+                        "provider": "scripted-a",
+                        "model": "scripted",
+                        "tools": ["crash"],
+                    },
+                    {
+                        "name": "beta",
+                        "description": "does B",
+                        "provider": "scripted-b",
+                        "model": "scripted",
+                        "tools": [],
+                    },
+                ]
+            },
+        },
+        {"id": "agent", "name": "agent"},
+    ]
+    path = tmp / "dsh.yml"
+    path.write_text(yaml.safe_dump(rows, sort_keys=False))
+    return path
+
+
+def _dsh(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(HERE.parents[1]), "DSH_SESSION_ROOT": str(tmp / "x")}
+    return subprocess.run(
+        [*DSH, *args], cwd=tmp, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def _events(tmp: Path, config: Path, session: str) -> list[dict[str, Any]] | None:
+    shown = _dsh(
+        tmp, "sessions", "show", session, "--config", str(config), "--view", "events", "--json"
+    )
+    if shown.returncode != 0:
+        assert "not found" in (shown.stderr + shown.stdout).lower(), shown.stderr
+        return None
+    return [json.loads(line) for line in shown.stdout.splitlines() if line.strip()]
+
+
+def _results(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """call id -> its tool/result data, after checking that every call has exactly one."""
+    calls = [
+        block["id"]
+        for e in events
+        if e["type"] == "assistant/message"
+        for block in e["data"]["message"]["content"]
+        if block["type"] == "tool-call"
+    ]
+    results: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        if e["type"] == "tool/result":
+            results.setdefault(e["data"]["message"]["source"]["callId"], []).append(e["data"])
+    assert sorted(results) == sorted(calls), (calls, list(results))
+    assert all(len(r) == 1 for r in results.values()), results
+    starts = Counter(e["type"] for e in events)
+    assert starts["turn/start"] == starts["turn/end"], "every turn is closed"
+    return results
+
+
+def _text(result: dict[str, Any]) -> str:
+    block = result["message"]["content"][0]
+    return "".join(part["text"] for part in block["content"] if part["type"] == "text")
+
+
+def _is_error(result: dict[str, Any]) -> bool:
+    return bool(result["message"]["content"][0].get("isError"))
+
+
+def _turn_end(events: list[dict[str, Any]]) -> str | None:
+    ends = [e["data"]["reason"]["kind"] for e in events if e["type"] == "turn/end"]
+    return ends[-1] if ends else None
+
+
+def _answer(events: list[dict[str, Any]]) -> str:
+    texts = [
+        part["text"]
+        for e in events
+        if e["type"] == "assistant/message"
+        for part in e["data"]["message"]["content"]
+        if part["type"] == "text"
+    ]
+    return texts[-1] if texts else ""
+
+
+BACKENDS = ["jsonl", "sqlite"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("point", ["before-child", "child-tool", "child-finished"])
+def test_resume_after_a_kill_balances_both_logs(tmp_path: Path, backend: str, point: str) -> None:
+    config = _compose(tmp_path, backend, point)
+    crashed = _dsh(
+        tmp_path,
+        "run",
+        "--config",
+        str(config),
+        "--model",
+        f"scripted:{tmp_path / 'parent.yml'}",
+        "--session",
+        PARENT,
+        "--new",
+        "go",
+    )
+    assert crashed.returncode == -9, (crashed.returncode, crashed.stdout, crashed.stderr)
+    assert f"kill {point}" in crashed.stdout
+    before = _events(tmp_path, config, PARENT)
+    assert before is not None
+    durable_calls = {e["data"]["callId"] for e in before if e["type"] == "tool/call"}
+    assert durable_calls == {"d1", "d2"}, "the checkpoint made both delegating calls durable"
+    assert not [e for e in before if e["type"] == "tool/result"]
+
+    resumed = _dsh(tmp_path, "resume", PARENT, "--config", str(config))
+    assert resumed.returncode == 0, (resumed.stdout, resumed.stderr)
+
+    parent = _events(tmp_path, config, PARENT)
+    assert parent is not None
+    results = _results(parent)
+    assert _turn_end(parent) == "interrupted"
+    for call_id, agent in (("d1", "alpha"), ("d2", "beta")):
+        child_id = f"{PARENT}--{call_id}"
+        child = _events(tmp_path, config, child_id)
+        result = results[call_id][0]
+        if child is None or not any(e["type"] == "turn/start" for e in child):
+            assert result["error"]["code"] == "TOOL_NOT_STARTED", result
+            assert child_id in _text(result)
+            continue
+        _results(child)  # the child's own calls are balanced too
+        if point == "before-child":
+            pytest.fail(f"no child turn can be durable before the first child exists: {child}")
+        if _turn_end(child) == "completed":
+            assert not _is_error(result) and "error" not in result
+            assert _text(result) == _answer(child) == f"answer {agent[0].upper()}"
+        else:
+            assert _turn_end(child) == "interrupted"
+            assert result["error"]["code"] == "TOOL_OUTCOME_UNKNOWN", result
+            assert child_id in _text(result)
+    if point == "before-child":
+        assert {r[0]["error"]["code"] for r in results.values()} == {"TOOL_NOT_STARTED"}
+    if point == "child-tool":
+        alpha = _events(tmp_path, config, f"{PARENT}--d1")
+        assert alpha is not None
+        (crash,) = _results(alpha)["a1"]
+        assert crash["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
+        text = _text(results["d1"][0])
+        assert "crash x1" in text and "interrupted" in text
+    if point == "child-finished":
+        assert _text(results["d1"][0]) == "answer A", "a finished child's answer is kept"
