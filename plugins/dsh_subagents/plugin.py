@@ -5,10 +5,11 @@ child agent in a **child session** of the same store and returns the child's fin
 
 1. the delegating call is a top-level tool body, so the checkpoint policy has flushed the
    parent's ``tool/call`` before the body runs (the child session does not exist yet);
-2. the child session is created with DSH's lineage header (``parentSession``,
+2. the child session is created (and flushed) with DSH's lineage header (``parentSession``,
    ``origin: subagent``, ``delegationDepth``) under the id ``<parent>--<call id>``; its log
    opens with an ``ignorable`` ``dsh-subagents/delegation`` event (parent, call id, agent) and
-   DSH's ``subagent/descriptor``; the parent's log gets DSH's ``subagent/catalog`` fact;
+   DSH's ``subagent/descriptor``; the parent's log gets DSH's ``subagent/catalog`` fact,
+   flushed before the child's first request;
 3. the child agent runs one turn (its own checkpoints flush its own log), is flushed, detached;
 4. its last assistant text is the tool result (an error result when the turn did not complete).
 
@@ -337,6 +338,10 @@ class Subagents(Plugin):
                 "label": label,
             },
         )
+        # The child exists on disk before the parent's catalog names it, and the catalog is
+        # durable before the child's first request: a crash never leaves a fact without its
+        # child, nor a running child its parent cannot list.
+        await store.flush(child_session)
         parent_session.append(
             "subagent/catalog",
             {
@@ -347,6 +352,7 @@ class Subagents(Plugin):
                 "label": label,
             },
         )
+        await store.flush(parent_session)
         options = getattr(parent, "options", None)
         provider = declared.provider or getattr(options, "provider", None)
         model = declared.model or getattr(options, "model", None)

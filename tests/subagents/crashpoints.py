@@ -5,8 +5,11 @@ SIGKILLs the process: "inside a child's tool body") and, for the other points, w
 of the running process so that it SIGKILLs itself at that moment:
 
 ``before-child``
-    the first child agent is about to be created: its session exists in memory only (no child
-    event durable), the parent's ``tool/call`` was flushed by the checkpoint policy;
+    the first child session is about to be created: nothing of it exists, the parent's
+    ``tool/call`` was flushed by the checkpoint policy;
+``child-stored``
+    the first child session and the parent's catalog fact are durable, the child agent is
+    about to run its turn (no child turn is stored);
 ``child-finished``
     the child ``alpha`` finished and was flushed, the parent has not logged its result.
 
@@ -26,6 +29,7 @@ from dsh_subagents.plugin import Subagents
 from dsh_host.agent.service import AgentService
 from dsh_host.context import Context
 from dsh_host.plugin import Plugin
+from dsh_host.session.store import SessionStore
 from dsh_host.tools import ToolDefinition, ToolExecution, text_output
 from dsh_host.tools.keys import TOOLS
 
@@ -61,12 +65,21 @@ class CrashPoints(Plugin):
             owner=ctx,
         )
         if config.kill == "before-child":
+            store_create = SessionStore.create
+
+            def die_before_child(self: SessionStore, *args: Any, **kwargs: Any) -> Any:
+                if (kwargs.get("meta") or {}).get("origin") == "subagent":
+                    die("before-child")
+                return store_create(self, *args, **kwargs)
+
+            SessionStore.create = die_before_child  # type: ignore[method-assign]
+        elif config.kill == "child-stored":
             create = AgentService.create
 
             def create_then_die(self: AgentService, **kwargs: Any) -> Any:
                 session = kwargs.get("session")
                 if session is not None and session.header.parent_session:
-                    die("before-child")
+                    die("child-stored")
                 return create(self, **kwargs)
 
             AgentService.create = create_then_die  # type: ignore[method-assign]

@@ -189,7 +189,7 @@ BACKENDS = ["jsonl", "sqlite"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("point", ["before-child", "child-tool", "child-finished"])
+@pytest.mark.parametrize("point", ["before-child", "child-stored", "child-tool", "child-finished"])
 def test_resume_after_a_kill_balances_both_logs(tmp_path: Path, backend: str, point: str) -> None:
     config = _compose(tmp_path, backend, point)
     crashed = _dsh(
@@ -228,8 +228,8 @@ def test_resume_after_a_kill_balances_both_logs(tmp_path: Path, backend: str, po
             assert child_id in _text(result)
             continue
         _results(child)  # the child's own calls are balanced too
-        if point == "before-child":
-            pytest.fail(f"no child turn can be durable before the first child exists: {child}")
+        if point in ("before-child", "child-stored"):
+            pytest.fail(f"no child turn can be durable before the first child runs: {child}")
         if _turn_end(child) == "completed":
             assert not _is_error(result) and "error" not in result
             assert _text(result) == _answer(child) == f"answer {agent[0].upper()}"
@@ -237,8 +237,15 @@ def test_resume_after_a_kill_balances_both_logs(tmp_path: Path, backend: str, po
             assert _turn_end(child) == "interrupted"
             assert result["error"]["code"] == "TOOL_OUTCOME_UNKNOWN", result
             assert child_id in _text(result)
-    if point == "before-child":
+    if point in ("before-child", "child-stored"):
         assert {r[0]["error"]["code"] for r in results.values()} == {"TOOL_NOT_STARTED"}
+    catalog = {e["data"]["childId"] for e in parent if e["type"] == "subagent/catalog"}
+    for child_id in catalog:  # a durable catalog fact always has its child stored
+        assert _events(tmp_path, config, child_id) is not None, child_id
+    if point == "child-stored":
+        assert catalog, "the catalog fact is durable before the child runs"
+    if point != "before-child":
+        assert catalog, "a child that ran is listed in its parent's catalog"
     if point == "child-tool":
         alpha = _events(tmp_path, config, f"{PARENT}--d1")
         assert alpha is not None
