@@ -226,7 +226,7 @@ async def test_cancelling_the_parent_cancels_the_child(tmp_path: Path) -> None:
     started = anyio.Event()
 
     @tool
-    def ready() -> str:
+    async def ready() -> str:  # async: it runs on the event loop, where the Event lives
         """Say the child is running."""
         started.set()
         return "ok"
