@@ -63,12 +63,14 @@ from dsh_host.sandbox import (
     SandboxMode,
     SandboxUnavailableError,
     allowed_environment,
+    capped_mode,
 )
 from dsh_host.session.messages import ContentBlock, TextBlock
 from dsh_host.spawn import FdReceiveStream, SpawnedProcess, open_process
 from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, ToolOutput
 from dsh_host.tools.escalation import (
     ESCALATION_TARGETS,
+    SandboxEscalationError,
     approve_escalation,
     check_escalation_available,
     escalation_hint_marker,
@@ -646,16 +648,24 @@ def bash_tool(
         return confined
 
     async def call_mode_of(args: Any, exec: ToolExecution) -> SandboxMode:
-        """The mode this one call runs under: the row's, or an approved wider one (escalation)."""
+        """The mode this one call runs under: the row's (at most the calling sub-agent's
+        ceiling, D22), or an approved wider one (escalation, never past that ceiling)."""
+        standing = capped_mode(mode, exec.agent)
         requested = args.get("sandbox_permissions")
         if requested is None:
-            return mode
+            return standing
         check_escalation_available(escalation)
+        if capped_mode(str(requested), exec.agent) != requested:  # type: ignore[arg-type]
+            raise SandboxEscalationError(
+                f'sandbox escalation to "{requested}" is wider than this sub-agent\'s ceiling '
+                f'"{standing}": a sub-agent never runs wider than its parent allowed',
+                "not-wider",
+            )
         return await approve_escalation(
             ctx.get("approval"),
             requested_mode=str(requested),
             justification=str(args["justification"]),
-            effective_mode=mode,
+            effective_mode=standing,
             agent=exec.agent,
             call_id=exec.call_id,
             tool_name="bash",

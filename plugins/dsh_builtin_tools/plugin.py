@@ -6,7 +6,12 @@ import os
 
 from dsh_host.context import Context
 from dsh_host.plugin import Plugin
-from dsh_host.sandbox import SandboxPolicy, confined_writable_roots, harness_state_conflict
+from dsh_host.sandbox import (
+    SandboxPolicy,
+    capped_mode,
+    confined_writable_roots,
+    harness_state_conflict,
+)
 from dsh_host.tools import ToolExecution
 from dsh_host.tools.keys import TOOLS
 
@@ -51,7 +56,9 @@ class BuiltinTools(Plugin):
         root = workspace_root(ctx, workspace)
 
         async def row_policy(exec: ToolExecution) -> SandboxPolicy:
-            return await tool_policy(config, workspace, config.sandbox, exec)
+            # a sub-agent's ceiling narrows the row's mode (D22)
+            mode = capped_mode(config.sandbox, exec.agent)
+            return await tool_policy(config, workspace, mode, exec)
 
         tools.register(read_file_tool(config, root, spill), owner=ctx)
         tools.register(write_file_tool(config, root, row_policy), owner=ctx)

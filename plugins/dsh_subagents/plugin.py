@@ -32,6 +32,7 @@ from dsh_host.agent.prompt import PERSONA_SECTION
 from dsh_host.agent.types import AssembleContext, AssembledSection, PromptAssembly
 from dsh_host.context import Context
 from dsh_host.plugin import Plugin
+from dsh_host.sandbox import capped_mode
 from dsh_host.session.events import (
     AssistantMessageData,
     SessionEvent,
@@ -363,6 +364,12 @@ class Subagents(Plugin):
                 model=model,
                 max_steps_per_turn=declared.max_steps,
             )
+            # Never wider than the parent (D22): the declared mode, under the parent's own cap.
+            parent_cap = getattr(parent, "sandbox_cap", None)
+            cap = declared.sandbox or parent_cap
+            if declared.sandbox is not None and parent_cap is not None:
+                cap = capped_mode(declared.sandbox, parent)
+            child.sandbox_cap = cap
             self._children[child.id] = declared
             try:
                 reason = await child.run_turn(args["prompt"], signal=exec.signal)

@@ -341,3 +341,61 @@ async def test_a_refiner_may_only_replace_a_result_in_place(tmp_path: Path) -> N
             with pytest.raises(ResumeError, match="repair refiner"):
                 await service.refine_closers("s", [], closers)
             undo()
+
+
+async def test_a_narrower_child_runs_bash_under_its_own_mode(tmp_path: Path) -> None:
+    workspace = tmp_path / "w"
+    workspace.mkdir()
+
+    def bash(call_id: str, command: str) -> dict[str, Any]:
+        return {"name": "bash", "id": call_id, "arguments": {"command": command}}
+
+    parent = _script(
+        tmp_path / "parent.yml",
+        [
+            {"tool_calls": [bash("p1", "touch by-parent")]},
+            {"tool_calls": [_delegate("d1", "reader")]},
+            {"text": "done"},
+        ],
+    )
+    rows = [
+        _model_row(
+            tmp_path,
+            "scripted-r",
+            [
+                {"tool_calls": [bash("c1", "touch by-child")]},
+                # an escalation past the ceiling is refused before anything runs
+                {
+                    "tool_calls": [
+                        {
+                            "name": "bash",
+                            "id": "c2",
+                            "arguments": {
+                                "command": "touch escalated",
+                                "sandbox_permissions": "workspace-write",
+                                "justification": "needs to write",
+                            },
+                        }
+                    ]
+                },
+                {"text": "tried"},
+            ],
+        ),
+        _agents(_child("reader", "scripted-r", tools=["bash"], sandbox="read-only")),
+    ]
+    async with Agent(
+        model=f"scripted:{parent}",
+        store=tmp_path / "s",
+        sandbox="workspace-write",
+        workspace=workspace,
+        approval=lambda request: True,
+        rows=rows,
+    ) as agent:
+        await agent.run("go")
+        child = await _stored(agent, f"{agent.session_id}--d1")
+    assert (workspace / "by-parent").exists(), "the parent writes under workspace-write"
+    assert not (workspace / "by-child").exists(), "the read-only child cannot"
+    assert not (workspace / "escalated").exists()
+    results = _texts(child)
+    assert "[sandbox: file access denied under read-only mode]" in results["c1"][1]
+    assert results["c2"][0] and "wider than this sub-agent's ceiling" in results["c2"][1]
