@@ -399,3 +399,35 @@ async def test_a_narrower_child_runs_bash_under_its_own_mode(tmp_path: Path) -> 
     results = _texts(child)
     assert "[sandbox: file access denied under read-only mode]" in results["c1"][1]
     assert results["c2"][0] and "wider than this sub-agent's ceiling" in results["c2"][1]
+
+
+async def test_a_child_stops_at_its_step_cap(tmp_path: Path) -> None:
+    @tool
+    async def noop() -> str:
+        """Do nothing."""
+        return "nothing"
+
+    parent = _script(
+        tmp_path / "parent.yml",
+        [
+            {"tool_calls": [_delegate("d1", "alpha")]},
+            {"text": "done"},
+        ],
+    )
+    loop = {"tool_calls": [{"name": "noop", "id": "n1"}]}
+    rows = [
+        _model_row(tmp_path, "scripted-a", [loop, {"text": "never reached"}]),
+        _agents(_child("alpha", "scripted-a", tools=["noop"], max_steps=1)),
+    ]
+    async with Agent(
+        model=f"scripted:{parent}", tools=[noop], store=tmp_path / "s", rows=rows
+    ) as agent:
+        await agent.run("go")
+        error, text = _results(agent.session)["d1"]
+        sid = agent.session_id
+        child = await _stored(agent, f"{sid}--d1")
+    assert error and 'ended its turn "max-turn-requests" without completing' in text
+    assert f"child session {sid}--d1" in text and "noop x1" in text
+    assert [type(e.data.reason).__name__ for e in child if e.type == "turn/end"] == [
+        "MaxTurnRequestsReason"
+    ]
