@@ -6,7 +6,7 @@ a child's tool body, or after ``alpha`` finished but before the parent logged it
 ``dsh resume`` of the parent, and both logs are read back with ``dsh sessions show --json``:
 every call in every log has exactly one result, every turn is closed, a completed child's answer
 is the parent's result, an interrupted child is reported with its id and what it did, and a child
-that never stored a turn is ``TOOL_NOT_STARTED``.
+that never stored a turn is ``TOOL_NOT_STARTED``. On JSONL, SQLite and PostgreSQL (a fresh schema each).
 """
 
 from __future__ import annotations
@@ -15,12 +15,16 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import yaml
+from psycopg import sql
 
 HERE = Path(__file__).resolve().parent
 DSH = [sys.executable, "-m", "dsh_host"]
@@ -53,7 +57,38 @@ def _child_script(point: str, name: str) -> dict[str, Any]:
     return {"responses": [{"text": f"answer {name[0].upper()}"}]}
 
 
-def _persistence(backend: str, root: Path) -> dict[str, Any]:
+#: The PostgreSQL server of the postgres suite (tests/postgres/conftest.py).
+PG_DSN = os.environ.get(
+    "DSH_TEST_POSTGRES_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=test"
+)
+
+
+@pytest.fixture
+def pg_schema(backend: str) -> Iterator[str | None]:
+    """A fresh schema for the postgres backend, dropped afterwards (None for the others)."""
+    if backend != "postgres":
+        yield None
+        return
+    try:
+        with psycopg.connect(PG_DSN, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as error:
+        pytest.skip(f"no PostgreSQL server answers at {PG_DSN!r} ({error})")
+    schema = f"dsh_t{uuid.uuid4().hex[:12]}_sub"
+    try:
+        yield schema
+    finally:
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def _persistence(backend: str, root: Path, schema: str | None = None) -> dict[str, Any]:
+    if backend == "postgres":
+        return {
+            "id": "session-persistence",
+            "name": "session-persistence-postgres",
+            "config": {"dsn": PG_DSN, "schema": schema},
+        }
     if backend == "jsonl":
         return {
             "id": "session-persistence",
@@ -67,7 +102,7 @@ def _persistence(backend: str, root: Path) -> dict[str, Any]:
     }
 
 
-def _compose(tmp: Path, backend: str, point: str | None) -> Path:
+def _compose(tmp: Path, backend: str, point: str | None, schema: str | None = None) -> Path:
     scripts = {"parent": PARENT_SCRIPT}
     for name in ("alpha", "beta"):
         scripts[name] = _child_script(point or "", name)
@@ -75,7 +110,7 @@ def _compose(tmp: Path, backend: str, point: str | None) -> Path:
         (tmp / f"{name}.yml").write_text(yaml.safe_dump(script))
     rows = [
         {"id": "sessions", "name": "sessions"},
-        _persistence(backend, tmp / "store"),
+        _persistence(backend, tmp / "store", schema),
         {"id": "session-checkpoints", "name": "session-checkpoint-policy"},
         {"id": "llm", "name": "llm"},
         {
@@ -185,13 +220,15 @@ def _answer(events: list[dict[str, Any]]) -> str:
     return texts[-1] if texts else ""
 
 
-BACKENDS = ["jsonl", "sqlite"]
+BACKENDS = ["jsonl", "sqlite", "postgres"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("point", ["before-child", "child-stored", "child-tool", "child-finished"])
-def test_resume_after_a_kill_balances_both_logs(tmp_path: Path, backend: str, point: str) -> None:
-    config = _compose(tmp_path, backend, point)
+def test_resume_after_a_kill_balances_both_logs(
+    tmp_path: Path, backend: str, point: str, pg_schema: str | None
+) -> None:
+    config = _compose(tmp_path, backend, point, pg_schema)
     crashed = _dsh(
         tmp_path,
         "run",
