@@ -292,3 +292,55 @@ def test_resume_after_a_kill_balances_both_logs(
         assert "crash x1" in text and "interrupted" in text
     if point == "child-finished":
         assert _text(results["d1"][0]) == "answer A", "a finished child's answer is kept"
+
+
+LIBRARY_RUN = """
+import sys
+import anyio
+from dsh_host import Agent
+
+async def main() -> None:
+    async with Agent(model="scripted:parent.yml", composition="dsh.yml") as agent:
+        if sys.argv[1] == "run":
+            await agent.run("go")
+        else:
+            await agent.resume(sys.argv[2])
+            print("repaired", len(agent.core.repairs))
+
+anyio.run(main)
+"""
+
+
+def test_agent_resume_keeps_a_finished_childs_answer(tmp_path: Path) -> None:
+    """The library's ``Agent.resume`` repairs through the same refiner as ``dsh resume``."""
+    config = _compose(tmp_path, "jsonl", "child-finished")
+    (tmp_path / "lib.py").write_text(LIBRARY_RUN)
+    env = {**os.environ, "PYTHONPATH": str(HERE.parents[1]), "DSH_SESSION_ROOT": str(tmp_path)}
+
+    def lib(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "lib.py", *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+
+    crashed = lib("run")
+    assert crashed.returncode == -9 and "kill child-finished" in crashed.stdout, crashed.stderr
+    listed = _dsh(tmp_path, "sessions", "list", "--config", str(config), "--json", "--fresh")
+    (parent_id,) = [
+        row["sessionId"]
+        for row in map(json.loads, listed.stdout.splitlines())
+        if row["parentSession"] is None
+    ]
+    resumed = lib("resume", parent_id)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "repaired 4" in resumed.stdout  # two results, step/end, turn/end
+    parent = _events(tmp_path, config, parent_id)
+    assert parent is not None
+    results = _results(parent)
+    assert _text(results["d1"][0]) == "answer A"
+    assert not _is_error(results["d1"][0])
