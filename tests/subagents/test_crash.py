@@ -54,6 +54,15 @@ PARENT_SCRIPT = {
 def _child_script(point: str, name: str) -> dict[str, Any]:
     if name == "alpha" and point == "child-tool":
         return {"responses": [{"tool_calls": [{"name": "crash", "id": "a1"}]}, {"text": "x"}]}
+    if name == "alpha" and point == "grandchild-tool":  # alpha delegates to gamma, which dies
+        call = {
+            "name": "subagent",
+            "id": "g1",
+            "arguments": {"agent": "gamma", "description": "deeper", "prompt": "do C"},
+        }
+        return {"responses": [{"tool_calls": [call]}, {"text": "x"}]}
+    if name == "gamma":
+        return {"responses": [{"tool_calls": [{"name": "crash", "id": "c1"}]}, {"text": "x"}]}
     return {"responses": [{"text": f"answer {name[0].upper()}"}]}
 
 
@@ -104,7 +113,7 @@ def _persistence(backend: str, root: Path, schema: str | None = None) -> dict[st
 
 def _compose(tmp: Path, backend: str, point: str | None, schema: str | None = None) -> Path:
     scripts = {"parent": PARENT_SCRIPT}
-    for name in ("alpha", "beta"):
+    for name in ("alpha", "beta", "gamma"):
         scripts[name] = _child_script(point or "", name)
     for name, script in scripts.items():
         (tmp / f"{name}.yml").write_text(yaml.safe_dump(script))
@@ -123,6 +132,11 @@ def _compose(tmp: Path, backend: str, point: str | None, schema: str | None = No
             "name": "llm-scripted",
             "config": {"provider": "scripted-b", "path": str(tmp / "beta.yml")},
         },
+        {
+            "id": "model-c",
+            "name": "llm-scripted",
+            "config": {"provider": "scripted-c", "path": str(tmp / "gamma.yml")},
+        },
         {"id": "tools", "name": "tools"},
         {
             "id": "crash-points",
@@ -139,7 +153,7 @@ def _compose(tmp: Path, backend: str, point: str | None, schema: str | None = No
                         "description": "does A",
                         "provider": "scripted-a",
                         "model": "scripted",
-                        "tools": ["crash"],
+                        "tools": ["crash", "subagent"],
                     },
                     {
                         "name": "beta",
@@ -147,6 +161,13 @@ def _compose(tmp: Path, backend: str, point: str | None, schema: str | None = No
                         "provider": "scripted-b",
                         "model": "scripted",
                         "tools": [],
+                    },
+                    {
+                        "name": "gamma",
+                        "description": "does C",
+                        "provider": "scripted-c",
+                        "model": "scripted",
+                        "tools": ["crash"],
                     },
                 ]
             },
@@ -224,7 +245,9 @@ BACKENDS = ["jsonl", "sqlite", "postgres"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("point", ["before-child", "child-stored", "child-tool", "child-finished"])
+@pytest.mark.parametrize(
+    "point", ["before-child", "child-stored", "child-tool", "grandchild-tool", "child-finished"]
+)
 def test_resume_after_a_kill_balances_both_logs(
     tmp_path: Path, backend: str, point: str, pg_schema: str | None
 ) -> None:
@@ -242,7 +265,8 @@ def test_resume_after_a_kill_balances_both_logs(
         "go",
     )
     assert crashed.returncode == -9, (crashed.returncode, crashed.stdout, crashed.stderr)
-    assert f"kill {point}" in crashed.stdout
+    died = "child-tool" if point == "grandchild-tool" else point  # the crash tool's label
+    assert f"kill {died}" in crashed.stdout
     before = _events(tmp_path, config, PARENT)
     assert before is not None
     durable_calls = {e["data"]["callId"] for e in before if e["type"] == "tool/call"}
@@ -292,6 +316,16 @@ def test_resume_after_a_kill_balances_both_logs(
         assert "crash x1" in text and "interrupted" in text
     if point == "child-finished":
         assert _text(results["d1"][0]) == "answer A", "a finished child's answer is kept"
+    if point == "grandchild-tool":  # repaired from the bottom up: gamma, alpha, the parent
+        gamma = _events(tmp_path, config, f"{PARENT}--d1--g1")
+        alpha = _events(tmp_path, config, f"{PARENT}--d1")
+        assert gamma is not None and alpha is not None
+        assert _results(gamma)["c1"][0]["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
+        assert _turn_end(gamma) == "interrupted"
+        (g1,) = _results(alpha)["g1"]
+        assert g1["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
+        assert f"{PARENT}--d1--g1" in _text(g1) and "crash x1" in _text(g1)
+        assert "subagent x1" in _text(results["d1"][0])
 
 
 LIBRARY_RUN = """
