@@ -1,12 +1,14 @@
 """Sub-agents across a SIGKILL: real ``dsh run`` processes, real stores, real ``dsh resume``.
 
 A parent delegates to two children in parallel (``alpha`` and ``beta``, each on its own scripted
-model route). The process kills itself (``crashpoints.py``) before the first child exists, inside
-a child's tool body, or after ``alpha`` finished but before the parent logged its result. Then
+model route). The process kills itself (``crashpoints.py``) before the first child exists, once
+it is stored but before it runs, inside a child's (or a grandchild's) tool body, or after
+``alpha`` finished but before the parent logged its result. Then
 ``dsh resume`` of the parent, and both logs are read back with ``dsh sessions show --json``:
 every call in every log has exactly one result, every turn is closed, a completed child's answer
 is the parent's result, an interrupted child is reported with its id and what it did, and a child
-that never stored a turn is ``TOOL_NOT_STARTED``. On JSONL, SQLite and PostgreSQL (a fresh schema each).
+that never stored a turn is ``TOOL_NOT_STARTED``. On JSONL, SQLite and PostgreSQL (a fresh
+schema each).
 """
 
 from __future__ import annotations
