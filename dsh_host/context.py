@@ -197,7 +197,7 @@ class Context:
         """The validated configs of this host's rows of ``plugin_names``, in mount order.
 
         Only rows mounted so far are listed (rows mount in composition order). A plugin
-        that must not be wider than another row reads that row's config here (D22).
+        that must not be wider than another row reads that row's config here (D24).
         """
         return [
             fiber.config

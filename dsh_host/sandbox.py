@@ -50,7 +50,7 @@ UNAVAILABLE_MESSAGE = (
 def capped_mode(mode: SandboxMode, agent: object) -> SandboxMode:
     """``mode``, narrowed to the calling agent's ``sandbox_cap`` when it has a narrower one.
 
-    A sub-agent runs under at most its parent's confinement (D22): its core agent carries the
+    A sub-agent runs under at most its parent's confinement (D24): its core agent carries the
     ceiling, and every consumer that derives a call's standing mode from its row's mode passes
     it through here, so a child never runs wider than declared, whatever the row says.
     """

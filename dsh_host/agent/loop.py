@@ -364,7 +364,7 @@ class Agent:
         self._options = check_options(options)
         self._owns_session = owns_session
         #: the widest sandbox mode this agent's tool calls may run under (a sub-agent's ceiling,
-        #: D22); None: its tools' own modes. Consumers apply it with ``capped_mode``.
+        #: D24); None: its tools' own modes. Consumers apply it with ``capped_mode``.
         self.sandbox_cap: SandboxMode | None = None
         self._pending: list[UserMessage] = []
         self._running: anyio.Event | None = None

@@ -17,7 +17,7 @@ plus the closers and published; the persistence backend adopts the handle it
 already opened. Turn numbers continue from the log.
 
 A plugin that knows more about a call than the log alone says (a delegating call whose child
-session holds its answer, D22 in docs/decisions.md) refines the closers with
+session holds its answer, D24 in docs/decisions.md) refines the closers with
 :meth:`AgentService.repair_refiner`; the refined closers are checked here, the one place every
 resume crosses, so a refiner can only replace a ``tool/result`` closer by another result for the
 same call at the same seq, never add, drop or reorder one.
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AgentService", "RepairRefiner"]
 
-#: ``refiner(session_id, events, closers) -> closers``: a resume's repair, refined (D22).
+#: ``refiner(session_id, events, closers) -> closers``: a resume's repair, refined (D24).
 RepairRefiner: TypeAlias = Callable[
     [str, Sequence[SessionEvent], list[SessionEvent]], Awaitable[list[SessionEvent]]
 ]
@@ -84,7 +84,7 @@ class AgentService:
     def repair_refiner(
         self, refiner: RepairRefiner, *, owner: Context | None = None
     ) -> Callable[[], None]:
-        """Let ``refiner`` refine the closers of every resume (D22); returns a disposer.
+        """Let ``refiner`` refine the closers of every resume (D24); returns a disposer.
 
         The refiner may do its own durable work first (repair a child session it owns) and
         returns the closers to append: the same list, or one in which a ``tool/result``
@@ -104,7 +104,7 @@ class AgentService:
     async def refine_closers(
         self, session_id: str, events: Sequence[SessionEvent], closers: list[SessionEvent]
     ) -> list[SessionEvent]:
-        """``closers`` after every registered refiner, each result checked (D22)."""
+        """``closers`` after every registered refiner, each result checked (D24)."""
         for refiner in list(self._refiners):
             refined = await refiner(session_id, events, list(closers))
             _check_refined(session_id, closers, refined)

@@ -85,7 +85,7 @@ def add_parser(sub: Any) -> None:
     show.add_argument(
         "--tree",
         action="store_true",
-        help="transcript: also print every sub-agent's child session, nested (D22)",
+        help="transcript: also print every sub-agent's child session, nested (D24)",
     )
     show.set_defaults(handler=run_show)
 
@@ -382,7 +382,7 @@ def _print_rows(entries: list[dict[str, Any]]) -> None:
 
 
 def _lineage(header: Any) -> dict[str, Any]:
-    """A listed session's links: the session it was forked or delegated from (D22)."""
+    """A listed session's links: the session it was forked or delegated from (D24)."""
     parent = header.parent_session
     depth = header.delegation_depth
     return {
@@ -501,7 +501,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def _delegations(events: Any) -> list[dict[str, Any]]:
-    """The ``subagent/catalog`` facts of a log: the child sessions it delegated to (D22)."""
+    """The ``subagent/catalog`` facts of a log: the child sessions it delegated to (D24)."""
     found = []
     for event in events:
         if event.type == "subagent/catalog":

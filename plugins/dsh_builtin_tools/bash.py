@@ -649,7 +649,7 @@ def bash_tool(
 
     async def call_mode_of(args: Any, exec: ToolExecution) -> SandboxMode:
         """The mode this one call runs under: the row's (at most the calling sub-agent's
-        ceiling, D22), or an approved wider one (escalation, never past that ceiling)."""
+        ceiling, D24), or an approved wider one (escalation, never past that ceiling)."""
         standing = capped_mode(mode, exec.agent)
         requested = args.get("sandbox_permissions")
         if requested is None:

@@ -56,7 +56,7 @@ class BuiltinTools(Plugin):
         root = workspace_root(ctx, workspace)
 
         async def row_policy(exec: ToolExecution) -> SandboxPolicy:
-            # a sub-agent's ceiling narrows the row's mode (D22)
+            # a sub-agent's ceiling narrows the row's mode (D24)
             mode = capped_mode(config.sandbox, exec.agent)
             return await tool_policy(config, workspace, mode, exec)
 

@@ -1,4 +1,4 @@
-"""``subagents``: delegation to child agents in child sessions that survive a crash (D22)."""
+"""``subagents``: delegation to child agents in child sessions that survive a crash (D24)."""
 
 from .config import ChildAgentConfig, SubagentsConfig, SubagentsConfigError
 from .plugin import (

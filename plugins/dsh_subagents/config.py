@@ -80,7 +80,7 @@ class SubagentsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, 
 
 
 def check_sandbox_narrowing(config: SubagentsConfig, parent_mode: str | None) -> None:
-    """Refuse a child whose sandbox is wider than the parent's (D22: never widen)."""
+    """Refuse a child whose sandbox is wider than the parent's (D24: never widen)."""
     for agent in config.agents:
         if agent.sandbox is None:
             continue

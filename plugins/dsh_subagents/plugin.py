@@ -1,4 +1,4 @@
-"""The ``subagents`` plugin: delegation to child agents that run in child sessions (D22).
+"""The ``subagents`` plugin: delegation to child agents that run in child sessions (D24).
 
 One model-facing tool, ``subagent`` ``{agent, description?, prompt}``. Its body runs the named
 child agent in a **child session** of the same store and returns the child's final answer:
@@ -78,7 +78,7 @@ _SUMMARY_TEXT_CHARS: Final = 400
 
 
 def child_session_id(parent_id: str, call_id: str) -> str:
-    """The child session of ``call_id`` in ``parent_id`` (D22): derivable, no index needed."""
+    """The child session of ``call_id`` in ``parent_id`` (D24): derivable, no index needed."""
     return f"{parent_id}--{call_id}"
 
 
@@ -165,7 +165,7 @@ def _unfinished_text(agent: str, child_id: str, state: ChildState) -> str:
 def delegation_closer(
     closer: SessionEvent, *, agent: str, child_id: str, state: ChildState | None
 ) -> SessionEvent:
-    """The result a delegating call gets on resume, from its child's state (D22).
+    """The result a delegating call gets on resume, from its child's state (D24).
 
     ``state`` None: the child session was never stored, so nothing of the delegation ran
     (``TOOL_NOT_STARTED``); a child that never opened a turn is the same (no child model
@@ -243,7 +243,7 @@ def _delegations(events: Sequence[SessionEvent]) -> dict[str, str]:
 
 
 class Subagents(Plugin):
-    """Entry point ``subagents``: the ``subagent`` tool and its crash repair (D22)."""
+    """Entry point ``subagents``: the ``subagent`` tool and its crash repair (D24)."""
 
     name = "subagents"
     #: ``ctx.subagents`` is this plugin; a repair-only boot (``dsh resume`` without a prompt)
@@ -364,7 +364,7 @@ class Subagents(Plugin):
                 model=model,
                 max_steps_per_turn=declared.max_steps,
             )
-            # Never wider than the parent (D22): the declared mode, under the parent's own cap.
+            # Never wider than the parent (D24): the declared mode, under the parent's own cap.
             parent_cap = getattr(parent, "sandbox_cap", None)
             cap = declared.sandbox or parent_cap
             if declared.sandbox is not None and parent_cap is not None:

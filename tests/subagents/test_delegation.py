@@ -1,4 +1,4 @@
-"""Delegation through the front door, in process, on a real JSONL store (D22).
+"""Delegation through the front door, in process, on a real JSONL store (D24).
 
 What a child may see and do (its tools, its depth), who answers its approvals, what cancelling the
 parent does to it, what a wider sandbox does at load, and the host's check on a repair refiner.
