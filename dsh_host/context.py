@@ -193,6 +193,18 @@ class Context:
         self._fiber = fiber
 
     # -- services ---------------------------------------------------------
+    def row_configs(self, *plugin_names: str) -> list[Any]:
+        """The validated configs of this host's rows of ``plugin_names``, in mount order.
+
+        Only rows mounted so far are listed (rows mount in composition order). A plugin
+        that must not be wider than another row reads that row's config here (D24).
+        """
+        return [
+            fiber.config
+            for fiber in self._host.fibers
+            if fiber.plugin_name in plugin_names and fiber.config is not None
+        ]
+
     @overload
     def provide(self, key: ServiceKey[T], value: T) -> Disposer: ...
     @overload

@@ -43,6 +43,7 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     │   ├── MissingExtraError                            dsh_host.errors
     │   ├── SandboxConfigError                           dsh_sandbox_local.provider
     │   ├── ScriptError                                  dsh_llm_scripted.script
+    │   ├── SubagentsConfigError                         dsh_subagents.config
     │   ├── TermsRefused                                 dsh_host.front.runner
     │   ├── ToolRulesError                               dsh_tool_rules.plugin
     │   └── UnknownPluginError                           dsh_host.errors

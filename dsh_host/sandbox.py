@@ -48,6 +48,20 @@ UNAVAILABLE_MESSAGE = (
 """Exact text of :class:`SandboxUnavailableError` (DSH's); ``{mode}`` is the confined mode."""
 
 
+def capped_mode(mode: SandboxMode, agent: object) -> SandboxMode:
+    """``mode``, narrowed to the calling agent's ``sandbox_cap`` when it has a narrower one.
+
+    A sub-agent runs under at most its parent's confinement (D24): its core agent carries the
+    ceiling, and every consumer that derives a call's standing mode from its row's mode passes
+    it through here, so a child never runs wider than declared, whatever the row says.
+    """
+    cap = getattr(agent, "sandbox_cap", None)
+    if cap in SANDBOX_MODES and SANDBOX_MODES.index(cap) < SANDBOX_MODES.index(mode):
+        narrowed: SandboxMode = cap
+        return narrowed
+    return mode
+
+
 class SandboxUnavailableError(DshError):
     """No sandbox backend can confine this call, so the command must not run at all.
 

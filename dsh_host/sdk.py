@@ -106,6 +106,7 @@ if TYPE_CHECKING:
         AGENT_TURN_END as AGENT_TURN_END,
         AGENT_TURN_START as AGENT_TURN_START,
         AGENT_TURN_STOPPING as AGENT_TURN_STOPPING,
+        SUBAGENTS as SUBAGENTS,
         SYSTEM_PROMPT_ASSEMBLE as SYSTEM_PROMPT_ASSEMBLE,
     )
 
@@ -462,6 +463,10 @@ if TYPE_CHECKING:
     # -- The chat-completions wire the OpenAI-compatible adapters share, attachments, v4 events
     from dsh_host.session.events import (
         DSH_V4_ONLY_EVENT_TYPES as DSH_V4_ONLY_EVENT_TYPES,
+        AssistantMessageData as AssistantMessageData,
+        ToolCallData as ToolCallData,
+        TurnEnd as TurnEnd,
+        decode_event as decode_event,
     )
     from dsh_host.llm.attachments import (
         attached as attached,
@@ -474,14 +479,33 @@ if TYPE_CHECKING:
         serialize_messages as serialize_messages,
     )
 
+    # -- What the sub-agents plugin reads of the log, the repair and the sandbox ceiling
+    from dsh_host.agent.prompt import (
+        PERSONA_SECTION as PERSONA_SECTION,
+    )
+    from dsh_host.session.repair import (
+        TOOL_NOT_STARTED as TOOL_NOT_STARTED,
+        TOOL_NOT_STARTED_TEXT as TOOL_NOT_STARTED_TEXT,
+        TOOL_OUTCOME_UNKNOWN_TEXT as TOOL_OUTCOME_UNKNOWN_TEXT,
+        interrupted_tool_result_id as interrupted_tool_result_id,
+        interrupted_turn_closers as interrupted_turn_closers,
+    )
+    from dsh_host.sandbox import (
+        capped_mode as capped_mode,
+    )
+
 #: Where each name is defined (the module it is imported from on first use).
 _DEFINED_IN: dict[str, tuple[str, ...]] = {
+    "dsh_host.agent.prompt": ("PERSONA_SECTION",),
     # -- The chat-completions wire the OpenAI-compatible adapters share, attachments, v4 events
     "dsh_host.llm.chat": (
         "ChunkTranslator", "DONE", "map_finish_reason", "map_usage", "serialize_messages",
     ),
     "dsh_host.llm.attachments": ("attached",),
-    "dsh_host.session.events": ("DSH_V4_ONLY_EVENT_TYPES",),
+    "dsh_host.session.events": (
+        "AssistantMessageData", "DSH_V4_ONLY_EVENT_TYPES", "ToolCallData", "TurnEnd",
+        "decode_event",
+    ),
     # -- Plugins, services, events, cancellation
     "dsh_host.plugin": ("ModelRoute", "NoConfig", "Plugin", "StoreUrl"),
     "dsh_host.context": ("Context", "Host", "ServiceKey"),
@@ -505,7 +529,7 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
     "dsh_host.agent.keys": (
         "AGENT", "AGENT_CHUNK", "AGENT_ERROR", "AGENT_EVENTS", "AGENT_PRE_STEP", "AGENT_REQUEST",
         "AGENT_REQUEST_ERROR", "AGENT_STEP_END", "AGENT_STEP_START", "AGENT_TURN_END",
-        "AGENT_TURN_START", "AGENT_TURN_STOPPING", "SYSTEM_PROMPT_ASSEMBLE",
+        "AGENT_TURN_START", "AGENT_TURN_STOPPING", "SUBAGENTS", "SYSTEM_PROMPT_ASSEMBLE",
     ),
     # -- The session log: sessions, messages, events
     "dsh_host.session.approvals": (
@@ -538,7 +562,10 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
         "UsageChunk", "UserMessage", "UserSource", "Wire", "new_message_id",
     ),
     "dsh_host.session.prices": ("ModelPrice", "PriceTable", "parse_prices"),
-    "dsh_host.session.repair": ("TOOL_OUTCOME_UNKNOWN",),
+    "dsh_host.session.repair": (
+        "TOOL_NOT_STARTED", "TOOL_NOT_STARTED_TEXT", "TOOL_OUTCOME_UNKNOWN",
+        "TOOL_OUTCOME_UNKNOWN_TEXT", "interrupted_tool_result_id", "interrupted_turn_closers",
+    ),
     "dsh_host.session.session": ("Session", "derive_event_message"),
     "dsh_host.session.store": ("SessionStore",),
     "dsh_host.session.terms": ("recorded_terms",),
@@ -616,7 +643,7 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
     ),
     "dsh_host.agent.service": ("AgentService",),
     # -- Sandbox, processes, JSON, directories
-    "dsh_host.sandbox": (
+    "dsh_host.sandbox": ("capped_mode",
         "CONFINED_SANDBOX_MODES", "DEFAULT_ENV_ALLOW", "DEFAULT_PROTECTED_NAMES", "SANDBOX",
         "SANDBOX_MODES", "ConfinedArgv", "InvalidSandboxRequestError", "RunnerFailureRule",
         "SandboxMode", "SandboxPolicy", "SandboxProvider", "SandboxUnavailableError",

@@ -131,6 +131,9 @@ SHIPPED_PLUGINS: Final[dict[str, DeclaredPlugin]] = {
     "skills": DeclaredPlugin("dsh_skills:Skills", inject=("tools",)),
     "hooks": _HOOKS,
     "hooks-claude-code": _HOOKS,
+    "subagents": DeclaredPlugin(
+        "dsh_subagents:Subagents", provides=("subagents",), inject=("sessions", "tools", "agent")
+    ),
 }
 
 

@@ -44,11 +44,15 @@ __all__ = [
     "AGENT_TURN_END",
     "AGENT_TURN_START",
     "AGENT_TURN_STOPPING",
+    "SUBAGENTS",
     "SYSTEM_PROMPT_ASSEMBLE",
 ]
 
 #: The ``agent`` service.
 AGENT: ServiceKey[AgentService] = ServiceKey("agent")
+#: delegation to child agents (``subagents``); the host only boots it (a repair refines a
+#: delegating call's closer through ``AgentService.repair_refiner``), so it is opaque here
+SUBAGENTS: ServiceKey[object] = ServiceKey("subagents")
 
 AGENT_PRE_STEP: Waterfall[PreStepContext, PreStepDecision] = Waterfall(
     "agent/pre-step", "(step context) -> Enter | Reject"

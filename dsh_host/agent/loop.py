@@ -76,6 +76,7 @@ from dsh_host.llm.assembler import BlockAssembler
 from dsh_host.llm.errors import LlmError
 from dsh_host.llm.keys import LLM
 from dsh_host.llm.types import LlmRequest
+from dsh_host.sandbox import SandboxMode
 from dsh_host.session.approvals import DeferredCall, awaiting_call_ids, deferred_calls
 from dsh_host.session.events import (
     AbortedReason,
@@ -365,6 +366,9 @@ class Agent:
         self._session = session
         self._options = check_options(options)
         self._owns_session = owns_session
+        #: the widest sandbox mode this agent's tool calls may run under (a sub-agent's ceiling,
+        #: D24); None: its tools' own modes. Consumers apply it with ``capped_mode``.
+        self.sandbox_cap: SandboxMode | None = None
         self._pending: list[UserMessage] = []
         self._running: anyio.Event | None = None
         self._token: CancelToken | None = None

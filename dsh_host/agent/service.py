@@ -18,17 +18,24 @@ already opened. Turn numbers continue from the log. When a call repair would clo
 ``TOOL_OUTCOME_UNKNOWN`` has a tool that declares ``reconcile``, the session is published with
 its turn still open, the reconcilers run inside it (:mod:`dsh_host.agent.reconcile`, D26), and
 the closers of what is left are appended and flushed together before the agent is returned.
+
+A plugin that knows more about a call than the log alone says (a delegating call whose child
+session holds its answer, D24 in docs/decisions.md) refines the closers with
+:meth:`AgentService.repair_refiner`; the refined closers are checked here, the one place every
+resume crosses, so a refiner can only replace a ``tool/result`` closer by another result for the
+same call at the same seq, never add, drop or reorder one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from msgspec import UNSET
 
-from dsh_host.session.events import SessionEvent
+from dsh_host.session.events import SessionEvent, ToolResultData
 from dsh_host.session.keys import SESSION_PERSISTENCE, SESSIONS
 from dsh_host.session.repair import interrupted_turn_closers
 from dsh_host.session.session import Session
@@ -46,7 +53,12 @@ from .types import AgentOptions, AssembleContext
 if TYPE_CHECKING:
     from dsh_host.context import Context
 
-__all__ = ["AgentService"]
+__all__ = ["AgentService", "RepairRefiner"]
+
+#: ``refiner(session_id, events, closers) -> closers``: a resume's repair, refined (D24).
+RepairRefiner: TypeAlias = Callable[
+    [str, Sequence[SessionEvent], list[SessionEvent]], Awaitable[list[SessionEvent]]
+]
 
 RESUME_WITHOUT_PERSISTENCE = (
     "cannot resume: session persistence is not configured (load a dsh-session-persistence backend)"
@@ -61,6 +73,7 @@ class AgentService:
         self._defaults = defaults
         self.system_prompt = system_prompt
         self._agents: dict[str, Agent] = {}
+        self._refiners: list[RepairRefiner] = []
         system_prompt.variable("model", _model_variable)
         system_prompt.variable("cwd", _cwd_variable)
         # The approval service states its policy in the runtime context (order 115, DSH's
@@ -78,6 +91,37 @@ class AgentService:
             return ""
         text = describe(context.agent)
         return text if isinstance(text, str) else ""
+
+    # ------------------------------------------------------------------ repair
+    def repair_refiner(
+        self, refiner: RepairRefiner, *, owner: Context | None = None
+    ) -> Callable[[], None]:
+        """Let ``refiner`` refine the closers of every resume (D24); returns a disposer.
+
+        The refiner may do its own durable work first (repair a child session it owns) and
+        returns the closers to append: the same list, or one in which a ``tool/result``
+        closer is replaced by another ``tool/result`` for the same call at the same seq.
+        Anything else is refused by :meth:`resume` before a byte is written.
+        """
+        self._refiners.append(refiner)
+
+        def remove() -> None:
+            if refiner in self._refiners:
+                self._refiners.remove(refiner)
+
+        if owner is not None:
+            owner.effect(remove, "agent repair refiner")
+        return remove
+
+    async def refine_closers(
+        self, session_id: str, events: Sequence[SessionEvent], closers: list[SessionEvent]
+    ) -> list[SessionEvent]:
+        """``closers`` after every registered refiner, each result checked (D24)."""
+        for refiner in list(self._refiners):
+            refined = await refiner(session_id, events, list(closers))
+            _check_refined(session_id, closers, refined)
+            closers = list(refined)
+        return closers
 
     # ------------------------------------------------------------------ creation
     def _options(self, overrides: dict[str, Any]) -> AgentOptions:
@@ -170,7 +214,10 @@ class AgentService:
         handle = await persistence.open(session_id, "write")
         try:
             load = await handle.read()
-            closers = interrupted_turn_closers(load.events)
+            # A refiner (D24) may answer a call from what it knows (a child session).
+            closers = await self.refine_closers(
+                session_id, load.events, interrupted_turn_closers(load.events)
+            )
             pending = reconcilable_calls(self._ctx, load.events, closers)
             if pending:
                 # The turn stays open while reconcilers look (D26): their verdicts and any
@@ -191,7 +238,7 @@ class AgentService:
         if pending:
             try:
                 agent.reconciled = tuple(await reconcile_calls(self._ctx, agent, pending))
-                closers = _close_turn(session)
+                closers = await _close_turn(self, session)
                 await store.flush(session)  # the verdicts and the repair, durable at once
             except BaseException:
                 await agent.aclose()
@@ -228,11 +275,45 @@ class AgentService:
         self._agents.clear()
 
 
-def _close_turn(session: Session) -> list[SessionEvent]:
-    """Append the closers the live ``session`` still needs (after reconciliation) and the seed
-    marker a restore adds; returns the closers as appended."""
+def _result_call(event: SessionEvent) -> str | None:
+    data = event.data
+    return data.message.source.call_id if isinstance(data, ToolResultData) else None
+
+
+def _check_refined(session_id: str, closers: Sequence[SessionEvent], refined: object) -> None:
+    """Refuse a refinement that is not a position-preserving replacement of results."""
+    where = f'repair of session "{session_id}"'
+    if not isinstance(refined, list) or not all(isinstance(e, SessionEvent) for e in refined):
+        raise ResumeError(f"{where}: a repair refiner must return a list of SessionEvent")
+    if len(refined) != len(closers):
+        raise ResumeError(
+            f"{where}: a repair refiner returned {len(refined)} closers for {len(closers)}; "
+            "it may replace a tool/result closer, never add or drop one"
+        )
+    for before, after in zip(closers, refined, strict=True):
+        if after is before:
+            continue
+        if (
+            before.type != "tool/result"
+            or after.type != "tool/result"
+            or after.seq != before.seq
+            or _result_call(after) != _result_call(before)
+        ):
+            raise ResumeError(
+                f"{where}: a repair refiner changed closer seq {before.seq} "
+                f"({before.type}); only a tool/result closer may be replaced, by a "
+                "tool/result for the same call at the same seq"
+            )
+
+
+async def _close_turn(service: AgentService, session: Session) -> list[SessionEvent]:
+    """Append the closers the live ``session`` still needs (after reconciliation; refined as
+    every resume's are, D24) and the seed marker a restore adds; returns the closers as
+    appended."""
     appended: list[SessionEvent] = []
-    for closer in interrupted_turn_closers(session.events):
+    events = list(session.events)
+    closers = await service.refine_closers(session.id, events, interrupted_turn_closers(events))
+    for closer in closers:
         cited = closer.source_event_seqs
         appended.append(session.append(
             closer.type, closer.data,

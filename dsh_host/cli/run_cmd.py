@@ -201,7 +201,14 @@ def recorded_workspace(args: argparse.Namespace, session_id: str) -> str | None:
 
 #: What a repair boots: the agent and its store, the approval row (its events are evidence), and
 #: the services that follow every append (``telemetry``): a repair's closers reach them.
-REPAIR_SERVICES: tuple[str, ...] = ("agent", "sessionPersistence", "approval", "telemetry")
+#: ``subagents`` refines the closers of a delegating call from its child's log (D24).
+REPAIR_SERVICES: tuple[str, ...] = (
+    "agent",
+    "sessionPersistence",
+    "approval",
+    "telemetry",
+    "subagents",
+)
 
 
 def continue_session(
@@ -766,7 +773,7 @@ def print_closers(transcript: Transcript, closers: list[dict[str, Any]]) -> None
             label = {
                 "TOOL_NOT_STARTED": "NOT_STARTED",
                 "TOOL_OUTCOME_UNKNOWN": "OUTCOME_UNKNOWN",
-            }.get(closer.get("code") or "", closer.get("code") or "?")
+            }.get(closer.get("code") or "", closer.get("code") or "ANSWERED")  # D24: refined
             transcript._print(f"repair: {closer['callId']} {label}", "yellow")
         else:
             transcript._print(f"repair: {closer['type']}", "yellow")

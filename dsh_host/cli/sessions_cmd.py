@@ -91,6 +91,11 @@ def add_parser(sub: Any) -> None:
         help=f"transcript: every line of tool output (default: the first {MAX_TOOL_OUTPUT_LINES})",
     )
     show.add_argument("--turn", type=int, metavar="N", help="transcript: only turn N")
+    show.add_argument(
+        "--tree",
+        action="store_true",
+        help="transcript: also print every sub-agent's child session, nested (D24)",
+    )
     show.set_defaults(handler=run_show)
 
     migrate = commands.add_parser(
@@ -224,6 +229,7 @@ def run_list(args: argparse.Namespace) -> int:
                     "problem": None,
                     "title": None,
                     "usage": None,
+                    **_lineage(listing.header),
                 }
                 try:
                     entry.update(await listing_summary(store, listing, remembered, prices))
@@ -315,7 +321,7 @@ def _table_lines(entries: list[dict[str, Any]], width: int) -> list[str]:
             "tokens": _tokens(entry),
             "size": human_size(entry["size"]),
             "cwd": terminal_safe(entry["cwd"] or "-", multiline=False),
-            "title": terminal_safe(entry["title"] or "-", multiline=False),
+            "title": terminal_safe(_titled(entry), multiline=False),
         })  # fmt: skip
     caps = {"last turn": 18, "tokens": 32, "cwd": 32}  # tokens: "12345 in, 678 out, $0.0123"
 
@@ -405,7 +411,7 @@ def _print_rows(entries: list[dict[str, Any]]) -> None:
             entry["lastTurnEnd"] or ("unreadable" if entry["problem"] else "-"),
             human_size(entry["size"]),
             _tokens(entry),
-            entry["title"] or "-",
+            _titled(entry),
         )
         # Tabs and newlines inside a field would break the row: shown escaped.
         print("\t".join(terminal_safe(f, multiline=False).replace("\t", "\\t") for f in fields))
@@ -413,6 +419,25 @@ def _print_rows(entries: list[dict[str, Any]]) -> None:
         if entry["problem"]:
             print(f"unreadable {terminal_safe(entry['sessionId'], multiline=False)}: "
                   f"{terminal_safe(entry['problem'], multiline=False)}")
+
+
+def _lineage(header: Any) -> dict[str, Any]:
+    """A listed session's links: the session it was forked or delegated from (D24)."""
+    parent = header.parent_session
+    depth = header.delegation_depth
+    return {
+        "parentSession": parent if isinstance(parent, str) else None,
+        "origin": header.origin if isinstance(header.origin, str) else None,
+        "delegationDepth": depth if isinstance(depth, int) else 0,
+    }
+
+
+def _titled(entry: dict[str, Any]) -> str:
+    """The title column: a sub-agent's child session says whose child it is."""
+    title = entry["title"] or "-"
+    if entry.get("origin") == "subagent" and entry.get("parentSession"):
+        return f"[sub-agent of {entry['parentSession']}] {title}"
+    return title
 
 
 def _unreadable_entry(bad: UnreadableListing) -> dict[str, Any]:
@@ -427,6 +452,9 @@ def _unreadable_entry(bad: UnreadableListing) -> dict[str, Any]:
         "problem": str(bad.error),
         "title": None,
         "usage": None,
+        "parentSession": None,
+        "origin": None,
+        "delegationDepth": 0,
     }
 
 
@@ -466,9 +494,14 @@ def run_show(args: argparse.Namespace) -> int:
 
         run_with_host(rows, events)
         return 0
+    tree = bool(getattr(args, "tree", False))
+    children: dict[str, SessionLoad | str] = {}
 
     async def body(host: PluginHost) -> SessionLoad:
-        return await _read(host, args.session_id)
+        load = await _read(host, args.session_id)
+        if tree:
+            await _read_children(host, load, children)
+        return load
 
     load = run_with_host(rows, body)
     if args.turn is not None and not any(
@@ -513,6 +546,9 @@ def run_show(args: argparse.Namespace) -> int:
         meter = TokenMeter(prices)
         for line in usage_lines(meter.usage(session), meter.pressure(session)):
             out.print(line, style="dim", markup=False)
+        if args.view == "transcript":
+            for style, text in _delegation_lines(load, children, full=args.full, indent=""):
+                out.print(text, style=style or None, markup=False)
     if not args.json and load.torn_tail is not None:
         out.print(
             f"(the log has a torn tail: {load.torn_tail.recovered} event(s) recovered; "
@@ -521,6 +557,62 @@ def run_show(args: argparse.Namespace) -> int:
             markup=False,
         )
     return 0
+
+
+def _delegations(events: Any) -> list[dict[str, Any]]:
+    """The ``subagent/catalog`` facts of a log: the child sessions it delegated to (D24)."""
+    found = []
+    for event in events:
+        if event.type == "subagent/catalog":
+            data = to_builtins(event.data)
+            if isinstance(data, dict) and isinstance(data.get("childId"), str):
+                found.append(data)
+    return found
+
+
+async def _read_children(
+    host: PluginHost, load: SessionLoad, into: dict[str, SessionLoad | str], depth: int = 0
+) -> None:
+    """Read every child session ``load`` delegated to, and theirs (``--tree``)."""
+    if depth >= 16:  # a cycle cannot be written by the plugin; a bounded walk all the same
+        return
+    for fact in _delegations(load.events):
+        child_id = fact["childId"]
+        if child_id in into:
+            continue
+        try:
+            child = await _read(host, child_id)
+        except Exception as exc:  # a child that is gone or damaged must not hide the parent
+            into[child_id] = str(exc)
+            continue
+        into[child_id] = child
+        await _read_children(host, child, into, depth + 1)
+
+
+def _delegation_lines(
+    load: SessionLoad, children: dict[str, SessionLoad | str], *, full: bool, indent: str
+) -> list[tuple[str, str]]:
+    """One line per delegation of ``load`` (the child id to show); with ``--tree`` the child's
+    transcript under it, indented, and its own delegations below that."""
+    lines: list[tuple[str, str]] = []
+    for fact in _delegations(load.events):
+        child_id = fact["childId"]
+        label = fact.get("label")
+        named = f" ({terminal_safe(str(label), multiline=False)})" if label else ""
+        lines.append((
+            "cyan",
+            f"{indent}↳ sub-agent{named}: child session {terminal_safe(child_id, multiline=False)}"
+            + ("" if child_id in children else f"  (dsh sessions show {child_id})"),
+        ))  # fmt: skip
+        child = children.get(child_id)
+        if isinstance(child, str):
+            lines.append(("red", f"{indent}  unreadable: {terminal_safe(child, multiline=False)}"))
+        elif child is not None:
+            inner = indent + "  │ "
+            for style, text in transcript_lines(child.events, full=full, turn=None):
+                lines.append((style, inner + text))
+            lines.extend(_delegation_lines(child, children, full=full, indent=indent + "  "))
+    return lines
 
 
 # -- export-otel --------------------------------------------------------------------------

@@ -65,6 +65,7 @@ from dsh_host.sdk import (
     ContentBlock,
     Context,
     FdReceiveStream,
+    SandboxEscalationError,
     SandboxMode,
     SandboxUnavailableError,
     SpawnedProcess,
@@ -75,6 +76,7 @@ from dsh_host.sdk import (
     ToolOutput,
     allowed_environment,
     approve_escalation,
+    capped_mode,
     check_escalation_available,
     escalation_hint_marker,
     js_number,
@@ -666,16 +668,24 @@ def bash_tool(
         return confined
 
     async def call_mode_of(args: Any, exec: ToolExecution) -> SandboxMode:
-        """The mode this one call runs under: the row's, or an approved wider one (escalation)."""
+        """The mode this one call runs under: the row's (at most the calling sub-agent's
+        ceiling, D24), or an approved wider one (escalation, never past that ceiling)."""
+        standing = capped_mode(mode, exec.agent)
         requested = args.get("sandbox_permissions")
         if requested is None:
-            return mode
+            return standing
         check_escalation_available(escalation)
+        if capped_mode(str(requested), exec.agent) != requested:  # type: ignore[arg-type]
+            raise SandboxEscalationError(
+                f'sandbox escalation to "{requested}" is wider than this sub-agent\'s ceiling '
+                f'"{standing}": a sub-agent never runs wider than its parent allowed',
+                "not-wider",
+            )
         return await approve_escalation(
             ctx.get(APPROVAL),
             requested_mode=str(requested),
             justification=str(args["justification"]),
-            effective_mode=mode,
+            effective_mode=standing,
             agent=exec.agent,
             call_id=exec.call_id,
             tool_name="bash",

@@ -13,6 +13,7 @@ from dsh_host.sdk import (
     Plugin,
     SandboxPolicy,
     ToolExecution,
+    capped_mode,
     confined_writable_roots,
     harness_state_conflict,
 )
@@ -64,7 +65,9 @@ class BuiltinTools(Plugin):
         root = workspace_root(ctx, workspace)
 
         async def row_policy(exec: ToolExecution) -> SandboxPolicy:
-            return await tool_policy(config, workspace, config.sandbox, exec)
+            # a sub-agent's ceiling narrows the row's mode (D24)
+            mode = capped_mode(config.sandbox, exec.agent)
+            return await tool_policy(config, workspace, mode, exec)
 
         tools.register(read_file_tool(config, root, spill), owner=ctx)
         tools.register(write_file_tool(config, root, row_policy), owner=ctx)

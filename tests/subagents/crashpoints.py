@@ -1,0 +1,95 @@
+"""Test instrumentation loaded as a ``module:Attr`` row by the crash processes (never shipped).
+
+``crashpoints:CrashPoints`` with ``config: {kill: POINT}`` registers a ``crash`` tool (its body
+SIGKILLs the process: "inside a child's tool body") and, for the other points, wraps a function
+of the running process so that it SIGKILLs itself at that moment:
+
+``before-child``
+    the first child session is about to be created: nothing of it exists, the parent's
+    ``tool/call`` was flushed by the checkpoint policy;
+``child-stored``
+    the first child session and the parent's catalog fact are durable, the child agent is
+    about to run its turn (no child turn is stored);
+``child-finished``
+    the child ``alpha`` finished and was flushed, the parent has not logged its result.
+
+Each kill prints ``kill <point>`` on stdout first. Nothing here changes production code on disk.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any
+
+import msgspec
+from dsh_subagents.plugin import Subagents
+
+from dsh_host.agent.service import AgentService
+from dsh_host.context import Context
+from dsh_host.plugin import Plugin
+from dsh_host.session.store import SessionStore
+from dsh_host.tools import ToolDefinition, ToolExecution, text_output
+from dsh_host.tools.keys import TOOLS
+
+
+def die(point: str) -> None:
+    sys.stdout.write(f"kill {point}\n")
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class CrashPointsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    kill: str | None = None
+
+
+class CrashPoints(Plugin):
+    name = "crash-points"
+    inject = ("tools",)
+    Config = CrashPointsConfig
+
+    def apply(self, ctx: Context, config: CrashPointsConfig) -> None:
+        async def crash(_args: Any, _exec: ToolExecution) -> str:
+            die("child-tool")
+            return "unreachable"
+
+        ctx.service(TOOLS).register(
+            ToolDefinition(
+                name="crash",
+                description="Test tool: kills the process.",
+                parameters={"type": "object", "properties": {}},
+                execute=crash,
+                output=text_output(),
+            ),
+            owner=ctx,
+        )
+        if config.kill == "before-child":
+            store_create = SessionStore.create
+
+            def die_before_child(self: SessionStore, *args: Any, **kwargs: Any) -> Any:
+                if (kwargs.get("meta") or {}).get("origin") == "subagent":
+                    die("before-child")
+                return store_create(self, *args, **kwargs)
+
+            SessionStore.create = die_before_child  # type: ignore[method-assign]
+        elif config.kill == "child-stored":
+            create = AgentService.create
+
+            def create_then_die(self: AgentService, **kwargs: Any) -> Any:
+                session = kwargs.get("session")
+                if session is not None and session.header.parent_session:
+                    die("child-stored")
+                return create(self, **kwargs)
+
+            AgentService.create = create_then_die  # type: ignore[method-assign]
+        elif config.kill == "child-finished":
+            execute = Subagents._execute
+
+            async def execute_then_die(self: Subagents, args: Any, exec: ToolExecution) -> str:
+                answer = await execute(self, args, exec)
+                if args["agent"] == "alpha":
+                    die("child-finished")
+                return answer
+
+            Subagents._execute = execute_then_die  # type: ignore[method-assign]

@@ -1,0 +1,382 @@
+"""Sub-agents across a SIGKILL: real ``dsh run`` processes, real stores, real ``dsh resume``.
+
+A parent delegates to two children in parallel (``alpha`` and ``beta``, each on its own scripted
+model route). The process kills itself (``crashpoints.py``) before the first child exists, once
+it is stored but before it runs, inside a child's (or a grandchild's) tool body, or after
+``alpha`` finished but before the parent logged its result. Then
+``dsh resume`` of the parent, and both logs are read back with ``dsh sessions show --json``:
+every call in every log has exactly one result, every turn is closed, a completed child's answer
+is the parent's result, an interrupted child is reported with its id and what it did, and a child
+that never stored a turn is ``TOOL_NOT_STARTED``. On JSONL, SQLite and PostgreSQL (a fresh
+schema each).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+from psycopg import sql
+
+HERE = Path(__file__).resolve().parent
+DSH = [sys.executable, "-m", "dsh_host"]
+PARENT = "p1"
+
+PARENT_SCRIPT = {
+    "responses": [
+        {
+            "tool_calls": [
+                {
+                    "name": "subagent",
+                    "id": "d1",
+                    "arguments": {"agent": "alpha", "description": "first", "prompt": "do A"},
+                },
+                {
+                    "name": "subagent",
+                    "id": "d2",
+                    "arguments": {"agent": "beta", "description": "second", "prompt": "do B"},
+                },
+            ]
+        },
+        {"text": "parent done"},
+    ]
+}
+
+
+def _child_script(point: str, name: str) -> dict[str, Any]:
+    if name == "alpha" and point == "child-tool":
+        return {"responses": [{"tool_calls": [{"name": "crash", "id": "a1"}]}, {"text": "x"}]}
+    if name == "alpha" and point == "grandchild-tool":  # alpha delegates to gamma, which dies
+        call = {
+            "name": "subagent",
+            "id": "g1",
+            "arguments": {"agent": "gamma", "description": "deeper", "prompt": "do C"},
+        }
+        return {"responses": [{"tool_calls": [call]}, {"text": "x"}]}
+    if name == "gamma":
+        return {"responses": [{"tool_calls": [{"name": "crash", "id": "c1"}]}, {"text": "x"}]}
+    return {"responses": [{"text": f"answer {name[0].upper()}"}]}
+
+
+#: The PostgreSQL server of the postgres suite (tests/postgres/conftest.py).
+PG_DSN = os.environ.get(
+    "DSH_TEST_POSTGRES_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=test"
+)
+
+
+@pytest.fixture
+def pg_schema(backend: str) -> Iterator[str | None]:
+    """A fresh schema for the postgres backend, dropped afterwards (None for the others)."""
+    if backend != "postgres":
+        yield None
+        return
+    try:
+        with psycopg.connect(PG_DSN, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as error:
+        pytest.skip(f"no PostgreSQL server answers at {PG_DSN!r} ({error})")
+    schema = f"dsh_t{uuid.uuid4().hex[:12]}_sub"
+    try:
+        yield schema
+    finally:
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def _persistence(backend: str, root: Path, schema: str | None = None) -> dict[str, Any]:
+    if backend == "postgres":
+        return {
+            "id": "session-persistence",
+            "name": "session-persistence-postgres",
+            "config": {"dsn": PG_DSN, "schema": schema},
+        }
+    if backend == "jsonl":
+        return {
+            "id": "session-persistence",
+            "name": "session-persistence-jsonl",
+            "config": {"root": str(root)},
+        }
+    return {
+        "id": "session-persistence",
+        "name": "session-persistence-sqlite",
+        "config": {"root": str(root)},
+    }
+
+
+def _compose(tmp: Path, backend: str, point: str | None, schema: str | None = None) -> Path:
+    scripts = {"parent": PARENT_SCRIPT}
+    for name in ("alpha", "beta", "gamma"):
+        scripts[name] = _child_script(point or "", name)
+    for name, script in scripts.items():
+        (tmp / f"{name}.yml").write_text(yaml.safe_dump(script))
+    rows = [
+        {"id": "sessions", "name": "sessions"},
+        _persistence(backend, tmp / "store", schema),
+        {"id": "session-checkpoints", "name": "session-checkpoint-policy"},
+        {"id": "llm", "name": "llm"},
+        {
+            "id": "model-a",
+            "name": "llm-scripted",
+            "config": {"provider": "scripted-a", "path": str(tmp / "alpha.yml")},
+        },
+        {
+            "id": "model-b",
+            "name": "llm-scripted",
+            "config": {"provider": "scripted-b", "path": str(tmp / "beta.yml")},
+        },
+        {
+            "id": "model-c",
+            "name": "llm-scripted",
+            "config": {"provider": "scripted-c", "path": str(tmp / "gamma.yml")},
+        },
+        {"id": "tools", "name": "tools"},
+        {
+            "id": "crash-points",
+            "name": "tests.subagents.crashpoints:CrashPoints",
+            "config": {"kill": point},
+        },
+        {
+            "id": "subagents",
+            "name": "subagents",
+            "config": {
+                "agents": [
+                    {
+                        "name": "alpha",
+                        "description": "does A",
+                        "provider": "scripted-a",
+                        "model": "scripted",
+                        "tools": ["crash", "subagent"],
+                    },
+                    {
+                        "name": "beta",
+                        "description": "does B",
+                        "provider": "scripted-b",
+                        "model": "scripted",
+                        "tools": [],
+                    },
+                    {
+                        "name": "gamma",
+                        "description": "does C",
+                        "provider": "scripted-c",
+                        "model": "scripted",
+                        "tools": ["crash"],
+                    },
+                ]
+            },
+        },
+        {"id": "agent", "name": "agent"},
+    ]
+    path = tmp / "dsh.yml"
+    path.write_text(yaml.safe_dump(rows, sort_keys=False))
+    return path
+
+
+def _dsh(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(HERE.parents[1]), "DSH_SESSION_ROOT": str(tmp / "x")}
+    return subprocess.run(
+        [*DSH, *args], cwd=tmp, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def _events(tmp: Path, config: Path, session: str) -> list[dict[str, Any]] | None:
+    shown = _dsh(
+        tmp, "sessions", "show", session, "--config", str(config), "--view", "events", "--json"
+    )
+    if shown.returncode != 0:
+        assert "not found" in (shown.stderr + shown.stdout).lower(), shown.stderr
+        return None
+    return [json.loads(line) for line in shown.stdout.splitlines() if line.strip()]
+
+
+def _results(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """call id -> its tool/result data, after checking that every call has exactly one."""
+    calls = [
+        block["id"]
+        for e in events
+        if e["type"] == "assistant/message"
+        for block in e["data"]["message"]["content"]
+        if block["type"] == "tool-call"
+    ]
+    results: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        if e["type"] == "tool/result":
+            results.setdefault(e["data"]["message"]["source"]["callId"], []).append(e["data"])
+    assert sorted(results) == sorted(calls), (calls, list(results))
+    assert all(len(r) == 1 for r in results.values()), results
+    starts = Counter(e["type"] for e in events)
+    assert starts["turn/start"] == starts["turn/end"], "every turn is closed"
+    return results
+
+
+def _text(result: dict[str, Any]) -> str:
+    block = result["message"]["content"][0]
+    return "".join(part["text"] for part in block["content"] if part["type"] == "text")
+
+
+def _is_error(result: dict[str, Any]) -> bool:
+    return bool(result["message"]["content"][0].get("isError"))
+
+
+def _turn_end(events: list[dict[str, Any]]) -> str | None:
+    ends = [e["data"]["reason"]["kind"] for e in events if e["type"] == "turn/end"]
+    return ends[-1] if ends else None
+
+
+def _answer(events: list[dict[str, Any]]) -> str:
+    texts = [
+        part["text"]
+        for e in events
+        if e["type"] == "assistant/message"
+        for part in e["data"]["message"]["content"]
+        if part["type"] == "text"
+    ]
+    return texts[-1] if texts else ""
+
+
+BACKENDS = ["jsonl", "sqlite", "postgres"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "point", ["before-child", "child-stored", "child-tool", "grandchild-tool", "child-finished"]
+)
+def test_resume_after_a_kill_balances_both_logs(
+    tmp_path: Path, backend: str, point: str, pg_schema: str | None
+) -> None:
+    config = _compose(tmp_path, backend, point, pg_schema)
+    crashed = _dsh(
+        tmp_path,
+        "run",
+        "--config",
+        str(config),
+        "--model",
+        f"scripted:{tmp_path / 'parent.yml'}",
+        "--session",
+        PARENT,
+        "--new",
+        "go",
+    )
+    assert crashed.returncode == -9, (crashed.returncode, crashed.stdout, crashed.stderr)
+    died = "child-tool" if point == "grandchild-tool" else point  # the crash tool's label
+    assert f"kill {died}" in crashed.stdout
+    before = _events(tmp_path, config, PARENT)
+    assert before is not None
+    durable_calls = {e["data"]["callId"] for e in before if e["type"] == "tool/call"}
+    assert durable_calls == {"d1", "d2"}, "the checkpoint made both delegating calls durable"
+    assert not [e for e in before if e["type"] == "tool/result"]
+
+    resumed = _dsh(tmp_path, "resume", PARENT, "--config", str(config))
+    assert resumed.returncode == 0, (resumed.stdout, resumed.stderr)
+
+    parent = _events(tmp_path, config, PARENT)
+    assert parent is not None
+    results = _results(parent)
+    assert _turn_end(parent) == "interrupted"
+    for call_id, agent in (("d1", "alpha"), ("d2", "beta")):
+        child_id = f"{PARENT}--{call_id}"
+        child = _events(tmp_path, config, child_id)
+        result = results[call_id][0]
+        if child is None or not any(e["type"] == "turn/start" for e in child):
+            assert result["error"]["code"] == "TOOL_NOT_STARTED", result
+            assert child_id in _text(result)
+            continue
+        _results(child)  # the child's own calls are balanced too
+        if point in ("before-child", "child-stored"):
+            pytest.fail(f"no child turn can be durable before the first child runs: {child}")
+        if _turn_end(child) == "completed":
+            assert not _is_error(result) and "error" not in result
+            assert _text(result) == _answer(child) == f"answer {agent[0].upper()}"
+        else:
+            assert _turn_end(child) == "interrupted"
+            assert result["error"]["code"] == "TOOL_OUTCOME_UNKNOWN", result
+            assert child_id in _text(result)
+    if point in ("before-child", "child-stored"):
+        assert {r[0]["error"]["code"] for r in results.values()} == {"TOOL_NOT_STARTED"}
+    catalog = {e["data"]["childId"] for e in parent if e["type"] == "subagent/catalog"}
+    for child_id in catalog:  # a durable catalog fact always has its child stored
+        assert _events(tmp_path, config, child_id) is not None, child_id
+    if point == "child-stored":
+        assert catalog, "the catalog fact is durable before the child runs"
+    if point != "before-child":
+        assert catalog, "a child that ran is listed in its parent's catalog"
+    if point == "child-tool":
+        alpha = _events(tmp_path, config, f"{PARENT}--d1")
+        assert alpha is not None
+        (crash,) = _results(alpha)["a1"]
+        assert crash["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
+        text = _text(results["d1"][0])
+        assert "crash x1" in text and "interrupted" in text
+    if point == "child-finished":
+        assert _text(results["d1"][0]) == "answer A", "a finished child's answer is kept"
+    if point == "grandchild-tool":  # repaired from the bottom up: gamma, alpha, the parent
+        gamma = _events(tmp_path, config, f"{PARENT}--d1--g1")
+        alpha = _events(tmp_path, config, f"{PARENT}--d1")
+        assert gamma is not None and alpha is not None
+        assert _results(gamma)["c1"][0]["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
+        assert _turn_end(gamma) == "interrupted"
+        (g1,) = _results(alpha)["g1"]
+        assert g1["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
+        assert f"{PARENT}--d1--g1" in _text(g1) and "crash x1" in _text(g1)
+        assert "subagent x1" in _text(results["d1"][0])
+
+
+LIBRARY_RUN = """
+import sys
+import anyio
+from dsh_host import Agent
+
+async def main() -> None:
+    async with Agent(model="scripted:parent.yml", composition="dsh.yml") as agent:
+        if sys.argv[1] == "run":
+            await agent.run("go")
+        else:
+            await agent.resume(sys.argv[2])
+            print("repaired", len(agent.core.repairs))
+
+anyio.run(main)
+"""
+
+
+def test_agent_resume_keeps_a_finished_childs_answer(tmp_path: Path) -> None:
+    """The library's ``Agent.resume`` repairs through the same refiner as ``dsh resume``."""
+    config = _compose(tmp_path, "jsonl", "child-finished")
+    (tmp_path / "lib.py").write_text(LIBRARY_RUN)
+    env = {**os.environ, "PYTHONPATH": str(HERE.parents[1]), "DSH_SESSION_ROOT": str(tmp_path)}
+
+    def lib(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "lib.py", *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+
+    crashed = lib("run")
+    assert crashed.returncode == -9 and "kill child-finished" in crashed.stdout, crashed.stderr
+    listed = _dsh(tmp_path, "sessions", "list", "--config", str(config), "--json", "--fresh")
+    (parent_id,) = [
+        row["sessionId"]
+        for row in map(json.loads, listed.stdout.splitlines())
+        if row["parentSession"] is None
+    ]
+    resumed = lib("resume", parent_id)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "repaired 4" in resumed.stdout  # two results, step/end, turn/end
+    parent = _events(tmp_path, config, parent_id)
+    assert parent is not None
+    results = _results(parent)
+    assert _text(results["d1"][0]) == "answer A"
+    assert not _is_error(results["d1"][0])
