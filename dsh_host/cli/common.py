@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
 
+from ..composition_edits import enabled, patch
 from ..compositions import composition_digest, load_config
 from ..errors import ConfigError, DshError
-from ..loader import LocatedRow, PluginHost, Row, canonical_name, open_host, rows_needed_for
+from ..loader import LocatedRow, PluginHost, canonical_name, open_host, rows_needed_for
 from ..session.events.data import CompositionTerms
 from .interrupts import Interrupts, exit_on_signals
 
@@ -39,25 +39,15 @@ def rows_of(located: Sequence[LocatedRow], plugin: str) -> list[int]:
 def patch_config(
     located: list[LocatedRow], plugins: Sequence[str], key: str, value: Any, flag: str
 ) -> None:
-    """Set ``config[key] = value`` on every enabled row running one of ``plugins``."""
-    hits = [
-        i
-        for plugin in plugins
-        for i in rows_of(located, plugin)
-        if not located[i].row.disabled
-    ]
-    if not hits:
+    """Set ``config[key] = value`` on every enabled row running one of ``plugins``; a usage
+    error naming ``flag`` when there is none."""
+    if not any(enabled(located, plugin) for plugin in plugins):
         raise CliUsageError(
             f"{flag} needs a row running {' or '.join(plugins)} in the composition, and it has "
             "none; add one or drop the flag"
         )
-    for index in hits:
-        entry = located[index]
-        config = dict(entry.row.config or {})
-        config[key] = value
-        located[index] = replace(entry, row=Row(
-            name=entry.row.name, id=entry.row.id, config=config, disabled=entry.row.disabled
-        ))
+    for plugin in plugins:
+        patch(located, plugin, {key: value})
 
 
 def load_composition(args: argparse.Namespace) -> tuple[Path, list[LocatedRow]]:

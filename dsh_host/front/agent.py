@@ -44,6 +44,7 @@ from dsh_host.agent.keys import (
     AGENT_TURN_STOPPING,
 )
 from dsh_host.cancel import CancelToken
+from dsh_host.composition_edits import merged
 from dsh_host.compositions import load_config
 from dsh_host.errors import ConfigError
 from dsh_host.loader import LocatedRow, PluginHost, Row, canonical_name, open_host
@@ -374,14 +375,7 @@ class Agent:
                     + ", ".join(sorted(ids))
                 )
         return [
-            Row(
-                id=row.id,
-                name=row.name,
-                config={**(row.config or {}), **self._overrides[row.id]},
-                disabled=row.disabled,
-            )
-            if row.id in self._overrides
-            else row
+            merged(row, self._overrides[row.id]) if row.id in self._overrides else row
             for row in rows
         ]
 
@@ -946,11 +940,7 @@ def _index_after(rows: Sequence[Row], plugin: str) -> int:
 
 def _patched(row: Row, plugin: str, config: Mapping[str, Any]) -> Row:
     """``row`` with ``config`` merged into its config when it runs ``plugin``."""
-    if canonical_name(row.name) != plugin:
-        return row
-    return Row(
-        id=row.id, name=row.name, config={**(row.config or {}), **config}, disabled=row.disabled
-    )
+    return merged(row, config) if canonical_name(row.name) == plugin else row
 
 
 def _typed_event(event: SessionEvent, values: dict[str, Any]) -> ev.Event | None:

@@ -15,14 +15,14 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from dsh_host.composition_edits import patch
 from dsh_host.compositions import composition_digest, load_config
 from dsh_host.errors import ConfigError, DshError, install_hint
 from dsh_host.front.models import MODEL_SPECS, parse_model
-from dsh_host.loader import LocatedRow, Row, canonical_name
+from dsh_host.loader import LocatedRow
 from dsh_host.session.events.data import CompositionTerms
 
 __all__ = ["QUEUE_DSN_ENV", "TOKEN_ENV", "ServeUsageError", "add_parser", "build_compositions"]
@@ -129,19 +129,6 @@ def add_parser(sub: Any) -> None:
     serve.set_defaults(handler=run_serve)
 
 
-def _patched(rows: list[LocatedRow], plugin: str, values: dict[str, Any]) -> bool:
-    hit = False
-    for index, located in enumerate(rows):
-        row = located.row
-        if canonical_name(row.name) != plugin or row.disabled:
-            continue
-        config = {**(row.config or {}), **values}
-        rows[index] = replace(located, row=Row(name=row.name, id=row.id, config=config,
-                                               disabled=row.disabled))
-        hit = True
-    return hit
-
-
 def _composition(path: str | None, model: str, root: str | None) -> list[LocatedRow]:
     try:
         choice = parse_model(model)
@@ -149,15 +136,10 @@ def _composition(path: str | None, model: str, root: str | None) -> list[Located
         raise ServeUsageError(str(exc)) from None
     rows = [r for r in load_config(path).rows if r.row.id != choice.row.id]
     rows.insert(0, LocatedRow(choice.row, f"--model {model}"))
-    if root is not None and not _patched(rows, "session-persistence-jsonl", {"root": root}):
+    if root is not None and not patch(rows, "session-persistence-jsonl", {"root": root}):
         raise ServeUsageError("--root needs a session-persistence-jsonl row in the composition")
-    _patched(rows, "user-approval", {"policy": "ask", "unanswered": "defer"})
-    for index, located in enumerate(rows):
-        if located.row.name == "agent":
-            config = {"provider": choice.provider, "model": choice.model,
-                      **(located.row.config or {})}
-            rows[index] = replace(located, row=Row(name="agent", id=located.row.id,
-                                                   config=config, disabled=located.row.disabled))
+    patch(rows, "user-approval", {"policy": "ask", "unanswered": "defer"})
+    patch(rows, "agent", {"provider": choice.provider, "model": choice.model}, keep_existing=True)
     return rows
 
 

@@ -24,7 +24,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -34,6 +34,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from dsh_host.agent.errors import ApprovalDecisionError
 from dsh_host.agent.loop import Agent
+from dsh_host.composition_edits import patched
 from dsh_host.errors import DshError
 from dsh_host.front.runner import (
     Overrides,
@@ -44,7 +45,7 @@ from dsh_host.front.runner import (
     portable_spec,
     terms_of,
 )
-from dsh_host.loader import LocatedRow, PluginHost, Row, canonical_name, open_host
+from dsh_host.loader import LocatedRow, PluginHost, open_host
 from dsh_host.session.approvals import pending_approvals
 from dsh_host.session.events import SessionEvent, TurnEndReason, turn_end_kind
 from dsh_host.session.events.data import CompositionTerms, RunTerms
@@ -222,19 +223,6 @@ class RunningTurn:
         return any(e.type == self.start_type for e in events[first:last])
 
 
-def _with_workspace(rows: Sequence[LocatedRow], workspace: str) -> list[LocatedRow]:
-    """The rows with every enabled ``builtin-tools`` row working in ``workspace``."""
-    out: list[LocatedRow] = []
-    for located in rows:
-        row = located.row
-        if canonical_name(row.name) == "builtin-tools" and not row.disabled:
-            config = {**(row.config or {}), "workspace": workspace}
-            row = Row(name=row.name, id=row.id, config=config, disabled=row.disabled)
-            located = replace(located, row=row)
-        out.append(located)
-    return out
-
-
 class ServerRuntime:
     """Hosts, running turns and the wake-ups streams wait on (see the module docstring)."""
 
@@ -305,7 +293,9 @@ class ServerRuntime:
         """The host of ``composition`` working in ``workspace`` (or of exactly ``rows``: a
         session's composition patched to its recorded terms), booted on first use."""
         if rows is None:
-            rows = _with_workspace(self.options.compositions[composition], workspace)
+            rows = patched(
+                self.options.compositions[composition], "builtin-tools", {"workspace": workspace}
+            )
         key = (composition, composition_digest(rows))
         while key not in self._hosts:
             booting = self._booting.get(key)
@@ -561,7 +551,7 @@ class ServerRuntime:
         session = sessions.create(
             session_id or new_session_id(), meta={"cwd": path, "agentPreset": name}
         )
-        rows = _with_workspace(self.options.compositions[name], path)
+        rows = patched(self.options.compositions[name], "builtin-tools", {"workspace": path})
         spec = self.options.model_spec
         own = spec is not None and any(r.row.id == "model" for r in rows)
         record_terms(session, terms_of(
@@ -616,7 +606,7 @@ class ServerRuntime:
         if workspace is None:
             workspace = header.cwd if isinstance(header.cwd, str) else None
         path = self.check_workspace(workspace, session_id=session_id)
-        rows = _with_workspace(self.options.compositions[name], path)
+        rows = patched(self.options.compositions[name], "builtin-tools", {"workspace": path})
         try:
             plan = plan_continuation(
                 rows, session_id=session_id, recorded=recorded,
