@@ -57,6 +57,7 @@ from dsh_host.session.persistence import (
     SessionLoad,
     SessionNotFoundError,
 )
+from dsh_host.session.summary import SessionSummary, last_turn
 from dsh_host.session.terms import record_terms, recorded_terms
 
 from . import views
@@ -166,18 +167,7 @@ class StoredSummary:
     @classmethod
     def of(cls, load: SessionLoad) -> StoredSummary:
         header, events = load.header, load.events
-        fields = {
-            "id": header.id,
-            "title": views.title(events),
-            "createdAt": header.created_at,
-            "updatedAt": views.updated_at(events, header.created_at),
-            "workspace": header.cwd if isinstance(header.cwd, str) else None,
-            "composition": header.agent_preset if isinstance(header.agent_preset, str) else None,
-            "events": len(events),
-            "lastTurn": views.last_turn(events),
-            "lastTurnEnd": views.last_turn_end(events),
-            "usage": views.usage(events),
-        }
+        fields = views.session_fields(SessionSummary.of(load))
         approvals = tuple(pending_approvals(events, load.id))
         admission = (header, recorded_terms(events))
         return cls(fields, approvals, bool(load.closers), header.to_json(), admission)
@@ -643,7 +633,7 @@ class ServerRuntime:
                     "(POST /sessions/{id}/approvals/{callId}) before a new turn",
                 )
             if self._queue is not None:
-                return await self._enqueue(session_id, "turn", prompt, views.last_turn(load.events))
+                return await self._enqueue(session_id, "turn", prompt, last_turn(load.events))
             agent, store = await self._resume(load)
         except BaseException:
             self._claimed.discard(session_id)
