@@ -494,6 +494,14 @@ if TYPE_CHECKING:
         capped_mode as capped_mode,
     )
 
+    # -- What a file store's header codec shares with the core (one header rule)
+    from dsh_host.session.persistence import (
+        format_refusal as format_refusal,
+    )
+    from dsh_host.session.header import (
+        header_from_meta as header_from_meta,
+    )
+
 #: Where each name is defined (the module it is imported from on first use).
 _DEFINED_IN: dict[str, tuple[str, ...]] = {
     "dsh_host.agent.prompt": ("PERSONA_SECTION",),
@@ -550,7 +558,7 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
     "dsh_host.session.events.envelope": ("ReplaceOp", "SessionEvent"),
     "dsh_host.session.events.reasons": ("register_turn_end_reason",),
     "dsh_host.session.folds": ("LogFold",),
-    "dsh_host.session.header": (
+    "dsh_host.session.header": ("header_from_meta",
         "HEADER_KEYS", "SessionHeader", "check_session_id", "parse_session_header",
     ),
     "dsh_host.session.messages": (
@@ -579,7 +587,7 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
         "MemoryStorage", "Pending", "SessionStorage", "SupportsCurrentRevision", "SupportsHeldBy",
         "SupportsReadFrom", "SupportsRoot", "encode_json",
     ),
-    "dsh_host.session.persistence": (
+    "dsh_host.session.persistence": ("format_refusal",
         "ArtifactLocation", "SessionAlreadyExistsError", "SessionAlreadyOwnedError",
         "SessionAppendRejectedError", "SessionFormatUnsupportedError",
         "SessionGenerationConflictError", "SessionGenerationSourceChangedError",

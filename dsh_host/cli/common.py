@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
 
+from ..composition_edits import enabled, patch
 from ..compositions import composition_digest, load_config
 from ..errors import ConfigError, DshError
-from ..loader import LocatedRow, PluginHost, Row, canonical_name, open_host, rows_needed_for
+from ..loader import LocatedRow, PluginHost, canonical_name, open_host, rows_needed_for
 from ..session.events.data import CompositionTerms
 from ..session.keys import SESSION_PERSISTENCE
 from ..shipped_plugins import declared_root_keys
@@ -48,25 +48,15 @@ def patch_config(
 def patch_config_keys(
     located: list[LocatedRow], keys: Mapping[str, str], value: Any, flag: str
 ) -> None:
-    """Set ``config[keys[plugin]] = value`` on every enabled row running a plugin of ``keys``."""
-    hits = [
-        (i, key)
-        for plugin, key in keys.items()
-        for i in rows_of(located, plugin)
-        if not located[i].row.disabled
-    ]
-    if not hits:
+    """Set ``config[keys[plugin]] = value`` on every enabled row running a plugin of ``keys``;
+    a usage error naming ``flag`` when there is none."""
+    if not any(enabled(located, plugin) for plugin in keys):
         raise CliUsageError(
             f"{flag} needs a row running {' or '.join(keys)} in the composition, and it has "
             "none; add one or drop the flag"
         )
-    for index, key in hits:
-        entry = located[index]
-        config = dict(entry.row.config or {})
-        config[key] = value
-        located[index] = replace(entry, row=Row(
-            name=entry.row.name, id=entry.row.id, config=config, disabled=entry.row.disabled
-        ))
+    for plugin, key in keys.items():
+        patch(located, plugin, {key: value})
 
 
 def load_composition(args: argparse.Namespace) -> tuple[Path, list[LocatedRow]]:

@@ -20,7 +20,6 @@ import msgspec
 from ..errors import install_hint
 from ..loader import PluginHost, canonical_name
 from ..session.events import SessionEvent, event_to_builtins, to_builtins
-from ..session.messages import UserSource
 from ..session.persistence import (
     SessionLoad,
     SessionPersistenceCorruptionError,
@@ -29,6 +28,7 @@ from ..session.persistence import (
 from ..session.prices import PriceTable
 from ..session.repair import call_identity_problems, interrupted_turn_closers
 from ..session.session import Session, derive_messages_from_events
+from ..session.summary import SessionSummary
 from .common import (
     CliUsageError,
     load_composition,
@@ -42,7 +42,6 @@ from .list_cache import ListCache, listing_key
 from .output import console, json_line, progress
 from .render import (
     MAX_TOOL_OUTPUT_LINES,
-    blocks_text,
     event_summary,
     human_size,
     message_lines,
@@ -52,7 +51,7 @@ from .render import (
     when,
 )
 from .transcript_json import transcript_document
-from .usage import logged_usage, price_table, usage_line
+from .usage import price_table, usage_line
 
 
 def add_parser(sub: Any) -> None:
@@ -192,15 +191,6 @@ def _file_size(load_or_listing: Any) -> int | None:
         return os.stat(location.path).st_size
     except OSError:
         return None
-
-
-def _last_turn_end(events: Any) -> str | None:
-    for event in reversed(events):
-        if event.type == "turn/end":
-            data = event_to_builtins(event)["data"]
-            reason = data.get("reason") if isinstance(data, dict) else None
-            return str(reason.get("kind")) if isinstance(reason, dict) else "unknown"
-    return None
 
 
 # -- list ------------------------------------------------------------------------------
@@ -354,9 +344,6 @@ def _table_lines(entries: list[dict[str, Any]], width: int) -> list[str]:
     return [header, *(line(row) for row in rows)]
 
 
-_TITLE_CHARS = 60
-
-
 async def listing_summary(
     store: Any, listing: Any, remembered: ListCache, prices: PriceTable
 ) -> dict[str, Any]:
@@ -380,23 +367,17 @@ async def listing_summary(
 
 
 def _summary(load: SessionLoad, prices: PriceTable, priced_with: str) -> dict[str, Any]:
-    """The listing's fields read from the events (:data:`list_cache.SUMMARY_KEYS`)."""
+    """The listing's fields read from the events (:data:`list_cache.SUMMARY_KEYS`): the
+    session's :class:`SessionSummary`, its last turn's end as a resume will have it."""
+    summary = SessionSummary.of(load, prices)
+    end = summary.ended
     return {
-        "events": len(load.events),
-        "lastTurnEnd": _last_turn_end(load.balanced),
-        "title": _title(load.events),
-        "usage": logged_usage(load.events, prices=prices),
+        "events": summary.events,
+        "lastTurnEnd": None if end is None else str(end.kind),
+        "title": summary.title,
+        "usage": summary.usage.to_wire(),
         "pricedWith": priced_with,
     }
-
-
-def _title(events: Any) -> str | None:
-    """The session's first prompt on one line, clipped: what people recognise it by."""
-    for event in events:
-        if event.type == "user/message" and isinstance(event.data.source, UserSource):
-            text = " ".join(blocks_text(event.data.content).split())
-            return text if len(text) <= _TITLE_CHARS else text[: _TITLE_CHARS - 1] + "…"
-    return None
 
 
 def _print_rows(entries: list[dict[str, Any]]) -> None:

@@ -45,6 +45,7 @@ from dsh_host.agent.keys import (
     AGENT_TURN_STOPPING,
 )
 from dsh_host.cancel import CancelToken
+from dsh_host.composition_edits import merged
 from dsh_host.compositions import load_config
 from dsh_host.errors import ConfigError
 from dsh_host.llm.attachments import attachment_blocks
@@ -386,14 +387,7 @@ class Agent:
                     + ", ".join(sorted(ids))
                 )
         return [
-            Row(
-                id=row.id,
-                name=row.name,
-                config={**(row.config or {}), **self._overrides[row.id]},
-                disabled=row.disabled,
-            )
-            if row.id in self._overrides
-            else row
+            merged(row, self._overrides[row.id]) if row.id in self._overrides else row
             for row in rows
         ]
 
@@ -974,11 +968,7 @@ def _index_after(rows: Sequence[Row], plugin: str) -> int:
 
 def _patched(row: Row, plugin: str, config: Mapping[str, Any]) -> Row:
     """``row`` with ``config`` merged into its config when it runs ``plugin``."""
-    if canonical_name(row.name) != plugin:
-        return row
-    return Row(
-        id=row.id, name=row.name, config={**(row.config or {}), **config}, disabled=row.disabled
-    )
+    return merged(row, config) if canonical_name(row.name) == plugin else row
 
 
 def _typed_event(event: SessionEvent, values: dict[str, Any]) -> ev.Event | None:

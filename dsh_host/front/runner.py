@@ -22,10 +22,10 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from msgspec import UNSET
 
+from dsh_host.composition_edits import config_of, enabled, merged, patch
 from dsh_host.compositions import composition_digest
 from dsh_host.errors import ConfigError
 from dsh_host.loader import LocatedRow, Row, canonical_name
@@ -90,34 +90,9 @@ class Plan:
 # -- reading terms off rows -------------------------------------------------------------------
 
 
-def _enabled(located: Sequence[LocatedRow], plugin: str) -> list[int]:
-    return [
-        i
-        for i, r in enumerate(located)
-        if canonical_name(r.row.name) == plugin and not r.row.disabled
-    ]
-
-
-def _config(located: Sequence[LocatedRow], plugin: str) -> dict[str, Any] | None:
-    rows = _enabled(located, plugin)
-    return dict(located[rows[0]].row.config or {}) if rows else None
-
-
-def _patch(located: list[LocatedRow], plugin: str, key: str, value: Any) -> None:
-    for index in _enabled(located, plugin):
-        entry = located[index]
-        config = {**(entry.row.config or {}), key: value}
-        located[index] = replace(
-            entry,
-            row=Row(
-                name=entry.row.name, id=entry.row.id, config=config, disabled=entry.row.disabled
-            ),
-        )
-
-
 def configured_route(located: Sequence[LocatedRow]) -> tuple[str, str] | None:
     """The (provider, model) the composition's agent row routes to, or None (it names none)."""
-    agent = _config(located, "agent")
+    agent = config_of(located, "agent")
     if agent is None:
         return None
     provider, model = agent.get("provider"), agent.get("model")
@@ -140,17 +115,17 @@ def terms_of(
     model = None
     if route is not None:
         model = ModelRoute(provider=route[0], model=route[1], spec=spec if spec else UNSET)
-    tools = _config(located, "builtin-tools")
+    tools = config_of(located, "builtin-tools")
     workspace = sandbox = None
     if tools is not None:
         configured = tools.get("workspace", ".")
         if isinstance(configured, str) and configured:
             workspace = os.path.abspath(os.path.expanduser(configured))
-        network = (_config(located, "sandbox-local") or {}).get("network", "deny")
+        network = (config_of(located, "sandbox-local") or {}).get("network", "deny")
         sandbox = SandboxTerms(
             mode=str(tools.get("sandbox", "workspace-write")), network=str(network)
         )
-    approval_config = _config(located, "user-approval")
+    approval_config = config_of(located, "user-approval")
     approval = None
     if approval_config is not None:
         approval = ApprovalTerms(
@@ -203,9 +178,9 @@ def with_model(located: list[LocatedRow], choice: ModelChoice, origin: str) -> l
     row routed to it."""
     located = list(located)
     routed = _routed(choice)
-    if routed and _enabled(located, choice.row.name):
-        _patch(located, choice.row.name, "model", choice.model)
-        config = _config(located, choice.row.name) or {}
+    if routed and enabled(located, choice.row.name):
+        patch(located, choice.row.name, {"model": choice.model})
+        config = config_of(located, choice.row.name) or {}
         provider = config.get("provider", choice.provider)
         choice = ModelChoice(
             Row(name=choice.row.name, config=config),  # no id: nothing is added
@@ -215,22 +190,16 @@ def with_model(located: list[LocatedRow], choice: ModelChoice, origin: str) -> l
     if choice.row.id is not None:  # a row of its own (else the composition's, patched)
         located = [r for r in located if r.row.id != choice.row.id]
         located.insert(0, LocatedRow(choice.row, origin))
-    out = []
-    for entry in located:
-        if canonical_name(entry.row.name) == "agent":
-            config = dict(entry.row.config or {})
-            if choice.row.id is not None or routed:
-                config["provider"] = choice.provider
-                config["model"] = choice.model
-            else:
-                config.setdefault("provider", choice.provider)
-                config.setdefault("model", choice.model)
-            entry = replace(
-                entry,
-                row=Row(name="agent", id=entry.row.id, config=config, disabled=entry.row.disabled),
-            )
-        out.append(entry)
-    return out
+    route = {"provider": choice.provider, "model": choice.model}
+    # the spec's own row or a declared route sets the agent's route; a composition's row only
+    # fills in what the agent row leaves unset
+    keep = choice.row.id is None and not routed
+    return [
+        replace(entry, row=merged(entry.row, route, keep_existing=keep))
+        if canonical_name(entry.row.name) == "agent"
+        else entry
+        for entry in located
+    ]
 
 
 def portable_spec(spec: str) -> str:
@@ -289,16 +258,16 @@ def plan_continuation(
         workspace = overrides.workspace
         changed.append("workspace")
     if workspace is not None:
-        _patch(rows, "builtin-tools", "workspace", workspace)
+        patch(rows, "builtin-tools", {"workspace": workspace})
     if recorded.sandbox is not None or overrides.sandbox is not None:
         mode = recorded.sandbox.mode if recorded.sandbox is not None else None
         if overrides.sandbox is not None and overrides.sandbox != mode:
             mode = overrides.sandbox
             changed.append("sandbox")
         if mode is not None:
-            _patch(rows, "builtin-tools", "sandbox", mode)
+            patch(rows, "builtin-tools", {"sandbox": mode})
         if recorded.sandbox is not None:
-            _patch(rows, "sandbox-local", "network", recorded.sandbox.network)
+            patch(rows, "sandbox-local", {"network": recorded.sandbox.network})
     approval = recorded.approval
     policy = approval.policy if approval is not None else None
     unanswered = approval.unanswered if approval is not None else None
@@ -308,8 +277,7 @@ def plan_continuation(
         policy, unanswered = overrides.approval_policy, overrides.unanswered or "fail"
         changed.append("approval")
     if policy is not None:
-        _patch(rows, "user-approval", "policy", policy)
-        _patch(rows, "user-approval", "unanswered", unanswered or "fail")
+        patch(rows, "user-approval", {"policy": policy, "unanswered": unanswered or "fail"})
     spec = (
         _spec(overrides, recorded)
         if "model" in changed
@@ -403,12 +371,15 @@ def _assumed(
             "model; pass --model SPEC (the built-in demo script never continues a session)"
         )
     if overrides.workspace is not None:
-        _patch(rows, "builtin-tools", "workspace", overrides.workspace)
+        patch(rows, "builtin-tools", {"workspace": overrides.workspace})
     if overrides.sandbox is not None:
-        _patch(rows, "builtin-tools", "sandbox", overrides.sandbox)
+        patch(rows, "builtin-tools", {"sandbox": overrides.sandbox})
     if overrides.approval_policy is not None:
-        _patch(rows, "user-approval", "policy", overrides.approval_policy)
-        _patch(rows, "user-approval", "unanswered", overrides.unanswered or "fail")
+        patch(
+            rows,
+            "user-approval",
+            {"policy": overrides.approval_policy, "unanswered": overrides.unanswered or "fail"},
+        )
     terms = terms_of(
         rows, composition=composition, spec=_spec(overrides, None), by=by, reason="assumed"
     )

@@ -15,15 +15,15 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from dsh_host.composition_edits import patch
 from dsh_host.compositions import composition_digest, load_config
 from dsh_host.errors import ConfigError, DshError, install_hint
 from dsh_host.front.models import MODEL_SPECS, parse_model
 from dsh_host.front.runner import with_model
-from dsh_host.loader import LocatedRow, Row, canonical_name
+from dsh_host.loader import LocatedRow
 from dsh_host.session.events.data import CompositionTerms
 from dsh_host.shipped_plugins import declared_root_keys
 
@@ -137,19 +137,6 @@ def add_parser(sub: Any) -> None:
     serve.set_defaults(handler=run_serve)
 
 
-def _patched(rows: list[LocatedRow], plugin: str, values: dict[str, Any]) -> bool:
-    hit = False
-    for index, located in enumerate(rows):
-        row = located.row
-        if canonical_name(row.name) != plugin or row.disabled:
-            continue
-        config = {**(row.config or {}), **values}
-        rows[index] = replace(located, row=Row(name=row.name, id=row.id, config=config,
-                                               disabled=row.disabled))
-        hit = True
-    return hit
-
-
 def _composition(path: str | None, model: str | None, root: str | None) -> list[LocatedRow]:
     """The rows of one served composition: ``--model`` routed in by the runner's
     :func:`~dsh_host.front.runner.with_model` (as ``dsh run`` does), else the composition's own
@@ -164,12 +151,12 @@ def _composition(path: str | None, model: str | None, root: str | None) -> list[
     if root is not None:
         # the file stores say which config key holds their directory (Plugin.root_key)
         stores = declared_root_keys()
-        patched = [_patched(rows, store, {key: root}) for store, key in stores.items()]
-        if not any(patched):
+        hits = [patch(rows, store, {key: root}) for store, key in stores.items()]
+        if not any(hits):
             raise ServeUsageError(
                 f"--root needs a row running {' or '.join(stores)} in the composition"
             )
-    _patched(rows, "user-approval", {"policy": "ask", "unanswered": "defer"})
+    patch(rows, "user-approval", {"policy": "ask", "unanswered": "defer"})
     return rows
 
 

@@ -24,7 +24,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -35,6 +35,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from dsh_host.agent.errors import ApprovalDecisionError
 from dsh_host.agent.keys import AGENT
 from dsh_host.agent.loop import Agent
+from dsh_host.composition_edits import patched
 from dsh_host.errors import DshError
 from dsh_host.front.runner import (
     Overrides,
@@ -46,7 +47,7 @@ from dsh_host.front.runner import (
     portable_spec,
     terms_of,
 )
-from dsh_host.loader import LocatedRow, PluginHost, Row, canonical_name, open_host
+from dsh_host.loader import LocatedRow, PluginHost, open_host
 from dsh_host.session.approvals import pending_approvals
 from dsh_host.session.events import SessionEvent, TurnEndReason, turn_end_kind
 from dsh_host.session.events.data import CompositionTerms, RunTerms
@@ -61,6 +62,7 @@ from dsh_host.session.persistence import (
     SessionNotFoundError,
 )
 from dsh_host.session.storage import SupportsCurrentRevision
+from dsh_host.session.summary import SessionSummary, last_turn
 from dsh_host.session.terms import record_terms, recorded_terms
 
 from . import views
@@ -170,18 +172,7 @@ class StoredSummary:
     @classmethod
     def of(cls, load: SessionLoad) -> StoredSummary:
         header, events = load.header, load.events
-        fields = {
-            "id": header.id,
-            "title": views.title(events),
-            "createdAt": header.created_at,
-            "updatedAt": views.updated_at(events, header.created_at),
-            "workspace": header.cwd if isinstance(header.cwd, str) else None,
-            "composition": header.agent_preset if isinstance(header.agent_preset, str) else None,
-            "events": len(events),
-            "lastTurn": views.last_turn(events),
-            "lastTurnEnd": views.last_turn_end(events),
-            "usage": views.usage(events),
-        }
+        fields = views.session_fields(SessionSummary.of(load))
         approvals = tuple(pending_approvals(events, load.id))
         admission = (header, recorded_terms(events))
         return cls(fields, approvals, bool(load.closers), header.to_json(), admission)
@@ -225,19 +216,6 @@ class RunningTurn:
         first = bisect.bisect_left(events, self.start_end, key=lambda e: e.seq)
         last = bisect.bisect_left(events, end, lo=first, key=lambda e: e.seq)
         return any(e.type == self.start_type for e in events[first:last])
-
-
-def _with_workspace(rows: Sequence[LocatedRow], workspace: str) -> list[LocatedRow]:
-    """The rows with every enabled ``builtin-tools`` row working in ``workspace``."""
-    out: list[LocatedRow] = []
-    for located in rows:
-        row = located.row
-        if canonical_name(row.name) == "builtin-tools" and not row.disabled:
-            config = {**(row.config or {}), "workspace": workspace}
-            row = Row(name=row.name, id=row.id, config=config, disabled=row.disabled)
-            located = replace(located, row=row)
-        out.append(located)
-    return out
 
 
 class ServerRuntime:
@@ -310,7 +288,9 @@ class ServerRuntime:
         """The host of ``composition`` working in ``workspace`` (or of exactly ``rows``: a
         session's composition patched to its recorded terms), booted on first use."""
         if rows is None:
-            rows = _with_workspace(self.options.compositions[composition], workspace)
+            rows = patched(
+                self.options.compositions[composition], "builtin-tools", {"workspace": workspace}
+            )
         key = (composition, composition_digest(rows))
         while key not in self._hosts:
             booting = self._booting.get(key)
@@ -572,7 +552,7 @@ class ServerRuntime:
             )
         name = self.check_composition(composition)
         path = self.check_workspace(workspace)
-        rows = _with_workspace(self.options.compositions[name], path)
+        rows = patched(self.options.compositions[name], "builtin-tools", {"workspace": path})
         if configured_route(rows) is None:  # no demo in its place (D22 in docs/decisions.md)
             raise ApiError(
                 400,
@@ -665,7 +645,7 @@ class ServerRuntime:
         if workspace is None:
             workspace = header.cwd if isinstance(header.cwd, str) else None
         path = self.check_workspace(workspace, session_id=session_id)
-        rows = _with_workspace(self.options.compositions[name], path)
+        rows = patched(self.options.compositions[name], "builtin-tools", {"workspace": path})
         try:
             plan = plan_continuation(
                 rows, session_id=session_id, recorded=recorded,
@@ -710,7 +690,7 @@ class ServerRuntime:
                 )
             if self._queue is not None:
                 assert isinstance(prompt, str)  # refused above
-                return await self._enqueue(session_id, "turn", prompt, views.last_turn(load.events))
+                return await self._enqueue(session_id, "turn", prompt, last_turn(load.events))
             agent, store = await self._resume(load)
         except BaseException:
             self._claimed.discard(session_id)

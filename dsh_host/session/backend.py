@@ -20,7 +20,10 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from dsh_host.session.errors import InvalidSessionHeaderError
 from dsh_host.session.events import SessionEvent
-from dsh_host.session.header import SESSION_FORMAT_VERSION, SessionHeader, parse_session_header
+from dsh_host.session.header import (
+    SessionHeader,
+    header_from_meta,
+)
 from dsh_host.session.persistence import (
     ArtifactLocation,
     OpenMode,
@@ -54,19 +57,10 @@ H = TypeVar("H", bound=WriteHandle[Any])
 
 
 def new_header(header: SessionHeader | Mapping[str, Any]) -> SessionHeader:
-    """Validate a header for ``create`` (errors never reserve the id)."""
-    meta = header_meta(header)
-    created = meta.get("createdAt")
-    if not (type(created) is int and 0 <= created <= 2**53 - 1):
-        raise SessionAppendRejectedError(
-            "session metadata createdAt must be a non-negative safe integer"
-        )
-    meta.setdefault("version", SESSION_FORMAT_VERSION)
-    if "seedLength" in meta:  # the 0.1.1 spelling of isSeeded
-        meta.setdefault("isSeeded", True)
-        del meta["seedLength"]
+    """Validate a header for ``create`` (errors never reserve the id): :func:`header_from_meta`,
+    its refusal as :class:`SessionAppendRejectedError`."""
     try:
-        return parse_session_header(meta)
+        return header_from_meta(header_meta(header))
     except InvalidSessionHeaderError as error:
         raise SessionAppendRejectedError(str(error)) from error
 

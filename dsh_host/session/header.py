@@ -33,6 +33,7 @@ __all__ = [
     "SESSION_FORMAT_VERSION",
     "SessionHeader",
     "check_session_id",
+    "header_from_meta",
     "new_session_id",
     "now_ms",
     "parse_session_header",
@@ -183,3 +184,43 @@ def parse_session_header(value: object, *, session_id: str | None = None) -> Ses
             raise _fail("session header agentPreset must be a string", "agentPreset")
         kwargs["agent_preset"] = preset
     return SessionHeader(**kwargs)
+
+
+#: Optional header keys for which ``None`` means absent (as DSH writes them: ``undefined``).
+_OPTIONAL_KEYS: Final = frozenset(
+    {"cwd", "parentSession", "isSeeded", "origin", "delegationDepth", "agentPreset"}
+)
+
+
+def header_from_meta(meta: Mapping[str, Any]) -> SessionHeader:
+    """The header of a session being created, validated: the one check every backend's
+    ``create`` makes (the persistence service's :func:`~dsh_host.session.backend.new_header`
+    and the JSONL codec's header record both call it).
+
+    ``meta`` is a header as plain JSON (``SessionHeader.to_json()`` or a caller's mapping):
+    ``version`` defaults to the current one, ``None`` for an optional key means absent, and the
+    0.1.1 spelling ``seedLength`` (the fork cut) stands for ``isSeeded``. Everything else is
+    :func:`parse_session_header`'s; raises :class:`InvalidSessionHeaderError`.
+    """
+    if not isinstance(meta, Mapping):
+        raise _fail("session header is not a plain JSON record")
+    raw = {
+        key: value
+        for key, value in meta.items()
+        if not (value is None and key in _OPTIONAL_KEYS)
+        and not (key == "type" and value == "session")  # a stored record's line tag
+    }
+    created = raw.get("createdAt")
+    if not is_safe_int(created) or created < 0:  # type: ignore[operator]
+        raise _fail(
+            "session metadata createdAt must be a non-negative safe integer", "createdAt"
+        )
+    raw.setdefault("version", SESSION_FORMAT_VERSION)
+    if "seedLength" in raw:
+        seed_length = raw.pop("seedLength")
+        if seed_length is not None and (not is_safe_int(seed_length) or seed_length < 0):
+            raise _fail(
+                "session header seedLength must be a non-negative safe integer", "seedLength"
+            )
+        raw.setdefault("isSeeded", seed_length is not None)
+    return parse_session_header(raw)

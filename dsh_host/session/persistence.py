@@ -103,6 +103,7 @@ __all__ = [
     "decode_stored_event",
     "decode_stored_header",
     "decode_stored_rows",
+    "format_refusal",
     "with_closers",
 ]
 
@@ -573,6 +574,26 @@ def with_closers(load: SessionLoad) -> SessionLoad:
     return dataclasses.replace(load, closers=tuple(interrupted_turn_closers(load.events)))
 
 
+def format_refusal(
+    session_id: str, version: int, where: str, *, newest: int = SESSION_FORMAT_VERSION
+) -> SessionFormatUnsupportedError:
+    """The refusal of a header whose log format this build does not read: "upgrade the
+    harness" above ``newest`` (a newer harness wrote it), "no upgrade path" below the current
+    format. The one text every store gives (``where`` names the raw log)."""
+    if version > newest:
+        message = (
+            f'session "{session_id}" uses log format v{version}, but this harness reads '
+            f"DSH's logs up to format v{newest}: the log was written by a newer harness — "
+            "upgrade the harness to open it"
+        )
+    else:
+        message = (
+            f'session "{session_id}" uses log format v{version}, older than the supported '
+            f"v{SESSION_FORMAT_VERSION}, and this build ships no upgrade path for it"
+        )
+    return SessionFormatUnsupportedError(f"{message} (raw log: {where})", location=where)
+
+
 def decode_stored_header(session_id: str, text: str | bytes, *, where: str) -> SessionHeader:
     """A header stored as JSON text (a database row): format gate, then validation.
 
@@ -593,19 +614,7 @@ def decode_stored_header(session_id: str, text: str | bytes, *, where: str) -> S
         )
     version = raw.get("version")
     if type(version) is int and version != SESSION_FORMAT_VERSION:
-        if version > SESSION_FORMAT_VERSION:
-            message = (
-                f'session "{session_id}" uses log format v{version}, but this harness reads '
-                f"only v{SESSION_FORMAT_VERSION}: the log was written by a newer harness — "
-                "upgrade the harness to open it"
-            )
-        else:
-            message = (
-                f'session "{session_id}" uses log format v{version}, older than the '
-                f"supported v{SESSION_FORMAT_VERSION}, and this build ships no upgrade "
-                "path for it"
-            )
-        raise SessionFormatUnsupportedError(f"{message} (raw log: {where})", location=where)
+        raise format_refusal(session_id, version, where)
     try:
         return parse_session_header(raw, session_id=session_id)
     except InvalidSessionHeaderError as error:

@@ -42,9 +42,9 @@ from dsh_host.session.header import (
     SESSION_FORMAT_VERSION,
     SessionHeader,
     check_session_id,
+    header_from_meta,
     new_session_id,
     now_ms,
-    parse_session_header,
 )
 from dsh_host.session.session import Session
 
@@ -303,7 +303,7 @@ class SessionStore:
         if raw["createdAt"] is None:
             raw["createdAt"] = int(self._clock())
         raw.update(meta)
-        return parse_session_header(raw, session_id=session_id)
+        return header_from_meta(raw)  # the one check of a header being created
 
 
 def _open_brackets(events: Sequence[SessionEvent]) -> tuple[int | None, int | None]:

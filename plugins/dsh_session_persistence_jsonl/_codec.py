@@ -30,13 +30,16 @@ from msgspec import UnsetType
 from dsh_host.sdk import (
     HEADER_KEYS,
     MAX_SAFE_INTEGER,
-    SessionFormatUnsupportedError,
     SessionPersistenceCorruptionError,
+    format_refusal,
     is_safe_int,
     system_message_problem,
 )
+from dsh_host.sdk import (
+    header_from_meta as session_header_from_meta,
+)
 
-from ._paths import CURRENT_VERSION, is_absolute_cwd
+from ._paths import is_absolute_cwd
 from ._v4 import V4_VERSION
 
 __all__ = [
@@ -98,85 +101,20 @@ def is_count(value: object) -> bool:
 def header_from_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
     """Validate header metadata handed to ``create`` and return it in v3 record order.
 
-    Accepts the session core's header (``isSeeded`` or the older ``seedLength``)
-    and fills ``delegationDepth`` with 0 when absent. Raises ``ValueError``
-    with DSH's texts (the caller wraps it).
+    The validation is the session core's (:func:`dsh_host.session.header.header_from_meta`:
+    ``isSeeded`` or the older ``seedLength``, ``None`` as absent); this adds what a v3 record
+    always carries: the ``type`` tag, ``isSeeded`` and ``delegationDepth`` (0 when absent).
+    Raises ``ValueError`` (:class:`InvalidSessionHeaderError`) with the reason.
     """
-    if not isinstance(meta, Mapping):
-        raise ValueError("session header is not a plain JSON record")
-    if "sandboxMode" in meta or "approvalPolicy" in meta:
-        raise ValueError("session header uses retired policy baseline fields")
-    version = meta.get("version", CURRENT_VERSION)
-    if version != CURRENT_VERSION or type(version) is not int:
-        raise ValueError(f"session header version must be {CURRENT_VERSION}, got {version!r}")
-    sid = meta.get("id")
-    if type(sid) is not str or sid == "":
-        raise ValueError("session header id must be a non-empty string")
-    created = meta.get("createdAt")
-    if not is_count(created):
-        raise ValueError("session metadata createdAt must be a non-negative safe integer")
-    out: dict[str, Any] = {"type": "session", "version": CURRENT_VERSION, "id": sid}
-    out["createdAt"] = created
-    cwd = meta.get("cwd")
-    if cwd is not None:
-        if type(cwd) is not str:
-            raise ValueError("session header cwd must be a string")
-        if not is_absolute_cwd(cwd):
-            raise ValueError(f'session header cwd must be an absolute path, got "{cwd}"')
-        out["cwd"] = cwd
-    parent = meta.get("parentSession")
-    if parent is not None:
-        if type(parent) is not str:
-            raise ValueError("session header parentSession must be a string")
-        out["parentSession"] = parent
-    seeded = meta.get("isSeeded")
-    if seeded is None:
-        seed_length = meta.get("seedLength")
-        if seed_length is not None and not is_count(seed_length):
-            raise ValueError("session header seedLength must be a non-negative safe integer")
-        seeded = seed_length is not None
-    if type(seeded) is not bool:
-        raise ValueError("session header isSeeded must be a boolean")
-    out["isSeeded"] = seeded
-    origin = meta.get("origin")
-    if origin is not None:
-        if origin != "subagent":
-            raise ValueError('session header origin must be "subagent"')
-        out["origin"] = origin
-    depth = meta.get("delegationDepth", 0)
-    if depth is None:
-        depth = 0
-    if not is_count(depth):
-        raise ValueError("session header delegationDepth must be a non-negative safe integer")
-    out["delegationDepth"] = depth
-    preset = meta.get("agentPreset")
-    if preset is not None:
-        if type(preset) is not str:
-            raise ValueError("session header agentPreset must be a string")
-        out["agentPreset"] = preset
-    return out
+    header = session_header_from_meta(meta).to_json()
+    header.setdefault("isSeeded", False)
+    header.setdefault("delegationDepth", 0)
+    return encode_header_record({"type": "session", **header})
 
 
 def encode_header_record(header: Mapping[str, Any]) -> dict[str, Any]:
     """The v3 header record in DSH's key order (``header`` as from :func:`header_from_meta`)."""
     return {key: header[key] for key in HEADER_KEYS_V3 if key in header}
-
-
-def version_refusal(sid: str, version: object, path: str) -> SessionFormatUnsupportedError:
-    """The "upgrade" / "no upgrade path" refusal for a header version this build can't read."""
-    suffix = f" (raw log: {path})"
-    if type(version) is int and version > V4_VERSION:
-        return SessionFormatUnsupportedError(
-            f'session "{sid}" uses log format v{version}, but this harness reads DSH\'s logs '
-            f"up to format v{V4_VERSION}: the log was written by a newer harness — upgrade the "
-            f"harness to open it{suffix}",
-            location=path,
-        )
-    return SessionFormatUnsupportedError(
-        f'session "{sid}" uses log format v{version}, older than the supported '
-        f"v{CURRENT_VERSION}, and this build ships no upgrade path for it{suffix}",
-        location=path,
-    )
 
 
 #: Versions whose codec this build has (v0/v1 shape, v2/v3 shape, v4 as v3 rows lifted).
@@ -212,7 +150,7 @@ def decode_header_record(
         )
     version = parsed.get("version")
     if type(version) is int and version not in READABLE_VERSIONS:
-        raise version_refusal(str(parsed.get("id")), version, path)
+        raise format_refusal(str(parsed.get("id")), version, path, newest=V4_VERSION)
     if expected_version is not None and type(version) is int and version != expected_version:
         raise SessionPersistenceCorruptionError(
             f"corrupt session log: header version {version} does not match the generation "

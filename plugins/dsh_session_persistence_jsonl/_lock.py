@@ -24,10 +24,10 @@ would block the open. Either is refused with :class:`SessionLockUnsafeError`.
 from __future__ import annotations
 
 import errno
-import functools
+import fcntl
 import os
 import stat
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from dsh_host.sdk import (
     SessionAlreadyOwnedError,
@@ -39,19 +39,6 @@ __all__ = ["LOCK_NAME", "SessionLock", "SessionLockUnsafeError", "lock_holder"]
 
 LOCK_NAME: Final = "session.lock"
 _ATTEMPTS: Final = 3
-
-if TYPE_CHECKING:
-    from portalocker.portalocker import FlockLocker
-
-
-@functools.cache
-def _locker() -> FlockLocker:
-    """The ``flock`` locker, made on the first acquire: importing portalocker reads every
-    installed distribution's metadata (its version), a cost a reader never needs."""
-    from portalocker.portalocker import FlockLocker
-
-    return FlockLocker()
-
 
 class SessionLockUnsafeError(SessionPersistenceError):
     """``session.lock`` is a symlink or not a regular file; nothing was created or locked."""
@@ -102,16 +89,12 @@ class SessionLock:
 
         ``session_dir`` must exist (materialization creates it durably first).
         """
-        import portalocker
-
         path = os.path.join(session_dir, LOCK_NAME)
         for _attempt in range(_ATTEMPTS):
             fd = _open_lock(path, session_id)
             try:
-                _locker().lock(
-                    fd, portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
-                )
-            except portalocker.AlreadyLocked:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
                 os.close(fd)
                 raise SessionAlreadyOwnedError(
                     f'session "{session_id}" is already open for writing by another process or '

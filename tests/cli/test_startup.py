@@ -94,13 +94,12 @@ def test_plugins_boots_without_trio(tmp_path: Path) -> None:
 
 
 #: What a listing of the shipped default composition must not import: the plugins of the rows it
-#: does not boot (and what they pull in), rich on a pipe, the entry-point scan, and portalocker
-#: (which reads every distribution's metadata at import; a reader takes no lock).
+#: does not boot (and what they pull in), rich on a pipe and the entry-point scan.
 NOT_FOR_A_LISTING = frozenset({
     "dsh_host.agent", "dsh_host.agent.loop", "dsh_host.tools", "dsh_host.llm", "dsh_host.front",
     "dsh_builtin_tools", "dsh_sandbox_local", "dsh_user_approval", "dsh_token_meter",
     "dsh_compaction_basic", "dsh_session_checkpoint_policy", "rich", "importlib.metadata",
-    "portalocker", "dsh_host.session.tokens",
+    "dsh_host.session.tokens",
 })
 
 
