@@ -29,15 +29,17 @@ import msgspec
 
 from dsh_host.context import ServiceKey
 from dsh_host.errors import DshError
+from dsh_host.sandbox_modes import (  # re-exported: spelled once there
+    CONFINED_SANDBOX_MODES as CONFINED_SANDBOX_MODES,
+)
+from dsh_host.sandbox_modes import SANDBOX_MODES as SANDBOX_MODES
+from dsh_host.sandbox_modes import ConfinedSandboxMode as ConfinedSandboxMode
+from dsh_host.sandbox_modes import SandboxMode as SandboxMode
 from dsh_host.userdirs import config_home, user_config_file
 
-SandboxMode = Literal["read-only", "workspace-write", "danger-full-access"]
-ConfinedSandboxMode = Literal["read-only", "workspace-write"]
 SandboxEnforcement = Literal["full", "partial"]
 SandboxBackend = Literal["bubblewrap", "landlock", "none"]
 
-SANDBOX_MODES: tuple[SandboxMode, ...] = ("read-only", "workspace-write", "danger-full-access")
-CONFINED_SANDBOX_MODES: tuple[ConfinedSandboxMode, ...] = ("read-only", "workspace-write")
 
 UNAVAILABLE_MESSAGE = (
     'sandbox mode "{mode}" is requested but no sandbox backend is usable on this host; refusing '

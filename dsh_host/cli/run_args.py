@@ -15,7 +15,7 @@ from typing import Any
 
 from ..front.demo import DEMO_WORKSPACE
 from ..front.models import MODEL_SPECS
-from ..sandbox import SANDBOX_MODES
+from ..sandbox_modes import SANDBOX_MODES
 from .flags import add_config_flag, add_root_flag
 
 
