@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_helpers import dsh
+
+from .cli_helpers import dsh
 
 REPO = Path(__file__).resolve().parents[2]
 

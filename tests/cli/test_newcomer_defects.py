@@ -13,8 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-from cli_helpers import REPO, dsh, json_lines
 from dsh_session_persistence_jsonl._lock import lock_holder
+
+from .cli_helpers import REPO, dsh, json_lines
 
 
 def _demo_session(tmp: Path, root: Path) -> str:

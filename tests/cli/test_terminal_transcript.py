@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from cli_helpers import dsh
+
+from .cli_helpers import dsh
 
 TMUX = shutil.which("tmux")
 REPO = Path(__file__).resolve().parents[2]

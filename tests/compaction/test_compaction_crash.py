@@ -13,12 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from compaction_child import KILL_POINTS, SESSION_ID, SUMMARY, register_tool, rows
 
 from dsh_host import Row, open_host
 from dsh_host.session.compaction import is_compact_checkpoint_source
 from dsh_host.session.events import InterruptedReason, ReplaceOp, SessionEvent, encode_event
 from dsh_host.session.session import Session
+
+from .compaction_child import KILL_POINTS, SESSION_ID, SUMMARY, register_tool, rows
 
 pytestmark = pytest.mark.anyio
 

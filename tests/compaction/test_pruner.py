@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from compaction_helpers import call, host_with, new_agent, register_echo, rows
 from dsh_compaction_tool_result_pruner import (
     PRUNE_MARKER,
     ToolResultPruneConfig,
@@ -21,6 +20,8 @@ from dsh_host import Row
 from dsh_host.errors import ConfigError
 from dsh_host.session.events import CompletedReason, ReplaceOp, ToolResultData, TurnEnd, TurnStart
 from dsh_host.session.messages import ImageBlock, TextBlock, ToolResultBlock
+
+from .compaction_helpers import call, host_with, new_agent, register_echo, rows
 
 BLOCKS = st.lists(
     st.one_of(

@@ -9,13 +9,14 @@ from typing import Any
 
 import anyio
 import pytest
-from front_helpers import events_of, script
 from msgspec import UNSET
 
 from dsh_host import Agent, ToolContext, tool
 from dsh_host.agent import RequestErrorContext, Retry
 from dsh_host.front import events as ev
 from dsh_host.session.events import AbortedReason, CompletedReason, UserCancel
+
+from .front_helpers import events_of, script
 
 # both backends: streaming and cancellation through the front door
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]

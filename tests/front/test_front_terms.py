@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from front_helpers import script
 
 from dsh_host import Agent
+
+from .front_helpers import script
 
 pytestmark = pytest.mark.both_backends
 

@@ -17,9 +17,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from llm_helpers import collect, request, terminal_failure, user
 from llmock.scenarios import Fail, Reply, ToolCall
-from sse_server import SseServer, raw
 
 from dsh_host import PluginHost, Row, open_host
 from dsh_host.jsonsafe import json_dec_hook, json_enc_hook, thaw_json
@@ -36,6 +34,9 @@ from dsh_host.session import (
     ToolCallsFinish,
 )
 from dsh_host.session.messages import ToolResultBlock, UserMessage, UserSource, new_message_id
+
+from .llm_helpers import collect, request, terminal_failure, user
+from .sse_server import SseServer, raw
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 

@@ -13,7 +13,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for, run_confined
+
+from .sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for, run_confined
 
 pytestmark = linux_only
 

@@ -42,9 +42,10 @@ from dsh_sandbox_local.profiles import (
     bwrap_profile_args,
     landlock_not_covered,
 )
-from sandbox_harness import linux_only, provider_for, run_confined
 
 from dsh_host.errors import ConfigError, DshError
+
+from .sandbox_harness import linux_only, provider_for, run_confined
 
 
 @pytest.fixture(autouse=True)

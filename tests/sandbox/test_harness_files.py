@@ -29,11 +29,12 @@ from typing import Any
 import anyio
 import pytest
 from dsh_builtin_tools.search import ripgrep_binary
-from sandbox_harness import Scene, linux_only
 
 from dsh_host import CancelToken, Row, open_host
 from dsh_host.loader import PluginHost
 from dsh_host.tools import ToolExecutionInput, ToolExecutionResult, beneath
+
+from .sandbox_harness import Scene, linux_only
 
 # both backends: worker threads and subprocesses
 pytestmark = [linux_only, pytest.mark.anyio, pytest.mark.both_backends]

@@ -10,12 +10,13 @@ from typing import Any
 
 import anyio
 import pytest
-from tools_helpers import call, text_of
 
 from dsh_host import CancelToken, Row, open_host
 from dsh_host.loader import PluginHost
 from dsh_host.tools import ToolErrorInfo, ToolExecutionResult, ToolRuntime
 from dsh_host.tools.types import STOPPED_OUTCOME_UNKNOWN_TEXT
+
+from .tools_helpers import call, text_of
 
 # both backends: subprocesses (bash) and worker threads
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]

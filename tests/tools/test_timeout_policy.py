@@ -13,7 +13,6 @@ from typing import Any
 
 import anyio
 import pytest
-from tools_helpers import call, echo_tool, text_of
 
 from dsh_host import CancelToken, Row, open_host
 from dsh_host.errors import ConfigError
@@ -21,6 +20,8 @@ from dsh_host.loader import PluginHost
 from dsh_host.session.events import ToolResultData
 from dsh_host.session.messages import TextBlock, ToolResultBlock, ToolResultMessage
 from dsh_host.tools import ToolErrorInfo, ToolExecution, ToolExecutionResult, ToolRuntime
+
+from .tools_helpers import call, echo_tool, text_of
 
 # both backends: timeouts
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
