@@ -165,7 +165,7 @@ async def test_decisions_are_bound_to_call_and_digest() -> None:
         with pytest.raises(ApprovalDecisionError, match="argsDigest"):
             await agent.decide("c-ask", "allow", args_digest="0" * 64)
         with pytest.raises(ApprovalDecisionError, match="allow"):
-            await agent.decide("c-ask", "maybe")  # type: ignore[arg-type]
+            await agent.decide("c-ask", "maybe")
         assert len(agent.session.events) == before  # nothing recorded by a refusal
         assert ran == ["c-free"]
 
