@@ -292,7 +292,7 @@ async def test_the_summary_can_be_routed_to_another_model() -> None:
         name="llm-scripted",
         config={"provider": "summ", "model": "small", "responses": [{"text": SUMMARY}]},
     )
-    config = {"summarizationProvider": "summ", "summarizationModel": "small"}
+    config: dict[str, Any] = {"summarizationProvider": "summ", "summarizationModel": "small"}
     async with host_with(rows(script, summaries=[]), summarizer, *compaction_rows(**config)) as h:
         register_echo(h)
         agent = new_agent(h)

@@ -26,7 +26,7 @@ from .compaction_helpers import call, host_with, new_agent, register_echo, rows
 BLOCKS = st.lists(
     st.one_of(
         st.text(max_size=300).map(lambda t: TextBlock(text=t)),
-        st.just(ImageBlock(attachment={"id": "img"})),  # type: ignore[arg-type]
+        st.just(ImageBlock(attachment={"id": "img"})),
     ),
     max_size=6,
 )
