@@ -75,7 +75,7 @@ async def test_a_listener_by_name_waits_for_the_declaration_and_is_checked_then(
             host.bus.declare(SESSION_EVENT)
         assert len(host.bus.listeners(SESSION_EVENT)) == 1  # the wrong kind was dropped
         assert "is declared emit" in caplog.text and "wrong_kind" in caplog.text
-        host.ctx.emit(SESSION_EVENT, None, "e")  # type: ignore[arg-type]
+        host.ctx.emit(SESSION_EVENT, None, "e")  # type: ignore[call-overload]  # wrong on purpose
         assert heard == ["e"]
 
 
@@ -101,6 +101,6 @@ async def test_a_waiting_listener_is_checked_before_a_dispatch_by_key_calls_it(
         host.ctx.on("session/event", wrong_kind)  # nobody declared it: waits, unchecked
         host.ctx.on("session/event", lambda s, e: heard.append(e))
         with caplog.at_level(logging.ERROR, logger="dsh.bus"):
-            host.ctx.emit(SESSION_EVENT, None, "e")  # type: ignore[arg-type]
+            host.ctx.emit(SESSION_EVENT, None, "e")  # type: ignore[call-overload]  # wrong on purpose
         assert heard == ["e"]
         assert "wrong_kind" in caplog.text

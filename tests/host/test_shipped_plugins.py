@@ -110,7 +110,7 @@ def default_rows(**patches: dict[str, Any]) -> list[LocatedRow]:
 
 
 def replace_row(row: Row, **changes: Any) -> Row:
-    fields = {"name": row.name, "id": row.id, "config": row.config, "disabled": row.disabled}
+    fields: dict[str, Any] = {"name": row.name, "id": row.id, "config": row.config, "disabled": row.disabled}
     fields.update(changes)
     return Row(**fields)
 

@@ -158,7 +158,7 @@ async def test_thinking_is_kept_with_its_signature_and_passed_back() -> None:
     assistant = second_body["messages"][1]
     assert assistant["role"] == "assistant"
     assert assistant["content"] == [
-        {"type": "thinking", "thinking": message.content[0].text,  # type: ignore[union-attr]
+        {"type": "thinking", "thinking": message.content[0].text,
          "signature": replay_state["blocks"][0]["signature"]},
         {"type": "redacted_thinking", "data": replay_state["blocks"][1]["redacted_data"]},
         {"type": "text", "text": "The greatest common divisor of 1071 and 462 is **21**."},

@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import pytest
 from dsh_session_persistence_jsonl import JsonlSessionPersistence, _backend
+from dsh_session_persistence_jsonl._reader import read_artifact
 
 from .contract import wire
 from .helpers import header, log, plain
@@ -22,7 +23,7 @@ async def test_a_follower_at_the_end_of_an_unchanged_log_does_not_read_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reads: list[str] = []
-    real = _backend.read_artifact
+    real = read_artifact  # the function _backend calls by this name
 
     def counted(path: str, *args: Any, **kwargs: Any) -> Any:
         reads.append(path)

@@ -74,7 +74,7 @@ async def test_v4_file_reads_as_its_v3_source(
     got = await (await v4.open(sid, "read")).read()
     ref = await (await v3.open(sid, "read")).read()
     assert got.source_version == 4
-    assert got.location.path == str(path)
+    assert got.location is not None and got.location.path == str(path)
     assert got.header == ref.header
     assert wire(got.events) == wire(ref.events)
     if want["tornTruncateTo"] is None and not want["readerMustRefuse"]:
@@ -108,7 +108,7 @@ async def test_resume_continues_a_v4_log_in_v4(
     backend = JsonlSessionPersistence(str(tmp_path / root), compression)  # type: ignore[arg-type]
     handle = await backend.open(sid, "write")
     load = await handle.read()
-    assert load.location.path == str(path)
+    assert load.location is not None and load.location.path == str(path)
     start = load.torn_tail.truncate_to if load.torn_tail is not None else path.stat().st_size
     closers = interrupted_turn_closers(load.events)
     handle.append(closers)
@@ -252,7 +252,7 @@ async def test_v4_row_admission_refuses_the_whole_log(name: str, text: str, tmp_
     backend = JsonlSessionPersistence(str(tmp_path), "none")
     for mode in ("read", "write"):
         with pytest.raises(SessionPersistenceCorruptionError, match=text) as refused:
-            await backend.open("bad", mode)  # type: ignore[arg-type]
+            await backend.open("bad", mode)
         assert refused.value.path == str(path)
         assert "never dropped as a tail" in str(refused.value)
     assert path.read_bytes() == before
