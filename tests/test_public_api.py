@@ -131,6 +131,6 @@ def test_dead_code_and_private_copies_are_gone() -> None:
         importlib.import_module("dsh_builtin_tools._sandbox")  # a re-export shim of the contract
     # One JSON.stringify number formatter, shared by the retry policy text and bash's markers.
     js_number = dsh_host.jsonsafe.js_number
-    assert dsh_builtin_tools.bash.js_number is js_number
-    assert dsh_host.llm.types.js_number is js_number
+    assert vars(dsh_builtin_tools.bash)["js_number"] is js_number
+    assert vars(dsh_host.llm.types)["js_number"] is js_number
     assert [js_number(v) for v in (1500.0, 0.1, 2**60, 7)] == ["1500", "0.1", str(2**60), "7"]

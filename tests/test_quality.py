@@ -21,5 +21,6 @@ def test_ruff_is_clean() -> None:
 
 
 def test_mypy_strict_is_clean() -> None:
-    result = run("mypy", "dsh_host", "plugins")
+    """The host, the shipped plugins and the tests themselves (tests/README.md)."""
+    result = run("mypy", "--strict", "dsh_host", "plugins", "tests")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -275,7 +275,7 @@ async def test_spill_is_capped_with_a_marker(boot: Boot) -> None:
 
 
 async def test_spill_dir_inside_a_writable_root_is_refused(boot: Boot, tmp_path: Path) -> None:
-    from dsh_host.loader import BootError
+    from dsh_host.errors import BootError
 
     with pytest.raises(BootError) as refused:
         async with boot(spillDir=str(tmp_path / "ws" / "spill")):

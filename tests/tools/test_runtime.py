@@ -519,7 +519,7 @@ async def test_started_body_is_awaited_and_becomes_outcome_unknown(tools: ToolRu
     result = await tools.execute(call(signal=token))
     assert events == ["started", "finished"]
     # never a success, never "not started": the notice, then what the body returned
-    assert [block.text for block in result.content] == [
+    assert [b.text if isinstance(b, TextBlock) else b for b in result.content] == [
         STOPPED_OUTCOME_UNKNOWN_TEXT,
         "What the tool returned when it stopped:",
         "late success",
