@@ -1,5 +1,8 @@
 """Layers point down: host → session → llm | tools → agent → front → server → cli.
 
+``dsh_host.testing`` (the test doubles for plugin authors) sits above them all: it may use any
+layer, and no module of ``dsh_host`` imports it.
+
 An import of a higher layer (or of a peer: llm and tools do not know each other) is named here
 with the file and line, so the offending edge is obvious. Plugins import only ``dsh_host`` and
 themselves: they meet other plugins through services, never by import.
