@@ -25,6 +25,7 @@ from dsh_host.testing import (
     scripted_model,
 )
 from dsh_host.tools import (
+    TOOLS,
     TOOLS_EXECUTE,
     ToolDefinition,
     ToolExecution,
@@ -182,3 +183,48 @@ async def test_pass_responses_or_a_model_not_both() -> None:
 def test_a_response_that_is_not_a_mapping_is_named() -> None:
     with pytest.raises(TypeError, match=r"responses\[1\] is a str; give a mapping"):
         scripted_model([{"text": "ok"}, "done"])
+
+
+class WordCountConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    pass
+
+
+class WordCount(Plugin):
+    """The example of docs/tools.md, verbatim in substance."""
+
+    name = "word-count"
+    inject = ("tools",)
+    Config = WordCountConfig
+
+    def apply(self, ctx: Context, config: WordCountConfig) -> None:
+        async def count(args: dict[str, str], call: ToolExecution) -> str:
+            call.signal.throw_if_aborted()
+            return f"{len(args['text'].split())} words"
+
+        ctx.service(TOOLS).register(
+            ToolDefinition(
+                name="word_count",
+                description="Count the words of a text.",
+                parameters={"type": "object", "properties": {"text": {"type": "string"}},
+                            "required": ["text"], "additionalProperties": False},
+                execute=count,
+                output=text_output(),
+            ),
+            owner=ctx,
+        )
+
+
+@pytest.mark.anyio
+async def test_the_tools_guide_example_runs() -> None:
+    script = [
+        {"tool_calls": [{"name": "word_count", "arguments": {"text": "a b c"}}]},
+        {"text": "three"},
+    ]
+    async with open_test_host(WordCount, responses=script, store=False) as harness:
+        agent = harness.new_agent()
+        await agent.run_turn("count")
+        requests = harness.model_requests()
+    [result] = [m for m in requests[1].messages if isinstance(m, ToolResultMessage)]
+    [block] = result.content
+    assert isinstance(block, ToolResultBlock)
+    assert [b.text for b in block.content if isinstance(b, TextBlock)] == ["3 words"]
