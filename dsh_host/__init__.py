@@ -25,7 +25,15 @@ if TYPE_CHECKING:
     from .cancel import CancelToken
     from .context import Context, ServiceKey
     from .errors import AbortError, ConfigError, DshError
-    from .front import Agent, FunctionTool, OutputValidationError, RunResult, ToolContext, tool
+    from .front import (
+        Agent,
+        FunctionTool,
+        OutputValidationError,
+        RunResult,
+        ToolContext,
+        TurnFailedError,
+        tool,
+    )
     from .loader import PluginHost, Row, load_rows, open_host, open_host_from_yaml
     from .plugin import NoConfig, Plugin
 
@@ -49,7 +57,15 @@ _DEFINED_IN = {
     **dict.fromkeys(("Context", "ServiceKey"), "context"),
     **dict.fromkeys(("AbortError", "ConfigError", "DshError"), "errors"),
     **dict.fromkeys(
-        ("Agent", "FunctionTool", "OutputValidationError", "RunResult", "ToolContext", "tool"),
+        (
+            "Agent",
+            "FunctionTool",
+            "OutputValidationError",
+            "RunResult",
+            "ToolContext",
+            "TurnFailedError",
+            "tool",
+        ),
         "front",
     ),
     **dict.fromkeys(
@@ -88,6 +104,7 @@ __all__ = [
     "StreamNext",
     "StreamWaterfall",
     "ToolContext",
+    "TurnFailedError",
     "Waterfall",
     "load_rows",
     "open_host",

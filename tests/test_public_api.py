@@ -28,7 +28,10 @@ PUBLIC_PACKAGES = (
     "dsh_host.cli",
     "dsh_host.testing",
 )
-FRONT_DOOR = {"Agent", "FunctionTool", "OutputValidationError", "RunResult", "ToolContext", "tool"}
+FRONT_DOOR = {
+    "Agent", "FunctionTool", "OutputValidationError", "RunResult", "ToolContext",
+    "TurnFailedError", "tool",
+}
 
 DSH_HOST = {
     # plugins

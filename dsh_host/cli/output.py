@@ -11,7 +11,7 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Final
 
@@ -129,12 +129,16 @@ class StatusLine:
 
     FRAMES: Final = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
     TICK: Final = 0.1
+    #: At most this many lines of a running tool's live output are drawn above the line.
+    TAIL_ROWS: Final = 5
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._label: str | None = None
         self._since = 0.0
-        self._drawn = False
+        self._tail: tuple[str, ...] = ()
+        #: rows on the screen now (the tail's and the line's); 0 when nothing is drawn
+        self._drawn = 0
         self._paused = 0
         self._thread: threading.Thread | None = None
         self.enabled = sys.stdout.isatty()
@@ -150,9 +154,19 @@ class StatusLine:
                 self._thread = threading.Thread(target=self._run, name="dsh-status", daemon=True)
                 self._thread.start()
 
+    def show_tail(self, lines: Sequence[str]) -> None:
+        """Draw ``lines`` (already terminal-safe, one line each; the last :data:`TAIL_ROWS`)
+        dimmed above the line: what a running tool prints, live. ``()`` removes them; the
+        transcript prints the tool's result itself once it is there."""
+        if not self.enabled:
+            return
+        with self._lock:
+            self._tail = tuple(lines[-self.TAIL_ROWS :])
+
     def hide(self) -> None:
         with self._lock:
             self._label = None
+            self._tail = ()
             self._erase()
 
     @contextmanager
@@ -176,8 +190,9 @@ class StatusLine:
 
     def _erase(self) -> None:
         if self._drawn:
-            self._drawn = False
-            self._write("\r\x1b[2K")
+            # The line, then each tail row above it; the cursor ends where the tail began.
+            self._write("\r\x1b[2K" + "\x1b[1A\x1b[2K" * (self._drawn - 1))
+            self._drawn = 0
 
     def _write(self, text: str) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -196,12 +211,15 @@ class StatusLine:
                 width = shutil.get_terminal_size().columns
                 seconds = int(time.monotonic() - self._since)
                 text = f"{self.FRAMES[frame % len(self.FRAMES)]} {self._label} · {seconds} s"
-                # Cut to the terminal's width in cells (a wide character takes two): a line
-                # that wrapped would leave its first row behind at every redraw.
-                if cell_len(text) > width - 1:
-                    text = set_cell_size(text, max(width - 2, 0)).rstrip() + "…"
-                self._write(f"\r\x1b[2K\x1b[2m{text}\x1b[0m")
-                self._drawn = True
+                rows = [*(f"  │ {line}" for line in self._tail), text]
+                # Cut to the terminal's width in cells (a wide character takes two): a row
+                # that wrapped would leave its first part behind at every redraw.
+                for i, row in enumerate(rows):
+                    if cell_len(row) > width - 1:
+                        rows[i] = set_cell_size(row, max(width - 2, 0)).rstrip() + "…"
+                self._erase()
+                self._write("\r\x1b[2m" + "\x1b[0m\r\n\x1b[2m".join(rows) + "\x1b[0m")
+                self._drawn = len(rows)
                 frame += 1
 
 

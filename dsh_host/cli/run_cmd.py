@@ -16,9 +16,10 @@ import logging
 import os
 import signal
 import sys
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ..agent import AGENT_CHUNK, Agent, ChunkReceived
 from ..errors import ConfigError
@@ -52,6 +53,7 @@ from ..session.messages import (
 from ..session.persistence import SessionLoad, SessionNotFoundError
 from ..session.terms import record_terms, recorded_terms
 from ..session.tokens import TokenMeter, UsageTotals
+from ..tools import TOOLS_PROGRESS, ToolProgress
 from .answerer import install_terminal_answerer
 from .approvals_cmd import EXIT_AWAITING, apply_approval_flag, print_pending
 from .common import (
@@ -65,7 +67,7 @@ from .common import (
 )
 from .hints import command_hint
 from .interrupts import Interrupts
-from .output import console, status_line
+from .output import StatusLine, console, status_line
 from .render import (
     MarkdownAnswer,
     approval_lines,
@@ -269,6 +271,10 @@ def _prepare_workspace(workspace: str, *, create: bool, flag: str = "--workspace
 # -- live transcript ---------------------------------------------------------------------
 
 
+#: A live line is cut to its last this many characters (a tool printing no newline).
+_LIVE_LINE_CHARS: Final = 1000
+
+
 @dataclass
 class Transcript:
     """Prints a run as it happens; silent under --json (stdout carries one object).
@@ -286,6 +292,9 @@ class Transcript:
     _mid_line: bool = False
     _approval: Any = None
     _answer: list[str] = field(default_factory=list)
+    #: the running tools' live output: its last whole lines and the line still being written
+    _live: deque[str] = field(default_factory=lambda: deque(maxlen=StatusLine.TAIL_ROWS))
+    _live_partial: str = ""
 
     @property
     def _rich(self) -> bool:
@@ -317,6 +326,7 @@ class Transcript:
         # fails (a closed pipe), so printing can stop but never cut the turn.
         host.ctx.on(AGENT_CHUNK, self._on_chunk)
         host.ctx.on(SESSION_EVENT, self._on_event)
+        host.ctx.on(TOOLS_PROGRESS, self._on_progress)
         self._approval = host.ctx.get("approval")
         if _ACTIVITY.isEnabledFor(logging.INFO):  # `dsh -v`: every event as it is appended
             host.ctx.on(SESSION_EVENT, _log_event)
@@ -353,6 +363,25 @@ class Transcript:
                     self._end_answer()
                 self._status("model thinking…")
 
+    def _on_progress(self, progress: ToolProgress) -> None:
+        """A running tool's output, live: its last lines above the status line (a terminal
+        only; into a pipe the result is printed once, as the log has it)."""
+        if self.quiet or not self._rich:
+            return
+        *done, partial = (self._live_partial + progress.text).split("\n")
+        self._live.extend(done)
+        self._live_partial = partial[-_LIVE_LINE_CHARS:]
+        shown = [*self._live, self._live_partial] if self._live_partial else [*self._live]
+        # A carriage return rewrites its line (a progress bar): the part after the last one.
+        status_line().show_tail(
+            [terminal_safe(line.rsplit("\r", 1)[-1], multiline=False) for line in shown]
+        )
+
+    def _end_live(self) -> None:
+        self._live.clear()
+        self._live_partial = ""
+        status_line().show_tail(())
+
     def _on_event(self, session: Any, event: SessionEvent) -> None:
         # Called for every append: do nothing (not even a conversion) unless it is shown.
         kind = event.type
@@ -369,6 +398,7 @@ class Transcript:
             self._status("model thinking…")
             return
         if kind == "tool/result":
+            self._end_live()
             for style, text in tool_result_lines(event.data):
                 self._print(text, style)
             self._status("model thinking…")
@@ -386,6 +416,7 @@ class Transcript:
         elif kind == "llm/retry":
             self._print(f"↻ {retry_summary(data)}", "yellow")
         elif kind == "turn/end":
+            self._end_live()
             style, text = turn_end_line(data)
             self._print(text, style)
             status_line().hide()

@@ -15,7 +15,7 @@ from ..lazy import lazy_names
 if TYPE_CHECKING:
     from . import events
     from .agent import CLI_DEFAULT, FINAL_RESULT, Agent, Answerer, EventStream, RunResult
-    from .errors import OutputValidationError
+    from .errors import OutputValidationError, TurnFailedError
     from .guardrails import (
         Guardrail,
         GuardrailFunctionOutput,
@@ -33,7 +33,7 @@ _DEFINED_IN = {
     **dict.fromkeys(
         ("CLI_DEFAULT", "FINAL_RESULT", "Agent", "Answerer", "EventStream", "RunResult"), "agent"
     ),
-    "OutputValidationError": "errors",
+    **dict.fromkeys(("OutputValidationError", "TurnFailedError"), "errors"),
     **dict.fromkeys(
         (
             "Guardrail",
@@ -70,6 +70,7 @@ __all__ = [
     "RunResult",
     "ToolCallData",
     "ToolContext",
+    "TurnFailedError",
     "events",
     "input_guardrail",
     "output_guardrail",

@@ -57,6 +57,7 @@ from dsh_host.session.events import (
 from dsh_host.session.events import (
     AssistantMessageData,
     CompletedReason,
+    ErrorReason,
     SessionEvent,
     ToolCallData,
     ToolResultData,
@@ -90,7 +91,7 @@ from dsh_host.tools.keys import APPROVAL_REQUEST, TOOLS_RESULT
 from dsh_host.tools.types import text_output
 
 from . import events as ev
-from .errors import OutputValidationError
+from .errors import OutputValidationError, TurnFailedError
 from .guardrails import Guardrail, Guardrails, GuardrailTripwireTriggered
 from .models import parse_model
 from .runner import TermsRefused, composition_digest, differences, portable_spec, terms_of
@@ -708,6 +709,14 @@ class Agent:
             guardrail, output = tripped
             result = RunResult(text, core.id, turn, reason, usage)
             raise GuardrailTripwireTriggered(guardrail.kind, guardrail.name, output, result)
+        if isinstance(reason, ErrorReason):
+            failure = reason.error
+            raise TurnFailedError(
+                f'turn {turn} of session "{core.id}" failed ({failure.code}): {failure.message}; '
+                "the log holds the turn's end (error.result has it)",
+                failure.code,
+                RunResult(text, core.id, turn, reason, usage),
+            )
         if state is None:
             return RunResult(text, core.id, turn, reason, usage)
         if state.value is UNSET:

@@ -25,6 +25,7 @@ from .keys import (
     TOOLS_EXECUTE,
     TOOLS_POST_EXECUTE,
     TOOLS_PRE_EXECUTE,
+    TOOLS_PROGRESS,
     TOOLS_RESULT,
 )
 from .runtime import Dispatched, Prepared, ToolRuntime, error_message, error_result
@@ -51,6 +52,7 @@ from .types import (
     ToolFailure,
     ToolGuard,
     ToolOutput,
+    ToolProgress,
     ToolResultEvent,
     aborted_before_dispatch_result,
     aborted_result,
@@ -72,6 +74,7 @@ __all__ = [
     "TOOLS_EXECUTE",
     "TOOLS_POST_EXECUTE",
     "TOOLS_PRE_EXECUTE",
+    "TOOLS_PROGRESS",
     "TOOLS_RESULT",
     "UNKNOWN_TOOL",
     "Accept",
@@ -101,6 +104,7 @@ __all__ = [
     "ToolNotFoundError",
     "ToolOutput",
     "ToolOutputError",
+    "ToolProgress",
     "ToolRegistrationError",
     "ToolResultEvent",
     "ToolRuntime",

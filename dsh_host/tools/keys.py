@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         PreToolDecision,
         ToolExecution,
         ToolExecutionResult,
+        ToolProgress,
         ToolResultEvent,
     )
 
@@ -32,6 +33,7 @@ __all__ = [
     "TOOLS_EXECUTE",
     "TOOLS_POST_EXECUTE",
     "TOOLS_PRE_EXECUTE",
+    "TOOLS_PROGRESS",
     "TOOLS_RESULT",
 ]
 
@@ -51,6 +53,12 @@ TOOLS_RESULT: Emit[[ToolResultEvent]] = Emit(
     "tools/result", 1, "(result record) after a call settled"
 )
 TOOLS_CHANGE: Emit[[]] = Emit("tools/change", 0, "() a tool was registered or unregistered")
+#: A running tool's live output (``bash``'s stdout and stderr as they come), for a person to
+#: watch: never logged (the result is), never waited for, and a listener that fails does not
+#: reach the tool (the bus contains it).
+TOOLS_PROGRESS: Emit[[ToolProgress]] = Emit(
+    "tools/progress", 1, "(progress) a running tool's live output, never logged"
+)
 
 #: An answerer resolves to an :data:`~dsh_host.tools.types.ApprovalOutcome` or ``"deferred"``
 #: (decided later, D19); the approval service resolves any other answer ``unavailable``.
@@ -65,4 +73,5 @@ TOOLS_EVENTS: tuple[EventSpec, ...] = (
     TOOLS_POST_EXECUTE,
     TOOLS_RESULT,
     TOOLS_CHANGE,
+    TOOLS_PROGRESS,
 )

@@ -80,6 +80,7 @@ from .keys import (
     TOOLS_EXECUTE,
     TOOLS_POST_EXECUTE,
     TOOLS_PRE_EXECUTE,
+    TOOLS_PROGRESS,
     TOOLS_RESULT,
 )
 from .schema import check_object_schema, check_schema, validate
@@ -103,6 +104,7 @@ from .types import (
     ToolExecutionResult,
     ToolGuard,
     ToolOutput,
+    ToolProgress,
     ToolResultEvent,
     aborted_before_dispatch_result,
     aborted_result,
@@ -435,9 +437,12 @@ class ToolRuntime:
         except NonJsonValueError:
             arguments = None
             failure = ToolExecutionResult.failure(_ARGS_NOT_JSON)
-        execution = ToolExecution(call, arguments)
+        execution = ToolExecution(call, arguments, self._report_progress)
         self._states[execution] = _CallState(call.signal, finalizer)
         return execution, failure
+
+    def _report_progress(self, progress: ToolProgress) -> None:
+        self._ctx.emit(TOOLS_PROGRESS, progress)
 
     async def prepare(self, call: ToolExecutionInput) -> Prepared:
         """Stages 1-6: snapshot, pre-abort, pre-execute, approval, guards, abort re-check."""

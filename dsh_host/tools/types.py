@@ -59,6 +59,7 @@ __all__ = [
     "ToolFailure",
     "ToolGuard",
     "ToolOutput",
+    "ToolProgress",
     "ToolResultEvent",
     "aborted_before_dispatch_result",
     "aborted_result",
@@ -282,6 +283,7 @@ class ToolExecution:
         "_deferred",
         "_dispatching",
         "_frozen",
+        "_progress",
         "_signal",
         "agent",
         "arguments",
@@ -306,8 +308,14 @@ class ToolExecution:
     _frozen: bool
     _deferred: list[UserMessage]
     _concluded: bool
+    _progress: Callable[[ToolProgress], None] | None
 
-    def __init__(self, source: ToolExecutionInput, arguments: Any) -> None:
+    def __init__(
+        self,
+        source: ToolExecutionInput,
+        arguments: Any,
+        progress: Callable[[ToolProgress], None] | None = None,
+    ) -> None:
         set_ = object.__setattr__
         set_(self, "call_id", source.call_id)
         set_(self, "root_call_id", source.root_call_id or source.call_id)
@@ -323,6 +331,7 @@ class ToolExecution:
         set_(self, "_frozen", False)
         set_(self, "_deferred", [])
         set_(self, "_concluded", False)
+        set_(self, "_progress", progress)
 
     @property
     def signal(self) -> CancelToken:
@@ -355,6 +364,15 @@ class ToolExecution:
         if self._frozen:
             raise RuntimeError("conclude_turn() called after the tool call finished")
         object.__setattr__(self, "_concluded", True)
+
+    def report_progress(self, text: str, stream: Literal["stdout", "stderr"] = "stdout") -> None:
+        """Show ``text`` (a piece of the body's live output) to whoever watches the run.
+
+        Nothing is logged and nothing waits: the result is what the log keeps. A no-op once
+        the call finished, or where nobody provides the channel (a call outside a runtime).
+        """
+        if self._progress is not None and not self._frozen and text:
+            self._progress(ToolProgress(self, stream, text))
 
     @property
     def idempotency_key(self) -> str:
@@ -595,6 +613,16 @@ class PostExecuteContext:
 
     exec: ToolExecution
     result: ToolExecutionResult
+
+
+@dataclass(frozen=True, slots=True)
+class ToolProgress:
+    """The argument of ``tools/progress`` observers: a piece of a running call's live output
+    (text as it came, possibly mid-line)."""
+
+    exec: ToolExecution
+    stream: Literal["stdout", "stderr"]
+    text: str
 
 
 @dataclass(frozen=True, slots=True)

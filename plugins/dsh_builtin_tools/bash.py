@@ -44,12 +44,13 @@ after <N>ms]``, then ``[killed by signal: <SIG>]`` or ``[exit code: <n>]``.
 
 from __future__ import annotations
 
+import codecs
 import math
 import os
 import signal as signals
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import anyio
 
@@ -425,7 +426,14 @@ class _Capture:
         return out
 
 
-async def _pump(stream: FdReceiveStream | None, capture: _Capture) -> None:
+async def _pump(
+    stream: FdReceiveStream | None,
+    capture: _Capture,
+    report: Callable[[str, Literal["stdout", "stderr"]], None] | None = None,
+) -> None:
+    """Read one stream to its end into ``capture``; each piece is also ``report``ed as text
+    for a person watching (decoded incrementally: a character split across reads is whole)."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
     try:
         while stream is not None:
             try:
@@ -433,6 +441,8 @@ async def _pump(stream: FdReceiveStream | None, capture: _Capture) -> None:
             except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
                 return
             capture.feed(data)
+            if report is not None:
+                report(decoder.decode(data), "stderr" if capture.stream == "stderr" else "stdout")
     finally:
         capture.close()
         capture.done.set()
@@ -496,6 +506,7 @@ async def _run(
     capture_limit: int,
     spill: SpillArea | None,
     call_id: str,
+    report: Callable[[str, Literal["stdout", "stderr"]], None] | None = None,
 ) -> _RunOutcome:
     # Spawned from the one long-lived spawner thread: the sandbox's parent-death signal is tied
     # to the forking thread, so a retired worker thread must never be the parent (issue 14).
@@ -505,8 +516,8 @@ async def _run(
     timed_out = False
     try:
         async with anyio.create_task_group() as pumps:
-            pumps.start_soon(_pump, process.stdout, stdout)
-            pumps.start_soon(_pump, process.stderr, stderr)
+            pumps.start_soon(_pump, process.stdout, stdout, report)
+            pumps.start_soon(_pump, process.stderr, stderr, report)
             with anyio.move_on_after(timeout_s) as deadline, token.linked_scope():
                 await process.wait()
             if process.returncode is None:
@@ -692,6 +703,7 @@ def bash_tool(
                 capture_limit=stream_limit,
                 spill=spill,
                 call_id=exec.call_id,
+                report=exec.report_progress,
             )
         except (FileNotFoundError, PermissionError) as exc:
             if exec.signal.aborted:

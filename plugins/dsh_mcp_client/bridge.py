@@ -24,8 +24,10 @@ Lifecycle (one :class:`ServerBridge` per ``mcp-client`` row):
 from __future__ import annotations
 
 import contextlib
+import difflib
 import logging
 import os
+import shutil
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, ClassVar, Final
@@ -48,7 +50,7 @@ from dsh_host.session.messages import TextBlock
 from dsh_host.session.repair import TOOL_OUTCOME_UNKNOWN
 from dsh_host.tools import ToolDefinition, ToolError, ToolExecution, ToolOutput
 
-from .config import McpClientConfig
+from .config import McpClientConfig, McpClientConfigError
 from .naming import public_tool_name
 from .results import render_result
 from .schema import lower_input_schema
@@ -123,6 +125,55 @@ def _session_id(exec: ToolExecution) -> str | None:
     session = getattr(exec.agent, "session", None) if exec.agent is not None else None
     sid = getattr(session, "id", None)
     return sid if isinstance(sid, str) else None
+
+
+
+def server_environment(config: McpClientConfig) -> dict[str, str]:
+    """The environment a stdio server starts with: the allow-listed inherited names, then the
+    row's own ``env``."""
+    env = allowed_environment(DEFAULT_ENV_ALLOW + config.env_allow)
+    env.update(config.env)
+    return env
+
+
+def server_cwd(config: McpClientConfig, workspace: str) -> str:
+    """The working directory a stdio server starts in (``cwd`` is relative to the workspace)."""
+    return os.path.join(workspace, config.cwd) if config.cwd else workspace
+
+
+def check_command(config: McpClientConfig, workspace: str) -> None:
+    """Refuse at load a stdio ``command`` that names no executable, naming it, where it was
+    looked for and the closest executable of that PATH.
+
+    A misspelt command is a configuration error, not an outage: left to the connection it
+    failed as one line from inside the sandbox that named no command ("exec failed: No such
+    file or directory"), and the run went on without the server's tools and exited 0.
+    """
+    command = config.command
+    assert command is not None
+    where = f"mcp-client({config.server_name})"
+    if os.sep in command:
+        path = os.path.join(server_cwd(config, workspace), os.path.expanduser(command))
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return
+        state = "is not executable" if os.path.isfile(path) else "does not exist"
+        raise McpClientConfigError(
+            f"{where}: command {command!r} ({os.path.normpath(path)}) {state}; fix `command` "
+            "(a relative path starts from the row's cwd, the workspace by default)"
+        )
+    search = server_environment(config).get("PATH", os.defpath)
+    if shutil.which(command, path=search) is not None:
+        return
+    found: set[str] = set()
+    for directory in filter(None, search.split(os.pathsep)):
+        with contextlib.suppress(OSError):
+            found.update(entry.name for entry in os.scandir(directory))
+    close = difflib.get_close_matches(command, sorted(found), n=1, cutoff=0.8)
+    hint = f'; did you mean "{close[0]}"?' if close else "; install it or give its full path"
+    raise McpClientConfigError(
+        f"{where}: command {command!r} is not an executable on the server's PATH "
+        f"({search}){hint}"
+    )
 
 
 class ServerBridge:
@@ -302,9 +353,8 @@ class ServerBridge:
             return http_transport(config.url, config.headers)
         assert config.command is not None
         argv = [config.command, *config.args]
-        env = allowed_environment(DEFAULT_ENV_ALLOW + config.env_allow)
-        env.update(config.env)
-        cwd = os.path.join(self._workspace, config.cwd) if config.cwd else self._workspace
+        env = server_environment(config)
+        cwd = server_cwd(config, self._workspace)
         if config.sandbox != "danger-full-access":
             sandbox = self._ctx.get("sandbox")
             if sandbox is None:

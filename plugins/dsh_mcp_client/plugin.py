@@ -12,7 +12,7 @@ from dsh_host.plugin import Plugin
 from dsh_host.sandbox import SandboxPolicy, confined_writable_roots, harness_state_conflict
 from dsh_host.tools.types import Ask, Deny, PreToolDecision, ToolExecution
 
-from .bridge import ServerBridge
+from .bridge import ServerBridge, check_command
 from .config import McpClientConfig, McpClientConfigError
 
 __all__ = ["McpClient"]
@@ -51,6 +51,8 @@ class McpClient(Plugin):
                 f"{workspace}, which is not an existing directory"
             )
         refuse_writable_harness_state(ctx, config, workspace)
+        if config.transport == "stdio":
+            check_command(config, workspace)
         live.add(config.server_name)
         ctx.effect(lambda: live.discard(config.server_name), "mcp-client server name")
         bridge = ServerBridge(ctx, config, workspace)

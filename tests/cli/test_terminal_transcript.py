@@ -12,11 +12,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from .cli_helpers import dsh
+
+from dsh_host.cli.output import StatusLine
 
 TMUX = shutil.which("tmux")
 REPO = Path(__file__).resolve().parents[2]
@@ -84,6 +87,13 @@ def pane(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Pane,
             "      - {tool: bash, decision: ask, reason: shell commands need a human}\n"
         )
         args += ["--config", str(config)]
+    with _dsh_in_tmux(tmp_path, args) as screen:
+        yield screen, workspace
+
+
+@contextmanager
+def _dsh_in_tmux(tmp_path: Path, args: list[str]) -> Iterator[Pane]:
+    """``dsh ARGS`` in a 90x50 tmux pane, followed by ``EXITED <status>``."""
     command = " ".join(shlex.quote(part) for part in [
         sys.executable, "-m", "dsh_host", *args])  # fmt: skip
     socket = str(tmp_path / "tmux")
@@ -92,7 +102,7 @@ def pane(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Pane,
                     f"env -u COLUMNS -u LINES {command}; echo EXITED $?; sleep 120"],
                    check=True, timeout=30)  # fmt: skip
     try:
-        yield Pane(socket), workspace
+        yield Pane(socket)
     finally:
         subprocess.run([TMUX, "-S", socket, "kill-server"], timeout=30, check=False)
 
@@ -166,6 +176,40 @@ def test_the_status_line_never_draws_over_the_approval_prompt(
     assert "wait for the go file · " not in shown, shown
     assert any(line.startswith("allow once? [y/N] y") for line in ended), shown
     assert any("(allowed once)" in line for line in ended), shown
+
+
+@needs_tmux
+def test_bash_output_is_shown_live_then_folded_into_the_result(tmp_path: Path) -> None:
+    """While ``bash`` runs, its last lines show above the status line as they are printed
+    (a line still being written too, a progress bar's last state); once the result is
+    there, they are gone and the result is printed once, as the log has it."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    command = ("for i in 1 2 3 4 5 6 7; do echo \"live line $i\"; done; "
+               "printf 'bar 10%%\\rbar 90%%'; while [ ! -e go ]; do sleep 0.1; done; "
+               "echo; echo finished")
+    call = {"name": "bash", "id": CALL_ID,
+            "arguments": {"command": command, "description": "print and wait"}}
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"responses": [{"tool_calls": [call]}, {"text": "Done."}]}))
+    args = ["run", "go", "--model", f"scripted:{script}", "--workspace", str(workspace),
+            "--root", str(tmp_path / "sessions")]
+    with _dsh_in_tmux(tmp_path, args) as screen:
+        live = screen.until(lambda lines: any(line.startswith("  │ bar 90%") for line in lines))
+        tail = [line for line in live if line.startswith("  │ ")]
+        # The last rows only (five), the bar's last state, then the status line below them.
+        assert tail == ["  │ live line 4", "  │ live line 5", "  │ live line 6",
+                        "  │ live line 7", "  │ bar 90%"], "\n".join(live)  # fmt: skip
+        after = live[live.index("  │ bar 90%") + 1]
+        assert after.startswith(tuple(StatusLine.FRAMES)) and "bash: print and wait" in after
+        (workspace / "go").touch()
+        ended = screen.until(_ended)
+    shown = "\n".join(ended)
+    assert ended[-1] == "EXITED 0", shown
+    assert not [line for line in ended if line.startswith("  │ ")], shown  # the tail is gone
+    # The result, printed once: every line (the first three too), behind the result gutter.
+    assert [line for line in ended if "live line 1" in line] == ["    │ live line 1"], shown
+    assert [line for line in ended if line.endswith("│ finished")] == ["    │ finished"], shown
 
 
 def test_a_pipe_gets_raw_text_and_no_status_line(tmp_path: Path) -> None:

@@ -206,7 +206,7 @@ async def test_mcp_server_time(anyio_backend: str) -> None:
 
 
 async def test_a_server_that_cannot_start_activates_with_no_tools(anyio_backend: str) -> None:
-    config = fixture_stdio(command="/nonexistent/mcp-server", reconnect={"enabled": False})
+    config = fixture_stdio(command="/bin/false", reconnect={"enabled": False})
     async with mcp_host(config) as host:
         assert not [n for n in host.ctx.tools.names() if n.startswith("mcp__")]
         result = await call(host, "mcp__fixture__whoami", {})
@@ -218,13 +218,13 @@ async def test_fail_on_startup_error_fails_the_first_step(anyio_backend: str) ->
     from dsh_mcp_client import McpStartupError
 
     config = fixture_stdio(
-        command="/nonexistent/mcp-server", failOnStartupError=True, reconnect={"enabled": False}
+        command="/bin/false", failOnStartupError=True, reconnect={"enabled": False}
     )
     rows = [Row(name="tools"), Row(name="mcp-client", config={**config, "sandbox": "danger-full-access"})]
     async with open_host(rows) as host:
         with pytest.raises(McpStartupError, match="startup failed and failOnStartupError is set: ") as raised:
             await bridge_of(host, "fixture").wait_started()
-    assert "/nonexistent/mcp-server" in str(raised.value)
+    assert "Connection closed" in str(raised.value)  # /bin/false: an executable, no server
 
 
 async def test_config_errors_are_clear() -> None:

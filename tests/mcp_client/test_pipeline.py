@@ -160,7 +160,7 @@ def test_dsh_run_calls_server_everything_end_to_end(tmp_path: Path) -> None:
 def test_fail_on_startup_error_ends_the_turn_before_the_model_is_asked(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    gone = {"serverName": "gone", "transport": "stdio", "command": "/nonexistent/mcp-server",
+    gone = {"serverName": "gone", "transport": "stdio", "command": "/bin/false",
             "failOnStartupError": True, "reconnect": {"enabled": False}}
     config = composition(tmp_path, workspace, gone)
     script = tmp_path / "script.json"
