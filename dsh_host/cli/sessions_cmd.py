@@ -45,6 +45,7 @@ from .render import (
     usage_lines,
     when,
 )
+from .transcript_json import transcript_document
 from .usage import logged_usage, price_table, usage_line
 
 
@@ -429,6 +430,19 @@ def run_show(args: argparse.Namespace) -> int:
     ):
         raise CliUsageError(f"--turn {args.turn}: session {load.id} has no such turn")
     session = Session.restore(load.header, list(load.events), mark_seed_end=False)
+    if args.view == "transcript" and args.json:
+        # One document: turns, calls, approvals, results, times and usage (the messages the
+        # model is sent are `--view model`, the log itself `--view events`).
+        from ..session.tokens import TokenMeter
+
+        meter = TokenMeter(prices)
+        document = transcript_document(
+            load.id, load.events, usage=meter.usage(session), turn_usage=meter.turn_usage(session)
+        )
+        if args.turn is not None:
+            document["turns"] = [t for t in document["turns"] if t["turn"] == args.turn]
+        print(json_line(document))
+        return 0
     messages: list[Any] = []
     if args.view == "transcript" and not args.json:
         # Everything that happened, from the events: turns, approvals, attempts, retries,

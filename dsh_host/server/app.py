@@ -46,8 +46,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dsh_host.errors import DshError
-from dsh_host.session.events import SessionEvent
+from dsh_host.session.events import SessionEvent, to_builtins
 from dsh_host.session.persistence import SessionPersistenceError
+from dsh_host.session.session import derive_messages_from_events
 
 from .metrics import CONTENT_TYPE
 from .runtime import SESSION_ID_PATTERN, ApiError, ServerRuntime, is_store_outage
@@ -325,6 +326,16 @@ async def get_session(request: Request) -> Response:
         # offers no action then
         "refused": runtime.refusal(session_id, stored),
     })
+
+
+@authenticated
+async def session_model_view(request: Request) -> Response:
+    """What the model is sent next: the messages derived from the stored log (a compaction's
+    checkpoint in place of what it replaced), as ``dsh sessions show --view model`` prints."""
+    runtime = runtime_of(request)
+    events = await runtime.events_after(request.path_params["id"], -1)
+    messages = [to_builtins(message) for message in derive_messages_from_events(events)]
+    return JSONResponse({"messages": messages})
 
 
 @authenticated
@@ -647,6 +658,8 @@ ENDPOINTS: Final[tuple[Endpoint, ...]] = (
     Endpoint("GET", "/sessions/{id}/events", session_events,
              {200: "one stored event per line"}, query=("after",),
              media="application/x-ndjson"),
+    Endpoint("GET", "/sessions/{id}/model", session_model_view,
+             {200: "{messages: [...]}: what the model is sent next (the inspector's model view)"}),
     Endpoint("GET", "/sessions/{id}/stream", session_stream,
              {200: "SSE: id = seq, event = type, data = the event"}, query=("after",),
              headers=("Last-Event-ID",), media="text/event-stream"),

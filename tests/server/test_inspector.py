@@ -12,10 +12,12 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import httpx
 import pytest
 
 if TYPE_CHECKING:
@@ -112,3 +114,154 @@ def test_inspector_streams_a_turn_and_approves_a_call(served: tuple[str, Path]) 
         finally:
             browser.close()
     assert dialogs == []
+
+
+# ---------------------------------------------------------------- the redesigned pages
+RLO, ZWSP = "\u202e", "\u200b"
+
+
+@pytest.fixture
+def sessions_served(tmp_path: Path) -> Iterator[str]:
+    """``dsh serve`` holding four sessions in four states: completed (markdown, an edit, a
+    long result), failed (the model refused the key), aborted (cancelled while the model
+    streamed), awaiting approval (arguments with hidden characters)."""
+    workspace, work = tmp_path / "ws", tmp_path / "work"
+    workspace.mkdir()
+    work.mkdir()
+    (workspace / "notes.md").write_text("alpha\nbeta\n")
+    (workspace / "long.txt").write_text("".join(f"row {n}\n" for n in range(1, 41)))
+    responses = [
+        {"text": "# Report\n\nI **fixed** the `notes` file:\n\n- one\n- two\n",
+         "tool_calls": [
+             {"name": "edit_file", "arguments": {
+                 "path": "notes.md", "old_string": "beta", "new_string": "gamma"}},
+             {"name": "read_file", "arguments": {"path": "long.txt"}}]},
+        {"text": "Done: see *notes.md*."},
+        {"error": {"code": "AUTH", "message": "the key was refused"}},
+        {"text": "thinking about it", "hang": True},
+        {"tool_calls": [{"id": CALL, "name": "bash", "arguments": {
+            "command": f"mv report.txt report{ZWSP}.exe", "description": f"rename {RLO}txt.exe"}}]},
+    ]
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"responses": responses}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dsh_host", "serve", "--config", str(write_composition(tmp_path)),
+         "--model", f"scripted:{script}", "--root", str(tmp_path / "sessions"),
+         "--workspace", str(workspace), "--port", "0"],
+        cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={k: v for k, v in os.environ.items() if k != "DSH_SERVE_TOKEN"},
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        line = proc.stdout.readline()
+        assert line.startswith("dsh serve: listening on "), line + proc.stderr.read()
+        url = line.split()[4].rstrip("/")
+        with httpx.Client(base_url=url, timeout=60) as client:
+            def session(name: str, prompt: str, done: Callable[[dict[str, Any]], bool]) -> None:
+                assert client.post("/sessions", json={"id": name}).status_code == 201
+                assert client.post(f"/sessions/{name}/turns", json={"prompt": prompt}).status_code == 202
+                deadline = time.monotonic() + 120  # a hang guard, not a timing assertion
+                while not done(state := client.get(f"/sessions/{name}").json()):
+                    assert time.monotonic() < deadline, state
+                    time.sleep(0.1)
+
+            def ended(s: dict[str, Any]) -> bool:
+                return s["status"] == "idle" and s["lastTurnEnd"] is not None
+
+            session("report", "write the report", ended)
+            session("broken", "try the model", ended)
+            session("stuck", "wait for me", lambda s: s["status"] == "running"
+                    and s["events"] > 3 and bool(client.post("/sessions/stuck/cancel")))
+            while not ended(client.get("/sessions/stuck").json()):
+                time.sleep(0.1)
+            session("approve", "rename the report", lambda s: s["status"] == "awaiting-approval")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def _shoot(page: Any, name: str, tmp_path: Path) -> None:
+    """A screenshot for a person to look at (kept in DSH_SCREENSHOTS when that is set)."""
+    target = Path(os.environ.get("DSH_SCREENSHOTS", str(tmp_path)))
+    target.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(target / f"{name}.png"), full_page=True)
+
+
+def _fits(page: Any) -> None:
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= page.viewport_size["width"] + 1, f"the page scrolls sideways: {width}"
+
+
+def test_the_inspector_tells_each_state_and_reads_like_the_terminal(
+    sessions_served: str, tmp_path: Path
+) -> None:
+    url = sessions_served
+    with playwright_sync.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            for width, height, size in ((1280, 900, "desktop"), (390, 844, "phone")):
+                page = browser.new_page(viewport={"width": width, "height": height})
+                page.set_default_timeout(120_000)
+                page.goto(url)
+                # The list: the true status of each session, search and filter.
+                page.wait_for_selector("#sessions tbody tr[data-id='approve']")
+                for name, status in (("report", "idle"), ("broken", "failed"),
+                                     ("stuck", "aborted"), ("approve", "awaiting-approval")):
+                    assert page.locator(
+                        f"tr[data-id='{name}'] td.status-{status}").count() == 1, name
+                _fits(page)
+                _shoot(page, f"list-{size}", tmp_path)
+                page.fill("#search", "write the")
+                assert page.locator("#sessions tbody tr").count() == 1
+                page.fill("#search", "")
+                page.select_option("#status-filter", "failed")
+                assert [r.get_attribute("data-id") for r in
+                        page.locator("#sessions tbody tr").all()] == ["broken"]
+                page.select_option("#status-filter", "all")
+                # A completed session: markdown rendered, the edit as a diff, a long result
+                # folded, a timeline with durations, the model view one click away.
+                page.goto(url + "#/sessions/report")
+                page.wait_for_selector(".ev.turn-end:has-text('turn 1 ended: completed')")
+                answer = page.locator(".ev.assistant").first
+                assert answer.locator("h2").inner_text() == "Report"
+                assert answer.locator("strong").inner_text() == "fixed"
+                assert answer.locator("li").count() == 2 and "**" not in answer.inner_text()
+                assert page.locator(".diff .del").all_inner_texts() == ["- beta"]
+                assert page.locator(".diff .add").all_inner_texts() == ["+ gamma"]
+                fold = page.locator(".ev.tool-result details.fold")
+                assert fold.count() == 1 and fold.get_attribute("open") is None
+                calls = page.locator(".ev.tool-call").all_inner_texts()
+                assert [c.split()[1] for c in calls] == ["edit_file", "read_file"], calls
+                assert "long.txt" in calls[1]
+                spans = page.locator("#timeline .span.tool .dur").all_inner_texts()
+                assert len(spans) == 2 and "…" not in spans, spans
+                _shoot(page, f"timeline-{size}", tmp_path)
+                page.click("#tab-model")
+                messages = page.locator("#model-view .msg")
+                messages.first.wait_for()
+                assert messages.count() >= 4, page.locator("#error").inner_text()
+                _fits(page)
+                _shoot(page, f"session-{size}", tmp_path)
+                # A failed turn says why.
+                page.goto(url + "#/sessions/broken")
+                page.wait_for_selector(".ev.turn-end.failed:has-text('AUTH')")
+                assert page.locator("#meta .badge").inner_text() == "failed"
+                # The pending approval as the CLI asks it: hidden characters shown and
+                # counted, wrapped to the screen, the buttons after the whole text.
+                page.goto(url + "#/sessions/approve")
+                box = page.wait_for_selector(f".pending[data-call='{CALL}']")
+                shown = box.inner_text()
+                assert "⟦U+202E⟧" in shown and "⟦U+200B⟧" in shown and RLO not in shown
+                assert "2 hidden characters" in shown
+                assert page.locator("#live").inner_text() == "live"  # the stream never broke
+                after = page.evaluate(
+                    "() => { const box = document.querySelector('.pending');"
+                    " const pre = box.querySelector('pre'), b = box.querySelector('button.allow');"
+                    " return Boolean(pre.compareDocumentPosition(b) & 4); }")
+                assert after
+                _fits(page)
+                _shoot(page, f"approval-{size}", tmp_path)
+                page.close()
+        finally:
+            browser.close()

@@ -78,4 +78,4 @@ def test_no_generated_request_gets_a_5xx_or_an_undocumented_status(served: str) 
             )
 
         check()
-    assert len(tested) == 11, tested
+    assert len(tested) == 12, tested
