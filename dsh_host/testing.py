@@ -3,16 +3,17 @@
 A plugin is tested the way dsh tests its own: against a real host with real services, where only
 the model (and, if you like, the disk and the clock) is replaced by a deterministic double::
 
-    from dsh_host.testing import open_test_host
+    from dsh_host.testing import FakeClock, open_test_host
 
-    async def test_my_plugin_sees_the_tool_call() -> None:
-        async with open_test_host(
-            MyPlugin, responses=[{"tool_calls": [{"name": "bash", "arguments": {...}}]},
-                                 {"text": "done"}]
-        ) as harness:
-            agent = harness.new_agent()
-            await agent.run_turn("go")
-            assert harness.model_requests()[1].messages[-1].role == "tool"
+    async def test_my_plugin_counts_the_call() -> None:
+        script = [{"tool_calls": [{"name": "word_count", "arguments": {"text": "a b"}}]},
+                  {"text": "two words"}]
+        async with open_test_host(MyPlugin, responses=script) as harness:
+            agent = harness.new_agent(clock=FakeClock())
+            await agent.run_turn("count")
+            second = harness.model_requests()[1]   # carries the tool result the model read
+
+(``tests/test_testing.py`` runs complete examples.)
 
 - :func:`scripted_model`: the ``llm-scripted`` row (``plugins/dsh_llm_scripted``; D10 in
   docs/decisions.md): each model request takes the next scripted response and streams it the way a
