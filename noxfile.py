@@ -40,7 +40,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     session.install("-e", ".[test]")
-    session.run("mypy", "dsh_host", "plugins")
+    session.run("mypy", "--strict", "dsh_host", "plugins", "tests")
 
 
 @nox.session

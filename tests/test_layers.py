@@ -1,5 +1,8 @@
 """Layers point down: host → session → llm | tools → agent → sdk → front → server → cli.
 
+``dsh_host.testing`` (the test doubles for plugin authors) sits above them all: it may use any
+layer, and no module of ``dsh_host`` imports it.
+
 An import of a higher layer (or of a peer: llm and tools do not know each other) is named here
 with the file and line, so the offending edge is obvious. Plugins import only ``dsh_host.sdk``
 and themselves: they meet other plugins through services, never by import, and the host modules
@@ -36,6 +39,7 @@ LAYERS = {
     "front": 5,
     "server": 6,
     "cli": 7,
+    "testing": 8,  # dsh_host.testing: test doubles over every layer; nothing imports it
 }
 
 

@@ -28,6 +28,7 @@ PUBLIC_PACKAGES = (
     "dsh_host.agent",
     "dsh_host.front",
     "dsh_host.cli",
+    "dsh_host.testing",
 )
 FRONT_DOOR = {
     "Agent", "FunctionTool", "OutputValidationError", "RunResult", "ToolContext",

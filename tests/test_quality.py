@@ -21,5 +21,23 @@ def test_ruff_is_clean() -> None:
 
 
 def test_mypy_strict_is_clean() -> None:
-    result = run("mypy", "dsh_host", "plugins")
+    """The host, the shipped plugins and the tests themselves (tests/README.md)."""
+    result = run("mypy", "--strict", "dsh_host", "plugins", "tests")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_test_directory_is_a_package() -> None:
+    """tests/README.md: helpers are imported relative to their package or from tests/, never by
+    a bare name from a directory pytest happened to put on sys.path (which also made mypy see
+    one file under two module names)."""
+    tests = REPO / "tests"
+    missing = sorted(
+        str(d.relative_to(REPO))
+        for d in tests.rglob("*")
+        if d.is_dir()
+        and "fixtures" not in d.relative_to(tests).parts
+        and d.name != "__pycache__"
+        and any(d.glob("*.py"))
+        and not (d / "__init__.py").exists()
+    )
+    assert missing == [], f"add an empty __init__.py to: {', '.join(missing)}"

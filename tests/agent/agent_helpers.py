@@ -12,17 +12,18 @@ from dsh_host.llm.types import LlmRequest
 from dsh_host.loader import PluginHost
 from dsh_host.session.events import SessionEvent
 from dsh_host.session.session import Session
+from dsh_host.testing import ScriptedHost, scripted_model
 from dsh_host.tools import ToolDefinition, ToolExecution, ToolRuntime, text_output
 
 Body = Callable[[Any, ToolExecution], Awaitable[Any]]
 
 
-def scripted_rows(responses: Sequence[Any], **agent: Any) -> list[Row]:
+def scripted_rows(responses: Sequence[object], **agent: Any) -> list[Row]:
     return [
         Row(name="sessions"),
         Row(name="llm"),
         Row(name="tools"),
-        Row(id="model", name="llm-scripted", config={"responses": list(responses)}),
+        scripted_model(responses),
         Row(
             name="agent",
             config={"provider": "scripted", "model": "scripted", **agent},
@@ -50,11 +51,7 @@ def tools_of(host: PluginHost) -> ToolRuntime:
 
 def model_requests(host: PluginHost, row: str = "model") -> list[LlmRequest]:
     """The requests the scripted adapter of row ``row`` received."""
-    for fiber in host.fibers:
-        if fiber.id == row:
-            requests: list[LlmRequest] = fiber.instance.adapter.requests
-            return requests
-    raise KeyError(row)
+    return ScriptedHost(host, row).model_requests()
 
 
 def register_tool(

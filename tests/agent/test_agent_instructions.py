@@ -15,7 +15,6 @@ import re
 from pathlib import Path
 
 import pytest
-from agent_helpers import agent_service, model_requests, scripted_host
 from dsh_agent_instructions import (
     AgentInstructionsConfig,
     InstructionFile,
@@ -26,6 +25,8 @@ from dsh_agent_instructions import (
 from dsh_host import Row
 from dsh_host.agent.prompt import CONTEXT_HEADER
 from dsh_host.session.messages import PluginSource, TextBlock
+
+from .agent_helpers import agent_service, model_requests, scripted_host
 
 pytestmark = pytest.mark.anyio
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from agent_helpers import agent_service, model_requests, register_tool, scripted_host
 from msgspec import UNSET
 
 from dsh_host.session.events import CompletedReason
@@ -25,6 +24,8 @@ from dsh_host.session.messages import (
     ToolResultBlock,
 )
 from dsh_host.tools import ToolExecution
+
+from .agent_helpers import agent_service, model_requests, register_tool, scripted_host
 
 pytestmark = pytest.mark.anyio
 

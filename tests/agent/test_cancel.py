@@ -8,7 +8,6 @@ from typing import Any
 
 import anyio
 import pytest
-from agent_helpers import agent_service, live_types, model_requests, register_tool, scripted_host
 from msgspec import UNSET
 
 from dsh_host import CancelToken, Row
@@ -33,6 +32,8 @@ from dsh_host.session.messages import (
 from dsh_host.session.repair import interrupted_turn_closers
 from dsh_host.tools import Ask, ToolExecution
 from dsh_host.tools.types import STOPPED_OUTCOME_UNKNOWN_TEXT
+
+from .agent_helpers import agent_service, live_types, model_requests, register_tool, scripted_host
 
 # D18: a body that had started when its call was cancelled is recorded as outcome unknown.
 STOPPED = STOPPED_OUTCOME_UNKNOWN_TEXT

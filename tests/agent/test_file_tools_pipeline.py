@@ -8,9 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from agent_helpers import agent_service, scripted_host
 
 from dsh_host import Row
+
+from .agent_helpers import agent_service, scripted_host
 
 pytestmark = pytest.mark.anyio
 

@@ -6,22 +6,13 @@ from typing import Any
 
 import anyio
 import pytest
-from agent_helpers import (
-    Trace,
-    agent_service,
-    live_types,
-    model_requests,
-    register_tool,
-    scripted_host,
-    tools_of,
-)
-from msgspec import UNSET
-from sse_server import (  # type: ignore[import-not-found,unused-ignore]
+from llm.sse_server import (
     SseServer,
     sse,
     text_events,
     tool_call_events,
 )
+from msgspec import UNSET
 
 from dsh_host import CancelToken, Row, open_host
 from dsh_host.agent import (
@@ -56,6 +47,16 @@ from dsh_host.session.messages import (
     UserMessage,
 )
 from dsh_host.tools import ToolExecution
+
+from .agent_helpers import (
+    Trace,
+    agent_service,
+    live_types,
+    model_requests,
+    register_tool,
+    scripted_host,
+    tools_of,
+)
 
 # both backends: the agent loop
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]

@@ -21,8 +21,6 @@ from typing import Any
 
 import msgspec
 import pytest
-from agent_helpers import model_requests
-from reconcile_tool import make_transfer, persistence_row
 
 from dsh_host import Row, open_host
 from dsh_host.agent.reconcile import (
@@ -35,6 +33,9 @@ from dsh_host.session.effects import effects_after, idempotency_key
 from dsh_host.session.events import SessionEvent, event_to_builtins
 from dsh_host.session.repair import TOOL_OUTCOME_UNKNOWN, TOOL_OUTCOME_UNKNOWN_TEXT
 from dsh_host.tools import TOOLS_PRE_EXECUTE, Deny, PreToolDecision, ToolExecution
+
+from .agent_helpers import model_requests
+from .reconcile_tool import make_transfer, persistence_row
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
@@ -249,7 +250,7 @@ async def test_the_reconciler_asks_the_approval_the_tool_asks(
     assert [e["data"]["outcome"] for e in decided] == [answer]
     assert pending_approvals(raw, SESSION) == []
     # the pair is inside the interrupted turn, before its closers, and gates no body
-    asked = [e for e in events if e["type"] == "approval/asked"]
-    assert len(asked) == 1 and "stage" not in asked[0]["data"]
+    asks = [e for e in events if e["type"] == "approval/asked"]
+    assert len(asks) == 1 and "stage" not in asks[0]["data"]
     end = next(e["seq"] for e in events if e["type"] == "turn/end")
-    assert asked[0]["seq"] < decided[0]["seq"] < end
+    assert asks[0]["seq"] < decided[0]["seq"] < end

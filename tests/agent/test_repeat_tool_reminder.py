@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from agent_helpers import agent_service, model_requests, register_tool, scripted_host
 from dsh_repeat_tool_reminder import GENTLE_REMINDER, detailed_reminder
 
 from dsh_host import CancelToken, Row
@@ -15,6 +14,8 @@ from dsh_host.errors import ConfigError
 from dsh_host.session.messages import PluginSource, TextBlock, ToolResultMessage, UserMessage
 from dsh_host.session.session import Session
 from dsh_host.tools import Block, Deny, ToolExecution, ToolExecutionInput
+
+from .agent_helpers import agent_service, model_requests, register_tool, scripted_host
 
 pytestmark = pytest.mark.anyio
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from agent_helpers import scripted_host
 
 from dsh_host.agent.replay import compare, turn_records
 from dsh_host.session.events import SessionEvent
+
+from .agent_helpers import scripted_host
 
 pytestmark = pytest.mark.anyio
 

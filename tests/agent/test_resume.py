@@ -11,7 +11,6 @@ from typing import Any
 
 import anyio
 import pytest
-from agent_helpers import agent_service, model_requests, scripted_rows
 from crash.tool_body import kill_inside_tool_body
 
 from dsh_host import Row, open_host
@@ -29,6 +28,8 @@ from dsh_host.session.events import (
 from dsh_host.session.messages import TextBlock, ToolResultBlock, ToolResultMessage
 from dsh_host.session.persistence import SessionAlreadyOwnedError
 from dsh_host.session.repair import TOOL_OUTCOME_UNKNOWN_TEXT
+
+from .agent_helpers import agent_service, model_requests, scripted_rows
 
 # both backends: the agent loop resuming (and a killed child process)
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]

@@ -11,7 +11,6 @@ from typing import Any
 
 import msgspec
 import pytest
-from agent_helpers import agent_service, live_types, model_requests, register_tool, scripted_rows
 
 from dsh_host import Row, open_host
 from dsh_host.agent import AgentConfigError
@@ -30,6 +29,8 @@ from dsh_host.session.events import (
 from dsh_host.session.messages import PluginSource, TextBlock, UserMessage
 from dsh_host.session.repair import interrupted_turn_closers
 from dsh_host.tools import ToolExecution
+
+from .agent_helpers import agent_service, live_types, model_requests, register_tool, scripted_rows
 
 # both backends: the agent loop
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]

@@ -20,6 +20,7 @@ from dsh_host.cancel import CancelToken
 from dsh_host.loader import PluginHost
 from dsh_host.session import Session, UserMessage, event_to_builtins
 from dsh_host.tools import (
+    TOOLS,
     ToolDefinition,
     ToolExecution,
     ToolExecutionInput,
@@ -52,7 +53,7 @@ class FaultySession(Session):
 
     fail_on: str = ""
 
-    def append(self, type: str, data: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def append(self, type: str, data: Any, **kwargs: Any) -> Any:
         if type == self.fail_on:
             raise OSError(f"injected append failure for {type}")
         return super().append(type, data, **kwargs)
@@ -137,7 +138,7 @@ async def call_tool(
             "tool/call",
             {"turn": 1, "step": 1, "callId": call_id, "name": name, "arguments": raw_args},
         )
-    return await host.ctx.tools.execute(
+    return await host.ctx.service(TOOLS).execute(
         ToolExecutionInput(
             call_id=call_id,
             name=name,

@@ -34,7 +34,7 @@ def call(call_id: str) -> dict[str, Any]:
 
 
 def user_texts(events: Any) -> list[str]:
-    out = []
+    out: list[str] = []
     for event in events:
         if event.type == "user/message":
             out.extend(b.text for b in event.data.content if isinstance(b, TextBlock))

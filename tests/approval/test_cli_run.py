@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,7 +57,7 @@ def compose(tmp_path: Path, *, answer_text: bool = True) -> tuple[Path, Path, Pa
     return config, script, workspace, marker
 
 
-def stored_events(config: Path, root: Path, session_id: str) -> list[dict[str, object]]:
+def stored_events(config: Path, root: Path, session_id: str) -> list[dict[str, Any]]:
     proc = subprocess.run(
         [*DSH, "sessions", "show", session_id, "--config", str(config), "--root", str(root),
          "--view", "events", "--json"],
@@ -105,7 +106,7 @@ def test_dsh_run_without_a_tty_fails_the_ask_closed(tmp_path: Path, stdin: str) 
     assert asked_data["callId"] == "call-touch"
     assert asked_data["reason"] == "shell commands need a human"
     assert events[decided]["data"] == {"id": asked_data["id"], "outcome": "unavailable"}
-    message = events[result]["data"]["message"]  # type: ignore[index]
+    message = events[result]["data"]["message"]
     block = message["content"][0]
     assert block["toolCallId"] == "call-touch"
     assert block["isError"] is True
@@ -174,7 +175,7 @@ def test_dsh_run_on_a_terminal_asks_allow_once(tmp_path: Path, keys: bytes, outc
     assert marker.exists() is (outcome == "allowed-once")
     events = stored_events(config, root, str(summary_of(output)["sessionId"]))
     decided = [e for e in events if e["type"] == "approval/decided"]
-    assert [d["data"]["outcome"] for d in decided] == [outcome]  # type: ignore[index]
+    assert [d["data"]["outcome"] for d in decided] == [outcome]
 
 
 def test_ctrl_c_at_the_approval_prompt_cancels_the_turn(tmp_path: Path) -> None:
@@ -188,8 +189,8 @@ def test_ctrl_c_at_the_approval_prompt_cancels_the_turn(tmp_path: Path) -> None:
     summary = summary_of(output)
     assert summary["turnEnd"] == {"kind": "aborted"}
     events = stored_events(config, root, str(summary["sessionId"]))
-    decided = [e["data"]["outcome"] for e in events if e["type"] == "approval/decided"]  # type: ignore[index]
+    decided = [e["data"]["outcome"] for e in events if e["type"] == "approval/decided"]
     assert decided == ["cancelled"]
     results = [e["data"] for e in events if e["type"] == "tool/result"]
-    assert [r["error"]["code"] for r in results] == ["ABORTED_BEFORE_DISPATCH"]  # type: ignore[index]
+    assert [r["error"]["code"] for r in results] == ["ABORTED_BEFORE_DISPATCH"]
     assert [e["type"] for e in events].count("assistant/message") == 1  # no second request

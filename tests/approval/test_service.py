@@ -53,7 +53,8 @@ def assert_pair(session: Session, outcome: str, *, call_id: str = "call-1") -> d
     """Exactly one asked/decided pair with matching ids; returns the asked data."""
     pair = audit(session)
     assert [p["type"] for p in pair] == ["approval/asked", "approval/decided"], pair
-    asked, decided = pair[0]["data"], pair[1]["data"]
+    asked: dict[str, Any] = pair[0]["data"]
+    decided = pair[1]["data"]
     assert decided == {"id": asked["id"], "outcome": outcome}
     assert asked["toolName"] == "probe"
     assert asked["callId"] == call_id

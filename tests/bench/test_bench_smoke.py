@@ -11,11 +11,13 @@ the backend, so ``-k trio`` / ``-k asyncio`` select one).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,11 +68,11 @@ def assert_verdict(verdict: str, value: float, target: float, *, at_most: bool =
 
 
 def test_the_verdict_helper_compares_in_the_stated_direction() -> None:
-    sys.path.insert(0, str(BENCH))
-    try:
-        from _common import verdict
-    finally:
-        sys.path.remove(str(BENCH))
+    spec = importlib.util.spec_from_file_location("bench_common", BENCH / "_common.py")
+    assert spec is not None and spec.loader is not None
+    common = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(common)
+    verdict: Callable[..., str] = common.verdict
     assert [verdict(v, 1.15) for v in (1.0, 1.15, 1.2)] == ["met", "met", "NOT met"]
     assert [verdict(v, 100, at_most=False) for v in (99, 100, 101)] == ["NOT met", "met", "met"]
 

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cli_helpers import dsh, json_lines
-
 from dsh_host import Row, open_host
 from dsh_host.session.events import to_builtins
+
+from .cli_helpers import dsh, json_lines
 
 REPO = Path(__file__).resolve().parents[2]
 SQLITE = str(REPO / "configs" / "sqlite.yml")

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from cli_helpers import REPO, dsh, json_lines
+from .cli_helpers import REPO, dsh, json_lines
 
 sys.path.insert(0, str(REPO / "tests" / "llm"))
 _server = importlib.import_module("sse_server")  # tests/llm's loopback model server

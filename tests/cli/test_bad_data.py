@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cli_helpers import dsh
+from .cli_helpers import dsh
 
 SURROGATE_ARGS = '{"path": "\\udcff"}'  # what a model's JSON may carry: an escaped lone surrogate
 

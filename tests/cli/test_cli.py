@@ -11,7 +11,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from cli_helpers import FIXTURES, REPO, copy_fixture_root, dsh, json_lines
+
+from .cli_helpers import FIXTURES, REPO, copy_fixture_root, dsh, json_lines
 
 
 def key_of(session_id: str, call_id: str) -> str:
@@ -310,8 +311,7 @@ def test_plugins_command(tmp_path: Path) -> None:
 
 
 def test_openai_compatible_against_loopback_sse(tmp_path: Path) -> None:
-    sys.path.insert(0, str(REPO / "tests" / "llm"))
-    from sse_server import SseServer, sse, text_events  # type: ignore[import-not-found]
+    from llm.sse_server import SseServer, sse, text_events
 
     with SseServer([sse(text_events("Hello ", "from the wire."))]) as server:
         result = dsh(
@@ -326,8 +326,7 @@ def test_openai_compatible_against_loopback_sse(tmp_path: Path) -> None:
 def test_openai_compatible_transient_failures_are_retried(tmp_path: Path) -> None:
     """The shipped composition retries a 429 (Retry-After), a 500 and a cut stream: four
     requests reach the loopback server, the turn completes, and the log shows each retry."""
-    sys.path.insert(0, str(REPO / "tests" / "llm"))
-    from sse_server import SseServer, http_error, sse, text_events  # type: ignore[import-not-found]
+    from llm.sse_server import SseServer, http_error, sse, text_events
 
     script = [
         http_error(429, {"error": {"message": "slow down"}}, headers={"retry-after": "1"}),

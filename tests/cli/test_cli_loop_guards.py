@@ -13,11 +13,12 @@ from typing import Any
 import anyio
 import msgspec
 import yaml
-from cli_helpers import REPO, dsh, json_lines
 from dsh_repeat_tool_reminder import GENTLE_REMINDER
 
 from dsh_host import Row, open_host
 from dsh_host.session.events import register_turn_end_reason
+
+from .cli_helpers import REPO, dsh, json_lines
 
 
 def composition(tmp_path: Path, agent_config: str) -> None:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cli_helpers import REPO, dsh, json_lines
+from .cli_helpers import REPO, dsh, json_lines
 
 SAMPLE = REPO / "tests" / "fixtures" / "coding-sample"
 BUG = "return price * (1 - percent)"

@@ -21,7 +21,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from cli_helpers import REPO, dsh, json_lines
+
+from .cli_helpers import REPO, dsh, json_lines
 
 DEFAULT = (REPO / "configs" / "default.yml").read_text()
 

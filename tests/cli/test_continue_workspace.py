@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import copy_fixture_root, dsh
 
 from dsh_host.loader import Row, open_host
 from dsh_host.session.events import event_to_builtins
+
+from .cli_helpers import copy_fixture_root, dsh
 
 
 def script(path: Path, *responses: dict[str, Any]) -> str:
@@ -120,12 +121,10 @@ def test_model_flag_keeps_the_configured_openai_compatible_row(tmp_path: Path) -
     """``--model openai-compatible:M`` on a composition with its own ``llm-openai-compatible``
     row uses that row as configured (its endpoint, key variable and route) and replaces only
     the model name. Before, the row was swapped for a bare one aimed at the default endpoint."""
-    import sys
 
-    from cli_helpers import REPO
+    from llm.sse_server import SseServer, sse, text_events
 
-    sys.path.insert(0, str(REPO / "tests" / "llm"))
-    from sse_server import SseServer, sse, text_events  # type: ignore[import-not-found]
+    from .cli_helpers import REPO
 
     work = tmp_path / "ws"
     work.mkdir()

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-from cli_helpers import REPO, dsh
+from .cli_helpers import REPO, dsh
 
 
 def test_a_base_url_without_v1_names_the_url_and_the_status(tmp_path: Path) -> None:
     """A 404 from the endpoint (the usual base-URL-without-/v1 mistake) says which URL was
     asked and that it answered 404, with the fix; before: only ``API error (HTTP 404)``."""
-    sys.path.insert(0, str(REPO / "tests" / "llm"))
-    from sse_server import SseServer, http_error  # type: ignore[import-not-found]
+    from llm.sse_server import SseServer, http_error
 
     work = tmp_path / "ws"
     work.mkdir()

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import anyio
 import pytest
-from fork_helpers import WRITE_B_READ_A, Store, stored_header, two_turns
+
+from .fork_helpers import WRITE_B_READ_A, Store, stored_header, two_turns
 
 
 @pytest.mark.parametrize("kind", ["jsonl", "sqlite"])

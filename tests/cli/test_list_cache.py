@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import dsh, json_lines
 
 from dsh_host import __version__
 from dsh_host.cli import list_cache
 from dsh_host.cli.list_cache import ListCache
+
+from .cli_helpers import dsh, json_lines
 
 
 def _script(path: Path, text: str) -> Path:

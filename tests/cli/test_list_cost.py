@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cli_helpers import REPO, dsh
+from .cli_helpers import REPO, dsh
 
 
 def test_the_listing_shows_the_cost_of_priced_sessions(tmp_path: Path) -> None:

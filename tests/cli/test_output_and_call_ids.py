@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import REPO, dsh
+from llm.sse_server import SseServer, sse, text_events, tool_call_events
 
-sys.path.insert(0, str(REPO / "tests" / "llm"))
-from sse_server import SseServer, sse, text_events, tool_call_events
+from .cli_helpers import REPO, dsh
 
 # slow: real dsh processes running sandboxed bash calls
 pytestmark = pytest.mark.slow

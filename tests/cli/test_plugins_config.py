@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cli_helpers import REPO, dsh
+from .cli_helpers import REPO, dsh
 
 
 def test_plugins_shows_effective_config_with_secrets_masked(tmp_path: Path) -> None:

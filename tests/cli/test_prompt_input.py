@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_helpers import dsh
+
+from .cli_helpers import dsh
 
 #: Over the kernel's 128 KiB limit for one argument: only a pipe or a file can carry it.
 LONG = "".join(f"line {n}: the quick brown fox jumps over the lazy dog\n" for n in range(3000))

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import REPO, dsh, json_lines
+
+from .cli_helpers import REPO, dsh, json_lines
 
 REASONING = ("The user asks for the sum of two and three. Adding them gives five, "
              "which I can state directly.\nSecond thought: no tool is needed.")

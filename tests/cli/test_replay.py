@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import dsh
-from fork_helpers import WRITE_A, WRITE_B_READ_A, Store, two_turns
+
+from .cli_helpers import dsh
+from .fork_helpers import WRITE_A, WRITE_B_READ_A, Store, two_turns
 
 SAME = [WRITE_A, {"text": "wrote a"}, WRITE_B_READ_A, {"text": "wrote b"}]
 EXTRA = {"tool_calls": [

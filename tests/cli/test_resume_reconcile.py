@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import REPO, dsh, json_lines
+
+from .cli_helpers import REPO, dsh, json_lines
 
 PLUGIN = textwrap.dedent('''
     import os, time

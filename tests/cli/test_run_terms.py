@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import FIXTURES, REPO, dsh, json_lines
+
+from .cli_helpers import FIXTURES, REPO, dsh, json_lines
 
 # slow: several real dsh processes per test
 pytestmark = pytest.mark.slow

@@ -14,11 +14,12 @@ import os
 from pathlib import Path
 
 import anyio
-from cli_helpers import dsh, json_lines
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
 
 from dsh_host.server.runtime import StoredSummary
 from dsh_host.session.summary import TITLE_CHARS
+
+from .cli_helpers import dsh, json_lines
 
 PROMPT = "Summarise every TODO in this repository, grouped by directory, " * 3
 

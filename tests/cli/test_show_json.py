@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cli_helpers import REPO, dsh
+from .cli_helpers import REPO, dsh
 
 RULE = (
     "\n- id: rules\n  name: tool-rules\n  config:\n    rules:\n"

@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cli_helpers import copy_fixture_root, json_lines
-
 from dsh_host.cli.main import COMMANDS, build_parser
+
+from .cli_helpers import copy_fixture_root, json_lines
 
 #: Runs ``python -m dsh_host ARGS`` (sys.argv[1:]) and writes, at exit, the name of every module
 #: then loaded and how many objects the exit's garbage collections skip (``gc.freeze``) to

@@ -16,9 +16,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from cli_helpers import dsh
 
 from dsh_host.cli.output import StatusLine
+
+from .cli_helpers import dsh
 
 TMUX = shutil.which("tmux")
 REPO = Path(__file__).resolve().parents[2]

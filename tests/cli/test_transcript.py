@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cli_helpers import REPO, dsh
+from .cli_helpers import REPO, dsh
 
 
 def write_script(path: Path, responses: list[dict[str, Any]]) -> str:

@@ -17,10 +17,9 @@ from typing import Any
 
 import anyio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, when run as a script
 
-from compaction_helpers import call, register_echo, rows
-
+from compaction.compaction_helpers import call, register_echo, rows
 from dsh_host import Row, open_host
 from dsh_host.session.session import derive_messages_from_events
 

@@ -11,6 +11,7 @@ from dsh_host.agent import Agent
 from dsh_host.llm.types import LlmRequest
 from dsh_host.loader import PluginHost
 from dsh_host.session.session import Session
+from dsh_host.testing import ScriptedHost, scripted_model
 from dsh_host.tools import ToolDefinition, ToolExecution, text_output
 
 
@@ -21,16 +22,14 @@ def rows(
     summaries: Sequence[Any] | None = None,
     agent: dict[str, Any] | None = None,
 ) -> list[Row]:
-    model: dict[str, Any] = {"responses": list(responses)}
-    if context_window is not None:
-        model["context_window"] = context_window
-    if summaries is not None:
-        model["compaction_responses"] = list(summaries)
+    model = scripted_model(
+        responses, context_window=context_window, compaction_responses=summaries
+    )
     return [
         Row(name="sessions"),
         Row(name="llm"),
         Row(name="tools"),
-        Row(id="model", name="llm-scripted", config=model),
+        model,
         Row(name="agent", config={"provider": "scripted", "model": "scripted", **(agent or {})}),
     ]
 
@@ -42,11 +41,7 @@ async def host_with(base: list[Row], *extra: Row) -> AsyncIterator[PluginHost]:
 
 
 def model_requests(host: PluginHost, row: str = "model") -> list[LlmRequest]:
-    for fiber in host.fibers:
-        if fiber.id == row:
-            requests: list[LlmRequest] = fiber.instance.adapter.requests
-            return requests
-    raise KeyError(row)
+    return ScriptedHost(host, row).model_requests()
 
 
 def register_echo(host: PluginHost, name: str = "emit") -> None:

@@ -10,15 +10,6 @@ from typing import Any
 
 import anyio
 import pytest
-from compaction_helpers import (
-    call,
-    host_with,
-    model_requests,
-    new_agent,
-    register_echo,
-    rows,
-    surface_types,
-)
 from dsh_compaction_basic import (
     CHECKPOINT_PREAMBLE,
     COMPACTION_INSTRUCTION,
@@ -38,6 +29,16 @@ from dsh_host.session.compaction import (
 from dsh_host.session.events import CompletedReason, ReplaceOp, SessionEvent, encode_event
 from dsh_host.session.messages import TextBlock, UserMessage
 from dsh_host.session.session import Session, derive_messages_from_events
+
+from .compaction_helpers import (
+    call,
+    host_with,
+    model_requests,
+    new_agent,
+    register_echo,
+    rows,
+    surface_types,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
@@ -291,7 +292,7 @@ async def test_the_summary_can_be_routed_to_another_model() -> None:
         name="llm-scripted",
         config={"provider": "summ", "model": "small", "responses": [{"text": SUMMARY}]},
     )
-    config = {"summarizationProvider": "summ", "summarizationModel": "small"}
+    config: dict[str, Any] = {"summarizationProvider": "summ", "summarizationModel": "small"}
     async with host_with(rows(script, summaries=[]), summarizer, *compaction_rows(**config)) as h:
         register_echo(h)
         agent = new_agent(h)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from compaction_child import SESSION_ID, SUMMARY, WINDOW
+from .compaction_child import SESSION_ID, SUMMARY, WINDOW
 
 CHILD = Path(__file__).with_name("compaction_child.py")
 

@@ -13,12 +13,19 @@ import sys
 from pathlib import Path
 
 import pytest
-from compaction_child import KILL_POINTS, SESSION_ID, SUMMARY, register_tool, rows
 
 from dsh_host import Row, open_host
 from dsh_host.session.compaction import is_compact_checkpoint_source
-from dsh_host.session.events import InterruptedReason, ReplaceOp, SessionEvent, encode_event
+from dsh_host.session.events import (
+    InterruptedReason,
+    ReplaceOp,
+    SessionEvent,
+    encode_event,
+)
+from dsh_host.session.header import SessionHeader
 from dsh_host.session.session import Session
+
+from .compaction_child import KILL_POINTS, SESSION_ID, SUMMARY, register_tool, rows
 
 pytestmark = pytest.mark.anyio
 
@@ -34,7 +41,7 @@ def run_child(root: Path, point: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-async def stored(root: Path) -> tuple[object, list[SessionEvent]]:
+async def stored(root: Path) -> tuple[SessionHeader, list[SessionEvent]]:
     async with open_host(
         [Row(name="sessions"), Row(name="session-persistence-jsonl", config={"root": str(root)})]
     ) as host:
@@ -61,6 +68,7 @@ def brackets_are_whole(events: list[SessionEvent]) -> None:
             assert event.data.source.compaction_id == cid
             starts = [e for e in events if e.type == "compaction/start"]
             assert any(s.data["compactionId"] == cid and s.seq < summary.seq for s in starts)
+            assert isinstance(event.source_event_seqs, tuple)
             assert event.source_event_seqs[:2] == (
                 next(s.seq for s in starts if s.data["compactionId"] == cid),
                 summary.seq,

@@ -11,12 +11,13 @@ from typing import Any
 
 import anyio
 import pytest
-from compaction_helpers import call, host_with, model_requests, new_agent, register_echo, rows
 
 from dsh_host import Row
 from dsh_host.session.compaction import ManualCompactionError, is_compact_checkpoint_source
 from dsh_host.session.events import CompletedReason, ErrorReason, ReplaceOp
 from dsh_host.session.messages import UserMessage
+
+from .compaction_helpers import call, host_with, model_requests, new_agent, register_echo, rows
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from compaction_helpers import call, host_with, new_agent, register_echo, rows
 from dsh_compaction_tool_result_pruner import (
     PRUNE_MARKER,
     ToolResultPruneConfig,
@@ -22,10 +21,12 @@ from dsh_host.errors import ConfigError
 from dsh_host.session.events import CompletedReason, ReplaceOp, ToolResultData, TurnEnd, TurnStart
 from dsh_host.session.messages import ImageBlock, TextBlock, ToolResultBlock
 
+from .compaction_helpers import call, host_with, new_agent, register_echo, rows
+
 BLOCKS = st.lists(
     st.one_of(
         st.text(max_size=300).map(lambda t: TextBlock(text=t)),
-        st.just(ImageBlock(attachment={"id": "img"})),  # type: ignore[arg-type]
+        st.just(ImageBlock(attachment={"id": "img"})),
     ),
     max_size=6,
 )

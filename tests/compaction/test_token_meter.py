@@ -5,13 +5,14 @@ none, and a measurement that follows surface replacements (negative deltas)."""
 from __future__ import annotations
 
 import pytest
-from compaction_helpers import call, host_with, new_agent, register_echo, rows
 from dsh_token_meter import TokenMeter, estimate_message
 
 from dsh_host import Row
 from dsh_host.errors import ConfigError
 from dsh_host.session.events import ReplaceOp
 from dsh_host.session.messages import PluginSource, TextBlock, UserMessage, new_message_id
+
+from .compaction_helpers import call, host_with, new_agent, register_echo, rows
 
 pytestmark = pytest.mark.anyio
 

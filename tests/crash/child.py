@@ -140,7 +140,7 @@ class Recorder:
                 self.entry({"op": "write", "path": path, "offset": offset, "data": chunk.hex()})
             return written
 
-        def fsync(fd: int) -> None:
+        def fsync(fd: Any) -> None:
             path = self.mine(fd)
             real_fsync(fd)
             if path is not None:

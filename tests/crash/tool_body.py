@@ -162,6 +162,7 @@ def _front_charge(spec: dict[str, Any]) -> Any:
     @tool
     def charge(ctx: ToolContext, customer: str, cents: int) -> str:
         """Charge a customer (the call id is the idempotency key)."""
+        assert ctx.session_id is not None
         _record(spec["ledger"], spec["ready"], ctx.call_id, ctx.session_id, customer, cents)
         time.sleep(600)  # the parent kills the process here, after the effect, before the result
         return "charged"

@@ -81,14 +81,14 @@ def test_extras_that_include_others_name_this_distribution() -> None:
 def test_a_missing_dsh_module_is_a_bug_not_an_extra() -> None:
     with pytest.raises(ModuleNotFoundError) as caught:
         with require_extra("mcp"):
-            import dsh_not_a_module  # noqa: F401
+            import dsh_not_a_module  # type: ignore[import-not-found]  # noqa: F401  (absent on purpose)
     assert not isinstance(caught.value, MissingExtraError)
 
 
 def test_a_missing_third_party_module_names_the_extra() -> None:
     with pytest.raises(MissingExtraError) as caught:
         with require_extra("postgres"):
-            import psycopg_is_not_installed_here  # noqa: F401
+            import psycopg_is_not_installed_here  # type: ignore[import-not-found]  # noqa: F401  (absent)
     assert str(caught.value) == (
         "needs the postgres extra (psycopg_is_not_installed_here is not installed): "
         f"{install_hint('postgres')}"

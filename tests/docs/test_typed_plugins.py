@@ -13,7 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.docs.test_readme import block_starting_with
+from docs.test_readme import block_starting_with
 
 REPO = Path(__file__).resolve().parents[2]
 

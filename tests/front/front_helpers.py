@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import msgspec
 from dsh_host.session.events import SessionEvent
 
 
-def script(tmp_path: Path, responses: list[dict[str, Any]], name: str = "script.json") -> str:
+def script(tmp_path: Path, responses: Sequence[object], name: str = "script.json") -> str:
     """Write a scripted-model script; returns the ``scripted:PATH`` model spec."""
     path = tmp_path / name
     path.write_bytes(msgspec.json.encode({"responses": responses}))

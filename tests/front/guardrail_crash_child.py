@@ -42,4 +42,5 @@ async def main(root: str, model: str, ledger: str, ready: str) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:5], backend="trio")
+    first, second, third, fourth = sys.argv[1:5]
+    anyio.run(main, first, second, third, fourth, backend="trio")

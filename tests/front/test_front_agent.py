@@ -12,13 +12,14 @@ import anyio
 import msgspec
 import psycopg
 import pytest
-from front_helpers import events_of, script
 from psycopg import sql
 
 from dsh_host import Agent, RunResult, tool
 from dsh_host.errors import ConfigError
 from dsh_host.session.events import CompletedReason
 from dsh_host.tools import ToolRegistrationError
+
+from .front_helpers import events_of, script
 
 # both backends: the agent loop through the front door
 pytestmark = pytest.mark.both_backends

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 from crash.tool_body import kill_inside_tool_body
-from front_helpers import events_of, script
 
 from dsh_host import Agent
+
+from .front_helpers import events_of, script
 
 pytestmark = pytest.mark.anyio
 

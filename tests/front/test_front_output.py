@@ -9,11 +9,12 @@ from typing import Literal, TypedDict
 
 import msgspec
 import pytest
-from front_helpers import events_of, result_texts, script
 
 from dsh_host import Agent, OutputValidationError
 from dsh_host.session.events import BlockedReason, CompletedReason
 from dsh_host.tools import ToolArgsError, ToolRegistrationError, validate
+
+from .front_helpers import events_of, result_texts, script
 
 pytestmark = pytest.mark.anyio
 

@@ -8,11 +8,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from front_helpers import script
 
 from dsh_host import Agent
+
+from .front_helpers import script
 
 pytestmark = pytest.mark.both_backends
 
@@ -59,7 +61,7 @@ async def test_resume_under_another_sandbox_is_refused_before_anything_is_writte
 
     root, workspace = tmp_path / "sessions", tmp_path / "ws"
     workspace.mkdir()
-    kw = {"store": root, "workspace": workspace}
+    kw: dict[str, Any] = {"store": root, "workspace": workspace}
     async with Agent(script(tmp_path, [{"text": "hi"}]), sandbox="read-only", **kw) as agent:
         session_id = (await agent.run("hello")).session_id
         (terms,) = [e for e in agent.session.events if e.type == "run/terms"]

@@ -13,11 +13,12 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
-from front_helpers import events_of, result_texts, script
 
 from dsh_host import Agent, ToolContext, tool
 from dsh_host.session.events import AbortedReason
 from dsh_host.tools import ToolArgsError, validate
+
+from .front_helpers import events_of, result_texts, script
 
 pytestmark = pytest.mark.anyio
 

@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
-from front_helpers import events_of, script
 
 from dsh_host import Agent
+
+from .front_helpers import events_of, script
 
 pytestmark = pytest.mark.anyio
 

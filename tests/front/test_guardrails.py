@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from front_helpers import events_of, result_texts, script
 
 from dsh_host import Agent, ToolContext, tool
 from dsh_host.front import (
@@ -22,6 +21,8 @@ from dsh_host.front import (
     output_guardrail,
     tool_guardrail,
 )
+
+from .front_helpers import events_of, result_texts, script
 
 pytestmark = pytest.mark.anyio
 

@@ -52,8 +52,7 @@ def test_cli_run_with_anthropic_retries_an_overload_through_llm_retry(
     llmock: Any, tmp_path: Path
 ) -> None:
     """The shipped composition: a 529 is retried by llm-retry (logged), not by the SDK."""
-    sys.path.insert(0, str(REPO / "tests" / "cli"))
-    from cli_helpers import dsh, json_lines  # type: ignore[import-not-found]
+    from cli.cli_helpers import dsh, json_lines
 
     llmock.add(Fail(529, message="Overloaded"))
     llmock.reply("Hello from Claude.")

@@ -10,16 +10,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
-from cli_helpers import REPO, dsh, json_lines
+from cli.cli_helpers import REPO, dsh, json_lines
 
 HOOKS_ROW = "\n- id: hooks\n  name: hooks\n"
 SHIPPED = (REPO / "configs" / "default.yml").read_text()

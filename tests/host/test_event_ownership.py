@@ -10,13 +10,14 @@ import logging
 from typing import Any
 
 import pytest
-import sample_plugins
 
 from dsh_host.bus import EventBus
 from dsh_host.errors import HandlerKindError, UndeclaredEventError
 from dsh_host.loader import Row, open_host
 from dsh_host.session.keys import SESSION_EVENT, SESSION_EVENTS
 from dsh_host.tools.keys import TOOLS_EVENTS, TOOLS_EXECUTE
+
+from . import sample_plugins
 
 pytestmark = pytest.mark.anyio
 
@@ -27,7 +28,7 @@ def test_a_bare_bus_declares_nothing() -> None:
 
 
 async def test_a_plugins_event_disappears_when_it_is_unloaded() -> None:
-    async with open_host([Row(id="owner", name="sample_plugins:PingOwner")]) as host:
+    async with open_host([Row(id="owner", name="host.sample_plugins:PingOwner")]) as host:
         assert host.bus.spec("sample/ping") == sample_plugins.PING
         heard: list[str] = []
         host.ctx.on("sample/ping", heard.append)
@@ -49,7 +50,7 @@ async def test_layer_events_are_declared_by_their_service_plugins_and_withdrawn(
 
 
 async def test_a_second_row_keeps_the_declaration_until_both_are_gone() -> None:
-    rows = [Row(id="a", name="sample_plugins:PingOwner"), Row(id="b", name="sample_plugins:PingOwner")]
+    rows = [Row(id="a", name="host.sample_plugins:PingOwner"), Row(id="b", name="host.sample_plugins:PingOwner")]
     async with open_host(rows) as host:
         await host.unload("a")
         assert host.bus.is_declared("sample/ping")
@@ -74,7 +75,7 @@ async def test_a_listener_by_name_waits_for_the_declaration_and_is_checked_then(
             host.bus.declare(SESSION_EVENT)
         assert len(host.bus.listeners(SESSION_EVENT)) == 1  # the wrong kind was dropped
         assert "is declared emit" in caplog.text and "wrong_kind" in caplog.text
-        host.ctx.emit(SESSION_EVENT, None, "e")  # type: ignore[arg-type]
+        host.ctx.emit(SESSION_EVENT, None, "e")  # type: ignore[call-overload]  # wrong on purpose
         assert heard == ["e"]
 
 
@@ -100,6 +101,6 @@ async def test_a_waiting_listener_is_checked_before_a_dispatch_by_key_calls_it(
         host.ctx.on("session/event", wrong_kind)  # nobody declared it: waits, unchecked
         host.ctx.on("session/event", lambda s, e: heard.append(e))
         with caplog.at_level(logging.ERROR, logger="dsh.bus"):
-            host.ctx.emit(SESSION_EVENT, None, "e")  # type: ignore[arg-type]
+            host.ctx.emit(SESSION_EVENT, None, "e")  # type: ignore[call-overload]  # wrong on purpose
         assert heard == ["e"]
         assert "wrong_kind" in caplog.text

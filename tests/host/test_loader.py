@@ -4,7 +4,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-import sample_plugins
 
 from dsh_host import Row, open_host, open_host_from_yaml
 from dsh_host.context import FiberState
@@ -20,6 +19,8 @@ from dsh_host.errors import (
 from dsh_host.loader import accept_camel_keys, parse_rows
 from dsh_host.session.keys import SESSION_EVENT
 from dsh_host.tools.keys import TOOLS_EXECUTE
+
+from . import sample_plugins
 
 pytestmark = pytest.mark.anyio
 
@@ -67,15 +68,15 @@ def test_env_tag(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_config_type_error_gives_key_path() -> None:
-    rows = [Row(id="greet", name="sample_plugins:Echo", config={"times": "three"})]
+    rows = [Row(id="greet", name="host.sample_plugins:Echo", config={"times": "three"})]
     with pytest.raises(ConfigError) as info:
         async with open_host(rows):
             pass
-    assert str(info.value) == 'row \'greet\' (sample_plugins:Echo): config.times: expected int, got str'
+    assert str(info.value) == 'row \'greet\' (host.sample_plugins:Echo): config.times: expected int, got str'
 
 
 async def test_unknown_config_key() -> None:
-    rows = [Row(id="greet", name="sample_plugins:Echo", config={"greting": "x"})]
+    rows = [Row(id="greet", name="host.sample_plugins:Echo", config={"greting": "x"})]
     with pytest.raises(ConfigError, match=r"config\.greting: unknown key"):
         async with open_host(rows):
             pass
@@ -143,7 +144,7 @@ async def test_camel_case_alias_clash_fails_the_row() -> None:
 
 
 async def test_duplicate_row_ids() -> None:
-    rows = [Row(id="x", name="sample_plugins:Echo"), Row(id="x", name="sample_plugins:Echo")]
+    rows = [Row(id="x", name="host.sample_plugins:Echo"), Row(id="x", name="host.sample_plugins:Echo")]
     with pytest.raises(DuplicateRowIdError, match="duplicate loader entry id: x"):
         async with open_host(rows):
             pass
@@ -151,8 +152,8 @@ async def test_duplicate_row_ids() -> None:
 
 async def test_two_rows_same_plugin_two_instances() -> None:
     rows = [
-        Row(id="one", name="sample_plugins:Around", config={"label": "one"}),
-        Row(id="two", name="sample_plugins:Around", config={"label": "two"}),
+        Row(id="one", name="host.sample_plugins:Around", config={"label": "one"}),
+        Row(id="two", name="host.sample_plugins:Around", config={"label": "two"}),
     ]
     async with open_host(rows) as host:
         a, b = host.fibers
@@ -168,7 +169,7 @@ async def test_two_rows_same_plugin_two_instances() -> None:
 
 
 async def test_inject_waits_then_mounts_in_order() -> None:
-    rows = [Row(id="needs", name="sample_plugins:NeedsEcho"), Row(id="echo", name="sample_plugins:Echo")]
+    rows = [Row(id="needs", name="host.sample_plugins:NeedsEcho"), Row(id="echo", name="host.sample_plugins:Echo")]
     async with open_host(rows) as host:
         assert [f.state for f in host.fibers] == [FiberState.ACTIVE, FiberState.ACTIVE]
         assert sample_plugins.JOURNAL == ["apply echo echo hi", "apply needs-echo sees hi"]
@@ -179,16 +180,16 @@ async def test_inject_waits_then_mounts_in_order() -> None:
 
 
 async def test_unmet_inject_strict_boot_fails_and_lenient_reports() -> None:
-    rows = [Row(id="needs", name="sample_plugins:NeedsEcho")]
+    rows = [Row(id="needs", name="host.sample_plugins:NeedsEcho")]
     with pytest.raises(BootError, match="waiting for service: echo"):
         async with open_host(rows):
             pass
     async with open_host(rows, strict=False) as host:
-        assert host.problems() == ["row 'needs' (sample_plugins:NeedsEcho): waiting for service: echo"]
+        assert host.problems() == ["row 'needs' (host.sample_plugins:NeedsEcho): waiting for service: echo"]
 
 
 async def test_apply_failure_undoes_partial_registrations_others_keep_running() -> None:
-    rows = [Row(id="boom", name="sample_plugins:Exploding"), Row(id="echo", name="sample_plugins:Echo")]
+    rows = [Row(id="boom", name="host.sample_plugins:Exploding"), Row(id="echo", name="host.sample_plugins:Echo")]
     async with open_host(rows, strict=False) as host:
         boom, echo = host.fibers
         assert boom.state is FiberState.FAILED
@@ -200,7 +201,7 @@ async def test_apply_failure_undoes_partial_registrations_others_keep_running() 
 
 
 async def test_wrong_listener_kind_fails_the_row() -> None:
-    rows = [Row(name="sessions"), Row(id="bad", name="sample_plugins:AsyncOnEmit")]
+    rows = [Row(name="sessions"), Row(id="bad", name="host.sample_plugins:AsyncOnEmit")]
     async with open_host(rows, strict=False) as host:
         fiber = host.fibers[1]
         assert fiber.state is FiberState.FAILED
@@ -208,7 +209,7 @@ async def test_wrong_listener_kind_fails_the_row() -> None:
 
 
 async def test_registering_after_dispose_is_refused() -> None:
-    async with open_host([Row(id="echo", name="sample_plugins:Echo")]) as host:
+    async with open_host([Row(id="echo", name="host.sample_plugins:Echo")]) as host:
         ctx = host.fibers[0].ctx
         await host.unload("echo")
         with pytest.raises(InactiveContextError):
@@ -217,13 +218,13 @@ async def test_registering_after_dispose_is_refused() -> None:
 
 async def test_malformed_plugin_caught_at_registration() -> None:
     with pytest.raises(PluginRegistrationError):
-        async with open_host([Row(name="sample_plugins:JOURNAL")]):
+        async with open_host([Row(name="host.sample_plugins:JOURNAL")]):
             pass
 
 
 async def test_disabled_rows_are_not_loaded(tmp_path: Path) -> None:
     config = tmp_path / "c.yml"
-    config.write_text("- id: e\n  name: sample_plugins:Echo\n  disabled: true\n")
+    config.write_text("- id: e\n  name: host.sample_plugins:Echo\n  disabled: true\n")
     async with open_host_from_yaml(config) as host:
         assert host.fibers[0].state is FiberState.DISABLED
         assert sample_plugins.JOURNAL == []
@@ -250,8 +251,8 @@ async def test_restricted_rows_may_not_set_executable_keys(key: str) -> None:
 
 
 async def test_restricted_rows_may_not_import_modules() -> None:
-    rows = parse_rows("- name: sample_plugins:Echo\n", "proj/dsh.yml", restricted="FIX")
-    with pytest.raises(ConfigError, match=r"^proj/dsh.yml:1 \(row 1\): row 'sample_plugins:"
+    rows = parse_rows("- name: host.sample_plugins:Echo\n", "proj/dsh.yml", restricted="FIX")
+    with pytest.raises(ConfigError, match=r"^proj/dsh.yml:1 \(row 1\): row 'host\.sample_plugins:"
                        r"Echo' imports Python code by module path; FIX$"):
         async with open_host(rows):
             pass

@@ -20,7 +20,7 @@ STORAGE_ROW = "session-persistence"
 WITHOUT_DURABILITY = {"memory.yml": {STORAGE_ROW, "session-checkpoints"}}
 
 
-def _rows(path: Path) -> dict[str, Any]:
+def _rows(path: Path) -> dict[str | None, Any]:
     return {
         located.row.id: (located.row.name, located.row.config, located.row.disabled)
         for located in parse_rows(path.read_text(encoding="utf-8"), path.name)

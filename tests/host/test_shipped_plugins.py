@@ -90,14 +90,14 @@ def test_an_alias_is_the_shipped_plugin_unless_a_distribution_registers_it_as_sp
 ) -> None:
     assert declared_plugin("dsh-sandbox-local") is SHIPPED_PLUGINS["sandbox-local"]
     assert declared_plugin("@deepseek-ai/dsh-sandbox-local") is SHIPPED_PLUGINS["sandbox-local"]
-    assert declared_plugin("sample_plugins:Echo") is None
+    assert declared_plugin("host.sample_plugins:Echo") is None
     assert declared_plugin("no-such-plugin") is None
     registered = importlib.metadata.EntryPoint(
-        "dsh-sandbox-local", "sample_plugins:Echo", "dsh.plugins"
+        "dsh-sandbox-local", "host.sample_plugins:Echo", "dsh.plugins"
     )
     monkeypatch.setattr(loader, "installed_plugins", lambda: {"dsh-sandbox-local": registered})
     assert declared_plugin("dsh-sandbox-local") is None
-    assert resolve_plugin("dsh-sandbox-local", "test")[1] == "sample_plugins:Echo"
+    assert resolve_plugin("dsh-sandbox-local", "test")[1] == "host.sample_plugins:Echo"
 
 
 def default_rows(**patches: dict[str, Any]) -> list[LocatedRow]:
@@ -166,11 +166,11 @@ def test_an_unknown_plugin_fails_the_reader_wherever_it_is() -> None:
 def test_a_module_row_is_imported_and_validated_to_learn_what_it_provides() -> None:
     rows = [
         *default_rows(),
-        LocatedRow(Row(name="sample_plugins:Echo", config={"times": "x"}), "x.yml:99 (row 17)"),
+        LocatedRow(Row(name="host.sample_plugins:Echo", config={"times": "x"}), "x.yml:99 (row 17)"),
     ]
     assert "config.times: expected int, got str" in same_failure(rows)
-    echo = [*default_rows(), LocatedRow(Row(name="sample_plugins:Echo"), "x.yml:99 (row 17)")]
-    assert names(rows_needed_for(echo, ("echo",))) == ["sample_plugins:Echo"]
+    echo = [*default_rows(), LocatedRow(Row(name="host.sample_plugins:Echo"), "x.yml:99 (row 17)")]
+    assert names(rows_needed_for(echo, ("echo",))) == ["host.sample_plugins:Echo"]
 
 
 def restricted(rows: list[LocatedRow]) -> list[LocatedRow]:

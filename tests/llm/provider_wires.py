@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sse_server import Behavior, http_error, reasoning_events, sse, text_events, tool_call_events
+from .sse_server import Behavior, http_error, reasoning_events, sse, text_events, tool_call_events
 
 __all__ = ["WIRES", "AnthropicWire", "LiteLLMWire", "OpenAIWire", "ResponsesWire", "Wire"]
 

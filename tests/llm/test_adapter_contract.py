@@ -21,10 +21,7 @@ from typing import Any
 
 import anyio
 import pytest
-from llm_helpers import collect, finish_count, request, terminal_failure
 from llmock.scenarios import Reply, ToolCall
-from provider_wires import WIRES, Wire
-from sse_server import SseServer
 
 from dsh_host import Agent, PluginHost, Row, open_host
 from dsh_host.cancel import CancelToken
@@ -41,6 +38,10 @@ from dsh_host.session import (
     ToolCallDeltaChunk,
     ToolCallsFinish,
 )
+
+from .llm_helpers import collect, finish_count, request, terminal_failure
+from .provider_wires import WIRES, Wire
+from .sse_server import SseServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 

@@ -18,12 +18,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from provider_wires import WIRES, Wire
-from sse_server import SseServer
+from cli.cli_helpers import dsh, json_lines
+
+from .provider_wires import WIRES, Wire
+from .sse_server import SseServer
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "cli"))
-from cli_helpers import dsh, json_lines  # type: ignore[import-not-found]  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

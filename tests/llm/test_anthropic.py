@@ -17,9 +17,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from llm_helpers import collect, request, terminal_failure, user
 from llmock.scenarios import Fail, Reply, ToolCall
-from sse_server import SseServer, raw
 
 from dsh_host import PluginHost, Row, open_host
 from dsh_host.jsonsafe import json_dec_hook, json_enc_hook, thaw_json
@@ -36,6 +34,9 @@ from dsh_host.session import (
     ToolCallsFinish,
 )
 from dsh_host.session.messages import ToolResultBlock, UserMessage, UserSource, new_message_id
+
+from .llm_helpers import collect, request, terminal_failure, user
+from .sse_server import SseServer, raw
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
@@ -157,7 +158,7 @@ async def test_thinking_is_kept_with_its_signature_and_passed_back() -> None:
     assistant = second_body["messages"][1]
     assert assistant["role"] == "assistant"
     assert assistant["content"] == [
-        {"type": "thinking", "thinking": message.content[0].text,  # type: ignore[union-attr]
+        {"type": "thinking", "thinking": message.content[0].text,
          "signature": replay_state["blocks"][0]["signature"]},
         {"type": "redacted_thinking", "data": replay_state["blocks"][1]["redacted_data"]},
         {"type": "text", "text": "The greatest common divisor of 1071 and 462 is **21**."},

@@ -12,9 +12,6 @@ from typing import Any
 
 import msgspec
 import pytest
-from llm_helpers import collect, request, terminal_failure
-from provider_wires import WIRES, Wire
-from sse_server import SseServer
 
 from dsh_host import Agent, Row, open_host
 from dsh_host.llm.attachments import (
@@ -31,6 +28,10 @@ from dsh_host.session.messages import (
     new_message_id,
 )
 from dsh_host.session.tokens import BLOCK_OVERHEAD, IMAGE_TOKENS, estimate_content
+
+from .llm_helpers import collect, request, terminal_failure
+from .provider_wires import WIRES, Wire
+from .sse_server import SseServer
 
 KEY_ENV = "DSH_TEST_ATTACH_KEY"
 

@@ -15,13 +15,14 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from llm_helpers import collect, request, terminal_failure
-from provider_wires import OpenAIWire
-from sse_server import SseServer, sse, text_events
 
 from dsh_host import PluginHost, Row, open_host
 from dsh_host.session import TextDeltaChunk
 from dsh_host.session.messages import ToolSchema
+
+from .llm_helpers import collect, request, terminal_failure
+from .provider_wires import OpenAIWire
+from .sse_server import SseServer, sse, text_events
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 

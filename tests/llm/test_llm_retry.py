@@ -20,7 +20,6 @@ from typing import Any
 import anyio
 import pytest
 from msgspec import UNSET
-from sse_server import SseServer, http_error, sse, text_events
 
 from dsh_host import PluginHost, Row, open_host
 from dsh_host.agent import Agent, AgentService
@@ -39,6 +38,8 @@ from dsh_host.session import (
     decode_event,
     encode_event,
 )
+
+from .sse_server import SseServer, http_error, sse, text_events
 
 # both backends: HTTP, timeouts and cancellation during backoff
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]

@@ -11,7 +11,6 @@ import anyio
 import anyio.lowlevel
 import msgspec
 import pytest
-from llm_helpers import collect, finish_count, request, terminal_failure, user
 from msgspec import UNSET
 
 from dsh_host import Row, open_host
@@ -42,6 +41,8 @@ from dsh_host.session import (
     TextBlock,
     TextDeltaChunk,
 )
+
+from .llm_helpers import collect, finish_count, request, terminal_failure, user
 
 # both backends: stream closing and cancellation
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]

@@ -9,25 +9,6 @@ from typing import Any
 
 import anyio
 import pytest
-from llm_helpers import (
-    KEY_ENV,
-    PROVIDER,
-    adapter_host,
-    collect,
-    finish_count,
-    request,
-    terminal_failure,
-    user,
-)
-from sse_server import (
-    SseServer,
-    http_error,
-    raw,
-    reasoning_events,
-    sse,
-    text_events,
-    tool_call_events,
-)
 
 from dsh_host.cancel import CancelToken
 from dsh_host.llm import BlockAssembler, assemble
@@ -41,6 +22,26 @@ from dsh_host.session import (
     TokenUsage,
     ToolCallBlock,
     ToolCallsFinish,
+)
+
+from .llm_helpers import (
+    KEY_ENV,
+    PROVIDER,
+    adapter_host,
+    collect,
+    finish_count,
+    request,
+    terminal_failure,
+    user,
+)
+from .sse_server import (
+    SseServer,
+    http_error,
+    raw,
+    reasoning_events,
+    sse,
+    text_events,
+    tool_call_events,
 )
 
 # both backends: HTTP over real sockets, timeouts, aborts

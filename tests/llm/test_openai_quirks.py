@@ -11,17 +11,7 @@ import json
 from typing import Any
 
 import pytest
-from llm_helpers import (
-    KEY_ENV,
-    PROVIDER,
-    adapter_host,
-    collect,
-    finish_count,
-    request,
-    terminal_failure,
-)
 from llmock.scenarios import Fail
-from sse_server import SseServer, http_error, sse, text_events
 
 from dsh_host.llm import BlockAssembler
 from dsh_host.session import (
@@ -33,6 +23,17 @@ from dsh_host.session import (
     ToolCallBlock,
     ToolCallsFinish,
 )
+
+from .llm_helpers import (
+    KEY_ENV,
+    PROVIDER,
+    adapter_host,
+    collect,
+    finish_count,
+    request,
+    terminal_failure,
+)
+from .sse_server import SseServer, http_error, sse, text_events
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 

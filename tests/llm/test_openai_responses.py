@@ -13,10 +13,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from llm_helpers import collect, request, terminal_failure, user
 from llmock.scenarios import Fail
-from provider_wires import ResponsesWire
-from sse_server import Behavior, SseServer
 
 from dsh_host import Agent, PluginHost, Row, open_host
 from dsh_host.jsonsafe import thaw_json
@@ -32,6 +29,10 @@ from dsh_host.session import (
     ToolCallBlock,
 )
 from dsh_host.session.messages import ToolResultBlock, UserMessage, UserSource, new_message_id
+
+from .llm_helpers import collect, request, terminal_failure, user
+from .provider_wires import ResponsesWire
+from .sse_server import Behavior, SseServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 

@@ -17,7 +17,6 @@ from dsh_llm_openai_compatible import (
 from dsh_llm_openai_compatible import settings_of as settings_of_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from llm_helpers import request, user
 
 from dsh_host.errors import ConfigError
 from dsh_host.llm import BlockAssembler, LlmError, RetryPolicyConfig
@@ -56,6 +55,8 @@ from dsh_host.session.messages import (
     UserMessage,
     UserSource,
 )
+
+from .llm_helpers import request, user
 
 # -- SSE framing ---------------------------------------------------------------------------
 

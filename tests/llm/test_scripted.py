@@ -9,7 +9,6 @@ from pathlib import Path
 import anyio
 import pytest
 from dsh_llm_scripted import ScriptedAdapter
-from llm_helpers import collect, request, terminal_failure
 
 from dsh_host import Row, open_host, open_host_from_yaml
 from dsh_host.cancel import CancelToken
@@ -32,6 +31,8 @@ from dsh_host.session import (
     ToolCallsFinish,
     UsageChunk,
 )
+
+from .llm_helpers import collect, request, terminal_failure
 
 pytestmark = pytest.mark.anyio
 

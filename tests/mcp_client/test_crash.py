@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from .mcp_helpers import FIXTURE, everything_stdio, needs_everything
-from .test_pipeline import composition, dsh, events_of, tool_results
+from .mcp_helpers import FIXTURE, dsh, everything_stdio, needs_everything
+from .test_pipeline import composition, events_of, tool_results
 
 pytestmark = pytest.mark.slow
 

@@ -28,9 +28,9 @@ from typing import Any
 
 import anyio
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
 
-from helpers import header, log, turn
+from persistence.helpers import header, log, turn
 
 
 def _kill() -> None:
@@ -71,7 +71,7 @@ def arm_failpoint(step: str) -> None:
             half_then_die(fd, data)
         return real_write(fd, data)
 
-    def fsync(fd: int) -> None:
+    def fsync(fd: Any) -> None:
         if step == "P5" and _is_temp(fd):
             _kill()
         if step == "W4-before" and _is_log(fd):
@@ -82,7 +82,7 @@ def arm_failpoint(step: str) -> None:
         if step == "R1" and state["truncated"] and _is_log(fd):
             _kill()
 
-    def link(src: str, dst: str, **kwargs: Any) -> None:
+    def link(src: Any, dst: Any, **kwargs: Any) -> None:
         if step in ("P6-before", "G5-before"):
             _kill()
         real_link(src, dst, **kwargs)
@@ -98,7 +98,7 @@ def arm_failpoint(step: str) -> None:
         real_ftruncate(fd, length)
         state["truncated"] = True
 
-    os.write, os.fsync, os.link, os.unlink, os.ftruncate = (  # type: ignore[assignment]
+    os.write, os.fsync, os.link, os.unlink, os.ftruncate = (
         write,
         fsync,
         link,

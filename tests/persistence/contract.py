@@ -19,7 +19,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
@@ -317,12 +317,13 @@ async def test_pre_aborted_token_raises_the_reason(backend_factory: BackendFacto
     async with backend_of(backend_factory) as backend:
         handle = await backend.create(header("abort"))
         await handle.flush()
-        for call in (
+        calls: tuple[Callable[[], Awaitable[object]], ...] = (
             lambda: backend.open("abort", "read", token=token),
             lambda: backend.open("abort", "write", token=token),
             lambda: backend.inspect("abort", token=token),
             lambda: backend.list(token=token),
-        ):
+        )
+        for call in calls:
             with pytest.raises(AbortError) as raised:
                 await call()
             assert raised.value.reason is reason

@@ -127,8 +127,9 @@ def _get(path: Path) -> bytes:
 
 async def _open(root: Path, compression: str, mode: str = "read") -> Any:
     backend = JsonlSessionPersistence(str(root), compression)  # type: ignore[arg-type]
-    handle = await backend.open(SID, mode)  # type: ignore[arg-type]
-    return handle
+    if mode == "read":
+        return await backend.open(SID, "read")
+    return await backend.open(SID, "write")
 
 
 POSITIONS = {

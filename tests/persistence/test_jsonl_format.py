@@ -35,7 +35,7 @@ from dsh_session_persistence_jsonl._paths import (
     parse_generation_filename,
     project_key,
 )
-from dsh_session_persistence_jsonl._reader import read_artifact
+from dsh_session_persistence_jsonl._reader import ArtifactRead, read_artifact
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -343,7 +343,7 @@ def test_streamed_frames_are_accepted() -> None:
     cctx = zstandard.ZstdCompressor(level=3, write_checksum=True, write_content_size=False)
     chunker = cctx.chunker(chunk_size=64)
     body = b"".join(chunker.compress(b"x" * 100_000 + os.urandom(5000)))
-    body += b"".join(chunker.finish())
+    body += b"".join(chunker.finish())  # type: ignore[no-untyped-call]  # zstandard's stub
     assert body[4] & 0xC4 == 0x04
     scan = scan_frames(body + compress_frame(b"tail\n"))
     assert len(scan.frames) == 2 and scan.torn_start is None
@@ -422,17 +422,26 @@ def test_raw_header_only(tmp_path: Path) -> None:
     assert read.complete_end == os.path.getsize(path)
 
 
+def rows(read: ArtifactRead) -> list[dict[str, Any]]:
+    """The rows of an untyped read, which are plain records."""
+    out: list[dict[str, Any]] = []
+    for row in read.events:
+        assert isinstance(row, dict), row
+        out.append(row)
+    return out
+
+
 def test_raw_torn_fragment_is_ignored(tmp_path: Path) -> None:
     path = _raw(tmp_path, _line("a/x", 0), tail=b'{"type":"assistant/chunk","seq":1,"ti')
     read = read_artifact(path, "none", 3)
-    assert [e["seq"] for e in read.events] == [0]
+    assert [e["seq"] for e in rows(read)] == [0]
     assert read.torn is not None and read.torn.truncate_to == os.path.getsize(path) - 37
 
 
 def test_raw_damaged_suffix_is_tolerated_until_a_later_turn_end(tmp_path: Path) -> None:
     tolerated = _raw(tmp_path, _line("a/x", 0), b"garbage", _line("a/x", 2))
     read = read_artifact(tolerated, "none", 3)
-    assert [e["seq"] for e in read.events] == [0]
+    assert [e["seq"] for e in rows(read)] == [0]
     refused = _raw(tmp_path, _line("a/x", 0), b"garbage", _line("turn/end", 2))
     with pytest.raises(SessionPersistenceCorruptionError, match="unparsable committed event"):
         read_artifact(refused, "none", 3)
@@ -444,7 +453,7 @@ def test_raw_seq_gap_before_a_turn_end_is_refused_after_it_tolerated(tmp_path: P
     read = read_artifact(
         _raw(tmp_path, _line("turn/end", 0), _line("a/x", 2), _line("a/x", 3)), "none", 3
     )
-    assert [e["seq"] for e in read.events] == [0]
+    assert [e["seq"] for e in rows(read)] == [0]
 
 
 def test_raw_row_with_gap_in_tail_is_dropped_whole(tmp_path: Path) -> None:
@@ -453,7 +462,7 @@ def test_raw_row_with_gap_in_tail_is_dropped_whole(tmp_path: Path) -> None:
         "none",
         3,
     )
-    assert [e["seq"] for e in read.events] == [0, 1]
+    assert [e["seq"] for e in rows(read)] == [0, 1]
     assert read.torn is not None
 
 
@@ -477,13 +486,13 @@ def test_rows_with_long_digit_runs_are_not_vouched_for(tmp_path: Path) -> None:
     )
     read = read_artifact(path, "none", 3)
     assert read.plain == [True, False, False]
-    for row, plain in zip(read.events[:2], read.plain[:2], strict=True):
+    for row, plain in zip(rows(read)[:2], read.plain[:2], strict=True):
         walked = decode_stored_event(copy.deepcopy(row), session_id="s", seq=0, where=path)
         fast = decode_stored_event(row, session_id="s", seq=0, where=path, parsed_plain=plain)
         assert fast == walked
     with pytest.raises(SessionPersistenceCorruptionError, match="outside the safe range"):
         decode_stored_event(
-            read.events[2], session_id="s", seq=2, where=path, parsed_plain=read.plain[2]
+            rows(read)[2], session_id="s", seq=2, where=path, parsed_plain=read.plain[2]
         )
 
 
@@ -503,7 +512,7 @@ def test_split_records_and_multibyte_characters_across_frames(tmp_path: Path) ->
     cut = line.index("😀".encode()) + 2  # inside the 4-byte character
     path.write_bytes(compress_frame(head) + compress_frame(line[:cut]) + compress_frame(line[cut:]))
     read = read_artifact(str(path), "zstd", 3)
-    assert [e["data"] for e in read.events] == [{"t": "é😀"}]
+    assert [e["data"] for e in rows(read)] == [{"t": "é😀"}]
     path.write_bytes(compress_frame(head) + compress_frame(line[:cut]))
     with pytest.raises(SessionPersistenceCorruptionError, match="contains a torn JSONL record"):
         read_artifact(str(path), "zstd", 3)

@@ -454,10 +454,11 @@ async def test_a_dsh_017_migrated_directory_is_read_as_its_v4_not_its_old_v3(
     source = (directory / "session.v3.jsonl.zstd").read_bytes()
     backend = JsonlSessionPersistence(str(tmp_path))
     for mode in ("read", "write"):
-        handle = await backend.open("both", mode)  # type: ignore[arg-type]
+        handle = await backend.open("both", mode)
         load = await handle.read()
         if mode == "read":  # (a write handle's view reports the stored file by its location)
             assert load.source_version == 4
+        assert load.location is not None
         assert load.location.path == str(directory / "session.v4.jsonl.zstd")
         await handle.close()
     assert (directory / "session.v3.jsonl.zstd").read_bytes() == source

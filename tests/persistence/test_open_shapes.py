@@ -103,7 +103,7 @@ async def test_a_row_dsh_refuses_refuses_the_log_in_both_modes(
     before = _files(tmp_path / root)
     for mode in ("read", "write"):
         with pytest.raises(error, match=refuse["message"].replace("(", r"\(")):
-            handle = await backend.open(sid, mode)  # type: ignore[arg-type]
+            handle = await backend.open(sid, mode)
             await handle.read()
     assert _files(tmp_path / root) == before, "a refused log is never cut"
 

@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 from dsh_sandbox_local import clear_probe_cache
-from sandbox_harness import Scene, make_scene
+
+from .sandbox_harness import Scene, make_scene
 
 
 @pytest.fixture

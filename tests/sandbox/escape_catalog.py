@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sandbox_harness import Scene, sleepers
+from .sandbox_harness import Scene, sleepers
 
 DENIED = "denied"
 ALLOWED = "allowed"

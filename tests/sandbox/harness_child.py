@@ -14,7 +14,7 @@ import sys
 import anyio
 
 from dsh_host import CancelToken, Row, open_host
-from dsh_host.tools import ToolExecutionInput
+from dsh_host.tools import TOOLS, ToolExecutionInput
 
 
 async def main(backend: str, mode: str, workspace: str, command: str) -> None:
@@ -25,7 +25,7 @@ async def main(backend: str, mode: str, workspace: str, command: str) -> None:
     ]
     async with open_host(rows) as host:
         print("started", flush=True)
-        result = await host.ctx.tools.execute(
+        result = await host.ctx.service(TOOLS).execute(
             ToolExecutionInput(
                 call_id="call-harness-kill",
                 name="bash",
@@ -37,4 +37,5 @@ async def main(backend: str, mode: str, workspace: str, command: str) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:5], backend="trio")
+    first, second, third, fourth = sys.argv[1:5]
+    anyio.run(main, first, second, third, fourth, backend="trio")

@@ -15,10 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for, run_confined
 
 import dsh_host.sandbox as host_sandbox
 from dsh_host.session.audit import default_key_file, load_or_create_key
+
+from .sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for, run_confined
 
 pytestmark = linux_only
 

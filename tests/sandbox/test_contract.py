@@ -42,9 +42,10 @@ from dsh_sandbox_local.profiles import (
     bwrap_profile_args,
     landlock_not_covered,
 )
-from sandbox_harness import linux_only, provider_for, run_confined
 
 from dsh_host.errors import ConfigError, DshError
+
+from .sandbox_harness import linux_only, provider_for, run_confined
 
 
 @pytest.fixture(autouse=True)
@@ -226,7 +227,7 @@ def test_landlock_without_privileges_names_what_it_cannot_isolate(
 def test_unix_sockets_allow_drops_the_seccomp_socket_rule() -> None:
     for backend in ("bubblewrap", "landlock"):
         provider = LocalSandboxProvider(
-            SandboxLocalConfig(backend=backend, unix_sockets="allow")  # type: ignore[arg-type]
+            SandboxLocalConfig(backend=backend, unix_sockets="allow")
         )
         assert "--deny-unix" not in provider.confine(["ls"], RO).argv
 

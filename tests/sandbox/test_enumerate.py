@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 from dsh_sandbox_local import landlock_run
-from sandbox_harness import (
+
+from .sandbox_harness import (
     BACKENDS,
     MODES,
     Scene,

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 from dsh_sandbox_local import SandboxPolicy
-from escape_catalog import (
+
+from .escape_catalog import (
     ALLOWED,
     CATALOG,
     CONTAINED,
@@ -23,7 +24,7 @@ from escape_catalog import (
     Attempt,
     markdown_table,
 )
-from sandbox_harness import (
+from .sandbox_harness import (
     BACKENDS,
     MODES,
     Scene,

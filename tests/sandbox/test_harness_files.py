@@ -29,11 +29,12 @@ from typing import Any
 import anyio
 import pytest
 from dsh_builtin_tools.search import ripgrep_binary
-from sandbox_harness import Scene, linux_only
 
 from dsh_host import CancelToken, Row, open_host
 from dsh_host.loader import PluginHost
-from dsh_host.tools import ToolExecutionInput, ToolExecutionResult, beneath
+from dsh_host.tools import TOOLS, ToolExecutionInput, ToolExecutionResult, beneath
+
+from .sandbox_harness import Scene, linux_only
 
 # both backends: worker threads and subprocesses
 pytestmark = [linux_only, pytest.mark.anyio, pytest.mark.both_backends]
@@ -112,7 +113,7 @@ async def call(host: PluginHost, name: str, arguments: Any, n: int = 0) -> ToolE
         call_id=f"call-{n}", name=name, arguments=arguments, signal=CancelToken()
     )
     with anyio.fail_after(GUARD_S):  # hang guard only
-        return await host.ctx.tools.execute(request)
+        return await host.ctx.service(TOOLS).execute(request)
 
 
 def text_of(result: ToolExecutionResult) -> str:
@@ -348,7 +349,7 @@ def test_resolvers_agree(scene: Scene) -> None:
                  ("link",): errno.ELOOP, ("d", "nope"): errno.ENOENT,
                  ("d", "f", "g"): errno.ENOTDIR}  # fmt: skip
         for parts, expected in cases.items():
-            seen = []
+            seen: list[int | None] = []
             for opener in (beneath.open_beneath, beneath.open_beneath_walk):
                 try:
                     os.close(opener(root, parts, os.O_RDONLY | os.O_NONBLOCK))

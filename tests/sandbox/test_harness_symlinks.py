@@ -30,13 +30,14 @@ import anyio
 import pytest
 from dsh_session_persistence_jsonl import JsonlSessionPersistence, SessionLockUnsafeError
 from dsh_session_persistence_jsonl._storage import open_for_append
-from escape_catalog import Snapshot, changed, make_victim, q
-from sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for, run_confined
 
 from dsh_host import CancelToken, Row, open_host
 from dsh_host.loader import PluginHost
 from dsh_host.session.persistence import SessionNotFoundError, SessionPersistenceCorruptionError
-from dsh_host.tools import ToolExecutionInput, ToolExecutionResult
+from dsh_host.tools import TOOLS, ToolExecutionInput, ToolExecutionResult
+
+from .escape_catalog import Snapshot, changed, make_victim, q
+from .sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for, run_confined
 
 # both backends: worker threads and subprocesses
 pytestmark = [linux_only, pytest.mark.anyio, pytest.mark.both_backends]
@@ -82,7 +83,7 @@ async def bash(host: PluginHost, call_id: str, command: str) -> ToolExecutionRes
         signal=CancelToken(),
     )
     with anyio.fail_after(GUARD_S):
-        return await host.ctx.tools.execute(request)
+        return await host.ctx.service(TOOLS).execute(request)
 
 
 def text_of(result: ToolExecutionResult) -> str:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from dsh_sandbox_local.landlock_run import landlock_abi
 from dsh_sandbox_local.profiles import default_landlock_launcher
-from sandbox_harness import Scene, linux_only
+
+from .sandbox_harness import Scene, linux_only
 
 pytestmark = linux_only
 

@@ -18,8 +18,9 @@ from dsh_sandbox_local import (
     SandboxPolicy,
 )
 from dsh_sandbox_local.landlock_run import _own_cgroup_dirs, cgroup_limits_supported
-from escape_catalog import py
-from sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for, run_confined
+
+from .escape_catalog import py
+from .sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for, run_confined
 
 # slow: fork storms and memory hogs under real limits
 pytestmark = [linux_only, pytest.mark.slow]

@@ -20,10 +20,11 @@ from typing import Any
 
 import anyio
 import pytest
-from sandbox_harness import BACKENDS, Scene, eventually, linux_only, provider_for, sleepers
 
 from dsh_host import CancelToken, Row, open_host
 from dsh_host.tools import ToolExecutionInput, ToolExecutionResult
+
+from .sandbox_harness import BACKENDS, Scene, eventually, linux_only, provider_for, sleepers
 
 pytestmark = [linux_only, pytest.mark.slow]
 

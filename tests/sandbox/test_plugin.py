@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 from dsh_sandbox_local import LocalSandboxProvider, SandboxLocal, SandboxPolicy, SandboxProvider
-from sandbox_harness import Scene, linux_only, run_confined
 
 from dsh_host import Row, open_host
 from dsh_host.errors import ConfigError
+
+from .sandbox_harness import Scene, linux_only, run_confined
 
 # both backends: subprocesses
 pytestmark = [linux_only, pytest.mark.anyio, pytest.mark.both_backends]

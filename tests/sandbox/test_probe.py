@@ -22,9 +22,10 @@ from dsh_sandbox_local import (
     clear_probe_cache,
 )
 from dsh_sandbox_local.profiles import default_landlock_launcher
-from sandbox_harness import linux_only, make_scene, run_confined
 
 from dsh_host.sandbox import UNAVAILABLE_MESSAGE
+
+from .sandbox_harness import linux_only, make_scene, run_confined
 
 pytestmark = [linux_only, pytest.mark.usefixtures("fresh_probes")]
 

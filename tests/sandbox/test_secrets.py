@@ -17,11 +17,12 @@ from collections.abc import Iterator
 
 import pytest
 from dsh_sandbox_local import LocalSandboxProvider, SandboxLocalConfig, SandboxPolicy
-from sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for, run_confined
 
 import dsh_host.sandbox as host_sandbox
 from dsh_host.sandbox import SandboxUnavailableError
 from dsh_host.server import command as serve_command
+
+from .sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for, run_confined
 
 pytestmark = linux_only
 

@@ -25,10 +25,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from sandbox_harness import Scene, linux_only
 
 from dsh_host.cli.answerer import PROMPT, TERMINAL_RESET
 from dsh_host.cli.render import terminal_safe
+
+from .sandbox_harness import Scene, linux_only
 
 pytestmark = linux_only
 

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for
 
 from dsh_host import CancelToken, Row, open_host
 from dsh_host.tools import ToolExecutionInput
+
+from .sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for
 
 # both backends: subprocesses, kills and timeouts
 pytestmark = [linux_only, pytest.mark.anyio, pytest.mark.both_backends]

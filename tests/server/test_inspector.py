@@ -15,10 +15,13 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Dialog
 
 from .harness import CALL, write_composition
 
@@ -56,6 +59,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
+        assert proc.stderr is not None
         assert line.startswith("dsh serve: listening on "), line + proc.stderr.read()
         yield line.split()[4], workspace
     finally:
@@ -71,7 +75,12 @@ def test_inspector_streams_a_turn_and_approves_a_call(served: tuple[str, Path]) 
         try:
             page = browser.new_page()
             page.set_default_timeout(120_000)
-            page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+
+            def dismiss(dialog: Dialog) -> None:
+                dialogs.append(dialog.message)
+                dialog.dismiss()
+
+            page.on("dialog", dismiss)
             page.goto(url)
             page.wait_for_selector("#sessions")
             page.click("#new-session")
@@ -143,7 +152,7 @@ def sessions_served(tmp_path: Path) -> Iterator[str]:
         env={k: v for k, v in os.environ.items() if k != "DSH_SERVE_TOKEN"},
     )
     try:
-        assert proc.stdout is not None
+        assert proc.stdout is not None and proc.stderr is not None
         line = proc.stdout.readline()
         assert line.startswith("dsh serve: listening on "), line + proc.stderr.read()
         url = line.split()[4].rstrip("/")

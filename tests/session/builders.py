@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 from dsh_host.session import (
@@ -20,16 +19,7 @@ from dsh_host.session import (
     UserMessage,
     UserSource,
 )
-
-
-class FakeClock:
-    """A deterministic millisecond clock: 1000, 1001, 1002, ..."""
-
-    def __init__(self, start: int = 1000) -> None:
-        self._ticks = itertools.count(start)
-
-    def __call__(self) -> int:
-        return next(self._ticks)
+from dsh_host.testing import FakeClock  # the deterministic clock plugin authors use too
 
 
 def new_session(session_id: str = "s") -> Session:

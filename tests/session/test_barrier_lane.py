@@ -3,9 +3,11 @@ stalls nobody and the work has been fast; otherwise the worker-thread hop."""
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -163,15 +165,15 @@ async def test_hopped_barriers_share_a_few_long_lived_writers_and_overlap() -> N
     results: list[int] = []
     async with trio.open_nursery() as nursery:
         for n in range(3 * offload.WRITER_THREADS):
-            nursery.start_soon(lambda n=n: _append(results, lane.run(write, n)))
+            nursery.start_soon(_append, results, functools.partial(lane.run, write, n))
     assert sorted(results) == list(range(3 * offload.WRITER_THREADS))
     assert {name for _, name in seen} == {"dsh barrier writer"}
     assert len({ident for ident, _ in seen}) <= offload.WRITER_THREADS
     assert offload._in_flight == 0
 
 
-async def _append(out: list[int], call: Any) -> None:
-    out.append(await call)
+async def _append(out: list[int], call: Callable[[], Awaitable[int]]) -> None:
+    out.append(await call())
 
 
 async def test_jobs_finished_while_the_loop_is_busy_are_handed_back_in_one_delivery(
@@ -202,7 +204,7 @@ async def test_jobs_finished_while_the_loop_is_busy_are_handed_back_in_one_deliv
     results: list[int] = []
     async with trio.open_nursery() as nursery:
         for n in range(jobs):
-            nursery.start_soon(lambda n=n: _append(results, lane.run(write, n)))
+            nursery.start_soon(_append, results, functools.partial(lane.run, write, n))
         with trio.fail_after(10):
             while len(started) < jobs:  # noqa: ASYNC110 - writer threads append to it
                 await trio.sleep(0.001)

@@ -36,8 +36,9 @@ from dsh_host.session import (
     event_to_builtins,
     register_event_type,
 )
+from dsh_host.testing import FakeClock
 
-from .builders import FakeClock, assistant, new_session, one_turn, tool_result, user
+from .builders import assistant, new_session, one_turn, tool_result, user
 
 
 def test_append_commits_contiguous_frozen_events() -> None:

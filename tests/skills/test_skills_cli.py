@@ -8,13 +8,10 @@ with the ``skill`` tool, and runs the script it ships through ``bash`` under the
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
-from cli_helpers import REPO, dsh, json_lines
+from cli.cli_helpers import REPO, dsh, json_lines
 
 #: The default without its skills row: the tests append the row they configure.
 DEFAULT = (REPO / "configs" / "default.yml").read_text().replace(

@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from compaction.compaction_child import SESSION_ID, register_tool, rows
+
+COMPACTION = Path(__file__).resolve().parents[1] / "compaction"
 from dsh_telemetry_otel import export_session
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -20,10 +23,6 @@ from opentelemetry.trace import StatusCode
 
 from dsh_host import Row, open_host
 from dsh_host.session.events import event_to_builtins
-
-COMPACTION = Path(__file__).resolve().parents[1] / "compaction"
-sys.path.insert(0, str(COMPACTION))
-from compaction_child import SESSION_ID, register_tool, rows  # type: ignore[import-not-found]  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]  # a real child process each
 

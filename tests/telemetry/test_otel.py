@@ -113,14 +113,14 @@ def _setup(tmp: Path, calls: list[dict[str, Any]]) -> tuple[Path, Path, Path]:
     return workspace, config, script
 
 
-def _dsh(tmp: Path, receiver: Receiver, *args: str) -> list[str]:
+def _dsh(tmp: Path, receiver: Receiver, *args: str) -> tuple[list[str], dict[str, str]]:
     env = {
         **os.environ,
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.endpoint,
         "OTEL_BSP_SCHEDULE_DELAY": "50",
     }
     env.pop("DSH_SESSION_ROOT", None)
-    return [sys.executable, "-m", "dsh_host", *args, "--root", str(tmp / "sessions")], env  # type: ignore[return-value]
+    return [sys.executable, "-m", "dsh_host", *args, "--root", str(tmp / "sessions")], env
 
 
 def test_a_turn_is_one_trace_with_a_span_per_request_and_call(

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tools_helpers import Boot
 
 from dsh_host import Row, open_host
 from dsh_host.loader import PluginHost
 from dsh_host.tools import ToolRuntime
+
+from .tools_helpers import Boot
 
 
 @pytest.fixture

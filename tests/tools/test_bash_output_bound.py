@@ -21,11 +21,12 @@ from typing import Any
 
 import anyio
 import pytest
-from tools_helpers import call, text_of
 
 from dsh_host import Row, open_host
 from dsh_host.loader import PluginHost
 from dsh_host.tools import ToolExecutionResult
+
+from .tools_helpers import call, text_of
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 

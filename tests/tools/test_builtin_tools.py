@@ -10,12 +10,13 @@ from typing import Any
 
 import anyio
 import pytest
-from tools_helpers import call, text_of
 
 from dsh_host import CancelToken, Row, open_host
 from dsh_host.loader import PluginHost
 from dsh_host.tools import ToolErrorInfo, ToolExecutionResult, ToolRuntime
 from dsh_host.tools.types import STOPPED_OUTCOME_UNKNOWN_TEXT
+
+from .tools_helpers import call, text_of
 
 # both backends: subprocesses (bash) and worker threads
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
@@ -274,7 +275,7 @@ async def test_spill_is_capped_with_a_marker(boot: Boot) -> None:
 
 
 async def test_spill_dir_inside_a_writable_root_is_refused(boot: Boot, tmp_path: Path) -> None:
-    from dsh_host.loader import BootError
+    from dsh_host.errors import BootError
 
     with pytest.raises(BootError) as refused:
         async with boot(spillDir=str(tmp_path / "ws" / "spill")):

@@ -20,10 +20,11 @@ from typing import Any
 
 import anyio
 import pytest
-from tools_helpers import Boot, call, text_of
 
 from dsh_host.loader import PluginHost
 from dsh_host.tools import ToolExecutionResult
+
+from .tools_helpers import Boot, call, text_of
 
 # both backends: worker threads
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]

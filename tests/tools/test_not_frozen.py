@@ -35,12 +35,13 @@ from dsh_builtin_tools import search
 from dsh_builtin_tools.files import WorkspaceRoot
 from dsh_builtin_tools.search import RG_LIST_ARGS, Ripgrep, list_files, ripgrep_binary
 from dsh_sandbox_local import LocalSandboxProvider, SandboxLocalConfig
-from tools_helpers import Boot, call, text_of
 
 from dsh_host import CancelToken
 from dsh_host.loader import PluginHost
 from dsh_host.sandbox import SandboxPolicy
 from dsh_host.tools import ToolExecutionResult
+
+from .tools_helpers import Boot, call, text_of
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 

@@ -15,10 +15,11 @@ from typing import Any
 
 import anyio
 import pytest
-from tools_helpers import Boot, call, echo_tool, text_of
 
 from dsh_host.loader import PluginHost
 from dsh_host.tools import ToolExecution, ToolExecutionResult
+
+from .tools_helpers import Boot, call, echo_tool, text_of
 
 pytestmark = pytest.mark.anyio
 

@@ -8,7 +8,6 @@ import anyio
 import anyio.lowlevel
 import pytest
 from msgspec import UNSET
-from tools_helpers import call, echo_tool, text_of
 
 from dsh_host import AbortError, CancelToken
 from dsh_host.errors import DshError
@@ -35,6 +34,8 @@ from dsh_host.tools import (
     text_output,
 )
 from dsh_host.tools.types import STOPPED_OUTCOME_UNKNOWN_TEXT
+
+from .tools_helpers import call, echo_tool, text_of
 
 # both backends: cancellation and timeouts
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
@@ -518,7 +519,7 @@ async def test_started_body_is_awaited_and_becomes_outcome_unknown(tools: ToolRu
     result = await tools.execute(call(signal=token))
     assert events == ["started", "finished"]
     # never a success, never "not started": the notice, then what the body returned
-    assert [block.text for block in result.content] == [
+    assert [b.text if isinstance(b, TextBlock) else b for b in result.content] == [
         STOPPED_OUTCOME_UNKNOWN_TEXT,
         "What the tool returned when it stopped:",
         "late success",
@@ -909,7 +910,7 @@ async def test_schemas_are_sorted_and_carry_no_callbacks(tools: ToolRuntime) -> 
 async def test_registration_is_undone_with_its_plugin(host: PluginHost) -> None:
     from dsh_host import Row
 
-    await host.mount([Row(id="extra", name="tool_plugins:RegistersEcho")])
+    await host.mount([Row(id="extra", name="tools.tool_plugins:RegistersEcho")])
     assert host.ctx.tools.names() == ["echo"]
     await host.unload("extra")
     assert host.ctx.tools.names() == []

@@ -25,12 +25,13 @@ from dsh_builtin_tools.search import (
     ripgrep_binary,
 )
 from dsh_sandbox_local import LocalSandboxProvider, SandboxLocalConfig
-from tools_helpers import Boot, call, text_of
 
 from dsh_host import Row, open_host
 from dsh_host.loader import PluginHost
 from dsh_host.sandbox import SandboxPolicy
 from dsh_host.tools import beneath
+
+from .tools_helpers import Boot, call, text_of
 
 pytestmark = pytest.mark.anyio
 

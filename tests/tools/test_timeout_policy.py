@@ -13,14 +13,15 @@ from typing import Any
 
 import anyio
 import pytest
-from tools_helpers import call, echo_tool, text_of
 
 from dsh_host import CancelToken, Row, open_host
 from dsh_host.errors import ConfigError
 from dsh_host.loader import PluginHost
-from dsh_host.session.events import ToolResultData
+from dsh_host.session.events import ToolErrorData, ToolResultData
 from dsh_host.session.messages import TextBlock, ToolResultBlock, ToolResultMessage
 from dsh_host.tools import ToolErrorInfo, ToolExecution, ToolExecutionResult, ToolRuntime
+
+from .tools_helpers import call, echo_tool, text_of
 
 # both backends: timeouts
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
@@ -278,7 +279,7 @@ async def test_the_timeout_is_durable_and_the_model_reads_it(tmp_path: Path) -> 
         events = list(agent.session.events)
         messages = list(agent.session.derive_messages())
     [result] = [e.data for e in events if e.type == "tool/result"]
-    assert isinstance(result, ToolResultData)
+    assert isinstance(result, ToolResultData) and isinstance(result.error, ToolErrorData)
     assert (result.error.name, result.error.code) == ("ToolTimeoutError", "TOOL_TIMEOUT")
     [answer] = [m for m in messages if isinstance(m, ToolResultMessage)]
     block = answer.content[0]

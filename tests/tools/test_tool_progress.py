@@ -7,10 +7,11 @@ from pathlib import Path
 
 import anyio
 import pytest
-from tools_helpers import call, text_of
 
 from dsh_host import Row, open_host
 from dsh_host.tools import TOOLS_PROGRESS, ToolExecutionResult, ToolProgress
+
+from .tools_helpers import call, text_of
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tools_helpers import echo_tool
-
 from dsh_host import Context, Plugin
+
+from .tools_helpers import echo_tool
 
 
 class RegistersEcho(Plugin):

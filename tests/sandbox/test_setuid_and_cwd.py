@@ -1,4 +1,5 @@
-"""One reproduction per class of issue 43 that the enumerations do not replay literally.
+"""Two escapes the enumerations do not replay literally: a set-id copy of a shell, and a working
+directory inherited from the harness.
 
 Each attack runs confined on both backends (and the modes where it applies) and unconfined as
 the control, judged from the host. The set-id bit and the inherited working directory both
@@ -13,7 +14,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for, run_confined
+
+from .sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for, run_confined
 
 pytestmark = linux_only
 
