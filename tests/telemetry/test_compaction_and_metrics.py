@@ -12,8 +12,6 @@ from typing import Any
 
 import pytest
 from compaction.compaction_child import SESSION_ID, register_tool, rows
-
-COMPACTION = Path(__file__).resolve().parents[1] / "compaction"
 from dsh_telemetry_otel import export_session
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -25,6 +23,8 @@ from dsh_host import Row, open_host
 from dsh_host.session.events import event_to_builtins
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]  # a real child process each
+
+COMPACTION = Path(__file__).resolve().parents[1] / "compaction"
 
 
 def child(root: Path, point: str) -> subprocess.CompletedProcess[str]:
