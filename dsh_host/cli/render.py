@@ -15,6 +15,7 @@ starts with it, so nothing such text holds can pass for one.
 from __future__ import annotations
 
 import datetime as _dt
+import re
 import unicodedata
 from collections.abc import Mapping
 from decimal import Decimal
@@ -350,6 +351,23 @@ def clock(ms: int) -> str:
     return _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.UTC).strftime("%H:%M:%S")
 
 
+#: ``read_file``'s answer to the model (DSH's envelope around numbered lines and a footer).
+_READ_ENVELOPE: Final = re.compile(
+    r"\A<path>(?P<path>[^\n]*)</path>\n<type>file</type>\n<content>\n(?P<body>.*)\n</content>\Z",
+    re.S,
+)
+
+
+def readable_result(text: str) -> str:
+    """A tool result as a person reads it: ``read_file``'s envelope (the tags the model is
+    sent) becomes the path on a line of its own, then the numbered lines and the footer; any
+    other result is shown as it is."""
+    found = _READ_ENVELOPE.match(text)
+    if found is None:
+        return text
+    return f"{found['path']}\n{found['body']}"
+
+
 def tool_result_lines(data: Any, *, full: bool = False) -> list[Line]:
     """A ``tool/result`` event's data: ``⎿ result [id]`` or ``⎿ error CODE [id]``, then the
     output, clipped to :data:`MAX_TOOL_OUTPUT_LINES` lines unless ``full``."""
@@ -359,7 +377,7 @@ def tool_result_lines(data: Any, *, full: bool = False) -> list[Line]:
     failed = code is not None or block.is_error is True  # a refusal is an error result too
     label = f"error {code}" if code is not None else "error" if failed else "result"
     # Escaped before splitting: a "\r" or a form feed is shown, not taken as a line break.
-    lines = terminal_safe(blocks_text(block.content)).splitlines()
+    lines = terminal_safe(readable_result(blocks_text(block.content))).splitlines()
     shown = lines if full else lines[:MAX_TOOL_OUTPUT_LINES]
     out: list[Line] = [("red" if failed else "dim",
                         f"  ⎿ {label} [{short_id(block.tool_call_id)}]")]

@@ -71,6 +71,7 @@ def test_the_verdict_helper_compares_in_the_stated_direction() -> None:
     spec = importlib.util.spec_from_file_location("bench_common", BENCH / "_common.py")
     assert spec is not None and spec.loader is not None
     common = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = common  # its dataclasses look their module up while defined
     spec.loader.exec_module(common)
     verdict: Callable[..., str] = common.verdict
     assert [verdict(v, 1.15) for v in (1.0, 1.15, 1.2)] == ["met", "met", "NOT met"]

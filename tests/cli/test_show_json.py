@@ -51,6 +51,10 @@ def test_show_json_is_the_transcript_as_data(tmp_path: Path) -> None:
     assert bash["result"]["isError"]
     assert (workspace / "a.txt").exists()
     assert document["usage"]["requests"] == 2 and turn["usage"]["requests"] == 2
+    # The transcript shows read_file's answer as a person reads it, not the model's tags.
+    text = dsh("sessions", "show", session, *root, cwd=tmp_path)
+    assert "<content>" not in text.stdout and "<path>" not in text.stdout, text.stdout
+    assert "│ a.txt" in text.stdout and "│ 1: hello" in text.stdout, text.stdout
     # The other views are unchanged: the model's messages, the log's events.
     model = dsh("sessions", "show", session, "--view", "model", "--json", *root, cwd=tmp_path)
     assert all("role" in json.loads(line) for line in model.stdout.splitlines())

@@ -231,6 +231,9 @@ def test_the_inspector_tells_each_state_and_reads_like_the_terminal(
                 assert page.locator(".diff .add").all_inner_texts() == ["+ gamma"]
                 fold = page.locator(".ev.tool-result details.fold")
                 assert fold.count() == 1 and fold.get_attribute("open") is None
+                # read_file's answer as a person reads it: the path, not the model's tags
+                assert fold.locator("summary").inner_text().endswith("long.txt")
+                assert "<content>" not in fold.inner_text()
                 calls = page.locator(".ev.tool-call").all_inner_texts()
                 assert [c.split()[1] for c in calls] == ["edit_file", "read_file"], calls
                 assert "long.txt" in calls[1]
