@@ -325,6 +325,7 @@ if TYPE_CHECKING:
         RetryPolicyConfig as RetryPolicyConfig,
     )
     from dsh_host.llm.wire import (
+        exception_chain as exception_chain,
         http_error_code as http_error_code,
         is_context_window_exceeded as is_context_window_exceeded,
         request_id_of as request_id_of,
@@ -474,6 +475,7 @@ if TYPE_CHECKING:
     from dsh_host.llm.chat import (
         ChunkTranslator as ChunkTranslator,
         DONE as DONE,
+        chat_tools as chat_tools,
         map_finish_reason as map_finish_reason,
         map_usage as map_usage,
         serialize_messages as serialize_messages,
@@ -507,7 +509,8 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
     "dsh_host.agent.prompt": ("PERSONA_SECTION",),
     # -- The chat-completions wire the OpenAI-compatible adapters share, attachments, v4 events
     "dsh_host.llm.chat": (
-        "ChunkTranslator", "DONE", "map_finish_reason", "map_usage", "serialize_messages",
+        "ChunkTranslator", "DONE", "chat_tools", "map_finish_reason", "map_usage",
+        "serialize_messages",
     ),
     "dsh_host.llm.attachments": ("attached",),
     "dsh_host.session.events": (
@@ -619,7 +622,8 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
         "LlmAdapter", "LlmRequest", "ModelInfo", "ProviderInfo", "RetryPolicy", "RetryPolicyConfig",
     ),
     "dsh_host.llm.wire": (
-        "http_error_code", "is_context_window_exceeded", "request_id_of", "transport_cause",
+        "exception_chain", "http_error_code", "is_context_window_exceeded", "request_id_of",
+        "transport_cause",
     ),
     # -- The tool seam
     "dsh_host.tools.beneath": (

@@ -54,6 +54,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from dsh_host.jsonsafe import thaw_json
 from dsh_host.llm.attachments import Attachment, attached
 from dsh_host.llm.convert import (
     completed_reason,
@@ -86,9 +87,16 @@ from dsh_host.session import (
     ToolCallsFinish,
     UsageChunk,
 )
-from dsh_host.session.messages import SystemMessage, ToolResultBlock
+from dsh_host.session.messages import SystemMessage, ToolResultBlock, ToolSchema
 
-__all__ = ["DONE", "ChunkTranslator", "map_finish_reason", "map_usage", "serialize_messages"]
+__all__ = [
+    "DONE",
+    "ChunkTranslator",
+    "chat_tools",
+    "map_finish_reason",
+    "map_usage",
+    "serialize_messages",
+]
 
 #: The sentinel payload that ends a chat-completions stream.
 DONE = "[DONE]"
@@ -481,6 +489,22 @@ def _part(attachment: Attachment) -> dict[str, Any]:
         "type": "file",
         "file": {"filename": attachment.name, "file_data": attachment.data_uri},
     }
+
+
+
+def chat_tools(tools: Iterable[ToolSchema]) -> list[dict[str, Any]]:
+    """The request's tool schemas in the chat-completions ``tools`` shape."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": thaw_json(tool.parameters),
+            },
+        }
+        for tool in tools
+    ]
 
 
 def serialize_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:

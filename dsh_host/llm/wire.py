@@ -15,7 +15,7 @@ import re
 import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -39,6 +39,7 @@ __all__ = [
     "check_api_key",
     "declined_retry_after_note",
     "drain_tail",
+    "exception_chain",
     "http_error_code",
     "is_context_window_exceeded",
     "is_model_not_found",
@@ -250,9 +251,10 @@ def retry_after_text(delay_ms: float | None) -> str:
     return f"{minutes}m {seconds}s" if minutes else f"{seconds}s"
 
 
-def transport_cause(exc: BaseException) -> str:
-    """Why a connection failed, from the innermost OS error of the chain, with what to do."""
-    reason = str(exc) or type(exc).__name__
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and every exception it wraps, nearest first, each once: causes, contexts, the
+    members of a group (trio reports every failed address in one) and the exception an SDK
+    wrapper keeps as ``original_exception`` (LiteLLM's)."""
     seen: set[int] = set()
     pending: list[BaseException] = [exc]
     while pending:
@@ -260,6 +262,18 @@ def transport_cause(exc: BaseException) -> str:
         if id(current) in seen:
             continue
         seen.add(id(current))
+        yield current
+        wrapped = getattr(current, "original_exception", None)
+        members = getattr(current, "exceptions", ())
+        for linked in (*members, current.__cause__, current.__context__, wrapped):
+            if isinstance(linked, BaseException):
+                pending.append(linked)
+
+
+def transport_cause(exc: BaseException) -> str:
+    """Why a connection failed, from the innermost OS error of the chain, with what to do."""
+    reason = str(exc) or type(exc).__name__
+    for current in exception_chain(exc):
         if isinstance(current, ConnectionRefusedError):
             return (
                 "connection refused (nothing listens there; start the server or fix the port "
@@ -271,9 +285,6 @@ def transport_cause(exc: BaseException) -> str:
             return f"TLS failed ({current.reason or current}); check the scheme and certificate"
         if isinstance(current, OSError) and current.strerror:
             reason = current.strerror
-        # the chain, and the members of a group (trio reports every failed address in one)
-        pending.extend(getattr(current, "exceptions", ()))
-        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
     return reason
 
 

@@ -29,7 +29,7 @@ import json
 import math
 import os
 import threading
-from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -57,12 +57,13 @@ from dsh_host.sdk import (
     ProviderAdapter,
     ProviderSettings,
     StreamChunk,
+    chat_tools,
+    exception_chain,
     http_error_code,
     linked,
     request_headers,
     serialize_messages,
     status_failure,
-    thaw_json,
     transport_cause,
     unsupported_effort,
 )
@@ -160,25 +161,10 @@ class _Gone(Exception):
     """The host side stopped listening (the stream was closed or its loop ended)."""
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """``exc`` and every exception it wraps (causes, contexts, LiteLLM's ``original_exception``)."""
-    seen: set[int] = set()
-    pending: list[BaseException] = [exc]
-    while pending:
-        current = pending.pop(0)
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        yield current
-        original = getattr(current, "original_exception", None)
-        linked_ = (current.__cause__, current.__context__, original)
-        pending.extend(e for e in linked_ if isinstance(e, BaseException))
-
-
 def _provider_detail(exc: BaseException) -> tuple[str, str]:
     """(the provider's own message, its code/type/message joined for classification), from
     the first error body in the chain (LiteLLM keeps it on the exception it wrapped, or not)."""
-    for current in _chain(exc):
+    for current in exception_chain(exc):
         body = getattr(current, "body", None)
         error = body.get("error", body) if isinstance(body, dict) else None
         if isinstance(error, dict):
@@ -197,7 +183,7 @@ def _provider_detail(exc: BaseException) -> tuple[str, str]:
 def error_of(exc: Exception, settings: AdapterSettings, model: str) -> LlmError:
     """A LiteLLM (or OpenAI SDK) exception as dsh's stable code, naming what, where, what to do."""
     name, where = settings.display_name, settings.where
-    chain = list(_chain(exc))
+    chain = list(exception_chain(exc))
     said = str(exc)
     if any(isinstance(e, openai.APITimeoutError | TimeoutError) for e in chain):
         return LlmError(
@@ -337,17 +323,7 @@ class LiteLLMAdapter(ProviderAdapter[AdapterSettings, _Runner]):
         if settings.api_base is not None:
             kwargs["api_base"] = settings.api_base
         if request.tools:
-            kwargs["tools"] = [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": tool.name,
-                        "description": tool.description,
-                        "parameters": thaw_json(tool.parameters),
-                    },
-                }
-                for tool in request.tools
-            ]
+            kwargs["tools"] = chat_tools(request.tools)
         effort = config.reasoning_effort
         if effort is not msgspec.UNSET and request.purpose != "session-title":
             if effort not in EFFORTS:

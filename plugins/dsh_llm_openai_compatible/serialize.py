@@ -17,7 +17,13 @@ from typing import Any, Literal
 
 import msgspec
 
-from dsh_host.sdk import LlmError, LlmRequest, serialize_messages, thaw_json, unsupported_effort
+from dsh_host.sdk import (
+    LlmError,
+    LlmRequest,
+    chat_tools,
+    serialize_messages,
+    unsupported_effort,
+)
 
 __all__ = ["REASONING_EFFORTS", "Thinking", "serialize_messages", "serialize_request"]
 
@@ -65,17 +71,7 @@ def serialize_request(request: LlmRequest, *, thinking: Thinking | None = None) 
     if effort is not None:
         body["reasoning_effort"] = effort
     if request.tools:
-        body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": tool.name,
-                    "description": tool.description,
-                    "parameters": thaw_json(tool.parameters),
-                },
-            }
-            for tool in request.tools
-        ]
+        body["tools"] = chat_tools(request.tools)
     if config.temperature is not msgspec.UNSET:
         body["temperature"] = config.temperature
     if config.max_tokens is not msgspec.UNSET:
