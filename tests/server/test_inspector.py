@@ -23,7 +23,7 @@ import pytest
 if TYPE_CHECKING:
     from playwright.sync_api import Dialog
 
-from .harness import CALL, write_composition
+from .harness import CALL, REPO, write_composition
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 
@@ -268,3 +268,63 @@ def test_the_inspector_tells_each_state_and_reads_like_the_terminal(
                 page.close()
         finally:
             browser.close()
+
+
+def test_a_delegation_links_its_child_session_and_back(tmp_path: Path) -> None:
+    """A ``subagent`` call is one click from the child session it ran in, and the child's
+    page names its parent (issue 34: the inspector shows the tree)."""
+    workspace, work = tmp_path / "ws", tmp_path / "work"
+    workspace.mkdir()
+    work.mkdir()
+    (tmp_path / "reader.json").write_text(json.dumps({"responses": [{"text": "One line."}]}))
+    config = tmp_path / "team.yml"
+    config.write_text((REPO / "configs" / "default.yml").read_text() + (
+        f"- {{id: model-reader, name: llm-scripted, config: {{provider: reader, "
+        f"path: {tmp_path / 'reader.json'}}}}}\n"
+        "- id: subagents\n  name: subagents\n  config:\n    agents:\n"
+        "      - {name: reader, description: Summarizes., instructions: One sentence., "
+        "tools: [], provider: reader, model: scripted}\n"))
+    script = tmp_path / "lead.json"
+    script.write_text(json.dumps({"responses": [
+        {"tool_calls": [{"id": "call-sub", "name": "subagent",
+                         "arguments": {"agent": "reader", "prompt": "summarize the plan"}}]},
+        {"text": "The reader said it."}]}))  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dsh_host", "serve", "--config", str(config),
+         "--model", f"scripted:{script}", "--root", str(tmp_path / "sessions"),
+         "--workspace", str(workspace), "--port", "0"],
+        cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={k: v for k, v in os.environ.items() if k != "DSH_SERVE_TOKEN"},
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        line = proc.stdout.readline()
+        assert line.startswith("dsh serve: listening on "), line + proc.stderr.read()
+        url = line.split()[4].rstrip("/")
+        with httpx.Client(base_url=url, timeout=60) as client:
+            assert client.post("/sessions", json={"id": "lead"}).status_code == 201
+            assert client.post("/sessions/lead/turns", json={"prompt": "plan"}).status_code == 202
+            deadline = time.monotonic() + 120  # a hang guard, not a timing assertion
+            while (state := client.get("/sessions/lead").json())["lastTurnEnd"] is None:
+                assert time.monotonic() < deadline, state
+                time.sleep(0.1)
+            assert state["lastTurnEnd"]["kind"] == "completed", state
+        with playwright_sync.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page()
+                page.set_default_timeout(120_000)
+                page.goto(url + "/#/sessions/lead")
+                link = page.wait_for_selector(".ev.tool-call a.child-link")
+                assert link.get_attribute("href") == "#/sessions/lead--call-sub"
+                link.click()
+                page.wait_for_selector(".ev.assistant:has-text('One line.')")
+                parent = page.wait_for_selector("#meta .parent a")
+                assert parent.inner_text() == "lead"
+                parent.click()
+                page.wait_for_selector(".ev.assistant:has-text('The reader said it.')")
+            finally:
+                browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
