@@ -271,8 +271,8 @@ def test_the_inspector_tells_each_state_and_reads_like_the_terminal(
 
 
 def test_a_delegation_links_its_child_session_and_back(tmp_path: Path) -> None:
-    """A ``subagent`` call is one click from the child session it ran in, and the child's
-    page names its parent (issue 34: the inspector shows the tree)."""
+    """A delegation's child session (DSH's ``subagent/catalog`` fact in the parent's log) is one
+    click away, and the child's page names its parent (issue 34: the inspector shows the tree)."""
     workspace, work = tmp_path / "ws", tmp_path / "work"
     workspace.mkdir()
     work.mkdir()
@@ -315,7 +315,7 @@ def test_a_delegation_links_its_child_session_and_back(tmp_path: Path) -> None:
                 page = browser.new_page()
                 page.set_default_timeout(120_000)
                 page.goto(url + "/#/sessions/lead")
-                link = page.wait_for_selector(".ev.tool-call a.child-link")
+                link = page.wait_for_selector(".ev.subagent a.child-link")
                 assert link.get_attribute("href") == "#/sessions/lead--call-sub"
                 link.click()
                 page.wait_for_selector(".ev.assistant:has-text('One line.')")
