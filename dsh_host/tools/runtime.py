@@ -445,7 +445,10 @@ class ToolRuntime:
         except NonJsonValueError:
             arguments = None
             failure = ToolExecutionResult.failure(_ARGS_NOT_JSON)
-        execution = ToolExecution(call, arguments, self._report_progress)
+        # The live-output channel only when someone watches (a terminal's transcript): a body
+        # then need not decode its output twice for nobody.
+        watched = bool(self._ctx.host.bus.listeners(TOOLS_PROGRESS))
+        execution = ToolExecution(call, arguments, self._report_progress if watched else None)
         self._states[execution] = _CallState(call.signal, finalizer)
         return execution, failure
 

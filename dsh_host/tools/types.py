@@ -414,6 +414,12 @@ class ToolExecution:
             raise RuntimeError("conclude_turn() called after the tool call finished")
         object.__setattr__(self, "_concluded", True)
 
+    @property
+    def reports_progress(self) -> bool:
+        """Someone watches this call's live output (a ``tools/progress`` listener existed when
+        the call began): a body may skip preparing it otherwise."""
+        return self._progress is not None
+
     def report_progress(self, text: str, stream: Literal["stdout", "stderr"] = "stdout") -> None:
         """Show ``text`` (a piece of the body's live output) to whoever watches the run.
 

@@ -722,7 +722,7 @@ def bash_tool(
                 capture_limit=stream_limit,
                 spill=spill,
                 call_id=exec.call_id,
-                report=exec.report_progress,
+                report=exec.report_progress if exec.reports_progress else None,
                 owner=spill_owner(exec),
             )
         except (FileNotFoundError, PermissionError) as exc:
