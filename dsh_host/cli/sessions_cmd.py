@@ -54,6 +54,16 @@ from .transcript_json import transcript_document
 from .usage import price_table, usage_line
 
 
+def _session_command(commands: Any, name: str, *, help: str) -> argparse.ArgumentParser:
+    """``dsh sessions NAME ID``: a subcommand on one stored session, with the flags that choose
+    the store (``--config``, ``--root``) every such subcommand takes."""
+    parser: argparse.ArgumentParser = commands.add_parser(name, help=help)
+    parser.add_argument("session_id", metavar="ID")
+    add_config_flag(parser)
+    add_root_flag(parser)
+    return parser
+
+
 def add_parser(sub: Any) -> None:
     sessions = sub.add_parser(
         "sessions", help="list, show, verify, export and fork stored sessions"
@@ -73,10 +83,7 @@ def add_parser(sub: Any) -> None:
     )
     listing.set_defaults(handler=run_list)
 
-    show = commands.add_parser("show", help="print one session")
-    show.add_argument("session_id", metavar="ID")
-    add_config_flag(show)
-    add_root_flag(show)
+    show = _session_command(commands, "show", help="print one session")
     show.add_argument(
         "--view",
         choices=("transcript", "model", "events"),
@@ -97,39 +104,33 @@ def add_parser(sub: Any) -> None:
     )
     show.set_defaults(handler=run_show)
 
-    migrate = commands.add_parser(
+    migrate = _session_command(
+        commands,
         "migrate",
         help="publish a v3 JSONL session as DSH's format v4 (session.v4.jsonl beside the "
         "untouched v3 file, which stays as the backup)",
     )
-    migrate.add_argument("session_id", metavar="ID")
     migrate.add_argument(
         "--to", required=True, choices=("v4",), help="the format to migrate to (only v4)"
     )
-    add_config_flag(migrate)
-    add_root_flag(migrate)
     migrate.add_argument("--json", action="store_true", help="print one JSON object")
     migrate.set_defaults(handler=run_migrate)
 
-    verify = commands.add_parser(
+    verify = _session_command(
+        commands,
         "verify",
         help="check a stored log without writing: 0 intact, 1 recoverable, 2 corrupt, 3 held "
         "by a live writer",
     )
-    verify.add_argument("session_id", metavar="ID")
-    add_config_flag(verify)
-    add_root_flag(verify)
     verify.add_argument("--json", action="store_true", help="print one JSON object")
     verify.set_defaults(handler=run_verify)
 
-    export = commands.add_parser(
+    export = _session_command(
+        commands,
         "export",
         help="write one session's events as an attested export (hash chain + Ed25519 "
         "signature) that `dsh audit verify` checks offline",
     )
-    export.add_argument("session_id", metavar="ID")
-    add_config_flag(export)
-    add_root_flag(export)
     export.add_argument(
         "--attest", action="store_true", required=True,
         help="chain every record with SHA-256 and sign the last hash with Ed25519 (required: "
@@ -146,14 +147,12 @@ def add_parser(sub: Any) -> None:
     )
     export.set_defaults(handler=run_export)
 
-    fork = commands.add_parser(
+    fork = _session_command(
+        commands,
         "fork",
         help="copy a session up to a turn boundary into a new session (the source is not "
         "changed); the child carries the effects ledger of the turns it leaves out",
     )
-    fork.add_argument("session_id", metavar="ID")
-    add_config_flag(fork)
-    add_root_flag(fork)
     point = fork.add_mutually_exclusive_group()
     point.add_argument("--at", type=int, metavar="SEQ",
                        help="keep events 0..SEQ (SEQ must be a turn boundary)")
@@ -163,14 +162,12 @@ def add_parser(sub: Any) -> None:
     fork.add_argument("--json", action="store_true", help="print one JSON object")
     fork.set_defaults(handler=run_fork)
 
-    otel = commands.add_parser(
+    otel = _session_command(
+        commands,
         "export-otel",
         help="send a stored session as an OpenTelemetry trace (OTLP/HTTP, configured by the "
         "standard OTEL_EXPORTER_OTLP_* variables); needs the otel extra",
     )
-    otel.add_argument("session_id", metavar="ID")
-    add_config_flag(otel)
-    add_root_flag(otel)
     otel.add_argument(
         "--stdout", action="store_true",
         help="print the spans as JSON lines instead of sending them",
