@@ -847,6 +847,7 @@ class ServerRuntime:
                 running.failure = running.failure or exc
                 _log_failure(f"closing session {agent.id} failed", exc)
             finally:
+                await _released(running)
                 self._running.pop(agent.id, None)
                 running.stored.set()
                 self.metrics.turns_ended.labels(kind=kind).inc()
@@ -867,6 +868,18 @@ class ServerRuntime:
     # ------------------------------------------------------------------ metrics
     def running_count(self) -> int:
         return len(self._running)
+
+
+async def _released(running: RunningTurn) -> None:
+    """Wait until the turn's write handle is let go. A detached session's handle is closed by
+    the store's binding in the background; after a failed flush (a full disk) that close may
+    still run when the turn's answer goes out, and the client's next request on the session
+    would find it held. Closing again waits for that close (it is idempotent and releases even
+    when its drain fails); its error was already reported."""
+    handle = running.store.owner(running.agent.id)
+    if handle is not None:
+        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+            await handle.close()
 
 
 def _log_failure(what: str, exc: BaseException) -> None:
