@@ -1,4 +1,4 @@
-"""``dsh serve`` under load: concurrent sessions through the HTTP API, 1 and 3 workers.
+"""``dsh serve`` under load: concurrent sessions through the HTTP API, 1, 2 and 3 workers.
 
 Each configuration starts real ``dsh serve`` processes and drives ``--sessions`` sessions at
 once from this process (httpx): every session opens its SSE stream on one worker, then runs
@@ -28,8 +28,8 @@ invariants and reports them beside the figures:
   run once every client is gone (``after``).
 
 Configurations: ``jsonl-1`` (one process, JSONL store, turns in-process, streams woken at
-once), ``queue-1`` and ``queue-3`` (``--queue``: PostgreSQL store and procrastinate jobs, one or
-three worker processes; a stream on a worker that does not run the turn follows the table by
+once), ``queue-1``, ``queue-2`` and ``queue-3`` (``--queue``: PostgreSQL store and procrastinate jobs, one or
+two or three worker processes; a stream on a worker that does not run the turn follows the table by
 polling every 0.5 s). The queue configurations need PostgreSQL at ``$DSH_BENCH_POSTGRES_DSN``
 (default ``host=127.0.0.1 port=5432 user=postgres dbname=test``); a fresh schema per run is
 dropped afterwards.
@@ -349,7 +349,8 @@ def main() -> int:
     args = parser.parse_args()
     sessions, turns = (6, 1) if args.small else (args.sessions, args.turns)
     followers, dropped = (1, 20) if args.small else (args.followers, args.dropped)
-    configurations = [("jsonl-1", 1, False), ("queue-1", 1, True), ("queue-3", 3, True)]
+    configurations = [("jsonl-1", 1, False), ("queue-1", 1, True), ("queue-2", 2, True),
+                      ("queue-3", 3, True)]
     if args.only:
         configurations = [conf for conf in configurations if conf[0] in args.only]
     results: dict[str, Any] = {}
