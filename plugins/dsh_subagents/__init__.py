@@ -3,15 +3,21 @@
 from .config import ChildAgentConfig, SubagentsConfig, SubagentsConfigError
 from .plugin import (
     DELEGATION_EVENT,
+    HANDOFF_EVENT,
+    HANDOFF_TOOL,
     TOOL_NAME,
     Subagents,
     child_session_id,
     child_state,
     delegation_closer,
+    handoff_closer,
+    handoff_target,
 )
 
 __all__ = [
     "DELEGATION_EVENT",
+    "HANDOFF_EVENT",
+    "HANDOFF_TOOL",
     "TOOL_NAME",
     "ChildAgentConfig",
     "Subagents",
@@ -20,4 +26,6 @@ __all__ = [
     "child_session_id",
     "child_state",
     "delegation_closer",
+    "handoff_closer",
+    "handoff_target",
 ]

@@ -56,6 +56,9 @@ class SubagentsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, 
     #: the parent's sandbox mode when no ``builtin-tools`` row says it (the front door's
     #: ``sandbox=`` and ``dsh run --sandbox`` patch that row)
     parent_sandbox: SandboxMode | None = None
+    #: declared agents the top-level agent may hand the rest of its turn to (the ``handoff``
+    #: tool, D34); empty: no handoff tool
+    handoffs: list[str] = msgspec.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.agents:
@@ -77,6 +80,14 @@ class SubagentsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, 
                     f"agents[{index}] ({agent.name}): give both provider and model, or neither "
                     "(the child then uses the parent's route)"
                 )
+        for index, target in enumerate(self.handoffs):
+            if target not in seen:
+                raise ValueError(
+                    f"handoffs[{index}] {target!r} is not a declared agent (declared: "
+                    f"{', '.join(sorted(seen))}); add it to agents or drop it from handoffs"
+                )
+            if target in self.handoffs[:index]:
+                raise ValueError(f"handoffs[{index}] {target!r} is listed twice")
 
 
 def check_sandbox_narrowing(config: SubagentsConfig, parent_mode: str | None) -> None:

@@ -29,6 +29,8 @@ import msgspec
 
 from dsh_host.sdk import (
     AGENT,
+    AGENT_REQUEST,
+    AGENT_TURN_END,
     PERSONA_SECTION,
     SESSION_PERSISTENCE,
     SESSIONS,
@@ -43,8 +45,10 @@ from dsh_host.sdk import (
     AssembledSection,
     AssistantMessageData,
     Context,
+    LlmCallConfig,
     Plugin,
     PromptAssembly,
+    RequestProposal,
     SessionEvent,
     SessionNotFoundError,
     TextBlock,
@@ -55,6 +59,7 @@ from dsh_host.sdk import (
     ToolExecution,
     ToolResultData,
     TurnEnd,
+    TurnEnded,
     TurnStart,
     capped_mode,
     decode_event,
@@ -67,17 +72,26 @@ from .config import ChildAgentConfig, SubagentsConfig, check_sandbox_narrowing
 
 __all__ = [
     "DELEGATION_EVENT",
+    "HANDOFF_EVENT",
+    "HANDOFF_TOOL",
     "TOOL_NAME",
     "Subagents",
     "child_session_id",
     "child_state",
     "delegation_closer",
+    "handoff_closer",
+    "handoff_target",
 ]
 
 #: The model-facing delegation tool (DSH's ``tool-subagent`` is named ``subagent`` too).
 TOOL_NAME: Final = "subagent"
 #: The child log's link back to the delegating call (ignorable: DSH keeps it unread).
 DELEGATION_EVENT: Final = "dsh-subagents/delegation"
+#: The model-facing handoff tool: the rest of the turn goes to another declared agent (D34).
+HANDOFF_TOOL: Final = "handoff"
+#: The session's record of a handoff (ignorable: DSH reads past it; its tool call and result
+#: are ordinary DSH events). The agent answering a turn is the last one this names in the turn.
+HANDOFF_EVENT: Final = "dsh-subagents/handoff"
 #: DSH's descriptor version and the provider name written in it.
 DESCRIPTOR_VERSION: Final = 2
 PROVIDER_NAME: Final = "dsh-subagents"
@@ -180,9 +194,6 @@ def delegation_closer(
     that ended otherwise gives the error text its live call would have given; an interrupted
     child gives ``TOOL_OUTCOME_UNKNOWN`` with the child id and a summary of what it did.
     """
-    data = closer.data
-    assert isinstance(data, ToolResultData)
-    call_id = data.message.source.call_id
     is_error = True
     error: dict[str, str] | None
     if state is None or not state.started:
@@ -201,6 +212,16 @@ def delegation_closer(
             f"child session {child_id} (`dsh sessions show {child_id}`). {state.summary}"
         )
         error = {"name": "ToolOutcomeUnknownError", "code": TOOL_OUTCOME_UNKNOWN}
+    return _result_closer(closer, text=text, is_error=is_error, error=error)
+
+
+def _result_closer(
+    closer: SessionEvent, *, text: str, is_error: bool, error: dict[str, str] | None
+) -> SessionEvent:
+    """``closer`` (a repair ``tool/result``) with this text: same call, same seq (D24)."""
+    data = closer.data
+    assert isinstance(data, ToolResultData)
+    call_id = data.message.source.call_id
     record: dict[str, Any] = {
         "type": "tool/result",
         "seq": closer.seq,
@@ -232,16 +253,69 @@ def delegation_closer(
     return decode_event(record, where="subagent repair closer", exact=True)
 
 
-def _delegations(events: Sequence[SessionEvent]) -> dict[str, str]:
-    """call id -> agent name of every ``subagent`` call the model made in ``events``."""
+def _handoff_text(target: str) -> str:
+    return (
+        f'Transferred to agent "{target}": it answers the rest of this turn with its own '
+        "instructions and tools."
+    )
+
+
+def handoff_closer(closer: SessionEvent, *, target: str, recorded: bool) -> SessionEvent:
+    """The result a handoff call gets on resume (D34).
+
+    The handoff's only effect is its record in this log: with the record durable the handoff
+    happened (the live call's text); without it nothing happened (``TOOL_NOT_STARTED``).
+    """
+    if recorded:
+        return _result_closer(closer, text=_handoff_text(target), is_error=False, error=None)
+    text = (
+        f'{TOOL_NOT_STARTED_TEXT}\n(the handoff to "{target}" was never recorded: the turn '
+        "stayed with the agent that called it.)"
+    )
+    error = {"name": "ToolNotStartedError", "code": TOOL_NOT_STARTED}
+    return _result_closer(closer, text=text, is_error=True, error=error)
+
+
+def _event_fields(event: SessionEvent) -> Mapping[str, Any]:
+    """An ignorable event's data as a mapping (live: the dict appended; loaded: opaque JSON)."""
+    data = event.data
+    if isinstance(data, Mapping):
+        return data
+    plain = msgspec.to_builtins(data)
+    return plain if isinstance(plain, Mapping) else {}
+
+
+def handoff_target(events: Sequence[SessionEvent]) -> str | None:
+    """The agent a handoff gave the current (last) turn to, or None: read from the log (D34)."""
+    for event in reversed(events):
+        if isinstance(event.data, TurnStart):
+            return None
+        if event.type == HANDOFF_EVENT:
+            target = _event_fields(event).get("to")
+            return target if isinstance(target, str) else None
+    return None
+
+
+def _current_turn(events: Sequence[SessionEvent]) -> int:
+    for event in reversed(events):
+        if isinstance(event.data, TurnStart):
+            return event.data.turn
+    return 0
+
+
+def _delegations(events: Sequence[SessionEvent], tool: str = TOOL_NAME) -> dict[str, str]:
+    """call id -> agent name of every ``tool`` call the model made in ``events``."""
     found: dict[str, str] = {}
     for event in events:
         data = event.data
         if isinstance(data, AssistantMessageData):
             for block in data.message.content:
-                if isinstance(block, ToolCallBlock) and block.name == TOOL_NAME:
-                    args = block.arguments
-                    agent = args.get("agent") if hasattr(args, "get") else None
+                if isinstance(block, ToolCallBlock) and block.name == tool:
+                    try:  # the model's raw JSON string, as the log keeps it
+                        args = msgspec.json.decode(block.arguments)
+                    except msgspec.DecodeError:
+                        args = None
+                    agent = args.get("agent") if isinstance(args, dict) else None
                     found[block.id] = agent if isinstance(agent, str) else "?"
     return found
 
@@ -270,6 +344,14 @@ class Subagents(Plugin):
         self._children: dict[str, ChildAgentConfig] = {}
         tools = ctx.service(TOOLS)
         tools.register(self._tool(), owner=ctx)
+        #: agents whose sandbox ceiling a handoff narrowed: the ceiling to restore at turn end
+        self._caps_before: dict[str, Any] = {}
+        #: agents a handoff gave another model route (their next turn goes back to their own)
+        self._rerouted: set[str] = set()
+        if config.handoffs:
+            tools.register(self._handoff_tool(), owner=ctx)
+            ctx.on(AGENT_REQUEST, self._route)
+            ctx.on(AGENT_TURN_END, self._turn_ended)
         tools.guard(self._guard, owner=ctx)
         ctx.on(SYSTEM_PROMPT_ASSEMBLE, self._assemble)
         ctx.service(AGENT).repair_refiner(self._refine, owner=ctx)
@@ -396,8 +478,93 @@ class Subagents(Plugin):
             raise ToolError(_unfinished_text(declared.name, child_id, state))
         return state.answer
 
+    # -- handoff (D34) --------------------------------------------------------------------
+    def _handoff_tool(self) -> ToolDefinition:
+        names = list(self._config.handoffs)
+        catalog = "\n".join(
+            f"- {a.name}: {a.description}" for a in self._config.agents if a.name in names
+        )
+        return ToolDefinition(
+            name=HANDOFF_TOOL,
+            description=(
+                "Hand the rest of this turn to another agent: it takes over this conversation "
+                "(it sees everything so far) with its own instructions and tools, and its answer "
+                "ends the turn. Call it alone, as the last thing you do. Agents:\n" + catalog
+            ),
+            parameters={
+                "type": "object",
+                "properties": {
+                    "agent": {"type": "string", "enum": names, "description": "who takes over"},
+                    "reason": {"type": "string", "description": "why, in one sentence"},
+                },
+                "required": ["agent"],
+                "additionalProperties": False,
+            },
+            execute=self._handoff,
+            output=text_output(),
+        )
+
+    async def _handoff(self, args: Any, exec: ToolExecution) -> str:
+        target = self._agents.get(args["agent"])
+        if target is None or target.name not in self._config.handoffs:
+            raise ToolError(f'"{args["agent"]}" is not an agent this turn can be handed to')
+        agent = exec.agent
+        session = getattr(agent, "session", None)
+        if agent is None or session is None:
+            raise ToolError("the handoff tool needs a calling agent with a session")
+        current = self._declared_for(agent)
+        if current is not None and current.name == target.name:
+            raise ToolError(f'this turn is already answered by "{target.name}"')
+        session.append(
+            HANDOFF_EVENT,
+            {
+                "turn": _current_turn(session.events),
+                "callId": exec.call_id,
+                "from": current.name if current is not None else None,
+                "to": target.name,
+                "reason": args.get("reason") or "",
+            },
+            ignorable=True,
+        )
+        # The record is the handoff: durable before the result, so a resume reads it (D34).
+        await self._ctx.service(SESSIONS).flush(session)
+        if target.sandbox is not None:
+            core: Any = agent  # the loop's agent: it carries the ceiling (D24)
+            self._caps_before.setdefault(core.id, getattr(core, "sandbox_cap", None))
+            core.sandbox_cap = capped_mode(target.sandbox, core)  # never wider than it was
+        return _handoff_text(target.name)
+
+    async def _route(
+        self, proposal: RequestProposal, next_: Callable[[], Awaitable[LlmCallConfig]]
+    ) -> LlmCallConfig:
+        """A handoff target's model route for the rest of the turn; the agent's own after."""
+        config = await next_()
+        agent = proposal.agent
+        target = handoff_target(agent.session.events)
+        declared = self._agents.get(target) if target is not None else None
+        if declared is not None and declared.provider and declared.model:
+            self._rerouted.add(agent.id)
+            return msgspec.structs.replace(config, provider=declared.provider, model=declared.model)
+        if declared is None and agent.id in self._rerouted:
+            own = agent.options
+            if own.provider and own.model:
+                return msgspec.structs.replace(config, provider=own.provider, model=own.model)
+        return config
+
+    def _turn_ended(self, ended: TurnEnded) -> None:
+        """A handoff lasts one turn: give the agent back its own sandbox ceiling."""
+        agent_id = ended.agent.id
+        if agent_id in self._caps_before:
+            ended.agent.sandbox_cap = self._caps_before.pop(agent_id)
+
     # -- what a child sees and may call ---------------------------------------------------
     def _declared_for(self, agent: Any) -> ChildAgentConfig | None:
+        """The declared agent answering ``agent``'s turn: a handoff target, else its child role."""
+        session = getattr(agent, "session", None)
+        if self._config.handoffs and session is not None:
+            target = handoff_target(session.events)
+            if target is not None and target in self._agents:
+                return self._agents[target]
         agent_id = getattr(agent, "id", None)
         return self._children.get(agent_id) if isinstance(agent_id, str) else None
 
@@ -409,7 +576,7 @@ class Subagents(Plugin):
         if declared is None:
             return True
         if declared.tools is None:
-            return tool != TOOL_NAME
+            return tool not in (TOOL_NAME, HANDOFF_TOOL)
         return tool in declared.tools
 
     def _guard(self, exec: ToolExecution) -> str | None:
@@ -436,10 +603,23 @@ class Subagents(Plugin):
         self, session_id: str, events: Sequence[SessionEvent], closers: list[SessionEvent]
     ) -> list[SessionEvent]:
         delegations = _delegations(events)
+        handoffs = _delegations(events, HANDOFF_TOOL)
+        recorded = {
+            _event_fields(event).get("callId") for event in events if event.type == HANDOFF_EVENT
+        }
         refined: list[SessionEvent] = []
         for closer in closers:
             data = closer.data
             if (
+                closer.type == "tool/result"
+                and isinstance(data, ToolResultData)
+                and data.message.source.call_id in handoffs
+            ):
+                call_id = data.message.source.call_id
+                closer = handoff_closer(
+                    closer, target=handoffs[call_id], recorded=call_id in recorded
+                )
+            elif (
                 closer.type == "tool/result"
                 and isinstance(data, ToolResultData)
                 and data.message.source.call_id in delegations

@@ -11,7 +11,11 @@ of the running process so that it SIGKILLs itself at that moment:
     the first child session and the parent's catalog fact are durable, the child agent is
     about to run its turn (no child turn is stored);
 ``child-finished``
-    the child ``alpha`` finished and was flushed, the parent has not logged its result.
+    the child ``alpha`` finished and was flushed, the parent has not logged its result;
+``handoff-started``
+    a ``handoff`` body started, nothing of the handoff is recorded;
+``handoff-recorded``
+    a ``handoff`` record is durable, its call has no result yet.
 
 Each kill prints ``kill <point>`` on stdout first. Nothing here changes production code on disk.
 """
@@ -93,3 +97,15 @@ class CrashPoints(Plugin):
                 return answer
 
             Subagents._execute = execute_then_die  # type: ignore[method-assign]
+        elif config.kill in ("handoff-started", "handoff-recorded"):
+            handoff = Subagents._handoff
+            point = config.kill
+
+            async def handoff_then_die(self: Subagents, args: Any, exec: ToolExecution) -> str:
+                if point == "handoff-started":
+                    die(point)
+                answer = await handoff(self, args, exec)
+                die(point)
+                return answer
+
+            Subagents._handoff = handoff_then_die  # type: ignore[method-assign]

@@ -17,16 +17,14 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import yaml
-from psycopg import sql
+
+from .conftest import PG_DSN
 
 HERE = Path(__file__).resolve().parent
 DSH = [sys.executable, "-m", "dsh_host"]
@@ -66,31 +64,6 @@ def _child_script(point: str, name: str) -> dict[str, Any]:
     if name == "gamma":
         return {"responses": [{"tool_calls": [{"name": "crash", "id": "c1"}]}, {"text": "x"}]}
     return {"responses": [{"text": f"answer {name[0].upper()}"}]}
-
-
-#: The PostgreSQL server of the postgres suite (tests/postgres/conftest.py).
-PG_DSN = os.environ.get(
-    "DSH_TEST_POSTGRES_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=test"
-)
-
-
-@pytest.fixture
-def pg_schema(backend: str) -> Iterator[str | None]:
-    """A fresh schema for the postgres backend, dropped afterwards (None for the others)."""
-    if backend != "postgres":
-        yield None
-        return
-    try:
-        with psycopg.connect(PG_DSN, connect_timeout=3) as conn:
-            conn.execute("SELECT 1")
-    except psycopg.Error as error:
-        pytest.skip(f"no PostgreSQL server answers at {PG_DSN!r} ({error})")
-    schema = f"dsh_t{uuid.uuid4().hex[:12]}_sub"
-    try:
-        yield schema
-    finally:
-        with psycopg.connect(PG_DSN, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def _persistence(backend: str, root: Path, schema: str | None = None) -> dict[str, Any]:
@@ -289,6 +262,7 @@ def test_resume_after_a_kill_balances_both_logs(
         if child is None or not any(e["type"] == "turn/start" for e in child):
             assert result["error"]["code"] == "TOOL_NOT_STARTED", result
             assert child_id in _text(result)
+            assert f'sub-agent "{agent}"' in _text(result), "named from the stored call"
             continue
         _results(child)  # the child's own calls are balanced too
         if point in ("before-child", "child-stored"):
