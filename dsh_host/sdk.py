@@ -381,6 +381,10 @@ if TYPE_CHECKING:
     )
 
     # -- The agent's extension points
+    from dsh_host.agent.budget import (
+        BudgetExceededReason as BudgetExceededReason,
+        over_budget as over_budget,
+    )
     from dsh_host.agent.errors import (
         AgentBusyError as AgentBusyError,
         ApprovalDecisionError as ApprovalDecisionError,
@@ -644,6 +648,7 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
         "aborted_before_dispatch_result", "text_output",
     ),
     # -- The agent's extension points
+    "dsh_host.agent.budget": ("BudgetExceededReason", "over_budget"),
     "dsh_host.agent.errors": ("AgentBusyError", "ApprovalDecisionError"),
     "dsh_host.agent.loop": ("error_chain",),
     "dsh_host.agent.types": (

@@ -32,6 +32,7 @@ __all__ = [
     "Budget",
     "BudgetExceededReason",
     "check_budget",
+    "over_budget",
 ]
 
 #: The turn-end kind of a stop at a spend limit.
@@ -44,8 +45,9 @@ BUDGET_NOTICE_SOURCE = "budget"
 class BudgetExceededReason(Wire, frozen=True, kw_only=True, tag=BUDGET_EXCEEDED, tag_field="kind"):
     """``turn/end {kind: "budget-exceeded"}``: a spend limit stopped the turn before a request."""
 
-    scope: Literal["turn", "session"]  #: which limit
-    limit: Literal["cost", "tokens"]  #: dollars or tokens
+    #: which limit (``tree``: a ``subagents`` row's total over a turn's delegation tree, D34)
+    scope: Literal["turn", "session", "tree"]
+    limit: Literal["cost", "tokens", "steps"]  #: dollars, tokens or model requests
     max: float | int  #: the configured limit
     spent: float | int | None  #: what the log shows was spent (None: a cost not known)
     message: str  #: for people (and a model shown the reason)
@@ -78,7 +80,7 @@ class Budget:
 
 
 def _over(
-    scope: Literal["turn", "session"],
+    scope: Literal["turn", "session", "tree"],
     spent: UsageTotals,
     max_cost: Decimal | None,
     max_tokens: int | None,
@@ -121,6 +123,34 @@ def _over(
             ),
         )
     return None
+
+
+def over_budget(
+    scope: Literal["turn", "session", "tree"],
+    spent: UsageTotals,
+    *,
+    max_cost_usd: Decimal | None = None,
+    max_tokens: int | None = None,
+    steps: int = 0,
+    max_steps: int | None = None,
+) -> BudgetExceededReason | None:
+    """The reason to stop once ``spent`` (and ``steps`` model requests) reach a limit, or None.
+
+    The gate for limits kept outside :class:`Budget` (a ``subagents`` row's tree budget, D34):
+    the same texts and the same fail-closed cost rule as the agent's own budget.
+    """
+    if max_steps is not None and steps >= max_steps:
+        return BudgetExceededReason(
+            scope=scope,
+            limit="steps",
+            max=max_steps,
+            spent=steps,
+            message=(
+                f"the {scope} step budget is spent: {steps} model requests of max_steps "
+                f"{max_steps}; no further model request was made"
+            ),
+        )
+    return _over(scope, spent, max_cost_usd, max_tokens)
 
 
 def check_budget(

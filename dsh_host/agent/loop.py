@@ -369,6 +369,9 @@ class Agent:
         #: the widest sandbox mode this agent's tool calls may run under (a sub-agent's ceiling,
         #: D24); None: its tools' own modes. Consumers apply it with ``capped_mode``.
         self.sandbox_cap: SandboxMode | None = None
+        #: a limit kept outside :attr:`AgentOptions.budget` (a ``subagents`` row's tree budget,
+        #: D34): called with the turn before every model request; a reason stops the turn
+        self.budget_gate: Callable[[int], BudgetExceededReason | None] | None = None
         self._pending: list[UserMessage] = []
         self._running: anyio.Event | None = None
         self._token: CancelToken | None = None
@@ -986,6 +989,11 @@ class Agent:
 
     def _check_budget(self, turn: int) -> None:
         """The spend-limit gate every model request of the loop crosses (retries included)."""
+        gate = self.budget_gate
+        if gate is not None:
+            stop = gate(turn)
+            if stop is not None:
+                raise _BudgetStop(stop)
         budget = self._options.budget
         if budget is None or not budget.active:
             return

@@ -86,6 +86,23 @@ class UsageTotals:
             unpriced_models=unpriced,
         )
 
+    def plus(self, other: UsageTotals) -> UsageTotals:
+        """These totals and ``other``'s summed (a cost stays unknown if either's is)."""
+        return UsageTotals(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            requests=self.requests + other.requests,
+            priced_cost_usd=self.priced_cost_usd + other.priced_cost_usd,
+            unpriced_requests=self.unpriced_requests + other.unpriced_requests,
+            unpriced_models=(
+                *self.unpriced_models,
+                *(m for m in other.unpriced_models if m not in self.unpriced_models),
+            ),
+        )
+
     def to_wire(self) -> dict[str, Any]:
         """The camelCase ``usage`` object of the CLI's and the server's JSON (``costUsd`` null
         when unknown)."""

@@ -14,6 +14,7 @@ __all__ = [
     "ChildAgentConfig",
     "SubagentsConfig",
     "SubagentsConfigError",
+    "TreeBudgetConfig",
     "check_sandbox_narrowing",
 ]
 
@@ -47,6 +48,20 @@ class ChildAgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True,
     sandbox: SandboxMode | None = None
 
 
+class TreeBudgetConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """Limits summed over a turn's delegation tree: the parent's turn and every descendant (D34).
+
+    Checked before each child model request; None: no limit of that kind.
+    """
+
+    #: model requests (steps) of the parent's turn and of every child and grandchild
+    max_steps: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    #: tokens (input, cached and output) reported over the tree
+    max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    #: dollars over the tree (fails closed: an unpriced model stops the child)
+    max_cost_usd: Annotated[float, msgspec.Meta(gt=0)] | None = None
+
+
 class SubagentsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     """YAML ``config:`` of a ``subagents`` row."""
 
@@ -59,6 +74,8 @@ class SubagentsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, 
     #: declared agents the top-level agent may hand the rest of its turn to (the ``handoff``
     #: tool, D34); empty: no handoff tool
     handoffs: list[str] = msgspec.field(default_factory=list)
+    #: a total over each parent turn and all its descendants (None: per-agent limits only)
+    budget: TreeBudgetConfig | None = None
 
     def __post_init__(self) -> None:
         if not self.agents:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from decimal import Decimal
 from typing import Any, Final
 
 import anyio
@@ -36,6 +37,7 @@ from dsh_host.sdk import (
     SESSIONS,
     SUBAGENTS,
     SYSTEM_PROMPT_ASSEMBLE,
+    TOKEN_METER,
     TOOL_NOT_STARTED,
     TOOL_NOT_STARTED_TEXT,
     TOOL_OUTCOME_UNKNOWN,
@@ -44,6 +46,7 @@ from dsh_host.sdk import (
     AssembleContext,
     AssembledSection,
     AssistantMessageData,
+    BudgetExceededReason,
     Context,
     LlmCallConfig,
     Plugin,
@@ -52,6 +55,7 @@ from dsh_host.sdk import (
     SessionEvent,
     SessionNotFoundError,
     TextBlock,
+    TokenMeter,
     ToolCallBlock,
     ToolCallData,
     ToolDefinition,
@@ -61,10 +65,12 @@ from dsh_host.sdk import (
     TurnEnd,
     TurnEnded,
     TurnStart,
+    UsageTotals,
     capped_mode,
     decode_event,
     interrupted_tool_result_id,
     interrupted_turn_closers,
+    over_budget,
     text_output,
 )
 
@@ -114,14 +120,22 @@ def _depth(session: Any) -> int:
 class ChildState:
     """What a child's log says about its one delegated turn."""
 
-    __slots__ = ("answer", "ended", "reason", "started", "summary")
+    __slots__ = ("answer", "detail", "ended", "reason", "started", "summary")
 
     def __init__(
-        self, *, started: bool, ended: bool, reason: str, answer: str, summary: str
+        self,
+        *,
+        started: bool,
+        ended: bool,
+        reason: str,
+        answer: str,
+        summary: str,
+        detail: str = "",
     ) -> None:
         self.started = started  #: a turn was durably opened (its first request may have run)
         self.ended = ended  #: the turn ended on its own (a turn/end written by the live loop)
         self.reason = reason  #: the turn/end reason kind ("" when it did not end)
+        self.detail = detail  #: the turn/end reason's message, when it has one
         self.answer = answer  #: the last assistant text of the turn
         self.summary = summary  #: one paragraph: what the child did
 
@@ -130,11 +144,15 @@ class ChildState:
         return self.ended and self.reason == "completed"
 
 
-def _reason_kind(reason: Any) -> str:
-    """A turn/end reason's ``kind``, whether it is a typed reason or its plain JSON."""
+def _reason_field(reason: Any, key: str) -> str:
+    """A turn/end reason's ``key`` (e.g. ``kind``), whether it is typed or its plain JSON."""
     plain = reason if isinstance(reason, Mapping) else msgspec.to_builtins(reason)
-    kind = plain.get("kind") if isinstance(plain, Mapping) else None
-    return kind if isinstance(kind, str) else ""
+    value = plain.get(key) if isinstance(plain, Mapping) else None
+    return value if isinstance(value, str) else ""
+
+
+def _reason_kind(reason: Any) -> str:
+    return _reason_field(reason, "kind")
 
 
 def child_state(events: Sequence[SessionEvent]) -> ChildState:
@@ -142,18 +160,20 @@ def child_state(events: Sequence[SessionEvent]) -> ChildState:
     started = False
     ended = False
     reason = ""
+    detail = ""
     answer = ""
     calls: Counter[str] = Counter()
     answered = 0
     for event in events:
         data = event.data
         if isinstance(data, TurnStart):
-            started, ended, reason, answer = True, False, "", ""
+            started, ended, reason, detail, answer = True, False, "", "", ""
             calls.clear()
             answered = 0
         elif isinstance(data, TurnEnd):
             ended = True
             reason = _reason_kind(data.reason)
+            detail = _reason_field(data.reason, "message")
         elif isinstance(data, AssistantMessageData):
             text = "".join(b.text for b in data.message.content if isinstance(b, TextBlock))
             if text:
@@ -170,12 +190,20 @@ def child_state(events: Sequence[SessionEvent]) -> ChildState:
         if started
         else "It never started a turn."
     )
-    return ChildState(started=started, ended=ended, reason=reason, answer=answer, summary=summary)
+    return ChildState(
+        started=started,
+        ended=ended,
+        reason=reason,
+        answer=answer,
+        summary=summary,
+        detail=detail,
+    )
 
 
 def _unfinished_text(agent: str, child_id: str, state: ChildState) -> str:
+    why = f" ({state.detail})" if state.detail else ""
     return (
-        f'sub-agent "{agent}" (child session {child_id}) ended its turn "{state.reason}" '
+        f'sub-agent "{agent}" (child session {child_id}) ended its turn "{state.reason}"{why} '
         f"without completing. {state.summary}"
     )
 
@@ -320,6 +348,31 @@ def _delegations(events: Sequence[SessionEvent], tool: str = TOOL_NAME) -> dict[
     return found
 
 
+# -- the tree budget (D34) --------------------------------------------------------------------
+
+
+def _steps(events: Sequence[SessionEvent], *, since_turn_start: bool = False) -> int:
+    """Model requests a log records (a reply or a cut attempt each), or its last turn's only."""
+    count = 0
+    for event in reversed(events):
+        if since_turn_start and isinstance(event.data, TurnStart):
+            break
+        if event.type in ("assistant/message", "assistant/attempt"):
+            count += 1
+    return count
+
+
+class _Tree:
+    """One parent turn's delegation tree: the root session, its turn and every descendant."""
+
+    __slots__ = ("children", "root", "turn")
+
+    def __init__(self, root: Any, turn: int) -> None:
+        self.root = root
+        self.turn = turn
+        self.children: list[Any] = []
+
+
 # -- the plugin -------------------------------------------------------------------------------
 
 
@@ -348,10 +401,14 @@ class Subagents(Plugin):
         self._caps_before: dict[str, Any] = {}
         #: agents a handoff gave another model route (their next turn goes back to their own)
         self._rerouted: set[str] = set()
+        #: root session id -> its current turn's delegation tree; child session id -> root id
+        self._trees: dict[str, _Tree] = {}
+        self._root_of: dict[str, str] = {}
+        self._meter: TokenMeter | None = None
         if config.handoffs:
             tools.register(self._handoff_tool(), owner=ctx)
             ctx.on(AGENT_REQUEST, self._route)
-            ctx.on(AGENT_TURN_END, self._turn_ended)
+        ctx.on(AGENT_TURN_END, self._turn_ended)
         tools.guard(self._guard, owner=ctx)
         ctx.on(SYSTEM_PROMPT_ASSEMBLE, self._assemble)
         ctx.service(AGENT).repair_refiner(self._refine, owner=ctx)
@@ -459,6 +516,9 @@ class Subagents(Plugin):
             if declared.sandbox is not None and parent_cap is not None:
                 cap = capped_mode(declared.sandbox, parent)
             child.sandbox_cap = cap
+            if self._config.budget is not None:
+                root_id = self._join_tree(parent_session, child_session)
+                child.budget_gate = lambda _turn: self._tree_gate(root_id)
             self._children[child.id] = declared
             try:
                 reason = await child.run_turn(args["prompt"], signal=exec.signal)
@@ -552,10 +612,54 @@ class Subagents(Plugin):
         return config
 
     def _turn_ended(self, ended: TurnEnded) -> None:
-        """A handoff lasts one turn: give the agent back its own sandbox ceiling."""
+        """A handoff lasts one turn (the agent's own ceiling back); so does a tree budget."""
         agent_id = ended.agent.id
         if agent_id in self._caps_before:
             ended.agent.sandbox_cap = self._caps_before.pop(agent_id)
+        tree = self._trees.pop(ended.agent.session.id, None)
+        if tree is not None:
+            for child in tree.children:
+                self._root_of.pop(child.id, None)
+
+    # -- the tree budget (D34) ------------------------------------------------------------
+    def _join_tree(self, parent_session: Any, child_session: Any) -> str:
+        """Add a child to its root's current-turn tree; the root session's id."""
+        parent_id: str = parent_session.id
+        root_id = self._root_of.get(parent_id, parent_id)
+        tree = self._trees.get(root_id)
+        if tree is None:  # the first delegation of this root turn (the parent is the root)
+            tree = self._trees[root_id] = _Tree(
+                parent_session, _current_turn(parent_session.events)
+            )
+        tree.children.append(child_session)
+        self._root_of[child_session.id] = root_id
+        return root_id
+
+    def _tree_gate(self, root_id: str) -> BudgetExceededReason | None:
+        """Before a child's model request: the root turn and all descendants, from their logs."""
+        budget = self._config.budget
+        tree = self._trees.get(root_id)
+        if budget is None or tree is None:
+            return None
+        meter = self._ctx.get(TOKEN_METER)
+        if not isinstance(meter, TokenMeter):  # no token-meter row: catalogue prices only
+            if self._meter is None:
+                self._meter = TokenMeter()
+            meter = self._meter
+        spent = meter.turn_usage(tree.root).get(tree.turn) or UsageTotals()
+        steps = _steps(tree.root.events, since_turn_start=True)
+        for child in tree.children:
+            spent = spent.plus(meter.usage(child))
+            steps += _steps(child.events)
+        cost = budget.max_cost_usd
+        return over_budget(
+            "tree",
+            spent,
+            max_cost_usd=Decimal(str(cost)) if cost is not None else None,
+            max_tokens=budget.max_tokens,
+            steps=steps,
+            max_steps=budget.max_steps,
+        )
 
     # -- what a child sees and may call ---------------------------------------------------
     def _declared_for(self, agent: Any) -> ChildAgentConfig | None:

@@ -431,3 +431,61 @@ async def test_a_child_stops_at_its_step_cap(tmp_path: Path) -> None:
     assert [type(e.data.reason).__name__ for e in child if e.type == "turn/end"] == [
         "MaxTurnRequestsReason"
     ]
+
+
+async def test_a_tree_budget_stops_the_descendants(tmp_path: Path) -> None:
+    """max_steps 4 over the tree: the parent (1), alpha (1), gamma (2); then both stop."""
+
+    @tool
+    async def noop() -> str:
+        """Do nothing."""
+        return "nothing"
+
+    parent = _script(
+        tmp_path / "parent.yml",
+        [{"tool_calls": [_delegate("d1", "alpha")]}, {"text": "done"}],
+    )
+    loop = [{"tool_calls": [{"name": "noop", "id": f"n{i}"}]} for i in range(6)]
+    rows = [
+        _model_row(
+            tmp_path, "scripted-a", [{"tool_calls": [_delegate("g1", "gamma")]}, {"text": "a"}]
+        ),
+        _model_row(tmp_path, "scripted-c", [*loop, {"text": "never reached"}]),
+        Row(
+            id="subagents",
+            name="subagents",
+            config={
+                "agents": [
+                    _child("alpha", "scripted-a", tools=["subagent"]),
+                    _child("gamma", "scripted-c", tools=["noop"]),
+                ],
+                "budget": {"max_steps": 4},
+            },
+        ),
+    ]
+    async with Agent(
+        model=f"scripted:{parent}", tools=[noop], store=tmp_path / "s", rows=rows
+    ) as agent:
+        result = await agent.run("go")
+        assert result.output == "done", "the parent's own requests are not gated"
+        error, text = _results(agent.session)["d1"]
+        sid = agent.session_id
+        alpha = await _stored(agent, f"{sid}--d1")
+        gamma = await _stored(agent, f"{sid}--d1--g1")
+    ends = {
+        name: [e.data.reason for e in log if e.type == "turn/end"]
+        for name, log in (("alpha", alpha), ("gamma", gamma))
+    }
+    for reasons in ends.values():
+        (reason,) = reasons
+        assert (reason.kind_name, reason.scope, reason.limit, reason.max) == (
+            "budget-exceeded",
+            "tree",
+            "steps",
+            4,
+        )
+    assert [e.type for e in gamma].count("assistant/message") == 2
+    assert [e.type for e in alpha].count("assistant/message") == 1
+    assert error and 'ended its turn "budget-exceeded" (the tree step budget is spent' in text
+    g1_error, g1_text = _texts(alpha)["g1"]
+    assert g1_error and "4 model requests of max_steps 4" in g1_text
