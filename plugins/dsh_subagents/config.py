@@ -76,6 +76,9 @@ class SubagentsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, 
     handoffs: list[str] = msgspec.field(default_factory=list)
     #: a total over each parent turn and all its descendants (None: per-agent limits only)
     budget: TreeBudgetConfig | None = None
+    #: what ``dsh resume PARENT`` does with a child whose turn was interrupted: ``report`` it
+    #: (outcome unknown, D24) or ``continue`` it (a new child turn whose answer is the result)
+    resume: Literal["report", "continue"] = "report"
 
     def __post_init__(self) -> None:
         if not self.agents:

@@ -32,6 +32,7 @@ from dsh_host.sdk import (
     AGENT,
     AGENT_REQUEST,
     AGENT_TURN_END,
+    LLM,
     PERSONA_SECTION,
     SESSION_PERSISTENCE,
     SESSIONS,
@@ -74,7 +75,7 @@ from dsh_host.sdk import (
     text_output,
 )
 
-from .config import ChildAgentConfig, SubagentsConfig, check_sandbox_narrowing
+from .config import SANDBOX_ORDER, ChildAgentConfig, SubagentsConfig, check_sandbox_narrowing
 
 __all__ = [
     "DELEGATION_EVENT",
@@ -102,6 +103,13 @@ HANDOFF_EVENT: Final = "dsh-subagents/handoff"
 DESCRIPTOR_VERSION: Final = 2
 PROVIDER_NAME: Final = "dsh-subagents"
 _SUMMARY_TEXT_CHARS: Final = 400
+#: The prompt of the turn that continues an interrupted child on resume (``resume: continue``).
+CONTINUE_PROMPT: Final = (
+    "Your previous turn was interrupted before it finished (the process stopped). Its tool "
+    "calls are closed above with what is known of them; a call of unknown outcome may or may "
+    "not have taken effect, so check before repeating it. Continue the task and give your "
+    "final answer."
+)
 
 
 def child_session_id(parent_id: str, call_id: str) -> str:
@@ -405,6 +413,8 @@ class Subagents(Plugin):
         self._trees: dict[str, _Tree] = {}
         self._root_of: dict[str, str] = {}
         self._meter: TokenMeter | None = None
+        #: sandbox ceilings of children being continued on resume (a grandchild's parent's)
+        self._resume_caps: dict[str, str] = {}
         if config.handoffs:
             tools.register(self._handoff_tool(), owner=ctx)
             ctx.on(AGENT_REQUEST, self._route)
@@ -730,7 +740,11 @@ class Subagents(Plugin):
             ):
                 call_id = data.message.source.call_id
                 child_id = child_session_id(session_id, call_id)
-                state = await self._repair_child(child_id)
+                state = None
+                if self._config.resume == "continue":
+                    state = await self._continue_child(session_id, child_id, delegations[call_id])
+                if state is None:
+                    state = await self._repair_child(child_id)
                 closer = delegation_closer(
                     closer, agent=delegations[call_id], child_id=child_id, state=state
                 )
@@ -759,3 +773,60 @@ class Subagents(Plugin):
         finally:
             await handle.close()
         return state
+
+    async def _continue_child(
+        self, parent_id: str, child_id: str, name: str
+    ) -> ChildState | None:
+        """``resume: continue``: resume an interrupted child and run it one more turn.
+
+        None when there is nothing to continue (no child, no open turn, an undeclared agent,
+        no model service in this boot): the caller then reports the child as before (D24).
+        The child is repaired by the agent service's resume (its own children first, each
+        continued the same way), then runs :data:`CONTINUE_PROMPT` under its declared route,
+        tools and ceiling; it is flushed and closed before the parent's result is written.
+        """
+        declared = self._agents.get(name)
+        persistence = self._ctx.get(SESSION_PERSISTENCE)
+        if declared is None or persistence is None or self._ctx.get(LLM) is None:
+            return None
+        try:
+            stored = await persistence.inspect(child_id)
+        except SessionNotFoundError:
+            return None
+        before = child_state(stored.events)
+        if not before.started or before.ended:
+            return None
+        provider, model = declared.provider, declared.model
+        if provider is None or model is None:  # the parent's route: the one the child used
+            for event in reversed(stored.events):
+                if event.type == "request/header":
+                    config: Any = getattr(getattr(event.data, "header", None), "config", None)
+                    provider = getattr(config, "provider", None)
+                    model = getattr(config, "model", None)
+                    break
+        if not provider or not model:
+            return None
+        child = await self._ctx.service(AGENT).resume(
+            child_id, provider=provider, model=model, max_steps_per_turn=declared.max_steps
+        )
+        cap = _narrower(declared.sandbox, self._resume_caps.get(parent_id))
+        child.sandbox_cap = cap
+        if cap is not None:
+            self._resume_caps[child_id] = cap
+        self._children[child.id] = declared
+        try:
+            await child.run_turn(CONTINUE_PROMPT)
+            events = list(child.session.events)
+        finally:
+            self._children.pop(child.id, None)
+            self._resume_caps.pop(child_id, None)
+            with anyio.CancelScope(shield=True):
+                await child.aclose()  # flushed and detached: the child's end is durable first
+        return child_state(events)
+
+
+def _narrower(mode: str | None, cap: str | None) -> Any:
+    """The narrower of two sandbox modes (None: no mode)."""
+    if mode is None or cap is None:
+        return mode or cap
+    return mode if SANDBOX_ORDER.index(mode) <= SANDBOX_ORDER.index(cap) else cap

@@ -86,7 +86,9 @@ def _persistence(backend: str, root: Path, schema: str | None = None) -> dict[st
     }
 
 
-def _compose(tmp: Path, backend: str, point: str | None, schema: str | None = None) -> Path:
+def _compose(
+    tmp: Path, backend: str, point: str | None, schema: str | None = None, resume: str = "report"
+) -> Path:
     scripts = {"parent": PARENT_SCRIPT}
     for name in ("alpha", "beta", "gamma"):
         scripts[name] = _child_script(point or "", name)
@@ -144,7 +146,8 @@ def _compose(tmp: Path, backend: str, point: str | None, schema: str | None = No
                         "model": "scripted",
                         "tools": ["crash"],
                     },
-                ]
+                ],
+                "resume": resume,
             },
         },
         {"id": "agent", "name": "agent"},
@@ -354,3 +357,59 @@ def test_agent_resume_keeps_a_finished_childs_answer(tmp_path: Path) -> None:
     results = _results(parent)
     assert _text(results["d1"][0]) == "answer A"
     assert not _is_error(results["d1"][0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("point", ["child-tool", "grandchild-tool"])
+def test_resume_continue_reattaches_an_interrupted_child(
+    tmp_path: Path, backend: str, point: str, pg_schema: str | None
+) -> None:
+    """``resume: continue``: the interrupted child (and grandchild) run one more turn on resume
+    and their answers are the delegating calls' results, not ``TOOL_OUTCOME_UNKNOWN``."""
+    config = _compose(tmp_path, backend, point, pg_schema, resume="continue")
+    crashed = _dsh(
+        tmp_path,
+        "run",
+        "--config",
+        str(config),
+        "--model",
+        f"scripted:{tmp_path / 'parent.yml'}",
+        "--session",
+        PARENT,
+        "--new",
+        "go",
+    )
+    assert crashed.returncode == -9, (crashed.returncode, crashed.stdout, crashed.stderr)
+    # The resuming process's models (each script restarts per process): the continuations answer.
+    for name in ("alpha", "gamma"):
+        again = {"responses": [{"text": f"answer {name[0].upper()} again"}]}
+        (tmp_path / f"{name}.yml").write_text(yaml.safe_dump(again))
+
+    resumed = _dsh(tmp_path, "resume", PARENT, "--config", str(config))
+    assert resumed.returncode == 0, (resumed.stdout, resumed.stderr)
+
+    parent = _events(tmp_path, config, PARENT)
+    alpha = _events(tmp_path, config, f"{PARENT}--d1")
+    assert parent is not None and alpha is not None
+    results = _results(parent)
+    assert _turn_end(parent) == "interrupted"
+    d1 = results["d1"][0]
+    assert not _is_error(d1) and _text(d1) == "answer A again", d1
+    _results(alpha)  # balanced: the interrupted turn closed, the continuation complete
+    ends = [e["data"]["reason"]["kind"] for e in alpha if e["type"] == "turn/end"]
+    assert ends == ["interrupted", "completed"]
+    prompts = [json.dumps(e["data"]) for e in alpha if e["type"] == "user/message"]
+    assert "Your previous turn was interrupted" in prompts[-1]
+    if point == "child-tool":
+        (crash,) = _results(alpha)["a1"]
+        assert crash["error"]["code"] == "TOOL_OUTCOME_UNKNOWN", "the crashed call stays unknown"
+    else:
+        gamma = _events(tmp_path, config, f"{PARENT}--d1--g1")
+        assert gamma is not None
+        _results(gamma)
+        assert [e["data"]["reason"]["kind"] for e in gamma if e["type"] == "turn/end"] == [
+            "interrupted",
+            "completed",
+        ]
+        (g1,) = _results(alpha)["g1"]
+        assert not _is_error(g1) and _text(g1) == "answer G again", g1
