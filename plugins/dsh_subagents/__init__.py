@@ -5,6 +5,7 @@ from .plugin import (
     DELEGATION_EVENT,
     HANDOFF_EVENT,
     HANDOFF_TOOL,
+    OUTPUT_TOOL_PREFIX,
     TOOL_NAME,
     Subagents,
     child_session_id,
@@ -12,12 +13,14 @@ from .plugin import (
     delegation_closer,
     handoff_closer,
     handoff_target,
+    output_tool,
 )
 
 __all__ = [
     "DELEGATION_EVENT",
     "HANDOFF_EVENT",
     "HANDOFF_TOOL",
+    "OUTPUT_TOOL_PREFIX",
     "TOOL_NAME",
     "ChildAgentConfig",
     "Subagents",
@@ -28,4 +31,5 @@ __all__ = [
     "delegation_closer",
     "handoff_closer",
     "handoff_target",
+    "output_tool",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
@@ -46,6 +46,10 @@ class ChildAgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True,
     max_steps: Annotated[int, msgspec.Meta(ge=1)] = 20
     #: the child's sandbox mode; at most the parent's (None: the parent's)
     sandbox: SandboxMode | None = None
+    #: typed output (D34): a JSON Schema (the tools' subset, object-rooted); the child answers
+    #: through an ``output_<name>`` tool with it as parameters, and the delegating call's
+    #: result is those arguments as JSON (None: the child's last text)
+    output_schema: dict[str, Any] | None = None
 
 
 class TreeBudgetConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):

@@ -68,6 +68,7 @@ from dsh_host.sdk import (
     TurnStart,
     UsageTotals,
     capped_mode,
+    check_object_schema,
     decode_event,
     interrupted_tool_result_id,
     interrupted_turn_closers,
@@ -75,12 +76,19 @@ from dsh_host.sdk import (
     text_output,
 )
 
-from .config import SANDBOX_ORDER, ChildAgentConfig, SubagentsConfig, check_sandbox_narrowing
+from .config import (
+    SANDBOX_ORDER,
+    ChildAgentConfig,
+    SubagentsConfig,
+    SubagentsConfigError,
+    check_sandbox_narrowing,
+)
 
 __all__ = [
     "DELEGATION_EVENT",
     "HANDOFF_EVENT",
     "HANDOFF_TOOL",
+    "OUTPUT_TOOL_PREFIX",
     "TOOL_NAME",
     "Subagents",
     "child_session_id",
@@ -88,6 +96,7 @@ __all__ = [
     "delegation_closer",
     "handoff_closer",
     "handoff_target",
+    "output_tool",
 ]
 
 #: The model-facing delegation tool (DSH's ``tool-subagent`` is named ``subagent`` too).
@@ -110,6 +119,15 @@ CONTINUE_PROMPT: Final = (
     "not have taken effect, so check before repeating it. Continue the task and give your "
     "final answer."
 )
+
+
+#: The prefix of a typed child's output tool (``output_<agent name>``, D34).
+OUTPUT_TOOL_PREFIX: Final = "output_"
+
+
+def output_tool(agent: str) -> str:
+    """The tool a typed child gives its output through."""
+    return f"{OUTPUT_TOOL_PREFIX}{agent}"
 
 
 def child_session_id(parent_id: str, call_id: str) -> str:
@@ -163,8 +181,13 @@ def _reason_kind(reason: Any) -> str:
     return _reason_field(reason, "kind")
 
 
-def child_state(events: Sequence[SessionEvent]) -> ChildState:
-    """Read the child's last turn from its log (as stored, before any repair closers)."""
+def child_state(events: Sequence[SessionEvent], output: str | None = None) -> ChildState:
+    """Read the child's last turn from its log (as stored, before any repair closers).
+
+    ``output``: a typed child's output tool; its answer is then the arguments (as compact
+    JSON) of the last call of that tool with a successful result, and a turn that completed
+    without one did not give its output (reason ``no-output``).
+    """
     started = False
     ended = False
     reason = ""
@@ -172,12 +195,16 @@ def child_state(events: Sequence[SessionEvent]) -> ChildState:
     answer = ""
     calls: Counter[str] = Counter()
     answered = 0
+    outputs: dict[str, str] = {}  #: output call id -> its raw arguments
+    typed: str | None = None
     for event in events:
         data = event.data
         if isinstance(data, TurnStart):
             started, ended, reason, detail, answer = True, False, "", "", ""
             calls.clear()
             answered = 0
+            outputs.clear()
+            typed = None
         elif isinstance(data, TurnEnd):
             ended = True
             reason = _reason_kind(data.reason)
@@ -188,8 +215,14 @@ def child_state(events: Sequence[SessionEvent]) -> ChildState:
                 answer = text
         elif isinstance(data, ToolCallData):
             calls[data.name] += 1
+            if output is not None and data.name == output:
+                outputs[data.call_id] = data.arguments
         elif isinstance(data, ToolResultData):
             answered += 1
+            raw = outputs.get(data.message.source.call_id)
+            blocks = data.message.content
+            if raw is not None and blocks and not getattr(blocks[0], "is_error", False):
+                typed = msgspec.json.encode(msgspec.json.decode(raw)).decode()
     done = ", ".join(f"{name} x{count}" for name, count in sorted(calls.items())) or "none"
     last = answer if len(answer) <= _SUMMARY_TEXT_CHARS else answer[:_SUMMARY_TEXT_CHARS] + "…"
     summary = (
@@ -198,6 +231,12 @@ def child_state(events: Sequence[SessionEvent]) -> ChildState:
         if started
         else "It never started a turn."
     )
+    if output is not None:
+        if typed is not None:
+            answer = typed
+        elif ended and reason == "completed":
+            reason = "no-output"
+            detail = f"it answered in text instead of calling {output}"
     return ChildState(
         started=started,
         ended=ended,
@@ -405,6 +444,20 @@ class Subagents(Plugin):
         self._children: dict[str, ChildAgentConfig] = {}
         tools = ctx.service(TOOLS)
         tools.register(self._tool(), owner=ctx)
+        #: output tool name -> the typed agent it belongs to (D34)
+        self._outputs: dict[str, str] = {}
+        for index, agent in enumerate(config.agents):
+            if agent.output_schema is not None:
+                where = f"agents[{index}] ({agent.name}).output_schema"
+                try:
+                    check_object_schema(agent.output_schema, where)
+                except ToolError as error:
+                    raise SubagentsConfigError(
+                        f"subagents: {error}; use the tools' JSON Schema subset "
+                        "(docs: dsh_host.tools.schema)"
+                    ) from None
+                tools.register(self._output_tool(agent), owner=ctx)
+                self._outputs[output_tool(agent.name)] = agent.name
         #: agents whose sandbox ceiling a handoff narrowed: the ceiling to restore at turn end
         self._caps_before: dict[str, Any] = {}
         #: agents a handoff gave another model route (their next turn goes back to their own)
@@ -543,10 +596,33 @@ class Subagents(Plugin):
                 finally:
                     if store.is_live(child_session):
                         store.detach(child_session)
-        state = child_state(child_session.events)
+        state = child_state(child_session.events, self._output_of(declared.name))
         if _reason_kind(reason) != "completed" or not state.completed:
             raise ToolError(_unfinished_text(declared.name, child_id, state))
         return state.answer
+
+    # -- typed output (D34) ---------------------------------------------------------------
+    def _output_tool(self, agent: ChildAgentConfig) -> ToolDefinition:
+        async def accept(_args: Any, exec: ToolExecution) -> str:
+            exec.conclude_turn()  # the answer is given: the child's turn ends here
+            return "Output accepted."
+
+        assert agent.output_schema is not None
+        return ToolDefinition(
+            name=output_tool(agent.name),
+            description=(
+                "Give your final answer by calling this tool once, with the answer as its "
+                "arguments; a plain text reply is not accepted as the answer."
+            ),
+            parameters=agent.output_schema,
+            execute=accept,
+            output=text_output(),
+        )
+
+    def _output_of(self, name: str) -> str | None:
+        declared = self._agents.get(name)
+        has_output = declared is not None and declared.output_schema is not None
+        return output_tool(name) if has_output else None
 
     # -- handoff (D34) --------------------------------------------------------------------
     def _handoff_tool(self) -> ToolDefinition:
@@ -683,6 +759,9 @@ class Subagents(Plugin):
         return self._children.get(agent_id) if isinstance(agent_id, str) else None
 
     def _visible(self, agent: Any, declared: ChildAgentConfig | None, tool: str) -> bool:
+        owner = self._outputs.get(tool)
+        if owner is not None:  # a typed child's output tool: that child's only
+            return declared is not None and declared.name == owner
         if tool == TOOL_NAME:
             session = getattr(agent, "session", None)
             if _depth(session) >= self._config.max_depth:
@@ -744,14 +823,16 @@ class Subagents(Plugin):
                 if self._config.resume == "continue":
                     state = await self._continue_child(session_id, child_id, delegations[call_id])
                 if state is None:
-                    state = await self._repair_child(child_id)
+                    state = await self._repair_child(
+                        child_id, self._output_of(delegations[call_id])
+                    )
                 closer = delegation_closer(
                     closer, agent=delegations[call_id], child_id=child_id, state=state
                 )
             refined.append(closer)
         return refined
 
-    async def _repair_child(self, child_id: str) -> ChildState | None:
+    async def _repair_child(self, child_id: str, output: str | None) -> ChildState | None:
         """Repair the child's own log durably (its children first); its state, None if absent."""
         persistence = self._ctx.get(SESSION_PERSISTENCE)
         if persistence is None:
@@ -762,7 +843,7 @@ class Subagents(Plugin):
             return None
         try:
             load = await handle.read()
-            state = child_state(load.events)
+            state = child_state(load.events, output)
             service = self._ctx.service(AGENT)
             closers = await service.refine_closers(
                 child_id, load.events, interrupted_turn_closers(load.events)
@@ -793,7 +874,7 @@ class Subagents(Plugin):
             stored = await persistence.inspect(child_id)
         except SessionNotFoundError:
             return None
-        before = child_state(stored.events)
+        before = child_state(stored.events, self._output_of(name))
         if not before.started or before.ended:
             return None
         provider, model = declared.provider, declared.model
@@ -822,7 +903,7 @@ class Subagents(Plugin):
             self._resume_caps.pop(child_id, None)
             with anyio.CancelScope(shield=True):
                 await child.aclose()  # flushed and detached: the child's end is durable first
-        return child_state(events)
+        return child_state(events, self._output_of(name))
 
 
 def _narrower(mode: str | None, cap: str | None) -> Any:

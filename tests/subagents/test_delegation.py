@@ -489,3 +489,67 @@ async def test_a_tree_budget_stops_the_descendants(tmp_path: Path) -> None:
     assert error and 'ended its turn "budget-exceeded" (the tree step budget is spent' in text
     g1_error, g1_text = _texts(alpha)["g1"]
     assert g1_error and "4 model requests of max_steps 4" in g1_text
+
+
+CITY = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
+    "required": ["city", "population"],
+    "additionalProperties": False,
+}
+
+
+async def test_a_typed_child_answers_validated_json(tmp_path: Path) -> None:
+    parent = _script(
+        tmp_path / "parent.yml",
+        [
+            {"tool_calls": [_delegate("d1", "extractor"), _delegate("d2", "loose")]},
+            {"text": "done"},
+        ],
+    )
+
+    def output(call_id: str, agent: str, **arguments: Any) -> dict[str, Any]:
+        return {"tool_calls": [{"name": f"output_{agent}", "id": call_id, "arguments": arguments}]}
+
+    rows = [
+        _model_row(
+            tmp_path,
+            "scripted-a",
+            [
+                output("o1", "extractor", city="Paris"),  # refused: population is missing
+                output("o2", "extractor", city="Paris", population=2100000),
+                {"text": "never reached: the output call ends the turn"},
+            ],
+        ),
+        _model_row(tmp_path, "scripted-b", [{"text": "Paris, about two million"}]),
+        _agents(
+            _child("extractor", "scripted-a", tools=[], output_schema=CITY),
+            _child("loose", "scripted-b", output_schema=CITY),
+        ),
+    ]
+    async with Agent(model=f"scripted:{parent}", store=tmp_path / "s", rows=rows) as agent:
+        result = await agent.run("go")
+        assert result.output == "done"
+        results = _results(agent.session)
+        sid = agent.session_id
+        extractor = await _stored(agent, f"{sid}--d1")
+    assert results["d1"] == (False, '{"city":"Paris","population":2100000}')
+    error, text = results["d2"]
+    assert error and 'ended its turn "no-output" (it answered in text instead of calling' in text
+    o1_error, o1_text = _texts(extractor)["o1"]
+    assert o1_error and "population" in o1_text
+    offered = [e.data.header.tools for e in extractor if e.type == "request/header"]
+    assert [t.name for t in offered[0]] == ["output_extractor"], "only its own output tool"
+
+
+async def test_an_output_schema_outside_the_subset_is_refused_at_load(tmp_path: Path) -> None:
+    parent = _script(tmp_path / "parent.yml", [{"text": "x"}])
+    bad = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}
+    rows = [
+        _model_row(tmp_path, "scripted-a", [{"text": "y"}]),
+        _agents(_child("extractor", "scripted-a", output_schema=bad)),
+    ]
+    with pytest.raises(BootError) as raised:
+        async with Agent(model=f"scripted:{parent}", store=tmp_path / "s", rows=rows):
+            pass
+    assert "agents[0] (extractor).output_schema" in str(raised.value)
