@@ -5,23 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .test_crash import PARENT, _compose, _dsh
+from .test_crash import PARENT, _compose, _dsh, _run_parent
 
 
 def test_list_marks_children_and_show_links_them(tmp_path: Path) -> None:
     config = _compose(tmp_path, "jsonl", None)
-    ran = _dsh(
-        tmp_path,
-        "run",
-        "--config",
-        str(config),
-        "--model",
-        f"scripted:{tmp_path / 'parent.yml'}",
-        "--session",
-        PARENT,
-        "--new",
-        "go",
-    )
+    ran = _run_parent(tmp_path, config)
     assert ran.returncode == 0, ran.stderr
     listed = _dsh(tmp_path, "sessions", "list", "--config", str(config), "--json", "--fresh")
     assert listed.returncode == 0, listed.stderr

@@ -86,6 +86,28 @@ def _persistence(backend: str, root: Path, schema: str | None = None) -> dict[st
     }
 
 
+def _store_rows(tmp: Path, backend: str, schema: str | None) -> list[dict[str, Any]]:
+    """The rows every crash composition starts with: the store, its checkpoints, the model."""
+    return [
+        {"id": "sessions", "name": "sessions"},
+        _persistence(backend, tmp / "store", schema),
+        {"id": "session-checkpoints", "name": "session-checkpoint-policy"},
+        {"id": "llm", "name": "llm"},
+    ]
+
+
+def _tool_rows(point: str | None) -> list[dict[str, Any]]:
+    """The tools row and the crash instrumentation (``crashpoints.py``) killing at ``point``."""
+    return [
+        {"id": "tools", "name": "tools"},
+        {
+            "id": "crash-points",
+            "name": "tests.subagents.crashpoints:CrashPoints",
+            "config": {"kill": point},
+        },
+    ]
+
+
 def _compose(
     tmp: Path, backend: str, point: str | None, schema: str | None = None, resume: str = "report"
 ) -> Path:
@@ -95,10 +117,7 @@ def _compose(
     for name, script in scripts.items():
         (tmp / f"{name}.yml").write_text(yaml.safe_dump(script))
     rows = [
-        {"id": "sessions", "name": "sessions"},
-        _persistence(backend, tmp / "store", schema),
-        {"id": "session-checkpoints", "name": "session-checkpoint-policy"},
-        {"id": "llm", "name": "llm"},
+        *_store_rows(tmp, backend, schema),
         {
             "id": "model-a",
             "name": "llm-scripted",
@@ -114,12 +133,7 @@ def _compose(
             "name": "llm-scripted",
             "config": {"provider": "scripted-c", "path": str(tmp / "gamma.yml")},
         },
-        {"id": "tools", "name": "tools"},
-        {
-            "id": "crash-points",
-            "name": "tests.subagents.crashpoints:CrashPoints",
-            "config": {"kill": point},
-        },
+        *_tool_rows(point),
         {
             "id": "subagents",
             "name": "subagents",
@@ -161,6 +175,16 @@ def _dsh(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(HERE.parents[1]), "DSH_SESSION_ROOT": str(tmp / "x")}
     return subprocess.run(
         [*DSH, *args], cwd=tmp, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def _run_parent(
+    tmp: Path, config: Path, session: str = PARENT, script: str = "parent.yml"
+) -> subprocess.CompletedProcess[str]:
+    """``dsh run`` of a new parent session on its scripted model, prompt ``go``."""
+    model = f"scripted:{tmp / script}"
+    return _dsh(
+        tmp, "run", "--config", str(config), "--model", model, "--session", session, "--new", "go"
     )
 
 
@@ -230,18 +254,7 @@ def test_resume_after_a_kill_balances_both_logs(
     tmp_path: Path, backend: str, point: str, pg_schema: str | None
 ) -> None:
     config = _compose(tmp_path, backend, point, pg_schema)
-    crashed = _dsh(
-        tmp_path,
-        "run",
-        "--config",
-        str(config),
-        "--model",
-        f"scripted:{tmp_path / 'parent.yml'}",
-        "--session",
-        PARENT,
-        "--new",
-        "go",
-    )
+    crashed = _run_parent(tmp_path, config)
     assert crashed.returncode == -9, (crashed.returncode, crashed.stdout, crashed.stderr)
     died = "child-tool" if point == "grandchild-tool" else point  # the crash tool's label
     assert f"kill {died}" in crashed.stdout
@@ -367,18 +380,7 @@ def test_resume_continue_reattaches_an_interrupted_child(
     """``resume: continue``: the interrupted child (and grandchild) run one more turn on resume
     and their answers are the delegating calls' results, not ``TOOL_OUTCOME_UNKNOWN``."""
     config = _compose(tmp_path, backend, point, pg_schema, resume="continue")
-    crashed = _dsh(
-        tmp_path,
-        "run",
-        "--config",
-        str(config),
-        "--model",
-        f"scripted:{tmp_path / 'parent.yml'}",
-        "--session",
-        PARENT,
-        "--new",
-        "go",
-    )
+    crashed = _run_parent(tmp_path, config)
     assert crashed.returncode == -9, (crashed.returncode, crashed.stdout, crashed.stderr)
     # The resuming process's models (each script restarts per process): the continuations answer.
     for name in ("alpha", "gamma"):

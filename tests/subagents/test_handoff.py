@@ -23,8 +23,10 @@ from .test_crash import (
     _dsh,
     _events,
     _is_error,
-    _persistence,
+    _run_parent,
+    _store_rows,
     _text,
+    _tool_rows,
     _turn_end,
 )
 from .test_crash import _results as _balanced
@@ -144,21 +146,13 @@ def _handoff_composition(tmp: Path, backend: str, point: str, schema: str | None
     (tmp / "parent.yml").write_text(yaml.safe_dump(HANDOFF_SCRIPT))
     (tmp / "billing.yml").write_text(yaml.safe_dump({"responses": [{"text": "paid"}]}))
     rows = [
-        {"id": "sessions", "name": "sessions"},
-        _persistence(backend, tmp / "store", schema),
-        {"id": "session-checkpoints", "name": "session-checkpoint-policy"},
-        {"id": "llm", "name": "llm"},
+        *_store_rows(tmp, backend, schema),
         {
             "id": "model-b",
             "name": "llm-scripted",
             "config": {"provider": "scripted-b", "path": str(tmp / "billing.yml")},
         },
-        {"id": "tools", "name": "tools"},
-        {
-            "id": "crash-points",
-            "name": "tests.subagents.crashpoints:CrashPoints",
-            "config": {"kill": point},
-        },
+        *_tool_rows(point),
         {
             "id": "subagents",
             "name": "subagents",
@@ -187,10 +181,7 @@ def test_resume_after_a_kill_in_a_handoff_is_honest(
     tmp_path: Path, backend: str, point: str, pg_schema: str | None
 ) -> None:
     config = _handoff_composition(tmp_path, backend, point, pg_schema)
-    model = f"scripted:{tmp_path / 'parent.yml'}"
-    crashed = _dsh(
-        tmp_path, "run", "--config", str(config), "--model", model, "--session", "p1", "--new", "go"
-    )
+    crashed = _run_parent(tmp_path, config, "p1")
     assert crashed.returncode == -9, (crashed.returncode, crashed.stdout, crashed.stderr)
     assert f"kill {point}" in crashed.stdout
     before = _events(tmp_path, config, "p1")
