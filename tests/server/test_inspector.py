@@ -272,7 +272,8 @@ def test_the_inspector_tells_each_state_and_reads_like_the_terminal(
 
 def test_a_delegation_links_its_child_session_and_back(tmp_path: Path) -> None:
     """A delegation's child session (DSH's ``subagent/catalog`` fact in the parent's log) is one
-    click away, and the child's page names its parent (issue 34: the inspector shows the tree)."""
+    click away or inline under the delegation, and the child's page names its parent (issue 34:
+    the inspector shows the tree)."""
     workspace, work = tmp_path / "ws", tmp_path / "work"
     workspace.mkdir()
     work.mkdir()
@@ -317,6 +318,9 @@ def test_a_delegation_links_its_child_session_and_back(tmp_path: Path) -> None:
                 page.goto(url + "/#/sessions/lead")
                 link = page.wait_for_selector(".ev.subagent a.child-link")
                 assert link.get_attribute("href") == "#/sessions/lead--call-sub"
+                page.click(".ev.subagent .child-inline summary")  # the tree, in place
+                page.wait_for_selector(".child-inline .ev.assistant:has-text('One line.')")
+                page.wait_for_selector(".child-inline .ev.user:has-text('summarize the plan')")
                 link.click()
                 page.wait_for_selector(".ev.assistant:has-text('One line.')")
                 parent = page.wait_for_selector("#meta .parent a")
