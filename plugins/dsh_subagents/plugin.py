@@ -67,6 +67,7 @@ from dsh_host.sdk import (
     TurnEnded,
     TurnStart,
     UsageTotals,
+    awaiting_call_ids,
     capped_mode,
     check_object_schema,
     decode_event,
@@ -146,7 +147,7 @@ def _depth(session: Any) -> int:
 class ChildState:
     """What a child's log says about its one delegated turn."""
 
-    __slots__ = ("answer", "detail", "ended", "reason", "started", "summary")
+    __slots__ = ("answer", "detail", "ended", "reason", "started", "summary", "waiting")
 
     def __init__(
         self,
@@ -157,11 +158,13 @@ class ChildState:
         answer: str,
         summary: str,
         detail: str = "",
+        waiting: tuple[str, ...] = (),
     ) -> None:
         self.started = started  #: a turn was durably opened (its first request may have run)
         self.ended = ended  #: the turn ended on its own (a turn/end written by the live loop)
         self.reason = reason  #: the turn/end reason kind ("" when it did not end)
         self.detail = detail  #: the turn/end reason's message, when it has one
+        self.waiting = waiting  #: the call ids an ``awaiting-approval`` end lists
         self.answer = answer  #: the last assistant text of the turn
         self.summary = summary  #: one paragraph: what the child did
 
@@ -192,6 +195,7 @@ def child_state(events: Sequence[SessionEvent], output: str | None = None) -> Ch
     ended = False
     reason = ""
     detail = ""
+    waiting: tuple[str, ...] = ()
     answer = ""
     calls: Counter[str] = Counter()
     answered = 0
@@ -201,6 +205,7 @@ def child_state(events: Sequence[SessionEvent], output: str | None = None) -> Ch
         data = event.data
         if isinstance(data, TurnStart):
             started, ended, reason, detail, answer = True, False, "", "", ""
+            waiting = ()
             calls.clear()
             answered = 0
             outputs.clear()
@@ -209,6 +214,7 @@ def child_state(events: Sequence[SessionEvent], output: str | None = None) -> Ch
             ended = True
             reason = _reason_kind(data.reason)
             detail = _reason_field(data.reason, "message")
+            waiting = awaiting_call_ids(data.reason) or ()
         elif isinstance(data, AssistantMessageData):
             text = "".join(b.text for b in data.message.content if isinstance(b, TextBlock))
             if text:
@@ -244,11 +250,18 @@ def child_state(events: Sequence[SessionEvent], output: str | None = None) -> Ch
         answer=answer,
         summary=summary,
         detail=detail,
+        waiting=waiting,
     )
 
 
 def _unfinished_text(agent: str, child_id: str, state: ChildState) -> str:
     why = f" ({state.detail})" if state.detail else ""
+    if state.waiting:  # D19: the child's calls wait for a person; say who decides and how
+        ids = ", ".join(state.waiting)
+        why = (
+            f" (its call(s) {ids} wait for an approval decision: `dsh approvals decide "
+            f"{child_id} CALL allow|deny` continues the child; this delegation is over)"
+        )
     return (
         f'sub-agent "{agent}" (child session {child_id}) ended its turn "{state.reason}"{why} '
         f"without completing. {state.summary}"

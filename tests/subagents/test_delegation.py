@@ -553,3 +553,30 @@ async def test_an_output_schema_outside_the_subset_is_refused_at_load(tmp_path: 
         async with Agent(model=f"scripted:{parent}", store=tmp_path / "s", rows=rows):
             pass
     assert "agents[0] (extractor).output_schema" in str(raised.value)
+
+
+async def test_a_deferred_approval_in_a_child_names_how_to_decide_it(tmp_path: Path) -> None:
+    @tool(approval="ask")
+    def deploy() -> str:
+        """Deploy."""
+        return "deployed"
+
+    parent = _script(
+        tmp_path / "parent.yml", [{"tool_calls": [_delegate("d1", "alpha")]}, {"text": "ok"}]
+    )
+    rows = [
+        _model_row(tmp_path, "scripted-a", [{"tool_calls": [{"name": "deploy", "id": "y1"}]}]),
+        _agents(_child("alpha", "scripted-a", tools=["deploy"])),
+    ]
+    async with Agent(
+        model=f"scripted:{parent}", tools=[deploy], approval="defer", store=tmp_path / "s", rows=rows
+    ) as agent:
+        await agent.run("go")
+        sid = agent.session_id
+        error, text = _results(agent.session)["d1"]
+        child = await _stored(agent, f"{sid}--d1")
+    assert error and 'ended its turn "awaiting-approval"' in text
+    assert f"its call(s) y1 wait for an approval decision: `dsh approvals decide {sid}--d1" in text
+    assert [type(e.data.reason).__name__ for e in child if e.type == "turn/end"] == [
+        "AwaitingApprovalReason"
+    ]
