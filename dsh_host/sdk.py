@@ -470,7 +470,13 @@ if TYPE_CHECKING:
         decode_event as decode_event,
     )
     from dsh_host.llm.attachments import (
+        MAX_IMAGE_BYTES as MAX_IMAGE_BYTES,
+        Attachment as Attachment,
+        AttachmentError as AttachmentError,
         attached as attached,
+        image_block as image_block,
+        image_media_type as image_media_type,
+        tool_result_images as tool_result_images,
     )
     from dsh_host.llm.chat import (
         ChunkTranslator as ChunkTranslator,
@@ -512,7 +518,10 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
         "ChunkTranslator", "DONE", "chat_tools", "map_finish_reason", "map_usage",
         "serialize_messages",
     ),
-    "dsh_host.llm.attachments": ("attached",),
+    "dsh_host.llm.attachments": (
+        "MAX_IMAGE_BYTES", "Attachment", "AttachmentError", "attached", "image_block",
+        "image_media_type", "tool_result_images",
+    ),
     "dsh_host.session.events": (
         "AssistantMessageData", "DSH_V4_ONLY_EVENT_TYPES", "ToolCallData", "TurnEnd",
         "decode_event",

@@ -22,7 +22,14 @@ from dsh_host.llm.attachments import (
 )
 from dsh_host.session import ImageBlock, TextBlock
 from dsh_host.session.messages import (
+    AssistantMessage,
+    ErrorFinish,
+    FinishChunk,
+    ModelSource,
+    ToolCallBlock,
     ToolResultBlock,
+    ToolResultMessage,
+    ToolSource,
     UserMessage,
     UserSource,
     new_message_id,
@@ -209,13 +216,95 @@ async def test_an_attachment_without_its_bytes_is_refused_before_any_request(
     assert "attach the file again" in failure.message
 
 
+def _tool_turn(image: Path) -> list[Any]:
+    """Two parallel calls answered in two tool-result messages, the first with an image."""
+    calls = AssistantMessage(
+        id=new_message_id(),
+        content=(ToolCallBlock(id="c1", name="read_file", arguments='{"path": "red.png"}'),
+                 ToolCallBlock(id="c2", name="read_file", arguments='{"path": "a.txt"}')),
+        source=ModelSource(provider="p", model="m"),
+    )
+    shown = ToolResultBlock(tool_call_id="c1", content=(
+        TextBlock(text="<type>image</type>"), attachment_block(image),
+    ))
+    plain = ToolResultBlock(tool_call_id="c2", content=(TextBlock(text="1: text"),))
+    return [
+        UserMessage(id=new_message_id(), content=(TextBlock(text="look"),), source=UserSource()),
+        calls,
+        ToolResultMessage(id=new_message_id(), content=(shown,), source=ToolSource(call_id="c1")),
+        ToolResultMessage(id=new_message_id(), content=(plain,), source=ToolSource(call_id="c2")),
+    ]
+
+
+def _tool_result_wire(wire: Wire, body: dict[str, Any]) -> list[Any]:
+    """What the request says after the assistant's calls, per wire."""
+    if wire.id == "anthropic":
+        return list(body["messages"][2:])
+    if wire.id == "openai-responses":
+        return [item for item in body["input"] if item.get("type") == "function_call_output"]
+    messages = list(body["messages"])
+    calls = next(i for i, m in enumerate(messages) if m.get("tool_calls"))
+    return messages[calls + 1:]
+
+
+def _expected_tool_result(wire: Wire) -> list[Any]:
+    data = base64.b64encode(png()).decode()
+    uri = "data:image/png;base64," + data
+    if wire.id == "anthropic":
+        return [{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "c1", "content": [
+                {"type": "text", "text": "<type>image</type>"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                             "data": data}},
+            ]},
+            {"type": "tool_result", "tool_use_id": "c2", "content": "1: text",
+             "cache_control": {"type": "ephemeral"}},
+        ]}]
+    if wire.id == "openai-responses":
+        return [
+            {"type": "function_call_output", "call_id": "c1", "output": [
+                {"type": "input_text", "text": "<type>image</type>"},
+                {"type": "input_image", "image_url": uri},
+            ]},
+            {"type": "function_call_output", "call_id": "c2", "output": "1: text"},
+        ]
+    return [  # every call answered first, then the images in one user message
+        {"role": "tool", "tool_call_id": "c1",
+         "content": "<type>image</type>\n[1 image of this result follow in the next user message]"},
+        {"role": "tool", "tool_call_id": "c2", "content": "1: text"},
+        {"role": "user", "content": [
+            {"type": "text", "text": "Images of tool call c1:"},
+            {"type": "image_url", "image_url": {"url": uri}},
+        ]},
+    ]
+
+
 @pytest.mark.anyio
-async def test_an_image_inside_a_tool_result_is_still_refused(
-    files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("wire", WIRES, ids=[wire.id for wire in WIRES])
+async def test_each_adapter_sends_a_tool_results_image_natively(
+    wire: Wire, files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(KEY_ENV, "k")
+    with SseServer([wire.text(["A red square."], usage=(5, 3, 0))]) as server:
+        rows = [Row(name="llm"),
+                Row(id="model", name=wire.plugin, config=wire.row_config(server.url, KEY_ENV))]
+        async with open_host(rows) as host:
+            chunks = await collect(host.ctx.llm.stream(
+                request(wire.provider, wire.model, messages=_tool_turn(files[0]))
+            ))
+        [sent] = server.requests
+    assert isinstance(chunks[-1], FinishChunk) and not isinstance(chunks[-1].reason, ErrorFinish)
+    assert _tool_result_wire(wire, sent.body) == _expected_tool_result(wire)
+
+
+@pytest.mark.anyio
+async def test_a_pdf_inside_a_tool_result_is_still_refused(
+    files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No tool makes a document block; one in a tool result is refused, never dropped."""
+    monkeypatch.setenv(KEY_ENV, "k")
     wire = WIRES[0]
-    result = ToolResultBlock(tool_call_id="c1", content=(attachment_block(files[0]),))
+    result = ToolResultBlock(tool_call_id="c1", content=(attachment_block(files[1]),))
     message = UserMessage(id=new_message_id(), content=(result,), source=UserSource())
     with SseServer([wire.text(["never"], usage=(1, 1, 0))]) as server:
         rows = [Row(name="llm"),
