@@ -50,6 +50,7 @@ from dsh_host.session.session import LogView
 from .errors import ABORTED_CODE, LlmError, failure_of
 from .keys import LLM_STREAM
 from .types import LlmAdapter, LlmRequest, ModelInfo, ProviderInfo, RetryPolicy
+from .vision import without_images
 
 if TYPE_CHECKING:
     from dsh_host.context import Context
@@ -390,7 +391,7 @@ class LlmRuntime:
         signal = request.signal
         try:
             if prepared is not None:
-                route = prepared._route
+                route, info = prepared._route, prepared.model
                 if request.config != prepared.config:
                     raise LlmError(
                         "prepared LLM call config changed before adapter dispatch",
@@ -402,7 +403,7 @@ class LlmRuntime:
                 resolved, _defaults = resolve_call_config(request.config, info)
                 if resolved != request.config:
                     request = request.replace(config=resolved)
-            request = self._for_adapter(request, route.adapter)
+            request = without_images(self._for_adapter(request, route.adapter), info)
             if signal is not None:
                 signal.throw_if_aborted()
             iterator = aiter(route.adapter.stream(request))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import zlib
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from dsh_host.llm.attachments import (
     attachment_block,
     attachment_blocks,
 )
+from dsh_host.llm.vision import family_takes_images
 from dsh_host.session import ImageBlock, TextBlock
 from dsh_host.session.messages import (
     AssistantMessage,
@@ -41,6 +43,11 @@ from .provider_wires import WIRES, Wire
 from .sse_server import SseServer
 
 KEY_ENV = "DSH_TEST_ATTACH_KEY"
+
+
+def seeing(wire: Wire, url: str) -> dict[str, Any]:
+    """The wire's row, its model declared to read images (DeepSeek's chat model does not)."""
+    return {**wire.row_config(url, KEY_ENV), "vision": True}
 
 
 def png(width: int = 2, height: int = 2) -> bytes:
@@ -179,7 +186,7 @@ async def test_each_adapter_sends_images_and_pdfs_natively(
     monkeypatch.setenv(KEY_ENV, "k")
     with SseServer([wire.text(["A red square."], usage=(5, 3, 0))]) as server:
         rows = [Row(name="llm"),
-                Row(id="model", name=wire.plugin, config=wire.row_config(server.url, KEY_ENV))]
+                Row(id="model", name=wire.plugin, config=seeing(wire, server.url))]
         async with open_host(rows) as host:
             await collect(host.ctx.llm.stream(
                 request(wire.provider, wire.model, messages=[_prompt(files)])
@@ -204,7 +211,7 @@ async def test_an_attachment_without_its_bytes_is_refused_before_any_request(
     ), source=UserSource())
     with SseServer([wire.text(["never"], usage=(1, 1, 0))]) as server:
         rows = [Row(name="llm"),
-                Row(id="model", name=wire.plugin, config=wire.row_config(server.url, KEY_ENV))]
+                Row(id="model", name=wire.plugin, config=seeing(wire, server.url))]
         async with open_host(rows) as host:
             chunks = await collect(host.ctx.llm.stream(
                 request(wire.provider, wire.model, messages=[message])
@@ -287,7 +294,7 @@ async def test_each_adapter_sends_a_tool_results_image_natively(
     monkeypatch.setenv(KEY_ENV, "k")
     with SseServer([wire.text(["A red square."], usage=(5, 3, 0))]) as server:
         rows = [Row(name="llm"),
-                Row(id="model", name=wire.plugin, config=wire.row_config(server.url, KEY_ENV))]
+                Row(id="model", name=wire.plugin, config=seeing(wire, server.url))]
         async with open_host(rows) as host:
             chunks = await collect(host.ctx.llm.stream(
                 request(wire.provider, wire.model, messages=_tool_turn(files[0]))
@@ -308,7 +315,7 @@ async def test_a_pdf_inside_a_tool_result_is_still_refused(
     message = UserMessage(id=new_message_id(), content=(result,), source=UserSource())
     with SseServer([wire.text(["never"], usage=(1, 1, 0))]) as server:
         rows = [Row(name="llm"),
-                Row(id="model", name=wire.plugin, config=wire.row_config(server.url, KEY_ENV))]
+                Row(id="model", name=wire.plugin, config=seeing(wire, server.url))]
         async with open_host(rows) as host:
             chunks = await collect(host.ctx.llm.stream(
                 request(wire.provider, wire.model, messages=[message])
@@ -327,7 +334,7 @@ async def test_agent_run_with_attachments_logs_them_and_sends_them(
     with SseServer([wire.text(["A red square."], usage=(5, 3, 0))]) as server:
         async with Agent(
             f"openai-compatible:{wire.model}", store=None,
-            config={"model": wire.row_config(server.url, KEY_ENV)},
+            config={"model": seeing(wire, server.url)},
         ) as agent:
             result = await agent.run("what is this?", attachments=files)
             [logged] = [e.data for e in agent.session.events
@@ -352,3 +359,66 @@ async def test_agent_run_refuses_a_bad_attachment_before_logging_anything(
             await agent.run("look", attachments=[bad])
         assert [e for e in agent.session.events if e.type == "user/message"
                 and isinstance(e.data.source, UserSource)] == []
+
+
+# -- a model that takes no images (D31) ------------------------------------------------------
+
+
+def test_model_families_that_take_no_images() -> None:
+    for text_only in ("deepseek-chat", "deepseek-reasoner", "gpt-3.5-turbo", "o3-mini",
+                      "claude-2.1", "openai/gpt-3.5-turbo", "qwen2.5-72b-instruct"):
+        assert not family_takes_images(text_only), text_only
+    for seeing_model in ("claude-sonnet-4-5", "gpt-5-mini", "openai/gpt-4o-mini", "gpt-4.1",
+                         "deepseek-vl2", "qwen2.5-vl-72b-instruct", "gemini-2.5-pro", "mystery"):
+        assert family_takes_images(seeing_model), seeing_model
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("wire", WIRES, ids=[wire.id for wire in WIRES])
+async def test_a_model_without_vision_reads_a_note_for_a_tool_results_image(
+    wire: Wire, files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``vision: false`` on the row: the request goes out (the turn does not die) with a text
+    note where the image was; the history keeps the image."""
+    monkeypatch.setenv(KEY_ENV, "k")
+    history = _tool_turn(files[0])
+    with SseServer([wire.text(["I cannot see it."], usage=(5, 3, 0))]) as server:
+        rows = [Row(name="llm"), Row(id="model", name=wire.plugin, config={
+            **wire.row_config(server.url, KEY_ENV), "vision": False})]
+        async with open_host(rows) as host:
+            chunks = await collect(host.ctx.llm.stream(
+                request(wire.provider, wire.model, messages=history)
+            ))
+        [sent] = server.requests
+    assert isinstance(chunks[-1], FinishChunk) and not isinstance(chunks[-1].reason, ErrorFinish)
+    body = json.dumps(sent.body)
+    assert base64.b64encode(png()).decode() not in body
+    assert (f'[image not shown: red.png (image/png, {len(png())} bytes); model \\"{wire.model}\\" '
+            "takes no images or documents.") in body
+    assert isinstance(history[2].content[0].content[1], ImageBlock)  # the caller's copy
+
+
+@pytest.mark.anyio
+async def test_a_prompt_with_images_for_a_model_without_vision_is_refused_before_logging(
+    files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DeepSeek's chat model reads no images (its family's default): the prompt is refused,
+    naming the model and what to do, before anything is logged or sent."""
+    monkeypatch.setenv(KEY_ENV, "k")
+    wire = WIRES[0]
+    assert wire.model == "deepseek-chat"
+    with SseServer([wire.text(["never"], usage=(1, 1, 0))]) as server:
+        async with Agent(
+            f"openai-compatible:{wire.model}", store=None,
+            config={"model": wire.row_config(server.url, KEY_ENV)},
+        ) as agent:
+            with pytest.raises(AttachmentError) as refused:
+                await agent.run("what is this?", attachments=files)
+            logged = [e for e in agent.session.events if e.type == "user/message"]
+        assert server.requests == []
+    message = str(refused.value)
+    assert 'model "deepseek-chat" (provider "deepseek-official") takes no images or documents'\
+        in message
+    assert "red.png (image/png, " in message and "spec.pdf (application/pdf, " in message
+    assert "set `vision: true` on its model row" in message
+    assert logged == []
