@@ -503,12 +503,14 @@ class Agent:
             )
         first = [_as_message(prompt)] if prompt is not None else []
         if first:
-            await self._refuse_unreadable(first[0])
+            await self.refuse_unreadable(first[0])
         return await self._run(first, signal, ())
 
-    async def _refuse_unreadable(self, prompt: UserMessage) -> None:
-        """Refuse a prompt's attachments before anything is logged when the agent's model
-        takes no images (D31): the turn would spend tokens on a request it cannot read."""
+    async def refuse_unreadable(self, prompt: Prompt) -> None:
+        """Raise :class:`~dsh_host.llm.attachments.AttachmentError` when ``prompt`` carries
+        attachments and the agent's model takes no images (D31), before anything is logged:
+        the turn would spend tokens on a request the model cannot read."""
+        prompt = _as_message(prompt)
         if not any(is_attachment(block) for block in prompt.content):
             return
         options, llm = self._options, self._ctx.service(LLM)

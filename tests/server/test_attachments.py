@@ -82,3 +82,46 @@ async def test_a_turn_with_an_image_logs_it_and_sends_it(llmock: Any, tmp_path: 
     assert {"type": "base64", "media_type": "image/png", "data": data} in [
         part.get("source") for part in parts
     ]
+
+
+@pytest.mark.anyio
+async def test_a_model_that_takes_no_images_refuses_the_turn_before_logging(
+    llmock: Any, tmp_path: Path
+) -> None:
+    """Claude 2 reads no images (its family's default, D31): the turn is a 400 naming the
+    model and what to do; nothing is logged and the model is never asked."""
+    llmock.reply("never")
+    workspace, root = tmp_path / "ws", tmp_path / "sessions"
+    workspace.mkdir()
+    options = ServeOptions(
+        compositions=build_compositions(
+            str(write_composition(tmp_path)), [], "anthropic:claude-2.1", str(root)
+        ),
+        default_workspace=str(workspace.resolve()),
+    )
+    sock = bind_socket("127.0.0.1", 0)
+    stop = anyio.Event()
+    try:
+        async with anyio.create_task_group() as group:
+            await group.start(lambda task_status: serve(
+                options, sock, shutdown=stop.wait, task_status=task_status))
+            url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+            async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+                server = Server(url, client, workspace, root)
+                try:
+                    session_id = await server.create()
+                    refused = await client.post(f"/sessions/{session_id}/turns", json={
+                        "prompt": "what is this?", "attachments": [
+                            {"name": "dot.png", "data": base64.b64encode(PNG).decode()}]})
+                    events = await server.events(session_id)
+                finally:
+                    stop.set()
+    finally:
+        sock.close()
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "IMAGES_UNSUPPORTED"
+    assert 'model "claude-2.1" (provider "anthropic") takes no images' in error["message"]
+    assert "dot.png (image/png, " in error["message"]
+    assert [e for e in events if e["type"] == "user/message"] == []
+    assert llmock.requests == []
