@@ -28,6 +28,7 @@ from dsh_host.session.messages import (
     ErrorFinish,
     FinishChunk,
     ModelSource,
+    StreamChunk,
     ToolCallBlock,
     ToolResultBlock,
     ToolResultMessage,
@@ -170,6 +171,21 @@ def _expected(wire: Wire) -> list[Any]:
     ]
 
 
+async def _stream(
+    wire: Wire, messages: list[Any], *, vision: bool = True
+) -> tuple[list[StreamChunk], list[Any]]:
+    """One request of ``messages`` to the wire's adapter (its model's ``vision`` set) over
+    loopback HTTP: the chunks, and the requests the server received."""
+    with SseServer([wire.text(["A red square."], usage=(5, 3, 0))]) as server:
+        rows = [Row(name="llm"), Row(id="model", name=wire.plugin, config={
+            **wire.row_config(server.url, KEY_ENV), "vision": vision})]
+        async with open_host(rows) as host:
+            chunks = await collect(host.ctx.llm.stream(
+                request(wire.provider, wire.model, messages=messages)
+            ))
+        return chunks, list(server.requests)
+
+
 def _prompt(files: tuple[Path, Path]) -> UserMessage:
     return UserMessage(
         id=new_message_id(),
@@ -184,14 +200,7 @@ async def test_each_adapter_sends_images_and_pdfs_natively(
     wire: Wire, files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(KEY_ENV, "k")
-    with SseServer([wire.text(["A red square."], usage=(5, 3, 0))]) as server:
-        rows = [Row(name="llm"),
-                Row(id="model", name=wire.plugin, config=seeing(wire, server.url))]
-        async with open_host(rows) as host:
-            await collect(host.ctx.llm.stream(
-                request(wire.provider, wire.model, messages=[_prompt(files)])
-            ))
-        [sent] = server.requests
+    _, [sent] = await _stream(wire, [_prompt(files)])
     assert _native(wire, sent.body) == _expected(wire)
 
 
@@ -209,14 +218,8 @@ async def test_an_attachment_without_its_bytes_is_refused_before_any_request(
     message = UserMessage(id=new_message_id(), content=(
         TextBlock(text="look"), ImageBlock(attachment=reference),
     ), source=UserSource())
-    with SseServer([wire.text(["never"], usage=(1, 1, 0))]) as server:
-        rows = [Row(name="llm"),
-                Row(id="model", name=wire.plugin, config=seeing(wire, server.url))]
-        async with open_host(rows) as host:
-            chunks = await collect(host.ctx.llm.stream(
-                request(wire.provider, wire.model, messages=[message])
-            ))
-        assert server.requests == []
+    chunks, sent = await _stream(wire, [message])
+    assert sent == []
     _, failure = terminal_failure(chunks)
     assert failure.code == "UNSUPPORTED_CONTENT"
     assert "'att_1' has no bytes in the log" in failure.message
@@ -292,14 +295,7 @@ async def test_each_adapter_sends_a_tool_results_image_natively(
     wire: Wire, files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(KEY_ENV, "k")
-    with SseServer([wire.text(["A red square."], usage=(5, 3, 0))]) as server:
-        rows = [Row(name="llm"),
-                Row(id="model", name=wire.plugin, config=seeing(wire, server.url))]
-        async with open_host(rows) as host:
-            chunks = await collect(host.ctx.llm.stream(
-                request(wire.provider, wire.model, messages=_tool_turn(files[0]))
-            ))
-        [sent] = server.requests
+    chunks, [sent] = await _stream(wire, _tool_turn(files[0]))
     assert isinstance(chunks[-1], FinishChunk) and not isinstance(chunks[-1].reason, ErrorFinish)
     assert _tool_result_wire(wire, sent.body) == _expected_tool_result(wire)
 
@@ -313,14 +309,8 @@ async def test_a_pdf_inside_a_tool_result_is_still_refused(
     wire = WIRES[0]
     result = ToolResultBlock(tool_call_id="c1", content=(attachment_block(files[1]),))
     message = UserMessage(id=new_message_id(), content=(result,), source=UserSource())
-    with SseServer([wire.text(["never"], usage=(1, 1, 0))]) as server:
-        rows = [Row(name="llm"),
-                Row(id="model", name=wire.plugin, config=seeing(wire, server.url))]
-        async with open_host(rows) as host:
-            chunks = await collect(host.ctx.llm.stream(
-                request(wire.provider, wire.model, messages=[message])
-            ))
-        assert server.requests == []
+    chunks, sent = await _stream(wire, [message])
+    assert sent == []
     _, failure = terminal_failure(chunks)
     assert failure.code == "UNSUPPORTED_CONTENT" and "tool result" in failure.message
 
@@ -382,14 +372,7 @@ async def test_a_model_without_vision_reads_a_note_for_a_tool_results_image(
     note where the image was; the history keeps the image."""
     monkeypatch.setenv(KEY_ENV, "k")
     history = _tool_turn(files[0])
-    with SseServer([wire.text(["I cannot see it."], usage=(5, 3, 0))]) as server:
-        rows = [Row(name="llm"), Row(id="model", name=wire.plugin, config={
-            **wire.row_config(server.url, KEY_ENV), "vision": False})]
-        async with open_host(rows) as host:
-            chunks = await collect(host.ctx.llm.stream(
-                request(wire.provider, wire.model, messages=history)
-            ))
-        [sent] = server.requests
+    chunks, [sent] = await _stream(wire, history, vision=False)
     assert isinstance(chunks[-1], FinishChunk) and not isinstance(chunks[-1].reason, ErrorFinish)
     body = json.dumps(sent.body)
     assert base64.b64encode(png()).decode() not in body

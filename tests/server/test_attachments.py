@@ -17,7 +17,7 @@ from dsh_host.server.command import build_compositions
 from dsh_host.server.runtime import ServeOptions
 from dsh_host.server.serve import bind_socket, serve
 
-from .harness import Server, write_composition
+from .harness import Server, running_server, write_composition
 
 PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00"
        b"\x00\x90wS\xde\x00\x00\x00\x0cIDATx\x9cc\xf8\xcf\xc0\x00\x00\x03\x01\x01\x00\xc9\xfe"
@@ -91,33 +91,12 @@ async def test_a_model_that_takes_no_images_refuses_the_turn_before_logging(
     """Claude 2 reads no images (its family's default, D31): the turn is a 400 naming the
     model and what to do; nothing is logged and the model is never asked."""
     llmock.reply("never")
-    workspace, root = tmp_path / "ws", tmp_path / "sessions"
-    workspace.mkdir()
-    options = ServeOptions(
-        compositions=build_compositions(
-            str(write_composition(tmp_path)), [], "anthropic:claude-2.1", str(root)
-        ),
-        default_workspace=str(workspace.resolve()),
-    )
-    sock = bind_socket("127.0.0.1", 0)
-    stop = anyio.Event()
-    try:
-        async with anyio.create_task_group() as group:
-            await group.start(lambda task_status: serve(
-                options, sock, shutdown=stop.wait, task_status=task_status))
-            url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-            async with httpx.AsyncClient(base_url=url, timeout=60) as client:
-                server = Server(url, client, workspace, root)
-                try:
-                    session_id = await server.create()
-                    refused = await client.post(f"/sessions/{session_id}/turns", json={
-                        "prompt": "what is this?", "attachments": [
-                            {"name": "dot.png", "data": base64.b64encode(PNG).decode()}]})
-                    events = await server.events(session_id)
-                finally:
-                    stop.set()
-    finally:
-        sock.close()
+    async with running_server(tmp_path, [], model="anthropic:claude-2.1") as server:
+        session_id = await server.create()
+        refused = await server.client.post(f"/sessions/{session_id}/turns", json={
+            "prompt": "what is this?",
+            "attachments": [{"name": "dot.png", "data": base64.b64encode(PNG).decode()}]})
+        events = await server.events(session_id)
     assert refused.status_code == 400, refused.text
     error = refused.json()["error"]
     assert error["code"] == "IMAGES_UNSUPPORTED"
