@@ -384,3 +384,32 @@ def test_a_queued_turn_carries_its_attachments(workers: Workers, llmock: Any) ->
     assert {"type": "base64", "media_type": "image/png", "data": data} in [
         part.get("source") for part in parts
     ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["stop"], indirect=True)
+def test_a_queued_turn_for_a_model_without_vision_is_refused_before_queueing(
+    workers: Workers, llmock: Any
+) -> None:
+    """Claude 2 reads no images (D31): the front asks the session's model before it queues the
+    job, so the answer is a 400 naming the model, and no job and no prompt are left behind."""
+    workers.env.update(llmock.env())
+    url = workers.start([], model="anthropic:claude-2.1")
+    session_id = httpx.post(f"{url}/sessions", json={}, timeout=30).json()["id"]
+    response = httpx.post(f"{url}/sessions/{session_id}/turns", timeout=60, json={
+        "prompt": "what is this?",
+        "attachments": [{"name": "dot.png", "data": base64.b64encode(PNG).decode()}]})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "IMAGES_UNSUPPORTED"
+    assert 'model "claude-2.1"' in response.json()["error"]["message"]
+    plain = httpx.post(f"{url}/sessions/{session_id}/turns", timeout=60,
+                       json={"prompt": "hello"})
+    assert (plain.status_code, plain.json()["turn"]) == (202, 1)  # the session was let go
+
+    def prompts() -> list[Any]:
+        events = [json.loads(line) for line in httpx.get(
+            f"{url}/sessions/{session_id}/events", timeout=60).text.splitlines()]
+        return [e["data"]["content"] for e in events if e["type"] == "user/message"
+                and e["data"]["source"]["kind"] == "user"]
+
+    assert _poll(prompts) == [[{"type": "text", "text": "hello"}]]  # only the queued one
