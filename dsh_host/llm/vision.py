@@ -9,14 +9,15 @@ model that takes none:
   model cannot read;
 - every image or document already in the history (a tool result's image, a prompt from when
   the session used another model) is sent as a text note in its place (:func:`without_images`,
-  called by the LLM runtime before the adapter): the turn goes on and the model is told what
-  it cannot see. The log keeps the image: a later request to a model that takes images sends it.
+  called by the LLM runtime before the adapter, with the positions its per-session index
+  found, so a request costs O(new messages)): the turn goes on and the model is told what it
+  cannot see. The log keeps the image: a later request to a model that takes images sends it.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import msgspec
 
@@ -26,7 +27,7 @@ from dsh_host.session.messages import ImageBlock, ToolResultBlock
 from .attachments import _record, is_attachment
 from .types import LlmRequest, ModelInfo
 
-__all__ = ["family_takes_images", "note_for", "refusal", "without_images"]
+__all__ = ["carries_attachment", "family_takes_images", "note_for", "refusal", "without_images"]
 
 #: Model families known to take text only (matched on the id, lowercased, after any
 #: ``vendor/`` prefix of a gateway such as LiteLLM). Any other model is taken to read images:
@@ -94,13 +95,27 @@ def _content(blocks: Sequence[ContentBlock], info: ModelInfo) -> tuple[ContentBl
     return tuple(out) if changed else None
 
 
-def without_images(request: LlmRequest, info: ModelInfo) -> LlmRequest:
+def carries_attachment(message: Message) -> bool:
+    """Whether ``message`` holds an image or a document (its own, or a tool result's)."""
+    for block in message.content:
+        if is_attachment(block) or (
+            isinstance(block, ToolResultBlock) and any(is_attachment(b) for b in block.content)
+        ):
+            return True
+    return False
+
+
+def without_images(
+    request: LlmRequest, info: ModelInfo, positions: Iterable[int] | None = None
+) -> LlmRequest:
     """``request`` as a model that takes no images is sent it: each image or document of the
-    history becomes a text note (the same request when ``info.vision`` or there is none)."""
+    history becomes a text note (the same request when ``info.vision`` or there is none).
+    ``positions``: where the messages carrying them are (default: every message is looked at)."""
     if info.vision:
         return request
     messages: list[Message] | None = None
-    for position, message in enumerate(request.messages):
+    for position in range(len(request.messages)) if positions is None else positions:
+        message = request.messages[position]
         content = _content(message.content, info)
         if content is None:
             continue
