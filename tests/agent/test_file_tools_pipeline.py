@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dsh_host import Row, open_host
-from dsh_host.session import ImageBlock, TextBlock
+from dsh_host.session import ImageBlock, TextBlock, ToolResultBlock
 from dsh_host.session.events import turn_end_kind
 
 from .agent_helpers import agent_service, model_requests, scripted_host, scripted_rows
@@ -86,8 +86,9 @@ async def test_read_file_on_an_image_reaches_the_next_request(
     envelope, image = logged.content[0].content
     assert isinstance(image, ImageBlock)
     assert image.attachment["data"] == base64.b64encode(picture).decode()
-    [sent] = [m for m in second.messages if m.id == logged.id]
-    sent_envelope, sent_image = sent.content[0].content
+    [sent] = [m.content[0] for m in second.messages if m.id == logged.id]
+    assert isinstance(sent, ToolResultBlock)
+    sent_envelope, sent_image = sent.content
     assert sent_envelope == envelope
     if vision:
         assert sent_image == image
