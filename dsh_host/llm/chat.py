@@ -544,8 +544,9 @@ def serialize_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
             images = tool_result_images(result)
             note = ""
             if images:
-                count = f"{len(images)} image{'s' if len(images) != 1 else ''}"
-                note = f"\n[{count} of this result follow in the next user message]"
+                count = "1 image" if len(images) == 1 else f"{len(images)} images"
+                verb = "follows" if len(images) == 1 else "follow"
+                note = f"\n[{count} of this result {verb} in the next user message]"
                 pending.append(
                     {"type": "text", "text": f"Images of tool call {result.tool_call_id}:"}
                 )

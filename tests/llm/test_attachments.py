@@ -280,7 +280,7 @@ def _expected_tool_result(wire: Wire) -> list[Any]:
         ]
     return [  # every call answered first, then the images in one user message
         {"role": "tool", "tool_call_id": "c1",
-         "content": "<type>image</type>\n[1 image of this result follow in the next user message]"},
+         "content": "<type>image</type>\n[1 image of this result follows in the next user message]"},
         {"role": "tool", "tool_call_id": "c2", "content": "1: text"},
         {"role": "user", "content": [
             {"type": "text", "text": "Images of tool call c1:"},
