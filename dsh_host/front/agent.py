@@ -607,8 +607,9 @@ class Agent:
         With an ``output_type`` (here or on the agent), ``result.output`` is
         the validated value, or :class:`OutputValidationError` is raised.
         ``attachments`` are image (PNG, JPEG, GIF, WebP) and PDF files sent with the
-        prompt; a missing, unsupported or too large file raises
-        :class:`~dsh_host.llm.attachments.AttachmentError` before anything is logged.
+        prompt; a missing, unsupported or too large file, or a model that takes no images
+        (D31), raises :class:`~dsh_host.llm.attachments.AttachmentError` before anything is
+        logged.
         """
         turn_prompt: str | list[ContentBlock] = prompt
         if attachments:
