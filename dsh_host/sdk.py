@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         ModelRoute as ModelRoute,
         NoConfig as NoConfig,
         Plugin as Plugin,
+        RunTermKeys as RunTermKeys,
         StoreUrl as StoreUrl,
     )
     from dsh_host.context import (
@@ -518,7 +519,7 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
         "decode_event",
     ),
     # -- Plugins, services, events, cancellation
-    "dsh_host.plugin": ("ModelRoute", "NoConfig", "Plugin", "StoreUrl"),
+    "dsh_host.plugin": ("ModelRoute", "NoConfig", "Plugin", "RunTermKeys", "StoreUrl"),
     "dsh_host.context": ("Context", "Host", "ServiceKey"),
     "dsh_host.bus": (
         "Emit", "EventMode", "Next", "Parallel", "Serial", "StreamNext", "StreamWaterfall",

@@ -17,9 +17,11 @@ import anyio
 import anyio.from_thread
 import msgspec
 
+from ..composition_edits import services_of
 from ..errors import install_hint
-from ..loader import PluginHost, canonical_name
+from ..loader import PluginHost
 from ..session.events import SessionEvent, event_to_builtins, to_builtins
+from ..session.keys import TELEMETRY
 from ..session.persistence import (
     SessionLoad,
     SessionPersistenceCorruptionError,
@@ -615,7 +617,7 @@ def run_export_otel(args: argparse.Namespace) -> int:
     config = TelemetryConfig()
     for entry in located:
         row = entry.row
-        if not row.disabled and canonical_name(row.name) == "telemetry-otel":
+        if not row.disabled and TELEMETRY.name in services_of(row)[0]:
             try:
                 config = msgspec.convert(row.config or {}, TelemetryConfig)
             except (msgspec.ValidationError, ValueError) as error:

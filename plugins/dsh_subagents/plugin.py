@@ -256,6 +256,8 @@ class Subagents(Plugin):
     #: ``ctx.subagents`` is this plugin; a repair-only boot (``dsh resume`` without a prompt)
     #: keeps the rows that provide it, so the child is repaired there too.
     provides = ("subagents",)
+    #: a repair of the parent refines the delegating calls' closers from the children (D24)
+    boots_for_repair = True
     inject = ("sessions", "tools", "agent")
     Config = SubagentsConfig
 

@@ -164,6 +164,8 @@ class TelemetryOtel(Plugin):
 
     name = PLUGIN_NAME
     provides = ("telemetry",)
+    #: spans follow every append, a repair's closers included
+    boots_for_repair = True
     Config = TelemetryConfig
 
     def apply(self, ctx: Context, config: TelemetryConfig) -> None:
