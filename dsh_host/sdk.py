@@ -27,8 +27,9 @@ runs; ``tests/test_public_api.py`` checks they list the same names.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dsh_host.lazy import lazy_names
 
 if TYPE_CHECKING:
     # -- Plugins, services, events, cancellation
@@ -678,16 +679,7 @@ _MODULE_OF = {name: module for module, names in _DEFINED_IN.items() for name in 
 __all__ = sorted([*_MODULE_OF, *_SUBMODULES])
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is not None:
-        value = getattr(import_module(module), name)
-    elif name in _SUBMODULES:
-        value = import_module(_SUBMODULES[name])
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value  # later lookups skip this function
-    return value
+__getattr__ = lazy_names(__name__, _MODULE_OF, _SUBMODULES)
 
 
 def __dir__() -> list[str]:
