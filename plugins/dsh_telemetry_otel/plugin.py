@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
 
 from dsh_host.sdk import (
+    DELEGATION_EVENT,
     SESSION_EVENT,
     TELEMETRY,
     TOKEN_METER,
@@ -22,6 +23,7 @@ from dsh_host.sdk import (
     Plugin,
     PriceTable,
     TokenMeter,
+    delegating_call,
     event_to_builtins,
 )
 
@@ -136,7 +138,12 @@ class Telemetry:
         repair appends end the spans of the turn they close (with the same ids as if this
         process had seen the whole turn). Done once per session, never per event.
         """
+        fresh = session.id not in self._sessions
         tracer = self.tracer_for(session.id)
+        if fresh and event.type != DELEGATION_EVENT:
+            # a sub-agent session this row meets mid-log: its link to the parent first (D30)
+            for earlier in _delegation_preamble(session.events, event.seq):
+                tracer.feed(event_to_builtins(earlier))
         if not tracer.in_turn and event.type != "turn/start" and session.id not in self._caught_up:
             self._caught_up.add(session.id)
             for earlier in _open_turn(session.events, event.seq):
@@ -185,6 +192,18 @@ class TelemetryOtel(Plugin):
         ctx.provide(TELEMETRY, telemetry)
 
 
+def _delegation_preamble(events: Any, before: int) -> list[Any]:
+    """The ``dsh-subagents/delegation`` event a child's log opens with, if it is before
+    ``before`` (it precedes the child's first turn; nothing is scanned past that)."""
+    for index in range(min(before, len(events))):
+        kind = events[index].type
+        if kind == DELEGATION_EVENT:
+            return [events[index]]
+        if kind == "turn/start":
+            break
+    return []
+
+
 def _open_turn(events: Any, before: int) -> list[Any]:
     """The events of the turn still open at ``before`` (from its ``turn/start``), or none."""
     for index in range(min(before, len(events)) - 1, -1, -1):
@@ -204,30 +223,46 @@ def export_session(
     config: TelemetryConfig | None = None,
     prices: PriceTable | None = None,
     meter: metrics.Meter | None = None,
+    children: Iterable[tuple[str, Iterable[Mapping[str, Any]]]] = (),
 ) -> dict[str, int]:
     """Export a stored session's events as a trace, after the fact; returns the span counts.
 
     The same :class:`SessionTracer` as the live row, so a session exported live and again here
     gives the same spans with the same ids. A turn the log has not closed (a crash not yet
-    repaired) is exported open-ended and marked ``dsh.open``.
+    repaired) is exported open-ended and marked ``dsh.open``. ``children`` are its sub-agent
+    sessions (and theirs), ``(id, events)``: each child's turn is exported under the
+    delegating call's ``execute_tool`` span, in the parent's trace (D30); the counts are the
+    sum over all of them.
     """
     config = config or TelemetryConfig()
     ids = LogIds()
     provider = _provider(config.service_name, ids)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = SessionTracer(
-        provider.get_tracer(SCOPE),
-        ids,
-        session_id,
-        agent_name=config.agent_name,
-        capture_content=config.capture_content,
-        prices=prices if prices is not None else PriceTable(),
-        meter=meter,
-    )
-    last = None
-    for event in events:
-        tracer.feed(event)
-        last = event.get("time")
-    tracer.close(None if last is None else int(last))
+    logs: dict[str, Sequence[Mapping[str, Any]]] = {}
+
+    def locate_call(parent: str, call_id: str) -> tuple[int, int] | None:
+        """A pre-D30 child's delegating call, found in its parent's log when exported too."""
+        events = logs.get(parent)
+        return None if events is None else delegating_call(reversed(events), call_id)
+
+    counts: dict[str, int] = {}
+    for sid, stream in [(session_id, events), *children]:
+        logs[sid] = log = list(stream)
+        tracer = SessionTracer(
+            provider.get_tracer(SCOPE),
+            ids,
+            sid,
+            agent_name=config.agent_name,
+            capture_content=config.capture_content,
+            prices=prices if prices is not None else PriceTable(),
+            meter=meter,
+            locate_call=locate_call,
+        )
+        for event in log:
+            tracer.feed(event)
+        last = log[-1].get("time") if log else None
+        tracer.close(None if last is None else int(last))
+        for name, count in tracer.counts.items():
+            counts[name] = counts.get(name, 0) + count
     provider.shutdown()
-    return dict(tracer.counts)
+    return counts
