@@ -162,6 +162,7 @@ if TYPE_CHECKING:
         DelegationLink as DelegationLink,
         delegating_call as delegating_call,
         delegation_link as delegation_link,
+        session_link as session_link,
     )
     from dsh_host.session.header import (
         HEADER_KEYS as HEADER_KEYS,
@@ -569,6 +570,7 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
     "dsh_host.session.folds": ("LogFold",),
     "dsh_host.session.lineage": (
         "DELEGATION_EVENT", "DelegationLink", "delegating_call", "delegation_link",
+        "session_link",
     ),
     "dsh_host.session.header": ("header_from_meta",
         "HEADER_KEYS", "SessionHeader", "check_session_id", "parse_session_header",

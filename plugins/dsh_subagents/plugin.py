@@ -61,7 +61,6 @@ from dsh_host.sdk import (
     TurnStart,
     capped_mode,
     decode_event,
-    delegating_call,
     interrupted_tool_result_id,
     interrupted_turn_closers,
     text_output,
@@ -333,14 +332,11 @@ class Subagents(Plugin):
         cwd = getattr(parent_session.header, "cwd", None)
         if isinstance(cwd, str):
             meta["cwd"] = cwd
-        # The delegating call's turn and tool/call seq (flushed before this body ran) go in
-        # the child's log, so the child names the parent's span ids on its own (D30).
-        located = delegating_call(reversed(parent_session.events), exec.call_id)
-        link = DelegationLink(
-            parent_session.id,
-            exec.call_id,
-            declared.name,
-            *(located if located is not None else (None, None)),
+        # The delegating call's turn and tool/call seq (flushed before this body ran) and the
+        # top-level turn the tree hangs from go in the child's log, so the child names the
+        # parent's span ids on its own (D30).
+        link = DelegationLink.under(
+            parent_session.id, parent_session.events, exec.call_id, declared.name
         )
         child_session = store.create(child_id, meta=meta)
         child_session.append(DELEGATION_EVENT, link.data(), ignorable=True)

@@ -30,10 +30,11 @@ opened the span (:class:`LogIds`), so exporting a session twice (live, then agai
 fact) gives the same ids and a backend can deduplicate.
 
 A sub-agent's session (its log opens with a ``dsh-subagents/delegation`` event naming the
-parent session, the delegating call, the parent's turn and the call's ``tool/call`` seq) has
-its ``invoke_agent`` span parented to that call's ``execute_tool`` span in the parent's trace:
-both ids are computed from the parent's session id, turn and seq as the parent's tracer
-computed them, so the link holds live, after the fact and for a child exported alone (D30).
+parent session, the delegating call, the call's ``tool/call`` seq and the top-level session and
+turn the delegation tree started from) has its ``invoke_agent`` span parented to that call's
+``execute_tool`` span, in the top-level turn's trace: both ids are computed from the log as the
+ancestors' tracers computed them, so the link holds live, after the fact and for a child
+exported alone (D30).
 
 Attribute names follow the OpenTelemetry GenAI semantic conventions as published with
 ``opentelemetry-semantic-conventions`` 0.66b (GenAI spans, conventions 1.37+:
@@ -157,8 +158,8 @@ class _Instruments:
         )
 
 
-#: ``(parent session id, call id) -> (turn, tool/call seq)`` in the parent's log, or None.
-CallLocator = Callable[[str, str], "tuple[int, int] | None"]
+#: ``(parent session id, call id) ->`` the parent's ``execute_tool`` span of that call, or None.
+CallLocator = Callable[[str, str], "SpanContext | None"]
 
 
 class SessionTracer:
@@ -192,9 +193,12 @@ class SessionTracer:
         #: a sub-agent session's link to its delegating call (its ``dsh-subagents/delegation``
         #: event): its turns are children of that call's ``execute_tool`` span (D30)
         self._link: DelegationLink | None = None
-        #: finds the delegating call in the parent's log for a link that does not say where it
-        #: is (a child written before D30)
+        #: finds the delegating call's span among the parent's for a link that does not say
+        #: where it is (a child written before D30, exported with its parent)
         self._locate_call = locate_call
+        #: call id -> its execute_tool span's context, kept only when asked (``remember_calls``:
+        #: an export whose children may need them), never live
+        self.call_spans: dict[str, SpanContext] | None = None
         #: the route of the last ``request/header`` (later steps reuse it until it changes)
         self._provider: str | None = None
         self._model: str | None = None
@@ -305,8 +309,13 @@ class SessionTracer:
         if cost is not None:
             self._metrics.cost.add(float(cost), attributes)
 
+    def link_to(self, link: DelegationLink | None) -> None:
+        """This session is a sub-agent's (``link`` read from its log, D30): its turns become
+        children of the delegating call's span. What the delegation event does when fed."""
+        self._link = link
+
     def _delegation(self, event: Mapping[str, Any], data: Mapping[str, Any]) -> None:
-        self._link = delegation_link(event)
+        self.link_to(delegation_link(event))
 
     def _delegating_span(self) -> Span | None:
         """The parent's ``execute_tool`` span of the delegating call, as a remote parent: its
@@ -315,22 +324,18 @@ class SessionTracer:
         link = self._link
         if link is None:
             return None
-        located: tuple[int, int] | None = None
-        if link.parent_turn is not None and link.parent_call_seq is not None:
-            located = (link.parent_turn, link.parent_call_seq)
-        elif self._locate_call is not None:
-            located = self._locate_call(link.parent_session, link.call_id)
-        if located is None:
-            return None
-        turn, seq = located
-        return NonRecordingSpan(
-            SpanContext(
-                trace_id=LogIds.trace_id(link.parent_session, turn),
+        context: SpanContext | None = None
+        seq, root, root_turn = link.parent_call_seq, link.root_session, link.root_turn
+        if seq is not None and root is not None and root_turn is not None:
+            context = SpanContext(
+                trace_id=LogIds.trace_id(root, root_turn),  # the top-level turn's trace
                 span_id=LogIds.span_id(link.parent_session, f"seq:{seq}"),
                 is_remote=False,
                 trace_flags=TraceFlags(TraceFlags.SAMPLED),
             )
-        )
+        elif self._locate_call is not None:
+            context = self._locate_call(link.parent_session, link.call_id)
+        return None if context is None else NonRecordingSpan(context)
 
     def _turn_start(self, event: Mapping[str, Any], data: Mapping[str, Any]) -> None:
         if self._turn is not None:  # a turn/start without the previous turn/end: close it
@@ -521,6 +526,8 @@ class SessionTracer:
         if self._capture:
             span.set_attribute("gen_ai.tool.call.arguments", str(data.get("arguments", "")))
         turn.tools[call_id] = span
+        if self.call_spans is not None:
+            self.call_spans[call_id] = span.get_span_context()
 
     def _approval(self, event: Mapping[str, Any], data: Mapping[str, Any]) -> None:
         turn = self._turn

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 import msgspec
@@ -13,6 +13,7 @@ from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetr
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
+from opentelemetry.trace import SpanContext
 
 from dsh_host.sdk import (
     DELEGATION_EVENT,
@@ -23,8 +24,8 @@ from dsh_host.sdk import (
     Plugin,
     PriceTable,
     TokenMeter,
-    delegating_call,
     event_to_builtins,
+    session_link,
 )
 
 from ._tracer import LogIds, SessionTracer
@@ -142,8 +143,7 @@ class Telemetry:
         tracer = self.tracer_for(session.id)
         if fresh and event.type != DELEGATION_EVENT:
             # a sub-agent session this row meets mid-log: its link to the parent first (D30)
-            for earlier in _delegation_preamble(session.events, event.seq):
-                tracer.feed(event_to_builtins(earlier))
+            tracer.link_to(session_link(session.events))
         if not tracer.in_turn and event.type != "turn/start" and session.id not in self._caught_up:
             self._caught_up.add(session.id)
             for earlier in _open_turn(session.events, event.seq):
@@ -192,18 +192,6 @@ class TelemetryOtel(Plugin):
         ctx.provide(TELEMETRY, telemetry)
 
 
-def _delegation_preamble(events: Any, before: int) -> list[Any]:
-    """The ``dsh-subagents/delegation`` event a child's log opens with, if it is before
-    ``before`` (it precedes the child's first turn; nothing is scanned past that)."""
-    for index in range(min(before, len(events))):
-        kind = events[index].type
-        if kind == DELEGATION_EVENT:
-            return [events[index]]
-        if kind == "turn/start":
-            break
-    return []
-
-
 def _open_turn(events: Any, before: int) -> list[Any]:
     """The events of the turn still open at ``before`` (from its ``turn/start``), or none."""
     for index in range(min(before, len(events)) - 1, -1, -1):
@@ -230,25 +218,25 @@ def export_session(
     The same :class:`SessionTracer` as the live row, so a session exported live and again here
     gives the same spans with the same ids. A turn the log has not closed (a crash not yet
     repaired) is exported open-ended and marked ``dsh.open``. ``children`` are its sub-agent
-    sessions (and theirs), ``(id, events)``: each child's turn is exported under the
-    delegating call's ``execute_tool`` span, in the parent's trace (D30); the counts are the
-    sum over all of them.
+    sessions (and theirs), ``(id, events)``, each after its parent: each child's turn is
+    exported under the delegating call's ``execute_tool`` span, in the parent's trace (D30);
+    the counts are the sum over all of them.
     """
     config = config or TelemetryConfig()
     ids = LogIds()
     provider = _provider(config.service_name, ids)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    logs: dict[str, Sequence[Mapping[str, Any]]] = {}
+    tracers: dict[str, SessionTracer] = {}
 
-    def locate_call(parent: str, call_id: str) -> tuple[int, int] | None:
-        """A pre-D30 child's delegating call, found in its parent's log when exported too."""
-        events = logs.get(parent)
-        return None if events is None else delegating_call(reversed(events), call_id)
+    def locate_call(parent: str, call_id: str) -> SpanContext | None:
+        """A pre-D30 child's delegating call: its span, when the parent was exported first."""
+        calls = tracers[parent].call_spans if parent in tracers else None
+        return None if calls is None else calls.get(call_id)
 
     counts: dict[str, int] = {}
     for sid, stream in [(session_id, events), *children]:
-        logs[sid] = log = list(stream)
-        tracer = SessionTracer(
+        log = list(stream)
+        tracers[sid] = tracer = SessionTracer(
             provider.get_tracer(SCOPE),
             ids,
             sid,
@@ -258,6 +246,7 @@ def export_session(
             meter=meter,
             locate_call=locate_call,
         )
+        tracer.call_spans = {}
         for event in log:
             tracer.feed(event)
         last = log[-1].get("time") if log else None

@@ -15,9 +15,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from dsh_telemetry_otel import Telemetry, export_session
+from dsh_telemetry_otel import Telemetry, TelemetryConfig, export_session
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -29,6 +30,7 @@ from dsh_host import Row
 from dsh_host.front import Agent, tool
 from dsh_host.session.events import event_to_builtins
 from dsh_host.session.keys import TELEMETRY
+from dsh_host.session.lineage import DELEGATION_EVENT
 
 from .test_otel import Receiver, receiver  # noqa: F401  (the fixture)
 
@@ -75,10 +77,8 @@ async def test_two_parallel_delegations_are_one_trace_live_and_after_the_fact(
         sid = agent.session_id
         store = agent.host.ctx.get("sessionPersistence")
         assert store is not None
-        stored = {
-            session: [event_to_builtins(e) for e in (await store.inspect(session)).events]
-            for session in (sid, f"{sid}--d1", f"{sid}--d2")
-        }
+        loads = {s: await store.inspect(s) for s in (sid, f"{sid}--d1", f"{sid}--d2")}
+        stored = {s: [event_to_builtins(e) for e in load.events] for s, load in loads.items()}
     spans = list(live.get_finished_spans())
     shapes = {_shape(s) for s in spans}
     [root] = [s for s in spans if s.parent is None]
@@ -121,6 +121,31 @@ async def test_two_parallel_delegations_are_one_trace_live_and_after_the_fact(
     alone = InMemorySpanExporter()
     export_session(f"{sid}--d2", stored[f"{sid}--d2"], alone)
     assert {_shape(s) for s in alone.get_finished_spans()} <= shapes
+    # a child written before D30 (no parentTurn, ...): the parent's export locates the call
+    older = InMemorySpanExporter()
+    export_session(sid, stored[sid], older, children=[
+        (c, [_pre_d30(e) for e in stored[c]]) for c in (f"{sid}--d1", f"{sid}--d2")])  # fmt: skip
+    assert {_shape(s) for s in older.get_finished_spans()} == shapes
+    # a row that meets a child mid-log (another process continues it) reads its link first
+    joining = Telemetry(TelemetryConfig(exporter="none", metrics=False))
+    late = InMemorySpanExporter()
+    joining.add_span_processor(SimpleSpanProcessor(late))
+    child = loads[f"{sid}--d1"]
+    start = next(i for i, e in enumerate(child.events) if e.type == "turn/start")
+    for event in child.events[start:]:
+        joining.on_event(child, event)
+    joining.shutdown()
+    assert {_shape(s) for s in late.get_finished_spans()} <= shapes
+    assert len(late.get_finished_spans()) == 4  # alpha: its turn, 2 requests, 1 call
+
+
+def _pre_d30(event: dict[str, Any]) -> dict[str, Any]:
+    if event["type"] != DELEGATION_EVENT:
+        return event
+    added = {"parentTurn", "parentCallSeq", "rootSession", "rootTurn"}
+    assert added <= set(event["data"])
+    data = {k: v for k, v in event["data"].items() if k not in added}
+    return {**event, "data": data}
 
 
 def _dsh(tmp: Path, *args: str, endpoint: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -133,12 +158,15 @@ def _dsh(tmp: Path, *args: str, endpoint: str | None = None) -> subprocess.Compl
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("point", ["child-tool", "grandchild-tool"])
 def test_a_killed_delegation_resumed_is_exported_under_the_parents_call(
     tmp_path: Path,
     receiver: Receiver,  # noqa: F811
+    point: str,
 ) -> None:
-    # alpha's tool body SIGKILLs the process mid-delegation; resume repairs alpha, then the parent
-    config = str(_compose(tmp_path, "jsonl", "child-tool"))
+    # a tool body SIGKILLs the process mid-delegation (alpha's own, or that of gamma, which alpha
+    # delegated to); resume repairs the children from the bottom up, then the parent
+    config = str(_compose(tmp_path, "jsonl", point))
     crashed = _dsh(tmp_path, "run", "--config", config, "--model",
                    f"scripted:{tmp_path / 'parent.yml'}", "--session", PARENT, "--new", "go")  # fmt: skip
     assert crashed.returncode == -9, (crashed.stdout, crashed.stderr)
@@ -162,8 +190,16 @@ def test_a_killed_delegation_resumed_is_exported_under_the_parents_call(
     assert alpha.error and alpha.attributes["dsh.turn.end"] == "interrupted"
     assert alpha.attributes["dsh.parent.call_id"] == "d1"
     [crash] = [s for s in spans if s.name == "execute_tool crash"]
-    assert crash.parent == alpha.span_id
     assert crash.error and crash.attributes["error.type"] == "TOOL_OUTCOME_UNKNOWN"
+    if point == "child-tool":
+        assert crash.parent == alpha.span_id
+    else:  # gamma's turn hangs under alpha's delegating call g1, in the same trace
+        [g1] = [s for s in spans if s.attributes.get("gen_ai.tool.call.id") == "g1"]
+        assert g1.parent == alpha.span_id and g1.attributes["error.type"] == "TOOL_OUTCOME_UNKNOWN"
+        [gamma] = [s for s in spans if s.name == "invoke_agent gamma"]
+        assert gamma.parent == g1.span_id and gamma.attributes["dsh.turn.end"] == "interrupted"
+        assert gamma.attributes["gen_ai.conversation.id"] == f"{PARENT}--d1--g1"
+        assert crash.parent == gamma.span_id
     for beta in [s for s in spans if s.name == "invoke_agent beta"]:  # it may not have started
         assert beta.parent == calls["d2"].span_id
 
