@@ -159,6 +159,13 @@ if TYPE_CHECKING:
     from dsh_host.session.folds import (
         LogFold as LogFold,
     )
+    from dsh_host.session.lineage import (
+        DELEGATION_EVENT as DELEGATION_EVENT,
+        DelegationLink as DelegationLink,
+        delegating_call as delegating_call,
+        delegation_link as delegation_link,
+        session_link as session_link,
+    )
     from dsh_host.session.header import (
         HEADER_KEYS as HEADER_KEYS,
         SessionHeader as SessionHeader,
@@ -563,6 +570,10 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
     "dsh_host.session.events.envelope": ("ReplaceOp", "SessionEvent"),
     "dsh_host.session.events.reasons": ("register_turn_end_reason",),
     "dsh_host.session.folds": ("LogFold",),
+    "dsh_host.session.lineage": (
+        "DELEGATION_EVENT", "DelegationLink", "delegating_call", "delegation_link",
+        "session_link",
+    ),
     "dsh_host.session.header": ("header_from_meta",
         "HEADER_KEYS", "SessionHeader", "check_session_id", "parse_session_header",
     ),
