@@ -1,7 +1,7 @@
 """The server's engine: plugin hosts, turns in the background, event wake-ups, metrics.
 
 One plugin host runs per (composition, workspace) pair, booted on first use and
-kept until the server stops: a composition's ``builtin-tools`` row works in one
+kept until the server stops: the rows taking the workspace term (the built-in tools) work in one
 workspace, so a session created with another workspace gets its own host. The
 default composition's host at the default workspace boots at start-up (a bad
 composition fails ``dsh serve`` at once) and serves every read.
@@ -36,7 +36,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from dsh_host.agent.errors import ApprovalDecisionError
 from dsh_host.agent.keys import AGENT
 from dsh_host.agent.loop import Agent
-from dsh_host.composition_edits import patched
+from dsh_host.composition_edits import with_term
 from dsh_host.errors import DshError
 from dsh_host.front.runner import (
     Overrides,
@@ -290,9 +290,7 @@ class ServerRuntime:
         """The host of ``composition`` working in ``workspace`` (or of exactly ``rows``: a
         session's composition patched to its recorded terms), booted on first use."""
         if rows is None:
-            rows = patched(
-                self.options.compositions[composition], "builtin-tools", {"workspace": workspace}
-            )
+            rows = with_term(self.options.compositions[composition], "workspace", workspace)
         key = (composition, composition_digest(rows))
         while key not in self._hosts:
             booting = self._booting.get(key)
@@ -554,7 +552,7 @@ class ServerRuntime:
             )
         name = self.check_composition(composition)
         path = self.check_workspace(workspace)
-        rows = patched(self.options.compositions[name], "builtin-tools", {"workspace": path})
+        rows = with_term(self.options.compositions[name], "workspace", path)
         if configured_route(rows) is None:  # no demo in its place (D22 in docs/decisions.md)
             raise ApiError(
                 400,
@@ -647,7 +645,7 @@ class ServerRuntime:
         if workspace is None:
             workspace = header.cwd if isinstance(header.cwd, str) else None
         path = self.check_workspace(workspace, session_id=session_id)
-        rows = patched(self.options.compositions[name], "builtin-tools", {"workspace": path})
+        rows = with_term(self.options.compositions[name], "workspace", path)
         try:
             plan = plan_continuation(
                 rows, session_id=session_id, recorded=recorded,
