@@ -37,6 +37,7 @@ from msgspec import UNSET
 
 from dsh_host.session.events import SessionEvent, ToolResultData
 from dsh_host.session.keys import SESSION_PERSISTENCE, SESSIONS
+from dsh_host.session.persistence import SessionNotFoundError
 from dsh_host.session.repair import interrupted_turn_closers
 from dsh_host.session.session import Session
 from dsh_host.tools import TOOLS_PRE_EXECUTE
@@ -122,6 +123,35 @@ class AgentService:
             _check_refined(session_id, closers, refined)
             closers = list(refined)
         return closers
+
+    async def repair_stored(self, session_id: str) -> Sequence[SessionEvent] | None:
+        """Repair a stored session that no agent here continues (a sub-agent's child, D24):
+        its interrupted turn's closers, refined, written and flushed; then announced like a
+        resume's, so every ``session/event`` listener (a trace exporter) sees them
+        (``SessionStore.announce``; the session is not made live). The events as stored
+        before the repair; None when no such session is stored."""
+        persistence = self._ctx.get(SESSION_PERSISTENCE)
+        if persistence is None:
+            return None
+        try:
+            handle = await persistence.open(session_id, "write")
+        except SessionNotFoundError:
+            return None
+        try:
+            load = await handle.read()
+            closers = await self.refine_closers(
+                session_id, load.events, interrupted_turn_closers(load.events)
+            )
+            if closers:
+                handle.append(closers)
+            await handle.flush()
+        finally:
+            await handle.close()
+        store = self._ctx.get(SESSIONS)
+        if closers and store is not None and store.get(session_id) is None:
+            session = Session.restore(load.header, [*load.events, *closers])
+            store.announce(session, session.events[len(load.events) :])
+        return load.events
 
     # ------------------------------------------------------------------ creation
     def _options(self, overrides: dict[str, Any]) -> AgentOptions:

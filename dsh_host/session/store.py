@@ -138,6 +138,21 @@ class SessionStore:
             emit("session/event", session, event)
         return session
 
+    def announce(self, session: Session, appended: Sequence[SessionEvent]) -> None:
+        """Dispatch ``session/event`` for ``appended``, events written to ``session``'s log
+        outside this store (the repair of a session nobody continues here: a sub-agent's child),
+        then ``session/disposed``, so every append reaches the listeners, a repair's included.
+        ``session`` is not made live: nothing binds it to a write handle, and the id stays free.
+        """
+        self._check_open()
+        if session._store is not None or session.id in self._live:
+            raise SessionAttachedError(
+                f'session "{session.id}" is live; its appends reach the listeners already'
+            )
+        for event in appended:
+            self._emit("session/event", session, event)
+        self._emit("session/disposed", session)
+
     def detach(self, session: Session) -> None:
         """Remove a live session from the store and emit ``session/disposed`` (idempotent)."""
         if self._live.get(session.id) is not session:

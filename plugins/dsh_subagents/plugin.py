@@ -75,7 +75,6 @@ from dsh_host.sdk import (
     check_object_schema,
     decode_event,
     interrupted_tool_result_id,
-    interrupted_turn_closers,
     over_budget,
     text_output,
 )
@@ -851,27 +850,11 @@ class Subagents(Plugin):
         return refined
 
     async def _repair_child(self, child_id: str, output: str | None) -> ChildState | None:
-        """Repair the child's own log durably (its children first); its state, None if absent."""
-        persistence = self._ctx.get(SESSION_PERSISTENCE)
-        if persistence is None:
-            return None
-        try:
-            handle = await persistence.open(child_id, "write")
-        except SessionNotFoundError:
-            return None
-        try:
-            load = await handle.read()
-            state = child_state(load.events, output)
-            service = self._ctx.service(AGENT)
-            closers = await service.refine_closers(
-                child_id, load.events, interrupted_turn_closers(load.events)
-            )
-            if closers:
-                handle.append(closers)
-            await handle.flush()
-        finally:
-            await handle.close()
-        return state
+        """Repair the child's own log durably (its children first, through the refiner); its
+        state as stored before the repair, None if absent. The agent service's repair also
+        announces the closers to ``session/event`` listeners (a trace exporter)."""
+        events = await self._ctx.service(AGENT).repair_stored(child_id)
+        return None if events is None else child_state(events, output)
 
     async def _continue_child(
         self, parent_id: str, child_id: str, name: str

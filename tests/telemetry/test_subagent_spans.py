@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from dsh_telemetry_otel import Telemetry, TelemetryConfig, export_session
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -211,3 +212,34 @@ def test_a_killed_delegation_resumed_is_exported_under_the_parents_call(
     again = [s for s in receiver.spans[before:] if s.name == "invoke_agent alpha"]
     assert [(s.trace_id, s.span_id, s.parent) for s in again] == [
         (alpha.trace_id, alpha.span_id, alpha.parent)]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_child_repaired_by_resume_is_exported_live(
+    tmp_path: Path,
+    receiver: Receiver,  # noqa: F811
+) -> None:
+    """The resume's own exporter sends the child's repair too: the sub-agent's repair writes
+    the child's closers outside a live session, and announces them to the listeners."""
+    path = _compose(tmp_path, "jsonl", "child-tool")
+    rows = yaml.safe_load(path.read_text())
+    rows.insert(-1, {"id": "telemetry", "name": "telemetry-otel", "config": {"metrics": False}})
+    path.write_text(yaml.safe_dump(rows, sort_keys=False))
+    config = str(path)
+    crashed = _dsh(tmp_path, "run", "--config", config, "--model",
+                   f"scripted:{tmp_path / 'parent.yml'}", "--session", PARENT, "--new", "go",
+                   endpoint="http://127.0.0.1:9/v1/traces")  # fmt: skip
+    assert crashed.returncode == -9, (crashed.stdout, crashed.stderr)
+    resumed = _dsh(tmp_path, "resume", PARENT, "--config", config, endpoint=receiver.endpoint)
+    assert resumed.returncode == 0, resumed.stderr
+    spans = list(receiver.spans)
+    [alpha] = [s for s in spans if s.name == "invoke_agent alpha"]
+    assert alpha.error and alpha.attributes["dsh.turn.end"] == "interrupted"
+    assert alpha.attributes["gen_ai.conversation.id"] == f"{PARENT}--d1"
+    [crash] = [s for s in spans if s.name == "execute_tool crash"]
+    assert crash.parent == alpha.span_id
+    assert crash.error and crash.attributes["error.type"] == "TOOL_OUTCOME_UNKNOWN"
+    calls = {s.attributes["gen_ai.tool.call.id"]: s for s in spans
+             if s.name == "execute_tool subagent"}  # fmt: skip
+    assert alpha.parent == calls["d1"].span_id
+    assert {s.trace_id for s in spans} == {alpha.trace_id}
