@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .flags import add_config_flag, add_root_flag
+
+if TYPE_CHECKING:
+    from ..agent.harness import HarnessReport
 
 
 def add_parser(sub: Any) -> None:
@@ -22,13 +25,20 @@ def add_parser(sub: Any) -> None:
         "the child (read-only tools run; other tools are answered from the record or refused), "
         "then compare tool calls, final answers, ends, tokens and cost turn by turn. Exit 0 "
         "when the replay ran (whether or not it diverged); --fail-on-divergence exits 1 on a "
-        "divergence.",
+        "divergence. --same-model is the harness mode (D32): no model call, each recorded "
+        "request is derived again and compared part by part; exit 1 on any difference.",
     )
     replay.add_argument("session_id", metavar="ID")
     add_config_flag(replay)
     add_root_flag(replay)
-    replay.add_argument("--model", metavar="SPEC", required=True,
-                        help="the model to replay with (as for `dsh run --model`)")  # fmt: skip
+    mode = replay.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--model", metavar="SPEC",
+                      help="the model to replay with (as for `dsh run --model`)")  # fmt: skip
+    mode.add_argument("--same-model", action="store_true",
+                      help="harness mode: call no model, re-derive every recorded request "
+                      "with this build's composition (system prompt, tool schemas, runtime "
+                      "context, messages) and compare it with the log; exit 1 on any "
+                      "difference")  # fmt: skip
     replay.add_argument("--from", dest="from_turn", type=int, default=1, metavar="TURN",
                         help="keep the turns before TURN as recorded and replay from it "
                         "(default: 1)")  # fmt: skip
@@ -47,6 +57,8 @@ def run_replay(args: argparse.Namespace) -> int:
     from .common import CliUsageError, run_with_host
     from .run_cmd import adopt, continue_session, stored_session
 
+    if args.same_model:
+        return run_harness(args)
     if args.from_turn < 1:
         raise CliUsageError(f"--from {args.from_turn}: turns are numbered from 1")
     load = stored_session(args, args.session_id)
@@ -66,6 +78,47 @@ def run_replay(args: argparse.Namespace) -> int:
     else:
         _print(report, args.model)
     return 1 if args.fail_on_divergence and report.diverged else 0
+
+
+def harness_report(args: argparse.Namespace) -> HarnessReport:
+    """The harness replay of ``args.session_id`` under the composition ``args`` names (its
+    ``--config`` / ``--root``, else the one ``dsh`` uses here) with the recorded model."""
+    from ..agent.harness import harness_replay
+    from ..loader import PluginHost
+    from ..session.persistence import SessionNotFoundError
+    from .common import run_with_host
+    from .run_cmd import continue_session, stored_session
+
+    load = stored_session(args, args.session_id)
+    if load is None:
+        raise SessionNotFoundError(f'session "{args.session_id}" not found')
+    # Another composition is the point of the comparison, not a term to refuse; nothing is
+    # written, so no terms are recorded either.
+    located, _plan = continue_session(args, load, by="dsh replay", any_composition=True)
+
+    async def body(host: PluginHost) -> HarnessReport:
+        return await harness_replay(host.ctx, args.session_id)
+
+    return run_with_host(located, body)
+
+
+def run_harness(args: argparse.Namespace) -> int:
+    from .common import CliUsageError
+
+    for flag, given in (("--from", args.from_turn != 1), ("--id", args.child_id is not None),
+                        ("--fail-on-divergence", args.fail_on_divergence)):  # fmt: skip
+        if given:
+            raise CliUsageError(f"{flag} is for a replay with --model; --same-model creates no "
+                                "session and always exits 1 on a difference")  # fmt: skip
+    report = harness_report(args)
+    if args.json:
+        print(json.dumps(report.to_json()))
+    else:
+        from .output import console
+        from .render import terminal_safe
+
+        console().print(terminal_safe(report.render()), markup=False)
+    return 0 if report.identical else 1
 
 
 def _calls(side: dict[str, Any] | None) -> str:

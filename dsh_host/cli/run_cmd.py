@@ -219,13 +219,15 @@ def continue_session(
     runs_turn: bool = True,
     legacy_approval: str | None = None,
     needs_tools: bool = False,
+    any_composition: bool = False,
 ) -> tuple[list[LocatedRow], Plan]:
     """The composition a stored session continues under: its recorded terms, with this
     command's explicit flags as logged overrides (:func:`~dsh_host.front.runner.plan_continuation`
     decides; a refusal is one ``dsh: error:`` line and nothing is written). ``legacy_approval``
     is the approval flag a session without recorded terms is assumed to run under.
     ``needs_tools``: boot the tools even when no turn runs (a decision binds the tool's
-    definition as registered here)."""
+    definition as registered here). ``any_composition``: the composition loaded here is taken
+    as if it were named (the harness replay compares against it, D32)."""
     _, located, identity = load_composition_terms(args)
     approval = getattr(args, "approval", None)
     recorded = recorded_terms(load.events)
@@ -240,7 +242,7 @@ def continue_session(
         sandbox=getattr(args, "sandbox", None),
         approval_policy="ask" if approval == "defer" else approval,
         unanswered="defer" if approval == "defer" else None,
-        composition_named=getattr(args, "config", None) is not None,
+        composition_named=any_composition or getattr(args, "config", None) is not None,
     )
     try:
         plan = plan_continuation(
