@@ -121,6 +121,23 @@ def run_harness(args: argparse.Namespace) -> int:
     return 0 if report.identical else 1
 
 
+def _cost(source: str | None, replay: str | None, delta: str | None) -> str:
+    """``$0.004 -> $0.0052 (+$0.0012)``, or what is unknown (a model without a price)."""
+    from decimal import Decimal
+
+    from .render import dollars
+
+    if source is None or replay is None or delta is None:
+        known = [f"{side} {dollars(Decimal(value))}"
+                 for side, value in (("source", source), ("replay", replay))
+                 if value is not None]  # fmt: skip
+        return "unknown (a model without a price" + ("; " + ", ".join(known) if known else "") + ")"
+    change = Decimal(delta)
+    sign = "-" if change < 0 else "+"
+    before, after = dollars(Decimal(source)), dollars(Decimal(replay))
+    return f"{before} -> {after} ({sign}{dollars(abs(change))})"
+
+
 def _calls(side: dict[str, Any] | None) -> str:
     if side is None:
         return "-"
@@ -149,6 +166,8 @@ def _print(report: Any, model: str) -> None:
         if replay is not None:
             line(f"  tokens: input {row['inputTokensDelta']:+d}, output "
                  f"{row['outputTokensDelta']:+d}", "dim")  # fmt: skip
+            line(f"  cost: {_cost(source['costUsd'], replay['costUsd'], row['costUsdDelta'])}",
+                 "dim")  # fmt: skip
         diff = row.get("finalTextDiff")
         if diff:
             for text in diff.splitlines():
