@@ -328,3 +328,81 @@ def test_a_delegation_links_its_child_session_and_back(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+# ---------------------------------------------------------------- fork here
+@pytest.fixture
+def two_turns_served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """``dsh serve`` holding session ``src``: turn 1 answers, turn 2 reads a file."""
+    workspace, work = tmp_path / "ws", tmp_path / "work"
+    workspace.mkdir()
+    work.mkdir()
+    (workspace / "notes.md").write_text("alpha\n")
+    responses = [
+        {"text": "First answer."},
+        {"tool_calls": [{"id": "read-1", "name": "read_file", "arguments": {"path": "notes.md"}}]},
+        {"text": "Second answer."},
+    ]
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"responses": responses}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dsh_host", "serve", "--config", str(write_composition(tmp_path)),
+         "--model", f"scripted:{script}", "--root", str(tmp_path / "sessions"),
+         "--workspace", str(workspace), "--port", "0"],
+        cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={k: v for k, v in os.environ.items() if k != "DSH_SERVE_TOKEN"},
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        line = proc.stdout.readline()
+        assert line.startswith("dsh serve: listening on "), line + proc.stderr.read()
+        url = line.split()[4].rstrip("/")
+        with httpx.Client(base_url=url, timeout=60) as client:
+            assert client.post("/sessions", json={"id": "src"}).status_code == 201
+            for number, prompt in ((1, "first"), (2, "read the notes")):
+                started = client.post("/sessions/src/turns", json={"prompt": prompt})
+                assert started.status_code == 202, started.text
+                deadline = time.monotonic() + 120  # a hang guard, not a timing assertion
+                while not ((s := client.get("/sessions/src").json())["status"] == "idle"
+                           and s["lastTurn"] == number and s["lastTurnEnd"] is not None):
+                    assert time.monotonic() < deadline, s
+                    time.sleep(0.1)
+        yield url, tmp_path
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def test_fork_here_at_a_turn_boundary_opens_the_child(
+    two_turns_served: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, _ = two_turns_served
+    with playwright_sync.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(120_000)
+            page.goto(url + "#/sessions/src")
+            page.wait_for_selector(".ev.turn-end:has-text('turn 2 ended: completed')")
+            # one action per turn boundary
+            assert page.locator(".ev.turn-end button.fork").count() == 2
+            assert "null" not in page.locator("#meta").inner_text()  # no absent part as text
+            _shoot(page, "fork-source", tmp_path)
+            page.click(".ev.turn-end:has-text('turn 1 ended') button.fork")
+            page.wait_for_selector("#meta .parent:has-text('forked from src')")  # the child's
+            child = page.url.rsplit("#/sessions/", 1)[1]
+            assert child != "src"
+            page.wait_for_selector(".ev.turn-end:has-text('turn 1 ended: completed')")
+            assert page.locator("#error").inner_text() == ""
+            assert "First answer." in page.locator("#transcript").inner_text()
+            assert "Second answer." not in page.locator("#transcript").inner_text()
+            assert page.locator(".ev.turn-end").count() == 1
+            _shoot(page, "fork-child", tmp_path)
+        finally:
+            browser.close()
+    with httpx.Client(base_url=url, timeout=60) as client:
+        events = [json.loads(line) for line in
+                  client.get(f"/sessions/{child}/events").text.splitlines() if line]  # fmt: skip
+    (ledger,) = [e for e in events if e["type"] == "fork/effects"]
+    assert ledger["data"]["parentSession"] == "src"
+    assert [e["tool"] for e in ledger["data"]["effects"]] == ["read_file"]  # turn 2's call
