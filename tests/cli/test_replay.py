@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from .cli_helpers import REPO, dsh
+from .cli_helpers import REPO, dsh, priced_composition
 from .fork_helpers import WRITE_A, WRITE_B_READ_A, Store, two_turns
 
 SAME = [WRITE_A, {"text": "wrote a"}, WRITE_B_READ_A, {"text": "wrote b"}]
@@ -110,14 +110,7 @@ def test_replay_from_a_later_turn_keeps_the_earlier_ones(tmp_path: Path) -> None
 
 
 def test_the_human_report_gives_each_turns_cost_delta(tmp_path: Path) -> None:
-    default = (REPO / "configs" / "default.yml").read_text()
-    priced = tmp_path / "priced.yml"
-    # $2 per million input tokens, $10 per million output
-    priced.write_text(default.replace(
-        "- id: token-meter\n  name: token-meter\n",
-        "- id: token-meter\n  name: token-meter\n  config:\n    prices:\n"
-        "      scripted: {input: 2, output: 10}\n"))  # fmt: skip
-    assert "scripted: {input" in priced.read_text()
+    priced = priced_composition(tmp_path)  # $2 per million input tokens, $10 per million output
     (tmp_path / "ws").mkdir()
     flags = ["--config", str(priced), "--root", str(tmp_path / "store")]
 
