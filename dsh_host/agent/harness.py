@@ -34,11 +34,13 @@ import msgspec
 from msgspec import UNSET
 
 from dsh_host.cancel import CancelToken
-from dsh_host.session.events import SessionEvent, StepStart, to_builtins
+from dsh_host.session.events import AssistantMessageData, SessionEvent, StepStart, to_builtins
 from dsh_host.session.keys import SESSION_PERSISTENCE
 from dsh_host.session.messages import (
     EpochHeader,
+    LlmCallConfig,
     Message,
+    ModelSource,
     PluginSource,
     SystemMessage,
     TextBlock,
@@ -57,6 +59,8 @@ __all__ = ["Difference", "HarnessReport", "harness_replay"]
 
 #: the most diff lines a difference carries (the rest is counted)
 DIFF_LINES = 24
+#: the longest diff line kept whole (a tool description is one long JSON line)
+DIFF_WIDTH = 200
 #: the parts of a request, in the order a difference is reported
 PARTS = ("request config", "system prompt", "tool schemas", "runtime context", "messages")
 
@@ -122,7 +126,9 @@ def _short_diff(recorded: str, derived: str, what: str) -> str:
     ))  # fmt: skip
     if len(lines) > DIFF_LINES:
         lines = [*lines[:DIFF_LINES], f"... ({len(lines) - DIFF_LINES} more diff lines)"]
-    return "\n".join(lines)
+    return "\n".join(
+        line if len(line) <= DIFF_WIDTH else line[: DIFF_WIDTH - 1] + "…" for line in lines
+    )
 
 
 def _text(message: Message) -> str:
@@ -130,7 +136,10 @@ def _text(message: Message) -> str:
 
 
 def _system(messages: Sequence[Message]) -> str | None:
-    return _text(messages[0]) if messages and isinstance(messages[0], SystemMessage) else None
+    """The system prompt on the surface (the head of a log this loop wrote; anywhere in one a
+    foreign writer left without a system message before its first prompt)."""
+    texts = [_text(m) for m in messages if isinstance(m, SystemMessage)]
+    return "\n\n".join(texts) if texts else None
 
 
 def _is_snapshot(message: object) -> bool:
@@ -211,12 +220,12 @@ def _compare(
         if before == after:
             continue
         if after is None:
-            detail = f"tool {name} is not offered any more"
+            differs("tool schemas", f"tool {name} is not offered any more")
         elif before is None:
-            detail = f"tool {name} is new"
+            differs("tool schemas", f"tool {name} is new")
         else:
-            detail = f"tool {name}: its schema differs"
-        differs("tool schemas", detail, before or "", after or "", f"{name} schema")
+            differs("tool schemas", f"tool {name}: its schema differs", before, after,
+                    f"{name} schema")  # fmt: skip
     if r_tools.keys() == d_tools.keys() and list(r_tools) != list(d_tools):
         differs("tool schemas", f"the tools are offered in another order: {', '.join(d_tools)} "
                 f"(recorded: {', '.join(r_tools)})")  # fmt: skip
@@ -265,6 +274,16 @@ def _requests(events: Sequence[SessionEvent]) -> list[tuple[int, int, int, int]]
     return found
 
 
+def _answered_by(event: SessionEvent) -> EpochHeader | None:
+    """A log without a ``request/header`` (an old or foreign writer): the model that answered
+    is the one the step asked (the recorded config part then says the log holds none)."""
+    data = event.data
+    if isinstance(data, AssistantMessageData) and isinstance(data.message.source, ModelSource):
+        source = data.message.source
+        return EpochHeader(config=LlmCallConfig(provider=source.provider, model=source.model))
+    return None
+
+
 async def harness_replay(ctx: Context, session_id: str) -> HarnessReport:
     """Re-derive every model request of the stored ``session_id`` with this host and compare.
 
@@ -287,7 +306,8 @@ async def harness_replay(ctx: Context, session_id: str) -> HarnessReport:
             if e.type == "user/message" and isinstance(e.data, UserMessage)
             and not _is_snapshot(e.data)
         ]  # fmt: skip
-        request = await agent.derive_request(turn, step, entered, recorded_header, CancelToken())
+        seed = recorded_header if recorded_header is not None else _answered_by(events[answer])
+        request = await agent.derive_request(turn, step, entered, seed, CancelToken())
         derived_messages = list(request.messages)
         derived_header = copy.request_header()
         differences = _compare(

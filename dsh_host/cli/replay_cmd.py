@@ -86,6 +86,7 @@ def harness_report(args: argparse.Namespace) -> HarnessReport:
     from ..agent.harness import harness_replay
     from ..loader import PluginHost
     from ..session.persistence import SessionNotFoundError
+    from ..session.terms import recorded_terms
     from .common import run_with_host
     from .run_cmd import continue_session, stored_session
 
@@ -94,7 +95,13 @@ def harness_report(args: argparse.Namespace) -> HarnessReport:
         raise SessionNotFoundError(f'session "{args.session_id}" not found')
     # Another composition is the point of the comparison, not a term to refuse; nothing is
     # written, so no terms are recorded either.
-    located, _plan = continue_session(args, load, by="dsh replay", any_composition=True)
+    # A session that predates run terms names no model to route: its requests are derived
+    # without one (the adapter's defaults are then not resolved again: the config part says so).
+    terms = recorded_terms(load.events)
+    located, _plan = continue_session(
+        args, load, by="dsh replay", any_composition=True, runs_turn=terms is not None,
+        needs_tools=True,
+    )  # fmt: skip
 
     async def body(host: PluginHost) -> HarnessReport:
         return await harness_replay(host.ctx, args.session_id)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from .cli_helpers import REPO, dsh
+from .cli_helpers import REPO, copy_fixture_root, dsh
 
 PLUGIN = textwrap.dedent('''
     from dsh_host import Plugin, ToolContext, tool
@@ -132,3 +132,22 @@ def test_harness_mode_refuses_the_flags_of_a_model_replay(tmp_path: Path) -> Non
     assert "--from is for a replay with --model" in done.stderr
     both = dsh("replay", "src", "--same-model", "--model", "demo", cwd=tmp_path)
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
+
+
+def test_a_log_another_writer_left_without_request_headers_is_compared(tmp_path: Path) -> None:
+    """DSH's reference session holds no ``request/header`` and no system message: the step is
+    derived with the model that answered it, and what the log lacks is named, not a crash."""
+    root = copy_fixture_root(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    done = dsh("replay", "multi-batch", "--same-model", "--json", "--root", str(root),
+               "--config", str(REPO / "configs" / "default.yml"), cwd=work)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert [(s["turn"], s["step"]) for s in report["steps"]] == [(1, 1), (2, 1)]
+    first = [d for d in report["differences"] if (d["turn"], d["step"]) == (1, 1)]
+    assert [d["detail"] for d in first if d["part"] == "system prompt"] == [
+        "no system prompt was recorded"
+    ]
+    (config,) = [d for d in first if d["part"] == "request config"]
+    assert "-(none)" in config["diff"] and '+    "provider": "mock",' in config["diff"]
