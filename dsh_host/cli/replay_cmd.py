@@ -99,7 +99,7 @@ def harness_report(args: argparse.Namespace) -> HarnessReport:
     # without one (the adapter's defaults are then not resolved again: the config part says so).
     terms = recorded_terms(load.events)
     located, _plan = continue_session(
-        args, load, by="dsh replay", any_composition=True, runs_turn=terms is not None,
+        args, load, by="dsh replay", compare_only=True, runs_turn=terms is not None,
         needs_tools=True,
     )  # fmt: skip
 
