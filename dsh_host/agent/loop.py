@@ -849,8 +849,16 @@ class Agent:
         For an agent on a copy of a recorded log that ends at the step's ``step/start``: the
         prompt is assembled and ``entered`` (the step's recorded input) plus the runtime-context
         snapshot rendered now are appended, as :meth:`_step` does, with ``recorded`` (the
-        header the step ran under) as the config proposal. Returns the request built.
+        header the step ran under) as the config proposal. Returns the request built. Refused
+        on a session a store publishes: the appends would enter a real log.
         """
+        store = self._ctx.get(SESSIONS)
+        if store is not None and store.is_live(self._session):
+            raise AgentConfigError(
+                f'derive_request writes into the log it is given, and session "{self.id}" is '
+                "live in the store: call it on a detached copy (ctx.agent.detached(Session.restore"
+                "(...)))"
+            )
         assembly, snapshot = await self._assemble(signal)
         messages = (*entered, snapshot) if snapshot is not None else tuple(entered)
         _prepared, request = await self._open_request(
