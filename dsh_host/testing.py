@@ -27,7 +27,8 @@ the model (and, if you like, the disk and the clock) is replaced by a determinis
   in-memory store with the checkpoint policy that flushes it, and your plugins; yields a
   :class:`ScriptedHost`.
 - :func:`recorded_sessions`: the sessions stored in a directory as pytest cases, each checked by
-  the harness replay (D32): the build must still derive every recorded request.
+  the harness replay (D32): the build must still derive every recorded request; or replayed with
+  another model (``check_model``, D28) on a copy of the directory.
 
 Everything here runs the real code paths: the doubles are plugin rows like any other, so the
 bus, the checkpoint barriers and the agent loop are the ones a user gets. See docs/plugins.md.
@@ -37,6 +38,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -55,6 +58,7 @@ from .tools import TOOLS, ToolRuntime
 
 if TYPE_CHECKING:
     from .agent.harness import HarnessReport
+    from .agent.replay import ReplayReport
 
 __all__ = [
     "FakeClock",
@@ -304,6 +308,31 @@ class RecordedSession:
         if not report.identical:
             raise AssertionError(f"recorded session {self.session_id} is derived differently "
                                  f"by this build:\n{report.render()}")  # fmt: skip
+        return report
+
+    def replay(self, model: str) -> ReplayReport:
+        """The model replay (D28, ``dsh replay ID --model MODEL``): each recorded prompt run
+        with ``model``, no effect executed. It runs on a copy of the directory (the replay is a
+        new session, and the recorded directory stays as it is)."""
+        from .cli.replay_cmd import replay_report
+
+        with tempfile.TemporaryDirectory(prefix="dsh-replay-") as scratch:
+            copy = os.path.join(scratch, "root")
+            shutil.copytree(self.root, copy)
+            args = argparse.Namespace(
+                session_id=self.session_id, config=self.config, root=copy, model=model,
+                from_turn=1, child_id=None,
+            )  # fmt: skip
+            return replay_report(args)
+
+    def check_model(self, model: str) -> ReplayReport:
+        """:meth:`replay`, failing the test naming each turn that diverged."""
+        report = self.replay(model)
+        if report.diverged:
+            turns = [f"turn {row['turn']}: {row['divergence']}" for row in report.turns
+                     if row["divergence"] is not None]  # fmt: skip
+            raise AssertionError(f"recorded session {self.session_id} diverges with {model}:\n"
+                                 + "\n".join(turns))  # fmt: skip
         return report
 
 

@@ -15,6 +15,7 @@ from .flags import add_config_flag, add_root_flag
 
 if TYPE_CHECKING:
     from ..agent.harness import HarnessReport
+    from ..agent.replay import ReplayReport
 
 
 def add_parser(sub: Any) -> None:
@@ -51,14 +52,25 @@ def add_parser(sub: Any) -> None:
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    from ..agent.replay import ReplayReport, replay_stored
+    if args.same_model:
+        return run_harness(args)
+    report = replay_report(args)
+    if args.json:
+        print(json.dumps(report.to_json()))
+    else:
+        _print(report, args.model)
+    return 1 if args.fail_on_divergence and report.diverged else 0
+
+
+def replay_report(args: argparse.Namespace) -> ReplayReport:
+    """The model replay (D28) of ``args.session_id`` with ``args.model`` (``--from``, ``--id``)
+    under the composition ``args`` names; the replay is a new session in the same store."""
+    from ..agent.replay import replay_stored
     from ..loader import PluginHost
     from ..session.persistence import SessionNotFoundError
     from .common import CliUsageError, run_with_host
     from .run_cmd import adopt, continue_session, stored_session
 
-    if args.same_model:
-        return run_harness(args)
     if args.from_turn < 1:
         raise CliUsageError(f"--from {args.from_turn}: turns are numbered from 1")
     load = stored_session(args, args.session_id)
@@ -72,12 +84,7 @@ def run_replay(args: argparse.Namespace) -> int:
             prepare=lambda agent: adopt(agent, plan),
         )  # fmt: skip
 
-    report = run_with_host(located, body)
-    if args.json:
-        print(json.dumps(report.to_json()))
-    else:
-        _print(report, args.model)
-    return 1 if args.fail_on_divergence and report.diverged else 0
+    return run_with_host(located, body)
 
 
 def harness_report(args: argparse.Namespace) -> HarnessReport:
