@@ -488,10 +488,13 @@ def check_rows(rows: Sequence[LocatedRow]) -> list[tuple[LocatedRow, PluginMeta]
     return [(located, item.meta) for located, item in prepared]
 
 
-def rows_needed_for(rows: Sequence[LocatedRow], services: Sequence[str]) -> list[LocatedRow]:
+def rows_needed_for(
+    rows: Sequence[LocatedRow], services: Sequence[str], *, repair: bool = False
+) -> list[LocatedRow]:
     """The enabled rows that provide ``services``, plus (transitively) the providers of what
     those rows inject, in composition order: a command that only reads sessions boots these and
-    nothing else (no tools, no sandbox probe).
+    nothing else (no tools, no sandbox probe). ``repair``: also every row whose plugin declares
+    ``boots_for_repair`` (and what it injects), for a resume that only repairs the log.
 
     A row of a shipped plugin is told apart by what its plugin declares
     (:mod:`.shipped_plugins`), so it is imported and validated only when it is needed; any
@@ -502,6 +505,7 @@ def rows_needed_for(rows: Sequence[LocatedRow], services: Sequence[str]) -> list
     prepared: dict[int, PreparedRow] = {}
     declared: dict[int, DeclaredPlugin] = {}
     services_of: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+    repairing: set[int] = set()
     drifted = False
     try:
         for index, located in enumerate(rows):
@@ -511,39 +515,49 @@ def rows_needed_for(rows: Sequence[LocatedRow], services: Sequence[str]) -> list
             if plugin is None:
                 prepared[index] = item = prepare_row(manager, located, f"row-{index}")
                 services_of[index] = (item.meta.provides, item.meta.inject)
+                if item.meta.boots_for_repair:
+                    repairing.add(index)
             else:
                 _refuse_restricted(located, plugin.executable_keys)
                 declared[index] = plugin
                 services_of[index] = (plugin.provides, plugin.inject)
-        keep = _providers(services_of, services)
+                if plugin.boots_for_repair:
+                    repairing.add(index)
+        if not repair:
+            repairing.clear()
+        keep = _providers(services_of, services, repairing)
         for index in keep:
             plugin = declared.get(index)
             if plugin is not None:
                 prepared[index] = item = prepare_row(manager, rows[index], f"row-{index}")
-                drifted |= (item.meta.provides, item.meta.inject) != (
-                    plugin.provides, plugin.inject
-                )
+                drifted |= (
+                    item.meta.provides, item.meta.inject, item.meta.boots_for_repair
+                ) != (plugin.provides, plugin.inject, plugin.boots_for_repair)
     finally:
         for item in prepared.values():
             manager.unregister(item.instance)
     if drifted:  # a shipped plugin no longer says what its line says: import every row
-        checked = {
-            index: (meta.provides, meta.inject)
-            for index, (_located, meta) in zip(
-                (i for i, r in enumerate(rows) if not r.row.disabled), check_rows(rows),
-                strict=True,
-            )
-        }
-        keep = _providers(checked, services)
+        metas = dict(zip(
+            (i for i, r in enumerate(rows) if not r.row.disabled),
+            (meta for _located, meta in check_rows(rows)),
+            strict=True,
+        ))
+        checked = {index: (meta.provides, meta.inject) for index, meta in metas.items()}
+        also = {index for index, meta in metas.items() if repair and meta.boots_for_repair}
+        keep = _providers(checked, services, also)
     return [rows[index] for index in keep]
 
 
 def _providers(
-    services_of: Mapping[int, tuple[tuple[str, ...], tuple[str, ...]]], services: Sequence[str]
+    services_of: Mapping[int, tuple[tuple[str, ...], tuple[str, ...]]],
+    services: Sequence[str],
+    also: set[int] | frozenset[int] = frozenset(),
 ) -> list[int]:
-    """The rows (``index -> (provides, inject)``) providing ``services`` and, transitively, what
-    they inject; ascending."""
-    wanted, keep = set(services), set[int]()
+    """The rows (``index -> (provides, inject)``) providing ``services``, the rows ``also``, and,
+    transitively, what they inject; ascending."""
+    wanted, keep = set(services), set(also)
+    for index in also:
+        wanted.update(services_of[index][1])
     grown = True
     while grown:
         grown = False

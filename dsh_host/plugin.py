@@ -75,6 +75,38 @@ class StoreUrl(msgspec.Struct, frozen=True):
     key: str
 
 
+class RunTermKeys(msgspec.Struct, frozen=True, kw_only=True):
+    """Which config keys of a row carry a session's run terms (D22), declared by its plugin.
+
+    A session runs under terms decided once and recorded in its log: the workspace, the
+    sandbox mode and network, the approval policy and what an unanswered ask becomes. Every
+    entry point (``dsh run`` flags, ``dsh serve``, a resumed session's recorded terms, the
+    Python ``Agent``) writes a term into the rows that declare it and reads it back from them,
+    so the host names a term, never the plugin that takes it: a plugin that replaces the
+    built-in tools or the approval row declares the same keys and every front door follows.
+    A field left None: the row does not take that term.
+    """
+
+    #: the directory the tools work in
+    workspace: str | None = None
+    #: the sandbox mode of each call (``read-only``, ``workspace-write``, ...)
+    sandbox: str | None = None
+    #: the sandbox's network policy
+    network: str | None = None
+    #: the approval policy (``ask``, ``never``, ...)
+    approval_policy: str | None = None
+    #: what an ask nobody answers becomes (``fail``, ``deny``, ``defer``)
+    unanswered: str | None = None
+
+    def pairs(self) -> tuple[tuple[str, str], ...]:
+        """``(term, config key)`` for every term the row takes."""
+        return tuple(
+            (term, key)
+            for term in self.__struct_fields__
+            if isinstance(key := getattr(self, term), str)
+        )
+
+
 class PluginMeta(msgspec.Struct, frozen=True):
     name: str
     inject: tuple[str, ...] = ()
@@ -89,6 +121,17 @@ class PluginMeta(msgspec.Struct, frozen=True):
     root_key: str | None = None
     #: how ``Agent(store=URL)`` addresses a session store (None: not by URL)
     store_url: StoreUrl | None = None
+    #: the config keys that carry a session's run terms (None: none)
+    run_terms: RunTermKeys | None = None
+    #: a resume that only repairs the log boots this row too (it follows every append, or it
+    #: refines a repair's closers): the store and the agent alone are booted otherwise
+    boots_for_repair: bool = False
+    #: the row runs code or commands through the sandbox (the Python front door keeps it only
+    #: when a sandbox mode is asked for)
+    runs_confined: bool = False
+    #: project files (``.claude/hooks.json``) the plugin reads only when trusted; ``dsh trust``
+    #: takes them, checked by the plugin's ``check_trusted_file(data, path)``
+    project_files: tuple[str, ...] = ()
 
 
 class HookSpecs:
@@ -117,6 +160,18 @@ class Plugin:
     root_key: ClassVar[str | None] = None
     #: a session store addressed by URL (``store="postgresql://..."``) says how
     store_url: ClassVar[StoreUrl | None] = None
+    #: the config keys that carry a session's run terms (workspace, sandbox mode, network,
+    #: approval policy): every front door writes and reads the terms through them
+    run_terms: ClassVar[RunTermKeys | None] = None
+    #: True for a row a repair-only resume must boot too: one that follows every append
+    #: (a trace exporter: the closers must reach it) or refines the closers (sub-agents)
+    boots_for_repair: ClassVar[bool] = False
+    #: True for a row that runs code or commands through the sandbox (tools, a skill's
+    #: scripts, command hooks): ``Agent(...)`` keeps it only when ``sandbox=`` is given
+    runs_confined: ClassVar[bool] = False
+    #: project files the plugin reads only when ``dsh trust`` recorded them (paths relative to
+    #: the project directory); the class then has ``check_trusted_file(data, path)``
+    project_files: ClassVar[tuple[str, ...]] = ()
 
     @hookimpl
     def dsh_plugin_meta(self) -> PluginMeta:
@@ -129,6 +184,10 @@ class Plugin:
             model_route=self.model_route,
             root_key=self.root_key,
             store_url=self.store_url,
+            run_terms=self.run_terms,
+            boots_for_repair=self.boots_for_repair,
+            runs_confined=self.runs_confined,
+            project_files=tuple(self.project_files),
         )
 
     @hookimpl

@@ -27,8 +27,9 @@ runs; ``tests/test_public_api.py`` checks they list the same names.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dsh_host.lazy import lazy_names
 
 if TYPE_CHECKING:
     # -- Plugins, services, events, cancellation
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
         ModelRoute as ModelRoute,
         NoConfig as NoConfig,
         Plugin as Plugin,
+        RunTermKeys as RunTermKeys,
         StoreUrl as StoreUrl,
     )
     from dsh_host.context import (
@@ -156,6 +158,13 @@ if TYPE_CHECKING:
     )
     from dsh_host.session.folds import (
         LogFold as LogFold,
+    )
+    from dsh_host.session.lineage import (
+        DELEGATION_EVENT as DELEGATION_EVENT,
+        DelegationLink as DelegationLink,
+        delegating_call as delegating_call,
+        delegation_link as delegation_link,
+        session_link as session_link,
     )
     from dsh_host.session.header import (
         HEADER_KEYS as HEADER_KEYS,
@@ -470,7 +479,13 @@ if TYPE_CHECKING:
         decode_event as decode_event,
     )
     from dsh_host.llm.attachments import (
+        MAX_IMAGE_BYTES as MAX_IMAGE_BYTES,
+        Attachment as Attachment,
+        AttachmentError as AttachmentError,
         attached as attached,
+        image_block as image_block,
+        image_media_type as image_media_type,
+        tool_result_images as tool_result_images,
     )
     from dsh_host.llm.chat import (
         ChunkTranslator as ChunkTranslator,
@@ -512,13 +527,16 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
         "ChunkTranslator", "DONE", "chat_tools", "map_finish_reason", "map_usage",
         "serialize_messages",
     ),
-    "dsh_host.llm.attachments": ("attached",),
+    "dsh_host.llm.attachments": (
+        "MAX_IMAGE_BYTES", "Attachment", "AttachmentError", "attached", "image_block",
+        "image_media_type", "tool_result_images",
+    ),
     "dsh_host.session.events": (
         "AssistantMessageData", "DSH_V4_ONLY_EVENT_TYPES", "ToolCallData", "TurnEnd",
         "decode_event",
     ),
     # -- Plugins, services, events, cancellation
-    "dsh_host.plugin": ("ModelRoute", "NoConfig", "Plugin", "StoreUrl"),
+    "dsh_host.plugin": ("ModelRoute", "NoConfig", "Plugin", "RunTermKeys", "StoreUrl"),
     "dsh_host.context": ("Context", "Host", "ServiceKey"),
     "dsh_host.bus": (
         "Emit", "EventMode", "Next", "Parallel", "Serial", "StreamNext", "StreamWaterfall",
@@ -561,6 +579,10 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
     "dsh_host.session.events.envelope": ("ReplaceOp", "SessionEvent"),
     "dsh_host.session.events.reasons": ("register_turn_end_reason",),
     "dsh_host.session.folds": ("LogFold",),
+    "dsh_host.session.lineage": (
+        "DELEGATION_EVENT", "DelegationLink", "delegating_call", "delegation_link",
+        "session_link",
+    ),
     "dsh_host.session.header": ("header_from_meta",
         "HEADER_KEYS", "SessionHeader", "check_session_id", "parse_session_header",
     ),
@@ -677,16 +699,7 @@ _MODULE_OF = {name: module for module, names in _DEFINED_IN.items() for name in 
 __all__ = sorted([*_MODULE_OF, *_SUBMODULES])
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is not None:
-        value = getattr(import_module(module), name)
-    elif name in _SUBMODULES:
-        value = import_module(_SUBMODULES[name])
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value  # later lookups skip this function
-    return value
+__getattr__ = lazy_names(__name__, _MODULE_OF, _SUBMODULES)
 
 
 def __dir__() -> list[str]:

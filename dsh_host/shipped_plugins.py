@@ -37,10 +37,33 @@ class DeclaredPlugin:
     root_key: str | None = None
     #: ``(schemes, key)`` of the class's ``store_url`` (``Agent(store="postgresql://...")``)
     store_url: tuple[tuple[str, ...], str] | None = None
+    #: ``(term, config key)`` pairs of the class's ``run_terms``
+    run_terms: tuple[tuple[str, str], ...] = ()
+    #: the class's ``boots_for_repair``
+    boots_for_repair: bool = False
+    #: the class's ``runs_confined``
+    runs_confined: bool = False
+    #: the class's ``project_files``
+    project_files: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DefaultRow:
+    """The shipped row the Python front door adds when its composition has none for a role."""
+
+    #: the row's id
+    id: str
+    #: the entry-point name it runs
+    plugin: str
 
 
 _TIMEOUT_POLICY: Final = DeclaredPlugin("dsh_timeout_policy:TimeoutPolicy", inject=("tools",))
-_HOOKS: Final = DeclaredPlugin("dsh_hooks:Hooks", executable_keys=("config_path",))
+_HOOKS: Final = DeclaredPlugin(
+    "dsh_hooks:Hooks",
+    executable_keys=("config_path",),
+    runs_confined=True,
+    project_files=(".claude/hooks.json", ".claude/settings.json"),
+)
 
 #: Entry-point name -> what its plugin declares.
 SHIPPED_PLUGINS: Final[dict[str, DeclaredPlugin]] = {
@@ -62,11 +85,18 @@ SHIPPED_PLUGINS: Final[dict[str, DeclaredPlugin]] = {
         "dsh_session_checkpoint_policy:SessionCheckpointPolicy",
         inject=("llm", "sessions", "tools", "sessionPersistence"),
     ),
-    "user-approval": DeclaredPlugin("dsh_user_approval:UserApproval", provides=("approval",)),
+    "user-approval": DeclaredPlugin(
+        "dsh_user_approval:UserApproval",
+        provides=("approval",),
+        run_terms=(("approval_policy", "policy"), ("unanswered", "unanswered")),
+        boots_for_repair=True,
+    ),
     "sandbox-local": DeclaredPlugin(
         "dsh_sandbox_local:SandboxLocal",
         provides=("sandbox",),
         executable_keys=("runner_command",),
+        run_terms=(("network", "network"),),
+        runs_confined=True,
     ),
     "session-persistence-postgres": DeclaredPlugin(
         "dsh_session_persistence_postgres:SessionPersistencePostgres",
@@ -103,7 +133,12 @@ SHIPPED_PLUGINS: Final[dict[str, DeclaredPlugin]] = {
         "dsh_llm_litellm:LlmLiteLLM", inject=("llm",), model_route=("litellm", "litellm")
     ),
     "llm-retry": DeclaredPlugin("dsh_llm_retry:LlmRetry", inject=("agent",)),
-    "builtin-tools": DeclaredPlugin("dsh_builtin_tools:BuiltinTools", inject=("tools",)),
+    "builtin-tools": DeclaredPlugin(
+        "dsh_builtin_tools:BuiltinTools",
+        inject=("tools",),
+        run_terms=(("workspace", "workspace"), ("sandbox", "sandbox")),
+        runs_confined=True,
+    ),
     "tool-rules": DeclaredPlugin("dsh_tool_rules:ToolRules"),
     "timeout-policy": _TIMEOUT_POLICY,
     "tool-call-timeout-policy": _TIMEOUT_POLICY,
@@ -127,14 +162,46 @@ SHIPPED_PLUGINS: Final[dict[str, DeclaredPlugin]] = {
         inject=("tools",),
         executable_keys=("command", "args", "env", "cwd"),
     ),
-    "telemetry-otel": DeclaredPlugin("dsh_telemetry_otel:TelemetryOtel", provides=("telemetry",)),
-    "skills": DeclaredPlugin("dsh_skills:Skills", inject=("tools",)),
+    "telemetry-otel": DeclaredPlugin(
+        "dsh_telemetry_otel:TelemetryOtel", provides=("telemetry",), boots_for_repair=True
+    ),
+    "skills": DeclaredPlugin("dsh_skills:Skills", inject=("tools",), runs_confined=True),
     "hooks": _HOOKS,
     "hooks-claude-code": _HOOKS,
     "subagents": DeclaredPlugin(
-        "dsh_subagents:Subagents", provides=("subagents",), inject=("sessions", "tools", "agent")
+        "dsh_subagents:Subagents",
+        provides=("subagents",),
+        inject=("sessions", "tools", "agent"),
+        boots_for_repair=True,
     ),
 }
+
+
+#: Role -> the shipped row ``Agent(...)`` adds when its composition has none for it: the file
+#: store of ``store=DIR`` and the checkpoint policy that flushes a store it adds, the approval
+#: row, the sandbox and the built-in tools of ``sandbox=``, the rules of ``ask=``, the token
+#: meter of ``prices=``. The front door names the role; which plugin fills it is said here.
+FRONT_DOOR_ROWS: Final[dict[str, DefaultRow]] = {
+    "file-store": DefaultRow("session-persistence", "session-persistence-jsonl"),
+    "checkpoints": DefaultRow("session-checkpoints", "session-checkpoint-policy"),
+    "approval": DefaultRow("approval", "user-approval"),
+    "sandbox": DefaultRow("sandbox", "sandbox-local"),
+    "tools": DefaultRow("builtin-tools", "builtin-tools"),
+    "ask-rules": DefaultRow("front-door-rules", "tool-rules"),
+    "prices": DefaultRow("token-meter", "token-meter"),
+    "scripted-model": DefaultRow("model", "llm-scripted"),
+    "memory-store": DefaultRow("session-persistence", "session-persistence-memory"),
+}
+
+
+def declared_project_files() -> dict[str, str]:
+    """``project file -> plugin name`` of every shipped plugin's ``project_files`` (the first
+    name declaring a file wins: ``hooks`` and its DSH alias are one plugin)."""
+    out: dict[str, str] = {}
+    for name, declared in SHIPPED_PLUGINS.items():
+        for path in declared.project_files:
+            out.setdefault(path, name)
+    return out
 
 
 def declared_model_routes() -> dict[str, tuple[str, str]]:
@@ -155,6 +222,12 @@ def declared_root_keys() -> dict[str, str]:
         for name, declared in SHIPPED_PLUGINS.items()
         if declared.root_key is not None
     }
+
+
+def declared_term_takers(term: str) -> list[str]:
+    """The shipped plugins whose ``run_terms`` take ``term`` (for an error's hint)."""
+    return [name for name, declared in SHIPPED_PLUGINS.items()
+            if any(taken == term for taken, _key in declared.run_terms)]
 
 
 def declared_store_urls() -> dict[str, tuple[str, str]]:

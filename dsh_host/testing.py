@@ -54,6 +54,7 @@ from .loader import PluginHost, Row, open_host
 from .plugin import Plugin
 from .session import SESSIONS, Session
 from .session.header import SessionHeader, new_session_id, now_ms
+from .shipped_plugins import FRONT_DOOR_ROWS
 from .tools import TOOLS, ToolRuntime
 
 if TYPE_CHECKING:
@@ -128,7 +129,7 @@ def scripted_model(
         config["context_window"] = context_window
     if compaction_responses is not None:
         config["compaction_responses"] = _script("compaction_responses", compaction_responses)
-    return Row(id=row_id, name="llm-scripted", config=config)
+    return Row(id=row_id, name=FRONT_DOOR_ROWS["scripted-model"].plugin, config=config)
 
 
 def _script(key: str, responses: Sequence[object]) -> list[dict[str, Any]]:
@@ -152,7 +153,8 @@ def memory_store(store: str | None = None) -> Row:
     sessions; name a store to share it between two hosts of one test (crash and resume).
     """
     name = store if store is not None else f"test-{uuid.uuid4().hex}"
-    return Row(id="session-persistence", name="session-persistence-memory", config={"store": name})
+    default = FRONT_DOOR_ROWS["memory-store"]
+    return Row(id=default.id, name=default.plugin, config={"store": name})
 
 
 def plugin_row(
@@ -238,7 +240,8 @@ def _storage_rows(store: Row | bool) -> list[Row]:
     """The store and, with one, the checkpoint policy that flushes it (as configs/default.yml)."""
     if store is False:
         return []
-    policy = Row(id="session-checkpoints", name="session-checkpoint-policy")
+    default = FRONT_DOOR_ROWS["checkpoints"]
+    policy = Row(id=default.id, name=default.plugin)
     return [memory_store() if store is True else store, policy]
 
 

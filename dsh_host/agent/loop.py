@@ -73,9 +73,11 @@ from dsh_host.cancel import CancelToken
 from dsh_host.errors import DshError
 from dsh_host.jsonsafe import MAX_SAFE_INTEGER
 from dsh_host.llm.assembler import BlockAssembler
+from dsh_host.llm.attachments import AttachmentError, is_attachment
 from dsh_host.llm.errors import LlmError
 from dsh_host.llm.keys import LLM
 from dsh_host.llm.types import LlmRequest
+from dsh_host.llm.vision import refusal
 from dsh_host.sandbox import SandboxMode
 from dsh_host.session.approvals import DeferredCall, awaiting_call_ids, deferred_calls
 from dsh_host.session.events import (
@@ -500,7 +502,24 @@ class Agent:
                 "(agent.continue_turn) before starting a new one"
             )
         first = [_as_message(prompt)] if prompt is not None else []
+        if first:
+            await self.refuse_unreadable(first[0])
         return await self._run(first, signal, ())
+
+    async def refuse_unreadable(self, prompt: Prompt) -> None:
+        """Raise :class:`~dsh_host.llm.attachments.AttachmentError` when ``prompt`` carries
+        attachments and the agent's model takes no images (D31), before anything is logged:
+        the turn would spend tokens on a request the model cannot read."""
+        prompt = _as_message(prompt)
+        if not any(is_attachment(block) for block in prompt.content):
+            return
+        options, llm = self._options, self._ctx.service(LLM)
+        if not options.provider or not options.model or not llm.has_provider(options.provider):
+            return  # no route to ask (middleware serves it): the request's own check holds
+        info = await llm.resolve_model(options.provider, options.model)
+        reason = refusal(info, prompt.content)
+        if reason is not None:
+            raise AttachmentError(f'session "{self.id}": {reason}')
 
     async def run_maintenance(
         self,

@@ -33,7 +33,7 @@ from ..session.persistence import SessionNotFoundError
 from .answerer import _escape
 from .common import (
     load_composition,
-    patch_config,
+    patch_term_flag,
     persistence,
     run_with_host,
 )
@@ -56,10 +56,10 @@ EXIT_AWAITING: Final = 4
 def apply_approval_flag(located: list[LocatedRow], value: str) -> None:
     """``--approval ask|never|defer``: the policy, or ``ask`` with unanswered asks deferred."""
     if value == "defer":
-        patch_config(located, ("user-approval",), "policy", "ask", "--approval")
-        patch_config(located, ("user-approval",), "unanswered", "defer", "--approval")
+        patch_term_flag(located, "approval_policy", "ask", "--approval")
+        patch_term_flag(located, "unanswered", "defer", "--approval")
     else:
-        patch_config(located, ("user-approval",), "policy", value, "--approval")
+        patch_term_flag(located, "approval_policy", value, "--approval")
 
 
 def print_pending(rows: Sequence[dict[str, Any]]) -> None:

@@ -15,13 +15,13 @@ from typing import Any, TypeVar
 
 import anyio
 
-from ..composition_edits import enabled, patch
+from ..composition_edits import Term, enabled, patch, patch_term
 from ..compositions import composition_digest, load_config
 from ..errors import ConfigError, DshError
 from ..loader import LocatedRow, PluginHost, canonical_name, open_host, rows_needed_for
 from ..session.events.data import CompositionTerms
 from ..session.keys import SESSION_PERSISTENCE
-from ..shipped_plugins import declared_root_keys
+from ..shipped_plugins import declared_root_keys, declared_term_takers
 from .interrupts import Interrupts, exit_on_signals
 
 T = TypeVar("T")
@@ -38,11 +38,15 @@ def rows_of(located: Sequence[LocatedRow], plugin: str) -> list[int]:
     return [i for i, r in enumerate(located) if canonical_name(r.row.name) == plugin]
 
 
-def patch_config(
-    located: list[LocatedRow], plugins: Sequence[str], key: str, value: Any, flag: str
-) -> None:
-    """Set ``config[key] = value`` on every enabled row running one of ``plugins``."""
-    patch_config_keys(located, dict.fromkeys(plugins, key), value, flag)
+def patch_term_flag(located: list[LocatedRow], term: Term, value: Any, flag: str) -> None:
+    """Set run term ``term`` to ``value`` on every enabled row that takes it; a usage error
+    naming ``flag`` when there is none."""
+    if not patch_term(located, term, value):
+        takers = " or ".join(declared_term_takers(term)) or "a plugin declaring it"
+        raise CliUsageError(
+            f"{flag} needs a row that takes the {term} term ({takers}) in the composition, "
+            "and it has none; add one or drop the flag"
+        )
 
 
 def patch_config_keys(

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from ..agent import AGENT, AGENT_CHUNK, Agent, ChunkReceived
+from ..composition_edits import term_rows, term_value
 from ..errors import ConfigError
 from ..front.demo import DEMO_PROMPT, DEMO_WORKSPACE
 from ..front.models import ModelChoice
@@ -65,9 +66,8 @@ from .common import (
     CliUsageError,
     load_composition,
     load_composition_terms,
-    patch_config,
+    patch_term_flag,
     persistence_rows,
-    rows_of,
     run_with_host,
 )
 from .hints import command_hint
@@ -138,11 +138,11 @@ def compose(
         _prepare_workspace(
             workspace, create=demo or getattr(args, "create_workspace", False)
         )
-        patch_config(located, ("builtin-tools",), "workspace", workspace, "--workspace")
+        patch_term_flag(located, "workspace", workspace, "--workspace")
     if getattr(args, "approval", None) is not None:
         apply_approval_flag(located, args.approval)
     if getattr(args, "sandbox", None) is not None:
-        patch_config(located, ("builtin-tools",), "sandbox", args.sandbox, "--sandbox")
+        patch_term_flag(located, "sandbox", args.sandbox, "--sandbox")
     cwd = _tools_workspace(located)
     own_row = spec is not None and parse_model(spec).row.id is not None
     terms = terms_of(
@@ -153,14 +153,12 @@ def compose(
 
 
 def _tools_workspace(located: list[LocatedRow]) -> str:
-    """The directory the tools work in (recorded as the session's ``cwd``): the tools row's
-    ``workspace`` made absolute, else the current directory."""
-    for index in rows_of(located, "builtin-tools"):
-        row = located[index].row
-        if not row.disabled:
-            configured = (row.config or {}).get("workspace", ".")
-            if isinstance(configured, str) and configured:
-                return os.path.abspath(os.path.expanduser(configured))
+    """The directory the tools work in (recorded as the session's ``cwd``): the workspace term
+    of the rows that take it, made absolute, else the current directory."""
+    if term_rows(located, "workspace"):
+        configured = term_value(located, "workspace", ".")
+        if isinstance(configured, str) and configured:
+            return os.path.abspath(os.path.expanduser(configured))
     return os.getcwd()
 
 
@@ -199,16 +197,11 @@ def recorded_workspace(args: argparse.Namespace, session_id: str) -> str | None:
     return load.header.cwd if isinstance(load.header.cwd, str) else None
 
 
-#: What a repair boots: the agent and its store, the approval row (its events are evidence), and
-#: the services that follow every append (``telemetry``): a repair's closers reach them.
-#: ``subagents`` refines the closers of a delegating call from its child's log (D24).
-REPAIR_SERVICES: tuple[str, ...] = (
-    "agent",
-    "sessionPersistence",
-    "approval",
-    "telemetry",
-    "subagents",
-)
+#: What a repair boots: the agent and its store, and every row whose plugin declares
+#: ``boots_for_repair`` (the approval row, whose events are evidence; rows that follow every
+#: append, such as a trace exporter, which a repair's closers must reach; sub-agents, which
+#: refine a delegating call's closer from its child's log, D24).
+REPAIR_SERVICES: tuple[str, ...] = ("agent", "sessionPersistence")
 
 
 def continue_session(
@@ -259,8 +252,8 @@ def continue_session(
         # A repair runs no tool: it needs the store and the agent, not the workspace (which
         # may be gone, or hold the store: `Agent(store=...)` inside its workspace), and the
         # rows that follow the log (a trace exporter), which its closers must reach.
-        return rows_needed_for(rows, REPAIR_SERVICES), plan
-    if plan.terms.workspace is not None and rows_of(rows, "builtin-tools"):
+        return rows_needed_for(rows, REPAIR_SERVICES, repair=True), plan
+    if plan.terms.workspace is not None and term_rows(rows, "workspace"):
         flag = "--workspace" if workspace else "the session's recorded workspace"
         _prepare_workspace(
             plan.terms.workspace, create=getattr(args, "create_workspace", False), flag=flag

@@ -17,9 +17,11 @@ import anyio
 import anyio.from_thread
 import msgspec
 
+from ..composition_edits import services_of
 from ..errors import install_hint
-from ..loader import PluginHost, canonical_name
+from ..loader import PluginHost
 from ..session.events import SessionEvent, event_to_builtins, to_builtins
+from ..session.keys import TELEMETRY
 from ..session.persistence import (
     SessionLoad,
     SessionPersistenceCorruptionError,
@@ -602,7 +604,10 @@ def run_export_otel(args: argparse.Namespace) -> int:
     The plugin (and OpenTelemetry) is imported here only: nothing else of the CLI pays for it,
     and without the ``otel`` extra the command says how to install it. The composition's
     ``telemetry-otel`` row, when there is one, gives the agent name, service name and whether
-    content is captured, so a replayed trace looks like the live one.
+    content is captured, so a replayed trace looks like the live one. The session's sub-agent
+    children (its ``subagent/catalog`` facts, and theirs) are exported with it, their turns
+    under the delegating calls' spans in the same trace (D30); a child that cannot be read is
+    named on stderr and left out.
     """
     located = load_composition(args)[1]
     try:
@@ -615,7 +620,7 @@ def run_export_otel(args: argparse.Namespace) -> int:
     config = TelemetryConfig()
     for entry in located:
         row = entry.row
-        if not row.disabled and canonical_name(row.name) == "telemetry-otel":
+        if not row.disabled and TELEMETRY.name in services_of(row)[0]:
             try:
                 config = msgspec.convert(row.config or {}, TelemetryConfig)
             except (msgspec.ValidationError, ValueError) as error:
@@ -623,11 +628,20 @@ def run_export_otel(args: argparse.Namespace) -> int:
             break
     rows = persistence_rows(located)
 
-    async def body(host: PluginHost) -> SessionLoad:
-        return await _read(host, args.session_id)
+    async def body(host: PluginHost) -> tuple[SessionLoad, dict[str, SessionLoad | str]]:
+        load = await _read(host, args.session_id)
+        children: dict[str, SessionLoad | str] = {}
+        await _read_children(host, load, children)
+        return load, children
 
-    load = run_with_host(rows, body)
+    load, children = run_with_host(rows, body)
     events = [event_to_builtins(event) for event in load.events]
+    tree: list[tuple[str, list[dict[str, Any]]]] = []
+    for child_id, child in children.items():
+        if isinstance(child, str):
+            print(f"child session {child_id} left out: {child}", file=sys.stderr)
+        else:
+            tree.append((child_id, [event_to_builtins(event) for event in child.events]))
     from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 
     exporter: SpanExporter
@@ -637,9 +651,12 @@ def run_export_otel(args: argparse.Namespace) -> int:
         )
     else:
         exporter = otlp_exporter()
-    counts = export_session(load.id, events, exporter, config=config, prices=price_table(located))
+    counts = export_session(
+        load.id, events, exporter, config=config, prices=price_table(located), children=tree
+    )
     summary = ", ".join(f"{count} {name}" for name, count in sorted(counts.items()))
-    print(f"exported session {load.id}: {summary or 'no spans'}", file=sys.stderr)
+    with_children = f" and {len(tree)} sub-agent session(s)" if tree else ""
+    print(f"exported session {load.id}{with_children}: {summary or 'no spans'}", file=sys.stderr)
     return 0
 
 

@@ -19,16 +19,14 @@ from typing import Any
 
 from ..compositions import PROJECT_FILE, revoke, trust, trusted_files
 from ..loader import resolve_plugin
+from ..shipped_plugins import declared_project_files
 from ..userdirs import trust_store_file
 from .common import CliUsageError
 from .output import console
 
-#: Project files a plugin reads only when trusted (the plugin's ``check_trusted_file`` checks
-#: them here): the ``hooks`` plugin's Claude Code hook files, which name commands to run.
-PLUGIN_PROJECT_FILES: dict[str, str] = {
-    ".claude/hooks.json": "hooks",
-    ".claude/settings.json": "hooks",
-}
+#: Project files a plugin reads only when trusted (its ``project_files``; the plugin's
+#: ``check_trusted_file`` checks them here): the Claude Code hook files, which name commands.
+PLUGIN_PROJECT_FILES: dict[str, str] = declared_project_files()
 
 
 def _plugin_reading(path: Path) -> str | None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..loader import LocatedRow, canonical_name
+from ..composition_edits import services_of
+from ..loader import LocatedRow
+from ..session.keys import TOKEN_METER
 from ..session.prices import PriceTable, parse_prices
 from ..session.usage import UsageLedger, UsageTotals
 from .common import CliUsageError
@@ -18,7 +20,7 @@ def price_table(located: Sequence[LocatedRow]) -> PriceTable:
     """
     for entry in located:
         row = entry.row
-        if row.disabled or canonical_name(row.name) != "token-meter":
+        if row.disabled or TOKEN_METER.name not in services_of(row)[0]:
             continue
         config = row.config or {}
         try:

@@ -45,12 +45,12 @@ from dsh_host.agent.keys import (
     AGENT_TURN_STOPPING,
 )
 from dsh_host.cancel import CancelToken
-from dsh_host.composition_edits import merged
+from dsh_host.composition_edits import Term, merged, runs_confined, services_of, takes_term
 from dsh_host.compositions import load_config
 from dsh_host.errors import ConfigError
 from dsh_host.llm.attachments import attachment_blocks
 from dsh_host.loader import LocatedRow, PluginHost, Row, canonical_name, open_host
-from dsh_host.sandbox import SANDBOX_MODES, SandboxMode
+from dsh_host.sandbox import SANDBOX, SANDBOX_MODES, SandboxMode
 from dsh_host.session.approvals import DeferredCall
 from dsh_host.session.events import (
     ApprovalAsked as ApprovalAskedData,
@@ -85,7 +85,7 @@ from dsh_host.session.messages import (
 )
 from dsh_host.session.terms import record_terms, recorded_terms
 from dsh_host.session.tokens import UsageTotals, turn_usage
-from dsh_host.shipped_plugins import declared_store_urls
+from dsh_host.shipped_plugins import FRONT_DOOR_ROWS, declared_root_keys, declared_store_urls
 from dsh_host.tools import (
     ApprovalRequest,
     ToolArgsError,
@@ -175,9 +175,6 @@ class _Finished:
 
 
 
-#: Composed rows the front door keeps only with ``sandbox=``: the built-in tools and their
-#: sandbox, skills (a skill's scripts run through ``bash``) and command hooks (run confined).
-_SANDBOXED_ROWS: Final = frozenset({"builtin-tools", "sandbox-local", "skills", "hooks"})
 
 class Agent:
     """An agent on one session of a plugin host composed from these arguments.
@@ -309,14 +306,14 @@ class Agent:
         """
         base = [located.row for located in self._composition.rows]
         rows: list[Row] = [self._model.row]
+        replace_store = not isinstance(self._store, _CliDefault)
         for row in base:
             name = canonical_name(row.name)
             if row.disabled or row.id == "model":
                 continue
-            if name.startswith("session-persistence-") or name == "session-checkpoint-policy":
-                if not isinstance(self._store, _CliDefault):
-                    continue  # replaced below
-            if name in _SANDBOXED_ROWS and self._sandbox is None:
+            if replace_store and SESSION_PERSISTENCE.name in _services(row):
+                continue  # the store and what flushes it: replaced below
+            if self._sandbox is None and runs_confined(row):
                 # No built-in tools unless a sandbox mode is asked for; nor skills (their
                 # scripts run through bash) or command hooks (they run confined: without a
                 # sandbox every gate would deny).
@@ -326,38 +323,30 @@ class Agent:
             rows.append(row)
         store = self._store
         if not isinstance(store, _CliDefault) and store is not None:
-            persistence = _store_row(store)
             at = _index_after(rows, "sessions")
-            rows[at:at] = [
-                persistence,
-                Row(id="session-checkpoints", name="session-checkpoint-policy"),
-            ]
+            rows[at:at] = [_store_row(store), _default_row("checkpoints")]
         for needed, row_id in (("sessions", "sessions"), ("llm", "llm"), ("tools", "tools")):
             if not _has(rows, needed):
                 rows.append(Row(id=row_id, name=needed))
         approval = self._approval
-        policy = approval if approval in ("ask", "never") else "ask"
-        settings: dict[str, Any] = {"policy": policy}
+        terms: dict[Term, Any] = {
+            "approval_policy": approval if approval in ("ask", "never") else "ask"
+        }
         if approval == "defer":  # an unanswered ask waits for decide() (D19)
-            settings["unanswered"] = "defer"
-        if not _has(rows, "user-approval"):
-            rows.append(Row(id="approval", name="user-approval"))
-        rows = [_patched(r, "user-approval", settings) for r in rows]
+            terms["unanswered"] = "defer"
+        if not any(takes_term(r, "approval_policy") for r in rows):
+            rows.append(_default_row("approval"))
         if self._sandbox is not None:
-            if not _has(rows, "sandbox-local"):
-                rows.append(Row(id="sandbox", name="sandbox-local", config={"network": "deny"}))
-            if not _has(rows, "builtin-tools"):
-                rows.append(Row(id="builtin-tools", name="builtin-tools"))
-            confined = {"workspace": self._workspace, "sandbox": self._sandbox}
-            rows = [_patched(r, "builtin-tools", confined) for r in rows]
+            if not any(_provides(r, SANDBOX.name) for r in rows):
+                rows.append(_default_row("sandbox"))
+                terms["network"] = "deny"
+            if not any(takes_term(r, "workspace") for r in rows):
+                rows.append(_default_row("tools"))
+            terms["workspace"], terms["sandbox"] = self._workspace, self._sandbox
+        rows = [_with_terms(r, terms) for r in rows]
         if self._ask:
-            rows.append(
-                Row(
-                    id="front-door-rules",
-                    name="tool-rules",
-                    config={"rules": [{"tool": name, "decision": "ask"} for name in self._ask]},
-                )
-            )
+            rules = [{"tool": name, "decision": "ask"} for name in self._ask]
+            rows.append(merged(_default_row("ask-rules"), {"rules": rules}))
         rows.extend(self._extra_rows)
         agent_row = next(
             (r for r in base if not r.disabled and canonical_name(r.name) == "agent"),
@@ -376,10 +365,13 @@ class Agent:
         if self._budget is not None:
             agent_config["budget"] = self._budget
         if self._prices is not None:
-            if not _has(rows, "token-meter"):
-                rows.append(Row(id="token-meter", name="token-meter"))
-            rows = [_patched(r, "token-meter", {"prices": self._prices}) for r in rows]
-        rows.append(_patched(agent_row, "agent", agent_config))
+            if not any(_provides(r, TOKEN_METER.name) for r in rows):
+                rows.append(_default_row("prices"))
+            rows = [
+                merged(r, {"prices": self._prices}) if _provides(r, TOKEN_METER.name) else r
+                for r in rows
+            ]
+        rows.append(merged(agent_row, agent_config))
         ids = {row.id for row in rows if row.id is not None}
         for key in self._overrides:
             if key not in ids:
@@ -613,8 +605,9 @@ class Agent:
         With an ``output_type`` (here or on the agent), ``result.output`` is
         the validated value, or :class:`OutputValidationError` is raised.
         ``attachments`` are image (PNG, JPEG, GIF, WebP) and PDF files sent with the
-        prompt; a missing, unsupported or too large file raises
-        :class:`~dsh_host.llm.attachments.AttachmentError` before anything is logged.
+        prompt; a missing, unsupported or too large file, or a model that takes no images
+        (D31), raises :class:`~dsh_host.llm.attachments.AttachmentError` before anything is
+        logged.
         """
         turn_prompt: str | list[ContentBlock] = prompt
         if attachments:
@@ -955,10 +948,37 @@ def _store_row(store: str | os.PathLike[str]) -> Row:
     text = os.fspath(store)
     scheme, sep, _rest = text.partition("://")
     declared = declared_store_urls().get(scheme) if sep else None
+    default = FRONT_DOOR_ROWS["file-store"]
     if declared is not None:
         plugin, key = declared
-        return Row(id="session-persistence", name=plugin, config={key: text})
-    return Row(id="session-persistence", name="session-persistence-jsonl", config={"root": text})
+        return Row(id=default.id, name=plugin, config={key: text})
+    return Row(id=default.id, name=default.plugin,
+               config={declared_root_keys()[default.plugin]: text})
+
+
+def _default_row(role: str) -> Row:
+    """The row that fills ``role`` when the composition has none (``FRONT_DOOR_ROWS``)."""
+    default = FRONT_DOOR_ROWS[role]
+    return Row(id=default.id, name=default.plugin)
+
+
+def _services(row: Row) -> tuple[str, ...]:
+    """What ``row`` provides and injects, in one tuple (a disabled row: nothing)."""
+    if row.disabled:
+        return ()
+    provides, inject = services_of(row)
+    return (*provides, *inject)
+
+
+def _provides(row: Row, service: str) -> bool:
+    return not row.disabled and service in services_of(row)[0]
+
+
+def _with_terms(row: Row, terms: Mapping[Term, Any]) -> Row:
+    """``row`` with each term it takes set from ``terms``."""
+    values = {key: value for term, value in terms.items()
+              if (key := takes_term(row, term)) is not None}
+    return merged(row, values) if values else row
 
 
 def _has(rows: Sequence[Row], plugin: str) -> bool:
@@ -970,11 +990,6 @@ def _index_after(rows: Sequence[Row], plugin: str) -> int:
         if canonical_name(row.name) == plugin:
             return index + 1
     return len(rows)
-
-
-def _patched(row: Row, plugin: str, config: Mapping[str, Any]) -> Row:
-    """``row`` with ``config`` merged into its config when it runs ``plugin``."""
-    return merged(row, config) if canonical_name(row.name) == plugin else row
 
 
 def _typed_event(event: SessionEvent, values: dict[str, Any]) -> ev.Event | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from dsh_host.errors import ConfigError
-from dsh_host.shipped_plugins import declared_model_routes
+from dsh_host.shipped_plugins import FRONT_DOOR_ROWS, declared_model_routes
 
 from .demo import DEMO_RESPONSES
 
@@ -41,9 +41,11 @@ def parse_model(spec: str, flag: str = "--model") -> ModelChoice:
     """The row and route of ``spec``; a :class:`ConfigError` naming ``flag`` otherwise."""
     from dsh_host.loader import Row  # on use: `dsh run --help` shows MODEL_SPECS, no loader
 
+    scripted = FRONT_DOOR_ROWS["scripted-model"]
+
     if spec == "demo":
         return ModelChoice(
-            Row(id="model", name="llm-scripted",
+            Row(id=scripted.id, name=scripted.plugin,
                 config={"responses": DEMO_RESPONSES, "provider": "demo", "model": "demo"}),
             "demo",
             "demo",
@@ -54,7 +56,9 @@ def parse_model(spec: str, flag: str = "--model") -> ModelChoice:
         if not path.is_file():
             raise ConfigError(f"{flag} {spec}: script file {value} does not exist")
         return ModelChoice(
-            Row(id="model", name="llm-scripted", config={"path": str(path)}), "scripted", "scripted"
+            Row(id=scripted.id, name=scripted.plugin, config={"path": str(path)}),
+            "scripted",
+            "scripted",
         )
     route = declared_model_routes().get(kind) if sep and value else None
     if route is not None:

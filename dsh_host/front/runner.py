@@ -25,7 +25,15 @@ from dataclasses import dataclass, replace
 
 from msgspec import UNSET
 
-from dsh_host.composition_edits import config_of, enabled, merged, patch
+from dsh_host.composition_edits import (
+    config_of,
+    enabled,
+    merged,
+    patch,
+    patch_term,
+    term_rows,
+    term_value,
+)
 from dsh_host.compositions import composition_digest
 from dsh_host.errors import ConfigError
 from dsh_host.loader import LocatedRow, Row, canonical_name
@@ -115,22 +123,21 @@ def terms_of(
     model = None
     if route is not None:
         model = ModelRoute(provider=route[0], model=route[1], spec=spec if spec else UNSET)
-    tools = config_of(located, "builtin-tools")
     workspace = sandbox = None
-    if tools is not None:
-        configured = tools.get("workspace", ".")
+    if term_rows(located, "workspace"):
+        configured = term_value(located, "workspace", ".")
         if isinstance(configured, str) and configured:
             workspace = os.path.abspath(os.path.expanduser(configured))
-        network = (config_of(located, "sandbox-local") or {}).get("network", "deny")
+    if term_rows(located, "sandbox"):
         sandbox = SandboxTerms(
-            mode=str(tools.get("sandbox", "workspace-write")), network=str(network)
+            mode=str(term_value(located, "sandbox", "workspace-write")),
+            network=str(term_value(located, "network", "deny")),
         )
-    approval_config = config_of(located, "user-approval")
     approval = None
-    if approval_config is not None:
+    if term_rows(located, "approval_policy"):
         approval = ApprovalTerms(
-            policy=str(approval_config.get("policy", "ask")),
-            unanswered=str(approval_config.get("unanswered", "fail")),
+            policy=str(term_value(located, "approval_policy", "ask")),
+            unanswered=str(term_value(located, "unanswered", "fail")),
         )
     return RunTerms(
         reason=reason,  # type: ignore[arg-type]
@@ -258,16 +265,16 @@ def plan_continuation(
         workspace = overrides.workspace
         changed.append("workspace")
     if workspace is not None:
-        patch(rows, "builtin-tools", {"workspace": workspace})
+        patch_term(rows, "workspace", workspace)
     if recorded.sandbox is not None or overrides.sandbox is not None:
         mode = recorded.sandbox.mode if recorded.sandbox is not None else None
         if overrides.sandbox is not None and overrides.sandbox != mode:
             mode = overrides.sandbox
             changed.append("sandbox")
         if mode is not None:
-            patch(rows, "builtin-tools", {"sandbox": mode})
+            patch_term(rows, "sandbox", mode)
         if recorded.sandbox is not None:
-            patch(rows, "sandbox-local", {"network": recorded.sandbox.network})
+            patch_term(rows, "network", recorded.sandbox.network)
     approval = recorded.approval
     policy = approval.policy if approval is not None else None
     unanswered = approval.unanswered if approval is not None else None
@@ -277,7 +284,8 @@ def plan_continuation(
         policy, unanswered = overrides.approval_policy, overrides.unanswered or "fail"
         changed.append("approval")
     if policy is not None:
-        patch(rows, "user-approval", {"policy": policy, "unanswered": unanswered or "fail"})
+        patch_term(rows, "approval_policy", policy)
+        patch_term(rows, "unanswered", unanswered or "fail")
     spec = (
         _spec(overrides, recorded)
         if "model" in changed
@@ -371,15 +379,12 @@ def _assumed(
             "model; pass --model SPEC (the built-in demo script never continues a session)"
         )
     if overrides.workspace is not None:
-        patch(rows, "builtin-tools", {"workspace": overrides.workspace})
+        patch_term(rows, "workspace", overrides.workspace)
     if overrides.sandbox is not None:
-        patch(rows, "builtin-tools", {"sandbox": overrides.sandbox})
+        patch_term(rows, "sandbox", overrides.sandbox)
     if overrides.approval_policy is not None:
-        patch(
-            rows,
-            "user-approval",
-            {"policy": overrides.approval_policy, "unanswered": overrides.unanswered or "fail"},
-        )
+        patch_term(rows, "approval_policy", overrides.approval_policy)
+        patch_term(rows, "unanswered", overrides.unanswered or "fail")
     terms = terms_of(
         rows, composition=composition, spec=_spec(overrides, None), by=by, reason="assumed"
     )

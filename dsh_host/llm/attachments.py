@@ -24,7 +24,7 @@ from typing import Any, Literal
 from dsh_host.errors import DshError
 from dsh_host.jsonsafe import freeze_json
 from dsh_host.session import ContentBlock
-from dsh_host.session.messages import ImageBlock
+from dsh_host.session.messages import ImageBlock, ToolResultBlock
 
 __all__ = [
     "MAX_DOCUMENT_BYTES",
@@ -37,6 +37,9 @@ __all__ = [
     "attachment_from_bytes",
     "attachment_of",
     "data_uri",
+    "image_block",
+    "image_media_type",
+    "tool_result_images",
 ]
 
 #: the largest image accepted (Anthropic's per-image limit; OpenAI's is larger)
@@ -90,6 +93,12 @@ def _media_type(raw: bytes) -> str | None:
     return None
 
 
+def image_media_type(raw: bytes) -> str | None:
+    """The media type of ``raw`` when its first bytes are a PNG, JPEG, GIF or WebP image."""
+    media = _media_type(raw)
+    return media if media is not None and media.startswith("image/") else None
+
+
 def _size(count: int) -> str:
     return f"{count / (1024 * 1024):.1f} MiB" if count >= 1024 * 1024 else f"{count} bytes"
 
@@ -139,6 +148,19 @@ def attachment_from_bytes(raw: bytes, name: str, *, shown: str | None = None) ->
         block: dict[str, Any] = {"type": "file", "attachment": record}
         return freeze_json(block, "attachment")  # type: ignore[no-any-return]
     return ImageBlock(attachment=freeze_json(record, "attachment"))
+
+
+def image_block(raw: bytes, name: str, *, shown: str | None = None) -> ImageBlock:
+    """The image block of ``raw`` (a tool result's image: ``read_file`` on a picture, an MCP
+    ``image`` content block), under the same type and size rules as an attachment."""
+    where = shown if shown is not None else name
+    if image_media_type(raw) is None:
+        raise AttachmentError(
+            f"{where!r} is not a PNG, JPEG, GIF or WebP image (recognised by its content)"
+        )
+    block = attachment_from_bytes(raw, name, shown=shown)
+    assert isinstance(block, ImageBlock)
+    return block
 
 
 def attachment_blocks(paths: Iterable[str | PathLike[str]]) -> list[ContentBlock]:
@@ -197,3 +219,8 @@ def unsendable(block: ContentBlock) -> str | None:
 def attached(blocks: Sequence[ContentBlock]) -> list[Attachment]:
     """The attachments among ``blocks``, in order."""
     return [a for a in (attachment_of(block) for block in blocks) if a is not None]
+
+
+def tool_result_images(result: ToolResultBlock) -> list[Attachment]:
+    """The images a tool result carries (with their bytes in the log), in order."""
+    return [a for a in attached(result.content) if a.kind == "image"]

@@ -55,7 +55,7 @@ from typing import Any, Literal
 import msgspec
 
 from dsh_host.jsonsafe import thaw_json
-from dsh_host.llm.attachments import Attachment, attached
+from dsh_host.llm.attachments import Attachment, attached, tool_result_images
 from dsh_host.llm.convert import (
     completed_reason,
     disjoint_usage,
@@ -508,30 +508,55 @@ def chat_tools(tools: Iterable[ToolSchema]) -> list[dict[str, Any]]:
 
 
 def serialize_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
-    """The conversation in wire form; each tool result becomes its own ``tool`` message."""
+    """The conversation in wire form; each tool result becomes its own ``tool`` message.
+
+    A ``tool`` message holds text only, so the images of tool results follow the run of
+    ``tool`` messages they belong to as one ``user`` message of ``image_url`` parts, each
+    after a text part naming the call (the API wants every call answered by a ``tool``
+    message before anything else is said)."""
     wire: list[dict[str, Any]] = []
+    pending: list[dict[str, Any]] = []  # the images of the current run of tool messages
+
+    def flush() -> None:
+        if pending:
+            wire.append({"role": "user", "content": list(pending)})
+            pending.clear()
+
     for message in messages:
         refuse_images(message.content, message.role, "chat-completions", attachments=True)
+        results = [block for block in message.content if isinstance(block, ToolResultBlock)]
+        text = text_of(message.content)
+        parts = attached(message.content)
+        if not results or text or parts:
+            flush()
         if isinstance(message, SystemMessage):
-            wire.append({"role": "system", "content": text_of(message.content)})
+            wire.append({"role": "system", "content": text})
             continue
         if isinstance(message, AssistantMessage):
             wire.append(_assistant(message))
             continue
-        results = [block for block in message.content if isinstance(block, ToolResultBlock)]
-        text = text_of(message.content)
-        parts = attached(message.content)
         if parts:
             content = [{"type": "text", "text": text}] if text else []
             wire.append({"role": "user", "content": content + [_part(a) for a in parts]})
         elif text or not results:
             wire.append({"role": "user", "content": text})
         for result in results:
+            images = tool_result_images(result)
+            note = ""
+            if images:
+                count = "1 image" if len(images) == 1 else f"{len(images)} images"
+                verb = "follows" if len(images) == 1 else "follow"
+                note = f"\n[{count} of this result {verb} in the next user message]"
+                pending.append(
+                    {"type": "text", "text": f"Images of tool call {result.tool_call_id}:"}
+                )
+                pending.extend(_part(image) for image in images)
             wire.append(
                 {
                     "role": "tool",
                     "tool_call_id": result.tool_call_id,
-                    "content": tool_result_text(result),
+                    "content": tool_result_text(result) + note,
                 }
             )
+    flush()
     return wire

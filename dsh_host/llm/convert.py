@@ -44,7 +44,7 @@ from dsh_host.session import (
     ToolCallBlock,
     UsageChunk,
 )
-from dsh_host.session.messages import ToolResultBlock
+from dsh_host.session.messages import ImageBlock, ToolResultBlock
 
 from .attachments import is_attachment, unsendable
 from .errors import EMPTY_RESPONSE_CODE, LlmError
@@ -78,8 +78,12 @@ def text_of(blocks: Iterable[ContentBlock]) -> str:
 
 def tool_result_text(result: ToolResultBlock) -> str:
     """A tool result's text as sent back; ``(no output)`` for an empty one (an empty result
-    is refused by some providers, and the model reads the placeholder better than nothing)."""
-    return text_of(result.content) or "(no output)"
+    is refused by some providers, and the model reads the placeholder better than nothing),
+    ``(image)`` for one that holds only images."""
+    text = text_of(result.content)
+    if text:
+        return text
+    return "(image)" if any(is_attachment(block) for block in result.content) else "(no output)"
 
 
 def refuse_images(
@@ -87,26 +91,26 @@ def refuse_images(
 ) -> None:
     """Refuse image and file content the adapter cannot send, before any request: dropping
     one silently would change what the model is asked. With ``attachments``, a user
-    message's own images and documents pass (the adapter sends them, read with
-    :func:`~dsh_host.llm.attachments.attachment_of`) when the log holds their bytes; images
-    inside tool results are refused still."""
+    message's own images and documents, and the images of a tool result, pass (the adapter
+    sends them, read with :func:`~dsh_host.llm.attachments.attachment_of`) when the log holds
+    their bytes; a document inside a tool result is refused still (no tool makes one)."""
     for block in blocks:
         if is_attachment(block):
-            if attachments and role == "user":
+            if attachments and (role == "user" or isinstance(block, ImageBlock)):
                 reason = unsendable(block)
                 if reason is None:
                     continue
                 raise LlmError(
-                    f"the {adapter} adapter cannot send a user message's {reason}",
+                    f"the {adapter} adapter cannot send a {role} message's {reason}",
                     "UNSUPPORTED_CONTENT",
                 )
             raise LlmError(
-                f"the {adapter} adapter does not send image or file content in a {role} "
-                "message yet; remove it or use a text description",
+                f"the {adapter} adapter does not send {'file' if attachments else 'image or file'}"
+                f" content in a {role} message; remove it or use a text description",
                 "UNSUPPORTED_CONTENT",
             )
         if isinstance(block, ToolResultBlock):
-            refuse_images(block.content, "tool result", adapter)
+            refuse_images(block.content, "tool result", adapter, attachments=attachments)
 
 
 def replay_entries(message: AssistantMessage) -> Sequence[Any]:

@@ -35,6 +35,7 @@ from dsh_host.errors import AbortError, ConfigError, install_hint
 from .errors import LlmError
 from .keys import LLM
 from .types import LlmAdapter, LlmRequest, ModelInfo, ProviderInfo, RetryPolicy
+from .vision import family_takes_images
 from .wire import (
     check_api_key,
     declined_retry_after_note,
@@ -87,6 +88,8 @@ class ProviderConfig(Protocol):
     @property
     def context_window(self) -> int | None: ...
     @property
+    def vision(self) -> bool | None: ...
+    @property
     def connect_timeout_ms(self) -> int: ...
     @property
     def stream_idle_timeout_ms(self) -> int: ...
@@ -129,6 +132,8 @@ class ProviderSettings:
     reasoning_effort: str | None = None
     max_tokens: int | None = None
     context_window: int | None = None
+    #: whether the row's models read images (None: by the model's family, D31)
+    vision: bool | None = None
     connect_timeout_ms: int = 30_000
     stream_idle_timeout_ms: int = 300_000
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
@@ -146,6 +151,7 @@ class ProviderSettings:
             "reasoning_effort": config.reasoning_effort,
             "max_tokens": config.max_tokens,
             "context_window": config.context_window,
+            "vision": config.vision,
             "connect_timeout_ms": config.connect_timeout_ms,
             "stream_idle_timeout_ms": config.stream_idle_timeout_ms,
             "retry_policy": config.retry_policy.resolve(),
@@ -298,6 +304,7 @@ class ProviderAdapter(LlmAdapter, Generic[S, C]):
             default_max_tokens=settings.max_tokens,
             reasoning_efforts=self.reasoning_efforts(),
             default_effort=settings.reasoning_effort,
+            vision=family_takes_images(model) if settings.vision is None else settings.vision,
         )
 
     def _key_owner(self) -> str:

@@ -50,6 +50,7 @@ from dsh_host.session.session import LogView
 from .errors import ABORTED_CODE, LlmError, failure_of
 from .keys import LLM_STREAM
 from .types import LlmAdapter, LlmRequest, ModelInfo, ProviderInfo, RetryPolicy
+from .vision import carries_attachment, without_images
 
 if TYPE_CHECKING:
     from dsh_host.context import Context
@@ -390,7 +391,7 @@ class LlmRuntime:
         signal = request.signal
         try:
             if prepared is not None:
-                route = prepared._route
+                route, info = prepared._route, prepared.model
                 if request.config != prepared.config:
                     raise LlmError(
                         "prepared LLM call config changed before adapter dispatch",
@@ -402,7 +403,7 @@ class LlmRuntime:
                 resolved, _defaults = resolve_call_config(request.config, info)
                 if resolved != request.config:
                     request = request.replace(config=resolved)
-            request = self._for_adapter(request, route.adapter)
+            request = self._for_adapter(request, route.adapter, info)
             if signal is not None:
                 signal.throw_if_aborted()
             iterator = aiter(route.adapter.stream(request))
@@ -434,8 +435,11 @@ class LlmRuntime:
                 if close is not None:
                     await close()
 
-    def _for_adapter(self, request: LlmRequest, adapter: LlmAdapter) -> LlmRequest:
-        """Strip replay state the target adapter does not own (provider/model kept).
+    def _for_adapter(
+        self, request: LlmRequest, adapter: LlmAdapter, model: ModelInfo
+    ) -> LlmRequest:
+        """Strip replay state the target adapter does not own (provider/model kept), and,
+        for a model that takes no images, put a note in each image's place (D31).
 
         Only assistant messages carrying ``source.replay_state`` can need it, and
         whether one does depends only on its provider's route. So the messages
@@ -445,10 +449,14 @@ class LlmRuntime:
         For a session's :class:`MessagesView` the index is kept per session and
         extended by the new messages only (the view's backing list is append-only;
         a surface replacement allocates a new one, which restarts the index), so
-        the usual request costs O(new messages), not O(history).
+        the usual request costs O(new messages), not O(history). The same index holds
+        the positions of the messages carrying images, for the notes.
         """
         messages = request.messages
         index = self._replay_index(request.session, messages)
+        if not model.vision and index.images:
+            images = index.images[: bisect_left(index.images, len(messages))]
+            request = without_images(request, model, images)
         foreign: list[int] = []
         routes = self._routes
         length = len(messages)
@@ -501,12 +509,14 @@ class _ReplayIndex:
     ``checked`` how many of its leading entries have been looked at.
     """
 
-    __slots__ = ("by_provider", "checked", "items")
+    __slots__ = ("by_provider", "checked", "images", "items")
 
     def __init__(self, items: object) -> None:
         self.items = items
         self.checked = 0
         self.by_provider: dict[str, list[int]] = {}
+        #: positions of the messages that carry an image or a document (D31)
+        self.images: list[int] = []
 
     def extend(self, messages: Sequence[Message], start: int) -> None:
         """Index ``messages[start:]`` (positions counted in ``messages``)."""
@@ -516,6 +526,8 @@ class _ReplayIndex:
             message = messages[position]
             if isinstance(message, AssistantMessage) and message.source.replay_state is not unset:
                 by_provider.setdefault(message.source.provider, []).append(position)
+            elif carries_attachment(message):
+                self.images.append(position)
         self.checked = len(messages)
 
 

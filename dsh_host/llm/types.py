@@ -145,6 +145,9 @@ class ModelInfo:
     default_max_tokens: int | None = None
     reasoning_efforts: tuple[str, ...] | None = None
     default_effort: str | None = None
+    #: whether the model reads images and PDFs; False: a prompt's attachments are refused
+    #: before anything is logged and the history's images go as text notes (D31)
+    vision: bool = True
 
 
 #: Failure codes worth retrying by default: transient, and nothing durable happened.

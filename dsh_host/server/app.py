@@ -520,7 +520,10 @@ async def start_turn(request: Request) -> Response:
     prompt: str | list[ContentBlock] = body.prompt
     if body.attachments:
         prompt = [TextBlock(text=body.prompt), *_uploaded(body.attachments)]
-    turn = await runtime.start_turn(session_id, prompt)
+    try:
+        turn = await runtime.start_turn(session_id, prompt)
+    except AttachmentError as exc:  # the session's model takes no images (D31)
+        raise ApiError(400, "IMAGES_UNSUPPORTED", str(exc)) from None
     return JSONResponse({"sessionId": session_id, "turn": turn}, status_code=202)
 
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dsh_host.composition_edits import patch
+from dsh_host.composition_edits import patch, patch_term
 from dsh_host.compositions import composition_digest, load_config
 from dsh_host.errors import ConfigError, DshError, install_hint
 from dsh_host.front.models import MODEL_SPECS, parse_model
@@ -156,7 +156,8 @@ def _composition(path: str | None, model: str | None, root: str | None) -> list[
             raise ServeUsageError(
                 f"--root needs a row running {' or '.join(stores)} in the composition"
             )
-    patch(rows, "user-approval", {"policy": "ask", "unanswered": "defer"})
+    patch_term(rows, "approval_policy", "ask")
+    patch_term(rows, "unanswered", "defer")
     return rows
 
 

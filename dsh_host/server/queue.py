@@ -90,7 +90,9 @@ class TurnQueue:
                 max_attempts=1000, wait=1, retry_exceptions={SessionAlreadyOwnedError}
             ),
         )
-        async def turn_job(session_id: str, kind: str, prompt: str | None, turn: int) -> None:
+        async def turn_job(
+            session_id: str, kind: str, prompt: str | list[Any] | None, turn: int
+        ) -> None:
             assert self._runner is not None, "the worker runs only inside a started runtime"
             # procrastinate aborts a job (an API cancel, the worker shutting down) by cancelling
             # its task. A turn is never cut off like that: the cancel is turned into the agent's
@@ -133,8 +135,11 @@ class TurnQueue:
                 await conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
 
     # ------------------------------------------------------------------ API side
-    async def defer(self, session_id: str, kind: str, prompt: str | None, turn: int) -> bool:
-        """Queue one job for the session's turn ``turn``; False when PostgreSQL refuses it: the
+    async def defer(
+        self, session_id: str, kind: str, prompt: str | list[Any] | None, turn: int
+    ) -> bool:
+        """Queue one job for the session's turn ``turn`` (``prompt``: its text, or its content
+        blocks as JSON when it carries attachments); False when PostgreSQL refuses it: the
         session has a job queued or running, or turn ``turn`` was taken by another job (the
         insert is the decision: see :data:`ONE_TURN_AT_A_TIME`)."""
         try:

@@ -1,7 +1,7 @@
 """The server's engine: plugin hosts, turns in the background, event wake-ups, metrics.
 
 One plugin host runs per (composition, workspace) pair, booted on first use and
-kept until the server stops: a composition's ``builtin-tools`` row works in one
+kept until the server stops: the rows taking the workspace term (the built-in tools) work in one
 workspace, so a session created with another workspace gets its own host. The
 default composition's host at the default workspace boots at start-up (a bad
 composition fails ``dsh serve`` at once) and serves every read.
@@ -29,13 +29,14 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import anyio
+import msgspec
 from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectSendStream
 
 from dsh_host.agent.errors import ApprovalDecisionError
 from dsh_host.agent.keys import AGENT
 from dsh_host.agent.loop import Agent
-from dsh_host.composition_edits import patched
+from dsh_host.composition_edits import with_term
 from dsh_host.errors import DshError
 from dsh_host.front.runner import (
     Overrides,
@@ -47,6 +48,7 @@ from dsh_host.front.runner import (
     portable_spec,
     terms_of,
 )
+from dsh_host.jsonsafe import json_dec_hook, to_json_builtins
 from dsh_host.loader import LocatedRow, PluginHost, open_host
 from dsh_host.session.approvals import pending_approvals
 from dsh_host.session.events import SessionEvent, TurnEndReason, turn_end_kind
@@ -288,9 +290,7 @@ class ServerRuntime:
         """The host of ``composition`` working in ``workspace`` (or of exactly ``rows``: a
         session's composition patched to its recorded terms), booted on first use."""
         if rows is None:
-            rows = patched(
-                self.options.compositions[composition], "builtin-tools", {"workspace": workspace}
-            )
+            rows = with_term(self.options.compositions[composition], "workspace", workspace)
         key = (composition, composition_digest(rows))
         while key not in self._hosts:
             booting = self._booting.get(key)
@@ -552,7 +552,7 @@ class ServerRuntime:
             )
         name = self.check_composition(composition)
         path = self.check_workspace(workspace)
-        rows = patched(self.options.compositions[name], "builtin-tools", {"workspace": path})
+        rows = with_term(self.options.compositions[name], "workspace", path)
         if configured_route(rows) is None:  # no demo in its place (D22 in docs/decisions.md)
             raise ApiError(
                 400,
@@ -645,7 +645,7 @@ class ServerRuntime:
         if workspace is None:
             workspace = header.cwd if isinstance(header.cwd, str) else None
         path = self.check_workspace(workspace, session_id=session_id)
-        rows = patched(self.options.compositions[name], "builtin-tools", {"workspace": path})
+        rows = with_term(self.options.compositions[name], "workspace", path)
         try:
             plan = plan_continuation(
                 rows, session_id=session_id, recorded=recorded,
@@ -669,15 +669,10 @@ class ServerRuntime:
     async def start_turn(self, session_id: str, prompt: str | list[ContentBlock]) -> int:
         """Start a turn in the background; return its number once the session is held.
 
-        In queue mode the turn becomes a job that exactly one worker takes (a prompt with
-        attachments is refused there: a job carries its prompt as text only).
+        In queue mode the turn becomes a job that exactly one worker takes; a prompt with
+        attachments travels in the job as its JSON content blocks (the bytes inside, D29), after
+        the session's model was asked whether it reads them (D31).
         """
-        if self._queue is not None and not isinstance(prompt, str):
-            raise ApiError(
-                400, "ATTACHMENTS_NOT_QUEUED",
-                "dsh serve --queue does not take attachments yet (a queued job carries its "
-                "prompt as text); send the prompt without them, or serve without --queue",
-            )
         self._claim(session_id)
         try:
             load = await self.inspect(session_id)
@@ -689,8 +684,10 @@ class ServerRuntime:
                     "(POST /sessions/{id}/approvals/{callId}) before a new turn",
                 )
             if self._queue is not None:
-                assert isinstance(prompt, str)  # refused above
-                return await self._enqueue(session_id, "turn", prompt, last_turn(load.events))
+                queued: str | list[Any] = prompt if isinstance(prompt, str) else (
+                    await self._queued_blocks(load, prompt)
+                )
+                return await self._enqueue(session_id, "turn", queued, last_turn(load.events))
             agent, store = await self._resume(load)
         except BaseException:
             self._claimed.discard(session_id)
@@ -733,7 +730,20 @@ class ServerRuntime:
             raise
         return await self._launch(agent, store, agent.continue_turn)
 
-    async def _enqueue(self, session_id: str, kind: str, prompt: str | None, last: int) -> int:
+    async def _queued_blocks(self, load: SessionLoad, prompt: list[ContentBlock]) -> list[Any]:
+        """A prompt's blocks as a job carries them (JSON), once the session's agent has said
+        its model reads their attachments (raises AttachmentError otherwise, D31)."""
+        agent, _store = await self._resume(load)
+        try:
+            await agent.refuse_unreadable(prompt)
+        finally:
+            await agent.aclose()
+        blocks: list[Any] = to_json_builtins(prompt, "prompt")
+        return blocks
+
+    async def _enqueue(
+        self, session_id: str, kind: str, prompt: str | list[Any] | None, last: int
+    ) -> int:
         """Queue the session's next turn (number ``last + 1``) as a job; release the claim."""
         assert self._queue is not None
         # Released first: the job may start on this very process before defer() returns.
@@ -752,7 +762,7 @@ class ServerRuntime:
         self,
         session_id: str,
         kind: str,
-        prompt: str | None,
+        prompt: str | list[Any] | None,
         turn: int,
     ) -> None:
         """Run one turn job here (queue mode), holding the session for its whole length.
@@ -773,7 +783,9 @@ class ServerRuntime:
             raise
         body: Callable[[], Awaitable[TurnEndReason]] | None
         if agent.last_turn < turn:
-            body = agent.continue_turn if kind == "continue" else partial(agent.run_turn, prompt)
+            body = agent.continue_turn if kind == "continue" else partial(
+                agent.run_turn, _job_prompt(prompt)
+            )
         elif not load.closers:
             body = None  # the turn ran to its end before (e.g. the job was aborted at shutdown)
         elif self.options.after_repair == "continue":
@@ -880,6 +892,13 @@ async def _released(running: RunningTurn) -> None:
     if handle is not None:
         with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
             await handle.close()
+
+
+def _job_prompt(prompt: str | list[Any] | None) -> str | list[ContentBlock] | None:
+    """A queued job's prompt: its text, or its content blocks decoded from the job's JSON."""
+    if isinstance(prompt, list):
+        return msgspec.convert(prompt, list[ContentBlock], dec_hook=json_dec_hook)
+    return prompt
 
 
 def _log_failure(what: str, exc: BaseException) -> None:

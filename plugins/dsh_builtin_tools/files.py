@@ -13,8 +13,11 @@ used (a FIFO or a device is refused instead of hanging the harness).
 ``read_file`` scans the file once and returns a window of numbered lines
 (``offset``/``limit``, at most ``readLimit`` lines, ``maxReadBytes`` bytes,
 ``readMaxLineLength`` characters a line) in DSH's envelope, ending with a footer
-that says how many lines follow; a NUL byte in the first 8 KiB refuses the file
-as binary. Writes go to a temporary file (``O_EXCL | O_NOFOLLOW``) in the target
+that says how many lines follow; a PNG, JPEG, GIF or WebP file (recognised by its
+first bytes, at most 5 MiB) comes back as an envelope and the image itself (D31);
+a NUL byte in the first 8 KiB of any other file refuses it as binary.
+
+Writes go to a temporary file (``O_EXCL | O_NOFOLLOW``) in the target
 directory's descriptor, given the replaced file's mode, and replace the target
 with a rename relative to the same descriptor after an ``fsync`` (then the
 directory is fsynced), so a crash leaves the old or the new content, never a
@@ -44,9 +47,12 @@ from typing import Any, Final, TypeAlias
 import anyio.to_thread
 
 from dsh_host.sdk import (
+    MAX_IMAGE_BYTES,
+    AttachmentError,
     BeneathPathError,
     ContentBlock,
     Context,
+    ImageBlock,
     SandboxPolicy,
     TextBlock,
     ToolDefinition,
@@ -54,10 +60,11 @@ from dsh_host.sdk import (
     ToolExecution,
     ToolOutput,
     beneath_parts,
+    image_block,
+    image_media_type,
     open_beneath,
     open_dirs_beneath,
     read_only_cover,
-    text_output,
 )
 
 from .bash import denial_marker
@@ -459,8 +466,11 @@ def read_file_tool(
     )
     holder, workspace = root, root.path
 
-    def window_of(fd: int, shown: str, offset: int, limit: int) -> str:
+    def window_of(fd: int, shown: str, offset: int, limit: int) -> Any:
         try:
+            head = os.pread(fd, _IMAGE_SNIFF_BYTES, 0)
+            if image_media_type(head) is not None:
+                return read_image(fd, shown)
             window = read_window(
                 fd,
                 shown,
@@ -474,7 +484,7 @@ def read_file_tool(
             os.close(fd)
         return render_window(shown, window, max_bytes)
 
-    def read_sync(path: Any, offset: int, limit: int) -> str:
+    def read_sync(path: Any, offset: int, limit: int) -> Any:
         spilled = spill.locate(path) if isinstance(path, str) else None
         if spilled is not None:
             dir_fd, name = spilled
@@ -504,15 +514,49 @@ def read_file_tool(
             "Read a UTF-8 text file inside the workspace. The result numbers every line "
             "(`<n>: <text>`) and ends with a footer saying whether more lines follow; use "
             f"`offset` (1-based) and `limit` (at most {max_lines} lines) to page through a large "
-            "file, or through the saved full output a truncated tool result names. Binary files "
-            "and other paths outside the workspace are refused."
+            "file, or through the saved full output a truncated tool result names. A PNG, "
+            "JPEG, GIF or WebP image is returned as the image itself. Other binary files "
+            "and paths outside the workspace are refused."
         ),
         parameters=read_parameters(max_lines),
         execute=execute,
-        output=text_output(),
+        output=ToolOutput(render=_render_read),
         is_concurrency_safe=lambda args: True,
         read_only=True,  # D27: a fork ledger or a replay may run it again
     )
+
+
+#: enough of a file's first bytes to recognise an image (a WebP's signature ends at byte 12)
+_IMAGE_SNIFF_BYTES: Final = 16
+
+
+def read_image(fd: int, shown: str) -> dict[str, Any]:
+    """The value of ``read_file`` on an image: its path and attachment record (D31)."""
+    size = os.fstat(fd).st_size
+    if size > MAX_IMAGE_BYTES:
+        raise ToolError(
+            f'"{shown}" is an image of {size} bytes, over the {MAX_IMAGE_BYTES} bytes read_file '
+            "sends to the model; make a smaller copy (e.g. with bash: `convert IN -resize "
+            "1024x1024 OUT.png`) and read that"
+        )
+    raw = os.pread(fd, MAX_IMAGE_BYTES + 1, 0)
+    try:
+        block = image_block(raw, os.path.basename(shown), shown=shown)
+    except AttachmentError as exc:  # grew past the limit since fstat
+        raise ToolError(str(exc)) from None
+    return {"path": shown, "image": block.attachment}
+
+
+def _render_read(_args: Any, value: Any) -> list[ContentBlock]:
+    """A text window as its text; an image as DSH's envelope, then the image itself."""
+    if isinstance(value, str):
+        return [TextBlock(text=value)]
+    record = value["image"]
+    envelope = (
+        f"<path>{value['path']}</path>\n<type>image</type>\n<content>\n"
+        f"{record['mediaType']}, {record['bytes']} bytes (the image follows)\n</content>"
+    )
+    return [TextBlock(text=envelope), ImageBlock(attachment=record)]
 
 
 def _render_write(_args: Any, value: Any) -> list[ContentBlock]:

@@ -11,6 +11,7 @@ from dsh_host.sdk import (
     TOOLS,
     Context,
     Plugin,
+    RunTermKeys,
     SandboxPolicy,
     ToolExecution,
     capped_mode,
@@ -41,6 +42,9 @@ class BuiltinTools(Plugin):
     name = "builtin-tools"
     inject = ("tools",)
     Config = BuiltinToolsConfig
+    run_terms = RunTermKeys(workspace="workspace", sandbox="sandbox")
+    #: bash runs confined: ``Agent(...)`` keeps these tools only with ``sandbox=``
+    runs_confined = True
 
     def apply(self, ctx: Context, config: BuiltinToolsConfig) -> None:
         workspace = canonical_workspace(config.workspace)

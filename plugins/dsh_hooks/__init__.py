@@ -394,6 +394,10 @@ class Hooks(Plugin):
     Config = HooksConfig
     #: a hooks file names commands to run: only a user-level or named composition may point at one
     executable_keys = ("config_path",)
+    #: command hooks run confined
+    runs_confined = True
+    #: Claude Code's project hook files name commands to run: read only once trusted
+    project_files = (".claude/hooks.json", ".claude/settings.json")
     #: ``dsh trust .claude/hooks.json`` checks the file with this before recording it
     check_trusted_file = staticmethod(check_trusted_file)
 

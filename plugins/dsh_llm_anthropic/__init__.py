@@ -58,6 +58,8 @@ class LlmAnthropicConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     max_tokens: _Positive = 8_192
     #: the model's context window, reported to the loop (null: unknown)
     context_window: _Positive | None = 200_000
+    #: whether the row's models read images and PDFs (null: by the model's family; D31)
+    vision: bool | None = None
     connect_timeout_ms: _Positive = 30_000
     #: longest silence tolerated while waiting for the next event
     stream_idle_timeout_ms: _Positive = 300_000

@@ -2,7 +2,9 @@
 
 - ``system`` is one text block; ``tools`` are ``{name, description, input_schema}``;
 - a user message becomes a ``user`` turn: its ``tool_result`` blocks first (the API wants them
-  at the start of the turn that answers the calls), then its text;
+  at the start of the turn that answers the calls), then its attachments, then its text; a
+  tool result with images sends ``content`` as a list: its text, then one ``image`` block
+  (base64 source) per image;
 - an assistant message becomes an ``assistant`` turn of ``thinking`` / ``redacted_thinking``,
   ``text`` and ``tool_use`` blocks, in stream order. Thinking goes back only with the
   signature the API gave it (kept in the message's replay state, one entry per block): the API
@@ -25,6 +27,7 @@ import msgspec
 
 from dsh_host.sdk import (
     AssistantMessage,
+    Attachment,
     LlmError,
     LlmRequest,
     Message,
@@ -38,6 +41,7 @@ from dsh_host.sdk import (
     replay_entries,
     text_of,
     thaw_json,
+    tool_result_images,
     tool_result_text,
     unsupported_effort,
 )
@@ -99,22 +103,31 @@ def _assistant(message: AssistantMessage) -> list[dict[str, Any]]:
     return out
 
 
+def _image(attachment: Attachment) -> dict[str, Any]:
+    """An ``image`` (or, for a PDF, ``document``) block of base64 bytes."""
+    kind = "image" if attachment.kind == "image" else "document"
+    source = {"type": "base64", "media_type": attachment.media_type, "data": attachment.data}
+    return {"type": kind, "source": source}
+
+
 def _user(message: Message) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for block in message.content:
         if isinstance(block, ToolResultBlock):
+            images = tool_result_images(block)
+            content: Any = tool_result_text(block)
+            if images:  # text, then each image, as blocks of the tool_result
+                content = [{"type": "text", "text": content}] + [_image(i) for i in images]
             result: dict[str, Any] = {
                 "type": "tool_result",
                 "tool_use_id": block.tool_call_id,
-                "content": tool_result_text(block),
+                "content": content,
             }
             if block.is_error is True:
                 result["is_error"] = True
             out.append(result)
     for attachment in attached(message.content):  # before the text, as Anthropic advises
-        kind = "image" if attachment.kind == "image" else "document"
-        source = {"type": "base64", "media_type": attachment.media_type, "data": attachment.data}
-        out.append({"type": kind, "source": source})
+        out.append(_image(attachment))
     text = text_of(message.content)
     if text:
         out.append({"type": "text", "text": text})

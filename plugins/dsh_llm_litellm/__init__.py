@@ -54,6 +54,8 @@ class LlmLiteLLMConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     max_tokens: _Positive | None = None
     #: the model's context window, reported to the loop (null: unknown)
     context_window: _Positive | None = None
+    #: whether the row's models read images and PDFs (null: by the model's family; D31)
+    vision: bool | None = None
     connect_timeout_ms: _Positive = 30_000
     #: longest silence tolerated while waiting for the next chunk
     stream_idle_timeout_ms: _Positive = 300_000

@@ -4,7 +4,8 @@
   parameters, strict: false}`` (dsh validates arguments itself; strict mode would rewrite the
   schemas);
 - ``input`` is a list of items: a user message's text as a ``user`` message of ``input_text``,
-  each tool result as a ``function_call_output`` (``call_id``, the result's text); an assistant
+  each tool result as a ``function_call_output`` (``call_id``, the result's text; with images,
+  ``output`` is the list form: ``input_text`` then one ``input_image`` each); an assistant
   message as its reasoning items, an ``assistant`` message of ``output_text`` and one
   ``function_call`` per tool call, in stream order;
 - ``store: false``: the API keeps nothing between requests, the session log is the state. So a
@@ -36,6 +37,7 @@ from dsh_host.sdk import (
     replay_entries,
     text_of,
     thaw_json,
+    tool_result_images,
     tool_result_text,
     unsupported_effort,
 )
@@ -91,11 +93,17 @@ def serialize_input(messages: Iterable[Message]) -> list[dict[str, Any]]:
             continue
         for block in message.content:
             if isinstance(block, ToolResultBlock):
+                images = tool_result_images(block)
+                output: Any = tool_result_text(block)
+                if images:  # the list form: input_text, then one input_image per image
+                    output = [{"type": "input_text", "text": output}] + [
+                        {"type": "input_image", "image_url": image.data_uri} for image in images
+                    ]
                 items.append(
                     {
                         "type": "function_call_output",
                         "call_id": block.tool_call_id,
-                        "output": tool_result_text(block),
+                        "output": output,
                     }
                 )
         text = text_of(message.content)

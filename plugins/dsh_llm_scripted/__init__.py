@@ -57,6 +57,8 @@ class LlmScriptedConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True
     reasoning_efforts: list[_Name] | None = None
     #: the context window the model declares (``request/context``, compaction pressure)
     context_window: Annotated[int, msgspec.Meta(gt=0)] | None = None
+    #: whether the model reads images and PDFs (false: a text-only model, D31)
+    vision: bool = True
     #: answers for summarization requests (``purpose: compaction``), served in order from
     #: their own queue so a script need not know when compaction happens; without it they
     #: take the next entry of ``responses`` like any other request
@@ -93,6 +95,7 @@ class LlmScripted(Plugin):
             model=config.model,
             reasoning_efforts=config.reasoning_efforts,
             context_window=config.context_window,
+            vision=config.vision,
             compaction_responses=config.compaction_responses,
         )
         ctx.service(LLM).register_adapter([config.provider], self.adapter, owner=ctx)

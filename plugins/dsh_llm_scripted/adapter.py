@@ -157,10 +157,12 @@ class ScriptedAdapter(LlmAdapter):
         model: str = "scripted",
         reasoning_efforts: Sequence[str] | None = None,
         context_window: int | None = None,
+        vision: bool = True,
         compaction_responses: Sequence[ScriptedResponse] | None = None,
     ) -> None:
         self._responses = list(responses)
         self._context_window = context_window
+        self._vision = vision
         self._compaction = list(compaction_responses) if compaction_responses is not None else None
         self._compaction_next = 0
         self._source = source
@@ -186,6 +188,7 @@ class ScriptedAdapter(LlmAdapter):
             name=model,
             reasoning_efforts=self._efforts,
             context_window=self._context_window,
+            vision=self._vision,
         )
 
     async def stream(self, request: LlmRequest) -> AsyncGenerator[StreamChunk, None]:

@@ -43,10 +43,10 @@ from dsh_host.sdk import (
     TOOL_OUTCOME_UNKNOWN,
     TOOLS,
     AbortError,
+    ContentBlock,
     Context,
     DshError,
     SandboxUnavailableError,
-    TextBlock,
     ToolDefinition,
     ToolError,
     ToolExecution,
@@ -58,7 +58,7 @@ from dsh_host.sdk import (
 
 from .config import McpClientConfig, McpClientConfigError
 from .naming import public_tool_name
-from .results import render_result
+from .results import render_content, render_result
 from .schema import lower_input_schema
 from .transport import Link, StderrTail, http_transport, stdio_transport
 
@@ -470,8 +470,8 @@ class ServerBridge:
         async def execute(args: Any, exec: ToolExecution) -> Any:
             return await self._call(raw, args, exec)
 
-        def render(_args: Any, value: Any) -> list[TextBlock]:
-            return [TextBlock(text=render_result(raw, value))]
+        def render(_args: Any, value: Any) -> list[ContentBlock]:
+            return render_content(raw, value)
 
         return ToolDefinition(
             name=public,

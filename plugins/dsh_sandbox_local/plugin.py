@@ -10,6 +10,7 @@ from dsh_host.sdk import (
     SANDBOX,
     Context,
     Plugin,
+    RunTermKeys,
 )
 
 from .provider import LocalSandboxProvider, SandboxLocalConfig
@@ -29,6 +30,8 @@ class SandboxLocal(Plugin):
     Config = SandboxLocalConfig
     #: ``runnerCommand`` replaces bubblewrap with any program: only trusted config may set it
     executable_keys = ("runner_command",)
+    run_terms = RunTermKeys(network="network")
+    runs_confined = True
 
     def apply(self, ctx: Context, config: SandboxLocalConfig) -> None:
         provider = LocalSandboxProvider(config)

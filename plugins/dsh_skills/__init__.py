@@ -325,6 +325,8 @@ class Skills(Plugin):
 
     name = PLUGIN_NAME
     inject = ("tools",)
+    #: a skill's scripts run through ``bash``, confined
+    runs_confined = True
     Config = SkillsConfig
 
     def apply(self, ctx: Context, config: SkillsConfig) -> None:

@@ -7,7 +7,8 @@ child agent in a **child session** of the same store and returns the child's fin
    parent's ``tool/call`` before the body runs (the child session does not exist yet);
 2. the child session is created (and flushed) with DSH's lineage header (``parentSession``,
    ``origin: subagent``, ``delegationDepth``) under the id ``<parent>--<call id>``; its log
-   opens with an ``ignorable`` ``dsh-subagents/delegation`` event (parent, call id, agent) and
+   opens with an ``ignorable`` ``dsh-subagents/delegation`` event (parent, call id, agent, the
+   parent's turn and ``tool/call`` seq: D30) and
    DSH's ``subagent/descriptor``; the parent's log gets DSH's ``subagent/catalog`` fact,
    flushed before the child's first request;
 3. the child agent runs one turn (its own checkpoints flush its own log), is flushed, detached;
@@ -29,6 +30,7 @@ import msgspec
 
 from dsh_host.sdk import (
     AGENT,
+    DELEGATION_EVENT,
     PERSONA_SECTION,
     SESSION_PERSISTENCE,
     SESSIONS,
@@ -43,6 +45,7 @@ from dsh_host.sdk import (
     AssembledSection,
     AssistantMessageData,
     Context,
+    DelegationLink,
     Plugin,
     PromptAssembly,
     SessionEvent,
@@ -76,8 +79,6 @@ __all__ = [
 
 #: The model-facing delegation tool (DSH's ``tool-subagent`` is named ``subagent`` too).
 TOOL_NAME: Final = "subagent"
-#: The child log's link back to the delegating call (ignorable: DSH keeps it unread).
-DELEGATION_EVENT: Final = "dsh-subagents/delegation"
 #: DSH's descriptor version and the provider name written in it.
 DESCRIPTOR_VERSION: Final = 2
 PROVIDER_NAME: Final = "dsh-subagents"
@@ -256,6 +257,8 @@ class Subagents(Plugin):
     #: ``ctx.subagents`` is this plugin; a repair-only boot (``dsh resume`` without a prompt)
     #: keeps the rows that provide it, so the child is repaired there too.
     provides = ("subagents",)
+    #: a repair of the parent refines the delegating calls' closers from the children (D24)
+    boots_for_repair = True
     inject = ("sessions", "tools", "agent")
     Config = SubagentsConfig
 
@@ -331,12 +334,14 @@ class Subagents(Plugin):
         cwd = getattr(parent_session.header, "cwd", None)
         if isinstance(cwd, str):
             meta["cwd"] = cwd
-        child_session = store.create(child_id, meta=meta)
-        child_session.append(
-            DELEGATION_EVENT,
-            {"parentSession": parent_session.id, "callId": exec.call_id, "agent": declared.name},
-            ignorable=True,
+        # The delegating call's turn and tool/call seq (flushed before this body ran) and the
+        # top-level turn the tree hangs from go in the child's log, so the child names the
+        # parent's span ids on its own (D30).
+        link = DelegationLink.under(
+            parent_session.id, parent_session.events, exec.call_id, declared.name
         )
+        child_session = store.create(child_id, meta=meta)
+        child_session.append(DELEGATION_EVENT, link.data(), ignorable=True)
         child_session.append(
             "subagent/descriptor",
             {

@@ -29,6 +29,13 @@ Span and trace ids are derived from the session id and the sequence number of th
 opened the span (:class:`LogIds`), so exporting a session twice (live, then again after the
 fact) gives the same ids and a backend can deduplicate.
 
+A sub-agent's session (its log opens with a ``dsh-subagents/delegation`` event naming the
+parent session, the delegating call, the call's ``tool/call`` seq and the top-level session and
+turn the delegation tree started from) has its ``invoke_agent`` span parented to that call's
+``execute_tool`` span, in the top-level turn's trace: both ids are computed from the log as the
+ancestors' tracers computed them, so the link holds live, after the fact and for a child
+exported alone (D30).
+
 Attribute names follow the OpenTelemetry GenAI semantic conventions as published with
 ``opentelemetry-semantic-conventions`` 0.66b (GenAI spans, conventions 1.37+:
 ``gen_ai.provider.name``, ``gen_ai.operation.name``, ``gen_ai.usage.*``). Message content and
@@ -39,7 +46,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final
@@ -47,9 +54,18 @@ from typing import Any, Final
 import msgspec
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    Tracer,
+)
 
-from dsh_host.sdk import PriceTable, TokenUsage
+from dsh_host.sdk import DELEGATION_EVENT, DelegationLink, PriceTable, TokenUsage, delegation_link
 
 __all__ = ["FINISH_REASONS", "LogIds", "SessionTracer"]
 
@@ -85,9 +101,19 @@ class LogIds(IdGenerator):
     def _digest(*parts: str) -> bytes:
         return hashlib.sha256("\0".join(parts).encode()).digest()
 
+    @classmethod
+    def trace_id(cls, session_id: str, turn: int | str) -> int:
+        """The trace of turn ``turn`` of ``session_id``."""
+        return int.from_bytes(cls._digest(session_id, str(turn))[:16], "big") or 1
+
+    @classmethod
+    def span_id(cls, session_id: str, opened_by: str) -> int:
+        """The span ``opened_by`` (``seq:N``, the event that opened it) of ``session_id``."""
+        return int.from_bytes(cls._digest(session_id, opened_by)[:8], "big") or 1
+
     def next(self, session_id: str, turn: int | str, opened_by: str) -> None:
-        self._trace = int.from_bytes(self._digest(session_id, str(turn))[:16], "big") or 1
-        self._span = int.from_bytes(self._digest(session_id, opened_by)[:8], "big") or 1
+        self._trace = self.trace_id(session_id, turn)
+        self._span = self.span_id(session_id, opened_by)
 
     def generate_trace_id(self) -> int:
         value, self._trace = self._trace, None
@@ -132,6 +158,10 @@ class _Instruments:
         )
 
 
+#: ``(parent session id, call id) ->`` the parent's ``execute_tool`` span of that call, or None.
+CallLocator = Callable[[str, str], "SpanContext | None"]
+
+
 class SessionTracer:
     """The spans of one session, built as its events arrive (see the module docstring)."""
 
@@ -145,6 +175,7 @@ class SessionTracer:
         capture_content: bool = False,
         prices: PriceTable | None = None,
         meter: metrics.Meter | None = None,
+        locate_call: CallLocator | None = None,
     ) -> None:
         self._tracer = tracer
         self._metrics = None if meter is None else _Instruments(meter)
@@ -159,6 +190,15 @@ class SessionTracer:
         self._agent_name = agent_name
         self._capture = capture_content
         self._turn: _Turn | None = None
+        #: a sub-agent session's link to its delegating call (its ``dsh-subagents/delegation``
+        #: event): its turns are children of that call's ``execute_tool`` span (D30)
+        self._link: DelegationLink | None = None
+        #: finds the delegating call's span among the parent's for a link that does not say
+        #: where it is (a child written before D30, exported with its parent)
+        self._locate_call = locate_call
+        #: call id -> its execute_tool span's context, kept only when asked (``remember_calls``:
+        #: an export whose children may need them), never live
+        self.call_spans: dict[str, SpanContext] | None = None
         #: the route of the last ``request/header`` (later steps reuse it until it changes)
         self._provider: str | None = None
         self._model: str | None = None
@@ -201,10 +241,18 @@ class SessionTracer:
 
     # -- spans ------------------------------------------------------------------------
     def _start(
-        self, name: str, event: Mapping[str, Any], turn: int | str, **attributes: Any
+        self,
+        name: str,
+        event: Mapping[str, Any],
+        turn: int | str,
+        parent_span: Span | None = None,
+        /,
+        **attributes: Any,
     ) -> Span:
         self._ids.next(self._session_id, turn, f"seq:{event.get('seq')}")
-        parent = None if self._turn is None else trace.set_span_in_context(self._turn.span)
+        if parent_span is None and self._turn is not None:
+            parent_span = self._turn.span
+        parent = None if parent_span is None else trace.set_span_in_context(parent_span)
         span: Span = self._tracer.start_span(
             name,
             context=parent,
@@ -261,19 +309,52 @@ class SessionTracer:
         if cost is not None:
             self._metrics.cost.add(float(cost), attributes)
 
+    def link_to(self, link: DelegationLink | None) -> None:
+        """This session is a sub-agent's (``link`` read from its log, D30): its turns become
+        children of the delegating call's span. What the delegation event does when fed."""
+        self._link = link
+
+    def _delegation(self, event: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+        self.link_to(delegation_link(event))
+
+    def _delegating_span(self) -> Span | None:
+        """The parent's ``execute_tool`` span of the delegating call, as a remote parent: its
+        ids are computed the way the parent's own tracer computed them (the parent's session
+        id, turn and ``tool/call`` seq), so no tracer needs the other's memory."""
+        link = self._link
+        if link is None:
+            return None
+        context: SpanContext | None = None
+        seq, root, root_turn = link.parent_call_seq, link.root_session, link.root_turn
+        if seq is not None and root is not None and root_turn is not None:
+            context = SpanContext(
+                trace_id=LogIds.trace_id(root, root_turn),  # the top-level turn's trace
+                span_id=LogIds.span_id(link.parent_session, f"seq:{seq}"),
+                is_remote=False,
+                trace_flags=TraceFlags(TraceFlags.SAMPLED),
+            )
+        elif self._locate_call is not None:
+            context = self._locate_call(link.parent_session, link.call_id)
+        return None if context is None else NonRecordingSpan(context)
+
     def _turn_start(self, event: Mapping[str, Any], data: Mapping[str, Any]) -> None:
         if self._turn is not None:  # a turn/start without the previous turn/end: close it
             self.close(int(event.get("time", 0)))
         number = int(data.get("turn", 0))
         self._turn = None
+        link = self._link
+        agent = link.agent if link is not None and link.agent else self._agent_name
         span = self._start(
-            f"invoke_agent {self._agent_name}",
+            f"invoke_agent {agent}",
             event,
             number,
+            self._delegating_span(),
             **{
                 "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.agent.name": self._agent_name,
+                "gen_ai.agent.name": agent,
                 "dsh.turn": number,
+                "dsh.parent.session_id": None if link is None else link.parent_session,
+                "dsh.parent.call_id": None if link is None else link.call_id,
             },
         )
         self._turn = _Turn(number, span)
@@ -445,6 +526,8 @@ class SessionTracer:
         if self._capture:
             span.set_attribute("gen_ai.tool.call.arguments", str(data.get("arguments", "")))
         turn.tools[call_id] = span
+        if self.call_spans is not None:
+            self.call_spans[call_id] = span.get_span_context()
 
     def _approval(self, event: Mapping[str, Any], data: Mapping[str, Any]) -> None:
         turn = self._turn
@@ -542,6 +625,7 @@ class SessionTracer:
         self._end("compaction", compaction.span, event)
 
     _HANDLERS: Final = {
+        DELEGATION_EVENT: _delegation,
         "compaction/start": _compaction_start,
         "compaction/summary": _compaction_summary,
         "compaction/end": _compaction_end,

@@ -13,8 +13,10 @@ from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetr
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
+from opentelemetry.trace import SpanContext
 
 from dsh_host.sdk import (
+    DELEGATION_EVENT,
     SESSION_EVENT,
     TELEMETRY,
     TOKEN_METER,
@@ -23,6 +25,7 @@ from dsh_host.sdk import (
     PriceTable,
     TokenMeter,
     event_to_builtins,
+    session_link,
 )
 
 from ._tracer import LogIds, SessionTracer
@@ -136,7 +139,11 @@ class Telemetry:
         repair appends end the spans of the turn they close (with the same ids as if this
         process had seen the whole turn). Done once per session, never per event.
         """
+        fresh = session.id not in self._sessions
         tracer = self.tracer_for(session.id)
+        if fresh and event.type != DELEGATION_EVENT:
+            # a sub-agent session this row meets mid-log: its link to the parent first (D30)
+            tracer.link_to(session_link(session.events))
         if not tracer.in_turn and event.type != "turn/start" and session.id not in self._caught_up:
             self._caught_up.add(session.id)
             for earlier in _open_turn(session.events, event.seq):
@@ -164,6 +171,8 @@ class TelemetryOtel(Plugin):
 
     name = PLUGIN_NAME
     provides = ("telemetry",)
+    #: spans follow every append, a repair's closers included
+    boots_for_repair = True
     Config = TelemetryConfig
 
     def apply(self, ctx: Context, config: TelemetryConfig) -> None:
@@ -204,30 +213,47 @@ def export_session(
     config: TelemetryConfig | None = None,
     prices: PriceTable | None = None,
     meter: metrics.Meter | None = None,
+    children: Iterable[tuple[str, Iterable[Mapping[str, Any]]]] = (),
 ) -> dict[str, int]:
     """Export a stored session's events as a trace, after the fact; returns the span counts.
 
     The same :class:`SessionTracer` as the live row, so a session exported live and again here
     gives the same spans with the same ids. A turn the log has not closed (a crash not yet
-    repaired) is exported open-ended and marked ``dsh.open``.
+    repaired) is exported open-ended and marked ``dsh.open``. ``children`` are its sub-agent
+    sessions (and theirs), ``(id, events)``, each after its parent: each child's turn is
+    exported under the delegating call's ``execute_tool`` span, in the parent's trace (D30);
+    the counts are the sum over all of them.
     """
     config = config or TelemetryConfig()
     ids = LogIds()
     provider = _provider(config.service_name, ids)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = SessionTracer(
-        provider.get_tracer(SCOPE),
-        ids,
-        session_id,
-        agent_name=config.agent_name,
-        capture_content=config.capture_content,
-        prices=prices if prices is not None else PriceTable(),
-        meter=meter,
-    )
-    last = None
-    for event in events:
-        tracer.feed(event)
-        last = event.get("time")
-    tracer.close(None if last is None else int(last))
+    tracers: dict[str, SessionTracer] = {}
+
+    def locate_call(parent: str, call_id: str) -> SpanContext | None:
+        """A pre-D30 child's delegating call: its span, when the parent was exported first."""
+        calls = tracers[parent].call_spans if parent in tracers else None
+        return None if calls is None else calls.get(call_id)
+
+    counts: dict[str, int] = {}
+    for sid, stream in [(session_id, events), *children]:
+        log = list(stream)
+        tracers[sid] = tracer = SessionTracer(
+            provider.get_tracer(SCOPE),
+            ids,
+            sid,
+            agent_name=config.agent_name,
+            capture_content=config.capture_content,
+            prices=prices if prices is not None else PriceTable(),
+            meter=meter,
+            locate_call=locate_call,
+        )
+        tracer.call_spans = {}
+        for event in log:
+            tracer.feed(event)
+        last = log[-1].get("time") if log else None
+        tracer.close(None if last is None else int(last))
+        for name, count in tracer.counts.items():
+            counts[name] = counts.get(name, 0) + count
     provider.shutdown()
-    return dict(tracer.counts)
+    return counts

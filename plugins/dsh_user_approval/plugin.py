@@ -11,6 +11,7 @@ from dsh_host.sdk import (
     APPROVAL_REQUEST,
     Context,
     Plugin,
+    RunTermKeys,
     register_turn_end_reason,
 )
 
@@ -42,6 +43,10 @@ class UserApproval(Plugin):
 
     name = "user-approval"
     provides = ("approval",)
+    run_terms = RunTermKeys(approval_policy="policy", unanswered="unanswered")
+    #: a repair's closers answer calls an ask may have left open: the approval row's events
+    #: are evidence, so a repair-only resume boots it
+    boots_for_repair = True
     Config = UserApprovalConfig
 
     def apply(self, ctx: Context, config: UserApprovalConfig) -> None:

@@ -69,6 +69,11 @@ def test_each_line_says_what_its_plugin_declares(name: str) -> None:
     assert meta.root_key == declared.root_key
     url = meta.store_url
     assert (None if url is None else (url.schemes, url.key)) == declared.store_url
+    terms = meta.run_terms
+    assert (() if terms is None else terms.pairs()) == declared.run_terms
+    assert meta.boots_for_repair == declared.boots_for_repair
+    assert meta.runs_confined == declared.runs_confined
+    assert meta.project_files == declared.project_files
 
 
 def test_a_shipped_name_resolves_without_the_entry_point_scan(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import zlib
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,18 @@ from dsh_host.llm.attachments import (
     attachment_block,
     attachment_blocks,
 )
+from dsh_host.llm.vision import family_takes_images
 from dsh_host.session import ImageBlock, TextBlock
 from dsh_host.session.messages import (
+    AssistantMessage,
+    ErrorFinish,
+    FinishChunk,
+    ModelSource,
+    StreamChunk,
+    ToolCallBlock,
     ToolResultBlock,
+    ToolResultMessage,
+    ToolSource,
     UserMessage,
     UserSource,
     new_message_id,
@@ -34,6 +44,11 @@ from .provider_wires import WIRES, Wire
 from .sse_server import SseServer
 
 KEY_ENV = "DSH_TEST_ATTACH_KEY"
+
+
+def seeing(wire: Wire, url: str) -> dict[str, Any]:
+    """The wire's row, its model declared to read images (DeepSeek's chat model does not)."""
+    return {**wire.row_config(url, KEY_ENV), "vision": True}
 
 
 def png(width: int = 2, height: int = 2) -> bytes:
@@ -156,6 +171,21 @@ def _expected(wire: Wire) -> list[Any]:
     ]
 
 
+async def _stream(
+    wire: Wire, messages: list[Any], *, vision: bool = True
+) -> tuple[list[StreamChunk], list[Any]]:
+    """One request of ``messages`` to the wire's adapter (its model's ``vision`` set) over
+    loopback HTTP: the chunks, and the requests the server received."""
+    with SseServer([wire.text(["A red square."], usage=(5, 3, 0))]) as server:
+        rows = [Row(name="llm"), Row(id="model", name=wire.plugin, config={
+            **wire.row_config(server.url, KEY_ENV), "vision": vision})]
+        async with open_host(rows) as host:
+            chunks = await collect(host.ctx.llm.stream(
+                request(wire.provider, wire.model, messages=messages)
+            ))
+        return chunks, list(server.requests)
+
+
 def _prompt(files: tuple[Path, Path]) -> UserMessage:
     return UserMessage(
         id=new_message_id(),
@@ -170,14 +200,7 @@ async def test_each_adapter_sends_images_and_pdfs_natively(
     wire: Wire, files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(KEY_ENV, "k")
-    with SseServer([wire.text(["A red square."], usage=(5, 3, 0))]) as server:
-        rows = [Row(name="llm"),
-                Row(id="model", name=wire.plugin, config=wire.row_config(server.url, KEY_ENV))]
-        async with open_host(rows) as host:
-            await collect(host.ctx.llm.stream(
-                request(wire.provider, wire.model, messages=[_prompt(files)])
-            ))
-        [sent] = server.requests
+    _, [sent] = await _stream(wire, [_prompt(files)])
     assert _native(wire, sent.body) == _expected(wire)
 
 
@@ -195,36 +218,99 @@ async def test_an_attachment_without_its_bytes_is_refused_before_any_request(
     message = UserMessage(id=new_message_id(), content=(
         TextBlock(text="look"), ImageBlock(attachment=reference),
     ), source=UserSource())
-    with SseServer([wire.text(["never"], usage=(1, 1, 0))]) as server:
-        rows = [Row(name="llm"),
-                Row(id="model", name=wire.plugin, config=wire.row_config(server.url, KEY_ENV))]
-        async with open_host(rows) as host:
-            chunks = await collect(host.ctx.llm.stream(
-                request(wire.provider, wire.model, messages=[message])
-            ))
-        assert server.requests == []
+    chunks, sent = await _stream(wire, [message])
+    assert sent == []
     _, failure = terminal_failure(chunks)
     assert failure.code == "UNSUPPORTED_CONTENT"
     assert "'att_1' has no bytes in the log" in failure.message
     assert "attach the file again" in failure.message
 
 
+def _tool_turn(image: Path) -> list[Any]:
+    """Two parallel calls answered in two tool-result messages, the first with an image."""
+    calls = AssistantMessage(
+        id=new_message_id(),
+        content=(ToolCallBlock(id="c1", name="read_file", arguments='{"path": "red.png"}'),
+                 ToolCallBlock(id="c2", name="read_file", arguments='{"path": "a.txt"}')),
+        source=ModelSource(provider="p", model="m"),
+    )
+    shown = ToolResultBlock(tool_call_id="c1", content=(
+        TextBlock(text="<type>image</type>"), attachment_block(image),
+    ))
+    plain = ToolResultBlock(tool_call_id="c2", content=(TextBlock(text="1: text"),))
+    return [
+        UserMessage(id=new_message_id(), content=(TextBlock(text="look"),), source=UserSource()),
+        calls,
+        ToolResultMessage(id=new_message_id(), content=(shown,), source=ToolSource(call_id="c1")),
+        ToolResultMessage(id=new_message_id(), content=(plain,), source=ToolSource(call_id="c2")),
+    ]
+
+
+def _tool_result_wire(wire: Wire, body: dict[str, Any]) -> list[Any]:
+    """What the request says after the assistant's calls, per wire."""
+    if wire.id == "anthropic":
+        return list(body["messages"][2:])
+    if wire.id == "openai-responses":
+        return [item for item in body["input"] if item.get("type") == "function_call_output"]
+    messages = list(body["messages"])
+    calls = next(i for i, m in enumerate(messages) if m.get("tool_calls"))
+    return messages[calls + 1:]
+
+
+def _expected_tool_result(wire: Wire) -> list[Any]:
+    data = base64.b64encode(png()).decode()
+    uri = "data:image/png;base64," + data
+    if wire.id == "anthropic":
+        return [{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "c1", "content": [
+                {"type": "text", "text": "<type>image</type>"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                             "data": data}},
+            ]},
+            {"type": "tool_result", "tool_use_id": "c2", "content": "1: text",
+             "cache_control": {"type": "ephemeral"}},
+        ]}]
+    if wire.id == "openai-responses":
+        return [
+            {"type": "function_call_output", "call_id": "c1", "output": [
+                {"type": "input_text", "text": "<type>image</type>"},
+                {"type": "input_image", "image_url": uri},
+            ]},
+            {"type": "function_call_output", "call_id": "c2", "output": "1: text"},
+        ]
+    return [  # every call answered first, then the images in one user message
+        {"role": "tool", "tool_call_id": "c1",
+         "content": "<type>image</type>\n[1 image of this result follows in the next user message]"},
+        {"role": "tool", "tool_call_id": "c2", "content": "1: text"},
+        {"role": "user", "content": [
+            {"type": "text", "text": "Images of tool call c1:"},
+            {"type": "image_url", "image_url": {"url": uri}},
+        ]},
+    ]
+
+
 @pytest.mark.anyio
-async def test_an_image_inside_a_tool_result_is_still_refused(
-    files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("wire", WIRES, ids=[wire.id for wire in WIRES])
+async def test_each_adapter_sends_a_tool_results_image_natively(
+    wire: Wire, files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(KEY_ENV, "k")
+    chunks, [sent] = await _stream(wire, _tool_turn(files[0]))
+    assert isinstance(chunks[-1], FinishChunk) and not isinstance(chunks[-1].reason, ErrorFinish)
+    assert _tool_result_wire(wire, sent.body) == _expected_tool_result(wire)
+
+
+@pytest.mark.anyio
+async def test_a_pdf_inside_a_tool_result_is_still_refused(
+    files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No tool makes a document block; one in a tool result is refused, never dropped."""
+    monkeypatch.setenv(KEY_ENV, "k")
     wire = WIRES[0]
-    result = ToolResultBlock(tool_call_id="c1", content=(attachment_block(files[0]),))
+    result = ToolResultBlock(tool_call_id="c1", content=(attachment_block(files[1]),))
     message = UserMessage(id=new_message_id(), content=(result,), source=UserSource())
-    with SseServer([wire.text(["never"], usage=(1, 1, 0))]) as server:
-        rows = [Row(name="llm"),
-                Row(id="model", name=wire.plugin, config=wire.row_config(server.url, KEY_ENV))]
-        async with open_host(rows) as host:
-            chunks = await collect(host.ctx.llm.stream(
-                request(wire.provider, wire.model, messages=[message])
-            ))
-        assert server.requests == []
+    chunks, sent = await _stream(wire, [message])
+    assert sent == []
     _, failure = terminal_failure(chunks)
     assert failure.code == "UNSUPPORTED_CONTENT" and "tool result" in failure.message
 
@@ -238,7 +324,7 @@ async def test_agent_run_with_attachments_logs_them_and_sends_them(
     with SseServer([wire.text(["A red square."], usage=(5, 3, 0))]) as server:
         async with Agent(
             f"openai-compatible:{wire.model}", store=None,
-            config={"model": wire.row_config(server.url, KEY_ENV)},
+            config={"model": seeing(wire, server.url)},
         ) as agent:
             result = await agent.run("what is this?", attachments=files)
             [logged] = [e.data for e in agent.session.events
@@ -263,3 +349,59 @@ async def test_agent_run_refuses_a_bad_attachment_before_logging_anything(
             await agent.run("look", attachments=[bad])
         assert [e for e in agent.session.events if e.type == "user/message"
                 and isinstance(e.data.source, UserSource)] == []
+
+
+# -- a model that takes no images (D31) ------------------------------------------------------
+
+
+def test_model_families_that_take_no_images() -> None:
+    for text_only in ("deepseek-chat", "deepseek-reasoner", "gpt-3.5-turbo", "o3-mini",
+                      "claude-2.1", "openai/gpt-3.5-turbo", "qwen2.5-72b-instruct"):
+        assert not family_takes_images(text_only), text_only
+    for seeing_model in ("claude-sonnet-4-5", "gpt-5-mini", "openai/gpt-4o-mini", "gpt-4.1",
+                         "deepseek-vl2", "qwen2.5-vl-72b-instruct", "gemini-2.5-pro", "mystery"):
+        assert family_takes_images(seeing_model), seeing_model
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("wire", WIRES, ids=[wire.id for wire in WIRES])
+async def test_a_model_without_vision_reads_a_note_for_a_tool_results_image(
+    wire: Wire, files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``vision: false`` on the row: the request goes out (the turn does not die) with a text
+    note where the image was; the history keeps the image."""
+    monkeypatch.setenv(KEY_ENV, "k")
+    history = _tool_turn(files[0])
+    chunks, [sent] = await _stream(wire, history, vision=False)
+    assert isinstance(chunks[-1], FinishChunk) and not isinstance(chunks[-1].reason, ErrorFinish)
+    body = json.dumps(sent.body)
+    assert base64.b64encode(png()).decode() not in body
+    assert (f'[image not shown: red.png (image/png, {len(png())} bytes); model \\"{wire.model}\\" '
+            "takes no images or documents.") in body
+    assert isinstance(history[2].content[0].content[1], ImageBlock)  # the caller's copy
+
+
+@pytest.mark.anyio
+async def test_a_prompt_with_images_for_a_model_without_vision_is_refused_before_logging(
+    files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DeepSeek's chat model reads no images (its family's default): the prompt is refused,
+    naming the model and what to do, before anything is logged or sent."""
+    monkeypatch.setenv(KEY_ENV, "k")
+    wire = WIRES[0]
+    assert wire.model == "deepseek-chat"
+    with SseServer([wire.text(["never"], usage=(1, 1, 0))]) as server:
+        async with Agent(
+            f"openai-compatible:{wire.model}", store=None,
+            config={"model": wire.row_config(server.url, KEY_ENV)},
+        ) as agent:
+            with pytest.raises(AttachmentError) as refused:
+                await agent.run("what is this?", attachments=files)
+            logged = [e for e in agent.session.events if e.type == "user/message"]
+        assert server.requests == []
+    message = str(refused.value)
+    assert 'model "deepseek-chat" (provider "deepseek-official") takes no images or documents'\
+        in message
+    assert "red.png (image/png, " in message and "spec.pdf (application/pdf, " in message
+    assert "set `vision: true` on its model row" in message
+    assert logged == []

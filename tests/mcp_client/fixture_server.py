@@ -5,20 +5,23 @@ and its own pid), ``write_file`` (tries to create a file at an absolute path and
 happened), ``add_tool`` (registers a new tool, which makes the SDK send
 ``notifications/tools/list_changed``), ``run`` (runs an argv, returns its stdout), ``sleep`` (sleeps, for timeouts and crashes; with ``MARK_DIR`` it first leaves a marker), ``crash`` (exits at
 once, mid-call), ``wipe`` (annotated ``destructiveHint: true``; does nothing), ``fail``
-(answers ``isError: true``). With ``--linger`` it stays alive after its stdin closed.
+(answers ``isError: true``), ``picture`` (a text block and an image block: a real PNG, or
+with ``broken`` bytes that are no image). With ``--linger`` it stays alive after its stdin closed.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
 import time
+import zlib
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ToolAnnotations
+from mcp_types import ImageContent, TextContent, ToolAnnotations
 
 server = MCPServer("dsh-fixture")
 
@@ -92,6 +95,29 @@ def wipe() -> str:
 def fail() -> str:
     """Always fail."""
     raise ToolError("the fixture refuses")
+
+
+def png() -> bytes:
+    """A real 2x2 red PNG."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = zlib.crc32(kind + data) & 0xFFFFFFFF
+        return len(data).to_bytes(4, "big") + kind + data + crc.to_bytes(4, "big")
+
+    header = (2).to_bytes(4, "big") * 2 + bytes([8, 2, 0, 0, 0])
+    rows = b"".join(b"\x00" + b"\xff\x00\x00" * 2 for _ in range(2))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows))
+            + chunk(b"IEND", b""))
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def picture(broken: bool = False) -> list[TextContent | ImageContent]:
+    """A caption, then an image."""
+    raw = b"not an image at all" if broken else png()
+    return [
+        TextContent(type="text", text="a red square"),
+        ImageContent(type="image", data=base64.b64encode(raw).decode(), mime_type="image/png"),
+    ]
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ real ``sandbox-local`` row, exactly as a user's composition would start them.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -17,6 +18,7 @@ from dsh_mcp_client import project_text, public_tool_name
 from dsh_host import Row, open_host
 from dsh_host.cancel import CancelToken
 from dsh_host.errors import BootError
+from dsh_host.session import ImageBlock, TextBlock
 from dsh_host.tools import ToolExecutionInput
 
 from .mcp_helpers import (
@@ -70,7 +72,7 @@ async def test_projection_keeps_order_and_names_what_it_cannot_show() -> None:
     assert text.split("\n") == [
         "one",
         "Resource link: Doc (file:///doc)",
-        "[image unavailable: image/png; this bridge shows the model text only; raw image data "
+        "[image unavailable: image/png; this result is shown as text; raw image data "
         "remains available to programmatic callers]",
         "[audio result unsupported: audio/wav; raw audio data remains available to programmatic "
         "callers]",
@@ -110,8 +112,8 @@ async def test_everything_discovery_names_and_calls(anyio_backend: str) -> None:
         assert len(lines) == 3
 
         image = await call(host, "mcp__everything__get-tiny-image", {})
-        assert "[image unavailable: image/png;" in text_of(image)
-        # the complete block survives in the canonical value (not in the model's text)
+        # the model sees the image itself (D31); the canonical value keeps the MCP block
+        assert any(isinstance(block, ImageBlock) for block in image.content)
         assert any(block.get("type") == "image" for block in image.value["content"])
 
 
@@ -123,6 +125,28 @@ async def test_arguments_breaking_the_servers_schema_are_refused_locally(
         result = await call(host, "mcp__everything__echo", {})  # message missing
         assert result.error is not None and result.error.info is not None
         assert result.error.info.code == "INVALID_ARGS"
+
+
+async def test_an_image_block_reaches_the_model_as_an_image(anyio_backend: str) -> None:
+    """An MCP ``image`` content block becomes DSH's image block with its bytes in the record
+    (D31), in its place among the text; bytes that are no image become a diagnostic."""
+    async with mcp_host(fixture_stdio()) as host:
+        good = await call(host, "mcp__fixture__picture", {})
+        broken = await call(host, "mcp__fixture__picture", {"broken": True})
+    assert not good.is_error
+    caption, image = good.content
+    assert caption == TextBlock(text="a red square")
+    assert isinstance(image, ImageBlock)
+    record = dict(image.attachment)
+    served = base64.b64decode(record["data"])
+    assert served.startswith(b"\x89PNG") and record["bytes"] == len(served)
+    assert record["mediaType"] == "image/png"
+    assert record["attachmentId"] == "sha256-" + hashlib.sha256(served).hexdigest()
+    assert good.value["content"][1]["type"] == "image"  # the canonical value keeps the block
+    assert not broken.is_error
+    assert [type(block) for block in broken.content] == [TextBlock, TextBlock]
+    assert text_of(broken).startswith("a red square[image unavailable: image/png; ")
+    assert "not a PNG, JPEG, GIF or WebP image" in text_of(broken)
 
 
 async def test_is_error_is_a_tool_error(anyio_backend: str) -> None:

@@ -107,14 +107,17 @@ async def running_server(
     allow: tuple[str, ...] = (),
     cors: tuple[str, ...] = (),
     body_timeout: float = 30.0,
+    model: str | None = None,
 ) -> AsyncIterator[Server]:
+    """A ``dsh serve`` on loopback whose model answers ``responses`` (a script), or is
+    ``model`` (a ``--model`` spec; ``responses`` unused)."""
     workspace, root = tmp / "ws", tmp / "sessions"
     workspace.mkdir(exist_ok=True)
     script = tmp / "script.json"
     script.write_text(json.dumps({"responses": responses}))
     options = ServeOptions(
         compositions=build_compositions(
-            str(write_composition(tmp)), [], f"scripted:{script}", str(root)
+            str(write_composition(tmp)), [], model or f"scripted:{script}", str(root)
         ),
         default_workspace=str(workspace.resolve()),
         workspace_roots=allow,

@@ -17,7 +17,7 @@ from dsh_host.server.command import build_compositions
 from dsh_host.server.runtime import ServeOptions
 from dsh_host.server.serve import bind_socket, serve
 
-from .harness import Server, write_composition
+from .harness import Server, running_server, write_composition
 
 PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00"
        b"\x00\x90wS\xde\x00\x00\x00\x0cIDATx\x9cc\xf8\xcf\xc0\x00\x00\x03\x01\x01\x00\xc9\xfe"
@@ -82,3 +82,25 @@ async def test_a_turn_with_an_image_logs_it_and_sends_it(llmock: Any, tmp_path: 
     assert {"type": "base64", "media_type": "image/png", "data": data} in [
         part.get("source") for part in parts
     ]
+
+
+@pytest.mark.anyio
+async def test_a_model_that_takes_no_images_refuses_the_turn_before_logging(
+    llmock: Any, tmp_path: Path
+) -> None:
+    """Claude 2 reads no images (its family's default, D31): the turn is a 400 naming the
+    model and what to do; nothing is logged and the model is never asked."""
+    llmock.reply("never")
+    async with running_server(tmp_path, [], model="anthropic:claude-2.1") as server:
+        session_id = await server.create()
+        refused = await server.client.post(f"/sessions/{session_id}/turns", json={
+            "prompt": "what is this?",
+            "attachments": [{"name": "dot.png", "data": base64.b64encode(PNG).decode()}]})
+        events = await server.events(session_id)
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "IMAGES_UNSUPPORTED"
+    assert 'model "claude-2.1" (provider "anthropic") takes no images' in error["message"]
+    assert "dot.png (image/png, " in error["message"]
+    assert [e for e in events if e["type"] == "user/message"] == []
+    assert llmock.requests == []

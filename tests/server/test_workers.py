@@ -11,6 +11,7 @@ repair (``continue``). The ledger the tool writes shows the call id once; every
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -62,8 +63,9 @@ class Workers:
     def queue_schema(self) -> str:
         return self.env["QUEUE_SCHEMA"]
 
-    def start(self, responses: list[Any], *flags: str) -> str:
-        """Start one more worker process whose model answers ``responses``; its URL."""
+    def start(self, responses: list[Any], *flags: str, model: str | None = None) -> str:
+        """Start one more worker process whose model answers ``responses`` (or serves
+        ``model``); its URL."""
         name = str(len(self.started))
         script = self.tmp / f"script-{name}.json"
         script.write_text(json.dumps({"responses": responses}))
@@ -72,7 +74,7 @@ class Workers:
         with open(work / "stderr", "w") as stderr:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "dsh_host", "serve", "--config", str(self.config),
-                 "--model", f"scripted:{script}", "--workspace", str(self.workspace),
+                 "--model", model or f"scripted:{script}", "--workspace", str(self.workspace),
                  "--port", "0", "--queue", "--queue-schema", self.queue_schema,
                  "--stalled-after", "3", "--after-repair", self.after_repair, *flags],
                 cwd=work, env=self.env, stdout=subprocess.PIPE, stderr=stderr, text=True,
@@ -338,3 +340,76 @@ def test_concurrent_turns_on_one_session_are_decided_by_postgresql(
     for url in urls:
         session = httpx.get(f"{url}/sessions/{session_id}", timeout=30).json()
         assert session["status"] == "idle" and session["lastTurn"] == waves
+
+
+#: a real 1x1 PNG
+PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00"
+       b"\x00\x90wS\xde\x00\x00\x00\x0cIDATx\x9cc\xf8\xcf\xc0\x00\x00\x03\x01\x01\x00\xc9\xfe"
+       b"\x92\xef\x00\x00\x00\x00IEND\xaeB`\x82")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["stop"], indirect=True)
+def test_a_queued_turn_carries_its_attachments(workers: Workers, llmock: Any) -> None:
+    """Two workers on one queue: a prompt with an image posted to one is a job whichever
+    worker takes it runs with the image (the job carries the blocks, bytes inside): the log
+    holds DSH's image block and the model (LLMock's Anthropic endpoint) receives it."""
+    llmock.reply("A red dot.")
+    workers.env.update(llmock.env())
+    urls = [workers.start([], model="anthropic:claude-haiku-4-5") for _ in range(2)]
+    session_id = httpx.post(f"{urls[0]}/sessions", json={}, timeout=30).json()["id"]
+    data = base64.b64encode(PNG).decode()
+    response = httpx.post(f"{urls[1]}/sessions/{session_id}/turns", timeout=60, json={
+        "prompt": "what is this?", "attachments": [{"name": "dot.png", "data": data}]})
+    assert response.status_code == 202, response.text
+    turn = response.json()["turn"]
+
+    def ended() -> Any:
+        session = httpx.get(f"{urls[0]}/sessions/{session_id}", timeout=30).json()
+        end = session["lastTurnEnd"]
+        return session if end and end["turn"] == turn and session["status"] == "idle" else None
+
+    session = _poll(ended)
+    assert session["lastTurnEnd"]["kind"] == "completed", session
+    events = [json.loads(line) for line in httpx.get(
+        f"{urls[1]}/sessions/{session_id}/events", timeout=60).text.splitlines()]
+    [prompt] = [e["data"] for e in events if e["type"] == "user/message"
+                and e["data"]["source"]["kind"] == "user"]
+    assert prompt["content"][0] == {"type": "text", "text": "what is this?"}
+    assert (prompt["content"][1]["type"], prompt["content"][1]["attachment"]["data"]) == (
+        "image", data)
+    sent = llmock.last_request.body["messages"]
+    parts = [part for message in sent if isinstance(message["content"], list)
+             for part in message["content"]]
+    assert {"type": "base64", "media_type": "image/png", "data": data} in [
+        part.get("source") for part in parts
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["stop"], indirect=True)
+def test_a_queued_turn_for_a_model_without_vision_is_refused_before_queueing(
+    workers: Workers, llmock: Any
+) -> None:
+    """Claude 2 reads no images (D31): the front asks the session's model before it queues the
+    job, so the answer is a 400 naming the model, and no job and no prompt are left behind."""
+    workers.env.update(llmock.env())
+    url = workers.start([], model="anthropic:claude-2.1")
+    session_id = httpx.post(f"{url}/sessions", json={}, timeout=30).json()["id"]
+    response = httpx.post(f"{url}/sessions/{session_id}/turns", timeout=60, json={
+        "prompt": "what is this?",
+        "attachments": [{"name": "dot.png", "data": base64.b64encode(PNG).decode()}]})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "IMAGES_UNSUPPORTED"
+    assert 'model "claude-2.1"' in response.json()["error"]["message"]
+    plain = httpx.post(f"{url}/sessions/{session_id}/turns", timeout=60,
+                       json={"prompt": "hello"})
+    assert (plain.status_code, plain.json()["turn"]) == (202, 1)  # the session was let go
+
+    def prompts() -> list[Any]:
+        events = [json.loads(line) for line in httpx.get(
+            f"{url}/sessions/{session_id}/events", timeout=60).text.splitlines()]
+        return [e["data"]["content"] for e in events if e["type"] == "user/message"
+                and e["data"]["source"]["kind"] == "user"]
+
+    assert _poll(prompts) == [[{"type": "text", "text": "hello"}]]  # only the queued one

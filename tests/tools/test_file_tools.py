@@ -9,19 +9,23 @@ leaves one).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
+from dsh_host.llm.attachments import MAX_IMAGE_BYTES
 from dsh_host.loader import PluginHost
+from dsh_host.session import ImageBlock, TextBlock
 from dsh_host.tools import ToolExecutionResult
 
 from .tools_helpers import Boot, call, text_of
@@ -132,6 +136,49 @@ async def test_read_file_refuses_binary_files_with_the_reason(boot: Boot, ws: Pa
         "handles text files (use bash, e.g. `file` or `xxd`, to inspect it)"
     )
     assert not late.is_error
+
+
+def tiny_png() -> bytes:
+    """A real 1x1 PNG."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = zlib.crc32(kind + data) & 0xFFFFFFFF
+        return len(data).to_bytes(4, "big") + kind + data + crc.to_bytes(4, "big")
+
+    header = (1).to_bytes(4, "big") * 2 + bytes([8, 2, 0, 0, 0])
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
+            + chunk(b"IDAT", zlib.compress(b"\x00\x00\xff\x00")) + chunk(b"IEND", b""))
+
+
+async def test_read_file_returns_an_image_as_an_image(boot: Boot, ws: Path) -> None:
+    """A PNG (recognised by its bytes, whatever its name) comes back as DSH's envelope and an
+    image block with its bytes in the record (D31); one over the limit is refused, saying
+    what to do."""
+    picture = tiny_png()
+    (ws / "shot.dat").write_bytes(picture)
+    (ws / "huge.png").write_bytes(picture + b"\0" * MAX_IMAGE_BYTES)
+    async with boot() as host:
+        shot = await run(host, "read_file", {"path": "shot.dat"})
+        huge = await run(host, "read_file", {"path": "huge.png"})
+    assert not shot.is_error
+    envelope_block, image = shot.content
+    assert envelope_block == TextBlock(text=(
+        f"<path>shot.dat</path>\n<type>image</type>\n<content>\nimage/png, {len(picture)} "
+        "bytes (the image follows)\n</content>"
+    ))
+    assert isinstance(image, ImageBlock)
+    assert dict(image.attachment) == {
+        "attachmentId": "sha256-" + sha(picture),
+        "mediaType": "image/png",
+        "bytes": len(picture),
+        "name": "shot.dat",
+        "data": base64.b64encode(picture).decode(),
+    }
+    assert huge.is_error
+    assert text_of(huge).startswith(
+        f'Error: "huge.png" is an image of {len(picture) + MAX_IMAGE_BYTES} bytes, over the '
+        f"{MAX_IMAGE_BYTES} bytes read_file sends to the model; make a smaller copy"
+    )
 
 
 # --------------------------------------------------------------------------- write_file
