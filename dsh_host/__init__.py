@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         RunResult,
         ToolContext,
         TurnFailedError,
+        replay,
         tool,
     )
     from .loader import PluginHost, Row, load_rows, open_host, open_host_from_yaml
@@ -65,6 +66,7 @@ _DEFINED_IN = {
             "RunResult",
             "ToolContext",
             "TurnFailedError",
+            "replay",
             "tool",
         ),
         "front",
@@ -110,5 +112,6 @@ __all__ = [
     "load_rows",
     "open_host",
     "open_host_from_yaml",
+    "replay",
     "tool",
 ]

@@ -26,6 +26,9 @@ the model (and, if you like, the disk and the clock) is replaced by a determinis
 - :func:`open_test_host`: the core rows (sessions, llm, tools, agent), a scripted model, an
   in-memory store with the checkpoint policy that flushes it, and your plugins; yields a
   :class:`ScriptedHost`.
+- :func:`recorded_sessions`: the sessions stored in a directory as pytest cases, each checked by
+  the harness replay (D32): the build must still derive every recorded request; or replayed with
+  another model (``check_model``, D28) on a copy of the directory.
 
 Everything here runs the real code paths: the doubles are plugin rows like any other, so the
 bus, the checkpoint barriers and the agent loop are the ones a user gets. See docs/plugins.md.
@@ -33,12 +36,15 @@ bus, the checkpoint barriers and the agent loop are the ones a user gets. See do
 
 from __future__ import annotations
 
+import argparse
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -51,12 +57,18 @@ from .session.header import SessionHeader, new_session_id, now_ms
 from .shipped_plugins import FRONT_DOOR_ROWS
 from .tools import TOOLS, ToolRuntime
 
+if TYPE_CHECKING:
+    from .agent.harness import HarnessReport
+    from .agent.replay import ReplayReport
+
 __all__ = [
     "FakeClock",
+    "RecordedSession",
     "ScriptedHost",
     "memory_store",
     "open_test_host",
     "plugin_row",
+    "recorded_sessions",
     "scripted_model",
 ]
 
@@ -270,3 +282,88 @@ async def open_test_host(
     ]
     async with open_host(rows) as host:
         yield ScriptedHost(host, model_row.id or "model")
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedSession:
+    """One stored session of a directory, as a pytest case (see :func:`recorded_sessions`)."""
+
+    session_id: str
+    root: str
+    config: str | None = None
+
+    def __str__(self) -> str:  # the case's id in pytest's report (``ids=str``)
+        return self.session_id
+
+    def harness(self) -> HarnessReport:
+        """The harness replay (D32): every request derived again under the composition, as
+        ``dsh replay ID --same-model --config CONFIG --root ROOT`` does it (no model call)."""
+        from .cli.replay_cmd import harness_report
+
+        args = argparse.Namespace(
+            session_id=self.session_id, config=self.config, root=self.root, model=None
+        )
+        return harness_report(args)
+
+    def check(self) -> HarnessReport:
+        """:meth:`harness`, failing the test with the whole report on any difference."""
+        report = self.harness()
+        if not report.identical:
+            raise AssertionError(f"recorded session {self.session_id} is derived differently "
+                                 f"by this build:\n{report.render()}")  # fmt: skip
+        return report
+
+    def replay(self, model: str) -> ReplayReport:
+        """The model replay (D28, ``dsh replay ID --model MODEL``): each recorded prompt run
+        with ``model``, no effect executed. It runs on a copy of the directory (the replay is a
+        new session, and the recorded directory stays as it is)."""
+        from .cli.replay_cmd import replay_report
+
+        with tempfile.TemporaryDirectory(prefix="dsh-replay-") as scratch:
+            copy = os.path.join(scratch, "root")
+            shutil.copytree(self.root, copy)
+            args = argparse.Namespace(
+                session_id=self.session_id, config=self.config, root=copy, model=model,
+                from_turn=1, child_id=None,
+            )  # fmt: skip
+            return replay_report(args)
+
+    def check_model(self, model: str) -> ReplayReport:
+        """:meth:`replay`, failing the test naming each turn that diverged."""
+        report = self.replay(model)
+        if report.diverged:
+            turns = [f"turn {row['turn']}: {row['divergence']}" for row in report.turns
+                     if row["divergence"] is not None]  # fmt: skip
+            raise AssertionError(f"recorded session {self.session_id} diverges with {model}:\n"
+                                 + "\n".join(turns))  # fmt: skip
+        return report
+
+
+def recorded_sessions(
+    root: str | os.PathLike[str], *, config: str | os.PathLike[str] | None = None
+) -> list[RecordedSession]:
+    """Every session stored under ``root`` (the store ``config`` composes, default the one
+    ``dsh`` uses here, with its root set to ``root``), by id, as pytest cases::
+
+        CASES = recorded_sessions("tests/recorded", config="dsh.yml")
+
+        @pytest.mark.parametrize("case", CASES, ids=str)
+        def test_the_build_still_asks_what_was_recorded(case: RecordedSession) -> None:
+            case.check()
+
+    Each case's :meth:`~RecordedSession.check` runs the harness replay (D32) and fails naming
+    the step and part that differ. Listing boots the store only; nothing is written.
+    """
+    from .cli.common import load_composition, persistence_rows, run_with_host
+    from .session.keys import SESSION_PERSISTENCE
+
+    root_text = os.fspath(root)
+    config_text = os.fspath(config) if config is not None else None
+    args = argparse.Namespace(config=config_text, root=root_text)
+
+    async def listed(host: PluginHost) -> list[str]:
+        listings = await host.ctx.service(SESSION_PERSISTENCE).list()
+        return sorted(listing.header.id for listing in listings)
+
+    ids = run_with_host(persistence_rows(load_composition(args)[1]), listed)
+    return [RecordedSession(i, root_text, config_text) for i in ids]

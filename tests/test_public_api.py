@@ -32,7 +32,7 @@ PUBLIC_PACKAGES = (
 )
 FRONT_DOOR = {
     "Agent", "FunctionTool", "OutputValidationError", "RunResult", "ToolContext",
-    "TurnFailedError", "tool",
+    "TurnFailedError", "replay", "tool",
 }
 
 DSH_HOST = {

@@ -849,14 +849,49 @@ class Agent:
             # the original error is what the turn reports; repair sees the same log.
             _log.warning("could not close the unanswered calls of the step", exc_info=True)
 
-    async def _pre_step(
-        self, turn: int, step: int, claimed: list[UserMessage], signal: CancelToken
-    ) -> tuple[Enter | Reject, PromptAssembly]:
+    async def _assemble(self, signal: CancelToken) -> tuple[PromptAssembly, UserMessage | None]:
+        """This step's prompt assembly and the runtime-context snapshot to enter (None: the
+        retained one is still right)."""
         service = self._ctx.service(AGENT)
         assembly: PromptAssembly = await service.system_prompt.assemble(self, signal)
         signal.throw_if_aborted()
         sections = render_context_sections(assembly)
-        snapshot = self._runtime_context.project(join_context_sections(sections), sections)
+        return assembly, self._runtime_context.project(join_context_sections(sections), sections)
+
+    async def derive_request(
+        self,
+        turn: int,
+        step: int,
+        entered: Sequence[UserMessage],
+        recorded: EpochHeader | None,
+        signal: CancelToken,
+    ) -> LlmRequest:
+        """Open step ``step``'s model request again without making it (the harness replay, D32).
+
+        For an agent on a copy of a recorded log that ends at the step's ``step/start``: the
+        prompt is assembled and ``entered`` (the step's recorded input) plus the runtime-context
+        snapshot rendered now are appended, as :meth:`_step` does, with ``recorded`` (the
+        header the step ran under) as the config proposal. Returns the request built. Refused
+        on a session a store publishes: the appends would enter a real log.
+        """
+        store = self._ctx.get(SESSIONS)
+        if store is not None and store.is_live(self._session):
+            raise AgentConfigError(
+                f'derive_request writes into the log it is given, and session "{self.id}" is '
+                "live in the store: call it on a detached copy (ctx.agent.detached(Session.restore"
+                "(...)))"
+            )
+        assembly, snapshot = await self._assemble(signal)
+        messages = (*entered, snapshot) if snapshot is not None else tuple(entered)
+        _prepared, request = await self._open_request(
+            turn, step, render_prompt(assembly), messages, assembly, signal, recorded=recorded
+        )
+        return request
+
+    async def _pre_step(
+        self, turn: int, step: int, claimed: list[UserMessage], signal: CancelToken
+    ) -> tuple[Enter | Reject, PromptAssembly]:
+        assembly, snapshot = await self._assemble(signal)
         default_messages = tuple(claimed) + ((snapshot,) if snapshot is not None else ())
 
         async def default() -> Enter | Reject:
@@ -888,16 +923,10 @@ class Agent:
         first_attempt = True
         retries = 0
         while True:
-            config, prepared = await self._prepare_request(turn, step, signal)
-            projected = self._system_message.project(system, turn, step)
-            if projected is not None:
-                data, op, cited = projected
-                session.append("system/message", data, surface_op=op, source_event_seqs=cited)
-            if first_attempt:
-                for entered in messages:
-                    session.append("user/message", entered, surface_op="append")
-                first_attempt = False
-            request = self._build_request(config, prepared, assembly, signal)
+            prepared, request = await self._open_request(
+                turn, step, system, messages if first_attempt else (), assembly, signal
+            )
+            first_attempt = False
             self._check_budget(turn)
             assembler = BlockAssembler()
             emit = self._ctx.emit
@@ -1059,8 +1088,31 @@ class Agent:
             "assistant/attempt", AssistantAttemptData(turn=turn, step=step, stream=stream)
         )
 
+    async def _open_request(
+        self,
+        turn: int,
+        step: int,
+        system: str,
+        entered: Sequence[UserMessage],
+        assembly: PromptAssembly,
+        signal: CancelToken,
+        *,
+        recorded: EpochHeader | None = None,
+    ) -> tuple[PreparedCall | None, LlmRequest]:
+        """Everything a model request is made of, logged in the step: its config, the system
+        prompt, the entered input, the header. The harness replay (:mod:`.harness`, D32) calls
+        it on a copy of a recorded log with the header that step ran under as ``recorded``."""
+        config, prepared = await self._prepare_request(turn, step, signal, recorded=recorded)
+        projected = self._system_message.project(system, turn, step)
+        if projected is not None:
+            data, op, cited = projected
+            self._session.append("system/message", data, surface_op=op, source_event_seqs=cited)
+        for message in entered:
+            self._session.append("user/message", message, surface_op="append")
+        return prepared, self._build_request(config, prepared, assembly, signal)
+
     async def _prepare_request(
-        self, turn: int, step: int, signal: CancelToken
+        self, turn: int, step: int, signal: CancelToken, *, recorded: EpochHeader | None = None
     ) -> tuple[LlmCallConfig, PreparedCall | None]:
         """The call config for this request (``agent/request``) and its prepared route."""
         session = self._session
@@ -1068,7 +1120,9 @@ class Agent:
         persisted = session.request_header()
         provider = options.provider or ""
         model = options.model or ""
-        if self._header_logged and persisted is not None:
+        if recorded is not None:
+            seed = _request_proposal(recorded)
+        elif self._header_logged and persisted is not None:
             seed = _request_proposal(persisted)
         else:
             effort: Any = options.reasoning_effort

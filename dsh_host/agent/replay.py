@@ -21,6 +21,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from dsh_host.agent.keys import AGENT
@@ -32,9 +33,10 @@ from dsh_host.session.events import (
     to_builtins,
 )
 from dsh_host.session.fork import fork_stored
-from dsh_host.session.keys import SESSION_PERSISTENCE, SESSIONS
+from dsh_host.session.keys import SESSION_PERSISTENCE, SESSIONS, TOKEN_METER
 from dsh_host.session.messages import TextBlock, ToolCallBlock, UserMessage, UserSource
 from dsh_host.session.prices import PriceTable
+from dsh_host.session.tokens import TokenMeter
 from dsh_host.session.usage import UsageLedger
 
 from .ledger import canonical_arguments
@@ -70,11 +72,14 @@ class TurnRecord:
         }  # fmt: skip
 
 
-def turn_records(events: Sequence[SessionEvent], *, after: int = -1) -> list[TurnRecord]:
-    """The turns that start after seq ``after`` in ``events``, in order. Pure."""
+def turn_records(
+    events: Sequence[SessionEvent], *, after: int = -1, prices: PriceTable | None = None
+) -> list[TurnRecord]:
+    """The turns that start after seq ``after`` in ``events``, in order, priced with ``prices``
+    (default: the catalogue only). Pure."""
     turns: dict[int, TurnRecord] = {}
     current: TurnRecord | None = None
-    meter = UsageLedger(PriceTable())
+    meter = UsageLedger(prices if prices is not None else PriceTable())
     for event in events:
         if event.seq <= after:
             continue
@@ -175,6 +180,11 @@ def compare(
         if again is not None:
             row["inputTokensDelta"] = again.input_tokens - recorded.input_tokens
             row["outputTokensDelta"] = again.output_tokens - recorded.output_tokens
+            row["costUsdDelta"] = (
+                str(Decimal(again.cost_usd) - Decimal(recorded.cost_usd))
+                if again.cost_usd is not None and recorded.cost_usd is not None
+                else None
+            )
             if recorded.final_text != again.final_text:
                 row["finalTextDiff"] = "\n".join(difflib.unified_diff(
                     (recorded.final_text or "").splitlines(),
@@ -199,7 +209,9 @@ async def replay_stored(
     """
     persistence = ctx.service(SESSION_PERSISTENCE)
     load = await persistence.inspect(source_id)
-    recorded = [t for t in turn_records(load.events) if t.turn >= from_turn]
+    meter = ctx.get(TOKEN_METER)
+    prices = meter.prices if isinstance(meter, TokenMeter) else None  # the composition's
+    recorded = [t for t in turn_records(load.events, prices=prices) if t.turn >= from_turn]
     if not recorded:
         from dsh_host.session.errors import SessionForkError
 
@@ -222,4 +234,5 @@ async def replay_stored(
         events = list(agent.session.events)
     finally:
         await agent.aclose()
-    return compare(source_id, recorded, fork.session_id, turn_records(events, after=start))
+    replayed = turn_records(events, after=start, prices=prices)
+    return compare(source_id, recorded, fork.session_id, replayed)

@@ -202,6 +202,12 @@ class AgentService:
             )
         return self._register(Agent(self._ctx, session, options, owns_session=owns))
 
+    def detached(self, session: Session) -> Agent:
+        """An agent on ``session`` that no store publishes and this service does not track,
+        with the ``agent`` row's options: the harness replay (D32) opens requests on copies
+        of a recorded log with it. Never run a turn on it."""
+        return Agent(self._ctx, session, self._options({}), owns_session=False)
+
     async def resume(
         self,
         session_id: str,

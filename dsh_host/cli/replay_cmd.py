@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .flags import add_config_flag, add_root_flag
+
+if TYPE_CHECKING:
+    from ..agent.harness import HarnessReport
+    from ..agent.replay import ReplayReport
 
 
 def add_parser(sub: Any) -> None:
@@ -22,13 +26,20 @@ def add_parser(sub: Any) -> None:
         "the child (read-only tools run; other tools are answered from the record or refused), "
         "then compare tool calls, final answers, ends, tokens and cost turn by turn. Exit 0 "
         "when the replay ran (whether or not it diverged); --fail-on-divergence exits 1 on a "
-        "divergence.",
+        "divergence. --same-model is the harness mode (D32): no model call, each recorded "
+        "request is derived again and compared part by part; exit 1 on any difference.",
     )
     replay.add_argument("session_id", metavar="ID")
     add_config_flag(replay)
     add_root_flag(replay)
-    replay.add_argument("--model", metavar="SPEC", required=True,
-                        help="the model to replay with (as for `dsh run --model`)")  # fmt: skip
+    mode = replay.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--model", metavar="SPEC",
+                      help="the model to replay with (as for `dsh run --model`)")  # fmt: skip
+    mode.add_argument("--same-model", action="store_true",
+                      help="harness mode: call no model, re-derive every recorded request "
+                      "with this build's composition (system prompt, tool schemas, runtime "
+                      "context, messages) and compare it with the log; exit 1 on any "
+                      "difference")  # fmt: skip
     replay.add_argument("--from", dest="from_turn", type=int, default=1, metavar="TURN",
                         help="keep the turns before TURN as recorded and replay from it "
                         "(default: 1)")  # fmt: skip
@@ -41,7 +52,20 @@ def add_parser(sub: Any) -> None:
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    from ..agent.replay import ReplayReport, replay_stored
+    if args.same_model:
+        return run_harness(args)
+    report = replay_report(args)
+    if args.json:
+        print(json.dumps(report.to_json()))
+    else:
+        _print(report, args.model)
+    return 1 if args.fail_on_divergence and report.diverged else 0
+
+
+def replay_report(args: argparse.Namespace) -> ReplayReport:
+    """The model replay (D28) of ``args.session_id`` with ``args.model`` (``--from``, ``--id``)
+    under the composition ``args`` names; the replay is a new session in the same store."""
+    from ..agent.replay import replay_stored
     from ..loader import PluginHost
     from ..session.persistence import SessionNotFoundError
     from .common import CliUsageError, run_with_host
@@ -60,12 +84,72 @@ def run_replay(args: argparse.Namespace) -> int:
             prepare=lambda agent: adopt(agent, plan),
         )  # fmt: skip
 
-    report = run_with_host(located, body)
+    return run_with_host(located, body)
+
+
+def harness_report(args: argparse.Namespace) -> HarnessReport:
+    """The harness replay of ``args.session_id`` under the composition ``args`` names (its
+    ``--config`` / ``--root``, else the one ``dsh`` uses here) with the recorded model."""
+    from ..agent.harness import harness_replay
+    from ..loader import PluginHost
+    from ..session.persistence import SessionNotFoundError
+    from ..session.terms import recorded_terms
+    from .common import run_with_host
+    from .run_cmd import continue_session, stored_session
+
+    load = stored_session(args, args.session_id)
+    if load is None:
+        raise SessionNotFoundError(f'session "{args.session_id}" not found')
+    # Another composition is the point of the comparison, not a term to refuse; nothing is
+    # written, so no terms are recorded either.
+    # A session that predates run terms names no model to route: its requests are derived
+    # without one (the adapter's defaults are then not resolved again: the config part says so).
+    terms = recorded_terms(load.events)
+    located, _plan = continue_session(
+        args, load, by="dsh replay", compare_only=True, runs_turn=terms is not None,
+        needs_tools=True,
+    )  # fmt: skip
+
+    async def body(host: PluginHost) -> HarnessReport:
+        return await harness_replay(host.ctx, args.session_id)
+
+    return run_with_host(located, body)
+
+
+def run_harness(args: argparse.Namespace) -> int:
+    from .common import CliUsageError
+
+    for flag, given in (("--from", args.from_turn != 1), ("--id", args.child_id is not None),
+                        ("--fail-on-divergence", args.fail_on_divergence)):  # fmt: skip
+        if given:
+            raise CliUsageError(f"{flag} is for a replay with --model; --same-model creates no "
+                                "session and always exits 1 on a difference")  # fmt: skip
+    report = harness_report(args)
     if args.json:
         print(json.dumps(report.to_json()))
     else:
-        _print(report, args.model)
-    return 1 if args.fail_on_divergence and report.diverged else 0
+        from .output import console
+        from .render import terminal_safe
+
+        console().print(terminal_safe(report.render()), markup=False)
+    return 0 if report.identical else 1
+
+
+def _cost(source: str | None, replay: str | None, delta: str | None) -> str:
+    """``$0.004 -> $0.0052 (+$0.0012)``, or what is unknown (a model without a price)."""
+    from decimal import Decimal
+
+    from .render import dollars
+
+    if source is None or replay is None or delta is None:
+        known = [f"{side} {dollars(Decimal(value))}"
+                 for side, value in (("source", source), ("replay", replay))
+                 if value is not None]  # fmt: skip
+        return "unknown (a model without a price" + ("; " + ", ".join(known) if known else "") + ")"
+    change = Decimal(delta)
+    sign = "-" if change < 0 else "+"
+    before, after = dollars(Decimal(source)), dollars(Decimal(replay))
+    return f"{before} -> {after} ({sign}{dollars(abs(change))})"
 
 
 def _calls(side: dict[str, Any] | None) -> str:
@@ -96,6 +180,8 @@ def _print(report: Any, model: str) -> None:
         if replay is not None:
             line(f"  tokens: input {row['inputTokensDelta']:+d}, output "
                  f"{row['outputTokensDelta']:+d}", "dim")  # fmt: skip
+            line(f"  cost: {_cost(source['costUsd'], replay['costUsd'], row['costUsdDelta'])}",
+                 "dim")  # fmt: skip
         diff = row.get("finalTextDiff")
         if diff:
             for text in diff.splitlines():

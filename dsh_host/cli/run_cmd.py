@@ -212,13 +212,16 @@ def continue_session(
     runs_turn: bool = True,
     legacy_approval: str | None = None,
     needs_tools: bool = False,
+    compare_only: bool = False,
 ) -> tuple[list[LocatedRow], Plan]:
     """The composition a stored session continues under: its recorded terms, with this
     command's explicit flags as logged overrides (:func:`~dsh_host.front.runner.plan_continuation`
     decides; a refusal is one ``dsh: error:`` line and nothing is written). ``legacy_approval``
     is the approval flag a session without recorded terms is assumed to run under.
     ``needs_tools``: boot the tools even when no turn runs (a decision binds the tool's
-    definition as registered here)."""
+    definition as registered here). ``compare_only`` (the harness replay, D32): nothing runs or
+    is recorded, so the composition loaded here is taken as if it were named (it is what the log
+    is compared with) and no note about terms is printed."""
     _, located, identity = load_composition_terms(args)
     approval = getattr(args, "approval", None)
     recorded = recorded_terms(load.events)
@@ -233,7 +236,7 @@ def continue_session(
         sandbox=getattr(args, "sandbox", None),
         approval_policy="ask" if approval == "defer" else approval,
         unanswered="defer" if approval == "defer" else None,
-        composition_named=getattr(args, "config", None) is not None,
+        composition_named=compare_only or getattr(args, "config", None) is not None,
     )
     try:
         plan = plan_continuation(
@@ -255,7 +258,7 @@ def continue_session(
         _prepare_workspace(
             plan.terms.workspace, create=getattr(args, "create_workspace", False), flag=flag
         )
-    for text in plan.notes:
+    for text in () if compare_only else plan.notes:
         note(text)
     return rows, plan
 

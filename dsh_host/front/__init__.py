@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         tool_guardrail,
     )
     from .models import MODEL_SPECS, ModelChoice, parse_model
+    from .replay import replay
     from .tools import FunctionTool, ToolContext, tool
 
 #: Where each exported name is defined (``events`` is the module itself).
@@ -48,6 +49,7 @@ _DEFINED_IN = {
     ),
     **dict.fromkeys(("MODEL_SPECS", "ModelChoice", "parse_model"), "models"),
     **dict.fromkeys(("FunctionTool", "ToolContext", "tool"), "tools"),
+    "replay": "replay",
 }
 
 
@@ -75,6 +77,7 @@ __all__ = [
     "input_guardrail",
     "output_guardrail",
     "parse_model",
+    "replay",
     "tool",
     "tool_guardrail",
 ]

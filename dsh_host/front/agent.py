@@ -71,6 +71,7 @@ from dsh_host.session.events import (
 )
 from dsh_host.session.events import TurnEnd as TurnEndData
 from dsh_host.session.events.data import CompositionTerms, RunTerms
+from dsh_host.session.fork import append_fork_effects, fork_effects
 from dsh_host.session.keys import SESSION_EVENT, SESSION_PERSISTENCE, SESSIONS, TOKEN_METER
 from dsh_host.session.messages import (
     ContentBlock,
@@ -556,12 +557,17 @@ class Agent:
 
         The parent session is flushed and left as it is (``resume(parent_id)`` goes
         back to it); the child's header names its parent. Returns the child's id.
-        A boundary inside an open step is refused (``SessionForkError``).
+        A boundary inside an open step is refused (``SessionForkError``). The child gets the
+        ``fork/effects`` ledger ``dsh sessions fork`` writes (D27): a call of a turn left out
+        that took effect is not run again by an identical call in the child.
         """
         await self._settle()
         store: SessionStore = self.host.ctx.service(SESSIONS)
         parent = self.core
+        events = parent.session.events
         child = store.fork(parent.session, boundary)
+        cut = boundary if boundary is not None else len(events) - 1
+        append_fork_effects(child, parent.id, cut, fork_effects(parent.id, events, cut))
         try:
             await self._release(parent)
         except BaseException:

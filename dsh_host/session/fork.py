@@ -43,6 +43,7 @@ from dsh_host.session.session import Session
 __all__ = [
     "FORK_EFFECTS_EVENT",
     "ForkResult",
+    "append_fork_effects",
     "build_fork",
     "fork_boundary",
     "fork_effects",
@@ -226,11 +227,21 @@ def build_fork(
     header = parse_session_header(meta, session_id=child_id)
     child = Session.restore(header, list(events[: boundary + 1]), mark_seed_end=False)
     child._mark_seed_end(inherited=True)
+    append_fork_effects(child, source_id, boundary, effects, origin_note=origin_note)
+    return child, effects
+
+
+def append_fork_effects(
+    child: Session, source_id: str, boundary: int, effects: list[dict[str, Any]],
+    *, origin_note: Mapping[str, Any] | None = None,
+) -> None:  # fmt: skip
+    """Append the ``fork/effects`` record (``ignorable: true``) of a fork of ``source_id`` at
+    ``boundary`` to ``child``: the one shape every fork writes (``dsh sessions fork``, ``POST
+    /sessions/{id}/fork``, ``dsh replay``, the front door's ``Agent.fork``)."""
     record: dict[str, Any] = {"parentSession": source_id, "boundary": boundary, "effects": effects}
     if origin_note:
         record.update(origin_note)
     child.append(FORK_EFFECTS_EVENT, record, ignorable=True)
-    return child, effects
 
 
 async def fork_stored(

@@ -67,3 +67,25 @@ async def test_a_turn_the_replay_never_ran_is_missing() -> None:
     assert report.first_divergence == {
         "turn": 2, "kind": "missing-turn", "detail": "the replay has no such turn",
     }  # fmt: skip
+
+
+async def test_a_request_is_derived_again_only_on_a_detached_copy() -> None:
+    """``Agent.derive_request`` appends what a live step appends: on a published session it
+    would write into the real log, so it is refused there (the harness replay uses copies)."""
+    from dsh_host.agent.errors import AgentConfigError
+    from dsh_host.cancel import CancelToken
+    from dsh_host.session.session import Session
+
+    async with scripted_host([{"text": "done"}]) as host:
+        agent = host.ctx.agent.create()
+        await agent.run_turn("one")
+        before = len(agent.session.events)
+        with pytest.raises(AgentConfigError, match="live in the store"):
+            await agent.derive_request(2, 1, [], None, CancelToken())
+        assert len(agent.session.events) == before
+        copy = Session.restore(agent.session.header, list(agent.session.events))
+        request = await host.ctx.agent.detached(copy).derive_request(
+            2, 1, [], agent.session.request_header(), CancelToken()
+        )
+        assert [m.role for m in request.messages] == [m.role for m in agent.session.derive_messages()]
+        await agent.aclose()

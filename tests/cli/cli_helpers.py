@@ -44,3 +44,16 @@ def copy_fixture_root(tmp: Path, root: str = "root-zstd") -> Path:
     target = tmp / root
     shutil.copytree(FIXTURES / root, target)
     return target
+
+
+def priced_composition(tmp: Path) -> Path:
+    """The default composition with the token-meter pricing the scripted model at $2 per million
+    input tokens and $10 per million output (1000 in + 200 out = $0.004)."""
+    default = (REPO / "configs" / "default.yml").read_text()
+    priced = tmp / "priced.yml"
+    priced.write_text(default.replace(
+        "- id: token-meter\n  name: token-meter\n",
+        "- id: token-meter\n  name: token-meter\n  config:\n    prices:\n"
+        "      scripted: {input: 2, output: 10}\n"))  # fmt: skip
+    assert "scripted: {input" in priced.read_text()
+    return priced

@@ -6,21 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .cli_helpers import REPO, dsh
+from .cli_helpers import dsh, priced_composition
 
 
 def test_the_listing_shows_the_cost_of_priced_sessions(tmp_path: Path) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"responses": [
         {"text": "Done.", "usage": {"input_tokens": 1000, "output_tokens": 200}}]}))  # fmt: skip
-    default = (REPO / "configs" / "default.yml").read_text()
-    priced = tmp_path / "priced.yml"
-    # $2 per million input tokens, $10 per million output: 1000 in + 200 out = $0.0040
-    priced.write_text(default.replace(
-        "- id: token-meter\n  name: token-meter\n",
-        "- id: token-meter\n  name: token-meter\n  config:\n    prices:\n"
-        "      scripted: {input: 2, output: 10}\n"))  # fmt: skip
-    assert "scripted: {input" in priced.read_text()
+    priced = priced_composition(tmp_path)  # 1000 in + 200 out = $0.0040
     work = tmp_path / "ws"
     work.mkdir()
     root = str(tmp_path / "sessions")

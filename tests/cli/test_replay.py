@@ -6,12 +6,13 @@ there (D28). Real ``dsh`` processes over the JSONL store and SQLite.
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .cli_helpers import dsh
+from .cli_helpers import REPO, dsh, priced_composition
 from .fork_helpers import WRITE_A, WRITE_B_READ_A, Store, two_turns
 
 SAME = [WRITE_A, {"text": "wrote a"}, WRITE_B_READ_A, {"text": "wrote b"}]
@@ -106,3 +107,32 @@ def test_replay_from_a_later_turn_keeps_the_earlier_ones(tmp_path: Path) -> None
     assert [e["tool"] for e in ledger["data"]["effects"]] == ["write_file", "read_file"]
     bad = replay(store, SAME, "--from", "0")
     assert bad.returncode == 2 and "--from 0: turns are numbered from 1" in bad.stderr
+
+
+def test_the_human_report_gives_each_turns_cost_delta(tmp_path: Path) -> None:
+    priced = priced_composition(tmp_path)  # $2 per million input tokens, $10 per million output
+    (tmp_path / "ws").mkdir()
+    flags = ["--config", str(priced), "--root", str(tmp_path / "store")]
+
+    def script(name: str, output_tokens: int) -> str:
+        path = tmp_path / name
+        path.write_text(json.dumps({"responses": [
+            {"text": "Done.", "usage": {"input_tokens": 1000, "output_tokens": output_tokens}}]}))
+        return f"scripted:{path}"
+
+    done = dsh("run", "go", "--session", "src", "--new", "--model", script("s.json", 200),
+               "--workspace", str(tmp_path / "ws"), *flags, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    # 1000 in + 200 out = $0.004; 1000 in + 400 out = $0.006
+    again = dsh("replay", "src", "--model", script("r.json", 400), *flags, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "  cost: $0.004 -> $0.006 (+$0.002)" in again.stdout
+    payload = dsh("replay", "src", "--model", script("r2.json", 100), "--json", *flags,
+                  cwd=tmp_path)  # fmt: skip
+    (row,) = json.loads(payload.stdout)["turns"]
+    assert Decimal(row["costUsdDelta"]) == Decimal("-0.001")
+    unpriced = dsh("replay", "src", "--model", script("r3.json", 100), "--root",
+                   str(tmp_path / "store"), "--config", str(REPO / "configs" / "default.yml"),
+                   cwd=tmp_path)  # fmt: skip
+    assert unpriced.returncode == 0, unpriced.stderr
+    assert "  cost: unknown (a model without a price)" in unpriced.stdout

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,11 +36,37 @@ CHROMIUM_ARGS = [
 PAYLOAD = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
 
 
+@contextmanager
+def _serve(tmp_path: Path, responses: list[Any], config: Path | None = None) -> Iterator[str]:
+    """A real ``dsh serve`` on a free port over ``tmp_path / "ws"`` (which must exist), the model
+    scripted with ``responses``, the composition ``config`` (default: the test composition);
+    yields its URL (no trailing slash)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"responses": responses}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dsh_host", "serve", "--config",
+         str(config if config is not None else write_composition(tmp_path)),
+         "--model", f"scripted:{script}", "--root", str(tmp_path / "sessions"),
+         "--workspace", str(tmp_path / "ws"), "--port", "0"],
+        cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={k: v for k, v in os.environ.items() if k != "DSH_SERVE_TOKEN"},
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        line = proc.stdout.readline()
+        assert line.startswith("dsh serve: listening on "), line + proc.stderr.read()
+        yield line.split()[4].rstrip("/")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    workspace, work = tmp_path / "ws", tmp_path / "work"
+    workspace = tmp_path / "ws"
     workspace.mkdir()
-    work.mkdir()
     responses = [
         {"text": f"I will append to the ledger. {PAYLOAD}", "chunk_delay_ms": 20,
          "tool_calls": [{"id": CALL, "name": "bash", "arguments": {
@@ -47,24 +74,8 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
              "description": f"Append to ledger {PAYLOAD}"}}]},
         {"text": "The ledger was updated."},
     ]
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps({"responses": responses}))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dsh_host", "serve", "--config", str(write_composition(tmp_path)),
-         "--model", f"scripted:{script}", "--root", str(tmp_path / "sessions"),
-         "--workspace", str(workspace), "--port", "0"],
-        cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={k: v for k, v in os.environ.items() if k != "DSH_SERVE_TOKEN"},
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert proc.stderr is not None
-        assert line.startswith("dsh serve: listening on "), line + proc.stderr.read()
-        yield line.split()[4], workspace
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+    with _serve(tmp_path, responses) as url:
+        yield url + "/", workspace
 
 
 def test_inspector_streams_a_turn_and_approves_a_call(served: tuple[str, Path]) -> None:
@@ -125,9 +136,8 @@ def sessions_served(tmp_path: Path) -> Iterator[str]:
     """``dsh serve`` holding four sessions in four states: completed (markdown, an edit, a
     long result), failed (the model refused the key), aborted (cancelled while the model
     streamed), awaiting approval (arguments with hidden characters)."""
-    workspace, work = tmp_path / "ws", tmp_path / "work"
+    workspace = tmp_path / "ws"
     workspace.mkdir()
-    work.mkdir()
     (workspace / "notes.md").write_text("alpha\nbeta\n")
     (workspace / "long.txt").write_text("".join(f"row {n}\n" for n in range(1, 41)))
     responses = [
@@ -142,21 +152,7 @@ def sessions_served(tmp_path: Path) -> Iterator[str]:
         {"tool_calls": [{"id": CALL, "name": "bash", "arguments": {
             "command": f"mv report.txt report{ZWSP}.exe", "description": f"rename {RLO}txt.exe"}}]},
     ]
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps({"responses": responses}))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dsh_host", "serve", "--config", str(write_composition(tmp_path)),
-         "--model", f"scripted:{script}", "--root", str(tmp_path / "sessions"),
-         "--workspace", str(workspace), "--port", "0"],
-        cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={k: v for k, v in os.environ.items() if k != "DSH_SERVE_TOKEN"},
-    )
-    try:
-        assert proc.stdout is not None and proc.stderr is not None
-        line = proc.stdout.readline()
-        assert line.startswith("dsh serve: listening on "), line + proc.stderr.read()
-        url = line.split()[4].rstrip("/")
-        with httpx.Client(base_url=url, timeout=60) as client:
+    with _serve(tmp_path, responses) as url, httpx.Client(base_url=url, timeout=60) as client:
             def session(name: str, prompt: str, done: Callable[[dict[str, Any]], bool]) -> None:
                 assert client.post("/sessions", json={"id": name}).status_code == 201
                 assert client.post(f"/sessions/{name}/turns", json={"prompt": prompt}).status_code == 202
@@ -175,10 +171,7 @@ def sessions_served(tmp_path: Path) -> Iterator[str]:
             while not ended(client.get("/sessions/stuck").json()):
                 time.sleep(0.1)
             session("approve", "rename the report", lambda s: s["status"] == "awaiting-approval")
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+            yield url
 
 
 def _shoot(page: Any, name: str, tmp_path: Path) -> None:
@@ -274,9 +267,8 @@ def test_a_delegation_links_its_child_session_and_back(tmp_path: Path) -> None:
     """A delegation's child session (DSH's ``subagent/catalog`` fact in the parent's log) is one
     click away or inline under the delegation, and the child's page names its parent (issue 34:
     the inspector shows the tree)."""
-    workspace, work = tmp_path / "ws", tmp_path / "work"
+    workspace = tmp_path / "ws"
     workspace.mkdir()
-    work.mkdir()
     (tmp_path / "reader.json").write_text(json.dumps({"responses": [{"text": "One line."}]}))
     config = tmp_path / "team.yml"
     config.write_text((REPO / "configs" / "default.yml").read_text() + (
@@ -285,23 +277,11 @@ def test_a_delegation_links_its_child_session_and_back(tmp_path: Path) -> None:
         "- id: subagents\n  name: subagents\n  config:\n    agents:\n"
         "      - {name: reader, description: Summarizes., instructions: One sentence., "
         "tools: [], provider: reader, model: scripted}\n"))
-    script = tmp_path / "lead.json"
-    script.write_text(json.dumps({"responses": [
+    lead = [
         {"tool_calls": [{"id": "call-sub", "name": "subagent",
                          "arguments": {"agent": "reader", "prompt": "summarize the plan"}}]},
-        {"text": "The reader said it."}]}))  # fmt: skip
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dsh_host", "serve", "--config", str(config),
-         "--model", f"scripted:{script}", "--root", str(tmp_path / "sessions"),
-         "--workspace", str(workspace), "--port", "0"],
-        cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={k: v for k, v in os.environ.items() if k != "DSH_SERVE_TOKEN"},
-    )
-    try:
-        assert proc.stdout is not None and proc.stderr is not None
-        line = proc.stdout.readline()
-        assert line.startswith("dsh serve: listening on "), line + proc.stderr.read()
-        url = line.split()[4].rstrip("/")
+        {"text": "The reader said it."}]  # fmt: skip
+    with _serve(tmp_path, lead, config) as url:
         with httpx.Client(base_url=url, timeout=60) as client:
             assert client.post("/sessions", json={"id": "lead"}).status_code == 201
             assert client.post("/sessions/lead/turns", json={"prompt": "plan"}).status_code == 202
@@ -323,12 +303,71 @@ def test_a_delegation_links_its_child_session_and_back(tmp_path: Path) -> None:
                 page.wait_for_selector(".child-inline .ev.user:has-text('summarize the plan')")
                 link.click()
                 page.wait_for_selector(".ev.assistant:has-text('One line.')")
-                parent = page.wait_for_selector("#meta .parent a")
+                # a locator, not an element handle: the meta line is drawn again on each refresh
+                parent = page.locator("#meta .parent a")
+                parent.wait_for()
                 assert parent.inner_text() == "lead"
                 parent.click()
                 page.wait_for_selector(".ev.assistant:has-text('The reader said it.')")
             finally:
                 browser.close()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+
+
+# ---------------------------------------------------------------- fork here
+@pytest.fixture
+def two_turns_served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """``dsh serve`` holding session ``src``: turn 1 answers, turn 2 reads a file."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "notes.md").write_text("alpha\n")
+    responses = [
+        {"text": "First answer."},
+        {"tool_calls": [{"id": "read-1", "name": "read_file", "arguments": {"path": "notes.md"}}]},
+        {"text": "Second answer."},
+    ]
+    with _serve(tmp_path, responses) as url, httpx.Client(base_url=url, timeout=60) as client:
+            assert client.post("/sessions", json={"id": "src"}).status_code == 201
+            for number, prompt in ((1, "first"), (2, "read the notes")):
+                started = client.post("/sessions/src/turns", json={"prompt": prompt})
+                assert started.status_code == 202, started.text
+                deadline = time.monotonic() + 120  # a hang guard, not a timing assertion
+                while not ((s := client.get("/sessions/src").json())["status"] == "idle"
+                           and s["lastTurn"] == number and s["lastTurnEnd"] is not None):
+                    assert time.monotonic() < deadline, s
+                    time.sleep(0.1)
+            yield url, tmp_path
+
+
+def test_fork_here_at_a_turn_boundary_opens_the_child(
+    two_turns_served: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, _ = two_turns_served
+    with playwright_sync.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(120_000)
+            page.goto(url + "#/sessions/src")
+            page.wait_for_selector(".ev.turn-end:has-text('turn 2 ended: completed')")
+            # one action per turn boundary
+            assert page.locator(".ev.turn-end button.fork").count() == 2
+            assert "null" not in page.locator("#meta").inner_text()  # no absent part as text
+            _shoot(page, "fork-source", tmp_path)
+            page.click(".ev.turn-end:has-text('turn 1 ended') button.fork")
+            page.wait_for_selector("#meta .parent:has-text('forked from src')")  # the child's
+            child = page.url.rsplit("#/sessions/", 1)[1]
+            assert child != "src"
+            page.wait_for_selector(".ev.turn-end:has-text('turn 1 ended: completed')")
+            assert page.locator("#error").inner_text() == ""
+            assert "First answer." in page.locator("#transcript").inner_text()
+            assert "Second answer." not in page.locator("#transcript").inner_text()
+            assert page.locator(".ev.turn-end").count() == 1
+            _shoot(page, "fork-child", tmp_path)
+        finally:
+            browser.close()
+    with httpx.Client(base_url=url, timeout=60) as client:
+        events = [json.loads(line) for line in
+                  client.get(f"/sessions/{child}/events").text.splitlines() if line]  # fmt: skip
+    (ledger,) = [e for e in events if e["type"] == "fork/effects"]
+    assert ledger["data"]["parentSession"] == "src"
+    assert [e["tool"] for e in ledger["data"]["effects"]] == ["read_file"]  # turn 2's call
