@@ -108,6 +108,7 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
         ├── SandboxEscalationError                       dsh_host.tools.escalation
         ├── SkillError                                   dsh_skills
         ├── ToolArgsError                                dsh_host.tools.errors
+        ├── ToolCallWaits                                dsh_host.tools.errors
         ├── ToolNotFoundError                            dsh_host.tools.errors
         ├── ToolOutputError                              dsh_host.tools.errors
         ├── ToolRegistrationError                        dsh_host.tools.errors

@@ -115,6 +115,7 @@ if TYPE_CHECKING:
     # -- The session log: sessions, messages, events
     from dsh_host.session.approvals import (
         AWAITING_APPROVAL as AWAITING_APPROVAL,
+        WAITS_EVENT as WAITS_EVENT,
         DeferredCall as DeferredCall,
         args_digest as args_digest,
         awaiting_call_ids as awaiting_call_ids,
@@ -349,6 +350,7 @@ if TYPE_CHECKING:
         open_dirs_beneath as open_dirs_beneath,
     )
     from dsh_host.tools.errors import (
+        ToolCallWaits as ToolCallWaits,
         ToolError as ToolError,
     )
     from dsh_host.tools.escalation import (
@@ -566,8 +568,8 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
     ),
     # -- The session log: sessions, messages, events
     "dsh_host.session.approvals": (
-        "AWAITING_APPROVAL", "DeferredCall", "args_digest", "awaiting_call_ids", "context_of_ask",
-        "deferred_calls",
+        "AWAITING_APPROVAL", "WAITS_EVENT", "DeferredCall", "args_digest", "awaiting_call_ids",
+        "context_of_ask", "deferred_calls",
     ),
     "dsh_host.session.compaction": (
         "CompactionEngine", "CompactionError", "CompactionResult", "CompactionTrigger",
@@ -655,7 +657,7 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
     "dsh_host.tools.beneath": (
         "BeneathPathError", "beneath_parts", "open_beneath", "open_dirs_beneath",
     ),
-    "dsh_host.tools.errors": ("ToolError",),
+    "dsh_host.tools.errors": ("ToolCallWaits", "ToolError"),
     "dsh_host.tools.escalation": (
         "ESCALATION_TARGETS", "EscalationFailure", "SandboxEscalationError", "approve_escalation",
         "check_escalation_available", "escalation_hint_marker", "sandbox_denial_marker",

@@ -46,6 +46,11 @@ How a turn ends (``TurnEndReason``, D6; every match needs a default branch):
   calls wait, :meth:`Agent.run_turn` refuses to start a turn
   (:class:`~.errors.ApprovalPendingError`), so the model never sees a call
   without its result.
+  A call whose body raised :class:`~dsh_host.tools.ToolCallWaits` (D36: a
+  sub-agent whose child awaits approval) is listed the same way, with a
+  ``tool/waits`` record instead of an ask; it has no decision of its own, and
+  :meth:`Agent.continue_turn` dispatches it again (the body finds what it waited
+  on decided, or waits again).
 
 Cancellation is cooperative (D2): :meth:`Agent.cancel` (or the caller's token)
 aborts the turn's :class:`~dsh_host.cancel.CancelToken`; the loop re-checks it
@@ -558,7 +563,11 @@ class Agent:
         Empty unless the last turn ended ``awaiting-approval``; a call already
         decided (but not yet applied by :meth:`continue_turn`) is not listed.
         """
-        return [call for call in deferred_calls(self._session.events) if call.decision is None]
+        return [
+            call
+            for call in deferred_calls(self._session.events)
+            if call.decision is None and call.waits_on is None
+        ]
 
     async def decide(
         self,
@@ -615,11 +624,13 @@ class Agent:
             raise ApprovalDecisionError(
                 f'session "{self.id}" has no calls awaiting approval; nothing to continue'
             )
-        if any(call.decision is None for call in calls):
+        if any(call.decision is None and call.waits_on is None for call in calls):
             for event in reversed(self._session.events):
                 if event.type == "turn/end":
                     return cast("TurnEndReason", event.data.reason)
         for call in calls:
+            if call.waits_on is not None:
+                continue  # a body that waited (D36): dispatched again, it looks for itself
             decision = call.decision
             assert decision is not None
             if not call.bound or decision.args_digest not in (None, call.logged_digest):
@@ -789,6 +800,7 @@ class Agent:
             if call.decision is not None and call.decision.outcome == "allowed-once"
             else "rejected"
             for call in calls
+            if call.waits_on is None  # a waiting body's call goes through its pipeline again
         }
         deferred: list[str] = []
         try:

@@ -17,7 +17,10 @@ group that takes every following parallel-safe call. Inside a group:
 A call whose approval was *deferred* (D19: the ``user-approval`` row's
 ``defer`` mode and nobody answered) settles without a result: it is skipped
 at commit time, the other calls of the step still run and commit, and its id
-is handed back so the loop ends the turn ``awaiting-approval``.
+is handed back so the loop ends the turn ``awaiting-approval``. A call whose *body*
+raised :class:`~dsh_host.tools.ToolCallWaits` (it waits on another session's deferred
+calls: a sub-agent's child, D36) settles the same way, after an ignorable ``tool/waits
+{turn, step, callId, sessionId, callIds}`` naming what it waits on.
 
 Cancellation stops new starts; started calls are drained and committed (a
 started body is never abandoned), and every call that never started gets a
@@ -39,6 +42,7 @@ import anyio
 from msgspec import UNSET
 
 from dsh_host.cancel import CancelToken
+from dsh_host.session.approvals import WAITS_EVENT
 from dsh_host.session.events import ToolCallData, ToolErrorData, ToolResultData
 from dsh_host.session.messages import (
     ToolCallBlock,
@@ -277,6 +281,22 @@ class _Group:
     async def _dispatch(self, index: int, execution: ToolExecution, send: Any) -> None:
         try:
             outcome = await self.tools.dispatch(execution)
+            if outcome.kind == "deferred" and outcome.waits is not None:
+                # The body waits on another session's deferred calls (D36): the evidence
+                # repair and `dsh approvals` read, and no result until the session continues.
+                self.session.append(
+                    WAITS_EVENT,
+                    {
+                        "turn": self.turn,
+                        "step": self.step,
+                        "callId": execution.call_id,
+                        "sessionId": outcome.waits.session_id,
+                        "callIds": list(outcome.waits.call_ids),
+                    },
+                    ignorable=True,
+                )
+                self.slots[index] = _Slot(execution, None, False)
+                return
             self.slots[index] = _Slot(execution, outcome.result, outcome.kind == "post-result")
         except Exception as exc:
             if self.failure is None:

@@ -21,14 +21,20 @@ import json
 import os
 import socket
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import msgspec
 
 from ..agent import AGENT, Agent
 from ..loader import LocatedRow, PluginHost
-from ..session.approvals import AWAITING_APPROVAL, pending_approvals
-from ..session.keys import SESSIONS
+from ..session.approvals import (
+    AWAITING_APPROVAL,
+    mark_waiters,
+    pending_approvals,
+    pending_in_tree,
+    waiting_calls,
+)
+from ..session.keys import SESSION_PERSISTENCE, SESSIONS
 from ..session.persistence import SessionNotFoundError
 from .answerer import _escape
 from .common import (
@@ -47,6 +53,7 @@ __all__ = [
     "add_parser",
     "apply_approval_flag",
     "print_pending",
+    "tree_pending",
 ]
 
 #: Exit code of a command whose turn ended awaiting approval.
@@ -80,6 +87,13 @@ def print_pending(rows: Sequence[dict[str, Any]]) -> None:
                 f"{_escape(str(row.get('network')))}",
                 markup=False, highlight=False,
             )
+        for waiter in row.get("waitedOnBy") or ():
+            out.print(
+                f"  waited on by: session {_escape(waiter['sessionId'])} · call "
+                f"{_escape(waiter['callId'])} (deciding continues that session too)",
+                markup=False,
+                highlight=False,
+            )
         out.print(
             "  decide: "
             + command_hint(
@@ -89,6 +103,24 @@ def print_pending(rows: Sequence[dict[str, Any]]) -> None:
             markup=False,
             highlight=False,
         )
+
+
+async def tree_pending(host: PluginHost, events: Sequence[Any], session_id: str) -> list[
+    dict[str, Any]
+]:
+    """The pending approvals of a session and of the child sessions its calls wait on (D36)."""
+    store = host.ctx.get(SESSION_PERSISTENCE)
+
+    async def read(other: str) -> Sequence[Any] | None:
+        if store is None:
+            return None
+        try:
+            load = await store.inspect(other)
+        except SessionNotFoundError:
+            return None
+        return cast("Sequence[Any]", load.events)
+
+    return await pending_in_tree(events, session_id, read)
 
 
 def is_awaiting(reason: Any) -> bool:
@@ -177,12 +209,15 @@ def run_list(args: argparse.Namespace) -> int:
     async def body(host: PluginHost) -> list[dict[str, Any]]:
         store = persistence(host)
         rows: list[dict[str, Any]] = []
+        waiting: list[dict[str, Any]] = []
         for listing in await store.list():
             try:
                 load = await store.inspect(listing.header.id)
             except Exception:  # one unreadable log must not hide the others' approvals
                 continue
             rows.extend(pending_approvals(load.events, load.header.id))
+            waiting.extend(waiting_calls(load.events, load.header.id))
+        mark_waiters(rows, waiting)  # a parent whose delegation waits on a child's ask (D36)
         rows.sort(key=lambda r: (r["askedAt"], r["sessionId"], r["callId"]))
         return rows
 
@@ -212,8 +247,34 @@ def run_continue(args: argparse.Namespace) -> int:
     return run_decide(args)
 
 
+def _waiting_root(args: argparse.Namespace, load: Any) -> str | None:
+    """The top session of the chain of parents whose delegating calls wait on ``load`` (D36),
+    or None when no parent waits on it."""
+    from .run_cmd import stored_session
+
+    root: str | None = None
+    seen = {load.header.id}
+    while True:
+        parent_id = getattr(load.header, "parent_session", None)
+        if not isinstance(parent_id, str) or parent_id in seen:
+            return root
+        parent = stored_session(args, parent_id)
+        if parent is None or not any(
+            wait["waitsOn"]["sessionId"] == load.header.id
+            for wait in waiting_calls(parent.events, parent_id)
+        ):
+            return root
+        root, load = parent_id, parent
+        seen.add(parent_id)
+
+
 def run_decide(args: argparse.Namespace) -> int:
-    """``decide`` (``args.decision`` set) and ``continue`` (None): see the module docstring."""
+    """``decide`` (``args.decision`` set) and ``continue`` (None): see the module docstring.
+
+    A decision for a child session a parent's delegating call waits on (D36) is recorded in
+    the child, then the top waiting parent is continued: its delegating call re-attaches to
+    the child, which applies the decision and answers it.
+    """
     from .run_cmd import Transcript, adopt, continue_session, stored_session
 
     # The session's recorded terms: read it first (this also reports an unknown session,
@@ -221,6 +282,25 @@ def run_decide(args: argparse.Namespace) -> int:
     load = stored_session(args, args.session_id)
     if load is None:
         raise SessionNotFoundError(f'session "{args.session_id}" not found')
+    if args.decision is not None and not args.no_continue:
+        root = _waiting_root(args, load)
+        if root is not None:
+            recorded = run_decide(argparse.Namespace(**{**vars(args), "no_continue": True,
+                                                        "json": True, "quiet_json": True}))
+            if recorded != 0:
+                return recorded
+            if not args.json:
+                verb = "allowed" if args.decision == "allow" else "denied"
+                console().print(
+                    f"{verb} call {_escape(args.call_id)} of session "
+                    f"{_escape(args.session_id)}; continuing session {_escape(root)}, which "
+                    "waits on it",
+                    markup=False,
+                    highlight=False,
+                )
+            return run_decide(argparse.Namespace(**{
+                **vars(args), "session_id": root, "call_id": None, "decision": None,
+            }))
     # Headless: a session without recorded terms is assumed to defer a new ask again (what
     # `approvals` always did); one with terms continues under them, whatever they say.
     located, plan = continue_session(
@@ -258,7 +338,9 @@ def run_decide(args: argparse.Namespace) -> int:
                 "decision": args.decision,
                 "continued": not args.no_continue,
                 "turnEnd": msgspec.to_builtins(reason) if reason is not None else None,
-                "pendingApprovals": pending_approvals(agent.session.events, agent.session.id),
+                "pendingApprovals": await tree_pending(
+                    host, agent.session.events, agent.session.id
+                ),
                 "events": len(agent.session.events),
             }
         finally:
@@ -269,7 +351,9 @@ def run_decide(args: argparse.Namespace) -> int:
         return interrupts.exit_code
     turn_end = result["turnEnd"]
     kind = turn_end.get("kind") if isinstance(turn_end, dict) else None
-    if args.json:
+    if getattr(args, "quiet_json", False):
+        pass  # the decision half of a decide that continues a waiting parent (D36)
+    elif args.json:
         print(json.dumps({**result, "turnEnd": {"kind": kind} if kind else None}))
     else:
         if args.decision is not None:

@@ -39,7 +39,6 @@ from ..front.runner import (
 )
 from ..llm.attachments import attachment_blocks
 from ..loader import LocatedRow, PluginHost, rows_needed_for
-from ..session.approvals import pending_approvals
 from ..session.events import SessionEvent, to_builtins, turn_end_kind
 from ..session.events.data import RunTerms
 from ..session.header import SessionHeader, new_session_id
@@ -61,7 +60,7 @@ from ..session.tokens import TokenMeter, UsageTotals
 from ..tools import TOOLS_PROGRESS, ToolProgress
 from ..tools.keys import APPROVAL
 from .answerer import install_terminal_answerer
-from .approvals_cmd import EXIT_AWAITING, apply_approval_flag, print_pending
+from .approvals_cmd import EXIT_AWAITING, apply_approval_flag, print_pending, tree_pending
 from .common import (
     CliUsageError,
     load_composition,
@@ -544,7 +543,7 @@ async def _finish(args: argparse.Namespace, host: PluginHost, agent: Agent, reas
         "turnEnd": _turn_end(kind, reason),
         "events": len(agent.session.events),
         "where": where,
-        "pendingApprovals": pending_approvals(agent.session.events, agent.session.id),
+        "pendingApprovals": await tree_pending(host, agent.session.events, agent.session.id),
         "usage": _usage(host, agent, turn),
         "finalText": _final_text(agent.session.events, turn),
     }

@@ -8,6 +8,12 @@ A turn that ends ``{kind: "awaiting-approval", callIds: [...]}`` (the kind the
 it. Everything here is recomputed from ``session.events``: replaying the log
 *is* the state, so a second process sees exactly what the first one left.
 
+A call may also be left pending by its **body** (D36): a body that raised
+``ToolCallWaits`` (a sub-agent whose child session awaits approval) gets an
+ignorable ``tool/waits {turn, step, callId, sessionId, callIds}`` instead of an
+ask. Such a call has no decision of its own (:attr:`DeferredCall.waits_on` names
+what it waits on); continuing the session dispatches it again.
+
 Used by crash repair (a pending call is not a crashed one), by the agent loop
 (never send a pending call to the model without its result), by the approval
 service (bind and record a decision) and by ``dsh approvals``.
@@ -15,25 +21,31 @@ service (bind and record a decision) and by ``dsh approvals``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 __all__ = [
     "AWAITING_APPROVAL",
     "PRE_EXECUTE_STAGE",
+    "WAITS_EVENT",
     "DeferredCall",
     "DeferredDecision",
     "args_digest",
     "awaiting_call_ids",
     "deferred_calls",
+    "mark_waiters",
     "pending_approvals",
+    "pending_in_tree",
+    "waiting_calls",
 ]
 
 #: The turn-end kind of a turn that stopped because calls wait for an approval decision.
 AWAITING_APPROVAL: Final = "awaiting-approval"
 #: ``approval/asked.stage`` of an ask the tools pipeline made before the body could start.
 PRE_EXECUTE_STAGE: Final = "pre-execute"
+#: The ignorable event of a call whose body waits on another session's deferred calls (D36).
+WAITS_EVENT: Final = "tool/waits"
 
 
 def args_digest(arguments: str) -> str:
@@ -100,6 +112,9 @@ class DeferredCall:
     #: the context its ``approval/asked`` recorded (``sandboxMode``, ``network``,
     #: ``toolDigest``, ``compositionDigest``; empty for an ask that recorded none)
     asked_context: Mapping[str, str] = field(default_factory=dict)
+    #: the session and call ids a body waits on (D36): no decision of its own; None for an
+    #: approval ask
+    waits_on: tuple[str, tuple[str, ...]] | None = None
 
     @property
     def logged_digest(self) -> str:
@@ -144,6 +159,7 @@ def deferred_calls(events: Sequence[Any]) -> list[DeferredCall]:
         start -= 1
     calls: dict[str, Any] = {}
     asks: dict[str, Any] = {}
+    waits: dict[str, Any] = {}
     answered: set[str] = set()
     wanted = set(ids)
     for event in events[start:end_index]:
@@ -157,6 +173,10 @@ def deferred_calls(events: Sequence[Any]) -> list[DeferredCall]:
             call_id = _get(data, "call_id", "callId")
             if call_id in calls and _get(data, "stage") == PRE_EXECUTE_STAGE:
                 asks[call_id] = event
+        elif event.type == WAITS_EVENT:
+            call_id = _get(data, "callId")
+            if call_id in calls:
+                waits[call_id] = event
         elif event.type == "tool/result":
             source = _get(_get(data, "message"), "source")
             answered.add(_get(source, "call_id", "callId"))
@@ -179,9 +199,14 @@ def deferred_calls(events: Sequence[Any]) -> list[DeferredCall]:
     result: list[DeferredCall] = []
     for call_id in ids:
         call, ask = calls.get(call_id), asks.get(call_id)
-        if call is None or ask is None or call_id in answered:
+        if call is None or call_id in answered:
             continue
         arguments = _get(call, "arguments")
+        if ask is None:
+            wait = waits.get(call_id)
+            if wait is not None:
+                result.append(_waiting_call(call, wait, turn))
+            continue
         ask_id = str(_get(ask.data, "id"))
         result.append(
             DeferredCall(
@@ -198,6 +223,26 @@ def deferred_calls(events: Sequence[Any]) -> list[DeferredCall]:
             )
         )
     return result
+
+
+def _waiting_call(call: Any, wait: Any, turn: Any) -> DeferredCall:
+    """The :class:`DeferredCall` of a call whose body waits on another session (D36)."""
+    arguments = _get(call, "arguments")
+    session = _get(wait.data, "sessionId")
+    ids = _get(wait.data, "callIds")
+    waited = tuple(i for i in ids if isinstance(i, str)) if isinstance(ids, Sequence) else ()
+    return DeferredCall(
+        call_id=str(_get(call, "call_id", "callId")),
+        tool_name=str(_get(call, "name")),
+        arguments=arguments if isinstance(arguments, str) else "",
+        asked_digest=None,
+        ask_id="",
+        asked_at=int(wait.time),
+        turn=int(turn) if isinstance(turn, int) else 0,
+        step=int(_get(call, "step") or 1),
+        decision=None,
+        waits_on=(session if isinstance(session, str) else "", waited),
+    )
 
 
 #: The context keys an ask records (wire names) and their Struct attributes.
@@ -239,5 +284,53 @@ def pending_approvals(events: Sequence[Any], session_id: str) -> list[dict[str, 
             "network": call.asked_context.get("network"),
         }
         for call in deferred_calls(events)
-        if call.decision is None
+        if call.decision is None and call.waits_on is None
     ]
+
+
+def waiting_calls(events: Sequence[Any], session_id: str) -> list[dict[str, Any]]:
+    """Every call of a log whose body waits on another session's deferred calls (D36), in its
+    wire form: ``{sessionId, callId, tool, waitsOn: {sessionId, callIds}}``."""
+    return [
+        {
+            "sessionId": session_id,
+            "callId": call.call_id,
+            "tool": call.tool_name,
+            "turn": call.turn,
+            "waitsOn": {"sessionId": call.waits_on[0], "callIds": list(call.waits_on[1])},
+        }
+        for call in deferred_calls(events)
+        if call.waits_on is not None
+    ]
+
+
+def mark_waiters(rows: Sequence[dict[str, Any]], waiting: Sequence[dict[str, Any]]) -> None:
+    """Add ``waitedOnBy: [{sessionId, callId}]`` to each pending row a waiting call of another
+    session (``waiting``: :func:`waiting_calls` rows) waits on (D36)."""
+    for row in rows:
+        waiters = [
+            {"sessionId": wait["sessionId"], "callId": wait["callId"]}
+            for wait in waiting
+            if wait["waitsOn"]["sessionId"] == row["sessionId"]
+            and row["callId"] in wait["waitsOn"]["callIds"]
+        ]
+        if waiters:
+            row["waitedOnBy"] = waiters
+
+
+async def pending_in_tree(
+    events: Sequence[Any],
+    session_id: str,
+    read: Callable[[str], Awaitable[Sequence[Any] | None]],
+) -> list[dict[str, Any]]:
+    """:func:`pending_approvals` of a log plus those of the sessions its waiting calls wait on
+    (read with ``read``; None: not stored), each marked with who waits on it (D36)."""
+    rows = pending_approvals(events, session_id)
+    waiting = waiting_calls(events, session_id)
+    for other in dict.fromkeys(wait["waitsOn"]["sessionId"] for wait in waiting):
+        found = await read(other)
+        if found is not None:
+            below = await pending_in_tree(found, other, read)
+            mark_waiters(below, waiting)
+            rows.extend(below)
+    return rows

@@ -15,6 +15,7 @@ Two families, kept apart as httpx keeps them:
     └── ToolError
         ├── ToolNotFoundError          UNKNOWN_TOOL: no tool of that name is registered
         ├── ToolArgsError              INVALID_ARGS: arguments violate the tool's parameters
+        ├── ToolCallWaits              CALL_WAITS: the call waits on calls of another session
         ├── ToolOutputError            INVALID_TOOL_OUTPUT: the body's value violates output
         ├── UnsupportedSchemaError     UNSUPPORTED_SCHEMA: a schema outside the enforced subset
         └── ToolRegistrationError      (also TypeError) a definition cannot be registered
@@ -33,12 +34,14 @@ from dsh_host.errors import DshError
 __all__ = [
     "ABORTED",
     "ABORTED_BEFORE_DISPATCH",
+    "CALL_WAITS",
     "INVALID_ARGS",
     "INVALID_TOOL_OUTPUT",
     "RECONCILED_NOT_DONE",
     "RECONCILED_UNKNOWN",
     "UNKNOWN_TOOL",
     "ToolArgsError",
+    "ToolCallWaits",
     "ToolError",
     "ToolNotFoundError",
     "ToolOutputError",
@@ -51,6 +54,8 @@ ABORTED: Final = "ABORTED"
 #: Cancellation before the tool body was invoked.
 ABORTED_BEFORE_DISPATCH: Final = "ABORTED_BEFORE_DISPATCH"
 UNKNOWN_TOOL: Final = "UNKNOWN_TOOL"
+#: A call left waiting on another session's deferred approvals (D36).
+CALL_WAITS: Final = "CALL_WAITS"
 INVALID_ARGS: Final = "INVALID_ARGS"
 INVALID_TOOL_OUTPUT: Final = "INVALID_TOOL_OUTPUT"
 #: A reconciler found that the crashed call did not take effect (D26; never logged as a code).
@@ -78,6 +83,26 @@ class ToolNotFoundError(ToolError):
     def __init__(self, name: str) -> None:
         super().__init__(f'unknown tool "{name}"')
         self.tool_name = name
+
+
+class ToolCallWaits(ToolError):
+    """A tool body cannot finish until calls of another session are decided (D36).
+
+    Raised by a body whose work waits on deferred approvals elsewhere (a sub-agent's child
+    session whose turn ended ``awaiting-approval``). Where the call may stay deferred (a
+    top-level call of a turn whose approval service defers), the call gets **no result**: a
+    ``tool/waits`` event names ``session_id`` and ``call_ids``, the turn ends
+    ``awaiting-approval`` listing this call, and continuing the session dispatches the call
+    again. Anywhere else it is an ordinary error result with this message, which must say
+    who decides and how.
+    """
+
+    code = CALL_WAITS
+
+    def __init__(self, message: str, *, session_id: str, call_ids: Sequence[str]) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.call_ids = tuple(call_ids)
 
 
 class ToolArgsError(ToolError):

@@ -73,6 +73,7 @@ from .errors import (
     RECONCILED_NOT_DONE,
     RECONCILED_UNKNOWN,
     ToolArgsError,
+    ToolCallWaits,
     ToolNotFoundError,
     ToolOutputError,
     ToolRegistrationError,
@@ -188,10 +189,18 @@ class Prepared:
 
 @dataclass(frozen=True, slots=True)
 class Dispatched:
-    """Outcome of :meth:`ToolRuntime.dispatch` (``post-result`` or ``final-result``)."""
+    """Outcome of :meth:`ToolRuntime.dispatch` (``post-result``, ``final-result`` or
+    ``deferred``).
 
-    kind: Literal["post-result", "final-result"]
+    ``deferred`` (only for a ``deferrable`` top-level call): the body raised
+    :class:`~.errors.ToolCallWaits`, named in ``waits``; the call stays without a result and
+    the caller leaves it pending (D36). ``result`` is then the error a non-deferrable call
+    would have got, for nobody to commit.
+    """
+
+    kind: Literal["post-result", "final-result", "deferred"]
     result: ToolExecutionResult
+    waits: ToolCallWaits | None = None
 
 
 @dataclass(slots=True)
@@ -202,6 +211,10 @@ class _CallState:
     finalizer: ContentFinalizer | None
     body_invoked: bool = False
     body_started: bool = False  # tool.execute was awaited (arguments were valid)
+    #: the call may be left without a result (a deferrable top-level call, D19/D36)
+    deferrable: bool = False
+    #: what the body raised when its call waits on another session (D36)
+    waits: ToolCallWaits | None = None
     #: results this runtime normalized for this call (a wrapper's own result is re-validated)
     canonical: list[ToolExecutionResult] = dataclasses.field(default_factory=list)
 
@@ -449,7 +462,9 @@ class ToolRuntime:
         # then need not decode its output twice for nobody.
         watched = bool(self._ctx.host.bus.listeners(TOOLS_PROGRESS))
         execution = ToolExecution(call, arguments, self._report_progress if watched else None)
-        self._states[execution] = _CallState(call.signal, finalizer)
+        self._states[execution] = _CallState(
+            call.signal, finalizer, deferrable=call.deferrable and call.parent is None
+        )
         return execution, failure
 
     def _report_progress(self, progress: ToolProgress) -> None:
@@ -608,6 +623,8 @@ class ToolRuntime:
                 not normalized.is_error or (state.body_started and is_abort(normalized))
             ):
                 normalized = self._cancellation_result(state, normalized)
+            elif state.waits is not None and state.deferrable and normalized.is_error:
+                return Dispatched("deferred", normalized, state.waits)  # no result (D36)
             return Dispatched("post-result", normalized)
         except Exception as exc:
             return Dispatched("final-result", error_result(exc))
@@ -640,6 +657,8 @@ class ToolRuntime:
                 result = self._success(execution, tool, returned)
             return stopped_result(result) if fused.aborted else result
         except Exception as exc:
+            if isinstance(exc, ToolCallWaits):
+                state.waits = exc
             return error_result(exc)
         finally:
             dispose()

@@ -46,6 +46,7 @@ from dsh_host.sdk import (
     TOOL_OUTCOME_UNKNOWN,
     TOOL_OUTCOME_UNKNOWN_TEXT,
     TOOLS,
+    WAITS_EVENT,
     AssembleContext,
     AssembledSection,
     AssistantMessageData,
@@ -62,6 +63,7 @@ from dsh_host.sdk import (
     TokenMeter,
     ToolCallBlock,
     ToolCallData,
+    ToolCallWaits,
     ToolDefinition,
     ToolError,
     ToolExecution,
@@ -74,6 +76,7 @@ from dsh_host.sdk import (
     capped_mode,
     check_object_schema,
     decode_event,
+    deferred_calls,
     interrupted_tool_result_id,
     over_budget,
     text_output,
@@ -147,7 +150,9 @@ def _depth(session: Any) -> int:
 class ChildState:
     """What a child's log says about its one delegated turn."""
 
-    __slots__ = ("answer", "detail", "ended", "reason", "started", "summary", "waiting")
+    __slots__ = (
+        "answer", "detail", "ended", "reason", "started", "summary", "undecided", "waiting"
+    )
 
     def __init__(
         self,
@@ -159,12 +164,15 @@ class ChildState:
         summary: str,
         detail: str = "",
         waiting: tuple[str, ...] = (),
+        undecided: tuple[str, ...] = (),
     ) -> None:
         self.started = started  #: a turn was durably opened (its first request may have run)
         self.ended = ended  #: the turn ended on its own (a turn/end written by the live loop)
         self.reason = reason  #: the turn/end reason kind ("" when it did not end)
         self.detail = detail  #: the turn/end reason's message, when it has one
         self.waiting = waiting  #: the call ids an ``awaiting-approval`` end lists
+        #: of those, the asks nobody decided yet (D36: the rest are decided, not applied)
+        self.undecided = undecided
         self.answer = answer  #: the last assistant text of the turn
         self.summary = summary  #: one paragraph: what the child did
 
@@ -243,6 +251,11 @@ def child_state(events: Sequence[SessionEvent], output: str | None = None) -> Ch
         elif ended and reason == "completed":
             reason = "no-output"
             detail = f"it answered in text instead of calling {output}"
+    undecided = tuple(
+        call.call_id
+        for call in (deferred_calls(events) if waiting else ())
+        if call.decision is None and call.waits_on is None
+    )
     return ChildState(
         started=started,
         ended=ended,
@@ -251,12 +264,19 @@ def child_state(events: Sequence[SessionEvent], output: str | None = None) -> Ch
         summary=summary,
         detail=detail,
         waiting=waiting,
+        undecided=undecided,
     )
 
 
 def _unfinished_text(agent: str, child_id: str, state: ChildState) -> str:
     why = f" ({state.detail})" if state.detail else ""
-    if state.waiting:  # D19: the child's calls wait for a person; say who decides and how
+    if state.waiting and not state.undecided:  # decided, never applied (D36)
+        why = (
+            f" (its call(s) {', '.join(state.waiting)} are decided but the decisions were not "
+            f"applied: `dsh approvals continue {child_id}` applies them and continues the "
+            "child; this delegation is over)"
+        )
+    elif state.waiting:  # D19: the child's calls wait for a person; say who decides and how
         ids = ", ".join(state.waiting)
         why = (
             f" (its call(s) {ids} wait for an approval decision: `dsh approvals decide "
@@ -266,6 +286,37 @@ def _unfinished_text(agent: str, child_id: str, state: ChildState) -> str:
         f'sub-agent "{agent}" (child session {child_id}) ended its turn "{state.reason}"{why} '
         f"without completing. {state.summary}"
     )
+
+
+def _answer(agent: str, child_id: str, state: ChildState) -> str:
+    """A delegating call's result from its child's ended turn: the answer, or it waits on the
+    child's deferred approvals (D36), or the error naming what the child did."""
+    if state.completed:
+        return state.answer
+    if state.waiting:
+        raise ToolCallWaits(
+            _unfinished_text(agent, child_id, state), session_id=child_id, call_ids=state.waiting
+        )
+    raise ToolError(_unfinished_text(agent, child_id, state))
+
+
+def _waited_on(events: Sequence[SessionEvent], call_id: str, child_id: str) -> bool:
+    """True when ``call_id`` of this log was left waiting on ``child_id`` (a ``tool/waits``)."""
+    for event in events:
+        if event.type == WAITS_EVENT:
+            fields = _event_fields(event)
+            if fields.get("callId") == call_id and fields.get("sessionId") == child_id:
+                return True
+    return False
+
+
+def _child_cap(declared: ChildAgentConfig, parent: Any) -> Any:
+    """A child's sandbox ceiling: never wider than the parent (D24), the declared mode under
+    the parent's own cap."""
+    parent_cap = getattr(parent, "sandbox_cap", None)
+    if declared.sandbox is not None and parent_cap is not None:
+        return capped_mode(declared.sandbox, parent)
+    return declared.sandbox or parent_cap
 
 
 # -- repair -----------------------------------------------------------------------------------
@@ -540,6 +591,8 @@ class Subagents(Plugin):
         store = ctx.service(SESSIONS)
         label = args.get("description") or declared.name
         child_id = child_session_id(parent_session.id, exec.call_id)
+        if _waited_on(parent_session.events, exec.call_id, child_id):
+            return await self._reattach(declared, parent, exec, child_id)
         meta: dict[str, Any] = {
             "parentSession": parent_session.id,
             "origin": "subagent",
@@ -590,18 +643,13 @@ class Subagents(Plugin):
                 model=model,
                 max_steps_per_turn=declared.max_steps,
             )
-            # Never wider than the parent (D24): the declared mode, under the parent's own cap.
-            parent_cap = getattr(parent, "sandbox_cap", None)
-            cap = declared.sandbox or parent_cap
-            if declared.sandbox is not None and parent_cap is not None:
-                cap = capped_mode(declared.sandbox, parent)
-            child.sandbox_cap = cap
+            child.sandbox_cap = _child_cap(declared, parent)
             if self._config.budget is not None:
                 root_id = self._join_tree(parent_session, child_session)
                 child.budget_gate = lambda _turn: self._tree_gate(root_id)
             self._children[child.id] = declared
             try:
-                reason = await child.run_turn(args["prompt"], signal=exec.signal)
+                await child.run_turn(args["prompt"], signal=exec.signal)
             finally:
                 self._children.pop(child.id, None)
                 with anyio.CancelScope(shield=True):
@@ -613,10 +661,59 @@ class Subagents(Plugin):
                 finally:
                     if store.is_live(child_session):
                         store.detach(child_session)
-        state = child_state(child_session.events, self._output_of(declared.name))
-        if _reason_kind(reason) != "completed" or not state.completed:
-            raise ToolError(_unfinished_text(declared.name, child_id, state))
-        return state.answer
+        # The child's log is the answer (its turn/end is the reason run_turn returned).
+        output = self._output_of(declared.name)
+        return _answer(declared.name, child_id, child_state(child_session.events, output))
+
+    async def _reattach(
+        self, declared: ChildAgentConfig, parent: Any, exec: ToolExecution, child_id: str
+    ) -> str:
+        """The delegating call dispatched again after its child waited for approvals (D36).
+
+        The child session exists (this call's earlier dispatch created it and its turn ended
+        ``awaiting-approval``). While one of its asks is undecided the call waits again;
+        once every one is decided the child is resumed under its declared role and continued
+        (its decided calls run or are refused, then its model answers); a child somebody
+        already continued is read as it ended. Its answer is this call's result.
+        """
+        ctx = self._ctx
+        output = self._output_of(declared.name)
+        persistence = ctx.get(SESSION_PERSISTENCE)
+        if persistence is None:
+            raise ToolError(f"cannot re-attach child session {child_id}: no session store")
+        stored = await persistence.inspect(child_id)
+        state = child_state(stored.events, output)
+        if not state.ended:
+            raise ToolError(
+                f'sub-agent "{declared.name}" (child session {child_id}) has a turn open '
+                f"(another process runs it, or it crashed: `dsh resume {child_id}`); this "
+                "delegation cannot re-attach to it now"
+            )
+        if state.waiting:
+            if state.undecided:
+                raise ToolCallWaits(
+                    _unfinished_text(declared.name, child_id, state),
+                    session_id=child_id,
+                    call_ids=state.undecided,
+                )
+            options = getattr(parent, "options", None)
+            child = await ctx.service(AGENT).resume(
+                child_id,
+                provider=declared.provider or getattr(options, "provider", None),
+                model=declared.model or getattr(options, "model", None),
+                max_steps_per_turn=declared.max_steps,
+            )
+            child.sandbox_cap = _child_cap(declared, parent)
+            self._children[child.id] = declared
+            try:
+                await child.continue_turn(signal=exec.signal)
+                events = list(child.session.events)
+            finally:
+                self._children.pop(child.id, None)
+                with anyio.CancelScope(shield=True):
+                    await child.aclose()  # flushed and detached: the child's end comes first
+            state = child_state(events, output)
+        return _answer(declared.name, child_id, state)
 
     # -- typed output (D34) ---------------------------------------------------------------
     def _output_tool(self, agent: ChildAgentConfig) -> ToolDefinition:
@@ -865,7 +962,9 @@ class Subagents(Plugin):
         no model service in this boot): the caller then reports the child as before (D24).
         The child is repaired by the agent service's resume (its own children first, each
         continued the same way), then runs :data:`CONTINUE_PROMPT` under its declared route,
-        tools and ceiling; it is flushed and closed before the parent's result is written.
+        tools and ceiling; it is flushed and closed before the parent's result is written. A
+        child that awaits approval with every ask decided (the parent died re-attaching to it,
+        D36) applies its decisions instead (``continue_turn``).
         """
         declared = self._agents.get(name)
         persistence = self._ctx.get(SESSION_PERSISTENCE)
@@ -876,7 +975,10 @@ class Subagents(Plugin):
         except SessionNotFoundError:
             return None
         before = child_state(stored.events, self._output_of(name))
-        if not before.started or before.ended:
+        # An open turn is continued; so is a child whose asks were all decided but whose
+        # decisions were never applied (the parent died re-attaching to it, D36).
+        applicable = before.ended and bool(before.waiting) and not before.undecided
+        if not applicable and (not before.started or before.ended):
             return None
         provider, model = declared.provider, declared.model
         if provider is None or model is None:  # the parent's route: the one the child used
@@ -897,7 +999,10 @@ class Subagents(Plugin):
             self._resume_caps[child_id] = cap
         self._children[child.id] = declared
         try:
-            await child.run_turn(CONTINUE_PROMPT)
+            if applicable:
+                await child.continue_turn()
+            else:
+                await child.run_turn(CONTINUE_PROMPT)
             events = list(child.session.events)
         finally:
             self._children.pop(child.id, None)

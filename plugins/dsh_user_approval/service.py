@@ -435,10 +435,20 @@ class ApprovalService:
         calls = deferred_calls(session.events)
         call = next((c for c in calls if c.call_id == call_id), None)
         if call is None:
-            waiting = ", ".join(c.call_id for c in calls if c.decision is None) or "none"
+            waiting = (
+                ", ".join(c.call_id for c in calls if c.decision is None and c.waits_on is None)
+                or "none"
+            )
             raise ApprovalDecisionError(
                 f'call "{call_id}" of session "{session.id}" is not awaiting approval '
                 f"(pending: {waiting})"
+            )
+        if call.waits_on is not None:  # a body that waits has no decision of its own (D36)
+            other, ids = call.waits_on
+            raise ApprovalDecisionError(
+                f'call "{call_id}" of session "{session.id}" waits on session "{other}" '
+                f"(call(s) {', '.join(ids) or 'none'}): decide those (dsh approvals decide "
+                f"{other} CALL allow|deny), which continues this session too"
             )
         if call.decision is not None:
             raise ApprovalDecisionError(

@@ -15,7 +15,15 @@ of the running process so that it SIGKILLs itself at that moment:
 ``handoff-started``
     a ``handoff`` body started, nothing of the handoff is recorded;
 ``handoff-recorded``
-    a ``handoff`` record is durable, its call has no result yet.
+    a ``handoff`` record is durable, its call has no result yet;
+``reattach``
+    a delegating call waiting on its child's approvals (D36) is dispatched again, after the
+    decision: the parent's continued turn is open, the child still awaits with its decision;
+``ledger-written``
+    the ``ledger`` tool appended its line (and nothing else happened after).
+
+With ``ledger: PATH`` a ``ledger`` tool is registered too: its body appends the call id to
+PATH (the side effect a test counts).
 
 Each kill prints ``kill <point>`` on stdout first. Nothing here changes production code on disk.
 """
@@ -46,6 +54,7 @@ def die(point: str) -> None:
 
 class CrashPointsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     kill: str | None = None
+    ledger: str | None = None
 
 
 class CrashPoints(Plugin):
@@ -68,6 +77,40 @@ class CrashPoints(Plugin):
             ),
             owner=ctx,
         )
+        ledger_path = config.ledger
+        if ledger_path is not None:
+            kill_after = config.kill == "ledger-written"
+
+            def append(line: str) -> None:
+                with open(ledger_path, "a", encoding="utf-8") as out:
+                    out.write(line + "\n")
+                    out.flush()
+                    os.fsync(out.fileno())
+
+            async def ledger(_args: Any, exec: ToolExecution) -> str:
+                append(exec.call_id)  # a few bytes to a test file: not worth a thread
+                if kill_after:
+                    die("ledger-written")
+                return "ledger written"
+
+            ctx.service(TOOLS).register(
+                ToolDefinition(
+                    name="ledger",
+                    description="Test tool: appends the call id to the ledger file.",
+                    parameters={"type": "object", "properties": {}},
+                    execute=ledger,
+                    output=text_output(),
+                ),
+                owner=ctx,
+            )
+        if config.kill == "reattach":
+            reattach = Subagents._reattach
+
+            async def die_on_reattach(self: Subagents, *args: Any) -> str:
+                die("reattach")
+                return await reattach(self, *args)
+
+            Subagents._reattach = die_on_reattach  # type: ignore[method-assign]
         if config.kill == "before-child":
             store_create = SessionStore.create
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from dsh_host import Row
-from dsh_host.agent import ResumeError
+from dsh_host.agent import AGENT, ApprovalDecisionError, ResumeError
 from dsh_host.agent.service import AgentService
 from dsh_host.errors import BootError
 from dsh_host.front import Agent, tool
@@ -555,17 +555,28 @@ async def test_an_output_schema_outside_the_subset_is_refused_at_load(tmp_path: 
     assert "agents[0] (extractor).output_schema" in str(raised.value)
 
 
-async def test_a_deferred_approval_in_a_child_names_how_to_decide_it(tmp_path: Path) -> None:
+async def test_a_deferred_approval_in_a_child_pauses_the_parent_until_decided(
+    tmp_path: Path,
+) -> None:
+    """D36 in process: the parent's turn ends awaiting approval with the delegating call open;
+    the child's call decided, the parent's continued turn re-attaches and gets its answer."""
+    ran: list[str] = []
+
     @tool(approval="ask")
     def deploy() -> str:
         """Deploy."""
+        ran.append("deploy")
         return "deployed"
 
     parent = _script(
         tmp_path / "parent.yml", [{"tool_calls": [_delegate("d1", "alpha")]}, {"text": "ok"}]
     )
     rows = [
-        _model_row(tmp_path, "scripted-a", [{"tool_calls": [{"name": "deploy", "id": "y1"}]}]),
+        _model_row(
+            tmp_path,
+            "scripted-a",
+            [{"tool_calls": [{"name": "deploy", "id": "y1"}]}, {"text": "alpha deployed"}],
+        ),
         _agents(_child("alpha", "scripted-a", tools=["deploy"])),
     ]
     async with Agent(
@@ -573,10 +584,26 @@ async def test_a_deferred_approval_in_a_child_names_how_to_decide_it(tmp_path: P
     ) as agent:
         await agent.run("go")
         sid = agent.session_id
-        error, text = _results(agent.session)["d1"]
-        child = await _stored(agent, f"{sid}--d1")
-    assert error and 'ended its turn "awaiting-approval"' in text
-    assert f"its call(s) y1 wait for an approval decision: `dsh approvals decide {sid}--d1" in text
-    assert [type(e.data.reason).__name__ for e in child if e.type == "turn/end"] == [
-        "AwaitingApprovalReason"
+        assert "d1" not in _results(agent.session), "the delegating call waits: no result"
+        ends = [e.data.reason for e in agent.session.events if e.type == "turn/end"]
+        assert [(type(r).__name__, r.call_ids) for r in ends] == [
+            ("AwaitingApprovalReason", ("d1",))
+        ]
+        assert agent.pending_approvals() == [], "the parent's call has no decision of its own"
+        with pytest.raises(ApprovalDecisionError, match=f'waits on session "{sid}--d1"'):
+            await agent.decide("d1", "allow")
+        child = await agent.host.ctx.service(AGENT).resume(f"{sid}--d1")
+        try:
+            await child.decide("y1", "allow")
+        finally:
+            await child.aclose()
+        assert ran == [], "deciding runs nothing"
+        result = await agent.continue_turn()
+        assert result.output == "ok"
+        assert _results(agent.session)["d1"] == (False, "alpha deployed")
+        stored = await _stored(agent, f"{sid}--d1")
+    assert ran == ["deploy"]
+    assert [type(e.data.reason).__name__ for e in stored if e.type == "turn/end"] == [
+        "AwaitingApprovalReason",
+        "CompletedReason",
     ]
