@@ -11,6 +11,9 @@ then the model. Exit codes: 0 the continued turn completed (or the decision was
 recorded with ``--no-continue``), 4 it is awaiting approval again, 2 unknown
 session or call / already decided / not pending / arguments changed, 3 another
 process holds the session, 1 the continued turn ended otherwise.
+
+A parent whose delegating call waits on its child's asks (D36) ends awaiting too; the child's
+pending calls are listed with ``waitedOnBy``, and deciding one continues the top waiting parent.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ from dsh_host.front.runner import (
 )
 from dsh_host.jsonsafe import json_dec_hook, to_json_builtins
 from dsh_host.loader import LocatedRow, PluginHost, open_host
-from dsh_host.session.approvals import pending_approvals
+from dsh_host.session.approvals import pending_approvals, waiting_calls
 from dsh_host.session.events import SessionEvent, TurnEndReason, turn_end_kind
 from dsh_host.session.events.data import CompositionTerms, RunTerms
 from dsh_host.session.header import SessionHeader, new_session_id
@@ -676,12 +676,15 @@ class ServerRuntime:
         self._claim(session_id)
         try:
             load = await self.inspect(session_id)
-            if pending_approvals(load.events, session_id):
+            if pending_approvals(load.events, session_id) or waiting_calls(
+                load.events, session_id
+            ):  # a delegating call waiting on its child's asks waits too (D36)
                 raise ApiError(
                     409,
                     "AWAITING_APPROVAL",
                     f'session "{session_id}" is awaiting approval; decide its pending calls '
-                    "(POST /sessions/{id}/approvals/{callId}) before a new turn",
+                    "(POST /sessions/{id}/approvals/{callId}, or those of the child session "
+                    "its call waits on) before a new turn",
                 )
             if self._queue is not None:
                 queued: str | list[Any] = prompt if isinstance(prompt, str) else (

@@ -106,9 +106,11 @@ class CrashPoints(Plugin):
         if config.kill == "reattach":
             reattach = Subagents._reattach
 
-            async def die_on_reattach(self: Subagents, *args: Any) -> str:
+            async def die_on_reattach(
+                self: Subagents, declared: Any, parent: Any, exec: ToolExecution, child_id: str
+            ) -> str:
                 die("reattach")
-                return await reattach(self, *args)
+                return await reattach(self, declared, parent, exec, child_id)
 
             Subagents._reattach = die_on_reattach  # type: ignore[method-assign]
         if config.kill == "before-child":
