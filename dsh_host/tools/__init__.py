@@ -7,6 +7,7 @@ See :mod:`dsh_host.tools.runtime` for the pipeline's stages and
 from .errors import (
     ABORTED,
     ABORTED_BEFORE_DISPATCH,
+    CALL_WAITS,
     INVALID_ARGS,
     INVALID_TOOL_OUTPUT,
     RECONCILED_NOT_DONE,
@@ -77,6 +78,7 @@ __all__ = [
     "ABORTED_BEFORE_DISPATCH",
     "APPROVAL",
     "APPROVAL_REQUEST",
+    "CALL_WAITS",
     "INVALID_ARGS",
     "INVALID_TOOL_OUTPUT",
     "RECONCILED_NOT_DONE",

@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -57,6 +58,25 @@ class CrashPointsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True
     ledger: str | None = None
 
 
+def _register(
+    ctx: Context,
+    name: str,
+    description: str,
+    execute: Callable[[Any, ToolExecution], Awaitable[str]],
+) -> None:
+    """A test tool without parameters whose body returns text."""
+    ctx.service(TOOLS).register(
+        ToolDefinition(
+            name=name,
+            description=description,
+            parameters={"type": "object", "properties": {}},
+            execute=execute,
+            output=text_output(),
+        ),
+        owner=ctx,
+    )
+
+
 class CrashPoints(Plugin):
     name = "crash-points"
     inject = ("tools",)
@@ -67,16 +87,7 @@ class CrashPoints(Plugin):
             die("child-tool")
             return "unreachable"
 
-        ctx.service(TOOLS).register(
-            ToolDefinition(
-                name="crash",
-                description="Test tool: kills the process.",
-                parameters={"type": "object", "properties": {}},
-                execute=crash,
-                output=text_output(),
-            ),
-            owner=ctx,
-        )
+        _register(ctx, "crash", "Test tool: kills the process.", crash)
         ledger_path = config.ledger
         if ledger_path is not None:
             kill_after = config.kill == "ledger-written"
@@ -93,16 +104,7 @@ class CrashPoints(Plugin):
                     die("ledger-written")
                 return "ledger written"
 
-            ctx.service(TOOLS).register(
-                ToolDefinition(
-                    name="ledger",
-                    description="Test tool: appends the call id to the ledger file.",
-                    parameters={"type": "object", "properties": {}},
-                    execute=ledger,
-                    output=text_output(),
-                ),
-                owner=ctx,
-            )
+            _register(ctx, "ledger", "Test tool: appends the call id to the ledger file.", ledger)
         if config.kill == "reattach":
             reattach = Subagents._reattach
 

@@ -21,6 +21,7 @@ import yaml
 
 from .test_crash import (
     PARENT,
+    _declared,
     _dsh,
     _events,
     _is_error,
@@ -28,6 +29,7 @@ from .test_crash import (
     _store_rows,
     _text,
     _turn_end,
+    _write_composition,
 )
 
 CHILD = f"{PARENT}--d1"
@@ -65,23 +67,13 @@ def _compose(
             "id": "subagents",
             "name": "subagents",
             "config": {
-                "agents": [
-                    {
-                        "name": "alpha",
-                        "description": "writes the ledger",
-                        "provider": "scripted-a",
-                        "model": "scripted",
-                        "tools": ["ledger"],
-                    }
-                ],
+                "agents": [_declared("alpha", "writes the ledger", "scripted-a", ["ledger"])],
                 "resume": resume,
             },
         },
         {"id": "agent", "name": "agent"},
     ]
-    path = tmp / "dsh.yml"
-    path.write_text(yaml.safe_dump(rows, sort_keys=False))
-    return path
+    return _write_composition(tmp, rows)
 
 
 def _scripts(tmp: Path, parent: list[dict[str, Any]], alpha: list[dict[str, Any]]) -> None:

@@ -139,33 +139,30 @@ def _compose(
             "name": "subagents",
             "config": {
                 "agents": [
-                    {
-                        "name": "alpha",
-                        "description": "does A",
-                        "provider": "scripted-a",
-                        "model": "scripted",
-                        "tools": ["crash", "subagent"],
-                    },
-                    {
-                        "name": "beta",
-                        "description": "does B",
-                        "provider": "scripted-b",
-                        "model": "scripted",
-                        "tools": [],
-                    },
-                    {
-                        "name": "gamma",
-                        "description": "does C",
-                        "provider": "scripted-c",
-                        "model": "scripted",
-                        "tools": ["crash"],
-                    },
+                    _declared("alpha", "does A", "scripted-a", ["crash", "subagent"]),
+                    _declared("beta", "does B", "scripted-b", []),
+                    _declared("gamma", "does C", "scripted-c", ["crash"]),
                 ],
                 "resume": resume,
             },
         },
         {"id": "agent", "name": "agent"},
     ]
+    return _write_composition(tmp, rows)
+
+
+def _declared(name: str, description: str, provider: str, tools: list[str]) -> dict[str, Any]:
+    """One ``agents:`` entry of the subagents row, on its own scripted route."""
+    return {
+        "name": name,
+        "description": description,
+        "provider": provider,
+        "model": "scripted",
+        "tools": tools,
+    }
+
+
+def _write_composition(tmp: Path, rows: list[dict[str, Any]]) -> Path:
     path = tmp / "dsh.yml"
     path.write_text(yaml.safe_dump(rows, sort_keys=False))
     return path
