@@ -243,3 +243,30 @@ def _killed_then_resumed(
     child = _events(tmp, config, CHILD)
     assert parent is not None and child is not None
     return parent, child
+
+
+def test_decide_no_continue_then_resume_then_continue_the_parent(tmp_path: Path) -> None:
+    """Between the decision and the continuation nothing is crashed: resume leaves the parent
+    waiting (its call is not outcome unknown), and ``approvals continue PARENT`` finishes it."""
+    config = _compose(tmp_path, "jsonl", None)
+    _run_deferred(tmp_path, config)
+    recorded = _dsh(
+        tmp_path, "approvals", "decide", CHILD, "y1", "allow", "--no-continue",
+        "--config", str(config),
+    )  # fmt: skip
+    assert recorded.returncode == 0, (recorded.stdout, recorded.stderr)
+    assert _ledger(tmp_path) == []
+    resumed = _dsh(tmp_path, "resume", PARENT, "--config", str(config))
+    assert "nothing to repair" in resumed.stdout, (resumed.stdout, resumed.stderr)
+    parent = _events(tmp_path, config, PARENT)
+    assert parent is not None
+    assert not [e for e in parent if e["type"] == "tool/result"], "d1 still waits"
+    _scripts(tmp_path, [{"text": "parent done"}], [{"text": "alpha wrote it"}])
+    continued = _dsh(tmp_path, "approvals", "continue", PARENT, "--config", str(config))
+    assert continued.returncode == 0, (continued.stdout, continued.stderr)
+    assert _ledger(tmp_path) == ["y1"]
+    parent = _events(tmp_path, config, PARENT)
+    assert parent is not None
+    (d1,) = _results(parent)["d1"]
+    assert not _is_error(d1) and _text(d1) == "alpha wrote it"
+    assert _turn_end(parent) == "completed"
