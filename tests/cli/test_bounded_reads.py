@@ -1,7 +1,7 @@
 """``dsh sessions verify`` and ``dsh sessions show --view events`` read a log page by page: their
-peak memory does not grow with the log.
+peak memory does not grow with the log (JSONL and SQLite, D33).
 
-Real ``dsh`` processes on real JSONL logs of 10k and 100k events; each one's peak resident set
+Real ``dsh`` processes on real logs of 10k and 100k events; each one's peak resident set
 is the kernel's (``ru_maxrss`` of ``wait4`` for that child). A reader that materializes the log
 holds every decoded event (a few KB each: ~+250 MB between the two sizes); one that walks it in
 pages holds a page."""
@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import pytest
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
+from dsh_session_persistence_sqlite import SqliteSessionPersistence
 
 pytestmark = pytest.mark.slow
 
@@ -52,10 +53,18 @@ def turn_events(seq: int, turn: int) -> list[dict[str, Any]]:
     return out
 
 
-async def write_session(root: Path, session_id: str, turns: int) -> None:
+#: A composition whose store is SQLite, the database in ``--root``.
+SQLITE_CONFIG = "- name: sessions\n- name: session-persistence-sqlite\n"
+
+
+async def write_session(root: Path, session_id: str, turns: int, kind: str = "jsonl") -> None:
     events = [e for n in range(turns) for e in turn_events(n * PER_TURN, n + 1)]
     async with anyio.create_task_group() as group:
-        store = JsonlSessionPersistence(str(root), "zstd", spawn=group.start_soon)
+        store: JsonlSessionPersistence | SqliteSessionPersistence
+        if kind == "sqlite":
+            store = SqliteSessionPersistence(str(root / "sessions.sqlite3"), spawn=group.start_soon)
+        else:
+            store = JsonlSessionPersistence(str(root), "zstd", spawn=group.start_soon)
         handle = await store.create(
             {"version": 3, "id": session_id, "createdAt": T0, "cwd": "/home/dev/project"}
         )
@@ -114,3 +123,22 @@ def test_verify_and_show_events_of_a_100k_event_log_in_bounded_memory(tmp_path: 
     for command, peak in peaks.items():
         # 90,000 more events: a generous bound, a fraction of what holding them costs.
         assert peak["large"] - peak["small"] < 40_000_000, (command, peak)
+
+
+def test_verify_of_a_100k_event_sqlite_log_in_bounded_memory(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    config = tmp_path / "sqlite.yml"
+    config.write_text(SQLITE_CONFIG)
+    for name, turns in SIZES.items():
+        anyio.run(write_session, root, name, turns, "sqlite")
+    peaks: dict[str, int] = {}
+    for name, turns in SIZES.items():
+        rss, out = peak_rss(["sessions", "verify", name, "--config", str(config), "--root",
+                             str(root), "--json"], tmp_path)
+        report = json.loads(out)
+        assert report["events"] == turns * PER_TURN and report["closers"] == [], report
+        assert report["callProblems"] == [] and report["corrupt"] is None, report
+        peaks[name] = rss
+    print(f"peak RSS in bytes (10k / 100k events): {peaks}")
+    assert peaks["large"] - peaks["small"] < 40_000_000, peaks
