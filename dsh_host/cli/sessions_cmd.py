@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -945,30 +946,62 @@ def run_export(args: argparse.Namespace) -> int:
     """
     from pathlib import Path
 
-    from ..session.audit import attest, load_or_create_key, public_key_text
+    from ..session.audit import attest_lines, load_or_create_key, public_key_text
 
     rows = persistence_rows(load_composition(args)[1])
     key = load_or_create_key(Path(args.key).expanduser() if args.key else None)
+    session_id = args.session_id
 
-    async def body(host: PluginHost) -> SessionLoad:
-        return await _read(host, args.session_id)
+    def write(out: Any, header: Any, events: Iterable[SessionEvent]) -> int:
+        """The attested lines to ``out``; how many events they hold."""
+        count = 0
 
-    load = run_with_host(rows, body)
-    data = attest(
-        load.id,
-        to_builtins(load.header),
-        [event_to_builtins(event) for event in load.events],
-        key,
-    )
+        def counted() -> Iterator[dict[str, Any]]:
+            nonlocal count
+            for event in events:
+                count += 1
+                yield event_to_builtins(event)
+
+        for line in attest_lines(session_id, to_builtins(header), counted(), key):
+            out.write(line)
+        return count
+
+    async def body(host: PluginHost, out: Any) -> int:
+        store = persistence(host)
+        if getattr(store, "walked_tail", None) is not None:
+            # Page by page (D33): the header from the listing, the events walked.
+            header = next(
+                (found.header for found in await store.list() if found.header.id == session_id),
+                None,
+            )
+            if header is not None:
+                count = await anyio.to_thread.run_sync(
+                    write, out, header, _walked_events(store, session_id)
+                )
+                trailing, _ = await store.walked_tail(session_id)
+                if trailing == 0:
+                    return count
+                # A torn tail (or an append under way): the full read decides what is exported.
+                out.seek(0)
+                out.truncate()
+        load = await _read(host, session_id)
+        return write(out, load.header, load.events)
+
     if args.output is None:
-        sys.stdout.buffer.write(data)
+        # stdout cannot be rewound: a walk that meets a torn tail goes to a spool first.
+        import tempfile
+
+        with tempfile.TemporaryFile() as spool:
+            count = run_with_host(rows, lambda host: body(host, spool))
+            spool.seek(0)
+            shutil.copyfileobj(spool, sys.stdout.buffer)
         sys.stdout.flush()
     else:
         target = Path(args.output)
         partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
         try:
-            with open(partial, "wb") as out:
-                out.write(data)
+            with open(partial, "w+b") as out:
+                count = run_with_host(rows, lambda host: body(host, out))
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(partial, target)
@@ -977,8 +1010,11 @@ def run_export(args: argparse.Namespace) -> int:
             raise CliUsageError(
                 f"--output {args.output}: cannot write it ({exc.strerror})"
             ) from None
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
     print(
-        f"dsh: exported {len(load.events)} events of {load.id}, signed by Ed25519 key "
+        f"dsh: exported {count} events of {session_id}, signed by Ed25519 key "
         f"{public_key_text(key)}",
         file=sys.stderr,
     )

@@ -1,5 +1,6 @@
-"""``dsh sessions verify`` and ``dsh sessions show`` (the transcript, ``--view model``,
-``--view events``) read a log page by page: their peak memory does not grow with the log (JSONL
+"""``dsh sessions verify``, ``dsh sessions show`` (the transcript, ``--view model``,
+``--view events``) and ``dsh sessions export --attest`` read a log page by page, and ``dsh audit
+verify`` reads an export line by line: their peak memory does not grow with the log (JSONL
 and SQLite, D33).
 
 Real ``dsh`` processes on real logs of 10k and 100k events; each one's peak resident set
@@ -106,7 +107,9 @@ def test_verify_and_show_of_a_100k_event_log_in_bounded_memory(tmp_path: Path) -
     root = tmp_path / "root"
     for name, turns in SIZES.items():
         anyio.run(write_session, root, name, turns)
-    peaks: dict[str, dict[str, int]] = {"verify": {}, "show": {}, "transcript": {}, "model": {}}
+    peaks: dict[str, dict[str, int]] = {
+        name: {} for name in ("verify", "show", "transcript", "model", "export", "audit verify")
+    }
     for name, turns in SIZES.items():
         rss, out = peak_rss(["sessions", "verify", name, "--root", str(root), "--json"], tmp_path)
         report = json.loads(out)
@@ -130,6 +133,14 @@ def test_verify_and_show_of_a_100k_event_log_in_bounded_memory(tmp_path: Path) -
         assert len(lines) == 2 * turns  # the prompt and the answer of each turn
         assert json.loads(lines[-1])["content"][0]["text"] == f"answer {turns}"
         peaks["model"][name] = rss
+        export = tmp_path / f"{name}.attested.jsonl"
+        rss, _ = peak_rss(["sessions", "export", name, "--attest", "--output", str(export),
+                           "--root", str(root)], tmp_path)
+        peaks["export"][name] = rss
+        rss, out = peak_rss(["audit", "verify", str(export), "--json"], tmp_path)
+        report = json.loads(out)
+        assert report["ok"] and report["events"] == turns * PER_TURN, report
+        peaks["audit verify"][name] = rss
     print(f"peak RSS in bytes (10k / 100k events): {peaks}")
     for command, peak in peaks.items():
         # 90,000 more events: a generous bound, a fraction of what holding them costs. The
