@@ -66,17 +66,18 @@ SIZES = (10_000, 100_000)
 SMALL_SIZES = (1_000, 5_000)
 SCHEMA = f"bench_big_{os.getpid()}"
 
-#: The summary a server computes for ``GET /sessions/{id}`` (a child script: the same read and
-#: fold as ``ServerRuntime.stored_summary`` on a revision it has not seen).
+#: The summary a server computes for ``GET /sessions/{id}`` and the inspector's session page:
+#: ``ServerRuntime.stored_summary`` of a log it has not read yet, in a runtime of its own.
 SUMMARY_CHILD = """
-import argparse, sys
-from dsh_host.cli.common import load_composition, persistence, persistence_rows, run_with_host
-from dsh_host.server.runtime import StoredSummary
-rows = persistence_rows(load_composition(argparse.Namespace(config=sys.argv[1]))[1])
-async def body(host):
-    load = await persistence(host).inspect(sys.argv[2])
-    return StoredSummary.of(load).fields["events"]
-print(run_with_host(rows, body))
+import sys, anyio
+from dsh_host.server.command import build_compositions
+from dsh_host.server.runtime import ServeOptions, open_runtime
+async def main():
+    options = ServeOptions(compositions=build_compositions(sys.argv[1], [], None, None),
+                           default_workspace=sys.argv[3])
+    async with open_runtime(options) as runtime:
+        print((await runtime.stored_summary(sys.argv[2])).fields["events"])
+anyio.run(main, backend="trio")
 """
 
 
@@ -166,7 +167,7 @@ def reads(config: Path, session_id: str, scratch: Path) -> dict[str, list[str]]:
         "show --view events": [*dsh, "sessions", "show", session_id, "--view", "events", *c],
         "verify": [*dsh, "sessions", "verify", session_id, *c],
         "resume (no prompt)": [*dsh, "resume", session_id, *c],
-        "server summary": ["-c", SUMMARY_CHILD, str(config), session_id],
+        "server summary": ["-c", SUMMARY_CHILD, str(config), session_id, str(scratch)],
         "export --attest": [*dsh, "sessions", "export", session_id, "--attest", "--output",
                             str(export), *c],
         "audit verify": [*dsh, "audit", "verify", str(export)],

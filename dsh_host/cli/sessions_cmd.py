@@ -970,20 +970,16 @@ def run_export(args: argparse.Namespace) -> int:
         store = persistence(host)
         if getattr(store, "walked_tail", None) is not None:
             # Page by page (D33): the header from the listing, the events walked.
-            header = next(
-                (found.header for found in await store.list() if found.header.id == session_id),
-                None,
+            header = await store.stored_header(session_id)
+            count = await anyio.to_thread.run_sync(
+                write, out, header, _walked_events(store, session_id)
             )
-            if header is not None:
-                count = await anyio.to_thread.run_sync(
-                    write, out, header, _walked_events(store, session_id)
-                )
-                trailing, _ = await store.walked_tail(session_id)
-                if trailing == 0:
-                    return count
-                # A torn tail (or an append under way): the full read decides what is exported.
-                out.seek(0)
-                out.truncate()
+            trailing, _ = await store.walked_tail(session_id)
+            if trailing == 0:
+                return count
+            # A torn tail (or an append under way): the full read decides what is exported.
+            out.seek(0)
+            out.truncate()
         load = await _read(host, session_id)
         return write(out, load.header, load.events)
 

@@ -255,7 +255,7 @@ def attest_lines(
     """:func:`attest` one line at a time (each with its newline), ``events`` walked once: a
     log read page by page is exported holding a page (D33)."""
     prev = GENESIS
-    records = itertools.chain(
+    records: Iterator[dict[str, Any]] = itertools.chain(
         (
             {
                 "record": "header",

@@ -1,6 +1,6 @@
 """``dsh sessions verify``, ``dsh sessions show`` (the transcript, ``--view model``,
-``--view events``) and ``dsh sessions export --attest`` read a log page by page, and ``dsh audit
-verify`` reads an export line by line: their peak memory does not grow with the log (JSONL
+``--view events``), ``dsh sessions export --attest`` and the server's session summary read a log
+page by page, and ``dsh audit verify`` reads an export line by line: their peak memory does not grow with the log (JSONL
 and SQLite, D33).
 
 Real ``dsh`` processes on real logs of 10k and 100k events; each one's peak resident set
@@ -80,16 +80,36 @@ async def write_session(root: Path, session_id: str, turns: int, kind: str = "js
 
 #: ``dsh`` with its own peak resident set (``VmHWM``: the high-water mark of this process's
 #: memory since its exec; ``wait4``'s ``ru_maxrss`` would also count the forking test's) written
-#: to the file named by argv[1] when it exits.
+#: to the file named by argv[1] when it exits; ``-c CODE ARGS`` runs CODE instead of ``dsh``.
 MEASURED = (
     "import atexit, sys\n"
     "def report(path=sys.argv.pop(1)):\n"
     "    with open('/proc/self/status') as status, open(path, 'w') as out:\n"
     "        out.write(next(l for l in status if l.startswith('VmHWM:')).split()[1])\n"
     "atexit.register(report)\n"
+    "if sys.argv[1] == '-c':\n"
+    "    code = sys.argv.pop(2)\n"
+    "    del sys.argv[1]\n"
+    "    exec(compile(code, '<child>', 'exec'), {'__name__': '__main__'})\n"
+    "    sys.exit(0)\n"
     "from dsh_host.cli import main\n"
     "sys.exit(main())\n"
 )
+
+#: What ``dsh serve`` reads for ``GET /sessions/{id}`` and the inspector's session page: the
+#: stored summary of a session the runtime has not read yet (argv: root, session id, workspace,
+#: the ``--model`` the default composition runs, unused).
+SERVER_SUMMARY = """
+import sys, anyio
+from dsh_host.server.command import build_compositions
+from dsh_host.server.runtime import ServeOptions, open_runtime
+async def main():
+    compositions = build_compositions(None, [], sys.argv[4], sys.argv[1])
+    options = ServeOptions(compositions=compositions, default_workspace=sys.argv[3])
+    async with open_runtime(options) as runtime:
+        print((await runtime.stored_summary(sys.argv[2])).fields["events"])
+anyio.run(main, backend="trio")
+"""
 
 
 def peak_rss(args: list[str], cwd: Path) -> tuple[int, bytes]:
@@ -107,8 +127,15 @@ def test_verify_and_show_of_a_100k_event_log_in_bounded_memory(tmp_path: Path) -
     root = tmp_path / "root"
     for name, turns in SIZES.items():
         anyio.run(write_session, root, name, turns)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"responses": [{"text": "unused"}]}))
+    model = f"scripted:{script}"
+    workspace = tmp_path / "ws"  # not holding the session root
+    workspace.mkdir()
     peaks: dict[str, dict[str, int]] = {
-        name: {} for name in ("verify", "show", "transcript", "model", "export", "audit verify")
+        name: {}
+        for name in ("verify", "show", "transcript", "model", "export", "audit verify",
+                     "server summary")
     }
     for name, turns in SIZES.items():
         rss, out = peak_rss(["sessions", "verify", name, "--root", str(root), "--json"], tmp_path)
@@ -141,13 +168,18 @@ def test_verify_and_show_of_a_100k_event_log_in_bounded_memory(tmp_path: Path) -
         report = json.loads(out)
         assert report["ok"] and report["events"] == turns * PER_TURN, report
         peaks["audit verify"][name] = rss
+        rss, out = peak_rss(["-c", SERVER_SUMMARY, str(root), name, str(workspace), model], tmp_path)
+        assert int(out) == turns * PER_TURN
+        peaks["server summary"][name] = rss
     print(f"peak RSS in bytes (10k / 100k events): {peaks}")
     for command, peak in peaks.items():
         # 90,000 more events: a generous bound, a fraction of what holding them costs. The
-        # transcript and the model's view keep folds that grow with the log (the token meter's
-        # surface nodes and billed calls, the turns seen, the surface's node seqs): measured
-        # +14 and +17 MB, against +46 and +54 MB when they held the log.
-        bound = 30_000_000 if command in ("transcript", "model") else 40_000_000
+        # transcript, the model's view and the server's summary keep folds that grow with the
+        # log (the token meter's surface nodes, every billed call, the turns seen, the
+        # surface's node seqs): measured +14, +17 and +10 MB, against +47, +54 and +59 MB when
+        # they held the log (export and audit verify: +1 and +0.1 MB, against +265 and +285).
+        grows = ("transcript", "model", "server summary")
+        bound = 30_000_000 if command in grows else 40_000_000
         assert peak["large"] - peak["small"] < bound, (command, peak)
 
 
