@@ -14,16 +14,18 @@ output ~1 KB). Backends: ``session-persistence-jsonl`` (zstd), ``-sqlite`` and `
 (a private schema, dropped at the end; skipped when ``psycopg`` or the server is missing).
 
 Every read runs in a fresh child process (``dsh ...``, output to ``/dev/null``); the bench
-records its wall time and its own peak RSS (``VmHWM`` at its exit: ``ru_maxrss`` would count
-the pages of the bench it was forked from). A floor child (``dsh sessions verify`` of a
-2-event session on the same backend) gives the fixed cost of an interpreter with the store
-loaded; **bytes/event** is ``(peak RSS - floor RSS) / events`` and **µs/event** is
-``(wall - floor wall) / events``; **B/ev added** is what each of the events the big log has
-beyond the small one adds to the peak, ``(RSS big - RSS small) / (big - small)``: about 0 for
-a read that holds a page, the size of a decoded event for one that holds the log. The ratio
-columns divide the 100k per-event figure by the 10k one: 1.0 is linear; above 1 grows faster
-than the log. (The floor is a ``verify``'s: a command that imports more, ``show`` the
-renderer, has a fixed part above it, which makes its small per-event figures the larger.)
+records its wall time, its CPU time (user + system, its own rusage from ``wait4``: the figure
+least moved by other processes on a shared machine) and its own peak RSS (``VmHWM`` at its
+exit: ``ru_maxrss`` would count the pages of the bench it was forked from). A floor child
+(``dsh sessions verify`` of a 2-event session on the same backend) gives the fixed cost of an
+interpreter with the store loaded; **bytes/event** is ``(peak RSS - floor RSS) / events``,
+**µs/event** is ``(wall - floor wall) / events`` and **cpu µs/event** the same of CPU time;
+**B/ev added** is what each of the events the big log has beyond the small one adds to the
+peak, ``(RSS big - RSS small) / (big - small)``: about 0 for a read that holds a page, the
+size of a decoded event for one that holds the log. The ratio columns divide the 100k
+per-event figure by the 10k one: 1.0 is linear; above 1 grows faster than the log. (The floor
+is a ``verify``'s: a command that imports more, ``show`` the renderer, has a fixed part above
+it, which makes its small per-event figures the larger.)
 
 Writes ``bench/results/big_sessions.json``. ``--small``: 1,000 vs 5,000 events, JSONL and
 SQLite only.
@@ -142,19 +144,24 @@ MEASURED = (
 )
 
 
-def run_child(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, int]:
-    """Wall seconds and peak RSS (bytes) of one child: ``argv`` is ``["dsh", ARGS...]`` or
-    ``["-c", CODE, ARGS...]``."""
+def run_child(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, int]:
+    """Wall seconds, CPU seconds (user + system, from its own rusage) and peak RSS (bytes) of
+    one child: ``argv`` is ``["dsh", ARGS...]`` or ``["-c", CODE, ARGS...]``."""
     hwm = cwd / "hwm"
     hwm.unlink(missing_ok=True)
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", MEASURED, str(hwm), *argv], env=env, cwd=cwd,
-                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, check=False)
+    child = subprocess.Popen([sys.executable, "-c", MEASURED, str(hwm), *argv], env=env,
+                             cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE)
+    assert child.stderr is not None
+    errors = child.stderr.read()
+    child.stderr.close()
+    _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - started
-    if done.returncode not in (0, 1):  # verify says 1 for "recoverable"
-        raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.decode()}")
-    return wall, int(hwm.read_text()) * 1024
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode not in (0, 1):  # verify says 1 for "recoverable"
+        raise SystemExit(f"{' '.join(argv)} failed ({child.returncode}): {errors.decode()}")
+    return wall, usage.ru_utime + usage.ru_stime, int(hwm.read_text()) * 1024
 
 
 def reads(config: Path, session_id: str, scratch: Path) -> dict[str, list[str]]:
@@ -222,26 +229,31 @@ def measure_kind(kind: str, scratch: Path, sizes: tuple[int, ...], rounds: int) 
         print(f"  {kind}: built {n:,} events in {time.perf_counter() - t0:.1f} s", flush=True)
     floor_argv = ["dsh", "sessions", "verify", ids[2], "--config", str(config)]
     run_child(floor_argv, env, scratch)  # bytecode and page cache, untimed
-    samples: dict[str, dict[int, list[tuple[float, int]]]] = {}
-    floor: list[tuple[float, int]] = []
+    samples: dict[str, dict[int, list[tuple[float, float, int]]]] = {}
+    floor: list[tuple[float, float, int]] = []
     for _ in range(rounds):
         floor.append(run_child(floor_argv, env, scratch))
         for n in sizes:
             for name, argv in reads(config, ids[n], scratch).items():
                 samples.setdefault(name, {}).setdefault(n, []).append(run_child(argv, env, scratch))
-    floor_wall = median([w for w, _ in floor])
-    floor_rss = median([r for _, r in floor])
+    floor_wall = median([w for w, _, _ in floor])
+    floor_cpu = median([c for _, c, _ in floor])
+    floor_rss = median([r for _, _, r in floor])
     out: dict[str, Any] = {"floor": {"wall_ms": round(floor_wall * 1e3, 1),
+                                     "cpu_ms": round(floor_cpu * 1e3, 1),
                                      "peak_rss_mib": round(floor_rss / 2**20, 1)}}
     rows = []
     small, big = sizes[0], sizes[-1]
     for name, by_size in samples.items():
         entry: dict[str, Any] = {}
         for n, values in by_size.items():
-            wall = median([w for w, _ in values])
-            rss = median([r for _, r in values])
+            wall = median([w for w, _, _ in values])
+            cpu = median([c for _, c, _ in values])
+            rss = median([r for _, _, r in values])
             entry[str(n)] = {
                 "wall_ms": round(wall * 1e3, 1),
+                "cpu_ms": round(cpu * 1e3, 1),
+                "cpu_us_per_event": round(max(cpu - floor_cpu, 0) * 1e6 / n, 2),
                 "peak_rss_mib": round(rss / 2**20, 1),
                 "us_per_event": round(max(wall - floor_wall, 0) * 1e6 / n, 2),
                 "bytes_per_event": round(max(rss - floor_rss, 0) / n, 1),
@@ -249,6 +261,8 @@ def measure_kind(kind: str, scratch: Path, sizes: tuple[int, ...], rounds: int) 
         entry["marginal_bytes_per_event"] = round(
             max(entry[str(big)]["peak_rss_mib"] - entry[str(small)]["peak_rss_mib"], 0)
             * 2**20 / (big - small), 1)
+        entry["cpu_ratio_per_event"] = per_event_ratio(
+            entry[str(big)]["cpu_us_per_event"], entry[str(small)]["cpu_us_per_event"])
         entry["time_ratio_per_event"] = per_event_ratio(entry[str(big)]["us_per_event"],
                                               entry[str(small)]["us_per_event"])
         entry["memory_ratio_per_event"] = per_event_ratio(entry[str(big)]["bytes_per_event"],
@@ -257,16 +271,17 @@ def measure_kind(kind: str, scratch: Path, sizes: tuple[int, ...], rounds: int) 
         rows.append([
             name,
             entry[str(small)]["wall_ms"], entry[str(big)]["wall_ms"],
-            entry[str(small)]["us_per_event"], entry[str(big)]["us_per_event"],
-            entry["time_ratio_per_event"],
+            entry[str(small)]["cpu_us_per_event"], entry[str(big)]["cpu_us_per_event"],
+            entry["cpu_ratio_per_event"],
             entry[str(small)]["peak_rss_mib"], entry[str(big)]["peak_rss_mib"],
             entry[str(small)]["bytes_per_event"], entry[str(big)]["bytes_per_event"],
             entry["memory_ratio_per_event"], entry["marginal_bytes_per_event"],
         ])
     print_table(
         f"{kind}: {small:,} vs {big:,} events, median of {rounds}; floor "
-        f"{out['floor']['wall_ms']} ms, {out['floor']['peak_rss_mib']} MiB",
-        ["read", f"ms {small}", f"ms {big}", f"µs/ev {small}", f"µs/ev {big}", "time ratio",
+        f"{out['floor']['wall_ms']} ms ({out['floor']['cpu_ms']} ms CPU), "
+        f"{out['floor']['peak_rss_mib']} MiB",
+        ["read", f"ms {small}", f"ms {big}", f"cpu µs/ev {small}", f"cpu µs/ev {big}", "cpu ratio",
          f"MiB {small}", f"MiB {big}", f"B/ev {small}", f"B/ev {big}", "mem ratio",
          "B/ev added"],
         rows,
