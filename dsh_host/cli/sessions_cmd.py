@@ -520,6 +520,8 @@ def run_show(args: argparse.Namespace) -> int:
         # replace. One walk finds the surface's nodes, a second prints them in surface order
         # (a node out of log order, a compaction's checkpoint, waits for the ones before it).
         position = {seq: i for i, seq in enumerate(surface_nodes(tapped(), lookup))}
+        if args.turn is not None and args.turn not in shown.turns:
+            return shown  # refused below, before anything is printed
         waiting: dict[int, Message | None] = {}
         next_index = 0
         for event in walk():
