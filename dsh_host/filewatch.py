@@ -20,6 +20,7 @@ that lands in the same tick as a read is never missed.
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,13 +41,14 @@ Fingerprint = tuple[int, ...] | None
 
 
 def fingerprint(path: str, follow: bool = False, content: bool = True) -> Fingerprint:
-    """``path``'s identity and type, with ``content`` its size and timestamps too (``lstat``,
-    or ``stat`` when ``follow``); None when it does not exist or cannot be reached."""
+    """``path``'s identity and type, with ``content`` (and always for a symbolic link, whose
+    inode number a retargeted link may reuse) its size and timestamps too (``lstat``, or
+    ``stat`` when ``follow``); None when it does not exist or cannot be reached."""
     try:
         st = os.stat(path) if follow else os.lstat(path)
     except (OSError, ValueError):
         return None
-    if not content:
+    if not content and not stat.S_ISLNK(st.st_mode):
         return (st.st_dev, st.st_ino, st.st_mode)
     return (st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 

@@ -147,6 +147,10 @@ def project_root(cwd: str, markers: tuple[str, ...], watched: Watched | None = N
     return here
 
 
+#: The environment variables :func:`user_skill_dirs` (and ``~`` in ``customSkillDirs``) read.
+USER_ROOTS_ENVIRONMENT: Final = ("DSH_AGENTS_HOME", "HOME", "XDG_CONFIG_HOME")
+
+
 def user_skill_dirs() -> tuple[str, ...]:
     """The user's skill roots: dsh's own (``$XDG_CONFIG_HOME/dsh/skills``, beside
     ``config.yml``) and the shared agents root (``~/.agents/skills``, DSH's ``agentsHome``
@@ -342,8 +346,8 @@ class Skills(Plugin):
         ctx.declare_event("system-prompt/assemble", EventMode.WATERFALL, 1)
         ctx.service(TOOLS).register(skill_tool(config), owner=ctx)
 
-        def catalog(key: tuple[str, tuple[str, ...]], watched: Watched) -> str:
-            return render_catalog(discover(key[0], config, watched), config)
+        def catalog(key: tuple[str | None, ...], watched: Watched) -> str:
+            return render_catalog(discover(str(key[0]), config, watched), config)
 
         catalogs = StatMemo(catalog)
 
@@ -354,8 +358,10 @@ class Skills(Plugin):
             cwd = _session_cwd(context.agent)
             if cwd is None:
                 return assembly
-            # The user's roots come from the environment: a changed one is another key.
-            text = await catalogs.get((cwd, user_skill_dirs()))
+            # The user's roots come from the environment: a change there is another key.
+            environ = os.environ
+            key = (cwd, *(environ.get(name) for name in USER_ROOTS_ENVIRONMENT))
+            text = await catalogs.get(key)
             if text:
                 if "{{" in text:  # the prompt interpolates {{name}}: keep the text literal
                     text = text.replace("{{", "{{skills_open_braces}}")
