@@ -223,10 +223,19 @@ class TurnQueue:
     async def relay_flushes(self, flushed: Any) -> None:
         """NOTIFY every worker of each session this process flushed (``flushed``: a receive
         stream of session ids): their streams re-read the table at once instead of at the
-        next poll."""
+        next poll. The flushes that queued up while a NOTIFY was on its way go out together,
+        one notification per session, in one statement (a stream re-reads from its own
+        cursor, so one wake-up after several flushes shows them all)."""
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
             async for session_id in flushed:
-                await conn.execute("SELECT pg_notify(%s, %s)", (self.channel, session_id))
+                sessions = {session_id: None}
+                with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
+                    while True:
+                        sessions[flushed.receive_nowait()] = None
+                await conn.execute(
+                    "SELECT pg_notify(%s, s) FROM unnest(%s::text[]) AS s",
+                    (self.channel, list(sessions)),
+                )
 
     async def listen(self, wake: Any) -> None:
         """Call ``wake(session_id)`` for every flush any worker announces."""
