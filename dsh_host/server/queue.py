@@ -124,6 +124,8 @@ class TurnQueue:
         )
         self._runner: Any = None
         self._on_abort: Any = None
+        #: the backend that sends this process's NOTIFYs (its own wake-ups are not relayed back)
+        self._relay_pid: int | None = None
 
         @self.app.task(
             name=TURN_TASK,
@@ -227,6 +229,7 @@ class TurnQueue:
         one notification per session, in one statement (a stream re-reads from its own
         cursor, so one wake-up after several flushes shows them all)."""
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+            self._relay_pid = conn.info.backend_pid
             async for session_id in flushed:
                 sessions = {session_id: None}
                 with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
@@ -238,11 +241,13 @@ class TurnQueue:
                 )
 
     async def listen(self, wake: Any) -> None:
-        """Call ``wake(session_id)`` for every flush any worker announces."""
+        """Call ``wake(session_id)`` for every flush another worker announces (this process's
+        own NOTIFYs come back too: its streams were woken at the flush itself)."""
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
             async for notice in conn.notifies():
-                wake(notice.payload)
+                if notice.pid != self._relay_pid:
+                    wake(notice.payload)
 
     # ------------------------------------------------------------------ worker side
     async def work(self, runner: Any, on_abort: Any) -> None:
