@@ -14,7 +14,7 @@ its listing. ``st_ctime`` cannot be set back by a tool (``touch -d``, ``cp -p``)
 of the same size still moves it, except within one tick of the file system's coarse clock:
 a value whose files changed less than :data:`RACY_NS` before it was computed is not reused
 (it is recomputed at the next call, as git treats a "racily clean" index entry), so a write
-that lands in the same tick as a read is never missed.
+that lands in the same tick as a read is never missed (D35).
 """
 
 from __future__ import annotations

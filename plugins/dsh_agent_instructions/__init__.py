@@ -22,7 +22,7 @@ directory at or above the working directory holding a ``projectRootMarkers`` ent
   text changed, so an edited ``AGENTS.md`` costs one message, and an unchanged one nothing. The
   files are reread (on a worker thread) only when an ``lstat`` of a path the last reading
   looked at (the working directory's parts, the root markers, the candidates) differs, or that
-  reading was within two seconds of a change (:class:`~dsh_host.sdk.StatMemo`).
+  reading was within two seconds of a change (:class:`~dsh_host.sdk.StatMemo`, D35).
 """
 
 from __future__ import annotations
