@@ -215,6 +215,7 @@ class _Anchor:
 class _State:
     consumed: int = 0
     header: EpochHeader | None = None
+    header_tokens: int = 0  #: ``estimate_header(header)``, priced once per header
     nodes: list[TokenSurfaceNode] = field(default_factory=list)  #: grows at its end; a replace
     #: builds a new list (measurements hold views of it)
     surface_tokens: int = 0
@@ -274,7 +275,8 @@ class TokenMeter:
         elif header is None and state.surface_tokens == 0:
             kind, base, delta = "none", 0, 0
         else:
-            kind, base, delta = "estimated", estimate_header(header) + state.surface_tokens, 0
+            priced = state.header_tokens if header is state.header else estimate_header(header)
+            kind, base, delta = "estimated", priced + state.surface_tokens, 0
         return TokenMeasurement(
             log_revision=state.consumed,
             baseline_kind=kind,
@@ -341,6 +343,7 @@ class TokenMeter:
         data = event.data
         if kind == "request/header" and isinstance(data, RequestHeaderData):
             state.header = canonical_header(data.header)
+            state.header_tokens = estimate_header(state.header)
             return
         if kind == "request/context" and isinstance(data, RequestContextData):
             state.context = data
@@ -372,7 +375,7 @@ class TokenMeter:
             # The request that produced this reply saw the surface as it was just before it;
             # the anchor is that request plus the reply (what the next request repeats).
             anchor_surface = before + tokens
-            estimated = estimate_header(state.header) + anchor_surface
+            estimated = state.header_tokens + anchor_surface
             usage = data.usage if data.usage is not UNSET else None
             if usage is not None:  # counted by the ledger
                 state.last_usage = usage

@@ -345,6 +345,9 @@ def test_serve_load(tmp_path: Path) -> None:
         assert result["delivery_ms"]["events"] > result["turns"]
         assert 0 <= result["delivery_ms"]["p50"] <= result["delivery_ms"]["p99"]
         assert result["healthz_ms_p50"] > 0
+        cpu = result["cpu_ms_per_turn"]  # where a turn's CPU went, by part
+        assert cpu["sum"] > 0 and cpu["driver"] >= 0
+        assert len(cpu["servers"]) == (1 if result is data["results"]["jsonl-1"] else 3)
 
 
 def test_run_all_runs_selected_scripts_and_summarizes(tmp_path: Path) -> None:
