@@ -12,7 +12,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.from_thread
@@ -34,7 +34,6 @@ from ..session.repair import call_identity_problems, interrupted_turn_closers
 from ..session.session import Session, derive_event_message
 from ..session.summary import SessionSummary
 from ..session.surface import surface_nodes
-from ..session.tokens import TokenMeter, WalkedLog
 from .common import (
     CliUsageError,
     load_composition,
@@ -460,6 +459,10 @@ async def _read(host: PluginHost, session_id: str) -> SessionLoad:
         await handle.close()
 
 
+if TYPE_CHECKING:  # a listing never loads the token meter (tests/cli/test_startup.py)
+    from ..session.tokens import TokenMeter, WalkedLog
+
+
 @dataclasses.dataclass
 class _Shown:
     """What ``show`` learnt while it printed a log: the folds its closing lines need."""
@@ -501,6 +504,8 @@ def run_show(args: argparse.Namespace) -> int:
 
     def show(walk: Callable[[], Iterator[SessionEvent]],
              lookup: Callable[[int], SessionEvent | None]) -> _Shown:
+        from ..session.tokens import TokenMeter, WalkedLog
+
         shown = _Shown(TokenMeter(prices), WalkedLog())
 
         def tapped() -> Iterator[SessionEvent]:
@@ -597,6 +602,8 @@ def _show_transcript_document(args: argparse.Namespace, rows: Any, prices: Price
         e.type == "turn/start" and e.data.turn == args.turn for e in load.events
     ):
         raise CliUsageError(f"--turn {args.turn}: session {load.id} has no such turn")
+    from ..session.tokens import TokenMeter
+
     session = Session.restore(load.header, list(load.events), mark_seed_end=False)
     meter = TokenMeter(prices)
     document = transcript_document(
