@@ -27,6 +27,18 @@ invariants and reports them beside the figures:
 - ``fds`` / ``rss_mb`` of every server process: after a warm-up (``baseline``) and after the
   run once every client is gone (``after``).
 
+Where a turn's CPU goes (``cpu_ms_per_turn``, from the first POST to the last ``turn/end``):
+this driver (``time.process_time``), each server process and PostgreSQL (``utime + stime`` from
+``/proc/<pid>/stat``). PostgreSQL's share is its backends serving this run (the DSN carries an
+``application_name`` of the run, found in ``pg_stat_activity``), and, apart, every
+``postgres`` process of the machine (its background writers too, and other users' backends on
+a shared machine). With 2 cores, ``2000 / (sum of the parts)`` is the turns/s a run can reach.
+
+``--pg-log FILE`` also counts the statements PostgreSQL ran per turn in that window: FILE is
+the server's log, and the DSN's role must log its statements (``ALTER ROLE r SET
+log_statement = 'all'``: only that role's statements are logged); every logged statement in
+the window is counted, by kind (``BEGIN``, ``COMMIT``, the empty liveness check, the rest).
+
 Configurations: ``jsonl-1`` (one process, JSONL store, turns in-process, streams woken at
 once), ``queue-1``, ``queue-2`` and ``queue-3`` (``--queue``: PostgreSQL store and
 procrastinate jobs, one, two or three worker processes; a stream on a worker that does not run
@@ -74,6 +86,8 @@ class Served:
     pids: list[int]
     verify: list[str]
     env: dict[str, str]
+    #: the ``application_name`` of this run's PostgreSQL connections ("" without PostgreSQL)
+    application_name: str = ""
 
 
 def _fds(pid: int) -> int:
@@ -91,6 +105,77 @@ def _fd_kinds(pid: int) -> dict[str, int]:
     return kinds
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int) -> float:
+    """``utime + stime`` of ``pid`` in seconds (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def _postgres_pids() -> list[int]:
+    """Every ``postgres`` process of the machine."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError), open(f"/proc/{entry}/comm") as f:
+                if f.read().strip() in ("postgres", "postmaster"):
+                    pids.append(int(entry))
+    return pids
+
+
+def _backend_pids(application_name: str) -> list[int]:
+    """The PostgreSQL backends connected with ``application_name``."""
+    import psycopg
+
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        return [row[0] for row in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (application_name,))]
+
+
+@dataclass
+class CpuMark:
+    """CPU seconds of the parts of a run at one moment."""
+
+    driver: float
+    servers: list[float]
+    backends: dict[int, float]
+    postgres: dict[int, float]
+
+    @classmethod
+    def take(cls, served: Served) -> CpuMark:
+        backends = _backend_pids(served.application_name) if served.application_name else []
+        return cls(time.process_time(), [_cpu_s(p) for p in served.pids],
+                   {p: _cpu_s(p) for p in backends}, {p: _cpu_s(p) for p in _postgres_pids()})
+
+
+def cpu_per_turn(start: CpuMark, end: CpuMark, turns: int) -> dict[str, Any]:
+    """ms of CPU per turn of each part between two marks (a backend or a postgres process
+    that started between them counts from 0; one that ended is not seen)."""
+    def spent(before: dict[int, float], after: dict[int, float]) -> float:
+        return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
+
+    per = 1000 / turns
+    servers = [round((b - a) * per, 2) for a, b in zip(start.servers, end.servers, strict=True)]
+    backends = spent(start.backends, end.backends) * per
+    driver = (end.driver - start.driver) * per
+    total = driver + sum(servers) + backends
+    return {
+        "driver": round(driver, 2),
+        "servers": servers,
+        "postgres_backends": round(backends, 2),
+        "postgres_backends_count": len(end.backends),
+        "postgres_all": round(spent(start.postgres, end.postgres) * per, 2),
+        "sum": round(total, 2),
+        "turns_per_s_ceiling_2_cores": round(2000 / total, 1) if total else None,
+    }
+
+
 def _rss_mb(pid: int) -> float:
     with open(f"/proc/{pid}/status") as status:
         for line in status:
@@ -101,8 +186,9 @@ def _rss_mb(pid: int) -> float:
 
 @contextmanager
 def servers(scratch: Path, name: str, count: int, queue: bool, requests: int,
-            ) -> Iterator[Served]:
-    """``count`` ``dsh serve`` processes of one configuration."""
+            profile: Path | None = None) -> Iterator[Served]:
+    """``count`` ``dsh serve`` processes of one configuration (``profile``: each under cProfile,
+    its stats written to ``<profile>/<name>-<index>.prof`` when it exits)."""
     base = scratch / name
     (base / "ws").mkdir(parents=True)
     config = base / "dsh.yml"
@@ -111,15 +197,18 @@ def servers(scratch: Path, name: str, count: int, queue: bool, requests: int,
     prefix = f"dsh_bench{uuid.uuid4().hex[:10]}"
     env = {k: v for k, v in os.environ.items() if k != "DSH_SERVE_TOKEN"}
     if queue:
-        env.update(DSH_POSTGRES_DSN=DSN, DSH_POSTGRES_SCHEMA=f"{prefix}_main")
+        env.update(DSH_POSTGRES_DSN=f"{DSN} application_name={prefix}",
+                   DSH_POSTGRES_SCHEMA=f"{prefix}_main")
     procs: list[subprocess.Popen[str]] = []
     urls: list[str] = []
     try:
         for index in range(count):
             work = base / f"work-{index}"
             work.mkdir()
+            wrap = ([] if profile is None else
+                    ["-m", "cProfile", "-o", str(profile / f"{name}-{index}.prof")])
             command = [
-                sys.executable, "-m", "dsh_host", "serve", "--config", str(config),
+                sys.executable, *wrap, "-m", "dsh_host", "serve", "--config", str(config),
                 "--model", f"scripted:{_script(base / f'script-{index}.json', requests)}",
                 "--workspace", str(base / "ws"), "--port", "0",
             ]
@@ -139,7 +228,7 @@ def servers(scratch: Path, name: str, count: int, queue: bool, requests: int,
                 raise SystemExit(f"{name}: dsh serve did not start: {problem}")
             urls.append(line.split()[4].rstrip("/"))
         verify = ["--config", str(config)] + ([] if queue else ["--root", str(base / "sessions")])
-        yield Served(urls, [p.pid for p in procs], verify, env)
+        yield Served(urls, [p.pid for p in procs], verify, env, prefix if queue else "")
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
@@ -197,8 +286,36 @@ async def _warm_up(client: httpx.AsyncClient, urls: list[str]) -> None:
             await anyio.sleep(0.05)
 
 
+def _log_size(path: Path | None) -> int:
+    return path.stat().st_size if path is not None else 0
+
+
+def statements_per_turn(path: Path, start: int, end: int, turns: int) -> dict[str, float]:
+    """The statements logged in ``path`` between byte offsets ``start`` and ``end``, per turn,
+    by kind."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        text = f.read(end - start).decode("utf-8", "replace")
+    kinds: dict[str, int] = {}
+    for line in text.splitlines():
+        for marker in ("LOG:  statement: ", "LOG:  execute "):
+            at = line.find(marker)
+            if at < 0:
+                continue
+            query = line[at + len(marker):]
+            if marker.endswith("execute "):
+                query = query.split(":", 1)[1] if ":" in query else ""
+            words = query.strip().split()
+            head = words[0].upper() if words else "(empty)"
+            kind = head if head in ("BEGIN", "COMMIT", "(empty)") else "other"
+            kinds[kind] = kinds.get(kind, 0) + 1
+    per = {kind: round(count / turns, 2) for kind, count in sorted(kinds.items())}
+    per["all"] = round(sum(kinds.values()) / turns, 2)
+    return per
+
+
 async def drive(served: Served, sessions: int, turns: int, followers: int = 0,
-                dropped: int = 0) -> dict[str, Any]:
+                dropped: int = 0, pg_log: Path | None = None) -> dict[str, Any]:
     urls = served.urls
     delivery_ms: list[float] = []
     turn_ms: list[float] = []
@@ -225,6 +342,8 @@ async def drive(served: Served, sessions: int, turns: int, followers: int = 0,
             created = await client.post(f"{urls[index % len(urls)]}/sessions", json={})
             created.raise_for_status()
             ids.append(created.json()["id"])
+        cpu_start = CpuMark.take(served)
+        log_start = _log_size(pg_log)
         wall_start = time.perf_counter()
 
         async def one(index: int) -> None:
@@ -281,6 +400,11 @@ async def drive(served: Served, sessions: int, turns: int, followers: int = 0,
             for index in range(sessions):
                 group.start_soon(one, index)
         wall = time.perf_counter() - wall_start
+        log_end = _log_size(pg_log)
+        cpu = cpu_per_turn(cpu_start, CpuMark.take(served), sessions * turns)
+        if pg_log is not None:
+            cpu["statements_per_turn"] = statements_per_turn(
+                pg_log, log_start, log_end, sessions * turns)
         invariants = await _invariants(client, served, accepted, seen)
     # Every client connection is closed; the server lets go of idle ones after its keep-alive
     # timeout (5 s).
@@ -304,6 +428,7 @@ async def drive(served: Served, sessions: int, turns: int, followers: int = 0,
                     "p99": round(c.percentile(turn_ms, 99), 1)},
         "healthz_ms_p50": round(floor, 3),
         "delivery_p50_over_healthz": round(c.ratio(delivery_p50, floor), 1),
+        "cpu_ms_per_turn": cpu,
         "followers": followers,
         "dropped": dropped,
         "invariants": invariants,
@@ -346,6 +471,12 @@ def main() -> int:
     parser.add_argument("--dropped", type=int, default=200,
                         help="clients that go away mid-request (default 200)")
     parser.add_argument("--only", nargs="*", default=None, help="configurations to run")
+    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                        help="run each server under cProfile, stats to DIR/<config>-<i>.prof "
+                        "(its figures are then not comparable)")
+    parser.add_argument("--pg-log", type=Path, default=None, metavar="FILE",
+                        help="PostgreSQL's log: count the statements per turn (the DSN's role "
+                        "must have log_statement = 'all')")
     args = parser.parse_args()
     sessions, turns = (6, 1) if args.small else (args.sessions, args.turns)
     followers, dropped = (1, 20) if args.small else (args.followers, args.dropped)
@@ -357,9 +488,15 @@ def main() -> int:
     with c.scratch_dir(args.scratch, "serve_load") as scratch:
         for name, count, queue in configurations:
             print(f"{name}: {count} worker(s), {sessions} sessions x {turns} turns", flush=True)
-            with servers(scratch, name, count, queue, requests=sessions * turns + 10) as served:
+            if args.profile is not None:
+                args.profile.mkdir(parents=True, exist_ok=True)
+            with servers(scratch, name, count, queue, requests=sessions * turns + 10,
+                         profile=args.profile) as served:
                 results[name] = anyio.run(drive, served, sessions, turns, followers, dropped,
-                                          backend=args.backend)
+                                          args.pg_log, backend=args.backend)
+                if args.pg_log is not None:
+                    print(f"  statements per turn: "
+                          f"{results[name]['cpu_ms_per_turn']['statements_per_turn']}")
         machine = c.machine_info(scratch)
     rows = [
         [name, r["turns"], r["turns_per_s"], r["delivery_ms"]["p50"], r["delivery_ms"]["p99"],
@@ -372,6 +509,15 @@ def main() -> int:
         ["config", "turns", "turns/s", "deliv p50 ms", "deliv p99 ms", "turn p50 ms",
          "turn p99 ms", "healthz ms", "deliv/healthz"],
         rows,
+    )
+    c.print_table(
+        "CPU ms per turn: the driver, each server process, PostgreSQL (this run's backends; "
+        "every postgres process), and the turns/s 2 cores allow at that sum",
+        ["config", "driver", "servers", "PG backends", "PG all", "sum", "ceiling turns/s"],
+        [[name, r["cpu_ms_per_turn"]["driver"], r["cpu_ms_per_turn"]["servers"],
+          r["cpu_ms_per_turn"]["postgres_backends"], r["cpu_ms_per_turn"]["postgres_all"],
+          r["cpu_ms_per_turn"]["sum"], r["cpu_ms_per_turn"]["turns_per_s_ceiling_2_cores"]]
+         for name, r in results.items()],
     )
     c.print_table(
         "invariants (violations; fds and RSS per server process: baseline -> after)",

@@ -469,6 +469,7 @@ if TYPE_CHECKING:
         thaw_json as thaw_json,
         to_json_builtins as to_json_builtins,
     )
+    from dsh_host.filewatch import StatMemo as StatMemo, Watched as Watched
     from dsh_host.userdirs import (
         config_home as config_home,
         default_session_root as default_session_root,
@@ -696,6 +697,7 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
         "MAX_SAFE_INTEGER", "is_safe_int", "js_number", "json_enc_hook", "may_hold_unsafe_int",
         "parse_js_float", "thaw_json", "to_json_builtins",
     ),
+    "dsh_host.filewatch": ("StatMemo", "Watched"),
     "dsh_host.userdirs": ("config_home", "default_session_root", "trust_store_file"),
 }
 #: Modules re-exported whole (``offload.run_sync``: a blocking call off the event loop).

@@ -161,9 +161,11 @@ def ledger_gate(ctx: Context) -> Callable[[ToolExecution, Any], Awaitable[PreToo
 
 
 def ledger_context(context: AssembleContext) -> str:
-    """The ``effects:ledger`` section: empty unless the session carries a ledger."""
+    """The ``effects:ledger`` section: empty unless the session carries a ledger, and empty in
+    a ``dsh replay`` child (D28): there the model must be asked what the source's model was
+    asked; the gate answers its calls from the record without the model being told."""
     agent = context.agent
-    if agent is None:
+    if agent is None or is_replay(agent.session):
         return ""
     entries = [e for e in session_ledger(agent.session) if e.get("status") != "not-started"]
     if not entries:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
@@ -423,13 +423,23 @@ def transcript_lines(
     full: bool = False,
     turn: int | None = None,
 ) -> list[Line]:
+    """:func:`iter_transcript_lines` as a list."""
+    return list(iter_transcript_lines(events, full=full, turn=turn))
+
+
+def iter_transcript_lines(
+    events: Iterable[Any],
+    *,
+    full: bool = False,
+    turn: int | None = None,
+) -> Iterator[Line]:
     """Everything that happened, for people: turns with their times and end reasons, what was
     said (runtime-context snapshots labelled by their source, never ``you:``), each call with
     its approval trail and result, failed attempts, retries, and each answer's token usage.
     ``turn``: only that turn; ``full``: tool output unclipped. Every original event is shown;
     a surface ``replace`` (compaction's model-only replacement) is not, and a mark says where
-    compaction changed the model's view instead."""
-    out: list[Line] = []
+    compaction changed the model's view instead. One line at a time: a reader of a long log
+    prints it as it walks it (D33)."""
     current: int | None = None
     started: int | None = None
     for event in events:
@@ -439,41 +449,39 @@ def transcript_lines(
         if turn is not None and current != turn:
             continue
         if (mark := compaction_mark(event)) is not None:
-            out.append(("yellow", mark))
+            yield ("yellow", mark)
             continue
         if isinstance(event.surface_op, ReplaceOp):
             continue
         if kind == "turn/start":
-            out.append(("bold", f"── turn {current} · {when(event.time)}"))
+            yield ("bold", f"── turn {current} · {when(event.time)}")
         elif kind in ("user/message", "system/message"):
             message = event.data if kind == "user/message" else event.data.message
-            out.extend(message_lines(message))
+            yield from message_lines(message)
         elif kind == "developer/message":  # DSH format v4: tool changes, as the model sees them
             projected = developer_as_system(event.data.message)
             if projected is not None:
                 text = terminal_safe(blocks_text(projected.content))
-                out.append(("dim", f"developer: {continued(text)}"))
+                yield ("dim", f"developer: {continued(text)}")
         elif kind == "subagent/catalog":
-            out.append(("dim", _one_line(f"  {catalog_summary(event_to_builtins(event)['data'])}")))
+            yield ("dim", _one_line(f"  {catalog_summary(event_to_builtins(event)['data'])}"))
         elif kind == "assistant/message":
-            out.extend(message_lines(event.data.message))
+            yield from message_lines(event.data.message)
             usage = to_usage(event.data)
             if usage:
-                out.append(("dim", f"  · {usage}"))
+                yield ("dim", f"  · {usage}")
         elif kind == "assistant/attempt":
-            out.append(("red", f"  ✗ a model attempt of step {event.data.step} failed "
-                               "(nothing it said entered the conversation)"))
+            yield ("red", f"  ✗ a model attempt of step {event.data.step} failed "
+                          "(nothing it said entered the conversation)")
         elif kind == "tool/result":
-            out.extend(tool_result_lines(event.data, full=full))
+            yield from tool_result_lines(event.data, full=full)
         elif kind in ("approval/asked", "approval/decided"):
-            out.extend(approval_lines(kind, event_to_builtins(event)["data"]))
+            yield from approval_lines(kind, event_to_builtins(event)["data"])
         elif kind == "llm/retry":
             retry = retry_summary(event_to_builtins(event)["data"])
-            out.append(("yellow", _one_line(f"  ↻ {retry}")))
+            yield ("yellow", _one_line(f"  ↻ {retry}"))
         elif kind == "turn/end":
-            out.append(turn_end_line(event_to_builtins(event)["data"], started=started,
-                                     at=event.time))
-    return out
+            yield turn_end_line(event_to_builtins(event)["data"], started=started, at=event.time)
 
 
 def to_usage(data: Any) -> str:

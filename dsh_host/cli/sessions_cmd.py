@@ -8,10 +8,11 @@ import dataclasses
 import functools
 import json
 import os
+import shutil
 import sys
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.from_thread
@@ -22,6 +23,7 @@ from ..errors import install_hint
 from ..loader import PluginHost
 from ..session.events import SessionEvent, event_to_builtins, to_builtins
 from ..session.keys import TELEMETRY
+from ..session.messages import Message
 from ..session.persistence import (
     SessionLoad,
     SessionPersistenceCorruptionError,
@@ -29,8 +31,9 @@ from ..session.persistence import (
 )
 from ..session.prices import PriceTable
 from ..session.repair import call_identity_problems, interrupted_turn_closers
-from ..session.session import Session, derive_messages_from_events
+from ..session.session import Session, derive_event_message
 from ..session.summary import SessionSummary
+from ..session.surface import surface_nodes
 from .common import (
     CliUsageError,
     load_composition,
@@ -46,6 +49,7 @@ from .render import (
     MAX_TOOL_OUTPUT_LINES,
     event_summary,
     human_size,
+    iter_transcript_lines,
     message_lines,
     terminal_safe,
     transcript_lines,
@@ -455,6 +459,21 @@ async def _read(host: PluginHost, session_id: str) -> SessionLoad:
         await handle.close()
 
 
+if TYPE_CHECKING:  # a listing never loads the token meter (tests/cli/test_startup.py)
+    from ..session.tokens import TokenMeter, WalkedLog
+
+
+@dataclasses.dataclass
+class _Shown:
+    """What ``show`` learnt while it printed a log: the folds its closing lines need."""
+
+    meter: TokenMeter
+    log: WalkedLog
+    turns: set[int] = dataclasses.field(default_factory=set)
+    delegations: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    torn_tail: Any = None
+
+
 def run_show(args: argparse.Namespace) -> int:
     located = load_composition(args)[1]
     rows = persistence_rows(located)
@@ -474,68 +493,125 @@ def run_show(args: argparse.Namespace) -> int:
 
         run_with_host(rows, events)
         return 0
+    if args.view == "transcript" and args.json:
+        return _show_transcript_document(args, rows, prices)
     tree = bool(getattr(args, "tree", False))
     children: dict[str, SessionLoad | str] = {}
 
-    async def body(host: PluginHost) -> SessionLoad:
-        load = await _read(host, args.session_id)
-        if tree:
-            await _read_children(host, load, children)
-        return load
+    def emit(lines: Iterable[tuple[str, str]]) -> None:
+        for style, text in lines:
+            out.print(text, style=style or None, markup=False)
 
-    load = run_with_host(rows, body)
+    def show(walk: Callable[[], Iterator[SessionEvent]],
+             lookup: Callable[[int], SessionEvent | None]) -> _Shown:
+        from ..session.tokens import TokenMeter, WalkedLog
+
+        shown = _Shown(TokenMeter(prices), WalkedLog())
+
+        def tapped() -> Iterator[SessionEvent]:
+            for event in walk():
+                shown.meter.feed(shown.log, (event,))
+                if event.type == "turn/start":
+                    shown.turns.add(event.data.turn)
+                elif event.type == "subagent/catalog":
+                    shown.delegations.extend(_delegations((event,)))
+                yield event
+
+        if args.view == "transcript":
+            # Everything that happened, from the events: turns, approvals, attempts, retries,
+            # times, usage, rendered as the live run prints them; every original event and a
+            # mark where compaction changed the model's view.
+            emit(iter_transcript_lines(tapped(), full=args.full, turn=args.turn))
+            return shown
+        # The compacted surface: checkpoints and pruned results in place of what they
+        # replace. One walk finds the surface's nodes, a second prints them in surface order
+        # (a node out of log order, a compaction's checkpoint, waits for the ones before it).
+        position = {seq: i for i, seq in enumerate(surface_nodes(tapped(), lookup))}
+        if args.turn is not None and args.turn not in shown.turns:
+            return shown  # refused below, before anything is printed
+        waiting: dict[int, Message | None] = {}
+        next_index = 0
+        for event in walk():
+            index = position.get(event.seq)
+            if index is None:
+                continue
+            waiting[index] = derive_event_message(event)
+            while next_index in waiting:
+                message = waiting.pop(next_index)
+                next_index += 1
+                if message is None:
+                    continue
+                if args.json:
+                    print(json_line(to_builtins(message)))
+                else:
+                    emit(message_lines(message))
+        return shown
+
+    async def body(host: PluginHost) -> _Shown:
+        store = persistence(host)
+        session_id = args.session_id
+        shown: _Shown
+        if getattr(store, "walked_tail", None) is None:
+            # A store that cannot say a walk ended at a complete record: read it whole.
+            load = await _read(host, session_id)
+            events = load.events
+
+            def point(seq: int) -> SessionEvent | None:
+                return events[seq] if 0 <= seq < len(events) else None
+
+            shown = await anyio.to_thread.run_sync(show, lambda: iter(events), point)
+            shown.torn_tail = load.torn_tail
+        else:
+            shown = await anyio.to_thread.run_sync(
+                show,
+                lambda: _walked_events(store, session_id),
+                lambda seq: _stored_event(store, session_id, seq),
+            )
+            trailing, _ = await store.walked_tail(session_id)
+            if trailing != 0:  # a torn tail (or an append under way): the full read says which
+                shown.torn_tail = (await store.inspect(session_id)).torn_tail
+        if tree:
+            await _read_children(host, shown.delegations, children)
+        return shown
+
+    shown = run_with_host(rows, body)
+    if args.turn is not None and args.turn not in shown.turns:
+        raise CliUsageError(f"--turn {args.turn}: session {args.session_id} has no such turn")
+    if not args.json:
+        meter, log = shown.meter, shown.log
+        for line in usage_lines(meter.usage(log), meter.pressure(log)):
+            out.print(line, style="dim", markup=False)
+        if args.view == "transcript":
+            emit(_delegation_lines(shown.delegations, children, full=args.full, indent=""))
+    if not args.json and shown.torn_tail is not None:
+        out.print(
+            f"(the log has a torn tail: {shown.torn_tail.recovered} event(s) recovered; "
+            f"`{command_hint('dsh', 'sessions', 'verify', args.session_id)}` explains)",
+            style="yellow",
+            markup=False,
+        )
+    return 0
+
+
+def _show_transcript_document(args: argparse.Namespace, rows: Any, prices: PriceTable) -> int:
+    """``show --json``: one document of turns, calls, approvals, results, times and usage (the
+    messages the model is sent are ``--view model``, the log itself ``--view events``). It is
+    one JSON value, built from the log read whole."""
+    load = run_with_host(rows, lambda host: _read(host, args.session_id))
     if args.turn is not None and not any(
         e.type == "turn/start" and e.data.turn == args.turn for e in load.events
     ):
         raise CliUsageError(f"--turn {args.turn}: session {load.id} has no such turn")
+    from ..session.tokens import TokenMeter
+
     session = Session.restore(load.header, list(load.events), mark_seed_end=False)
-    if args.view == "transcript" and args.json:
-        # One document: turns, calls, approvals, results, times and usage (the messages the
-        # model is sent are `--view model`, the log itself `--view events`).
-        from ..session.tokens import TokenMeter
-
-        meter = TokenMeter(prices)
-        document = transcript_document(
-            load.id, load.events, usage=meter.usage(session), turn_usage=meter.turn_usage(session)
-        )
-        if args.turn is not None:
-            document["turns"] = [t for t in document["turns"] if t["turn"] == args.turn]
-        print(json_line(document))
-        return 0
-    messages: list[Any] = []
-    if args.view == "transcript" and not args.json:
-        # Everything that happened, from the events: turns, approvals, attempts, retries,
-        # times, usage, rendered as the live run prints them; every original event and a
-        # mark where compaction changed the model's view.
-        for style, text in transcript_lines(load.events, full=args.full, turn=args.turn):
-            out.print(text, style=style or None, markup=False)
-    elif args.view == "model":
-        # The compacted surface: checkpoints and pruned results in place of what they replace.
-        messages = list(derive_messages_from_events(load.events))
-    else:
-        messages = list(session.append_origin_messages())
-    for message in messages:
-        if args.json:
-            print(json_line(to_builtins(message)))
-            continue
-        for style, text in message_lines(message):
-            out.print(text, style=style or None, markup=False)
-    if not args.json:
-        from ..session.tokens import TokenMeter  # `show` only: a listing needs no meter
-
-        meter = TokenMeter(prices)
-        for line in usage_lines(meter.usage(session), meter.pressure(session)):
-            out.print(line, style="dim", markup=False)
-        if args.view == "transcript":
-            for style, text in _delegation_lines(load, children, full=args.full, indent=""):
-                out.print(text, style=style or None, markup=False)
-    if not args.json and load.torn_tail is not None:
-        out.print(
-            f"(the log has a torn tail: {load.torn_tail.recovered} event(s) recovered; "
-            f"`{command_hint('dsh', 'sessions', 'verify', load.id)}` explains)",
-            style="yellow",
-            markup=False,
-        )
+    meter = TokenMeter(prices)
+    document = transcript_document(
+        load.id, load.events, usage=meter.usage(session), turn_usage=meter.turn_usage(session)
+    )
+    if args.turn is not None:
+        document["turns"] = [t for t in document["turns"] if t["turn"] == args.turn]
+    print(json_line(document))
     return 0
 
 
@@ -551,12 +627,15 @@ def _delegations(events: Any) -> list[dict[str, Any]]:
 
 
 async def _read_children(
-    host: PluginHost, load: SessionLoad, into: dict[str, SessionLoad | str], depth: int = 0
+    host: PluginHost,
+    delegations: list[dict[str, Any]],
+    into: dict[str, SessionLoad | str],
+    depth: int = 0,
 ) -> None:
-    """Read every child session ``load`` delegated to, and theirs (``--tree``)."""
+    """Read every child session of ``delegations``, and theirs (``--tree``)."""
     if depth >= 16:  # a cycle cannot be written by the plugin; a bounded walk all the same
         return
-    for fact in _delegations(load.events):
+    for fact in delegations:
         child_id = fact["childId"]
         if child_id in into:
             continue
@@ -566,16 +645,20 @@ async def _read_children(
             into[child_id] = str(exc)
             continue
         into[child_id] = child
-        await _read_children(host, child, into, depth + 1)
+        await _read_children(host, _delegations(child.events), into, depth + 1)
 
 
 def _delegation_lines(
-    load: SessionLoad, children: dict[str, SessionLoad | str], *, full: bool, indent: str
+    delegations: list[dict[str, Any]],
+    children: dict[str, SessionLoad | str],
+    *,
+    full: bool,
+    indent: str,
 ) -> list[tuple[str, str]]:
-    """One line per delegation of ``load`` (the child id to show); with ``--tree`` the child's
-    transcript under it, indented, and its own delegations below that."""
+    """One line per delegation (the child id to show); with ``--tree`` the child's transcript
+    under it, indented, and its own delegations below that."""
     lines: list[tuple[str, str]] = []
-    for fact in _delegations(load.events):
+    for fact in delegations:
         child_id = fact["childId"]
         label = fact.get("label")
         named = f" ({terminal_safe(str(label), multiline=False)})" if label else ""
@@ -591,7 +674,9 @@ def _delegation_lines(
             inner = indent + "  │ "
             for style, text in transcript_lines(child.events, full=full, turn=None):
                 lines.append((style, inner + text))
-            lines.extend(_delegation_lines(child, children, full=full, indent=indent + "  "))
+            lines.extend(_delegation_lines(
+                _delegations(child.events), children, full=full, indent=indent + "  "
+            ))  # fmt: skip
     return lines
 
 
@@ -631,7 +716,7 @@ def run_export_otel(args: argparse.Namespace) -> int:
     async def body(host: PluginHost) -> tuple[SessionLoad, dict[str, SessionLoad | str]]:
         load = await _read(host, args.session_id)
         children: dict[str, SessionLoad | str] = {}
-        await _read_children(host, load, children)
+        await _read_children(host, _delegations(load.events), children)
         return load, children
 
     load, children = run_with_host(rows, body)
@@ -713,6 +798,26 @@ class _Checks:
     path: str | None
 
 
+def _walked_events(store: Any, session_id: str) -> Iterator[SessionEvent]:
+    """The stored log from seq 0, read page by page (``read_from`` with a limit) on a worker
+    thread, which asks the event loop for each page: a reader holds a page, not the log (D33)."""
+    seq = 0
+    while True:
+        page = anyio.from_thread.run(
+            functools.partial(store.read_from, session_id, seq, limit=VERIFY_PAGE)
+        )
+        yield from page
+        if len(page) < VERIFY_PAGE:
+            return
+        seq = page[-1].seq + 1
+
+
+def _stored_event(store: Any, session_id: str, seq: int) -> SessionEvent | None:
+    """The stored event ``seq`` (None: not stored), read alone from a worker thread."""
+    found = anyio.from_thread.run(functools.partial(store.read_from, session_id, seq, limit=1))
+    return found[0] if found else None
+
+
 async def _walk_checks(store: Any, session_id: str) -> _Checks | None:
     """``verify``'s checks on a log read page by page (``read_from`` with a limit), so a
     100k-event log costs a page of memory, not the log: the call-pairing check and the
@@ -725,15 +830,7 @@ async def _walk_checks(store: Any, session_id: str) -> _Checks | None:
         return None
 
     def pages() -> Iterator[SessionEvent]:
-        seq = 0
-        while True:
-            page = anyio.from_thread.run(
-                functools.partial(store.read_from, session_id, seq, limit=VERIFY_PAGE)
-            )
-            yield from page
-            if len(page) < VERIFY_PAGE:
-                return
-            seq = page[-1].seq + 1
+        return _walked_events(store, session_id)
 
     def check() -> tuple[int, int | None, list[str], list[str]]:
         count, last = 0, None
@@ -875,30 +972,58 @@ def run_export(args: argparse.Namespace) -> int:
     """
     from pathlib import Path
 
-    from ..session.audit import attest, load_or_create_key, public_key_text
+    from ..session.audit import attest_lines, load_or_create_key, public_key_text
 
     rows = persistence_rows(load_composition(args)[1])
     key = load_or_create_key(Path(args.key).expanduser() if args.key else None)
+    session_id = args.session_id
 
-    async def body(host: PluginHost) -> SessionLoad:
-        return await _read(host, args.session_id)
+    def write(out: Any, header: Any, events: Iterable[SessionEvent]) -> int:
+        """The attested lines to ``out``; how many events they hold."""
+        count = 0
 
-    load = run_with_host(rows, body)
-    data = attest(
-        load.id,
-        to_builtins(load.header),
-        [event_to_builtins(event) for event in load.events],
-        key,
-    )
+        def counted() -> Iterator[dict[str, Any]]:
+            nonlocal count
+            for event in events:
+                count += 1
+                yield event_to_builtins(event)
+
+        for line in attest_lines(session_id, to_builtins(header), counted(), key):
+            out.write(line)
+        return count
+
+    async def body(host: PluginHost, out: Any) -> int:
+        store = persistence(host)
+        if getattr(store, "walked_tail", None) is not None:
+            # Page by page (D33): the header from the listing, the events walked.
+            header = await store.stored_header(session_id)
+            count = await anyio.to_thread.run_sync(
+                write, out, header, _walked_events(store, session_id)
+            )
+            trailing, _ = await store.walked_tail(session_id)
+            if trailing == 0:
+                return count
+            # A torn tail (or an append under way): the full read decides what is exported.
+            out.seek(0)
+            out.truncate()
+        load = await _read(host, session_id)
+        return write(out, load.header, load.events)
+
     if args.output is None:
-        sys.stdout.buffer.write(data)
+        # stdout cannot be rewound: a walk that meets a torn tail goes to a spool first.
+        import tempfile
+
+        with tempfile.TemporaryFile() as spool:
+            count = run_with_host(rows, lambda host: body(host, spool))
+            spool.seek(0)
+            shutil.copyfileobj(spool, sys.stdout.buffer)
         sys.stdout.flush()
     else:
         target = Path(args.output)
         partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
         try:
-            with open(partial, "wb") as out:
-                out.write(data)
+            with open(partial, "w+b") as out:
+                count = run_with_host(rows, lambda host: body(host, out))
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(partial, target)
@@ -907,8 +1032,11 @@ def run_export(args: argparse.Namespace) -> int:
             raise CliUsageError(
                 f"--output {args.output}: cannot write it ({exc.strerror})"
             ) from None
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
     print(
-        f"dsh: exported {len(load.events)} events of {load.id}, signed by Ed25519 key "
+        f"dsh: exported {count} events of {session_id}, signed by Ed25519 key "
         f"{public_key_text(key)}",
         file=sys.stderr,
     )

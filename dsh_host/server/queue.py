@@ -24,11 +24,14 @@ import contextlib
 import logging
 import os
 import socket
+import time
+import weakref
 from typing import Any, Final
 
 import anyio
 import procrastinate
 import psycopg
+import psycopg_pool
 from procrastinate.exceptions import AlreadyEnqueued, UniqueViolation
 from psycopg import sql
 
@@ -58,6 +61,40 @@ ONE_TURN_AT_A_TIME: Final = (
 )
 
 
+#: A pooled connection given back less than this many seconds ago is handed out again without
+#: a liveness round trip (see :func:`_job_pool`).
+RECENT_S: Final = 5.0
+
+
+def _job_pool(**kwargs: Any) -> psycopg_pool.AsyncConnectionPool:
+    """procrastinate's pool, with fewer round trips per job query.
+
+    procrastinate checks every connection it borrows (an empty query) and runs each query in
+    a transaction of its own (``BEGIN``, the query, ``COMMIT``): four round trips for one
+    single-statement query. Its connections here are autocommit (each query is one statement:
+    the same transaction, one round trip) and a connection given back less than
+    :data:`RECENT_S` ago is not checked (one idle longer, which a server or a proxy may have
+    closed meanwhile, still is, and is replaced when dead).
+    """
+    returned: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+
+    async def check(conn: Any) -> None:
+        if time.monotonic() - returned.get(conn, float("-inf")) >= RECENT_S:
+            await psycopg_pool.AsyncConnectionPool.check_connection(conn)
+
+    async def configure(conn: Any) -> None:
+        # Not ``autocommit`` in the pool's connection kwargs: procrastinate opens its LISTEN
+        # connection with those kwargs plus its own ``autocommit=True``.
+        await conn.set_autocommit(True)
+
+    async def reset(conn: Any) -> None:
+        returned[conn] = time.monotonic()
+
+    return psycopg_pool.AsyncConnectionPool(
+        **{**kwargs, "check": check, "configure": configure, "reset": reset}
+    )
+
+
 class TurnQueue:
     """The procrastinate app of one server process: deferring jobs and running a worker."""
 
@@ -78,11 +115,17 @@ class TurnQueue:
         options = f"-c search_path={schema}"
         self.app = procrastinate.App(
             connector=procrastinate.PsycopgConnector(
-                conninfo=dsn, kwargs={"options": options}, min_size=1, max_size=4
+                conninfo=dsn,
+                kwargs={"options": options},
+                min_size=1,
+                max_size=4,
+                pool_factory=_job_pool,
             )
         )
         self._runner: Any = None
         self._on_abort: Any = None
+        #: the backend that sends this process's NOTIFYs (its own wake-ups are not relayed back)
+        self._relay_pid: int | None = None
 
         @self.app.task(
             name=TURN_TASK,
@@ -187,17 +230,29 @@ class TurnQueue:
     async def relay_flushes(self, flushed: Any) -> None:
         """NOTIFY every worker of each session this process flushed (``flushed``: a receive
         stream of session ids): their streams re-read the table at once instead of at the
-        next poll."""
+        next poll. The flushes that queued up while a NOTIFY was on its way go out together,
+        one notification per session, in one statement (a stream re-reads from its own
+        cursor, so one wake-up after several flushes shows them all)."""
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+            self._relay_pid = conn.info.backend_pid
             async for session_id in flushed:
-                await conn.execute("SELECT pg_notify(%s, %s)", (self.channel, session_id))
+                sessions = {session_id: None}
+                with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
+                    while True:
+                        sessions[flushed.receive_nowait()] = None
+                await conn.execute(
+                    "SELECT pg_notify(%s, s) FROM unnest(%s::text[]) AS s",
+                    (self.channel, list(sessions)),
+                )
 
     async def listen(self, wake: Any) -> None:
-        """Call ``wake(session_id)`` for every flush any worker announces."""
+        """Call ``wake(session_id)`` for every flush another worker announces (this process's
+        own NOTIFYs come back too: its streams were woken at the flush itself)."""
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
             async for notice in conn.notifies():
-                wake(notice.payload)
+                if notice.pid != self._relay_pid:
+                    wake(notice.payload)
 
     # ------------------------------------------------------------------ worker side
     async def work(self, runner: Any, on_abort: Any) -> None:

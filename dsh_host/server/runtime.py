@@ -64,7 +64,7 @@ from dsh_host.session.persistence import (
     SessionNotFoundError,
 )
 from dsh_host.session.storage import SupportsCurrentRevision
-from dsh_host.session.summary import SessionSummary, last_turn
+from dsh_host.session.summary import SummaryFold, last_turn
 from dsh_host.session.terms import record_terms, recorded_terms
 
 from . import views
@@ -173,11 +173,19 @@ class StoredSummary:
 
     @classmethod
     def of(cls, load: SessionLoad) -> StoredSummary:
-        header, events = load.header, load.events
-        fields = views.session_fields(SessionSummary.of(load))
-        approvals = tuple(pending_approvals(events, load.id))
-        admission = (header, recorded_terms(events))
-        return cls(fields, approvals, bool(load.closers), header.to_json(), admission)
+        fold = SummaryFold()
+        fold.feed(load.events)
+        return cls.folded(load.header, fold, load.closers)
+
+    @classmethod
+    def folded(
+        cls, header: SessionHeader, fold: SummaryFold, closers: Sequence[SessionEvent] = ()
+    ) -> StoredSummary:
+        """From a :class:`SummaryFold` fed the whole log (``closers``: a read's for an open
+        turn): what a walk of the log page by page gives (D33)."""
+        fields = views.session_fields(fold.summary(header, closers))
+        approvals = tuple(pending_approvals(fold.last_events(), header.id))
+        return cls(fields, approvals, bool(closers), header.to_json(), (header, fold.terms))
 
 
 @dataclass
@@ -453,7 +461,32 @@ class ServerRuntime:
             if await store.current_revision(session_id) == remembered[0]:
                 return remembered[1]
         self.metrics.logs_read.inc()
+        walked = await self._walk_summary(session_id)
+        if walked is not None:
+            return walked
         return self._remember(await self.inspect(session_id))
+
+    async def _walk_summary(self, session_id: str) -> StoredSummary | None:
+        """The summary from a walk of the log page by page, holding a page and the summary's
+        folds, not the log (D33). None when only a full read can say: a store that cannot
+        tell a walk ended at a complete record or its revision, a torn tail, an open turn
+        (the closers a read adds)."""
+        store: Any = self.store
+        if getattr(store, "walked_tail", None) is None or not hasattr(store, "current_revision"):
+            return None
+        revision = await store.current_revision(session_id)
+        if revision is None:
+            return None  # the full read says 404
+        header = await store.stored_header(session_id)
+        fold = SummaryFold()
+        async for page in store.walk(session_id):
+            fold.feed(page)
+        trailing, _ = await store.walked_tail(session_id)
+        if trailing != 0 or fold.turn_open:
+            return None
+        stored = StoredSummary.folded(header, fold)
+        self._stored[session_id] = (revision, stored)
+        return stored
 
     async def summaries(self) -> list[dict[str, Any]]:
         """Every stored session's summary, most recently updated first (an unreadable log is a

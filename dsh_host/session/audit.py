@@ -61,10 +61,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -234,7 +235,7 @@ def load_public_key(text: str, where: str = "public key") -> Ed25519PublicKey:
 def attest(
     session_id: str,
     header: Mapping[str, Any],
-    events: Sequence[Mapping[str, Any]],
+    events: Iterable[Mapping[str, Any]],
     key: Ed25519PrivateKey,
 ) -> bytes:
     """The attested export of a log: its header and events (the log's JSON), chained and signed.
@@ -242,39 +243,50 @@ def attest(
     Pure: the same log and key always give the same bytes (Ed25519 signatures are
     deterministic), so two exports of an unchanged log compare equal.
     """
-    lines: list[bytes] = []
+    return b"".join(attest_lines(session_id, header, events, key))
+
+
+def attest_lines(
+    session_id: str,
+    header: Mapping[str, Any],
+    events: Iterable[Mapping[str, Any]],
+    key: Ed25519PrivateKey,
+) -> Iterator[bytes]:
+    """:func:`attest` one line at a time (each with its newline), ``events`` walked once: a
+    log read page by page is exported holding a page (D33)."""
     prev = GENESIS
-    records: list[dict[str, Any]] = [
-        {
-            "record": "header",
-            "format": AUDIT_FORMAT,
-            "sessionId": session_id,
-            "header": dict(header),
-        },
-        *({"record": "event", "event": dict(event)} for event in events),
-    ]
+    records: Iterator[dict[str, Any]] = itertools.chain(
+        (
+            {
+                "record": "header",
+                "format": AUDIT_FORMAT,
+                "sessionId": session_id,
+                "header": dict(header),
+            },
+        ),
+        ({"record": "event", "event": dict(event)} for event in events),
+    )
+    index = 0
     for index, record in enumerate(records):
         record["index"] = index
         record["prev"] = prev
         prev = record["hash"] = _record_hash(record)
-        lines.append(canonical_json(record))
-    signature = key.sign(_signed_message(session_id, len(events), prev))
-    lines.append(
-        canonical_json(
-            {
-                "record": "signature",
-                "index": len(records),
-                "format": AUDIT_FORMAT,
-                "sessionId": session_id,
-                "events": len(events),
-                "finalHash": prev,
-                "algorithm": "ed25519",
-                "publicKey": public_key_text(key),
-                "signature": base64.b64encode(signature).decode("ascii"),
-            }
-        )
-    )
-    return b"\n".join(lines) + b"\n"
+        yield canonical_json(record) + b"\n"
+    count = index  # the header is record 0
+    signature = key.sign(_signed_message(session_id, count, prev))
+    yield canonical_json(
+        {
+            "record": "signature",
+            "index": count + 1,
+            "format": AUDIT_FORMAT,
+            "sessionId": session_id,
+            "events": count,
+            "finalHash": prev,
+            "algorithm": "ed25519",
+            "publicKey": public_key_text(key),
+            "signature": base64.b64encode(signature).decode("ascii"),
+        }
+    ) + b"\n"
 
 
 # -- verify -------------------------------------------------------------------------------
@@ -322,9 +334,13 @@ class AuditReport:
         }
 
 
-def verify_export(data: bytes, *, public_key: str | None = None) -> AuditReport:
+def verify_export(
+    data: bytes | Iterable[bytes], *, public_key: str | None = None
+) -> AuditReport:
     """Check an attested export offline: chain, signature, and the log's promises.
 
+    ``data``: the export's bytes, or its lines (an open file: it is read once, line by line, and
+    only what the checks need is kept, so a 100k-event export is checked in bounded memory, D33).
     ``public_key`` (base64 or PEM): the key you trust; without it the key embedded in the file
     is used, which proves integrity but not who signed (the report says which key it was).
     Never raises for a damaged file: every problem is in the report. A bad ``public_key``
@@ -333,30 +349,57 @@ def verify_export(data: bytes, *, public_key: str | None = None) -> AuditReport:
     trusted = load_public_key(public_key, "--public-key") if public_key is not None else None
     report = AuditReport()
     problems = report.problems
-    records = _parse_lines(data, problems)
-    if not records:
-        if not problems:
-            problems.append(AuditProblem(0, None, "format", "the file holds no record"))
-        return report
-    _check_chain(records, report)
-    events = [
+    tail = _Tail()
+    records = _check_chain(tail.watch(_parse_lines(_lines(data), problems)), report)
+    events = (
         (i, r["event"])
         for i, r in records
         if r.get("record") == "event" and isinstance(r.get("event"), Mapping)
-    ]
-    report.events = len(events)
-    _check_seqs(events, problems)
-    _check_promises(events, problems)
-    _check_signature(records, report, trusted)
+    )
+    _check_promises(_check_seqs(events, report), problems)
+    if tail.last is None:
+        if not problems:
+            problems.append(AuditProblem(0, None, "format", "the file holds no record"))
+        return report
+    _check_signature(tail.last, tail.chained, report, trusted)
     problems.sort(key=lambda p: p.index)
     return report
 
 
-def _parse_lines(data: bytes, problems: list[AuditProblem]) -> list[tuple[int, dict[str, Any]]]:
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    records: list[tuple[int, dict[str, Any]]] = []
+def _lines(data: bytes | Iterable[bytes]) -> Iterator[bytes]:
+    """The export's lines without their newline (none after the final newline)."""
+    if isinstance(data, bytes):
+        lines = data.split(b"\n")
+        if lines and lines[-1] == b"":
+            lines.pop()
+        yield from lines
+        return
+    for line in data:
+        yield line[:-1] if line.endswith(b"\n") else line
+
+
+@dataclass(slots=True)
+class _Tail:
+    """What the signature check needs of the records, watched as they stream past."""
+
+    #: the last record (the signature record of an intact export)
+    last: tuple[int, dict[str, Any]] | None = None
+    #: the last header or event record
+    chained: dict[str, Any] | None = None
+
+    def watch(
+        self, records: Iterable[tuple[int, dict[str, Any]]]
+    ) -> Iterator[tuple[int, dict[str, Any]]]:
+        for found in records:
+            self.last = found
+            if found[1].get("record") in ("header", "event"):
+                self.chained = found[1]
+            yield found
+
+
+def _parse_lines(
+    lines: Iterable[bytes], problems: list[AuditProblem]
+) -> Iterator[tuple[int, dict[str, Any]]]:
     for index, line in enumerate(lines):
         try:
             value = json.loads(line)
@@ -380,8 +423,7 @@ def _parse_lines(data: bytes, problems: list[AuditProblem]) -> list[tuple[int, d
                     "the line is not in canonical form (its bytes were edited)",
                 )
             )
-        records.append((index, value))
-    return records
+        yield index, value
 
 
 def _seq_of(record: Mapping[str, Any]) -> int | None:
@@ -390,9 +432,16 @@ def _seq_of(record: Mapping[str, Any]) -> int | None:
     return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
 
 
-def _check_chain(records: list[tuple[int, dict[str, Any]]], report: AuditReport) -> None:
+def _check_chain(
+    records: Iterable[tuple[int, dict[str, Any]]], report: AuditReport
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Check the hash chain of ``records`` as they pass (each is yielded on once checked)."""
     problems = report.problems
-    first_index, first = records[0]
+    records = iter(records)
+    head = next(records, None)
+    if head is None:
+        return
+    first_index, first = head
     if first.get("record") != "header" or first_index != 0:
         problems.append(
             AuditProblem(first_index, None, "format", "the first record is not the header")
@@ -409,8 +458,9 @@ def _check_chain(records: list[tuple[int, dict[str, Any]]], report: AuditReport)
     session_id = first.get("sessionId")
     report.session_id = session_id if isinstance(session_id, str) else None
     prev = GENESIS
-    for line, record in records:
+    for line, record in itertools.chain((head,), records):
         if record.get("record") == "signature":
+            yield line, record
             continue
         seq = _seq_of(record)
         if record.get("index") != line:
@@ -447,15 +497,18 @@ def _check_chain(records: list[tuple[int, dict[str, Any]]], report: AuditReport)
         # (here), a dropped or moved one where the chain breaks.
         stored = record.get("hash")
         prev = stored if isinstance(stored, str) else computed
+        yield line, record
 
 
 def _check_signature(
-    records: list[tuple[int, dict[str, Any]]],
+    last_record: tuple[int, dict[str, Any]],
+    chained: dict[str, Any] | None,
     report: AuditReport,
     trusted: Ed25519PublicKey | None,
 ) -> None:
+    """``last_record``: the file's last record; ``chained``: its last header or event record."""
     problems = report.problems
-    line, last = records[-1]
+    line, last = last_record
     if last.get("record") != "signature":
         problems.append(
             AuditProblem(
@@ -466,8 +519,7 @@ def _check_signature(
             )
         )
         return
-    chained = [r for _, r in records if r.get("record") in ("header", "event")]
-    final = _record_hash(chained[-1]) if chained else GENESIS
+    final = _record_hash(chained) if chained is not None else GENESIS
     if last.get("finalHash") != final:
         problems.append(
             AuditProblem(
@@ -523,9 +575,14 @@ def _check_signature(
     report.signed_by_trusted_key = trusted is not None
 
 
-def _check_seqs(events: list[tuple[int, Mapping[str, Any]]], problems: list[AuditProblem]) -> None:
+def _check_seqs(
+    events: Iterable[tuple[int, Mapping[str, Any]]], report: AuditReport
+) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    """Check the events' seqs as they pass (each is yielded on), counting them."""
+    problems = report.problems
     expected = 0
     for line, event in events:
+        report.events += 1
         seq = event.get("seq")
         if seq != expected:
             problems.append(
@@ -537,6 +594,7 @@ def _check_seqs(events: list[tuple[int, Mapping[str, Any]]], problems: list[Audi
                 )
             )
         expected = (seq if isinstance(seq, int) else expected) + 1
+        yield line, event
 
 
 @dataclass(slots=True)
@@ -566,7 +624,7 @@ def _result_is_error(data: Mapping[str, Any]) -> bool:
 
 
 def _check_promises(
-    events: list[tuple[int, Mapping[str, Any]]], problems: list[AuditProblem]
+    events: Iterable[tuple[int, Mapping[str, Any]]], problems: list[AuditProblem]
 ) -> None:
     """The log's own promises about calls, results and approvals (see the module docstring)."""
     calls: dict[str, tuple[int, Any]] = {}  # call id -> (line, arguments) of its last tool/call

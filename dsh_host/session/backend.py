@@ -33,6 +33,7 @@ from dsh_host.session.persistence import (
     SessionHandleClosedError,
     SessionListing,
     SessionLoad,
+    SessionNotFoundError,
     SnapshotReadHandle,
     UnreadableListing,
     check_from_seq,
@@ -257,6 +258,14 @@ class PersistenceService(Generic[L]):
             if len(events) < page:
                 return
             seq = events[-1].seq + 1
+
+    async def stored_header(self, session_id: str) -> SessionHeader:
+        """The stored header of one session, from the listing (no event is read): what a
+        reader that walks the log page by page needs besides its events (D33)."""
+        for listing in await self.list(unreadable=[]):
+            if listing.header.id == session_id:
+                return listing.header
+        raise SessionNotFoundError(f'session "{session_id}" not found')
 
     async def stored_next_seq(self, session_id: str) -> int | None:
         """The seq after the last stored event (where a new follower starts), from a storage

@@ -43,6 +43,8 @@ def canonical_header(header: EpochHeader) -> EpochHeader:
 
 def headers_equal(a: EpochHeader, b: EpochHeader) -> bool:
     """Equality of canonical headers: field-wise config, markers, system, tool schema JSON."""
+    if a is b:
+        return True
     ca, cb = canonical_header(a), canonical_header(b)
     if ca.config != cb.config or ca.adapter_defaults != cb.adapter_defaults:
         return False
@@ -54,7 +56,7 @@ def headers_equal(a: EpochHeader, b: EpochHeader) -> bool:
         return False
     encode = msgspec.json.encode
     return all(
-        encode(x, enc_hook=dict) == encode(y, enc_hook=dict)
+        x is y or encode(x, enc_hook=dict) == encode(y, enc_hook=dict)
         for x, y in zip(tools_a, tools_b, strict=True)
     )
 

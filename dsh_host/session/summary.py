@@ -17,16 +17,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from dsh_host.session.events import SessionEvent, event_to_builtins, to_builtins
+from dsh_host.session.events.data import RunTerms
 from dsh_host.session.messages import TextBlock, UserSource
 from dsh_host.session.prices import PriceTable
+from dsh_host.session.terms import TERMS_EVENT
 from dsh_host.session.usage import UsageLedger, UsageTotals
 
 if TYPE_CHECKING:
+    from dsh_host.session.header import SessionHeader
     from dsh_host.session.persistence import SessionLoad
 
 __all__ = [
     "TITLE_CHARS",
     "SessionSummary",
+    "SummaryFold",
     "TurnEnd",
     "last_turn",
     "last_turn_end",
@@ -132,21 +136,75 @@ class SessionSummary:
     @classmethod
     def of(cls, load: SessionLoad, prices: PriceTable | None = None) -> SessionSummary:
         """Summarise ``load`` (usage priced with ``prices``, else the default table)."""
-        header, events = load.header, load.events
-        ledger = UsageLedger(prices if prices is not None else PriceTable())
+        fold = SummaryFold(prices)
+        fold.feed(load.events)
+        return fold.summary(load.header, load.closers)
+
+
+class SummaryFold:
+    """:meth:`SessionSummary.of`'s folds, fed the log in order a page at a time, keeping only
+    what a summary needs: counts, the title, the last turn's start and end, the usage ledger,
+    and the events of the last ended turn and after it (what :func:`~dsh_host.session.approvals.
+    pending_approvals` reads). A reader that walks a 100k-event log holds a page and these (D33).
+    """
+
+    def __init__(self, prices: PriceTable | None = None) -> None:
+        self.ledger = UsageLedger(prices if prices is not None else PriceTable())
+        self.count = 0
+        self.last_time: int | None = None
+        self.title: str | None = None
+        self.last_turn_start: SessionEvent | None = None
+        self.last_turn_end: SessionEvent | None = None
+        #: the terms in force: the last ``run/terms`` record's (None: none seen)
+        self.terms: RunTerms | None = None
+        #: the events from the ``turn/start`` of the last ended turn on (all of them, before a
+        #: turn ended), one list a turn
+        self._turns: list[list[SessionEvent]] = [[]]
+
+    def feed(self, events: Iterable[SessionEvent]) -> None:
+        turns = self._turns
         for event in events:
-            ledger.feed(event)
-        return cls(
+            self.count += 1
+            self.last_time = event.time
+            self.ledger.feed(event)
+            kind = event.type
+            if kind == "turn/start":
+                self.last_turn_start = event
+                turns.append([])
+            elif kind == "user/message" and self.title is None:
+                self.title = title((event,))
+            elif kind == TERMS_EVENT and isinstance(event.data, RunTerms):
+                self.terms = event.data
+            turns[-1].append(event)
+            if kind == "turn/end":
+                self.last_turn_end = event
+                del turns[:-1]
+
+    @property
+    def turn_open(self) -> bool:
+        """The last turn started has no end (a resume would append closers)."""
+        start, end = self.last_turn_start, self.last_turn_end
+        return start is not None and (end is None or end.seq < start.seq)
+
+    def last_events(self) -> list[SessionEvent]:
+        """The events of the last ended turn and after it."""
+        return [event for turn in self._turns for event in turn]
+
+    def summary(
+        self, header: SessionHeader, closers: Sequence[SessionEvent] = ()
+    ) -> SessionSummary:
+        """The summary of the log fed so far; ``closers``: what a read added for an open turn."""
+        return SessionSummary(
             id=header.id,
             created_at=header.created_at,
-            updated_at=events[-1].time if events else header.created_at,
+            updated_at=self.last_time if self.last_time is not None else header.created_at,
             workspace=header.cwd if isinstance(header.cwd, str) else None,
             composition=header.agent_preset if isinstance(header.agent_preset, str) else None,
-            events=len(events),
-            title=title(events),
-            last_turn=last_turn(events),
-            last_turn_end=last_turn_end(events),
-            interrupted=bool(load.closers),
-            repair_turn_end=last_turn_end(load.closers),
-            usage=ledger.usage,
+            events=self.count,
+            title=self.title,
+            last_turn=last_turn([self.last_turn_start] if self.last_turn_start else []),
+            last_turn_end=last_turn_end([self.last_turn_end] if self.last_turn_end else []),
+            interrupted=bool(closers),
+            repair_turn_end=last_turn_end(closers),
+            usage=self.ledger.usage,
         )

@@ -14,7 +14,7 @@ leaves the nodes and the replace generation unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, NamedTuple
 
 import msgspec
@@ -32,6 +32,7 @@ __all__ = [
     "is_append_surface_event",
     "is_replacement_surface_event",
     "is_surface_event",
+    "surface_nodes",
 ]
 
 
@@ -207,6 +208,18 @@ def _blank_result_content(data: Any) -> Any:
     except (KeyError, IndexError, TypeError):
         pass
     return plain
+
+
+def surface_nodes(
+    events: Iterable[SessionEvent], lookup: Callable[[int], SessionEvent | None]
+) -> tuple[int, ...]:
+    """The surface's nodes (event seqs, in surface order) of a log walked once, e.g. read page
+    by page: only the nodes are kept, and ``lookup(seq)`` reads back an earlier event when a
+    ``tool/result`` rewrite needs it (D33)."""
+    state = SurfaceState()
+    for event in events:
+        state.apply(state.plan(event, lookup), event.seq)
+    return tuple(state.nodes)
 
 
 def fold_surface(events: Sequence[SessionEvent], *, base_seq: int = 0) -> SurfaceFold:

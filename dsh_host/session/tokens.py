@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -69,6 +69,7 @@ __all__ = [
     "TokenSurfaceNode",
     "UsageLedger",
     "UsageTotals",
+    "WalkedLog",
     "estimate_content",
     "estimate_header",
     "estimate_message",
@@ -214,6 +215,7 @@ class _Anchor:
 class _State:
     consumed: int = 0
     header: EpochHeader | None = None
+    header_tokens: int = 0  #: ``estimate_header(header)``, priced once per header
     nodes: list[TokenSurfaceNode] = field(default_factory=list)  #: grows at its end; a replace
     #: builds a new list (measurements hold views of it)
     surface_tokens: int = 0
@@ -223,11 +225,25 @@ class _State:
     context: RequestContextData | None = None
 
 
+class WalkedLog:
+    """A stored log a reader walks page by page (``dsh sessions show``), measured in place of
+    a :class:`Session`: :meth:`TokenMeter.feed` folds each page into its state, and it holds
+    no event itself, so measuring a 100k-event log costs the fold's state, not the log (D33)."""
+
+    __slots__ = ("__weakref__",)
+
+    @property
+    def events(self) -> tuple[SessionEvent, ...]:
+        return ()
+
+
 class TokenMeter:
     """The ``tokenMeter`` service: per-session replay folds over the durable log."""
 
     def __init__(self, prices: PriceTable | None = None) -> None:
-        self._states: weakref.WeakKeyDictionary[Session, _State] = weakref.WeakKeyDictionary()
+        self._states: weakref.WeakKeyDictionary[Session | WalkedLog, _State] = (
+            weakref.WeakKeyDictionary()
+        )
         self._prices = prices if prices is not None else PriceTable()
 
     @property
@@ -241,7 +257,7 @@ class TokenMeter:
         return estimate_message(message)
 
     def measure(
-        self, session: Session, request_header: EpochHeader | None = None
+        self, session: Session | WalkedLog, request_header: EpochHeader | None = None
     ) -> TokenMeasurement:
         """Pressure of the next request and the priced surface (DSH ``measure``).
 
@@ -259,7 +275,8 @@ class TokenMeter:
         elif header is None and state.surface_tokens == 0:
             kind, base, delta = "none", 0, 0
         else:
-            kind, base, delta = "estimated", estimate_header(header) + state.surface_tokens, 0
+            priced = state.header_tokens if header is state.header else estimate_header(header)
+            kind, base, delta = "estimated", priced + state.surface_tokens, 0
         return TokenMeasurement(
             log_revision=state.consumed,
             baseline_kind=kind,
@@ -270,19 +287,19 @@ class TokenMeter:
             nodes=LogView(state.nodes, len(state.nodes)),
         )
 
-    def usage(self, session: Session) -> UsageTotals:
+    def usage(self, session: Session | WalkedLog) -> UsageTotals:
         """Provider usage summed over the whole log."""
         return self._sync(session).ledger.usage
 
-    def turn_usage(self, session: Session) -> dict[int, UsageTotals]:
+    def turn_usage(self, session: Session | WalkedLog) -> dict[int, UsageTotals]:
         """Provider usage per turn number (turns that reported none are absent)."""
         return dict(self._sync(session).ledger.by_turn)
 
-    def requests(self, session: Session) -> list[RequestCost]:
+    def requests(self, session: Session | WalkedLog) -> list[RequestCost]:
         """Every billed call in log order, each with its usage and cost."""
         return list(self._sync(session).ledger.requests)
 
-    def pressure(self, session: Session) -> ContextPressure:
+    def pressure(self, session: Session | WalkedLog) -> ContextPressure:
         """Context pressure of the current surface against the routed model's window."""
         state = self._sync(session)
         measured = self.measure(session)
@@ -300,8 +317,15 @@ class TokenMeter:
             model=context.model if context is not None else None,
         )
 
+    def feed(self, log: WalkedLog, events: Iterable[SessionEvent]) -> None:
+        """Fold ``events``, the next ones of ``log`` in log order, into its state."""
+        state = self._sync(log)
+        for event in events:
+            self._fold(state, event)
+            state.consumed += 1
+
     # -- the fold -----------------------------------------------------------------------
-    def _sync(self, session: Session) -> _State:
+    def _sync(self, session: Session | WalkedLog) -> _State:
         state = self._states.get(session)
         if state is None:
             state = _State(ledger=UsageLedger(self._prices))
@@ -319,6 +343,7 @@ class TokenMeter:
         data = event.data
         if kind == "request/header" and isinstance(data, RequestHeaderData):
             state.header = canonical_header(data.header)
+            state.header_tokens = estimate_header(state.header)
             return
         if kind == "request/context" and isinstance(data, RequestContextData):
             state.context = data
@@ -350,7 +375,7 @@ class TokenMeter:
             # The request that produced this reply saw the surface as it was just before it;
             # the anchor is that request plus the reply (what the next request repeats).
             anchor_surface = before + tokens
-            estimated = estimate_header(state.header) + anchor_surface
+            estimated = state.header_tokens + anchor_surface
             usage = data.usage if data.usage is not UNSET else None
             if usage is not None:  # counted by the ledger
                 state.last_usage = usage

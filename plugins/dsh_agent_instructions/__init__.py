@@ -18,8 +18,11 @@ directory at or above the working directory holding a ``projectRootMarkers`` ent
 - A literal ``</system-reminder>`` in a file is escaped (``<\\/system-reminder>``) so repository
   text cannot close the frame, and ``{{`` reaches the model literally (the prompt's variable
   interpolation is given a ``{{`` value for it).
-- The runtime context is re-rendered at each step; the loop appends a new snapshot only when the
-  text changed, so an edited ``AGENTS.md`` costs one message, and an unchanged one nothing.
+- The runtime context is rendered for each step; the loop appends a new snapshot only when the
+  text changed, so an edited ``AGENTS.md`` costs one message, and an unchanged one nothing. The
+  files are reread (on a worker thread) only when an ``lstat`` of a path the last reading
+  looked at (the working directory's parts, the root markers, the candidates) differs, or that
+  reading was within two seconds of a change (:class:`~dsh_host.sdk.StatMemo`, D35).
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-import anyio.to_thread
 import msgspec
 
 from dsh_host.sdk import (
@@ -40,6 +42,8 @@ from dsh_host.sdk import (
     EventMode,
     Plugin,
     PromptAssembly,
+    StatMemo,
+    Watched,
 )
 
 __all__ = [
@@ -102,12 +106,14 @@ class InstructionFile:
     content: str
 
 
-def project_dirs(cwd: str, markers: tuple[str, ...]) -> list[str]:
-    """The directories from the project root down to ``cwd`` (``[cwd]`` without a root)."""
-    start = os.path.realpath(cwd)
+def project_dirs(cwd: str, markers: tuple[str, ...], watched: Watched | None = None) -> list[str]:
+    """The directories from the project root down to ``cwd`` (``[cwd]`` without a root); what
+    decided them is noted in ``watched``."""
+    watched = watched if watched is not None else Watched()
+    start = watched.realpath(cwd)
     chain = [start]
     here = start
-    while not any(os.path.lexists(os.path.join(here, marker)) for marker in markers):
+    while not any(watched.exists(os.path.join(here, marker)) for marker in markers):
         parent = os.path.dirname(here)
         if parent == here:
             return [start]
@@ -133,10 +139,14 @@ def _read_regular(path: str, limit: int) -> bytes | None:
     return data
 
 
-def discover(cwd: str, config: AgentInstructionsConfig) -> tuple[list[InstructionFile], list[str]]:
+def discover(
+    cwd: str, config: AgentInstructionsConfig, watched: Watched | None = None
+) -> tuple[list[InstructionFile], list[str]]:
     """The instruction files from the project root down to ``cwd`` (broad to specific), and the
-    shown paths of the files skipped as larger than ``maxSourceBytes``."""
-    dirs = project_dirs(cwd, config.project_root_markers)
+    shown paths of the files skipped as larger than ``maxSourceBytes``; every path looked at is
+    noted in ``watched`` before it is read."""
+    watched = watched if watched is not None else Watched()
+    dirs = project_dirs(cwd, config.project_root_markers, watched)
     root = dirs[0]
     found: list[InstructionFile] = []
     oversized: list[str] = []
@@ -145,6 +155,7 @@ def discover(cwd: str, config: AgentInstructionsConfig) -> tuple[list[Instructio
         for name in config.instruction_file_candidates:
             path = os.path.join(directory, name)
             shown = os.path.relpath(path, root)
+            watched.note(path)
             data = _read_regular(path, config.max_source_bytes)
             if data is None:
                 continue
@@ -245,9 +256,11 @@ class AgentInstructions(Plugin):
     def apply(self, ctx: Context, config: AgentInstructionsConfig) -> None:
         ctx.declare_event("system-prompt/assemble", EventMode.WATERFALL, 1)
 
-        def load(cwd: str) -> str:
-            files, oversized = discover(cwd, config)
+        def load(cwd: str, watched: Watched) -> str:
+            files, oversized = discover(cwd, config, watched)
             return render_instructions(files, config.max_bytes, oversized)
+
+        rendered = StatMemo(load)
 
         async def assemble(
             context: AssembleContext, next_: Callable[[], Awaitable[PromptAssembly]]
@@ -256,7 +269,7 @@ class AgentInstructions(Plugin):
             cwd = _session_cwd(context)
             if cwd is None:
                 return assembly
-            text = await anyio.to_thread.run_sync(load, cwd)
+            text = await rendered.get(cwd)
             if text:
                 if "{{" in text:
                     text = text.replace("{{", "{{" + BRACES_VARIABLE + "}}")

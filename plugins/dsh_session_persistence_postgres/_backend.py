@@ -512,6 +512,12 @@ class PostgresStorage:
         )
         return tuple(events)
 
+    async def walked_tail(self, session_id: str) -> tuple[int | None, ArtifactLocation | None]:
+        """After a walk of the log with :meth:`read_from` to its end: 0 (a table of rows has no
+        torn tail: every stored event is a whole row) and where it is. ``dsh sessions verify``
+        then reads the log in pages instead of whole (D33)."""
+        return 0, ArtifactLocation("postgres", self.locate_id(session_id))
+
     async def current_revision(self, session_id: str) -> str | None:
         """The revision a read would report now (None: not stored): the last seq, no rows read."""
         await self.ensure_schema()

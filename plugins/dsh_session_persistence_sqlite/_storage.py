@@ -505,6 +505,12 @@ class SqliteStorage:
         )
         return load.events
 
+    async def walked_tail(self, session_id: str) -> tuple[int | None, ArtifactLocation | None]:
+        """After a walk of the log with :meth:`read_from` to its end: 0 (a table of rows has no
+        torn tail: every stored event is a whole row) and where it is. ``dsh sessions verify``
+        then reads the log in pages instead of whole (D33)."""
+        return 0, ArtifactLocation("sqlite", self.where(session_id))
+
     async def current_revision(self, session_id: str) -> str | None:
         """The revision a read would report now (None: not stored): one count, no rows read."""
 

@@ -3,8 +3,10 @@
 After DSH's ``tool-skill`` with its ``skill-filesystem`` provider, reduced to one plugin:
 
 - **Discovery** at every prompt assembly (a ``system-prompt/assemble`` listener), from the roots
-  in :func:`skill_roots`, each one level deep: ``<root>/<name>/SKILL.md``. Project roots come
-  first, so a project skill shadows a user skill of the same name. Files are opened
+  in :func:`skill_roots`, each one level deep: ``<root>/<name>/SKILL.md``. The files are reread
+  (on a worker thread) only when an ``lstat`` of a path the last reading looked at differs, or
+  that reading was within two seconds of a change (:class:`~dsh_host.sdk.StatMemo`). Project
+  roots come first, so a project skill shadows a user skill of the same name. Files are opened
   ``O_NOFOLLOW | O_NONBLOCK`` and must be regular files of at most ``maxSkillBytes``; anything
   else (a link, a FIFO, an oversized file, front matter without a kebab-case ``name`` and a
   ``description``) is skipped, never half-read.
@@ -40,9 +42,11 @@ from dsh_host.sdk import (
     EventMode,
     Plugin,
     PromptAssembly,
+    StatMemo,
     ToolDefinition,
     ToolError,
     ToolExecution,
+    Watched,
     config_home,
     text_output,
 )
@@ -130,15 +134,21 @@ class Skill:
     path: str
 
 
-def project_root(cwd: str, markers: tuple[str, ...]) -> str:
-    """The nearest directory at or above ``cwd`` holding a marker, else ``cwd`` itself."""
-    here = start = os.path.realpath(cwd)
-    while not any(os.path.lexists(os.path.join(here, marker)) for marker in markers):
+def project_root(cwd: str, markers: tuple[str, ...], watched: Watched | None = None) -> str:
+    """The nearest directory at or above ``cwd`` holding a marker, else ``cwd`` itself; what
+    decided it is noted in ``watched``."""
+    watched = watched if watched is not None else Watched()
+    here = start = watched.realpath(cwd)
+    while not any(watched.exists(os.path.join(here, marker)) for marker in markers):
         parent = os.path.dirname(here)
         if parent == here:
             return start
         here = parent
     return here
+
+
+#: The environment variables :func:`user_skill_dirs` (and ``~`` in ``customSkillDirs``) read.
+USER_ROOTS_ENVIRONMENT: Final = ("DSH_AGENTS_HOME", "HOME", "XDG_CONFIG_HOME")
 
 
 def user_skill_dirs() -> tuple[str, ...]:
@@ -149,9 +159,9 @@ def user_skill_dirs() -> tuple[str, ...]:
     return (str(config_home() / "dsh" / "skills"), os.path.join(agents_home, "skills"))
 
 
-def skill_roots(cwd: str, config: SkillsConfig) -> list[str]:
+def skill_roots(cwd: str, config: SkillsConfig, watched: Watched | None = None) -> list[str]:
     """Every root in precedence order: the project's, the custom ones, then the user's."""
-    root = project_root(cwd, config.project_root_markers)
+    root = project_root(cwd, config.project_root_markers, watched)
     roots = [os.path.join(root, rel) for rel in PROJECT_SKILL_DIRS]
     roots += [os.path.join(root, os.path.expanduser(d)) for d in config.custom_skill_dirs]
     if config.include_user_skills:
@@ -212,10 +222,13 @@ def _summary(meta: dict[str, Any], directory: str, path: str) -> Skill | None:
     return Skill(name, " ".join(description.split()), directory, path)
 
 
-def discover(cwd: str, config: SkillsConfig) -> list[Skill]:
-    """The model-invocable skills, sorted by name; the first root holding a name wins."""
+def discover(cwd: str, config: SkillsConfig, watched: Watched | None = None) -> list[Skill]:
+    """The model-invocable skills, sorted by name; the first root holding a name wins. Every
+    path looked at is noted in ``watched`` before it is listed or read."""
+    watched = watched if watched is not None else Watched()
     found: dict[str, Skill] = {}
-    for root in skill_roots(cwd, config):
+    for root in skill_roots(cwd, config, watched):
+        watched.note(root, follow=True)
         try:
             entries = sorted(os.listdir(root))
         except OSError:
@@ -223,6 +236,8 @@ def discover(cwd: str, config: SkillsConfig) -> list[Skill]:
         for entry in entries:
             directory = os.path.join(root, entry)
             path = os.path.join(directory, SKILL_FILE)
+            watched.note(directory, content=False)
+            watched.note(path)
             loaded = _load(path, config.max_skill_bytes)
             if loaded is None:
                 continue
@@ -333,8 +348,10 @@ class Skills(Plugin):
         ctx.declare_event("system-prompt/assemble", EventMode.WATERFALL, 1)
         ctx.service(TOOLS).register(skill_tool(config), owner=ctx)
 
-        def catalog(cwd: str) -> str:
-            return render_catalog(discover(cwd, config), config)
+        def catalog(key: tuple[str | None, ...], watched: Watched) -> str:
+            return render_catalog(discover(str(key[0]), config, watched), config)
+
+        catalogs = StatMemo(catalog)
 
         async def assemble(
             context: AssembleContext, next_: Callable[[], Awaitable[PromptAssembly]]
@@ -343,7 +360,10 @@ class Skills(Plugin):
             cwd = _session_cwd(context.agent)
             if cwd is None:
                 return assembly
-            text = await anyio.to_thread.run_sync(catalog, cwd)
+            # The user's roots come from the environment: a change there is another key.
+            environ = os.environ
+            key = (cwd, *(environ.get(name) for name in USER_ROOTS_ENVIRONMENT))
+            text = await catalogs.get(key)
             if text:
                 if "{{" in text:  # the prompt interpolates {{name}}: keep the text literal
                     text = text.replace("{{", "{{skills_open_braces}}")

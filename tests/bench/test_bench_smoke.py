@@ -345,6 +345,9 @@ def test_serve_load(tmp_path: Path) -> None:
         assert result["delivery_ms"]["events"] > result["turns"]
         assert 0 <= result["delivery_ms"]["p50"] <= result["delivery_ms"]["p99"]
         assert result["healthz_ms_p50"] > 0
+        cpu = result["cpu_ms_per_turn"]  # where a turn's CPU went, by part
+        assert cpu["sum"] > 0 and cpu["driver"] >= 0
+        assert len(cpu["servers"]) == (1 if result is data["results"]["jsonl-1"] else 3)
 
 
 def test_run_all_runs_selected_scripts_and_summarizes(tmp_path: Path) -> None:
@@ -469,3 +472,25 @@ def test_telemetry_overhead(tmp_path: Path, backend: str) -> None:
     assert data["tracer_per_step_us"]["spans"]["n"] > 0
     assert data["tracer_per_step_us"]["spans_and_metrics"]["n"] > 0
 
+
+
+def test_big_sessions(tmp_path: Path) -> None:
+    """Every read path ran in its own child on each small log of JSONL and SQLite, with a wall
+    time, a peak RSS of its own, and the per-event figures its own numbers give."""
+    data = run_bench("big_sessions", tmp_path)
+    assert data["sizes"] == [1000, 5000]
+    assert set(data["results"]) == {"jsonl", "sqlite"}
+    reads = {"show (transcript)", "show --view model", "show --view events", "verify",
+             "resume (no prompt)", "server summary", "export --attest", "audit verify"}
+    for kind, figures in data["results"].items():
+        assert set(figures) == {"floor", *reads}, kind
+        floor = figures["floor"]
+        assert floor["wall_ms"] > 0 and floor["peak_rss_mib"] > 10
+        for read in reads:
+            for size in ("1000", "5000"):
+                entry = figures[read][size]
+                assert entry["wall_ms"] > 0 and entry["peak_rss_mib"] > 10, (kind, read)
+                # from the MiB figures, rounded to 0.1: within 0.1 MiB of the exact one
+                grown = max(entry["peak_rss_mib"] - floor["peak_rss_mib"], 0) * 2**20
+                slack = 0.1 * 2**20 / int(size) + 1
+                assert abs(entry["bytes_per_event"] - grown / int(size)) <= slack, (kind, read)

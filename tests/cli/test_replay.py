@@ -55,6 +55,8 @@ def test_an_identical_replay_finds_no_divergence_and_runs_no_effect(
     texts = [r["content"][0]["text"] for r in results]
     assert texts[0].startswith("Error: not run again: this exact call already took effect")
     assert "Wrote 3 bytes to a.txt" in texts[0]
+    # the model is asked what the source's model was asked: the ledger answers calls, unseen
+    assert "This session was forked" not in json.dumps(child)
 
 
 @pytest.mark.parametrize("kind", ["jsonl", "sqlite"])

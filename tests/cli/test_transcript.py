@@ -83,6 +83,12 @@ def test_the_transcript_shows_turns_approvals_retries_usage(tmp_path: Path) -> N
     missing = dsh("sessions", "show", session_id, *common, "--turn", "9", cwd=tmp_path)
     assert missing.returncode == 2
     assert "--turn 9: session" in missing.stderr
+    # The walk learns the turns as it goes (D33): a missing turn still prints nothing.
+    assert missing.stdout == ""
+    model = dsh("sessions", "show", session_id, *common, "--view", "model", "--turn", "9",
+                cwd=tmp_path)
+    assert model.returncode == 2 and "--turn 9: session" in model.stderr
+    assert model.stdout == ""
 
 
 #: Model text that imitates every kind of line the harness prints itself.
