@@ -36,6 +36,7 @@ from ..session.approvals import (
     pending_approvals,
     pending_in_tree,
     waiting_calls,
+    waiting_root,
 )
 from ..session.keys import SESSION_PERSISTENCE, SESSIONS
 from ..session.persistence import SessionNotFoundError
@@ -255,20 +256,13 @@ def _waiting_root(args: argparse.Namespace, load: Any) -> str | None:
     or None when no parent waits on it."""
     from .run_cmd import stored_session
 
-    root: str | None = None
-    seen = {load.header.id}
-    while True:
-        parent_id = getattr(load.header, "parent_session", None)
-        if not isinstance(parent_id, str) or parent_id in seen:
-            return root
-        parent = stored_session(args, parent_id)
-        if parent is None or not any(
-            wait["waitsOn"]["sessionId"] == load.header.id
-            for wait in waiting_calls(parent.events, parent_id)
-        ):
-            return root
-        root, load = parent_id, parent
-        seen.add(parent_id)
+    chain = waiting_root(load)
+    try:
+        wanted = next(chain)
+        while True:
+            wanted = chain.send(stored_session(args, wanted))
+    except StopIteration as done:
+        return cast("str | None", done.value)
 
 
 def run_decide(args: argparse.Namespace) -> int:

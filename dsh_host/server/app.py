@@ -554,12 +554,15 @@ async def decide(request: Request) -> Response:
     body = await read_body(request, Decide)
     session_id, call_id = request.path_params["id"], request.path_params["callId"]
     user = request.user.display_name if request.user.is_authenticated else "anonymous"
-    turn = await runtime.decide(
+    continued = await runtime.decide(
         session_id, call_id, body.decision, reason=body.reason, args_digest=body.args_digest,
         decided_by=f"dsh serve ({user}) on {socket.gethostname()} as {_os_user()}",
     )
+    # a child's decision continues the parent that waits on it (D36): that session is named
     return JSONResponse({"sessionId": session_id, "callId": call_id, "decision": body.decision,
-                         "continued": turn is not None, "turn": turn})
+                         "continued": continued is not None,
+                         "continuedSession": None if continued is None else continued[0],
+                         "turn": None if continued is None else continued[1]})
 
 
 def _os_user() -> str:
@@ -783,7 +786,7 @@ ENDPOINTS: Final[tuple[Endpoint, ...]] = (
              {202: "{sessionId, turn, cancelled: true}", 409: "NOT_RUNNING"}),
     Endpoint("GET", "/approvals", list_approvals, {200: "{approvals: [...]}"}),
     Endpoint("POST", "/sessions/{id}/approvals/{callId}", decide,
-             {200: "{sessionId, callId, decision, continued, turn}",
+             {200: "{sessionId, callId, decision, continued, continuedSession, turn}",
               409: "APPROVAL_NOT_PENDING, SESSION_BUSY, SESSION_HELD, a store's code"},
              body="Decide"),
     Endpoint("GET", "/", inspector, {200: "the inspector page (text/html)"}, public=True,

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 import anyio
 import msgspec
@@ -50,7 +50,7 @@ from dsh_host.front.runner import (
 )
 from dsh_host.jsonsafe import json_dec_hook, to_json_builtins
 from dsh_host.loader import LocatedRow, PluginHost, open_host
-from dsh_host.session.approvals import pending_approvals, waiting_calls
+from dsh_host.session.approvals import pending_approvals, waiting_calls, waiting_root
 from dsh_host.session.events import SessionEvent, TurnEndReason, turn_end_kind
 from dsh_host.session.events.data import CompositionTerms, RunTerms
 from dsh_host.session.header import SessionHeader, new_session_id
@@ -170,6 +170,8 @@ class StoredSummary:
     header: dict[str, Any]
     #: the header and run terms every operation is admitted by (:meth:`ServerRuntime.admit`)
     admission: tuple[SessionHeader, RunTerms | None] | None = None
+    #: a delegating call waits on a child session's asks (D36): the session awaits approval too
+    waits_on_child: bool = False
 
     @classmethod
     def of(cls, load: SessionLoad) -> StoredSummary:
@@ -185,7 +187,10 @@ class StoredSummary:
         turn): what a walk of the log page by page gives (D33)."""
         fields = views.session_fields(fold.summary(header, closers))
         approvals = tuple(pending_approvals(fold.last_events(), header.id))
-        return cls(fields, approvals, bool(closers), header.to_json(), (header, fold.terms))
+        waits = bool(waiting_calls(fold.last_events(), header.id))
+        return cls(
+            fields, approvals, bool(closers), header.to_json(), (header, fold.terms), waits
+        )
 
 
 @dataclass
@@ -428,7 +433,7 @@ class ServerRuntime:
             return "running"
         if session_id in self._busy_elsewhere:
             return self._busy_elsewhere[session_id]
-        if stored.approvals:
+        if stored.approvals or stored.waits_on_child:
             return "awaiting-approval"
         if stored.interrupted:
             if await self.store.held_by(session_id) is not None:
@@ -739,14 +744,19 @@ class ServerRuntime:
         reason: str | None,
         args_digest: str | None,
         decided_by: str,
-    ) -> int | None:
+    ) -> tuple[str, int] | None:
         """Record a decision; when no call waits any more, continue the turn in the background.
 
-        Returns the number of the continuing turn, or None when other calls still wait.
+        Returns the continuing session and turn number, or None when other calls still wait.
+        A child session a parent's delegating call waits on (D36) is not continued alone (it
+        would run without its declared role): the decision is recorded in it, and the top
+        waiting parent continues, whose delegating call re-attaches to the child.
         """
+        load = await self.inspect(session_id)
+        root = await self._waiting_root(load)
         self._claim(session_id)
         try:
-            agent, store = await self._resume(await self.inspect(session_id))
+            agent, store = await self._resume(load)
             try:
                 await agent.decide(
                     call_id, decision, reason=reason, decided_by=decided_by,
@@ -755,16 +765,52 @@ class ServerRuntime:
             except ApprovalDecisionError as exc:
                 await agent.aclose()
                 raise ApiError(409, "APPROVAL_NOT_PENDING", str(exc)) from None
+            if root is not None:
+                await agent.aclose()
+                self._claimed.discard(session_id)
+                if agent.pending_approvals():
+                    return None
+                return root, await self._continue(root)
             if agent.pending_approvals() or self._queue is not None:
                 await agent.aclose()
                 if agent.pending_approvals():
                     self._claimed.discard(session_id)
                     return None
+                return session_id, await self._enqueue(
+                    session_id, "continue", None, agent.last_turn
+                )
+        except BaseException:
+            self._claimed.discard(session_id)
+            raise
+        return session_id, await self._launch(agent, store, agent.continue_turn)
+
+    async def _continue(self, session_id: str) -> int:
+        """Continue ``session_id``'s turn awaiting approval (a parent whose delegating call
+        waits on a child that was just decided, D36); the continuing turn's number."""
+        self._claim(session_id)
+        try:
+            agent, store = await self._resume(await self.inspect(session_id))
+            if self._queue is not None:
+                await agent.aclose()
                 return await self._enqueue(session_id, "continue", None, agent.last_turn)
         except BaseException:
             self._claimed.discard(session_id)
             raise
         return await self._launch(agent, store, agent.continue_turn)
+
+    async def _waiting_root(self, load: SessionLoad) -> str | None:
+        """The top parent waiting on ``load``'s session (``waiting_root``, D36), or None."""
+        chain = waiting_root(load)
+        try:
+            wanted = next(chain)
+            while True:
+                try:
+                    parent: SessionLoad | None = await self.store.inspect(wanted)
+                except SessionNotFoundError:
+                    parent = None
+                wanted = chain.send(parent)
+        except StopIteration as done:
+            return cast("str | None", done.value)
 
     async def _queued_blocks(self, load: SessionLoad, prompt: list[ContentBlock]) -> list[Any]:
         """A prompt's blocks as a job carries them (JSON), once the session's agent has said

@@ -21,7 +21,7 @@ service (bind and record a decision) and by ``dsh approvals``.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -302,6 +302,30 @@ def waiting_calls(events: Sequence[Any], session_id: str) -> list[dict[str, Any]
         for call in deferred_calls(events)
         if call.waits_on is not None
     ]
+
+
+def waiting_root(load: Any) -> Generator[str, Any, str | None]:
+    """The top session of the chain of parents whose delegating calls wait on ``load`` (D36),
+    None when no parent waits on it: the one rule ``dsh approvals decide`` and ``dsh serve``
+    follow to continue the parent a child's decision belongs to.
+
+    Written without I/O: it yields the id of each parent it needs and is sent that session's
+    load (anything with ``.header`` and ``.events``; None when it is not stored), so a
+    synchronous reader and an async one drive the same code."""
+    root: str | None = None
+    seen = {load.header.id}
+    while True:
+        parent_id = getattr(load.header, "parent_session", None)
+        if not isinstance(parent_id, str) or parent_id in seen:
+            return root
+        parent = yield parent_id
+        if parent is None or not any(
+            wait["waitsOn"]["sessionId"] == load.header.id
+            for wait in waiting_calls(parent.events, parent_id)
+        ):
+            return root
+        root, load = parent_id, parent
+        seen.add(parent_id)
 
 
 def mark_waiters(rows: Sequence[dict[str, Any]], waiting: Sequence[dict[str, Any]]) -> None:

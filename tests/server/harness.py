@@ -36,9 +36,10 @@ def ledger_call(call_id: str = CALL) -> dict[str, Any]:
         "command": 'printf "%s\\n" "$DSH_CALL_ID" >> ledger', "description": "Append to ledger"}}]}
 
 
-def write_composition(tmp: Path, base: str = "default.yml") -> Path:
+def write_composition(tmp: Path, base: str = "default.yml", extra: str = "") -> Path:
+    """``base`` with bash asked before it runs, and ``extra`` rows (YAML) after it."""
     config = tmp / "dsh.yml"
-    config.write_text((REPO / "configs" / base).read_text() + ASK_BASH)
+    config.write_text((REPO / "configs" / base).read_text() + ASK_BASH + extra)
     return config
 
 
@@ -108,16 +109,19 @@ async def running_server(
     cors: tuple[str, ...] = (),
     body_timeout: float = 30.0,
     model: str | None = None,
+    extra_rows: str = "",
 ) -> AsyncIterator[Server]:
     """A ``dsh serve`` on loopback whose model answers ``responses`` (a script), or is
-    ``model`` (a ``--model`` spec; ``responses`` unused)."""
+    ``model`` (a ``--model`` spec; ``responses`` unused); ``extra_rows`` (YAML) are composed
+    after the default rows."""
     workspace, root = tmp / "ws", tmp / "sessions"
     workspace.mkdir(exist_ok=True)
     script = tmp / "script.json"
     script.write_text(json.dumps({"responses": responses}))
     options = ServeOptions(
         compositions=build_compositions(
-            str(write_composition(tmp)), [], model or f"scripted:{script}", str(root)
+            str(write_composition(tmp, extra=extra_rows)), [], model or f"scripted:{script}",
+            str(root),
         ),
         default_workspace=str(workspace.resolve()),
         workspace_roots=allow,
