@@ -60,4 +60,5 @@ async def test_deciding_a_childs_call_continues_the_parent_waiting_on_it(tmp_pat
     assert server.ledger() == [CALL]  # the child's call ran once, after the decision
     results = [e["data"]["message"]["content"][0] for e in events if e["type"] == "tool/result"]
     assert len(results) == 1 and "worker: ledger written" in json.dumps(results[0])
-    assert [e["data"]["kind"] for e in child if e["type"] == "turn/end"][-1] == "completed"
+    ends = [e["data"]["reason"]["kind"] for e in child if e["type"] == "turn/end"]
+    assert ends[-1] == "completed", ends
