@@ -279,6 +279,17 @@ def run_decide(args: argparse.Namespace) -> int:
     load = stored_session(args, args.session_id)
     if load is None:
         raise SessionNotFoundError(f'session "{args.session_id}" not found')
+    if args.decision is None and not args.no_continue:
+        root = _waiting_root(args, load)
+        if root is not None:  # the child alone would run without its declared role (D36)
+            if not args.json:
+                console().print(
+                    f"session {_escape(args.session_id)} is a sub-agent that session "
+                    f"{_escape(root)} waits on; continuing {_escape(root)}",
+                    markup=False,
+                    highlight=False,
+                )
+            return run_decide(argparse.Namespace(**{**vars(args), "session_id": root}))
     if args.decision is not None and not args.no_continue:
         root = _waiting_root(args, load)
         if root is not None:

@@ -245,9 +245,13 @@ def _killed_then_resumed(
     return parent, child
 
 
-def test_decide_no_continue_then_resume_then_continue_the_parent(tmp_path: Path) -> None:
+@pytest.mark.parametrize("target", [PARENT, CHILD])
+def test_decide_no_continue_then_resume_then_continue_the_parent(
+    tmp_path: Path, target: str
+) -> None:
     """Between the decision and the continuation nothing is crashed: resume leaves the parent
-    waiting (its call is not outcome unknown), and ``approvals continue PARENT`` finishes it."""
+    waiting (its call is not outcome unknown), and ``approvals continue PARENT`` finishes it;
+    ``approvals continue CHILD`` continues the waiting parent too, never the child alone."""
     config = _compose(tmp_path, "jsonl", None)
     _run_deferred(tmp_path, config)
     recorded = _dsh(
@@ -262,7 +266,7 @@ def test_decide_no_continue_then_resume_then_continue_the_parent(tmp_path: Path)
     assert parent is not None
     assert not [e for e in parent if e["type"] == "tool/result"], "d1 still waits"
     _scripts(tmp_path, [{"text": "parent done"}], [{"text": "alpha wrote it"}])
-    continued = _dsh(tmp_path, "approvals", "continue", PARENT, "--config", str(config))
+    continued = _dsh(tmp_path, "approvals", "continue", target, "--config", str(config))
     assert continued.returncode == 0, (continued.stdout, continued.stderr)
     assert _ledger(tmp_path) == ["y1"]
     parent = _events(tmp_path, config, PARENT)
