@@ -54,6 +54,12 @@ cpu_ns = time.process_time_ns
 # --------------------------------------------------------------------------- commands
 
 
+#: The PostgreSQL the benches that need one use (``$DSH_BENCH_POSTGRES_DSN``).
+POSTGRES_DSN = os.environ.get(
+    "DSH_BENCH_POSTGRES_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=test"
+)
+
+
 def command_env(root: Path, cache: Path) -> dict[str, str]:
     """This process's environment for a timed ``dsh`` command: the session root ``root``, the
     cache (what ``sessions list`` remembers) in ``cache``, never the user's, no ``DSH_CONFIG``,

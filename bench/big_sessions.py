@@ -44,6 +44,7 @@ from typing import Any
 
 import anyio
 from _common import (
+    POSTGRES_DSN,
     fsync_disabled,
     machine_info,
     median,
@@ -58,7 +59,7 @@ from session_append import turn_payloads
 from dsh_host import Row, open_host
 from dsh_host.session import Session
 
-DSN = os.environ.get("DSH_BENCH_POSTGRES_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=test")
+DSN = POSTGRES_DSN
 TOOL_OUTPUT = "".join(
     f"-rw-r--r-- 1 dev dev {i * 37:>8} Nov 29 12:{i:02} f_{i}.py\n" for i in range(20)
 )

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import statistics
 import time
 import uuid
@@ -49,6 +48,7 @@ import anyio
 import anyio.to_thread
 import psycopg
 from _common import (
+    POSTGRES_DSN,
     machine_info,
     median,
     parser,
@@ -69,7 +69,7 @@ from dsh_host.session import (
 )
 from dsh_host.session.events import encode_event
 
-DSN = os.environ.get("DSH_BENCH_POSTGRES_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=test")
+DSN = POSTGRES_DSN
 TOOL_OUTPUT = "".join(
     f"-rw-r--r-- 1 dev dev {i * 37:>8} Nov 29 12:{i % 60:02} file_{i}.py\n" for i in range(80)
 )  # ~4 KB, like an `ls -l`

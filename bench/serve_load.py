@@ -67,9 +67,7 @@ import _common as c
 import anyio
 import httpx
 
-DSN = os.environ.get(
-    "DSH_BENCH_POSTGRES_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=test"
-)
+DSN = c.POSTGRES_DSN
 
 
 def _script(path: Path, requests: int) -> Path:
