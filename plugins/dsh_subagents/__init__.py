@@ -1,13 +1,11 @@
 """``subagents``: delegation to child agents in child sessions that survive a crash (D24)."""
 
 from .config import ChildAgentConfig, SubagentsConfig, SubagentsConfigError
-from .plugin import (
-    DELEGATION_EVENT,
+from .logs import (
     HANDOFF_EVENT,
     HANDOFF_TOOL,
     OUTPUT_TOOL_PREFIX,
     TOOL_NAME,
-    Subagents,
     child_session_id,
     child_state,
     delegation_closer,
@@ -15,6 +13,7 @@ from .plugin import (
     handoff_target,
     output_tool,
 )
+from .plugin import DELEGATION_EVENT, Subagents
 
 __all__ = [
     "DELEGATION_EVENT",

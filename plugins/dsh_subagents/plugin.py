@@ -16,13 +16,12 @@ child agent in a **child session** of the same store and returns the child's fin
 
 On resume the plugin refines the parent's repair (``ctx.agent.repair_refiner``): for a
 delegating call left without a result it repairs the child first, then answers the call from
-the child's recorded state (see :func:`delegation_closer`).
+the child's recorded state (see :func:`.logs.delegation_closer`).
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from decimal import Decimal
 from typing import Any, Final
 
@@ -41,15 +40,9 @@ from dsh_host.sdk import (
     SUBAGENTS,
     SYSTEM_PROMPT_ASSEMBLE,
     TOKEN_METER,
-    TOOL_NOT_STARTED,
-    TOOL_NOT_STARTED_TEXT,
-    TOOL_OUTCOME_UNKNOWN,
-    TOOL_OUTCOME_UNKNOWN_TEXT,
     TOOLS,
-    WAITS_EVENT,
     AssembleContext,
     AssembledSection,
-    AssistantMessageData,
     BudgetExceededReason,
     Context,
     DelegationLink,
@@ -59,25 +52,16 @@ from dsh_host.sdk import (
     RequestProposal,
     SessionEvent,
     SessionNotFoundError,
-    TextBlock,
     TokenMeter,
-    ToolCallBlock,
-    ToolCallData,
     ToolCallWaits,
     ToolDefinition,
     ToolError,
     ToolExecution,
     ToolResultData,
-    TurnEnd,
     TurnEnded,
-    TurnStart,
     UsageTotals,
-    awaiting_call_ids,
     capped_mode,
     check_object_schema,
-    decode_event,
-    deferred_calls,
-    interrupted_tool_result_id,
     over_budget,
     text_output,
 )
@@ -89,33 +73,35 @@ from .config import (
     SubagentsConfigError,
     check_sandbox_narrowing,
 )
+from .logs import (
+    HANDOFF_EVENT,
+    HANDOFF_TOOL,
+    TOOL_NAME,
+    ChildState,
+    DelegationTree,
+    answer_text,
+    child_cap,
+    child_session_id,
+    child_state,
+    current_turn,
+    delegation_closer,
+    delegations_in,
+    depth_of,
+    event_fields,
+    handoff_closer,
+    handoff_target,
+    handoff_text,
+    output_tool,
+    steps_in,
+    unfinished_text,
+    waited_on,
+)
 
-__all__ = [
-    "DELEGATION_EVENT",
-    "HANDOFF_EVENT",
-    "HANDOFF_TOOL",
-    "OUTPUT_TOOL_PREFIX",
-    "TOOL_NAME",
-    "Subagents",
-    "child_session_id",
-    "child_state",
-    "delegation_closer",
-    "handoff_closer",
-    "handoff_target",
-    "output_tool",
-]
+__all__ = ["DELEGATION_EVENT", "Subagents"]
 
-#: The model-facing delegation tool (DSH's ``tool-subagent`` is named ``subagent`` too).
-TOOL_NAME: Final = "subagent"
-#: The model-facing handoff tool: the rest of the turn goes to another declared agent (D34).
-HANDOFF_TOOL: Final = "handoff"
-#: The session's record of a handoff (ignorable: DSH reads past it; its tool call and result
-#: are ordinary DSH events). The agent answering a turn is the last one this names in the turn.
-HANDOFF_EVENT: Final = "dsh-subagents/handoff"
 #: DSH's descriptor version and the provider name written in it.
 DESCRIPTOR_VERSION: Final = 2
 PROVIDER_NAME: Final = "dsh-subagents"
-_SUMMARY_TEXT_CHARS: Final = 400
 #: The prompt of the turn that continues an interrupted child on resume (``resume: continue``).
 CONTINUE_PROMPT: Final = (
     "Your previous turn was interrupted before it finished (the process stopped). Its tool "
@@ -125,363 +111,6 @@ CONTINUE_PROMPT: Final = (
 )
 
 
-#: The prefix of a typed child's output tool (``output_<agent name>``, D34).
-OUTPUT_TOOL_PREFIX: Final = "output_"
-
-
-def output_tool(agent: str) -> str:
-    """The tool a typed child gives its output through."""
-    return f"{OUTPUT_TOOL_PREFIX}{agent}"
-
-
-def child_session_id(parent_id: str, call_id: str) -> str:
-    """The child session of ``call_id`` in ``parent_id`` (D24): derivable, no index needed."""
-    return f"{parent_id}--{call_id}"
-
-
-def _depth(session: Any) -> int:
-    depth = getattr(getattr(session, "header", None), "delegation_depth", 0)
-    return depth if isinstance(depth, int) else 0
-
-
-# -- reading a child's log --------------------------------------------------------------------
-
-
-class ChildState:
-    """What a child's log says about its one delegated turn."""
-
-    __slots__ = (
-        "answer", "detail", "ended", "reason", "started", "summary", "undecided", "waiting"
-    )
-
-    def __init__(
-        self,
-        *,
-        started: bool,
-        ended: bool,
-        reason: str,
-        answer: str,
-        summary: str,
-        detail: str = "",
-        waiting: tuple[str, ...] = (),
-        undecided: tuple[str, ...] = (),
-    ) -> None:
-        self.started = started  #: a turn was durably opened (its first request may have run)
-        self.ended = ended  #: the turn ended on its own (a turn/end written by the live loop)
-        self.reason = reason  #: the turn/end reason kind ("" when it did not end)
-        self.detail = detail  #: the turn/end reason's message, when it has one
-        self.waiting = waiting  #: the call ids an ``awaiting-approval`` end lists
-        #: of those, the asks nobody decided yet (D36: the rest are decided, not applied)
-        self.undecided = undecided
-        self.answer = answer  #: the last assistant text of the turn
-        self.summary = summary  #: one paragraph: what the child did
-
-    @property
-    def completed(self) -> bool:
-        return self.ended and self.reason == "completed"
-
-
-def _reason_field(reason: Any, key: str) -> str:
-    """A turn/end reason's ``key`` (e.g. ``kind``), whether it is typed or its plain JSON."""
-    plain = reason if isinstance(reason, Mapping) else msgspec.to_builtins(reason)
-    value = plain.get(key) if isinstance(plain, Mapping) else None
-    return value if isinstance(value, str) else ""
-
-
-def _reason_kind(reason: Any) -> str:
-    return _reason_field(reason, "kind")
-
-
-def child_state(events: Sequence[SessionEvent], output: str | None = None) -> ChildState:
-    """Read the child's last turn from its log (as stored, before any repair closers).
-
-    ``output``: a typed child's output tool; its answer is then the arguments (as compact
-    JSON) of the last call of that tool with a successful result, and a turn that completed
-    without one did not give its output (reason ``no-output``).
-    """
-    started = False
-    ended = False
-    reason = ""
-    detail = ""
-    waiting: tuple[str, ...] = ()
-    answer = ""
-    calls: Counter[str] = Counter()
-    answered = 0
-    outputs: dict[str, str] = {}  #: output call id -> its raw arguments
-    typed: str | None = None
-    for event in events:
-        data = event.data
-        if isinstance(data, TurnStart):
-            started, ended, reason, detail, answer = True, False, "", "", ""
-            waiting = ()
-            calls.clear()
-            answered = 0
-            outputs.clear()
-            typed = None
-        elif isinstance(data, TurnEnd):
-            ended = True
-            reason = _reason_kind(data.reason)
-            detail = _reason_field(data.reason, "message")
-            waiting = awaiting_call_ids(data.reason) or ()
-        elif isinstance(data, AssistantMessageData):
-            text = "".join(b.text for b in data.message.content if isinstance(b, TextBlock))
-            if text:
-                answer = text
-        elif isinstance(data, ToolCallData):
-            calls[data.name] += 1
-            if output is not None and data.name == output:
-                outputs[data.call_id] = data.arguments
-        elif isinstance(data, ToolResultData):
-            answered += 1
-            raw = outputs.get(data.message.source.call_id)
-            blocks = data.message.content
-            if raw is not None and blocks and not getattr(blocks[0], "is_error", False):
-                typed = msgspec.json.encode(msgspec.json.decode(raw)).decode()
-    done = ", ".join(f"{name} x{count}" for name, count in sorted(calls.items())) or "none"
-    last = answer if len(answer) <= _SUMMARY_TEXT_CHARS else answer[:_SUMMARY_TEXT_CHARS] + "…"
-    summary = (
-        f"It started {sum(calls.values())} tool call(s) ({done}), {answered} with a recorded "
-        f"result; its last text was: {last!r}."
-        if started
-        else "It never started a turn."
-    )
-    if output is not None:
-        if typed is not None:
-            answer = typed
-        elif ended and reason == "completed":
-            reason = "no-output"
-            detail = f"it answered in text instead of calling {output}"
-    undecided = tuple(
-        call.call_id
-        for call in (deferred_calls(events) if waiting else ())
-        if call.decision is None and call.waits_on is None
-    )
-    return ChildState(
-        started=started,
-        ended=ended,
-        reason=reason,
-        answer=answer,
-        summary=summary,
-        detail=detail,
-        waiting=waiting,
-        undecided=undecided,
-    )
-
-
-def _unfinished_text(agent: str, child_id: str, state: ChildState) -> str:
-    why = f" ({state.detail})" if state.detail else ""
-    if state.waiting and not state.undecided:  # decided, never applied (D36)
-        why = (
-            f" (its call(s) {', '.join(state.waiting)} are decided but the decisions were not "
-            f"applied: `dsh approvals continue {child_id}` applies them and continues the "
-            "child; this delegation is over)"
-        )
-    elif state.waiting:  # D19: the child's calls wait for a person; say who decides and how
-        ids = ", ".join(state.waiting)
-        why = (
-            f" (its call(s) {ids} wait for an approval decision: `dsh approvals decide "
-            f"{child_id} CALL allow|deny` continues the child; this delegation is over)"
-        )
-    return (
-        f'sub-agent "{agent}" (child session {child_id}) ended its turn "{state.reason}"{why} '
-        f"without completing. {state.summary}"
-    )
-
-
-def _answer(agent: str, child_id: str, state: ChildState) -> str:
-    """A delegating call's result from its child's ended turn: the answer, or it waits on the
-    child's deferred approvals (D36), or the error naming what the child did."""
-    if state.completed:
-        return state.answer
-    if state.waiting:
-        raise ToolCallWaits(
-            _unfinished_text(agent, child_id, state), session_id=child_id, call_ids=state.waiting
-        )
-    raise ToolError(_unfinished_text(agent, child_id, state))
-
-
-def _waited_on(events: Sequence[SessionEvent], call_id: str, child_id: str) -> bool:
-    """True when ``call_id`` of this log was left waiting on ``child_id`` (a ``tool/waits``)."""
-    for event in events:
-        if event.type == WAITS_EVENT:
-            fields = _event_fields(event)
-            if fields.get("callId") == call_id and fields.get("sessionId") == child_id:
-                return True
-    return False
-
-
-def _child_cap(declared: ChildAgentConfig, parent: Any) -> Any:
-    """A child's sandbox ceiling: never wider than the parent (D24), the declared mode under
-    the parent's own cap."""
-    parent_cap = getattr(parent, "sandbox_cap", None)
-    if declared.sandbox is not None and parent_cap is not None:
-        return capped_mode(declared.sandbox, parent)
-    return declared.sandbox or parent_cap
-
-
-# -- repair -----------------------------------------------------------------------------------
-
-
-def delegation_closer(
-    closer: SessionEvent, *, agent: str, child_id: str, state: ChildState | None
-) -> SessionEvent:
-    """The result a delegating call gets on resume, from its child's state (D24).
-
-    ``state`` None: the child session was never stored, so nothing of the delegation ran
-    (``TOOL_NOT_STARTED``); a child that never opened a turn is the same (no child model
-    request precedes that flush). A completed child's answer is the call's result; a child
-    that ended otherwise gives the error text its live call would have given; an interrupted
-    child gives ``TOOL_OUTCOME_UNKNOWN`` with the child id and a summary of what it did.
-    """
-    is_error = True
-    error: dict[str, str] | None
-    if state is None or not state.started:
-        text = f'{TOOL_NOT_STARTED_TEXT}\n(sub-agent "{agent}": the child session {child_id} ' + (
-            "was never stored.)" if state is None else "never started a turn.)"
-        )
-        error = {"name": "ToolNotStartedError", "code": TOOL_NOT_STARTED}
-    elif state.completed:
-        text, is_error, error = state.answer, False, None
-    elif state.ended:
-        text = f"Error: {_unfinished_text(agent, child_id, state)}"
-        error = {"name": "SubagentUnfinishedError", "code": "SUBAGENT_UNFINISHED"}
-    else:
-        text = (
-            f'{TOOL_OUTCOME_UNKNOWN_TEXT}\nThe sub-agent "{agent}" was interrupted: its log is '
-            f"child session {child_id} (`dsh sessions show {child_id}`). {state.summary}"
-        )
-        error = {"name": "ToolOutcomeUnknownError", "code": TOOL_OUTCOME_UNKNOWN}
-    return _result_closer(closer, text=text, is_error=is_error, error=error)
-
-
-def _result_closer(
-    closer: SessionEvent, *, text: str, is_error: bool, error: dict[str, str] | None
-) -> SessionEvent:
-    """``closer`` (a repair ``tool/result``) with this text: same call, same seq (D24)."""
-    data = closer.data
-    assert isinstance(data, ToolResultData)
-    call_id = data.message.source.call_id
-    record: dict[str, Any] = {
-        "type": "tool/result",
-        "seq": closer.seq,
-        "time": closer.time,
-        "data": {
-            "turn": data.turn,
-            "step": data.step,
-            "message": {
-                "id": interrupted_tool_result_id(call_id, closer.seq),
-                "role": "user",
-                "source": {"kind": "tool", "callId": call_id},
-                "content": [
-                    {
-                        "type": "tool-result",
-                        "toolCallId": call_id,
-                        "isError": is_error,
-                        "content": [{"type": "text", "text": text}],
-                    }
-                ],
-            },
-        },
-        "surfaceOp": "append",
-    }
-    if error is not None:
-        record["data"]["error"] = error
-    cited = closer.source_event_seqs
-    if isinstance(cited, tuple | list):
-        record["sourceEventSeqs"] = list(cited)
-    return decode_event(record, where="subagent repair closer", exact=True)
-
-
-def _handoff_text(target: str) -> str:
-    return (
-        f'Transferred to agent "{target}": it answers the rest of this turn with its own '
-        "instructions and tools."
-    )
-
-
-def handoff_closer(closer: SessionEvent, *, target: str, recorded: bool) -> SessionEvent:
-    """The result a handoff call gets on resume (D34).
-
-    The handoff's only effect is its record in this log: with the record durable the handoff
-    happened (the live call's text); without it nothing happened (``TOOL_NOT_STARTED``).
-    """
-    if recorded:
-        return _result_closer(closer, text=_handoff_text(target), is_error=False, error=None)
-    text = (
-        f'{TOOL_NOT_STARTED_TEXT}\n(the handoff to "{target}" was never recorded: the turn '
-        "stayed with the agent that called it.)"
-    )
-    error = {"name": "ToolNotStartedError", "code": TOOL_NOT_STARTED}
-    return _result_closer(closer, text=text, is_error=True, error=error)
-
-
-def _event_fields(event: SessionEvent) -> Mapping[str, Any]:
-    """An ignorable event's data as a mapping (live: the dict appended; loaded: opaque JSON)."""
-    data = event.data
-    if isinstance(data, Mapping):
-        return data
-    plain = msgspec.to_builtins(data)
-    return plain if isinstance(plain, Mapping) else {}
-
-
-def handoff_target(events: Sequence[SessionEvent]) -> str | None:
-    """The agent a handoff gave the current (last) turn to, or None: read from the log (D34)."""
-    for event in reversed(events):
-        if isinstance(event.data, TurnStart):
-            return None
-        if event.type == HANDOFF_EVENT:
-            target = _event_fields(event).get("to")
-            return target if isinstance(target, str) else None
-    return None
-
-
-def _current_turn(events: Sequence[SessionEvent]) -> int:
-    for event in reversed(events):
-        if isinstance(event.data, TurnStart):
-            return event.data.turn
-    return 0
-
-
-def _delegations(events: Sequence[SessionEvent], tool: str = TOOL_NAME) -> dict[str, str]:
-    """call id -> agent name of every ``tool`` call the model made in ``events``."""
-    found: dict[str, str] = {}
-    for event in events:
-        data = event.data
-        if isinstance(data, AssistantMessageData):
-            for block in data.message.content:
-                if isinstance(block, ToolCallBlock) and block.name == tool:
-                    try:  # the model's raw JSON string, as the log keeps it
-                        args = msgspec.json.decode(block.arguments)
-                    except msgspec.DecodeError:
-                        args = None
-                    agent = args.get("agent") if isinstance(args, dict) else None
-                    found[block.id] = agent if isinstance(agent, str) else "?"
-    return found
-
-
-# -- the tree budget (D34) --------------------------------------------------------------------
-
-
-def _steps(events: Sequence[SessionEvent], *, since_turn_start: bool = False) -> int:
-    """Model requests a log records (a reply or a cut attempt each), or its last turn's only."""
-    count = 0
-    for event in reversed(events):
-        if since_turn_start and isinstance(event.data, TurnStart):
-            break
-        if event.type in ("assistant/message", "assistant/attempt"):
-            count += 1
-    return count
-
-
-class _Tree:
-    """One parent turn's delegation tree: the root session, its turn and every descendant."""
-
-    __slots__ = ("children", "root", "turn")
-
-    def __init__(self, root: Any, turn: int) -> None:
-        self.root = root
-        self.turn = turn
-        self.children: list[Any] = []
 
 
 # -- the plugin -------------------------------------------------------------------------------
@@ -529,7 +158,7 @@ class Subagents(Plugin):
         #: agents a handoff gave another model route (their next turn goes back to their own)
         self._rerouted: set[str] = set()
         #: root session id -> its current turn's delegation tree; child session id -> root id
-        self._trees: dict[str, _Tree] = {}
+        self._trees: dict[str, DelegationTree] = {}
         self._root_of: dict[str, str] = {}
         self._meter: TokenMeter | None = None
         #: sandbox ceilings of children being continued on resume (a grandchild's parent's)
@@ -585,13 +214,13 @@ class Subagents(Plugin):
         parent_session = getattr(parent, "session", None)
         if parent is None or parent_session is None:
             raise ToolError("the subagent tool needs a calling agent with a session")
-        depth = _depth(parent_session) + 1
+        depth = depth_of(parent_session) + 1
         if depth > self._config.max_depth:
             raise ToolError(f"subagent depth {depth} exceeds maxDepth {self._config.max_depth}")
         store = ctx.service(SESSIONS)
         label = args.get("description") or declared.name
         child_id = child_session_id(parent_session.id, exec.call_id)
-        if _waited_on(parent_session.events, exec.call_id, child_id):
+        if waited_on(parent_session.events, exec.call_id, child_id):
             return await self._reattach(declared, parent, exec, child_id)
         meta: dict[str, Any] = {
             "parentSession": parent_session.id,
@@ -643,7 +272,7 @@ class Subagents(Plugin):
                 model=model,
                 max_steps_per_turn=declared.max_steps,
             )
-            child.sandbox_cap = _child_cap(declared, parent)
+            child.sandbox_cap = child_cap(declared, parent)
             if self._config.budget is not None:
                 root_id = self._join_tree(parent_session, child_session)
                 child.budget_gate = lambda _turn: self._tree_gate(root_id)
@@ -663,7 +292,7 @@ class Subagents(Plugin):
                         store.detach(child_session)
         # The child's log is the answer (its turn/end is the reason run_turn returned).
         output = self._output_of(declared.name)
-        return _answer(declared.name, child_id, child_state(child_session.events, output))
+        return answer_text(declared.name, child_id, child_state(child_session.events, output))
 
     async def _reattach(
         self, declared: ChildAgentConfig, parent: Any, exec: ToolExecution, child_id: str
@@ -692,7 +321,7 @@ class Subagents(Plugin):
         if state.waiting:
             if state.undecided:
                 raise ToolCallWaits(
-                    _unfinished_text(declared.name, child_id, state),
+                    unfinished_text(declared.name, child_id, state),
                     session_id=child_id,
                     call_ids=state.undecided,
                 )
@@ -703,7 +332,7 @@ class Subagents(Plugin):
                 model=declared.model or getattr(options, "model", None),
                 max_steps_per_turn=declared.max_steps,
             )
-            child.sandbox_cap = _child_cap(declared, parent)
+            child.sandbox_cap = child_cap(declared, parent)
             self._children[child.id] = declared
             try:
                 await child.continue_turn(signal=exec.signal)
@@ -713,7 +342,7 @@ class Subagents(Plugin):
                 with anyio.CancelScope(shield=True):
                     await child.aclose()  # flushed and detached: the child's end comes first
             state = child_state(events, output)
-        return _answer(declared.name, child_id, state)
+        return answer_text(declared.name, child_id, state)
 
     # -- typed output (D34) ---------------------------------------------------------------
     def _output_tool(self, agent: ChildAgentConfig) -> ToolDefinition:
@@ -778,7 +407,7 @@ class Subagents(Plugin):
         session.append(
             HANDOFF_EVENT,
             {
-                "turn": _current_turn(session.events),
+                "turn": current_turn(session.events),
                 "callId": exec.call_id,
                 "from": current.name if current is not None else None,
                 "to": target.name,
@@ -792,7 +421,7 @@ class Subagents(Plugin):
             core: Any = agent  # the loop's agent: it carries the ceiling (D24)
             self._caps_before.setdefault(core.id, getattr(core, "sandbox_cap", None))
             core.sandbox_cap = capped_mode(target.sandbox, core)  # never wider than it was
-        return _handoff_text(target.name)
+        return handoff_text(target.name)
 
     async def _route(
         self, proposal: RequestProposal, next_: Callable[[], Awaitable[LlmCallConfig]]
@@ -828,8 +457,8 @@ class Subagents(Plugin):
         root_id = self._root_of.get(parent_id, parent_id)
         tree = self._trees.get(root_id)
         if tree is None:  # the first delegation of this root turn (the parent is the root)
-            tree = self._trees[root_id] = _Tree(
-                parent_session, _current_turn(parent_session.events)
+            tree = self._trees[root_id] = DelegationTree(
+                parent_session, current_turn(parent_session.events)
             )
         tree.children.append(child_session)
         self._root_of[child_session.id] = root_id
@@ -847,10 +476,10 @@ class Subagents(Plugin):
                 self._meter = TokenMeter()
             meter = self._meter
         spent = meter.turn_usage(tree.root).get(tree.turn) or UsageTotals()
-        steps = _steps(tree.root.events, since_turn_start=True)
+        steps = steps_in(tree.root.events, since_turn_start=True)
         for child in tree.children:
             spent = spent.plus(meter.usage(child))
-            steps += _steps(child.events)
+            steps += steps_in(child.events)
         cost = budget.max_cost_usd
         return over_budget(
             "tree",
@@ -878,7 +507,7 @@ class Subagents(Plugin):
             return declared is not None and declared.name == owner
         if tool == TOOL_NAME:
             session = getattr(agent, "session", None)
-            if _depth(session) >= self._config.max_depth:
+            if depth_of(session) >= self._config.max_depth:
                 return False
         if declared is None:
             return True
@@ -909,10 +538,10 @@ class Subagents(Plugin):
     async def _refine(
         self, session_id: str, events: Sequence[SessionEvent], closers: list[SessionEvent]
     ) -> list[SessionEvent]:
-        delegations = _delegations(events)
-        handoffs = _delegations(events, HANDOFF_TOOL)
+        delegations = delegations_in(events)
+        handoffs = delegations_in(events, HANDOFF_TOOL)
         recorded = {
-            _event_fields(event).get("callId") for event in events if event.type == HANDOFF_EVENT
+            event_fields(event).get("callId") for event in events if event.type == HANDOFF_EVENT
         }
         refined: list[SessionEvent] = []
         for closer in closers:
