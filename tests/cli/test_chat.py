@@ -471,7 +471,9 @@ def test_sessions_lists_this_workspace_first_with_titles_and_resume_recaps(
     term.expect(PROMPT)
     term.type(b"\x04")
     assert term.close() == 0, term.text
-    assert term.text.count("once only") == 1, term.text
+    # not echoed back as a transcript line (the line editor may redraw the typed line itself:
+    # under load the raw stream can hold the prompt and the typed text twice, which is not an echo)
+    assert "once only" in term.text and "you: once only" not in term.text, term.text
     # The recap is the conversation, not the system prompt or runtime-context snapshots.
     assert "system:" not in term.text and "dsh-system-prompt" not in term.text, term.text
     assert "you: once only" not in term.text, term.text
