@@ -752,10 +752,10 @@ class ServerRuntime:
         would run without its declared role): the decision is recorded in it, and the top
         waiting parent continues, whose delegating call re-attaches to the child.
         """
-        load = await self.inspect(session_id)
-        root = await self._waiting_root(load)
         self._claim(session_id)
         try:
+            load = await self.inspect(session_id)  # read under the claim: no turn starts meanwhile
+            root = await self._waiting_root(load)
             agent, store = await self._resume(load)
             try:
                 await agent.decide(
