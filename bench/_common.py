@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from dsh_host import Context, NoConfig, Plugin
-from dsh_host.tools import ToolDefinition, ToolExecution, text_output
+from dsh_host._tools import ToolDefinition, ToolExecution, text_output
 
 BENCH_DIR: Final = Path(__file__).resolve().parent
 REPO_DIR: Final = BENCH_DIR.parent
@@ -320,7 +320,7 @@ class GcTimer:
 
 @contextlib.contextmanager
 def threads_inline() -> Iterator[None]:
-    """Run ``anyio.to_thread.run_sync`` and ``dsh_host.session.offload.run_sync`` work inline
+    """Run ``anyio.to_thread.run_sync`` and ``dsh_host._persistence.offload.run_sync`` work inline
     on the calling thread (profiling only).
 
     cProfile sees one thread; work handed to a worker thread (the JSONL backend's
@@ -330,7 +330,7 @@ def threads_inline() -> Iterator[None]:
     """
     import anyio.to_thread
 
-    from dsh_host.session import offload
+    from dsh_host._persistence import offload
 
     original, original_offload = anyio.to_thread.run_sync, offload.run_sync
 

@@ -22,7 +22,7 @@ median of per-pair ratios.
 
 More baselines, same bytes, same run: the raw append with ``open``/``close``
 around it; the raw ``write`` + ``fsync`` handed to a worker thread with
-``dsh_host.session.offload.run_sync`` (the hop the JSONL barrier makes: the least
+``dsh_host._persistence.offload.run_sync`` (the hop the JSONL barrier makes: the least
 a barrier can cost without blocking the event loop); the same with
 ``anyio.to_thread.run_sync`` (the hop it made before issue 25). A breakdown says
 where the rest goes: the barrier split at its own ``fsync`` (before / during /
@@ -61,7 +61,7 @@ from _common import (
 from session_append import turn_payloads
 
 from dsh_host import Row, open_host
-from dsh_host.session import offload
+from dsh_host._persistence import offload
 
 TARGET = 1.5
 BATCHES = (1, 3, 12, 120)

@@ -57,7 +57,7 @@ from _common import (
 from session_append import turn_payloads
 
 from dsh_host import Row, open_host
-from dsh_host.session import Session
+from dsh_host._session import Session
 
 DSN = POSTGRES_DSN
 TOOL_OUTPUT = "".join(
@@ -73,8 +73,8 @@ SCHEMA = f"bench_big_{os.getpid()}"
 #: ``ServerRuntime.stored_summary`` of a log it has not read yet, in a runtime of its own.
 SUMMARY_CHILD = """
 import sys, anyio
-from dsh_host.server.command import build_compositions
-from dsh_host.server.runtime import ServeOptions, open_runtime
+from dsh_host._server.command import build_compositions
+from dsh_host._server.runtime import ServeOptions, open_runtime
 async def main():
     options = ServeOptions(compositions=build_compositions(sys.argv[1], [], None, None),
                            default_workspace=sys.argv[3])
@@ -139,7 +139,7 @@ MEASURED = (
     "        out.write(next(l for l in status if l.startswith('VmHWM:')).split()[1])\n"
     "atexit.register(report)\n"
     "if sys.argv.pop(1) == 'dsh':\n"
-    "    from dsh_host.cli import main\n"
+    "    from dsh_host._cli import main\n"
     "    sys.exit(main())\n"
     "exec(compile(sys.argv.pop(1), '<child>', 'exec'), {'__name__': '__main__'})\n"
 )

@@ -54,8 +54,8 @@ from _common import (
 )
 
 from dsh_host import Row, open_host
-from dsh_host.loader import PluginHost
-from dsh_host.session.events import CompletedReason
+from dsh_host._loader import PluginHost
+from dsh_host._session.events import CompletedReason
 
 BARRIERS = ("pre-step", "llm", "tool")
 #: the policy's listener functions, by barrier (used to attribute each flush)

@@ -27,10 +27,10 @@ import msgspec
 from _common import machine_info, parser, print_table, ratio, write_result
 
 from dsh_host import Row, open_host
-from dsh_host.jsonsafe import json_enc_hook
-from dsh_host.session.events import CompletedReason
-from dsh_host.session.tokens import estimate_message
-from dsh_host.tools import ToolDefinition, ToolExecution, text_output
+from dsh_host._jsonsafe import json_enc_hook
+from dsh_host._session.events import CompletedReason
+from dsh_host._session.tokens import estimate_message
+from dsh_host._tools import ToolDefinition, ToolExecution, text_output
 
 SUMMARY = (
     "## Primary Request and Intent\n- process every item with one tool call each\n"

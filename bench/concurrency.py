@@ -60,7 +60,7 @@ from _common import (
 )
 
 from dsh_host import Row, open_host
-from dsh_host.session.events import CompletedReason
+from dsh_host._session.events import CompletedReason
 
 TARGET = 3.0
 #: Issue 36: A agents reach at least this share of the CPU-bound ceiling.

@@ -49,8 +49,8 @@ from _common import (
 from loop_step import LoopRun, run_loop
 
 from dsh_host import Row
-from dsh_host.compositions import shipped_config_dir
-from dsh_host.loader import load_rows
+from dsh_host._compositions import shipped_config_dir
+from dsh_host._loader import load_rows
 
 DEFAULT_STEPS = (1000, 3000, 10000)
 SMALL_STEPS = (100, 300)

@@ -44,8 +44,8 @@ from _common import (
 from session_append import EVENTS_PER_TURN, bench_append, turn_payloads
 
 from dsh_host import EventMode, Row, open_host
-from dsh_host.context import Context
-from dsh_host.session import Session
+from dsh_host._context import Context
+from dsh_host._session import Session
 
 HOOK_TARGET_US = 20.0
 APPEND_TARGET = 100_000

@@ -68,8 +68,8 @@ from _common import (
 )
 
 from dsh_host import Row, open_host
-from dsh_host.loader import PluginHost
-from dsh_host.session.events import CompletedReason
+from dsh_host._loader import PluginHost
+from dsh_host._session.events import CompletedReason
 
 GROWTH_TARGET = 1.15
 DEFAULT_STEPS = (10, 100, 1000, 3000)

@@ -50,7 +50,7 @@ from _common import (
 )
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
 
-from dsh_host.session.events import decode_event
+from dsh_host._session.events import decode_event
 
 T0 = 1_789_200_000_000
 STDLIB = Path(sysconfig.get_paths()["stdlib"])

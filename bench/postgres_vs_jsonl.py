@@ -63,11 +63,11 @@ from dsh_session_persistence_postgres._schema import ensure_schema
 from psycopg import sql
 from session_append import turn_payloads
 
-from dsh_host.session import (
+from dsh_host._session import (
     Session,
     SessionEvent,
 )
-from dsh_host.session.events import encode_event
+from dsh_host._session.events import encode_event
 
 DSN = POSTGRES_DSN
 TOOL_OUTPUT = "".join(

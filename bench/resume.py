@@ -54,7 +54,7 @@ from _common import (
 from loop_step import run_loop
 
 from dsh_host import Row, open_host
-from dsh_host.session import Session
+from dsh_host._session import Session
 
 TARGET = 1.5
 STEPS = 3000

@@ -40,8 +40,8 @@ from dsh_builtin_tools.search import Ripgrep, glob_tool, list_files, ripgrep_bin
 from dsh_builtin_tools.spill import SpillArea
 from dsh_sandbox_local import LocalSandboxProvider, SandboxLocalConfig
 
-from dsh_host.sandbox import SandboxPolicy
-from dsh_host.tools import ToolExecution
+from dsh_host._sandbox import SandboxPolicy
+from dsh_host._tools import ToolExecution
 
 GLOB_ARGS = {"pattern": "*.py"}
 

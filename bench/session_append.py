@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from dsh_host.session import (
+from dsh_host._session import (
     AssistantMessage,
     AssistantMessageData,
     ChunkRecord,
@@ -220,7 +220,7 @@ def bench_derive(total: int, window: int = 50) -> dict[str, Any]:
     first, last = summary(per_turn[:window]), summary(per_turn[-window:])
     ratio = last["ms_per_new_entry_median"] / first["ms_per_new_entry_median"]
     # Cost of a full (non-incremental) re-derivation at the end, for comparison.
-    from dsh_host.session import derive_messages_from_events
+    from dsh_host._session import derive_messages_from_events
 
     start = time.perf_counter()
     derive_messages_from_events(session.events)

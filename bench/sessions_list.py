@@ -3,7 +3,7 @@
 A row of the listing needs every event of its session (count, last turn, title, tokens), so a
 listing that remembers nothing reads every byte of every log, and its time grows with the
 root. ``dsh sessions list`` remembers each summary under the revision of the log it was read
-from (``dsh_host/cli/list_cache.py``) and reads again only the logs that changed.
+from (``dsh_host/_cli/list_cache.py``) and reads again only the logs that changed.
 
 The root holds ``--sessions`` sessions of ``--steps`` tool steps each (``--small``: 5 of 50),
 each a real log: ``loop_step.run_loop`` runs the agent loop with the checkpoint policy and the

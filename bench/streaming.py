@@ -45,7 +45,7 @@ from _common import (
 )
 
 from dsh_host import Row, open_host
-from dsh_host.session.events import CompletedReason
+from dsh_host._session.events import CompletedReason
 
 ANSWER_BYTES = 1 << 20
 MANY, FEW = 65_536, 20

@@ -38,7 +38,7 @@ from _common import (
 )
 
 from dsh_host import Row, open_host
-from dsh_host.session.events import CompletedReason, event_to_builtins
+from dsh_host._session.events import CompletedReason, event_to_builtins
 
 NAME = "telemetry_overhead"
 
@@ -110,7 +110,7 @@ def tracer_samples(events: list[Any], repeats: int, metrics: bool) -> list[int]:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from dsh_host.session.prices import PriceTable
+    from dsh_host._session.prices import PriceTable
 
     samples: list[int] = []
     prices = PriceTable()

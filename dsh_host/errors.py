@@ -11,29 +11,29 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
 
     DshError                                            dsh_host.errors
     ├── AbortError                                       dsh_host.errors
-    ├── AgentError                                       dsh_host.agent.errors
-    │   ├── AgentBusyError                               dsh_host.agent.errors
-    │   ├── AgentClosedError                             dsh_host.agent.errors
-    │   ├── AgentConfigError                             dsh_host.agent.errors
-    │   ├── ApprovalDecisionError                        dsh_host.agent.errors
-    │   ├── ApprovalPendingError                         dsh_host.agent.errors
-    │   ├── OutputValidationError                        dsh_host.front.errors
-    │   ├── PromptError                                  dsh_host.agent.errors
-    │   ├── ResumeError                                  dsh_host.agent.errors
-    │   └── TurnFailedError                              dsh_host.front.errors
-    ├── ApiError                                         dsh_host.server.runtime
+    ├── AgentError                                       dsh_host._agent.errors
+    │   ├── AgentBusyError                               dsh_host._agent.errors
+    │   ├── AgentClosedError                             dsh_host._agent.errors
+    │   ├── AgentConfigError                             dsh_host._agent.errors
+    │   ├── ApprovalDecisionError                        dsh_host._agent.errors
+    │   ├── ApprovalPendingError                         dsh_host._agent.errors
+    │   ├── OutputValidationError                        dsh_host._front.errors
+    │   ├── PromptError                                  dsh_host._agent.errors
+    │   ├── ResumeError                                  dsh_host._agent.errors
+    │   └── TurnFailedError                              dsh_host._front.errors
+    ├── ApiError                                         dsh_host._server.runtime
     ├── ApprovalError                                    dsh_user_approval.errors
     │   ├── ApprovalInvariantError                       dsh_user_approval.errors
     │   ├── ApprovalOutsideTurnError                     dsh_user_approval.errors
     │   ├── ApprovalRequestError                         dsh_user_approval.errors
     │   └── InvalidApprovalPolicyError                   dsh_user_approval.errors
-    ├── AttachmentError                                  dsh_host.llm.attachments
-    ├── AuditError                                       dsh_host.session.audit
+    ├── AttachmentError                                  dsh_host._llm.attachments
+    ├── AuditError                                       dsh_host._session.audit
     ├── BootError                                        dsh_host.errors
-    ├── CliUsageError                                    dsh_host.cli.common
-    ├── CommandInterrupted                               dsh_host.cli.common
-    ├── CompactionError                                  dsh_host.session.compaction
-    │   ├── ManualCompactionError                        dsh_host.session.compaction
+    ├── CliUsageError                                    dsh_host._cli.common
+    ├── CommandInterrupted                               dsh_host._cli.common
+    ├── CompactionError                                  dsh_host._session.compaction
+    │   ├── ManualCompactionError                        dsh_host._session.compaction
     │   └── TargetPressureConfigError                    dsh_compaction_basic.config
     ├── ConfigError                                      dsh_host.errors
     │   ├── BuiltinToolsConfigError                      dsh_builtin_tools.config
@@ -44,56 +44,56 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     │   ├── SandboxConfigError                           dsh_sandbox_local.provider
     │   ├── ScriptError                                  dsh_llm_scripted.script
     │   ├── SubagentsConfigError                         dsh_subagents.config
-    │   ├── TermsRefused                                 dsh_host.front.runner
+    │   ├── TermsRefused                                 dsh_host._front.runner
     │   ├── ToolRulesError                               dsh_tool_rules.plugin
     │   └── UnknownPluginError                           dsh_host.errors
     ├── EventBusError                                    dsh_host.errors
     │   ├── EventModeConflictError                       dsh_host.errors
     │   ├── HandlerKindError                             dsh_host.errors
     │   └── UndeclaredEventError                         dsh_host.errors
-    ├── GuardrailTripwireTriggered                       dsh_host.front.guardrails
+    ├── GuardrailTripwireTriggered                       dsh_host._front.guardrails
     ├── InactiveContextError                             dsh_host.errors
-    ├── InvalidSandboxRequestError                       dsh_host.sandbox
-    ├── LlmError                                         dsh_host.llm.errors
+    ├── InvalidSandboxRequestError                       dsh_host._sandbox
+    ├── LlmError                                         dsh_host._llm.errors
     ├── McpStartupError                                  dsh_mcp_client.bridge
-    ├── NonJsonValueError                                dsh_host.jsonsafe
+    ├── NonJsonValueError                                dsh_host._jsonsafe
     ├── PluginRegistrationError                          dsh_host.errors
-    ├── SandboxUnavailableError                          dsh_host.sandbox
-    ├── ServeUsageError                                  dsh_host.server.command
+    ├── SandboxUnavailableError                          dsh_host._sandbox
+    ├── ServeUsageError                                  dsh_host._server.command
     ├── ServiceError                                     dsh_host.errors
     │   ├── ServiceConflictError                         dsh_host.errors
     │   └── ServiceUnavailableError                      dsh_host.errors
-    ├── SessionError                                     dsh_host.session.errors
-    │   ├── InvalidSeedError                             dsh_host.session.errors
-    │   ├── InvalidSessionEventError                     dsh_host.session.errors
-    │   │   ├── SurfaceTransitionError                   dsh_host.session.errors
-    │   │   └── UnknownEventTypeError                    dsh_host.session.errors
-    │   ├── InvalidSessionHeaderError                    dsh_host.session.errors
-    │   ├── InvalidSessionIdError                        dsh_host.session.errors
-    │   ├── SessionAppendReentryError                    dsh_host.session.errors
-    │   ├── SessionForkError                             dsh_host.session.errors
-    │   └── SessionStoreError                            dsh_host.session.errors
-    │       ├── SessionAttachedError                     dsh_host.session.errors
-    │       ├── SessionExistsError                       dsh_host.session.errors
-    │       └── SessionNotLiveError                      dsh_host.session.errors
-    ├── SessionPersistenceError                          dsh_host.session.persistence
-    │   ├── SessionAlreadyExistsError                    dsh_host.session.persistence
-    │   ├── SessionAlreadyOwnedError                     dsh_host.session.persistence
-    │   ├── SessionAppendRejectedError                   dsh_host.session.persistence
-    │   ├── SessionFormatUnsupportedError                dsh_host.session.persistence
-    │   ├── SessionGenerationError                       dsh_host.session.persistence
-    │   │   ├── SessionGenerationConflictError           dsh_host.session.persistence
-    │   │   └── SessionGenerationSourceChangedError      dsh_host.session.persistence
-    │   ├── SessionHandleClosedError                     dsh_host.session.persistence
-    │   ├── SessionHandlePoisonedError                   dsh_host.session.persistence
+    ├── SessionError                                     dsh_host._session.errors
+    │   ├── InvalidSeedError                             dsh_host._session.errors
+    │   ├── InvalidSessionEventError                     dsh_host._session.errors
+    │   │   ├── SurfaceTransitionError                   dsh_host._session.errors
+    │   │   └── UnknownEventTypeError                    dsh_host._session.errors
+    │   ├── InvalidSessionHeaderError                    dsh_host._session.errors
+    │   ├── InvalidSessionIdError                        dsh_host._session.errors
+    │   ├── SessionAppendReentryError                    dsh_host._session.errors
+    │   ├── SessionForkError                             dsh_host._session.errors
+    │   └── SessionStoreError                            dsh_host._session.errors
+    │       ├── SessionAttachedError                     dsh_host._session.errors
+    │       ├── SessionExistsError                       dsh_host._session.errors
+    │       └── SessionNotLiveError                      dsh_host._session.errors
+    ├── SessionPersistenceError                          dsh_host._persistence.persistence
+    │   ├── SessionAlreadyExistsError                    dsh_host._persistence.persistence
+    │   ├── SessionAlreadyOwnedError                     dsh_host._persistence.persistence
+    │   ├── SessionAppendRejectedError                   dsh_host._persistence.persistence
+    │   ├── SessionFormatUnsupportedError                dsh_host._persistence.persistence
+    │   ├── SessionGenerationError                       dsh_host._persistence.persistence
+    │   │   ├── SessionGenerationConflictError           dsh_host._persistence.persistence
+    │   │   └── SessionGenerationSourceChangedError      dsh_host._persistence.persistence
+    │   ├── SessionHandleClosedError                     dsh_host._persistence.persistence
+    │   ├── SessionHandlePoisonedError                   dsh_host._persistence.persistence
     │   ├── SessionLockUnsafeError                       dsh_session_persistence_jsonl._lock
-    │   ├── SessionNotFoundError                         dsh_host.session.persistence
-    │   ├── SessionOwnershipLostError                    dsh_host.session.persistence
-    │   ├── SessionPersistenceCorruptionError            dsh_host.session.persistence
+    │   ├── SessionNotFoundError                         dsh_host._persistence.persistence
+    │   ├── SessionOwnershipLostError                    dsh_host._persistence.persistence
+    │   ├── SessionPersistenceCorruptionError            dsh_host._persistence.persistence
     │   ├── SessionStoreUnavailableError                 dsh_session_persistence_postgres._backend
-    │   └── SessionWriteError                            dsh_host.session.persistence
-    │       └── SessionRollbackError                     dsh_host.session.persistence
-    └── ToolError                                        dsh_host.tools.errors
+    │   └── SessionWriteError                            dsh_host._persistence.persistence
+    │       └── SessionRollbackError                     dsh_host._persistence.persistence
+    └── ToolError                                        dsh_host._tools.errors
         ├── EditMatchError                               dsh_builtin_tools.edit
         ├── FileChangedError                             dsh_builtin_tools.files
         ├── FileFenceError                               dsh_builtin_tools.files
@@ -105,14 +105,14 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
         ├── McpUnavailableError                          dsh_mcp_client.bridge
         ├── PatternError                                 dsh_builtin_tools.patterns
         ├── ProtectedPathError                           dsh_builtin_tools.files
-        ├── SandboxEscalationError                       dsh_host.tools.escalation
+        ├── SandboxEscalationError                       dsh_host._tools.escalation
         ├── SkillError                                   dsh_skills
-        ├── ToolArgsError                                dsh_host.tools.errors
-        ├── ToolCallWaits                                dsh_host.tools.errors
-        ├── ToolNotFoundError                            dsh_host.tools.errors
-        ├── ToolOutputError                              dsh_host.tools.errors
-        ├── ToolRegistrationError                        dsh_host.tools.errors
-        ├── UnsupportedSchemaError                       dsh_host.tools.errors
+        ├── ToolArgsError                                dsh_host._tools.errors
+        ├── ToolCallWaits                                dsh_host._tools.errors
+        ├── ToolNotFoundError                            dsh_host._tools.errors
+        ├── ToolOutputError                              dsh_host._tools.errors
+        ├── ToolRegistrationError                        dsh_host._tools.errors
+        ├── UnsupportedSchemaError                       dsh_host._tools.errors
         └── WorkdirError                                 dsh_builtin_tools.bash
 
 Every message names what was wrong, where, and what to do about it, because

@@ -29,23 +29,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dsh_host.lazy import lazy_names
+from dsh_host._lazy import lazy_names
 
 if TYPE_CHECKING:
     # -- Plugins, services, events, cancellation
-    from dsh_host.plugin import (  # noqa: I001 (grouped by seam, not sorted)
+    from dsh_host._plugin import (  # noqa: I001 (grouped by seam, not sorted)
         ModelRoute as ModelRoute,
         NoConfig as NoConfig,
         Plugin as Plugin,
         RunTermKeys as RunTermKeys,
         StoreUrl as StoreUrl,
     )
-    from dsh_host.context import (
+    from dsh_host._context import (
         Context as Context,
         Host as Host,
         ServiceKey as ServiceKey,
     )
-    from dsh_host.bus import (
+    from dsh_host._bus import (
         Emit as Emit,
         EventMode as EventMode,
         Next as Next,
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
         StreamWaterfall as StreamWaterfall,
         Waterfall as Waterfall,
     )
-    from dsh_host.cancel import (
+    from dsh_host._cancel import (
         CancelToken as CancelToken,
         fuse as fuse,
     )
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     )
 
     # -- Service and event keys
-    from dsh_host.session.keys import (
+    from dsh_host._session.keys import (
         COMPACTION as COMPACTION,
         SESSIONS as SESSIONS,
         SESSION_CREATED as SESSION_CREATED,
@@ -75,16 +75,16 @@ if TYPE_CHECKING:
         SESSION_EVENT as SESSION_EVENT,
         SESSION_EVENTS as SESSION_EVENTS,
         SESSION_FLUSH as SESSION_FLUSH,
-        SESSION_PERSISTENCE as SESSION_PERSISTENCE,
         TELEMETRY as TELEMETRY,
         TOKEN_METER as TOKEN_METER,
         TOOL_RESULT_PRUNER as TOOL_RESULT_PRUNER,
     )
-    from dsh_host.llm.keys import (
+    from dsh_host._persistence.keys import SESSION_PERSISTENCE as SESSION_PERSISTENCE
+    from dsh_host._llm.keys import (
         LLM as LLM,
         LLM_STREAM as LLM_STREAM,
     )
-    from dsh_host.tools.keys import (
+    from dsh_host._tools.keys import (
         APPROVAL as APPROVAL,
         APPROVAL_REQUEST as APPROVAL_REQUEST,
         TOOLS as TOOLS,
@@ -95,7 +95,7 @@ if TYPE_CHECKING:
         TOOLS_PRE_EXECUTE as TOOLS_PRE_EXECUTE,
         TOOLS_RESULT as TOOLS_RESULT,
     )
-    from dsh_host.agent.keys import (
+    from dsh_host._agent.keys import (
         AGENT as AGENT,
         AGENT_CHUNK as AGENT_CHUNK,
         AGENT_ERROR as AGENT_ERROR,
@@ -113,7 +113,7 @@ if TYPE_CHECKING:
     )
 
     # -- The session log: sessions, messages, events
-    from dsh_host.session.approvals import (
+    from dsh_host._session.approvals import (
         AWAITING_APPROVAL as AWAITING_APPROVAL,
         WAITS_EVENT as WAITS_EVENT,
         DeferredCall as DeferredCall,
@@ -122,7 +122,7 @@ if TYPE_CHECKING:
         context_of_ask as context_of_ask,
         deferred_calls as deferred_calls,
     )
-    from dsh_host.session.compaction import (
+    from dsh_host._session.compaction import (
         CompactionEngine as CompactionEngine,
         CompactionError as CompactionError,
         CompactionResult as CompactionResult,
@@ -133,47 +133,47 @@ if TYPE_CHECKING:
         compact_checkpoint_source as compact_checkpoint_source,
         is_compact_checkpoint_source as is_compact_checkpoint_source,
     )
-    from dsh_host.session.errors import (
+    from dsh_host._session.errors import (
         InvalidSessionIdError as InvalidSessionIdError,
     )
-    from dsh_host.session.events.codec import (
+    from dsh_host._session.events.codec import (
         decode_event_line as decode_event_line,
         encode_event as encode_event,
         event_to_builtins as event_to_builtins,
     )
-    from dsh_host.session.events.coerce import (
+    from dsh_host._session.events.coerce import (
         system_message_problem as system_message_problem,
     )
-    from dsh_host.session.events.data import (
+    from dsh_host._session.events.data import (
         LlmRetryData as LlmRetryData,
         LlmRetryStartedData as LlmRetryStartedData,
         ToolResultData as ToolResultData,
         TurnStart as TurnStart,
     )
-    from dsh_host.session.events.envelope import (
+    from dsh_host._session.events.envelope import (
         ReplaceOp as ReplaceOp,
         SessionEvent as SessionEvent,
     )
-    from dsh_host.session.events.reasons import (
+    from dsh_host._session.events.reasons import (
         register_turn_end_reason as register_turn_end_reason,
     )
-    from dsh_host.session.folds import (
+    from dsh_host._session.folds import (
         LogFold as LogFold,
     )
-    from dsh_host.session.lineage import (
+    from dsh_host._session.lineage import (
         DELEGATION_EVENT as DELEGATION_EVENT,
         DelegationLink as DelegationLink,
         delegating_call as delegating_call,
         delegation_link as delegation_link,
         session_link as session_link,
     )
-    from dsh_host.session.header import (
+    from dsh_host._session.header import (
         HEADER_KEYS as HEADER_KEYS,
         SessionHeader as SessionHeader,
         check_session_id as check_session_id,
         parse_session_header as parse_session_header,
     )
-    from dsh_host.session.messages import (
+    from dsh_host._session.messages import (
         AbortedFinish as AbortedFinish,
         AssistantMessage as AssistantMessage,
         BlockEndChunk as BlockEndChunk,
@@ -207,25 +207,25 @@ if TYPE_CHECKING:
         Wire as Wire,
         new_message_id as new_message_id,
     )
-    from dsh_host.session.prices import (
+    from dsh_host._session.prices import (
         ModelPrice as ModelPrice,
         PriceTable as PriceTable,
         parse_prices as parse_prices,
     )
-    from dsh_host.session.repair import (
+    from dsh_host._session.repair import (
         TOOL_OUTCOME_UNKNOWN as TOOL_OUTCOME_UNKNOWN,
     )
-    from dsh_host.session.session import (
+    from dsh_host._session.session import (
         Session as Session,
         derive_event_message as derive_event_message,
     )
-    from dsh_host.session.store import (
+    from dsh_host._session.store import (
         SessionStore as SessionStore,
     )
-    from dsh_host.session.terms import (
+    from dsh_host._session.terms import (
         recorded_terms as recorded_terms,
     )
-    from dsh_host.session.tokens import (
+    from dsh_host._session.tokens import (
         ContextPressure as ContextPressure,
         TokenMeasurement as TokenMeasurement,
         TokenMeter as TokenMeter,
@@ -234,13 +234,13 @@ if TYPE_CHECKING:
         estimate_header as estimate_header,
         estimate_message as estimate_message,
     )
-    from dsh_host.session.usage import (
+    from dsh_host._session.usage import (
         RequestCost as RequestCost,
         UsageTotals as UsageTotals,
     )
 
     # -- The storage seam (docs/storage.md)
-    from dsh_host.session.storage import (
+    from dsh_host._persistence.storage import (
         MemoryStorage as MemoryStorage,
         Pending as Pending,
         SessionStorage as SessionStorage,
@@ -250,7 +250,7 @@ if TYPE_CHECKING:
         SupportsRoot as SupportsRoot,
         encode_json as encode_json,
     )
-    from dsh_host.session.persistence import (
+    from dsh_host._persistence.persistence import (
         ArtifactLocation as ArtifactLocation,
         SessionAlreadyExistsError as SessionAlreadyExistsError,
         SessionAlreadyOwnedError as SessionAlreadyOwnedError,
@@ -273,23 +273,23 @@ if TYPE_CHECKING:
         decode_stored_header as decode_stored_header,
         decode_stored_rows as decode_stored_rows,
     )
-    from dsh_host.session.backend import (
+    from dsh_host._persistence.backend import (
         PersistenceService as PersistenceService,
     )
-    from dsh_host.session.binding import (
+    from dsh_host._persistence.binding import (
         wire_storage as wire_storage,
     )
-    from dsh_host.session.write_behind import (
+    from dsh_host._persistence.write_behind import (
         WINDOW_SECONDS as WINDOW_SECONDS,
         Spawn as Spawn,
         header_meta as header_meta,
     )
 
     # -- The model-adapter seam
-    from dsh_host.llm.assembler import (
+    from dsh_host._llm.assembler import (
         BlockAssembler as BlockAssembler,
     )
-    from dsh_host.llm.convert import (
+    from dsh_host._llm.convert import (
         BlockKind as BlockKind,
         EventBlock as EventBlock,
         answer_end as answer_end,
@@ -304,13 +304,13 @@ if TYPE_CHECKING:
         tool_result_text as tool_result_text,
         unsupported_effort as unsupported_effort,
     )
-    from dsh_host.llm.errors import (
+    from dsh_host._llm.errors import (
         CONTEXT_WINDOW_EXCEEDED_CODE as CONTEXT_WINDOW_EXCEEDED_CODE,
         MODEL_NOT_FOUND_CODE as MODEL_NOT_FOUND_CODE,
         QUOTA_EXCEEDED_CODE as QUOTA_EXCEEDED_CODE,
         LlmError as LlmError,
     )
-    from dsh_host.llm.provider import (
+    from dsh_host._llm.provider import (
         ProviderAdapter as ProviderAdapter,
         ProviderSettings as ProviderSettings,
         SdkAdapter as SdkAdapter,
@@ -323,10 +323,10 @@ if TYPE_CHECKING:
         sdk_client_options as sdk_client_options,
         status_failure as status_failure,
     )
-    from dsh_host.llm.runtime import (
+    from dsh_host._llm.runtime import (
         LlmRuntime as LlmRuntime,
     )
-    from dsh_host.llm.types import (
+    from dsh_host._llm.types import (
         LlmAdapter as LlmAdapter,
         LlmRequest as LlmRequest,
         ModelInfo as ModelInfo,
@@ -334,7 +334,7 @@ if TYPE_CHECKING:
         RetryPolicy as RetryPolicy,
         RetryPolicyConfig as RetryPolicyConfig,
     )
-    from dsh_host.llm.wire import (
+    from dsh_host._llm.wire import (
         exception_chain as exception_chain,
         http_error_code as http_error_code,
         is_context_window_exceeded as is_context_window_exceeded,
@@ -343,17 +343,17 @@ if TYPE_CHECKING:
     )
 
     # -- The tool seam
-    from dsh_host.tools.beneath import (
+    from dsh_host._tools.beneath import (
         BeneathPathError as BeneathPathError,
         beneath_parts as beneath_parts,
         open_beneath as open_beneath,
         open_dirs_beneath as open_dirs_beneath,
     )
-    from dsh_host.tools.errors import (
+    from dsh_host._tools.errors import (
         ToolCallWaits as ToolCallWaits,
         ToolError as ToolError,
     )
-    from dsh_host.tools.escalation import (
+    from dsh_host._tools.escalation import (
         ESCALATION_TARGETS as ESCALATION_TARGETS,
         EscalationFailure as EscalationFailure,
         SandboxEscalationError as SandboxEscalationError,
@@ -363,14 +363,14 @@ if TYPE_CHECKING:
         sandbox_denial_marker as sandbox_denial_marker,
         validate_escalation_args as validate_escalation_args,
     )
-    from dsh_host.tools.schema import (
+    from dsh_host._tools.schema import (
         SCHEMA_TYPES as SCHEMA_TYPES,
         check_object_schema as check_object_schema,
     )
-    from dsh_host.tools.runtime import (
+    from dsh_host._tools.runtime import (
         ToolRuntime as ToolRuntime,
     )
-    from dsh_host.tools.types import (
+    from dsh_host._tools.types import (
         Accept as Accept,
         ApprovalProvider as ApprovalProvider,
         ApprovalRequest as ApprovalRequest,
@@ -392,18 +392,18 @@ if TYPE_CHECKING:
     )
 
     # -- The agent's extension points
-    from dsh_host.agent.budget import (
+    from dsh_host._agent.budget import (
         BudgetExceededReason as BudgetExceededReason,
         over_budget as over_budget,
     )
-    from dsh_host.agent.errors import (
+    from dsh_host._agent.errors import (
         AgentBusyError as AgentBusyError,
         ApprovalDecisionError as ApprovalDecisionError,
     )
-    from dsh_host.agent.loop import (
+    from dsh_host._agent.loop import (
         error_chain as error_chain,
     )
-    from dsh_host.agent.types import (
+    from dsh_host._agent.types import (
         AgentErrorEvent as AgentErrorEvent,
         AgentOptions as AgentOptions,
         AssembleContext as AssembleContext,
@@ -428,12 +428,12 @@ if TYPE_CHECKING:
         pre_step_decision as pre_step_decision,
         request_error_action as request_error_action,
     )
-    from dsh_host.agent.service import (
+    from dsh_host._agent.service import (
         AgentService as AgentService,
     )
 
     # -- Sandbox, processes, JSON, directories
-    from dsh_host.sandbox import (
+    from dsh_host._sandbox import (
         CONFINED_SANDBOX_MODES as CONFINED_SANDBOX_MODES,
         DEFAULT_ENV_ALLOW as DEFAULT_ENV_ALLOW,
         DEFAULT_PROTECTED_NAMES as DEFAULT_PROTECTED_NAMES,
@@ -454,12 +454,12 @@ if TYPE_CHECKING:
         read_only_cover as read_only_cover,
         writable_roots as writable_roots,
     )
-    from dsh_host.spawn import (
+    from dsh_host._spawn import (
         FdReceiveStream as FdReceiveStream,
         SpawnedProcess as SpawnedProcess,
         open_process as open_process,
     )
-    from dsh_host.jsonsafe import (
+    from dsh_host._jsonsafe import (
         MAX_SAFE_INTEGER as MAX_SAFE_INTEGER,
         is_safe_int as is_safe_int,
         js_number as js_number,
@@ -469,23 +469,23 @@ if TYPE_CHECKING:
         thaw_json as thaw_json,
         to_json_builtins as to_json_builtins,
     )
-    from dsh_host.filewatch import StatMemo as StatMemo, Watched as Watched
-    from dsh_host.userdirs import (
+    from dsh_host._filewatch import StatMemo as StatMemo, Watched as Watched
+    from dsh_host._userdirs import (
         config_home as config_home,
         default_session_root as default_session_root,
         trust_store_file as trust_store_file,
     )
-    from dsh_host.session import offload as offload
+    from dsh_host._persistence import offload as offload
 
     # -- The chat-completions wire the OpenAI-compatible adapters share, attachments, v4 events
-    from dsh_host.session.events import (
+    from dsh_host._session.events import (
         DSH_V4_ONLY_EVENT_TYPES as DSH_V4_ONLY_EVENT_TYPES,
         AssistantMessageData as AssistantMessageData,
         ToolCallData as ToolCallData,
         TurnEnd as TurnEnd,
         decode_event as decode_event,
     )
-    from dsh_host.llm.attachments import (
+    from dsh_host._llm.attachments import (
         MAX_IMAGE_BYTES as MAX_IMAGE_BYTES,
         Attachment as Attachment,
         AttachmentError as AttachmentError,
@@ -494,7 +494,7 @@ if TYPE_CHECKING:
         image_media_type as image_media_type,
         tool_result_images as tool_result_images,
     )
-    from dsh_host.llm.chat import (
+    from dsh_host._llm.chat import (
         ChunkTranslator as ChunkTranslator,
         DONE as DONE,
         chat_tools as chat_tools,
@@ -504,96 +504,97 @@ if TYPE_CHECKING:
     )
 
     # -- What the sub-agents plugin reads of the log, the repair and the sandbox ceiling
-    from dsh_host.agent.prompt import (
+    from dsh_host._agent.prompt import (
         PERSONA_SECTION as PERSONA_SECTION,
     )
-    from dsh_host.session.repair import (
+    from dsh_host._session.repair import (
         TOOL_NOT_STARTED as TOOL_NOT_STARTED,
         TOOL_NOT_STARTED_TEXT as TOOL_NOT_STARTED_TEXT,
         TOOL_OUTCOME_UNKNOWN_TEXT as TOOL_OUTCOME_UNKNOWN_TEXT,
         interrupted_tool_result_id as interrupted_tool_result_id,
         interrupted_turn_closers as interrupted_turn_closers,
     )
-    from dsh_host.sandbox import (
+    from dsh_host._sandbox import (
         capped_mode as capped_mode,
     )
 
     # -- What a file store's header codec shares with the core (one header rule)
-    from dsh_host.session.persistence import (
+    from dsh_host._persistence.persistence import (
         format_refusal as format_refusal,
     )
-    from dsh_host.session.header import (
+    from dsh_host._session.header import (
         header_from_meta as header_from_meta,
     )
 
 #: Where each name is defined (the module it is imported from on first use).
 _DEFINED_IN: dict[str, tuple[str, ...]] = {
-    "dsh_host.agent.prompt": ("PERSONA_SECTION",),
+    "dsh_host._agent.prompt": ("PERSONA_SECTION",),
     # -- The chat-completions wire the OpenAI-compatible adapters share, attachments, v4 events
-    "dsh_host.llm.chat": (
+    "dsh_host._llm.chat": (
         "ChunkTranslator", "DONE", "chat_tools", "map_finish_reason", "map_usage",
         "serialize_messages",
     ),
-    "dsh_host.llm.attachments": (
+    "dsh_host._llm.attachments": (
         "MAX_IMAGE_BYTES", "Attachment", "AttachmentError", "attached", "image_block",
         "image_media_type", "tool_result_images",
     ),
-    "dsh_host.session.events": (
+    "dsh_host._session.events": (
         "AssistantMessageData", "DSH_V4_ONLY_EVENT_TYPES", "ToolCallData", "TurnEnd",
         "decode_event",
     ),
     # -- Plugins, services, events, cancellation
-    "dsh_host.plugin": ("ModelRoute", "NoConfig", "Plugin", "RunTermKeys", "StoreUrl"),
-    "dsh_host.context": ("Context", "Host", "ServiceKey"),
-    "dsh_host.bus": (
+    "dsh_host._plugin": ("ModelRoute", "NoConfig", "Plugin", "RunTermKeys", "StoreUrl"),
+    "dsh_host._context": ("Context", "Host", "ServiceKey"),
+    "dsh_host._bus": (
         "Emit", "EventMode", "Next", "Parallel", "Serial", "StreamNext", "StreamWaterfall",
         "Waterfall",
     ),
-    "dsh_host.cancel": ("CancelToken", "fuse"),
+    "dsh_host._cancel": ("CancelToken", "fuse"),
     "dsh_host.errors": ("AbortError", "ConfigError", "DshError", "require_extra"),
     # -- Service and event keys
-    "dsh_host.session.keys": (
+    "dsh_host._session.keys": (
         "COMPACTION", "SESSIONS", "SESSION_CREATED", "SESSION_DISPOSED", "SESSION_EVENT",
-        "SESSION_EVENTS", "SESSION_FLUSH", "SESSION_PERSISTENCE", "TELEMETRY", "TOKEN_METER",
+        "SESSION_EVENTS", "SESSION_FLUSH", "TELEMETRY", "TOKEN_METER",
         "TOOL_RESULT_PRUNER",
     ),
-    "dsh_host.llm.keys": ("LLM", "LLM_STREAM"),
-    "dsh_host.tools.keys": (
+    "dsh_host._persistence.keys": ("SESSION_PERSISTENCE",),
+    "dsh_host._llm.keys": ("LLM", "LLM_STREAM"),
+    "dsh_host._tools.keys": (
         "APPROVAL", "APPROVAL_REQUEST", "TOOLS", "TOOLS_CHANGE", "TOOLS_EVENTS", "TOOLS_EXECUTE",
         "TOOLS_POST_EXECUTE", "TOOLS_PRE_EXECUTE", "TOOLS_RESULT",
     ),
-    "dsh_host.agent.keys": (
+    "dsh_host._agent.keys": (
         "AGENT", "AGENT_CHUNK", "AGENT_ERROR", "AGENT_EVENTS", "AGENT_PRE_STEP", "AGENT_REQUEST",
         "AGENT_REQUEST_ERROR", "AGENT_STEP_END", "AGENT_STEP_START", "AGENT_TURN_END",
         "AGENT_TURN_START", "AGENT_TURN_STOPPING", "SUBAGENTS", "SYSTEM_PROMPT_ASSEMBLE",
     ),
     # -- The session log: sessions, messages, events
-    "dsh_host.session.approvals": (
+    "dsh_host._session.approvals": (
         "AWAITING_APPROVAL", "WAITS_EVENT", "DeferredCall", "args_digest", "awaiting_call_ids",
         "context_of_ask", "deferred_calls",
     ),
-    "dsh_host.session.compaction": (
+    "dsh_host._session.compaction": (
         "CompactionEngine", "CompactionError", "CompactionResult", "CompactionTrigger",
         "ManualCompactionError", "ResultPruner", "balanced_cuts", "compact_checkpoint_source",
         "is_compact_checkpoint_source",
     ),
-    "dsh_host.session.errors": ("InvalidSessionIdError",),
-    "dsh_host.session.events.codec": ("decode_event_line", "encode_event", "event_to_builtins"),
-    "dsh_host.session.events.coerce": ("system_message_problem",),
-    "dsh_host.session.events.data": (
+    "dsh_host._session.errors": ("InvalidSessionIdError",),
+    "dsh_host._session.events.codec": ("decode_event_line", "encode_event", "event_to_builtins"),
+    "dsh_host._session.events.coerce": ("system_message_problem",),
+    "dsh_host._session.events.data": (
         "LlmRetryData", "LlmRetryStartedData", "ToolResultData", "TurnStart",
     ),
-    "dsh_host.session.events.envelope": ("ReplaceOp", "SessionEvent"),
-    "dsh_host.session.events.reasons": ("register_turn_end_reason",),
-    "dsh_host.session.folds": ("LogFold",),
-    "dsh_host.session.lineage": (
+    "dsh_host._session.events.envelope": ("ReplaceOp", "SessionEvent"),
+    "dsh_host._session.events.reasons": ("register_turn_end_reason",),
+    "dsh_host._session.folds": ("LogFold",),
+    "dsh_host._session.lineage": (
         "DELEGATION_EVENT", "DelegationLink", "delegating_call", "delegation_link",
         "session_link",
     ),
-    "dsh_host.session.header": ("header_from_meta",
+    "dsh_host._session.header": ("header_from_meta",
         "HEADER_KEYS", "SessionHeader", "check_session_id", "parse_session_header",
     ),
-    "dsh_host.session.messages": (
+    "dsh_host._session.messages": (
         "AbortedFinish", "AssistantMessage", "BlockEndChunk", "BlockStartChunk", "ContentBlock",
         "ErrorFinish", "FinishChunk", "FinishReason", "ImageBlock", "LlmCallConfig", "LlmFailure",
         "MaxTokensFinish", "Message", "PluginSource", "ReasoningBlock", "ReasoningDeltaChunk",
@@ -601,25 +602,25 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
         "ToolCallBlock", "ToolCallDeltaChunk", "ToolCallsFinish", "ToolResultBlock", "ToolSchema",
         "UsageChunk", "UserMessage", "UserSource", "Wire", "new_message_id",
     ),
-    "dsh_host.session.prices": ("ModelPrice", "PriceTable", "parse_prices"),
-    "dsh_host.session.repair": (
+    "dsh_host._session.prices": ("ModelPrice", "PriceTable", "parse_prices"),
+    "dsh_host._session.repair": (
         "TOOL_NOT_STARTED", "TOOL_NOT_STARTED_TEXT", "TOOL_OUTCOME_UNKNOWN",
         "TOOL_OUTCOME_UNKNOWN_TEXT", "interrupted_tool_result_id", "interrupted_turn_closers",
     ),
-    "dsh_host.session.session": ("Session", "derive_event_message"),
-    "dsh_host.session.store": ("SessionStore",),
-    "dsh_host.session.terms": ("recorded_terms",),
-    "dsh_host.session.tokens": (
+    "dsh_host._session.session": ("Session", "derive_event_message"),
+    "dsh_host._session.store": ("SessionStore",),
+    "dsh_host._session.terms": ("recorded_terms",),
+    "dsh_host._session.tokens": (
         "ContextPressure", "TokenMeasurement", "TokenMeter", "TokenSurfaceNode", "estimate_content",
         "estimate_header", "estimate_message",
     ),
-    "dsh_host.session.usage": ("RequestCost", "UsageTotals"),
+    "dsh_host._session.usage": ("RequestCost", "UsageTotals"),
     # -- The storage seam (docs/storage.md)
-    "dsh_host.session.storage": (
+    "dsh_host._persistence.storage": (
         "MemoryStorage", "Pending", "SessionStorage", "SupportsCurrentRevision", "SupportsHeldBy",
         "SupportsReadFrom", "SupportsRoot", "encode_json",
     ),
-    "dsh_host.session.persistence": ("format_refusal",
+    "dsh_host._persistence.persistence": ("format_refusal",
         "ArtifactLocation", "SessionAlreadyExistsError", "SessionAlreadyOwnedError",
         "SessionAppendRejectedError", "SessionFormatUnsupportedError",
         "SessionGenerationConflictError", "SessionGenerationSourceChangedError",
@@ -628,80 +629,80 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
         "SessionRollbackError", "SessionWriteError", "TornTail", "UnreadableListing",
         "decode_stored_event", "decode_stored_header", "decode_stored_rows",
     ),
-    "dsh_host.session.backend": ("PersistenceService",),
-    "dsh_host.session.binding": ("wire_storage",),
-    "dsh_host.session.write_behind": ("WINDOW_SECONDS", "Spawn", "header_meta"),
+    "dsh_host._persistence.backend": ("PersistenceService",),
+    "dsh_host._persistence.binding": ("wire_storage",),
+    "dsh_host._persistence.write_behind": ("WINDOW_SECONDS", "Spawn", "header_meta"),
     # -- The model-adapter seam
-    "dsh_host.llm.assembler": ("BlockAssembler",),
-    "dsh_host.llm.convert": (
+    "dsh_host._llm.assembler": ("BlockAssembler",),
+    "dsh_host._llm.convert": (
         "BlockKind", "EventBlock", "answer_end", "completed_reason", "disjoint_usage", "or_default",
         "refuse_images", "replay_entries", "stopped", "text_of", "token_count", "tool_result_text",
         "unsupported_effort",
     ),
-    "dsh_host.llm.errors": (
+    "dsh_host._llm.errors": (
         "CONTEXT_WINDOW_EXCEEDED_CODE", "MODEL_NOT_FOUND_CODE", "QUOTA_EXCEEDED_CODE", "LlmError",
     ),
-    "dsh_host.llm.provider": (
+    "dsh_host._llm.provider": (
         "ProviderAdapter", "ProviderSettings", "SdkAdapter", "SdkErrors", "linked", "missing_sdk",
         "register_adapter", "request_headers", "resolve_base_url", "sdk_client_options",
         "status_failure",
     ),
-    "dsh_host.llm.runtime": ("LlmRuntime",),
-    "dsh_host.llm.types": (
+    "dsh_host._llm.runtime": ("LlmRuntime",),
+    "dsh_host._llm.types": (
         "LlmAdapter", "LlmRequest", "ModelInfo", "ProviderInfo", "RetryPolicy", "RetryPolicyConfig",
     ),
-    "dsh_host.llm.wire": (
+    "dsh_host._llm.wire": (
         "exception_chain", "http_error_code", "is_context_window_exceeded", "request_id_of",
         "transport_cause",
     ),
     # -- The tool seam
-    "dsh_host.tools.beneath": (
+    "dsh_host._tools.beneath": (
         "BeneathPathError", "beneath_parts", "open_beneath", "open_dirs_beneath",
     ),
-    "dsh_host.tools.errors": ("ToolCallWaits", "ToolError"),
-    "dsh_host.tools.escalation": (
+    "dsh_host._tools.errors": ("ToolCallWaits", "ToolError"),
+    "dsh_host._tools.escalation": (
         "ESCALATION_TARGETS", "EscalationFailure", "SandboxEscalationError", "approve_escalation",
         "check_escalation_available", "escalation_hint_marker", "sandbox_denial_marker",
         "validate_escalation_args",
     ),
-    "dsh_host.tools.schema": ("SCHEMA_TYPES", "check_object_schema"),
-    "dsh_host.tools.runtime": ("ToolRuntime",),
-    "dsh_host.tools.types": (
+    "dsh_host._tools.schema": ("SCHEMA_TYPES", "check_object_schema"),
+    "dsh_host._tools.runtime": ("ToolRuntime",),
+    "dsh_host._tools.types": (
         "Accept", "ApprovalProvider", "ApprovalRequest", "Ask", "Block", "Deny",
         "PostExecuteContext", "PostToolDecision", "PreToolDecision", "ToolAgent", "ToolDefinition",
         "ToolErrorInfo", "ToolExecution", "ToolExecutionResult", "ToolOutput", "ToolResultEvent",
         "aborted_before_dispatch_result", "text_output",
     ),
     # -- The agent's extension points
-    "dsh_host.agent.budget": ("BudgetExceededReason", "over_budget"),
-    "dsh_host.agent.errors": ("AgentBusyError", "ApprovalDecisionError"),
-    "dsh_host.agent.loop": ("error_chain",),
-    "dsh_host.agent.types": (
+    "dsh_host._agent.budget": ("BudgetExceededReason", "over_budget"),
+    "dsh_host._agent.errors": ("AgentBusyError", "ApprovalDecisionError"),
+    "dsh_host._agent.loop": ("error_chain",),
+    "dsh_host._agent.types": (
         "AgentErrorEvent", "AgentOptions", "AssembleContext", "AssembledContext",
         "AssembledSection", "ChunkReceived", "Enter", "PreStepContext", "PreStepDecision",
         "PromptAssembly", "Reject", "RequestErrorAction", "RequestErrorContext", "RequestProposal",
         "Retry", "StepEnded", "StepStarted", "TextProvider", "TurnEnded", "TurnStarted",
         "TurnStoppingContext", "pre_step_decision", "request_error_action",
     ),
-    "dsh_host.agent.service": ("AgentService",),
+    "dsh_host._agent.service": ("AgentService",),
     # -- Sandbox, processes, JSON, directories
-    "dsh_host.sandbox": ("capped_mode",
+    "dsh_host._sandbox": ("capped_mode",
         "CONFINED_SANDBOX_MODES", "DEFAULT_ENV_ALLOW", "DEFAULT_PROTECTED_NAMES", "SANDBOX",
         "SANDBOX_MODES", "ConfinedArgv", "InvalidSandboxRequestError", "RunnerFailureRule",
         "SandboxMode", "SandboxPolicy", "SandboxProvider", "SandboxUnavailableError",
         "allowed_environment", "call_policy", "confined_writable_roots", "harness_secret_paths",
         "harness_state_conflict", "read_only_cover", "writable_roots",
     ),
-    "dsh_host.spawn": ("FdReceiveStream", "SpawnedProcess", "open_process"),
-    "dsh_host.jsonsafe": (
+    "dsh_host._spawn": ("FdReceiveStream", "SpawnedProcess", "open_process"),
+    "dsh_host._jsonsafe": (
         "MAX_SAFE_INTEGER", "is_safe_int", "js_number", "json_enc_hook", "may_hold_unsafe_int",
         "parse_js_float", "thaw_json", "to_json_builtins",
     ),
-    "dsh_host.filewatch": ("StatMemo", "Watched"),
-    "dsh_host.userdirs": ("config_home", "default_session_root", "trust_store_file"),
+    "dsh_host._filewatch": ("StatMemo", "Watched"),
+    "dsh_host._userdirs": ("config_home", "default_session_root", "trust_store_file"),
 }
 #: Modules re-exported whole (``offload.run_sync``: a blocking call off the event loop).
-_SUBMODULES = {"offload": "dsh_host.session.offload"}
+_SUBMODULES = {"offload": "dsh_host._persistence.offload"}
 
 _MODULE_OF = {name: module for module, names in _DEFINED_IN.items() for name in names}
 

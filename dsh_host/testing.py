@@ -48,18 +48,18 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from .agent import AGENT, Agent, AgentService
-from .llm import LlmRequest
-from .loader import PluginHost, Row, open_host
-from .plugin import Plugin
-from .session import SESSIONS, Session
-from .session.header import SessionHeader, new_session_id, now_ms
-from .shipped_plugins import FRONT_DOOR_ROWS
-from .tools import TOOLS, ToolRuntime
+from ._agent import AGENT, Agent, AgentService
+from ._llm import LlmRequest
+from ._loader import PluginHost, Row, open_host
+from ._plugin import Plugin
+from ._session import SESSIONS, Session
+from ._session.header import SessionHeader, new_session_id, now_ms
+from ._shipped_plugins import FRONT_DOOR_ROWS
+from ._tools import TOOLS, ToolRuntime
 
 if TYPE_CHECKING:
-    from .agent.harness import HarnessReport
-    from .agent.replay import ReplayReport
+    from ._agent.harness import HarnessReport
+    from ._agent.replay import ReplayReport
 
 __all__ = [
     "FakeClock",
@@ -298,7 +298,7 @@ class RecordedSession:
     def harness(self) -> HarnessReport:
         """The harness replay (D32): every request derived again under the composition, as
         ``dsh replay ID --same-model --config CONFIG --root ROOT`` does it (no model call)."""
-        from .cli.replay_cmd import harness_report
+        from ._cli.replay_cmd import harness_report
 
         args = argparse.Namespace(
             session_id=self.session_id, config=self.config, root=self.root, model=None
@@ -317,7 +317,7 @@ class RecordedSession:
         """The model replay (D28, ``dsh replay ID --model MODEL``): each recorded prompt run
         with ``model``, no effect executed. It runs on a copy of the directory (the replay is a
         new session, and the recorded directory stays as it is)."""
-        from .cli.replay_cmd import replay_report
+        from ._cli.replay_cmd import replay_report
 
         with tempfile.TemporaryDirectory(prefix="dsh-replay-") as scratch:
             copy = os.path.join(scratch, "root")
@@ -354,8 +354,8 @@ def recorded_sessions(
     Each case's :meth:`~RecordedSession.check` runs the harness replay (D32) and fails naming
     the step and part that differ. Listing boots the store only; nothing is written.
     """
-    from .cli.common import load_composition, persistence_rows, run_with_host
-    from .session.keys import SESSION_PERSISTENCE
+    from ._cli.common import load_composition, persistence_rows, run_with_host
+    from ._persistence.keys import SESSION_PERSISTENCE
 
     root_text = os.fspath(root)
     config_text = os.fspath(config) if config is not None else None

@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 
 from dsh_host import Agent, ToolContext, tool
-from dsh_host.tools import ApprovalRequest
+from dsh_host.sdk import ApprovalRequest
 
 SCRIPT = Path(__file__).with_name("scripts") / "idempotent_charge.yml"
 MODEL = os.environ.get("DSH_EXAMPLE_MODEL", f"scripted:{SCRIPT}")

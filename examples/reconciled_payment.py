@@ -26,8 +26,7 @@ from typing import Any, ClassVar
 
 import anyio
 
-from dsh_host import Agent, ToolContext, tool
-from dsh_host.tools import Done, NotDone, ReconcileVerdict, Unknown
+from dsh_host import Agent, Done, NotDone, ReconcileVerdict, ToolContext, Unknown, tool
 
 SCRIPTS = Path(__file__).with_name("scripts")
 STORE = ".dsh/sessions"

@@ -14,8 +14,7 @@ from typing import Annotated, Literal
 import anyio
 import msgspec
 
-from dsh_host import Agent, tool
-from dsh_host.front import events
+from dsh_host import Agent, events, tool
 
 SCRIPT = Path(__file__).with_name("scripts") / "typed_tools.yml"
 MODEL = os.environ.get("DSH_EXAMPLE_MODEL", f"scripted:{SCRIPT}")

@@ -1,4 +1,5 @@
-"""Layers point down: host → session → llm | tools → agent → sdk → front → server → cli.
+"""Layers point down: host → session → persistence → llm | tools → agent → sdk → front → server
+→ cli (each a private ``_``-prefixed package of ``dsh_host``).
 
 ``dsh_host.testing`` (the test doubles for plugin authors) sits above them all: it may use any
 layer, and no module of ``dsh_host`` imports it.
@@ -9,7 +10,7 @@ and themselves: they meet other plugins through services, never by import, and t
 behind the sdk can move without breaking one.
 
 One deliberate exception: the package ``dsh_host/__init__.py`` (host layer) re-exports the front
-door (``Agent``, ``tool``, ``ToolContext`` from ``dsh_host.front``) *lazily*, from a module
+door (``Agent``, ``tool``, ``ToolContext`` from ``dsh_host._front``) *lazily*, from a module
 ``__getattr__`` (plus an ``if TYPE_CHECKING:`` import for type checkers). Nothing of the front door
 is imported when ``dsh_host`` or any lower layer is, so the layering of what actually loads is
 unchanged; every other import in that file is checked like any other.
@@ -31,15 +32,16 @@ HOST = REPO / "dsh_host"
 #: the front door, so it sits above the agent; nothing in ``dsh_host`` imports it.
 LAYERS = {
     "host": 0,
-    "session": 1,
-    "llm": 2,
-    "tools": 2,
-    "agent": 3,
-    "sdk": 4,
-    "front": 5,
-    "server": 6,
-    "cli": 7,
-    "testing": 8,  # dsh_host.testing: test doubles over every layer; nothing imports it
+    "_session": 1,
+    "_persistence": 2,
+    "_llm": 3,
+    "_tools": 3,
+    "_agent": 4,
+    "sdk": 5,
+    "_front": 6,
+    "_server": 7,
+    "_cli": 8,
+    "testing": 9,  # dsh_host.testing: test doubles over every layer; nothing imports it
 }
 
 
@@ -75,7 +77,7 @@ def imported_modules(
     out: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if id(node) in skip and isinstance(node, ast.ImportFrom):
-            if node.level == 1 and (node.module or "").split(".")[0] == "front":
+            if node.level == 1 and (node.module or "").startswith("_"):
                 continue
         if isinstance(node, ast.Import):
             out.extend((node.lineno, alias.name) for alias in node.names)
@@ -135,9 +137,9 @@ def test_plugins_never_import_each_other(plugin: str) -> None:
 def test_importing_dsh_host_does_not_load_the_front_door() -> None:
     code = (
         "import sys, dsh_host\n"
-        "assert not any(m.startswith(('dsh_host.front', 'dsh_host.agent')) for m in sys.modules)\n"
+        "assert not any(m.startswith(('dsh_host._front', 'dsh_host._agent')) for m in sys.modules)\n"
         "from dsh_host import Agent, ToolContext, tool\n"
-        "assert Agent.__module__ == 'dsh_host.front.agent' and 'dsh_host.front' in sys.modules\n"
+        "assert Agent.__module__ == 'dsh_host._front.agent' and 'dsh_host._front' in sys.modules\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO
@@ -185,7 +187,7 @@ def test_the_sdk_is_imported_by_no_host_module() -> None:
 
 
 def service_names() -> set[str]:
-    from dsh_host.shipped_plugins import SHIPPED_PLUGINS
+    from dsh_host._shipped_plugins import SHIPPED_PLUGINS
 
     return {service for declared in SHIPPED_PLUGINS.values() for service in declared.provides}
 

@@ -12,10 +12,18 @@ import msgspec
 import pytest
 
 from dsh_host import Context, Next, Plugin
+from dsh_host._persistence.keys import SESSION_PERSISTENCE
+from dsh_host._session.events import CompletedReason, ErrorReason
+from dsh_host._session.messages import TextBlock, ToolResultBlock, ToolResultMessage
+from dsh_host._tools import (
+    TOOLS,
+    TOOLS_EXECUTE,
+    ToolDefinition,
+    ToolExecution,
+    ToolExecutionResult,
+    text_output,
+)
 from dsh_host.errors import ConfigError
-from dsh_host.session import SESSION_PERSISTENCE
-from dsh_host.session.events import CompletedReason, ErrorReason
-from dsh_host.session.messages import TextBlock, ToolResultBlock, ToolResultMessage
 from dsh_host.testing import (
     FakeClock,
     ScriptedHost,
@@ -23,14 +31,6 @@ from dsh_host.testing import (
     open_test_host,
     plugin_row,
     scripted_model,
-)
-from dsh_host.tools import (
-    TOOLS,
-    TOOLS_EXECUTE,
-    ToolDefinition,
-    ToolExecution,
-    ToolExecutionResult,
-    text_output,
 )
 
 SEEN: list[str] = []

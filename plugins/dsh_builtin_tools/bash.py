@@ -5,9 +5,9 @@ Flow of one call (the plugin README's ``bash`` section):
 1. validate the arguments (DSH's texts: ``invalid command: expected a
    non-empty string`` ..., then the ``sandbox_permissions`` / ``justification``
    pairing);
-2. escalation (:mod:`dsh_host.tools.escalation`), only when the model sent ``sandbox_permissions``:
+2. escalation (:mod:`dsh_host._tools.escalation`), only when the model sent ``sandbox_permissions``:
    the composition guard (a row in ``danger-full-access`` has nothing to
-   widen), then :func:`~dsh_host.tools.escalation.approve_escalation` — strict
+   widen), then :func:`~dsh_host._tools.escalation.approve_escalation` — strict
    widening of the row's mode, an approval service, an agent, and an
    ``allowed-once`` answer, or an error result with the exact DSH text and
    nothing run. The granted mode is *this call's* mode only; nothing is

@@ -3,7 +3,7 @@ tools fenced to the workspace root.
 
 The fence is descriptor-based (D20): the row holds a descriptor of
 the workspace directory and every path is opened beneath it with
-:mod:`dsh_host.tools.beneath` (``openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)``,
+:mod:`dsh_host._tools.beneath` (``openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)``,
 or an ``O_NOFOLLOW`` walk where the kernel lacks it). No symbolic link is
 followed, wherever it points, and ``..`` is refused, so a process racing the
 tool (swapping a directory for a symlink, say) cannot move a read or a write
@@ -160,7 +160,7 @@ def resolve_in_workspace(path: str, root: str) -> str:
     """The canonical absolute path of ``path`` (relative to ``root``), fenced to ``root``.
 
     Advisory only (it names where a path points, for messages): the tools themselves open
-    through :func:`workspace_parts` and :mod:`dsh_host.tools.beneath`, which a concurrent
+    through :func:`workspace_parts` and :mod:`dsh_host._tools.beneath`, which a concurrent
     rename cannot redirect. Raises :class:`FileFenceError` when the result is outside ``root``.
     """
     if not isinstance(path, str) or not path or "\0" in path:
@@ -689,7 +689,7 @@ class ProtectedPathError(ToolError):
 def refuse_protected(policy: SandboxPolicy, parts: tuple[str, ...], tool: str) -> None:
     """Refuse a write to ``parts`` (beneath the workspace) that the call's policy forbids: any
     write under ``read-only``, and a write into a protected path (``.git``, ``.dsh``,
-    ``dsh.yml``, a virtualenv: :attr:`~dsh_host.sandbox.SandboxPolicy.read_only_paths`), which a
+    ``dsh.yml``, a virtualenv: :attr:`~dsh_host._sandbox.SandboxPolicy.read_only_paths`), which a
     confined ``bash`` call of the same policy sees read-only too."""
     refuse_read_only(policy.mode, tool)
     cover = read_only_cover(policy, os.path.join(policy.workspace_root, *parts))

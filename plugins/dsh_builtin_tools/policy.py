@@ -1,7 +1,7 @@
 """The one sandbox policy of one call of this row's tools.
 
 Every tool of the row that touches the machine takes its view from the
-:class:`~dsh_host.sandbox.SandboxPolicy` built here, once per call: ``bash`` hands it to the
+:class:`~dsh_host._sandbox.SandboxPolicy` built here, once per call: ``bash`` hands it to the
 sandbox provider, ``write_file`` / ``edit_file`` refuse writes under its read-only paths
 (:func:`~dsh_builtin_tools.files.target_dir`), and ``glob`` / ``grep`` confine their ripgrep
 helper with its ``read-only`` form. The protected list is built from the workspace as it is when

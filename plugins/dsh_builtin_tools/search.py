@@ -20,7 +20,7 @@ preprocessor), an empty environment and the workspace as its working directory, 
 sandbox provider under the call's ``read-only`` policy, memory-limited, with a deadline, its
 process group killed whole when it ends (:func:`_ripgrep`), and only lists names; what it
 lists is a hint: every file the tools show or read is opened again beneath the workspace
-descriptor (:func:`~dsh_host.tools.beneath.open_beneath`: no link followed, regular files only),
+descriptor (:func:`~dsh_host._tools.beneath.open_beneath`: no link followed, regular files only),
 so a directory swapped for a symlink mid-walk cannot lead out. Results are capped
 (``maxSearchResults``); a capped list is saved whole to the spill area and the footer names it.
 """

@@ -215,7 +215,7 @@ class BasicCompactionEngine(CompactionEngine):
 
         Writes nothing when there is no compactable history (returns None). Holds the agent's
         turn admission while it runs and flushes the closed bracket before returning. Expected
-        failures raise :class:`~dsh_host.session.compaction.ManualCompactionError` (DSH's
+        failures raise :class:`~dsh_host._session.compaction.ManualCompactionError` (DSH's
         codes).
         """
         if signal is not None:

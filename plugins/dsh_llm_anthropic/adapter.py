@@ -7,7 +7,7 @@ decision that ``llm-retry`` records in the session log (``llm/retry``) and makes
 route's policy; a retry inside the SDK would be invisible to the log and would double the
 policy's budget.
 
-Every failure leaves as an :class:`~dsh_host.llm.LlmError` with a stable code (the table is in
+Every failure leaves as an :class:`~dsh_host._llm.LlmError` with a stable code (the table is in
 the README); the error's ``type`` in the API's body decides it, because a mid-stream ``error``
 event arrives on a 200 response (an ``overloaded_error`` there is as retryable as a 529).
 

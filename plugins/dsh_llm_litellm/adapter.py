@@ -5,12 +5,12 @@ runs on any anyio backend, trio included. So each row owns a :class:`LoopRunner`
 event loop in one daemon thread, where every LiteLLM call of the row runs. A stream is one
 task on that loop; each chunk LiteLLM yields is handed to the host's loop as a plain dict
 (``anyio.from_thread`` with the host loop's token) and translated there by the chat-completions
-translator (:mod:`dsh_host.llm.chat`) (LiteLLM normalises every provider to that chunk
+translator (:mod:`dsh_host._llm.chat`) (LiteLLM normalises every provider to that chunk
 shape). Aborting the request cancels the task, which closes the provider's response (so the
 connection is dropped); disposing of the row closes its client and stops its loop.
 
 LiteLLM's retries are off (``num_retries=0``, ``max_retries=0``): ``llm-retry`` makes every
-retry from the route's policy and logs it (the module doc of :mod:`dsh_host.llm.provider`).
+retry from the route's policy and logs it (the module doc of :mod:`dsh_host._llm.provider`).
 
 For models LiteLLM routes to its ``openai`` provider (``openai/MODEL``: any OpenAI-compatible
 server at ``base_url``), the row passes its own ``AsyncOpenAI`` client (retries off, dsh's

@@ -4,7 +4,7 @@ One request per stream call: ``POST <base_url>/chat/completions`` with
 ``stream: true``; the SSE body is decoded (:mod:`.sse`) and translated
 (:mod:`.translate`) into dsh chunks as bytes arrive.
 
-Every failure leaves as an :class:`~dsh_host.llm.LlmError` with a stable code:
+Every failure leaves as an :class:`~dsh_host._llm.LlmError` with a stable code:
 
 ========================  =====================================================
 ``MISSING_CREDENTIAL``    the key variable (``api_key_env``) is not set

@@ -1,6 +1,6 @@
 """``llm-retry``: execute the serving provider's retry policy on ``agent/request-error``.
 
-The adapter owns the policy (:class:`~dsh_host.llm.RetryPolicy`, captured when
+The adapter owns the policy (:class:`~dsh_host._llm.RetryPolicy`, captured when
 its route registered and carried with every prepared call); this row only
 executes it. It never wraps ``llm/stream``: each adapter call stays one
 provider attempt, and each retry is a fresh request in the same step, which

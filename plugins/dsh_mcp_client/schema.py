@@ -1,6 +1,6 @@
 """Server input schemas lowered into the registry's enforced JSON Schema subset.
 
-dsh's registry shows the model only keywords it enforces (``dsh_host.tools.schema``). An MCP
+dsh's registry shows the model only keywords it enforces (``dsh_host._tools.schema``). An MCP
 server's schema often carries more (``minimum``, ``format``, ``anyOf``, ``$ref`` ...). Those
 constraints are the server's to enforce, and it does (it validates ``tools/call``), but the model
 should still read them: each node's unsupported keywords move into its ``description`` as

@@ -6,7 +6,7 @@ exited, or closed its stdout), which is what wakes the reconnect supervisor, and
 child's pid (its process group's id).
 
 The stdio child is not started by the SDK's ``stdio_client`` (``anyio.open_process``) but by
-:func:`dsh_host.spawn.open_process`: on the harness's one long-lived spawner thread, so the
+:func:`dsh_host._spawn.open_process`: on the harness's one long-lived spawner thread, so the
 parent-death signal of the sandbox runner (bubblewrap's ``--die-with-parent``, the Landlock
 launcher) or of the child itself (unconfined) fires exactly when the harness dies, and in its
 own process group, which closing kills as a whole and reaps.

@@ -1,6 +1,6 @@
 """``sandbox-local``: confine commands with bubblewrap or Landlock; refuse when neither works.
 
-The contract types (:mod:`dsh_host.sandbox`) are re-exported here for convenience.
+The contract types (:mod:`dsh_host._sandbox`) are re-exported here for convenience.
 ``danger-full-access`` is *not* a sandbox: consumers spawn the original argv and never call the
 provider for it.
 """

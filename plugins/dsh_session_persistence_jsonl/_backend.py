@@ -4,7 +4,7 @@ Layering inside this plugin: ``_json`` / ``_paths`` / ``_codec`` / ``_frames``
 know bytes and JSON values; ``_reader`` reads one file; ``_storage`` and
 ``_lock`` do durable file and lock operations; ``_migrate`` upgrades older
 generations; this module implements the session layer's storage seam
-(:mod:`dsh_host.session.storage`) with them. Admission, the fixed 200 ms
+(:mod:`dsh_host._persistence.storage`) with them. Admission, the fixed 200 ms
 window, the serialized drain and the write handle are the host's: a batch
 reaches :meth:`JsonlStorage.append` as one frame to write and fsync on a
 worker thread, and the durable cursor advances only when the fsync returned.
@@ -259,9 +259,9 @@ class JsonlLease:
 class JsonlStorage:
     """Session logs as ``<root>/--<project>--/<id>/session.v3.jsonl[.zstd]`` (or ``.v4.``).
 
-    A :class:`~dsh_host.session.storage.SessionStorage`: a batch is one frame
+    A :class:`~dsh_host._persistence.storage.SessionStorage`: a batch is one frame
     (or run of lines) written and fsynced on a worker thread, or on the event loop
-    when that is cheaper and stalls nobody (:class:`~dsh_host.session.offload.BarrierLane`);
+    when that is cheaper and stalls nobody (:class:`~dsh_host._persistence.offload.BarrierLane`);
     ownership is ``flock`` on ``session.lock``, taken when a created session is first
     published or at ``acquire``.
     """

@@ -101,7 +101,7 @@ def is_count(value: object) -> bool:
 def header_from_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
     """Validate header metadata handed to ``create`` and return it in v3 record order.
 
-    The validation is the session core's (:func:`dsh_host.session.header.header_from_meta`:
+    The validation is the session core's (:func:`dsh_host._session.header.header_from_meta`:
     ``isSeeded`` or the older ``seedLength``, ``None`` as absent); this adds what a v3 record
     always carries: the ``type`` tag, ``isSeeded`` and ``delegationDepth`` (0 when absent).
     Raises ``ValueError`` (:class:`InvalidSessionHeaderError`) with the reason.
@@ -347,7 +347,7 @@ def admit_v3_row(row: object) -> None:
     * a ``request/header`` whose ``data`` or ``data.header`` is not an object, or
       whose header carries the retired ``system`` (the prompt is a ``system/message``);
     * a ``system/message`` DSH would not have written (exact keys, plugin source,
-      content rules: :func:`~dsh_host.session.events.system_message_problem`);
+      content rules: :func:`~dsh_host._session.events.system_message_problem`);
     * a ``tool/code-dispatch`` or ``tool/code-dispatch-start`` not marked
       ``ignorable`` (v3 renamed them ``tool/ptc-dispatch*``).
 

@@ -9,7 +9,7 @@ reader could not represent. The differences that matter:
   ``JSON.stringify``), where Python would fail to encode them as UTF-8;
 * numbers: JS has one number type, so ``1.0`` is written ``1`` and ``1e-05`` is
   written ``0.00001``. Integral floats are already ints after
-  :func:`dsh_host.jsonsafe.to_json_builtins`; the few non-integral floats whose
+  :func:`dsh_host._jsonsafe.to_json_builtins`; the few non-integral floats whose
   Python ``repr`` differs from JS's ``Number#toString`` are patched in after
   encoding, so the common path stays the C encoder;
 * reading refuses ``NaN`` / ``Infinity`` (not JSON) and turns integral floats
@@ -130,7 +130,7 @@ def floats_match_javascript(encoded: bytes) -> bool:
     """True when every number token of ``encoded`` is printed the way JS would print it.
 
     False too when msgspec cannot parse ``encoded`` at all (an escaped lone
-    surrogate, which :func:`~dsh_host.session.events.encode_event` writes as JS
+    surrogate, which :func:`~dsh_host._session.events.encode_event` writes as JS
     does): the caller then takes the exact slow path.
     """
     try:

@@ -1,7 +1,7 @@
 """The ``session-persistence-jsonl`` plugin: the backend as a service, bound to live sessions.
 
 Live sessions are persisted by the session layer's binder
-(:mod:`dsh_host.session.binding`): ``session/created`` binds the session to a
+(:mod:`dsh_host._persistence.binding`): ``session/created`` binds the session to a
 write handle (the one a resumer already opened, else a fresh ``create``, else
 — for a log already on disk — an ``open(id, "write")`` whose stored prefix the
 live session must reproduce), ``session/event`` buffers each committed event

@@ -72,7 +72,7 @@ Recovery = Literal["strict", "recoverable"]
 
 #: One event as the reader hands it over: the row's plain JSON record or, read with
 #: ``typed=True``, the typed event itself for a current-format row that is exactly this
-#: build's encoding of a valid event (:func:`~dsh_host.session.events.decode_event_line`:
+#: build's encoding of a valid event (:func:`~dsh_host._session.events.decode_event_line`:
 #: one typed decode, nothing left to check).
 StoredRow: TypeAlias = dict[str, Any] | SessionEvent
 

@@ -1,6 +1,6 @@
 """``session-persistence-memory``: session logs in process memory (``sessionPersistence``).
 
-The session layer's :class:`~dsh_host.session.storage.MemoryStorage` as a plugin row:
+The session layer's :class:`~dsh_host._persistence.storage.MemoryStorage` as a plugin row:
 every write-handle guarantee of the other backends (ownership, the window, the flush
 barrier, resume through ``open(id, "write")``) except surviving the process. Rows that
 name the same ``store`` share one storage, so two hosts of one process see the same

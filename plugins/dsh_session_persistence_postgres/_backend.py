@@ -2,7 +2,7 @@
 
 Same seam and semantics as the JSONL backend (D7, D12); the write
 handle, admission, the 200 ms window and the serialized drain are the session
-layer's (:mod:`dsh_host.session.storage` is the interface implemented here).
+layer's (:mod:`dsh_host._persistence.storage` is the interface implemented here).
 What differs is where the guarantees come from:
 
 * **Durability.** A batch is one autocommit ``INSERT`` (the first one also
@@ -135,7 +135,7 @@ class PostgresLease:
 class PostgresStorage:
     """Session logs in PostgreSQL, shared by every process that uses the same schema.
 
-    A :class:`~dsh_host.session.storage.SessionStorage`. ``pool_size`` bounds
+    A :class:`~dsh_host._persistence.storage.SessionStorage`. ``pool_size`` bounds
     the connections used for reads, listing and creation; each owned session
     holds one more connection of its own (the one carrying its lock), and up
     to ``pool_size`` of those are kept, unlocked, for the next writer.

@@ -1,7 +1,7 @@
 """The ``session-persistence-postgres`` plugin: the backend as a service, bound to live sessions.
 
 Live sessions reach PostgreSQL through the session layer's binder
-(:mod:`dsh_host.session.binding`), exactly as with the JSONL plugin:
+(:mod:`dsh_host._persistence.binding`), exactly as with the JSONL plugin:
 ``session/created`` binds the session to a write handle (the one a resumer
 already opened, else a fresh ``create``, else — for a session stored but not
 open here — an ``open(id, "write")`` whose stored events the live session must

@@ -3,7 +3,7 @@
 Everything the ``sessionPersistence`` service promises beyond storage —
 admission, the 200 ms window, the flush barrier, poisoning, one write handle
 per id, live-session binding — is the host's
-(:class:`~dsh_host.session.backend.PersistenceService`). This module only
+(:class:`~dsh_host._persistence.backend.PersistenceService`). This module only
 stores:
 
 * **Durability.** The database runs in WAL mode with ``synchronous=FULL``

@@ -149,7 +149,7 @@ class Subagents(Plugin):
                 except ToolError as error:
                     raise SubagentsConfigError(
                         f"subagents: {error}; use the tools' JSON Schema subset "
-                        "(docs: dsh_host.tools.schema)"
+                        "(docs: dsh_host._tools.schema)"
                     ) from None
                 tools.register(self._output_tool(agent), owner=ctx)
                 self._outputs[output_tool(agent.name)] = agent.name

@@ -2,7 +2,7 @@
 
 One ``tools/execute`` around-dispatch listener. For a call whose tool has a
 budget -- the row's ``toolTimeoutMs`` entry for that tool name if there is one,
-else the tool's own :attr:`~dsh_host.tools.ToolDefinition.timeout_ms` -- it
+else the tool's own :attr:`~dsh_host._tools.ToolDefinition.timeout_ms` -- it
 
 1. fuses the caller's token with a deadline token and installs the fused token
    as ``exec.signal`` for the downstream dispatch (the body sees it), restoring

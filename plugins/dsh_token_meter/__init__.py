@@ -1,7 +1,7 @@
 """``token-meter``: mounts the replay-aware ``tokenMeter`` service (DSH ``dsh-token-meter``).
 
 The measurement itself (the fold, the fixed heuristic, the result types) is
-:mod:`dsh_host.session.tokens`, shared by every consumer; this row only provides it.
+:mod:`dsh_host._session.tokens`, shared by every consumer; this row only provides it.
 """
 
 from __future__ import annotations

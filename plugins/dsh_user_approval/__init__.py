@@ -6,7 +6,7 @@
 no grant is remembered.
 
 The sandbox-escalation helpers (``approve_escalation``, ``SandboxEscalationError``,
-``WIDER_MODES`` ...) live in :mod:`dsh_host.tools.escalation`, shared by every
+``WIDER_MODES`` ...) live in :mod:`dsh_host._tools.escalation`, shared by every
 confining tool, which calls ``approve_escalation(ctx.get("approval"), ...)``.
 """
 

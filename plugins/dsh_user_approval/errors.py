@@ -14,7 +14,7 @@ outside the vocabulary and also derive from the matching builtin
 The *escalation* error is not here: escalation belongs to the sandbox contract
 and is shared by every confining tool family, so
 ``SandboxEscalationError`` (an operational ``ToolError``, code
-``SANDBOX_ESCALATION``) lives in :mod:`dsh_host.tools.escalation` and is only
+``SANDBOX_ESCALATION``) lives in :mod:`dsh_host._tools.escalation` and is only
 re-exported from this module for callers that imported it from here.
 
 Every message is DSH's text, word for word,

@@ -3,7 +3,7 @@
 The effective policy and the open-turn test are folds over ``session.events``, so a
 resumed session needs no catch-up machinery — replaying the log *is* the state.
 Both are read often (the policy on every step, for the runtime context), so each
-is a :class:`~dsh_host.session.folds.LogFold`: kept per session and extended by the
+is a :class:`~dsh_host._session.folds.LogFold`: kept per session and extended by the
 events appended since the last read, never a rescan of the whole log. The plain
 functions fold a given sequence from the start.
 """

@@ -122,7 +122,7 @@ class ApprovalAgent(Protocol):
 
 
 class ApprovalRequestLike(Protocol):
-    """The request shape (``dsh_host.tools.ApprovalRequest`` is the concrete one).
+    """The request shape (``dsh_host._tools.ApprovalRequest`` is the concrete one).
 
     Deliberately without the tool arguments: the call is already logged as
     ``tool/call`` and answerers correlate by ``call_id``.
@@ -421,7 +421,7 @@ class ApprovalService:
     ) -> DeferredCall:
         """Record one decision for a deferred call (``agent.decide`` calls this, then flushes).
 
-        Refuses (:class:`~dsh_host.agent.errors.ApprovalDecisionError`, nothing
+        Refuses (:class:`~dsh_host._agent.errors.ApprovalDecisionError`, nothing
         appended) a call that is not pending in this session, a second decision,
         arguments whose digest no longer matches the ask's ``argsDigest``, and an
         ``args_digest`` that differs from it. Appends ``approval/decided {id,

@@ -7,13 +7,13 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from dsh_host import Row, open_host
-from dsh_host.agent import Agent, AgentService
-from dsh_host.llm.types import LlmRequest
-from dsh_host.loader import PluginHost
-from dsh_host.session.events import SessionEvent
-from dsh_host.session.session import Session
+from dsh_host._agent import Agent, AgentService
+from dsh_host._llm.types import LlmRequest
+from dsh_host._loader import PluginHost
+from dsh_host._session.events import SessionEvent
+from dsh_host._session.session import Session
+from dsh_host._tools import ToolDefinition, ToolExecution, ToolRuntime, text_output
 from dsh_host.testing import ScriptedHost, scripted_model
-from dsh_host.tools import ToolDefinition, ToolExecution, ToolRuntime, text_output
 
 Body = Callable[[Any, ToolExecution], Awaitable[Any]]
 

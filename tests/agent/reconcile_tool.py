@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from dsh_host import Row, ToolContext, open_host, tool
-from dsh_host.front.tools import FunctionTool
-from dsh_host.tools import Done, NotDone, ReconcileVerdict, Unknown
+from dsh_host._front.tools import FunctionTool
+from dsh_host._tools import Done, NotDone, ReconcileVerdict, Unknown
 
 
 def persistence_row(store: str, root: str) -> Row:

@@ -24,10 +24,11 @@ from dsh_agent_instructions import (
     render_instructions,
 )
 
-from dsh_host import Row, filewatch
-from dsh_host.agent.prompt import CONTEXT_HEADER
-from dsh_host.filewatch import Watched
-from dsh_host.session.messages import PluginSource, TextBlock
+from dsh_host import Row
+from dsh_host import _filewatch as filewatch
+from dsh_host._agent.prompt import CONTEXT_HEADER
+from dsh_host._filewatch import Watched
+from dsh_host._session.messages import PluginSource, TextBlock
 
 from .agent_helpers import agent_service, model_requests, scripted_host
 

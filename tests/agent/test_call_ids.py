@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from msgspec import UNSET
 
-from dsh_host.session.events import CompletedReason
-from dsh_host.session.messages import (
+from dsh_host._session.events import CompletedReason
+from dsh_host._session.messages import (
     BlockEndChunk,
     BlockStartChunk,
     FinishChunk,
@@ -23,7 +23,7 @@ from dsh_host.session.messages import (
     ToolCallsFinish,
     ToolResultBlock,
 )
-from dsh_host.tools import ToolExecution
+from dsh_host._tools import ToolExecution
 
 from .agent_helpers import agent_service, model_requests, register_tool, scripted_host
 

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
-from dsh_host.cancel import CancelToken
-from dsh_host.front import Agent, tool
-from dsh_host.session.approvals import WAITS_EVENT, deferred_calls
-from dsh_host.tools import CALL_WAITS, ToolCallWaits, ToolExecutionInput
-from dsh_host.tools.keys import TOOLS
+from dsh_host._cancel import CancelToken
+from dsh_host._front import Agent, tool
+from dsh_host._session.approvals import WAITS_EVENT, deferred_calls
+from dsh_host._tools import CALL_WAITS, ToolCallWaits, ToolExecutionInput
+from dsh_host._tools.keys import TOOLS
 
 pytestmark = pytest.mark.anyio
 

@@ -11,8 +11,8 @@ import pytest
 from msgspec import UNSET
 
 from dsh_host import CancelToken, Row
-from dsh_host.agent import Agent
-from dsh_host.session.events import (
+from dsh_host._agent import Agent
+from dsh_host._session.events import (
     AbortedReason,
     AssistantMessageData,
     CompletedReason,
@@ -22,16 +22,16 @@ from dsh_host.session.events import (
     ToolResultData,
     UserCancel,
 )
-from dsh_host.session.messages import (
+from dsh_host._session.messages import (
     AssistantMessage,
     TextBlock,
     TextDeltaChunk,
     ToolCallDeltaChunk,
     ToolResultBlock,
 )
-from dsh_host.session.repair import interrupted_turn_closers
-from dsh_host.tools import Ask, ToolExecution
-from dsh_host.tools.types import STOPPED_OUTCOME_UNKNOWN_TEXT
+from dsh_host._session.repair import interrupted_turn_closers
+from dsh_host._tools import Ask, ToolExecution
+from dsh_host._tools.types import STOPPED_OUTCOME_UNKNOWN_TEXT
 
 from .agent_helpers import agent_service, live_types, model_requests, register_tool, scripted_host
 

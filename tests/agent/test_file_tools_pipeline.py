@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from dsh_host import Row, open_host
-from dsh_host.session import ImageBlock, TextBlock, ToolResultBlock
-from dsh_host.session.events import turn_end_kind
+from dsh_host._session import ImageBlock, TextBlock, ToolResultBlock
+from dsh_host._session.events import turn_end_kind
 
 from .agent_helpers import agent_service, model_requests, scripted_host, scripted_rows
 

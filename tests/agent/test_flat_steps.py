@@ -30,11 +30,11 @@ from typing import Any
 import pytest
 
 from dsh_host import Row, open_host
-from dsh_host.compositions import shipped_config_dir
-from dsh_host.loader import load_rows
-from dsh_host.session import folds
-from dsh_host.session.events import CompletedReason
-from dsh_host.session.session import LogView
+from dsh_host._compositions import shipped_config_dir
+from dsh_host._loader import load_rows
+from dsh_host._session import folds
+from dsh_host._session.events import CompletedReason
+from dsh_host._session.session import LogView
 
 pytestmark = [pytest.mark.anyio]
 

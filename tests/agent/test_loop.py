@@ -1,4 +1,4 @@
-"""The agent loop's event order and turn endings (dsh_host/agent/loop.py's docstring; D6)."""
+"""The agent loop's event order and turn endings (dsh_host/_agent/loop.py's docstring; D6)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from llm.sse_server import (
 from msgspec import UNSET
 
 from dsh_host import CancelToken, Row, open_host
-from dsh_host.agent import (
+from dsh_host._agent import (
     CONTEXT_CLEARED,
     CONTEXT_HEADER,
     HARNESS_IDENTITY,
@@ -26,8 +26,7 @@ from dsh_host.agent import (
     Reject,
     TurnStoppingContext,
 )
-from dsh_host.errors import AbortError
-from dsh_host.session.events import (
+from dsh_host._session.events import (
     AssistantMessageData,
     BlockedReason,
     CompletedReason,
@@ -37,7 +36,7 @@ from dsh_host.session.events import (
     ToolResultData,
     TurnEnd,
 )
-from dsh_host.session.messages import (
+from dsh_host._session.messages import (
     AssistantMessage,
     PluginSource,
     SystemMessage,
@@ -46,7 +45,8 @@ from dsh_host.session.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from dsh_host.tools import ToolExecution
+from dsh_host._tools import ToolExecution
+from dsh_host.errors import AbortError
 
 from .agent_helpers import (
     Trace,
@@ -591,7 +591,7 @@ async def test_tools_are_sorted_in_the_request() -> None:
 
 
 async def test_scheduler_failure_ends_the_turn_without_fabricated_results() -> None:
-    from dsh_host.tools import ToolDefinition, ToolOutput
+    from dsh_host._tools import ToolDefinition, ToolOutput
 
     async with scripted_host([{"tool_calls": [{"name": "echo"}]}]) as host:
         ran: list[bool] = []
@@ -624,7 +624,7 @@ async def test_scheduler_failure_ends_the_turn_without_fabricated_results() -> N
 
 
 async def test_an_agent_continues_a_forked_session() -> None:
-    from dsh_host.session.events import ForkedReason
+    from dsh_host._session.events import ForkedReason
 
     async with scripted_host([{"text": "first"}, {"text": "in the fork"}]) as host:
         service = agent_service(host)

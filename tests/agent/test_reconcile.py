@@ -23,16 +23,16 @@ import msgspec
 import pytest
 
 from dsh_host import Row, open_host
-from dsh_host.agent.reconcile import (
+from dsh_host._agent.reconcile import (
     RECONCILED_DONE_TEXT,
     RECONCILED_EVENT,
     RECONCILED_NOT_DONE_TEXT,
 )
-from dsh_host.session.approvals import pending_approvals
-from dsh_host.session.effects import effects_after, idempotency_key
-from dsh_host.session.events import SessionEvent, event_to_builtins
-from dsh_host.session.repair import TOOL_OUTCOME_UNKNOWN, TOOL_OUTCOME_UNKNOWN_TEXT
-from dsh_host.tools import TOOLS_PRE_EXECUTE, Deny, PreToolDecision, ToolExecution
+from dsh_host._session.approvals import pending_approvals
+from dsh_host._session.effects import effects_after, idempotency_key
+from dsh_host._session.events import SessionEvent, event_to_builtins
+from dsh_host._session.repair import TOOL_OUTCOME_UNKNOWN, TOOL_OUTCOME_UNKNOWN_TEXT
+from dsh_host._tools import TOOLS_PRE_EXECUTE, Deny, PreToolDecision, ToolExecution
 
 from .agent_helpers import model_requests
 from .reconcile_tool import make_transfer, persistence_row

@@ -10,10 +10,10 @@ import pytest
 from dsh_repeat_tool_reminder import GENTLE_REMINDER, detailed_reminder
 
 from dsh_host import CancelToken, Row
+from dsh_host._session.messages import PluginSource, TextBlock, ToolResultMessage, UserMessage
+from dsh_host._session.session import Session
+from dsh_host._tools import Block, Deny, ToolExecution, ToolExecutionInput
 from dsh_host.errors import ConfigError
-from dsh_host.session.messages import PluginSource, TextBlock, ToolResultMessage, UserMessage
-from dsh_host.session.session import Session
-from dsh_host.tools import Block, Deny, ToolExecution, ToolExecutionInput
 
 from .agent_helpers import agent_service, model_requests, register_tool, scripted_host
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from dsh_host.agent.replay import compare, turn_records
-from dsh_host.session.events import SessionEvent
+from dsh_host._agent.replay import compare, turn_records
+from dsh_host._session.events import SessionEvent
 
 from .agent_helpers import scripted_host
 
@@ -72,9 +72,9 @@ async def test_a_turn_the_replay_never_ran_is_missing() -> None:
 async def test_a_request_is_derived_again_only_on_a_detached_copy() -> None:
     """``Agent.derive_request`` appends what a live step appends: on a published session it
     would write into the real log, so it is refused there (the harness replay uses copies)."""
-    from dsh_host.agent.errors import AgentConfigError
-    from dsh_host.cancel import CancelToken
-    from dsh_host.session.session import Session
+    from dsh_host._agent.errors import AgentConfigError
+    from dsh_host._cancel import CancelToken
+    from dsh_host._session.session import Session
 
     async with scripted_host([{"text": "done"}]) as host:
         agent = host.ctx.agent.create()

@@ -14,9 +14,10 @@ import pytest
 from crash.tool_body import kill_inside_tool_body
 
 from dsh_host import Row, open_host
-from dsh_host.agent import RESUME_WITHOUT_PERSISTENCE, ResumeError
-from dsh_host.loader import PluginHost
-from dsh_host.session.events import (
+from dsh_host._agent import RESUME_WITHOUT_PERSISTENCE, ResumeError
+from dsh_host._loader import PluginHost
+from dsh_host._persistence.persistence import SessionAlreadyOwnedError
+from dsh_host._session.events import (
     CompletedReason,
     InterruptedReason,
     RequestHeaderData,
@@ -25,9 +26,8 @@ from dsh_host.session.events import (
     TurnEnd,
     event_to_builtins,
 )
-from dsh_host.session.messages import TextBlock, ToolResultBlock, ToolResultMessage
-from dsh_host.session.persistence import SessionAlreadyOwnedError
-from dsh_host.session.repair import TOOL_OUTCOME_UNKNOWN_TEXT
+from dsh_host._session.messages import TextBlock, ToolResultBlock, ToolResultMessage
+from dsh_host._session.repair import TOOL_OUTCOME_UNKNOWN_TEXT
 
 from .agent_helpers import agent_service, model_requests, scripted_rows
 

@@ -13,10 +13,9 @@ import msgspec
 import pytest
 
 from dsh_host import Row, open_host
-from dsh_host.agent import AgentConfigError
-from dsh_host.errors import ConfigError
-from dsh_host.loader import PluginHost
-from dsh_host.session.events import (
+from dsh_host._agent import AgentConfigError
+from dsh_host._loader import PluginHost
+from dsh_host._session.events import (
     CompletedReason,
     MaxTurnRequestsReason,
     SessionEvent,
@@ -26,9 +25,10 @@ from dsh_host.session.events import (
     register_turn_end_reason,
     turn_end_kind,
 )
-from dsh_host.session.messages import PluginSource, TextBlock, UserMessage
-from dsh_host.session.repair import interrupted_turn_closers
-from dsh_host.tools import ToolExecution
+from dsh_host._session.messages import PluginSource, TextBlock, UserMessage
+from dsh_host._session.repair import interrupted_turn_closers
+from dsh_host._tools import ToolExecution
+from dsh_host.errors import ConfigError
 
 from .agent_helpers import agent_service, live_types, model_requests, register_tool, scripted_rows
 

@@ -15,9 +15,9 @@ from typing import Any
 import anyio
 
 from dsh_host import Row, open_host
-from dsh_host.cli.answerer import install_terminal_answerer
-from dsh_host.session import event_to_builtins
-from dsh_host.tools import ApprovalRequest
+from dsh_host._cli.answerer import install_terminal_answerer
+from dsh_host._session import event_to_builtins
+from dsh_host._tools import ApprovalRequest
 
 ARGUMENTS = '{"command": "rm -rf build \\u001b[2J", "description": "clean"}'
 

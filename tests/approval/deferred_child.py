@@ -29,8 +29,8 @@ import anyio
 import msgspec
 
 from dsh_host import open_host
-from dsh_host.cli.run_cmd import compose
-from dsh_host.session.terms import record_terms
+from dsh_host._cli.run_cmd import compose
+from dsh_host._session.terms import record_terms
 
 
 def say(text: str) -> None:

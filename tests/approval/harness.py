@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsh_host import Row, open_host
-from dsh_host.cancel import CancelToken
-from dsh_host.loader import PluginHost
-from dsh_host.session import Session, UserMessage, event_to_builtins
-from dsh_host.tools import (
+from dsh_host._cancel import CancelToken
+from dsh_host._loader import PluginHost
+from dsh_host._session import Session, UserMessage, event_to_builtins
+from dsh_host._tools import (
     TOOLS,
     ToolDefinition,
     ToolExecution,

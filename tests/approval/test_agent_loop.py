@@ -8,8 +8,8 @@ import pytest
 from dsh_user_approval import ASK_POLICY_SENTENCE, NEVER_POLICY_SENTENCE
 
 from dsh_host import Row, open_host
-from dsh_host.session import CompletedReason, PluginSource, TextBlock, UserMessage
-from dsh_host.tools import ToolDefinition, ToolExecution, text_output
+from dsh_host._session import CompletedReason, PluginSource, TextBlock, UserMessage
+from dsh_host._tools import ToolDefinition, ToolExecution, text_output
 
 # both backends: the agent loop
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]

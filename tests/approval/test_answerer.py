@@ -14,14 +14,14 @@ from typing import Any
 import anyio
 import pytest
 
-from dsh_host.cli.answerer import (
+from dsh_host._cli.answerer import (
     PROMPT,
     TerminalAnswerer,
     install_terminal_answerer,
     is_interactive,
     render_request,
 )
-from dsh_host.tools import ApprovalRequest
+from dsh_host._tools import ApprovalRequest
 
 from .harness import TurnAgent, booted, new_agent
 
@@ -95,7 +95,7 @@ async def test_no_tty_registers_nothing_and_requests_are_unavailable() -> None:
 
 def test_answerer_is_a_valid_waterfall_listener() -> None:
     # The bus checks kind and arity at registration; an instance must pass as async (req, next).
-    from dsh_host.bus import EventBus
+    from dsh_host._bus import EventBus
 
     bus = EventBus()
     bus.add("approval/request", TerminalAnswerer(input_fd=0), None)

@@ -24,10 +24,10 @@ import anyio
 import pytest
 
 from dsh_host import Row, open_host
-from dsh_host.cancel import CancelToken
-from dsh_host.loader import PluginHost
-from dsh_host.tools import ToolErrorInfo, ToolExecutionResult
-from dsh_host.tools.escalation import ESCALATION_TARGETS
+from dsh_host._cancel import CancelToken
+from dsh_host._loader import PluginHost
+from dsh_host._tools import ToolErrorInfo, ToolExecutionResult
+from dsh_host._tools.escalation import ESCALATION_TARGETS
 
 from .harness import TurnAgent, audit, call_tool, new_agent, text_of
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-DSH = [sys.executable, "-m", "dsh_host.cli.main"]
+DSH = [sys.executable, "-m", "dsh_host._cli.main"]
 ROOT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "default.yml"
 UNAVAILABLE = 'Error: tool "bash" requires approval, but no approval channel is available'
 

@@ -14,11 +14,11 @@ import pytest
 from dsh_user_approval import AwaitingApprovalReason, check_approval_invariants
 
 from dsh_host import Row, open_host
-from dsh_host.agent import ApprovalDecisionError, ApprovalPendingError
-from dsh_host.session import CompletedReason
-from dsh_host.session.approvals import awaiting_call_ids, deferred_calls
-from dsh_host.session.repair import interrupted_turn_closers
-from dsh_host.tools import ToolDefinition, ToolExecution, text_output
+from dsh_host._agent import ApprovalDecisionError, ApprovalPendingError
+from dsh_host._session import CompletedReason
+from dsh_host._session.approvals import awaiting_call_ids, deferred_calls
+from dsh_host._session.repair import interrupted_turn_closers
+from dsh_host._tools import ToolDefinition, ToolExecution, text_output
 
 # both backends: the agent loop halting and resuming
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
@@ -183,7 +183,7 @@ async def test_a_rule_that_now_denies_wins_over_a_recorded_allow() -> None:
 
 
 async def _deny_probe(exec_: Any, next_: Any) -> Any:
-    from dsh_host.tools import Deny
+    from dsh_host._tools import Deny
 
     if exec_.name == "probe":
         return Deny("probe is frozen now")

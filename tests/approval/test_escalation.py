@@ -1,6 +1,6 @@
 """Sandbox escalation through approval: ladder, pairing, and the ordered sequence.
 
-The sequence lives in the host (``dsh_host.tools.escalation``, shared by every confining tool),
+The sequence lives in the host (``dsh_host._tools.escalation``, shared by every confining tool),
 which calls it with ``ctx.get("approval")`` as the approver. The ``bash``
 tool's use of it is tested end to end in ``test_bash_escalation.py``.
 """
@@ -14,10 +14,10 @@ import dsh_user_approval
 import pytest
 from dsh_user_approval import set_approval_policy
 
-from dsh_host.cancel import CancelToken
-from dsh_host.tools import ToolError
-from dsh_host.tools import escalation as host_escalation
-from dsh_host.tools.escalation import (
+from dsh_host._cancel import CancelToken
+from dsh_host._tools import ToolError
+from dsh_host._tools import escalation as host_escalation
+from dsh_host._tools.escalation import (
     ESCALATION_TARGETS,
     WIDER_MODES,
     SandboxEscalationError,
@@ -27,7 +27,7 @@ from dsh_host.tools.escalation import (
     sandbox_denial_marker,
     validate_escalation_args,
 )
-from dsh_host.tools.types import ApprovalSubject, approval_refusal, no_agent_refusal
+from dsh_host._tools.types import ApprovalSubject, approval_refusal, no_agent_refusal
 
 from .harness import audit, booted, new_agent
 

@@ -25,10 +25,10 @@ from dsh_user_approval import (
     set_approval_policy,
 )
 
-from dsh_host.cancel import CancelToken
+from dsh_host._cancel import CancelToken
+from dsh_host._session import PluginSource, Session, TextBlock
+from dsh_host._tools import ApprovalRequest, ToolExecutionInput
 from dsh_host.errors import BootError, ConfigError
-from dsh_host.session import PluginSource, Session, TextBlock
-from dsh_host.tools import ApprovalRequest, ToolExecutionInput
 
 from .harness import FaultySession, audit, booted, call_tool, new_agent, text_of, types_of
 

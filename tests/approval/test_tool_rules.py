@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from dsh_host import Row, open_host
+from dsh_host._tools import Ask, Deny
 from dsh_host.errors import BootError, ConfigError
-from dsh_host.tools import Ask, Deny
 
 from .harness import audit, booted, call_tool, new_agent, text_of
 

@@ -21,8 +21,8 @@ import pytest
 from approval.deferred_env import DSH, REPO, script
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from dsh_host.session.audit import attest, verify_export
-from dsh_host.session.effects import effects_after
+from dsh_host._session.audit import attest, verify_export
+from dsh_host._session.effects import effects_after
 
 pytestmark = pytest.mark.slow
 

@@ -26,8 +26,8 @@ import pytest
 from approval.deferred_env import CALL, DSH, Env, make_env
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from dsh_host.session.audit import attest, public_key_text, verify_export
-from dsh_host.session.effects import effects_after
+from dsh_host._session.audit import attest, public_key_text, verify_export
+from dsh_host._session.effects import effects_after
 
 # slow: several real dsh processes
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from dsh_host.session.audit import attest, attest_lines, verify_export
+from dsh_host._session.audit import attest, attest_lines, verify_export
 
 HEADER = {"version": 3, "id": "lines", "createdAt": 1, "cwd": "/w"}
 

@@ -28,11 +28,11 @@ from dsh_llm_scripted import ScriptedResponse, response_chunks
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
 
 from dsh_host import Row, open_host
+from dsh_host._llm import LlmAdapter, LlmRequest
+from dsh_host._loader import PluginHost
+from dsh_host._session import StreamChunk
+from dsh_host._session.events import SessionEvent
 from dsh_host.errors import DshError
-from dsh_host.llm import LlmAdapter, LlmRequest
-from dsh_host.loader import PluginHost
-from dsh_host.session import StreamChunk
-from dsh_host.session.events import SessionEvent
 
 POLICY_ROW = "session-checkpoints"
 
@@ -74,7 +74,7 @@ class Journal:
 
 async def durable_events(root: Path, session_id: str) -> tuple[SessionEvent, ...]:
     """What a separate reader finds on disk right now (an empty tuple before publication)."""
-    from dsh_host.session.persistence import SessionNotFoundError
+    from dsh_host._persistence.persistence import SessionNotFoundError
 
     reader = JsonlSessionPersistence(str(root))
     try:

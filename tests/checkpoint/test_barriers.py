@@ -21,10 +21,11 @@ import pytest
 from dsh_llm_scripted import ScriptedResponse
 
 from dsh_host import CancelToken, Row, open_host
-from dsh_host.agent import AGENT_PRE_STEP
-from dsh_host.agent.types import Enter, PreStepContext
-from dsh_host.llm import LlmRequest
-from dsh_host.session import (
+from dsh_host._agent import AGENT_PRE_STEP
+from dsh_host._agent.types import Enter, PreStepContext
+from dsh_host._llm import LlmRequest
+from dsh_host._persistence.persistence import SessionWriteError
+from dsh_host._session import (
     LlmCallConfig,
     Session,
     StreamChunk,
@@ -33,9 +34,8 @@ from dsh_host.session import (
     UserMessage,
     UserSource,
 )
-from dsh_host.session.events import StepStart, ToolCallData
-from dsh_host.session.persistence import SessionWriteError
-from dsh_host.tools import (
+from dsh_host._session.events import StepStart, ToolCallData
+from dsh_host._tools import (
     ToolDefinition,
     ToolExecution,
     ToolExecutionInput,

@@ -11,9 +11,9 @@ import pytest
 from dsh_llm_scripted import ScriptedResponse, ScriptedToolCall
 
 from dsh_host import Row
-from dsh_host.session.events import SessionEvent, ToolCallData, ToolResultData
-from dsh_host.session.messages import ToolResultBlock
-from dsh_host.tools import ToolDefinition, ToolExecution, text_output
+from dsh_host._session.events import SessionEvent, ToolCallData, ToolResultData
+from dsh_host._session.messages import ToolResultBlock
+from dsh_host._tools import ToolDefinition, ToolExecution, text_output
 
 from .helpers import DiskUnavailableError, Probe, ProbeAdapter, booted, durable_events
 

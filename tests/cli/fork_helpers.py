@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from dsh_host import Row, open_host
-from dsh_host.session.events import to_builtins
+from dsh_host._session.events import to_builtins
 
 from .cli_helpers import dsh, json_lines
 

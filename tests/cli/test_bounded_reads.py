@@ -92,7 +92,7 @@ MEASURED = (
     "    del sys.argv[1]\n"
     "    exec(compile(code, '<child>', 'exec'), {'__name__': '__main__'})\n"
     "    sys.exit(0)\n"
-    "from dsh_host.cli import main\n"
+    "from dsh_host._cli import main\n"
     "sys.exit(main())\n"
 )
 
@@ -101,8 +101,8 @@ MEASURED = (
 #: the ``--model`` the default composition runs, unused).
 SERVER_SUMMARY = """
 import sys, anyio
-from dsh_host.server.command import build_compositions
-from dsh_host.server.runtime import ServeOptions, open_runtime
+from dsh_host._server.command import build_compositions
+from dsh_host._server.runtime import ServeOptions, open_runtime
 async def main():
     compositions = build_compositions(None, [], sys.argv[4], sys.argv[1])
     options = ServeOptions(compositions=compositions, default_workspace=sys.argv[3])

@@ -16,7 +16,7 @@ import yaml
 from dsh_repeat_tool_reminder import GENTLE_REMINDER
 
 from dsh_host import Row, open_host
-from dsh_host.session.events import register_turn_end_reason
+from dsh_host._session.events import register_turn_end_reason
 
 from .cli_helpers import REPO, dsh, json_lines
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from dsh_host.loader import Row, open_host
-from dsh_host.session.events import event_to_builtins
+from dsh_host._loader import Row, open_host
+from dsh_host._session.events import event_to_builtins
 
 from .cli_helpers import copy_fixture_root, dsh
 

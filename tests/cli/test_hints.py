@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from dsh_host.cli.hints import command_hint
+from dsh_host._cli.hints import command_hint
 
 ODD_IDS = [
     "20261204-193731-ed069a",

@@ -1,5 +1,5 @@
 """``dsh sessions list`` remembers each log's summary under the revision it was read at
-(``dsh_host/cli/list_cache.py``): an unchanged log is not read again, a changed or damaged one
+(``dsh_host/_cli/list_cache.py``): an unchanged log is not read again, a changed or damaged one
 always is, and a cache in any bad state is rebuilt without the listing noticing."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from dsh_host import __version__
-from dsh_host.cli import list_cache
-from dsh_host.cli.list_cache import ListCache
+from dsh_host._cli import list_cache
+from dsh_host._cli.list_cache import ListCache
 
 from .cli_helpers import dsh, json_lines
 

@@ -22,7 +22,7 @@ PLUGIN = textwrap.dedent('''
     import os, time
     from pathlib import Path
     from dsh_host import Plugin, ToolContext, tool
-    from dsh_host.tools import Done, NotDone, Unknown
+    from dsh_host._tools import Done, NotDone, Unknown
 
     LEDGER = os.environ["TRANSFER_LEDGER"]
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from dsh_host.cli.common import CliUsageError, load_composition_terms
-from dsh_host.server.command import ServeUsageError, build_compositions
-from dsh_host.shipped_plugins import declared_root_keys
+from dsh_host._cli.common import CliUsageError, load_composition_terms
+from dsh_host._server.command import ServeUsageError, build_compositions
+from dsh_host._shipped_plugins import declared_root_keys
 
 
 def composition(tmp_path: Path, *stores: str) -> Path:

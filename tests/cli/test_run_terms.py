@@ -66,7 +66,7 @@ def _dsh_admits(events: list[dict[str, Any]]) -> None:
     """DSH v3's admission, as far as these events go: an envelope of known keys, and a type DSH
     knows or one marked ``ignorable: true`` (DSH keeps it uninterpreted); extra data keys on a
     known type (the approval context) are not checked by DSH."""
-    from dsh_host.session import DSH_V3_KNOWN_EVENT_TYPES
+    from dsh_host._session import DSH_V3_KNOWN_EVENT_TYPES
 
     for event in events:
         assert set(event) <= {

@@ -1,9 +1,9 @@
-"""A stored session has one summary (``dsh_host.session.summary``), whoever lists it.
+"""A stored session has one summary (``dsh_host._session.summary``), whoever lists it.
 
 ``dsh sessions list --json`` and ``dsh serve``'s ``Session`` used to compute their own: a long
 first prompt was clipped at 60 characters by one and at 80 by the other, and the last turn's end
 was read from different event sequences (issue 33). Both now render
-:class:`~dsh_host.session.summary.SessionSummary`; this stores a real session through ``dsh run``
+:class:`~dsh_host._session.summary.SessionSummary`; this stores a real session through ``dsh run``
 and reads it back through both.
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import anyio
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
 
-from dsh_host.server.runtime import StoredSummary
-from dsh_host.session.summary import TITLE_CHARS
+from dsh_host._server.runtime import StoredSummary
+from dsh_host._session.summary import TITLE_CHARS
 
 from .cli_helpers import dsh, json_lines
 

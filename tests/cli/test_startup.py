@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dsh_host.cli.main import COMMANDS, build_parser
+from dsh_host._cli.main import COMMANDS, build_parser
 
 from .cli_helpers import copy_fixture_root, json_lines
 
@@ -65,23 +65,23 @@ def imported(*args: str, cwd: Path) -> set[str]:
 
 def test_help_imports_no_command_module(tmp_path: Path) -> None:
     modules = imported("--help", cwd=tmp_path)
-    heavy = {"dsh_host.loader", "dsh_host.agent", "dsh_host.cli.run_cmd", "rich", "anyio",
+    heavy = {"dsh_host._loader", "dsh_host._agent", "dsh_host._cli.run_cmd", "rich", "anyio",
              "trio", "pluggy", "msgspec", "yaml", "importlib.metadata", "prompt_toolkit"}
     assert not heavy & modules, sorted(heavy & modules)
 
 
 def test_sessions_list_runs_without_trio(tmp_path: Path) -> None:
     modules = imported("sessions", "list", "--root", str(tmp_path / "sessions"), cwd=tmp_path)
-    assert not {"trio", "dsh_host.cli.run_cmd", "dsh_host.cli.chat_cmd",
+    assert not {"trio", "dsh_host._cli.run_cmd", "dsh_host._cli.chat_cmd",
                 "prompt_toolkit"} & modules
 
 
 def test_run_help_imports_neither_the_agent_nor_the_host(tmp_path: Path) -> None:
-    """``dsh run --help`` builds its parser from :mod:`dsh_host.cli.run_args`; the command's own
+    """``dsh run --help`` builds its parser from :mod:`dsh_host._cli.run_args`; the command's own
     module (the agent, the loader, the host) is imported when it runs."""
     modules, out = importing("run", "--help", cwd=tmp_path)
     assert out.startswith("usage: dsh run ") and "--model SPEC" in out
-    heavy = {"dsh_host.cli.run_cmd", "dsh_host.agent", "dsh_host.front.agent", "dsh_host.loader",
+    heavy = {"dsh_host._cli.run_cmd", "dsh_host._agent", "dsh_host._front.agent", "dsh_host._loader",
              "anyio", "msgspec", "yaml", "pluggy", "rich", "trio"}
     assert not heavy & modules, sorted(heavy & modules)
 
@@ -96,10 +96,10 @@ def test_plugins_boots_without_trio(tmp_path: Path) -> None:
 #: What a listing of the shipped default composition must not import: the plugins of the rows it
 #: does not boot (and what they pull in), rich on a pipe and the entry-point scan.
 NOT_FOR_A_LISTING = frozenset({
-    "dsh_host.agent", "dsh_host.agent.loop", "dsh_host.tools", "dsh_host.llm", "dsh_host.front",
+    "dsh_host._agent", "dsh_host._agent.loop", "dsh_host._tools", "dsh_host._llm", "dsh_host._front",
     "dsh_builtin_tools", "dsh_sandbox_local", "dsh_user_approval", "dsh_token_meter",
     "dsh_compaction_basic", "dsh_session_checkpoint_policy", "rich", "importlib.metadata",
-    "dsh_host.session.tokens",
+    "dsh_host._session.tokens",
 })
 
 
@@ -111,7 +111,7 @@ def test_sessions_list_imports_only_the_rows_it_boots(tmp_path: Path) -> None:
     stored = sorted(p.name for p in (root / "--home-dev-project--").iterdir())
     modules, out = importing("sessions", "list", "--json", "--root", str(root), cwd=tmp_path)
     assert sorted(entry["sessionId"] for entry in json_lines(out)) == stored
-    assert {"dsh_session_persistence_jsonl._backend", "dsh_host.session.plugin"} <= modules
+    assert {"dsh_session_persistence_jsonl._backend", "dsh_host._session.plugin"} <= modules
     assert not NOT_FOR_A_LISTING & modules, sorted(NOT_FOR_A_LISTING & modules)
     # Piped without --json: the tab-separated rows, still without rich.
     modules, out = importing("sessions", "list", "--root", str(root), cwd=tmp_path)

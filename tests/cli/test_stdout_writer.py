@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from dsh_host.cli.output import _Stdout
+from dsh_host._cli.output import _Stdout
 
 
 def test_a_reader_that_reads_nothing_holds_no_write_up(monkeypatch: pytest.MonkeyPatch) -> None:

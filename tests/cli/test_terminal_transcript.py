@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh_host.cli.output import StatusLine
+from dsh_host._cli.output import StatusLine
 
 from .cli_helpers import dsh
 

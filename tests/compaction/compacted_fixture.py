@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, when run
 
 from compaction.compaction_helpers import call, register_echo, rows
 from dsh_host import Row, open_host
-from dsh_host.session.session import derive_messages_from_events
+from dsh_host._session.session import derive_messages_from_events
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "dsh-compacted-session"
 SESSION_ID = "compacted-session"

@@ -19,8 +19,8 @@ from typing import Any
 import anyio
 
 from dsh_host import Row, open_host
-from dsh_host.session.events import ReplaceOp
-from dsh_host.tools import ToolDefinition, ToolExecution, text_output
+from dsh_host._session.events import ReplaceOp
+from dsh_host._tools import ToolDefinition, ToolExecution, text_output
 
 SESSION_ID = "compaction-crash"
 WINDOW = 4000

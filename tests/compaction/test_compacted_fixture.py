@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from dsh_host import Row, open_host
-from dsh_host.session.compaction import is_compact_checkpoint_source
-from dsh_host.session.events import ReplaceOp, encode_event
-from dsh_host.session.session import Session, derive_messages_from_events
+from dsh_host._session.compaction import is_compact_checkpoint_source
+from dsh_host._session.events import ReplaceOp, encode_event
+from dsh_host._session.session import Session, derive_messages_from_events
 
 pytestmark = pytest.mark.anyio
 

@@ -18,17 +18,17 @@ from dsh_compaction_basic import (
 )
 
 from dsh_host import Row, open_host
-from dsh_host.cancel import CancelToken
-from dsh_host.errors import AbortError, ConfigError
-from dsh_host.session.compaction import (
+from dsh_host._cancel import CancelToken
+from dsh_host._session.compaction import (
     MANUAL_COMPACTION_TEXTS,
     ManualCompactionError,
     compacted_text,
     is_compact_checkpoint_source,
 )
-from dsh_host.session.events import CompletedReason, ReplaceOp, SessionEvent, encode_event
-from dsh_host.session.messages import TextBlock, UserMessage
-from dsh_host.session.session import Session, derive_messages_from_events
+from dsh_host._session.events import CompletedReason, ReplaceOp, SessionEvent, encode_event
+from dsh_host._session.messages import TextBlock, UserMessage
+from dsh_host._session.session import Session, derive_messages_from_events
+from dsh_host.errors import AbortError, ConfigError
 
 from .compaction_helpers import (
     call,

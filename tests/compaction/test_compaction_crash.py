@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 
 from dsh_host import Row, open_host
-from dsh_host.session.compaction import is_compact_checkpoint_source
-from dsh_host.session.events import (
+from dsh_host._session.compaction import is_compact_checkpoint_source
+from dsh_host._session.events import (
     InterruptedReason,
     ReplaceOp,
     SessionEvent,
     encode_event,
 )
-from dsh_host.session.header import SessionHeader
-from dsh_host.session.session import Session
+from dsh_host._session.header import SessionHeader
+from dsh_host._session.session import Session
 
 from .compaction_child import KILL_POINTS, SESSION_ID, SUMMARY, register_tool, rows
 

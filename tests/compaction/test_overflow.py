@@ -13,9 +13,9 @@ import anyio
 import pytest
 
 from dsh_host import Row
-from dsh_host.session.compaction import ManualCompactionError, is_compact_checkpoint_source
-from dsh_host.session.events import CompletedReason, ErrorReason, ReplaceOp
-from dsh_host.session.messages import UserMessage
+from dsh_host._session.compaction import ManualCompactionError, is_compact_checkpoint_source
+from dsh_host._session.events import CompletedReason, ErrorReason, ReplaceOp
+from dsh_host._session.messages import UserMessage
 
 from .compaction_helpers import call, host_with, model_requests, new_agent, register_echo, rows
 

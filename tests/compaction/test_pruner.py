@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsh_host import Row
+from dsh_host._session.events import CompletedReason, ReplaceOp, ToolResultData, TurnEnd, TurnStart
+from dsh_host._session.messages import ImageBlock, TextBlock, ToolResultBlock
 from dsh_host.errors import ConfigError
-from dsh_host.session.events import CompletedReason, ReplaceOp, ToolResultData, TurnEnd, TurnStart
-from dsh_host.session.messages import ImageBlock, TextBlock, ToolResultBlock
 
 from .compaction_helpers import call, host_with, new_agent, register_echo, rows
 

@@ -8,9 +8,9 @@ import pytest
 from dsh_token_meter import TokenMeter, estimate_message
 
 from dsh_host import Row
+from dsh_host._session.events import ReplaceOp
+from dsh_host._session.messages import PluginSource, TextBlock, UserMessage, new_message_id
 from dsh_host.errors import ConfigError
-from dsh_host.session.events import ReplaceOp
-from dsh_host.session.messages import PluginSource, TextBlock, UserMessage, new_message_id
 
 from .compaction_helpers import call, host_with, new_agent, register_echo, rows
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from dsh_host import Row, open_host
-from dsh_host.agent import Agent
-from dsh_host.agent.budget import Budget, BudgetExceededReason
-from dsh_host.session.events import TurnEnd, turn_end_kind
+from dsh_host._agent import Agent
+from dsh_host._agent.budget import Budget, BudgetExceededReason
+from dsh_host._session.events import TurnEnd, turn_end_kind
 
 pytestmark = pytest.mark.anyio
 
@@ -45,7 +45,7 @@ def emit_call(n: int) -> dict[str, Any]:
 
 
 def register_noop(host: Any) -> None:
-    from dsh_host.tools import ToolDefinition, ToolExecution, text_output
+    from dsh_host._tools import ToolDefinition, ToolExecution, text_output
 
     async def body(args: Any, exec: ToolExecution) -> Any:
         return "ok"
@@ -154,7 +154,7 @@ async def test_the_model_reads_why_the_last_turn_stopped() -> None:
 
 
 async def test_a_non_positive_limit_is_refused_at_creation() -> None:
-    from dsh_host.agent import AgentConfigError
+    from dsh_host._agent import AgentConfigError
 
     async with open_host(rows([{"text": "a"}])) as host:
         with pytest.raises(AgentConfigError, match="turn_max_tokens must be positive, got 0"):

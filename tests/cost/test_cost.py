@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from dsh_host import Row, open_host
-from dsh_host.agent import Agent
+from dsh_host._agent import Agent
+from dsh_host._session.events import turn_end_kind
+from dsh_host._session.messages import TokenUsage
+from dsh_host._session.prices import ModelPrice, PriceTable, parse_prices
+from dsh_host._session.tokens import TokenMeter
 from dsh_host.errors import ConfigError
-from dsh_host.session.events import turn_end_kind
-from dsh_host.session.messages import TokenUsage
-from dsh_host.session.prices import ModelPrice, PriceTable, parse_prices
-from dsh_host.session.tokens import TokenMeter
 
 pytestmark = pytest.mark.anyio
 
@@ -143,7 +143,7 @@ async def test_a_bad_price_entry_is_refused_naming_it(prices: dict[str, Any], me
 
 
 async def test_a_compaction_summary_is_billed_in_its_turn() -> None:
-    from dsh_host.tools import ToolDefinition, ToolExecution, text_output
+    from dsh_host._tools import ToolDefinition, ToolExecution, text_output
 
     # Each step emits ~600 tokens of tool output into a 4000-token window: compaction-basic
     # summarizes before a later step; the summary request reports 3000 in / 200 out, priced

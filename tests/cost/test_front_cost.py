@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from dsh_host import Agent
-from dsh_host.agent.budget import BudgetExceededReason
+from dsh_host._agent.budget import BudgetExceededReason
 from dsh_host.errors import ConfigError
 
 pytestmark = pytest.mark.anyio

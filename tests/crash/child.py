@@ -69,7 +69,7 @@ import psycopg
 from psycopg import sql
 
 from dsh_host import Row, open_host
-from dsh_host.session.write_behind import WriteBehind
+from dsh_host._persistence.write_behind import WriteBehind
 
 SPEC: dict[str, Any] = json.loads(os.environ["DSH_CRASH_SPEC"])
 PERSISTENCE: dict[str, Any] = SPEC["persistence"]

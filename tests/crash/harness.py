@@ -48,9 +48,9 @@ from dsh_session_persistence_sqlite import SqliteSessionPersistence
 from psycopg.conninfo import make_conninfo
 
 from dsh_host import Row, open_host
-from dsh_host.session.events import SessionEvent, ToolCallData, ToolResultData
-from dsh_host.session.messages import ToolCallBlock
-from dsh_host.session.persistence import SessionNotFoundError
+from dsh_host._persistence.persistence import SessionNotFoundError
+from dsh_host._session.events import SessionEvent, ToolCallData, ToolResultData
+from dsh_host._session.messages import ToolCallBlock
 
 CHILD = Path(__file__).with_name("child.py")
 SESSION_ID = "crash-session"

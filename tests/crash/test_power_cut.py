@@ -33,8 +33,8 @@ import anyio
 import pytest
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
 
-from dsh_host.session.events import event_to_builtins
-from dsh_host.session.persistence import SessionPersistenceError
+from dsh_host._persistence.persistence import SessionPersistenceError
+from dsh_host._session.events import event_to_builtins
 
 from .harness import SESSION_ID, JsonlStore, new_spec, run_child
 

@@ -39,7 +39,8 @@ from dsh_session_persistence_postgres import PostgresSessionPersistence
 from dsh_session_persistence_sqlite import SqliteSessionPersistence
 from postgres.conftest import DSN, drop_schemas
 
-from dsh_host.session.events import (
+from dsh_host._persistence.persistence import SessionNotFoundError
+from dsh_host._session.events import (
     AssistantMessageData,
     SessionEvent,
     StepEnd,
@@ -48,8 +49,7 @@ from dsh_host.session.events import (
     TurnEnd,
     TurnStart,
 )
-from dsh_host.session.messages import ToolCallBlock
-from dsh_host.session.persistence import SessionNotFoundError
+from dsh_host._session.messages import ToolCallBlock
 
 # slow: real processes signalled and killed at chosen and random moments
 pytestmark = pytest.mark.slow

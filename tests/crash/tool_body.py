@@ -121,7 +121,7 @@ async def _host(spec: dict[str, Any], script: Any) -> None:
     import anyio
 
     from dsh_host import Row, open_host
-    from dsh_host.tools import ToolDefinition, ToolExecution, text_output
+    from dsh_host._tools import ToolDefinition, ToolExecution, text_output
 
     rows = [
         Row(name="sessions"),

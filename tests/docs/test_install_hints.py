@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from dsh_host._loader import resolve_plugin
 from dsh_host.errors import (
     DISTRIBUTION,
     MissingExtraError,
@@ -21,7 +22,6 @@ from dsh_host.errors import (
     install_hint,
     require_extra,
 )
-from dsh_host.loader import resolve_plugin
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
@@ -45,7 +45,7 @@ def _files() -> list[Path]:
 
 def test_the_distribution_has_its_own_name() -> None:
     assert PYPROJECT["project"]["name"] == DISTRIBUTION == "dsh-harness"
-    assert PYPROJECT["project"]["scripts"] == {"dsh": "dsh_host.cli:main"}
+    assert PYPROJECT["project"]["scripts"] == {"dsh": "dsh_host._cli:main"}
 
 
 def test_every_requirement_with_an_extra_names_this_distribution_and_a_real_extra() -> None:

@@ -21,13 +21,13 @@ GOOD = '''
 from collections.abc import AsyncIterator
 
 from dsh_host import Context, Emit, Next, Plugin, StreamNext
-from dsh_host.agent import AGENT, AGENT_PRE_STEP, AGENT_TURN_STOPPING, AgentService
-from dsh_host.agent import PreStepContext, PreStepDecision, TurnStoppingContext
-from dsh_host.llm import LLM, LLM_STREAM, LlmRequest, LlmRuntime
-from dsh_host.session import SESSION_EVENT, SESSION_FLUSH, SESSIONS, Session, SessionEvent
-from dsh_host.session import SessionStore
-from dsh_host.session.messages import StreamChunk
-from dsh_host.tools import TOOLS, TOOLS_EXECUTE, ToolExecution, ToolExecutionResult, ToolRuntime
+from dsh_host._agent import AGENT, AGENT_PRE_STEP, AGENT_TURN_STOPPING, AgentService
+from dsh_host._agent import PreStepContext, PreStepDecision, TurnStoppingContext
+from dsh_host._llm import LLM, LLM_STREAM, LlmRequest, LlmRuntime
+from dsh_host._session import SESSION_EVENT, SESSION_FLUSH, SESSIONS, Session, SessionEvent
+from dsh_host._session import SessionStore
+from dsh_host._session.messages import StreamChunk
+from dsh_host._tools import TOOLS, TOOLS_EXECUTE, ToolExecution, ToolExecutionResult, ToolRuntime
 
 PINGED: Emit[[str, int]] = Emit("good/pinged", 2)
 
@@ -78,8 +78,8 @@ class Good(Plugin):
 
 BAD = '''
 from dsh_host import Context, Emit, Next, Plugin
-from dsh_host.session import SESSION_EVENT, Session
-from dsh_host.tools import TOOLS, TOOLS_EXECUTE, ToolExecution, ToolExecutionResult
+from dsh_host._session import SESSION_EVENT, Session
+from dsh_host._tools import TOOLS, TOOLS_EXECUTE, ToolExecution, ToolExecutionResult
 
 PINGED: Emit[[str]] = Emit("bad/pinged", 1)
 

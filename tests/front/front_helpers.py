@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from dsh_host.session.events import SessionEvent
+from dsh_host._session.events import SessionEvent
 
 
 def script(tmp_path: Path, responses: Sequence[object], name: str = "script.json") -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 import anyio
 
 from dsh_host import Agent, ToolContext, tool
-from dsh_host.front import ToolCallData, tool_guardrail
+from dsh_host._front import ToolCallData, tool_guardrail
 
 
 async def main(root: str, model: str, ledger: str, ready: str) -> None:

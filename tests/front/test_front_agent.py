@@ -15,9 +15,9 @@ import pytest
 from psycopg import sql
 
 from dsh_host import Agent, RunResult, tool
+from dsh_host._session.events import CompletedReason
+from dsh_host._tools import ToolRegistrationError
 from dsh_host.errors import ConfigError
-from dsh_host.session.events import CompletedReason
-from dsh_host.tools import ToolRegistrationError
 
 from .front_helpers import events_of, script
 

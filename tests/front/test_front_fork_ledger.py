@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dsh_host import Agent, tool
-from dsh_host.session.events import TurnEnd
+from dsh_host._session.events import TurnEnd
 
 from .front_helpers import events_of, result_texts, script
 

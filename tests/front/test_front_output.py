@@ -11,8 +11,8 @@ import msgspec
 import pytest
 
 from dsh_host import Agent, OutputValidationError
-from dsh_host.session.events import BlockedReason, CompletedReason
-from dsh_host.tools import ToolArgsError, ToolRegistrationError, validate
+from dsh_host._session.events import BlockedReason, CompletedReason
+from dsh_host._tools import ToolArgsError, ToolRegistrationError, validate
 
 from .front_helpers import events_of, result_texts, script
 

@@ -12,9 +12,9 @@ import pytest
 from msgspec import UNSET
 
 from dsh_host import Agent, ToolContext, tool
-from dsh_host.agent import RequestErrorContext, Retry
-from dsh_host.front import events as ev
-from dsh_host.session.events import AbortedReason, CompletedReason, UserCancel
+from dsh_host._agent import RequestErrorContext, Retry
+from dsh_host._front import events as ev
+from dsh_host._session.events import AbortedReason, CompletedReason, UserCancel
 
 from .front_helpers import events_of, script
 
@@ -158,7 +158,7 @@ async def test_cancel_is_how_a_stream_stops_its_turn(tmp_path: Path) -> None:
 
 
 def test_turn_end_kind_is_the_logged_kind() -> None:
-    from dsh_host.session.events import UnknownTurnEndReason
+    from dsh_host._session.events import UnknownTurnEndReason
 
     assert ev.TurnEnd(1, 1, CompletedReason()).kind == "completed"
     assert ev.TurnEnd(1, 1, AbortedReason(reason=UserCancel())).kind == "aborted"

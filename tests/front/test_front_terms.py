@@ -57,7 +57,7 @@ async def test_resume_under_another_sandbox_is_refused_before_anything_is_writte
 ) -> None:
     """Before: `Agent(sandbox="workspace-write").resume(id)` of a read-only session ran its
     calls under workspace-write."""
-    from dsh_host.front.runner import TermsRefused
+    from dsh_host._front.runner import TermsRefused
 
     root, workspace = tmp_path / "sessions", tmp_path / "ws"
     workspace.mkdir()

@@ -15,8 +15,8 @@ import msgspec
 import pytest
 
 from dsh_host import Agent, ToolContext, tool
-from dsh_host.session.events import AbortedReason
-from dsh_host.tools import ToolArgsError, validate
+from dsh_host._session.events import AbortedReason
+from dsh_host._tools import ToolArgsError, validate
 
 from .front_helpers import events_of, result_texts, script
 

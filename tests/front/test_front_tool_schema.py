@@ -18,7 +18,7 @@ import msgspec
 import pytest
 
 from dsh_host import ToolContext, tool
-from dsh_host.tools import ToolRegistrationError, check_object_schema
+from dsh_host._tools import ToolRegistrationError, check_object_schema
 
 GOLDEN = Path(__file__).with_name("schemas.golden.json")
 

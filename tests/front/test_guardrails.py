@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from dsh_host import Agent, ToolContext, tool
-from dsh_host.front import (
+from dsh_host._front import (
     GuardrailFunctionOutput,
     GuardrailTripwireTriggered,
     ToolCallData,

@@ -18,9 +18,9 @@ import pytest
 from llmock.scenarios import Fail
 
 from dsh_host import Agent
+from dsh_host._front import MODEL_SPECS, parse_model
+from dsh_host._session import CompletedReason
 from dsh_host.errors import ConfigError
-from dsh_host.front import MODEL_SPECS, parse_model
-from dsh_host.session import CompletedReason
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "claude-sonnet-4-6"
@@ -100,7 +100,7 @@ def test_a_missing_sdk_is_one_clear_line(
             "--workspace", str(workspace)]
     code = (
         f"import sys; sys.modules[{package!r}] = None\n"  # importing the SDK now fails
-        f"from dsh_host.cli import main; sys.exit(main({argv!r}))"
+        f"from dsh_host._cli import main; sys.exit(main({argv!r}))"
     )
     env = {k: v for k, v in os.environ.items() if k != "DSH_SESSION_ROOT"}
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,

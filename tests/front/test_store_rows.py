@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from dsh_host import Agent
-from dsh_host.loader import Row
-from dsh_host.shipped_plugins import declared_store_urls
+from dsh_host._loader import Row
+from dsh_host._shipped_plugins import declared_store_urls
 
 
 def persistence(agent: Agent) -> Row:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dsh_host import Agent, TurnFailedError
-from dsh_host.session.events import ErrorReason
+from dsh_host._session.events import ErrorReason
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 

@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 
 from dsh_host import Context, Plugin
-from dsh_host.bus import Emit
+from dsh_host._bus import Emit
 
 #: Records what the sample plugins did, in order, for assertions.
 JOURNAL: list[str] = []

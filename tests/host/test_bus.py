@@ -7,7 +7,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from dsh_host.bus import EventBus, EventMode, EventSpec
+from dsh_host._bus import EventBus, EventMode, EventSpec
 from dsh_host.errors import EventModeConflictError, HandlerKindError, UndeclaredEventError
 
 pytestmark = pytest.mark.anyio

@@ -1,4 +1,4 @@
-"""Composition edits by plugin name have one owner, ``dsh_host.composition_edits``.
+"""Composition edits by plugin name have one owner, ``dsh_host._composition_edits``.
 
 ``dsh run``, ``dsh serve``, a continued session's recorded terms and the Python ``Agent`` used
 to patch rows each in their own loop (issue 33). These pin what every caller now relies on:
@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dsh_host.composition_edits import config_of, enabled, merged, patch, patched
-from dsh_host.loader import LocatedRow, Row
+from dsh_host._composition_edits import config_of, enabled, merged, patch, patched
+from dsh_host._loader import LocatedRow, Row
 
 
 def _rows() -> list[LocatedRow]:
@@ -58,7 +58,7 @@ def test_no_other_host_module_merges_into_a_row_config() -> None:
     offenders = [
         f"{path.relative_to(root)}:{number}"
         for path in sorted(root.rglob("*.py"))
-        if path.name != "composition_edits.py"
+        if path.name != "_composition_edits.py"
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
         if _MERGE.search(line)
     ]

@@ -14,7 +14,7 @@ import msgspec
 import msgspec.inspect as mi
 import pytest
 
-from dsh_host.loader import accept_camel_keys
+from dsh_host._loader import accept_camel_keys
 
 
 def plugin_configs() -> dict[str, type[msgspec.Struct]]:

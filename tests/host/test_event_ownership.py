@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from dsh_host.bus import EventBus
+from dsh_host._bus import EventBus
+from dsh_host._loader import Row, open_host
+from dsh_host._session.keys import SESSION_EVENT, SESSION_EVENTS
+from dsh_host._tools.keys import TOOLS_EVENTS, TOOLS_EXECUTE
 from dsh_host.errors import HandlerKindError, UndeclaredEventError
-from dsh_host.loader import Row, open_host
-from dsh_host.session.keys import SESSION_EVENT, SESSION_EVENTS
-from dsh_host.tools.keys import TOOLS_EVENTS, TOOLS_EXECUTE
 
 from . import sample_plugins
 

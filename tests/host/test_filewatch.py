@@ -1,4 +1,4 @@
-"""``StatMemo`` (``dsh_host.filewatch``): a value computed from files is reused while an ``lstat``
+"""``StatMemo`` (``dsh_host._filewatch``): a value computed from files is reused while an ``lstat``
 of every path it looked at is unchanged, and recomputed after any change to them.
 
 Real files in a temporary directory; what is counted is how often the computation ran.
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from dsh_host import filewatch
-from dsh_host.filewatch import StatMemo, Watched
+from dsh_host import _filewatch as filewatch
+from dsh_host._filewatch import StatMemo, Watched
 
 pytestmark = pytest.mark.anyio
 

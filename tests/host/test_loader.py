@@ -6,7 +6,10 @@ import msgspec
 import pytest
 
 from dsh_host import Row, open_host, open_host_from_yaml
-from dsh_host.context import FiberState
+from dsh_host._context import FiberState
+from dsh_host._loader import accept_camel_keys, parse_rows
+from dsh_host._session.keys import SESSION_EVENT
+from dsh_host._tools.keys import TOOLS_EXECUTE
 from dsh_host.errors import (
     BootError,
     ConfigError,
@@ -16,9 +19,6 @@ from dsh_host.errors import (
     PluginRegistrationError,
     UnknownPluginError,
 )
-from dsh_host.loader import accept_camel_keys, parse_rows
-from dsh_host.session.keys import SESSION_EVENT
-from dsh_host.tools.keys import TOOLS_EXECUTE
 
 from . import sample_plugins
 
@@ -91,7 +91,7 @@ async def test_unknown_plugin_lists_installed_ones() -> None:
 
 
 async def test_dsh_spellings_are_aliases() -> None:
-    from dsh_host.loader import canonical_name
+    from dsh_host._loader import canonical_name
 
     assert canonical_name("@deepseek-ai/dsh-session-checkpoint-policy") == "session-checkpoint-policy"
     assert canonical_name("dsh-sandbox-local") == "sandbox-local"

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 import dsh_host
-from dsh_host.cli.common import CliUsageError, patch_term_flag
-from dsh_host.composition_edits import patch_term, runs_confined, takes_term, term_value
-from dsh_host.front.runner import terms_of
-from dsh_host.loader import LocatedRow, Row, rows_needed_for
-from dsh_host.session.events.data import CompositionTerms
-from dsh_host.shipped_plugins import SHIPPED_PLUGINS
+from dsh_host._cli.common import CliUsageError, patch_term_flag
+from dsh_host._composition_edits import patch_term, runs_confined, takes_term, term_value
+from dsh_host._front.runner import terms_of
+from dsh_host._loader import LocatedRow, Row, rows_needed_for
+from dsh_host._session.events.data import CompositionTerms
+from dsh_host._shipped_plugins import SHIPPED_PLUGINS
 
 _PLUGIN = textwrap.dedent(
     '''
@@ -110,10 +110,10 @@ def test_a_repair_boots_the_rows_that_declare_it(third_party: str) -> None:
 #: String literals equal to a shipped plugin's name that are not that plugin: a service key, a
 #: dict key of a report, the in-host memory store's own name.
 _NOT_A_ROW_NAME = {
-    ("agent/keys.py", "subagents"),  # ServiceKey("subagents"): the service's name
-    ("context.py", "hooks"),  # a fiber report's key
-    ("cli/plugins_cmd.py", "hooks"),  # the same report read back
-    ("session/storage.py", "session-persistence-memory"),  # the store names itself
+    ("_agent/keys.py", "subagents"),  # ServiceKey("subagents"): the service's name
+    ("_context.py", "hooks"),  # a fiber report's key
+    ("_cli/plugins_cmd.py", "hooks"),  # the same report read back
+    ("_persistence/storage.py", "session-persistence-memory"),  # the store names itself
 }
 
 
@@ -124,7 +124,7 @@ def test_no_host_module_names_a_shipped_plugin_outside_the_registry() -> None:
     found: list[str] = []
     for path in sorted(root.rglob("*.py")):
         relative = path.relative_to(root).as_posix()
-        if relative == "shipped_plugins.py":
+        if relative == "_shipped_plugins.py":
             continue
         tree = ast.parse(path.read_text(), relative)
         docstrings = {

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dsh_host.loader import parse_rows
+from dsh_host._loader import parse_rows
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 STORAGE_ROW = "session-persistence"

@@ -1,4 +1,4 @@
-"""The shipped plugins' declared metadata (``dsh_host.shipped_plugins``) and what it is for.
+"""The shipped plugins' declared metadata (``dsh_host._shipped_plugins``) and what it is for.
 
 A command that only reads stored sessions resolves the composition from what each shipped
 plugin declares, importing only the rows it boots (issue 25: importing every row's plugin was
@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 
-from dsh_host import loader
-from dsh_host.compositions import shipped_config_dir
-from dsh_host.errors import DISTRIBUTION, ConfigError, DshError, UnknownPluginError
-from dsh_host.loader import (
+from dsh_host import _loader as loader
+from dsh_host._compositions import shipped_config_dir
+from dsh_host._loader import (
     LocatedRow,
     Row,
     check_rows,
@@ -29,7 +28,8 @@ from dsh_host.loader import (
     resolve_plugin,
     rows_needed_for,
 )
-from dsh_host.shipped_plugins import SHIPPED_PLUGINS
+from dsh_host._shipped_plugins import SHIPPED_PLUGINS
+from dsh_host.errors import DISTRIBUTION, ConfigError, DshError, UnknownPluginError
 
 REPO = Path(__file__).resolve().parents[2]
 PERSISTENCE = ("sessionPersistence",)

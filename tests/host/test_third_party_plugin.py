@@ -51,7 +51,7 @@ class Stopwatch(Plugin):
 DRIVER = '''
 import anyio
 from dsh_host import open_host_from_yaml
-from dsh_host.tools import TOOLS_EXECUTE
+from dsh_host._tools import TOOLS_EXECUTE
 
 async def main():
     async with open_host_from_yaml("composition.yml") as host:

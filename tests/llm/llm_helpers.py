@@ -7,8 +7,8 @@ from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 from dsh_host import PluginHost, Row, open_host
-from dsh_host.llm import LlmRequest
-from dsh_host.session import (
+from dsh_host._llm import LlmRequest
+from dsh_host._session import (
     AbortedFinish,
     ErrorFinish,
     FinishChunk,
@@ -17,7 +17,7 @@ from dsh_host.session import (
     StreamChunk,
     TextBlock,
 )
-from dsh_host.session.messages import UserMessage, UserSource, new_message_id
+from dsh_host._session.messages import UserMessage, UserSource, new_message_id
 
 #: The key variable and the provider route of the llm-openai-compatible tests' row.
 KEY_ENV = "DSH_TEST_OPENAI_KEY"

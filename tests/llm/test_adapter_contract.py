@@ -24,9 +24,9 @@ import pytest
 from llmock.scenarios import Reply, ToolCall
 
 from dsh_host import Agent, PluginHost, Row, open_host
-from dsh_host.cancel import CancelToken
-from dsh_host.llm import BlockAssembler
-from dsh_host.session import (
+from dsh_host._cancel import CancelToken
+from dsh_host._llm import BlockAssembler
+from dsh_host._session import (
     CompletedReason,
     ReasoningBlock,
     ReasoningDeltaChunk,

@@ -20,9 +20,9 @@ import pytest
 from llmock.scenarios import Fail, Reply, ToolCall
 
 from dsh_host import PluginHost, Row, open_host
-from dsh_host.jsonsafe import json_dec_hook, json_enc_hook, thaw_json
-from dsh_host.llm import BlockAssembler
-from dsh_host.session import (
+from dsh_host._jsonsafe import json_dec_hook, json_enc_hook, thaw_json
+from dsh_host._llm import BlockAssembler
+from dsh_host._session import (
     MaxTokensFinish,
     ReasoningBlock,
     StopFinish,
@@ -33,7 +33,7 @@ from dsh_host.session import (
     ToolCallDeltaChunk,
     ToolCallsFinish,
 )
-from dsh_host.session.messages import ToolResultBlock, UserMessage, UserSource, new_message_id
+from dsh_host._session.messages import ToolResultBlock, UserMessage, UserSource, new_message_id
 
 from .llm_helpers import collect, request, terminal_failure, user
 from .sse_server import SseServer, raw
@@ -168,7 +168,7 @@ async def test_thinking_is_kept_with_its_signature_and_passed_back() -> None:
 async def test_reasoning_without_a_signature_is_not_sent_as_thinking() -> None:
     """A reasoning block the API did not sign (another provider's, a stream cut short) cannot
     be verified, so it is left out rather than forged."""
-    from dsh_host.session import AssistantMessage, ModelSource
+    from dsh_host._session import AssistantMessage, ModelSource
 
     foreign = AssistantMessage(
         id=new_message_id(),
@@ -183,7 +183,7 @@ async def test_reasoning_without_a_signature_is_not_sent_as_thinking() -> None:
 
 
 async def test_tool_results_go_first_in_the_user_turn_and_calls_as_tool_use() -> None:
-    from dsh_host.session import AssistantMessage, ModelSource
+    from dsh_host._session import AssistantMessage, ModelSource
 
     call = AssistantMessage(
         id=new_message_id(),

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh_host.jsonsafe import json_dec_hook, json_enc_hook
-from dsh_host.llm import BlockAssembler, IncompleteBlockError, pack_stream, unpack_stream
-from dsh_host.llm.records import StreamPacker
-from dsh_host.session import (
+from dsh_host._jsonsafe import json_dec_hook, json_enc_hook
+from dsh_host._llm import BlockAssembler, IncompleteBlockError, pack_stream, unpack_stream
+from dsh_host._llm.records import StreamPacker
+from dsh_host._session import (
     AssistantMessage,
     BlockEndChunk,
     BlockStartChunk,
@@ -34,7 +34,7 @@ from dsh_host.session import (
     ToolCallsFinish,
     UsageChunk,
 )
-from dsh_host.session.messages import AssistantStreamRecord, ModelSource
+from dsh_host._session.messages import AssistantStreamRecord, ModelSource
 
 FIXTURE = (
     Path(__file__).resolve().parents[1]

@@ -15,15 +15,15 @@ import msgspec
 import pytest
 
 from dsh_host import Agent, Row, open_host
-from dsh_host.llm.attachments import (
+from dsh_host._llm.attachments import (
     MAX_IMAGE_BYTES,
     AttachmentError,
     attachment_block,
     attachment_blocks,
 )
-from dsh_host.llm.vision import family_takes_images
-from dsh_host.session import ImageBlock, TextBlock
-from dsh_host.session.messages import (
+from dsh_host._llm.vision import family_takes_images
+from dsh_host._session import ImageBlock, TextBlock
+from dsh_host._session.messages import (
     AssistantMessage,
     ErrorFinish,
     FinishChunk,
@@ -37,7 +37,7 @@ from dsh_host.session.messages import (
     UserSource,
     new_message_id,
 )
-from dsh_host.session.tokens import BLOCK_OVERHEAD, IMAGE_TOKENS, estimate_content
+from dsh_host._session.tokens import BLOCK_OVERHEAD, IMAGE_TOKENS, estimate_content
 
 from .llm_helpers import collect, request, terminal_failure
 from .provider_wires import WIRES, Wire

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from dsh_host import PluginHost, Row, open_host
-from dsh_host.session import TextDeltaChunk
-from dsh_host.session.messages import ToolSchema
+from dsh_host._session import TextDeltaChunk
+from dsh_host._session.messages import ToolSchema
 
 from .llm_helpers import collect, request, terminal_failure
 from .provider_wires import OpenAIWire

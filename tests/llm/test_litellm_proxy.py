@@ -41,9 +41,9 @@ import pytest
 from llmock.scenarios import Reply, ToolCall
 
 from dsh_host import Row, open_host
-from dsh_host.llm import BlockAssembler
-from dsh_host.session import StopFinish, StreamChunk, TextBlock, ToolCallBlock, ToolCallsFinish
-from dsh_host.session.messages import (
+from dsh_host._llm import BlockAssembler
+from dsh_host._session import StopFinish, StreamChunk, TextBlock, ToolCallBlock, ToolCallsFinish
+from dsh_host._session.messages import (
     ToolResultBlock,
     ToolSchema,
     UserMessage,

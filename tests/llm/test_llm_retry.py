@@ -22,10 +22,9 @@ import pytest
 from msgspec import UNSET
 
 from dsh_host import PluginHost, Row, open_host
-from dsh_host.agent import Agent, AgentService
-from dsh_host.errors import ConfigError
-from dsh_host.llm import RetryPolicy
-from dsh_host.session import (
+from dsh_host._agent import Agent, AgentService
+from dsh_host._llm import RetryPolicy
+from dsh_host._session import (
     AbortedReason,
     AssistantMessageData,
     CompletedReason,
@@ -38,6 +37,7 @@ from dsh_host.session import (
     decode_event,
     encode_event,
 )
+from dsh_host.errors import ConfigError
 
 from .sse_server import SseServer, http_error, sse, text_events
 

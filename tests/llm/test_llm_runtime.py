@@ -14,9 +14,8 @@ import pytest
 from msgspec import UNSET
 
 from dsh_host import Row, open_host
-from dsh_host.cancel import CancelToken
-from dsh_host.errors import AbortError, DshError
-from dsh_host.llm import (
+from dsh_host._cancel import CancelToken
+from dsh_host._llm import (
     BlockAssembler,
     LlmAdapter,
     LlmError,
@@ -27,8 +26,8 @@ from dsh_host.llm import (
     assemble,
     failure_of,
 )
-from dsh_host.plugin import Plugin
-from dsh_host.session import (
+from dsh_host._plugin import Plugin
+from dsh_host._session import (
     AdapterDefaults,
     AssistantMessage,
     BlockStartChunk,
@@ -41,6 +40,7 @@ from dsh_host.session import (
     TextBlock,
     TextDeltaChunk,
 )
+from dsh_host.errors import AbortError, DshError
 
 from .llm_helpers import collect, finish_count, request, terminal_failure, user
 
@@ -418,7 +418,7 @@ async def test_replay_state_stripping_follows_a_live_sessions_messages_view() ->
     """The runtime indexes a session's derived messages incrementally; what each
     adapter receives must be exactly what a full walk gives: after appends, for an
     older (shorter) snapshot, after a surface replacement, and after a re-route."""
-    from dsh_host.session import AssistantMessageData, Session, UserMessage, UserSource
+    from dsh_host._session import AssistantMessageData, Session, UserMessage, UserSource
 
     def said(mid: str, provider: str) -> AssistantMessageData:
         return AssistantMessageData(

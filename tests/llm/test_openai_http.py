@@ -10,9 +10,9 @@ from typing import Any
 import anyio
 import pytest
 
-from dsh_host.cancel import CancelToken
-from dsh_host.llm import BlockAssembler, assemble
-from dsh_host.session import (
+from dsh_host._cancel import CancelToken
+from dsh_host._llm import BlockAssembler, assemble
+from dsh_host._session import (
     LlmFailure,
     ReasoningBlock,
     StopFinish,

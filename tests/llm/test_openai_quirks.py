@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from llmock.scenarios import Fail
 
-from dsh_host.llm import BlockAssembler
-from dsh_host.session import (
+from dsh_host._llm import BlockAssembler
+from dsh_host._session import (
     StopFinish,
     StreamChunk,
     TextBlock,

@@ -16,9 +16,9 @@ import pytest
 from llmock.scenarios import Fail
 
 from dsh_host import Agent, PluginHost, Row, open_host
-from dsh_host.jsonsafe import thaw_json
-from dsh_host.llm import BlockAssembler
-from dsh_host.session import (
+from dsh_host._jsonsafe import thaw_json
+from dsh_host._llm import BlockAssembler
+from dsh_host._session import (
     AssistantMessage,
     CompletedReason,
     MaxTokensFinish,
@@ -28,7 +28,7 @@ from dsh_host.session import (
     TextBlock,
     ToolCallBlock,
 )
-from dsh_host.session.messages import ToolResultBlock, UserMessage, UserSource, new_message_id
+from dsh_host._session.messages import ToolResultBlock, UserMessage, UserSource, new_message_id
 
 from .llm_helpers import collect, request, terminal_failure, user
 from .provider_wires import ResponsesWire

@@ -18,16 +18,15 @@ from dsh_llm_openai_compatible import settings_of as settings_of_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh_host.errors import ConfigError
-from dsh_host.llm import BlockAssembler, LlmError, RetryPolicyConfig
-from dsh_host.llm.wire import (
+from dsh_host._llm import BlockAssembler, LlmError, RetryPolicyConfig
+from dsh_host._llm.wire import (
     check_api_key,
     http_error_code,
     parse_retry_after_ms,
     request_id_of,
     user_agent,
 )
-from dsh_host.session import (
+from dsh_host._session import (
     AssistantMessage,
     BlockEndChunk,
     BlockStartChunk,
@@ -48,13 +47,14 @@ from dsh_host.session import (
     ToolSchema,
     UsageChunk,
 )
-from dsh_host.session.messages import (
+from dsh_host._session.messages import (
     ToolResultBlock,
     ToolResultMessage,
     ToolSource,
     UserMessage,
     UserSource,
 )
+from dsh_host.errors import ConfigError
 
 from .llm_helpers import request, user
 
@@ -393,7 +393,7 @@ def test_config_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_image_content_is_refused_before_any_io() -> None:
-    from dsh_host.session.messages import ImageBlock
+    from dsh_host._session.messages import ImageBlock
 
     image_user = UserMessage(
         id="u", content=(ImageBlock(attachment={"attachmentId": "a1"}),), source=UserSource()

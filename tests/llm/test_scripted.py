@@ -11,10 +11,9 @@ import pytest
 from dsh_llm_scripted import ScriptedAdapter
 
 from dsh_host import Row, open_host, open_host_from_yaml
-from dsh_host.cancel import CancelToken
-from dsh_host.errors import BootError, ConfigError
-from dsh_host.llm import assemble
-from dsh_host.session import (
+from dsh_host._cancel import CancelToken
+from dsh_host._llm import assemble
+from dsh_host._session import (
     BlockEndChunk,
     BlockStartChunk,
     FinishChunk,
@@ -31,6 +30,7 @@ from dsh_host.session import (
     ToolCallsFinish,
     UsageChunk,
 )
+from dsh_host.errors import BootError, ConfigError
 
 from .llm_helpers import collect, request, terminal_failure
 

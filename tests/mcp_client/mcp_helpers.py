@@ -20,8 +20,8 @@ from cli.cli_helpers import dsh as run_dsh
 from dsh_mcp_client import ServerBridge
 
 from dsh_host import CancelToken, Row, open_host
-from dsh_host.loader import PluginHost
-from dsh_host.tools import ToolExecutionInput, ToolExecutionResult
+from dsh_host._loader import PluginHost
+from dsh_host._tools import ToolExecutionInput, ToolExecutionResult
 
 HERE = Path(__file__).resolve().parent
 

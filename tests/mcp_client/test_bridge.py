@@ -16,10 +16,10 @@ import pytest
 from dsh_mcp_client import project_text, public_tool_name
 
 from dsh_host import Row, open_host
-from dsh_host.cancel import CancelToken
+from dsh_host._cancel import CancelToken
+from dsh_host._session import ImageBlock, TextBlock
+from dsh_host._tools import ToolExecutionInput
 from dsh_host.errors import BootError
-from dsh_host.session import ImageBlock, TextBlock
-from dsh_host.tools import ToolExecutionInput
 
 from .mcp_helpers import (
     bridge_of,
@@ -305,8 +305,8 @@ async def test_everything_schemas_keep_their_constraints_for_the_model(anyio_bac
 
 
 def test_a_restricted_composition_cannot_choose_the_server_command() -> None:
+    from dsh_host._loader import check_rows, parse_rows
     from dsh_host.errors import ConfigError
-    from dsh_host.loader import check_rows, parse_rows
 
     text = (
         "- id: mcp\n  name: mcp-client\n  config:\n    serverName: x\n    transport: stdio\n"

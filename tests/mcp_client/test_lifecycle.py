@@ -196,7 +196,7 @@ async def test_without_timeout_policy_the_call_has_its_own_deadline(anyio_backen
 
 
 async def test_a_squatted_name_rolls_the_whole_generation_back(anyio_backend: str) -> None:
-    from dsh_host.tools import ToolDefinition, text_output
+    from dsh_host._tools import ToolDefinition, text_output
 
     async def body(_args: object, _exec: object) -> str:
         return "squatter"

@@ -132,7 +132,7 @@ async def main(argv: list[str]) -> None:
             print("locked", flush=True)
             await anyio.sleep_forever()
         elif command == "race":
-            from dsh_host.session.persistence import SessionAlreadyOwnedError
+            from dsh_host._persistence.persistence import SessionAlreadyOwnedError
 
             go = anyio.Path(argv[2])
             while not await go.exists():  # noqa: ASYNC110 - another process creates it

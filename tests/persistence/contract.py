@@ -8,7 +8,7 @@ satisfying :class:`BackendFactory`) and star-imports the tests from here::
     @pytest.fixture
     def backend_factory(tmp_path): return MyFactory(tmp_path)
 
-Everything here goes through the seam in ``dsh_host.session.persistence``
+Everything here goes through the seam in ``dsh_host._persistence.persistence``
 only; real files / real databases, real subprocesses for the lock and crash
 cases. No test asserts on timing.
 """
@@ -27,18 +27,18 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from dsh_host.cancel import CancelToken
-from dsh_host.errors import AbortError
-from dsh_host.session.events import RequestHeaderData, SessionEvent, event_to_builtins
-from dsh_host.session.messages import EpochHeader, LlmCallConfig
-from dsh_host.session.persistence import (
+from dsh_host._cancel import CancelToken
+from dsh_host._persistence.persistence import (
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
     SessionAppendRejectedError,
     SessionHandleClosedError,
     SessionNotFoundError,
 )
-from dsh_host.session.repair import TOOL_NOT_STARTED_TEXT, TOOL_OUTCOME_UNKNOWN_TEXT
+from dsh_host._session.events import RequestHeaderData, SessionEvent, event_to_builtins
+from dsh_host._session.messages import EpochHeader, LlmCallConfig
+from dsh_host._session.repair import TOOL_NOT_STARTED_TEXT, TOOL_OUTCOME_UNKNOWN_TEXT
+from dsh_host.errors import AbortError
 
 from .helpers import ev, header, log, plain, turn
 
@@ -524,7 +524,7 @@ async def test_resume_appends_closers_and_continues(backend_factory: BackendFact
         before = (await backend.list())[0].revision
         writer = await backend.open("resume", "write")
         load = await writer.read()
-        from dsh_host.session.repair import interrupted_turn_closers
+        from dsh_host._session.repair import interrupted_turn_closers
 
         closers = interrupted_turn_closers(load.events)
         writer.append(closers)

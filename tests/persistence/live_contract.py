@@ -1,6 +1,6 @@
 """The live-binding contract: a persistence plugin in a real host persists ``ctx.sessions``.
 
-The binder is shared (``dsh_host.session.binding``); these tests run it over
+The binder is shared (``dsh_host._persistence.binding``); these tests run it over
 each backend's plugin. A backend's plugin test module provides a
 ``live_backend`` fixture (an object satisfying :class:`LiveBackend`) and
 star-imports the tests from here::
@@ -21,10 +21,10 @@ import anyio.lowlevel
 import pytest
 
 from dsh_host import Row, open_host
-from dsh_host.session.events import event_to_builtins
-from dsh_host.session.persistence import SessionAlreadyExistsError, SessionPersistence
-from dsh_host.session.repair import interrupted_turn_closers
-from dsh_host.session.session import Session
+from dsh_host._persistence.persistence import SessionAlreadyExistsError, SessionPersistence
+from dsh_host._session.events import event_to_builtins
+from dsh_host._session.repair import interrupted_turn_closers
+from dsh_host._session.session import Session
 
 from .helpers import plain
 

@@ -1,4 +1,4 @@
-"""A header being created is validated once, by ``dsh_host.session.header.header_from_meta``.
+"""A header being created is validated once, by ``dsh_host._session.header.header_from_meta``.
 
 The persistence service (``new_header``) and the JSONL codec (``header_from_meta``) each had
 their own copy of the checks (issue 33), and they disagreed: the codec dropped keys it did not
@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from dsh_session_persistence_jsonl._codec import header_from_meta as jsonl_header_record
 
-from dsh_host.session.backend import new_header
-from dsh_host.session.persistence import (
+from dsh_host._persistence.backend import new_header
+from dsh_host._persistence.persistence import (
     SessionAppendRejectedError,
     SessionFormatUnsupportedError,
     decode_stored_header,

@@ -25,13 +25,13 @@ from dsh_session_persistence_jsonl._frames import compress_frame, decompress_par
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dsh_host.session import Session
-from dsh_host.session.errors import InvalidSessionEventError, UnknownEventTypeError
-from dsh_host.session.events import event_to_builtins
-from dsh_host.session.persistence import (
+from dsh_host._persistence.persistence import (
     SessionFormatUnsupportedError,
     SessionPersistenceCorruptionError,
 )
+from dsh_host._session import Session
+from dsh_host._session.errors import InvalidSessionEventError, UnknownEventTypeError
+from dsh_host._session.events import event_to_builtins
 
 from .helpers import ev, header, log, plain
 
@@ -316,7 +316,7 @@ async def test_no_read_proposes_truncating_a_row_admission_refuses(
 def test_a_replace_marker_is_written_in_dshs_v3_spelling() -> None:
     """DSH v3 refuses a replace spelled other than ``{op, startSeq, endSeq}``; the older
     ``{op, start, end}`` spelling is still read."""
-    from dsh_host.session.events import ReplaceOp, encode_event
+    from dsh_host._session.events import ReplaceOp, encode_event
 
     session = Session.create("s")
     session.append("turn/start", {"turn": 1})

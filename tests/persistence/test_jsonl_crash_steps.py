@@ -22,8 +22,8 @@ import pytest
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
 from dsh_session_persistence_jsonl._frames import scan_frames
 
-from dsh_host.session.events import event_to_builtins
-from dsh_host.session.persistence import SessionNotFoundError
+from dsh_host._persistence.persistence import SessionNotFoundError
+from dsh_host._session.events import event_to_builtins
 
 from .helpers import header, log, plain
 from .test_jsonl_migration import expected_v3, v0_events, write_v0

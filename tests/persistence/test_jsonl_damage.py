@@ -17,11 +17,11 @@ import pytest
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
 from dsh_session_persistence_jsonl._frames import scan_frames
 
-from dsh_host.session.events import event_to_builtins
-from dsh_host.session.persistence import (
+from dsh_host._persistence.persistence import (
     SessionFormatUnsupportedError,
     SessionPersistenceCorruptionError,
 )
+from dsh_host._session.events import event_to_builtins
 
 from .helpers import header, log, plain
 

@@ -20,14 +20,14 @@ import anyio.lowlevel
 import pytest
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
 
-from dsh_host.session import write_behind
-from dsh_host.session.events import event_to_builtins
-from dsh_host.session.persistence import (
+from dsh_host._persistence import write_behind
+from dsh_host._persistence.persistence import (
     SessionHandlePoisonedError,
     SessionPersistenceCorruptionError,
     SessionRollbackError,
     SessionWriteError,
 )
+from dsh_host._session.events import event_to_builtins
 
 from .helpers import header, log, plain
 

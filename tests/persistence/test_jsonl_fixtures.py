@@ -18,8 +18,8 @@ import zstandard
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
 from dsh_session_persistence_jsonl._frames import decompress_frame, scan_frames
 
-from dsh_host.session.events import event_to_builtins
-from dsh_host.session.persistence import SessionPersistenceCorruptionError
+from dsh_host._persistence.persistence import SessionPersistenceCorruptionError
+from dsh_host._session.events import event_to_builtins
 
 from .helpers import plain
 
@@ -162,7 +162,7 @@ async def test_write_handle_repairs_the_torn_tail(
 async def test_resume_writes_the_expected_closers(
     rel: str, expected: dict[str, Any], tmp_path: Path
 ) -> None:
-    from dsh_host.session.repair import interrupted_turn_closers
+    from dsh_host._session.repair import interrupted_turn_closers
 
     root, sid, compression = _root_and_id(rel)
     shutil.copytree(FIXTURES / root, tmp_path / root)
@@ -188,8 +188,8 @@ async def test_resume_closers_are_byte_identical_to_dshs(
     """Issue 16 item 5: not only the same JSON — the same bytes, key order included
     (DSH's repair writes surfaceOp before sourceEventSeqs, and a message's source before its
     content). In raw mode the appended lines are compared with the file itself."""
-    from dsh_host.session.events import encode_event
-    from dsh_host.session.repair import interrupted_turn_closers
+    from dsh_host._session.events import encode_event
+    from dsh_host._session.repair import interrupted_turn_closers
 
     want = [
         json.dumps(c, separators=(",", ":"), ensure_ascii=False).encode()

@@ -39,7 +39,7 @@ from dsh_session_persistence_jsonl._reader import ArtifactRead, read_artifact
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dsh_host.session.persistence import (
+from dsh_host._persistence.persistence import (
     SessionFormatUnsupportedError,
     SessionPersistenceCorruptionError,
 )
@@ -472,7 +472,7 @@ def test_rows_with_long_digit_runs_are_not_vouched_for(tmp_path: Path) -> None:
     gives, and an unsafe integer is still refused with the walk's error."""
     import copy
 
-    from dsh_host.session.persistence import decode_stored_event
+    from dsh_host._persistence.persistence import decode_stored_event
 
     def ignorable(seq: int, data: Any) -> bytes:
         row = {"type": "x/y", "seq": seq, "time": seq, "data": data, "ignorable": True}

@@ -34,7 +34,7 @@ from dsh_session_persistence_jsonl._reader import (
     plain_rows,
 )
 
-from dsh_host.session.persistence import SessionPersistenceCorruptionError
+from dsh_host._persistence.persistence import SessionPersistenceCorruptionError
 
 from .helpers import ev, header, log, user
 

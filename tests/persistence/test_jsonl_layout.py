@@ -13,7 +13,7 @@ import pytest
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
 from dsh_session_persistence_jsonl._frames import compress_frame
 
-from dsh_host.session.persistence import (
+from dsh_host._persistence.persistence import (
     SessionFormatUnsupportedError,
     SessionOwnershipLostError,
     SessionPersistenceCorruptionError,

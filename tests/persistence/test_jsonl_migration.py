@@ -14,12 +14,12 @@ from dsh_session_persistence_jsonl import _migrate as migrate_module
 from dsh_session_persistence_jsonl._codec import pack_source_seqs
 from dsh_session_persistence_jsonl._frames import compress_frame, decompress_frame, scan_frames
 
-from dsh_host.session.events import event_to_builtins
-from dsh_host.session.persistence import (
+from dsh_host._persistence.persistence import (
     SessionFormatUnsupportedError,
     SessionGenerationConflictError,
     SessionGenerationSourceChangedError,
 )
+from dsh_host._session.events import event_to_builtins
 
 from .helpers import T0, plain
 from .v0_rows import pack_chunk_rows

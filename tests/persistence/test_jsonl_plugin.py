@@ -14,7 +14,7 @@ import pytest
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
 
 from dsh_host import Row, open_host
-from dsh_host.session import write_behind
+from dsh_host._persistence import write_behind
 
 from .live_contract import *  # noqa: F403
 from .live_contract import one_turn, wire

@@ -17,7 +17,7 @@ import pytest
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
 from dsh_session_persistence_jsonl._follow import CHUNK_BYTES, MARK_EVERY_BYTES
 
-from dsh_host.session.persistence import SessionPersistenceCorruptionError
+from dsh_host._persistence.persistence import SessionPersistenceCorruptionError
 
 from .contract import wire
 from .helpers import header, log, noisy, plain

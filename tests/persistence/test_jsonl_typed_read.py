@@ -13,11 +13,11 @@ from dsh_session_persistence_jsonl._frames import compress_frame
 from dsh_session_persistence_jsonl._paths import Compression
 from dsh_session_persistence_jsonl._reader import ArtifactRead, read_artifact
 
-from dsh_host.session.events import SessionEvent, decode_event, encode_event
-from dsh_host.session.persistence import (
+from dsh_host._persistence.persistence import (
     SessionPersistenceCorruptionError,
     decode_stored_event,
 )
+from dsh_host._session.events import SessionEvent, decode_event, encode_event
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dsh-reference"
 

@@ -23,8 +23,8 @@ from dsh_session_persistence_jsonl import JsonlSessionPersistence
 from dsh_session_persistence_jsonl._frames import decompress_frame, scan_frames
 from dsh_session_persistence_jsonl._plugin import JsonlConfig
 
-from dsh_host.session.events import event_to_builtins
-from dsh_host.session.persistence import SessionPersistenceCorruptionError
+from dsh_host._persistence.persistence import SessionPersistenceCorruptionError
+from dsh_host._session.events import event_to_builtins
 
 from .helpers import header, log, plain, turn
 
@@ -105,7 +105,7 @@ async def test_resume_continues_a_v4_log_in_v4(
 ) -> None:
     """A v3-configured root resumes a v4 session in v4: the closers land in session.v4 as
     DSH's v4 rows (tool-role results), byte for byte in raw mode, and no v3 file appears."""
-    from dsh_host.session.repair import interrupted_turn_closers
+    from dsh_host._session.repair import interrupted_turn_closers
 
     root, sid, compression = _split(rel)
     shutil.copytree(V4 / root, tmp_path / root)
@@ -339,9 +339,9 @@ async def test_v4_only_events_are_read_typed_projected_and_round_trip(tmp_path: 
     as a system message ("[tool enabled: read]", DSH's text rendering); ``subagent/catalog``
     and ``workspace/changes`` are kept as data; the log written back into a v4 root is the
     same bytes, and a write handle continues it (docs/format.md §10.1 rows 9, 11)."""
-    from dsh_host.session.events import DeveloperMessageData
-    from dsh_host.session.messages import SystemMessage, TextBlock
-    from dsh_host.session.session import derive_messages_from_events
+    from dsh_host._session.events import DeveloperMessageData
+    from dsh_host._session.messages import SystemMessage, TextBlock
+    from dsh_host._session.session import derive_messages_from_events
 
     path = _v4_log(tmp_path / "in", _with_v4_events())
     backend = JsonlSessionPersistence(str(tmp_path / "in"), "none")
@@ -441,7 +441,7 @@ async def test_v4_only_rules_refuse_the_whole_log(
 async def test_a_v3_log_never_holds_a_v4_only_event(tmp_path: Path) -> None:
     """DSH 0.1.5 refuses a v3 log holding ``developer/message``: so does the reader (the
     whole log, naming it), and the writer refuses to put one into a v3 log."""
-    from dsh_host.session.persistence import SessionFormatUnsupportedError, SessionWriteError
+    from dsh_host._persistence.persistence import SessionFormatUnsupportedError, SessionWriteError
 
     rows = [r for r in _with_v4_events() if r["type"] != "subagent/catalog"]
     path = _v4_log(tmp_path / "v3", rows)
@@ -564,7 +564,7 @@ async def test_every_v3_fixture_migrates_to_v4_or_is_refused(
     """Each v3 fixture: published as a v4 sibling holding the script's v4 rows (the same
     plaintext as its dsh-v4 twin) that reads back as the v3 events, the source byte-identical;
     or, torn or damaged, refused with nothing published."""
-    from dsh_host.session.persistence import SessionFormatUnsupportedError
+    from dsh_host._persistence.persistence import SessionFormatUnsupportedError
 
     fixture_set, root, _project, sid, name = source_rel.split("/")
     compression = "zstd" if name.endswith(".zstd") else "none"
@@ -600,7 +600,7 @@ async def test_a_migrated_session_continues_in_v4(tmp_path: Path) -> None:
     source = root / "--home-dev-project--" / "raw-tool-missing-result" / "session.v3.jsonl"
     before = source.read_bytes()
     await backend.migrate_to_v4("raw-tool-missing-result")
-    from dsh_host.session.repair import interrupted_turn_closers
+    from dsh_host._session.repair import interrupted_turn_closers
 
     handle = await backend.open("raw-tool-missing-result", "write")
     load = await handle.read()
@@ -617,7 +617,7 @@ async def test_source_drift_refuses_the_v4_publication(
 ) -> None:
     from dsh_session_persistence_jsonl import _migrate as migrate_module
 
-    from dsh_host.session.persistence import SessionGenerationSourceChangedError
+    from dsh_host._persistence.persistence import SessionGenerationSourceChangedError
 
     root = tmp_path / "root-none"
     shutil.copytree(FIXTURES / "dsh-reference" / "root-none", root)
@@ -643,7 +643,7 @@ async def test_source_drift_refuses_the_v4_publication(
 
 
 async def test_no_migration_while_a_writer_holds_the_session(tmp_path: Path) -> None:
-    from dsh_host.session.persistence import SessionAlreadyOwnedError
+    from dsh_host._persistence.persistence import SessionAlreadyOwnedError
 
     root = tmp_path / "root-none"
     shutil.copytree(FIXTURES / "dsh-reference" / "root-none", root)
@@ -689,7 +689,7 @@ async def test_what_dshs_migration_would_rewrite_is_refused(
     catalog facts); rather than publish a v4 DSH would read differently, nothing is
     published and the v3 session stays as it is. The control: the same log without the
     case migrates."""
-    from dsh_host.session.persistence import SessionFormatUnsupportedError
+    from dsh_host._persistence.persistence import SessionFormatUnsupportedError
 
     rows = _v3_rows()
     if case == "reopened-turn":
@@ -799,7 +799,7 @@ async def test_sessions_show_renders_the_v4_only_events(tmp_path: Path) -> None:
     """What ``dsh sessions show`` prints of a v4 log: the transcript shows the developer
     message's tool changes as the model reads them and the subagent catalog entry; the
     events view summarizes the catalog entry (its renderers, on the events as read)."""
-    from dsh_host.cli.render import event_summary, transcript_lines
+    from dsh_host._cli.render import event_summary, transcript_lines
 
     _v4_log(tmp_path, _with_v4_events())
     backend = JsonlSessionPersistence(str(tmp_path), "none")

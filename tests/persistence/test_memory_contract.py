@@ -16,9 +16,9 @@ import pytest
 from dsh_session_persistence_memory import shared_store
 
 from dsh_host import Row, open_host
-from dsh_host.session.backend import PersistenceService
-from dsh_host.session.persistence import SessionAppendRejectedError
-from dsh_host.session.storage import MemoryStorage
+from dsh_host._persistence.backend import PersistenceService
+from dsh_host._persistence.persistence import SessionAppendRejectedError
+from dsh_host._persistence.storage import MemoryStorage
 
 from .contract import *  # noqa: F403
 from .live_contract import *  # noqa: F403

@@ -19,10 +19,10 @@ from dsh_llm_openai_compatible.serialize import serialize_messages
 from dsh_session_persistence_jsonl import JsonlSessionPersistence
 from dsh_session_persistence_jsonl._frames import decompress_frame, scan_frames
 
-from dsh_host.llm import LlmError
-from dsh_host.session import persistence as persistence_errors
-from dsh_host.session.events import event_to_builtins
-from dsh_host.session.session import derive_messages_from_events
+from dsh_host._llm import LlmError
+from dsh_host._persistence import persistence as persistence_errors
+from dsh_host._session.events import event_to_builtins
+from dsh_host._session.session import derive_messages_from_events
 
 from .helpers import plain
 from .open_shapes import ACCEPTED, FIXTURES, PROJECT, REFUSED, write_fixtures

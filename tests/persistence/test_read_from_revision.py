@@ -8,9 +8,9 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from dsh_host.session.backend import PersistenceService
-from dsh_host.session.persistence import SessionLoad
-from dsh_host.session.storage import MemoryStorage
+from dsh_host._persistence.backend import PersistenceService
+from dsh_host._persistence.persistence import SessionLoad
+from dsh_host._persistence.storage import MemoryStorage
 
 from .contract import wire
 from .helpers import header, log, plain

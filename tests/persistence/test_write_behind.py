@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 import anyio
 import pytest
 
-from dsh_host.session.write_behind import WINDOW_SECONDS, WriteBehind
+from dsh_host._persistence.write_behind import WINDOW_SECONDS, WriteBehind
 
 # both backends: the persistence write-behind
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]

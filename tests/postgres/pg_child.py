@@ -26,7 +26,7 @@ import anyio
 import anyio.to_thread
 from dsh_session_persistence_postgres import PostgresSessionPersistence
 
-from dsh_host.session.persistence import SessionAlreadyOwnedError
+from dsh_host._persistence.persistence import SessionAlreadyOwnedError
 
 
 async def race(dsn: str, schema: str, session_id: str) -> None:
@@ -60,7 +60,7 @@ async def stall(dsn: str, schema: str, session_id: str) -> None:
 
 async def agent(dsn: str, schema: str, session_id: str, workspace: str) -> None:
     from dsh_host import Row, open_host
-    from dsh_host.tools import (
+    from dsh_host._tools import (
         ToolDefinition,
         ToolExecution,
         text_output,

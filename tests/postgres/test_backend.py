@@ -15,8 +15,7 @@ from dsh_session_persistence_postgres._pool import connect, describe_dsn, writer
 from persistence.helpers import ev, header, log, plain
 from psycopg import sql
 
-from dsh_host.session.events import event_to_builtins
-from dsh_host.session.persistence import (
+from dsh_host._persistence.persistence import (
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
     SessionFormatUnsupportedError,
@@ -26,6 +25,7 @@ from dsh_host.session.persistence import (
     SessionWriteError,
     UnreadableListing,
 )
+from dsh_host._session.events import event_to_builtins
 
 from .helpers import (
     backend,

@@ -18,8 +18,8 @@ from persistence.live_contract import *  # noqa: F403
 from persistence.live_contract import one_turn, wire
 
 from dsh_host import Row, open_host, open_host_from_yaml
+from dsh_host._persistence.persistence import SessionOwnershipLostError
 from dsh_host.errors import BootError
-from dsh_host.session.persistence import SessionOwnershipLostError
 
 from .helpers import backend, lock_pid, query, stored_rows, until, until_gone
 

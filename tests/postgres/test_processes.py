@@ -19,7 +19,8 @@ from persistence.helpers import ev, header, plain, turn
 from psycopg import sql
 
 from dsh_host import Row, open_host
-from dsh_host.session.events import (
+from dsh_host._persistence.persistence import SessionAlreadyOwnedError
+from dsh_host._session.events import (
     CompletedReason,
     InterruptedReason,
     ToolErrorData,
@@ -27,8 +28,7 @@ from dsh_host.session.events import (
     TurnEnd,
     event_to_builtins,
 )
-from dsh_host.session.persistence import SessionAlreadyOwnedError
-from dsh_host.session.repair import TOOL_OUTCOME_UNKNOWN_TEXT, interrupted_turn_closers
+from dsh_host._session.repair import TOOL_OUTCOME_UNKNOWN_TEXT, interrupted_turn_closers
 
 from .helpers import backend, query, stored_rows, until, until_gone
 

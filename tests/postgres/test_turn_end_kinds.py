@@ -10,15 +10,15 @@ import msgspec
 import pytest
 
 from dsh_host import Row, open_host
-from dsh_host.session.events import (
+from dsh_host._session.events import (
     MaxTurnRequestsReason,
     TurnEnd,
     UnknownTurnEndReason,
     event_to_builtins,
     register_turn_end_reason,
 )
-from dsh_host.session.repair import interrupted_turn_closers
-from dsh_host.tools import ToolDefinition, ToolExecution, text_output
+from dsh_host._session.repair import interrupted_turn_closers
+from dsh_host._tools import ToolDefinition, ToolExecution, text_output
 
 from .helpers import backend, stored_rows
 

@@ -14,7 +14,7 @@ import sys
 import anyio
 
 from dsh_host import CancelToken, Row, open_host
-from dsh_host.tools import TOOLS, ToolExecutionInput
+from dsh_host._tools import TOOLS, ToolExecutionInput
 
 
 async def main(backend: str, mode: str, workspace: str, command: str) -> None:

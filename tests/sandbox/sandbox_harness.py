@@ -31,7 +31,7 @@ from dsh_sandbox_local import (
     SandboxPolicy,
 )
 
-from dsh_host.sandbox import workspace_read_only_paths
+from dsh_host._sandbox import workspace_read_only_paths
 
 BACKENDS = ("bubblewrap", "landlock")
 MODES = ("read-only", "workspace-write")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-import dsh_host.sandbox as host_sandbox
-from dsh_host.session.audit import default_key_file, load_or_create_key
+import dsh_host._sandbox as host_sandbox
+from dsh_host._session.audit import default_key_file, load_or_create_key
 
 from .sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for, run_confined
 

@@ -31,8 +31,8 @@ import pytest
 from dsh_builtin_tools.search import ripgrep_binary
 
 from dsh_host import CancelToken, Row, open_host
-from dsh_host.loader import PluginHost
-from dsh_host.tools import TOOLS, ToolExecutionInput, ToolExecutionResult, beneath
+from dsh_host._loader import PluginHost
+from dsh_host._tools import TOOLS, ToolExecutionInput, ToolExecutionResult, beneath
 
 from .sandbox_harness import Scene, linux_only
 

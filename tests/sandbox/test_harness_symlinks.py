@@ -32,9 +32,12 @@ from dsh_session_persistence_jsonl import JsonlSessionPersistence, SessionLockUn
 from dsh_session_persistence_jsonl._storage import open_for_append
 
 from dsh_host import CancelToken, Row, open_host
-from dsh_host.loader import PluginHost
-from dsh_host.session.persistence import SessionNotFoundError, SessionPersistenceCorruptionError
-from dsh_host.tools import TOOLS, ToolExecutionInput, ToolExecutionResult
+from dsh_host._loader import PluginHost
+from dsh_host._persistence.persistence import (
+    SessionNotFoundError,
+    SessionPersistenceCorruptionError,
+)
+from dsh_host._tools import TOOLS, ToolExecutionInput, ToolExecutionResult
 
 from .escape_catalog import Snapshot, changed, make_victim, q
 from .sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for, run_confined

@@ -22,7 +22,7 @@ import anyio
 import pytest
 
 from dsh_host import CancelToken, Row, open_host
-from dsh_host.tools import ToolExecutionInput, ToolExecutionResult
+from dsh_host._tools import ToolExecutionInput, ToolExecutionResult
 
 from .sandbox_harness import BACKENDS, Scene, eventually, linux_only, provider_for, sleepers
 

@@ -23,7 +23,7 @@ from dsh_sandbox_local import (
 )
 from dsh_sandbox_local.profiles import default_landlock_launcher
 
-from dsh_host.sandbox import UNAVAILABLE_MESSAGE
+from dsh_host._sandbox import UNAVAILABLE_MESSAGE
 
 from .sandbox_harness import linux_only, make_scene, run_confined
 

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 import pytest
 from dsh_sandbox_local import LocalSandboxProvider, SandboxLocalConfig, SandboxPolicy
 
-import dsh_host.sandbox as host_sandbox
-from dsh_host.sandbox import SandboxUnavailableError
-from dsh_host.server import command as serve_command
+import dsh_host._sandbox as host_sandbox
+from dsh_host._sandbox import SandboxUnavailableError
+from dsh_host._server import command as serve_command
 
 from .sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for, run_confined
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from dsh_host.cli.answerer import PROMPT, TERMINAL_RESET
-from dsh_host.cli.render import terminal_safe
+from dsh_host._cli.answerer import PROMPT, TERMINAL_RESET
+from dsh_host._cli.render import terminal_safe
 
 from .sandbox_harness import Scene, linux_only
 
@@ -59,7 +59,7 @@ ATTACKER_SEQUENCES = [b"\x1b[2J", b"\x1b[H", b"\x1b[1;3r", b"\x1b]0;", b"\xc2\x9
                       b"\x1b[8m", b"\x1b[5A", b"\x1b[5m", "\u202e".encode(), "\u2066".encode(),
                       b"\x07", b"\x7f"]  # fmt: skip
 #: rich's own styling: SGR codes (not the attacker's conceal, 8).
-#: One frame of the status line (dsh_host.cli.output.StatusLine): erase, then a dimmed label.
+#: One frame of the status line (dsh_host._cli.output.StatusLine): erase, then a dimmed label.
 #: The status line's own drawing: erase its rows (the line, then each live-output row above
 #: it: up one, erase), then a dimmed escaped label or output row.
 STATUS_FRAME = re.compile(rb"\r\x1b\[2K(?:\x1b\[1A\r\x1b\[2K)*(?:\x1b\[2m[^\x1b\r\n]*\x1b\[0m)?")
@@ -125,7 +125,7 @@ def child_env() -> dict[str, str]:
 
 def test_tool_output_and_model_text_cannot_draw_a_fake_prompt(scene: Scene) -> None:
     config, script, marker = compose(scene)
-    argv = [sys.executable, "-m", "dsh_host.cli.main", "run", "--config", str(config),
+    argv = [sys.executable, "-m", "dsh_host._cli.main", "run", "--config", str(config),
             "--root", str(scene.base / "sessions"), "--workspace", str(scene.ws),
             "--model", f"scripted:{script}", "--sandbox", "read-only", "show me the notes"]  # fmt: skip
     seen, code = run_on_pty(argv, b"n\n", child_env())

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dsh_host import CancelToken, Row, open_host
-from dsh_host.tools import ToolExecutionInput
+from dsh_host._tools import ToolExecutionInput
 
 from .sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for
 

@@ -18,9 +18,9 @@ from typing import Any
 import anyio
 import httpx
 
-from dsh_host.server.command import build_compositions
-from dsh_host.server.runtime import ServeOptions
-from dsh_host.server.serve import bind_socket, serve
+from dsh_host._server.command import build_compositions
+from dsh_host._server.runtime import ServeOptions
+from dsh_host._server.serve import bind_socket, serve
 
 REPO = Path(__file__).resolve().parents[2]
 ASK_BASH = (

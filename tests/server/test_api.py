@@ -16,8 +16,8 @@ import anyio
 import httpx
 import pytest
 
-from dsh_host.server.command import ServeUsageError
-from dsh_host.server.serve import check_bind
+from dsh_host._server.command import ServeUsageError
+from dsh_host._server.serve import check_bind
 
 from .harness import CALL, Server, ledger_call, running_server
 

@@ -13,9 +13,9 @@ import anyio
 import httpx
 import pytest
 
-from dsh_host.server.command import build_compositions
-from dsh_host.server.runtime import ServeOptions
-from dsh_host.server.serve import bind_socket, serve
+from dsh_host._server.command import build_compositions
+from dsh_host._server.runtime import ServeOptions
+from dsh_host._server.serve import bind_socket, serve
 
 from .harness import Server, running_server, write_composition
 

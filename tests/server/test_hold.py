@@ -21,8 +21,8 @@ import anyio
 import httpx
 import pytest
 
-from dsh_host.server.command import build_compositions
-from dsh_host.server.runtime import ServeOptions, open_runtime
+from dsh_host._server.command import build_compositions
+from dsh_host._server.runtime import ServeOptions, open_runtime
 
 from .harness import REPO, Server, read_sse, running_server, write_composition
 

@@ -17,7 +17,7 @@ from psycopg import sql
 
 pytest.importorskip("procrastinate")
 
-from dsh_host.server.queue import TurnQueue
+from dsh_host._server.queue import TurnQueue
 
 
 def test_queued_flushes_go_out_as_one_notification_per_session(

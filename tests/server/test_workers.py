@@ -30,7 +30,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from dsh_host.server.runtime import AFTER_REPAIR_PROMPT
+from dsh_host._server.runtime import AFTER_REPAIR_PROMPT
 
 from .harness import CALL, REPO
 

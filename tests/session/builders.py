@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsh_host.session import (
+from dsh_host._session import (
     AssistantMessage,
     AssistantMessageData,
     ModelSource,

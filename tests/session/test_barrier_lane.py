@@ -1,4 +1,4 @@
-"""``dsh_host.session.offload.BarrierLane``: a barrier inline on the event loop only when that
+"""``dsh_host._persistence.offload.BarrierLane``: a barrier inline on the event loop only when that
 stalls nobody and the work has been fast; otherwise the worker-thread hop."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import trio
 
-from dsh_host.session import offload
+from dsh_host._persistence import offload
 
 pytestmark = pytest.mark.anyio
 

@@ -16,16 +16,16 @@ import msgspec
 import pytest
 from msgspec import UNSET
 
-from dsh_host.jsonsafe import parse_js_float
-from dsh_host.session.errors import InvalidSessionEventError
-from dsh_host.session.events import (
+from dsh_host._jsonsafe import parse_js_float
+from dsh_host._session.errors import InvalidSessionEventError
+from dsh_host._session.events import (
     SessionEvent,
     decode_event,
     decode_event_line,
     encode_event,
     register_event_type,
 )
-from dsh_host.session.messages import Wire
+from dsh_host._session.messages import Wire
 
 from .fixtures import EXPECTED, fixture_records
 

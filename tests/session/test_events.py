@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from dsh_host.session import (
+from dsh_host._session import (
     DSH_V3_KNOWN_EVENT_TYPES,
     AbortedReason,
     BlockedReason,

@@ -1,4 +1,4 @@
-"""``dsh_host.session.events`` is split by concern (issue 17): one module per concern, one face.
+"""``dsh_host._session.events`` is split by concern (issue 17): one module per concern, one face.
 
 The package's names are what the 1,504-line module exported; each is defined in exactly one of
 the concern modules, and no concern module grows back into the whole.
@@ -10,7 +10,7 @@ import importlib
 import inspect
 from pathlib import Path
 
-import dsh_host.session.events as events
+import dsh_host._session.events as events
 
 CONCERNS = ("envelope", "reasons", "data", "registry", "coerce", "codec")
 
@@ -27,6 +27,6 @@ def test_each_name_is_defined_in_one_concern_module() -> None:
 
 def test_no_concern_module_is_the_whole_again() -> None:
     for concern in CONCERNS:
-        module = importlib.import_module(f"dsh_host.session.events.{concern}")
+        module = importlib.import_module(f"dsh_host._session.events.{concern}")
         lines = Path(module.__file__ or "").read_text(encoding="utf-8").count("\n")
         assert lines < 500, f"{concern}.py has {lines} lines: split it by concern"

@@ -11,8 +11,8 @@ import gc
 from collections.abc import Sequence
 from typing import Any
 
-from dsh_host.session import Session
-from dsh_host.session.folds import LogFold
+from dsh_host._session import Session
+from dsh_host._session.folds import LogFold
 
 from .builders import new_session, one_turn
 

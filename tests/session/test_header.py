@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from dsh_host.session import (
+from dsh_host._session import (
     SESSION_FORMAT_VERSION,
     InvalidSessionHeaderError,
     InvalidSessionIdError,

@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh_host.errors import DshError
-from dsh_host.jsonsafe import (
+from dsh_host._jsonsafe import (
     MAX_SAFE_INTEGER,
     NonJsonValueError,
     _fast_check,
@@ -26,7 +25,8 @@ from dsh_host.jsonsafe import (
     thaw_json,
     to_json_builtins,
 )
-from dsh_host.session import TextBlock, UserMessage, UserSource
+from dsh_host._session import TextBlock, UserMessage, UserSource
+from dsh_host.errors import DshError
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""``dsh_host.session.offload.run_sync``: the storages' worker-thread hop (both backends)."""
+"""``dsh_host._persistence.offload.run_sync``: the storages' worker-thread hop (both backends)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import anyio
 import pytest
 
-from dsh_host.session import offload
+from dsh_host._persistence import offload
 
 pytestmark = pytest.mark.anyio
 

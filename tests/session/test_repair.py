@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dsh_host.session import (
+from dsh_host._session import (
     TOOL_NOT_STARTED,
     TOOL_NOT_STARTED_TEXT,
     TOOL_OUTCOME_UNKNOWN,

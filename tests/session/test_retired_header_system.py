@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from dsh_host.session.errors import InvalidSeedError, InvalidSessionEventError
-from dsh_host.session.events import RequestHeaderData, decode_event
-from dsh_host.session.messages import EpochHeader, LlmCallConfig
-from dsh_host.session.session import Session
+from dsh_host._session.errors import InvalidSeedError, InvalidSessionEventError
+from dsh_host._session.events import RequestHeaderData, decode_event
+from dsh_host._session.messages import EpochHeader, LlmCallConfig
+from dsh_host._session.session import Session
 
 CONFIG = {"provider": "mock", "model": "m"}
 

@@ -8,8 +8,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from dsh_host.jsonsafe import FrozenJson
-from dsh_host.session import (
+from dsh_host._jsonsafe import FrozenJson
+from dsh_host._session import (
     AbortedReason,
     CompletedReason,
     EpochHeader,

@@ -10,8 +10,8 @@ import anyio
 import pytest
 
 from dsh_host import Context, Plugin, Row, open_host
-from dsh_host.loader import PluginHost
-from dsh_host.session import (
+from dsh_host._loader import PluginHost
+from dsh_host._session import (
     ForkedReason,
     InvalidSessionHeaderError,
     Session,

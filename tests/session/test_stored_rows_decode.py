@@ -10,14 +10,14 @@ from typing import Any
 import msgspec
 import pytest
 
-from dsh_host.session import persistence
-from dsh_host.session.events import decode_event
-from dsh_host.session.persistence import (
+from dsh_host._persistence import persistence
+from dsh_host._persistence.persistence import (
     SessionFormatUnsupportedError,
     SessionPersistenceCorruptionError,
     decode_stored_event,
     decode_stored_rows,
 )
+from dsh_host._session.events import decode_event
 
 from .fixtures import EXPECTED, fixture_records
 from .test_decode_event_line import ROWS, canonical

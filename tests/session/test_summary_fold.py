@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from dsh_host import Row, open_host
-from dsh_host.session.approvals import pending_approvals
-from dsh_host.session.repair import interrupted_turn_closers
-from dsh_host.session.summary import SummaryFold, last_turn, last_turn_end, title
-from dsh_host.session.terms import recorded_terms
-from dsh_host.tools import ToolDefinition, ToolExecution, text_output
+from dsh_host._session.approvals import pending_approvals
+from dsh_host._session.repair import interrupted_turn_closers
+from dsh_host._session.summary import SummaryFold, last_turn, last_turn_end, title
+from dsh_host._session.terms import recorded_terms
+from dsh_host._tools import ToolDefinition, ToolExecution, text_output
 
 pytestmark = pytest.mark.anyio
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh_host.session import (
+from dsh_host._session import (
     InvalidSessionEventError,
     ReplaceOp,
     Session,
@@ -187,7 +187,7 @@ class TestToolResultRewrite:
 
 
 def test_seed_with_an_out_of_range_replace_is_refused() -> None:
-    from dsh_host.session import InvalidSeedError, event_to_builtins
+    from dsh_host._session import InvalidSeedError, event_to_builtins
 
     session = three_messages()
     records = [event_to_builtins(e) for e in session.events]

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh_host.session import (
+from dsh_host._session import (
     AssistantMessage,
     AssistantMessageData,
     CompletedReason,
@@ -41,7 +41,7 @@ from dsh_host.session import (
     UserSource,
     coerce_event_data,
 )
-from dsh_host.session.errors import InvalidSessionEventError
+from dsh_host._session.errors import InvalidSessionEventError
 
 _SAFE = 2**53 - 1
 

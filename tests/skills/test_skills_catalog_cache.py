@@ -16,9 +16,10 @@ import pytest
 from agent.agent_helpers import agent_service, scripted_host
 from dsh_skills import SkillsConfig
 
-from dsh_host import Row, filewatch
-from dsh_host.filewatch import Watched
-from dsh_host.session.messages import PluginSource
+from dsh_host import Row
+from dsh_host import _filewatch as filewatch
+from dsh_host._filewatch import Watched
+from dsh_host._session.messages import PluginSource
 
 from .test_skills_bounds import skill
 

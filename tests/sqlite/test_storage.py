@@ -18,13 +18,13 @@ from dsh_session_persistence_sqlite import SqliteSessionPersistence
 from persistence.helpers import header, log, plain
 
 from dsh_host import Row, open_host
-from dsh_host.errors import BootError
-from dsh_host.session.events import event_to_builtins
-from dsh_host.session.persistence import (
+from dsh_host._persistence.persistence import (
     SessionFormatUnsupportedError,
     SessionOwnershipLostError,
     SessionPersistenceError,
 )
+from dsh_host._session.events import event_to_builtins
+from dsh_host.errors import BootError
 
 pytestmark = pytest.mark.anyio
 

@@ -39,12 +39,12 @@ from typing import Any
 import msgspec
 from dsh_subagents.plugin import Subagents
 
-from dsh_host.agent.service import AgentService
-from dsh_host.context import Context
-from dsh_host.plugin import Plugin
-from dsh_host.session.store import SessionStore
-from dsh_host.tools import ToolDefinition, ToolExecution, text_output
-from dsh_host.tools.keys import TOOLS
+from dsh_host._agent.service import AgentService
+from dsh_host._context import Context
+from dsh_host._plugin import Plugin
+from dsh_host._session.store import SessionStore
+from dsh_host._tools import ToolDefinition, ToolExecution, text_output
+from dsh_host._tools.keys import TOOLS
 
 
 def die(point: str) -> None:

@@ -14,12 +14,12 @@ import pytest
 import yaml
 
 from dsh_host import Row
-from dsh_host.agent import AGENT, ApprovalDecisionError, ResumeError
-from dsh_host.agent.service import AgentService
+from dsh_host._agent import AGENT, ApprovalDecisionError, ResumeError
+from dsh_host._agent.service import AgentService
+from dsh_host._front import Agent, tool
+from dsh_host._session.events import SessionEvent, decode_event
+from dsh_host._tools import ApprovalRequest
 from dsh_host.errors import BootError
-from dsh_host.front import Agent, tool
-from dsh_host.session.events import SessionEvent, decode_event
-from dsh_host.tools import ApprovalRequest
 
 pytestmark = pytest.mark.anyio
 

@@ -15,8 +15,8 @@ import yaml
 from dsh_subagents import HANDOFF_EVENT
 
 from dsh_host import Row
+from dsh_host._front import Agent, tool
 from dsh_host.errors import ConfigError
-from dsh_host.front import Agent, tool
 
 from .test_crash import (
     BACKENDS,

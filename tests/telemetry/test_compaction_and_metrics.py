@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from dsh_host import Row, open_host
-from dsh_host.session.events import event_to_builtins
+from dsh_host._session.events import event_to_builtins
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]  # a real child process each
 

@@ -99,7 +99,7 @@ def test_export_otel_without_opentelemetry_names_the_extra(tmp_path: Path) -> No
     argv = ["sessions", "export-otel", session_id, "--root", str(tmp_path / "sessions")]
     code = (
         "import sys; sys.modules['opentelemetry'] = None\n"  # importing the SDK now fails
-        f"from dsh_host.cli import main; sys.exit(main({argv!r}))"
+        f"from dsh_host._cli import main; sys.exit(main({argv!r}))"
     )
     env = {k: v for k, v in os.environ.items() if k != "DSH_SESSION_ROOT"}
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,

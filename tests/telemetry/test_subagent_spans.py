@@ -28,10 +28,10 @@ from subagents.test_delegation import _child, _delegate, _model_row, _script
 from subagents.test_delegation import anyio_backend as anyio_backend  # the fixture: trio
 
 from dsh_host import Row
-from dsh_host.front import Agent, tool
-from dsh_host.session.events import event_to_builtins
-from dsh_host.session.keys import TELEMETRY
-from dsh_host.session.lineage import DELEGATION_EVENT
+from dsh_host._front import Agent, tool
+from dsh_host._session.events import event_to_builtins
+from dsh_host._session.keys import TELEMETRY
+from dsh_host._session.lineage import DELEGATION_EVENT
 
 from .test_otel import Receiver, receiver  # noqa: F401  (the fixture)
 

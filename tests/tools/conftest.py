@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from dsh_host import Row, open_host
-from dsh_host.loader import PluginHost
-from dsh_host.tools import ToolRuntime
+from dsh_host._loader import PluginHost
+from dsh_host._tools import ToolRuntime
 
 from .tools_helpers import Boot
 

@@ -12,9 +12,9 @@ import anyio
 import pytest
 
 from dsh_host import CancelToken, Row, open_host
-from dsh_host.loader import PluginHost
-from dsh_host.tools import ToolErrorInfo, ToolExecutionResult, ToolRuntime
-from dsh_host.tools.types import STOPPED_OUTCOME_UNKNOWN_TEXT
+from dsh_host._loader import PluginHost
+from dsh_host._tools import ToolErrorInfo, ToolExecutionResult, ToolRuntime
+from dsh_host._tools.types import STOPPED_OUTCOME_UNKNOWN_TEXT
 
 from .tools_helpers import call, text_of
 

@@ -23,10 +23,10 @@ from typing import Any
 import anyio
 import pytest
 
-from dsh_host.llm.attachments import MAX_IMAGE_BYTES
-from dsh_host.loader import PluginHost
-from dsh_host.session import ImageBlock, TextBlock
-from dsh_host.tools import ToolExecutionResult
+from dsh_host._llm.attachments import MAX_IMAGE_BYTES
+from dsh_host._loader import PluginHost
+from dsh_host._session import ImageBlock, TextBlock
+from dsh_host._tools import ToolExecutionResult
 
 from .tools_helpers import Boot, call, text_of
 
@@ -367,7 +367,7 @@ async def test_edit_file_is_denied_under_read_only(boot: Boot, ws: Path) -> None
 CHILD = r"""
 import sys, time, anyio
 from dsh_host import CancelToken, Row, open_host
-from dsh_host.tools import ToolExecutionInput
+from dsh_host._tools import ToolExecutionInput
 
 workspace, tool, arguments, park = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "park"
 with open(arguments) as handle:

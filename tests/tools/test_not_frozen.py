@@ -37,9 +37,9 @@ from dsh_builtin_tools.search import RG_LIST_ARGS, Ripgrep, list_files, ripgrep_
 from dsh_sandbox_local import LocalSandboxProvider, SandboxLocalConfig
 
 from dsh_host import CancelToken
-from dsh_host.loader import PluginHost
-from dsh_host.sandbox import SandboxPolicy
-from dsh_host.tools import ToolExecutionResult
+from dsh_host._loader import PluginHost
+from dsh_host._sandbox import SandboxPolicy
+from dsh_host._tools import ToolExecutionResult
 
 from .tools_helpers import Boot, call, text_of
 

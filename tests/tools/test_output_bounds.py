@@ -16,8 +16,8 @@ from typing import Any
 import anyio
 import pytest
 
-from dsh_host.loader import PluginHost
-from dsh_host.tools import ToolExecution, ToolExecutionResult
+from dsh_host._loader import PluginHost
+from dsh_host._tools import ToolExecution, ToolExecutionResult
 
 from .tools_helpers import Boot, call, echo_tool, text_of
 

@@ -23,14 +23,14 @@ import anyio
 import pytest
 
 from dsh_host import Row, open_host
-from dsh_host.loader import PluginHost
-from dsh_host.sandbox import (
+from dsh_host._loader import PluginHost
+from dsh_host._sandbox import (
     SandboxPolicy,
     call_policy,
     find_virtualenvs,
     read_only_cover,
 )
-from dsh_host.tools import ToolExecutionResult
+from dsh_host._tools import ToolExecutionResult
 
 from .tools_helpers import call, text_of
 

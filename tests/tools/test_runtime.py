@@ -1,4 +1,4 @@
-"""The tools pipeline, stage by stage (dsh_host/tools/runtime.py's docstring)."""
+"""The tools pipeline, stage by stage (dsh_host/_tools/runtime.py's docstring)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ import pytest
 from msgspec import UNSET
 
 from dsh_host import AbortError, CancelToken
-from dsh_host.errors import DshError
-from dsh_host.loader import PluginHost
-from dsh_host.session.messages import TextBlock, UserMessage, UserSource
-from dsh_host.tools import (
+from dsh_host._loader import PluginHost
+from dsh_host._session.messages import TextBlock, UserMessage, UserSource
+from dsh_host._tools import (
     Accept,
     Allow,
     ApprovalRequest,
@@ -33,7 +32,8 @@ from dsh_host.tools import (
     aborted_before_dispatch_result,
     text_output,
 )
-from dsh_host.tools.types import STOPPED_OUTCOME_UNKNOWN_TEXT
+from dsh_host._tools.types import STOPPED_OUTCOME_UNKNOWN_TEXT
+from dsh_host.errors import DshError
 
 from .tools_helpers import call, echo_tool, text_of
 

@@ -27,9 +27,9 @@ from dsh_builtin_tools.search import (
 from dsh_sandbox_local import LocalSandboxProvider, SandboxLocalConfig
 
 from dsh_host import Row, open_host
-from dsh_host.loader import PluginHost
-from dsh_host.sandbox import SandboxPolicy
-from dsh_host.tools import beneath
+from dsh_host._loader import PluginHost
+from dsh_host._sandbox import SandboxPolicy
+from dsh_host._tools import beneath
 
 from .tools_helpers import Boot, call, text_of
 

@@ -15,11 +15,11 @@ import anyio
 import pytest
 
 from dsh_host import CancelToken, Row, open_host
+from dsh_host._loader import PluginHost
+from dsh_host._session.events import ToolErrorData, ToolResultData
+from dsh_host._session.messages import TextBlock, ToolResultBlock, ToolResultMessage
+from dsh_host._tools import ToolErrorInfo, ToolExecution, ToolExecutionResult, ToolRuntime
 from dsh_host.errors import ConfigError
-from dsh_host.loader import PluginHost
-from dsh_host.session.events import ToolErrorData, ToolResultData
-from dsh_host.session.messages import TextBlock, ToolResultBlock, ToolResultMessage
-from dsh_host.tools import ToolErrorInfo, ToolExecution, ToolExecutionResult, ToolRuntime
 
 from .tools_helpers import call, echo_tool, text_of
 

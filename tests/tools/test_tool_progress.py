@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from dsh_host import Row, open_host
-from dsh_host.tools import TOOLS_PROGRESS, ToolExecutionResult, ToolProgress
+from dsh_host._tools import TOOLS_PROGRESS, ToolExecutionResult, ToolProgress
 
 from .tools_helpers import call, text_of
 

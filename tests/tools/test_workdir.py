@@ -24,8 +24,8 @@ import pytest
 from msgspec import UNSET
 
 from dsh_host import Row, open_host
-from dsh_host.loader import PluginHost
-from dsh_host.tools import ToolExecutionResult
+from dsh_host._loader import PluginHost
+from dsh_host._tools import ToolExecutionResult
 
 from .tools_helpers import call, text_of
 

@@ -7,8 +7,8 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from dsh_host import CancelToken
-from dsh_host.loader import PluginHost
-from dsh_host.tools import ToolDefinition, ToolExecution, ToolExecutionInput, text_output
+from dsh_host._loader import PluginHost
+from dsh_host._tools import ToolDefinition, ToolExecution, ToolExecutionInput, text_output
 
 Body = Callable[[Any, ToolExecution], Awaitable[Any]]
 #: ``boot(**config)`` (the ``boot`` fixture): a host with the ``tools`` row and a
