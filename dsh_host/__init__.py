@@ -23,6 +23,7 @@ __version__ = "0.1.0"
 from ._lazy import lazy_names
 
 if TYPE_CHECKING:
+    from ._agent.replay import replay_stored
     from ._bus import (
         Emit,
         EventMode,
@@ -54,9 +55,8 @@ if TYPE_CHECKING:
         tool_guardrail,
     )
     from ._loader import PluginHost, Row, load_rows, open_host, open_host_from_yaml
-    from ._plugin import NoConfig, Plugin
-    from ._agent.replay import replay_stored
     from ._persistence.fork import fork_stored
+    from ._plugin import NoConfig, Plugin
     from ._session.audit import attest, verify_export
     from ._session.effects import effects_after
     from ._tools import Done, NotDone, ReconcileVerdict, Unknown

@@ -35,32 +35,32 @@ EXIT_INTERNAL = 70  # EX_SOFTWARE: an internal error, never a user mistake
 #: builds it, and its line in ``dsh --help``. Only the module of the command being run is
 #: imported (``dsh --help`` imports none), so a command starts without loading the others.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("cli.run_args", "run one turn on a new session (or continue --session ID)"),
-    "resume": ("cli.run_args", "repair a stored session after a crash, then optionally run PROMPT"),
-    "chat": ("cli.chat_cmd", "interactive multi-turn session (also `dsh` alone on a terminal)"),
+    "run": ("_cli.run_args", "run one turn on a new session (or continue --session ID)"),
+    "resume": ("_cli.run_args", "repair a stored session after a crash, then optionally run PROMPT"),
+    "chat": ("_cli.chat_cmd", "interactive multi-turn session (also `dsh` alone on a terminal)"),
     "plugins": (
-        "cli.plugins_cmd",
+        "_cli.plugins_cmd",
         "show each row of a composition: plugin, entry point, services, hooks, state",
     ),
-    "sessions": ("cli.sessions_cmd", "list, show, verify, export and fork stored sessions"),
+    "sessions": ("_cli.sessions_cmd", "list, show, verify, export and fork stored sessions"),
     "replay": (
-        "cli.replay_cmd",
+        "_cli.replay_cmd",
         "re-run a stored session's prompts against another model, without new effects",
     ),
     "trust": (
-        "cli.trust_cmd",
+        "_cli.trust_cmd",
         "let dsh load ./dsh.yml (or FILE) from its directory while it is unchanged",
     ),
     "approvals": (
-        "cli.approvals_cmd",
+        "_cli.approvals_cmd",
         "list and decide approvals that wait (dsh run --approval defer)",
     ),
     "audit": (
-        "cli.audit_cmd",
+        "_cli.audit_cmd",
         "check an attested session export offline (`dsh sessions export ID --attest`)",
     ),
     "serve": (
-        "server.command",
+        "_server.command",
         "serve sessions over HTTP (API, event streams, approvals, web inspector)",
     ),
 }
