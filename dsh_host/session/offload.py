@@ -247,7 +247,7 @@ class _Writers:
         self._jobs: collections.deque[_Job] = collections.deque()
         self._ready = threading.Condition(threading.Lock())
         self._idle = 0  # writers waiting on _ready
-        self._started = 0
+        self._alive = 0  # writers started and not exited
         self._threads = threads
         self._closed = False
         self._trio = trio
@@ -265,8 +265,8 @@ class _Writers:
             self._jobs.append(job)
             if self._idle >= len(self._jobs):
                 self._ready.notify()  # an idle writer takes it
-            elif self._started < self._threads:
-                self._started += 1
+            elif self._alive < self._threads:
+                self._alive += 1
                 thread = threading.Thread(
                     target=self._serve, name="dsh barrier writer", daemon=True
                 )
@@ -287,6 +287,7 @@ class _Writers:
             with self._ready:
                 while not self._jobs:
                     if self._closed:
+                        self._alive -= 1  # a job submitted later starts a writer again
                         return
                     self._idle += 1
                     try:

@@ -262,3 +262,32 @@ def test_the_state_ends_with_the_trio_run() -> None:
             assert not thread.is_alive(), "a writer outlived its trio run"
         assert out["state"].in_flight == 0
         assert out["inline"] is False  # the previous barrier was another lane's
+
+
+async def test_a_job_submitted_after_the_writers_closed_still_runs() -> None:
+    """A barrier hopped while the run is ending (from a system task, after the writers were
+    told to exit and did) starts a writer again instead of waiting forever."""
+    state = offload._RunState()
+    writers = state.writers = offload._Writers(1, trio)
+    assert await offload._on_writer_thread(trio, state, where) != threading.get_ident()
+    writers.close()
+    for thread in writers.threads:
+        thread.join(10)
+        assert not thread.is_alive()
+    ran = threading.Event()
+    waiting: list[Any] = []
+
+    async def late() -> None:
+        waiting.append(trio.lowlevel.current_task())
+        await offload._on_writer_thread(trio, state, ran.set)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(late)
+        with trio.move_on_after(10):
+            while not ran.is_set():  # noqa: ASYNC110 - a writer thread sets it
+                await trio.sleep(0.001)
+        if not ran.is_set():  # nobody will ever hand it back: release the waiting task
+            import outcome
+
+            trio.lowlevel.reschedule(waiting[0], outcome.Value(None))
+    assert ran.is_set(), "the late job never ran"
