@@ -222,7 +222,56 @@ async def _measure(
             }
             print(f"  batch {size}: {len(flush_ns)} samples", flush=True)
     fixed = {"empty_flush": summary_us(empty), "thread_hop": summary_us(hops)}
+    fixed.update(await lane_decision(samples))
     return {"batches": batches, "fixed_costs": fixed}
+
+
+#: Sockets registered with the event loop while the lane's inline call is timed (a server
+#: with that many clients), beside none.
+REGISTERED_SOCKETS = 500
+
+
+async def lane_decision(samples: int) -> dict[str, Any]:
+    """What deciding inline costs (trio only: asyncio always hops): one inline
+    ``BarrierLane.run`` of a no-op, with no socket and with ``REGISTERED_SOCKETS`` sockets
+    registered (each awaited by a task), and trio's public runnable count
+    (``current_statistics()``, which walks every registered descriptor) at both sizes: what
+    a lane reading readiness through the public API would add to every barrier
+    (docs/decisions.md D41)."""
+    import sniffio
+
+    if sniffio.current_async_library() != "trio":
+        return {}
+    import socket
+
+    import trio
+
+    lane = offload.BarrierLane(1.0)
+    out: dict[str, Any] = {}
+    for registered in (0, REGISTERED_SOCKETS):
+        pairs = [socket.socketpair() for _ in range(registered)]
+        try:
+            async with trio.open_nursery() as nursery:
+                for left, _ in pairs:
+                    nursery.start_soon(trio.lowlevel.wait_readable, left)
+                await trio.sleep(0.05)  # every waiter has registered its socket
+                inline: list[int] = []
+                public: list[int] = []
+                for _ in range(samples * 20):
+                    start = now_ns()
+                    await lane.run(int)
+                    inline.append(now_ns() - start)
+                    start = now_ns()
+                    trio.lowlevel.current_statistics()
+                    public.append(now_ns() - start)
+                nursery.cancel_scope.cancel()
+        finally:
+            for left, right in pairs:
+                left.close()
+                right.close()
+        out[f"lane_inline_{registered}_sockets"] = summary_us(inline)
+        out[f"public_runnable_count_{registered}_sockets"] = summary_us(public)
+    return out
 
 
 def main() -> None:
@@ -282,6 +331,11 @@ def main() -> None:
                 ("flush with nothing pending (dispatch + lock)", fixed["empty_flush"]),
                 ("one worker-thread hop", fixed["thread_hop"]),
             )
+        ]
+        + [
+            [name.replace("_", " "), s["median_us"], s["p10_us"], s["p90_us"]]
+            for name, s in fixed.items()
+            if name.startswith(("lane_inline", "public_runnable"))
         ]
         + [
             [f"raw append with open/close, {b['events_per_batch']} events"]

@@ -327,6 +327,7 @@ if TYPE_CHECKING:
         LlmRuntime as LlmRuntime,
     )
     from dsh_host._llm.types import (
+        DEFAULT_RETRYABLE_CODES as DEFAULT_RETRYABLE_CODES,
         LlmAdapter as LlmAdapter,
         LlmRequest as LlmRequest,
         ModelInfo as ModelInfo,
@@ -335,6 +336,7 @@ if TYPE_CHECKING:
         RetryPolicyConfig as RetryPolicyConfig,
     )
     from dsh_host._llm.wire import (
+        drain_tail as drain_tail,
         exception_chain as exception_chain,
         http_error_code as http_error_code,
         is_context_window_exceeded as is_context_window_exceeded,
@@ -649,11 +651,12 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
     ),
     "dsh_host._llm.runtime": ("LlmRuntime",),
     "dsh_host._llm.types": (
-        "LlmAdapter", "LlmRequest", "ModelInfo", "ProviderInfo", "RetryPolicy", "RetryPolicyConfig",
+        "DEFAULT_RETRYABLE_CODES", "LlmAdapter", "LlmRequest", "ModelInfo", "ProviderInfo",
+        "RetryPolicy", "RetryPolicyConfig",
     ),
     "dsh_host._llm.wire": (
-        "exception_chain", "http_error_code", "is_context_window_exceeded", "request_id_of",
-        "transport_cause",
+        "drain_tail", "exception_chain", "http_error_code", "is_context_window_exceeded",
+        "request_id_of", "transport_cause",
     ),
     # -- The tool seam
     "dsh_host._tools.beneath": (

@@ -16,16 +16,21 @@ in the caller -- and on trio hands the work straight to trio's thread cache
 
 Even that hop is a round trip of two wake-ups, ~70-120 µs on a shared 2-core VM:
 half of a fast disk's ``write`` + ``fsync``. :class:`BarrierLane` decides per
-call whether a storage's barrier may run on the event loop instead (trio, nothing
-else ready to run, no other work in flight, and the work recently fast), and sends
-the others to a few long-lived writer threads; the JSONL storage uses one.
+call whether a storage's barrier may run on the event loop instead (trio, no other
+work of this module in flight, the run's previous barrier was this lane's, and the
+work recently fast), and sends the others to a few long-lived writer threads; the
+JSONL storage uses one.
+
+The module reads no trio internals and keeps no process-wide mutable state: the
+in-flight count, the last lane and the writer threads belong to one trio run
+(:class:`_RunState`, in a ``trio.lowlevel.RunVar``; the writers exit when the run
+ends), per docs/decisions.md D41.
 """
 
 from __future__ import annotations
 
 import collections
 import contextvars
-import os
 import sys
 import threading
 import time
@@ -41,11 +46,9 @@ __all__ = ["DEFAULT_INLINE_BUDGET", "MAX_IN_FLIGHT", "BarrierLane", "run_sync"]
 
 T = TypeVar("T")
 
-#: Calls on trio's thread cache at once (anyio's default limiter allows 40 threads). The
-#: count is the process's, kept by event-loop threads: a bound, not an exact census.
+#: Calls on trio's thread cache at once, per trio run (anyio's default limiter allows 40
+#: threads).
 MAX_IN_FLIGHT: Final = 40
-
-_in_flight = 0
 
 #: :class:`BarrierLane`'s default budget: work whose recent duration is within 2 ms may run
 #: on the event loop (a fast disk's write + fsync is 0.15-0.6 ms; its slow mode ~3 ms).
@@ -54,9 +57,11 @@ DEFAULT_INLINE_BUDGET: Final = 0.002
 
 async def run_sync(fn: Callable[..., T], *args: object) -> T:
     """``await anyio.to_thread.run_sync(fn, *args)``, cheaper on trio (see the module)."""
-    global _in_flight
     loaded = sys.modules.get("trio")  # not imported here: a running trio has loaded it
-    if _in_flight >= MAX_IN_FLIGHT or loaded is None or not loaded.lowlevel.in_trio_task():
+    if loaded is None or not loaded.lowlevel.in_trio_task():
+        return await anyio.to_thread.run_sync(fn, *args)
+    state = _run_state(loaded)
+    if state.in_flight >= MAX_IN_FLIGHT:
         return await anyio.to_thread.run_sync(fn, *args)
     import trio  # the module just found loaded
 
@@ -71,19 +76,19 @@ async def run_sync(fn: Callable[..., T], *args: object) -> T:
     def deliver(result: outcome.Outcome[T]) -> None:  # on the worker thread
         token.run_sync_soon(trio.lowlevel.reschedule, task, result)
 
-    _in_flight += 1
+    state.in_flight += 1
     try:
         trio.lowlevel.start_thread_soon(work, deliver)
         result = await trio.lowlevel.wait_task_rescheduled(_refuse_abort)
     finally:
-        _in_flight -= 1
+        state.in_flight -= 1
     return cast(T, result)
 
 
 class BarrierLane:
     """Where one storage's durability work runs: on the event loop when that is both cheaper
-    than a worker hop and stalls nobody, else on a worker thread (on trio one of the
-    process's barrier writers, below; on asyncio :func:`run_sync`).
+    than a worker hop and stalls nobody, else on a worker thread (on trio one of the run's
+    barrier writers, below; on asyncio :func:`run_sync`).
 
     A worker hop's round trip (wake a thread, then wake the event loop) costs ~70-120 µs
     on a shared 2-core VM: more than half of a fast disk's ``write`` + ``fsync``
@@ -91,19 +96,24 @@ class BarrierLane:
     of these hold at the moment it starts:
 
     * the loop is trio (asyncio always hops);
-    * no other task is ready to run (trio's ``tasks_runnable`` is 0) and no other
-      worker-thread work of this module is in flight (nobody's completion would wait);
+    * no worker-thread work of this module is in flight in this trio run (nobody's
+      completion would wait behind it);
+    * the run's previous barrier was this lane's (or this is the run's first): a lone
+      session goes inline, while sessions taking turns (another session mid-step) keep
+      the hop, so their fsyncs overlap on the writers instead of queueing on the loop;
     * the work's recent duration is within ``inline_budget`` seconds: an estimate that
       rises at once to any slower call and decays by 1/8 per call, measured on
       whichever thread ran the work. A disk in its slow mode therefore gets the hop
       after one call, and the inline path back only once calls are fast again.
 
-    Other tasks of the process (a live display, an HTTP client waiting for its socket)
-    then wait at most one call within the budget; any other session mid-step keeps its
-    hop (``bench/concurrency.py`` counts the steps other agents take while one agent's
-    fsyncs are stalled, with the lane on and off). Inline work is protected from
-    ``KeyboardInterrupt`` (trio's ``enable_ki_protection``), so a write is never
-    abandoned half-way on either path, and a cancelled caller starts nothing.
+    The decision reads only this module's own accounting, O(1) whatever the process
+    holds (docs/decisions.md D41): no look at trio's run queue, whose public count
+    (``current_statistics()``) walks every registered descriptor. Any other task of the
+    process (a live display, an HTTP client, one just woken) therefore waits at most one
+    call within the budget; ``bench/concurrency.py`` counts the steps other agents take
+    while one agent's fsyncs are stalled, with the lane on and off. Inline work is
+    protected from ``KeyboardInterrupt`` (trio's ``enable_ki_protection``), so a write is
+    never abandoned half-way on either path, and a cancelled caller starts nothing.
 
     ``inline_budget`` 0 disables the inline path (every call hops).
     """
@@ -128,26 +138,22 @@ class BarrierLane:
         estimate = self._estimate
         self._estimate = seconds if seconds > estimate else estimate + (seconds - estimate) / 8
 
-    def _may_run_inline(self) -> Any:
-        """The running trio module when this call may run inline, else None."""
-        if self._estimate > self.inline_budget or _in_flight:
-            return None
-        loaded = sys.modules.get("trio")
-        if loaded is None or not loaded.lowlevel.in_trio_task():
-            return None
-        if _runnable_tasks(loaded):
-            return None
-        return loaded
-
     async def run(self, fn: Callable[..., T], *args: object) -> T:
         """``fn(*args)`` inline or on a worker thread (see the class); its result or error."""
-        trio = None if self.inline_budget == 0 else self._may_run_inline()
-        if trio is None:
+        trio = sys.modules.get("trio")
+        if trio is None or not trio.lowlevel.in_trio_task():
             self.thread_calls += 1
-            loaded = sys.modules.get("trio")
-            if loaded is not None and loaded.lowlevel.in_trio_task():
-                return await _on_writer_thread(loaded, self._timed, fn, *args)
             return await run_sync(self._timed, fn, *args)
+        state = _run_state(trio)
+        previous, state.last_lane = state.last_lane, self
+        if (
+            self.inline_budget == 0
+            or self._estimate > self.inline_budget
+            or state.in_flight
+            or (previous is not self and previous is not None)
+        ):
+            self.thread_calls += 1
+            return await _on_writer_thread(trio, state, self._timed, fn, *args)
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller starts nothing
         self.inline_calls += 1
         return cast(T, _protected(trio)(self._timed, (fn, *args)))
@@ -160,23 +166,12 @@ class BarrierLane:
             self._observe(time.perf_counter() - started)
 
 
-def _runnable_tasks(trio: Any) -> int:
-    """How many trio tasks are ready to run. ``current_statistics().tasks_runnable`` says it,
-    but also counts every registered file descriptor (O(sockets) a barrier, in a server with
-    many clients); the run queue's length is the same number at O(1), read from trio's
-    internals while they have that shape (``tests/session/test_barrier_lane.py`` checks the
-    two agree) and from the public call otherwise."""
-    try:
-        return len(trio._core._run.GLOBAL_RUN_CONTEXT.runner.runq)
-    except AttributeError:
-        return int(trio.lowlevel.current_statistics().tasks_runnable)
-
-
 _ki_protected: Callable[..., Any] | None = None
 
 
 def _protected(trio: Any) -> Callable[..., Any]:
-    """``call(fn, args)`` -> ``fn(*args)``, with KeyboardInterrupt deferred while it runs."""
+    """``call(fn, args)`` -> ``fn(*args)``, with KeyboardInterrupt deferred while it runs.
+    (Made once, on first use: a function, not state of any run.)"""
     global _ki_protected
     if _ki_protected is None:
 
@@ -188,6 +183,40 @@ def _protected(trio: Any) -> Callable[..., Any]:
     return _ki_protected
 
 
+# --- state per trio run -------------------------------------------------------------------
+
+
+class _RunState:
+    """What this module knows about one trio run: calls of it on worker threads now
+    (:func:`run_sync` and the writers), the lane whose barrier started last, and the run's
+    barrier writers (started on the first hop, told to exit when the run ends)."""
+
+    __slots__ = ("in_flight", "last_lane", "writers")
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.last_lane: BarrierLane | None = None
+        self.writers: _Writers | None = None
+
+
+#: The ``trio.lowlevel.RunVar`` holding each run's :class:`_RunState`: made on first use
+#: (trio is not imported by this module) and never changed after; the values are per run.
+_state_var: Any = None
+
+
+def _run_state(trio: Any) -> _RunState:
+    """This trio run's state (made on the run's first call)."""
+    global _state_var
+    var = _state_var
+    if var is None:
+        var = _state_var = trio.lowlevel.RunVar("dsh offload state")
+    state: _RunState | None = var.get(None)
+    if state is None:
+        state = _RunState()
+        var.set(state)
+    return state
+
+
 # --- the barrier writers ---------------------------------------------------------------------
 #
 # Under many sessions, trio's thread cache wakes one thread per hop, and each hop moves the
@@ -196,52 +225,70 @@ def _protected(trio: Any) -> Callable[..., Any]:
 # long-lived writers serving one queue instead take the next barrier as soon as they finish
 # one, without being woken, so the wake-ups and GIL hand-offs shrink with the load.
 
-#: Writer threads of the process (each runs one barrier at a time; their fsyncs overlap).
+#: Writer threads of a trio run (each runs one barrier at a time; their fsyncs overlap).
 WRITER_THREADS: Final = 4
 
 
 class _Job:
-    __slots__ = ("args", "context", "fn", "task", "token")
+    __slots__ = ("args", "context", "fn", "task")
 
-    def __init__(self, fn: Callable[..., Any], args: tuple[object, ...], task: Any, token: Any):
-        self.fn, self.args, self.task, self.token = fn, args, task, token
+    def __init__(self, fn: Callable[..., Any], args: tuple[object, ...], task: Any):
+        self.fn, self.args, self.task = fn, args, task
         self.context = contextvars.copy_context()
 
 
 class _Writers:
-    """Up to ``threads`` daemon threads serving queued jobs in arrival order; a job's result
-    (or exception) reschedules its waiting trio task through that task's run token, and
-    jobs that finish before the event loop comes round are handed back together."""
+    """Up to ``threads`` daemon threads of one trio run serving queued jobs in arrival order;
+    a job's result (or exception) reschedules its waiting task through the run's token, and
+    jobs that finish before the event loop comes round are handed back together. After
+    :meth:`close` (the run ended) each thread exits once the queue is empty."""
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, trio: Any) -> None:
         self._jobs: collections.deque[_Job] = collections.deque()
         self._ready = threading.Condition(threading.Lock())
         self._idle = 0  # writers waiting on _ready
-        self._started = 0
+        self._alive = 0  # writers started and not exited
         self._threads = threads
-        #: Finished jobs per trio run token, not yet handed back: the first one finished
-        #: schedules one delivery, the ones finished before it runs join it (one wake-up of
-        #: the event loop, one system call on the writer, for all of them).
-        self._finished: dict[Any, list[tuple[Any, Any]]] = {}
+        self._closed = False
+        self._trio = trio
+        self._token = trio.lowlevel.current_trio_token()
+        #: Finished jobs not yet handed back: the first one finished schedules one delivery,
+        #: the ones finished before it runs join it (one wake-up of the event loop, one
+        #: system call on the writer, for all of them). None: no delivery is scheduled.
+        self._finished: list[tuple[Any, Any]] | None = None
         self._finished_lock = threading.Lock()
+        #: The threads started (for tests: they end with the run).
+        self.threads: list[threading.Thread] = []
 
     def submit(self, job: _Job) -> None:
         with self._ready:
             self._jobs.append(job)
             if self._idle >= len(self._jobs):
                 self._ready.notify()  # an idle writer takes it
-            elif self._started < self._threads:
-                self._started += 1
-                threading.Thread(target=self._serve, name="dsh barrier writer", daemon=True).start()
+            elif self._alive < self._threads:
+                self._alive += 1
+                thread = threading.Thread(
+                    target=self._serve, name="dsh barrier writer", daemon=True
+                )
+                self.threads.append(thread)
+                thread.start()
             # else: every writer is busy; the first one done takes it without a wake-up
+
+    def close(self) -> None:
+        """The run is ending: writers exit once nothing is queued."""
+        with self._ready:
+            self._closed = True
+            self._ready.notify_all()
 
     def _serve(self) -> None:
         import outcome
-        import trio
 
         while True:
             with self._ready:
                 while not self._jobs:
+                    if self._closed:
+                        self._alive -= 1  # a job submitted later starts a writer again
+                        return
                     self._idle += 1
                     try:
                         self._ready.wait()
@@ -249,52 +296,59 @@ class _Writers:
                         self._idle -= 1
                 job = self._jobs.popleft()
             result = outcome.capture(job.context.run, job.fn, *job.args)
-            token = job.token
             with self._finished_lock:
-                waiting = self._finished.get(token)
+                waiting = self._finished
                 if waiting is None:
-                    self._finished[token] = [(job.task, result)]
+                    self._finished = [(job.task, result)]
                 else:
                     waiting.append((job.task, result))
             del job, result  # hold nothing of a finished job while waiting for the next
             if waiting is None:
                 try:
-                    token.run_sync_soon(self._deliver, trio, token)
-                except trio.RunFinishedError:  # nobody is left to hand them to
+                    self._token.run_sync_soon(self._deliver)
+                except self._trio.RunFinishedError:  # nobody is left to hand them to
                     with self._finished_lock:
-                        self._finished.pop(token, None)
-            del token, waiting
+                        self._finished = None
+            del waiting
 
-    def _deliver(self, trio: Any, token: Any) -> None:
+    def _deliver(self) -> None:
         """On the event loop: wake every task whose job finished since the last delivery."""
         with self._finished_lock:
-            finished = self._finished.pop(token, [])
+            finished, self._finished = self._finished or [], None
         for task, result in finished:
-            trio.lowlevel.reschedule(task, result)
+            self._trio.lowlevel.reschedule(task, result)
 
 
-_writers = _Writers(WRITER_THREADS)
+def _writers_of(trio: Any, state: _RunState) -> _Writers:
+    """The run's writers, made on its first hop with a system task that closes them when the
+    run ends (trio cancels system tasks once the main task has returned)."""
+    writers = state.writers
+    if writers is None:
+        writers = state.writers = _Writers(WRITER_THREADS, trio)
+        try:
+            trio.lowlevel.spawn_system_task(_close_at_run_end, trio, writers, name="dsh writers")
+        except RuntimeError:  # the run is already shutting down: serve what comes, then exit
+            writers.close()
+    return writers
 
 
-def _forget_writers_after_fork() -> None:
-    global _writers, _in_flight
-    _writers, _in_flight = _Writers(WRITER_THREADS), 0  # a forked child has none of the threads
-
-
-os.register_at_fork(after_in_child=_forget_writers_after_fork)
-
-
-async def _on_writer_thread(trio: Any, fn: Callable[..., T], *args: object) -> T:
-    """:func:`run_sync`'s contract, on one of the process's barrier writers (trio only)."""
-    global _in_flight
-    await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller starts nothing
-    job = _Job(fn, args, trio.lowlevel.current_task(), trio.lowlevel.current_trio_token())
-    _in_flight += 1
+async def _close_at_run_end(trio: Any, writers: _Writers) -> None:
     try:
-        _writers.submit(job)
+        await trio.sleep_forever()
+    finally:
+        writers.close()
+
+
+async def _on_writer_thread(trio: Any, state: _RunState, fn: Callable[..., T], *args: object) -> T:
+    """:func:`run_sync`'s contract, on one of the run's barrier writers (trio only)."""
+    await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller starts nothing
+    job = _Job(fn, args, trio.lowlevel.current_task())
+    state.in_flight += 1
+    try:
+        _writers_of(trio, state).submit(job)
         result = await trio.lowlevel.wait_task_rescheduled(_refuse_abort)
     finally:
-        _in_flight -= 1
+        state.in_flight -= 1
     return cast(T, result)
 
 

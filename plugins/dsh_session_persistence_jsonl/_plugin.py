@@ -42,9 +42,9 @@ class JsonlConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: ``none``: raw JSONL lines. One root holds one encoding.
     compression: Literal["zstd", "none"] = "zstd"
     #: A barrier (compress + write + fsync of one batch) runs on the event loop instead of a
-    #: worker thread when no other task is ready to run and recent barriers took at most this
-    #: many milliseconds (a thread hop costs ~0.1 ms; a fast disk's fsync 0.15-0.6 ms). 0: always
-    #: on a worker thread.
+    #: worker thread when no other barrier work is in flight, the previous barrier of the run
+    #: was this storage's, and recent barriers took at most this many milliseconds (a thread
+    #: hop costs ~0.1 ms; a fast disk's fsync 0.15-0.6 ms). 0: always on a worker thread.
     #: The format new sessions are written in: ``v3`` (default; DSH 0.1.5-0.1.6 read it) or
     #: ``v4`` (DSH 0.1.7 and later). A session on disk keeps its own format (README).
     format: Literal["v3", "v4"] = "v3"

@@ -4,6 +4,8 @@ stalls nobody and the work has been fast; otherwise the worker-thread hop."""
 from __future__ import annotations
 
 import functools
+import inspect
+import re
 import signal
 import threading
 import time
@@ -49,14 +51,18 @@ async def test_slow_work_moves_to_the_worker_thread_until_calls_are_fast_again()
     assert lane.thread_calls == hopped and lane.estimate <= 0.01
 
 
-async def test_another_ready_task_gets_the_hop() -> None:
-    lane = offload.BarrierLane(1.0)
-    seen: list[int] = []
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(trio.sleep, 0)  # ready to run when the barrier starts
-        seen.append(await lane.run(where))
-    assert seen != [threading.get_ident()]
-    assert lane.thread_calls == 1
+async def test_sessions_taking_turns_hop_and_a_lone_one_goes_inline() -> None:
+    """The run's previous barrier decides (docs/decisions.md D41): a lane whose barrier
+    follows another lane's hops (their fsyncs overlap on the writers); one that follows
+    its own goes inline."""
+    first, second = offload.BarrierLane(1.0), offload.BarrierLane(1.0)
+    here = threading.get_ident()
+    assert await first.run(where) == here  # the run's first barrier
+    assert await second.run(where) != here  # another session's barrier came last
+    assert await second.run(where) == here  # its own came last
+    assert await first.run(where) != here
+    assert (first.inline_calls, first.thread_calls) == (1, 1)
+    assert (second.inline_calls, second.thread_calls) == (1, 1)
 
 
 async def test_other_thread_work_in_flight_gets_the_hop() -> None:
@@ -169,7 +175,7 @@ async def test_hopped_barriers_share_a_few_long_lived_writers_and_overlap() -> N
     assert sorted(results) == list(range(3 * offload.WRITER_THREADS))
     assert {name for _, name in seen} == {"dsh barrier writer"}
     assert len({ident for ident, _ in seen}) <= offload.WRITER_THREADS
-    assert offload._in_flight == 0
+    assert offload._run_state(trio).in_flight == 0
 
 
 async def _append(out: list[int], call: Callable[[], Awaitable[int]]) -> None:
@@ -183,13 +189,13 @@ async def test_jobs_finished_while_the_loop_is_busy_are_handed_back_in_one_deliv
     first finished job schedules a delivery, the others join it (one wake-up of the loop for
     all of them); every caller still gets its own result, in any order."""
     lane = offload.BarrierLane(0)
-    writers = offload._writers
+    writers = offload._writers_of(trio, offload._run_state(trio))
     deliveries: list[int] = []
     deliver = writers._deliver
 
-    def counted(trio_module: Any, token: Any) -> None:
-        deliveries.append(len(writers._finished.get(token, ())))
-        deliver(trio_module, token)
+    def counted() -> None:
+        deliveries.append(len(writers._finished or ()))
+        deliver()
 
     monkeypatch.setattr(writers, "_deliver", counted)
     jobs = offload.WRITER_THREADS - 1
@@ -211,26 +217,77 @@ async def test_jobs_finished_while_the_loop_is_busy_are_handed_back_in_one_deliv
         release.set()
         # The event loop is held on purpose until every job has finished (they queue for
         # the delivery the first of them scheduled, which cannot run before the loop does).
-        token = trio.lowlevel.current_trio_token()
         deadline = time.monotonic() + 10
-        while len(writers._finished.get(token, ())) < jobs and time.monotonic() < deadline:
+        while len(writers._finished or ()) < jobs and time.monotonic() < deadline:
             time.sleep(0.001)  # noqa: ASYNC251
     assert sorted(results) == list(range(jobs))
     assert deliveries == [jobs]
-    assert writers._finished == {}
-    assert offload._in_flight == 0
+    assert writers._finished is None
+    assert offload._run_state(trio).in_flight == 0
 
 
-async def test_the_cheap_runnable_count_is_trios_own() -> None:
-    """The lane reads trio's run queue (O(1)) instead of ``current_statistics()`` (which
-    walks every registered descriptor); on the installed trio the internal read must work
-    and agree with the public number, else a trio upgrade silently took the slow path."""
-    from trio._core._run import GLOBAL_RUN_CONTEXT
+def test_the_module_reads_no_trio_internals() -> None:
+    """Performance code does not leak (docs/decisions.md D41): nothing of trio's private
+    modules or attributes is named in the offload module, only ``trio.lowlevel``'s public
+    API."""
+    source = inspect.getsource(offload)
+    private = re.findall(r"\btrio\._\w+|\b_core\b|GLOBAL_RUN_CONTEXT|\brunq\b", source)
+    assert private == []
 
-    assert len(GLOBAL_RUN_CONTEXT.runner.runq) == 0  # the internal shape is still there
-    for ready in (0, 1, 3):
-        async with trio.open_nursery() as nursery:
-            for _ in range(ready):
-                nursery.start_soon(trio.sleep, 0)
-            public = trio.lowlevel.current_statistics().tasks_runnable
-            assert offload._runnable_tasks(trio) == public == ready
+
+def test_the_state_ends_with_the_trio_run() -> None:
+    """In-flight count, last lane and writer threads are the run's: after ``trio.run``
+    returns its writers exit, and the next run starts with fresh state (a first barrier
+    inline again, new writers)."""
+
+    async def hop_and_share(out: dict[str, Any]) -> None:
+        lane = offload.BarrierLane(0)
+        for _ in range(3):
+            await lane.run(where)
+        state = offload._run_state(trio)
+        out["state"], out["writers"] = state, state.writers
+        out["inline"] = await offload.BarrierLane(1.0).run(where) == threading.get_ident()
+
+    one: dict[str, Any] = {}
+    two: dict[str, Any] = {}
+    trio.run(hop_and_share, one)
+    trio.run(hop_and_share, two)
+    assert one["state"] is not two["state"]
+    assert one["writers"] is not two["writers"]
+    for out in (one, two):
+        threads = out["writers"].threads
+        assert threads, "the hops ran on the run's writers"
+        for thread in threads:
+            thread.join(10)
+            assert not thread.is_alive(), "a writer outlived its trio run"
+        assert out["state"].in_flight == 0
+        assert out["inline"] is False  # the previous barrier was another lane's
+
+
+async def test_a_job_submitted_after_the_writers_closed_still_runs() -> None:
+    """A barrier hopped while the run is ending (from a system task, after the writers were
+    told to exit and did) starts a writer again instead of waiting forever."""
+    state = offload._RunState()
+    writers = state.writers = offload._Writers(1, trio)
+    assert await offload._on_writer_thread(trio, state, where) != threading.get_ident()
+    writers.close()
+    for thread in writers.threads:
+        thread.join(10)
+        assert not thread.is_alive()
+    ran = threading.Event()
+    waiting: list[Any] = []
+
+    async def late() -> None:
+        waiting.append(trio.lowlevel.current_task())
+        await offload._on_writer_thread(trio, state, ran.set)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(late)
+        with trio.move_on_after(10):
+            while not ran.is_set():  # noqa: ASYNC110 - a writer thread sets it
+                await trio.sleep(0.001)
+        if not ran.is_set():  # nobody will ever hand it back: release the waiting task
+            import outcome
+
+            trio.lowlevel.reschedule(waiting[0], outcome.Value(None))
+    assert ran.is_set(), "the late job never ran"

@@ -8,6 +8,7 @@ import time
 
 import anyio
 import pytest
+import trio
 
 from dsh_host._persistence import offload
 
@@ -78,4 +79,4 @@ async def test_past_the_in_flight_bound_calls_still_run(monkeypatch: pytest.Monk
         await anyio.sleep(0.05)
         gate.set()
     assert sorted(results) == [0, 1, 2, 3, 4]
-    assert offload._in_flight == 0
+    assert offload._run_state(trio).in_flight == 0
