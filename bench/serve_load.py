@@ -52,6 +52,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -86,21 +87,161 @@ class Served:
     env: dict[str, str]
     #: the ``application_name`` of this run's PostgreSQL connections ("" without PostgreSQL)
     application_name: str = ""
+    #: the PostgreSQL connections each process may hold once idle (0 without PostgreSQL)
+    postgres_bound: int = 0
 
 
 def _fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def _fd_kinds(pid: int) -> dict[str, int]:
-    """The process's open descriptors by kind (``socket``, ``pipe``, a file's directory)."""
-    kinds: dict[str, int] = {}
+_TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1",
+               "05": "FIN_WAIT2", "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT",
+               "09": "LAST_ACK", "0A": "LISTEN", "0B": "CLOSING"}
+
+
+def _address(hex_address: str) -> str:
+    """``0100007F:1F90`` (``/proc/net/tcp``) -> ``127.0.0.1:8080`` (IPv6 shown as hex)."""
+    host, port = hex_address.split(":")
+    if len(host) == 8:
+        host = ".".join(str(int(host[i:i + 2], 16)) for i in (6, 4, 2, 0))
+    return f"{host}:{int(port, 16)}"
+
+
+def _tcp_sockets(pid: int) -> dict[str, tuple[str, str, str]]:
+    """The TCP sockets of ``pid``'s network namespace: inode -> (local, remote, state)."""
+    found: dict[str, tuple[str, str, str]] = {}
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/net/{table}") as f:
+            for line in list(f)[1:]:
+                fields = line.split()
+                found[fields[9]] = (_address(fields[1]), _address(fields[2]),
+                                    _TCP_STATES.get(fields[3], fields[3]))
+    return found
+
+
+def _pg_clients(ports: set[int]) -> dict[int, str]:
+    """What PostgreSQL says of the backends whose client port is in ``ports``: its state and
+    last statement (which tells a pool's connection from a LISTEN or a writer's)."""
+    if not ports:
+        return {}
+    import psycopg
+
+    with contextlib.suppress(psycopg.Error), psycopg.connect(DSN, autocommit=True) as conn:
+        return {row[0]: f"{row[1]} {row[2]!r}" for row in conn.execute(
+            "SELECT client_port, state, left(regexp_replace(query, '\\s+', ' ', 'g'), 70) "
+            "FROM pg_stat_activity WHERE client_port = ANY(%s)", (sorted(ports),))}
+    return {}
+
+
+def _postgres_port() -> str:
+    """The port of :data:`DSN` (PostgreSQL's default when it names none)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    return str(conninfo_to_dict(DSN).get("port", "5432"))
+
+
+def _links(pid: int) -> list[tuple[int, str]]:
+    """``(fd, link target)`` of every open descriptor of ``pid``."""
+    links = []
     for fd in os.listdir(f"/proc/{pid}/fd"):
         with contextlib.suppress(OSError):
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            kind = target.split(":")[0] if ":" in target else os.path.dirname(target)
-            kinds[kind] = kinds.get(kind, 0) + 1
-    return kinds
+            links.append((int(fd), os.readlink(f"/proc/{pid}/fd/{fd}")))
+    return sorted(links)
+
+
+def _socket(target: str, sockets: dict[str, tuple[str, str, str]]) -> tuple[str, str, str] | None:
+    """The TCP ends and state of a descriptor's link target (None: not a TCP socket)."""
+    if not target.startswith("socket:["):
+        return None
+    return sockets.get(target.removeprefix("socket:[").rstrip("]"))
+
+
+def _port(address: str) -> int:
+    return int(address.rsplit(":", 1)[1])
+
+
+def fd_census(pid: int, http_port: int) -> dict[str, int]:
+    """``pid``'s descriptors by what holds them: ``http`` (a client's connection to the
+    server's port), ``postgres`` (a connection to PostgreSQL), ``other`` (the rest: files,
+    pipes, the listening socket, the event loop's)."""
+    sockets = _tcp_sockets(pid)
+    pg_port = int(_postgres_port())
+    counts = {"http": 0, "postgres": 0, "other": 0}
+    for _, target in _links(pid):
+        kind = "other"
+        found = _socket(target, sockets)
+        if found is not None:
+            local, remote, state = found
+            if _port(remote) == pg_port:
+                kind = "postgres"
+            elif _port(local) == http_port and state != "LISTEN":
+                kind = "http"
+        counts[kind] += 1
+    return counts
+
+
+def fd_targets(pid: int) -> list[str]:
+    """Every open descriptor of ``pid``, described: a file's path, a pipe, a TCP socket's
+    ends and state (a PostgreSQL connection also with its backend's state and last
+    statement, which tells a pool's connection from a LISTEN or a spare writer). What a
+    failure of the descriptor invariant shows (issue 42)."""
+    sockets = _tcp_sockets(pid)
+    pg_port = int(_postgres_port())
+    links = _links(pid)
+    ports = set()
+    for _, target in links:
+        found = _socket(target, sockets)
+        if found is not None and _port(found[1]) == pg_port:
+            ports.add(_port(found[0]))
+    backends = _pg_clients(ports)
+    described = []
+    for fd, target in links:
+        found = _socket(target, sockets)
+        if found is not None:
+            local, remote, state = found
+            target += f" tcp {local} -> {remote} {state}"
+            if _port(remote) == pg_port:
+                target += f" postgres: {backends.get(_port(local), '?')}"
+        described.append(f"{fd}: {target}")
+    return described
+
+
+#: The PostgreSQL connections a ``--queue`` process holds whatever its load: the NOTIFY relay
+#: (``TurnQueue.relay_flushes``), the wake-up LISTEN (``TurnQueue.listen``) and procrastinate's
+#: worker LISTEN.
+QUEUE_FIXED_CONNECTIONS = 3
+
+
+def postgres_bound(config: Path) -> int:
+    """The PostgreSQL connections a ``--queue`` process may hold once idle, from the configured
+    maxima (docs/decisions.md D40): the fixed ones, procrastinate's pool, the persistence
+    row's read pool (``pool_size``) and the spare writers it keeps (``pool_size`` more)."""
+    from dsh_host._server.queue import JOB_POOL_MAX_SIZE
+
+    found = re.search(r"^\s*pool_size:\s*(\d+)\s*$", config.read_text(), re.MULTILINE)
+    if found is None:
+        raise SystemExit(f"{config}: no pool_size in the persistence row (the fd bound needs it)")
+    return QUEUE_FIXED_CONNECTIONS + JOB_POOL_MAX_SIZE + 2 * int(found.group(1))
+
+
+#: How long the descriptors may take to settle after the clients are gone (a server under
+#: load closes its side of a connection, and a job releases its session, a while after the
+#: client saw ``turn/end``); past it, what is open is recorded as is.
+SETTLE_DEADLINE_S = 60.0
+
+
+async def settle(served: Served, settled: Any) -> tuple[list[dict[str, int]], bool]:
+    """Poll every server's :func:`fd_census` until ``settled(index, census)`` holds for each
+    or :data:`SETTLE_DEADLINE_S` passed: the censuses, and whether they settled."""
+    ports = [int(url.rsplit(":", 1)[1]) for url in served.urls]
+    deadline = time.monotonic() + SETTLE_DEADLINE_S
+    while True:
+        censuses = [fd_census(pid, port) for pid, port in zip(served.pids, ports, strict=True)]
+        done = all(settled(i, census) for i, census in enumerate(censuses))
+        if done or time.monotonic() >= deadline:
+            return censuses, done
+        await anyio.sleep(0.2)
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -226,7 +367,8 @@ def servers(scratch: Path, name: str, count: int, queue: bool, requests: int,
                 raise SystemExit(f"{name}: dsh serve did not start: {problem}")
             urls.append(line.split()[4].rstrip("/"))
         verify = ["--config", str(config)] + ([] if queue else ["--root", str(base / "sessions")])
-        yield Served(urls, [p.pid for p in procs], verify, env, prefix if queue else "")
+        yield Served(urls, [p.pid for p in procs], verify, env, prefix if queue else "",
+                     postgres_bound(config) if queue else 0)
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
@@ -323,10 +465,10 @@ async def drive(served: Served, sessions: int, turns: int, followers: int = 0,
     limits = httpx.Limits(max_connections=conns, max_keepalive_connections=conns)
     async with httpx.AsyncClient(timeout=600) as warm:
         await _warm_up(warm, urls)
-    # The warm-up's connections are closed, and past the server's keep-alive timeout (5 s).
-    await anyio.sleep(6.0)
-    baseline = {"fds": [_fds(p) for p in served.pids],
-                "kinds": [_fd_kinds(p) for p in served.pids],
+    # The warm-up's connections are closed: once the servers closed theirs too, the baseline.
+    census, _ = await settle(served, lambda i, census: census["http"] == 0)
+    baseline = {"fds": [_fds(p) for p in served.pids], "census": census,
+                "targets": [fd_targets(p) for p in served.pids],
                 "rss_mb": [_rss_mb(p) for p in served.pids]}
     async with httpx.AsyncClient(timeout=600, limits=limits) as client:
         # The floor: the HTTP stack alone, on the same server.
@@ -404,12 +546,18 @@ async def drive(served: Served, sessions: int, turns: int, followers: int = 0,
             cpu["statements_per_turn"] = statements_per_turn(
                 pg_log, log_start, log_end, sessions * turns)
         invariants = await _invariants(client, served, accepted, seen)
-    # Every client connection is closed; the server lets go of idle ones after its keep-alive
-    # timeout (5 s).
-    await anyio.sleep(6.0)
+    # Every client connection is closed. The descriptors settle once each server closed its
+    # side, and its jobs released their sessions: no client connection left, nothing else
+    # above the baseline, PostgreSQL connections within what the pools may keep. A leak never
+    # settles; what is open at the deadline is then recorded (tests/server/test_load.py).
+    census, settled = await settle(served, lambda i, census: (
+        census["http"] == 0 and census["other"] <= baseline["census"][i]["other"]
+        and census["postgres"] <= served.postgres_bound))
     invariants["fds"] = {"baseline": baseline["fds"], "after": [_fds(p) for p in served.pids],
-                         "kinds_after": [_fd_kinds(p) for p in served.pids]}
-    invariants["fds"]["kinds_baseline"] = baseline["kinds"]
+                         "census_baseline": baseline["census"], "census_after": census,
+                         "postgres_bound": served.postgres_bound, "settled": settled,
+                         "targets_baseline": baseline["targets"],
+                         "targets_after": [fd_targets(p) for p in served.pids]}
     invariants["rss_mb"] = {"baseline": baseline["rss_mb"],
                             "after": [_rss_mb(p) for p in served.pids]}
     floor = c.median(healthz)

@@ -37,7 +37,14 @@ from psycopg import sql
 
 from dsh_host._persistence.persistence import SessionAlreadyOwnedError
 
-__all__ = ["ONE_TURN_AT_A_TIME", "TURN_INDEXES", "TURN_TASK", "TurnQueue"]
+__all__ = [
+    "JOB_POOL_MAX_SIZE",
+    "JOB_POOL_MIN_SIZE",
+    "ONE_TURN_AT_A_TIME",
+    "TURN_INDEXES",
+    "TURN_TASK",
+    "TurnQueue",
+]
 
 log = logging.getLogger("dsh.server.queue")
 
@@ -60,6 +67,11 @@ ONE_TURN_AT_A_TIME: Final = (
     "AND status IN ('todo', 'doing', 'succeeded')",
 )
 
+
+#: The bounds of procrastinate's connection pool in each process (the API's defers and job
+#: queries, the worker's fetches and heartbeats); its LISTEN connection is apart.
+JOB_POOL_MIN_SIZE: Final = 1
+JOB_POOL_MAX_SIZE: Final = 4
 
 #: A pooled connection given back less than this many seconds ago is handed out again without
 #: a liveness round trip (see :func:`_job_pool`).
@@ -117,8 +129,8 @@ class TurnQueue:
             connector=procrastinate.PsycopgConnector(
                 conninfo=dsn,
                 kwargs={"options": options},
-                min_size=1,
-                max_size=4,
+                min_size=JOB_POOL_MIN_SIZE,
+                max_size=JOB_POOL_MAX_SIZE,
                 pool_factory=_job_pool,
             )
         )

@@ -281,7 +281,10 @@ class PostgresStorage:
             and await anyio.to_thread.run_sync(unlock)
             and usable(conn)
         )
-        if keep:
+        # Counted again after the unlock: writers given back at once all pass the first
+        # count while their unlocks run, and kept every one of them (issue 42: six spares
+        # for a pool of four under load; docs/decisions.md D40).
+        if keep and not self._closed and len(self._spare_writers) < self.pool.size:
             self._spare_writers.append(conn)
         else:
             await anyio.to_thread.run_sync(conn.close)

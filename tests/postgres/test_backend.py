@@ -413,3 +413,32 @@ async def test_connections_killed_while_idle_are_replaced(pg_dsn: str, pg_schema
         writer.append([ev("turn/start", writer.next_seq, {"turn": 2})])
         await writer.close()
     assert len(stored_rows(pg_dsn, pg_schema, "one")) == len(log(1)) + 1
+
+
+async def test_writers_given_back_at_once_keep_at_most_pool_size_spares(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    """Issue 42: each writer given back counted the spares before its unlock round trip and
+    was kept after it, so writers released together were all kept (a pool of four held six
+    spare connections after six sessions closed at once)."""
+    app = f"dsh-test-{uuid.uuid4().hex[:8]}"  # tells these connections apart
+    dsn = f"{pg_dsn} application_name={app}"
+    size = 2
+    async with backend(dsn, pg_schema, pool_size=size) as b:
+        conninfo = writer_conninfo(dsn, connect_timeout=10)
+        writers = [await anyio.to_thread.run_sync(connect, conninfo) for _ in range(6)]
+        async with anyio.create_task_group() as group:
+            for conn in writers:
+                group.start_soon(b.storage.give_back_writer, conn)
+
+
+        def kept() -> list[tuple[Any, ...]]:
+            return query(
+                pg_dsn, "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,)
+            )
+
+        # a closed connection's backend leaves pg_stat_activity shortly after, not at once
+        with anyio.move_on_after(20):
+            while len(kept()) > size:  # noqa: ASYNC110 - polls PostgreSQL's state
+                await anyio.sleep(0.1)
+        assert len(kept()) == size, kept()
