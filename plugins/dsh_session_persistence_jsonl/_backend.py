@@ -848,11 +848,13 @@ class JsonlStorage:
         With ``unreadable``, a session whose header is damaged (or names another
         directory) is reported there instead of failing the listing.
         """
-        return await anyio.to_thread.run_sync(self._list_sync, unreadable)
+        return await anyio.to_thread.run_sync(self.list_sync, unreadable)
 
-    def _list_sync(
+    def list_sync(
         self, unreadable: builtins.list[UnreadableListing] | None = None
     ) -> builtins.list[SessionListing]:
+        """:meth:`list` on this thread (``dsh sessions list`` reads it without an event loop:
+        the plugin's ``list_stored``)."""
         self._check_root()
         seen: dict[str, str] = {}
         out: list[SessionListing] = []

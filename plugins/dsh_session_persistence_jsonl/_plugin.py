@@ -20,13 +20,15 @@ import msgspec
 from dsh_host.sdk import (
     Context,
     Plugin,
+    SessionListing,
     Spawn,
+    UnreadableListing,
     default_session_root,
     offload,
     wire_storage,
 )
 
-from ._backend import JsonlSessionPersistence
+from ._backend import JsonlSessionPersistence, JsonlStorage
 
 __all__ = ["JsonlConfig", "SessionPersistenceJsonl"]
 
@@ -76,3 +78,14 @@ class SessionPersistenceJsonl(Plugin):
             )
 
         wire_storage(ctx, name=self.name, service=service)
+
+    def list_stored(
+        self, config: Any, unreadable: list[UnreadableListing]
+    ) -> list[SessionListing]:
+        """The service's ``list(unreadable=...)`` without booting: the same storage, the same
+        synchronous read (``JsonlStorage.list_sync``), on this thread (docs/decisions.md D39)."""
+        assert isinstance(config, JsonlConfig)
+        storage = JsonlStorage(
+            default_session_root() if config.root is None else config.root, config.compression
+        )
+        return storage.list_sync(unreadable)
