@@ -28,7 +28,7 @@ from dsh_host.sdk import (
     wire_storage,
 )
 
-from ._backend import JsonlSessionPersistence, JsonlStorage
+from ._layout import JsonlLayout
 
 __all__ = ["JsonlConfig", "SessionPersistenceJsonl"]
 
@@ -66,6 +66,7 @@ class SessionPersistenceJsonl(Plugin):
 
     def apply(self, ctx: Context, config: Any) -> None:
         assert isinstance(config, JsonlConfig)
+        from ._backend import JsonlSessionPersistence  # here: a listing needs no writer (D39)
 
         def service(spawn: Spawn, logger: logging.Logger) -> JsonlSessionPersistence:
             return JsonlSessionPersistence(
@@ -82,10 +83,11 @@ class SessionPersistenceJsonl(Plugin):
     def list_stored(
         self, config: Any, unreadable: list[UnreadableListing]
     ) -> list[SessionListing]:
-        """The service's ``list(unreadable=...)`` without booting: the same storage, the same
-        synchronous read (``JsonlStorage.list_sync``), on this thread (docs/decisions.md D39)."""
+        """The service's ``list(unreadable=...)`` without booting: the same synchronous read
+        (``JsonlLayout.list_sync``, which the service's storage runs on a worker thread), on
+        this thread, with none of the writer imported (docs/decisions.md D39)."""
         assert isinstance(config, JsonlConfig)
-        storage = JsonlStorage(
+        layout = JsonlLayout(
             default_session_root() if config.root is None else config.root, config.compression
         )
-        return storage.list_sync(unreadable)
+        return layout.list_sync(unreadable)
