@@ -244,9 +244,12 @@ def _listed_without_host(
     if len(store_rows) != 1:
         return None
     plugin, config = prepared_plugin(store_rows[0])
+    list_stored = getattr(plugin, "list_stored", None)  # a plugin need not extend Plugin
+    if list_stored is None:
+        return None
     unreadable: list[UnreadableListing] = []
     try:
-        listings = plugin.list_stored(config, unreadable)
+        listings = list_stored(config, unreadable)
     except Exception:  # reported by the host's path, exactly as it always was
         return None
     if listings is None:
