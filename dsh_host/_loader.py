@@ -473,6 +473,16 @@ def prepare_row(manager: pluggy.PluginManager, located: LocatedRow, row_id: str)
     return PreparedRow(row_id, row.name, entry_point, instance, info, config, where)
 
 
+def prepared_plugin(located: LocatedRow) -> tuple[Any, Any]:
+    """``located``'s plugin instance and its config, resolved and validated as mounting would
+    (the same errors), with nothing applied: what a command that reads a store without booting
+    the composition calls the plugin with (docs/decisions.md D39)."""
+    manager = _make_plugin_manager()
+    item = prepare_row(manager, located, located.row.id or "row")
+    manager.unregister(item.instance)
+    return item.instance, item.config
+
+
 def check_rows(rows: Sequence[LocatedRow]) -> list[tuple[LocatedRow, PluginMeta]]:
     """Resolve and validate every enabled row as mounting would (plugin, config, restrictions),
     without applying anything; the rows with their plugin's metadata."""

@@ -197,3 +197,14 @@ class Plugin:
     def apply(self, ctx: Context, config: Any) -> None:
         """Override: register what the plugin contributes. Undone on dispose."""
         raise NotImplementedError(f"plugin {type(self).__name__} does not implement apply()")
+
+    def list_stored(self, config: Any, unreadable: list[Any]) -> list[Any] | None:
+        """Optional, for a ``sessionPersistence`` provider: every stored session's header
+        (``SessionListing``, as its service's ``list(unreadable=...)`` answers, damaged ones
+        appended to ``unreadable`` as ``UnreadableListing``), read synchronously with the row's
+        validated ``config`` and nothing applied: no host, no event loop, no other row. ``dsh
+        sessions list`` lists this way and boots the composition only for a log it must read
+        (docs/decisions.md D39). It must be the very read the service's ``list`` does, not a
+        second one. None (the default): not offered; the caller boots the row and asks the
+        service."""
+        return None

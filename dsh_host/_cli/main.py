@@ -36,7 +36,10 @@ EXIT_INTERNAL = 70  # EX_SOFTWARE: an internal error, never a user mistake
 #: imported (``dsh --help`` imports none), so a command starts without loading the others.
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("_cli.run_args", "run one turn on a new session (or continue --session ID)"),
-    "resume": ("_cli.run_args", "repair a stored session after a crash, then optionally run PROMPT"),
+    "resume": (
+        "_cli.run_args",
+        "repair a stored session after a crash, then optionally run PROMPT",
+    ),
     "chat": ("_cli.chat_cmd", "interactive multi-turn session (also `dsh` alone on a terminal)"),
     "plugins": (
         "_cli.plugins_cmd",

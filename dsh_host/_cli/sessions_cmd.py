@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.from_thread
 import msgspec
 
 from .._composition_edits import services_of
-from .._loader import PluginHost
+from .._loader import LocatedRow, PluginHost, prepared_plugin
+from .._persistence.keys import SESSION_PERSISTENCE
 from .._persistence.persistence import (
     SessionLoad,
     SessionPersistenceCorruptionError,
@@ -204,38 +204,9 @@ def run_list(args: argparse.Namespace) -> int:
     rows = persistence_rows(located)
     prices = price_table(located)
     remembered = ListCache.load(fresh=args.fresh)
-
-    async def body(host: PluginHost) -> list[dict[str, Any]]:
-        store = persistence(host)
-        unreadable: list[UnreadableListing] = []  # one damaged header must not hide the rest
-        listings = await store.list(unreadable=unreadable)
-        rows_out: list[dict[str, Any]] = [_unreadable_entry(bad) for bad in unreadable]
-        with progress("reading sessions", total=len(listings)) as advance:
-            for listing in listings:
-                entry: dict[str, Any] = {
-                    "sessionId": listing.header.id,
-                    "createdAt": listing.header.created_at,
-                    "cwd": listing.header.cwd if isinstance(listing.header.cwd, str) else None,
-                    "events": None,
-                    "lastTurnEnd": None,
-                    "size": _file_size(listing),
-                    "problem": None,
-                    "title": None,
-                    "usage": None,
-                    **_lineage(listing.header),
-                }
-                try:
-                    entry.update(await listing_summary(store, listing, remembered, prices))
-                except Exception as exc:  # one bad log must not hide the others
-                    entry["problem"] = str(exc)
-                rows_out.append(entry)
-                advance()
-        # Newest first; rows whose header could not be read (no creation time) last.
-        rows_out.sort(key=lambda e: (e["createdAt"] is not None, e["createdAt"] or 0), reverse=True)
-        return rows_out
-
-    # asyncio: a listing needs no trio, and importing trio is most of a cold start.
-    entries = run_with_host(rows, body, backend="asyncio")
+    entries = None if args.fresh else _listed_without_host(rows, remembered, prices)
+    if entries is None:
+        entries = _listed_by_host(rows, remembered, prices)
     remembered.save()
     if args.json:
         for entry in entries:
@@ -260,6 +231,85 @@ def run_list(args: argparse.Namespace) -> int:
                 markup=False,
             )
     return 0
+
+
+def _listed_without_host(
+    rows: list[LocatedRow], remembered: ListCache, prices: PriceTable
+) -> list[dict[str, Any]] | None:
+    """The listing with no composition booted and no event loop (docs/decisions.md D39): the
+    store's own synchronous header read (``Plugin.list_stored``), every summary from the list
+    cache. None when that cannot answer alone -- the store offers no such read, a log changed
+    since it was last summarized (it must be read: the host's path reads it), or the quick read
+    failed (the host's path fails the same way, with the message a booted store gives)."""
+    store_rows = [r for r in rows if SESSION_PERSISTENCE.name in services_of(r.row)[0]]
+    if len(store_rows) != 1:
+        return None
+    plugin, config = prepared_plugin(store_rows[0])
+    list_stored = getattr(plugin, "list_stored", None)  # a plugin need not extend Plugin
+    if list_stored is None:
+        return None
+    unreadable: list[UnreadableListing] = []
+    try:
+        listings = list_stored(config, unreadable)
+    except Exception:  # reported by the host's path, exactly as it always was
+        return None
+    if listings is None:
+        return None
+    entries = [_unreadable_entry(bad) for bad in unreadable]
+    for listing in listings:
+        summary = remembered_summary(listing, remembered, prices)
+        if summary is None:
+            return None
+        entries.append({**_listing_entry(listing), **summary})
+    return _newest_first(entries)
+
+
+def _listed_by_host(
+    rows: list[LocatedRow], remembered: ListCache, prices: PriceTable
+) -> list[dict[str, Any]]:
+    """The listing through the booted store: every log the list cache cannot answer for is
+    read (one bad log becomes its row's ``problem``, not a failed listing)."""
+
+    async def body(host: PluginHost) -> list[dict[str, Any]]:
+        store = persistence(host)
+        unreadable: list[UnreadableListing] = []  # one damaged header must not hide the rest
+        listings = await store.list(unreadable=unreadable)
+        rows_out: list[dict[str, Any]] = [_unreadable_entry(bad) for bad in unreadable]
+        with progress("reading sessions", total=len(listings)) as advance:
+            for listing in listings:
+                entry = _listing_entry(listing)
+                try:
+                    entry.update(await listing_summary(store, listing, remembered, prices))
+                except Exception as exc:  # one bad log must not hide the others
+                    entry["problem"] = str(exc)
+                rows_out.append(entry)
+                advance()
+        return _newest_first(rows_out)
+
+    # asyncio: a listing needs no trio, and importing trio is most of a cold start.
+    return run_with_host(rows, body, backend="asyncio")
+
+
+def _listing_entry(listing: Any) -> dict[str, Any]:
+    """A listed session's row before its summary: what the header and the file say."""
+    return {
+        "sessionId": listing.header.id,
+        "createdAt": listing.header.created_at,
+        "cwd": listing.header.cwd if isinstance(listing.header.cwd, str) else None,
+        "events": None,
+        "lastTurnEnd": None,
+        "size": _file_size(listing),
+        "problem": None,
+        "title": None,
+        "usage": None,
+        **_lineage(listing.header),
+    }
+
+
+def _newest_first(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Newest first; rows whose header could not be read (no creation time) last."""
+    entries.sort(key=lambda e: (e["createdAt"] is not None, e["createdAt"] or 0), reverse=True)
+    return entries
 
 
 #: The terminal listing's optional columns, from most to least useful, each with the width from
@@ -347,25 +397,37 @@ def _table_lines(entries: list[dict[str, Any]], width: int) -> list[str]:
     return [header, *(line(row) for row in rows)]
 
 
+def remembered_summary(
+    listing: Any, remembered: ListCache, prices: PriceTable
+) -> dict[str, Any] | None:
+    """A listed session's summary (:func:`_summary`, without ``pricedWith``) from the list
+    cache, if its log is unchanged since and was priced with these prices; else None."""
+    key = listing_key(listing.location)
+    summary = None if key is None else remembered.get(key, listing.revision)
+    if summary is None or summary.get("pricedWith") != prices.fingerprint():  # other prices
+        return None
+    return {k: v for k, v in summary.items() if k != "pricedWith"}
+
+
 async def listing_summary(
     store: Any, listing: Any, remembered: ListCache, prices: PriceTable
 ) -> dict[str, Any]:
     """A listed session's summary (:func:`_summary`): from the list cache while the log is
     unchanged and was priced with these prices, else read from the log and remembered. Raises
     what reading the log raised."""
-    priced_with = prices.fingerprint()
+    summary = remembered_summary(listing, remembered, prices)
+    if summary is not None:
+        return summary
     key = listing_key(listing.location)
-    summary = None if key is None else remembered.get(key, listing.revision)
-    if summary is None or summary.get("pricedWith") != priced_with:  # other prices: again
-        try:
-            load = await store.inspect(listing.header.id)
-        except Exception:
-            if key is not None:
-                remembered.forget(key)
-            raise
-        summary = _summary(load, prices, priced_with)
+    try:
+        load = await store.inspect(listing.header.id)
+    except Exception:
         if key is not None:
-            remembered.put(key, load.revision, summary)
+            remembered.forget(key)
+        raise
+    summary = _summary(load, prices, prices.fingerprint())
+    if key is not None:
+        remembered.put(key, load.revision, summary)
     return {k: v for k, v in summary.items() if k != "pricedWith"}
 
 
@@ -801,6 +863,8 @@ class _Checks:
 def _walked_events(store: Any, session_id: str) -> Iterator[SessionEvent]:
     """The stored log from seq 0, read page by page (``read_from`` with a limit) on a worker
     thread, which asks the event loop for each page: a reader holds a page, not the log (D33)."""
+    import anyio.from_thread  # here: a listing needs none of it
+
     seq = 0
     while True:
         page = anyio.from_thread.run(
@@ -814,6 +878,8 @@ def _walked_events(store: Any, session_id: str) -> Iterator[SessionEvent]:
 
 def _stored_event(store: Any, session_id: str, seq: int) -> SessionEvent | None:
     """The stored event ``seq`` (None: not stored), read alone from a worker thread."""
+    import anyio.from_thread
+
     found = anyio.from_thread.run(functools.partial(store.read_from, session_id, seq, limit=1))
     return found[0] if found else None
 

@@ -2,17 +2,27 @@
 
 See README.md (what it provides, config, limits) and docs/format.md (the
 format and the crash-safety protocol).
+
+Names are imported on first use (PEP 562): ``dsh sessions list`` resolves the plugin class and
+lists with :mod:`._layout` alone, without the writer, its locks and its event-loop lane
+(docs/decisions.md D39).
 """
 
-from ._backend import (
-    LIVE_WRITE_BATCH_MAX_DELAY,
-    JsonlLease,
-    JsonlSessionPersistence,
-    JsonlStorage,
-)
-from ._lock import SessionLockUnsafeError
-from ._paths import CURRENT_VERSION, encode_segment, generation_filename, project_key
-from ._plugin import JsonlConfig, SessionPersistenceJsonl
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._backend import (
+        LIVE_WRITE_BATCH_MAX_DELAY,
+        JsonlLease,
+        JsonlSessionPersistence,
+        JsonlStorage,
+    )
+    from ._lock import SessionLockUnsafeError
+    from ._paths import CURRENT_VERSION, encode_segment, generation_filename, project_key
+    from ._plugin import JsonlConfig, SessionPersistenceJsonl
 
 __all__ = [
     "CURRENT_VERSION",
@@ -27,3 +37,31 @@ __all__ = [
     "generation_filename",
     "project_key",
 ]
+
+#: Each public name -> the module (of this package) that defines it.
+_DEFINED_IN = {
+    "LIVE_WRITE_BATCH_MAX_DELAY": "_backend",
+    "JsonlLease": "_backend",
+    "JsonlSessionPersistence": "_backend",
+    "JsonlStorage": "_backend",
+    "SessionLockUnsafeError": "_lock",
+    "CURRENT_VERSION": "_paths",
+    "encode_segment": "_paths",
+    "generation_filename": "_paths",
+    "project_key": "_paths",
+    "JsonlConfig": "_plugin",
+    "SessionPersistenceJsonl": "_plugin",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _DEFINED_IN.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_DEFINED_IN})

@@ -25,7 +25,6 @@ from dsh_host.sdk import (
     DSH_V4_ONLY_EVENT_TYPES,
     WINDOW_SECONDS,
     ArtifactLocation,
-    InvalidSessionIdError,
     Pending,
     PersistenceService,
     SessionAlreadyExistsError,
@@ -42,12 +41,10 @@ from dsh_host.sdk import (
     SessionWriteError,
     Spawn,
     UnreadableListing,
-    check_session_id,
     decode_stored_event,
     encode_event,
     header_meta,
     offload,
-    parse_session_header,
 )
 
 from . import _json
@@ -59,17 +56,13 @@ from ._codec import (
 )
 from ._follow import Fallback, LogFollower
 from ._frames import compress_frame
+from ._layout import JsonlLayout, session_segment, typed_header
 from ._lock import LOCK_NAME, SessionLock, held_by_text, lock_holder
 from ._migrate import migrate_to_current, publish_generation, publish_v4
 from ._paths import (
     CURRENT_VERSION,
     Compression,
-    decode_segment,
-    encode_segment,
     generation_filename,
-    opposite_suffix_version,
-    parse_generation_filename,
-    project_dir_name,
 )
 from ._reader import (
     ArtifactRead,
@@ -118,34 +111,6 @@ def _header_record(header: SessionHeader | Mapping[str, Any]) -> dict[str, Any]:
         return header_from_meta(meta)
     except ValueError as error:
         raise SessionAppendRejectedError(str(error)) from None
-
-
-def _typed_header(record: Mapping[str, Any], path: str) -> SessionHeader:
-    try:
-        return parse_session_header({k: v for k, v in record.items() if k != "type"})
-    except SessionPersistenceError:
-        raise
-    except Exception as error:  # InvalidSessionHeaderError: the stored header is damaged
-        raise SessionPersistenceCorruptionError(
-            f'corrupt session log "{path}": invalid header line ({error})', path=path, offset=0
-        ) from error
-
-
-#: The longest file name the common filesystems take (ext4, XFS, btrfs, tmpfs: 255 bytes).
-_NAME_MAX: Final = 255
-
-
-def _session_segment(session_id: str) -> str:
-    """The directory name of a session, or :class:`InvalidSessionIdError` if it has none."""
-    check_session_id(session_id)
-    segment = encode_segment(session_id)
-    size = len(segment.encode("utf-8"))
-    if size > _NAME_MAX:
-        raise InvalidSessionIdError(
-            f"session id of {len(session_id)} characters is too long to be stored as a directory "
-            f"name ({size} bytes once escaped; at most {_NAME_MAX}); use a shorter id"
-        )
-    return segment
 
 
 def _typed_line(event: SessionEvent) -> bytes:
@@ -256,7 +221,7 @@ class JsonlLease:
 # --------------------------------------------------------------------------- the service
 
 
-class JsonlStorage:
+class JsonlStorage(JsonlLayout):
     """Session logs as ``<root>/--<project>--/<id>/session.v3.jsonl[.zstd]`` (or ``.v4.``).
 
     A :class:`~dsh_host._persistence.storage.SessionStorage`: a batch is one frame
@@ -276,8 +241,6 @@ class JsonlStorage:
         inline_barrier: float = offload.DEFAULT_INLINE_BUDGET,
         write_version: int = CURRENT_VERSION,
     ) -> None:
-        if compression not in ("zstd", "none"):
-            raise ValueError(f'compression must be "zstd" or "none", got {compression!r}')
         if write_version not in WRITABLE_VERSIONS:
             raise ValueError(
                 f"write_version must be {CURRENT_VERSION} or {V4_VERSION}, got {write_version!r}"
@@ -290,18 +253,11 @@ class JsonlStorage:
         #: Where each batch's compress + write + fsync runs (``inline_barrier``: its budget in
         #: seconds for running on the event loop; 0 = always a worker thread).
         self.lane = offload.BarrierLane(inline_barrier)
-        self.root = os.path.abspath(os.path.expanduser(root))
-        if os.path.exists(self.root) and not os.path.isdir(self.root):
-            raise NotADirectoryError(f'session root "{self.root}" exists and is not a directory')
-        self.compression: Compression = compression
-        self._root_checked = False
+        super().__init__(root, compression)
         #: Per-session cursors of :meth:`read_from` (reads only what was appended).
         self._follower = LogFollower()
 
     # -- paths
-
-    def session_dir(self, cwd: str | None, session_id: str) -> str:
-        return os.path.join(self.root, project_dir_name(cwd), _session_segment(session_id))
 
     def locate(self, header: SessionHeader | Mapping[str, Any]) -> ArtifactLocation:
         """The path ``header``'s session is written at (no I/O): the root's format, or the
@@ -344,73 +300,10 @@ class JsonlStorage:
 
     # -- encoding and generation checks
 
-    def _opposite_error(self, path: str) -> SessionPersistenceError:
-        other = ".jsonl" if self.compression == "zstd" else ".jsonl.zstd"
-        return SessionFormatUnsupportedError(
-            f'session artifact "{path}" uses {other}, but this backend is configured for '
-            f'compression "{self.compression}"; use a separate root or select the matching '
-            "compression mode",
-            location=path,
-        )
-
-    def generations(self, session_dir: str) -> list[tuple[int, str]]:
-        """Canonical generations in ``session_dir``, lowest first; refuses the other encoding."""
-        try:
-            names = os.listdir(session_dir)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        found: list[tuple[int, str]] = []
-        for name in names:
-            path = os.path.join(session_dir, name)
-            if opposite_suffix_version(name, self.compression) is not None:
-                raise self._opposite_error(path)
-            version = parse_generation_filename(name, self.compression)
-            if version is not None and os.path.isfile(path):
-                found.append((version, path))
-        found.sort()
-        return found
-
-    def _check_root(self) -> None:
-        """Once per instance: the whole root must be one encoding and the session layout."""
-        if self._root_checked:
-            return
-        for project, entries in self._projects():
-            for name in entries:
-                path = os.path.join(project, name)
-                if os.path.isdir(path):
-                    self.generations(path)
-                elif name.endswith((".jsonl", ".jsonl.zstd")):
-                    raise SessionFormatUnsupportedError(
-                        f'session artifact "{path}" uses the unsupported flat-file layout; use a '
-                        "separate root or move it into a project/session directory before loading",
-                        location=path,
-                    )
-        self._root_checked = True
-
-    def _projects(self) -> list[tuple[str, list[str]]]:
-        try:
-            names = sorted(os.listdir(self.root))
-        except FileNotFoundError:
-            return []
-        except OSError as error:  # not a directory, no permission, ...
-            raise SessionPersistenceError(
-                f'session root "{self.root}" cannot be read: {error.strerror or error}; '
-                "point --root / DSH_SESSION_ROOT / the row's `root` at a directory you can write"
-            ) from None
-        out: list[tuple[str, list[str]]] = []
-        for name in names:
-            path = os.path.join(self.root, name)
-            if os.path.isdir(path):
-                try:
-                    out.append((path, sorted(os.listdir(path))))
-                except OSError:
-                    continue
-        return out
-
     def find(self, session_id: str) -> tuple[str, list[tuple[int, str]]] | None:
         """The session directory holding ``session_id`` and its generations, or None."""
         self._check_root()
-        segment = _session_segment(session_id)
+        segment = session_segment(session_id)
         matches: list[tuple[str, list[tuple[int, str]]]] = []
         try:
             projects = sorted(os.listdir(self.root))
@@ -501,7 +394,7 @@ class JsonlStorage:
         ):
             plain = [False] * len(events)
         return SessionLoad(
-            header=_typed_header(header, artifact.path),
+            header=typed_header(header, artifact.path),
             events=tuple(
                 e
                 if isinstance(e, SessionEvent)
@@ -848,90 +741,7 @@ class JsonlStorage:
         With ``unreadable``, a session whose header is damaged (or names another
         directory) is reported there instead of failing the listing.
         """
-        return await anyio.to_thread.run_sync(self._list_sync, unreadable)
-
-    def _list_sync(
-        self, unreadable: builtins.list[UnreadableListing] | None = None
-    ) -> builtins.list[SessionListing]:
-        self._check_root()
-        seen: dict[str, str] = {}
-        out: list[SessionListing] = []
-        for project, entries in self._projects():
-            for name in entries:
-                session_dir = os.path.join(project, name)
-                generations = self.generations(session_dir)
-                if not generations:
-                    continue
-                path = generations[-1][1]
-                try:
-                    listing = self._listing(
-                        session_dir, generations[-1], seen, report=unreadable is not None
-                    )
-                except (SessionPersistenceError, OSError) as error:
-                    if unreadable is None:
-                        raise
-                    if isinstance(error, OSError):
-                        error = SessionPersistenceError(
-                            f'session log "{path}" cannot be read: {error.strerror or error}'
-                        )
-                    unreadable.append(
-                        UnreadableListing(_listed_id(name), ArtifactLocation("jsonl", path), error)
-                    )
-                    continue
-                if listing is not None:
-                    out.append(listing)
-        out.sort(key=lambda item: (item.header.created_at, item.header.id))
-        return out
-
-    def _listing(
-        self, session_dir: str, generation: tuple[int, str], seen: dict[str, str], *, report: bool
-    ) -> SessionListing | None:
-        """One session directory's listing; None for what is not (yet) a session.
-
-        A header with invalid fields is skipped, or raised when ``report`` (the
-        caller lists it as unreadable).
-        """
-        version, path = generation
-        listed = read_header(path, self.compression)
-        if listed is None:
-            return None
-        record, revision = listed
-        sid = record.get("id")
-        if type(sid) is not str:
-            return None
-        try:
-            expected = self.session_dir(record.get("cwd"), sid)
-        except ValueError:
-            return None
-        if os.path.realpath(expected) != os.path.realpath(session_dir):
-            raise SessionPersistenceCorruptionError(
-                f'corrupt session log "{path}": header id "{sid}" and cwd identify "{expected}"',
-                path=path,
-                offset=0,
-            )
-        if sid in seen:
-            raise SessionPersistenceCorruptionError(
-                f'duplicate JSONL session id "{sid}" appears in multiple project '
-                f"directories: {seen[sid]}, {session_dir}"
-            )
-        seen[sid] = session_dir
-        if record.get("version") != CURRENT_VERSION:
-            header_view = _listing_header(record)
-        else:
-            header_view = record
-        try:
-            header = _typed_header(header_view, path)
-        except SessionPersistenceCorruptionError:
-            if report:
-                raise
-            return None
-        return SessionListing(
-            header=header,
-            revision=revision,
-            location=ArtifactLocation("jsonl", path),
-            source_version=int(record.get("version", version)),
-        )
-
+        return await anyio.to_thread.run_sync(self.list_sync, unreadable)
 
 class JsonlSessionPersistence(PersistenceService[JsonlLease]):
     """The ``sessionPersistence`` service over :class:`JsonlStorage` (a named constructor).
@@ -968,21 +778,3 @@ class JsonlSessionPersistence(PersistenceService[JsonlLease]):
         build does not, ``SessionAlreadyOwnedError`` while a writer holds the session, and
         ``SessionGenerationSourceChangedError`` when the v3 file changed meanwhile."""
         return await anyio.to_thread.run_sync(self.storage.migrate_to_v4_sync, session_id)
-
-
-def _listed_id(segment: str) -> str:
-    """The session id a session directory's name stands for (the name itself if malformed)."""
-    try:
-        return decode_segment(segment)
-    except ValueError:
-        return segment
-
-
-def _listing_header(record: Mapping[str, Any]) -> dict[str, Any]:
-    """A pre-v3 or v4 header shown as the core's v3 for listing (``seedLength`` →
-    ``isSeeded``; v4's header has v3's fields)."""
-    out = {k: v for k, v in record.items() if k != "seedLength"}
-    out["version"] = CURRENT_VERSION
-    if "isSeeded" not in out:
-        out["isSeeded"] = "seedLength" in record
-    return out

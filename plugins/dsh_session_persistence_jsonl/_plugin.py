@@ -20,13 +20,15 @@ import msgspec
 from dsh_host.sdk import (
     Context,
     Plugin,
+    SessionListing,
     Spawn,
+    UnreadableListing,
     default_session_root,
     offload,
     wire_storage,
 )
 
-from ._backend import JsonlSessionPersistence
+from ._layout import JsonlLayout
 
 __all__ = ["JsonlConfig", "SessionPersistenceJsonl"]
 
@@ -64,6 +66,7 @@ class SessionPersistenceJsonl(Plugin):
 
     def apply(self, ctx: Context, config: Any) -> None:
         assert isinstance(config, JsonlConfig)
+        from ._backend import JsonlSessionPersistence  # here: a listing needs no writer (D39)
 
         def service(spawn: Spawn, logger: logging.Logger) -> JsonlSessionPersistence:
             return JsonlSessionPersistence(
@@ -76,3 +79,15 @@ class SessionPersistenceJsonl(Plugin):
             )
 
         wire_storage(ctx, name=self.name, service=service)
+
+    def list_stored(
+        self, config: Any, unreadable: list[UnreadableListing]
+    ) -> list[SessionListing]:
+        """The service's ``list(unreadable=...)`` without booting: the same synchronous read
+        (``JsonlLayout.list_sync``, which the service's storage runs on a worker thread), on
+        this thread, with none of the writer imported (docs/decisions.md D39)."""
+        assert isinstance(config, JsonlConfig)
+        layout = JsonlLayout(
+            default_session_root() if config.root is None else config.root, config.compression
+        )
+        return layout.list_sync(unreadable)
