@@ -384,6 +384,9 @@ class Agent:
         self._token: CancelToken | None = None
         self._closed = False
         self._header_logged = False
+        #: (logged header, built header) last found equal by ``headers_equal``: a header built
+        #: from the same parts is equal to the same logged one without encoding its tools again
+        self._header_match: tuple[EpochHeader, EpochHeader] | None = None
         self._runtime_context = RuntimeContextProjection(session)
         self._call_ids = CallIds(session)
         self._system_message = SystemMessageProjection(session)
@@ -1203,7 +1206,7 @@ class Agent:
                 ),
             )
             self._header_logged = True
-        elif baseline is None or not headers_equal(baseline, header):
+        elif baseline is None or not self._same_header(baseline, header):
             session.append("request/header", RequestHeaderData(header=header, reason="change"))
         window = prepared.context_window if prepared is not None else None
         context = RequestContextData(
@@ -1230,8 +1233,35 @@ class Agent:
             agent_loop=True,
         )
 
+    def _same_header(self, baseline: EpochHeader, header: EpochHeader) -> bool:
+        """``headers_equal(baseline, header)``, skipping the tool schemas' encoding when the
+        same logged header was found equal to one built from the same parts at an earlier step.
+
+        Equality is transitive: ``header`` with the same config, defaults and system as the
+        earlier one, and the very same tool schema objects (the registry hands out one frozen
+        tuple until a tool is registered or unregistered, docs/decisions.md D38), equals the
+        logged header exactly when the earlier one did. Anything else compares in full.
+        """
+        match = self._header_match
+        if match is not None and match[0] is baseline and _same_parts(match[1], header):
+            return True
+        equal = headers_equal(baseline, header)
+        self._header_match = (baseline, header) if equal else None
+        return equal
+
     def __repr__(self) -> str:
         return f"<Agent {self.id!r} {self.status} last_turn={self._last_turn}>"
+
+
+def _same_parts(a: EpochHeader, b: EpochHeader) -> bool:
+    """The same config, defaults and system, and the same tool schema objects in order."""
+    if a.config != b.config or a.adapter_defaults != b.adapter_defaults or a.system != b.system:
+        return False
+    tools_a = () if a.tools is UNSET else a.tools
+    tools_b = () if b.tools is UNSET else b.tools
+    return len(tools_a) == len(tools_b) and all(
+        x is y for x, y in zip(tools_a, tools_b, strict=True)
+    )
 
 
 async def _no_action() -> None:

@@ -178,11 +178,23 @@ class PriceTable:
         return _catalogue_cost(provider, model, usage)
 
 
+#: (the catalogue snapshot, the (provider id, model) lookups it has no entry for): a lookup
+#: that missed is not tried again while the catalogue in force is the same object (each try
+#: scans its providers and raises ``LookupError``, at every priced reply).
+_misses: tuple[object, set[tuple[str | None, str]]] = (None, set())
+
+
 def _catalogue_cost(provider: str | None, model: str, usage: TokenUsage) -> Decimal | None:
+    global _misses
     try:
         from genai_prices import Usage, calc_price
+        from genai_prices.data_snapshot import get_snapshot
     except ImportError:  # the catalogue is a dependency; a broken install prices nothing
         return None
+    snapshot = get_snapshot()
+    if _misses[0] is not snapshot:
+        _misses = (snapshot, set())
+    missed = _misses[1]
     read = usage.cache_read_tokens if usage.cache_read_tokens is not UNSET else 0
     write = usage.cache_write_tokens if usage.cache_write_tokens is not UNSET else 0
     # genai-prices counts cache reads and writes inside input_tokens; dsh's buckets are disjoint.
@@ -195,9 +207,12 @@ def _catalogue_cost(provider: str | None, model: str, usage: TokenUsage) -> Deci
     # dsh's provider is the route name (``openai-compatible``, a row id...), which names a
     # catalogue provider only sometimes: try it, then the model id alone.
     for provider_id in (provider, None) if provider else (None,):
+        if (provider_id, model) in missed:
+            continue
         try:
             return calc_price(priced, model_ref=model, provider_id=provider_id).total_price
         except LookupError:
+            missed.add((provider_id, model))
             continue
         except Exception:  # a catalogue entry it cannot compute (a tier it lacks): unknown
             return None

@@ -306,6 +306,10 @@ class ToolRuntime:
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
         self._tools: dict[str, ToolDefinition] = {}
+        #: the model-facing schemas, frozen once per registration (docs/decisions.md D38);
+        #: None after a register or unregister, rebuilt by the next :meth:`schemas`
+        self._frozen: dict[str, ToolSchema] = {}
+        self._schemas: tuple[ToolSchema, ...] | None = None
         self._guards: list[ToolGuard] = []
         self._states: weakref.WeakKeyDictionary[ToolExecution, _CallState] = (
             weakref.WeakKeyDictionary()
@@ -320,7 +324,7 @@ class ToolRuntime:
         Raises :class:`ToolRegistrationError` (or :class:`UnsupportedSchemaError`)
         for a malformed definition, a reserved name or a duplicate.
         """
-        self._check_definition(definition)
+        schema = self._check_definition(definition)
         name = definition.name
         if name in self._tools:
             raise ToolRegistrationError(
@@ -328,11 +332,15 @@ class ToolRuntime:
                 "choose another name"
             )
         self._tools[name] = definition
+        self._frozen[name] = schema
+        self._schemas = None
         self._ctx.emit(TOOLS_CHANGE)
 
         def unregister() -> None:
             if self._tools.get(name) is definition:
                 del self._tools[name]
+                del self._frozen[name]
+                self._schemas = None
                 self._ctx.emit(TOOLS_CHANGE)
 
         if owner is not None:
@@ -340,7 +348,8 @@ class ToolRuntime:
         return unregister
 
     @staticmethod
-    def _check_definition(definition: ToolDefinition) -> None:
+    def _check_definition(definition: ToolDefinition) -> ToolSchema:
+        """Check ``definition``; its model-facing schema (frozen) when it is well formed."""
         if not isinstance(definition, ToolDefinition):
             raise ToolRegistrationError(
                 f"tools.register() takes a ToolDefinition, got {type(definition).__name__}"
@@ -376,7 +385,7 @@ class ToolRuntime:
         check_object_schema(definition.parameters, f'tool "{name}" parameters')
         check_schema(output.schema, f'tool "{name}" output.schema')
         try:
-            definition.schema()
+            return definition.schema()
         except NonJsonValueError as exc:
             raise ToolRegistrationError(str(exc)) from None
 
@@ -393,8 +402,16 @@ class ToolRuntime:
 
         Sorted rather than in registration order so the request header, and
         with it the provider's prompt cache, does not depend on plugin load order.
+        Each schema is the deep frozen copy taken when its tool was registered (what
+        registration checked), and the tuple is the same object until a tool is
+        registered or unregistered (docs/decisions.md D38): a step whose tools did not
+        change neither copies them nor re-encodes them to compare request headers.
         """
-        return tuple(self._tools[name].schema() for name in sorted(self._tools))
+        schemas = self._schemas
+        if schemas is None:
+            frozen = self._frozen
+            schemas = self._schemas = tuple(frozen[name] for name in sorted(frozen))
+        return schemas
 
     def guard(self, guard: ToolGuard, *, owner: Context | None = None) -> Callable[[], None]:
         """Add a monotonic guard: ``guard(exec) -> reason | None`` runs after ``allow``."""

@@ -131,6 +131,9 @@ def _encode_line(wire: Mapping[str, Any]) -> bytes:
 
 #: The formats a root can write new sessions in (``format: v3 | v4`` of the JSONL row).
 WRITABLE_VERSIONS: Final = (CURRENT_VERSION, V4_VERSION)
+#: Each v4-only event type as it appears quoted in a line (the cheap pre-check of
+#: :func:`_stored_lines`, built once rather than for every line written).
+_V4_ONLY_NEEDLES: Final = tuple(b'"' + t.encode() + b'"' for t in sorted(DSH_V4_ONLY_EVENT_TYPES))
 
 
 def _stored_lines(version: int, lines: Sequence[bytes]) -> list[bytes]:
@@ -142,7 +145,7 @@ def _stored_lines(version: int, lines: Sequence[bytes]) -> list[bytes]:
     source or a tool result changes in v4, so the rest keep the core's bytes unparsed."""
     if version != V4_VERSION:
         for line in lines:
-            if any(b'"' + t.encode() + b'"' in line for t in DSH_V4_ONLY_EVENT_TYPES):
+            if any(needle in line for needle in _V4_ONLY_NEEDLES):
                 row = _json.loads(line)
                 if row.get("type") in DSH_V4_ONLY_EVENT_TYPES and row.get("ignorable") is not True:
                     raise SessionWriteError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 from llm.sse_server import (
     SseServer,
@@ -45,7 +46,7 @@ from dsh_host._session.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from dsh_host._tools import ToolExecution
+from dsh_host._tools import ToolDefinition, ToolExecution, text_output
 from dsh_host.errors import AbortError
 
 from .agent_helpers import (
@@ -234,6 +235,74 @@ async def test_header_is_logged_once_and_again_only_on_change() -> None:
             e.data.reason for e in agent.session.events if isinstance(e.data, RequestHeaderData)
         ]
     assert reasons == ["initial", "change"]
+
+
+async def test_an_unregistered_tool_leaves_the_next_request() -> None:
+    """The registry's schema tuple is kept between steps (D38) and dropped on unregister."""
+    responses = [{"text": "one"}, {"text": "two"}, {"text": "three"}]
+    async with scripted_host(responses) as host:
+        tools = tools_of(host)
+        dispose = tools.register(
+            ToolDefinition(
+                name="late",
+                description="a tool that leaves",
+                parameters={"type": "object"},
+                execute=echo,
+                output=text_output(),
+            )
+        )
+        agent = agent_service(host).create()
+        await agent.run_turn("first")
+        await agent.run_turn("second")
+        dispose()
+        await agent.run_turn("third")
+        requests = model_requests(host)
+        events = agent.session.events
+    reasons = [e.data.reason for e in events if isinstance(e.data, RequestHeaderData)]
+    assert reasons == ["initial", "change"]
+    assert [[t.name for t in r.tools] for r in requests] == [["late"], ["late"], []]
+
+
+async def test_a_tool_schema_is_the_one_registered() -> None:
+    """Changing a registered tool's parameters mapping afterwards changes no request (D38)."""
+    parameters: dict[str, Any] = {"type": "object", "properties": {"a": {"type": "string"}}}
+    async with scripted_host([{"text": "one"}, {"text": "two"}]) as host:
+        register_tool(host, "fixed", echo, parameters=parameters)
+        agent = agent_service(host).create()
+        await agent.run_turn("first")
+        parameters["properties"]["b"] = {"type": "integer"}
+        await agent.run_turn("second")
+        requests = model_requests(host)
+        events = agent.session.events
+    reasons = [e.data.reason for e in events if isinstance(e.data, RequestHeaderData)]
+    assert reasons == ["initial"]
+    sent = [dict(r.tools[0].parameters["properties"]) for r in requests]
+    assert [sorted(p) for p in sent] == [["a"], ["a"]]
+
+
+async def test_a_config_change_after_equal_steps_logs_the_header_again() -> None:
+    """The loop's header memo (equal parts, same tools) does not hide a changed config."""
+    responses = [{"text": "one"}, {"text": "two"}, {"text": "three"}, {"text": "four"}]
+    async with scripted_host(responses) as host:
+        turns: list[int] = []
+
+        async def warmer(proposal: Any, next: Any) -> Any:
+            config = await next()
+            turns.append(proposal.turn)
+            if proposal.turn >= 3:
+                return msgspec.structs.replace(config, temperature=0.5)
+            return config
+
+        host.ctx.on("agent/request", warmer)
+        agent = agent_service(host).create()
+        for prompt in ("first", "second", "third", "fourth"):
+            await agent.run_turn(prompt)
+        requests = model_requests(host)
+        events = agent.session.events
+    reasons = [e.data.reason for e in events if isinstance(e.data, RequestHeaderData)]
+    assert turns == [1, 2, 3, 4]
+    assert reasons == ["initial", "change"]
+    assert [r.config.temperature for r in requests] == [UNSET, UNSET, 0.5, 0.5]
 
 
 async def test_turn_numbers_continue() -> None:

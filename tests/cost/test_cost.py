@@ -191,3 +191,35 @@ async def test_a_compaction_summary_is_billed_in_its_turn() -> None:
         # every reply: 10*2 + 10*8 = 100 micro-dollars
         expected = Decimal("0.0076") * len(summaries) + Decimal("0.0001") * len(replies)
         assert meter.turn_usage(agent.session)[1].cost_usd == expected
+
+
+def test_a_model_the_catalogue_lacked_is_priced_once_a_catalogue_lists_it() -> None:
+    """A catalogue miss is remembered only for the catalogue in force (its snapshot object)."""
+    from genai_prices import types as catalogue
+    from genai_prices.data_snapshot import DataSnapshot, get_snapshot, set_custom_snapshot
+
+    usage = TokenUsage(input_tokens=1_000_000, output_tokens=0)
+    table = PriceTable()
+    assert table.cost("scripted", "dsh-test-model-9", usage) is None
+    assert table.cost("scripted", "dsh-test-model-9", usage) is None  # the remembered miss
+    extra = catalogue.Provider(
+        id="dsh-test",
+        name="dsh test",
+        api_pattern="dsh-test.invalid",
+        model_match=catalogue.ClauseStartsWith(starts_with="dsh-test-"),
+        models=[
+            catalogue.ModelInfo(
+                id="dsh-test-model-9",
+                match=catalogue.ClauseEquals(equals="dsh-test-model-9"),
+                prices=catalogue.ModelPrice(input_mtok=Decimal(7)),
+            )
+        ],
+    )
+    set_custom_snapshot(
+        DataSnapshot(providers=[*get_snapshot().providers, extra], from_auto_update=False)
+    )
+    try:
+        assert table.cost("scripted", "dsh-test-model-9", usage) == Decimal(7)
+    finally:
+        set_custom_snapshot(None)
+    assert table.cost("scripted", "dsh-test-model-9", usage) is None
