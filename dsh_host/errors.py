@@ -86,7 +86,7 @@ rooted here. This drawing covers ``dsh_host`` and every shipped plugin, and
     │   │   └── SessionGenerationSourceChangedError      dsh_host._persistence.persistence
     │   ├── SessionHandleClosedError                     dsh_host._persistence.persistence
     │   ├── SessionHandlePoisonedError                   dsh_host._persistence.persistence
-    │   ├── SessionLockUnsafeError                       dsh_session_persistence_jsonl._lock
+    │   ├── SessionLockUnsafeError                       dsh_host._persistence.persistence
     │   ├── SessionNotFoundError                         dsh_host._persistence.persistence
     │   ├── SessionOwnershipLostError                    dsh_host._persistence.persistence
     │   ├── SessionPersistenceCorruptionError            dsh_host._persistence.persistence

@@ -250,6 +250,12 @@ if TYPE_CHECKING:
         SupportsRoot as SupportsRoot,
         encode_json as encode_json,
     )
+    from dsh_host._persistence.lock import (
+        LOCK_NAME as LOCK_NAME,
+        SessionLock as SessionLock,
+        held_by_text as held_by_text,
+        lock_holder as lock_holder,
+    )
     from dsh_host._persistence.persistence import (
         ArtifactLocation as ArtifactLocation,
         SessionAlreadyExistsError as SessionAlreadyExistsError,
@@ -261,6 +267,7 @@ if TYPE_CHECKING:
         SessionHandleClosedError as SessionHandleClosedError,
         SessionListing as SessionListing,
         SessionLoad as SessionLoad,
+        SessionLockUnsafeError as SessionLockUnsafeError,
         SessionNotFoundError as SessionNotFoundError,
         SessionOwnershipLostError as SessionOwnershipLostError,
         SessionPersistenceCorruptionError as SessionPersistenceCorruptionError,
@@ -622,11 +629,14 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
         "MemoryStorage", "Pending", "SessionStorage", "SupportsCurrentRevision", "SupportsHeldBy",
         "SupportsReadFrom", "SupportsRoot", "encode_json",
     ),
-    "dsh_host._persistence.persistence": ("format_refusal",
+    "dsh_host._persistence.lock": ("LOCK_NAME", "SessionLock", "held_by_text", "lock_holder"),
+    "dsh_host._persistence.persistence": (
+        "format_refusal",
         "ArtifactLocation", "SessionAlreadyExistsError", "SessionAlreadyOwnedError",
         "SessionAppendRejectedError", "SessionFormatUnsupportedError",
         "SessionGenerationConflictError", "SessionGenerationSourceChangedError",
-        "SessionHandleClosedError", "SessionListing", "SessionLoad", "SessionNotFoundError",
+        "SessionHandleClosedError", "SessionListing", "SessionLoad", "SessionLockUnsafeError",
+        "SessionNotFoundError",
         "SessionOwnershipLostError", "SessionPersistenceCorruptionError", "SessionPersistenceError",
         "SessionRollbackError", "SessionWriteError", "TornTail", "UnreadableListing",
         "decode_stored_event", "decode_stored_header", "decode_stored_rows",

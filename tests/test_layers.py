@@ -215,3 +215,18 @@ def test_host_and_plugin_code_reach_services_by_typed_key() -> None:
                 where = f"{path.relative_to(REPO)}:{receiver.lineno}"
                 problems.append(f"{where}: {ast.unparse(node)}")
     assert problems == [], "use the service's ServiceKey (dsh_host.sdk exports them all)"
+
+
+def test_one_module_takes_flock() -> None:
+    """Write ownership has one owner (``dsh_host/_persistence/lock.py``, exported by the sdk as
+    ``SessionLock``); a storage that calls ``flock`` itself would re-implement its refusals
+    (symlinks, FIFOs, a replaced inode). Search, not a list: every call in host and plugins."""
+    owner = HOST / "_persistence" / "lock.py"
+    calls = []
+    for path in sorted([*HOST.rglob("*.py"), *(REPO / "plugins").rglob("*.py")]):
+        if path == owner or "tests" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr in ("flock", "lockf"):
+                calls.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert calls == []

@@ -85,6 +85,7 @@ __all__ = [
     "SessionHandlePoisonedError",
     "SessionListing",
     "SessionLoad",
+    "SessionLockUnsafeError",
     "SessionNotFoundError",
     "SessionOwnershipLostError",
     "SessionPersistence",
@@ -153,6 +154,13 @@ class SessionAlreadyOwnedError(SessionPersistenceError):
     """
 
     code = "SESSION_ALREADY_OWNED"
+
+
+class SessionLockUnsafeError(SessionPersistenceError):
+    """A session's lock file is a symlink or not a regular file; nothing was created or
+    locked."""
+
+    code = "SESSION_LOCK_UNSAFE"
 
 
 class SessionOwnershipLostError(SessionPersistenceError):

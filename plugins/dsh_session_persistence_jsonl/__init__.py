@@ -20,7 +20,6 @@ if TYPE_CHECKING:
         JsonlSessionPersistence,
         JsonlStorage,
     )
-    from ._lock import SessionLockUnsafeError
     from ._paths import CURRENT_VERSION, encode_segment, generation_filename, project_key
     from ._plugin import JsonlConfig, SessionPersistenceJsonl
 
@@ -31,7 +30,6 @@ __all__ = [
     "JsonlLease",
     "JsonlSessionPersistence",
     "JsonlStorage",
-    "SessionLockUnsafeError",
     "SessionPersistenceJsonl",
     "encode_segment",
     "generation_filename",
@@ -44,7 +42,6 @@ _DEFINED_IN = {
     "JsonlLease": "_backend",
     "JsonlSessionPersistence": "_backend",
     "JsonlStorage": "_backend",
-    "SessionLockUnsafeError": "_lock",
     "CURRENT_VERSION": "_paths",
     "encode_segment": "_paths",
     "generation_filename": "_paths",

@@ -23,6 +23,7 @@ import anyio
 
 from dsh_host.sdk import (
     DSH_V4_ONLY_EVENT_TYPES,
+    LOCK_NAME,
     WINDOW_SECONDS,
     ArtifactLocation,
     Pending,
@@ -34,6 +35,7 @@ from dsh_host.sdk import (
     SessionHeader,
     SessionListing,
     SessionLoad,
+    SessionLock,
     SessionNotFoundError,
     SessionPersistenceCorruptionError,
     SessionPersistenceError,
@@ -44,6 +46,8 @@ from dsh_host.sdk import (
     decode_stored_event,
     encode_event,
     header_meta,
+    held_by_text,
+    lock_holder,
     offload,
 )
 
@@ -57,7 +61,6 @@ from ._codec import (
 from ._follow import Fallback, LogFollower
 from ._frames import compress_frame
 from ._layout import JsonlLayout, session_segment, typed_header
-from ._lock import LOCK_NAME, SessionLock, held_by_text, lock_holder
 from ._migrate import migrate_to_current, publish_generation, publish_v4
 from ._paths import (
     CURRENT_VERSION,

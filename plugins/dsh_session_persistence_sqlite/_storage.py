@@ -30,7 +30,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import errno
-import fcntl
 import hashlib
 import os
 import sqlite3
@@ -48,13 +47,13 @@ from dsh_host.sdk import (
     ArtifactLocation,
     Pending,
     SessionAlreadyExistsError,
-    SessionAlreadyOwnedError,
     SessionEvent,
     SessionFormatUnsupportedError,
     SessionHandleClosedError,
     SessionHeader,
     SessionListing,
     SessionLoad,
+    SessionLock,
     SessionNotFoundError,
     SessionOwnershipLostError,
     SessionPersistenceError,
@@ -93,13 +92,12 @@ CREATE TABLE IF NOT EXISTS events (
 class SqliteLease:
     """What the storage holds for one owned session: its ``flock``ed lock file."""
 
-    __slots__ = ("fd", "lock_path", "next_seq", "session_id")
+    __slots__ = ("lock", "next_seq", "session_id")
 
-    def __init__(self, session_id: str, lock_path: str, fd: int, next_seq: int) -> None:
+    def __init__(self, session_id: str, lock: SessionLock, next_seq: int) -> None:
         self.session_id = session_id
-        self.lock_path = lock_path
-        #: The locked descriptor; None once released.
-        self.fd: int | None = fd
+        #: The held lock (``SessionLock``, the host's one ``flock`` owner); released on close.
+        self.lock = lock
         #: How many events are stored (the seq the next batch starts at).
         self.next_seq = next_seq
 
@@ -294,45 +292,23 @@ class SqliteStorage:
         digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
         return os.path.join(self.lock_dir, f"{digest}.lock")
 
-    def _lock(self, session_id: str) -> tuple[str, int]:
-        path = self._lock_path(session_id)
+    def _lock(self, session_id: str) -> SessionLock:
+        """Own ``session_id`` now (the same ``flock`` rules as every file-backed store,
+        :class:`SessionLock`) or raise :class:`SessionAlreadyOwnedError`."""
         try:
             os.makedirs(self.lock_dir, mode=0o700, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as error:
             raise SessionPersistenceError(
-                f'session "{session_id}": cannot open its lock file "{path}": '
-                f"{error.strerror or error} (a symlink there is refused, D20)"
+                f'session "{session_id}": cannot create the lock directory "{self.lock_dir}": '
+                f"{error.strerror or error}"
             ) from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise SessionAlreadyOwnedError(
-                f'session "{session_id}" is being written by another handle or process (its '
-                f'lock "{path}" is held); ownership is never waited for — retry after that '
-                "writer closes or exits"
+            return SessionLock.acquire_file(self._lock_path(session_id), session_id)
+        except OSError as error:  # SessionLock's own refusals are not OSErrors
+            raise SessionPersistenceError(
+                f'session "{session_id}": cannot open its lock file '
+                f'"{self._lock_path(session_id)}": {error.strerror or error}'
             ) from None
-        except BaseException:
-            os.close(fd)
-            raise
-        return path, fd
-
-    def _check_lock(self, lease: SqliteLease) -> None:
-        """The lease's lock file must still be the one it locked."""
-        fd = lease.fd
-        try:
-            same = fd is not None and os.path.samestat(
-                os.fstat(fd), os.stat(lease.lock_path, follow_symlinks=False)
-            )
-        except FileNotFoundError:
-            same = False
-        if not same:
-            raise SessionOwnershipLostError(
-                f'session "{lease.session_id}": write ownership lost — lock file '
-                f'"{lease.lock_path}" was removed or replaced while this handle owned it; '
-                "another writer may now own the session — reopen it"
-            )
 
     # -- the storage seam
 
@@ -359,8 +335,7 @@ class SqliteStorage:
         rows = [(sid, p.seq, p.json.decode("utf-8")) for p in batch]
 
         def publish(conn: sqlite3.Connection) -> SqliteLease:
-            path, fd = self._lock(sid)
-            lease = SqliteLease(sid, path, fd, 0)
+            lease = SqliteLease(sid, self._lock(sid), 0)
             try:
                 with self._transaction(conn, lease, rows):
                     try:
@@ -388,8 +363,7 @@ class SqliteStorage:
         """Take the session's lock (or fail at once), then read its log under it."""
 
         def take(conn: sqlite3.Connection) -> tuple[SqliteLease, SessionLoad]:
-            path, fd = self._lock(session_id)
-            lease = SqliteLease(session_id, path, fd, 0)
+            lease = SqliteLease(session_id, self._lock(session_id), 0)
             try:
                 load = self._read_sync(conn, session_id)
             except BaseException:
@@ -407,7 +381,7 @@ class SqliteStorage:
         rows = [(lease.session_id, p.seq, p.json.decode("utf-8")) for p in batch]
 
         def store(conn: sqlite3.Connection) -> None:
-            self._check_lock(lease)
+            lease.lock.check()
             with self._transaction(conn, lease, rows):
                 (count,) = conn.execute(
                     "SELECT count(*) FROM events WHERE session_id = ?", (lease.session_id,)
@@ -458,9 +432,7 @@ class SqliteStorage:
             raise
 
     def _unlock(self, lease: SqliteLease) -> None:
-        fd, lease.fd = lease.fd, None
-        if fd is not None:
-            os.close(fd)  # closing the descriptor drops the flock
+        lease.lock.release()  # closing the descriptor drops the flock
 
     async def release(self, lease: SqliteLease) -> None:
         self._unlock(lease)

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from dsh_session_persistence_jsonl._lock import lock_holder
+from dsh_host.sdk import lock_holder
 
 from .cli_helpers import dsh
 

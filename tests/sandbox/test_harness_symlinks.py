@@ -28,7 +28,7 @@ from typing import Any
 
 import anyio
 import pytest
-from dsh_session_persistence_jsonl import JsonlSessionPersistence, SessionLockUnsafeError
+from dsh_session_persistence_jsonl import JsonlSessionPersistence
 from dsh_session_persistence_jsonl._storage import open_for_append
 
 from dsh_host import CancelToken, Row, open_host
@@ -38,6 +38,7 @@ from dsh_host._persistence.persistence import (
     SessionPersistenceCorruptionError,
 )
 from dsh_host._tools import TOOLS, ToolExecutionInput, ToolExecutionResult
+from dsh_host.sdk import SessionLockUnsafeError
 
 from .escape_catalog import Snapshot, changed, make_victim, q
 from .sandbox_harness import BACKENDS, MODES, Scene, linux_only, provider_for, run_confined

@@ -201,3 +201,57 @@ async def test_the_row_takes_dsh_camel_case_keys_and_refuses_root_with_path(
             [Row(name="sessions"), Row(name="session-persistence-sqlite", config=both)]
         ):
             pass
+
+
+def sqlite_lock_path(path: Path, session_id: str) -> Path:
+    import hashlib
+
+    digest = hashlib.sha256(session_id.encode()).hexdigest()
+    return Path(f"{path}.locks") / f"{digest}.lock"
+
+
+async def test_a_fifo_planted_as_the_lock_file_is_refused_as_unsafe(tmp_path: Path) -> None:
+    """The SQLite store locks through the host's one ``SessionLock`` (D42's owner of ``flock``),
+    so a lock path that is not a regular file is refused exactly as the JSONL store refuses it,
+    instead of being opened and locked."""
+    import os
+
+    from dsh_host.sdk import SessionLockUnsafeError
+
+    path = db(tmp_path)
+    backend = SqliteSessionPersistence(str(path))
+    try:
+        handle = await backend.create(header("first"))  # creates the database and lock dir
+        await handle.close()
+        fifo = sqlite_lock_path(path, "fifo")
+        os.mkfifo(fifo)
+        planted = await backend.create(header("fifo"))
+        planted.append(log(1)[:3])
+        with anyio.fail_after(30), pytest.raises(SessionLockUnsafeError, match="not a regular"):
+            await planted.flush()  # the session is materialized, and locked, at its first barrier
+        with pytest.raises(SessionLockUnsafeError):
+            await planted.close()
+        assert stat.S_ISFIFO(os.stat(fifo, follow_symlinks=False).st_mode)
+    finally:
+        await backend.aclose()
+
+
+async def test_a_second_writer_is_told_which_process_holds_the_session(tmp_path: Path) -> None:
+    import os
+
+    from dsh_host.sdk import SessionAlreadyOwnedError
+
+    path = db(tmp_path)
+    first = SqliteSessionPersistence(str(path))
+    second = SqliteSessionPersistence(str(path))
+    try:
+        handle = await first.create(header("held"))
+        handle.append(log(1)[:3])
+        await handle.flush()
+        holder = f"held by a live writer \\(pid {os.getpid()}\\)"
+        with pytest.raises(SessionAlreadyOwnedError, match=holder):
+            await second.open("held", "write")
+        await handle.close()
+    finally:
+        await first.aclose()
+        await second.aclose()

@@ -1,4 +1,8 @@
-"""Cross-process write ownership: a non-blocking ``flock`` on ``session.lock``.
+"""Cross-process write ownership: a non-blocking ``flock`` on one lock file per session.
+
+The one implementation every file-backed storage uses (the JSONL store locks
+``<session dir>/session.lock``, the SQLite store a file per session id under its lock
+directory), exported by :mod:`dsh_host.sdk` as :class:`SessionLock`.
 
 Why ``flock`` and not ``lockf``/``fcntl(F_SETLK)``: DSH takes BSD ``flock``
 locks, and on Linux POSIX record locks do not exclude ``flock`` holders, so a
@@ -16,7 +20,7 @@ is no expiry: the kernel drops the lock when the holder's process dies, and a
 live but wedged holder keeps excluding writers.
 
 The lock is opened ``O_NOFOLLOW | O_NONBLOCK`` and must be a regular file
-(D20): a ``session.lock`` planted as a symlink would otherwise make
+(D20 in docs/decisions.md): a lock file planted as a symlink would otherwise make
 the harness create (``O_CREAT``) or lock any file the symlink names, and a FIFO
 would block the open. Either is refused with :class:`SessionLockUnsafeError`.
 """
@@ -29,22 +33,16 @@ import os
 import stat
 from typing import Final
 
-from dsh_host.sdk import (
+from dsh_host._persistence.persistence import (
     SessionAlreadyOwnedError,
+    SessionLockUnsafeError,
     SessionOwnershipLostError,
-    SessionPersistenceError,
 )
 
-__all__ = ["LOCK_NAME", "SessionLock", "SessionLockUnsafeError", "lock_holder"]
+__all__ = ["LOCK_NAME", "SessionLock", "held_by_text", "lock_holder"]
 
 LOCK_NAME: Final = "session.lock"
 _ATTEMPTS: Final = 3
-
-class SessionLockUnsafeError(SessionPersistenceError):
-    """``session.lock`` is a symlink or not a regular file; nothing was created or locked."""
-
-    code = "SESSION_LOCK_UNSAFE"
-
 
 def _unsafe(session_id: str, path: str, what: str) -> SessionLockUnsafeError:
     return SessionLockUnsafeError(
@@ -89,7 +87,12 @@ class SessionLock:
 
         ``session_dir`` must exist (materialization creates it durably first).
         """
-        path = os.path.join(session_dir, LOCK_NAME)
+        return cls.acquire_file(os.path.join(session_dir, LOCK_NAME), session_id)
+
+    @classmethod
+    def acquire_file(cls, path: str, session_id: str) -> SessionLock:
+        """Lock the file at ``path`` (created, mode 0600, if absent; its directory must
+        exist) now, or raise :class:`SessionAlreadyOwnedError`; never waits."""
         for _attempt in range(_ATTEMPTS):
             fd = _open_lock(path, session_id)
             try:
