@@ -211,7 +211,7 @@ def sqlite_lock_path(path: Path, session_id: str) -> Path:
 
 
 async def test_a_fifo_planted_as_the_lock_file_is_refused_as_unsafe(tmp_path: Path) -> None:
-    """The SQLite store locks through the host's one ``SessionLock`` (D42's owner of ``flock``),
+    """The SQLite store locks through the host's one ``SessionLock`` (the sdk's owner of ``flock``),
     so a lock path that is not a regular file is refused exactly as the JSONL store refuses it,
     instead of being opened and locked."""
     import os
