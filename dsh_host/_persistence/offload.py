@@ -156,7 +156,14 @@ class BarrierLane:
             return await _on_writer_thread(trio, state, self._timed, fn, *args)
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller starts nothing
         self.inline_calls += 1
-        return cast(T, _protected(trio)(self._timed, (fn, *args)))
+        try:
+            result = _protected(trio)(self._timed, (fn, *args))
+        finally:
+            # Whatever became ready meanwhile runs before the caller goes on: a task waits at
+            # most one inline call, never a whole turn of them (D41). Shielded: the work is
+            # done, so its result is delivered, not replaced by a cancellation.
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        return cast(T, result)
 
     def _timed(self, fn: Callable[..., T], *args: object) -> T:
         started = time.perf_counter()

@@ -374,7 +374,10 @@ async def test_a_session_whose_turn_ended_is_not_kept_in_memory(tmp_path: Path) 
     then the session object must be gone."""
     (tmp_path / "ws").mkdir()
     script = tmp_path / "script.json"
-    script.write_text(json.dumps({"responses": [{"text": "one"}, {"text": "two"}]}))
+    # Each answer waits half a second, so the turn is still running when the request that
+    # started it looks (a turn that never blocks may otherwise end before it gets the loop).
+    script.write_text(json.dumps({"responses": [
+        {"text": "one", "delay_ms": 500}, {"text": "two", "delay_ms": 500}]}))
     options = ServeOptions(
         compositions=build_compositions(
             str(write_composition(tmp_path)), [], f"scripted:{script}", str(tmp_path / "s")),
@@ -390,13 +393,19 @@ async def test_a_session_whose_turn_ended_is_not_kept_in_memory(tmp_path: Path) 
             assert running is not None
             gone.append(weakref.ref(running.agent.session))
             del running
-            while True:  # the turn ends (the test's own timeout is the only deadline)
+            while True:  # the turn ends
                 if runtime.running(session_id) is None:
                     break
                 await anyio.sleep(0.05)
         host = await runtime.host(options.default_composition, options.default_workspace)
         host.ctx.llm.adapter_for("scripted").requests.clear()
-        gc.collect()
+        # A session's write handle closes in the background after its turn (its last window
+        # and the release of its lock), so the session goes shortly after the turn, not at
+        # once; a session the server keeps never goes (a guard of a minute ends the wait).
+        with anyio.move_on_after(60):
+            while any(ref() is not None for ref in gone):
+                gc.collect()
+                await anyio.sleep(0.05)
         assert [ref() for ref in gone] == [None, None]
 
 
