@@ -291,3 +291,32 @@ async def test_a_job_submitted_after_the_writers_closed_still_runs() -> None:
 
             trio.lowlevel.reschedule(waiting[0], outcome.Value(None))
     assert ran.is_set(), "the late job never ran"
+
+
+async def test_a_ready_task_runs_between_inline_calls() -> None:
+    """D41: a task that becomes ready waits at most one inline call. Without a schedule point
+    after each call, a caller whose other awaits never block (a scripted model, no tool hop)
+    ran every barrier inline back to back and held the loop for them all."""
+    if not trio.lowlevel.in_trio_task():
+        pytest.skip("the inline lane is trio's")
+    lane = offload.BarrierLane(1.0)
+    ticks = 0
+    seen: list[int] = []
+
+    async def other() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other)
+        await trio.lowlevel.checkpoint()  # let it start
+        for _ in range(20):
+            assert await lane.run(where) == threading.get_ident()  # inline, every time
+            seen.append(ticks)
+        nursery.cancel_scope.cancel()
+    assert lane.inline_calls == 20
+    # The other task runs once in each scheduling batch after a call (before or after this
+    # one resumes, in the order trio picks): about one tick a call; none without the yield.
+    assert seen[-1] - seen[0] >= len(seen) - 2, seen
