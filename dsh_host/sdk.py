@@ -215,6 +215,9 @@ if TYPE_CHECKING:
     from dsh_host.session.repair import (
         TOOL_OUTCOME_UNKNOWN as TOOL_OUTCOME_UNKNOWN,
     )
+    from dsh_host.session.packed import (
+        PackedLog as PackedLog,
+    )
     from dsh_host.session.session import (
         Session as Session,
         derive_event_message as derive_event_message,
@@ -272,6 +275,7 @@ if TYPE_CHECKING:
         decode_stored_event as decode_stored_event,
         decode_stored_header as decode_stored_header,
         decode_stored_rows as decode_stored_rows,
+        pack_stored_rows as pack_stored_rows,
     )
     from dsh_host.session.backend import (
         PersistenceService as PersistenceService,
@@ -606,6 +610,7 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
         "TOOL_NOT_STARTED", "TOOL_NOT_STARTED_TEXT", "TOOL_OUTCOME_UNKNOWN",
         "TOOL_OUTCOME_UNKNOWN_TEXT", "interrupted_tool_result_id", "interrupted_turn_closers",
     ),
+    "dsh_host.session.packed": ("PackedLog",),
     "dsh_host.session.session": ("Session", "derive_event_message"),
     "dsh_host.session.store": ("SessionStore",),
     "dsh_host.session.terms": ("recorded_terms",),
@@ -626,7 +631,7 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
         "SessionHandleClosedError", "SessionListing", "SessionLoad", "SessionNotFoundError",
         "SessionOwnershipLostError", "SessionPersistenceCorruptionError", "SessionPersistenceError",
         "SessionRollbackError", "SessionWriteError", "TornTail", "UnreadableListing",
-        "decode_stored_event", "decode_stored_header", "decode_stored_rows",
+        "decode_stored_event", "decode_stored_header", "decode_stored_rows", "pack_stored_rows",
     ),
     "dsh_host.session.backend": ("PersistenceService",),
     "dsh_host.session.binding": ("wire_storage",),

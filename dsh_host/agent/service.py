@@ -37,6 +37,7 @@ from msgspec import UNSET
 
 from dsh_host.session.events import SessionEvent, ToolResultData
 from dsh_host.session.keys import SESSION_PERSISTENCE, SESSIONS
+from dsh_host.session.packed import packed_copy
 from dsh_host.session.persistence import SessionNotFoundError
 from dsh_host.session.repair import interrupted_turn_closers
 from dsh_host.session.session import Session
@@ -258,13 +259,18 @@ class AgentService:
             if pending:
                 # The turn stays open while reconcilers look (D26): their verdicts and any
                 # approval they need are recorded inside it, then the closers close the rest.
-                session = Session.restore(load.header, list(load.events), mark_seed_end=False)
+                session = Session.restore(
+                    load.header, packed_copy(load.events), mark_seed_end=False
+                )
                 store.attach(session)
             else:
                 if closers:
                     handle.append(closers)
                 await handle.flush()  # the repair is durable before anything else happens
-                session = Session.restore(load.header, [*load.events, *closers])
+                log = packed_copy(load.events)  # docs/decisions.md D37
+                for closer in closers:
+                    log.append(closer)
+                session = Session.restore(load.header, log)
                 store.attach(session, appended=session.events[len(load.events) :])
         except BaseException:
             await handle.close()

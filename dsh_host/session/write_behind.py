@@ -53,6 +53,7 @@ from dsh_host.jsonsafe import NonJsonValueError, to_json_builtins
 from dsh_host.session.errors import InvalidSessionEventError
 from dsh_host.session.events import SessionEvent, decode_event
 from dsh_host.session.header import SessionHeader
+from dsh_host.session.packed import PackedLog, packed_copy
 from dsh_host.session.persistence import (
     EventLike,
     SessionAppendRejectedError,
@@ -485,9 +486,10 @@ class WriteHandle(Generic[L]):
         self._storage = storage
         self._header = header
         self._lease = lease
-        events = list(load.events) if load is not None else []
-        #: The log while no session is bound (None once one is: its events are the log).
-        self._own: list[SessionEvent] | None = events
+        events = packed_copy(load.events) if load is not None else PackedLog()
+        #: The log while no session is bound (None once one is: its events are the log);
+        #: packed like a session's, docs/decisions.md D37.
+        self._own: PackedLog | None = events
         self._bound: Session | None = None
         self._accepted = len(events)
         #: Durable count: the first ``cursor`` events are stored.
@@ -712,7 +714,9 @@ class WriteHandle(Generic[L]):
             raise SessionHandleClosedError(f'write handle of session "{self.id}" is closed')
         return SessionLoad(
             header=self._header,
-            events=tuple(self.accepted_events()),
+            events=(
+                self._own.copy() if self._own is not None else tuple(self.accepted_events())
+            ),
             revision=f"written:{self._cursor}" if self._lease is not None else "unmaterialized",
             location=self._storage.locate(self._header),
             torn_tail=self._torn,

@@ -26,6 +26,7 @@ from dsh_host.sdk import (
     WINDOW_SECONDS,
     ArtifactLocation,
     InvalidSessionIdError,
+    PackedLog,
     Pending,
     PersistenceService,
     SessionAlreadyExistsError,
@@ -502,7 +503,7 @@ class JsonlStorage:
             plain = [False] * len(events)
         return SessionLoad(
             header=_typed_header(header, artifact.path),
-            events=tuple(
+            events=PackedLog(  # older pages held encoded (docs/decisions.md D37)
                 e
                 if isinstance(e, SessionEvent)
                 else decode_stored_event(
@@ -544,7 +545,7 @@ class JsonlStorage:
             self._follower.forget(session_id)
         artifact, header, events = self._read_sync(session_id)
         stop = None if limit is None else from_seq + limit
-        return self._load(artifact, header, events[from_seq:stop]).events
+        return tuple(self._load(artifact, header, events[from_seq:stop]).events)
 
     async def next_seq(self, session_id: str) -> int:
         """The seq after the last complete stored event (a new follower's start), from the

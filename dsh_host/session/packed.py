@@ -1,0 +1,203 @@
+"""``PackedLog``: a session's append-only event list, its older pages kept encoded.
+
+A resumed 100k-event session held every decoded event (~650 B each in ``tracemalloc``, ~1.5 KB
+of peak RSS), though nearly every reader of an old event reads it once: each fold walks the
+log once and then only what is new (``LogFold``, the token meter, the surface projection).
+So a ``Session`` keeps its events in a :class:`PackedLog` (docs/decisions.md D37): the newest
+events as the decoded objects they are, every older full page of :data:`PAGE` events as one
+zstd-compressed block of their JSON lines, decoded again on access, with the last few decoded
+pages cached. It is a ``list`` to everything that reads it (index, slice, iterate, ``len``), so
+``Session.events`` (a ``LogView`` over it) and every fold over it are unchanged.
+
+An event is packed only when its line decodes back to an equal event
+(:func:`~dsh_host.session.events.decode_event_line`); one that would not (a kept wire form, an
+unknown ignorable type, an integer beyond ±(2**53-1)) stays in its page as the object.
+A re-decoded event equals the one appended; it is not the same object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Final, Literal, overload
+
+import zstandard
+
+from dsh_host.session.events import SessionEvent, decode_event, decode_event_line, encode_event
+
+__all__ = ["PAGE", "PackedLog", "packed_copy"]
+
+#: Events per packed page; the decoded tail holds between PAGE and 2 * PAGE events.
+PAGE: Final = 1024
+#: Decoded pages kept (a walk needs one; a look-up back into the previous page is common).
+_CACHED: Final = 2
+_LEVEL: Final = 1
+
+_compressor = zstandard.ZstdCompressor(level=_LEVEL)
+_decompressor = zstandard.ZstdDecompressor()
+
+
+class _Page:
+    """``PAGE`` events: their joined lines, compressed; the indexes of those that need the
+    general decoder (``general``), and those that did not round-trip at all (``kept``)."""
+
+    __slots__ = ("blob", "general", "kept")
+
+    def __init__(self, events: list[SessionEvent]) -> None:
+        lines: list[bytes] = []
+        kept: dict[int, SessionEvent] = {}
+        general: set[int] = set()
+        for index, event in enumerate(events):
+            line = encode_event(event)
+            how = _round_trip(line, event) if b"\n" not in line else None
+            if how is None:
+                kept[index] = event
+                line = b""
+            elif how == "general":
+                general.add(index)
+            lines.append(line)
+        # A copy: the compressor's result sits in a buffer of the input's bound, the rest of
+        # it still allocated (measured with tracemalloc: ~290 KB a page instead of ~6 KB).
+        self.blob = bytes(memoryview(_compressor.compress(b"\n".join(lines))))
+        self.kept = kept or None
+        self.general = frozenset(general) if general else None
+
+    def decode(self) -> list[SessionEvent]:
+        out: list[SessionEvent] = []
+        kept, general = self.kept, self.general
+        for index, line in enumerate(_decompressor.decompress(self.blob).split(b"\n")):
+            event = kept.get(index) if kept is not None else None
+            if event is None:
+                if general is not None and index in general:
+                    event = decode_event(line.decode("utf-8"), where="a packed page")
+                else:
+                    event = decode_event_line(line)
+                    assert event is not None  # checked when packed
+            out.append(event)
+        return out
+
+
+def _round_trip(line: bytes, event: SessionEvent) -> Literal["line", "general"] | None:
+    """How ``line`` decodes back to ``event``: in one typed pass, by the general decoder, or
+    not at all (an equal event is what counts)."""
+    decoded = decode_event_line(line)
+    if decoded is not None:
+        return "line" if decoded == event else None
+    try:
+        again = decode_event(line.decode("utf-8"), where="a packed page")
+    except Exception:  # any refusal: the event stays as it is
+        return None
+    return "general" if again == event and again.wire == event.wire else None
+
+
+class PackedLog(Sequence[SessionEvent]):
+    """An append-only list of events: full older pages encoded, the newest decoded."""
+
+    __slots__ = ("_cache", "_pages", "_tail")
+
+    def __init__(self, events: Iterable[SessionEvent] = ()) -> None:
+        self._pages: list[_Page] = []
+        self._tail: list[SessionEvent] = []
+        #: (page index, decoded events), newest last.
+        self._cache: list[tuple[int, list[SessionEvent]]] = []
+        for event in events:
+            self.append(event)
+
+    def copy(self) -> PackedLog:
+        """An independent log with the same events (the packed pages are shared: immutable)."""
+        out = PackedLog()
+        out._pages = list(self._pages)
+        out._tail = list(self._tail)
+        return out
+
+    @property
+    def packed(self) -> int:
+        """How many events are held encoded (not as decoded objects, the cache aside)."""
+        return len(self._pages) * PAGE
+
+    def append(self, event: SessionEvent) -> None:
+        tail = self._tail
+        tail.append(event)
+        if len(tail) >= 2 * PAGE:
+            self._pages.append(_Page(tail[:PAGE]))
+            del tail[:PAGE]
+
+    def extend(self, events: Iterable[SessionEvent]) -> None:
+        for event in events:
+            self.append(event)
+
+    def __len__(self) -> int:
+        return len(self._pages) * PAGE + len(self._tail)
+
+    def __bool__(self) -> bool:
+        return bool(self._pages) or bool(self._tail)
+
+    def _page(self, number: int) -> list[SessionEvent]:
+        cache = self._cache
+        for at, (cached, events) in enumerate(cache):
+            if cached == number:
+                if at != len(cache) - 1:
+                    cache.append(cache.pop(at))
+                return events
+        events = self._pages[number].decode()
+        cache.append((number, events))
+        if len(cache) > _CACHED:
+            del cache[0]
+        return events
+
+    @overload
+    def __getitem__(self, index: int) -> SessionEvent: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[SessionEvent]: ...
+
+    def __getitem__(self, index: int | slice) -> SessionEvent | list[SessionEvent]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                return [self[i] for i in range(start, stop, step)]
+            return list(self._walk(start, stop))
+        packed = len(self._pages) * PAGE
+        if index < 0:
+            index += packed + len(self._tail)
+        if index >= packed:
+            return self._tail[index - packed]
+        if index < 0:
+            raise IndexError("event index out of range")
+        return self._page(index // PAGE)[index % PAGE]
+
+    def _walk(self, start: int, stop: int) -> Iterator[SessionEvent]:
+        """Events ``start`` to ``stop`` (clamped to the log as it is at each step)."""
+        index = start
+        while index < stop:
+            packed = len(self._pages) * PAGE
+            if index >= packed:
+                tail = self._tail
+                end = min(stop, packed + len(tail))
+                if index >= end:
+                    return
+                yield from tail[index - packed : end - packed]
+                index = end
+                continue
+            number, offset = divmod(index, PAGE)
+            events = self._page(number)
+            end = min(stop, (number + 1) * PAGE)
+            yield from events[offset : offset + end - index]
+            index = end
+
+    def __iter__(self) -> Iterator[SessionEvent]:
+        return self._walk(0, len(self))
+
+    def __reversed__(self) -> Iterator[SessionEvent]:
+        for index in range(len(self) - 1, -1, -1):
+            yield self[index]
+
+    def __repr__(self) -> str:
+        return f"<PackedLog of {len(self)} events, {self.packed} packed>"
+
+
+def packed_copy(events: Iterable[SessionEvent]) -> PackedLog:
+    """A new :class:`PackedLog` of ``events``: a copy sharing the pages of a packed one (a
+    store's load), else the events packed as they are walked."""
+    if isinstance(events, PackedLog):
+        return events.copy()
+    return PackedLog(events)
