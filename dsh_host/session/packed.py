@@ -191,6 +191,18 @@ class PackedLog(Sequence[SessionEvent]):
         for index in range(len(self) - 1, -1, -1):
             yield self[index]
 
+    __hash__ = None  # type: ignore[assignment]  # compares by value, like a list
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to any sequence of equal events (a tuple, a list, a ``LogView``)."""
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            if len(other) != len(self):
+                return False
+            if isinstance(other, PackedLog) and other._pages == self._pages:
+                return other._tail == self._tail  # shared pages: no decode needed
+            return all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
     def __repr__(self) -> str:
         return f"<PackedLog of {len(self)} events, {self.packed} packed>"
 

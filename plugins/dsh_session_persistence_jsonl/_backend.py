@@ -16,7 +16,7 @@ import builtins
 import dataclasses
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import anyio
@@ -494,6 +494,23 @@ class JsonlStorage:
         sid = str(header["id"])
         # The reader's per-row promise holds for the rows it parsed: a v3 file's events
         # are those rows (a migration copies and rewrites them, so it gets no promise).
+        if isinstance(events, PackedLog) and events is artifact.events:
+            typed: Sequence[SessionEvent] = events  # every event typed by the reader (D37)
+        else:
+            typed = PackedLog(self._typed(artifact, sid, events))
+        return SessionLoad(
+            header=_typed_header(header, artifact.path),
+            events=typed,
+            revision=artifact.revision,
+            location=ArtifactLocation("jsonl", artifact.path),
+            torn_tail=artifact.torn,
+            source_version=artifact.version,
+        )
+
+    @staticmethod
+    def _typed(
+        artifact: ArtifactRead, sid: str, events: Sequence[StoredRow]
+    ) -> Iterator[SessionEvent]:
         plain = artifact.plain
         if (
             artifact.version != CURRENT_VERSION
@@ -501,21 +518,14 @@ class JsonlStorage:
             or len(plain) != len(events)
         ):
             plain = [False] * len(events)
-        return SessionLoad(
-            header=_typed_header(header, artifact.path),
-            events=PackedLog(  # older pages held encoded (docs/decisions.md D37)
+        for e, p in zip(events, plain, strict=True):
+            yield (
                 e
                 if isinstance(e, SessionEvent)
                 else decode_stored_event(
                     e, session_id=sid, seq=e.get("seq"), where=artifact.path, parsed_plain=p
                 )
-                for e, p in zip(events, plain, strict=True)
-            ),
-            revision=artifact.revision,
-            location=ArtifactLocation("jsonl", artifact.path),
-            torn_tail=artifact.torn,
-            source_version=artifact.version,
-        )
+            )
 
     async def load(self, session_id: str) -> SessionLoad:
         artifact, header, events = await anyio.to_thread.run_sync(self._read_sync, session_id)

@@ -21,17 +21,19 @@ import bisect
 import errno
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Final, Literal, TypeAlias
 
 from dsh_host.sdk import (
     DSH_V4_ONLY_EVENT_TYPES,
+    PackedLog,
     SessionEvent,
     SessionFormatUnsupportedError,
     SessionPersistenceCorruptionError,
     TornTail,
     decode_event_line,
+    decode_stored_event,
     may_hold_unsafe_int,
 )
 
@@ -319,8 +321,9 @@ class ArtifactRead:
     compression: Compression
     version: int
     header: dict[str, Any]
-    #: Plain records, and typed events when read with ``typed=True`` (:data:`StoredRow`).
-    events: list[StoredRow]
+    #: Plain records, and typed events when read with ``typed=True`` (:data:`StoredRow`);
+    #: a current-format zstd log read typed: every event, typed, in a :class:`PackedLog`.
+    events: list[StoredRow] | PackedLog
     size: int
     revision: str
     torn: TornTail | None = None
@@ -432,12 +435,36 @@ def read_artifact(
     return _read_raw(path, data, revision, version, typed)
 
 
-def plain_rows(rows: list[StoredRow]) -> list[dict[str, Any]]:
+def plain_rows(rows: Sequence[StoredRow]) -> list[dict[str, Any]]:
     """``rows`` as the plain records they are (a read without ``typed``, an older format,
     a recovered tail); a typed event among them is a caller's mistake."""
     out = [row for row in rows if isinstance(row, dict)]
     if len(out) != len(rows):
         raise TypeError("expected plain stored records, got typed events")
+    return out
+
+
+#: Rows a typed zstd read lets its scanner gather before they move into the packed log.
+_DRAIN_AT: Final = 1024
+
+
+def _drain(scanner: LineScanner, packed: PackedLog | None, path: str, sid: str) -> PackedLog:
+    """Move the scanner's rows into ``packed`` (new when None), each typed as the backend's
+    load types it (a plain row by the general decoder, with the reader's per-row promise):
+    a read of a long log never holds every decoded event at once (docs/decisions.md D37).
+    The scanner keeps counting seqs from where its rows end."""
+    out = PackedLog() if packed is None else packed
+    for row, plain in zip(scanner.events, scanner.plain, strict=True):
+        out.append(
+            row
+            if isinstance(row, SessionEvent)
+            else decode_stored_event(
+                row, session_id=sid, seq=row.get("seq"), where=path, parsed_plain=plain
+            )
+        )
+    scanner.first_seq += len(scanner.events)
+    scanner.events = []
+    scanner.plain = []
     return out
 
 
@@ -455,6 +482,8 @@ def _read_zstd(
         else f"Zstandard session log ends inside the frame at byte {damage}"
     )
     scanner: LineScanner | None = None
+    #: A typed read's events so far, typed, in pages (docs/decisions.md D37).
+    packed: PackedLog | None = None
     header: dict[str, Any] = {}
     frame_of_offset: list[tuple[int, int]] = []  # (plaintext start, file start)
 
@@ -494,6 +523,8 @@ def _read_zstd(
             frame_of_offset.append((offset, start))
             offset += len(plaintext)
             scanner.feed(plaintext)
+            if scanner.typed and len(scanner.events) >= _DRAIN_AT:
+                packed = _drain(scanner, packed, path, str(header.get("id")))
     except _Refusal as refusal:
         raise _corrupt(path, str(refusal), refusal.offset) from None
     if scanner is None:
@@ -522,6 +553,9 @@ def _read_zstd(
             last_start,
         )
     complete_end = frames[-1][1]
+    sid = str(header.get("id"))
+    if packed is not None:
+        packed = _drain(scanner, packed, path, sid)
     events = scanner.events
     recovered: list[dict[str, Any]] = []
     torn: TornTail | None = None
@@ -532,6 +566,7 @@ def _read_zstd(
         tail_scanner.locate = lambda _plain: torn_start or 0
         tail_scanner.events = events  # continue the seq count
         tail_scanner.plain = scanner.plain
+        tail_scanner.first_seq = scanner.first_seq  # past the rows already packed
         before = len(events)
         try:
             tail_scanner.feed(tail)
@@ -539,12 +574,14 @@ def _read_zstd(
             raise _corrupt(path, str(refusal), refusal.offset) from None
         recovered = plain_rows(events[before:])
         torn = TornTail(truncate_to=torn_start, recovered=len(recovered), size=len(data))
+        if packed is not None:
+            packed = _drain(tail_scanner, packed, path, sid)
     return ArtifactRead(
         path=path,
         compression="zstd",
         version=file_version,
         header=header,
-        events=events,
+        events=events if packed is None else packed,
         size=len(data),
         revision=revision,
         torn=torn,
