@@ -444,10 +444,6 @@ def plain_rows(rows: Sequence[StoredRow]) -> list[dict[str, Any]]:
     return out
 
 
-#: Rows a typed zstd read lets its scanner gather before they move into the packed log.
-_DRAIN_AT: Final = 1024
-
-
 def _drain(scanner: LineScanner, packed: PackedLog | None, path: str, sid: str) -> PackedLog:
     """Move the scanner's rows into ``packed`` (new when None), each typed as the backend's
     load types it (a plain row by the general decoder, with the reader's per-row promise):
@@ -523,7 +519,7 @@ def _read_zstd(
             frame_of_offset.append((offset, start))
             offset += len(plaintext)
             scanner.feed(plaintext)
-            if scanner.typed and len(scanner.events) >= _DRAIN_AT:
+            if scanner.typed:  # each frame's rows: a plain row's record goes at once
                 packed = _drain(scanner, packed, path, str(header.get("id")))
     except _Refusal as refusal:
         raise _corrupt(path, str(refusal), refusal.offset) from None
