@@ -24,6 +24,7 @@ from ..loader import PluginHost
 from ..session.events import SessionEvent, event_to_builtins, to_builtins
 from ..session.keys import TELEMETRY
 from ..session.messages import Message
+from ..session.packed import packed_copy
 from ..session.persistence import (
     SessionLoad,
     SessionPersistenceCorruptionError,
@@ -604,7 +605,8 @@ def _show_transcript_document(args: argparse.Namespace, rows: Any, prices: Price
         raise CliUsageError(f"--turn {args.turn}: session {load.id} has no such turn")
     from ..session.tokens import TokenMeter
 
-    session = Session.restore(load.header, list(load.events), mark_seed_end=False)
+    # The load's packed pages, shared: not a list of every decoded event (D37).
+    session = Session.restore(load.header, packed_copy(load.events), mark_seed_end=False)
     meter = TokenMeter(prices)
     document = transcript_document(
         load.id, load.events, usage=meter.usage(session), turn_usage=meter.turn_usage(session)

@@ -18,9 +18,7 @@ A re-decoded event equals the one appended; it is not the same object.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Final, Literal, overload
-
-import zstandard
+from typing import Any, Final, Literal, overload
 
 from dsh_host.session.events import SessionEvent, decode_event, decode_event_line, encode_event
 
@@ -32,8 +30,17 @@ PAGE: Final = 1024
 _CACHED: Final = 2
 _LEVEL: Final = 1
 
-_compressor = zstandard.ZstdCompressor(level=_LEVEL)
-_decompressor = zstandard.ZstdDecompressor()
+_codec: list[Any] = []  #: (compressor, decompressor), made when the first page is
+
+
+def _zstd() -> tuple[Any, Any]:
+    """The shared compressor and decompressor (imported on first use: a session that never
+    fills a page, and every command that reads none, does not import zstandard for this)."""
+    if not _codec:
+        import zstandard
+
+        _codec.extend((zstandard.ZstdCompressor(level=_LEVEL), zstandard.ZstdDecompressor()))
+    return _codec[0], _codec[1]
 
 
 class _Page:
@@ -57,14 +64,14 @@ class _Page:
             lines.append(line)
         # A copy: the compressor's result sits in a buffer of the input's bound, the rest of
         # it still allocated (measured with tracemalloc: ~290 KB a page instead of ~6 KB).
-        self.blob = bytes(memoryview(_compressor.compress(b"\n".join(lines))))
+        self.blob = bytes(memoryview(_zstd()[0].compress(b"\n".join(lines))))
         self.kept = kept or None
         self.general = frozenset(general) if general else None
 
     def decode(self) -> list[SessionEvent]:
         out: list[SessionEvent] = []
         kept, general = self.kept, self.general
-        for index, line in enumerate(_decompressor.decompress(self.blob).split(b"\n")):
+        for index, line in enumerate(_zstd()[1].decompress(self.blob).split(b"\n")):
             event = kept.get(index) if kept is not None else None
             if event is None:
                 if general is not None and index in general:
