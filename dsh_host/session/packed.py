@@ -9,18 +9,22 @@ zstd-compressed block of their JSON lines, decoded again on access, with the las
 pages cached. It is a ``list`` to everything that reads it (index, slice, iterate, ``len``), so
 ``Session.events`` (a ``LogView`` over it) and every fold over it are unchanged.
 
-An event is packed only when its line decodes back to an equal event
+An event is packed only when its line decodes back to an equal event in one typed pass
 (:func:`~dsh_host.session.events.decode_event_line`); one that would not (a kept wire form, an
-unknown ignorable type, an integer beyond ±(2**53-1)) stays in its page as the object.
+unknown ignorable type, a type the typed decoder does not take, such as ``request/header``)
+stays in its page as the object.
 A re-decoded event equals the one appended; it is not the same object.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Final, Literal, overload
+from typing import Any, Final, overload
 
-from dsh_host.session.events import SessionEvent, decode_event, decode_event_line, encode_event
+import msgspec
+from msgspec import UNSET
+
+from dsh_host.session.events import SessionEvent, decode_event_line, encode_event
 
 __all__ = ["PAGE", "PackedLog", "packed_copy"]
 
@@ -44,68 +48,70 @@ def _zstd() -> tuple[Any, Any]:
 
 
 class _Page:
-    """``PAGE`` events: their joined lines, compressed; the indexes of those that need the
-    general decoder (``general``), and those that did not round-trip at all (``kept``)."""
+    """``PAGE`` events: their joined lines, compressed, and those that are kept as objects."""
 
-    __slots__ = ("blob", "general", "kept")
+    __slots__ = ("blob", "kept")
 
-    def __init__(self, events: list[SessionEvent]) -> None:
+    def __init__(self, events: list[SessionEvent], shared: dict[bytes, Any]) -> None:
         lines: list[bytes] = []
         kept: dict[int, SessionEvent] = {}
-        general: set[int] = set()
         for index, event in enumerate(events):
             line = encode_event(event)
-            how = _round_trip(line, event) if b"\n" not in line else None
-            if how is None:
-                kept[index] = event
+            if b"\n" in line or not _round_trips(line, event):
+                kept[index] = _sharing(event, line, shared)
                 line = b""
-            elif how == "general":
-                general.add(index)
             lines.append(line)
         # A copy: the compressor's result sits in a buffer of the input's bound, the rest of
         # it still allocated (measured with tracemalloc: ~290 KB a page instead of ~6 KB).
         self.blob = bytes(memoryview(_zstd()[0].compress(b"\n".join(lines))))
         self.kept = kept or None
-        self.general = frozenset(general) if general else None
 
     def decode(self) -> list[SessionEvent]:
         out: list[SessionEvent] = []
-        kept, general = self.kept, self.general
+        kept = self.kept
         for index, line in enumerate(_zstd()[1].decompress(self.blob).split(b"\n")):
             event = kept.get(index) if kept is not None else None
             if event is None:
-                if general is not None and index in general:
-                    event = decode_event(line.decode("utf-8"), where="a packed page")
-                else:
-                    event = decode_event_line(line)
-                    assert event is not None  # checked when packed
+                event = decode_event_line(line)
+                assert event is not None  # checked when packed
             out.append(event)
         return out
 
 
-def _round_trip(line: bytes, event: SessionEvent) -> Literal["line", "general"] | None:
-    """How ``line`` decodes back to ``event``: in one typed pass, by the general decoder, or
-    not at all (an equal event is what counts)."""
+def _sharing(event: SessionEvent, line: bytes, shared: dict[bytes, Any]) -> SessionEvent:
+    """``event``, its data the one an earlier kept event with equal data holds (the same
+    request header logged again keeps one copy of its schemas)."""
+    at = line.find(b',"data":')
+    if at < 0 or event.wire is not UNSET:
+        return event
+    key = event.type.encode() + line[at:]
+    known = shared.setdefault(key, event.data)
+    if known is event.data or known != event.data:
+        return event
+    return msgspec.structs.replace(event, data=known)
+
+
+def _round_trips(line: bytes, event: SessionEvent) -> bool:
+    """``line`` decodes back to ``event`` in one typed pass. A type without a typed line
+    decoder (``request/header``: its schemas are open JSON) is kept as the object: the general
+    decoder costs ~20 times the typed one, and such events are few (a request header is
+    logged when it changes)."""
     decoded = decode_event_line(line)
-    if decoded is not None:
-        return "line" if decoded == event else None
-    try:
-        again = decode_event(line.decode("utf-8"), where="a packed page")
-    except Exception:  # any refusal: the event stays as it is
-        return None
-    return "general" if again == event and again.wire == event.wire else None
+    return decoded is not None and decoded == event
 
 
 class PackedLog(Sequence[SessionEvent]):
     """An append-only list of events: full older pages encoded, the newest decoded."""
 
-    __slots__ = ("_cache", "_pages", "_tail")
+    __slots__ = ("_cache", "_pages", "_shared", "_tail")
 
     def __init__(self, events: Iterable[SessionEvent] = ()) -> None:
         self._pages: list[_Page] = []
         self._tail: list[SessionEvent] = []
         #: (page index, decoded events), newest last.
         self._cache: list[tuple[int, list[SessionEvent]]] = []
+        #: The data of kept events, by their encoding: equal data is held once (``_sharing``).
+        self._shared: dict[bytes, Any] = {}
         for event in events:
             self.append(event)
 
@@ -114,6 +120,7 @@ class PackedLog(Sequence[SessionEvent]):
         out = PackedLog()
         out._pages = list(self._pages)
         out._tail = list(self._tail)
+        out._shared = self._shared
         return out
 
     @property
@@ -125,7 +132,7 @@ class PackedLog(Sequence[SessionEvent]):
         tail = self._tail
         tail.append(event)
         if len(tail) >= 2 * PAGE:
-            self._pages.append(_Page(tail[:PAGE]))
+            self._pages.append(_Page(tail[:PAGE], self._shared))
             del tail[:PAGE]
 
     def extend(self, events: Iterable[SessionEvent]) -> None:

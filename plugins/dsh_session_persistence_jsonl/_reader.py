@@ -450,7 +450,8 @@ def _drain(scanner: LineScanner, packed: PackedLog | None, path: str, sid: str) 
     a read of a long log never holds every decoded event at once (docs/decisions.md D37).
     The scanner keeps counting seqs from where its rows end."""
     out = PackedLog() if packed is None else packed
-    for row, plain in zip(scanner.events, scanner.plain, strict=True):
+    rows = scanner.events
+    for row, plain in zip(rows, scanner.plain[len(scanner.plain) - len(rows) :], strict=True):
         out.append(
             row
             if isinstance(row, SessionEvent)
@@ -458,9 +459,8 @@ def _drain(scanner: LineScanner, packed: PackedLog | None, path: str, sid: str) 
                 row, session_id=sid, seq=row.get("seq"), where=path, parsed_plain=plain
             )
         )
-    scanner.first_seq += len(scanner.events)
-    scanner.events = []
-    scanner.plain = []
+    scanner.first_seq += len(rows)
+    scanner.events = []  # ``plain`` stays whole: which rows the one-pass decode took
     return out
 
 
