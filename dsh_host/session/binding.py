@@ -40,6 +40,7 @@ from dsh_host.context import Context
 from dsh_host.session.backend import PersistenceService
 from dsh_host.session.events import SessionEvent
 from dsh_host.session.keys import SESSION_PERSISTENCE, SESSIONS
+from dsh_host.session.packed import PackedLog
 from dsh_host.session.persistence import SessionAlreadyExistsError
 from dsh_host.session.session import Session
 from dsh_host.session.storage import SessionStorage
@@ -206,7 +207,16 @@ def _require_prefix(
         )
     stored = handle.accepted_events()
     live = session.events
-    if len(live) < len(stored) or any(live[i] != stored[i] for i in range(len(stored))):
+    backing = live.lineage
+    if isinstance(stored, PackedLog) and isinstance(backing, PackedLog):
+        # A resumed session's log was copied from the handle's: shared pages are not decoded
+        # to be compared (docs/decisions.md D37).
+        same = len(live) >= len(stored) and backing.starts_with(stored)
+    else:
+        same = len(live) >= len(stored) and all(
+            live[i] == stored[i] for i in range(len(stored))
+        )
+    if not same:
         if adopted:
             what = "is already persisted with"
         else:

@@ -24,7 +24,12 @@ from typing import Any, Final, overload
 import msgspec
 from msgspec import UNSET
 
-from dsh_host.session.events import SessionEvent, decode_event_line, encode_event
+from dsh_host.session.events import (
+    SessionEvent,
+    decode_accepted_line,
+    decode_event_line,
+    encode_event,
+)
 
 __all__ = ["PAGE", "PackedLog", "packed_copy"]
 
@@ -72,7 +77,7 @@ class _Page:
         for index, line in enumerate(_zstd()[1].decompress(self.blob).split(b"\n")):
             event = kept.get(index) if kept is not None else None
             if event is None:
-                event = decode_event_line(line)
+                event = decode_accepted_line(line) or decode_event_line(line)
                 assert event is not None  # checked when packed
             out.append(event)
         return out
@@ -204,6 +209,23 @@ class PackedLog(Sequence[SessionEvent]):
     def __reversed__(self) -> Iterator[SessionEvent]:
         for index in range(len(self) - 1, -1, -1):
             yield self[index]
+
+    def starts_with(self, prefix: PackedLog) -> bool:
+        """``self[: len(prefix)] == prefix``, a page both share (one was copied from the
+        other) taken as equal without decoding it."""
+        if len(prefix) > len(self):
+            return False
+        start = 0
+        for mine, theirs in zip(self._pages, prefix._pages, strict=False):
+            if mine is not theirs:
+                break
+            start += PAGE
+        return all(
+            a == b
+            for a, b in zip(
+                self._walk(start, len(prefix)), prefix._walk(start, len(prefix)), strict=True
+            )
+        )
 
     __hash__ = None  # type: ignore[assignment]  # compares by value, like a list
 

@@ -111,3 +111,7 @@ def test_packed_log_is_a_list_of_the_events() -> None:
     copy = log.copy()
     copy.append(events[0])
     assert len(log) == 5_000 and len(copy) == 5_001
+    assert copy.starts_with(log) and not log.starts_with(copy)
+    other = PackedLog([*events[:2_000], events[2_001], *events[2_001:]])  # not shared pages
+    assert log.starts_with(PackedLog(events[:4_500]))
+    assert not log.starts_with(other) and log != other

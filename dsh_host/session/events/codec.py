@@ -441,6 +441,28 @@ def decode_event_line(line: bytes) -> SessionEvent | None:
     return event
 
 
+def decode_accepted_line(line: bytes) -> SessionEvent | None:
+    """:func:`decode_event_line` of a line it already accepted (kept by this process, e.g. a
+    packed page of a live log, docs/decisions.md D37): the same typed decode, without the
+    checks that accepted it (they gave their verdict on these exact bytes). None when the
+    type's decoder is not the one that accepted it (the registry changed): the caller then
+    takes :func:`decode_event_line`."""
+    end = line.find(b'"', len(_LINE_PREFIX))
+    entry = _LINE_DECODERS.get(line[len(_LINE_PREFIX) : end])
+    if entry is None or entry.decoder is None or _REGISTRY.get(entry.spec.type) is not entry.spec:
+        return None
+    row = entry.decoder.decode(line)
+    return SessionEvent(
+        type=entry.spec.type,
+        seq=row.seq,
+        time=row.time,
+        data=row.data,
+        source_event_seqs=row.source_event_seqs if entry.spec.surface else UNSET,
+        surface_op=row.surface_op if entry.spec.surface else UNSET,
+        ignorable=row.ignorable,
+    )
+
+
 def decode_events(lines: Iterator[bytes | str] | list[bytes] | list[str]) -> list[SessionEvent]:
     """Decode a sequence of JSON event records (no contiguity check; see ``Session.restore``)."""
     return [decode_event(line) for line in lines]
