@@ -353,7 +353,7 @@ async def _close_turn(service: AgentService, session: Session) -> list[SessionEv
     every resume's are, D24) and the seed marker a restore adds; returns the closers as
     appended."""
     appended: list[SessionEvent] = []
-    events = list(session.events)
+    events = session.events  # a snapshot; its older pages stay encoded (D37)
     closers = await service.refine_closers(session.id, events, interrupted_turn_closers(events))
     for closer in closers:
         cited = closer.source_event_seqs

@@ -120,13 +120,24 @@ class PackedLog(Sequence[SessionEvent]):
         for event in events:
             self.append(event)
 
-    def copy(self) -> PackedLog:
-        """An independent log with the same events (the packed pages are shared: immutable)."""
+    def copy(self, stop: int | None = None) -> PackedLog:
+        """An independent log with the same events, or the first ``stop`` of them (the packed
+        pages are shared: immutable)."""
         out = PackedLog()
-        out._pages = list(self._pages)
-        out._tail = list(self._tail)
         out._shared = self._shared
+        if stop is None or stop >= len(self):
+            out._pages = list(self._pages)
+            out._tail = list(self._tail)
+            return out
+        whole = max(stop, 0) // PAGE
+        out._pages = self._pages[:whole]
+        out._tail = list(self._walk(whole * PAGE, max(stop, 0)))
         return out
+
+    def walk(self, start: int, stop: int) -> Iterator[SessionEvent]:
+        """Events ``start`` to ``stop`` one by one, a page decoded at a time (a slice would
+        build the list of them all)."""
+        return self._walk(start, stop)
 
     @property
     def packed(self) -> int:

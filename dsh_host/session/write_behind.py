@@ -714,14 +714,22 @@ class WriteHandle(Generic[L]):
             raise SessionHandleClosedError(f'write handle of session "{self.id}" is closed')
         return SessionLoad(
             header=self._header,
-            events=(
-                self._own.copy() if self._own is not None else tuple(self.accepted_events())
-            ),
+            events=self._stored_copy(),
             revision=f"written:{self._cursor}" if self._lease is not None else "unmaterialized",
             location=self._storage.locate(self._header),
             torn_tail=self._torn,
             source_version=self._format_version(),
         )
+
+    def _stored_copy(self) -> Sequence[SessionEvent]:
+        """``accepted_events()`` as a log of its own: the packed pages shared (D37)."""
+        if self._own is not None:
+            return self._own.copy()
+        assert self._bound is not None
+        backing = self._bound.events.lineage
+        if isinstance(backing, PackedLog):
+            return backing.copy(self._accepted)
+        return tuple(self.accepted_events())
 
     def _format_version(self) -> int:
         """The format version of the log this handle writes: its lease's ``version`` when the

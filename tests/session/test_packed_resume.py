@@ -20,6 +20,7 @@ import pytest
 
 from dsh_host import Row, open_host
 from dsh_host.session import Session
+from dsh_host.session.folds import LogFold
 from dsh_host.session.packed import PackedLog
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
@@ -115,3 +116,15 @@ def test_packed_log_is_a_list_of_the_events() -> None:
     other = PackedLog([*events[:2_000], events[2_001], *events[2_001:]])  # not shared pages
     assert log.starts_with(PackedLog(events[:4_500]))
     assert not log.starts_with(other) and log != other
+    assert log.copy(2_500) == events[:2_500] and log.copy(1_024) == events[:1_024]
+    assert list(log.walk(1_000, 3_100)) == events[1_000:3_100]
+
+
+def test_a_fold_over_a_packed_log_sees_every_event() -> None:
+    session = _turns(5_000)
+    restored = Session.restore(session.header, PackedLog(session.events), mark_seed_end=False)
+    fold: LogFold[list[int]] = LogFold([], lambda seqs, event: [*seqs[-2:], event.seq])
+    assert fold.value(restored) == [4_997, 4_998, 4_999]
+    restored.append("session/title", {"title": "t"})
+    assert fold.value(restored) == [4_998, 4_999, 5_000]
+    assert restored.events == [*session.events, restored.events[-1]]
