@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 import msgspec
 from msgspec import UNSET
@@ -217,6 +217,15 @@ class LogView(Sequence[_T]):
 
     def __iter__(self) -> Iterator[_T]:
         return itertools.islice(self._items, self._length)
+
+    def iter_from(self, start: int) -> Iterator[_T]:
+        """The items from ``start`` on, one by one: what ``view[start:]`` holds without building
+        the tuple (a session's older events are decoded a page at a time, D37)."""
+        items = self._items
+        start = max(start, 0)
+        if isinstance(items, PackedLog):
+            return cast("Iterator[_T]", items.walk(start, self._length))
+        return itertools.islice(items, start, self._length)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Sequence) and not isinstance(other, str | bytes):

@@ -23,7 +23,7 @@ import os
 import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Final, Literal, TypeAlias
+from typing import Any, BinaryIO, Final, Literal, TypeAlias, cast
 
 from dsh_host.sdk import (
     DSH_V4_ONLY_EVENT_TYPES,
@@ -79,6 +79,8 @@ Recovery = Literal["strict", "recoverable"]
 StoredRow: TypeAlias = dict[str, Any] | SessionEvent
 
 _LIST_CHUNK: Final = 8192
+#: Rows a scanner with a ``drain`` holds before it hands them over.
+DRAIN_AT: Final = 1024
 
 
 def revision_of(st: os.stat_result) -> str:
@@ -138,6 +140,9 @@ class LineScanner:
         self.hole = False
         #: Maps a plaintext offset to a file offset for error messages.
         self.locate: Callable[[int], int] = lambda offset: offset
+        #: Called with the scanner whenever :data:`DRAIN_AT` rows are held (a typed read
+        #: moves them into its packed log, even in the middle of one big frame: D37).
+        self.drain: Callable[[LineScanner], None] | None = None
 
     @property
     def pending(self) -> int:
@@ -160,6 +165,8 @@ class LineScanner:
             self._offset += newline + 1 - start
             self._consume(line, line_start, self._offset)
             start = newline + 1
+            if self.drain is not None and len(self.events) >= DRAIN_AT:
+                self.drain(self)
         if start < len(chunk):
             self._fragment += chunk[start:]
             self._offset += len(chunk) - start
@@ -444,6 +451,17 @@ def plain_rows(rows: Sequence[StoredRow]) -> list[dict[str, Any]]:
     return out
 
 
+class _Drainer:
+    """A typed zstd read's ``LineScanner.drain``: the rows so far into one packed log."""
+
+    def __init__(self, path: str, sid: str) -> None:
+        self.path, self.sid = path, sid
+        self.packed: PackedLog | None = None
+
+    def __call__(self, scanner: LineScanner) -> None:
+        self.packed = _drain(scanner, self.packed, self.path, self.sid)
+
+
 def _drain(scanner: LineScanner, packed: PackedLog | None, path: str, sid: str) -> PackedLog:
     """Move the scanner's rows into ``packed`` (new when None), each typed as the backend's
     load types it (a plain row by the general decoder, with the reader's per-row promise):
@@ -478,7 +496,7 @@ def _read_zstd(
         else f"Zstandard session log ends inside the frame at byte {damage}"
     )
     scanner: LineScanner | None = None
-    #: A typed read's events so far, typed, in pages (docs/decisions.md D37).
+    #: A typed read's events, typed, in pages (docs/decisions.md D37): its scanner's drain's.
     packed: PackedLog | None = None
     header: dict[str, Any] = {}
     frame_of_offset: list[tuple[int, int]] = []  # (plaintext start, file start)
@@ -514,13 +532,16 @@ def _read_zstd(
                     header["version"], "strict", path, len(plaintext), typed=typed
                 )
                 scanner.locate = locate
+                if scanner.typed:
+                    scanner.drain = _Drainer(path, str(header.get("id")))
                 offset = len(plaintext)
                 continue
             frame_of_offset.append((offset, start))
             offset += len(plaintext)
             scanner.feed(plaintext)
             if scanner.typed:  # each frame's rows: a plain row's record goes at once
-                packed = _drain(scanner, packed, path, str(header.get("id")))
+                assert scanner.drain is not None
+                scanner.drain(scanner)
     except _Refusal as refusal:
         raise _corrupt(path, str(refusal), refusal.offset) from None
     if scanner is None:
@@ -550,8 +571,9 @@ def _read_zstd(
         )
     complete_end = frames[-1][1]
     sid = str(header.get("id"))
-    if packed is not None:
-        packed = _drain(scanner, packed, path, sid)
+    if scanner.drain is not None:
+        scanner.drain(scanner)
+        packed = cast("_Drainer", scanner.drain).packed
     events = scanner.events
     recovered: list[dict[str, Any]] = []
     torn: TornTail | None = None
