@@ -54,7 +54,7 @@ from ..session.messages import (
     UserSource,
 )
 from ..session.persistence import SessionLoad, SessionNotFoundError
-from ..session.repair import TOOL_OUTCOME_UNKNOWN, interrupted_turn_closers
+from ..session.repair import TOOL_OUTCOME_UNKNOWN
 from ..session.terms import record_terms, recorded_terms
 from ..session.tokens import TokenMeter, UsageTotals
 from ..tools import TOOLS_PROGRESS, ToolProgress
@@ -781,7 +781,7 @@ def _may_reconcile(load: SessionLoad) -> bool:
     unknown = any(
         c.type == "tool/result" and getattr(getattr(c.data, "error", None), "code", None)
         == TOOL_OUTCOME_UNKNOWN
-        for c in interrupted_turn_closers(load.events)
+        for c in load.closers  # ``inspect`` computed them: not another walk of the log (D37)
     )
     if not unknown:
         return False
