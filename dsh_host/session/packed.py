@@ -178,14 +178,14 @@ class PackedLog(Sequence[SessionEvent]):
     def __getitem__(self, index: int) -> SessionEvent: ...
 
     @overload
-    def __getitem__(self, index: slice) -> list[SessionEvent]: ...
+    def __getitem__(self, index: slice) -> tuple[SessionEvent, ...]: ...
 
-    def __getitem__(self, index: int | slice) -> SessionEvent | list[SessionEvent]:
-        if isinstance(index, slice):
+    def __getitem__(self, index: int | slice) -> SessionEvent | tuple[SessionEvent, ...]:
+        if isinstance(index, slice):  # a tuple, as a LogView's and a stored load's slices
             start, stop, step = index.indices(len(self))
             if step != 1:
-                return [self[i] for i in range(start, stop, step)]
-            return list(self._walk(start, stop))
+                return tuple(self[i] for i in range(start, stop, step))
+            return tuple(self._walk(start, stop))
         packed = len(self._pages) * PAGE
         if index < 0:
             index += packed + len(self._tail)

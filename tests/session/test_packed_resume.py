@@ -108,7 +108,7 @@ def test_packed_log_is_a_list_of_the_events() -> None:
     assert len(log) == 5_000
     assert list(log) == events
     assert log[1_500] == events[1_500] and log[-1] is events[-1]
-    assert log[1_000:3_100] == events[1_000:3_100]
+    assert log[1_000:3_100] == tuple(events[1_000:3_100])
     copy = log.copy()
     copy.append(events[0])
     assert len(log) == 5_000 and len(copy) == 5_001
