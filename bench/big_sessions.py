@@ -211,7 +211,8 @@ def per_event_ratio(big: float, small: float) -> float | None:
     return ratio(big, small) if small else None
 
 
-def measure_kind(kind: str, scratch: Path, sizes: tuple[int, ...], rounds: int) -> dict[str, Any]:
+def measure_kind(kind: str, scratch: Path, sizes: tuple[int, ...], rounds: int,
+                 only: list[str] | None = None) -> dict[str, Any]:
     root = scratch / kind
     root.mkdir()
     config = scratch / f"{kind}.yml"
@@ -236,6 +237,8 @@ def measure_kind(kind: str, scratch: Path, sizes: tuple[int, ...], rounds: int) 
         floor.append(run_child(floor_argv, env, scratch))
         for n in sizes:
             for name, argv in reads(config, ids[n], scratch).items():
+                if only and not any(name.startswith(prefix) for prefix in only):
+                    continue
                 samples.setdefault(name, {}).setdefault(n, []).append(run_child(argv, env, scratch))
     floor_wall = median([w for w, _, _ in floor])
     floor_cpu = median([c for _, c, _ in floor])
@@ -293,6 +296,8 @@ def measure_kind(kind: str, scratch: Path, sizes: tuple[int, ...], rounds: int) 
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    p.add_argument("--reads", nargs="+", default=None, metavar="READ",
+                   help="only the reads whose name starts with one of these (e.g. resume show)")
     p.add_argument("--kinds", nargs="+", default=None,
                    choices=("jsonl", "sqlite", "postgres"), help="backends (default: all)")
     args = p.parse_args()
@@ -313,9 +318,9 @@ def main() -> None:
                     continue
                 with contextlib.ExitStack() as stack:
                     stack.callback(lambda: anyio.run(_drop_schema))
-                    results[kind] = measure_kind(kind, scratch, sizes, rounds)
+                    results[kind] = measure_kind(kind, scratch, sizes, rounds, args.reads)
                 continue
-            results[kind] = measure_kind(kind, scratch, sizes, rounds)
+            results[kind] = measure_kind(kind, scratch, sizes, rounds, args.reads)
     write_result(
         "big_sessions",
         {"small": args.small, "sizes": list(sizes), "rounds": rounds, "batch": BATCH,

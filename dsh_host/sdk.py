@@ -215,6 +215,9 @@ if TYPE_CHECKING:
     from dsh_host._session.repair import (
         TOOL_OUTCOME_UNKNOWN as TOOL_OUTCOME_UNKNOWN,
     )
+    from dsh_host._session.packed import (
+        PackedLog as PackedLog,
+    )
     from dsh_host._session.session import (
         Session as Session,
         derive_event_message as derive_event_message,
@@ -279,6 +282,7 @@ if TYPE_CHECKING:
         decode_stored_event as decode_stored_event,
         decode_stored_header as decode_stored_header,
         decode_stored_rows as decode_stored_rows,
+        pack_stored_rows as pack_stored_rows,
     )
     from dsh_host._persistence.backend import (
         PersistenceService as PersistenceService,
@@ -616,6 +620,7 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
         "TOOL_NOT_STARTED", "TOOL_NOT_STARTED_TEXT", "TOOL_OUTCOME_UNKNOWN",
         "TOOL_OUTCOME_UNKNOWN_TEXT", "interrupted_tool_result_id", "interrupted_turn_closers",
     ),
+    "dsh_host._session.packed": ("PackedLog",),
     "dsh_host._session.session": ("Session", "derive_event_message"),
     "dsh_host._session.store": ("SessionStore",),
     "dsh_host._session.terms": ("recorded_terms",),
@@ -639,7 +644,7 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
         "SessionNotFoundError",
         "SessionOwnershipLostError", "SessionPersistenceCorruptionError", "SessionPersistenceError",
         "SessionRollbackError", "SessionWriteError", "TornTail", "UnreadableListing",
-        "decode_stored_event", "decode_stored_header", "decode_stored_rows",
+        "decode_stored_event", "decode_stored_header", "decode_stored_rows", "pack_stored_rows",
     ),
     "dsh_host._persistence.backend": ("PersistenceService",),
     "dsh_host._persistence.binding": ("wire_storage",),

@@ -55,7 +55,7 @@ def _ledger_state(session: Session) -> tuple[list[dict[str, Any]], bool]:
     events = session.events
     scanned, entries, replay = _cache.get(session, (0, [], False))
     if scanned < len(events):
-        fresh = [e for e in events[scanned:] if e.type == FORK_EFFECTS_EVENT]
+        fresh = [e for e in events.iter_from(scanned) if e.type == FORK_EFFECTS_EVENT]
         if fresh:
             entries = [*entries, *ledger_entries(fresh)]
             replay = replay or replay_origin(fresh)

@@ -39,6 +39,7 @@ from dsh_host._persistence.keys import SESSION_PERSISTENCE
 from dsh_host._persistence.persistence import SessionNotFoundError
 from dsh_host._session.events import SessionEvent, ToolResultData
 from dsh_host._session.keys import SESSIONS
+from dsh_host._session.packed import packed_copy
 from dsh_host._session.repair import interrupted_turn_closers
 from dsh_host._session.session import Session
 from dsh_host._tools import TOOLS_PRE_EXECUTE
@@ -259,13 +260,18 @@ class AgentService:
             if pending:
                 # The turn stays open while reconcilers look (D26): their verdicts and any
                 # approval they need are recorded inside it, then the closers close the rest.
-                session = Session.restore(load.header, list(load.events), mark_seed_end=False)
+                session = Session.restore(
+                    load.header, packed_copy(load.events), mark_seed_end=False
+                )
                 store.attach(session)
             else:
                 if closers:
                     handle.append(closers)
                 await handle.flush()  # the repair is durable before anything else happens
-                session = Session.restore(load.header, [*load.events, *closers])
+                log = packed_copy(load.events)  # docs/decisions.md D37
+                for closer in closers:
+                    log.append(closer)
+                session = Session.restore(load.header, log)
                 store.attach(session, appended=session.events[len(load.events) :])
         except BaseException:
             await handle.close()
@@ -348,7 +354,7 @@ async def _close_turn(service: AgentService, session: Session) -> list[SessionEv
     every resume's are, D24) and the seed marker a restore adds; returns the closers as
     appended."""
     appended: list[SessionEvent] = []
-    events = list(session.events)
+    events = session.events  # a snapshot; its older pages stay encoded (D37)
     closers = await service.refine_closers(session.id, events, interrupted_turn_closers(events))
     for closer in closers:
         cited = closer.source_event_seqs

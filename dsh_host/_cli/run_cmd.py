@@ -54,7 +54,7 @@ from .._session.messages import (
     ToolCallDeltaChunk,
     UserSource,
 )
-from .._session.repair import TOOL_OUTCOME_UNKNOWN, interrupted_turn_closers
+from .._session.repair import TOOL_OUTCOME_UNKNOWN
 from .._session.terms import record_terms, recorded_terms
 from .._session.tokens import TokenMeter, UsageTotals
 from .._tools import TOOLS_PROGRESS, ToolProgress
@@ -782,7 +782,7 @@ def _may_reconcile(load: SessionLoad) -> bool:
     unknown = any(
         c.type == "tool/result" and getattr(getattr(c.data, "error", None), "code", None)
         == TOOL_OUTCOME_UNKNOWN
-        for c in interrupted_turn_closers(load.events)
+        for c in load.closers  # ``inspect`` computed them: not another walk of the log (D37)
     )
     if not unknown:
         return False

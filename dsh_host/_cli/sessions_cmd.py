@@ -28,6 +28,7 @@ from .._persistence.persistence import (
 from .._session.events import SessionEvent, event_to_builtins, to_builtins
 from .._session.keys import TELEMETRY
 from .._session.messages import Message
+from .._session.packed import packed_copy
 from .._session.prices import PriceTable
 from .._session.repair import call_identity_problems, interrupted_turn_closers
 from .._session.session import Session, derive_event_message
@@ -666,7 +667,8 @@ def _show_transcript_document(args: argparse.Namespace, rows: Any, prices: Price
         raise CliUsageError(f"--turn {args.turn}: session {load.id} has no such turn")
     from .._session.tokens import TokenMeter
 
-    session = Session.restore(load.header, list(load.events), mark_seed_end=False)
+    # The load's packed pages, shared: not a list of every decoded event (D37).
+    session = Session.restore(load.header, packed_copy(load.events), mark_seed_end=False)
     meter = TokenMeter(prices)
     document = transcript_document(
         load.id, load.events, usage=meter.usage(session), turn_usage=meter.turn_usage(session)

@@ -230,7 +230,7 @@ class PersistenceService(Generic[L]):
                     return ()
             load = await self._load(session_id, token)
             self._read_ends[session_id] = (load.revision, load.next_seq)
-            return load.events[from_seq : None if limit is None else from_seq + limit]
+            return tuple(load.events[from_seq : None if limit is None else from_seq + limit])
         if token is not None:
             token.throw_if_aborted()
         read_from: Any = storage.read_from  # a third-party storage's may not take ``limit``

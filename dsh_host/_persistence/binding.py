@@ -44,6 +44,7 @@ from dsh_host._persistence.storage import SessionStorage
 from dsh_host._persistence.write_behind import Once, Spawn, WriteHandle
 from dsh_host._session.events import SessionEvent
 from dsh_host._session.keys import SESSIONS
+from dsh_host._session.packed import PackedLog
 from dsh_host._session.session import Session
 
 __all__ = ["LiveBinder", "bind_live_sessions", "host_spawn", "wire_storage"]
@@ -207,7 +208,16 @@ def _require_prefix(
         )
     stored = handle.accepted_events()
     live = session.events
-    if len(live) < len(stored) or any(live[i] != stored[i] for i in range(len(stored))):
+    backing = live.lineage
+    if isinstance(stored, PackedLog) and isinstance(backing, PackedLog):
+        # A resumed session's log was copied from the handle's: shared pages are not decoded
+        # to be compared (docs/decisions.md D37).
+        same = len(live) >= len(stored) and backing.starts_with(stored)
+    else:
+        same = len(live) >= len(stored) and all(
+            live[i] == stored[i] for i in range(len(stored))
+        )
+    if not same:
         if adopted:
             what = "is already persisted with"
         else:

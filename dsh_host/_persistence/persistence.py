@@ -50,7 +50,7 @@ sessions to them. :class:`SnapshotReadHandle`, :func:`decode_stored_event`,
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, overload, runtime_checkable
 
@@ -64,6 +64,7 @@ from dsh_host._session.errors import (
 )
 from dsh_host._session.events import SessionEvent, decode_event, decode_event_line
 from dsh_host._session.header import SESSION_FORMAT_VERSION, SessionHeader, parse_session_header
+from dsh_host._session.packed import PackedLog
 from dsh_host._session.repair import interrupted_turn_closers
 from dsh_host.errors import DshError
 
@@ -105,6 +106,7 @@ __all__ = [
     "decode_stored_header",
     "decode_stored_rows",
     "format_refusal",
+    "pack_stored_rows",
     "with_closers",
 ]
 
@@ -314,7 +316,9 @@ class SessionLoad:
     """
 
     header: StoredHeader
-    events: tuple[StoredEvent, ...]
+    #: A tuple, or a :class:`~dsh_host._session.packed.PackedLog` (a write handle's read and
+    #: the stores' whole reads: older pages held encoded, docs/decisions.md D37).
+    events: Sequence[StoredEvent]
     revision: str
     location: ArtifactLocation | None = None
     torn_tail: TornTail | None = None
@@ -338,7 +342,7 @@ class SessionLoad:
     @property
     def balanced(self) -> tuple[StoredEvent, ...]:
         """``events + closers``: the log as a resumer will have it after repair."""
-        return self.events + self.closers
+        return (*self.events, *self.closers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -633,7 +637,7 @@ def decode_stored_header(session_id: str, text: str | bytes, *, where: str) -> S
 
 
 def decode_stored_rows(
-    session_id: str, rows: Sequence[tuple[int, str | bytes]], first_seq: int, *, where: str
+    session_id: str, rows: Iterable[tuple[int, str | bytes]], first_seq: int, *, where: str
 ) -> list[StoredEvent]:
     """Stored ``(seq, json)`` rows from ``first_seq`` on, decoded; they must be contiguous.
 
@@ -642,7 +646,21 @@ def decode_stored_rows(
     column's normalized text, a long digit run, anything doubtful) takes the general path,
     which decides and words every refusal.
     """
-    out: list[StoredEvent] = []
+    return list(_decoded_rows(session_id, rows, first_seq, where=where))
+
+
+def pack_stored_rows(
+    session_id: str, rows: Iterable[tuple[int, str | bytes]], first_seq: int, *, where: str
+) -> PackedLog:
+    """:func:`decode_stored_rows` into a :class:`PackedLog`, the rows taken one by one (a
+    cursor's): a whole read holds its older pages encoded, never every decoded event at once
+    (docs/decisions.md D37)."""
+    return PackedLog(_decoded_rows(session_id, rows, first_seq, where=where))
+
+
+def _decoded_rows(
+    session_id: str, rows: Iterable[tuple[int, str | bytes]], first_seq: int, *, where: str
+) -> Iterator[StoredEvent]:
     for index, (seq, text) in enumerate(rows):
         line = text.encode("utf-8") if isinstance(text, str) else text
         event: StoredEvent | None = None
@@ -658,5 +676,4 @@ def decode_stored_rows(
                 f"contiguous from 0 (raw log: {where})",
                 path=where,
             )
-        out.append(event)
-    return out
+        yield event

@@ -63,6 +63,7 @@ from dsh_host._persistence.storage import L, Pending, SessionStorage
 from dsh_host._session.errors import InvalidSessionEventError
 from dsh_host._session.events import SessionEvent, decode_event
 from dsh_host._session.header import SessionHeader
+from dsh_host._session.packed import PackedLog, packed_copy
 from dsh_host._session.session import Session
 
 __all__ = [
@@ -485,9 +486,10 @@ class WriteHandle(Generic[L]):
         self._storage = storage
         self._header = header
         self._lease = lease
-        events = list(load.events) if load is not None else []
-        #: The log while no session is bound (None once one is: its events are the log).
-        self._own: list[SessionEvent] | None = events
+        events = packed_copy(load.events) if load is not None else PackedLog()
+        #: The log while no session is bound (None once one is: its events are the log);
+        #: packed like a session's, docs/decisions.md D37.
+        self._own: PackedLog | None = events
         self._bound: Session | None = None
         self._accepted = len(events)
         #: Durable count: the first ``cursor`` events are stored.
@@ -712,12 +714,22 @@ class WriteHandle(Generic[L]):
             raise SessionHandleClosedError(f'write handle of session "{self.id}" is closed')
         return SessionLoad(
             header=self._header,
-            events=tuple(self.accepted_events()),
+            events=self._stored_copy(),
             revision=f"written:{self._cursor}" if self._lease is not None else "unmaterialized",
             location=self._storage.locate(self._header),
             torn_tail=self._torn,
             source_version=self._format_version(),
         )
+
+    def _stored_copy(self) -> Sequence[SessionEvent]:
+        """``accepted_events()`` as a log of its own: the packed pages shared (D37)."""
+        if self._own is not None:
+            return self._own.copy()
+        assert self._bound is not None
+        backing = self._bound.events.lineage
+        if isinstance(backing, PackedLog):
+            return backing.copy(self._accepted)
+        return tuple(self.accepted_events())
 
     def _format_version(self) -> int:
         """The format version of the log this handle writes: its lease's ``version`` when the

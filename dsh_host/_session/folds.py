@@ -21,6 +21,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, Protocol, TypeVar, cast
 
+from dsh_host._session.packed import PackedLog
 from dsh_host._session.session import LogView
 
 __all__ = ["HasEvents", "LogFold"]
@@ -73,7 +74,7 @@ class LogFold(Generic[_S]):
         if type(events) is not LogView:
             return self.over(events)
         length = len(events)
-        lineage = cast("list[Any]", events.lineage)
+        lineage = cast("list[Any] | PackedLog", events.lineage)
         try:
             state = self._states.get(session)
         except TypeError:  # not weakly referenceable: nothing to keep the state on
@@ -87,7 +88,12 @@ class LogFold(Generic[_S]):
             # The view's backing list holds exactly the events of every longer snapshot. (A
             # slice copies only the new ones; islice would walk past the old ones one by one.)
             value, step = state.value, self._step
-            for event in lineage[state.count : length]:
+            new: Iterable[Any] = (
+                lineage.walk(state.count, length)  # page by page, not a list (D37)
+                if isinstance(lineage, PackedLog)
+                else lineage[state.count : length]
+            )
+            for event in new:
                 value = step(value, event)
             state.value, state.count = value, length
         return state.value

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar, overload
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar, cast, overload
 
 import msgspec
 from msgspec import UNSET
@@ -71,6 +71,7 @@ from dsh_host._session.messages import (
     UserMessage,
     source_kind,
 )
+from dsh_host._session.packed import PackedLog
 from dsh_host._session.request_header import canonical_header
 from dsh_host._session.surface import SurfaceState
 
@@ -184,7 +185,7 @@ class LogView(Sequence[_T]):
     __slots__ = ("_items", "_length")
     __hash__ = None  # type: ignore[assignment]  # compares by value, like a list
 
-    def __init__(self, items: list[_T], length: int) -> None:
+    def __init__(self, items: Sequence[_T], length: int) -> None:
         self._items = items
         self._length = length
 
@@ -216,6 +217,15 @@ class LogView(Sequence[_T]):
 
     def __iter__(self) -> Iterator[_T]:
         return itertools.islice(self._items, self._length)
+
+    def iter_from(self, start: int) -> Iterator[_T]:
+        """The items from ``start`` on, one by one: what ``view[start:]`` holds without building
+        the tuple (a session's older events are decoded a page at a time, D37)."""
+        items = self._items
+        start = max(start, 0)
+        if isinstance(items, PackedLog):
+            return cast("Iterator[_T]", items.walk(start, self._length))
+        return itertools.islice(items, start, self._length)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Sequence) and not isinstance(other, str | bytes):
@@ -271,7 +281,8 @@ class Session:
             raise TypeError("use Session.create(...) or Session.restore(...)")
         self._header = header
         self._clock = clock
-        self._log: list[SessionEvent] = []
+        #: Older pages held encoded, re-decoded on access (docs/decisions.md D37).
+        self._log = PackedLog()
         self._view: EventsView | None = None
         self._surface = SurfaceState()
         self._surface_view = SurfaceView(self._surface)
@@ -318,12 +329,16 @@ class Session:
     def restore(
         cls,
         header: SessionHeader | Mapping[str, Any],
-        events: Sequence[SessionEvent],
+        events: Iterable[SessionEvent],
         *,
         mark_seed_end: bool = True,
         clock: Callable[[], int] = now_ms,
     ) -> Session:
         """Rebuild a session from stored ``header`` + ``events`` (ownership transfer; no copy).
+
+        A :class:`PackedLog` (what a store's load holds, docs/decisions.md D37) becomes the
+        session's log itself; any other iterable is walked once, its older pages packed as
+        they arrive, so no list of the whole decoded log is built here.
 
         ``events`` must be :class:`SessionEvent` values as produced by
         :func:`~dsh_host._session.events.decode_event` (or by another Session);
@@ -334,17 +349,10 @@ class Session:
         """
         hdr = header if isinstance(header, SessionHeader) else parse_session_header(header)
         session = cls(hdr, clock=clock, _token=_CONSTRUCT)
-        admitted: list[SessionEvent] = []
-        for index, event in enumerate(events):
-            if not isinstance(event, SessionEvent):
-                raise InvalidSeedError(
-                    f"seed event at index {index} is not a SessionEvent; decode stored records "
-                    "with decode_event() first",
-                    index=index,
-                )
-            _check_known(event, index)
-            admitted.append(event)
-        session._load_seed(admitted)
+        if isinstance(events, PackedLog):
+            session._load_seed(_checked_stored(events), adopt=events)
+        else:
+            session._load_seed(_checked_stored(events))
         if mark_seed_end:
             session._mark_seed_end(inherited=False)
         return session
@@ -357,8 +365,14 @@ class Session:
             return SessionHeader(version=SESSION_FORMAT_VERSION, id=session_id, created_at=clock())
         return parse_session_header(header, session_id=session_id)
 
-    def _load_seed(self, events: list[SessionEvent]) -> None:
-        """Validate the seed's contiguity and surface, then adopt it (no notification)."""
+    def _load_seed(
+        self, events: Iterable[SessionEvent], *, adopt: PackedLog | None = None
+    ) -> None:
+        """Validate the seed's contiguity and surface, then adopt it (no notification).
+        ``adopt``: the :class:`PackedLog` ``events`` walks, which becomes the log as it is
+        (its packed pages are not encoded again)."""
+        if adopt is not None:
+            self._log = adopt
         log_ = self._log
         for index, event in enumerate(events):
             if event.seq != index:
@@ -379,7 +393,8 @@ class Session:
                 raise InvalidSeedError(
                     f"invalid seed event at index {index}: {exc}", index=index
                 ) from exc
-            log_.append(event)
+            if adopt is None:
+                log_.append(event)
             self._surface.apply(plan, event.seq)
             self._track(event)
         self._view = None
@@ -611,6 +626,20 @@ def _plain_intent(intent: SurfaceIntent) -> Any:
     if isinstance(intent, Mapping):
         return dict(intent)
     return intent
+
+
+def _checked_stored(events: Iterable[SessionEvent]) -> Iterator[SessionEvent]:
+    """``Session.restore``'s events, each checked as it is adopted (no list of them is built:
+    the log packs its older pages as they arrive, docs/decisions.md D37)."""
+    for index, event in enumerate(events):
+        if not isinstance(event, SessionEvent):
+            raise InvalidSeedError(
+                f"seed event at index {index} is not a SessionEvent; decode stored records "
+                "with decode_event() first",
+                index=index,
+            )
+        _check_known(event, index)
+        yield event
 
 
 def _check_known(event: SessionEvent, index: int) -> None:

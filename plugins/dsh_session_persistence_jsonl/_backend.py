@@ -16,7 +16,7 @@ import builtins
 import dataclasses
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import anyio
@@ -26,6 +26,7 @@ from dsh_host.sdk import (
     LOCK_NAME,
     WINDOW_SECONDS,
     ArtifactLocation,
+    PackedLog,
     Pending,
     PersistenceService,
     SessionAlreadyExistsError,
@@ -392,6 +393,23 @@ class JsonlStorage(JsonlLayout):
         sid = str(header["id"])
         # The reader's per-row promise holds for the rows it parsed: a v3 file's events
         # are those rows (a migration copies and rewrites them, so it gets no promise).
+        if isinstance(events, PackedLog) and events is artifact.events:
+            typed: Sequence[SessionEvent] = events  # every event typed by the reader (D37)
+        else:
+            typed = PackedLog(self._typed(artifact, sid, events))
+        return SessionLoad(
+            header=typed_header(header, artifact.path),
+            events=typed,
+            revision=artifact.revision,
+            location=ArtifactLocation("jsonl", artifact.path),
+            torn_tail=artifact.torn,
+            source_version=artifact.version,
+        )
+
+    @staticmethod
+    def _typed(
+        artifact: ArtifactRead, sid: str, events: Sequence[StoredRow]
+    ) -> Iterator[SessionEvent]:
         plain = artifact.plain
         if (
             artifact.version != CURRENT_VERSION
@@ -399,21 +417,14 @@ class JsonlStorage(JsonlLayout):
             or len(plain) != len(events)
         ):
             plain = [False] * len(events)
-        return SessionLoad(
-            header=typed_header(header, artifact.path),
-            events=tuple(
+        for e, p in zip(events, plain, strict=True):
+            yield (
                 e
                 if isinstance(e, SessionEvent)
                 else decode_stored_event(
                     e, session_id=sid, seq=e.get("seq"), where=artifact.path, parsed_plain=p
                 )
-                for e, p in zip(events, plain, strict=True)
-            ),
-            revision=artifact.revision,
-            location=ArtifactLocation("jsonl", artifact.path),
-            torn_tail=artifact.torn,
-            source_version=artifact.version,
-        )
+            )
 
     async def load(self, session_id: str) -> SessionLoad:
         artifact, header, events = await anyio.to_thread.run_sync(self._read_sync, session_id)
@@ -443,7 +454,7 @@ class JsonlStorage(JsonlLayout):
             self._follower.forget(session_id)
         artifact, header, events = self._read_sync(session_id)
         stop = None if limit is None else from_seq + limit
-        return self._load(artifact, header, events[from_seq:stop]).events
+        return tuple(self._load(artifact, header, events[from_seq:stop]).events)
 
     async def next_seq(self, session_id: str) -> int:
         """The seq after the last complete stored event (a new follower's start), from the

@@ -21,17 +21,19 @@ import bisect
 import errno
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Final, Literal, TypeAlias
+from typing import Any, BinaryIO, Final, Literal, TypeAlias, cast
 
 from dsh_host.sdk import (
     DSH_V4_ONLY_EVENT_TYPES,
+    PackedLog,
     SessionEvent,
     SessionFormatUnsupportedError,
     SessionPersistenceCorruptionError,
     TornTail,
     decode_event_line,
+    decode_stored_event,
     may_hold_unsafe_int,
 )
 
@@ -77,6 +79,8 @@ Recovery = Literal["strict", "recoverable"]
 StoredRow: TypeAlias = dict[str, Any] | SessionEvent
 
 _LIST_CHUNK: Final = 8192
+#: Rows a scanner with a ``drain`` holds before it hands them over.
+DRAIN_AT: Final = 1024
 
 
 def revision_of(st: os.stat_result) -> str:
@@ -136,6 +140,9 @@ class LineScanner:
         self.hole = False
         #: Maps a plaintext offset to a file offset for error messages.
         self.locate: Callable[[int], int] = lambda offset: offset
+        #: Called with the scanner whenever :data:`DRAIN_AT` rows are held (a typed read
+        #: moves them into its packed log, even in the middle of one big frame: D37).
+        self.drain: Callable[[LineScanner], None] | None = None
 
     @property
     def pending(self) -> int:
@@ -158,6 +165,8 @@ class LineScanner:
             self._offset += newline + 1 - start
             self._consume(line, line_start, self._offset)
             start = newline + 1
+            if self.drain is not None and len(self.events) >= DRAIN_AT:
+                self.drain(self)
         if start < len(chunk):
             self._fragment += chunk[start:]
             self._offset += len(chunk) - start
@@ -319,8 +328,9 @@ class ArtifactRead:
     compression: Compression
     version: int
     header: dict[str, Any]
-    #: Plain records, and typed events when read with ``typed=True`` (:data:`StoredRow`).
-    events: list[StoredRow]
+    #: Plain records, and typed events when read with ``typed=True`` (:data:`StoredRow`);
+    #: a current-format zstd log read typed: every event, typed, in a :class:`PackedLog`.
+    events: list[StoredRow] | PackedLog
     size: int
     revision: str
     torn: TornTail | None = None
@@ -432,12 +442,43 @@ def read_artifact(
     return _read_raw(path, data, revision, version, typed)
 
 
-def plain_rows(rows: list[StoredRow]) -> list[dict[str, Any]]:
+def plain_rows(rows: Sequence[StoredRow]) -> list[dict[str, Any]]:
     """``rows`` as the plain records they are (a read without ``typed``, an older format,
     a recovered tail); a typed event among them is a caller's mistake."""
     out = [row for row in rows if isinstance(row, dict)]
     if len(out) != len(rows):
         raise TypeError("expected plain stored records, got typed events")
+    return out
+
+
+class _Drainer:
+    """A typed zstd read's ``LineScanner.drain``: the rows so far into one packed log."""
+
+    def __init__(self, path: str, sid: str) -> None:
+        self.path, self.sid = path, sid
+        self.packed: PackedLog | None = None
+
+    def __call__(self, scanner: LineScanner) -> None:
+        self.packed = _drain(scanner, self.packed, self.path, self.sid)
+
+
+def _drain(scanner: LineScanner, packed: PackedLog | None, path: str, sid: str) -> PackedLog:
+    """Move the scanner's rows into ``packed`` (new when None), each typed as the backend's
+    load types it (a plain row by the general decoder, with the reader's per-row promise):
+    a read of a long log never holds every decoded event at once (docs/decisions.md D37).
+    The scanner keeps counting seqs from where its rows end."""
+    out = PackedLog() if packed is None else packed
+    rows = scanner.events
+    for row, plain in zip(rows, scanner.plain[len(scanner.plain) - len(rows) :], strict=True):
+        out.append(
+            row
+            if isinstance(row, SessionEvent)
+            else decode_stored_event(
+                row, session_id=sid, seq=row.get("seq"), where=path, parsed_plain=plain
+            )
+        )
+    scanner.first_seq += len(rows)
+    scanner.events = []  # ``plain`` stays whole: which rows the one-pass decode took
     return out
 
 
@@ -455,6 +496,8 @@ def _read_zstd(
         else f"Zstandard session log ends inside the frame at byte {damage}"
     )
     scanner: LineScanner | None = None
+    #: A typed read's events, typed, in pages (docs/decisions.md D37): its scanner's drain's.
+    packed: PackedLog | None = None
     header: dict[str, Any] = {}
     frame_of_offset: list[tuple[int, int]] = []  # (plaintext start, file start)
 
@@ -489,11 +532,16 @@ def _read_zstd(
                     header["version"], "strict", path, len(plaintext), typed=typed
                 )
                 scanner.locate = locate
+                if scanner.typed:
+                    scanner.drain = _Drainer(path, str(header.get("id")))
                 offset = len(plaintext)
                 continue
             frame_of_offset.append((offset, start))
             offset += len(plaintext)
             scanner.feed(plaintext)
+            if scanner.typed:  # each frame's rows: a plain row's record goes at once
+                assert scanner.drain is not None
+                scanner.drain(scanner)
     except _Refusal as refusal:
         raise _corrupt(path, str(refusal), refusal.offset) from None
     if scanner is None:
@@ -522,6 +570,10 @@ def _read_zstd(
             last_start,
         )
     complete_end = frames[-1][1]
+    sid = str(header.get("id"))
+    if scanner.drain is not None:
+        scanner.drain(scanner)
+        packed = cast("_Drainer", scanner.drain).packed
     events = scanner.events
     recovered: list[dict[str, Any]] = []
     torn: TornTail | None = None
@@ -532,6 +584,7 @@ def _read_zstd(
         tail_scanner.locate = lambda _plain: torn_start or 0
         tail_scanner.events = events  # continue the seq count
         tail_scanner.plain = scanner.plain
+        tail_scanner.first_seq = scanner.first_seq  # past the rows already packed
         before = len(events)
         try:
             tail_scanner.feed(tail)
@@ -539,12 +592,14 @@ def _read_zstd(
             raise _corrupt(path, str(refusal), refusal.offset) from None
         recovered = plain_rows(events[before:])
         torn = TornTail(truncate_to=torn_start, recovered=len(recovered), size=len(data))
+        if packed is not None:
+            packed = _drain(tail_scanner, packed, path, sid)
     return ArtifactRead(
         path=path,
         compression="zstd",
         version=file_version,
         header=header,
-        events=events,
+        events=events if packed is None else packed,
         size=len(data),
         revision=revision,
         torn=torn,

@@ -34,7 +34,7 @@ from __future__ import annotations
 import builtins
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import anyio
@@ -64,6 +64,7 @@ from dsh_host.sdk import (
     decode_stored_header,
     decode_stored_rows,
     encode_json,
+    pack_stored_rows,
 )
 
 from ._pool import ConnectionPool, connect, describe_dsn, usable, writer_conninfo
@@ -87,6 +88,8 @@ T = TypeVar("T")
 #: would be told the dead worker still owns the session. A live owner is still
 #: reported after this short, fixed delay; nobody queues for a lock.
 LOCK_SETTLE_SECONDS: Final = 0.1
+#: Rows a whole read fetches per statement (D37: the log's rows are never held at once).
+_PAGE: Final = 1024
 
 
 # --------------------------------------------------------------------------- headers
@@ -350,20 +353,39 @@ class PostgresStorage:
         session_id: str,
         from_seq: int = 0,
         limit: int | None = None,
-    ) -> tuple[SessionHeader, list[SessionEvent]]:
+    ) -> tuple[SessionHeader, Sequence[SessionEvent]]:
         row = conn.execute(self._sql_header, (session_id,)).fetchone()
         if row is None:
             raise SessionNotFoundError(f'session "{session_id}" not found')
         header = self._decode_header(session_id, row[0])
+        if limit is None:  # a whole read: page by page into a packed log (D37)
+            where = self.locate_id(session_id)
+            return header, pack_stored_rows(
+                session_id, self._pages(conn, session_id, from_seq), from_seq, where=where
+            )
         rows = conn.execute(
             self._sql_events, (session_id, from_seq, limit), prepare=True
         ).fetchall()
         return header, self._decode_events(session_id, rows, from_seq)
 
-    def _load(self, header: SessionHeader, events: list[SessionEvent]) -> SessionLoad:
+    def _pages(
+        self, conn: psycopg.Connection[Any], session_id: str, from_seq: int
+    ) -> Iterator[tuple[int, str]]:
+        """Every row from ``from_seq`` on, fetched :data:`_PAGE` at a time (a result holds
+        only its page: the whole log's rows are never in memory at once)."""
+        while True:
+            rows = conn.execute(
+                self._sql_events, (session_id, from_seq, _PAGE), prepare=True
+            ).fetchall()
+            yield from rows
+            if len(rows) < _PAGE:
+                return
+            from_seq = rows[-1][0] + 1
+
+    def _load(self, header: SessionHeader, events: Sequence[SessionEvent]) -> SessionLoad:
         return SessionLoad(
             header=header,
-            events=tuple(events),
+            events=events,
             revision=self.revision(len(events)),
             location=ArtifactLocation("postgres", self.locate_id(header.id)),
         )
@@ -412,7 +434,7 @@ class PostgresStorage:
 
     def _open_write_sync(
         self, session_id: str, spare: psycopg.Connection[Any] | None
-    ) -> tuple[psycopg.Connection[Any], SessionHeader, list[SessionEvent]]:
+    ) -> tuple[psycopg.Connection[Any], SessionHeader, Sequence[SessionEvent]]:
         # Lock first, then read: once the lock is ours nobody else can append,
         # so what we read is the whole log.
         conn = self.lock_connection_sync(session_id, spare)

@@ -62,6 +62,7 @@ from dsh_host.sdk import (
     decode_stored_header,
     decode_stored_rows,
     encode_json,
+    pack_stored_rows,
 )
 
 __all__ = ["SCHEMA_VERSION", "JournalMode", "SqliteLease", "SqliteStorage"]
@@ -449,18 +450,22 @@ class SqliteStorage:
             row = conn.execute("SELECT header FROM sessions WHERE id = ?", (session_id,)).fetchone()
             if row is None:
                 raise SessionNotFoundError(f'session "{session_id}" not found')
-            rows = conn.execute(
+            header = decode_stored_header(session_id, row[0], where=where)
+            cursor = conn.execute(
                 "SELECT seq, event FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq "
                 "LIMIT ?",  # -1: all of them
                 (session_id, from_seq, -1 if limit is None else limit),
-            ).fetchall()
+            )
+            events: Sequence[SessionEvent]
+            if limit is None:  # a whole read: row by row into a packed log (D37)
+                events = pack_stored_rows(session_id, cursor, from_seq, where=where)
+            else:
+                events = tuple(decode_stored_rows(session_id, cursor, from_seq, where=where))
         finally:
             conn.execute("COMMIT")
-        header = decode_stored_header(session_id, row[0], where=where)
-        events = decode_stored_rows(session_id, rows, from_seq, where=where)
         return SessionLoad(
             header=header,
-            events=tuple(events),
+            events=events,
             revision=self._revision(from_seq + len(events)),
             location=ArtifactLocation("sqlite", where),
         )
@@ -475,7 +480,7 @@ class SqliteStorage:
         load = await self._run(
             "reader", lambda conn: self._read_sync(conn, session_id, from_seq, limit)
         )
-        return load.events
+        return tuple(load.events)
 
     async def walked_tail(self, session_id: str) -> tuple[int | None, ArtifactLocation | None]:
         """After a walk of the log with :meth:`read_from` to its end: 0 (a table of rows has no

@@ -61,7 +61,7 @@ class SuffixReads(MemoryStorage):
 
     async def read_from(self, session_id: str, from_seq: int) -> tuple[SessionEvent, ...]:
         self.suffix_reads += 1
-        return (await self.load(session_id)).events[from_seq:]
+        return tuple((await self.load(session_id)).events[from_seq:])
 
 
 class NoSuffixReads(SuffixReads):

@@ -13,11 +13,18 @@ from dsh_session_persistence_jsonl._frames import compress_frame
 from dsh_session_persistence_jsonl._paths import Compression
 from dsh_session_persistence_jsonl._reader import ArtifactRead, read_artifact
 
+from dsh_host._jsonsafe import may_hold_unsafe_int
 from dsh_host._persistence.persistence import (
     SessionPersistenceCorruptionError,
     decode_stored_event,
 )
-from dsh_host._session.events import SessionEvent, decode_event, encode_event
+from dsh_host._session.events import (
+    SessionEvent,
+    decode_event,
+    decode_event_line,
+    encode_event,
+    event_to_builtins,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dsh-reference"
 
@@ -158,7 +165,9 @@ def test_damage_before_typed_rows_is_the_plain_reads_verdict(tmp_path: Path) -> 
 
 def test_rows_the_one_pass_decode_leaves_stay_plain_records(tmp_path: Path) -> None:
     """A row with a 16-digit run, another writer's key order, an unknown ignorable type:
-    plain records, decoded as before."""
+    the one-pass decode leaves them (``plain`` marks which rows came straight from the
+    parser), and the general path types them as the load did (a zstd read hands every row
+    over typed, in a ``PackedLog``: docs/decisions.md D37)."""
     lines = [
         _line("turn/start", 0, {"turn": 1}),
         _line("session/title", 1, {"title": "1234567890123456"}),
@@ -167,7 +176,9 @@ def test_rows_the_one_pass_decode_leaves_stay_plain_records(tmp_path: Path) -> N
     ]
     path = _write(tmp_path, lines, "zstd")
     read = read_artifact(path, "zstd", 3, typed=True)
-    assert [type(row) for row in read.events] == [SessionEvent, dict, dict, dict]
+    left = [may_hold_unsafe_int(line) or decode_event_line(line) is None for line in lines]
+    assert left == [False, True, True, True]
+    assert [type(row) for row in read.events] == [SessionEvent] * 4
     assert read.plain == [True, False, True, True]
     _same_both_ways(path, "zstd")
 
@@ -179,5 +190,7 @@ def test_a_torn_tails_recovered_rows_stay_plain_records(tmp_path: Path) -> None:
     outcome = _same_both_ways(path, "zstd")
     assert outcome[0] == "read" and outcome[2] is not None
     read = read_artifact(path, "zstd", 3, typed=True)
-    assert [type(row) for row in read.events] == [SessionEvent, SessionEvent, dict, dict]
-    assert read.recovered == read.events[2:]
+    assert [type(row) for row in read.events] == [SessionEvent] * 4  # typed, in pages (D37)
+    assert all(isinstance(row, dict) for row in read.recovered)
+    typed = [row for row in read.events[2:] if isinstance(row, SessionEvent)]
+    assert read.recovered == [event_to_builtins(event) for event in typed]

@@ -34,6 +34,7 @@ DSH logs load) must carry ``surfaceOp``; every other type must not carry
 from __future__ import annotations
 
 from .codec import (
+    decode_accepted_line,
     decode_event,
     decode_event_line,
     decode_events,
@@ -156,6 +157,7 @@ __all__ = [
     "UnknownTurnEndReason",
     "UserCancel",
     "coerce_event_data",
+    "decode_accepted_line",
     "decode_event",
     "decode_event_line",
     "decode_events",

@@ -425,20 +425,31 @@ def decode_event_line(line: bytes) -> SessionEvent | None:
         row = decoder.decode(line)
         if entry.spec.type == "tool/result" and not _tool_result_consistent(row.data):
             return None
-        event = SessionEvent(
-            type=entry.spec.type,
-            seq=row.seq,
-            time=row.time,
-            data=row.data,
-            source_event_seqs=row.source_event_seqs if entry.spec.surface else UNSET,
-            surface_op=row.surface_op if entry.spec.surface else UNSET,
-            ignorable=row.ignorable,
-        )
+        event = _event_of(entry.spec, row)
         if _ENCODER.encode(event) != line:
             return None
     except Exception:  # any refusal or doubt: the general path gives the verdict and its text
         return None
     return event
+
+
+def _event_of(spec: EventTypeSpec, row: Any) -> SessionEvent:
+    surface = spec.surface
+    return SessionEvent(
+        type=spec.type, seq=row.seq, time=row.time, data=row.data, ignorable=row.ignorable,
+        source_event_seqs=row.source_event_seqs if surface else UNSET,
+        surface_op=row.surface_op if surface else UNSET,
+    )  # fmt: skip
+
+
+def decode_accepted_line(line: bytes) -> SessionEvent | None:
+    """:func:`decode_event_line` of a line it accepted before (a packed page, D37), without
+    the checks that accepted these bytes; None if the type's decoder changed since."""
+    end = line.find(b'"', len(_LINE_PREFIX))
+    entry = _LINE_DECODERS.get(line[len(_LINE_PREFIX) : end])
+    if entry is None or entry.decoder is None or _REGISTRY.get(entry.spec.type) is not entry.spec:
+        return None
+    return _event_of(entry.spec, entry.decoder.decode(line))
 
 
 def decode_events(lines: Iterator[bytes | str] | list[bytes] | list[str]) -> list[SessionEvent]:
