@@ -178,7 +178,9 @@ class PersistenceService(Generic[L]):
     async def open(
         self, session_id: str, mode: OpenMode, *, token: CancelToken | None = None
     ) -> SnapshotReadHandle | WriteHandle[L]:
-        """``read``: a snapshot, no lock. ``write``: take ownership or fail at once."""
+        """``read``: a snapshot, no lock. ``write``: take ownership or fail at once; an owner
+        here whose live session has left the store (``WriteHandle.detached``) is not a writer
+        any more, so its close is finished first instead."""
         if mode == "read":
             return SnapshotReadHandle(await self._load(session_id, token))
         if mode != "write":
@@ -186,6 +188,12 @@ class PersistenceService(Generic[L]):
         if token is not None:
             token.throw_if_aborted()
         self._check_open()
+        owner = self._handles.owner(session_id)
+        if owner is not None and owner.detached:
+            # Its session left the store and its release is due: finish that close (drain,
+            # then let the lock go; the binding's own release waits for the same one) rather
+            # than refuse an owner that is only on its way out. A live owner is refused.
+            await owner.close()
         with self._handles.reserve(session_id, new=False):
             lease, load = await self.storage.acquire(session_id)
             handle = WriteHandle(self, self.storage, load.header, lease=lease, load=load)

@@ -120,6 +120,8 @@ class LiveBinder:
         if binding is None or binding.session is not session:
             return
         del self._bindings[session.id]
+        if binding.handle is not None:
+            binding.handle.detach()
         self._releasing.add(binding)
         self._ctx.start_soon(self._release, binding, name=f"release session {session.id}")
 
@@ -172,6 +174,7 @@ class LiveBinder:
             try:
                 await self._bind(binding)
                 if binding.handle is not None:
+                    binding.handle.detach()
                     await binding.handle.close()
             except Exception as error:
                 self._ctx.logger.error(

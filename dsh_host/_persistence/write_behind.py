@@ -500,6 +500,8 @@ class WriteHandle(Generic[L]):
         self._problem: BaseException | None = None
         self._closed = False
         self._closing = Once()
+        #: Its live session left the store: the release under way is this handle's last act.
+        self._detached = False
         self._batcher: WriteBehind[Pending] = WriteBehind(
             write=self._write,
             spawn=owner.spawn,
@@ -524,6 +526,17 @@ class WriteHandle(Generic[L]):
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def detached(self) -> bool:
+        """The live session it persisted left the store (its release is due or running)."""
+        return self._detached
+
+    def detach(self) -> None:
+        """Mark the handle as released by its binding: its session is gone, so a new
+        ``open(id, "write")`` in this process finishes this close first instead of being
+        refused (the lock is not held for anyone any more, only not yet let go)."""
+        self._detached = True
 
     @property
     def header(self) -> SessionHeader:

@@ -34,6 +34,7 @@ __all__ = [
     "one_turn",
     "test_a_new_session_reusing_a_stored_id_fails_at_its_flush",
     "test_a_release_racing_shutdown_writes_every_event_once",
+    "test_a_detached_session_can_be_opened_for_writing_at_once",
     "test_a_session_detached_before_it_was_bound_is_written_at_shutdown",
     "test_live_session_is_durable_after_sessions_flush",
     "test_resume_adopts_the_resumers_write_handle",
@@ -143,6 +144,30 @@ async def test_a_release_racing_shutdown_writes_every_event_once(
             expected = wire(session.events)
     assert await live_backend.stored("race") == expected
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+async def test_a_detached_session_can_be_opened_for_writing_at_once(
+    live_backend: LiveBackend,
+) -> None:
+    """Regression: a session's handle is released by a task after the session leaves the
+    store, so an ``open(id, "write")`` right after (a sub-agent's child resumed to decide its
+    approval) found the handle still owning the id and was refused. Now the opener finishes
+    that release first; the events buffered before the detach are stored once, before its
+    read."""
+    async with open_host(live_backend.rows()) as host:
+        ctx = host.ctx
+        session = ctx.sessions.create("again", meta={"cwd": "/p"})
+        one_turn(session)
+        await ctx.sessions.flush(session)
+        one_turn(session, turn=2)  # buffered only
+        expected = wire(session.events)
+        ctx.sessions.detach(session)  # no yield: the release task has not run
+        handle = await ctx.sessionPersistence.open("again", "write")
+        try:
+            assert wire((await handle.read()).events) == expected
+        finally:
+            await handle.close()
+    assert await live_backend.stored("again") == expected
 
 
 async def test_resume_adopts_the_resumers_write_handle(live_backend: LiveBackend) -> None:
