@@ -1,7 +1,8 @@
 """A package's public names, each imported from its defining module on first use (PEP 562).
 
 The one implementation of lazy re-exports: ``dsh_host``, ``dsh_host._front`` and the plugin
-surface ``dsh_host.sdk`` each list their names once and hand the table to :func:`lazy_names`.
+surface ``dsh_host.sdk`` each list their names once and hand the table to :func:`lazy_names`;
+the sdk exports it, so a plugin package (the JSONL store's) does the same.
 """
 
 from __future__ import annotations

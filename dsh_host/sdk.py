@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dsh_host._lazy import lazy_names
+from dsh_host._lazy import lazy_names as _lazy_names
 
 if TYPE_CHECKING:
     # -- Plugins, services, events, cancellation
@@ -483,6 +483,7 @@ if TYPE_CHECKING:
         to_json_builtins as to_json_builtins,
     )
     from dsh_host._filewatch import StatMemo as StatMemo, Watched as Watched
+    from dsh_host._lazy import lazy_names as lazy_names
     from dsh_host._userdirs import (
         config_home as config_home,
         default_session_root as default_session_root,
@@ -717,6 +718,7 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
         "parse_js_float", "thaw_json", "to_json_builtins",
     ),
     "dsh_host._filewatch": ("StatMemo", "Watched"),
+    "dsh_host._lazy": ("lazy_names",),
     "dsh_host._userdirs": ("config_home", "default_session_root", "trust_store_file"),
 }
 #: Modules re-exported whole (``offload.run_sync``: a blocking call off the event loop).
@@ -727,7 +729,7 @@ _MODULE_OF = {name: module for module, names in _DEFINED_IN.items() for name in 
 __all__ = sorted([*_MODULE_OF, *_SUBMODULES])
 
 
-__getattr__ = lazy_names(__name__, _MODULE_OF, _SUBMODULES)
+__getattr__ = _lazy_names(__name__, _MODULE_OF, _SUBMODULES)
 
 
 def __dir__() -> list[str]:

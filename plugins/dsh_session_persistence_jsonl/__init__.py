@@ -10,8 +10,9 @@ lists with :mod:`._layout` alone, without the writer, its locks and its event-lo
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dsh_host.sdk import lazy_names
 
 if TYPE_CHECKING:
     from ._backend import (
@@ -51,13 +52,7 @@ _DEFINED_IN = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _DEFINED_IN.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _DEFINED_IN)
 
 
 def __dir__() -> list[str]:
