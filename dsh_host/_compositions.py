@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from ._composition_cache import parse_rows_cached
 from ._loader import LocatedRow, check_rows, parse_rows
 from ._userdirs import trust_store_file, user_config_file
 from .errors import ConfigError
@@ -219,13 +220,13 @@ def _project_file() -> Composition | None:
         )
         return None
     # Parse the very bytes that were hashed: no window between the check and the read.
-    rows = parse_rows(_decode(data, local), str(local), restricted=restriction(local))
+    rows = parse_rows_cached(_decode(data, local), str(local), restricted=restriction(local))
     return Composition(local, "trusted-project", rows)
 
 
 def _named(path: Path, origin: Origin) -> Composition:
     data = _read(path)
-    return Composition(path, origin, parse_rows(_decode(data, path), str(path)))
+    return Composition(path, origin, parse_rows_cached(_decode(data, path), str(path)))
 
 
 def load_config(flag: str | None) -> Composition:

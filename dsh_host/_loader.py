@@ -33,7 +33,6 @@ import anyio
 import msgspec
 import msgspec.inspect as mi
 import pluggy
-import yaml
 
 from ._context import Fiber, FiberState, Host
 from ._plugin import PROJECT, HookSpecs, PluginMeta
@@ -74,57 +73,7 @@ class LocatedRow:
     restricted: str | None = None
 
 
-# -- YAML ----------------------------------------------------------------------
-
-
-class _Loader(yaml.SafeLoader):
-    """SafeLoader plus ``!env``; any other tag stays an error."""
-
-
-def _construct_env(loader: _Loader, node: yaml.Node) -> str:
-    if isinstance(node, yaml.ScalarNode):
-        name = loader.construct_scalar(node)
-        default: str | None = None
-        has_default = False
-    elif isinstance(node, yaml.SequenceNode):
-        items = loader.construct_sequence(node)
-        if len(items) != 2 or not all(isinstance(i, str) for i in items):
-            raise ConfigError(
-                f"line {node.start_mark.line + 1}: !env takes NAME or [NAME, default] "
-                f"(two strings), got {items!r}"
-            )
-        name, default = items
-        has_default = True
-    else:
-        raise ConfigError(f"line {node.start_mark.line + 1}: !env takes NAME or [NAME, default]")
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"line {node.start_mark.line + 1}: !env needs a variable name")
-    value = os.environ.get(name)
-    if value is None:
-        if has_default:
-            return str(default)
-        raise ConfigError(
-            f"line {node.start_mark.line + 1}: environment variable {name} is not set "
-            f"(used by `!env {name}`); set it or write `!env [{name}, default]`"
-        )
-    return value
-
-
-_Loader.add_constructor("!env", _construct_env)
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """``:3:1: malformed YAML: <problem> (<context>)``, placed in the file it came from.
-
-    PyYAML's own text names the stream it was handed (``"<unicode string>"``), not the file.
-    """
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None)
-    if mark is None or problem is None:
-        return f": malformed YAML: {exc}"
-    context = getattr(exc, "context", None)
-    detail = f"{problem} ({context})" if context else str(problem)
-    return f":{mark.line + 1}:{mark.column + 1}: malformed YAML: {detail}"
+# -- YAML (docs/decisions.md D44: PyYAML is imported only to parse, in ._config_yaml) ---------
 
 
 def parse_rows(
@@ -134,29 +83,19 @@ def parse_rows(
 
     ``restricted`` marks every row (see :attr:`LocatedRow.restricted`).
     """
-    try:
-        node = yaml.compose(text, Loader=_Loader)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}{_yaml_problem(exc)}") from None
-    if node is None or not isinstance(node, yaml.SequenceNode):
-        raise ConfigError(f"config {source} must be a top-level YAML array of entries")
-    rows: list[LocatedRow] = []
-    for index, item in enumerate(node.value):
-        where = f"{source}:{item.start_mark.line + 1} (row {index + 1})"
-        loader = _Loader("")
-        try:
-            data = loader.construct_document(item)
-        except ConfigError as exc:
-            raise ConfigError(f"{source}: {exc}") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{where}: {exc}") from None
-        finally:
-            loader.dispose()
-        rows.append(LocatedRow(_convert_row(data, where), where, restricted))
-    return rows
+    from ._config_yaml import compose_rows
+
+    composed, _ = compose_rows(text, source, convert_row)
+    return [LocatedRow(row, where_of(source, line, i), restricted)
+            for i, (_, line, row) in enumerate(composed)]
 
 
-def _convert_row(data: Any, where: str) -> Row:
+def where_of(source: str, line: int, index: int) -> str:
+    """``file.yml:12 (row 3)``: where a row is, for the user (``line``, ``index`` 0-based)."""
+    return f"{source}:{line + 1} (row {index + 1})"
+
+
+def convert_row(data: Any, where: str) -> Row:
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: a row must be a mapping like `- name: sessions`, got {data!r}")
     try:

@@ -64,8 +64,11 @@ def patch_config_keys(
 
 
 def load_composition(args: argparse.Namespace) -> tuple[Path, list[LocatedRow]]:
-    path, located, _ = load_composition_terms(args)
-    return path, located
+    """The composition with ``--root`` applied (no run terms: a reader does not hash the rows,
+    docs/decisions.md D44)."""
+    composition = load_config(getattr(args, "config", None))
+    _apply_root(args, composition.rows)
+    return composition.path, composition.rows
 
 
 def load_composition_terms(
@@ -78,6 +81,11 @@ def load_composition_terms(
     identity = CompositionTerms(
         name=str(path.resolve()), digest=composition_digest(located)
     )
+    _apply_root(args, located)
+    return path, located, identity
+
+
+def _apply_root(args: argparse.Namespace, located: list[LocatedRow]) -> None:
     root = getattr(args, "root", None)
     if root is not None:
         root_path = Path(root)
@@ -85,7 +93,6 @@ def load_composition_terms(
             raise CliUsageError(f"--root {root}: exists and is not a directory")
         # the file stores say which config key holds their directory (Plugin.root_key)
         patch_config_keys(located, declared_root_keys(), str(root_path), "--root")
-    return path, located, identity
 
 
 def persistence_rows(located: Sequence[LocatedRow]) -> list[LocatedRow]:

@@ -20,7 +20,6 @@ of output, already in ``output_tokens``, never charged twice.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 from collections.abc import Mapping
@@ -31,6 +30,10 @@ from typing import Any, Final
 from msgspec import UNSET
 
 from dsh_host._session.messages import TokenUsage
+
+#: Up to this length a :meth:`PriceTable.fingerprint` is the prices' text itself (it is kept
+#: beside every remembered summary); longer, a SHA-256 of it.
+_FINGERPRINT_TEXT_MAX: Final = 160
 
 __all__ = ["MILLION", "ModelPrice", "PriceTable", "parse_prices"]
 
@@ -159,8 +162,14 @@ class PriceTable:
             (key, str(p.input), str(p.output), str(p.cache_read), str(p.cache_write))
             for key, p in self._overrides.items()
         )
-        digest = hashlib.sha256(repr((catalogue, overrides)).encode()).hexdigest()
-        return digest[:16]
+        text = repr((catalogue, overrides))
+        if len(text) <= _FINGERPRINT_TEXT_MAX:
+            # The prices named by their own short text: no hash, so a listing of an unchanged
+            # root does not load OpenSSL (docs/decisions.md D44).
+            return text
+        import hashlib  # here: only long override tables are hashed
+
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def cost(self, provider: str | None, model: str | None, usage: TokenUsage) -> Decimal | None:
         """Dollars one call cost, or None when the model has no known price."""
