@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from .. import __version__
-from .._session.usage import USAGE_KEYS
+from .._session.messages import USAGE_KEYS
 from .._userdirs import cache_home
 
 if TYPE_CHECKING:

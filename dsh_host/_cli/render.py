@@ -35,7 +35,6 @@ from .._session.messages import (
     block_type,
     source_kind,
 )
-from .._session.session import developer_as_system
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
@@ -459,6 +458,8 @@ def iter_transcript_lines(
             message = event.data if kind == "user/message" else event.data.message
             yield from message_lines(message)
         elif kind == "developer/message":  # DSH format v4: tool changes, as the model sees them
+            from .._session.session import developer_as_system  # here: a listing needs none
+
             projected = developer_as_system(event.data.message)
             if projected is not None:
                 text = terminal_safe(blocks_text(projected.content))

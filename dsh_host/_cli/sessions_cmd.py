@@ -28,12 +28,7 @@ from .._persistence.persistence import (
 from .._session.events import SessionEvent, event_to_builtins, to_builtins
 from .._session.keys import TELEMETRY
 from .._session.messages import Message
-from .._session.packed import packed_copy
 from .._session.prices import PriceTable
-from .._session.repair import call_identity_problems, interrupted_turn_closers
-from .._session.session import Session, derive_event_message
-from .._session.summary import SessionSummary
-from .._session.surface import surface_nodes
 from ..errors import install_hint
 from .common import (
     CliUsageError,
@@ -57,7 +52,6 @@ from .render import (
     usage_lines,
     when,
 )
-from .transcript_json import transcript_document
 from .usage import price_table, usage_line
 
 
@@ -435,6 +429,9 @@ async def listing_summary(
 def _summary(load: SessionLoad, prices: PriceTable, priced_with: str) -> dict[str, Any]:
     """The listing's fields read from the events (:data:`list_cache.SUMMARY_KEYS`): the
     session's :class:`SessionSummary`, its last turn's end as a resume will have it."""
+    from .._session.summary import SessionSummary  # here: a listing of an unchanged root has
+    # every summary remembered, and loads no summary code (docs/decisions.md D44)
+
     summary = SessionSummary.of(load, prices)
     end = summary.ended
     return {
@@ -538,6 +535,9 @@ class _Shown:
 
 
 def run_show(args: argparse.Namespace) -> int:
+    from .._session.session import derive_event_message
+    from .._session.surface import surface_nodes
+
     located = load_composition(args)[1]
     rows = persistence_rows(located)
     prices = price_table(located)
@@ -660,6 +660,10 @@ def _show_transcript_document(args: argparse.Namespace, rows: Any, prices: Price
     """``show --json``: one document of turns, calls, approvals, results, times and usage (the
     messages the model is sent are ``--view model``, the log itself ``--view events``). It is
     one JSON value, built from the log read whole."""
+    from .._session.packed import packed_copy
+    from .._session.session import Session
+    from .transcript_json import transcript_document
+
     load = run_with_host(rows, lambda host: _read(host, args.session_id))
     if args.turn is not None and not any(
         e.type == "turn/start" and e.data.turn == args.turn for e in load.events
@@ -894,6 +898,8 @@ async def _walk_checks(store: Any, session_id: str) -> _Checks | None:
     ends at a complete record
     (:meth:`~dsh_host._persistence.backend.PersistenceService.walked_tail`): the caller then
     reads it whole, where the torn-tail rules decide."""
+    from .._session.repair import call_identity_problems, interrupted_turn_closers
+
     walked_tail = getattr(store, "walked_tail", None)
     if walked_tail is None:
         return None
@@ -922,6 +928,8 @@ async def _walk_checks(store: Any, session_id: str) -> _Checks | None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    from .._session.repair import call_identity_problems
+
     rows = persistence_rows(load_composition(args)[1])
 
     async def body(host: PluginHost) -> dict[str, Any]:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._composition_edits import services_of
 from .._loader import LocatedRow
 from .._session.keys import TOKEN_METER
 from .._session.prices import PriceTable, parse_prices
-from .._session.usage import UsageLedger, UsageTotals
 from .common import CliUsageError
+
+if TYPE_CHECKING:  # a listing of an unchanged root counts nothing (docs/decisions.md D44)
+    from .._session.usage import UsageTotals
 
 
 def price_table(located: Sequence[LocatedRow]) -> PriceTable:
@@ -36,6 +38,8 @@ def logged_usage(
 ) -> dict[str, Any]:
     """Usage and cost of every billed call (replies, failed attempts, compaction summaries),
     or only turn ``turn``'s, as the token meter counts them (:class:`UsageLedger`)."""
+    from .._session.usage import UsageLedger, UsageTotals
+
     ledger = UsageLedger(prices if prices is not None else PriceTable())
     for event in events:
         ledger.feed(event)

@@ -65,7 +65,6 @@ from dsh_host._session.errors import (
 from dsh_host._session.events import SessionEvent, decode_event, decode_event_line
 from dsh_host._session.header import SESSION_FORMAT_VERSION, SessionHeader, parse_session_header
 from dsh_host._session.packed import PackedLog
-from dsh_host._session.repair import interrupted_turn_closers
 from dsh_host.errors import DshError
 
 if TYPE_CHECKING:
@@ -583,6 +582,9 @@ def check_from_seq(from_seq: object) -> int:
 
 def with_closers(load: SessionLoad) -> SessionLoad:
     """``inspect``: the load plus the closers an interrupted turn needs (in memory only)."""
+    # here: a header listing loads no crash repair (docs/decisions.md D44)
+    from dsh_host._session.repair import interrupted_turn_closers
+
     return dataclasses.replace(load, closers=tuple(interrupted_turn_closers(load.events)))
 
 

@@ -41,6 +41,7 @@ from msgspec import UNSET, Meta, UnsetType
 from dsh_host._jsonsafe import MAX_SAFE_INTEGER, FrozenJson, freeze_json, json_dec_hook
 
 __all__ = [
+    "USAGE_KEYS",
     "AbortedFinish",
     "AdapterDefaults",
     "AssistantMessage",
@@ -345,6 +346,19 @@ Message = UserMessage | AssistantMessage | ToolResultMessage | SystemMessage
 
 
 # --- usage, failures, finish reasons -------------------------------------------------------
+
+#: The token counts of a ``usage`` wire object (``UsageTotals.to_wire`` of
+#: :mod:`dsh_host._session.usage`): uncached input, output, cache reads and writes, reasoning
+#: (a part of output), billed calls. Here, so the list cache checks a remembered ``usage``
+#: without loading the ledger (docs/decisions.md D44).
+USAGE_KEYS: Final = (
+    "inputTokens",
+    "outputTokens",
+    "cacheReadTokens",
+    "cacheWriteTokens",
+    "reasoningTokens",
+    "requests",
+)
 
 
 class TokenUsage(Wire, frozen=True, kw_only=True):

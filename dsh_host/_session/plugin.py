@@ -12,7 +12,6 @@ from __future__ import annotations
 from dsh_host._context import Context
 from dsh_host._plugin import NoConfig, Plugin
 from dsh_host._session.keys import SESSION_EVENTS, SESSIONS
-from dsh_host._session.store import SessionStore
 
 __all__ = ["SessionsPlugin"]
 
@@ -27,6 +26,9 @@ class SessionsPlugin(Plugin):
     def apply(self, ctx: Context, config: NoConfig) -> None:
         for event in SESSION_EVENTS:
             ctx.declare_event(event)
+        # here: resolving this row (a listing does) loads no store (docs/decisions.md D44)
+        from dsh_host._session.store import SessionStore
+
         bus = ctx.host.bus
         store = SessionStore(
             emit=ctx.emit,

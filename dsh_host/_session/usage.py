@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 import msgspec
 from msgspec import UNSET
@@ -22,21 +22,11 @@ from dsh_host._session.events import (
     RequestContextData,
     SessionEvent,
 )
-from dsh_host._session.messages import ChunkRecord, TokenUsage, UsageChunk
+from dsh_host._session.messages import USAGE_KEYS, ChunkRecord, TokenUsage, UsageChunk
 from dsh_host._session.prices import PriceTable
 
 __all__ = ["USAGE_KEYS", "RequestCost", "UsageLedger", "UsageTotals"]
 
-#: The token counts of a ``usage`` wire object (:meth:`UsageTotals.to_wire`): uncached input,
-#: output, cache reads and writes, reasoning (a part of output), billed calls.
-USAGE_KEYS: Final = (
-    "inputTokens",
-    "outputTokens",
-    "cacheReadTokens",
-    "cacheWriteTokens",
-    "reasoningTokens",
-    "requests",
-)
 
 
 @dataclass(frozen=True, slots=True)

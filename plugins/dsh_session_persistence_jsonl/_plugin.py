@@ -13,7 +13,7 @@ handle. A binding failure is raised by the session's next flush (fail closed).
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 
@@ -21,14 +21,15 @@ from dsh_host.sdk import (
     Context,
     Plugin,
     SessionListing,
-    Spawn,
     UnreadableListing,
     default_session_root,
     offload,
-    wire_storage,
 )
 
 from ._layout import JsonlLayout
+
+if TYPE_CHECKING:  # a listing needs no writer: write_behind is not imported (D44)
+    from dsh_host.sdk import Spawn
 
 __all__ = ["JsonlConfig", "SessionPersistenceJsonl"]
 
@@ -66,6 +67,8 @@ class SessionPersistenceJsonl(Plugin):
 
     def apply(self, ctx: Context, config: Any) -> None:
         assert isinstance(config, JsonlConfig)
+        from dsh_host.sdk import wire_storage  # here: a listing binds nothing (D39, D44)
+
         from ._backend import JsonlSessionPersistence  # here: a listing needs no writer (D39)
 
         def service(spawn: Spawn, logger: logging.Logger) -> JsonlSessionPersistence:
