@@ -15,6 +15,14 @@ trusted and unchanged, and the restriction of its rows are decided outside, on e
 before. The rows are then converted and located exactly as a parse makes them
 (:func:`dsh_host._loader.convert_row`, :func:`dsh_host._loader.where_of`).
 
+Who may use it: only a command that runs nothing and records nothing (``dsh sessions list``,
+through ``load_config(..., remembered=True)``). The file lives under ``$XDG_CACHE_HOME``, which
+the sandbox does not keep tools from writing (a tool may well be given ``~/.cache`` for its
+package manager), unlike the configuration directory; so a command that runs a model or a tool,
+or records run terms, parses its text itself, and an entry planted in the cache can change at
+most what a listing reads. Even there, an entry with a row that imports code (``module:Attr``)
+is not taken, nor kept: a listing never imports a module because the cache named it.
+
 A cache: a missing, unreadable or malformed file, or an entry of the wrong shape, is ignored and
 rewritten; a cache directory that cannot be written leaves every command parsing, as before.
 """
@@ -29,8 +37,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from . import __version__
-from ._loader import LocatedRow, convert_row, where_of
+from ._loader import LocatedRow, convert_row, imports_code, where_of
 from ._userdirs import cache_home
+from .errors import ConfigError
 
 __all__ = ["cache_file", "parse_rows_cached"]
 
@@ -57,18 +66,26 @@ def parse_rows_cached(text: str, source: str, *, restricted: str | None = None) 
         if entry["text"] == text and all(
             os.environ.get(name) == value for name, value in entry["env"].items()
         ):
-            return [
-                LocatedRow(convert_row(data, where_of(source, line, i)),
-                           where_of(source, line, i), restricted)
-                for i, (data, line) in enumerate(entry["rows"])
-            ]  # fmt: skip
+            try:
+                remembered = [
+                    LocatedRow(convert_row(data, where_of(source, line, i)),
+                               where_of(source, line, i), restricted)
+                    for i, (data, line) in enumerate(entry["rows"])
+                ]  # fmt: skip
+            except ConfigError:  # not what a parse of ours kept: parse, and report its error
+                break
+            # A row that imports code (``module:Attr``) is never taken from the cache: an entry
+            # planted there could otherwise make a listing import a module of its choosing.
+            if not any(imports_code(located.row.name) for located in remembered):
+                return remembered
+            break
     from ._config_yaml import compose_rows
 
     composed, env_read = compose_rows(text, source, convert_row)
     rows = [LocatedRow(row, where_of(source, line, i), restricted)
             for i, (_, line, row) in enumerate(composed)]  # fmt: skip
     plain = [[data, line] for data, line, _ in composed]
-    if _exact(plain):
+    if _exact(plain) and not any(imports_code(row.row.name) for row in rows):
         kept = [e for e in entries if e["text"] != text][-(MAX_ENTRIES - 1):]
         with suppress(OSError):  # a read-only or full cache directory: parsed every time
             _write(path, [*kept, {"text": text, "env": env_read, "rows": plain}])

@@ -201,7 +201,7 @@ def _note(text: str) -> None:
     print(f"dsh: note: {text}", file=sys.stderr)
 
 
-def _project_file() -> Composition | None:
+def _project_file(remembered: bool) -> Composition | None:
     local = Path(PROJECT_FILE)
     if not local.is_file():
         return None
@@ -220,26 +220,33 @@ def _project_file() -> Composition | None:
         )
         return None
     # Parse the very bytes that were hashed: no window between the check and the read.
-    rows = parse_rows_cached(_decode(data, local), str(local), restricted=restriction(local))
+    parse = parse_rows_cached if remembered else parse_rows
+    rows = parse(_decode(data, local), str(local), restricted=restriction(local))
     return Composition(local, "trusted-project", rows)
 
 
-def _named(path: Path, origin: Origin) -> Composition:
+def _named(path: Path, origin: Origin, remembered: bool) -> Composition:
     data = _read(path)
-    return Composition(path, origin, parse_rows_cached(_decode(data, path), str(path)))
+    parse = parse_rows_cached if remembered else parse_rows
+    return Composition(path, origin, parse(_decode(data, path), str(path)))
 
 
-def load_config(flag: str | None) -> Composition:
-    """The composition the CLI runs (see the module docstring for the order)."""
+def load_config(flag: str | None, *, remembered: bool = False) -> Composition:
+    """The composition the CLI runs (see the module docstring for the order).
+
+    ``remembered``: the rows may come from the parsed-composition cache when the text is
+    unchanged. Only a command that runs nothing and records nothing asks for it (``dsh
+    sessions list``): the cache lives under ``$XDG_CACHE_HOME``, which a tool may be allowed to
+    write, so every other command parses the text itself (docs/decisions.md D44)."""
     if flag is not None:
-        return _named(Path(flag), "named")
+        return _named(Path(flag), "named", remembered)
     env = os.environ.get(CONFIG_ENV, "")
     if env:
-        return _named(Path(env), "named")
-    project = _project_file()
+        return _named(Path(env), "named", remembered)
+    project = _project_file(remembered)
     if project is not None:
         return project
     user = user_config_file()
     if user.is_file():
-        return _named(user, "user")
-    return _named(shipped_config_dir() / "default.yml", "shipped")
+        return _named(user, "user", remembered)
+    return _named(shipped_config_dir() / "default.yml", "shipped", remembered)

@@ -256,7 +256,7 @@ def declared_plugin(name: str) -> DeclaredPlugin | None:
     """The shipped plugin a row name resolves to, known without importing it or scanning the
     installed entry points; None when only that can tell (``module:Attr``, a third-party entry
     point, a DSH spelling that a distribution registers as it is)."""
-    if _imports_code(name):
+    if imports_code(name):
         return None
     declared = SHIPPED_PLUGINS.get(name)
     if declared is not None:
@@ -278,7 +278,7 @@ def _load_entry_point(value: str) -> Any:
 
 def resolve_plugin(name: str, where: str) -> tuple[Any, str]:
     """Return (plugin factory, "module:attr") for a row name."""
-    if _imports_code(name):
+    if imports_code(name):
         module_name, _, attr = name.partition(":")
         try:
             module = importlib.import_module(module_name)
@@ -337,7 +337,7 @@ def _refuse_restricted(located: LocatedRow, executable_keys: Sequence[str] = ())
     if located.restricted is None:
         return
     row, where = located.row, located.where
-    if _imports_code(row.name):
+    if imports_code(row.name):
         raise ConfigError(
             f"{where}: row {row.name!r} imports Python code by module path; {located.restricted}"
         )
@@ -350,7 +350,7 @@ def _refuse_restricted(located: LocatedRow, executable_keys: Sequence[str] = ())
                 )
 
 
-def _imports_code(name: str) -> bool:
+def imports_code(name: str) -> bool:
     return ":" in name and not name.startswith(_DSH_SCOPE)
 
 

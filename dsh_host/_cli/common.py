@@ -63,10 +63,12 @@ def patch_config_keys(
         patch(located, plugin, {key: value})
 
 
-def load_composition(args: argparse.Namespace) -> tuple[Path, list[LocatedRow]]:
+def load_composition(
+    args: argparse.Namespace, *, remembered: bool = False
+) -> tuple[Path, list[LocatedRow]]:
     """The composition with ``--root`` applied (no run terms: a reader does not hash the rows,
-    docs/decisions.md D44)."""
-    composition = load_config(getattr(args, "config", None))
+    docs/decisions.md D44). ``remembered``: see :func:`dsh_host._compositions.load_config`."""
+    composition = load_config(getattr(args, "config", None), remembered=remembered)
     _apply_root(args, composition.rows)
     return composition.path, composition.rows
 

@@ -195,7 +195,9 @@ def _file_size(load_or_listing: Any) -> int | None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    located = load_composition(args)[1]
+    # A listing runs and records nothing: it may take the parsed composition from the cache
+    # (docs/decisions.md D44); every other command parses the text itself.
+    located = load_composition(args, remembered=True)[1]
     rows = persistence_rows(located)
     prices = price_table(located)
     remembered = ListCache.load(fresh=args.fresh)

@@ -57,3 +57,49 @@ def test_a_row_error_comes_before_a_later_rows_error() -> None:
     text = "- just a string\n- name: x\n  config: !env DSH_TEST_CACHE_UNSET_VARIABLE\n"
     with pytest.raises(ConfigError, match=r"c.yml:1 \(row 1\): a row must be a mapping"):
         parse_rows_cached(text, "c.yml")
+
+
+def _plant(text: str, rows: list[list[object]]) -> None:
+    """Write the cache as a tool with write access to ``$XDG_CACHE_HOME`` could."""
+    from dsh_host import __version__
+
+    cache_file().parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    cache_file().write_text(json.dumps({
+        "format": 1, "dsh": __version__,
+        "compositions": [{"text": text, "env": {}, "rows": rows}],
+    }))  # fmt: skip
+    cache_file().chmod(0o600)
+
+
+def test_a_planted_entry_reaches_only_a_listing(tmp_path: pytest.TempPathFactory) -> None:
+    """Every command but a listing parses its text itself: a planted entry cannot change the
+    composition a run, a resume or a server uses (the control: a listing does take it)."""
+    from pathlib import Path
+
+    from dsh_host._compositions import load_config
+
+    config = Path(str(tmp_path)) / "dsh.yml"
+    text = "- name: sessions\n  config: {root: /the/real/root}\n"
+    config.write_text(text)
+    _plant(text, [[{"name": "sessions", "config": {"root": "/planted"}}, 1]])
+    assert load_config(str(config)).rows[0].row.config == {"root": "/the/real/root"}
+    listed = load_config(str(config), remembered=True).rows
+    assert listed[0].row.config == {"root": "/planted"}
+
+
+def test_a_remembered_row_that_imports_code_is_neither_taken_nor_kept() -> None:
+    text = "- name: sessions\n"
+    _plant(text, [[{"name": "os:system"}, 1]])
+    rows = parse_rows_cached(text, "c.yml")
+    assert [located.row.name for located in rows] == ["sessions"]
+    coded = "- name: json:JSONDecoder\n"
+    assert [located.row.name for located in parse_rows_cached(coded, "c.yml")] == [
+        "json:JSONDecoder"
+    ]
+    assert coded not in _remembered()
+
+
+def test_a_malformed_remembered_row_gives_the_parsers_answer() -> None:
+    text = "- name: sessions\n"
+    _plant(text, [[{"name": "sessions", "unknown": 1}, 1]])
+    assert [located.row.name for located in parse_rows_cached(text, "c.yml")] == ["sessions"]
