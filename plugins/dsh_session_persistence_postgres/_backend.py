@@ -183,7 +183,8 @@ class PostgresStorage:
         ).format(s=s, cast=cast)
         # The header and the first page of events in one statement (one round trip, one
         # snapshot): the header's row has no seq and sorts first; no row at all is a session
-        # not stored. A whole read fetches any further pages with _sql_events.
+        # not stored. A whole read fetches any further pages with _sql_events
+        # (docs/decisions.md D45).
         self._sql_first = sql.SQL(
             "SELECT * FROM (SELECT NULL::bigint AS seq, header AS body FROM {s}.sessions "
             "WHERE id = %s UNION ALL (SELECT seq, event::text FROM {s}.events "
