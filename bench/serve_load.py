@@ -258,6 +258,19 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def _sched_ms(pid: int) -> tuple[float, float]:
+    """ms ``pid``'s threads have run on a CPU and waited for one while runnable
+    (``/proc/<pid>/task/*/schedstat``; a thread that ended is not counted)."""
+    ran = waited = 0
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                fields = f.read().split()
+                ran += int(fields[0])
+                waited += int(fields[1])
+    return ran / 1e6, waited / 1e6
+
+
 def _postgres_pids() -> list[int]:
     """Every ``postgres`` process of the machine."""
     pids = []
@@ -292,6 +305,9 @@ class CpuMark:
     postgres: dict[int, float]
     #: connections made to the database so far (0 without PostgreSQL)
     connections: int = 0
+    #: per server: ms run on a CPU and ms waited for one while runnable
+    sched: tuple[tuple[float, float], ...] = ()
+    wall: float = 0.0
 
     @classmethod
     def take(cls, served: Served) -> CpuMark:
@@ -299,7 +315,8 @@ class CpuMark:
                                  if served.application_name else ([], 0))
         return cls(time.process_time(), [_cpu_s(p) for p in served.pids],
                    {p: _cpu_s(p) for p in backends}, {p: _cpu_s(p) for p in _postgres_pids()},
-                   connections)
+                   connections, tuple(_sched_ms(p) for p in served.pids),
+                   time.perf_counter())
 
 
 def cpu_per_turn(start: CpuMark, end: CpuMark, turns: int) -> dict[str, Any]:
@@ -309,6 +326,7 @@ def cpu_per_turn(start: CpuMark, end: CpuMark, turns: int) -> dict[str, Any]:
         return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
 
     per = 1000 / turns
+    window = (end.wall - start.wall) * 1000 or 1.0
     servers = [round((b - a) * per, 2) for a, b in zip(start.servers, end.servers, strict=True)]
     backends = spent(start.backends, end.backends) * per
     driver = (end.driver - start.driver) * per
@@ -325,6 +343,12 @@ def cpu_per_turn(start: CpuMark, end: CpuMark, turns: int) -> dict[str, Any]:
         # connections made meanwhile (the end mark's own one left out; every client of the
         # database counts, so a shared database inflates it)
         "pg_connections_per_turn": round((end.connections - start.connections - 1) / turns, 2),
+        # each server's share of the window: on a CPU, runnable but waiting for one (the
+        # machine's other work, or its own other threads), and the rest (blocked: waiting
+        # on PostgreSQL, its clients or a timer); threads, so the shares may pass 1
+        "servers_share_running_waiting": [
+            [round((b[0] - a[0]) / window, 2), round((b[1] - a[1]) / window, 2)]
+            for a, b in zip(start.sched, end.sched, strict=True)],
     }
 
 
