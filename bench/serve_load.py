@@ -1,10 +1,12 @@
 """``dsh serve`` under load: concurrent sessions through the HTTP API, 1, 2 and 3 workers.
 
 Each configuration starts real ``dsh serve`` processes and drives ``--sessions`` sessions at
-once from this process (httpx): every session opens its SSE stream on one worker, then runs
-``--turns`` turns posted to another (round robin), each turn waiting for its ``turn/end`` on the
-stream. The model is scripted (a short text answer, one request per turn), so what is measured
-is the server: the API, the turn jobs, the store, the streams.
+once from this process (the timed window's POSTs and streams through ``_lean_http``'s minimal
+HTTP/1.1 client, ``--client httpx`` for httpx; the rest through httpx): every session opens
+its SSE stream on one worker, then runs ``--turns`` turns posted to another (round robin), each
+turn waiting for its ``turn/end`` on the stream. The model is scripted (a short text answer,
+one request per turn), so what is measured is the server: the API, the turn jobs, the store,
+the streams.
 
 Figures, per configuration:
 
@@ -12,7 +14,9 @@ Figures, per configuration:
 - ``delivery_ms`` p50 / p99: event delivery latency, the client's receive time minus the
   event's ``time`` (stamped at append in the worker; same machine, same clock), over every
   event of every stream.
-- ``turn_ms`` p50 / p99: POST of a turn to its ``turn/end`` on the stream.
+- ``turn_ms`` p50 / p99: POST of a turn to its ``turn/end`` on the stream; ``turn_phases_ms_p50``
+  splits it (POST to its 202, to the ``turn/start`` append, the turn, ``turn/end`` to the
+  client) and ``busy_retries`` counts the 409s a POST was retried after.
 - the floor: ``/healthz`` round trip p50 on the same server (the HTTP stack alone), and the
   ratio ``delivery p50 / healthz p50``.
 
@@ -33,6 +37,9 @@ this driver (``time.process_time``), each server process and PostgreSQL (``utime
 ``application_name`` of the run, found in ``pg_stat_activity``), and, apart, every
 ``postgres`` process of the machine (its background writers too, and other users' backends on
 a shared machine). With 2 cores, ``2000 / (sum of the parts)`` is the turns/s a run can reach.
+Beside it: PostgreSQL connections made per turn (a backend that came and went inside the window
+is in no CPU figure), and each server's share of the window on a CPU and waiting for one
+(``schedstat``: a large waiting share means the machine, not the server, set the pace).
 
 ``--pg-log FILE`` also counts the statements PostgreSQL ran per turn in that window: FILE is
 the server's log, and the DSN's role must log its statements (``ALTER ROLE r SET
