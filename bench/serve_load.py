@@ -1,10 +1,12 @@
 """``dsh serve`` under load: concurrent sessions through the HTTP API, 1, 2 and 3 workers.
 
 Each configuration starts real ``dsh serve`` processes and drives ``--sessions`` sessions at
-once from this process (httpx): every session opens its SSE stream on one worker, then runs
-``--turns`` turns posted to another (round robin), each turn waiting for its ``turn/end`` on the
-stream. The model is scripted (a short text answer, one request per turn), so what is measured
-is the server: the API, the turn jobs, the store, the streams.
+once from this process (the timed window's POSTs and streams through ``_lean_http``'s minimal
+HTTP/1.1 client, ``--client httpx`` for httpx; the rest through httpx): every session opens
+its SSE stream on one worker, then runs ``--turns`` turns posted to another (round robin), each
+turn waiting for its ``turn/end`` on the stream. The model is scripted (a short text answer,
+one request per turn), so what is measured is the server: the API, the turn jobs, the store,
+the streams.
 
 Figures, per configuration:
 
@@ -12,7 +14,9 @@ Figures, per configuration:
 - ``delivery_ms`` p50 / p99: event delivery latency, the client's receive time minus the
   event's ``time`` (stamped at append in the worker; same machine, same clock), over every
   event of every stream.
-- ``turn_ms`` p50 / p99: POST of a turn to its ``turn/end`` on the stream.
+- ``turn_ms`` p50 / p99: POST of a turn to its ``turn/end`` on the stream; ``turn_phases_ms_p50``
+  splits it (POST to its 202, to the ``turn/start`` append, the turn, ``turn/end`` to the
+  client) and ``busy_retries`` counts the 409s a POST was retried after.
 - the floor: ``/healthz`` round trip p50 on the same server (the HTTP stack alone), and the
   ratio ``delivery p50 / healthz p50``.
 
@@ -33,6 +37,9 @@ this driver (``time.process_time``), each server process and PostgreSQL (``utime
 ``application_name`` of the run, found in ``pg_stat_activity``), and, apart, every
 ``postgres`` process of the machine (its background writers too, and other users' backends on
 a shared machine). With 2 cores, ``2000 / (sum of the parts)`` is the turns/s a run can reach.
+Beside it: PostgreSQL connections made per turn (a backend that came and went inside the window
+is in no CPU figure), and each server's share of the window on a CPU and waiting for one
+(``schedstat``: a large waiting share means the machine, not the server, set the pace).
 
 ``--pg-log FILE`` also counts the statements PostgreSQL ran per turn in that window: FILE is
 the server's log, and the DSN's role must log its statements (``ALTER ROLE r SET
@@ -58,7 +65,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +74,7 @@ from typing import Any
 import _common as c
 import anyio
 import httpx
+from _lean_http import LeanClient
 
 DSN = c.POSTGRES_DSN
 
@@ -257,6 +265,19 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def _sched_ms(pid: int) -> tuple[float, float]:
+    """ms ``pid``'s threads have run on a CPU and waited for one while runnable
+    (``/proc/<pid>/task/*/schedstat``; a thread that ended is not counted)."""
+    ran = waited = 0
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                fields = f.read().split()
+                ran += int(fields[0])
+                waited += int(fields[1])
+    return ran / 1e6, waited / 1e6
+
+
 def _postgres_pids() -> list[int]:
     """Every ``postgres`` process of the machine."""
     pids = []
@@ -268,13 +289,17 @@ def _postgres_pids() -> list[int]:
     return pids
 
 
-def _backend_pids(application_name: str) -> list[int]:
-    """The PostgreSQL backends connected with ``application_name``."""
+def _backends(application_name: str) -> tuple[list[int], int]:
+    """The PostgreSQL backends connected with ``application_name``, and the connections
+    made to the DSN's database so far (``pg_stat_database.sessions``, this one included)."""
     import psycopg
 
     with psycopg.connect(DSN, autocommit=True) as conn:
-        return [row[0] for row in conn.execute(
+        pids = [row[0] for row in conn.execute(
             "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (application_name,))]
+        found = conn.execute("SELECT sessions FROM pg_stat_database "
+                             "WHERE datname = current_database()").fetchone()
+    return pids, int(found[0]) if found is not None else 0
 
 
 @dataclass
@@ -285,12 +310,20 @@ class CpuMark:
     servers: list[float]
     backends: dict[int, float]
     postgres: dict[int, float]
+    #: connections made to the database so far (0 without PostgreSQL)
+    connections: int = 0
+    #: per server: ms run on a CPU and ms waited for one while runnable
+    sched: tuple[tuple[float, float], ...] = ()
+    wall: float = 0.0
 
     @classmethod
     def take(cls, served: Served) -> CpuMark:
-        backends = _backend_pids(served.application_name) if served.application_name else []
+        backends, connections = (_backends(served.application_name)
+                                 if served.application_name else ([], 0))
         return cls(time.process_time(), [_cpu_s(p) for p in served.pids],
-                   {p: _cpu_s(p) for p in backends}, {p: _cpu_s(p) for p in _postgres_pids()})
+                   {p: _cpu_s(p) for p in backends}, {p: _cpu_s(p) for p in _postgres_pids()},
+                   connections, tuple(_sched_ms(p) for p in served.pids),
+                   time.perf_counter())
 
 
 def cpu_per_turn(start: CpuMark, end: CpuMark, turns: int) -> dict[str, Any]:
@@ -300,6 +333,7 @@ def cpu_per_turn(start: CpuMark, end: CpuMark, turns: int) -> dict[str, Any]:
         return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
 
     per = 1000 / turns
+    window = (end.wall - start.wall) * 1000 or 1.0
     servers = [round((b - a) * per, 2) for a, b in zip(start.servers, end.servers, strict=True)]
     backends = spent(start.backends, end.backends) * per
     driver = (end.driver - start.driver) * per
@@ -312,6 +346,16 @@ def cpu_per_turn(start: CpuMark, end: CpuMark, turns: int) -> dict[str, Any]:
         "postgres_all": round(spent(start.postgres, end.postgres) * per, 2),
         "sum": round(total, 2),
         "turns_per_s_ceiling_2_cores": round(2000 / total, 1) if total else None,
+        # a backend that started and ended between the marks is in no CPU figure above: the
+        # connections made meanwhile (the end mark's own one left out; every client of the
+        # database counts, so a shared database inflates it)
+        "pg_connections_per_turn": round((end.connections - start.connections - 1) / turns, 2),
+        # each server's share of the window: on a CPU, runnable but waiting for one (the
+        # machine's other work, or its own other threads), and the rest (blocked: waiting
+        # on PostgreSQL, its clients or a timer); threads, so the shares may pass 1
+        "servers_share_running_waiting": [
+            [round((b[0] - a[0]) / window, 2), round((b[1] - a[1]) / window, 2)]
+            for a, b in zip(start.sched, end.sched, strict=True)],
     }
 
 
@@ -455,10 +499,18 @@ def statements_per_turn(path: Path, start: int, end: int, turns: int) -> dict[st
 
 
 async def drive(served: Served, sessions: int, turns: int, followers: int = 0,
-                dropped: int = 0, pg_log: Path | None = None) -> dict[str, Any]:
+                dropped: int = 0, pg_log: Path | None = None,
+                client_kind: str = "lean") -> dict[str, Any]:
     urls = served.urls
+    # the timed window's POSTs and streams: the lean client (keep-alive connections, a
+    # minimal HTTP/1.1 and SSE reader) or httpx; everything outside it goes through httpx
+    lean = {url: LeanClient(url) for url in urls} if client_kind == "lean" else None
     delivery_ms: list[float] = []
     turn_ms: list[float] = []
+    busy_retries = [0]
+    #: per turn, epoch ms: POST sent, 202 received, turn/start and turn/end appended (the
+    #: events' ``time``), turn/end received: where a turn's latency goes
+    phases: list[tuple[float, float, float, float, float]] = []
     accepted: dict[str, list[str]] = {}
     seen: dict[str, list[list[int]]] = {}
     conns = 4 * sessions * (1 + followers)
@@ -486,10 +538,18 @@ async def drive(served: Served, sessions: int, turns: int, followers: int = 0,
         log_start = _log_size(pg_log)
         wall_start = time.perf_counter()
 
+        async def post_turn(url: str, session_id: str, prompt: str) -> tuple[int, bytes]:
+            path = f"/sessions/{session_id}/turns"
+            if lean is None:
+                response = await client.post(url + path, json={"prompt": prompt})
+                return response.status_code, response.content
+            return await lean[url].post(path, json.dumps({"prompt": prompt}).encode())
+
         async def one(index: int) -> None:
             session_id = ids[index]
             post_url = urls[(index + 1) % len(urls)]
             ended: dict[int, anyio.Event] = {n: anyio.Event() for n in range(1, turns + 1)}
+            stamps: dict[int, list[float]] = {n: [] for n in range(1, turns + 1)}
             accepted[session_id] = []
             seen[session_id] = []
 
@@ -497,18 +557,27 @@ async def drive(served: Served, sessions: int, turns: int, followers: int = 0,
                 url = urls[(index + k) % len(urls)]
                 seqs: list[int] = []
                 seen[session_id].append(seqs)
-                path = f"{url}/sessions/{session_id}/stream?after=-1"  # history, then news
-                async with client.stream("GET", path) as r:
-                    async for line in r.aiter_lines():
-                        if not line.startswith("data: "):
-                            continue
+                path = f"/sessions/{session_id}/stream?after=-1"  # history, then news
+                async with contextlib.AsyncExitStack() as stack:
+                    if lean is None:
+                        r = await stack.enter_async_context(client.stream("GET", url + path))
+                        data: AsyncIterator[str | bytes] = (
+                            line[6:] async for line in r.aiter_lines()
+                            if line.startswith("data: "))
+                    else:
+                        data = await stack.enter_async_context(
+                            contextlib.aclosing(lean[url].sse_data(path)))
+                    async for payload in data:
                         received = time.time() * 1000
-                        event = json.loads(line[6:])
+                        event = json.loads(payload)
                         seqs.append(event["seq"])
                         if k == 0:
                             delivery_ms.append(received - event["time"])
+                            if event["type"] == "turn/start":
+                                stamps[event["data"]["turn"]].append(event["time"])
                         if event["type"] == "turn/end":
                             if k == 0:
+                                stamps[event["data"]["turn"]] += [event["time"], received]
                                 ended[event["data"]["turn"]].set()
                             if event["data"]["turn"] == turns:
                                 return
@@ -518,16 +587,21 @@ async def drive(served: Served, sessions: int, turns: int, followers: int = 0,
                     group.start_soon(follow, k)
                 for turn in range(1, turns + 1):
                     started = time.perf_counter()
+                    posted_ms = time.time() * 1000
                     prompt = f"session {index} turn {turn}"
                     while True:  # the previous turn's job may still be releasing the session
-                        response = await client.post(
-                            f"{post_url}/sessions/{session_id}/turns", json={"prompt": prompt})
-                        if response.status_code != 409:
+                        status, reply = await post_turn(post_url, session_id, prompt)
+                        if status != 409:
                             break
+                        busy_retries[0] += 1
                         await anyio.sleep(0.05)
-                    response.raise_for_status()
+                    if status != 202:
+                        raise SystemExit(f"POST turns of {session_id}: {status} {reply[:300]!r}")
+                    answered_ms = time.time() * 1000
                     accepted[session_id].append(prompt)
                     await ended[turn].wait()
+                    start, end, received_end = stamps[turn][-3:]
+                    phases.append((posted_ms, answered_ms, start, end, received_end))
                     turn_ms.append((time.perf_counter() - started) * 1000)
 
         async def drops() -> None:
@@ -540,6 +614,8 @@ async def drive(served: Served, sessions: int, turns: int, followers: int = 0,
             for index in range(sessions):
                 group.start_soon(one, index)
         wall = time.perf_counter() - wall_start
+        for each in (lean or {}).values():
+            await each.aclose()
         log_end = _log_size(pg_log)
         cpu = cpu_per_turn(cpu_start, CpuMark.take(served), sessions * turns)
         if pg_log is not None:
@@ -573,6 +649,11 @@ async def drive(served: Served, sessions: int, turns: int, followers: int = 0,
         "turn_ms": {"p50": round(c.percentile(turn_ms, 50), 1),
                     "p99": round(c.percentile(turn_ms, 99), 1)},
         "healthz_ms_p50": round(floor, 3),
+        "client": client_kind,
+        "busy_retries": busy_retries[0],
+        "turn_phases_ms_p50": {
+            name: round(c.percentile([p[i + 1] - p[i] for p in phases], 50), 1)
+            for i, name in enumerate(("post", "to_start", "run", "to_client"))},
         "delivery_p50_over_healthz": round(c.ratio(delivery_p50, floor), 1),
         "cpu_ms_per_turn": cpu,
         "followers": followers,
@@ -623,6 +704,9 @@ def main() -> int:
     parser.add_argument("--pg-log", type=Path, default=None, metavar="FILE",
                         help="PostgreSQL's log: count the statements per turn (the DSN's role "
                         "must have log_statement = 'all')")
+    parser.add_argument("--client", choices=("lean", "httpx"), default="lean",
+                        help="the client of the timed window's POSTs and streams (default "
+                        "lean: bench/_lean_http.py)")
     args = parser.parse_args()
     sessions, turns = (6, 1) if args.small else (args.sessions, args.turns)
     followers, dropped = (1, 20) if args.small else (args.followers, args.dropped)
@@ -639,7 +723,7 @@ def main() -> int:
             with servers(scratch, name, count, queue, requests=sessions * turns + 10,
                          profile=args.profile) as served:
                 results[name] = anyio.run(drive, served, sessions, turns, followers, dropped,
-                                          args.pg_log, backend=args.backend)
+                                          args.pg_log, args.client, backend=args.backend)
                 if args.pg_log is not None:
                     print(f"  statements per turn: "
                           f"{results[name]['cpu_ms_per_turn']['statements_per_turn']}")

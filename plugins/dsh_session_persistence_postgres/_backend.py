@@ -181,7 +181,16 @@ class PostgresStorage:
             "INSERT INTO {s}.events (session_id, seq, event) "
             "SELECT %s, t.seq, t.event{cast} FROM unnest(%s::bigint[], %s::text[]) AS t(seq, event)"
         ).format(s=s, cast=cast)
-        self._sql_header = sql.SQL("SELECT header FROM {s}.sessions WHERE id = %s").format(s=s)
+        # The header and the first page of events in one statement (one round trip, one
+        # snapshot): the header's row has no seq and sorts first; no row at all is a session
+        # not stored. A whole read fetches any further pages with _sql_events
+        # (docs/decisions.md D45).
+        self._sql_first = sql.SQL(
+            "SELECT * FROM (SELECT NULL::bigint AS seq, header AS body FROM {s}.sessions "
+            "WHERE id = %s UNION ALL (SELECT seq, event::text FROM {s}.events "
+            "WHERE session_id = %s AND seq >= %s ORDER BY seq LIMIT %s)) AS r "
+            "ORDER BY seq NULLS FIRST"
+        ).format(s=s)
         self._sql_events = sql.SQL(
             "SELECT seq, event::text FROM {s}.events WHERE session_id = %s AND seq >= %s "
             "ORDER BY seq LIMIT %s"  # LIMIT NULL: all of them
@@ -354,33 +363,39 @@ class PostgresStorage:
         from_seq: int = 0,
         limit: int | None = None,
     ) -> tuple[SessionHeader, Sequence[SessionEvent]]:
-        row = conn.execute(self._sql_header, (session_id,)).fetchone()
-        if row is None:
+        first_limit = _PAGE if limit is None else limit
+        rows = conn.execute(
+            self._sql_first, (session_id, session_id, from_seq, first_limit), prepare=True
+        ).fetchall()
+        if not rows or rows[0][0] is not None:
             raise SessionNotFoundError(f'session "{session_id}" not found')
-        header = self._decode_header(session_id, row[0])
+        header = self._decode_header(session_id, rows[0][1])
+        del rows[0]
         if limit is None:  # a whole read: page by page into a packed log (D37)
             where = self.locate_id(session_id)
             return header, pack_stored_rows(
-                session_id, self._pages(conn, session_id, from_seq), from_seq, where=where
+                session_id, self._pages(conn, session_id, from_seq, rows), from_seq, where=where
             )
-        rows = conn.execute(
-            self._sql_events, (session_id, from_seq, limit), prepare=True
-        ).fetchall()
         return header, self._decode_events(session_id, rows, from_seq)
 
     def _pages(
-        self, conn: psycopg.Connection[Any], session_id: str, from_seq: int
+        self,
+        conn: psycopg.Connection[Any],
+        session_id: str,
+        from_seq: int,
+        rows: list[tuple[int, str]],
     ) -> Iterator[tuple[int, str]]:
-        """Every row from ``from_seq`` on, fetched :data:`_PAGE` at a time (a result holds
-        only its page: the whole log's rows are never in memory at once)."""
+        """Every row from ``from_seq`` on, ``rows`` (the first page, read with the header)
+        and then fetched :data:`_PAGE` at a time (a result holds only its page: the whole
+        log's rows are never in memory at once)."""
         while True:
-            rows = conn.execute(
-                self._sql_events, (session_id, from_seq, _PAGE), prepare=True
-            ).fetchall()
             yield from rows
             if len(rows) < _PAGE:
                 return
             from_seq = rows[-1][0] + 1
+            rows = conn.execute(
+                self._sql_events, (session_id, from_seq, _PAGE), prepare=True
+            ).fetchall()
 
     def _load(self, header: SessionHeader, events: Sequence[SessionEvent]) -> SessionLoad:
         return SessionLoad(

@@ -297,6 +297,47 @@ async def test_read_from_fetches_only_the_suffix(pg_dsn: str, pg_schema: str) ->
                 await b.read_from("suffix", bad)  # type: ignore[arg-type]
 
 
+async def test_a_read_is_one_statement_per_page_the_header_with_the_first(
+    pg_dsn: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 36: a read took the header and then the events, two statements (two round
+    trips) where one does; a queued turn reads its session ~5 times. Counted on the real
+    connections: every statement a read sends, its result checked against the stored rows
+    (a log of more than one page too, and a session that is not stored)."""
+    page = 1024  # the backend's page of rows
+    small = log(2)
+    big = log(1)
+    big += [ev("turn/start", len(big) + i, {"turn": 2 + i}) for i in range(page + 5 - len(big))]
+    async with backend(pg_dsn, pg_schema) as b:
+        for name, events in (("small", small), ("big", big)):
+            handle = await b.create(header(name))
+            handle.append(events)
+            await handle.close()
+        sent: list[str] = []
+        execute = psycopg.Connection.execute
+
+        def counted(self: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(str(query))
+            return execute(self, query, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Connection, "execute", counted)
+        for name, events, statements in (("small", small, 1), ("big", big, 2)):
+            sent.clear()
+            load = await (await b.open(name, "read")).read()
+            assert wire(load.events) == plain(events)
+            assert len(sent) == statements, sent
+            sent.clear()
+            assert wire(await b.read_from(name, 3, limit=10)) == plain(events[3:13])
+            assert len(sent) == 1, sent
+        sent.clear()
+        writer = await b.open("big", "write")  # the lock, then one statement a page
+        assert writer.next_seq == len(big)
+        await writer.close()
+        assert len([q for q in sent if "advisory" not in q]) == 2, sent
+        with pytest.raises(SessionPersistenceError, match="not found"):
+            await b.read_from("nobody", 0, limit=10)
+
+
 async def test_list_is_ordered_by_creation(pg_dsn: str, pg_schema: str) -> None:
     async with backend(pg_dsn, pg_schema) as b:
         for sid, created in (("late", 30), ("early", 10), ("middle", 20)):
