@@ -57,10 +57,21 @@ class _Page:
 
     __slots__ = ("blob", "kept")
 
-    def __init__(self, events: list[SessionEvent], shared: dict[bytes, Any]) -> None:
+    def __init__(
+        self,
+        events: list[SessionEvent],
+        shared: dict[bytes, Any],
+        given: list[bytes | None] | None = None,
+    ) -> None:
         lines: list[bytes] = []
         kept: dict[int, SessionEvent] = {}
         for index, event in enumerate(events):
+            line = given[index] if given is not None else None
+            if line is not None and b"\n" not in line:
+                # The line the event was decoded from (``append_decoded``): it round-trips by
+                # construction, no encode and no check decode (docs/decisions.md D46).
+                lines.append(line)
+                continue
             line = encode_event(event)
             if b"\n" in line or not _round_trips(line, event):
                 kept[index] = _sharing(event, line, shared)
@@ -108,11 +119,15 @@ def _round_trips(line: bytes, event: SessionEvent) -> bool:
 class PackedLog(Sequence[SessionEvent]):
     """An append-only list of events: full older pages encoded, the newest decoded."""
 
-    __slots__ = ("_cache", "_last", "_pages", "_shared", "_tail")
+    __slots__ = ("_cache", "_last", "_lines", "_pages", "_shared", "_tail")
 
     def __init__(self, events: Iterable[SessionEvent] = ()) -> None:
         self._pages: list[_Page] = []
         self._tail: list[SessionEvent] = []
+        #: Parallel to ``_tail`` while a store's read fills the log: the line each event was
+        #: decoded from (``append_decoded``), else None. A copy (what a session adopts) drops
+        #: them: they only spare the packing of a read its encode and check decode (D46).
+        self._lines: list[bytes | None] = []
         #: (page index, decoded events), newest last.
         self._cache: list[tuple[int, list[SessionEvent]]] = []
         #: The data of kept events, by their encoding: equal data is held once (``_sharing``).
@@ -132,11 +147,13 @@ class PackedLog(Sequence[SessionEvent]):
         if stop is None or stop >= len(self):
             out._pages = list(self._pages)
             out._tail = list(self._tail)
+            out._lines = [None] * len(out._tail)
             out._last = dict(self._last) if self._last is not None else None
             return out
         whole = max(stop, 0) // PAGE
         out._pages = self._pages[:whole]
         out._tail = list(self._walk(whole * PAGE, max(stop, 0)))
+        out._lines = [None] * len(out._tail)
         out._last = None  # the last of a type before ``stop`` is not known without a walk
         return out
 
@@ -189,13 +206,23 @@ class PackedLog(Sequence[SessionEvent]):
                 index -= 1
 
     def append(self, event: SessionEvent) -> None:
+        self.append_decoded(event, None)
+
+    def append_decoded(self, event: SessionEvent, line: bytes | None) -> None:
+        """Append ``event``, which ``line`` decoded to in one typed pass: ``event`` is
+        ``decode_event_line(line)`` (a store's read, as it types its rows). Its page then
+        holds ``line`` as it is, without encoding the event again and checking that the
+        encoding decodes back to it (docs/decisions.md D46). None: encode and check."""
         tail = self._tail
         if self._last is not None:
             self._last[event.type] = len(self._pages) * PAGE + len(tail)
         tail.append(event)
+        lines = self._lines
+        lines.append(line)
         if len(tail) >= 2 * PAGE:
-            self._pages.append(_Page(tail[:PAGE], self._shared))
+            self._pages.append(_Page(tail[:PAGE], self._shared, lines[:PAGE]))
             del tail[:PAGE]
+            del lines[:PAGE]
 
     def extend(self, events: Iterable[SessionEvent]) -> None:
         for event in events:
