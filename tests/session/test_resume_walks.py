@@ -65,9 +65,9 @@ def _config(tmp: Path, root: Path) -> Path:
     return config
 
 
-def _decodes(session_id: str, config: Path, cwd: Path) -> tuple[int, str]:
+def _decodes(session_id: str, config: Path, cwd: Path, *prompt: str) -> tuple[int, str]:
     done = subprocess.run(
-        [sys.executable, "-c", COUNTED, "resume", session_id, "--config", str(config)],
+        [sys.executable, "-c", COUNTED, "resume", session_id, *prompt, "--config", str(config)],
         cwd=cwd, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -102,6 +102,12 @@ def test_dsh_resume_decodes_each_page_for_the_restore_and_the_usage_only(
     decodes, out = _decodes(session.id, config, tmp_path)  # balanced now: nothing to close
     assert "nothing to repair" in out
     assert decodes <= 2 * pages
+    # A turn on top: the restore's checks, the two prompt projections, the call ids, the
+    # first derive_messages and the usage walk the log; the effects ledger (no fork/effects
+    # event in the log) and the closers do not. Before: ten walks.
+    decodes, out = _decodes(session.id, config, tmp_path, "hello")
+    assert "unused" in out
+    assert decodes <= 6 * pages, f"{decodes} page decodes for {pages} packed pages"
 
 
 TERMS = RunTerms(
