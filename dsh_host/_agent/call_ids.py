@@ -71,8 +71,8 @@ class CallIds:
     def _catch_up(self) -> None:
         events = self._session.events
         seen = self._seen
-        for index in range(self._scanned, len(events)):
-            data = events[index].data
+        for event in events.iter_from(self._scanned):  # page by page (docs/decisions.md D46)
+            data = event.data
             if isinstance(data, AssistantMessageData):
                 for block in data.message.content:
                     if isinstance(block, ToolCallBlock):

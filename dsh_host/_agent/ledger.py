@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from dsh_host._persistence.fork import FORK_EFFECTS_EVENT, ledger_entries, replay_origin
+from dsh_host._session.packed import packed_under
 from dsh_host._tools import Deny, PreToolDecision, ToolExecution
 from dsh_host._tools.keys import TOOLS
 
@@ -55,6 +56,12 @@ def _ledger_state(session: Session) -> tuple[list[dict[str, Any]], bool]:
     events = session.events
     scanned, entries, replay = _cache.get(session, (0, [], False))
     if scanned < len(events):
+        under = packed_under(events)
+        if under is not None and under[0].last_of(FORK_EFFECTS_EVENT, under[1]) is None:
+            # No ledger event in the log (every session but a fork's or a replay's): nothing
+            # to walk for (docs/decisions.md D46).
+            _cache[session] = (len(events), entries, replay)
+            return entries, replay
         fresh = [e for e in events.iter_from(scanned) if e.type == FORK_EFFECTS_EVENT]
         if fresh:
             entries = [*entries, *ledger_entries(fresh)]

@@ -346,8 +346,8 @@ class RuntimeContextProjection:
 
     def _catch_up(self) -> None:
         events = self._session.events
-        for index in range(self._scanned, len(events)):
-            self._observe(events[index])
+        for event in events.iter_from(self._scanned):  # page by page (docs/decisions.md D46)
+            self._observe(event)
         self._scanned = len(events)
 
     def _observe(self, event: SessionEvent) -> None:
@@ -395,8 +395,7 @@ class SystemMessageProjection:
 
     def _catch_up(self) -> None:
         events = self._session.events
-        for index in range(self._scanned, len(events)):
-            event = events[index]
+        for event in events.iter_from(self._scanned):  # page by page (docs/decisions.md D46)
             data = event.data
             if event.type == "system/message" and isinstance(data, SystemMessageData):
                 text = "".join(

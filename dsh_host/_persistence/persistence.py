@@ -657,17 +657,29 @@ def pack_stored_rows(
     """:func:`decode_stored_rows` into a :class:`PackedLog`, the rows taken one by one (a
     cursor's): a whole read holds its older pages encoded, never every decoded event at once
     (docs/decisions.md D37)."""
-    return PackedLog(_decoded_rows(session_id, rows, first_seq, where=where))
+    out = PackedLog()
+    for event, line in _decoded_row_lines(session_id, rows, first_seq, where=where):
+        out.append_decoded(event, line)  # a row decoded in one pass is packed as it is (D46)
+    return out
 
 
 def _decoded_rows(
     session_id: str, rows: Iterable[tuple[int, str | bytes]], first_seq: int, *, where: str
 ) -> Iterator[StoredEvent]:
+    for event, _ in _decoded_row_lines(session_id, rows, first_seq, where=where):
+        yield event
+
+
+def _decoded_row_lines(
+    session_id: str, rows: Iterable[tuple[int, str | bytes]], first_seq: int, *, where: str
+) -> Iterator[tuple[StoredEvent, bytes | None]]:
+    """Each row's event, and the row's bytes when :func:`decode_event_line` decoded them."""
     for index, (seq, text) in enumerate(rows):
         line = text.encode("utf-8") if isinstance(text, str) else text
         event: StoredEvent | None = None
         if not may_hold_unsafe_int(line):
             event = decode_event_line(line)
+        typed_from = line if event is not None else None
         if event is None:
             raw = text.decode("utf-8") if isinstance(text, bytes) else text
             event = decode_stored_event(raw, session_id=session_id, seq=seq, where=where)
@@ -678,4 +690,4 @@ def _decoded_rows(
                 f"contiguous from 0 (raw log: {where})",
                 path=where,
             )
-        yield event
+        yield event, typed_from

@@ -31,7 +31,7 @@ from dsh_host._session.events import (
     encode_event,
 )
 
-__all__ = ["PAGE", "PackedLog", "packed_copy"]
+__all__ = ["PAGE", "PackedLog", "packed_copy", "packed_under"]
 
 #: Events per packed page; the decoded tail holds between PAGE and 2 * PAGE events.
 PAGE: Final = 1024
@@ -57,10 +57,21 @@ class _Page:
 
     __slots__ = ("blob", "kept")
 
-    def __init__(self, events: list[SessionEvent], shared: dict[bytes, Any]) -> None:
+    def __init__(
+        self,
+        events: list[SessionEvent],
+        shared: dict[bytes, Any],
+        given: list[bytes | None] | None = None,
+    ) -> None:
         lines: list[bytes] = []
         kept: dict[int, SessionEvent] = {}
         for index, event in enumerate(events):
+            line = given[index] if given is not None else None
+            if line is not None and b"\n" not in line:
+                # The line the event was decoded from (``append_decoded``): it round-trips by
+                # construction, no encode and no check decode (docs/decisions.md D46).
+                lines.append(line)
+                continue
             line = encode_event(event)
             if b"\n" in line or not _round_trips(line, event):
                 kept[index] = _sharing(event, line, shared)
@@ -108,15 +119,23 @@ def _round_trips(line: bytes, event: SessionEvent) -> bool:
 class PackedLog(Sequence[SessionEvent]):
     """An append-only list of events: full older pages encoded, the newest decoded."""
 
-    __slots__ = ("_cache", "_pages", "_shared", "_tail")
+    __slots__ = ("_cache", "_last", "_lines", "_pages", "_shared", "_tail")
 
     def __init__(self, events: Iterable[SessionEvent] = ()) -> None:
         self._pages: list[_Page] = []
         self._tail: list[SessionEvent] = []
+        #: Parallel to ``_tail`` while a store's read fills the log: the line each event was
+        #: decoded from (``append_decoded``), else None. A copy (what a session adopts) drops
+        #: them: they only spare the packing of a read its encode and check decode (D46).
+        self._lines: list[bytes | None] = []
         #: (page index, decoded events), newest last.
         self._cache: list[tuple[int, list[SessionEvent]]] = []
         #: The data of kept events, by their encoding: equal data is held once (``_sharing``).
         self._shared: dict[bytes, Any] = {}
+        #: The index of the last event of each type appended (docs/decisions.md D46): a reader
+        #: of "the last X" (the recorded terms, the last turn end the repair starts after) finds
+        #: it without decoding the pages before it. None: not known (a copy of a prefix).
+        self._last: dict[str, int] | None = {}
         for event in events:
             self.append(event)
 
@@ -128,10 +147,14 @@ class PackedLog(Sequence[SessionEvent]):
         if stop is None or stop >= len(self):
             out._pages = list(self._pages)
             out._tail = list(self._tail)
+            out._lines = [None] * len(out._tail)
+            out._last = dict(self._last) if self._last is not None else None
             return out
         whole = max(stop, 0) // PAGE
         out._pages = self._pages[:whole]
         out._tail = list(self._walk(whole * PAGE, max(stop, 0)))
+        out._lines = [None] * len(out._tail)
+        out._last = None  # the last of a type before ``stop`` is not known without a walk
         return out
 
     def walk(self, start: int, stop: int) -> Iterator[SessionEvent]:
@@ -144,12 +167,62 @@ class PackedLog(Sequence[SessionEvent]):
         """How many events are held encoded (not as decoded objects, the cache aside)."""
         return len(self._pages) * PAGE
 
+    def last_of(self, kind: str, stop: int | None = None) -> int | None:
+        """The index of the last event of type ``kind`` before ``stop`` (the end of the log
+        by default), or None if there is none. Known without a walk when it is the last of its
+        type in the log; otherwise found walking back from ``stop``, a page decoded at a time
+        (docs/decisions.md D46)."""
+        length = len(self)
+        stop = length if stop is None else max(min(stop, length), 0)
+        last = self._last
+        if last is not None:
+            found = last.get(kind)
+            if found is None:
+                return None
+            if found < stop:
+                return found
+        for index, event in self._walk_back(stop):
+            if event.type == kind:
+                return index
+        return None
+
+    def walk_back(self, stop: int) -> Iterator[tuple[int, SessionEvent]]:
+        """``(index, event)`` from ``stop - 1`` down to 0, a page decoded at a time."""
+        return self._walk_back(stop)
+
+    def _walk_back(self, stop: int) -> Iterator[tuple[int, SessionEvent]]:
+        index = min(stop, len(self)) - 1
+        while index >= 0:
+            packed = len(self._pages) * PAGE
+            if index >= packed:
+                yield index, self._tail[index - packed]
+                index -= 1
+                continue
+            number = index // PAGE
+            events = self._page(number)
+            base = number * PAGE
+            while index >= base:
+                yield index, events[index - base]
+                index -= 1
+
     def append(self, event: SessionEvent) -> None:
+        self.append_decoded(event, None)
+
+    def append_decoded(self, event: SessionEvent, line: bytes | None) -> None:
+        """Append ``event``, which ``line`` decoded to in one typed pass: ``event`` is
+        ``decode_event_line(line)`` (a store's read, as it types its rows). Its page then
+        holds ``line`` as it is, without encoding the event again and checking that the
+        encoding decodes back to it (docs/decisions.md D46). None: encode and check."""
         tail = self._tail
+        if self._last is not None:
+            self._last[event.type] = len(self._pages) * PAGE + len(tail)
         tail.append(event)
+        lines = self._lines
+        lines.append(line)
         if len(tail) >= 2 * PAGE:
-            self._pages.append(_Page(tail[:PAGE], self._shared))
+            self._pages.append(_Page(tail[:PAGE], self._shared, lines[:PAGE]))
             del tail[:PAGE]
+            del lines[:PAGE]
 
     def extend(self, events: Iterable[SessionEvent]) -> None:
         for event in events:
@@ -218,8 +291,8 @@ class PackedLog(Sequence[SessionEvent]):
         return self._walk(0, len(self))
 
     def __reversed__(self) -> Iterator[SessionEvent]:
-        for index in range(len(self) - 1, -1, -1):
-            yield self[index]
+        for _, event in self._walk_back(len(self)):
+            yield event
 
     def starts_with(self, prefix: PackedLog) -> bool:
         """``self[: len(prefix)] == prefix``, a page both share (one was copied from the
@@ -252,6 +325,18 @@ class PackedLog(Sequence[SessionEvent]):
 
     def __repr__(self) -> str:
         return f"<PackedLog of {len(self)} events, {self.packed} packed>"
+
+
+def packed_under(events: object) -> tuple[PackedLog, int] | None:
+    """The :class:`PackedLog` ``events`` reads and how many of its events it holds: ``events``
+    itself, or the log under a session's ``LogView`` snapshot (its ``lineage``); None for any
+    other sequence or iterable."""
+    if isinstance(events, PackedLog):
+        return events, len(events)
+    lineage = getattr(events, "lineage", None)
+    if isinstance(lineage, PackedLog) and isinstance(events, Sequence):
+        return lineage, len(events)
+    return None
 
 
 def packed_copy(events: Iterable[SessionEvent]) -> PackedLog:

@@ -48,6 +48,7 @@ from dsh_host._session.events import (
     decode_event,
 )
 from dsh_host._session.messages import ToolCallBlock
+from dsh_host._session.packed import PackedLog, packed_under
 
 __all__ = [
     "GUARDRAIL_GATE_EVENT",
@@ -123,7 +124,15 @@ def interrupted_turn_closers(events: Iterable[SessionEvent]) -> list[SessionEven
     iterator over a log read page by page will do (``dsh sessions verify``).
     Only the last, open turn is repaired; within it, every unanswered call is
     closed, whether or not its step is still open.
+
+    A session's packed log (a load's, or the ``LogView`` of a session over one) is walked only
+    from its last turn end that leaves nothing pending (:func:`_repair_start`, docs/decisions.md
+    D46): the fold's state after such an event is its initial state.
     """
+    under = packed_under(events)
+    if under is not None:
+        log, stop = under
+        events = log.walk(_repair_start(log, stop), stop)
     last: SessionEvent | None = None
     open_turn: int | None = None
     open_step: int | None = None
@@ -254,6 +263,23 @@ def interrupted_turn_closers(events: Iterable[SessionEvent]) -> list[SessionEven
         )
     )
     return closers
+
+
+def _repair_start(log: PackedLog, stop: int) -> int:
+    """Where the closers' walk of ``log[:stop]`` may start: the last ``turn/end`` before
+    ``stop`` that carries no call to the next turn (no awaiting-approval ids), else 0.
+
+    After such an event :func:`interrupted_turn_closers`' state is its initial one (no open
+    turn or step, nothing pending or carried; ``last`` is that event itself, and the walk
+    starts *at* it), so the closers are those of a walk from 0. An awaiting-approval turn end
+    carries its pending calls into the next turn: the search goes on before it."""
+    at = log.last_of("turn/end", stop)
+    while at is not None:
+        data = log[at].data
+        if isinstance(data, TurnEnd) and not awaiting_call_ids(data.reason):
+            return at
+        at = log.last_of("turn/end", at)
+    return 0
 
 
 def call_identity_problems(events: Iterable[SessionEvent]) -> list[str]:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Final
 
 from dsh_host._session.events import SessionEvent
 from dsh_host._session.events.data import RunTerms
+from dsh_host._session.packed import packed_under
 
 if TYPE_CHECKING:
     from dsh_host._session.session import Session
@@ -30,7 +31,21 @@ TERMS_EVENT: Final = "run/terms"
 
 
 def recorded_terms(events: Iterable[SessionEvent]) -> RunTerms | None:
-    """The terms in force: the last ``run/terms`` record, or None (the session predates them)."""
+    """The terms in force: the last ``run/terms`` record, or None (the session predates them).
+
+    A session's packed log (docs/decisions.md D46) knows where its last ``run/terms`` is: it
+    is read alone, not after a walk of the whole log (a resume reads the terms before it boots).
+    """
+    under = packed_under(events)
+    if under is not None:
+        log, stop = under
+        at = log.last_of(TERMS_EVENT, stop)
+        while at is not None:
+            data = log[at].data
+            if isinstance(data, RunTerms):
+                return data
+            at = log.last_of(TERMS_EVENT, at)
+        return None
     found: RunTerms | None = None
     for event in events:
         if event.type == TERMS_EVENT and isinstance(event.data, RunTerms):

@@ -331,9 +331,14 @@ class TokenMeter:
             state = _State(ledger=UsageLedger(self._prices))
             self._states[session] = state
         events = session.events
-        while state.consumed < len(events):
-            self._fold(state, events[state.consumed])
-            state.consumed += 1
+        if state.consumed < len(events):
+            # Walked, not indexed: a page decoded and read in order (docs/decisions.md D46).
+            new = events.iter_from(state.consumed) if isinstance(events, LogView) else (
+                events[state.consumed :]
+            )
+            for event in new:
+                self._fold(state, event)
+                state.consumed += 1
         return state
 
     def _fold(self, state: _State, event: SessionEvent) -> None:

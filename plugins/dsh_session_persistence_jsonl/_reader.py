@@ -143,6 +143,9 @@ class LineScanner:
         #: Called with the scanner whenever :data:`DRAIN_AT` rows are held (a typed read
         #: moves them into its packed log, even in the middle of one big frame: D37).
         self.drain: Callable[[LineScanner], None] | None = None
+        #: With a ``drain``: the line each row of ``events`` decoded in one typed pass came
+        #: from, by seq; the drain packs it as it is (docs/decisions.md D46).
+        self.lines: dict[int, bytes] = {}
 
     @property
     def pending(self) -> int:
@@ -190,7 +193,8 @@ class LineScanner:
                 and typed.type not in DSH_V4_ONLY_EVENT_TYPES
                 and source_seqs_admissible(typed.source_event_seqs, typed.seq)
             ):
-                self._admit_typed(typed, line_start, line_end)
+                if self._admit_typed(typed, line_start, line_end) and self.drain is not None:
+                    self.lines[typed.seq] = line
                 return
         try:
             row = _json.loads(line)
@@ -296,14 +300,14 @@ class LineScanner:
         if closes_turn and not self.hole and self.issue is not None:
             raise self.issue
 
-    def _admit_typed(self, event: SessionEvent, line_start: int, line_end: int) -> None:
+    def _admit_typed(self, event: SessionEvent, line_start: int, line_end: int) -> bool:
         """The plain path's rules after decoding, for a row decoded straight to its event:
         it parsed and passed structural admission and the envelope, so only the damage
         already seen and the seq chain can still stop it (with the plain path's texts)."""
         closes_turn = event.type == "turn/end"
         if self.issue is not None:
             self._after_issue(closes_turn)
-            return
+            return False
         expected = self.first_seq + len(self.events)
         if event.seq != expected:
             issue = self._problem(
@@ -314,10 +318,11 @@ class LineScanner:
             if self.recovery == "strict" or closes_turn:
                 raise issue
             self.issue = issue
-            return
+            return False
         self.events.append(event)
         self.plain.append(True)
         self.committed = line_end
+        return True
 
 
 @dataclass(slots=True)
@@ -469,14 +474,17 @@ def _drain(scanner: LineScanner, packed: PackedLog | None, path: str, sid: str) 
     The scanner keeps counting seqs from where its rows end."""
     out = PackedLog() if packed is None else packed
     rows = scanner.events
+    lines = scanner.lines
     for row, plain in zip(rows, scanner.plain[len(scanner.plain) - len(rows) :], strict=True):
-        out.append(
-            row
-            if isinstance(row, SessionEvent)
-            else decode_stored_event(
-                row, session_id=sid, seq=row.get("seq"), where=path, parsed_plain=plain
+        if isinstance(row, SessionEvent):
+            out.append_decoded(row, lines.pop(row.seq, None))  # its line packed as it is
+        else:
+            out.append(
+                decode_stored_event(
+                    row, session_id=sid, seq=row.get("seq"), where=path, parsed_plain=plain
+                )
             )
-        )
+    lines.clear()
     scanner.first_seq += len(rows)
     scanner.events = []  # ``plain`` stays whole: which rows the one-pass decode took
     return out
