@@ -204,9 +204,10 @@ class QuickLane:
     The decision reads only this lane's own accounting and the run's in-flight count; it
     does not take part in :class:`BarrierLane`'s "previous barrier" rule (a read is no
     barrier). Either path runs ``fn`` in a copy of the caller's context, re-raises its
-    exception in the caller, and never abandons it half-way; a cancelled caller starts
-    nothing; an inline call ends with one cancel-shielded schedule point, so a ready task
-    waits at most one call (D41). ``budget`` 0 disables the inline path.
+    exception in the caller, and never abandons it half-way (inline, ``KeyboardInterrupt`` is
+    deferred as for a barrier); a cancelled caller starts nothing; an inline call ends with one
+    cancel-shielded schedule point, so a ready task waits at most one call (D41). ``budget`` 0
+    disables the inline path.
     """
 
     __slots__ = ("_estimate", "budget", "inline_calls", "thread_calls")
@@ -246,12 +247,13 @@ class QuickLane:
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller starts nothing
         self.inline_calls += 1
         try:
-            result = contextvars.copy_context().run(self._timed, fn, *args)
+            context = contextvars.copy_context()
+            result = _protected(trio)(context.run, (self._timed, fn, *args))
         finally:
             # As BarrierLane's inline path: whatever became ready runs before the caller
             # goes on (D41); shielded, so the finished call's result is delivered.
             await trio.lowlevel.cancel_shielded_checkpoint()
-        return result
+        return cast(T, result)
 
     def _timed(self, fn: Callable[..., T], *args: object) -> T:
         started = time.perf_counter()

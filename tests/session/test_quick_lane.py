@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import signal
 import threading
 import time
 from pathlib import Path
@@ -134,3 +135,32 @@ async def test_read_file_hops_once_then_reads_on_the_event_loop(
             text = "".join(getattr(block, "text", "") for block in result.content)
             assert "1: one" in text and "2: two" in text, text
     assert len(hops) == 1, hops
+
+
+def _interrupted_read(steps: list[str]) -> None:
+    """A read that gets SIGINT half-way (as Ctrl-C would), on the main thread itself."""
+    steps.append("open")
+    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+    time.sleep(0.05)  # the handler runs here, on the main thread
+    steps.append("close")
+
+
+def test_an_inline_call_is_not_torn_by_ctrl_c() -> None:
+    """As a barrier's (D41): Ctrl-C during an inline call is delivered after it, never
+    between its open and its close (a descriptor would leak)."""
+
+    async def lane_read(steps: list[str]) -> None:
+        lane = offload.QuickLane(1.0)
+        await lane.run(where)  # measured: the next call runs inline
+        await lane.run(_interrupted_read, steps)
+        assert lane.inline_calls == 1
+        steps.append("returned")
+        await trio.sleep(1)
+
+    handler = signal.getsignal(signal.SIGINT)
+    assert handler is signal.default_int_handler, f"SIGINT's handler is {handler!r}"
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    steps: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        trio.run(lane_read, steps)
+    assert steps == ["open", "close", "returned"]
