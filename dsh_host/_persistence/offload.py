@@ -190,9 +190,9 @@ class QuickLane:
     loop once its calls have been measured quick, else through :func:`run_sync`.
 
     A :func:`run_sync` hop costs more CPU than a small file read itself (a thread woken, the
-    event loop woken through trio's wake-up socket, one more pass of the run loop: ~0.2 M
-    instructions a step of the shipped composition, ``bench/README.md``), so a call runs
-    inline, on the event-loop thread, when all of these hold (docs/decisions.md D43):
+    event loop woken through trio's wake-up socket, one more pass of the run loop: ~10 system
+    calls and two context switches a step of the shipped composition, ``bench/README.md``), so
+    a call runs inline, on the event-loop thread, when all of these hold (docs/decisions.md D43):
 
     * the loop is trio (asyncio always hops);
     * no worker-thread work of this module is in flight in this trio run;

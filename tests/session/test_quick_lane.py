@@ -108,8 +108,8 @@ async def test_read_file_hops_once_then_reads_on_the_event_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The shipped read_file reads through a ``QuickLane``: of 20 reads of a small file only
-    the first goes to a worker thread (each hop woke a thread and then the event loop: ~0.2 M
-    instructions a step, bench/README.md). A budget no read can exceed keeps the count
+    the first goes to a worker thread (each hop woke a thread and then the event loop: ~10
+    system calls a step, bench/README.md). A budget no read can exceed keeps the count
     independent of the machine's load."""
     hops: list[Any] = []
     real_run_sync = offload.run_sync
