@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import contextvars
+import math
 import sys
 import threading
 import time
@@ -42,7 +43,14 @@ import anyio
 if TYPE_CHECKING:
     import outcome
 
-__all__ = ["DEFAULT_INLINE_BUDGET", "MAX_IN_FLIGHT", "BarrierLane", "run_sync"]
+__all__ = [
+    "DEFAULT_INLINE_BUDGET",
+    "DEFAULT_QUICK_BUDGET",
+    "MAX_IN_FLIGHT",
+    "BarrierLane",
+    "QuickLane",
+    "run_sync",
+]
 
 T = TypeVar("T")
 
@@ -53,6 +61,10 @@ MAX_IN_FLIGHT: Final = 40
 #: :class:`BarrierLane`'s default budget: work whose recent duration is within 2 ms may run
 #: on the event loop (a fast disk's write + fsync is 0.15-0.6 ms; its slow mode ~3 ms).
 DEFAULT_INLINE_BUDGET: Final = 0.002
+
+#: :class:`QuickLane`'s default budget: a call whose recent duration is within 0.5 ms may run
+#: on the event loop (``read_file`` of a small file: ~20-60 µs of ``openat2`` + ``pread``).
+DEFAULT_QUICK_BUDGET: Final = 0.0005
 
 
 async def run_sync(fn: Callable[..., T], *args: object) -> T:
@@ -162,6 +174,84 @@ class BarrierLane:
             # Whatever became ready meanwhile runs before the caller goes on: a task waits at
             # most one inline call, never a whole turn of them (D41). Shielded: the work is
             # done, so its result is delivered, not replaced by a cancellation.
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        return cast(T, result)
+
+    def _timed(self, fn: Callable[..., T], *args: object) -> T:
+        started = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self._observe(time.perf_counter() - started)
+
+
+class QuickLane:
+    """Where one kind of short blocking call (``read_file``'s open + read) runs: on the event
+    loop once its calls have been measured quick, else through :func:`run_sync`.
+
+    A :func:`run_sync` hop costs more CPU than a small file read itself (a thread woken, the
+    event loop woken through trio's wake-up socket, one more pass of the run loop: ~10 system
+    calls and two context switches a step of the shipped composition, ``bench/README.md``), so
+    a call runs inline, on the event-loop thread, when all of these hold (docs/decisions.md D43):
+
+    * the loop is trio (asyncio always hops);
+    * no worker-thread work of this module is in flight in this trio run;
+    * the lane has measured a call (its first call hops: nothing is known of the file system
+      yet), and its estimate of a call's duration is within ``budget`` seconds: like
+      :class:`BarrierLane`'s, it rises at once to any slower call and decays by 1/8 per call,
+      so a slow file system (or a large file) gets the hop after one call.
+
+    The decision reads only this lane's own accounting and the run's in-flight count; it
+    does not take part in :class:`BarrierLane`'s "previous barrier" rule (a read is no
+    barrier). Either path runs ``fn`` in a copy of the caller's context, re-raises its
+    exception in the caller, and never abandons it half-way (inline, ``KeyboardInterrupt`` is
+    deferred as for a barrier); a cancelled caller starts nothing; an inline call ends with one
+    cancel-shielded schedule point, so a ready task waits at most one call (D41). ``budget`` 0
+    disables the inline path.
+    """
+
+    __slots__ = ("_estimate", "budget", "inline_calls", "thread_calls")
+
+    def __init__(self, budget: float = DEFAULT_QUICK_BUDGET) -> None:
+        if not budget >= 0:
+            raise ValueError(f"budget must be >= 0 seconds, got {budget!r}")
+        self.budget = budget
+        self._estimate = math.inf  # nothing measured: the first call hops
+        #: How many calls ran inline and on a worker thread (for benches and tests).
+        self.inline_calls = 0
+        self.thread_calls = 0
+
+    @property
+    def estimate(self) -> float:
+        """The lane's estimate of one call's duration in seconds (``inf`` before the first)."""
+        return self._estimate
+
+    def _observe(self, seconds: float) -> None:
+        estimate = self._estimate
+        if seconds >= estimate or estimate == math.inf:
+            self._estimate = seconds
+        else:
+            self._estimate = estimate + (seconds - estimate) / 8
+
+    async def run(self, fn: Callable[..., T], *args: object) -> T:
+        """``fn(*args)`` inline or on a worker thread (see the class); its result or error."""
+        trio = sys.modules.get("trio")
+        if (
+            trio is None
+            or self._estimate > self.budget
+            or not trio.lowlevel.in_trio_task()
+            or _run_state(trio).in_flight
+        ):
+            self.thread_calls += 1
+            return await run_sync(self._timed, fn, *args)
+        await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller starts nothing
+        self.inline_calls += 1
+        try:
+            context = contextvars.copy_context()
+            result = _protected(trio)(context.run, (self._timed, fn, *args))
+        finally:
+            # As BarrierLane's inline path: whatever became ready runs before the caller
+            # goes on (D41); shielded, so the finished call's result is delivered.
             await trio.lowlevel.cancel_shielded_checkpoint()
         return cast(T, result)
 
