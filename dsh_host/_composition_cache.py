@@ -29,16 +29,14 @@ rewritten; a cache directory that cannot be written leaves every command parsing
 
 from __future__ import annotations
 
-import json
 import os
-import stat
 from contextlib import suppress
 from pathlib import Path
 from typing import Any, Final
 
 from . import __version__
 from ._loader import LocatedRow, convert_row, imports_code, where_of
-from ._userdirs import cache_home
+from ._userdirs import cache_home, read_cache_document, write_cache_document
 from .errors import ConfigError
 
 __all__ = ["cache_file", "parse_rows_cached"]
@@ -122,18 +120,7 @@ def _well_formed(entry: object) -> bool:
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
-    try:  # not through a symlink; a directory or another owner's file is not ours
-        with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as file:
-            st = os.fstat(file.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > MAX_BYTES:
-                return []
-            data = file.read(MAX_BYTES + 1)
-    except OSError:
-        return []
-    try:
-        document = json.loads(data)
-    except ValueError:
-        return []
+    document = read_cache_document(path, MAX_BYTES)
     if (
         not isinstance(document, dict)
         or document.get("format") != FORMAT
@@ -145,19 +132,4 @@ def _read(path: Path) -> list[dict[str, Any]]:
 
 
 def _write(path: Path, entries: list[dict[str, Any]]) -> None:
-    directory = path.parent
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    data = json.dumps(
-        {"format": FORMAT, "dsh": __version__, "compositions": entries}, separators=(",", ":")
-    ).encode("utf-8")
-    temporary = directory / f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(temporary, flags, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        with suppress(OSError):
-            os.unlink(temporary)
-        raise
+    write_cache_document(path, {"format": FORMAT, "dsh": __version__, "compositions": entries})

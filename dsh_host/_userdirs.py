@@ -14,8 +14,12 @@ relative ``XDG_*`` value is ignored.
 
 from __future__ import annotations
 
+import json
 import os
+import stat
+from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "SESSION_ROOT_ENV",
@@ -23,8 +27,10 @@ __all__ = [
     "config_home",
     "data_home",
     "default_session_root",
+    "read_cache_document",
     "trust_store_file",
     "user_config_file",
+    "write_cache_document",
 ]
 
 #: Environment variable naming the session root (overrides the XDG default).
@@ -69,3 +75,41 @@ def default_session_root() -> str:
     if configured:
         return os.path.expanduser(configured)
     return str(data_home() / "dsh" / "sessions")
+
+
+def read_cache_document(path: Path, max_bytes: int) -> Any:
+    """The JSON document of one of dsh's cache files (:func:`write_cache_document`), or None
+    when there is none we trust: missing, a symbolic link, not a regular file, another user's,
+    larger than ``max_bytes``, or not JSON. The caller checks its shape."""
+    try:  # not through a symlink; a directory or another owner's file is not ours
+        with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as file:
+            st = os.fstat(file.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > max_bytes:
+                return None
+            data = file.read(max_bytes + 1)
+    except OSError:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
+
+
+def write_cache_document(path: Path, document: Any) -> None:
+    """Replace ``path`` with ``document`` as compact JSON, atomically (a new file of mode 0600,
+    never through a symbolic link, renamed over it; the directory made 0700). Raises OSError
+    when it cannot: a cache the caller may do without."""
+    directory = path.parent
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    data = json.dumps(document, separators=(",", ":")).encode("utf-8")
+    temporary = directory / f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(temporary, flags, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(temporary)
+        raise

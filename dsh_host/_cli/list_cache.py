@@ -22,17 +22,14 @@ one. Nothing else reads it: ``sessions show``, ``verify`` and resume always read
 
 from __future__ import annotations
 
-import json
 import os
-import stat
 from collections.abc import Mapping
-from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from .. import __version__
 from .._session.messages import USAGE_KEYS
-from .._userdirs import cache_home
+from .._userdirs import cache_home, read_cache_document, write_cache_document
 
 if TYPE_CHECKING:
     from .._persistence.persistence import ArtifactLocation
@@ -131,18 +128,7 @@ def _copy(value: Any) -> Any:
 
 
 def _read(path: Path) -> dict[str, dict[str, Any]]:
-    try:  # not through a symlink; a directory or another owner's file is not ours
-        with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as file:
-            st = os.fstat(file.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > MAX_BYTES:
-                return {}
-            data = file.read(MAX_BYTES + 1)
-    except OSError:
-        return {}
-    try:
-        document = json.loads(data)
-    except ValueError:
-        return {}
+    document = read_cache_document(path, MAX_BYTES)
     if (
         not isinstance(document, dict)
         or document.get("format") != FORMAT
@@ -178,19 +164,4 @@ def _well_formed(entry: object) -> bool:
 
 
 def _write(path: Path, entries: dict[str, dict[str, Any]]) -> None:
-    directory = path.parent
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    data = json.dumps(
-        {"format": FORMAT, "dsh": __version__, "sessions": entries}, separators=(",", ":")
-    ).encode("ascii")
-    temporary = directory / f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(temporary, flags, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        with suppress(OSError):
-            os.unlink(temporary)
-        raise
+    write_cache_document(path, {"format": FORMAT, "dsh": __version__, "sessions": entries})

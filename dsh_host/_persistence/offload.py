@@ -97,7 +97,52 @@ async def run_sync(fn: Callable[..., T], *args: object) -> T:
     return cast(T, result)
 
 
-class BarrierLane:
+class _MeasuredLane:
+    """What both lanes share: their estimate of one call's duration (it rises at once to any
+    slower call and decays by 1/8 per call), their counts, and the inline path's tail."""
+
+    __slots__ = ("_estimate", "inline_calls", "thread_calls")
+
+    def __init__(self, estimate: float) -> None:
+        self._estimate = estimate
+        #: How many calls ran inline and on a worker thread (for benches and tests).
+        self.inline_calls = 0
+        self.thread_calls = 0
+
+    @property
+    def estimate(self) -> float:
+        """The lane's estimate of one call's duration in seconds (``inf``: nothing measured)."""
+        return self._estimate
+
+    def _observe(self, seconds: float) -> None:
+        estimate = self._estimate
+        if seconds >= estimate or estimate == math.inf:
+            self._estimate = seconds
+        else:
+            self._estimate = estimate + (seconds - estimate) / 8
+
+    def _timed(self, fn: Callable[..., T], *args: object) -> T:
+        started = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self._observe(time.perf_counter() - started)
+
+    async def _inline(self, trio: Any, call: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        """``call(*args)`` on the event-loop thread, ``KeyboardInterrupt`` deferred until it
+        returns, then one schedule point; the caller has checked it may run inline."""
+        await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller starts nothing
+        self.inline_calls += 1
+        try:
+            return _protected(trio)(call, args)
+        finally:
+            # Whatever became ready meanwhile runs before the caller goes on: a task waits at
+            # most one inline call, never a whole turn of them (D41). Shielded: the work is
+            # done, so its result is delivered, not replaced by a cancellation.
+            await trio.lowlevel.cancel_shielded_checkpoint()
+
+
+class BarrierLane(_MeasuredLane):
     """Where one storage's durability work runs: on the event loop when that is both cheaper
     than a worker hop and stalls nobody, else on a worker thread (on trio one of the run's
     barrier writers, below; on asyncio :func:`run_sync`).
@@ -130,25 +175,13 @@ class BarrierLane:
     ``inline_budget`` 0 disables the inline path (every call hops).
     """
 
-    __slots__ = ("_estimate", "inline_budget", "inline_calls", "thread_calls")
+    __slots__ = ("inline_budget",)
 
     def __init__(self, inline_budget: float = DEFAULT_INLINE_BUDGET) -> None:
         if not inline_budget >= 0:
             raise ValueError(f"inline_budget must be >= 0 seconds, got {inline_budget!r}")
+        super().__init__(0.0)
         self.inline_budget = inline_budget
-        self._estimate = 0.0
-        #: How many calls ran inline and on a worker thread (for benches and tests).
-        self.inline_calls = 0
-        self.thread_calls = 0
-
-    @property
-    def estimate(self) -> float:
-        """The lane's current estimate of one call's duration, in seconds."""
-        return self._estimate
-
-    def _observe(self, seconds: float) -> None:
-        estimate = self._estimate
-        self._estimate = seconds if seconds > estimate else estimate + (seconds - estimate) / 8
 
     async def run(self, fn: Callable[..., T], *args: object) -> T:
         """``fn(*args)`` inline or on a worker thread (see the class); its result or error."""
@@ -166,26 +199,10 @@ class BarrierLane:
         ):
             self.thread_calls += 1
             return await _on_writer_thread(trio, state, self._timed, fn, *args)
-        await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller starts nothing
-        self.inline_calls += 1
-        try:
-            result = _protected(trio)(self._timed, (fn, *args))
-        finally:
-            # Whatever became ready meanwhile runs before the caller goes on: a task waits at
-            # most one inline call, never a whole turn of them (D41). Shielded: the work is
-            # done, so its result is delivered, not replaced by a cancellation.
-            await trio.lowlevel.cancel_shielded_checkpoint()
-        return cast(T, result)
-
-    def _timed(self, fn: Callable[..., T], *args: object) -> T:
-        started = time.perf_counter()
-        try:
-            return fn(*args)
-        finally:
-            self._observe(time.perf_counter() - started)
+        return cast(T, await self._inline(trio, self._timed, (fn, *args)))
 
 
-class QuickLane:
+class QuickLane(_MeasuredLane):
     """Where one kind of short blocking call (``read_file``'s open + read) runs: on the event
     loop once its calls have been measured quick, else through :func:`run_sync`.
 
@@ -210,28 +227,13 @@ class QuickLane:
     disables the inline path.
     """
 
-    __slots__ = ("_estimate", "budget", "inline_calls", "thread_calls")
+    __slots__ = ("budget",)
 
     def __init__(self, budget: float = DEFAULT_QUICK_BUDGET) -> None:
         if not budget >= 0:
             raise ValueError(f"budget must be >= 0 seconds, got {budget!r}")
+        super().__init__(math.inf)  # nothing measured: the first call hops
         self.budget = budget
-        self._estimate = math.inf  # nothing measured: the first call hops
-        #: How many calls ran inline and on a worker thread (for benches and tests).
-        self.inline_calls = 0
-        self.thread_calls = 0
-
-    @property
-    def estimate(self) -> float:
-        """The lane's estimate of one call's duration in seconds (``inf`` before the first)."""
-        return self._estimate
-
-    def _observe(self, seconds: float) -> None:
-        estimate = self._estimate
-        if seconds >= estimate or estimate == math.inf:
-            self._estimate = seconds
-        else:
-            self._estimate = estimate + (seconds - estimate) / 8
 
     async def run(self, fn: Callable[..., T], *args: object) -> T:
         """``fn(*args)`` inline or on a worker thread (see the class); its result or error."""
@@ -244,23 +246,8 @@ class QuickLane:
         ):
             self.thread_calls += 1
             return await run_sync(self._timed, fn, *args)
-        await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller starts nothing
-        self.inline_calls += 1
-        try:
-            context = contextvars.copy_context()
-            result = _protected(trio)(context.run, (self._timed, fn, *args))
-        finally:
-            # As BarrierLane's inline path: whatever became ready runs before the caller
-            # goes on (D41); shielded, so the finished call's result is delivered.
-            await trio.lowlevel.cancel_shielded_checkpoint()
-        return cast(T, result)
-
-    def _timed(self, fn: Callable[..., T], *args: object) -> T:
-        started = time.perf_counter()
-        try:
-            return fn(*args)
-        finally:
-            self._observe(time.perf_counter() - started)
+        context = contextvars.copy_context()  # as a worker thread runs it (run_sync)
+        return cast(T, await self._inline(trio, context.run, (self._timed, fn, *args)))
 
 
 _ki_protected: Callable[..., Any] | None = None
