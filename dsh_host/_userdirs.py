@@ -5,7 +5,9 @@
 * ``$XDG_DATA_HOME/dsh/sessions`` (``~/.local/share/dsh/sessions``): the default session root of
   ``session-persistence-jsonl`` (``$DSH_SESSION_ROOT`` overrides it);
 * ``$XDG_CACHE_HOME/dsh/`` (``~/.cache/dsh``): what can be computed again, e.g. the summaries
-  ``dsh sessions list`` remembers (:mod:`dsh_host._cli.list_cache`).
+  ``dsh sessions list`` remembers (:mod:`dsh_host._cli.list_cache`) and the compositions it
+  parsed (:mod:`dsh_host._composition_cache`). Only a listing trusts what is there: a tool may
+  be let write ``~/.cache`` (docs/decisions.md D44).
 
 Both live outside any project directory, so a tool working in a workspace cannot plant a
 composition for the next run or rewrite the log that records it. Per the XDG specification a
