@@ -34,7 +34,6 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any, Final
 
-from . import __version__
 from ._loader import LocatedRow, convert_row, imports_code, where_of
 from ._userdirs import cache_home, read_cache_document, write_cache_document
 from .errors import ConfigError
@@ -120,16 +119,11 @@ def _well_formed(entry: object) -> bool:
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
-    document = read_cache_document(path, MAX_BYTES)
-    if (
-        not isinstance(document, dict)
-        or document.get("format") != FORMAT
-        or document.get("dsh") != __version__
-        or not isinstance(document.get("compositions"), list)
-    ):
+    entries = read_cache_document(path, MAX_BYTES, FORMAT, "compositions")
+    if not isinstance(entries, list):
         return []
-    return [entry for entry in document["compositions"] if _well_formed(entry)]
+    return [entry for entry in entries if _well_formed(entry)]
 
 
 def _write(path: Path, entries: list[dict[str, Any]]) -> None:
-    write_cache_document(path, {"format": FORMAT, "dsh": __version__, "compositions": entries})
+    write_cache_document(path, FORMAT, "compositions", entries)

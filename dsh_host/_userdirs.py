@@ -23,6 +23,8 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+from . import __version__
+
 __all__ = [
     "SESSION_ROOT_ENV",
     "cache_home",
@@ -79,10 +81,11 @@ def default_session_root() -> str:
     return str(data_home() / "dsh" / "sessions")
 
 
-def read_cache_document(path: Path, max_bytes: int) -> Any:
-    """The JSON document of one of dsh's cache files (:func:`write_cache_document`), or None
-    when there is none we trust: missing, a symbolic link, not a regular file, another user's,
-    larger than ``max_bytes``, or not JSON. The caller checks its shape."""
+def read_cache_document(path: Path, max_bytes: int, layout: int, key: str) -> Any:
+    """What :func:`write_cache_document` stored under ``key`` in one of dsh's cache files, or
+    None when there is nothing we trust: missing, a symbolic link, not a regular file, another
+    user's, larger than ``max_bytes``, not JSON, another ``layout`` or another dsh version's
+    file. The caller checks the value's shape."""
     try:  # not through a symlink; a directory or another owner's file is not ours
         with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as file:
             st = os.fstat(file.fileno())
@@ -92,17 +95,26 @@ def read_cache_document(path: Path, max_bytes: int) -> Any:
     except OSError:
         return None
     try:
-        return json.loads(data)
+        document = json.loads(data)
     except ValueError:
         return None
+    if (
+        not isinstance(document, dict)
+        or document.get("format") != layout
+        or document.get("dsh") != __version__
+    ):
+        return None
+    return document.get(key)
 
 
-def write_cache_document(path: Path, document: Any) -> None:
-    """Replace ``path`` with ``document`` as compact JSON, atomically (a new file of mode 0600,
-    never through a symbolic link, renamed over it; the directory made 0700). Raises OSError
-    when it cannot: a cache the caller may do without."""
+def write_cache_document(path: Path, layout: int, key: str, value: Any) -> None:
+    """Replace ``path`` with ``value`` under ``key``, stamped with ``layout`` and this dsh's
+    version, as compact JSON, atomically (a new file of mode 0600, never through a symbolic
+    link, renamed over it; the directory made 0700). Raises OSError when it cannot: a cache the
+    caller may do without."""
     directory = path.parent
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    document = {"format": layout, "dsh": __version__, key: value}
     data = json.dumps(document, separators=(",", ":")).encode("utf-8")
     temporary = directory / f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -27,7 +27,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from .. import __version__
 from .._session.messages import USAGE_KEYS
 from .._userdirs import cache_home, read_cache_document, write_cache_document
 
@@ -128,17 +127,12 @@ def _copy(value: Any) -> Any:
 
 
 def _read(path: Path) -> dict[str, dict[str, Any]]:
-    document = read_cache_document(path, MAX_BYTES)
-    if (
-        not isinstance(document, dict)
-        or document.get("format") != FORMAT
-        or document.get("dsh") != __version__
-        or not isinstance(document.get("sessions"), dict)
-    ):
+    entries = read_cache_document(path, MAX_BYTES, FORMAT, "sessions")
+    if not isinstance(entries, dict):
         return {}
     return {
         key: entry
-        for key, entry in document["sessions"].items()
+        for key, entry in entries.items()
         if isinstance(key, str) and _well_formed(entry)
     }
 
@@ -164,4 +158,4 @@ def _well_formed(entry: object) -> bool:
 
 
 def _write(path: Path, entries: dict[str, dict[str, Any]]) -> None:
-    write_cache_document(path, {"format": FORMAT, "dsh": __version__, "sessions": entries})
+    write_cache_document(path, FORMAT, "sessions", entries)
