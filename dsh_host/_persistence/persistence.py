@@ -648,7 +648,7 @@ def decode_stored_rows(
     column's normalized text, a long digit run, anything doubtful) takes the general path,
     which decides and words every refusal.
     """
-    return list(_decoded_rows(session_id, rows, first_seq, where=where))
+    return [event for event, _ in _decoded_row_lines(session_id, rows, first_seq, where=where)]
 
 
 def pack_stored_rows(
@@ -661,13 +661,6 @@ def pack_stored_rows(
     for event, line in _decoded_row_lines(session_id, rows, first_seq, where=where):
         out.append_decoded(event, line)  # a row decoded in one pass is packed as it is (D46)
     return out
-
-
-def _decoded_rows(
-    session_id: str, rows: Iterable[tuple[int, str | bytes]], first_seq: int, *, where: str
-) -> Iterator[StoredEvent]:
-    for event, _ in _decoded_row_lines(session_id, rows, first_seq, where=where):
-        yield event
 
 
 def _decoded_row_lines(

@@ -186,11 +186,8 @@ class PackedLog(Sequence[SessionEvent]):
                 return index
         return None
 
-    def walk_back(self, stop: int) -> Iterator[tuple[int, SessionEvent]]:
-        """``(index, event)`` from ``stop - 1`` down to 0, a page decoded at a time."""
-        return self._walk_back(stop)
-
     def _walk_back(self, stop: int) -> Iterator[tuple[int, SessionEvent]]:
+        """``(index, event)`` from ``stop - 1`` down to 0, a page decoded at a time."""
         index = min(stop, len(self)) - 1
         while index >= 0:
             packed = len(self._pages) * PAGE
