@@ -250,6 +250,9 @@ def test_the_inspector_tells_each_state_and_reads_like_the_terminal(
                 shown = box.inner_text()
                 assert "⟦U+202E⟧" in shown and "⟦U+200B⟧" in shown and RLO not in shown
                 assert "2 hidden characters" in shown
+                # The stream answers after the state that drew the box: wait for it to say
+                # something, then it must say "live" (never "reconnecting…").
+                page.wait_for_function("() => document.querySelector('#live').textContent !== ''")
                 assert page.locator("#live").inner_text() == "live"  # the stream never broke
                 after = page.evaluate(
                     "() => { const box = document.querySelector('.pending');"
