@@ -204,6 +204,17 @@ def _catalogue_cost(provider: str | None, model: str, usage: TokenUsage) -> Deci
     if _misses[0] is not snapshot:
         _misses = (snapshot, set())
     missed = _misses[1]
+    # dsh's provider is the route name (``openai-compatible``, a row id...), which names a
+    # catalogue provider only sometimes: try it, then the model id alone. Lookups that missed
+    # before are left out first: a route the catalogue does not know (a scripted or local
+    # model, priced at every reply) builds nothing (docs/decisions.md D49).
+    lookups = [
+        provider_id
+        for provider_id in ((provider, None) if provider else (None,))
+        if (provider_id, model) not in missed
+    ]
+    if not lookups:
+        return None
     read = usage.cache_read_tokens if usage.cache_read_tokens is not UNSET else 0
     write = usage.cache_write_tokens if usage.cache_write_tokens is not UNSET else 0
     # genai-prices counts cache reads and writes inside input_tokens; dsh's buckets are disjoint.
@@ -213,11 +224,7 @@ def _catalogue_cost(provider: str | None, model: str, usage: TokenUsage) -> Deci
         cache_write_tokens=write,
         output_tokens=usage.output_tokens,
     )
-    # dsh's provider is the route name (``openai-compatible``, a row id...), which names a
-    # catalogue provider only sometimes: try it, then the model id alone.
-    for provider_id in (provider, None) if provider else (None,):
-        if (provider_id, model) in missed:
-            continue
+    for provider_id in lookups:
         try:
             return calc_price(priced, model_ref=model, provider_id=provider_id).total_price
         except LookupError:
@@ -225,4 +232,5 @@ def _catalogue_cost(provider: str | None, model: str, usage: TokenUsage) -> Deci
             continue
         except Exception:  # a catalogue entry it cannot compute (a tier it lacks): unknown
             return None
+    return None
     return None

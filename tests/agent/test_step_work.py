@@ -42,3 +42,34 @@ def test_libc_is_loaded_once_for_every_open_beneath(
     finally:
         os.close(root)
     assert len(loads) <= 1  # at most the first open of the process loads it
+
+
+def test_a_model_the_catalogue_lacks_is_not_priced_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reply of a route the price catalogue does not know (a scripted or local model) is
+    priced at every step; once both of its lookups missed, nothing is built for the next."""
+    import genai_prices
+
+    from dsh_host._session.messages import TokenUsage
+    from dsh_host._session.prices import PriceTable
+
+    built: list[int] = []
+    real = genai_prices.Usage
+
+    class CountingUsage(real):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            built.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(genai_prices, "Usage", CountingUsage)
+    table = PriceTable()
+    usage = TokenUsage(input_tokens=100, output_tokens=20)
+    route = ("no-such-route-d49", "no-such-model-d49")
+    assert table.cost(*route, usage) is None  # both lookups miss: remembered
+    built.clear()
+    for _ in range(5):
+        assert table.cost(*route, usage) is None
+    assert built == []
+    # A known model is still priced, every time.
+    assert table.cost("openai", "gpt-4o", usage) is not None
+    assert table.cost("openai", "gpt-4o", usage) is not None
+    assert len(built) == 2
