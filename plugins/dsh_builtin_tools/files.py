@@ -81,9 +81,11 @@ __all__ = [
     "PolicyOf",
     "ProtectedPathError",
     "WorkspaceRoot",
+    "advise_outside",
     "binary_refusal",
     "display_parts",
     "fence_refusal",
+    "fenced_parts",
     "open_regular",
     "open_regular_in",
     "read_file_tool",
@@ -181,10 +183,20 @@ def workspace_parts(path: Any, root: str) -> tuple[str, ...]:
     A path pointing out through a symlink gets the advisory ``resolves to`` message first; the
     open itself refuses every symlink whatever it points at.
     """
+    parts = fenced_parts(path, root)
+    advise_outside(path, root)
+    return parts
+
+
+def fenced_parts(path: Any, root: str) -> tuple[str, ...]:
+    """:func:`workspace_parts` without the advisory resolution: the lexical check only. A tool
+    that opens through :mod:`dsh_host._tools.beneath` (which follows no link) and calls
+    :func:`advise_outside` when that open is refused gives the same answers without resolving
+    the path on every call (``read_file``, every step: docs/decisions.md D49)."""
     if not isinstance(path, str) or not path or "\0" in path:
         raise FileFenceError("invalid path: expected a non-empty string without NUL bytes")
     try:
-        parts = beneath_parts(path, root)
+        return beneath_parts(path, root)
     except BeneathPathError as error:
         if error.reason == "dotdot":
             raise FileFenceError(
@@ -195,11 +207,15 @@ def workspace_parts(path: Any, root: str) -> tuple[str, ...]:
             f'path "{path}" is outside the workspace {root}; the file tools only reach files '
             "inside the workspace"
         ) from None
+
+
+def advise_outside(path: str, root: str) -> None:
+    """Raise the advisory ``resolves to ..., which is outside the workspace`` error when
+    ``path`` (already through :func:`fenced_parts`) resolves outside ``root``; else nothing."""
     try:
         resolve_in_workspace(path, root)
     except OSError:
         pass  # a component changed under realpath; the descriptor-based open decides
-    return parts
 
 
 def display_parts(parts: tuple[str, ...]) -> str:
@@ -492,11 +508,18 @@ def read_file_tool(
             dir_fd, name = spilled
             fd = open_regular_in(dir_fd, name, path, workspace, "read_file")
             return window_of(fd, path, offset, limit)
-        parts = workspace_parts(path, workspace)
+        parts = fenced_parts(path, workspace)
         shown = display_parts(parts)
-        fd = open_regular(
-            lambda: open_beneath(holder.fd(), parts, READ_FLAGS), shown, workspace, "read_file"
-        )
+        try:
+            fd = open_regular(
+                lambda: open_beneath(holder.fd(), parts, READ_FLAGS), shown, workspace, "read_file"
+            )
+        except (ToolError, OSError):
+            # A path that resolves outside gets that message first, as from workspace_parts;
+            # an open that succeeded went through no link, so the path is beneath the root
+            # and needs no resolution (D49).
+            advise_outside(path, workspace)
+            raise
         return window_of(fd, shown, offset, limit)
 
     async def execute(args: Any, exec: ToolExecution) -> Any:
