@@ -406,6 +406,12 @@ class EventBus:
         assert spec is None or spec.name == name
         return list(self._listeners.get(name, ()))
 
+    def has_listeners(self, event: EventSpec | str) -> bool:
+        """Whether ``event`` has a listener now (one waiting for its declaration included):
+        a caller that emits per stream chunk skips building the payload nobody would receive
+        (docs/decisions.md D49). O(1): one dictionary look-up, no copy."""
+        return bool(self._listeners.get(event if isinstance(event, str) else event.name))
+
     def _snapshot(self, event: EventSpec | str, mode: EventMode) -> list[Listener]:
         # A declared name is its spec (what ``spec`` returns for it), looked up once here.
         held = self._specs.get(event) if type(event) is str else None

@@ -945,6 +945,9 @@ class Agent:
             self._check_budget(turn)
             assembler = BlockAssembler()
             emit = self._ctx.emit
+            # Checked at each chunk, as an emit takes its listeners: none (a headless run, the
+            # shipped composition) means no ChunkReceived built and no dispatch (D49).
+            watched = self._ctx.host.bus.has_listeners
             started = False
             try:
                 llm = self._ctx.service(LLM)
@@ -956,10 +959,11 @@ class Agent:
                         async for chunk in chunks:
                             signal.throw_if_aborted()
                             assembler.push(chunk, now_ms())
-                            emit(
-                                AGENT_CHUNK,
-                                ChunkReceived(agent=self, turn=turn, step=step, chunk=chunk),
-                            )
+                            if watched(AGENT_CHUNK):
+                                emit(
+                                    AGENT_CHUNK,
+                                    ChunkReceived(agent=self, turn=turn, step=step, chunk=chunk),
+                                )
                 signal.throw_if_aborted()
             except Exception:
                 if started:

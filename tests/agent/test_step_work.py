@@ -73,3 +73,38 @@ def test_a_model_the_catalogue_lacks_is_not_priced_again(monkeypatch: pytest.Mon
     assert table.cost("openai", "gpt-4o", usage) is not None
     assert table.cost("openai", "gpt-4o", usage) is not None
     assert len(built) == 2
+
+
+@pytest.mark.anyio
+async def test_stream_chunks_are_dispatched_only_to_a_listener(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``agent/chunk`` is emitted for every chunk of the model's stream; with nobody listening
+    (a headless run, the shipped composition) no payload is built and nothing dispatched."""
+    from dsh_host._agent import AGENT_CHUNK, ChunkReceived
+    from dsh_host._bus import EventBus
+
+    from .agent_helpers import agent_service, scripted_host
+
+    dispatched: list[str] = []
+    real_emit = EventBus.emit
+
+    def counting_emit(self: EventBus, event: Any, *args: Any) -> None:
+        name = event if isinstance(event, str) else event.name
+        if name == AGENT_CHUNK.name:
+            dispatched.append(name)
+        real_emit(self, event, *args)
+
+    monkeypatch.setattr(EventBus, "emit", counting_emit)
+    responses = [{"text": "one two three"}, {"text": "four five six"}]
+    async with scripted_host(responses) as host:
+        agent = agent_service(host).create()
+        await agent.run_turn("first")
+        assert dispatched == []
+        received: list[ChunkReceived] = []
+        host.ctx.on(AGENT_CHUNK, received.append)
+        await agent.run_turn("second")
+    assert received and len(dispatched) == len(received)
+    assert {r.turn for r in received} == {2}
+    text = "".join(getattr(r.chunk, "text", "") for r in received)
+    assert "four five six" in text
