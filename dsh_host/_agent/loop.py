@@ -154,6 +154,7 @@ from .keys import (
     AGENT_TURN_STOPPING,
 )
 from .prompt import (
+    PromptRenderer,
     RuntimeContextProjection,
     SystemMessageProjection,
     join_context_sections,
@@ -388,6 +389,7 @@ class Agent:
         #: from the same parts is equal to the same logged one without encoding its tools again
         self._header_match: tuple[EpochHeader, EpochHeader] | None = None
         self._runtime_context = RuntimeContextProjection(session)
+        self._render_prompt = PromptRenderer()  # the system prompt, re-rendered on change (D49)
         self._call_ids = CallIds(session)
         self._system_message = SystemMessageProjection(session)
         self._last_turn = 0
@@ -934,7 +936,7 @@ class Agent:
     ) -> _StepEnd:
         session = self._session
         signal.throw_if_aborted()
-        system = render_prompt(assembly)
+        system = self._render_prompt(assembly)
         first_attempt = True
         retries = 0
         while True:

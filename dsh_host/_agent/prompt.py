@@ -68,6 +68,7 @@ __all__ = [
     "CONTEXT_HEADER",
     "HARNESS_IDENTITY",
     "PROMPT_SOURCE",
+    "PromptRenderer",
     "RuntimeContextProjection",
     "SystemMessageProjection",
     "SystemPrompt",
@@ -298,6 +299,32 @@ def render_prompt(assembly: PromptAssembly) -> str:
         for section in assembly.sections
     ]
     return "\n\n".join(text for text in texts if text)
+
+
+class PromptRenderer:
+    """:func:`render_prompt` for one agent, step after step: the text rendered last is reused
+    while the sections (names and texts) and the variables are equal to the last ones
+    (docs/decisions.md D49). Plugins hand out the same strings while their files are
+    unchanged, so the comparison is mostly by identity; interpolating every section again
+    at every step was the same text at ~10 µs a step."""
+
+    __slots__ = ("_key", "_text")
+
+    def __init__(self) -> None:
+        self._key: tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str | None], ...]] | None
+        self._key = None
+        self._text = ""
+
+    def __call__(self, assembly: PromptAssembly) -> str:
+        key = (
+            tuple((section.name, section.text) for section in assembly.sections),
+            tuple(assembly.variables.items()),
+        )
+        if key != self._key:
+            # Rendered first, remembered after: a refused reference raises every time.
+            self._text = render_prompt(assembly)
+            self._key = key
+        return self._text
 
 
 def render_context_sections(assembly: PromptAssembly) -> list[dict[str, str]]:

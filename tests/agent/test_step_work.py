@@ -108,3 +108,51 @@ async def test_stream_chunks_are_dispatched_only_to_a_listener(
     assert {r.turn for r in received} == {2}
     text = "".join(getattr(r.chunk, "text", "") for r in received)
     assert "four five six" in text
+
+
+@pytest.mark.anyio
+async def test_an_unchanged_system_prompt_is_rendered_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sections are interpolated again only when a section or a variable changed; the
+    request of every step still carries the prompt, and a change is rendered at its step."""
+    from dsh_host._agent import prompt
+
+    from .agent_helpers import agent_service, model_requests, register_tool, scripted_host
+
+    interpolated: list[str] = []
+    real = prompt._interpolate
+
+    def counting(name: str, text: str, variables: Any, kind: str) -> str:
+        if kind == "section":
+            interpolated.append(name)
+        return real(name, text, variables, kind)
+
+    monkeypatch.setattr(prompt, "_interpolate", counting)
+    call = {"text": "again", "tool_calls": [{"name": "noop", "arguments": {}}]}
+    responses = [call, call, call, {"text": "done"}, {"text": "changed"}]
+
+    async def noop(_args: Any, _execution: Any) -> str:
+        return "ok"
+
+    async with scripted_host(responses) as host:
+        register_tool(host, "noop", noop)
+        service = agent_service(host)
+        service.system_prompt.variable("mood", lambda _context: mood[0])
+        service.system_prompt.section("test:mood", 50, "Be {{mood}}.")
+        mood = ["calm"]
+        agent = service.create()
+        await agent.run_turn("four steps")  # three tool steps and a closing one
+        rendered_once = len(interpolated)
+        mood[0] = "brief"
+        await agent.run_turn("one step")
+        systems = [
+            e.data.message.content[0].text
+            for e in agent.session.events
+            if e.type == "system/message"
+        ]
+        requests = len(model_requests(host))
+    sections = rendered_once  # every section, once
+    assert sections >= 2 and interpolated[:sections].count("test:mood") == 1
+    assert len(interpolated) == 2 * sections  # the changed variable: rendered again, once
+    assert requests == 5
+    assert len(systems) == 2  # logged at the first step, and again at the change
+    assert systems[0].endswith("Be calm.") and systems[1].endswith("Be brief.")
