@@ -105,6 +105,12 @@ class BasicCompactionEngine(CompactionEngine):
         self._overflow: weakref.WeakKeyDictionary[Any, tuple[int, int, int]] = (
             weakref.WeakKeyDictionary()
         )
+        #: (the config they were resolved from, {(provider, model): policy}): the check before
+        #: every step asks for the routed target's policy (docs/decisions.md D49)
+        self._policies: tuple[BasicCompactionConfig, dict[tuple[str, str], TargetPolicy]] = (
+            config,
+            {},
+        )
 
     @property
     def _meter(self) -> TokenMeter:
@@ -112,7 +118,15 @@ class BasicCompactionEngine(CompactionEngine):
         return meter
 
     def policy_for(self, provider: str, model: str) -> TargetPolicy:
-        return resolve_target_policy(self.config, provider, model)
+        """The defaults with the target's override merged over them, resolved once per target
+        while :attr:`config` is the same object (a policy is immutable)."""
+        config, known = self._policies
+        if config is not self.config:
+            config, known = self._policies = (self.config, {})
+        policy = known.get((provider, model))
+        if policy is None:
+            policy = known[(provider, model)] = resolve_target_policy(config, provider, model)
+        return policy
 
     # -- the summarizer hook --------------------------------------------------------------
     async def summarize(

@@ -156,3 +156,37 @@ async def test_an_unchanged_system_prompt_is_rendered_once(monkeypatch: pytest.M
     assert requests == 5
     assert len(systems) == 2  # logged at the first step, and again at the change
     assert systems[0].endswith("Be calm.") and systems[1].endswith("Be brief.")
+
+
+@pytest.mark.anyio
+async def test_the_compaction_policy_of_a_target_is_resolved_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """compaction-basic's check before every step asks for the routed target's policy; it is
+    resolved once per target (and again for a replaced config), not at every step."""
+    import dsh_compaction_basic
+    from dsh_compaction_basic import BasicCompactionConfig
+    from dsh_compaction_basic.config import resolve_target_policy as real
+
+    from dsh_host import Row
+
+    from .agent_helpers import scripted_host
+
+    resolved: list[tuple[str, str]] = []
+
+    def counting(config: Any, provider: str, model: str) -> Any:
+        resolved.append((provider, model))
+        return real(config, provider, model)
+
+    monkeypatch.setattr(dsh_compaction_basic, "resolve_target_policy", counting)
+    rows = [Row(name="token-meter"), Row(name="compaction-basic", config={"threshold_ratio": 0.5})]
+    async with scripted_host([], *rows) as host:
+        engine = host.ctx.compaction
+        first = [engine.policy_for("p", "m") for _ in range(5)]
+        other = engine.policy_for("p", "n")
+        assert resolved == [("p", "m"), ("p", "n")]
+        assert all(policy is first[0] for policy in first)
+        assert first[0].threshold_ratio == 0.5 and other.model == "n"
+        engine.config = BasicCompactionConfig(threshold_ratio=0.6)
+        assert engine.policy_for("p", "m").threshold_ratio == 0.6
+        assert resolved[-1] == ("p", "m") and len(resolved) == 3
