@@ -381,7 +381,10 @@ async def execute_tool_calls(
     concluded = False
     while position < len(planned):
         first = planned[position]
-        mode = tools.execution_mode(first.input)
+        # The last call is a group of one whatever its mode: no classifier to run, no schema
+        # to check twice (the body's own validation still runs) for a step's lone call (D49).
+        last = position == len(planned) - 1
+        mode = "exclusive" if last else tools.execution_mode(first.input)
         calls = planned[position:] if mode == "parallel" else [first]
         outcome = await _Group(
             tools=tools,

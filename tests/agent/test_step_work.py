@@ -190,3 +190,49 @@ async def test_the_compaction_policy_of_a_target_is_resolved_once(
         engine.config = BasicCompactionConfig(threshold_ratio=0.6)
         assert engine.policy_for("p", "m").threshold_ratio == 0.6
         assert resolved[-1] == ("p", "m") and len(resolved) == 3
+
+
+@pytest.mark.anyio
+async def test_a_lone_call_is_not_classified_for_a_parallel_group() -> None:
+    """A step's calls are grouped by ``is_concurrency_safe`` (its arguments checked against
+    the schema first); the last call of a step is a group of one either way, so a step with
+    one call (the usual step) runs no classifier. Several calls are still grouped."""
+    from dsh_host._tools import ToolDefinition, text_output
+
+    from .agent_helpers import agent_service, scripted_host, tools_of
+
+    classified: list[Any] = []
+
+    def concurrency_safe(args: Any) -> bool:
+        classified.append(args)
+        return True
+
+    async def echo(args: Any, _execution: Any) -> str:
+        return str(args.get("n"))
+
+    one = {"text": "one", "tool_calls": [{"name": "echo", "arguments": {"n": 1}}]}
+    two = {
+        "text": "two",
+        "tool_calls": [
+            {"name": "echo", "arguments": {"n": 2}},
+            {"name": "echo", "arguments": {"n": 3}},
+        ],
+    }
+    async with scripted_host([one, one, one, {"text": "done"}, two, {"text": "done"}]) as host:
+        tools_of(host).register(
+            ToolDefinition(
+                name="echo",
+                description="echoes n",
+                parameters={"type": "object", "properties": {"n": {"type": "integer"}}},
+                execute=echo,
+                output=text_output(),
+                is_concurrency_safe=concurrency_safe,
+            )
+        )
+        agent = agent_service(host).create()
+        await agent.run_turn("three lone calls")
+        assert classified == []
+        await agent.run_turn("two calls")
+        results = [e for e in agent.session.events if e.type == "tool/result"]
+    assert classified[:1] == [{"n": 2}]  # the first of two is classified: a parallel group
+    assert len(results) == 5
