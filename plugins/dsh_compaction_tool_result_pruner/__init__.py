@@ -13,6 +13,7 @@ within the threshold, so a second pass emits nothing.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -104,6 +105,11 @@ class ToolResultPruner:
     def __init__(self, config: ToolResultPruneConfig, meter: TokenMeter | None = None) -> None:
         self.config = config
         self._meter = meter if meter is not None else TokenMeter()
+        #: per session: (the config of the last pass, the highest surface seq it examined).
+        #: An event never changes, and a replacement is a new node with a higher seq, so a
+        #: node examined under the same config needs no second look (docs/decisions.md D49).
+        self._examined: weakref.WeakKeyDictionary[Session, tuple[ToolResultPruneConfig, int]]
+        self._examined = weakref.WeakKeyDictionary()
 
     measure_content = staticmethod(measure_content)
 
@@ -144,13 +150,24 @@ class ToolResultPruner:
     def prune_session(self, session: Session) -> PruneResult:
         """Prune every over-budget ``tool/result`` of one snapshot of the current surface.
 
-        Raises when the session rejects a replacement; replacements committed earlier in the
-        pass stay (each is a complete, valid surface transition).
+        A node an earlier pass over this session examined under the same :attr:`config` is
+        not read again (its event cannot have changed), so a pass reads the surface's new
+        nodes only, not every page of an old log (D49). Raises when the session rejects a
+        replacement; replacements committed earlier in the pass stay (each is a complete,
+        valid surface transition).
         """
         events = session.events
-        candidates = [
-            (seq, events[seq]) for seq in session.surface.nodes if events[seq].type == "tool/result"
-        ]
+        config = self.config
+        previous = self._examined.get(session)
+        seen = previous[1] if previous is not None and previous[0] is config else -1
+        nodes = session.surface.nodes
+        candidates = []
+        for seq in nodes:
+            if seq > seen:  # a node examined by an earlier pass was not over (or was replaced)
+                event = events[seq]
+                if event.type == "tool/result":
+                    candidates.append((seq, event))
+        examined = max(seen, max(nodes, default=-1))
         pruned: list[PrunedEntry] = []
         removed = 0
         for seq, event in candidates:
@@ -186,6 +203,8 @@ class ToolResultPruner:
                 PrunedEntry(seq, replacement.seq, data.message.source.call_id, before, after)
             )
             removed += before - after
+        # Only once every candidate is done: a pass that raised leaves them for the next one.
+        self._examined[session] = (config, examined)
         return PruneResult(tuple(pruned), removed)
 
 

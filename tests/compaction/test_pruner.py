@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 from dsh_compaction_tool_result_pruner import (
     PRUNE_MARKER,
@@ -146,3 +147,50 @@ async def test_a_pass_replaces_the_oversized_result_and_keeps_the_original() -> 
         assert host.ctx.toolResultPruner.prune_session(session).pruned == ()
         assert session.seq == count
         session.append("turn/end", TurnEnd(turn=2, reason=CompletedReason()))
+
+
+@pytest.mark.anyio
+async def test_a_pass_reads_only_the_results_no_earlier_pass_examined(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Events never change, so a result an earlier pass examined (and left, or replaced by a
+    new node) is not read again: a pass costs the surface's new nodes, not the whole log
+    (docs/decisions.md D49). A new oversized result is still pruned; a new config re-reads."""
+    big = "".join(f"line {i}\n" for i in range(2000))
+    script = [call("a"), call("b"), call("c"), {"text": "done"}, call(big), {"text": "done"}]
+    pruner_row = Row(
+        name="compaction-tool-result-pruner",
+        config={"thresholdChars": 1000, "headChars": 300, "tailChars": 100},
+    )
+    async with host_with(rows(script), Row(name="token-meter"), pruner_row) as host:
+        register_echo(host)
+        agent = new_agent(host)
+        pruner = host.ctx.toolResultPruner
+        examined: list[str] = []
+        real = pruner.prune_content
+
+        def counting(blocks: Any) -> Any:
+            examined.append(text_of(blocks))
+            return real(blocks)
+
+        monkeypatch.setattr(pruner, "prune_content", counting)
+        await agent.run_turn("three small")
+        session = agent.session
+        session.append("turn/start", TurnStart(turn=2))
+        assert pruner.prune_session(session).pruned == ()
+        assert examined == ["a", "b", "c"]
+        session.append("turn/end", TurnEnd(turn=2, reason=CompletedReason()))
+        await agent.run_turn("one big")
+        session.append("turn/start", TurnStart(turn=4))
+        examined.clear()
+        [entry] = pruner.prune_session(session).pruned
+        assert examined == [big]  # the three small ones are not read again
+        examined.clear()
+        assert pruner.prune_session(session).pruned == ()
+        assert len(examined) == 1  # the replacement, once
+        pruner.config = msgspec.structs.replace(pruner.config, threshold_chars=1001)
+        examined.clear()
+        assert pruner.prune_session(session).pruned == ()
+        assert len(examined) == 4  # a new config: every result on the surface again
+        assert entry.replacement_seq in session.surface.nodes
+        session.append("turn/end", TurnEnd(turn=4, reason=CompletedReason()))
