@@ -233,4 +233,3 @@ def _catalogue_cost(provider: str | None, model: str, usage: TokenUsage) -> Deci
         except Exception:  # a catalogue entry it cannot compute (a tier it lacks): unknown
             return None
     return None
-    return None
