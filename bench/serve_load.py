@@ -57,6 +57,7 @@ fresh schema per run is dropped afterwards.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -470,6 +471,43 @@ async def _warm_up(client: httpx.AsyncClient, urls: list[str]) -> None:
             await anyio.sleep(0.05)
 
 
+def job_phases(application_name: str, since: float) -> dict[str, Any]:
+    """Where a queued turn's job waits, from procrastinate's own event rows (timestamps of
+    PostgreSQL's clock) of the jobs deferred after ``since`` (epoch seconds): ``pickup``
+    (deferred to taken by a worker), ``held`` (taken to marked finished: the turn, the
+    session's release, the finish), ``next`` (a job marked finished to the next job of the
+    same session deferred: the client seeing ``turn/end``, its POST, any 409 retry), p50 and
+    p99 in ms."""
+    import psycopg
+
+    schema = f"{application_name}_queue"
+    query = (
+        "SELECT j.lock, j.id, "
+        "extract(epoch FROM min(e.at) FILTER (WHERE e.type = 'deferred')), "
+        "extract(epoch FROM max(e.at) FILTER (WHERE e.type = 'started')), "
+        "extract(epoch FROM max(e.at) FILTER (WHERE e.type IN ('succeeded', 'failed', "
+        "'cancelled', 'aborted'))) "
+        f'FROM "{schema}".procrastinate_jobs j JOIN "{schema}".procrastinate_events e '
+        "ON e.job_id = j.id GROUP BY j.lock, j.id ORDER BY j.lock, j.id")
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        rows = [r for r in conn.execute(query).fetchall()
+                if r[2] is not None and float(r[2]) >= since]
+    pickup = [(float(r[3]) - float(r[2])) * 1000 for r in rows if r[3] is not None]
+    held = [(float(r[4]) - float(r[3])) * 1000 for r in rows
+            if r[3] is not None and r[4] is not None]
+    following = [((float(b[2]) - float(a[4])) * 1000) for a, b in itertools.pairwise(rows)
+                 if a[0] == b[0] and a[4] is not None]
+
+    def spread(values: list[float]) -> dict[str, float]:
+        if not values:
+            return {}
+        return {"p50": round(c.percentile(values, 50), 1),
+                "p99": round(c.percentile(values, 99), 1)}
+
+    return {"jobs": len(rows), "pickup_ms": spread(pickup), "held_ms": spread(held),
+            "next_ms": spread(following)}
+
+
 def _log_size(path: Path | None) -> int:
     return path.stat().st_size if path is not None else 0
 
@@ -535,6 +573,7 @@ async def drive(served: Served, sessions: int, turns: int, followers: int = 0,
             created.raise_for_status()
             ids.append(created.json()["id"])
         cpu_start = CpuMark.take(served)
+        epoch_start = time.time()
         log_start = _log_size(pg_log)
         wall_start = time.perf_counter()
 
@@ -621,6 +660,8 @@ async def drive(served: Served, sessions: int, turns: int, followers: int = 0,
         if pg_log is not None:
             cpu["statements_per_turn"] = statements_per_turn(
                 pg_log, log_start, log_end, sessions * turns)
+        jobs = job_phases(served.application_name, epoch_start) if served.application_name \
+            else {}
         invariants = await _invariants(client, served, accepted, seen)
     # Every client connection is closed. The descriptors settle once each server closed its
     # side, and its jobs released their sessions: no client connection left, nothing else
@@ -655,6 +696,7 @@ async def drive(served: Served, sessions: int, turns: int, followers: int = 0,
             name: round(c.percentile([p[i + 1] - p[i] for p in phases], 50), 1)
             for i, name in enumerate(("post", "to_start", "run", "to_client"))},
         "delivery_p50_over_healthz": round(c.ratio(delivery_p50, floor), 1),
+        "job_phases": jobs,
         "cpu_ms_per_turn": cpu,
         "followers": followers,
         "dropped": dropped,
@@ -724,6 +766,11 @@ def main() -> int:
                          profile=args.profile) as served:
                 results[name] = anyio.run(drive, served, sessions, turns, followers, dropped,
                                           args.pg_log, args.client, backend=args.backend)
+                print(f"  turns/s {results[name]['turns_per_s']}, job phases "
+                      f"{results[name]['job_phases']}, turn phases "
+                      f"{results[name]['turn_phases_ms_p50']}, busy retries "
+                      f"{results[name]['busy_retries']}, cpu "
+                      f"{results[name]['cpu_ms_per_turn']}", flush=True)
                 if args.pg_log is not None:
                     print(f"  statements per turn: "
                           f"{results[name]['cpu_ms_per_turn']['statements_per_turn']}")
