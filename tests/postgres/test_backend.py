@@ -483,3 +483,47 @@ async def test_writers_given_back_at_once_keep_at_most_pool_size_spares(
             while len(kept()) > size:  # noqa: ASYNC110 - polls PostgreSQL's state
                 await anyio.sleep(0.1)
         assert len(kept()) == size, kept()
+
+
+async def test_an_announced_batch_notifies_in_the_statement_that_stores_it(
+    pg_dsn: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """D48: ``dsh serve --queue`` told the other workers of each flush by a NOTIFY of its own,
+    a statement (and a round trip) after the one that stored the batch. A store told to
+    announce sends the NOTIFY in the statement that inserts the batch (the header's too):
+    counted on the real connections, one statement a batch and no other; a listener hears
+    each batch, with the prefix and the session id, once it is committed."""
+    channel = f"{pg_schema}:events"
+    events = log(2)
+    with psycopg.connect(pg_dsn, autocommit=True) as listener:
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        heard: list[str] = []
+        listener.add_notify_handler(lambda notice: heard.append(notice.payload))
+        async with backend(pg_dsn, pg_schema) as b:
+            b.announce_appends(channel, "origin-1 ")
+            await b.ensure_schema()
+            sent: list[str] = []
+            execute = psycopg.Connection.execute
+
+            def counted(
+                self: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any
+            ) -> Any:
+                if self is not listener:
+                    sent.append(query.as_string(self) if isinstance(query, sql.Composable)
+                                else str(query))
+                return execute(self, query, *args, **kwargs)
+
+            monkeypatch.setattr(psycopg.Connection, "execute", counted)
+            handle = await b.create(header("announced"))
+            handle.append(events[:3])  # published with the header: one statement
+            await handle.close()
+            writer = await b.open("announced", "write")
+            writer.append(events[3:])
+            await writer.close()
+            writes = [q for q in sent if "INSERT INTO" in q]
+            assert len(writes) == 2, sent
+            assert all("pg_notify" in q for q in writes), writes
+            assert not [q for q in sent if "pg_notify" in q and "INSERT INTO" not in q], sent
+            listener.execute("SELECT 1")  # delivers what the commits sent meanwhile
+            assert heard == ["origin-1 announced"] * 2
+            assert wire((await (await b.open("announced", "read")).read()).events) == plain(events)

@@ -39,10 +39,11 @@ def test_queued_flushes_go_out_as_one_notification_per_session(
                     got.append(notice.payload)
                     if len(got) == 2:
                         break
-            # One per session, in the order of their first flush (one by flush: a, a, ...).
+            # One per session, in the order of their first flush (one by flush: a, a, ...),
+            # each naming this process as its origin
             return got
 
-    assert asyncio.run(main()) == ["a", "b"]
+    assert asyncio.run(main()) == [queue.prefix + "a", queue.prefix + "b"]
 
 
 def test_a_worker_is_not_woken_by_its_own_notifications(pg_dsn: str, pg_prefix: str) -> None:
