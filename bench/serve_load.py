@@ -512,24 +512,44 @@ def _log_size(path: Path | None) -> int:
     return path.stat().st_size if path is not None else 0
 
 
+#: What a logged statement is, by a marker in its text (the first that matches).
+STATEMENT_KINDS = (
+    ("insert", "INSERT INTO"), ("notify", "pg_notify"),
+    ("fetch", "procrastinate_fetch_job"), ("defer", "procrastinate_defer_jobs"),
+    ("finish", "procrastinate_finish_job"), ("retry", "procrastinate_retry_job"),
+    ("heartbeat", "procrastinate_update_heartbeat"), ("lock", "pg_try_advisory_lock"),
+    ("unlock", "pg_advisory_unlock"), ("read", "NULL::bigint AS seq"),
+    ("read page", "SELECT seq, event"), ("revision", "COALESCE((SELECT e.seq"),
+    ("jobs", "FROM procrastinate_jobs"),
+)
+
+
 def statements_per_turn(path: Path, start: int, end: int, turns: int) -> dict[str, float]:
     """The statements logged in ``path`` between byte offsets ``start`` and ``end``, per turn,
-    by kind."""
+    by kind (:data:`STATEMENT_KINDS`; ``BEGIN``, ``COMMIT``, the empty liveness check, and
+    ``other``)."""
     with open(path, "rb") as f:
         f.seek(start)
         text = f.read(end - start).decode("utf-8", "replace")
-    kinds: dict[str, int] = {}
+    entries: list[str] = []
     for line in text.splitlines():
+        if line.startswith(("\t", " ")) and entries:
+            entries[-1] += " " + line.strip()  # a statement's next lines
+        else:
+            entries.append(line)
+    kinds: dict[str, int] = {}
+    for entry in entries:
         for marker in ("LOG:  statement: ", "LOG:  execute "):
-            at = line.find(marker)
+            at = entry.find(marker)
             if at < 0:
                 continue
-            query = line[at + len(marker):]
+            query = entry[at + len(marker):]
             if marker.endswith("execute "):
                 query = query.split(":", 1)[1] if ":" in query else ""
             words = query.strip().split()
             head = words[0].upper() if words else "(empty)"
-            kind = head if head in ("BEGIN", "COMMIT", "(empty)") else "other"
+            kind = head if head in ("BEGIN", "COMMIT", "(empty)") else next(
+                (name for name, text in STATEMENT_KINDS if text in query), "other")
             kinds[kind] = kinds.get(kind, 0) + 1
     per = {kind: round(count / turns, 2) for kind, count in sorted(kinds.items())}
     per["all"] = round(sum(kinds.values()) / turns, 2)
