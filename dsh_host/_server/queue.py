@@ -25,7 +25,6 @@ import logging
 import os
 import socket
 import time
-import uuid
 import weakref
 from typing import Any, Final
 
@@ -45,7 +44,6 @@ __all__ = [
     "TURN_INDEXES",
     "TURN_TASK",
     "TurnQueue",
-    "events_channel",
 ]
 
 log = logging.getLogger("dsh.server.queue")
@@ -109,12 +107,6 @@ def _job_pool(**kwargs: Any) -> psycopg_pool.AsyncConnectionPool:
     )
 
 
-def events_channel(schema: str) -> str:
-    """The NOTIFY channel of the queue in ``schema``: a worker's writes announced to the
-    others (a payload is the writer's origin, a space, the session id)."""
-    return f"dsh_serve_events:{schema}"
-
-
 class TurnQueue:
     """The procrastinate app of one server process: deferring jobs and running a worker."""
 
@@ -144,9 +136,8 @@ class TurnQueue:
         )
         self._runner: Any = None
         self._on_abort: Any = None
-        #: what starts this process's wake-ups (its own are not relayed back): its origin, a
-        #: space, then the session id (a session id has no space)
-        self.prefix = f"{uuid.uuid4().hex} "
+        #: the backend that sends this process's NOTIFYs (its own wake-ups are not relayed back)
+        self._relay_pid: int | None = None
 
         @self.app.task(
             name=TURN_TASK,
@@ -246,37 +237,34 @@ class TurnQueue:
     # ------------------------------------------------------------------ event wake-ups
     @property
     def channel(self) -> str:
-        return events_channel(self.schema)
+        return f"dsh_serve_events:{self.schema}"
 
     async def relay_flushes(self, flushed: Any) -> None:
         """NOTIFY every worker of each session this process flushed (``flushed``: a receive
         stream of session ids): their streams re-read the table at once instead of at the
         next poll. The flushes that queued up while a NOTIFY was on its way go out together,
         one notification per session, in one statement (a stream re-reads from its own
-        cursor, so one wake-up after several flushes shows them all). Only for a store that
-        cannot announce its writes itself: the PostgreSQL store NOTIFYs in the statement that
-        inserts the rows (no statement here, D48)."""
+        cursor, so one wake-up after several flushes shows them all)."""
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+            self._relay_pid = conn.info.backend_pid
             async for session_id in flushed:
                 sessions = {session_id: None}
                 with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
                     while True:
                         sessions[flushed.receive_nowait()] = None
                 await conn.execute(
-                    "SELECT pg_notify(%s, %s || s) FROM unnest(%s::text[]) AS s",
-                    (self.channel, self.prefix, list(sessions)),
+                    "SELECT pg_notify(%s, s) FROM unnest(%s::text[]) AS s",
+                    (self.channel, list(sessions)),
                 )
 
     async def listen(self, wake: Any) -> None:
-        """Call ``wake(session_id)`` for every write another worker announces (this process's
-        own come back too, and are left out by their origin: its streams were woken at the
-        flush itself)."""
+        """Call ``wake(session_id)`` for every flush another worker announces (this process's
+        own NOTIFYs come back too: its streams were woken at the flush itself)."""
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
             async for notice in conn.notifies():
-                origin, _, session_id = notice.payload.rpartition(" ")
-                if f"{origin} " != self.prefix:
-                    wake(session_id)
+                if notice.pid != self._relay_pid:
+                    wake(notice.payload)
 
     # ------------------------------------------------------------------ worker side
     async def work(self, runner: Any, on_abort: Any) -> None:

@@ -257,10 +257,12 @@ class ServerRuntime:
     # ------------------------------------------------------------------ hosts
     async def start(self) -> None:
         """Boot the default host (the reader): a bad composition fails here."""
+        self._reader = await self.host(
+            self.options.default_composition, self.options.default_workspace
+        )
         if self.options.queue_dsn is not None:
             from .queue import TurnQueue
 
-            # Before any host boots: each host's store is told how to announce its writes.
             self._queue = TurnQueue(
                 self.options.queue_dsn,
                 self.options.queue_schema,
@@ -268,10 +270,6 @@ class ServerRuntime:
                 heartbeat=max(self.options.stalled_after / 3, 0.5),
                 stalled_after=self.options.stalled_after,
             )
-        self._reader = await self.host(
-            self.options.default_composition, self.options.default_workspace
-        )
-        if self._queue is not None:
             await self._queue.init_schema()
             await self._group.start(self._queue_task, self._queue)
 
@@ -326,16 +324,7 @@ class ServerRuntime:
     ) -> None:
         async with open_host(rows) as host:
             host.ctx.on("agent/step-end", lambda _step: self.metrics.steps.inc())
-            relay = True
-            if self._queue is not None:
-                # A store that can NOTIFY in the statement that stores a batch does (D48):
-                # the other workers learn of it with no statement of the relay's.
-                announce = getattr(host.ctx.get(SESSION_PERSISTENCE), "announce_appends", None)
-                if announce is not None:
-                    announce(self._queue.channel, self._queue.prefix)
-                    relay = False
-            self.metrics.time_flushes(host.ctx.service(SESSIONS),
-                                      partial(self._flushed, relay=relay))
+            self.metrics.time_flushes(host.ctx.service(SESSIONS), self._flushed)
             task_status.started(host)
             await self._closing.wait()
 
@@ -349,17 +338,16 @@ class ServerRuntime:
         if waiting is not None:
             waiting.set()
 
-    def _flushed(self, session: Any, *, relay: bool = True) -> None:
+    def _flushed(self, session: Any) -> None:
         """A flush succeeded: streams wake (they show only what the store holds, so an append
         alone is nothing to show yet); in queue mode the other workers' streams are told that
-        the table has new events (``relay``: by a NOTIFY of the relay's; a store that
-        announces its writes has told them already, D48)."""
+        the table has new events."""
         running = self._running.get(session.id)
         if running is not None and not running.start_stored and running.start_is_stored():
             running.start_stored = True
             running.stored.set()
         self._wake(session.id)
-        if relay and self._flushes is not None:
+        if self._flushes is not None:
             with contextlib.suppress(anyio.WouldBlock):  # a burst: the poll catches up
                 self._flushes.send_nowait(session.id)
 

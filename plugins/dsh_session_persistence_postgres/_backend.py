@@ -181,20 +181,6 @@ class PostgresStorage:
             "INSERT INTO {s}.events (session_id, seq, event) "
             "SELECT %s, t.seq, t.event{cast} FROM unnest(%s::bigint[], %s::text[]) AS t(seq, event)"
         ).format(s=s, cast=cast)
-        # The same two writes, announced: the INSERT and a NOTIFY in one statement (a
-        # NOTIFY is delivered at commit, so only once the rows are there; docs D48).
-        self._sql_insert_announced = sql.SQL(
-            "WITH appended AS ({insert}) SELECT pg_notify(%s, %s)"
-        ).format(insert=self.sql_insert_events)
-        self._sql_publish_announced = sql.SQL(
-            "WITH header AS (INSERT INTO {s}.sessions (id, header, created_at) "
-            "VALUES (%s, %s, %s)), appended AS (INSERT INTO {s}.events (session_id, seq, event) "
-            "SELECT %s, t.seq, t.event{cast} FROM unnest(%s::bigint[], %s::text[]) AS "
-            "t(seq, event)) SELECT pg_notify(%s, %s)"
-        ).format(s=s, cast=cast)
-        #: ``(channel, prefix)``: every stored batch NOTIFYs ``channel`` with ``prefix`` + the
-        #: session id, in the statement that stores it (:meth:`announce`)
-        self._announce: tuple[str, str] | None = None
         # The header and the first page of events in one statement (one round trip, one
         # snapshot): the header's row has no seq and sorts first; no row at all is a session
         # not stored. A whole read fetches any further pages with _sql_events
@@ -220,16 +206,6 @@ class PostgresStorage:
             "WHERE e.session_id = s.id ORDER BY e.seq DESC LIMIT 1) + 1, 0) "
             "FROM {s}.sessions s WHERE s.id = %s"
         ).format(s=s)
-
-    def announce(self, channel: str, prefix: str) -> None:
-        """From now on, every batch stored (a new session's first one too) sends
-        ``NOTIFY channel, prefix + session id`` in the statement that inserts it: listeners
-        learn of new rows with no statement of their own (``dsh serve --queue``'s wake-ups of
-        other workers' streams, docs/decisions.md D48). PostgreSQL delivers it at the commit,
-        so a listener that reads on it sees the rows."""
-        if not channel:
-            raise ValueError("announce needs a non-empty NOTIFY channel name")
-        self._announce = (channel, prefix)
 
     # -- plumbing
 
@@ -500,25 +476,13 @@ class PostgresStorage:
         try:
             if conn is None or lease.lost:
                 raise psycopg.OperationalError("the connection holding the lock was released")
-            announce = self._announce
-            if publish is None and announce is None:
+            if publish is None:
                 conn.execute(self.sql_insert_events, (sid, seqs, texts), prepare=True)
-            elif publish is None:
-                assert announce is not None
-                conn.execute(
-                    self._sql_insert_announced,
-                    (sid, seqs, texts, announce[0], announce[1] + sid),
-                    prepare=True,
-                )
             else:
-                published = (sid, _header_text(publish), publish.created_at, sid, seqs, texts)
-                if announce is None:
-                    conn.execute(self.sql_publish, published)
-                else:
-                    conn.execute(
-                        self._sql_publish_announced,
-                        (*published, announce[0], announce[1] + sid),
-                    )
+                conn.execute(
+                    self.sql_publish,
+                    (sid, _header_text(publish), publish.created_at, sid, seqs, texts),
+                )
         except psycopg.errors.UniqueViolation as error:
             # Publishing: any existing row (header or event; the CTE's order of checks is
             # not defined) means someone else stored this id first.
@@ -704,11 +668,6 @@ class PostgresSessionPersistence(PersistenceService[PostgresLease]):
     async def ensure_schema(self) -> SchemaInfo:
         """Create or check the schema now (the plugin does at boot, to report a bad DSN)."""
         return await self.storage.ensure_schema()
-
-    def announce_appends(self, channel: str, prefix: str) -> None:
-        """Every batch stored from now on NOTIFYs ``channel`` with ``prefix`` + its session
-        id, in the statement that stores it (:meth:`PostgresStorage.announce`)."""
-        self.storage.announce(channel, prefix)
 
     async def __aenter__(self) -> PostgresSessionPersistence:
         return self

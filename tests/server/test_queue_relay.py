@@ -39,17 +39,15 @@ def test_queued_flushes_go_out_as_one_notification_per_session(
                     got.append(notice.payload)
                     if len(got) == 2:
                         break
-            # One per session, in the order of their first flush (one by flush: a, a, ...),
-            # each naming this process as its origin
+            # One per session, in the order of their first flush (one by flush: a, a, ...).
             return got
 
-    assert asyncio.run(main()) == [queue.prefix + "a", queue.prefix + "b"]
+    assert asyncio.run(main()) == ["a", "b"]
 
 
 def test_a_worker_is_not_woken_by_its_own_notifications(pg_dsn: str, pg_prefix: str) -> None:
     # Its streams were woken at the flush itself; a second wake-up, once the turn has ended,
-    # made every stream of the session read the table again. Its own are those of its relay
-    # and those its store sends with the batches it stores (D48): any connection, its prefix.
+    # made every stream of the session read the table again.
     queue = TurnQueue(pg_dsn, f"{pg_prefix}_queue")
 
     async def main() -> list[str]:
@@ -79,16 +77,11 @@ def test_a_worker_is_not_woken_by_its_own_notifications(pg_dsn: str, pg_prefix: 
             send.send_nowait("own")
             send.close()
             await queue.relay_flushes(receive)
-            # As this process's store announces a batch (from a writer's connection)
-            await outside.execute("SELECT pg_notify(%s, %s)", (queue.channel,
-                                                               queue.prefix + "stored"))
-            # Sent after the others' commits: delivered after their notifications. Another
-            # worker's (its own prefix) and one without an origin both wake.
-            await outside.execute("SELECT pg_notify(%s, 'f00d other2')", (queue.channel,))
+            # Sent after the relay's commit: delivered after its notification.
             await outside.execute("SELECT pg_notify(%s, 'other')", (queue.channel,))
             with anyio.fail_after(60):  # hang guard only
                 await other.wait()
             group.cancel_scope.cancel()
         return woken
 
-    assert asyncio.run(main()) == ["other2", "other"]
+    assert asyncio.run(main()) == ["other"]
