@@ -57,6 +57,7 @@ fresh schema per run is dropped afterwards.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -470,28 +471,85 @@ async def _warm_up(client: httpx.AsyncClient, urls: list[str]) -> None:
             await anyio.sleep(0.05)
 
 
+def job_phases(application_name: str, since: float) -> dict[str, Any]:
+    """Where a queued turn's job waits, from procrastinate's own event rows (timestamps of
+    PostgreSQL's clock) of the jobs deferred after ``since`` (epoch seconds): ``pickup``
+    (deferred to taken by a worker), ``held`` (taken to marked finished: the turn, the
+    session's release, the finish), ``next`` (a job marked finished to the next job of the
+    same session deferred: the client seeing ``turn/end``, its POST, any 409 retry), p50 and
+    p99 in ms."""
+    import psycopg
+
+    schema = f"{application_name}_queue"
+    query = (
+        "SELECT j.lock, j.id, "
+        "extract(epoch FROM min(e.at) FILTER (WHERE e.type = 'deferred')), "
+        "extract(epoch FROM max(e.at) FILTER (WHERE e.type = 'started')), "
+        "extract(epoch FROM max(e.at) FILTER (WHERE e.type IN ('succeeded', 'failed', "
+        "'cancelled', 'aborted'))) "
+        f'FROM "{schema}".procrastinate_jobs j JOIN "{schema}".procrastinate_events e '
+        "ON e.job_id = j.id GROUP BY j.lock, j.id ORDER BY j.lock, j.id")
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        rows = [r for r in conn.execute(query).fetchall()
+                if r[2] is not None and float(r[2]) >= since]
+    pickup = [(float(r[3]) - float(r[2])) * 1000 for r in rows if r[3] is not None]
+    held = [(float(r[4]) - float(r[3])) * 1000 for r in rows
+            if r[3] is not None and r[4] is not None]
+    following = [((float(b[2]) - float(a[4])) * 1000) for a, b in itertools.pairwise(rows)
+                 if a[0] == b[0] and a[4] is not None]
+
+    def spread(values: list[float]) -> dict[str, float]:
+        if not values:
+            return {}
+        return {"p50": round(c.percentile(values, 50), 1),
+                "p99": round(c.percentile(values, 99), 1)}
+
+    return {"jobs": len(rows), "pickup_ms": spread(pickup), "held_ms": spread(held),
+            "next_ms": spread(following)}
+
+
 def _log_size(path: Path | None) -> int:
     return path.stat().st_size if path is not None else 0
 
 
+#: What a logged statement is, by a marker in its text (the first that matches).
+STATEMENT_KINDS = (
+    ("insert", "INSERT INTO"), ("notify", "pg_notify"),
+    ("fetch", "procrastinate_fetch_job"), ("defer", "procrastinate_defer_jobs"),
+    ("finish", "procrastinate_finish_job"), ("retry", "procrastinate_retry_job"),
+    ("heartbeat", "procrastinate_update_heartbeat"), ("lock", "pg_try_advisory_lock"),
+    ("unlock", "pg_advisory_unlock"), ("read", "NULL::bigint AS seq"),
+    ("read page", "SELECT seq, event"), ("revision", "COALESCE((SELECT e.seq"),
+    ("jobs", "FROM procrastinate_jobs"),
+)
+
+
 def statements_per_turn(path: Path, start: int, end: int, turns: int) -> dict[str, float]:
     """The statements logged in ``path`` between byte offsets ``start`` and ``end``, per turn,
-    by kind."""
+    by kind (:data:`STATEMENT_KINDS`; ``BEGIN``, ``COMMIT``, the empty liveness check, and
+    ``other``)."""
     with open(path, "rb") as f:
         f.seek(start)
         text = f.read(end - start).decode("utf-8", "replace")
-    kinds: dict[str, int] = {}
+    entries: list[str] = []
     for line in text.splitlines():
+        if line.startswith(("\t", " ")) and entries:
+            entries[-1] += " " + line.strip()  # a statement's next lines
+        else:
+            entries.append(line)
+    kinds: dict[str, int] = {}
+    for entry in entries:
         for marker in ("LOG:  statement: ", "LOG:  execute "):
-            at = line.find(marker)
+            at = entry.find(marker)
             if at < 0:
                 continue
-            query = line[at + len(marker):]
+            query = entry[at + len(marker):]
             if marker.endswith("execute "):
                 query = query.split(":", 1)[1] if ":" in query else ""
             words = query.strip().split()
             head = words[0].upper() if words else "(empty)"
-            kind = head if head in ("BEGIN", "COMMIT", "(empty)") else "other"
+            kind = head if head in ("BEGIN", "COMMIT", "(empty)") else next(
+                (name for name, text in STATEMENT_KINDS if text in query), "other")
             kinds[kind] = kinds.get(kind, 0) + 1
     per = {kind: round(count / turns, 2) for kind, count in sorted(kinds.items())}
     per["all"] = round(sum(kinds.values()) / turns, 2)
@@ -535,6 +593,7 @@ async def drive(served: Served, sessions: int, turns: int, followers: int = 0,
             created.raise_for_status()
             ids.append(created.json()["id"])
         cpu_start = CpuMark.take(served)
+        epoch_start = time.time()
         log_start = _log_size(pg_log)
         wall_start = time.perf_counter()
 
@@ -621,6 +680,8 @@ async def drive(served: Served, sessions: int, turns: int, followers: int = 0,
         if pg_log is not None:
             cpu["statements_per_turn"] = statements_per_turn(
                 pg_log, log_start, log_end, sessions * turns)
+        jobs = job_phases(served.application_name, epoch_start) if served.application_name \
+            else {}
         invariants = await _invariants(client, served, accepted, seen)
     # Every client connection is closed. The descriptors settle once each server closed its
     # side, and its jobs released their sessions: no client connection left, nothing else
@@ -655,6 +716,7 @@ async def drive(served: Served, sessions: int, turns: int, followers: int = 0,
             name: round(c.percentile([p[i + 1] - p[i] for p in phases], 50), 1)
             for i, name in enumerate(("post", "to_start", "run", "to_client"))},
         "delivery_p50_over_healthz": round(c.ratio(delivery_p50, floor), 1),
+        "job_phases": jobs,
         "cpu_ms_per_turn": cpu,
         "followers": followers,
         "dropped": dropped,
@@ -724,6 +786,11 @@ def main() -> int:
                          profile=args.profile) as served:
                 results[name] = anyio.run(drive, served, sessions, turns, followers, dropped,
                                           args.pg_log, args.client, backend=args.backend)
+                print(f"  turns/s {results[name]['turns_per_s']}, job phases "
+                      f"{results[name]['job_phases']}, turn phases "
+                      f"{results[name]['turn_phases_ms_p50']}, busy retries "
+                      f"{results[name]['busy_retries']}, cpu "
+                      f"{results[name]['cpu_ms_per_turn']}", flush=True)
                 if args.pg_log is not None:
                     print(f"  statements per turn: "
                           f"{results[name]['cpu_ms_per_turn']['statements_per_turn']}")

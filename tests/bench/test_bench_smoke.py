@@ -348,6 +348,41 @@ def test_serve_load(tmp_path: Path) -> None:
         cpu = result["cpu_ms_per_turn"]  # where a turn's CPU went, by part
         assert cpu["sum"] > 0 and cpu["driver"] >= 0
         assert len(cpu["servers"]) == (1 if result is data["results"]["jsonl-1"] else 3)
+    # where a queued turn's job waited, from procrastinate's event rows (D48)
+    jobs = data["results"]["queue-3"]["job_phases"]
+    assert jobs["jobs"] == data["sessions"] * data["turns"]
+    for phase in ("pickup_ms", "held_ms"):
+        assert 0 <= jobs[phase]["p50"] <= jobs[phase]["p99"], jobs
+    assert data["results"]["jsonl-1"]["job_phases"] == {}
+
+
+def test_serve_load_counts_a_logged_statement_by_its_kind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--pg-log`` reads PostgreSQL's log: a statement's next lines (a tab first) are part of
+    it, and its kind is named by what it runs (D48's table), not by its first word only."""
+    pytest.importorskip("httpx")
+    monkeypatch.syspath_prepend(str(BENCH))  # serve_load imports its siblings by name
+    spec = importlib.util.spec_from_file_location("bench_serve_load", BENCH / "serve_load.py")
+    assert spec is not None and spec.loader is not None
+    serve_load = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, serve_load)
+    spec.loader.exec_module(serve_load)
+    at = "2026-12-06 02:47:10.881 UTC [26731] r@test"
+    log = tmp_path / "postgresql.log"
+    log.write_text(
+        f"{at} LOG:  statement: SELECT id, status, task_name\n"
+        "\t    FROM procrastinate_fetch_job_v2(NULL::varchar[], 3);\n"
+        f'{at} LOG:  execute <unnamed>: INSERT INTO "s".events (session_id, seq, event)\n'
+        f"{at} DETAIL:  parameters: $1 = 'x'\n"
+        f"{at} LOG:  statement: SELECT pg_notify('c', s) FROM unnest('{{a}}'::text[]) AS s\n"
+        f"{at} LOG:  statement: BEGIN\n"
+        f"{at} LOG:  statement: \n"
+        f"{at} LOG:  statement: SELECT 42\n"
+    )
+    per = serve_load.statements_per_turn(log, 0, log.stat().st_size, 2)
+    assert per == {"(empty)": 0.5, "BEGIN": 0.5, "fetch": 0.5, "insert": 0.5, "notify": 0.5,
+                   "other": 0.5, "all": 3.0}
 
 
 def test_run_all_runs_selected_scripts_and_summarizes(tmp_path: Path) -> None:
