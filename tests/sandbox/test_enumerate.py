@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -258,27 +257,28 @@ SOCKET_SWEEP = textwrap.dedent(
 
 
 class _Listener:
-    """A UNIX stream listener on the host that counts accepted connections."""
+    """A UNIX stream listener on the host that counts the connections made to it.
+
+    No accepting thread: a connection completes into the backlog whether or not anyone has
+    accepted it yet, so the count is taken after the sweep, by accepting what is queued. (A
+    thread that accepts as they come lost the race on a loaded machine: the listener was shut
+    down before the thread ran, and a connection that was made went uncounted.)"""
 
     def __init__(self, address: str) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(address)
-        self.sock.listen(16)
+        self.sock.listen(64)
         self.accepted = 0
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
 
-    def _serve(self) -> None:
+    def close(self) -> None:
+        self.sock.setblocking(False)
         while True:
             try:
                 conn, _ = self.sock.accept()
-            except OSError:
-                return
+            except BlockingIOError:
+                break
             self.accepted += 1
             conn.close()
-
-    def close(self) -> None:
-        self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
 
 
