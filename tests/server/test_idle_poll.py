@@ -162,8 +162,8 @@ async def test_idle_streams_cost_one_statement_a_poll_whatever_their_number(
 ) -> None:
     """``held`` idle streams over ten poll intervals: no stream reads its session (nothing
     changed), and the store sees at most one statement a poll (plus slack for the window's
-    edges), with 10 streams as with 100. Before D47 every stream read its session at every
-    interval: ``held`` × 10 reads."""
+    edges), with 10 streams as with 100; once the streams are gone, none. Before D47 every
+    stream read its session at every interval: ``held`` × 10 reads."""
     async with pg_server(tmp_path) as server:
         sessions = [await server.create() for _ in range(held)]
         async with streams_open(server, sessions):
@@ -171,6 +171,10 @@ async def test_idle_streams_cost_one_statement_a_poll_whatever_their_number(
             counts.reset()
             await anyio.sleep(10 * POLL)
             window = (counts.read_from, counts.statements)
+        await anyio.sleep(3 * POLL)  # the streams have ended: the poll stops with the last one
+        counts.reset()
+        await anyio.sleep(5 * POLL)
+        assert (counts.read_from, counts.statements) == (0, 0)
     assert window[0] == 0, f"{window[0]} reads by {held} idle streams in 10 polls"
     assert window[1] <= 10 + 2, f"{window[1]} statements for {held} idle streams in 10 polls"
 
