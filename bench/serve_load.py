@@ -49,7 +49,8 @@ the window is counted, by kind (``BEGIN``, ``COMMIT``, the empty liveness check,
 Configurations: ``jsonl-1`` (one process, JSONL store, turns in-process, streams woken at
 once), ``queue-1``, ``queue-2`` and ``queue-3`` (``--queue``: PostgreSQL store and
 procrastinate jobs, one, two or three worker processes; a stream on a worker that does not run
-the turn follows the table by polling every 0.5 s). The queue configurations need PostgreSQL at
+the turn is woken by that worker's NOTIFY, and behind it by its own worker's one idle poll of the
+table every 0.5 s, D47). The queue configurations need PostgreSQL at
 ``$DSH_BENCH_POSTGRES_DSN`` (default ``host=127.0.0.1 port=5432 user=postgres dbname=test``); a
 fresh schema per run is dropped afterwards.
 """

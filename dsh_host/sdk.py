@@ -12,8 +12,8 @@ modules behind these names can move without breaking a plugin (D25 in docs/decis
 - **events**: the typed keys (``ctx.on(TOOLS_EXECUTE, around)`` checks ``around``);
 - **storage**: :class:`SessionStorage` (docs/storage.md), its optional capabilities as
   runtime-checkable protocols (:class:`SupportsReadFrom`, :class:`SupportsCurrentRevision`,
-  :class:`SupportsHeldBy`, :class:`SupportsRoot`), and :func:`wire_storage`, the one call a
-  storage plugin's ``apply`` makes;
+  :class:`SupportsHeldBy`, :class:`SupportsRoot`, :class:`SupportsStoredEnds`), and
+  :func:`wire_storage`, the one call a storage plugin's ``apply`` makes;
 - **model adapters**: :class:`LlmAdapter`, :class:`ProviderAdapter` and the wire helpers;
 - **tools**: :class:`ToolDefinition`, the pipeline's decisions, :class:`ToolError`;
 - **errors** a plugin may raise: :class:`ConfigError` at ``apply``, :class:`ToolError` from a
@@ -251,6 +251,7 @@ if TYPE_CHECKING:
         SupportsHeldBy as SupportsHeldBy,
         SupportsReadFrom as SupportsReadFrom,
         SupportsRoot as SupportsRoot,
+        SupportsStoredEnds as SupportsStoredEnds,
         encode_json as encode_json,
     )
     from dsh_host._persistence.lock import (
@@ -633,7 +634,7 @@ _DEFINED_IN: dict[str, tuple[str, ...]] = {
     # -- The storage seam (docs/storage.md)
     "dsh_host._persistence.storage": (
         "MemoryStorage", "Pending", "SessionStorage", "SupportsCurrentRevision", "SupportsHeldBy",
-        "SupportsReadFrom", "SupportsRoot", "encode_json",
+        "SupportsReadFrom", "SupportsRoot", "SupportsStoredEnds", "encode_json",
     ),
     "dsh_host._persistence.lock": ("LOCK_NAME", "SessionLock", "held_by_text", "lock_holder"),
     "dsh_host._persistence.persistence": (

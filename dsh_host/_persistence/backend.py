@@ -15,7 +15,7 @@ import builtins
 import contextlib
 import inspect
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from dsh_host._persistence.persistence import (
@@ -40,6 +40,7 @@ from dsh_host._persistence.storage import (
     SupportsHeldBy,
     SupportsReadFrom,
     SupportsRoot,
+    SupportsStoredEnds,
 )
 from dsh_host._persistence.write_behind import Spawn, WriteHandle, header_meta
 from dsh_host._session.errors import InvalidSessionHeaderError
@@ -284,6 +285,17 @@ class PersistenceService(Generic[L]):
             return None
         found: int = await probe(session_id)
         return found
+
+    async def stored_ends(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """The seq after the last stored event of each session the storage can tell without a
+        read, in one call (D47: PostgreSQL and SQLite one statement, JSONL a ``stat`` and a
+        32-byte check per log at its follower's cursor, memory a look-up). An id left out is
+        one to read (not stored, or not known without a read): a storage without
+        ``stored_ends`` leaves every id out."""
+        storage = self.storage
+        if not session_ids or not isinstance(storage, SupportsStoredEnds):
+            return {}
+        return await storage.stored_ends(session_ids)
 
     async def walked_tail(self, session_id: str) -> tuple[int | None, ArtifactLocation | None]:
         """After a :meth:`walk` to the end: the bytes stored past the last complete record it

@@ -70,6 +70,7 @@ __all__ = [
     "SupportsHeldBy",
     "SupportsReadFrom",
     "SupportsRoot",
+    "SupportsStoredEnds",
     "encode_json",
 ]
 
@@ -163,6 +164,17 @@ class SupportsCurrentRevision(Protocol):
     (None for a session it does not find): lets readers skip re-reading an unchanged log."""
 
     async def current_revision(self, session_id: str) -> str | None: ...
+
+
+@runtime_checkable
+class SupportsStoredEnds(Protocol):
+    """The seq after the last stored event of each of many sessions, in one call and without
+    reading their events: what a server's idle poll asks every ``poll_interval`` (D47).
+
+    An id the answer leaves out is one the storage cannot tell without a read (its log is not
+    stored, or is not at a point it can vouch for): the caller reads that session."""
+
+    async def stored_ends(self, session_ids: Sequence[str]) -> dict[str, int]: ...
 
 
 @runtime_checkable
@@ -276,6 +288,14 @@ class MemoryStorage:
 
     async def load(self, session_id: str) -> SessionLoad:
         return self._snapshot(self._log(session_id))
+
+    async def stored_ends(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """Each stored session's next seq (a look-up each; D47)."""
+        return {
+            sid: len(log.events)
+            for sid in session_ids
+            if (log := self._logs.get(sid)) is not None
+        }
 
     async def list(
         self, unreadable: builtins.list[UnreadableListing] | None

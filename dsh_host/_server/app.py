@@ -448,9 +448,16 @@ async def session_stream(request: Request) -> Response:
                     pending = page
                     continue
             pending = ()
-            idle = 0.0
+            quiet_until = anyio.current_time() + KEEPALIVE_SECONDS
             while True:
-                await runtime.wait_for_events(session_id, runtime.options.poll_interval)
+                # Woken by a flush, a NOTIFY or the process's one idle poll (D47): no read of
+                # its own while nothing may have changed.
+                if not await runtime.wait_for_events(
+                    session_id, last, quiet_until - anyio.current_time()
+                ):
+                    quiet_until = anyio.current_time() + KEEPALIVE_SECONDS
+                    yield b": keep-alive\n\n"
+                    continue
                 try:
                     pending = await runtime.events_after(session_id, last, EVENTS_PER_PAGE)
                 except Exception as exc:
@@ -462,10 +469,6 @@ async def session_stream(request: Request) -> Response:
                     return
                 if pending:
                     break
-                idle += runtime.options.poll_interval
-                if idle >= KEEPALIVE_SECONDS:
-                    idle = 0.0
-                    yield b": keep-alive\n\n"
 
     return StreamingResponse(
         frames(),

@@ -253,6 +253,12 @@ class ServerRuntime:
         #: what listings read from each stored session, by id, with the revision it was read at
         self._stored: dict[str, tuple[str, StoredSummary]] = {}
         self._flushes: MemoryObjectSendStream[str] | None = None
+        #: the streams waiting idle, by session: each one's token -> the last seq it has
+        #: seen; the idle poll (D47) asks the store for these sessions' ends
+        self._idle: dict[str, dict[object, int]] = {}
+        self._polling = False
+        #: the idle poll's last attempt failed (its failures are logged once per outage)
+        self._poll_failing = False
 
     # ------------------------------------------------------------------ hosts
     async def start(self) -> None:
@@ -351,12 +357,92 @@ class ServerRuntime:
             with contextlib.suppress(anyio.WouldBlock):  # a burst: the poll catches up
                 self._flushes.send_nowait(session.id)
 
-    async def wait_for_events(self, session_id: str, at_most: float) -> None:
-        """Return when this process stores events of the session, or after ``at_most``
-        seconds."""
+    async def wait_for_events(self, session_id: str, after: int, at_most: float) -> bool:
+        """Wait until the session may have stored events past seq ``after`` (the last one the
+        caller has seen): True when woken, False after ``at_most`` seconds without a wake-up.
+
+        A wake-up comes from this process's flushes (:meth:`_flushed`), in queue mode from
+        the other workers' (their NOTIFY), and from the one idle poll of the process (D47),
+        which catches what no wake-up announced (a relay burst dropped, a writer outside the
+        servers) within about ``poll_interval``. A woken caller reads (``events_after``) and
+        may find nothing new."""
         wakeup = self._wakeups.setdefault(session_id, anyio.Event())
-        with anyio.move_on_after(at_most):
-            await wakeup.wait()
+        token = object()
+        self._idle.setdefault(session_id, {})[token] = after
+        self._start_idle_poll()
+        try:
+            with anyio.move_on_after(at_most):
+                await wakeup.wait()
+        finally:
+            followers = self._idle.get(session_id)
+            if followers is not None:
+                followers.pop(token, None)
+                if not followers:
+                    del self._idle[session_id]
+        return wakeup.is_set()
+
+    def _start_idle_poll(self) -> None:
+        """Run the idle poll while a stream waits idle (it ends when none does)."""
+        if not self._polling and not self._closing.is_set():
+            self._polling = True
+            self._group.start_soon(self._idle_poll)
+
+    async def _idle_poll(self) -> None:
+        """Every ``poll_interval``, while streams wait idle: one call to the store for the
+        ends of all their sessions (``stored_ends``: one statement on PostgreSQL), waking
+        only the sessions stored past what one of their streams has seen, or whose end the
+        store cannot tell without a read (D47). A session running a turn here is not asked
+        for: its write handle's durable cursor is what the store holds.
+
+        A store that fails the call wakes every idle stream: each reads, and ends on the
+        outage as its read says (its client reconnects), or goes on when the read succeeds.
+        The failure is one log line per outage; the poll goes on."""
+        try:
+            while self._idle and not self._closing.is_set():
+                with anyio.move_on_after(self.options.poll_interval):
+                    await self._closing.wait()
+                if self._closing.is_set():
+                    return
+                seen = {
+                    session_id: min(followers.values())
+                    for session_id, followers in self._idle.items()
+                    if followers
+                }
+                ends: dict[str, int] = {}
+                asked: list[str] = []
+                for session_id in seen:
+                    running = self._running.get(session_id)
+                    end = running.durable_end() if running is not None else None
+                    if end is None:
+                        asked.append(session_id)
+                    else:  # a turn running here: its write handle knows what is stored
+                        ends[session_id] = end
+                if asked:
+                    try:
+                        ends.update(await self._stored_ends(asked))
+                    except Exception as exc:
+                        if not self._poll_failing:
+                            self._poll_failing = True
+                            what = f"the idle poll of {len(asked)} followed session(s) failed"
+                            _log_failure(f"{what}; their streams read the store now", exc)
+                    else:
+                        if self._poll_failing:
+                            self._poll_failing = False
+                            log.info("the idle poll reads the store again")
+                for session_id, after in seen.items():
+                    end = ends.get(session_id)
+                    if end is None or end > after + 1:
+                        self._wake(session_id)
+        finally:
+            self._polling = False
+
+    async def _stored_ends(self, session_ids: list[str]) -> dict[str, int]:
+        """The store's ``stored_ends`` (D47); a store without it tells none (each is read)."""
+        ask = getattr(self.store, "stored_ends", None)
+        if ask is None:
+            return {}
+        ends: dict[str, int] = await ask(session_ids)
+        return ends
 
     # ------------------------------------------------------------------ reads
     async def inspect(self, session_id: str) -> SessionLoad:

@@ -148,6 +148,20 @@ class LogFollower:
                 return None
             return st.st_size - cursor.offset
 
+    def quiet_end(self, session_id: str, path: str) -> int | None:
+        """The seq after the last stored record when ``path`` ends exactly at the session's
+        cursor (a still valid one: same file, the 32 bytes before it unchanged), without
+        reading a record; None when only a read can tell (no cursor, bytes past it, the file
+        changed). What an idle follower's poll asks of each log (D47)."""
+        cursor = self._get(session_id)
+        if cursor is None or cursor.path != path:
+            return None
+        with open_log(path) as handle:
+            st = os.fstat(handle.fileno())
+            if st.st_size != cursor.offset or not _still_valid(cursor, path, st, handle.fileno()):
+                return None
+        return cursor.next_seq
+
     def next_seq(self, session_id: str, path: str, compression: Compression) -> int:
         """The seq after the last complete record stored (what a new follower starts after):
         the cursor moved to the end, reading only what was appended since."""

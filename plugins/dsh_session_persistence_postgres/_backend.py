@@ -207,6 +207,14 @@ class PostgresStorage:
             "FROM {s}.sessions s WHERE s.id = %s"
         ).format(s=s)
 
+        # Every followed session's next seq in one statement (the server's idle poll, D47):
+        # each a backward index scan of its rows' primary key, the same look-up as _sql_count.
+        self._sql_ends = sql.SQL(
+            "SELECT s.id, COALESCE((SELECT e.seq FROM {s}.events e "
+            "WHERE e.session_id = s.id ORDER BY e.seq DESC LIMIT 1) + 1, 0) "
+            "FROM {s}.sessions s WHERE s.id = ANY(%s)"
+        ).format(s=s)
+
     # -- plumbing
 
     @property
@@ -563,6 +571,16 @@ class PostgresStorage:
         await self.ensure_schema()
         row = await self._db(lambda conn: conn.execute(self._sql_count, (session_id,)).fetchone())
         return None if row is None else self.revision(int(row[0]))
+
+    async def stored_ends(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """Each stored session's next seq, one statement for all of them (D47); an id not
+        stored is left out."""
+        await self.ensure_schema()
+        ids = list(session_ids)
+        rows = await self._db(
+            lambda conn: conn.execute(self._sql_ends, (ids,), prepare=True).fetchall()
+        )
+        return {str(sid): int(end) for sid, end in rows}
 
     async def held_by(self, session_id: str) -> str | None:
         """Who holds the session's write lock now, or None when nobody does.

@@ -501,6 +501,26 @@ class SqliteStorage:
         row = await self._run("reader", count)
         return None if row is None else self._revision(int(row[0]))
 
+    async def stored_ends(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """Each stored session's next seq, one query per 500 ids, in one worker-thread call
+        (D47): the largest seq is a look-up in the ``(session_id, seq)`` key, not a count."""
+        ids = list(session_ids)
+
+        def ends(conn: sqlite3.Connection) -> dict[str, int]:
+            out: dict[str, int] = {}
+            for start in range(0, len(ids), 500):
+                chunk = ids[start:start + 500]
+                marks = ", ".join("?" * len(chunk))
+                rows = conn.execute(
+                    "SELECT s.id, COALESCE((SELECT max(e.seq) FROM events e "
+                    f"WHERE e.session_id = s.id) + 1, 0) FROM sessions s WHERE s.id IN ({marks})",
+                    chunk,
+                ).fetchall()
+                out.update((str(sid), int(end)) for sid, end in rows)
+            return out
+
+        return await self._run("reader", ends) if ids else {}
+
     async def list(
         self, unreadable: builtins.list[UnreadableListing] | None
     ) -> builtins.list[SessionListing]:

@@ -35,6 +35,7 @@ from dsh_host._persistence.persistence import (
     SessionHandleClosedError,
     SessionNotFoundError,
 )
+from dsh_host._persistence.storage import SupportsStoredEnds
 from dsh_host._session.events import RequestHeaderData, SessionEvent, event_to_builtins
 from dsh_host._session.messages import EpochHeader, LlmCallConfig
 from dsh_host._session.repair import TOOL_NOT_STARTED_TEXT, TOOL_OUTCOME_UNKNOWN_TEXT
@@ -68,6 +69,7 @@ __all__ = [
     "test_second_writer_in_process_is_refused",
     "test_sessions_flush_concurrently",
     "test_sigkill_of_writer_keeps_every_flushed_event",
+    "test_stored_ends_are_each_sessions_next_seq_or_left_out",
     "test_two_processes_racing_for_write_one_wins",
     "test_writer_in_another_process_excludes_until_killed",
 ]
@@ -182,6 +184,34 @@ async def test_current_revision_is_what_a_read_would_report(
             await handle.flush()
             now = await current("later")
             assert now != first and now == (await backend.inspect("later")).revision
+        await handle.close()
+
+
+async def test_stored_ends_are_each_sessions_next_seq_or_left_out(
+    backend_factory: BackendFactory,
+) -> None:
+    """The optional ``stored_ends`` (D47: a server's idle poll): in one call, the next seq of
+    each session the storage can tell without a read; a session not stored is left out, and
+    so is one it cannot vouch for (the caller reads it). Once a reader has read a log to its
+    end, every storage that offers it tells that log's end, and a later append moves it (or
+    leaves the session out until it is read again)."""
+    events = log(1)
+    async with backend_of(backend_factory) as backend:
+        if not isinstance(backend.storage, SupportsStoredEnds):
+            pytest.skip("this backend offers no stored_ends")
+        assert await backend.stored_ends([]) == {}
+        assert await backend.stored_ends(["absent"]) == {}
+        handle = await backend.create(header("ends"))
+        handle.append(events[:3])
+        await handle.flush()
+        async with backend_of(backend_factory) as reader:
+            assert len(await reader.read_from("ends", 0)) == 3
+            assert await reader.stored_ends(["absent", "ends"]) == {"ends": 3}
+            handle.append(events[3:])
+            await handle.flush()
+            assert (await reader.stored_ends(["ends"])).get("ends", len(events)) == len(events)
+            assert len(await reader.read_from("ends", 3)) == len(events) - 3
+            assert await reader.stored_ends(["ends"]) == {"ends": len(events)}
         await handle.close()
 
 

@@ -24,6 +24,7 @@ from dsh_host.sdk import (
     SupportsHeldBy,
     SupportsReadFrom,
     SupportsRoot,
+    SupportsStoredEnds,
     wire_storage,
 )
 
@@ -33,22 +34,26 @@ pytestmark = pytest.mark.anyio
 
 
 def capabilities(storage: object) -> set[str]:
-    kinds = (SupportsReadFrom, SupportsCurrentRevision, SupportsHeldBy, SupportsRoot)
+    kinds = (
+        SupportsReadFrom, SupportsCurrentRevision, SupportsHeldBy, SupportsRoot, SupportsStoredEnds
+    )
     return {kind.__name__ for kind in kinds if isinstance(storage, kind)}
 
 
 def test_the_shipped_storages_declare_what_they_can_do(tmp_path: Path) -> None:
-    assert capabilities(MemoryStorage()) == set()
+    assert capabilities(MemoryStorage()) == {"SupportsStoredEnds"}  # a look-up each (D47)
     assert capabilities(JsonlStorage(str(tmp_path / "jsonl"))) == {
         "SupportsReadFrom",  # reads only the appended bytes (docs/format.md §5.3)
         "SupportsCurrentRevision",
         "SupportsHeldBy",
         "SupportsRoot",
+        "SupportsStoredEnds",  # from the follower's cursor, when the file ends there (D47)
     }
     assert capabilities(SqliteStorage(str(tmp_path / "db.sqlite3"))) == {
         "SupportsReadFrom",
         "SupportsCurrentRevision",
         "SupportsRoot",
+        "SupportsStoredEnds",
     }
 
 
