@@ -95,15 +95,19 @@ async def test_bad_config_fails_at_load(config: dict[str, Any]) -> None:
             pass
 
 
+def pruner_row() -> Row:
+    """The pruner with a 1,000-character threshold (a 2,000-line result is over it)."""
+    return Row(
+        name="compaction-tool-result-pruner",
+        config={"thresholdChars": 1000, "headChars": 300, "tailChars": 100},
+    )
+
+
 @pytest.mark.anyio
 async def test_a_pass_replaces_the_oversized_result_and_keeps_the_original() -> None:
     big = "".join(f"line {i}\n" for i in range(2000))
     script = [call(big), call("small"), {"text": "done"}]
-    pruner_row = Row(
-        name="compaction-tool-result-pruner",
-        config={"thresholdChars": 1000, "headChars": 300, "tailChars": 100},
-    )
-    async with host_with(rows(script), Row(name="token-meter"), pruner_row) as host:
+    async with host_with(rows(script), Row(name="token-meter"), pruner_row()) as host:
         register_echo(host)
         agent = new_agent(host)
         await agent.run_turn("go")
@@ -158,11 +162,7 @@ async def test_a_pass_reads_only_the_results_no_earlier_pass_examined(
     (docs/decisions.md D49). A new oversized result is still pruned; a new config re-reads."""
     big = "".join(f"line {i}\n" for i in range(2000))
     script = [call("a"), call("b"), call("c"), {"text": "done"}, call(big), {"text": "done"}]
-    pruner_row = Row(
-        name="compaction-tool-result-pruner",
-        config={"thresholdChars": 1000, "headChars": 300, "tailChars": 100},
-    )
-    async with host_with(rows(script), Row(name="token-meter"), pruner_row) as host:
+    async with host_with(rows(script), Row(name="token-meter"), pruner_row()) as host:
         register_echo(host)
         agent = new_agent(host)
         pruner = host.ctx.toolResultPruner
