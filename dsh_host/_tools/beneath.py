@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import os
 import stat
 from collections.abc import Sequence
@@ -95,19 +96,15 @@ def beneath_parts(path: str, root: str) -> tuple[str, ...]:
 _openat2_state: bool | None = None
 
 
-#: libc's ``syscall``, loaded on first use and kept (docs/decisions.md D49): loading it again
-#: at every open (``dlopen`` of the process, a new foreign-function object) cost ~10-45 µs, more
-#: than the ``openat2`` itself, at every ``read_file`` of a step.
-_syscall: list[Any] = []
-
-
+@functools.cache
 def _libc_syscall() -> Any:
-    if not _syscall:
-        libc = ctypes.CDLL(None, use_errno=True)
-        function = libc.syscall
-        function.restype = ctypes.c_long
-        _syscall.append(function)  # two threads racing here both load it: either one is kept
-    return _syscall[0]
+    """libc's ``syscall``, loaded on first use and kept (docs/decisions.md D49): loading it
+    again at every open (``dlopen`` of the process, a new foreign-function object) cost
+    ~10-45 µs, more than the ``openat2`` itself, at every ``read_file`` of a step."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    function = libc.syscall
+    function.restype = ctypes.c_long
+    return function
 
 
 def _openat2(dir_fd: int, path: str, flags: int, mode: int) -> int:
