@@ -341,6 +341,12 @@ class JsonlStorage(JsonlLayout):
             )
         return matches[0] if matches else None
 
+    def newest_log(self, session_id: str) -> str | None:
+        """The path of the session's newest generation (the log its appends go to), or None
+        when the session has no log."""
+        found = self.find(session_id)
+        return None if found is None else found[1][-1][1]
+
     # -- reading
 
     def _read_sync(
@@ -441,11 +447,10 @@ class JsonlStorage(JsonlLayout):
     def _read_from_sync(
         self, session_id: str, from_seq: int, limit: int | None
     ) -> tuple[SessionEvent, ...]:
-        found = self.find(session_id)
-        if found is None:
+        path = self.newest_log(session_id)
+        if path is None:
             self._follower.forget(session_id)
             raise SessionNotFoundError(f'session "{session_id}" not found')
-        path = found[1][-1][1]
         try:
             return tuple(
                 self._follower.read(session_id, path, self.compression, from_seq, limit)
@@ -462,12 +467,12 @@ class JsonlStorage(JsonlLayout):
         return await anyio.to_thread.run_sync(self._next_seq_sync, session_id)
 
     def _next_seq_sync(self, session_id: str) -> int:
-        found = self.find(session_id)
-        if found is None:
+        path = self.newest_log(session_id)
+        if path is None:
             self._follower.forget(session_id)
             raise SessionNotFoundError(f'session "{session_id}" not found')
         try:
-            return self._follower.next_seq(session_id, found[1][-1][1], self.compression)
+            return self._follower.next_seq(session_id, path, self.compression)
         except (Fallback, FileNotFoundError):
             self._follower.forget(session_id)
         artifact, _header, events = self._read_sync(session_id)
@@ -484,10 +489,8 @@ class JsonlStorage(JsonlLayout):
         out: dict[str, int] = {}
         for session_id in session_ids:
             try:
-                found = self.find(session_id)
-                end = None if found is None else self._follower.quiet_end(
-                    session_id, found[1][-1][1]
-                )
+                path = self.newest_log(session_id)
+                end = None if path is None else self._follower.quiet_end(session_id, path)
             except (OSError, SessionPersistenceError):
                 continue  # the read says what is wrong, with its own error
             if end is not None:
@@ -502,10 +505,9 @@ class JsonlStorage(JsonlLayout):
         return await anyio.to_thread.run_sync(self._walked_tail_sync, session_id)
 
     def _walked_tail_sync(self, session_id: str) -> tuple[int | None, ArtifactLocation | None]:
-        found = self.find(session_id)
-        if found is None:
+        path = self.newest_log(session_id)
+        if path is None:
             return None, None
-        path = found[1][-1][1]
         try:
             trailing = self._follower.trailing(session_id, path)
         except FileNotFoundError:
@@ -518,11 +520,11 @@ class JsonlStorage(JsonlLayout):
         return await anyio.to_thread.run_sync(self._revision_sync, session_id)
 
     def _revision_sync(self, session_id: str) -> str | None:
-        found = self.find(session_id)
-        if found is None:
+        path = self.newest_log(session_id)
+        if path is None:
             return None
         try:
-            return revision_of(os.stat(found[1][-1][1]))
+            return revision_of(os.stat(path))
         except FileNotFoundError:
             return None
 
@@ -536,11 +538,11 @@ class JsonlStorage(JsonlLayout):
     async def check_new(self, header: SessionHeader) -> None:
         record = _header_record(header)
         sid = str(record["id"])
-        found = await anyio.to_thread.run_sync(self.find, sid)
-        if found is not None:
+        path = await anyio.to_thread.run_sync(self.newest_log, sid)
+        if path is not None:
             raise SessionAlreadyExistsError(
                 f'session "{sid}" already has a persisted log on disk; load/resume it '
-                f"instead of creating ({found[1][-1][1]})"
+                f"instead of creating ({path})"
             )
 
     async def materialize(self, header: SessionHeader, batch: Sequence[Pending]) -> JsonlLease:
