@@ -412,6 +412,12 @@ class EventBus:
         (docs/decisions.md D49). O(1): one dictionary look-up, no copy."""
         return bool(self._listeners.get(event if isinstance(event, str) else event.name))
 
+    def listener_count(self, event: EventSpec | str) -> int:
+        """How many listeners ``event`` has now (waiting ones too), as ``len(listeners(event))``
+        without the copy: what the session store asks at every barrier (docs/decisions.md D50).
+        """
+        return len(self._listeners.get(event if isinstance(event, str) else event.name, ()))
+
     def _snapshot(self, event: EventSpec | str, mode: EventMode) -> list[Listener]:
         # A declared name is its spec (what ``spec`` returns for it), looked up once here.
         held = self._specs.get(event) if type(event) is str else None
