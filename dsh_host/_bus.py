@@ -55,6 +55,7 @@ does not join it.
 from __future__ import annotations
 
 import enum
+import functools
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -480,7 +481,10 @@ class EventBus:
         self, event: EventSpec | str, arg: Any, default: Callable[[], Awaitable[T]]
     ) -> T:
         listeners = self._snapshot(event, EventMode.WATERFALL)
-        return await _run_chain(listeners, 0, arg, default)
+        if not listeners:
+            return await default()
+        result: T = await listeners[0].fn(arg, _next_of(listeners, 1, arg, default))
+        return result
 
     def waterfall_stream(
         self, event: EventSpec | str, arg: Any, default: Callable[[Any], AsyncIterator[T]]
@@ -496,14 +500,20 @@ class EventBus:
         return build(0)
 
 
+def _next_of(
+    listeners: list[Listener], index: int, arg: Any, default: Callable[[], Awaitable[T]]
+) -> Callable[[], Awaitable[T]]:
+    """The ``next`` handed to ``listeners[index - 1]``: the rest of the chain, or the
+    dispatcher's ``default`` itself below the last listener. Each call starts the rest
+    afresh; calling it makes the coroutine of the next level directly, with no frame of its
+    own that only awaits it (docs/decisions.md D50)."""
+    if index == len(listeners):
+        return default
+    return functools.partial(_run_chain, listeners, index, arg, default)
+
+
 async def _run_chain(
     listeners: list[Listener], index: int, arg: Any, default: Callable[[], Awaitable[T]]
 ) -> T:
-    if index == len(listeners):
-        return await default()
-
-    async def next_() -> T:
-        return await _run_chain(listeners, index + 1, arg, default)
-
-    result: T = await listeners[index].fn(arg, next_)
+    result: T = await listeners[index].fn(arg, _next_of(listeners, index + 1, arg, default))
     return result

@@ -1,0 +1,74 @@
+"""Coroutine frames a dispatch enters, counted (docs/decisions.md D50): a waterfall's levels
+pass no await through a frame of their own."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from types import FrameType
+from typing import Any
+
+import anyio
+import pytest
+
+from dsh_host._bus import EventMode, EventSpec
+from dsh_host._context import Host
+
+pytestmark = pytest.mark.anyio
+
+
+async def coroutine_frames(work: Callable[[], Awaitable[Any]]) -> tuple[Any, Counter[str]]:
+    """``work()``'s result and the coroutine frames it started, by qualified name (a frame
+    resumed after a suspension is not counted again)."""
+    started: Counter[str] = Counter()
+    seen: list[FrameType] = []  # kept alive: no id reused while counting
+
+    def profile(frame: FrameType, event: str, _arg: Any) -> None:
+        code = frame.f_code
+        if event == "call" and code.co_flags & inspect.CO_COROUTINE:
+            if not any(frame is other for other in seen):
+                seen.append(frame)
+                started[code.co_qualname] += 1
+
+    sys.setprofile(profile)
+    try:
+        result = await work()
+    finally:
+        sys.setprofile(None)
+    return result, started
+
+
+async def test_a_waterfall_of_three_levels_starts_one_frame_a_level_and_no_relay() -> None:
+    async with anyio.create_task_group() as tg:
+        host = Host(tg)
+        ctx = host.ctx
+        host.bus.declare(EventSpec("t/wf", EventMode.WATERFALL, 1))
+        trace: list[str] = []
+
+        def level(name: str) -> Callable[[Any, Callable[[], Awaitable[str]]], Awaitable[str]]:
+            async def listener(arg: Any, next_: Callable[[], Awaitable[str]]) -> str:
+                trace.append(name)
+                return f"{name}({await next_()})"
+
+            return listener
+
+        for name in ("a", "b", "c"):
+            ctx.on("t/wf", level(name))
+
+        async def default() -> str:
+            return "body"
+
+        result, started = await coroutine_frames(lambda: host.bus.waterfall("t/wf", 1, default))
+    assert result == "a(b(c(body)))" and trace == ["a", "b", "c"]
+    assert started == Counter(
+        {
+            "EventBus.waterfall": 1,
+            "_run_chain": 2,  # the second and third levels; the first is the dispatch's own
+            "test_a_waterfall_of_three_levels_starts_one_frame_a_level_and_no_relay"
+            ".<locals>.level.<locals>.listener": 3,
+            "test_a_waterfall_of_three_levels_starts_one_frame_a_level_and_no_relay"
+            ".<locals>.default": 1,
+        }
+    )
