@@ -1,5 +1,5 @@
-"""Coroutine frames a dispatch enters, counted (docs/decisions.md D50): a waterfall's levels
-pass no await through a frame of their own."""
+"""Coroutine frames a dispatch enters, counted (docs/decisions.md D50): a waterfall's levels and
+the context's dispatch methods pass no await through a frame of their own."""
 
 from __future__ import annotations
 
@@ -72,3 +72,25 @@ async def test_a_waterfall_of_three_levels_starts_one_frame_a_level_and_no_relay
             ".<locals>.default": 1,
         }
     )
+
+
+async def test_the_context_hands_back_the_bus_coroutine() -> None:
+    async with anyio.create_task_group() as tg:
+        host = Host(tg)
+        ctx = host.ctx
+        host.bus.declare(EventSpec("t/par", EventMode.PARALLEL, 1))
+        host.bus.declare(EventSpec("t/ser", EventMode.SERIAL, 1))
+        seen: list[Any] = []
+
+        async def listener(arg: Any) -> None:
+            seen.append(arg)
+
+        ctx.on("t/par", listener)
+        ctx.on("t/ser", listener)
+        _, par = await coroutine_frames(lambda: ctx.parallel("t/par", 1))
+        _, ser = await coroutine_frames(lambda: ctx.serial("t/ser", 2))
+        with pytest.raises(TypeError, match="positional arguments only"):
+            await ctx.parallel("t/par", arg=3)  # type: ignore[call-overload]
+    assert seen == [1, 2]
+    assert "Context.parallel" not in par and par["EventBus.parallel"] == 1
+    assert "Context.serial" not in ser and ser["EventBus.serial"] == 1
