@@ -58,7 +58,7 @@ import enum
 import functools
 import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
@@ -450,12 +450,18 @@ class EventBus:
         for listener in self._snapshot(event, EventMode.SERIAL):
             await listener.fn(*args)
 
-    async def parallel(self, event: EventSpec | str, *args: Any) -> None:
+    def parallel(self, event: EventSpec | str, *args: Any) -> Coroutine[Any, Any, None]:
+        """The dispatch of a PARALLEL event, to be awaited. A lone listener's own coroutine is
+        the dispatch (its result or failure is the caller's, as when awaited here): no frame
+        that only awaits it on the way down (a session's barrier, docs/decisions.md D50)."""
         listeners = self._snapshot(event, EventMode.PARALLEL)
-        if not listeners:
-            return
         if len(listeners) == 1:
-            await listeners[0].fn(*args)
+            lone: Coroutine[Any, Any, None] = listeners[0].fn(*args)
+            return lone
+        return self._parallel_all(listeners, args)
+
+    async def _parallel_all(self, listeners: list[Listener], args: tuple[Any, ...]) -> None:
+        if not listeners:
             return
         failures: list[BaseException | None] = [None] * len(listeners)
 

@@ -92,5 +92,36 @@ async def test_the_context_hands_back_the_bus_coroutine() -> None:
         with pytest.raises(TypeError, match="positional arguments only"):
             await ctx.parallel("t/par", arg=3)  # type: ignore[call-overload]
     assert seen == [1, 2]
-    assert "Context.parallel" not in par and par["EventBus.parallel"] == 1
+    assert "Context.parallel" not in par
     assert "Context.serial" not in ser and ser["EventBus.serial"] == 1
+
+
+async def test_a_parallel_event_with_one_listener_starts_only_the_listener() -> None:
+    async with anyio.create_task_group() as tg:
+        host = Host(tg)
+        ctx = host.ctx
+        host.bus.declare(EventSpec("t/par", EventMode.PARALLEL, 1))
+        seen: list[Any] = []
+
+        async def listener(arg: Any) -> None:
+            if arg == "boom":
+                raise ValueError(arg)
+            seen.append(arg)
+
+        ctx.on("t/par", listener)
+        _, one = await coroutine_frames(lambda: ctx.parallel("t/par", 1))
+        with pytest.raises(ValueError, match="boom"):  # its failure is the caller's, as ever
+            await ctx.parallel("t/par", "boom")
+
+        async def other(arg: Any) -> None:
+            seen.append(("other", arg))
+
+        ctx.on("t/par", other)
+        _, two = await coroutine_frames(lambda: ctx.parallel("t/par", 2))
+    assert seen[0] == 1 and sorted(map(repr, seen[1:])) == ["('other', 2)", "2"]  # any order
+    # One listener: its own coroutine is the dispatch, nothing awaits it on the way.
+    assert one == Counter(
+        {"test_a_parallel_event_with_one_listener_starts_only_the_listener.<locals>.listener": 1}
+    )
+    # Two: both run in a task group (anyio's frames and trio's beside them).
+    assert two["EventBus._parallel_all"] == 1
