@@ -716,10 +716,12 @@ class WriteHandle(Generic[L]):
             error,
         )
 
-    async def flush(self) -> None:
-        """Return once everything appended so far is durable (see the seam)."""
+    def flush(self) -> Coroutine[Any, Any, None]:
+        """Return once everything appended so far is durable (see the seam): awaiting it
+        awaits the write-behind's barrier itself, after this handle's check, with no frame
+        of the handle's own in between (docs/decisions.md D50)."""
         self._check_usable()
-        await self._batcher.flush()
+        return self._batcher.flush()
 
     async def read(self) -> SessionLoad:
         """Stored plus appended events, as this handle sees them (no closers)."""

@@ -8,6 +8,7 @@ is not among them. What reaches the disk is checked too: the cuts keep the bytes
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -23,12 +24,20 @@ pytestmark = pytest.mark.anyio
 
 
 async def entered(work: Callable[[], Awaitable[None]]) -> Counter[str]:
-    """The qualified names of the Python functions entered while ``work()`` runs."""
+    """The qualified names of the Python functions entered while ``work()`` runs; a coroutine
+    frame is also counted under ``"coroutine " + name``, once however often it resumes."""
     calls: Counter[str] = Counter()
+    coroutines: list[FrameType] = []  # kept alive: no id reused while counting
 
     def profile(frame: FrameType, event: str, _arg: Any) -> None:
         if event == "call":
-            calls[frame.f_code.co_qualname] += 1
+            code = frame.f_code
+            calls[code.co_qualname] += 1
+            if code.co_flags & inspect.CO_COROUTINE and not any(
+                frame is other for other in coroutines
+            ):
+                coroutines.append(frame)
+                calls["coroutine " + code.co_qualname] += 1
 
     sys.setprofile(profile)
     try:
@@ -93,3 +102,13 @@ async def test_an_inline_barrier_runs_its_write_with_no_frame_between_it_and_the
     # ... with no coroutine that only wraps it, nor a timing frame of its own.
     assert calls["_MeasuredLane._inline"] == 0
     assert calls["_MeasuredLane._timed"] == 0
+
+
+async def test_the_handle_hands_the_barrier_to_its_write_behind_without_a_frame(
+    tmp_path: Path,
+) -> None:
+    calls = await barrier_calls(tmp_path)
+    assert calls["coroutine WriteBehind.flush"] == 1 and calls["coroutine LiveBinder.on_flush"]
+    # The handle checks it is usable (a plain call) and returns the write-behind's barrier.
+    assert calls["WriteHandle._check_usable"] == 1
+    assert calls["coroutine WriteHandle.flush"] == 0
