@@ -139,7 +139,7 @@ class _FlushFirst(AsyncGenerator[StreamChunk, None]):
         downstream = self._downstream
         if downstream is None or self._closed:
             return self._first()
-        return cast(Coroutine[Any, Any, StreamChunk], downstream.__anext__())
+        return cast("Coroutine[Any, Any, StreamChunk]", downstream.__anext__())
 
     def asend(self, value: None) -> Coroutine[Any, Any, StreamChunk]:
         return self.__anext__()  # a relay ignores what is sent to it
