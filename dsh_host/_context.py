@@ -303,7 +303,8 @@ class Context:
     @overload
     def emit(self, event: str, *args: Any) -> None: ...
     def emit(self, event: EventSpec | str, *args: Any, **kwargs: Any) -> None:
-        _no_keywords(event, kwargs)
+        if kwargs:  # the refusal only: no call per dispatch (docs/decisions.md D50)
+            _no_keywords(event, kwargs)
         self._host.bus.emit(event, *args)
 
     # serial, parallel and waterfall hand back the bus's own coroutine rather than awaiting it
@@ -318,7 +319,8 @@ class Context:
     def serial(
         self, event: EventSpec | str, *args: Any, **kwargs: Any
     ) -> Coroutine[Any, Any, None]:
-        _no_keywords(event, kwargs)
+        if kwargs:  # the refusal only: no call per dispatch (docs/decisions.md D50)
+            _no_keywords(event, kwargs)
         return self._host.bus.serial(event, *args)
 
     @overload
@@ -330,7 +332,8 @@ class Context:
     def parallel(
         self, event: EventSpec | str, *args: Any, **kwargs: Any
     ) -> Coroutine[Any, Any, None]:
-        _no_keywords(event, kwargs)
+        if kwargs:  # the refusal only: no call per dispatch (docs/decisions.md D50)
+            _no_keywords(event, kwargs)
         return self._host.bus.parallel(event, *args)
 
     @overload

@@ -125,3 +125,45 @@ async def test_a_parallel_event_with_one_listener_starts_only_the_listener() -> 
     )
     # Two: both run in a task group (anyio's frames and trio's beside them).
     assert two["EventBus._parallel_all"] == 1
+
+
+async def calls_in(work: Callable[[], Awaitable[Any]]) -> Counter[str]:
+    """Every Python function entered while ``work()`` runs, by qualified name."""
+    calls: Counter[str] = Counter()
+
+    def profile(frame: FrameType, event: str, _arg: Any) -> None:
+        if event == "call":
+            calls[frame.f_code.co_qualname] += 1
+
+    sys.setprofile(profile)
+    try:
+        await work()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+async def test_a_dispatch_without_keywords_makes_no_keyword_check_call() -> None:
+    async with anyio.create_task_group() as tg:
+        host = Host(tg)
+        ctx = host.ctx
+        host.bus.declare(EventSpec("t/emit", EventMode.EMIT, 1))
+        host.bus.declare(EventSpec("t/par", EventMode.PARALLEL, 1))
+        seen: list[Any] = []
+
+        async def listener(arg: Any) -> None:
+            seen.append(arg)
+
+        ctx.on("t/emit", seen.append)
+        ctx.on("t/par", listener)
+
+        async def work() -> None:
+            ctx.emit("t/emit", 1)
+            await ctx.parallel("t/par", 2)
+
+        calls = await calls_in(work)
+        with pytest.raises(TypeError, match="positional arguments only"):
+            ctx.emit("t/emit", arg=3)  # type: ignore[call-overload]
+    assert seen == [1, 2]
+    assert calls["Context.emit"] == 1 and calls["Context.parallel"] == 1
+    assert calls["_no_keywords"] == 0
