@@ -420,9 +420,19 @@ class EventBus:
         return len(self._listeners.get(event if isinstance(event, str) else event.name, ()))
 
     def _snapshot(self, event: EventSpec | str, mode: EventMode) -> list[Listener]:
-        # A declared name is its spec (what ``spec`` returns for it), looked up once here.
-        held = self._specs.get(event) if type(event) is str else None
-        spec = held[0] if held is not None else self.spec(event)
+        # What ``spec`` resolves, looked up once here: a declared name is its spec; a key is
+        # its own spec, refused only when declared with another mode (no call for either on a
+        # dispatch that is allowed, docs/decisions.md D50).
+        if type(event) is str:
+            held = self._specs.get(event)
+            spec = held[0] if held is not None else self.spec(event)  # raises: undeclared
+        elif isinstance(event, EventSpec):
+            spec = event
+            held = self._specs.get(event.name)
+            if held is not None and held[0].mode is not event.mode:
+                _check_same_mode(held[0], event)  # raises
+        else:
+            spec = self.spec(event)
         if spec.mode is not mode:
             raise EventModeConflictError(
                 f"event {spec.name!r} is declared as {spec.mode.value}; "

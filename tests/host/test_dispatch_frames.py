@@ -167,3 +167,29 @@ async def test_a_dispatch_without_keywords_makes_no_keyword_check_call() -> None
     assert seen == [1, 2]
     assert calls["Context.emit"] == 1 and calls["Context.parallel"] == 1
     assert calls["_no_keywords"] == 0
+
+
+async def test_a_dispatch_by_key_resolves_its_spec_without_a_call() -> None:
+    from dsh_host._bus import Emit, Parallel
+    from dsh_host.errors import EventModeConflictError
+
+    async with anyio.create_task_group() as tg:
+        host = Host(tg)
+        bus = host.bus
+        key: Emit[[int]] = Emit("t/key")
+        bus.declare(key)
+        seen: list[int] = []
+        bus.add(key, seen.append, None)
+
+        async def work() -> None:
+            bus.emit(key, 1)  # by its key
+            bus.emit("t/key", 2)  # by its name
+
+        calls = await calls_in(work)
+        # A key whose name is declared with another mode is still refused at dispatch.
+        with pytest.raises(EventModeConflictError):
+            bus.emit(Parallel("t/key"), 3)
+    assert seen == [1, 2]
+    assert calls["EventBus.spec"] == 0
+    assert calls["EventBus._resolve"] == 0
+    assert calls["_check_same_mode"] == 0
