@@ -138,13 +138,15 @@ class _FlushFirst(AsyncGenerator[StreamChunk, None]):
     def __anext__(self) -> Coroutine[Any, Any, StreamChunk]:
         downstream = self._downstream
         if downstream is None or self._closed:
-            return self._first()
+            return self._flush_then_relay()
         return cast("Coroutine[Any, Any, StreamChunk]", downstream.__anext__())
 
     def asend(self, value: None) -> Coroutine[Any, Any, StreamChunk]:
         return self.__anext__()  # a relay ignores what is sent to it
 
-    async def _first(self) -> StreamChunk:
+    async def _flush_then_relay(self) -> StreamChunk:
+        # The barrier itself: the flush, then the downstream and its first chunk (the crash
+        # suite tells the request barrier by this name: tests/crash/child.py).
         if self._closed:
             raise StopAsyncIteration
         try:

@@ -58,7 +58,7 @@ async def test_chunks_after_the_flush_pass_no_generator_of_the_policy(tmp_path: 
     assert probe.journal.entries == ["flush:start", "flush:end", "adapter"]
     # The flush's own coroutine, started once (it suspends inside the barrier, so it may be
     # resumed), and the close at the end; nothing per chunk.
-    assert set(seen) <= {"_FlushFirst._first", "_FlushFirst.aclose"}
+    assert set(seen) <= {"_FlushFirst._flush_then_relay", "_FlushFirst.aclose"}
     assert seen.count("_FlushFirst.aclose") == 1
     assert len(seen) < len(chunks)
 
