@@ -55,9 +55,10 @@ does not join it.
 from __future__ import annotations
 
 import enum
+import functools
 import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
@@ -412,10 +413,26 @@ class EventBus:
         (docs/decisions.md D49). O(1): one dictionary look-up, no copy."""
         return bool(self._listeners.get(event if isinstance(event, str) else event.name))
 
+    def listener_count(self, event: EventSpec | str) -> int:
+        """How many listeners ``event`` has now (waiting ones too), as ``len(listeners(event))``
+        without the copy: what the session store asks at every barrier (docs/decisions.md D50).
+        """
+        return len(self._listeners.get(event if isinstance(event, str) else event.name, ()))
+
     def _snapshot(self, event: EventSpec | str, mode: EventMode) -> list[Listener]:
-        # A declared name is its spec (what ``spec`` returns for it), looked up once here.
-        held = self._specs.get(event) if type(event) is str else None
-        spec = held[0] if held is not None else self.spec(event)
+        # What ``spec`` resolves, looked up once here: a declared name is its spec; a key is
+        # its own spec, refused only when declared with another mode (no call for either on a
+        # dispatch that is allowed, docs/decisions.md D50).
+        if type(event) is str:
+            held = self._specs.get(event)
+            spec = held[0] if held is not None else self.spec(event)  # raises: undeclared
+        elif isinstance(event, EventSpec):
+            spec = event
+            held = self._specs.get(event.name)
+            if held is not None and held[0].mode is not event.mode:
+                _check_same_mode(held[0], event)  # raises
+        else:
+            spec = self.spec(event)
         if spec.mode is not mode:
             raise EventModeConflictError(
                 f"event {spec.name!r} is declared as {spec.mode.value}; "
@@ -443,12 +460,18 @@ class EventBus:
         for listener in self._snapshot(event, EventMode.SERIAL):
             await listener.fn(*args)
 
-    async def parallel(self, event: EventSpec | str, *args: Any) -> None:
+    def parallel(self, event: EventSpec | str, *args: Any) -> Coroutine[Any, Any, None]:
+        """The dispatch of a PARALLEL event, to be awaited. A lone listener's own coroutine is
+        the dispatch (its result or failure is the caller's, as when awaited here): no frame
+        that only awaits it on the way down (a session's barrier, docs/decisions.md D50)."""
         listeners = self._snapshot(event, EventMode.PARALLEL)
-        if not listeners:
-            return
         if len(listeners) == 1:
-            await listeners[0].fn(*args)
+            lone: Coroutine[Any, Any, None] = listeners[0].fn(*args)
+            return lone
+        return self._parallel_all(listeners, args)
+
+    async def _parallel_all(self, listeners: list[Listener], args: tuple[Any, ...]) -> None:
+        if not listeners:
             return
         failures: list[BaseException | None] = [None] * len(listeners)
 
@@ -474,7 +497,10 @@ class EventBus:
         self, event: EventSpec | str, arg: Any, default: Callable[[], Awaitable[T]]
     ) -> T:
         listeners = self._snapshot(event, EventMode.WATERFALL)
-        return await _run_chain(listeners, 0, arg, default)
+        if not listeners:
+            return await default()
+        result: T = await listeners[0].fn(arg, _next_of(listeners, 1, arg, default))
+        return result
 
     def waterfall_stream(
         self, event: EventSpec | str, arg: Any, default: Callable[[Any], AsyncIterator[T]]
@@ -490,14 +516,20 @@ class EventBus:
         return build(0)
 
 
+def _next_of(
+    listeners: list[Listener], index: int, arg: Any, default: Callable[[], Awaitable[T]]
+) -> Callable[[], Awaitable[T]]:
+    """The ``next`` handed to ``listeners[index - 1]``: the rest of the chain, or the
+    dispatcher's ``default`` itself below the last listener. Each call starts the rest
+    afresh; calling it makes the coroutine of the next level directly, with no frame of its
+    own that only awaits it (docs/decisions.md D50)."""
+    if index == len(listeners):
+        return default
+    return functools.partial(_run_chain, listeners, index, arg, default)
+
+
 async def _run_chain(
     listeners: list[Listener], index: int, arg: Any, default: Callable[[], Awaitable[T]]
 ) -> T:
-    if index == len(listeners):
-        return await default()
-
-    async def next_() -> T:
-        return await _run_chain(listeners, index + 1, arg, default)
-
-    result: T = await listeners[index].fn(arg, next_)
+    result: T = await listeners[index].fn(arg, _next_of(listeners, index + 1, arg, default))
     return result

@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import anyio
@@ -303,35 +303,51 @@ class Context:
     @overload
     def emit(self, event: str, *args: Any) -> None: ...
     def emit(self, event: EventSpec | str, *args: Any, **kwargs: Any) -> None:
-        _no_keywords(event, kwargs)
+        if kwargs:  # the refusal only: no call per dispatch (docs/decisions.md D50)
+            _no_keywords(event, kwargs)
         self._host.bus.emit(event, *args)
 
+    # serial, parallel and waterfall hand back the bus's own coroutine rather than awaiting it
+    # in one of their own: a frame that only passes the result through, at every dispatch of a
+    # step (docs/decisions.md D50). Awaiting the result is the dispatch, as before.
     @overload
-    async def serial(self, event: Serial[P], *args: P.args, **kwargs: P.kwargs) -> None: ...
+    def serial(
+        self, event: Serial[P], *args: P.args, **kwargs: P.kwargs
+    ) -> Coroutine[Any, Any, None]: ...
     @overload
-    async def serial(self, event: str, *args: Any) -> None: ...
-    async def serial(self, event: EventSpec | str, *args: Any, **kwargs: Any) -> None:
-        _no_keywords(event, kwargs)
-        await self._host.bus.serial(event, *args)
+    def serial(self, event: str, *args: Any) -> Coroutine[Any, Any, None]: ...
+    def serial(
+        self, event: EventSpec | str, *args: Any, **kwargs: Any
+    ) -> Coroutine[Any, Any, None]:
+        if kwargs:  # the refusal only: no call per dispatch (docs/decisions.md D50)
+            _no_keywords(event, kwargs)
+        return self._host.bus.serial(event, *args)
 
     @overload
-    async def parallel(self, event: Parallel[P], *args: P.args, **kwargs: P.kwargs) -> None: ...
+    def parallel(
+        self, event: Parallel[P], *args: P.args, **kwargs: P.kwargs
+    ) -> Coroutine[Any, Any, None]: ...
     @overload
-    async def parallel(self, event: str, *args: Any) -> None: ...
-    async def parallel(self, event: EventSpec | str, *args: Any, **kwargs: Any) -> None:
-        _no_keywords(event, kwargs)
-        await self._host.bus.parallel(event, *args)
+    def parallel(self, event: str, *args: Any) -> Coroutine[Any, Any, None]: ...
+    def parallel(
+        self, event: EventSpec | str, *args: Any, **kwargs: Any
+    ) -> Coroutine[Any, Any, None]:
+        if kwargs:  # the refusal only: no call per dispatch (docs/decisions.md D50)
+            _no_keywords(event, kwargs)
+        return self._host.bus.parallel(event, *args)
 
     @overload
-    async def waterfall(
+    def waterfall(
         self, event: Waterfall[A, R], arg: A, default: Callable[[], Awaitable[R]]
-    ) -> R: ...
+    ) -> Coroutine[Any, Any, R]: ...
     @overload
-    async def waterfall(self, event: str, arg: Any, default: Callable[[], Awaitable[T]]) -> T: ...
-    async def waterfall(
+    def waterfall(
+        self, event: str, arg: Any, default: Callable[[], Awaitable[T]]
+    ) -> Coroutine[Any, Any, T]: ...
+    def waterfall(
         self, event: EventSpec | str, arg: Any, default: Callable[[], Awaitable[Any]]
-    ) -> Any:
-        return await self._host.bus.waterfall(event, arg, default)
+    ) -> Coroutine[Any, Any, Any]:
+        return self._host.bus.waterfall(event, arg, default)
 
     @overload
     def waterfall_stream(

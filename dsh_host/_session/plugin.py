@@ -1,8 +1,8 @@
 """The ``sessions`` plugin: provides ``ctx.sessions`` (a :class:`SessionStore`).
 
-The store dispatches through this plugin's context: ``session/created``,
-``session/event`` and ``session/disposed`` with ``ctx.emit`` (each listener's
-failure contained), and ``session/flush`` with ``ctx.parallel`` (all listeners
+The store dispatches on the host's event bus (what ``ctx.emit`` and ``ctx.parallel``
+call): ``session/created``, ``session/event`` and ``session/disposed`` as emits (each
+listener's failure contained), and ``session/flush`` in parallel (all listeners
 awaited, first failure re-raised). When the plugin is disposed, every live
 session is detached (``session/disposed`` for each, newest first).
 """
@@ -29,11 +29,14 @@ class SessionsPlugin(Plugin):
         # here: resolving this row (a listing does) loads no store (docs/decisions.md D44)
         from dsh_host._session.store import SessionStore
 
+        # The bus's own dispatch, not the context's: the store dispatches by name with
+        # positional arguments only, so ``Context``'s keyword check and its frame (three
+        # barriers and every append of a step) guard nothing here (docs/decisions.md D50).
         bus = ctx.host.bus
         store = SessionStore(
-            emit=ctx.emit,
-            parallel=ctx.parallel,
-            listener_count=lambda name: len(bus.listeners(name)),
+            emit=bus.emit,
+            parallel=bus.parallel,
+            listener_count=bus.listener_count,
         )
         ctx.provide(SESSIONS, store)
         ctx.effect(store.close, "close session store")
