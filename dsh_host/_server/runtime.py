@@ -283,7 +283,7 @@ class ServerRuntime:
         send, receive = anyio.create_memory_object_stream[str](max_buffer_size=1000)
         async with queue.app.open_async(), anyio.create_task_group() as group:
             group.start_soon(queue.relay_flushes, receive)
-            group.start_soon(queue.listen, self._wake)
+            group.start_soon(queue.listen, self._announced)
             self._flushes = send
             task_status.started()
             group.start_soon(queue.work, self.run_job, self.cancel_here)
@@ -339,10 +339,26 @@ class ServerRuntime:
         self._closing.set()
 
     # ------------------------------------------------------------------ wake-ups
-    def _wake(self, session_id: str) -> None:
+    def _wake(self, session_id: str, end: int | None = None) -> None:
+        """Wake the streams waiting on the session. ``end``: the seq after the last event the
+        wake-up announces as stored; when every stream waiting idle on the session has seen
+        up to it, none is woken (each would read and find nothing new: docs/decisions.md D51).
+        Later events come with a wake-up of their own, and the idle poll (D47) catches any
+        that none announces."""
+        if end is not None:
+            followers = self._idle.get(session_id)
+            if followers and all(after + 1 >= end for after in followers.values()):
+                return
         waiting = self._wakeups.pop(session_id, None)
         if waiting is not None:
             waiting.set()
+
+    def _announced(self, payload: str) -> None:
+        """Another worker's NOTIFY of a flush (:meth:`TurnQueue.listen`): ``"<id> <end>"``, or
+        ``"<id>"`` alone when the flushing worker did not know its end (a session id holds no
+        space: :data:`SESSION_ID_PATTERN`)."""
+        session_id, _, end = payload.partition(" ")
+        self._wake(session_id, int(end) if end.isdigit() else None)
 
     def _flushed(self, session: Any) -> None:
         """A flush succeeded: streams wake (they show only what the store holds, so an append
@@ -352,10 +368,14 @@ class ServerRuntime:
         if running is not None and not running.start_stored and running.start_is_stored():
             running.start_stored = True
             running.stored.set()
-        self._wake(session.id)
+        end = running.durable_end() if running is not None else None
+        self._wake(session.id, end)
         if self._flushes is not None:
+            # the end rides along (docs/decisions.md D51): a stream elsewhere that has read
+            # past it already (woken by an earlier NOTIFY, after this flush) is not woken again
+            announced = session.id if end is None else f"{session.id} {end}"
             with contextlib.suppress(anyio.WouldBlock):  # a burst: the poll catches up
-                self._flushes.send_nowait(session.id)
+                self._flushes.send_nowait(announced)
 
     async def wait_for_events(self, session_id: str, after: int, at_most: float) -> bool:
         """Wait until the session may have stored events past seq ``after`` (the last one the
