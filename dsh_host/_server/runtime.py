@@ -213,6 +213,8 @@ class RunningTurn:
     #: the event type whose storing makes the start stored (``user/message`` for a turn with
     #: a prompt: a flush that holds only ``turn/start`` is not yet the prompt stored)
     start_type: str | None = None
+    #: the store's end after the turn's last flush this process saw succeed (``_flushed``)
+    flushed_end: int | None = None
 
     def durable_end(self) -> int | None:
         """The seq after the last event the store holds (the write handle's durable cursor);
@@ -369,6 +371,8 @@ class ServerRuntime:
             running.start_stored = True
             running.stored.set()
         end = running.durable_end() if running is not None else None
+        if running is not None:
+            running.flushed_end = end
         self._wake(session.id, end)
         if self._flushes is not None:
             # the end rides along (docs/decisions.md D51): a stream elsewhere that has read
@@ -1041,9 +1045,14 @@ class ServerRuntime:
             running.failure = exc
             _log_failure(f"turn of session {agent.id} failed", exc)
         finally:
+            # the store's end once the turn is closed, when known for sure: the last flush
+            # (aclose's own) stored every event the session holds (docs/decisions.md D51)
+            end: int | None = None
             try:
                 with anyio.CancelScope(shield=True):
                     await agent.aclose()  # flush, then release the session
+                if running.flushed_end == agent.session.seq:
+                    end = running.flushed_end
             except Exception as exc:
                 running.failure = running.failure or exc
                 _log_failure(f"closing session {agent.id} failed", exc)
@@ -1052,7 +1061,10 @@ class ServerRuntime:
                 self._running.pop(agent.id, None)
                 running.stored.set()
                 self.metrics.turns_ended.labels(kind=kind).inc()
-                self._wake(agent.id)  # streams read the store now: it has it all
+                # Streams read the store now: it has it all. A stream that has already read
+                # to its end (from the turn's memory, woken by that last flush) is not woken
+                # for a read that would find nothing.
+                self._wake(agent.id, end)
 
     async def cancel(self, session_id: str) -> int | None:
         """Cancel the session's running turn (on whichever worker runs it in queue mode), or
