@@ -107,6 +107,19 @@ def _job_pool(**kwargs: Any) -> psycopg_pool.AsyncConnectionPool:
     )
 
 
+def _coalesce(sessions: dict[str, int | None], announced: str) -> None:
+    """Fold one flush (``"<id>"`` or ``"<id> <end>"``) into the sessions of the next NOTIFY:
+    one per session, in the order of its first flush, with the furthest end (none when a flush
+    of it did not tell its end: its wake-up then wakes every stream of the session)."""
+    session_id, _, told = announced.partition(" ")
+    end = int(told) if told.isdigit() else None
+    if session_id not in sessions:
+        sessions[session_id] = end
+    else:
+        known = sessions[session_id]
+        sessions[session_id] = None if known is None or end is None else max(known, end)
+
+
 class TurnQueue:
     """The procrastinate app of one server process: deferring jobs and running a worker."""
 
@@ -241,25 +254,33 @@ class TurnQueue:
 
     async def relay_flushes(self, flushed: Any) -> None:
         """NOTIFY every worker of each session this process flushed (``flushed``: a receive
-        stream of session ids): their streams re-read the table at once instead of at the
-        next poll. The flushes that queued up while a NOTIFY was on its way go out together,
-        one notification per session, in one statement (a stream re-reads from its own
-        cursor, so one wake-up after several flushes shows them all)."""
+        stream of ``"<id>"`` or ``"<id> <end>"``, the end being the seq after the last event
+        the flush stored): their streams re-read the table at once instead of at the next
+        poll. The flushes that queued up while a NOTIFY was on its way go out together, one
+        notification per session carrying the furthest end, in one statement (a stream
+        re-reads from its own cursor, so one wake-up after several flushes shows them all).
+        The end lets a worker leave a stream that has read that far already asleep
+        (docs/decisions.md D51)."""
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
             self._relay_pid = conn.info.backend_pid
-            async for session_id in flushed:
-                sessions = {session_id: None}
+            async for announced in flushed:
+                sessions: dict[str, int | None] = {}
+                _coalesce(sessions, announced)
                 with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
                     while True:
-                        sessions[flushed.receive_nowait()] = None
+                        _coalesce(sessions, flushed.receive_nowait())
                 await conn.execute(
                     "SELECT pg_notify(%s, s) FROM unnest(%s::text[]) AS s",
-                    (self.channel, list(sessions)),
+                    (self.channel, [
+                        session_id if end is None else f"{session_id} {end}"
+                        for session_id, end in sessions.items()
+                    ]),
                 )
 
     async def listen(self, wake: Any) -> None:
-        """Call ``wake(session_id)`` for every flush another worker announces (this process's
-        own NOTIFYs come back too: its streams were woken at the flush itself)."""
+        """Call ``wake(payload)`` for every flush another worker announces (``"<id> <end>"``
+        or ``"<id>"``, as :meth:`relay_flushes` sent it; this process's own NOTIFYs come back
+        too: its streams were woken at the flush itself)."""
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
             async for notice in conn.notifies():

@@ -213,6 +213,8 @@ class RunningTurn:
     #: the event type whose storing makes the start stored (``user/message`` for a turn with
     #: a prompt: a flush that holds only ``turn/start`` is not yet the prompt stored)
     start_type: str | None = None
+    #: the store's end after the turn's last flush this process saw succeed (``_flushed``)
+    flushed_end: int | None = None
 
     def durable_end(self) -> int | None:
         """The seq after the last event the store holds (the write handle's durable cursor);
@@ -283,7 +285,7 @@ class ServerRuntime:
         send, receive = anyio.create_memory_object_stream[str](max_buffer_size=1000)
         async with queue.app.open_async(), anyio.create_task_group() as group:
             group.start_soon(queue.relay_flushes, receive)
-            group.start_soon(queue.listen, self._wake)
+            group.start_soon(queue.listen, self._announced)
             self._flushes = send
             task_status.started()
             group.start_soon(queue.work, self.run_job, self.cancel_here)
@@ -339,10 +341,26 @@ class ServerRuntime:
         self._closing.set()
 
     # ------------------------------------------------------------------ wake-ups
-    def _wake(self, session_id: str) -> None:
+    def _wake(self, session_id: str, end: int | None = None) -> None:
+        """Wake the streams waiting on the session. ``end``: the seq after the last event the
+        wake-up announces as stored; when every stream waiting idle on the session has seen
+        up to it, none is woken (each would read and find nothing new: docs/decisions.md D51).
+        Later events come with a wake-up of their own, and the idle poll (D47) catches any
+        that none announces."""
+        if end is not None:
+            followers = self._idle.get(session_id)
+            if followers and all(after + 1 >= end for after in followers.values()):
+                return
         waiting = self._wakeups.pop(session_id, None)
         if waiting is not None:
             waiting.set()
+
+    def _announced(self, payload: str) -> None:
+        """Another worker's NOTIFY of a flush (:meth:`TurnQueue.listen`): ``"<id> <end>"``, or
+        ``"<id>"`` alone when the flushing worker did not know its end (a session id holds no
+        space: :data:`SESSION_ID_PATTERN`)."""
+        session_id, _, end = payload.partition(" ")
+        self._wake(session_id, int(end) if end.isdigit() else None)
 
     def _flushed(self, session: Any) -> None:
         """A flush succeeded: streams wake (they show only what the store holds, so an append
@@ -352,10 +370,16 @@ class ServerRuntime:
         if running is not None and not running.start_stored and running.start_is_stored():
             running.start_stored = True
             running.stored.set()
-        self._wake(session.id)
+        end = running.durable_end() if running is not None else None
+        if running is not None:
+            running.flushed_end = end
+        self._wake(session.id, end)
         if self._flushes is not None:
+            # the end rides along (docs/decisions.md D51): a stream elsewhere that has read
+            # past it already (woken by an earlier NOTIFY, after this flush) is not woken again
+            announced = session.id if end is None else f"{session.id} {end}"
             with contextlib.suppress(anyio.WouldBlock):  # a burst: the poll catches up
-                self._flushes.send_nowait(session.id)
+                self._flushes.send_nowait(announced)
 
     async def wait_for_events(self, session_id: str, after: int, at_most: float) -> bool:
         """Wait until the session may have stored events past seq ``after`` (the last one the
@@ -1021,9 +1045,14 @@ class ServerRuntime:
             running.failure = exc
             _log_failure(f"turn of session {agent.id} failed", exc)
         finally:
+            # the store's end once the turn is closed, when known for sure: the last flush
+            # (aclose's own) stored every event the session holds (docs/decisions.md D51)
+            end: int | None = None
             try:
                 with anyio.CancelScope(shield=True):
                     await agent.aclose()  # flush, then release the session
+                if running.flushed_end == agent.session.seq:
+                    end = running.flushed_end
             except Exception as exc:
                 running.failure = running.failure or exc
                 _log_failure(f"closing session {agent.id} failed", exc)
@@ -1032,7 +1061,10 @@ class ServerRuntime:
                 self._running.pop(agent.id, None)
                 running.stored.set()
                 self.metrics.turns_ended.labels(kind=kind).inc()
-                self._wake(agent.id)  # streams read the store now: it has it all
+                # Streams read the store now: it has it all. A stream that has already read
+                # to its end (from the turn's memory, woken by that last flush) is not woken
+                # for a read that would find nothing.
+                self._wake(agent.id, end)
 
     async def cancel(self, session_id: str) -> int | None:
         """Cancel the session's running turn (on whichever worker runs it in queue mode), or

@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from pathlib import Path
+from typing import Any
 
 import anyio
+import anyio.lowlevel
 import psycopg
 import pytest
+from anyio.abc import TaskStatus
 from psycopg import sql
 
 pytest.importorskip("procrastinate")
 
 from dsh_host._server.queue import TurnQueue
+from dsh_host._server.runtime import ServeOptions, ServerRuntime
 
 
 def test_queued_flushes_go_out_as_one_notification_per_session(
@@ -85,3 +90,78 @@ def test_a_worker_is_not_woken_by_its_own_notifications(pg_dsn: str, pg_prefix: 
         return woken
 
     assert asyncio.run(main()) == ["other"]
+
+
+def test_a_notification_past_what_a_stream_has_seen_wakes_it_and_no_other_does(
+    pg_dsn: str, pg_prefix: str, tmp_path: Path
+) -> None:
+    # docs/decisions.md D51. A stream on one worker, its session's turn on another: each flush
+    # there is a NOTIFY here, and a NOTIFY that comes after the stream has already read that
+    # far (woken by the one before, read after both flushes) woke it for a read that found
+    # nothing. The NOTIFY carries the end it announces, and only a stream behind it is woken.
+    here = TurnQueue(pg_dsn, f"{pg_prefix}_queue")
+    there = TurnQueue(pg_dsn, f"{pg_prefix}_queue")  # the other worker: another backend
+
+    async def main() -> list[bool]:
+        async with (
+            await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as outside,
+            anyio.create_task_group() as group,
+        ):
+            options = ServeOptions(compositions={}, default_workspace=str(tmp_path),
+                                   poll_interval=3600.0)  # no idle poll in this window
+            runtime = ServerRuntime(options, group)
+            group.start_soon(here.listen, runtime._announced)
+            await _listening(outside, here.channel)
+
+            async def announce(*flushes: str) -> None:
+                send, receive = anyio.create_memory_object_stream[str](max_buffer_size=10)
+                for flush in flushes:
+                    send.send_nowait(flush)
+                send.close()
+                await there.relay_flushes(receive)
+
+            async def waiting(
+                session_id: str, after: int, woken: list[bool], *, task_status: TaskStatus[None]
+            ) -> None:
+                # started() before the wait: the wait registers the stream before it yields
+                task_status.started()
+                woken.append(await runtime.wait_for_events(session_id, after, 60))
+
+            async def follow(after: int, *flushes: str) -> bool:
+                # A stream that has seen up to seq ``after`` waits; the flushes are announced,
+                # then a marker of another session, delivered after them (one sender, one
+                # backend: in commit order).
+                stream: list[bool] = []
+                marker: list[bool] = []
+                async with anyio.create_task_group() as inner:
+                    await inner.start(waiting, "s", after, stream)
+                    await inner.start(waiting, "marker", -1, marker)
+                    await announce(*flushes)
+                    await announce("marker 1")
+                    with anyio.fail_after(60):  # hang guard only
+                        while not marker:
+                            await anyio.lowlevel.checkpoint()
+                    inner.cancel_scope.cancel()
+                return stream == [True]
+
+            woke = [
+                await follow(11, "s 12"),  # it has seen seq 11: the store's end 12 is not news
+                await follow(11, "s 10", "s 12"),  # two flushes, one NOTIFY: the furthest end
+                await follow(11, "s 13"),  # seq 12 is new
+                await follow(11, "s 12", "s"),  # a flush that did not tell its end wakes it
+            ]
+            group.cancel_scope.cancel()
+        return woke
+
+    assert asyncio.run(main()) == [False, False, True, True]
+
+
+async def _listening(outside: psycopg.AsyncConnection[Any], channel: str) -> None:
+    with anyio.fail_after(60):  # hang guard only: wait for the LISTEN to be in place
+        for _ in itertools.count():
+            listening = await outside.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE query = %s", (f'LISTEN "{channel}"',)
+            )
+            if await listening.fetchone():
+                return
+            await anyio.sleep(0.05)
