@@ -21,8 +21,7 @@ never duplicate sequence numbers.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
-from typing import Any, cast
+from collections.abc import AsyncIterator
 
 from dsh_host.sdk import (
     AGENT_PRE_STEP,
@@ -79,7 +78,7 @@ class SessionCheckpointPolicy(Plugin):
             session = _live_session(sessions, request)
             if session is None:
                 return next_()
-            return _FlushFirst(sessions, session, next_)
+            return _flush_then_relay(sessions, session, next_)
 
         async def around_execute(
             exec_: ToolExecution, next_: Next[ToolExecutionResult]
@@ -111,64 +110,17 @@ def _live_session(sessions: SessionStore, request: LlmRequest) -> Session | None
     return session
 
 
-class _FlushFirst(AsyncGenerator[StreamChunk, None]):
-    """The downstream stream, made only once ``session`` is durable: the first ``__anext__``
-    flushes, then constructs the downstream (so a failed flush means no request was ever
-    sent); every chunk after that is the downstream's own awaitable, handed to the consumer
-    as is: no generator of ours resumed per chunk (docs/decisions.md D50).
-
-    It behaves as the relaying async generator it replaces: closing it before its first
-    chunk flushes nothing and ends it; closing it, or throwing into it, after that closes
-    the downstream (the thrown error then propagates, as at a relay's ``yield``); its end
-    or failure is the downstream's. An async generator by its methods, so the runtime hands
-    it to the consumer without a relay of its own.
-    """
-
-    __slots__ = ("_closed", "_downstream", "_next", "_session", "_sessions")
-
-    def __init__(
-        self, sessions: SessionStore, session: Session, next_: StreamNext[StreamChunk]
-    ) -> None:
-        self._sessions = sessions
-        self._session = session
-        self._next = next_
-        self._downstream: AsyncIterator[StreamChunk] | None = None
-        self._closed = False
-
-    def __anext__(self) -> Coroutine[Any, Any, StreamChunk]:
-        downstream = self._downstream
-        if downstream is None or self._closed:
-            return self._flush_then_relay()
-        return cast("Coroutine[Any, Any, StreamChunk]", downstream.__anext__())
-
-    def asend(self, value: None) -> Coroutine[Any, Any, StreamChunk]:
-        return self.__anext__()  # a relay ignores what is sent to it
-
-    async def _flush_then_relay(self) -> StreamChunk:
-        # The barrier itself: the flush, then the downstream and its first chunk (the crash
-        # suite tells the request barrier by this name: tests/crash/child.py).
-        if self._closed:
-            raise StopAsyncIteration
-        try:
-            await self._sessions.flush(self._session)
-            if self._closed:  # closed while the flush ran: the request is never sent
-                raise StopAsyncIteration
-            downstream = self._downstream = self._next()
-            return await downstream.__anext__()
-        except BaseException:
-            await self.aclose()  # a failed first step ends the stream, as a relay's would
-            raise
-
-    async def athrow(self, typ: Any, val: Any = None, tb: Any = None) -> StreamChunk:
-        await self.aclose()
-        if val is None:
-            val = typ() if isinstance(typ, type) else typ
-        raise val
-
-    async def aclose(self) -> None:
-        self._closed = True
-        downstream, self._downstream = self._downstream, None
-        if downstream is not None:
-            close = getattr(downstream, "aclose", None)
-            if close is not None:
-                await close()
+async def _flush_then_relay(
+    sessions: SessionStore, session: Session, next_: StreamNext[StreamChunk]
+) -> AsyncIterator[StreamChunk]:
+    # Runs on the first __anext__: the adapter stream is constructed only after
+    # the flush resolved, so a failed flush means no request was ever sent.
+    await sessions.flush(session)
+    downstream = next_()
+    try:
+        async for chunk in downstream:
+            yield chunk
+    finally:
+        close = getattr(downstream, "aclose", None)
+        if close is not None:
+            await close()
