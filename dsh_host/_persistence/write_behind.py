@@ -378,8 +378,7 @@ class WriteBehind(Generic[T]):
             self._expired = False
 
     async def _write_one(self) -> None:
-        """Write the whole queue as one batch; on any failure put it back in front (a
-        background write; :meth:`flush` does the same steps in its own loop)."""
+        """Write the whole queue as one batch; on any failure put it back in front."""
         batch, self.pending = self.pending, []
         active = self._active = _Settled()
         try:
@@ -413,22 +412,12 @@ class WriteBehind(Generic[T]):
                 await self._active.wait()
             wrote = False
             while self.pending:
-                # _write_one's steps, written out: the barrier awaits the write itself, not
-                # through a coroutine of its own (docs/decisions.md D50).
-                batch, self.pending = self.pending, []
-                active = self._active = _Settled()
                 try:
-                    await self._write(batch)
-                except BaseException as exc:
-                    self.pending[:0] = batch  # back in front: order is never lost
-                    if isinstance(exc, Exception):
-                        self._paused = True
-                        barrier.error = exc
+                    await self._write_one()
+                except Exception as exc:
+                    self._paused = True
+                    barrier.error = exc
                     raise
-                finally:
-                    self._active = None
-                    active.set()
-                self._reported = False
                 wrote = True
             if not wrote and self._wants_empty_write():
                 try:

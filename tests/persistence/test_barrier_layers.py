@@ -112,12 +112,3 @@ async def test_the_handle_hands_the_barrier_to_its_write_behind_without_a_frame(
     # The handle checks it is usable (a plain call) and returns the write-behind's barrier.
     assert calls["WriteHandle._check_usable"] == 1
     assert calls["coroutine WriteHandle.flush"] == 0
-
-
-async def test_the_barrier_awaits_its_write_without_a_write_one_coroutine(tmp_path: Path) -> None:
-    calls = await barrier_calls(tmp_path, lines=2)
-    # One batch of both lines, written once by the barrier itself ...
-    assert calls["coroutine WriteHandle._write"] == 1
-    assert calls["JsonlStorage._write_sync"] == 1
-    # ... not through the background writer's coroutine.
-    assert calls["coroutine WriteBehind._write_one"] == 0
