@@ -128,13 +128,18 @@ class _MeasuredLane:
         finally:
             self._observe(time.perf_counter() - started)
 
-    # The inline path (docs/decisions.md D41, D43) is written out in each lane's ``run``: a
-    # cancelled caller starts nothing (``checkpoint_if_cancelled``), the call runs timed and
-    # protected from ``KeyboardInterrupt`` (:func:`_protected`), then one cancel-shielded
-    # schedule point, so whatever became ready meanwhile runs before the caller goes on (a
-    # task waits at most one inline call, never a whole turn of them), and the work, done,
-    # has its result delivered rather than replaced by a cancellation. No coroutine of its
-    # own between ``run`` and the call, nor a timing frame around it (D50).
+    async def _inline(self, trio: Any, call: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        """``call(*args)`` on the event-loop thread, ``KeyboardInterrupt`` deferred until it
+        returns, then one schedule point; the caller has checked it may run inline."""
+        await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller starts nothing
+        self.inline_calls += 1
+        try:
+            return _protected(trio)(call, args)
+        finally:
+            # Whatever became ready meanwhile runs before the caller goes on: a task waits at
+            # most one inline call, never a whole turn of them (D41). Shielded: the work is
+            # done, so its result is delivered, not replaced by a cancellation.
+            await trio.lowlevel.cancel_shielded_checkpoint()
 
 
 class BarrierLane(_MeasuredLane):
@@ -194,12 +199,7 @@ class BarrierLane(_MeasuredLane):
         ):
             self.thread_calls += 1
             return await _on_writer_thread(trio, state, self._timed, fn, *args)
-        await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller starts nothing
-        self.inline_calls += 1
-        try:
-            return cast(T, _protected(trio)(self._observe, fn, args))
-        finally:
-            await trio.lowlevel.cancel_shielded_checkpoint()  # see _MeasuredLane (D41)
+        return cast(T, await self._inline(trio, self._timed, (fn, *args)))
 
 
 class QuickLane(_MeasuredLane):
@@ -246,35 +246,22 @@ class QuickLane(_MeasuredLane):
         ):
             self.thread_calls += 1
             return await run_sync(self._timed, fn, *args)
-        await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller starts nothing
-        self.inline_calls += 1
         context = contextvars.copy_context()  # as a worker thread runs it (run_sync)
-        try:
-            return cast(T, _protected(trio)(self._observe, context.run, (fn, *args)))
-        finally:
-            await trio.lowlevel.cancel_shielded_checkpoint()  # see _MeasuredLane (D41)
+        return cast(T, await self._inline(trio, context.run, (self._timed, fn, *args)))
 
 
 _ki_protected: Callable[..., Any] | None = None
 
 
 def _protected(trio: Any) -> Callable[..., Any]:
-    """``call(observe, fn, args)`` -> ``fn(*args)``, with KeyboardInterrupt deferred while it
-    runs, and its duration in seconds handed to ``observe`` however it ends (a lane's
-    estimate, as :meth:`_MeasuredLane._timed` does on a worker thread). (Made once, on first
-    use: a function, not state of any run.)"""
+    """``call(fn, args)`` -> ``fn(*args)``, with KeyboardInterrupt deferred while it runs.
+    (Made once, on first use: a function, not state of any run.)"""
     global _ki_protected
     if _ki_protected is None:
 
         @trio.lowlevel.enable_ki_protection  # type: ignore[untyped-decorator]
-        def call(
-            observe: Callable[[float], None], fn: Callable[..., Any], args: tuple[object, ...]
-        ) -> Any:
-            started = time.perf_counter()
-            try:
-                return fn(*args)
-            finally:
-                observe(time.perf_counter() - started)
+        def call(fn: Callable[..., Any], args: tuple[object, ...]) -> Any:
+            return fn(*args)
 
         _ki_protected = call
     return _ki_protected

@@ -52,12 +52,7 @@ async def barrier_calls(tmp_path: Path, *, lines: int = 1) -> Counter[str]:
     published JSONL session (the third such barrier, so nothing of the first is counted)."""
     rows = [
         Row(name="sessions"),
-        # A budget no fsync of this machine exceeds: every barrier runs inline, whatever the
-        # disk's weather, so the profile (which sees only this thread) sees all of it.
-        Row(
-            name="session-persistence-jsonl",
-            config={"root": str(tmp_path), "inline_barrier_ms": 1000},
-        ),
+        Row(name="session-persistence-jsonl", config={"root": str(tmp_path)}),
     ]
     async with open_host(rows) as host:
         ctx = host.ctx
@@ -89,19 +84,6 @@ async def test_the_store_dispatches_on_the_bus_without_the_context_layer(tmp_pat
     assert calls["Context.emit"] == 0
     assert calls["_no_keywords"] == 0
     assert calls["EventBus.listeners"] == 0
-
-
-async def test_an_inline_barrier_runs_its_write_with_no_frame_between_it_and_the_lane(
-    tmp_path: Path,
-) -> None:
-    calls = await barrier_calls(tmp_path)
-    # The write + fsync ran here, on the event-loop thread (the profile sees only this
-    # thread), called from the lane's run through the protected timed call ...
-    assert calls["JsonlStorage._write_sync"] == 1 and calls["BarrierLane.run"] >= 1
-    assert calls["_protected.<locals>.call"] == 1
-    # ... with no coroutine that only wraps it, nor a timing frame of its own.
-    assert calls["_MeasuredLane._inline"] == 0
-    assert calls["_MeasuredLane._timed"] == 0
 
 
 async def test_the_handle_hands_the_barrier_to_its_write_behind_without_a_frame(
