@@ -413,3 +413,78 @@ def test_a_queued_turn_for_a_model_without_vision_is_refused_before_queueing(
                 and e["data"]["source"]["kind"] == "user"]
 
     assert _poll(prompts) == [[{"type": "text", "text": "hello"}]]  # only the queued one
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["stop"], indirect=True)
+def test_a_worker_paused_past_its_stall_limit_finishes_its_turn_and_nothing_runs_twice(
+    workers: Workers, pg_dsn: str
+) -> None:
+    """A worker that stops answering (SIGSTOP: a VM frozen, a debugger, a long pause) while its
+    turn's tool call is in flight looks stalled: another worker's rescue retries its job. But
+    the paused worker still holds the session (its PostgreSQL connection, and with it the
+    session's lock, is alive), so the retried job cannot start the turn again: it waits. When
+    the worker resumes, it ends its turn itself and marks the job ``succeeded`` (procrastinate
+    lets a job waiting for its retry be finished); had another worker taken the retry first, it
+    would find the turn ended and run nothing. The call ran once and has one known outcome;
+    the other worker's model is never asked. (procrastinate's event rows show the job
+    ``started`` twice: a benchmark counting jobs by their starts counts it twice.)"""
+    first = workers.start([
+        {"tool_calls": [{"id": CALL, "name": "bash", "arguments": {
+            "command": 'printf "%s\\n" "$DSH_CALL_ID" >> ledger; sleep 4',
+            "description": "Append to ledger, then take a while", "timeoutMs": 60000}}]},
+        {"text": "ledger appended"},
+    ])
+    session_id = httpx.post(f"{first}/sessions", json={}, timeout=30).json()["id"]
+    started = httpx.post(f"{first}/sessions/{session_id}/turns", json={"prompt": "append"},
+                         timeout=30)
+    assert started.status_code == 202, started.text
+    ledger = workers.workspace / "ledger"
+    _poll(lambda: ledger.exists() and ledger.read_text().strip())  # the call is in flight
+    # The second worker joins now, so the job is the first's.
+    second = workers.start([{"text": "never asked: the turn is not run again"}])
+    paused = workers.started[0][0]
+
+    def attempts() -> int:
+        with psycopg.connect(pg_dsn) as conn:
+            row = conn.execute(sql.SQL("SELECT attempts FROM {}.procrastinate_jobs").format(
+                sql.Identifier(workers.queue_schema))).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    paused.send_signal(signal.SIGSTOP)
+    try:
+        # Stalled after 3 s without a heartbeat: the other worker retries the job, takes it
+        # and is refused the session (its attempts count), at least twice.
+        _poll(lambda: attempts() >= 2)
+    finally:
+        paused.send_signal(signal.SIGCONT)
+
+    def finished() -> dict[str, Any] | None:
+        session = httpx.get(f"{second}/sessions/{session_id}", timeout=30).json()
+        end = session["lastTurnEnd"]
+        return session if end and session["status"] == "idle" else None
+
+    session = _poll(finished)
+    assert session["lastTurnEnd"]["turn"] == 1 and session["lastTurnEnd"]["kind"] == "completed"
+
+    def job() -> tuple[str, ...]:
+        with psycopg.connect(pg_dsn) as conn:
+            rows = conn.execute(sql.SQL("SELECT status FROM {}.procrastinate_jobs").format(
+                sql.Identifier(workers.queue_schema))).fetchall()
+        return tuple(row[0] for row in rows)
+
+    assert _poll(lambda: job() if "todo" not in job() and "doing" not in job() else None) == (
+        "succeeded",
+    )
+    events = [json.loads(line) for line in httpx.get(
+        f"{second}/sessions/{session_id}/events", timeout=30).text.splitlines()]
+    assert ledger.read_text().splitlines() == [CALL]  # the side effect happened once
+    calls = [e["data"]["callId"] for e in events if e["type"] == "tool/call"]
+    results = [e["data"] for e in events if e["type"] == "tool/result"]
+    assert calls == [CALL] and len(results) == 1 and not results[0].get("error"), results
+    assert [e["data"]["turn"] for e in events if e["type"] == "turn/start"] == [1]
+    assert [e["data"]["turn"] for e in events if e["type"] == "turn/end"] == [1]
+    answers = [b["text"] for e in events if e["type"] == "assistant/message"
+               for b in e["data"]["message"]["content"] if b["type"] == "text"]
+    assert answers == ["ledger appended"]  # the first worker's model; the second never asked
