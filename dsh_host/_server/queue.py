@@ -26,7 +26,7 @@ import os
 import socket
 import time
 import weakref
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import anyio
 import procrastinate
@@ -107,17 +107,34 @@ def _job_pool(**kwargs: Any) -> psycopg_pool.AsyncConnectionPool:
     )
 
 
-def _coalesce(sessions: dict[str, int | None], announced: str) -> None:
-    """Fold one flush (``"<id>"`` or ``"<id> <end>"``) into the sessions of the next NOTIFY:
-    one per session, in the order of its first flush, with the furthest end (none when a flush
-    of it did not tell its end: its wake-up then wakes every stream of the session)."""
-    session_id, _, told = announced.partition(" ")
-    end = int(told) if told.isdigit() else None
+#: A flush announced on the relay: the session, and the seq after the last event the flush
+#: stored (None: not known, the wake-up is for every stream of the session).
+Flush: TypeAlias = tuple[str, int | None]
+
+
+def _coalesce(sessions: dict[str, int | None], flush: Flush) -> None:
+    """Fold one flush into the sessions of the next NOTIFY: one per session, in the order of
+    its first flush, with the furthest end (none when a flush of it did not tell its end)."""
+    session_id, end = flush
     if session_id not in sessions:
         sessions[session_id] = end
     else:
         known = sessions[session_id]
         sessions[session_id] = None if known is None or end is None else max(known, end)
+
+
+def _payload(session_id: str, end: int | None) -> str:
+    """A NOTIFY's payload: ``"<id> <end>"``, or ``"<id>"`` when the end is not known (a
+    session id holds no space: ``SESSION_ID_PATTERN``, so :func:`_announced` splits it
+    unambiguously; docs/decisions.md D51)."""
+    return session_id if end is None else f"{session_id} {end}"
+
+
+def _announced(payload: str) -> Flush:
+    """The flush a NOTIFY's payload announces (:func:`_payload`; an older server's bare
+    session id has no end)."""
+    session_id, _, end = payload.partition(" ")
+    return session_id, int(end) if end.isdigit() else None
 
 
 class TurnQueue:
@@ -254,38 +271,33 @@ class TurnQueue:
 
     async def relay_flushes(self, flushed: Any) -> None:
         """NOTIFY every worker of each session this process flushed (``flushed``: a receive
-        stream of ``"<id>"`` or ``"<id> <end>"``, the end being the seq after the last event
-        the flush stored): their streams re-read the table at once instead of at the next
-        poll. The flushes that queued up while a NOTIFY was on its way go out together, one
-        notification per session carrying the furthest end, in one statement (a stream
-        re-reads from its own cursor, so one wake-up after several flushes shows them all).
-        The end lets a worker leave a stream that has read that far already asleep
-        (docs/decisions.md D51)."""
+        stream of :data:`Flush`, the end being the seq after the last event the flush stored):
+        their streams re-read the table at once instead of at the next poll. The flushes that
+        queued up while a NOTIFY was on its way go out together, one notification per session
+        carrying the furthest end, in one statement (a stream re-reads from its own cursor, so
+        one wake-up after several flushes shows them all). The end lets a worker leave a
+        stream that has read that far already asleep (docs/decisions.md D51)."""
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
             self._relay_pid = conn.info.backend_pid
-            async for announced in flushed:
+            async for flush in flushed:
                 sessions: dict[str, int | None] = {}
-                _coalesce(sessions, announced)
+                _coalesce(sessions, flush)
                 with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
                     while True:
                         _coalesce(sessions, flushed.receive_nowait())
                 await conn.execute(
                     "SELECT pg_notify(%s, s) FROM unnest(%s::text[]) AS s",
-                    (self.channel, [
-                        session_id if end is None else f"{session_id} {end}"
-                        for session_id, end in sessions.items()
-                    ]),
+                    (self.channel, [_payload(*flush) for flush in sessions.items()]),
                 )
 
     async def listen(self, wake: Any) -> None:
-        """Call ``wake(payload)`` for every flush another worker announces (``"<id> <end>"``
-        or ``"<id>"``, as :meth:`relay_flushes` sent it; this process's own NOTIFYs come back
-        too: its streams were woken at the flush itself)."""
+        """Call ``wake(session_id, end)`` for every flush another worker announces (this
+        process's own NOTIFYs come back too: its streams were woken at the flush itself)."""
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
             async for notice in conn.notifies():
                 if notice.pid != self._relay_pid:
-                    wake(notice.payload)
+                    wake(*_announced(notice.payload))
 
     # ------------------------------------------------------------------ worker side
     async def work(self, runner: Any, on_abort: Any) -> None:

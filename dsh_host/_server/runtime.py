@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast
 import anyio
 import msgspec
 from anyio.abc import TaskGroup, TaskStatus
-from anyio.streams.memory import MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from dsh_host._agent.errors import ApprovalDecisionError
 from dsh_host._agent.keys import AGENT
@@ -72,7 +72,7 @@ from . import views
 from .metrics import ServerMetrics
 
 if TYPE_CHECKING:
-    from .queue import TurnQueue
+    from .queue import Flush, TurnQueue
 
 __all__ = [
     "AFTER_REPAIR_PROMPT",
@@ -254,7 +254,7 @@ class ServerRuntime:
         self._busy_elsewhere: dict[str, str] = {}
         #: what listings read from each stored session, by id, with the revision it was read at
         self._stored: dict[str, tuple[str, StoredSummary]] = {}
-        self._flushes: MemoryObjectSendStream[str] | None = None
+        self._flushes: MemoryObjectSendStream[Flush] | None = None
         #: the streams waiting idle, by session: each one's token -> the last seq it has
         #: seen; the idle poll (D47) asks the store for these sessions' ends
         self._idle: dict[str, dict[object, int]] = {}
@@ -282,10 +282,12 @@ class ServerRuntime:
             await self._group.start(self._queue_task, self._queue)
 
     async def _queue_task(self, queue: TurnQueue, *, task_status: TaskStatus[None]) -> None:
-        send, receive = anyio.create_memory_object_stream[str](max_buffer_size=1000)
+        send: MemoryObjectSendStream[Flush]
+        receive: MemoryObjectReceiveStream[Flush]
+        send, receive = anyio.create_memory_object_stream(max_buffer_size=1000)
         async with queue.app.open_async(), anyio.create_task_group() as group:
             group.start_soon(queue.relay_flushes, receive)
-            group.start_soon(queue.listen, self._announced)
+            group.start_soon(queue.listen, self._wake)
             self._flushes = send
             task_status.started()
             group.start_soon(queue.work, self.run_job, self.cancel_here)
@@ -355,13 +357,6 @@ class ServerRuntime:
         if waiting is not None:
             waiting.set()
 
-    def _announced(self, payload: str) -> None:
-        """Another worker's NOTIFY of a flush (:meth:`TurnQueue.listen`): ``"<id> <end>"``, or
-        ``"<id>"`` alone when the flushing worker did not know its end (a session id holds no
-        space: :data:`SESSION_ID_PATTERN`)."""
-        session_id, _, end = payload.partition(" ")
-        self._wake(session_id, int(end) if end.isdigit() else None)
-
     def _flushed(self, session: Any) -> None:
         """A flush succeeded: streams wake (they show only what the store holds, so an append
         alone is nothing to show yet); in queue mode the other workers' streams are told that
@@ -377,9 +372,8 @@ class ServerRuntime:
         if self._flushes is not None:
             # the end rides along (docs/decisions.md D51): a stream elsewhere that has read
             # past it already (woken by an earlier NOTIFY, after this flush) is not woken again
-            announced = session.id if end is None else f"{session.id} {end}"
             with contextlib.suppress(anyio.WouldBlock):  # a burst: the poll catches up
-                self._flushes.send_nowait(announced)
+                self._flushes.send_nowait((session.id, end))
 
     async def wait_for_events(self, session_id: str, after: int, at_most: float) -> bool:
         """Wait until the session may have stored events past seq ``after`` (the last one the

@@ -21,7 +21,7 @@ from psycopg import sql
 
 pytest.importorskip("procrastinate")
 
-from dsh_host._server.queue import TurnQueue
+from dsh_host._server.queue import Flush, TurnQueue
 from dsh_host._server.runtime import ServeOptions, ServerRuntime
 
 
@@ -33,9 +33,9 @@ def test_queued_flushes_go_out_as_one_notification_per_session(
     async def main() -> list[str]:
         async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as listener:
             await listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(queue.channel)))
-            send, receive = anyio.create_memory_object_stream[str](max_buffer_size=100)
+            send, receive = anyio.create_memory_object_stream[Flush](max_buffer_size=100)
             for session_id in ("a", "a", "b", "a"):  # a burst, before the relay reads
-                send.send_nowait(session_id)
+                send.send_nowait((session_id, None))
             send.close()
             await queue.relay_flushes(receive)  # returns once the stream is drained and closed
             got: list[str] = []
@@ -59,7 +59,7 @@ def test_a_worker_is_not_woken_by_its_own_notifications(pg_dsn: str, pg_prefix: 
         woken: list[str] = []
         other = anyio.Event()
 
-        def wake(session_id: str) -> None:
+        def wake(session_id: str, _end: int | None) -> None:
             woken.append(session_id)
             if session_id == "other":
                 other.set()
@@ -78,8 +78,8 @@ def test_a_worker_is_not_woken_by_its_own_notifications(pg_dsn: str, pg_prefix: 
                     if await listening.fetchone():
                         break
                     await anyio.sleep(0.05)
-            send, receive = anyio.create_memory_object_stream[str](max_buffer_size=10)
-            send.send_nowait("own")
+            send, receive = anyio.create_memory_object_stream[Flush](max_buffer_size=10)
+            send.send_nowait(("own", None))
             send.close()
             await queue.relay_flushes(receive)
             # Sent after the relay's commit: delivered after its notification.
@@ -110,11 +110,11 @@ def test_a_notification_past_what_a_stream_has_seen_wakes_it_and_no_other_does(
             options = ServeOptions(compositions={}, default_workspace=str(tmp_path),
                                    poll_interval=3600.0)  # no idle poll in this window
             runtime = ServerRuntime(options, group)
-            group.start_soon(here.listen, runtime._announced)
+            group.start_soon(here.listen, runtime._wake)
             await _listening(outside, here.channel)
 
-            async def announce(*flushes: str) -> None:
-                send, receive = anyio.create_memory_object_stream[str](max_buffer_size=10)
+            async def announce(*flushes: Flush) -> None:
+                send, receive = anyio.create_memory_object_stream[Flush](max_buffer_size=10)
                 for flush in flushes:
                     send.send_nowait(flush)
                 send.close()
@@ -127,7 +127,7 @@ def test_a_notification_past_what_a_stream_has_seen_wakes_it_and_no_other_does(
                 task_status.started()
                 woken.append(await runtime.wait_for_events(session_id, after, 60))
 
-            async def follow(after: int, *flushes: str) -> bool:
+            async def follow(after: int, *flushes: Flush) -> bool:
                 # A stream that has seen up to seq ``after`` waits; the flushes are announced,
                 # then a marker of another session, delivered after them (one sender, one
                 # backend: in commit order).
@@ -137,7 +137,7 @@ def test_a_notification_past_what_a_stream_has_seen_wakes_it_and_no_other_does(
                     await inner.start(waiting, "s", after, stream)
                     await inner.start(waiting, "marker", -1, marker)
                     await announce(*flushes)
-                    await announce("marker 1")
+                    await announce(("marker", 1))
                     with anyio.fail_after(60):  # hang guard only
                         while not marker:
                             await anyio.lowlevel.checkpoint()
@@ -145,10 +145,10 @@ def test_a_notification_past_what_a_stream_has_seen_wakes_it_and_no_other_does(
                 return stream == [True]
 
             woke = [
-                await follow(11, "s 12"),  # it has seen seq 11: the store's end 12 is not news
-                await follow(11, "s 10", "s 12"),  # two flushes, one NOTIFY: the furthest end
-                await follow(11, "s 13"),  # seq 12 is new
-                await follow(11, "s 12", "s"),  # a flush that did not tell its end wakes it
+                await follow(11, ("s", 12)),  # it has seen seq 11: the store's end 12 is not news
+                await follow(11, ("s", 10), ("s", 12)),  # two flushes, one NOTIFY: the furthest
+                await follow(11, ("s", 13)),  # seq 12 is new
+                await follow(11, ("s", 12), ("s", None)),  # a flush that did not tell its end
             ]
             group.cancel_scope.cancel()
         return woke
