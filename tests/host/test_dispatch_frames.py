@@ -19,25 +19,34 @@ from dsh_host._context import Host
 pytestmark = pytest.mark.anyio
 
 
+async def profiled(work: Callable[[], Awaitable[Any]], on_call: Callable[[FrameType], None]) -> Any:
+    """``work()``'s result, with ``on_call(frame)`` for every Python function frame entered (a
+    coroutine resumed is entered again) while it runs."""
+
+    def profile(frame: FrameType, event: str, _arg: Any) -> None:
+        if event == "call":
+            on_call(frame)
+
+    sys.setprofile(profile)
+    try:
+        return await work()
+    finally:
+        sys.setprofile(None)
+
+
 async def coroutine_frames(work: Callable[[], Awaitable[Any]]) -> tuple[Any, Counter[str]]:
     """``work()``'s result and the coroutine frames it started, by qualified name (a frame
     resumed after a suspension is not counted again)."""
     started: Counter[str] = Counter()
     seen: list[FrameType] = []  # kept alive: no id reused while counting
 
-    def profile(frame: FrameType, event: str, _arg: Any) -> None:
+    def started_coroutine(frame: FrameType) -> None:
         code = frame.f_code
-        if event == "call" and code.co_flags & inspect.CO_COROUTINE:
-            if not any(frame is other for other in seen):
-                seen.append(frame)
-                started[code.co_qualname] += 1
+        if code.co_flags & inspect.CO_COROUTINE and not any(frame is other for other in seen):
+            seen.append(frame)
+            started[code.co_qualname] += 1
 
-    sys.setprofile(profile)
-    try:
-        result = await work()
-    finally:
-        sys.setprofile(None)
-    return result, started
+    return await profiled(work, started_coroutine), started
 
 
 async def test_a_waterfall_of_three_levels_starts_one_frame_a_level_and_no_relay() -> None:
@@ -130,16 +139,7 @@ async def test_a_parallel_event_with_one_listener_starts_only_the_listener() -> 
 async def calls_in(work: Callable[[], Awaitable[Any]]) -> Counter[str]:
     """Every Python function entered while ``work()`` runs, by qualified name."""
     calls: Counter[str] = Counter()
-
-    def profile(frame: FrameType, event: str, _arg: Any) -> None:
-        if event == "call":
-            calls[frame.f_code.co_qualname] += 1
-
-    sys.setprofile(profile)
-    try:
-        await work()
-    finally:
-        sys.setprofile(None)
+    await profiled(work, lambda frame: calls.update((frame.f_code.co_qualname,)))
     return calls
 
 
